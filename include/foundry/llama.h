@@ -1,0 +1,184 @@
+/* Llama 3 from MLX 4-bit checkpoints: loader, model graph, CPU inference and
+ * greedy generation, reference verification and random checkpoints.
+ *
+ * A checkpoint directory holds config.json and model.safetensors or the
+ * shards listed in model.safetensors.index.json. Weights stay in read-only
+ * file mappings; nothing is copied at open. */
+#ifndef FOUNDRY_LLAMA_H
+#define FOUNDRY_LLAMA_H
+
+#include "foundry/core.h"
+#include "foundry/graph.h"
+#include "foundry/safetensors.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FDY_LLAMA_MAX_EOS 8
+
+typedef struct fdy_llama_config {
+  uint32_t vocab_size;
+  uint32_t hidden_size;
+  uint32_t intermediate_size;
+  uint32_t num_layers;
+  uint32_t num_heads;
+  uint32_t num_kv_heads;
+  uint32_t head_dim;              /* from config or hidden / heads */
+  uint32_t max_position_embeddings;
+  double rope_theta;
+  bool rope_llama3;               /* rope_scaling of type llama3 */
+  double rope_factor;             /* llama3 scaling parameters */
+  double rope_low_freq_factor;
+  double rope_high_freq_factor;
+  uint32_t rope_original_max_position;
+  bool tie_word_embeddings;
+  double rms_norm_eps;
+  int32_t bos_id;                 /* -1 when absent */
+  uint32_t eos_count;
+  int32_t eos_ids[FDY_LLAMA_MAX_EOS];
+  uint32_t group_size;            /* 32, 64 or 128 */
+  uint32_t bits;                  /* 4 */
+  fdy_dtype scale_dtype;          /* F16 or BF16: scales, biases, norms */
+} fdy_llama_config;
+
+/* A 4-bit quantized linear layer y = x W^T, W (out, in):
+ * weight U32 (out, in/8), scales and biases (out, in/group_size). */
+typedef struct fdy_llama_qlinear {
+  const fdy_st_tensor *weight;
+  const fdy_st_tensor *scales;
+  const fdy_st_tensor *biases;
+  uint32_t out_features;
+  uint32_t in_features;
+} fdy_llama_qlinear;
+
+typedef struct fdy_llama_layer_weights {
+  fdy_llama_qlinear q, k, v, o, gate, up, down;
+  const fdy_st_tensor *input_norm; /* (hidden) */
+  const fdy_st_tensor *post_norm;  /* (hidden) */
+} fdy_llama_layer_weights;
+
+typedef struct fdy_llama_model fdy_llama_model;
+
+/* Opens and fully validates a checkpoint directory: config fields and types,
+ * quantization (group_size 32/64/128, bits 4, else FDY_ERR_UNSUPPORTED),
+ * every expected tensor present with the right dtype and shape, nothing
+ * unexpected, lm_head exactly when embeddings are untied. Errors name the
+ * file (err->name) and the tensor. */
+fdy_status fdy_llama_open(const char *dir, fdy_llama_model **out,
+                          fdy_error *err);
+void fdy_llama_close(fdy_llama_model *model);
+const fdy_llama_config *fdy_llama_model_config(const fdy_llama_model *model);
+const char *fdy_llama_model_dir(const fdy_llama_model *model);
+const fdy_llama_layer_weights *fdy_llama_layer(const fdy_llama_model *model,
+                                               uint32_t layer);
+const fdy_llama_qlinear *fdy_llama_embedding(const fdy_llama_model *model);
+/* The LM head: lm_head when untied, else the embedding. */
+const fdy_llama_qlinear *fdy_llama_lm_head(const fdy_llama_model *model);
+const fdy_st_tensor *fdy_llama_final_norm(const fdy_llama_model *model);
+size_t fdy_llama_tensor_count(const fdy_llama_model *model);
+/* Bytes of one decoder layer's tensors, and of all tensors. */
+uint64_t fdy_llama_layer_bytes(const fdy_llama_model *model, uint32_t layer);
+uint64_t fdy_llama_total_bytes(const fdy_llama_model *model);
+
+/* Dequantizes row `row` of a quantized linear into out (in_features floats),
+ * w = scale * q + bias per group. */
+void fdy_llama_dequantize_row(const fdy_llama_qlinear *linear,
+                              fdy_dtype scale_dtype, uint32_t row, float *out);
+
+/* Op kinds of the model graph. */
+#define FDY_OP_LLAMA_EMBED "llama.embed"
+#define FDY_OP_LLAMA_LAYER "llama.decoder_layer"
+#define FDY_OP_LLAMA_HEAD "llama.head"
+
+/* The model as a Foundry graph: input "tokens" (I32 [context]), op
+ * "embed" reading weight "embed" (the embedding's three tensors gathered),
+ * op "layer.<i>" (param i) reading weight "layer.<i>" (all of the layer's
+ * tensors gathered as one streamable unit) and the previous hidden state, op
+ * "head" reading weight "head" (final norm + LM head tensors) and writing
+ * "logits". Every weight is a gather of file extents. */
+fdy_status fdy_llama_graph(const fdy_llama_model *model, uint32_t context,
+                           fdy_graph **out, fdy_error *err);
+
+/* ---- CPU inference ---------------------------------------------------------- */
+
+typedef struct fdy_llama_session fdy_llama_session;
+
+typedef struct fdy_llama_session_options {
+  uint32_t context; /* positions in the KV cache; 0 = 1024 */
+  uint32_t threads; /* worker threads; 0 = online CPUs */
+} fdy_llama_session_options;
+
+/* A float32 CPU inference session with its KV cache over an open model (the
+ * model must outlive it). options may be NULL. */
+fdy_status fdy_llama_session_create(const fdy_llama_model *model,
+                                    const fdy_llama_session_options *options,
+                                    fdy_llama_session **out, fdy_error *err);
+void fdy_llama_session_destroy(fdy_llama_session *session);
+/* Positions used so far. */
+uint32_t fdy_llama_session_position(const fdy_llama_session *session);
+void fdy_llama_session_reset(fdy_llama_session *session);
+/* Appends count tokens at the current position (prefill when count > 1).
+ * all_logits (count * vocab floats) and last_logits (vocab floats) may each
+ * be NULL. Ids outside the vocabulary: FDY_ERR_INVALID_ARGUMENT; exceeding
+ * the context: FDY_ERR_CONTEXT; the session is unchanged on error. */
+fdy_status fdy_llama_session_forward(fdy_llama_session *session,
+                                     const int32_t *ids, uint32_t count,
+                                     float *all_logits, float *last_logits,
+                                     fdy_error *err);
+
+typedef struct fdy_llama_generation {
+  int32_t *ids;        /* generated ids (malloc'd; fdy_llama_generation_free) */
+  uint32_t count;
+  bool stopped_at_eos; /* the last id is an EOS id */
+  double prefill_seconds, decode_seconds;
+  double prefill_tokens_per_second, decode_tokens_per_second;
+} fdy_llama_generation;
+
+void fdy_llama_generation_free(fdy_llama_generation *generation);
+
+/* Greedy generation from a reset session: prefill the prompt, then decode up
+ * to max_tokens ids, stopping after an EOS id unless ignore_eos. Checks ids,
+ * an empty prompt and prompt + max_tokens against the context before any
+ * work. */
+fdy_status fdy_llama_generate(fdy_llama_session *session, const int32_t *prompt,
+                              uint32_t prompt_count, uint32_t max_tokens,
+                              bool ignore_eos, fdy_llama_generation *out,
+                              fdy_error *err);
+
+/* ---- reference verification ------------------------------------------------- */
+
+typedef struct fdy_llama_verify_result {
+  uint32_t prompt_tokens;
+  uint32_t greedy_tokens;
+  double logits_relative_error;  /* ||logits - ref|| / ||ref|| over prompt */
+  double greedy_relative_error;  /* same over greedy_logits */
+  uint32_t greedy_matches;       /* leading greedy ids equal to reference */
+  bool passed;
+} fdy_llama_verify_result;
+
+/* Runs the reference's prompt_ids, compares prompt logits and the greedy
+ * continuation with expected.safetensors (prompt_ids, logits, greedy_ids,
+ * greedy_logits) against tolerance (1e-4 for the CPU backend). A reference
+ * whose vocab or tensors do not match the model: FDY_ERR_SCHEMA. Outside the
+ * tolerance: returns FDY_OK with passed = false. */
+fdy_status fdy_llama_verify(fdy_llama_session *session,
+                            const char *reference_path, double tolerance,
+                            fdy_llama_verify_result *out, fdy_error *err);
+
+/* ---- random checkpoints ---------------------------------------------------- */
+
+/* Writes a random-weight checkpoint in exactly the MLX layout (config.json,
+ * model.safetensors, model.safetensors.index.json) into a new directory
+ * out_dir (FDY_ERR_EXISTS if it exists; nothing left behind on failure),
+ * deterministic for (preset, seed). Presets: "llama-3.2-1b", "llama-3.2-3b",
+ * "llama-3.1-8b" (real shapes) and "tiny", "micro" (tests). */
+fdy_status fdy_llama_make_model(const char *preset, uint64_t seed,
+                                const char *out_dir, fdy_error *err);
+/* Preset names, NULL-terminated. */
+const char *const *fdy_llama_presets(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
