@@ -1,0 +1,116 @@
+/* The foundry command-line tool: dispatches `foundry COMMAND ARGS...` to the
+ * command implementations in cmd_*.c and handles --help, --version and
+ * `foundry help COMMAND`. Exit codes: 0 success, 1 failure, 2 usage error. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli_util.h"
+#include "commands.h"
+#include "foundry/build_info.h"
+#include "foundry/core.h"
+
+typedef struct command_entry {
+  const char *name;
+  const char *summary;
+  int (*run)(int argc, char **argv);
+  void (*help)(FILE *out);
+} command_entry;
+
+static const command_entry commands[] = {
+    {"bench", "stream a synthetic workload through 1, 2 and 3 buffers",
+     fdy_cmd_bench, fdy_cmd_bench_help},
+    {"plan", "export or check an execution plan", fdy_cmd_plan,
+     fdy_cmd_plan_help},
+    {"inspect", "summarize a Llama MLX 4-bit checkpoint", fdy_cmd_inspect,
+     fdy_cmd_inspect_help},
+    {"generate", "greedy Llama generation from prompt ids", fdy_cmd_generate,
+     fdy_cmd_generate_help},
+    {"verify", "compare a model's outputs with a reference",
+     fdy_cmd_verify, fdy_cmd_verify_help},
+    {"make-model", "write a random-weight Llama checkpoint",
+     fdy_cmd_make_model, fdy_cmd_make_model_help},
+};
+
+static const command_entry *find_command(const char *name) {
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+    if (strcmp(commands[i].name, name) == 0) {
+      return &commands[i];
+    }
+  }
+  return NULL;
+}
+
+static void print_usage(FILE *out) {
+  fprintf(out,
+          "usage: foundry COMMAND [ARGS...]\n"
+          "\n"
+          "Foundry streams workloads whose weights do not fit in device\n"
+          "memory through a fixed device budget.\n"
+          "\n"
+          "commands:\n");
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+    fprintf(out, "  %-11s %s\n", commands[i].name, commands[i].summary);
+  }
+  fprintf(out,
+          "\n"
+          "  foundry help COMMAND   help for one command\n"
+          "  foundry --version      version and build provenance\n");
+}
+
+static void print_version(void) {
+  const fdy_build_info *info = fdy_build_info_get();
+  printf("foundry %s\n", fdy_version());
+  printf("commit %s%s\n", info->git_commit, info->git_dirty ? " (dirty)" : "");
+  printf("compiler %s, %s build, sanitizers %s, CUDA backend %s\n",
+         info->compiler, info->build_type, info->sanitizers, info->cuda);
+}
+
+static int run_help(int argc, char **argv) {
+  if (argc < 2) {
+    print_usage(stdout);
+    return FDY_EXIT_OK;
+  }
+  if (argc > 2) {
+    return fdy_cli_usage("help", "expected one command name");
+  }
+  const command_entry *entry = find_command(argv[1]);
+  if (!entry) {
+    fprintf(stderr, "foundry: unknown command '%s'\n", argv[1]);
+    print_usage(stderr);
+    return FDY_EXIT_USAGE;
+  }
+  entry->help(stdout);
+  return FDY_EXIT_OK;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    print_usage(stderr);
+    return FDY_EXIT_USAGE;
+  }
+  const char *name = argv[1];
+  if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) {
+    print_usage(stdout);
+    return FDY_EXIT_OK;
+  }
+  if (strcmp(name, "--version") == 0) {
+    print_version();
+    return FDY_EXIT_OK;
+  }
+  if (strcmp(name, "help") == 0) {
+    return run_help(argc - 1, argv + 1);
+  }
+  const command_entry *entry = find_command(name);
+  if (!entry) {
+    fprintf(stderr, "foundry: unknown command '%s'\n", name);
+    print_usage(stderr);
+    return FDY_EXIT_USAGE;
+  }
+  for (int i = 2; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      entry->help(stdout);
+      return FDY_EXIT_OK;
+    }
+  }
+  return entry->run(argc - 1, argv + 1);
+}
