@@ -40,9 +40,9 @@ typedef struct fdy_launch_weight {
 
 /* Everything a backend needs to run one op. */
 typedef struct fdy_launch_desc {
-  const char *kind;   /* op kind, e.g. FDY_OP_SYNTHETIC_CHECKSUM */
-  uint64_t param;     /* op param from the graph */
-  uint32_t op_index;  /* index of the op in graph order */
+  const char *kind;  /* op kind, e.g. FDY_OP_SYNTHETIC_CHECKSUM */
+  uint64_t param;    /* op param from the graph */
+  uint32_t op_index; /* index of the op in graph order */
   uint32_t weight_count;
   fdy_launch_weight weights[FDY_MAX_LAUNCH_WEIGHTS];
   /* Host word the op's 64-bit result is stored into. The backend writes it
@@ -118,10 +118,17 @@ struct fdy_backend {
   void *self;
 };
 
-/* Calls b->ops->destroy; NULL is a no-op. */
-void fdy_backend_destroy(fdy_backend *b);
+/* Calls b->ops->destroy; NULL is a no-op. Inline so that every backend
+ * library (which links foundry_core only) provides it. */
+static inline void fdy_backend_destroy(fdy_backend *b) {
+  if (b) {
+    b->ops->destroy(b);
+  }
+}
 /* Name of the backend ("cpu", ...). */
-const char *fdy_backend_name(const fdy_backend *b);
+static inline const char *fdy_backend_name(const fdy_backend *b) {
+  return b->ops->name;
+}
 
 #ifdef __cplusplus
 }

@@ -58,6 +58,19 @@ typedef struct fdy_llama_layer_weights {
   const fdy_st_tensor *post_norm;  /* (hidden) */
 } fdy_llama_layer_weights;
 
+/* Parses and checks a config.json document of len bytes (path is used in
+ * messages only): model_type "llama"; sizes; rope_theta; rope_scaling of
+ * type llama3 or none; tie_word_embeddings (default false); rms_norm_eps;
+ * eos_token_id as an integer or a list; quantization with group_size 32, 64
+ * or 128 and bits 4 (else FDY_ERR_UNSUPPORTED). Invalid JSON is
+ * FDY_ERR_PARSE (line/column set); a missing field, a wrong type or an
+ * inconsistent value is FDY_ERR_SCHEMA with err->name the field
+ * ("quantization.bits"). scale_dtype is set to F16; the loader replaces it
+ * with the dtype the checkpoint's scales have. */
+fdy_status fdy_llama_config_parse(const char *json, size_t len,
+                                  const char *path, fdy_llama_config *out,
+                                  fdy_error *err);
+
 typedef struct fdy_llama_model fdy_llama_model;
 
 /* Opens and fully validates a checkpoint directory: config fields and types,
@@ -96,7 +109,18 @@ void fdy_llama_dequantize_row(const fdy_llama_qlinear *linear,
  * op "layer.<i>" (param i) reading weight "layer.<i>" (all of the layer's
  * tensors gathered as one streamable unit) and the previous hidden state, op
  * "head" reading weight "head" (final norm + LM head tensors) and writing
- * "logits". Every weight is a gather of file extents. */
+ * "logits". Every weight is a gather of file extents.
+ *
+ * Details: weights are U8 [bytes]; a linear contributes its weight, scales
+ * and biases extents in that order. "embed" = embedding linear; "layer.<i>" =
+ * input_norm, q, k, v, o, post_norm, gate, up, down (23 extents); "head" =
+ * final norm, LM head linear (with tied embeddings these are the
+ * embedding's file ranges again, so the weights then sum to the total bytes
+ * plus the embedding's bytes). Activations "embed.out" and "layer.<i>.out"
+ * are F32 [context, hidden], "logits" F32 [context, vocab]. Op reads are
+ * (tokens, embed), (layer.<i>, previous hidden), (head, last hidden).
+ * context must be >= 1. The graph copies the paths; the model may be closed
+ * after this returns. Caller owns *out (fdy_graph_destroy). */
 fdy_status fdy_llama_graph(const fdy_llama_model *model, uint32_t context,
                            fdy_graph **out, fdy_error *err);
 
@@ -109,6 +133,15 @@ fdy_status fdy_llama_graph(const fdy_llama_model *model, uint32_t context,
  * "llama-3.1-8b" (real shapes) and "tiny", "micro" (tests). */
 fdy_status fdy_llama_make_model(const char *preset, uint64_t seed,
                                 const char *out_dir, fdy_error *err);
+/* Progress of fdy_llama_make_model_ex: bytes of tensor data written so far
+ * out of total; called from the writing thread after every chunk. */
+typedef void (*fdy_llama_progress_fn)(void *ctx, uint64_t done,
+                                      uint64_t total);
+/* fdy_llama_make_model with an optional progress callback (may be NULL). */
+fdy_status fdy_llama_make_model_ex(const char *preset, uint64_t seed,
+                                   const char *out_dir,
+                                   fdy_llama_progress_fn progress, void *ctx,
+                                   fdy_error *err);
 /* Preset names, NULL-terminated. */
 const char *const *fdy_llama_presets(void);
 

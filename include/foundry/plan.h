@@ -49,6 +49,11 @@ extern "C" {
 #define FDY_PLAN_FORMAT "foundry.plan"
 #define FDY_PLAN_VERSION 1
 #define FDY_MAX_BINDINGS 8
+/* Table limits fdy_plan_create (and so the JSON decoder) enforces, so that a
+ * hostile document cannot make validation allocate without bound. */
+#define FDY_PLAN_MAX_STREAMS 64
+#define FDY_PLAN_MAX_SLOTS ((uint32_t)1 << 16)
+#define FDY_PLAN_MAX_EVENTS ((uint32_t)1 << 24)
 
 typedef enum fdy_command_kind {
   FDY_CMD_ALLOCATE = 0,
@@ -100,16 +105,23 @@ typedef struct fdy_command {
 
 typedef struct fdy_plan fdy_plan;
 
+/* Field-wise equality of the members that `kind` makes meaningful (bindings
+ * compared in order, up to binding_count). */
+bool fdy_command_equal(const fdy_command *a, const fdy_command *b);
+
 /* Creates an empty plan over a deep copy of `graph` with a device budget of
  * budget_bytes, stream_count streams (ids 0..stream_count-1, at least 1),
- * slot_count slot ids and event_count event ids (ids index these tables). */
+ * slot_count slot ids and event_count event ids (ids index these tables).
+ * Counts above the FDY_PLAN_MAX_* limits are FDY_ERR_INVALID_ARGUMENT. */
 fdy_status fdy_plan_create(const fdy_graph *graph, uint64_t budget_bytes,
                            uint32_t stream_count, uint32_t slot_count,
                            uint32_t event_count, fdy_plan **out,
                            fdy_error *err);
 void fdy_plan_destroy(fdy_plan *plan);
 
-/* Appends a command (copied). Appending does not validate. */
+/* Appends a command (copied; members of other kinds are zeroed). Appending
+ * does not validate ids or rules; only an unknown kind or binding_count above
+ * FDY_MAX_BINDINGS is refused (FDY_ERR_INVALID_ARGUMENT). */
 fdy_status fdy_plan_append(fdy_plan *plan, const fdy_command *command,
                            fdy_error *err);
 /* Removes command `index`, shifting later ones down (used by tools and tests
@@ -132,13 +144,21 @@ typedef struct fdy_plan_summary {
   uint32_t slots;        /* distinct slots allocated */
   uint64_t peak_bytes;   /* highest live slot bytes */
   uint64_t transfer_bytes; /* sum of prefetched weight bytes */
-  uint32_t streams;
+  uint32_t streams;      /* distinct streams that run or wait on work */
 } fdy_plan_summary;
 
 /* Static validation (see the rules above). No side effects. summary may be
- * NULL. */
+ * NULL. The plan's graph is checked first (fdy_graph_validate, its error kind
+ * unchanged). Errors at the end of the plan carry command_index = the command
+ * count. */
 fdy_status fdy_plan_validate(const fdy_plan *plan, fdy_plan_summary *summary,
                              fdy_error *err);
+
+/* FDY_OK when `graph` has the structure of the plan's graph (see
+ * fdy_graph_same_structure); else FDY_ERR_INVALID_ARGUMENT with name =
+ * "graph", expected = the plan graph's fingerprint, actual = graph's. */
+fdy_status fdy_plan_check_graph(const fdy_plan *plan, const fdy_graph *graph,
+                                fdy_error *err);
 
 /* ---- JSON --------------------------------------------------------------------- */
 

@@ -1,14 +1,145 @@
-/* Placeholder for `foundry inspect`; replaced by its implementation. */
+/* `foundry inspect MODEL_DIR [--json]`: opens and fully validates a Llama
+ * MLX 4-bit checkpoint and prints its configuration, tensor count, bytes per
+ * decoder layer and in total, and the dtype of its scales. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "cli_util.h"
 #include "commands.h"
-
-int fdy_cmd_inspect(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
-  fprintf(stderr, "foundry: error: inspect is not implemented yet\n");
-  return FDY_EXIT_FAILURE;
-}
+#include "foundry/llama.h"
 
 void fdy_cmd_inspect_help(FILE *out) {
-  fprintf(out, "usage: foundry inspect (not implemented yet)\n");
+  fprintf(out,
+          "usage: foundry inspect MODEL_DIR [--json]\n"
+          "\n"
+          "Opens the checkpoint in MODEL_DIR (config.json and\n"
+          "model.safetensors or the shards of model.safetensors.index.json),\n"
+          "validates every tensor and prints the configuration, the tensor\n"
+          "count, the bytes of each decoder layer and in total, and the dtype\n"
+          "of the scales, biases and norms.\n"
+          "\n"
+          "  --json   machine-readable output on stdout\n");
+}
+
+static void print_text(const fdy_llama_model *m) {
+  const fdy_llama_config *c = fdy_llama_model_config(m);
+  char layer[32], total[32];
+  fdy_format_bytes(fdy_llama_layer_bytes(m, 0), layer, sizeof layer);
+  fdy_format_bytes(fdy_llama_total_bytes(m), total, sizeof total);
+  printf("model: %s\n", fdy_llama_model_dir(m));
+  printf("  layers %" PRIu32 ", hidden %" PRIu32 ", heads %" PRIu32
+         " / kv heads %" PRIu32 ", head_dim %" PRIu32 ", ffn %" PRIu32
+         ", vocab %" PRIu32 "\n",
+         c->num_layers, c->hidden_size, c->num_heads, c->num_kv_heads,
+         c->head_dim, c->intermediate_size, c->vocab_size);
+  printf("  rope theta %g, ", c->rope_theta);
+  if (c->rope_llama3) {
+    printf("llama3 scaling (factor %g, low %g, high %g, original %" PRIu32
+           ")\n",
+           c->rope_factor, c->rope_low_freq_factor, c->rope_high_freq_factor,
+           c->rope_original_max_position);
+  } else {
+    printf("no scaling\n");
+  }
+  printf("  embeddings %s, rms_norm_eps %g, max positions %" PRIu32
+         ", bos %" PRId32 ", eos",
+         c->tie_word_embeddings ? "tied" : "untied", c->rms_norm_eps,
+         c->max_position_embeddings, c->bos_id);
+  for (uint32_t i = 0; i < c->eos_count; i++) {
+    printf("%s%" PRId32, i ? "," : " ", c->eos_ids[i]);
+  }
+  printf("%s\n", c->eos_count ? "" : " none");
+  printf("  quantization %" PRIu32 "-bit, group size %" PRIu32
+         ", scales %s\n",
+         c->bits, c->group_size, fdy_dtype_name(c->scale_dtype));
+  printf("  tensors %zu, %s per layer, %s total (%" PRIu64 " bytes)\n",
+         fdy_llama_tensor_count(m), layer, total, fdy_llama_total_bytes(m));
+}
+
+static int print_json(const fdy_llama_model *m) {
+  const fdy_llama_config *c = fdy_llama_model_config(m);
+  json_t *eos = json_array(), *layers = json_array(), *rope = json_null();
+  for (uint32_t i = 0; eos && i < c->eos_count; i++) {
+    json_array_append_new(eos, json_integer(c->eos_ids[i]));
+  }
+  for (uint32_t i = 0; layers && i < c->num_layers; i++) {
+    json_array_append_new(
+        layers, json_integer((json_int_t)fdy_llama_layer_bytes(m, i)));
+  }
+  if (c->rope_llama3) {
+    rope = json_pack("{s:s, s:f, s:f, s:f, s:i}", "type", "llama3", "factor",
+                     c->rope_factor, "low_freq_factor",
+                     c->rope_low_freq_factor, "high_freq_factor",
+                     c->rope_high_freq_factor,
+                     "original_max_position_embeddings",
+                     (json_int_t)c->rope_original_max_position);
+  }
+  json_t *doc = json_pack(
+      "{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:o, s:b, s:f, "
+      "s:i, s:o, s:{s:i, s:i, s:s}, s:I, s:o, s:I}",
+      "model", fdy_llama_model_dir(m), "vocab_size", (json_int_t)c->vocab_size,
+      "hidden_size", (json_int_t)c->hidden_size, "intermediate_size",
+      (json_int_t)c->intermediate_size, "num_layers",
+      (json_int_t)c->num_layers, "num_heads", (json_int_t)c->num_heads,
+      "num_kv_heads", (json_int_t)c->num_kv_heads, "head_dim",
+      (json_int_t)c->head_dim, "max_position_embeddings",
+      (json_int_t)c->max_position_embeddings, "rope_theta", c->rope_theta,
+      "rope_scaling", rope, "tie_word_embeddings",
+      (int)c->tie_word_embeddings, "rms_norm_eps", c->rms_norm_eps, "bos_id",
+      (json_int_t)c->bos_id, "eos_ids", eos, "quantization", "bits",
+      (json_int_t)c->bits, "group_size", (json_int_t)c->group_size,
+      "scale_dtype", fdy_dtype_name(c->scale_dtype), "tensor_count",
+      (json_int_t)fdy_llama_tensor_count(m), "layer_bytes", layers,
+      "total_bytes", (json_int_t)fdy_llama_total_bytes(m));
+  if (!doc) {
+    fprintf(stderr, "foundry: error: out of memory\n");
+    return FDY_EXIT_FAILURE;
+  }
+  int rc = json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(15));
+  json_decref(doc);
+  if (rc != 0 || fputc('\n', stdout) == EOF || fflush(stdout) != 0) {
+    fprintf(stderr, "foundry: error: writing to stdout failed\n");
+    return FDY_EXIT_FAILURE;
+  }
+  return FDY_EXIT_OK;
+}
+
+int fdy_cmd_inspect(int argc, char **argv) {
+  enum { OPT_JSON = 256 };
+  static const struct option options[] = {
+      {"json", no_argument, NULL, OPT_JSON},
+      {NULL, 0, NULL, 0},
+  };
+  bool json = false;
+  optind = 1;
+  opterr = 0;
+  int opt;
+  while ((opt = getopt_long(argc, argv, ":", options, NULL)) != -1) {
+    switch (opt) {
+    case OPT_JSON: json = true; break;
+    default:
+      return fdy_cli_usage("inspect", "unknown option '%s'",
+                           argv[optind - 1]);
+    }
+  }
+  if (optind != argc - 1) {
+    return fdy_cli_usage("inspect", "give exactly one MODEL_DIR");
+  }
+  fdy_error err;
+  fdy_llama_model *model = NULL;
+  if (fdy_llama_open(argv[optind], &model, &err) != FDY_OK) {
+    return fdy_cli_fail(&err);
+  }
+  int code = FDY_EXIT_OK;
+  if (json) {
+    code = print_json(model);
+  } else {
+    print_text(model);
+  }
+  fdy_llama_close(model);
+  return code;
 }

@@ -1,14 +1,110 @@
-/* Placeholder for `foundry make-model`; replaced by its implementation. */
+/* `foundry make-model --preset NAME --seed S --out DIR`: writes a
+ * random-weight Llama checkpoint in the MLX 4-bit layout, deterministic for
+ * (preset, seed), refusing to overwrite DIR. Progress goes to stderr when it
+ * is a terminal. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
 #include "cli_util.h"
 #include "commands.h"
-
-int fdy_cmd_make_model(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
-  fprintf(stderr, "foundry: error: make-model is not implemented yet\n");
-  return FDY_EXIT_FAILURE;
-}
+#include "foundry/llama.h"
 
 void fdy_cmd_make_model_help(FILE *out) {
-  fprintf(out, "usage: foundry make-model (not implemented yet)\n");
+  fprintf(out, "usage: foundry make-model --preset NAME --seed S --out DIR\n"
+               "\n"
+               "Writes a random-weight checkpoint (config.json,\n"
+               "model.safetensors, model.safetensors.index.json) into the new\n"
+               "directory DIR, which must not exist. The files are identical\n"
+               "for the same preset and seed.\n"
+               "\n"
+               "presets:");
+  for (const char *const *p = fdy_llama_presets(); *p; p++) {
+    fprintf(out, " %s", *p);
+  }
+  fprintf(out, "\n");
+}
+
+typedef struct progress_state {
+  int last_percent;
+} progress_state;
+
+static void show_progress(void *ctx, uint64_t done, uint64_t total) {
+  progress_state *state = ctx;
+  int percent = total ? (int)(done * 100 / total) : 100;
+  if (percent == state->last_percent) {
+    return;
+  }
+  state->last_percent = percent;
+  char a[32], b[32];
+  fdy_format_bytes(done, a, sizeof a);
+  fdy_format_bytes(total, b, sizeof b);
+  fprintf(stderr, "\rwriting %3d%% (%s of %s)  ", percent, a, b);
+  if (done == total) {
+    fputc('\n', stderr);
+  }
+}
+
+int fdy_cmd_make_model(int argc, char **argv) {
+  enum { OPT_PRESET = 256, OPT_SEED, OPT_OUT };
+  static const struct option options[] = {
+      {"preset", required_argument, NULL, OPT_PRESET},
+      {"seed", required_argument, NULL, OPT_SEED},
+      {"out", required_argument, NULL, OPT_OUT},
+      {NULL, 0, NULL, 0},
+  };
+  const char *preset = NULL, *out = NULL;
+  uint64_t seed = 0;
+  bool seed_seen = false;
+  fdy_error err;
+  optind = 1;
+  opterr = 0;
+  int opt;
+  while ((opt = getopt_long(argc, argv, ":", options, NULL)) != -1) {
+    switch (opt) {
+    case OPT_PRESET: preset = optarg; break;
+    case OPT_OUT: out = optarg; break;
+    case OPT_SEED:
+      if (fdy_cli_parse_uint("--seed", optarg, 0, UINT64_MAX, &seed, &err) !=
+          FDY_OK) {
+        return fdy_cli_usage("make-model", "%s", err.message);
+      }
+      seed_seen = true;
+      break;
+    case ':':
+      return fdy_cli_usage("make-model", "%s needs a value",
+                           argv[optind - 1]);
+    default:
+      return fdy_cli_usage("make-model", "unknown option '%s'",
+                           argv[optind - 1]);
+    }
+  }
+  if (optind < argc) {
+    return fdy_cli_usage("make-model", "unexpected argument '%s'",
+                         argv[optind]);
+  }
+  if (!preset || !seed_seen || !out) {
+    return fdy_cli_usage("make-model", "--preset, --seed and --out are all "
+                                       "required");
+  }
+  bool known = false;
+  for (const char *const *p = fdy_llama_presets(); *p; p++) {
+    known = known || strcmp(*p, preset) == 0;
+  }
+  if (!known) {
+    return fdy_cli_usage("make-model", "unknown preset '%s'", preset);
+  }
+  progress_state state = {-1};
+  bool tty = fdy_cli_stderr_is_tty();
+  if (fdy_llama_make_model_ex(preset, seed, out, tty ? show_progress : NULL,
+                              &state, &err) != FDY_OK) {
+    if (tty && state.last_percent >= 0 && state.last_percent < 100) {
+      fputc('\n', stderr);
+    }
+    return fdy_cli_fail(&err);
+  }
+  fprintf(stderr, "wrote %s (preset %s, seed %" PRIu64 ")\n", out, preset,
+          seed);
+  return FDY_EXIT_OK;
 }

@@ -1,0 +1,355 @@
+/* config.json of a Llama 3 checkpoint (Hugging Face fields plus the MLX
+ * "quantization" block) parsed into fdy_llama_config. Unknown fields are
+ * ignored (real configs carry many); every field Foundry reads is checked
+ * for presence, type and range, and errors name the field in err->name. */
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "loader.h"
+
+#define MAX_DIM (1u << 20)
+#define MAX_VOCAB (1u << 24)
+#define MAX_LAYERS 4096u
+
+typedef struct parse_ctx {
+  const char *path;
+  fdy_error *err;
+} parse_ctx;
+
+static fdy_status field_error(const parse_ctx *p, fdy_status kind,
+                              const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static fdy_status field_error(const parse_ctx *p, fdy_status kind,
+                              const char *field, const char *fmt, ...) {
+  char message[FDY_ERROR_MESSAGE_MAX];
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(message, sizeof message, fmt, args);
+  va_end(args);
+  fdy_error_set(p->err, kind, "%s: field '%s' %s", p->path, field, message);
+  if (p->err) {
+    snprintf(p->err->name, sizeof p->err->name, "%s", field);
+  }
+  return kind;
+}
+
+/* An integer field in [min, max]; absent or null takes def when
+ * required is false. */
+static fdy_status get_uint(const parse_ctx *p, json_t *obj, const char *key,
+                           const char *field, bool required, uint32_t def,
+                           uint32_t min, uint32_t max, uint32_t *out) {
+  json_t *v = json_object_get(obj, key);
+  if (!v || json_is_null(v)) {
+    if (required) {
+      return field_error(p, FDY_ERR_SCHEMA, field, "is missing");
+    }
+    *out = def;
+    return FDY_OK;
+  }
+  if (!json_is_integer(v)) {
+    return field_error(p, FDY_ERR_SCHEMA, field, "must be an integer");
+  }
+  json_int_t x = json_integer_value(v);
+  if (x < (json_int_t)min || x > (json_int_t)max) {
+    return field_error(p, FDY_ERR_SCHEMA, field,
+                       "must be from %u to %u, got %lld", min, max,
+                       (long long)x);
+  }
+  *out = (uint32_t)x;
+  return FDY_OK;
+}
+
+/* A required positive finite number (integer or real). */
+static fdy_status get_positive(const parse_ctx *p, json_t *obj,
+                               const char *key, const char *field,
+                               double *out) {
+  json_t *v = json_object_get(obj, key);
+  if (!v) {
+    return field_error(p, FDY_ERR_SCHEMA, field, "is missing");
+  }
+  if (!json_is_number(v)) {
+    return field_error(p, FDY_ERR_SCHEMA, field, "must be a number");
+  }
+  double x = json_number_value(v);
+  if (!(x > 0) || !isfinite(x)) {
+    return field_error(p, FDY_ERR_SCHEMA, field, "must be positive, got %g",
+                       x);
+  }
+  *out = x;
+  return FDY_OK;
+}
+
+static fdy_status parse_rope_scaling(const parse_ctx *p, json_t *root,
+                                     fdy_llama_config *c) {
+  json_t *rs = json_object_get(root, "rope_scaling");
+  if (!rs || json_is_null(rs)) {
+    return FDY_OK;
+  }
+  if (!json_is_object(rs)) {
+    return field_error(p, FDY_ERR_SCHEMA, "rope_scaling",
+                       "must be an object or null");
+  }
+  json_t *type = json_object_get(rs, "rope_type");
+  const char *type_field = "rope_scaling.rope_type";
+  if (!type) {
+    type = json_object_get(rs, "type");
+    type_field = "rope_scaling.type";
+  }
+  if (!type) {
+    return field_error(p, FDY_ERR_SCHEMA, "rope_scaling.rope_type",
+                       "is missing");
+  }
+  if (!json_is_string(type)) {
+    return field_error(p, FDY_ERR_SCHEMA, type_field, "must be a string");
+  }
+  const char *name = json_string_value(type);
+  if (strcmp(name, "default") == 0) {
+    return FDY_OK;
+  }
+  if (strcmp(name, "llama3") != 0) {
+    return field_error(p, FDY_ERR_UNSUPPORTED, type_field,
+                       "is '%.40s'; only llama3 scaling or none is "
+                       "supported",
+                       name);
+  }
+  fdy_status s;
+  c->rope_llama3 = true;
+  if ((s = get_positive(p, rs, "factor", "rope_scaling.factor",
+                        &c->rope_factor)) != FDY_OK ||
+      (s = get_positive(p, rs, "low_freq_factor",
+                        "rope_scaling.low_freq_factor",
+                        &c->rope_low_freq_factor)) != FDY_OK ||
+      (s = get_positive(p, rs, "high_freq_factor",
+                        "rope_scaling.high_freq_factor",
+                        &c->rope_high_freq_factor)) != FDY_OK ||
+      (s = get_uint(p, rs, "original_max_position_embeddings",
+                    "rope_scaling.original_max_position_embeddings", true, 0,
+                    1, UINT32_MAX >> 1, &c->rope_original_max_position)) !=
+          FDY_OK) {
+    return s;
+  }
+  if (c->rope_high_freq_factor <= c->rope_low_freq_factor) {
+    return field_error(p, FDY_ERR_SCHEMA, "rope_scaling.high_freq_factor",
+                       "must be greater than low_freq_factor");
+  }
+  return FDY_OK;
+}
+
+static fdy_status parse_token_ids(const parse_ctx *p, json_t *root,
+                                  fdy_llama_config *c) {
+  json_t *bos = json_object_get(root, "bos_token_id");
+  c->bos_id = -1;
+  if (bos && !json_is_null(bos)) {
+    if (!json_is_integer(bos) || json_integer_value(bos) < 0 ||
+        json_integer_value(bos) >= (json_int_t)c->vocab_size) {
+      return field_error(p, FDY_ERR_SCHEMA, "bos_token_id",
+                         "must be an integer id below vocab_size");
+    }
+    c->bos_id = (int32_t)json_integer_value(bos);
+  }
+  json_t *eos = json_object_get(root, "eos_token_id");
+  c->eos_count = 0;
+  if (!eos || json_is_null(eos)) {
+    return FDY_OK;
+  }
+  size_t n = json_is_array(eos) ? json_array_size(eos) : 1;
+  if (!json_is_array(eos) && !json_is_integer(eos)) {
+    return field_error(p, FDY_ERR_SCHEMA, "eos_token_id",
+                       "must be an integer or a list of integers");
+  }
+  if (n > FDY_LLAMA_MAX_EOS) {
+    return field_error(p, FDY_ERR_UNSUPPORTED, "eos_token_id",
+                       "lists %zu ids; at most %d are supported", n,
+                       FDY_LLAMA_MAX_EOS);
+  }
+  for (size_t i = 0; i < n; i++) {
+    json_t *v = json_is_array(eos) ? json_array_get(eos, i) : eos;
+    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+        json_integer_value(v) >= (json_int_t)c->vocab_size) {
+      return field_error(p, FDY_ERR_SCHEMA, "eos_token_id",
+                         "must hold integer ids below vocab_size");
+    }
+    c->eos_ids[c->eos_count++] = (int32_t)json_integer_value(v);
+  }
+  return FDY_OK;
+}
+
+static fdy_status parse_quantization(const parse_ctx *p, json_t *root,
+                                     fdy_llama_config *c) {
+  json_t *q = json_object_get(root, "quantization");
+  if (!q) {
+    return field_error(p, FDY_ERR_SCHEMA, "quantization",
+                       "is missing (not an MLX quantized checkpoint)");
+  }
+  if (!json_is_object(q)) {
+    return field_error(p, FDY_ERR_SCHEMA, "quantization",
+                       "must be an object");
+  }
+  fdy_status s;
+  if ((s = get_uint(p, q, "group_size", "quantization.group_size", true, 0,
+                    0, UINT32_MAX, &c->group_size)) != FDY_OK ||
+      (s = get_uint(p, q, "bits", "quantization.bits", true, 0, 0,
+                    UINT32_MAX, &c->bits)) != FDY_OK) {
+    return s;
+  }
+  if (c->group_size != 32 && c->group_size != 64 && c->group_size != 128) {
+    return field_error(p, FDY_ERR_UNSUPPORTED, "quantization.group_size",
+                       "is %u; supported: 32, 64, 128", c->group_size);
+  }
+  if (c->bits != 4) {
+    return field_error(p, FDY_ERR_UNSUPPORTED, "quantization.bits",
+                       "is %u; only 4-bit checkpoints are supported",
+                       c->bits);
+  }
+  return FDY_OK;
+}
+
+/* Fields that would change the architecture: reject what is not Llama 3. */
+static fdy_status check_architecture(const parse_ctx *p, json_t *root) {
+  json_t *mt = json_object_get(root, "model_type");
+  if (!mt) {
+    return field_error(p, FDY_ERR_SCHEMA, "model_type", "is missing");
+  }
+  if (!json_is_string(mt)) {
+    return field_error(p, FDY_ERR_SCHEMA, "model_type", "must be a string");
+  }
+  if (strcmp(json_string_value(mt), "llama") != 0) {
+    return field_error(p, FDY_ERR_UNSUPPORTED, "model_type",
+                       "is '%.40s'; only llama is supported",
+                       json_string_value(mt));
+  }
+  json_t *act = json_object_get(root, "hidden_act");
+  if (act && (!json_is_string(act) ||
+              strcmp(json_string_value(act), "silu") != 0)) {
+    return field_error(p, FDY_ERR_UNSUPPORTED, "hidden_act",
+                       "must be \"silu\"");
+  }
+  static const char *const biases[] = {"attention_bias", "mlp_bias"};
+  for (size_t i = 0; i < 2; i++) {
+    json_t *b = json_object_get(root, biases[i]);
+    if (b && !json_is_boolean(b)) {
+      return field_error(p, FDY_ERR_SCHEMA, biases[i], "must be a boolean");
+    }
+    if (json_is_true(b)) {
+      return field_error(p, FDY_ERR_UNSUPPORTED, biases[i],
+                         "is true; linear biases are not supported");
+    }
+  }
+  return FDY_OK;
+}
+
+static fdy_status parse_sizes(const parse_ctx *p, json_t *root,
+                              fdy_llama_config *c) {
+  fdy_status s;
+  if ((s = get_uint(p, root, "vocab_size", "vocab_size", true, 0, 1,
+                    MAX_VOCAB, &c->vocab_size)) != FDY_OK ||
+      (s = get_uint(p, root, "hidden_size", "hidden_size", true, 0, 1,
+                    MAX_DIM, &c->hidden_size)) != FDY_OK ||
+      (s = get_uint(p, root, "intermediate_size", "intermediate_size", true,
+                    0, 1, MAX_DIM, &c->intermediate_size)) != FDY_OK ||
+      (s = get_uint(p, root, "num_hidden_layers", "num_hidden_layers", true,
+                    0, 1, MAX_LAYERS, &c->num_layers)) != FDY_OK ||
+      (s = get_uint(p, root, "num_attention_heads", "num_attention_heads",
+                    true, 0, 1, MAX_DIM, &c->num_heads)) != FDY_OK ||
+      (s = get_uint(p, root, "num_key_value_heads", "num_key_value_heads",
+                    false, c->num_heads, 1, MAX_DIM, &c->num_kv_heads)) !=
+          FDY_OK ||
+      (s = get_uint(p, root, "head_dim", "head_dim", false,
+                    c->hidden_size / c->num_heads, 1, MAX_DIM,
+                    &c->head_dim)) != FDY_OK ||
+      (s = get_uint(p, root, "max_position_embeddings",
+                    "max_position_embeddings", true, 0, 1, UINT32_MAX >> 1,
+                    &c->max_position_embeddings)) != FDY_OK) {
+    return s;
+  }
+  json_t *hd = json_object_get(root, "head_dim");
+  if ((!hd || json_is_null(hd)) && c->hidden_size % c->num_heads != 0) {
+    return field_error(p, FDY_ERR_SCHEMA, "head_dim",
+                       "is missing and hidden_size is not a multiple of "
+                       "num_attention_heads");
+  }
+  if (c->num_heads % c->num_kv_heads != 0) {
+    return field_error(p, FDY_ERR_SCHEMA, "num_key_value_heads",
+                       "must divide num_attention_heads");
+  }
+  if (c->head_dim % 2 != 0) {
+    return field_error(p, FDY_ERR_SCHEMA, "head_dim", "must be even");
+  }
+  if ((uint64_t)c->num_heads * c->head_dim > MAX_DIM) {
+    return field_error(p, FDY_ERR_SCHEMA, "num_attention_heads",
+                       "times head_dim exceeds %u", MAX_DIM);
+  }
+  return FDY_OK;
+}
+
+/* Every linear's input width must hold whole quantization groups. */
+static fdy_status check_groups(const parse_ctx *p, const fdy_llama_config *c) {
+  if (c->hidden_size % c->group_size != 0) {
+    return field_error(p, FDY_ERR_SCHEMA, "hidden_size",
+                       "must be a multiple of quantization.group_size");
+  }
+  if (c->intermediate_size % c->group_size != 0) {
+    return field_error(p, FDY_ERR_SCHEMA, "intermediate_size",
+                       "must be a multiple of quantization.group_size");
+  }
+  if ((c->num_heads * c->head_dim) % c->group_size != 0) {
+    return field_error(p, FDY_ERR_SCHEMA, "head_dim",
+                       "times num_attention_heads must be a multiple of "
+                       "quantization.group_size");
+  }
+  return FDY_OK;
+}
+
+fdy_status fdy_llama_config_parse(const char *json, size_t len,
+                                  const char *path, fdy_llama_config *out,
+                                  fdy_error *err) {
+  parse_ctx p = {path, err};
+  json_error_t jerr;
+  json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!root) {
+    fdy_llama_file_error(err, FDY_ERR_PARSE, path,
+                         "not valid JSON (line %d, column %d): %s", jerr.line,
+                         jerr.column, jerr.text);
+    if (err) {
+      err->line = jerr.line;
+      err->column = jerr.column;
+    }
+    return FDY_ERR_PARSE;
+  }
+  fdy_llama_config c;
+  memset(&c, 0, sizeof c);
+  c.scale_dtype = FDY_DTYPE_F16;
+  fdy_status s = FDY_OK;
+  if (!json_is_object(root)) {
+    s = fdy_llama_file_error(err, FDY_ERR_SCHEMA, path,
+                             "not a JSON object");
+    goto cleanup;
+  }
+  json_t *tie = json_object_get(root, "tie_word_embeddings");
+  if (tie && !json_is_boolean(tie)) {
+    s = field_error(&p, FDY_ERR_SCHEMA, "tie_word_embeddings",
+                    "must be a boolean");
+    goto cleanup;
+  }
+  c.tie_word_embeddings = json_is_true(tie);
+  if ((s = check_architecture(&p, root)) != FDY_OK ||
+      (s = parse_sizes(&p, root, &c)) != FDY_OK ||
+      (s = get_positive(&p, root, "rope_theta", "rope_theta",
+                        &c.rope_theta)) != FDY_OK ||
+      (s = parse_rope_scaling(&p, root, &c)) != FDY_OK ||
+      (s = get_positive(&p, root, "rms_norm_eps", "rms_norm_eps",
+                        &c.rms_norm_eps)) != FDY_OK ||
+      (s = parse_token_ids(&p, root, &c)) != FDY_OK ||
+      (s = parse_quantization(&p, root, &c)) != FDY_OK ||
+      (s = check_groups(&p, &c)) != FDY_OK) {
+    goto cleanup;
+  }
+  *out = c;
+cleanup:
+  json_decref(root);
+  return s;
+}

@@ -5,9 +5,15 @@
  * scales[i / group] * q + biases[i / group]. Scales and biases are F16 or
  * BF16. Loads are bytewise
  * little-endian: MLX data may be unaligned. */
+#include <pthread.h>
 #include <string.h>
 
 #include "infer.h"
+
+/* Every F16 value as a float, built once (pthread_once): rows convert two
+ * halves per group, which a table lookup keeps cheap. */
+static float f16_table[1 << 16];
+static pthread_once_t f16_once = PTHREAD_ONCE_INIT;
 
 float fdy_llama_f16_to_float(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
@@ -41,6 +47,28 @@ float fdy_llama_bf16_to_float(uint16_t h) {
   return out;
 }
 
+static void f16_table_init(void) {
+  for (uint32_t h = 0; h < (1u << 16); h++) {
+    f16_table[h] = fdy_llama_f16_to_float((uint16_t)h);
+  }
+}
+
+void fdy_llama_halves_to_float(const void *data, fdy_dtype dtype,
+                               uint64_t first, uint32_t count, float *out) {
+  const unsigned char *b = (const unsigned char *)data + 2 * first;
+  if (dtype == FDY_DTYPE_BF16) {
+    for (uint32_t i = 0; i < count; i++) {
+      out[i] =
+          fdy_llama_bf16_to_float((uint16_t)(b[2 * i] | b[2 * i + 1] << 8));
+    }
+    return;
+  }
+  pthread_once(&f16_once, f16_table_init);
+  for (uint32_t i = 0; i < count; i++) {
+    out[i] = f16_table[b[2 * i] | b[2 * i + 1] << 8];
+  }
+}
+
 float fdy_llama_half_at(const void *data, fdy_dtype dtype, uint64_t i) {
   const unsigned char *b = (const unsigned char *)data + 2 * i;
   uint16_t h = (uint16_t)(b[0] | (b[1] << 8));
@@ -49,17 +77,18 @@ float fdy_llama_half_at(const void *data, fdy_dtype dtype, uint64_t i) {
 }
 
 void fdy_llama_dequantize_row(const fdy_llama_qlinear *linear,
-                              fdy_dtype scale_dtype, uint32_t row,
-                              float *out) {
+                              fdy_dtype scale_dtype, uint32_t row, float *out) {
   uint32_t in = linear->in_features;
   uint32_t groups = (uint32_t)linear->scales->shape.dims[1];
   uint32_t group = in / groups;
-  const unsigned char *words =
-      (const unsigned char *)linear->weight->data + (uint64_t)row * (in / 8) * 4;
+  const unsigned char *words = (const unsigned char *)linear->weight->data +
+                               (uint64_t)row * (in / 8) * 4;
   uint64_t first = (uint64_t)row * groups;
   for (uint32_t g = 0; g < groups; g++) {
-    float scale = fdy_llama_half_at(linear->scales->data, scale_dtype, first + g);
-    float bias = fdy_llama_half_at(linear->biases->data, scale_dtype, first + g);
+    float scale =
+        fdy_llama_half_at(linear->scales->data, scale_dtype, first + g);
+    float bias =
+        fdy_llama_half_at(linear->biases->data, scale_dtype, first + g);
     float *o = out + (uint64_t)g * group;
     const unsigned char *w = words + (uint64_t)g * (group / 8) * 4;
     for (uint32_t k = 0; k < group / 8; k++) {

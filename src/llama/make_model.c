@@ -1,0 +1,454 @@
+/* Random-weight checkpoints in exactly the MLX 4-bit layout: config.json
+ * (Hugging Face fields plus "quantization"), model.safetensors (sorted
+ * header, unpadded, data in model order) and model.safetensors.index.json.
+ *
+ * Every value is a pure function of (seed, tensor name, element index)
+ * through the SplitMix64 mixer, so output is byte-identical for a seed and
+ * any chunk of any tensor can be produced independently: the file is
+ * streamed in bounded chunks. Weights are realistic: packed nibbles are
+ * uniform, a group's scale s is spread around target / 4.61 (the standard
+ * deviation of a uniform nibble) with an occasional negative sign, and its
+ * bias is about -7.5 s, so dequantized weights are roughly zero-mean with a
+ * standard deviation of 1/sqrt(in_features) (0.05 for embedding and LM
+ * head rows); norm weights lie in [0.9, 1.1]. The directory is built under a
+ * temporary name beside out_dir and renamed into place without replacing
+ * anything. */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "loader.h"
+
+#define GOLDEN 0x9E3779B97F4A7C15ull
+#define NIBBLE_STD 4.6097722f /* sqrt((16^2 - 1) / 12) */
+#define EMBED_STD 0.05f
+
+typedef struct preset {
+  const char *name;
+  uint32_t layers, hidden, heads, kv_heads, head_dim, ffn, vocab;
+  bool tied, llama3;
+  double rope_factor;
+  fdy_dtype dtype;
+  int32_t bos;
+  int32_t eos[3];
+  uint32_t eos_count;
+} preset;
+
+static const preset presets[] = {
+    {"llama-3.2-1b", 16, 2048, 32, 8, 64, 8192, 128256, true, true, 32.0,
+     FDY_DTYPE_F16, 128000, {128001, 128008, 128009}, 3},
+    {"llama-3.2-3b", 28, 3072, 24, 8, 128, 8192, 128256, true, true, 32.0,
+     FDY_DTYPE_F16, 128000, {128001, 128008, 128009}, 3},
+    {"llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, false, true, 8.0,
+     FDY_DTYPE_BF16, 128000, {128001, 128008, 128009}, 3},
+    {"tiny", 2, 768, 6, 2, 128, 2048, 2048, true, true, 32.0, FDY_DTYPE_F16, 1,
+     {2, 3, 0}, 2},
+    {"micro", 2, 256, 8, 2, 32, 512, 1024, true, true, 32.0, FDY_DTYPE_F16, 1,
+     {2, 3, 0}, 2},
+    {"micro-untied", 2, 256, 8, 2, 32, 512, 1024, false, false, 0.0,
+     FDY_DTYPE_BF16, 1, {2, 0, 0}, 1},
+};
+
+#define PRESET_COUNT (sizeof presets / sizeof presets[0])
+#define GROUP_SIZE 64u
+
+static const char *const preset_names[PRESET_COUNT + 1] = {
+    "llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "tiny", "micro",
+    "micro-untied", NULL};
+
+const char *const *fdy_llama_presets(void) {
+  return preset_names;
+}
+
+typedef enum value_kind { PACKED, SCALES, BIASES, NORM } value_kind;
+
+/* How to produce one tensor's bytes. */
+typedef struct gen_tensor {
+  char name[96];
+  value_kind kind;
+  fdy_dtype dtype;
+  fdy_shape shape;
+  uint64_t key;   /* the linear's (or norm's) key: shared by scales/biases */
+  float target;   /* standard deviation of the dequantized weights */
+} gen_tensor;
+
+typedef struct gen_ctx {
+  gen_tensor *tensors;
+  size_t count;
+  uint64_t done, total;
+  fdy_llama_progress_fn progress;
+  void *progress_ctx;
+} gen_ctx;
+
+static uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* Element i of the SplitMix64 sequence seeded with key. */
+static uint64_t rand_at(uint64_t key, uint64_t i) {
+  return mix64(key + (i + 1) * GOLDEN);
+}
+
+/* Uniform in [0, 1). */
+static float unit(uint64_t r) {
+  return (float)(r >> 40) * (1.0f / 16777216.0f);
+}
+
+static uint64_t name_key(uint64_t seed, const char *name) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const char *p = name; *p; p++) {
+    h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+  }
+  return mix64(seed ^ mix64(h));
+}
+
+static float scale_at(const gen_tensor *t, uint64_t i) {
+  uint64_t r = rand_at(t->key, i);
+  float s = t->target / NIBBLE_STD * (0.5f + unit(r));
+  return (r & 7) == 0 ? -s : s;
+}
+
+static float value_at(const gen_tensor *t, uint64_t i) {
+  switch (t->kind) {
+  case SCALES:
+    return scale_at(t, i);
+  case BIASES:
+    return scale_at(t, i) *
+           (-7.5f + 0.5f * (unit(rand_at(t->key ^ GOLDEN, i)) - 0.5f));
+  case NORM:
+    return 0.9f + 0.2f * unit(rand_at(t->key, i));
+  case PACKED:
+    break;
+  }
+  return 0.0f;
+}
+
+static void put_u16(unsigned char *p, uint16_t v) {
+  p[0] = (unsigned char)v;
+  p[1] = (unsigned char)(v >> 8);
+}
+
+static fdy_status gen_fill(void *ctx, size_t index, uint64_t offset,
+                           void *buf, uint64_t len, fdy_error *err) {
+  (void)err;
+  gen_ctx *g = ctx;
+  const gen_tensor *t = &g->tensors[index];
+  unsigned char *out = buf;
+  if (t->kind == PACKED) {
+    for (uint64_t b = 0; b < len; b += 4) {
+      uint64_t r = rand_at(t->key, (offset + b) / 4);
+      for (int k = 0; k < 4; k++) {
+        out[b + (uint64_t)k] = (unsigned char)(r >> (8 * k));
+      }
+    }
+  } else {
+    for (uint64_t b = 0; b < len; b += 2) {
+      float v = value_at(t, (offset + b) / 2);
+      put_u16(out + b, t->dtype == FDY_DTYPE_BF16 ? fdy_llama_float_to_bf16(v)
+                                                  : fdy_llama_float_to_f16(v));
+    }
+  }
+  g->done += len;
+  if (g->progress) {
+    g->progress(g->progress_ctx, g->done, g->total);
+  }
+  return FDY_OK;
+}
+
+typedef struct gen_list {
+  gen_tensor *items;
+  size_t count, cap;
+} gen_list;
+
+static fdy_status gen_add(gen_list *l, const char *name, value_kind kind,
+                          fdy_dtype dtype, fdy_shape shape, uint64_t key,
+                          float target, fdy_error *err) {
+  if (l->count == l->cap) {
+    size_t cap = l->cap ? l->cap * 2 : 64;
+    gen_tensor *items = realloc(l->items, cap * sizeof *items);
+    if (!items) {
+      return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    l->items = items;
+    l->cap = cap;
+  }
+  gen_tensor *t = &l->items[l->count++];
+  snprintf(t->name, sizeof t->name, "%s", name);
+  t->kind = kind;
+  t->dtype = dtype;
+  t->shape = shape;
+  t->key = key;
+  t->target = target;
+  return FDY_OK;
+}
+
+static fdy_status gen_linear(gen_list *l, const preset *p, uint64_t seed,
+                             const char *prefix, uint32_t out, uint32_t in,
+                             float target, fdy_error *err) {
+  char name[96];
+  uint64_t key = name_key(seed, prefix);
+  fdy_status s;
+  snprintf(name, sizeof name, "%s.weight", prefix);
+  if ((s = gen_add(l, name, PACKED, FDY_DTYPE_U32, FDY_SHAPE(out, in / 8),
+                   key, target, err)) != FDY_OK) {
+    return s;
+  }
+  snprintf(name, sizeof name, "%s.scales", prefix);
+  if ((s = gen_add(l, name, SCALES, p->dtype,
+                   FDY_SHAPE(out, in / GROUP_SIZE), key, target, err)) !=
+      FDY_OK) {
+    return s;
+  }
+  snprintf(name, sizeof name, "%s.biases", prefix);
+  return gen_add(l, name, BIASES, p->dtype, FDY_SHAPE(out, in / GROUP_SIZE),
+                 key, target, err);
+}
+
+static fdy_status gen_norm(gen_list *l, const preset *p, uint64_t seed,
+                           const char *name, fdy_error *err) {
+  return gen_add(l, name, NORM, p->dtype, FDY_SHAPE(p->hidden),
+                 name_key(seed, name), 0.0f, err);
+}
+
+/* Every tensor of the preset, in model order. */
+static fdy_status gen_tensors(const preset *p, uint64_t seed, gen_list *l,
+                              fdy_error *err) {
+  uint32_t q_out = p->heads * p->head_dim, kv_out = p->kv_heads * p->head_dim;
+  float inv_hidden = 1.0f / sqrtf((float)p->hidden);
+  float inv_q = 1.0f / sqrtf((float)q_out);
+  float inv_ffn = 1.0f / sqrtf((float)p->ffn);
+  char prefix[96];
+  fdy_status s = gen_linear(l, p, seed, "model.embed_tokens", p->vocab,
+                            p->hidden, EMBED_STD, err);
+  for (uint32_t i = 0; i < p->layers && s == FDY_OK; i++) {
+    struct {
+      const char *name;
+      uint32_t out, in;
+      float target;
+    } linears[] = {
+        {"self_attn.q_proj", q_out, p->hidden, inv_hidden},
+        {"self_attn.k_proj", kv_out, p->hidden, inv_hidden},
+        {"self_attn.v_proj", kv_out, p->hidden, inv_hidden},
+        {"self_attn.o_proj", p->hidden, q_out, inv_q},
+        {"mlp.gate_proj", p->ffn, p->hidden, inv_hidden},
+        {"mlp.up_proj", p->ffn, p->hidden, inv_hidden},
+        {"mlp.down_proj", p->hidden, p->ffn, inv_ffn},
+    };
+    snprintf(prefix, sizeof prefix, "model.layers.%u.input_layernorm.weight",
+             i);
+    s = gen_norm(l, p, seed, prefix, err);
+    for (size_t k = 0; k < 7 && s == FDY_OK; k++) {
+      snprintf(prefix, sizeof prefix, "model.layers.%u.%s", i,
+               linears[k].name);
+      s = gen_linear(l, p, seed, prefix, linears[k].out, linears[k].in,
+                     linears[k].target, err);
+    }
+    snprintf(prefix, sizeof prefix,
+             "model.layers.%u.post_attention_layernorm.weight", i);
+    if (s == FDY_OK) {
+      s = gen_norm(l, p, seed, prefix, err);
+    }
+  }
+  if (s == FDY_OK) {
+    s = gen_norm(l, p, seed, "model.norm.weight", err);
+  }
+  if (s == FDY_OK && !p->tied) {
+    s = gen_linear(l, p, seed, "lm_head", p->vocab, p->hidden, EMBED_STD,
+                   err);
+  }
+  return s;
+}
+
+static fdy_status write_json(const char *path, json_t *doc, size_t flags,
+                             fdy_error *err) {
+  FILE *f = fopen(path, "wx");
+  if (!f) {
+    return fdy_llama_file_error(err, FDY_ERR_IO, path, "cannot create: %s",
+                                strerror(errno));
+  }
+  int rc = json_dumpf(doc, f, flags);
+  bool ok = rc == 0 && fputc('\n', f) != EOF;
+  if (fclose(f) != 0 || !ok) {
+    return fdy_llama_file_error(err, FDY_ERR_IO, path, "write failed");
+  }
+  return FDY_OK;
+}
+
+static json_t *config_json(const preset *p) {
+  json_t *rope = json_null();
+  if (p->llama3) {
+    rope = json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3",
+                     "factor", p->rope_factor, "high_freq_factor", 4.0,
+                     "low_freq_factor", 1.0,
+                     "original_max_position_embeddings", 8192);
+  }
+  json_t *eos = json_array();
+  for (uint32_t i = 0; eos && i < p->eos_count; i++) {
+    json_array_append_new(eos, json_integer(p->eos[i]));
+  }
+  return json_pack(
+      "{s:[s], s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:o, s:b, s:i, s:f, "
+      "s:i, s:o, s:s, s:b, s:b, s:s, s:s, s:{s:i, s:i}, s:{s:i, s:i}}",
+      "architectures", "LlamaForCausalLM", "vocab_size", (int)p->vocab,
+      "hidden_size", (int)p->hidden, "intermediate_size", (int)p->ffn,
+      "num_hidden_layers", (int)p->layers, "num_attention_heads",
+      (int)p->heads, "num_key_value_heads", (int)p->kv_heads, "head_dim",
+      (int)p->head_dim, "rope_theta", 500000.0, "rope_scaling", rope,
+      "tie_word_embeddings", (int)p->tied, "max_position_embeddings", 131072,
+      "rms_norm_eps", 1e-5, "bos_token_id", (int)p->bos, "eos_token_id", eos,
+      "hidden_act", "silu", "attention_bias", 0, "mlp_bias", 0, "model_type",
+      "llama", "torch_dtype", "bfloat16", "quantization", "group_size",
+      (int)GROUP_SIZE, "bits", 4, "quantization_config", "group_size",
+      (int)GROUP_SIZE, "bits", 4);
+}
+
+static json_t *index_json(const gen_list *l, uint64_t total) {
+  json_t *map = json_object();
+  for (size_t i = 0; map && i < l->count; i++) {
+    if (json_object_set_new(map, l->items[i].name,
+                            json_string("model.safetensors"))) {
+      json_decref(map);
+      map = NULL;
+    }
+  }
+  return json_pack("{s:{s:I}, s:o}", "metadata", "total_size",
+                   (json_int_t)total, "weight_map", map);
+}
+
+static const char *const files[] = {"config.json", "model.safetensors",
+                                    "model.safetensors.index.json"};
+
+/* Writes the three files into the existing directory dir. */
+static fdy_status write_checkpoint(const preset *p, uint64_t seed,
+                                   const char *dir,
+                                   fdy_llama_progress_fn progress, void *pctx,
+                                   fdy_error *err) {
+  gen_list list = {0};
+  fdy_st_write_tensor *wt = NULL;
+  json_t *config = NULL, *index = NULL;
+  char path[4096];
+  fdy_status s = gen_tensors(p, seed, &list, err);
+  if (s != FDY_OK) {
+    goto cleanup;
+  }
+  wt = calloc(list.count, sizeof *wt);
+  if (!wt) {
+    s = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+    goto cleanup;
+  }
+  gen_ctx g = {.tensors = list.items,
+               .count = list.count,
+               .progress = progress,
+               .progress_ctx = pctx};
+  for (size_t i = 0; i < list.count; i++) {
+    uint64_t bytes = 0;
+    wt[i] = (fdy_st_write_tensor){.name = list.items[i].name,
+                                  .dtype = list.items[i].dtype,
+                                  .shape = list.items[i].shape};
+    if ((s = fdy_tensor_bytes(wt[i].dtype, wt[i].shape, &bytes, err)) !=
+            FDY_OK ||
+        (s = fdy_add_u64(g.total, bytes, &g.total, err)) != FDY_OK) {
+      goto cleanup;
+    }
+  }
+  config = config_json(p);
+  index = index_json(&list, g.total);
+  if (!config || !index) {
+    s = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+    goto cleanup;
+  }
+  snprintf(path, sizeof path, "%s/%s", dir, files[0]);
+  if ((s = write_json(path, config, JSON_INDENT(2) | JSON_REAL_PRECISION(15),
+                      err)) != FDY_OK) {
+    goto cleanup;
+  }
+  snprintf(path, sizeof path, "%s/%s", dir, files[1]);
+  if ((s = fdy_st_write_stream(path, wt, list.count, gen_fill, &g, err)) !=
+      FDY_OK) {
+    goto cleanup;
+  }
+  snprintf(path, sizeof path, "%s/%s", dir, files[2]);
+  s = write_json(path, index, JSON_INDENT(4) | JSON_SORT_KEYS, err);
+cleanup:
+  json_decref(config);
+  json_decref(index);
+  free(wt);
+  free(list.items);
+  return s;
+}
+
+static void remove_tree(const char *dir) {
+  char path[4096];
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+    unlink(path);
+  }
+  rmdir(dir);
+}
+
+fdy_status fdy_llama_make_model_ex(const char *preset_name, uint64_t seed,
+                                   const char *out_dir,
+                                   fdy_llama_progress_fn progress, void *ctx,
+                                   fdy_error *err) {
+  const preset *p = NULL;
+  for (size_t i = 0; i < PRESET_COUNT && preset_name; i++) {
+    if (strcmp(presets[i].name, preset_name) == 0) {
+      p = &presets[i];
+    }
+  }
+  if (!p) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "unknown preset '%s' (llama-3.2-1b, llama-3.2-3b, "
+                         "llama-3.1-8b, tiny, micro, micro-untied)",
+                         preset_name ? preset_name : "");
+  }
+  size_t n = out_dir ? strlen(out_dir) : 0;
+  while (n > 1 && out_dir[n - 1] == '/') {
+    n--;
+  }
+  if (n == 0 || n > 3000) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "the output directory path is empty or too long");
+  }
+  char target[3072], tmp[3100];
+  snprintf(target, sizeof target, "%.*s", (int)n, out_dir);
+  struct stat sb;
+  if (lstat(target, &sb) == 0) {
+    return fdy_llama_file_error(err, FDY_ERR_EXISTS, target,
+                                "already exists; refusing to overwrite");
+  }
+  snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", target);
+  if (!mkdtemp(tmp)) {
+    return fdy_llama_file_error(err, FDY_ERR_IO, target,
+                                "cannot create a directory beside it: %s",
+                                strerror(errno));
+  }
+  fdy_status s = write_checkpoint(p, seed, tmp, progress, ctx, err);
+  if (s == FDY_OK && chmod(tmp, 0755) != 0) {
+    s = fdy_llama_file_error(err, FDY_ERR_IO, tmp, "chmod: %s",
+                             strerror(errno));
+  }
+  if (s == FDY_OK &&
+      renameat2(AT_FDCWD, tmp, AT_FDCWD, target, RENAME_NOREPLACE) != 0) {
+    s = fdy_llama_file_error(
+        err, errno == EEXIST ? FDY_ERR_EXISTS : FDY_ERR_IO, target,
+        "cannot move the new checkpoint into place: %s", strerror(errno));
+  }
+  if (s != FDY_OK) {
+    remove_tree(tmp);
+  }
+  return s;
+}
+
+fdy_status fdy_llama_make_model(const char *preset_name, uint64_t seed,
+                                const char *out_dir, fdy_error *err) {
+  return fdy_llama_make_model_ex(preset_name, seed, out_dir, NULL, NULL, err);
+}

@@ -1,0 +1,273 @@
+/* The safetensors writer, in the layout MLX uses: u64 little-endian header
+ * length, the compact JSON header with sorted keys and no padding, then the
+ * data of every tensor in the order given. The file is written to a
+ * temporary next to the target and linked into place, so the target never
+ * exists half-written and an existing file is never replaced. Data comes
+ * from a fill callback in bounded chunks, so files larger than memory can
+ * be written. Also the half-precision encoders used by make-model. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "loader.h"
+
+#define CHUNK_BYTES ((uint64_t)4 << 20)
+
+uint16_t fdy_llama_float_to_f16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof x);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t exp = (x >> 23) & 0xffu;
+  uint32_t mant = x & 0x7fffffu;
+  if (exp == 0xffu) {
+    return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u : 0));
+  }
+  int32_t e = (int32_t)exp - 127 + 15;
+  if (e >= 31) {
+    return (uint16_t)(sign | 0x7c00u);
+  }
+  if (e <= 0) {
+    if (e < -10) {
+      return (uint16_t)sign;
+    }
+    mant |= 0x800000u;
+    uint32_t shift = (uint32_t)(14 - e);
+    uint32_t half = mant >> shift;
+    uint32_t rest = mant & ((1u << shift) - 1);
+    uint32_t mid = 1u << (shift - 1);
+    if (rest > mid || (rest == mid && (half & 1u))) {
+      half++;
+    }
+    return (uint16_t)(sign | half);
+  }
+  uint32_t half = ((uint32_t)e << 10) | (mant >> 13);
+  uint32_t rest = mant & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) {
+    half++; /* may carry into the exponent, which is still correct */
+  }
+  return (uint16_t)(sign | half);
+}
+
+uint16_t fdy_llama_float_to_bf16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof x);
+  if ((x & 0x7fffffffu) > 0x7f800000u) {
+    return (uint16_t)((x >> 16) | 0x40u);
+  }
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return (uint16_t)(x >> 16);
+}
+
+/* Builds the header JSON; *out is malloc'd. */
+static fdy_status build_header(const fdy_st_write_tensor *tensors,
+                               size_t count, char **out, size_t *len,
+                               fdy_error *err) {
+  fdy_status status = FDY_OK;
+  json_t *root = json_object();
+  json_t *meta = json_pack("{s:s}", "format", "mlx");
+  if (!root || !meta || json_object_set_new(root, "__metadata__", meta)) {
+    json_decref(root);
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  uint64_t offset = 0;
+  for (size_t i = 0; i < count; i++) {
+    const fdy_st_write_tensor *t = &tensors[i];
+    uint64_t bytes = 0, end = 0;
+    if (!t->name || !*t->name || strcmp(t->name, "__metadata__") == 0 ||
+        json_object_get(root, t->name)) {
+      status = fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                             "tensor %zu has an empty, reserved or duplicate "
+                             "name '%s'",
+                             i, t->name ? t->name : "");
+      goto cleanup;
+    }
+    if (fdy_dtype_size(t->dtype) == 0 ||
+        fdy_tensor_bytes(t->dtype, t->shape, &bytes, err) != FDY_OK ||
+        fdy_add_u64(offset, bytes, &end, err) != FDY_OK ||
+        end > (uint64_t)INT64_MAX) {
+      status = fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                             "tensor '%s' has an invalid dtype or size",
+                             t->name);
+      goto cleanup;
+    }
+    json_t *shape = json_array();
+    json_t *entry = json_pack("{s:s, s:o, s:[I, I]}", "dtype",
+                              fdy_dtype_name(t->dtype), "shape", shape,
+                              "data_offsets", (json_int_t)offset,
+                              (json_int_t)end);
+    if (!entry) {
+      status = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+      goto cleanup;
+    }
+    for (uint32_t d = 0; d < t->shape.rank; d++) {
+      if (json_array_append_new(shape,
+                                json_integer((json_int_t)t->shape.dims[d]))) {
+        json_decref(entry);
+        status = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+        goto cleanup;
+      }
+    }
+    if (json_object_set_new(root, t->name, entry)) {
+      status = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+      goto cleanup;
+    }
+    offset = end;
+  }
+  *out = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
+  if (!*out) {
+    status = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+    goto cleanup;
+  }
+  *len = strlen(*out);
+cleanup:
+  json_decref(root);
+  return status;
+}
+
+static fdy_status write_body(FILE *f, const char *path, const char *header,
+                             size_t header_len,
+                             const fdy_st_write_tensor *tensors, size_t count,
+                             fdy_st_fill_fn fill, void *ctx, fdy_error *err) {
+  unsigned char len_bytes[8];
+  for (int i = 0; i < 8; i++) {
+    len_bytes[i] = (unsigned char)((uint64_t)header_len >> (8 * i));
+  }
+  if (fwrite(len_bytes, 1, 8, f) != 8 ||
+      fwrite(header, 1, header_len, f) != header_len) {
+    return fdy_llama_file_error(err, FDY_ERR_IO, path, "write failed: %s",
+                                strerror(errno));
+  }
+  uint64_t largest = 0;
+  for (size_t i = 0; i < count; i++) {
+    uint64_t bytes = 0;
+    fdy_tensor_bytes(tensors[i].dtype, tensors[i].shape, &bytes, NULL);
+    largest = bytes > largest ? bytes : largest;
+  }
+  uint64_t cap = largest < CHUNK_BYTES ? largest : CHUNK_BYTES;
+  void *buf = malloc(cap ? (size_t)cap : 1);
+  if (!buf) {
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  fdy_status status = FDY_OK;
+  for (size_t i = 0; i < count && status == FDY_OK; i++) {
+    uint64_t bytes = 0;
+    fdy_tensor_bytes(tensors[i].dtype, tensors[i].shape, &bytes, NULL);
+    for (uint64_t off = 0; off < bytes && status == FDY_OK; off += cap) {
+      uint64_t n = bytes - off < cap ? bytes - off : cap;
+      status = fill(ctx, i, off, buf, n, err);
+      if (status == FDY_OK && fwrite(buf, 1, (size_t)n, f) != n) {
+        status = fdy_llama_file_error(err, FDY_ERR_IO, path,
+                                      "write failed: %s", strerror(errno));
+      }
+    }
+  }
+  free(buf);
+  return status;
+}
+
+fdy_status fdy_st_write_stream(const char *path,
+                               const fdy_st_write_tensor *tensors,
+                               size_t count, fdy_st_fill_fn fill, void *ctx,
+                               fdy_error *err) {
+  char *header = NULL, *tmp = NULL;
+  size_t header_len = 0;
+  FILE *f = NULL;
+  int fd = -1;
+  struct stat sb;
+  if (lstat(path, &sb) == 0) {
+    return fdy_llama_file_error(err, FDY_ERR_EXISTS, path,
+                                "already exists; refusing to overwrite");
+  }
+  fdy_status status = build_header(tensors, count, &header, &header_len, err);
+  if (status != FDY_OK) {
+    goto cleanup;
+  }
+  size_t tmp_len = strlen(path) + sizeof ".tmp.XXXXXX";
+  tmp = malloc(tmp_len);
+  if (!tmp) {
+    status = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+    goto cleanup;
+  }
+  snprintf(tmp, tmp_len, "%s.tmp.XXXXXX", path);
+  fd = mkstemp(tmp);
+  if (fd < 0) {
+    free(tmp);
+    tmp = NULL;
+    status = fdy_llama_file_error(err, FDY_ERR_IO, path,
+                                  "cannot create a temporary file: %s",
+                                  strerror(errno));
+    goto cleanup;
+  }
+  f = fdopen(fd, "wb");
+  if (!f) {
+    status = fdy_llama_file_error(err, FDY_ERR_IO, path, "fdopen: %s",
+                                  strerror(errno));
+    goto cleanup;
+  }
+  fd = -1;
+  status = write_body(f, path, header, header_len, tensors, count, fill, ctx,
+                      err);
+  if (status != FDY_OK) {
+    goto cleanup;
+  }
+  if (fchmod(fileno(f), 0644) != 0) {
+    status = fdy_llama_file_error(err, FDY_ERR_IO, path, "chmod: %s",
+                                  strerror(errno));
+    goto cleanup;
+  }
+  int rc = fclose(f);
+  f = NULL;
+  if (rc != 0) {
+    status = fdy_llama_file_error(err, FDY_ERR_IO, path, "write failed: %s",
+                                  strerror(errno));
+    goto cleanup;
+  }
+  if (link(tmp, path) != 0) {
+    status = fdy_llama_file_error(
+        err, errno == EEXIST ? FDY_ERR_EXISTS : FDY_ERR_IO, path,
+        "cannot create: %s", strerror(errno));
+  }
+cleanup:
+  if (f) {
+    fclose(f);
+  }
+  if (fd >= 0) {
+    close(fd);
+  }
+  if (tmp) {
+    unlink(tmp);
+  }
+  free(tmp);
+  free(header);
+  return status;
+}
+
+static fdy_status copy_fill(void *ctx, size_t index, uint64_t offset,
+                            void *buf, uint64_t len, fdy_error *err) {
+  (void)err;
+  const fdy_st_write_tensor *tensors = ctx;
+  memcpy(buf, (const unsigned char *)tensors[index].data + offset,
+         (size_t)len);
+  return FDY_OK;
+}
+
+fdy_status fdy_safetensors_write(const char *path,
+                                 const fdy_st_write_tensor *tensors,
+                                 size_t count, fdy_error *err) {
+  for (size_t i = 0; i < count; i++) {
+    uint64_t bytes = 0;
+    if (fdy_tensor_bytes(tensors[i].dtype, tensors[i].shape, &bytes, NULL) ==
+            FDY_OK &&
+        bytes > 0 && !tensors[i].data) {
+      return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                           "tensor '%s' has no data",
+                           tensors[i].name ? tensors[i].name : "");
+    }
+  }
+  return fdy_st_write_stream(path, tensors, count, copy_fill,
+                             (void *)tensors, err);
+}

@@ -1,0 +1,766 @@
+/* The graph: tensors (weights, inputs, activations) and an ordered list of
+ * ops, with structural validation. Every mutator validates and allocates all
+ * it needs before it changes anything, so a failed call leaves the graph as it
+ * was. Name lookups are linear: graphs hold hundreds of tensors, not
+ * millions. */
+#include "foundry/graph.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct graph_tensor {
+  char *name;
+  fdy_tensor_role role;
+  fdy_dtype dtype;
+  fdy_shape shape;
+  uint64_t bytes;
+  size_t extent_count;
+  fdy_extent *extents; /* paths owned */
+  int64_t producer;
+} graph_tensor;
+
+typedef struct graph_op {
+  char *name;
+  char *kind;
+  uint64_t param;
+  size_t read_count;
+  fdy_tensor_id *reads;
+  size_t write_count;
+  fdy_tensor_id *writes;
+} graph_op;
+
+struct fdy_graph {
+  char *name;
+  size_t tensor_count, tensor_cap;
+  graph_tensor *tensors;
+  size_t op_count, op_cap;
+  graph_op *ops;
+};
+
+const char *fdy_tensor_role_name(fdy_tensor_role role) {
+  switch (role) {
+  case FDY_TENSOR_WEIGHT:
+    return "weight";
+  case FDY_TENSOR_INPUT:
+    return "input";
+  case FDY_TENSOR_ACTIVATION:
+    return "activation";
+  }
+  return "invalid";
+}
+
+static char *dup_string(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *d = malloc(n);
+  if (d) {
+    memcpy(d, s, n);
+  }
+  return d;
+}
+
+static fdy_status oom(fdy_error *err) {
+  return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of host memory");
+}
+
+static void set_tensor_fields(fdy_error *err, int64_t id, const char *name) {
+  if (err) {
+    err->ids[0] = id;
+    snprintf(err->name, sizeof(err->name), "%s", name ? name : "");
+  }
+}
+
+static void free_extents(fdy_extent *extents, size_t count) {
+  if (!extents) {
+    return;
+  }
+  for (size_t i = 0; i < count; i++) {
+    free((char *)extents[i].path);
+  }
+  free(extents);
+}
+
+static void free_tensor(graph_tensor *t) {
+  free(t->name);
+  free_extents(t->extents, t->extent_count);
+}
+
+static void free_op(graph_op *op) {
+  free(op->name);
+  free(op->kind);
+  free(op->reads);
+  free(op->writes);
+}
+
+/* Deep copy of count extents (paths duplicated); NULL on allocation failure
+ * or when count is 0 (then *ok stays true). */
+static fdy_extent *copy_extents(const fdy_extent *src, size_t count, bool *ok) {
+  *ok = true;
+  if (count == 0) {
+    return NULL;
+  }
+  fdy_extent *dst = calloc(count, sizeof(*dst));
+  if (!dst) {
+    *ok = false;
+    return NULL;
+  }
+  for (size_t i = 0; i < count; i++) {
+    dst[i] = src[i];
+    dst[i].path = NULL;
+    if (src[i].kind == FDY_EXTENT_FILE) {
+      dst[i].path = dup_string(src[i].path);
+      if (!dst[i].path) {
+        free_extents(dst, count);
+        *ok = false;
+        return NULL;
+      }
+    }
+  }
+  return dst;
+}
+
+static fdy_tensor_id *copy_ids(const fdy_tensor_id *src, size_t count,
+                               bool *ok) {
+  *ok = true;
+  if (count == 0) {
+    return NULL;
+  }
+  fdy_tensor_id *dst = malloc(count * sizeof(*dst));
+  if (!dst) {
+    *ok = false;
+    return NULL;
+  }
+  memcpy(dst, src, count * sizeof(*dst));
+  return dst;
+}
+
+/* Makes room for one more element; changes nothing visible. */
+static bool grow(void **items, size_t *cap, size_t count, size_t size) {
+  if (count < *cap) {
+    return true;
+  }
+  size_t next = *cap ? *cap * 2 : 16;
+  if (next > SIZE_MAX / size) {
+    return false;
+  }
+  void *p = realloc(*items, next * size);
+  if (!p) {
+    return false;
+  }
+  *items = p;
+  *cap = next;
+  return true;
+}
+
+fdy_status fdy_graph_create(const char *name, fdy_graph **out, fdy_error *err) {
+  if (!name || !out) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "graph name and output are required");
+  }
+  fdy_graph *g = calloc(1, sizeof(*g));
+  if (!g) {
+    return oom(err);
+  }
+  g->name = dup_string(name);
+  if (!g->name) {
+    free(g);
+    return oom(err);
+  }
+  *out = g;
+  return FDY_OK;
+}
+
+void fdy_graph_destroy(fdy_graph *graph) {
+  if (!graph) {
+    return;
+  }
+  for (size_t i = 0; i < graph->tensor_count; i++) {
+    free_tensor(&graph->tensors[i]);
+  }
+  for (size_t i = 0; i < graph->op_count; i++) {
+    free_op(&graph->ops[i]);
+  }
+  free(graph->tensors);
+  free(graph->ops);
+  free(graph->name);
+  free(graph);
+}
+
+fdy_status fdy_graph_clone(const fdy_graph *graph, fdy_graph **out,
+                           fdy_error *err) {
+  if (!graph || !out) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "graph and output are required");
+  }
+  fdy_graph *g = NULL;
+  fdy_status s = fdy_graph_create(graph->name, &g, err);
+  if (s != FDY_OK) {
+    return s;
+  }
+  if (graph->tensor_count > 0) {
+    g->tensors = calloc(graph->tensor_count, sizeof(*g->tensors));
+    if (!g->tensors) {
+      s = oom(err);
+      goto cleanup;
+    }
+    g->tensor_cap = graph->tensor_count;
+  }
+  for (size_t i = 0; i < graph->tensor_count; i++) {
+    const graph_tensor *src = &graph->tensors[i];
+    graph_tensor *dst = &g->tensors[i];
+    bool ok;
+    *dst = *src;
+    dst->name = dup_string(src->name);
+    dst->extents = copy_extents(src->extents, src->extent_count, &ok);
+    g->tensor_count = i + 1;
+    if (!dst->name || !ok) {
+      dst->extent_count = ok ? dst->extent_count : 0;
+      s = oom(err);
+      goto cleanup;
+    }
+  }
+  if (graph->op_count > 0) {
+    g->ops = calloc(graph->op_count, sizeof(*g->ops));
+    if (!g->ops) {
+      s = oom(err);
+      goto cleanup;
+    }
+    g->op_cap = graph->op_count;
+  }
+  for (size_t i = 0; i < graph->op_count; i++) {
+    const graph_op *src = &graph->ops[i];
+    graph_op *dst = &g->ops[i];
+    bool ok_r, ok_w;
+    *dst = *src;
+    dst->name = dup_string(src->name);
+    dst->kind = dup_string(src->kind);
+    dst->reads = copy_ids(src->reads, src->read_count, &ok_r);
+    dst->writes = copy_ids(src->writes, src->write_count, &ok_w);
+    g->op_count = i + 1;
+    if (!dst->name || !dst->kind || !ok_r || !ok_w) {
+      s = oom(err);
+      goto cleanup;
+    }
+  }
+  *out = g;
+  g = NULL;
+  s = FDY_OK;
+cleanup:
+  fdy_graph_destroy(g);
+  return s;
+}
+
+static int64_t find_tensor(const fdy_graph *g, const char *name) {
+  for (size_t i = 0; i < g->tensor_count; i++) {
+    if (strcmp(g->tensors[i].name, name) == 0) {
+      return (int64_t)i;
+    }
+  }
+  return -1;
+}
+
+static int64_t find_op(const fdy_graph *g, const char *name) {
+  for (size_t i = 0; i < g->op_count; i++) {
+    if (strcmp(g->ops[i].name, name) == 0) {
+      return (int64_t)i;
+    }
+  }
+  return -1;
+}
+
+/* Checks what every tensor needs (name, dtype, shape) and computes bytes. */
+static fdy_status check_tensor(const fdy_graph *g, const char *name,
+                               fdy_dtype dtype, fdy_shape shape,
+                               uint64_t *bytes, fdy_error *err) {
+  if (!g || !name || name[0] == '\0') {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "a tensor needs a graph and a non-empty name");
+  }
+  if (find_tensor(g, name) >= 0) {
+    fdy_status s = fdy_error_set(err, FDY_ERR_GRAPH_DUPLICATE_NAME,
+                                 "tensor '%s' already exists", name);
+    set_tensor_fields(err, find_tensor(g, name), name);
+    return s;
+  }
+  fdy_status s = fdy_tensor_bytes(dtype, shape, bytes, err);
+  if (s != FDY_OK) {
+    fdy_error_prefix(err, "tensor '%s'", name);
+    set_tensor_fields(err, -1, name);
+  }
+  return s;
+}
+
+/* Checks a weight's extents against its byte size. */
+static fdy_status check_extents(const char *name, uint64_t bytes,
+                                const fdy_extent *extents, size_t count,
+                                fdy_error *err) {
+  fdy_status s = FDY_OK;
+  if (count > 0 && !extents) {
+    s = fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                      "weight '%s' has %zu extents but no array", name, count);
+    goto done;
+  }
+  uint64_t total = 0;
+  for (size_t i = 0; i < count; i++) {
+    const fdy_extent *e = &extents[i];
+    if (e->length == 0) {
+      s = fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                        "weight '%s' extent %zu has zero length", name, i);
+      goto done;
+    }
+    if (e->kind == FDY_EXTENT_HOST) {
+      if (!e->host) {
+        s = fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                          "weight '%s' host extent %zu has no pointer", name,
+                          i);
+        goto done;
+      }
+    } else if (e->kind == FDY_EXTENT_FILE) {
+      uint64_t end;
+      if (!e->path || e->path[0] == '\0') {
+        s = fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                          "weight '%s' file extent %zu has no path", name, i);
+        goto done;
+      }
+      if (__builtin_add_overflow(e->offset, e->length, &end)) {
+        s = fdy_error_set(err, FDY_ERR_GRAPH_FILE_RANGE,
+                          "weight '%s' file extent %zu: offset %" PRIu64
+                          " + length %" PRIu64 " overflows 64 bits",
+                          name, i, e->offset, e->length);
+        goto done;
+      }
+    } else {
+      s = fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                        "weight '%s' extent %zu has an invalid kind %d", name,
+                        i, (int)e->kind);
+      goto done;
+    }
+    if (__builtin_add_overflow(total, e->length, &total)) {
+      s = fdy_error_set(err, FDY_ERR_GRAPH_WEIGHT_SIZE,
+                        "weight '%s' extent lengths overflow 64 bits", name);
+      if (err) {
+        err->expected = bytes;
+        err->actual = UINT64_MAX;
+      }
+      goto done;
+    }
+  }
+  if (count > 0 && total != bytes) {
+    s = fdy_error_set(err, FDY_ERR_GRAPH_WEIGHT_SIZE,
+                      "weight '%s' extents hold %" PRIu64
+                      " bytes but its shape and dtype need %" PRIu64,
+                      name, total, bytes);
+    if (err) {
+      err->expected = bytes;
+      err->actual = total;
+    }
+  }
+done:
+  if (s != FDY_OK) {
+    set_tensor_fields(err, -1, name);
+  }
+  return s;
+}
+
+static fdy_status add_tensor(fdy_graph *g, const char *name,
+                             fdy_tensor_role role, fdy_dtype dtype,
+                             fdy_shape shape, const fdy_extent *extents,
+                             size_t extent_count, fdy_tensor_id *out,
+                             fdy_error *err) {
+  uint64_t bytes;
+  fdy_status s = check_tensor(g, name, dtype, shape, &bytes, err);
+  if (s != FDY_OK) {
+    return s;
+  }
+  if (role == FDY_TENSOR_WEIGHT) {
+    s = check_extents(name, bytes, extents, extent_count, err);
+    if (s != FDY_OK) {
+      return s;
+    }
+  }
+  if (g->tensor_count >= UINT32_MAX) {
+    return fdy_error_set(err, FDY_ERR_OVERFLOW, "too many tensors");
+  }
+  graph_tensor t = {.role = role,
+                    .dtype = dtype,
+                    .shape = shape,
+                    .bytes = bytes,
+                    .extent_count = extent_count,
+                    .producer = -1};
+  bool ok;
+  t.name = dup_string(name);
+  t.extents = copy_extents(extents, extent_count, &ok);
+  if (!t.name || !ok ||
+      !grow((void **)&g->tensors, &g->tensor_cap, g->tensor_count,
+            sizeof(*g->tensors))) {
+    t.extent_count = ok ? t.extent_count : 0;
+    free_tensor(&t);
+    return oom(err);
+  }
+  g->tensors[g->tensor_count] = t;
+  if (out) {
+    out->v = (uint32_t)g->tensor_count;
+  }
+  g->tensor_count++;
+  return FDY_OK;
+}
+
+fdy_status fdy_graph_add_weight(fdy_graph *graph, const char *name,
+                                fdy_dtype dtype, fdy_shape shape,
+                                const fdy_extent *extents, size_t extent_count,
+                                fdy_tensor_id *out, fdy_error *err) {
+  return add_tensor(graph, name, FDY_TENSOR_WEIGHT, dtype, shape, extents,
+                    extent_count, out, err);
+}
+
+fdy_status fdy_graph_add_input(fdy_graph *graph, const char *name,
+                               fdy_dtype dtype, fdy_shape shape,
+                               fdy_tensor_id *out, fdy_error *err) {
+  return add_tensor(graph, name, FDY_TENSOR_INPUT, dtype, shape, NULL, 0, out,
+                    err);
+}
+
+fdy_status fdy_graph_add_activation(fdy_graph *graph, const char *name,
+                                    fdy_dtype dtype, fdy_shape shape,
+                                    fdy_tensor_id *out, fdy_error *err) {
+  return add_tensor(graph, name, FDY_TENSOR_ACTIVATION, dtype, shape, NULL, 0,
+                    out, err);
+}
+
+static fdy_status op_error(fdy_error *err, fdy_status kind, const char *op,
+                           const fdy_graph *g, fdy_tensor_id id,
+                           const char *what) {
+  bool known = id.v < g->tensor_count;
+  const char *tname = known ? g->tensors[id.v].name : "";
+  fdy_status s;
+  if (known) {
+    s = fdy_error_set(err, kind, "op '%s' %s tensor '%s'", op, what, tname);
+  } else {
+    s = fdy_error_set(err, kind, "op '%s' %s unknown tensor id %" PRIu32, op,
+                      what, id.v);
+  }
+  set_tensor_fields(err, (int64_t)id.v, tname);
+  return s;
+}
+
+fdy_status fdy_graph_add_op(fdy_graph *graph, const fdy_op_desc *desc,
+                            fdy_op_id *out, fdy_error *err) {
+  if (!graph || !desc || !desc->name || desc->name[0] == '\0' || !desc->kind ||
+      desc->kind[0] == '\0') {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "an op needs a graph, a non-empty name and a kind");
+  }
+  const char *name = desc->name;
+  if ((desc->read_count > 0 && !desc->reads) ||
+      (desc->write_count > 0 && !desc->writes)) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "op '%s' has tensor counts but no id arrays", name);
+  }
+  int64_t dup = find_op(graph, name);
+  if (dup >= 0) {
+    fdy_status s = fdy_error_set(err, FDY_ERR_GRAPH_DUPLICATE_NAME,
+                                 "op '%s' already exists", name);
+    if (err) {
+      err->ids[1] = dup;
+      snprintf(err->name, sizeof(err->name), "%s", name);
+    }
+    return s;
+  }
+  for (size_t i = 0; i < desc->read_count; i++) {
+    fdy_tensor_id id = desc->reads[i];
+    if (id.v >= graph->tensor_count) {
+      return op_error(err, FDY_ERR_GRAPH_UNKNOWN_TENSOR, name, graph, id,
+                      "reads");
+    }
+    const graph_tensor *t = &graph->tensors[id.v];
+    if (t->role == FDY_TENSOR_ACTIVATION && t->producer < 0) {
+      return op_error(err, FDY_ERR_GRAPH_READ_BEFORE_WRITE, name, graph, id,
+                      "reads before any producer the activation");
+    }
+  }
+  for (size_t i = 0; i < desc->write_count; i++) {
+    fdy_tensor_id id = desc->writes[i];
+    if (id.v >= graph->tensor_count) {
+      return op_error(err, FDY_ERR_GRAPH_UNKNOWN_TENSOR, name, graph, id,
+                      "writes");
+    }
+    const graph_tensor *t = &graph->tensors[id.v];
+    if (t->role != FDY_TENSOR_ACTIVATION) {
+      return op_error(err, FDY_ERR_GRAPH_ROLE, name, graph, id,
+                      t->role == FDY_TENSOR_WEIGHT ? "writes the weight"
+                                                   : "writes the input");
+    }
+    bool twice = false;
+    for (size_t j = 0; j < i; j++) {
+      twice = twice || desc->writes[j].v == id.v;
+    }
+    if (t->producer >= 0 || twice) {
+      fdy_status s = op_error(err, FDY_ERR_GRAPH_MULTIPLE_PRODUCERS, name,
+                              graph, id, "writes the already produced");
+      if (err) {
+        err->ids[1] = t->producer;
+      }
+      return s;
+    }
+  }
+  if (graph->op_count >= UINT32_MAX) {
+    return fdy_error_set(err, FDY_ERR_OVERFLOW, "too many ops");
+  }
+  graph_op op = {.param = desc->param,
+                 .read_count = desc->read_count,
+                 .write_count = desc->write_count};
+  bool ok_r, ok_w;
+  op.name = dup_string(name);
+  op.kind = dup_string(desc->kind);
+  op.reads = copy_ids(desc->reads, desc->read_count, &ok_r);
+  op.writes = copy_ids(desc->writes, desc->write_count, &ok_w);
+  if (!op.name || !op.kind || !ok_r || !ok_w ||
+      !grow((void **)&graph->ops, &graph->op_cap, graph->op_count,
+            sizeof(*graph->ops))) {
+    free_op(&op);
+    return oom(err);
+  }
+  for (size_t i = 0; i < op.write_count; i++) {
+    graph->tensors[op.writes[i].v].producer = (int64_t)graph->op_count;
+  }
+  graph->ops[graph->op_count] = op;
+  if (out) {
+    out->v = (uint32_t)graph->op_count;
+  }
+  graph->op_count++;
+  return FDY_OK;
+}
+
+fdy_status fdy_graph_validate(const fdy_graph *graph, fdy_error *err) {
+  if (!graph) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT, "graph is NULL");
+  }
+  for (size_t i = 0; i < graph->tensor_count; i++) {
+    const graph_tensor *t = &graph->tensors[i];
+    uint64_t bytes;
+    fdy_status s = fdy_tensor_bytes(t->dtype, t->shape, &bytes, err);
+    if (s != FDY_OK) {
+      set_tensor_fields(err, (int64_t)i, t->name);
+      return s;
+    }
+    if (t->role == FDY_TENSOR_WEIGHT) {
+      s = check_extents(t->name, bytes, t->extents, t->extent_count, err);
+      if (s != FDY_OK) {
+        set_tensor_fields(err, (int64_t)i, t->name);
+        return s;
+      }
+    }
+    if (t->role == FDY_TENSOR_ACTIVATION && t->producer < 0) {
+      s = fdy_error_set(err, FDY_ERR_GRAPH_READ_BEFORE_WRITE,
+                        "activation '%s' has no producer op", t->name);
+      set_tensor_fields(err, (int64_t)i, t->name);
+      return s;
+    }
+  }
+  for (size_t o = 0; o < graph->op_count; o++) {
+    const graph_op *op = &graph->ops[o];
+    for (size_t i = 0; i < op->read_count; i++) {
+      fdy_tensor_id id = op->reads[i];
+      if (id.v >= graph->tensor_count) {
+        return op_error(err, FDY_ERR_GRAPH_UNKNOWN_TENSOR, op->name, graph, id,
+                        "reads");
+      }
+      const graph_tensor *t = &graph->tensors[id.v];
+      if (t->role == FDY_TENSOR_ACTIVATION && t->producer >= (int64_t)o) {
+        return op_error(err, FDY_ERR_GRAPH_READ_BEFORE_WRITE, op->name, graph,
+                        id, "reads before any producer the activation");
+      }
+    }
+    for (size_t i = 0; i < op->write_count; i++) {
+      fdy_tensor_id id = op->writes[i];
+      if (id.v >= graph->tensor_count) {
+        return op_error(err, FDY_ERR_GRAPH_UNKNOWN_TENSOR, op->name, graph, id,
+                        "writes");
+      }
+      if (graph->tensors[id.v].producer != (int64_t)o) {
+        return op_error(err, FDY_ERR_GRAPH_MULTIPLE_PRODUCERS, op->name, graph,
+                        id, "writes the already produced");
+      }
+    }
+  }
+  return FDY_OK;
+}
+
+const char *fdy_graph_name(const fdy_graph *graph) {
+  return graph->name;
+}
+
+size_t fdy_graph_tensor_count(const fdy_graph *graph) {
+  return graph->tensor_count;
+}
+
+size_t fdy_graph_op_count(const fdy_graph *graph) {
+  return graph->op_count;
+}
+
+fdy_status fdy_graph_tensor(const fdy_graph *graph, fdy_tensor_id id,
+                            fdy_tensor_info *out, fdy_error *err) {
+  if (!graph || !out || id.v >= graph->tensor_count) {
+    fdy_status s = fdy_error_set(err, FDY_ERR_NOT_FOUND,
+                                 "no tensor with id %" PRIu32, id.v);
+    if (err) {
+      err->ids[0] = id.v;
+    }
+    return s;
+  }
+  const graph_tensor *t = &graph->tensors[id.v];
+  *out = (fdy_tensor_info){.name = t->name,
+                           .role = t->role,
+                           .dtype = t->dtype,
+                           .shape = t->shape,
+                           .bytes = t->bytes,
+                           .extent_count = t->extent_count,
+                           .extents = t->extents,
+                           .producer = t->producer};
+  return FDY_OK;
+}
+
+fdy_status fdy_graph_op(const fdy_graph *graph, fdy_op_id id, fdy_op_info *out,
+                        fdy_error *err) {
+  if (!graph || !out || id.v >= graph->op_count) {
+    fdy_status s =
+        fdy_error_set(err, FDY_ERR_NOT_FOUND, "no op with id %" PRIu32, id.v);
+    if (err) {
+      err->ids[0] = id.v;
+    }
+    return s;
+  }
+  const graph_op *op = &graph->ops[id.v];
+  *out = (fdy_op_info){.name = op->name,
+                       .kind = op->kind,
+                       .param = op->param,
+                       .read_count = op->read_count,
+                       .reads = op->reads,
+                       .write_count = op->write_count,
+                       .writes = op->writes};
+  return FDY_OK;
+}
+
+fdy_status fdy_graph_find_tensor(const fdy_graph *graph, const char *name,
+                                 fdy_tensor_id *out, fdy_error *err) {
+  int64_t i = (graph && name) ? find_tensor(graph, name) : -1;
+  if (i < 0) {
+    fdy_status s = fdy_error_set(err, FDY_ERR_NOT_FOUND, "no tensor named '%s'",
+                                 name ? name : "");
+    set_tensor_fields(err, -1, name);
+    return s;
+  }
+  out->v = (uint32_t)i;
+  return FDY_OK;
+}
+
+fdy_status fdy_graph_weight_bytes(const fdy_graph *graph, uint64_t *out,
+                                  fdy_error *err) {
+  uint64_t total = 0;
+  for (size_t i = 0; i < graph->tensor_count; i++) {
+    if (graph->tensors[i].role != FDY_TENSOR_WEIGHT) {
+      continue;
+    }
+    fdy_status s = fdy_add_u64(total, graph->tensors[i].bytes, &total, err);
+    if (s != FDY_OK) {
+      fdy_error_prefix(err, "graph weight bytes");
+      return s;
+    }
+  }
+  *out = total;
+  return FDY_OK;
+}
+
+#define FNV_OFFSET 0xcbf29ce484222325ull
+#define FNV_PRIME  0x100000001b3ull
+
+static uint64_t fnv_bytes(uint64_t h, const void *data, size_t n) {
+  const unsigned char *p = data;
+  for (size_t i = 0; i < n; i++) {
+    h ^= p[i];
+    h *= FNV_PRIME;
+  }
+  return h;
+}
+
+/* Little-endian, so the fingerprint does not depend on the host. */
+static uint64_t fnv_u64(uint64_t h, uint64_t v) {
+  unsigned char b[8];
+  for (int i = 0; i < 8; i++) {
+    b[i] = (unsigned char)(v >> (8 * i));
+  }
+  return fnv_bytes(h, b, sizeof(b));
+}
+
+/* Strings are hashed with their terminating NUL so ("ab","c") != ("a","bc"). */
+static uint64_t fnv_str(uint64_t h, const char *s) {
+  return fnv_bytes(h, s, strlen(s) + 1);
+}
+
+uint64_t fdy_graph_fingerprint(const fdy_graph *graph) {
+  uint64_t h = fnv_str(FNV_OFFSET, graph->name);
+  h = fnv_u64(h, graph->tensor_count);
+  for (size_t i = 0; i < graph->tensor_count; i++) {
+    const graph_tensor *t = &graph->tensors[i];
+    h = fnv_str(h, t->name);
+    h = fnv_u64(h, (uint64_t)t->role);
+    h = fnv_u64(h, (uint64_t)t->dtype);
+    h = fnv_u64(h, t->shape.rank);
+    for (uint32_t d = 0; d < t->shape.rank && d < FDY_MAX_RANK; d++) {
+      h = fnv_u64(h, t->shape.dims[d]);
+    }
+  }
+  h = fnv_u64(h, graph->op_count);
+  for (size_t o = 0; o < graph->op_count; o++) {
+    const graph_op *op = &graph->ops[o];
+    h = fnv_str(h, op->name);
+    h = fnv_str(h, op->kind);
+    h = fnv_u64(h, op->param);
+    h = fnv_u64(h, op->read_count);
+    for (size_t i = 0; i < op->read_count; i++) {
+      h = fnv_u64(h, op->reads[i].v);
+    }
+    h = fnv_u64(h, op->write_count);
+    for (size_t i = 0; i < op->write_count; i++) {
+      h = fnv_u64(h, op->writes[i].v);
+    }
+  }
+  return h;
+}
+
+static bool same_ids(const fdy_tensor_id *a, const fdy_tensor_id *b, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (a[i].v != b[i].v) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool fdy_graph_same_structure(const fdy_graph *a, const fdy_graph *b) {
+  if (strcmp(a->name, b->name) != 0 || a->tensor_count != b->tensor_count ||
+      a->op_count != b->op_count) {
+    return false;
+  }
+  for (size_t i = 0; i < a->tensor_count; i++) {
+    const graph_tensor *x = &a->tensors[i];
+    const graph_tensor *y = &b->tensors[i];
+    if (strcmp(x->name, y->name) != 0 || x->role != y->role ||
+        x->dtype != y->dtype || !fdy_shape_equal(x->shape, y->shape)) {
+      return false;
+    }
+  }
+  for (size_t o = 0; o < a->op_count; o++) {
+    const graph_op *x = &a->ops[o];
+    const graph_op *y = &b->ops[o];
+    if (strcmp(x->name, y->name) != 0 || strcmp(x->kind, y->kind) != 0 ||
+        x->param != y->param || x->read_count != y->read_count ||
+        x->write_count != y->write_count ||
+        !same_ids(x->reads, y->reads, x->read_count) ||
+        !same_ids(x->writes, y->writes, x->write_count)) {
+      return false;
+    }
+  }
+  return true;
+}

@@ -1,0 +1,32 @@
+/* Private interface of the checkpoint side of src/llama (safetensors.c,
+ * safetensors_writer.c, config.c, model.c, graph.c, make_model.c): the
+ * streaming safetensors writer, half-precision encoding and error helpers.
+ * Not installed; nothing outside src/llama includes it. */
+#ifndef FOUNDRY_LLAMA_LOADER_H
+#define FOUNDRY_LLAMA_LOADER_H
+
+#include "foundry/llama.h"
+
+/* Produces bytes [offset, offset + len) of tensor `index` into buf. Called
+ * for every tensor in order, with consecutive, non-overlapping chunks. */
+typedef fdy_status (*fdy_st_fill_fn)(void *ctx, size_t index, uint64_t offset,
+                                     void *buf, uint64_t len, fdy_error *err);
+
+/* Writes a safetensors file like fdy_safetensors_write, taking the bytes of
+ * each tensor from fill (tensors[i].data is ignored), in chunks so that a
+ * file larger than memory can be written. Metadata {"format": "mlx"}. */
+fdy_status fdy_st_write_stream(const char *path,
+                               const fdy_st_write_tensor *tensors,
+                               size_t count, fdy_st_fill_fn fill, void *ctx,
+                               fdy_error *err);
+
+/* IEEE half and bfloat16 encodings of f (round to nearest even). */
+uint16_t fdy_llama_float_to_f16(float f);
+uint16_t fdy_llama_float_to_bf16(float f);
+
+/* Sets err to kind with "PATH: message", and err->name to path. */
+fdy_status fdy_llama_file_error(fdy_error *err, fdy_status kind,
+                                const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+#endif

@@ -1,0 +1,18 @@
+/* Private layout of fdy_plan, shared by the plan module's source files. */
+#ifndef FOUNDRY_PLAN_INTERNAL_H
+#define FOUNDRY_PLAN_INTERNAL_H
+
+#include "foundry/plan.h"
+
+struct fdy_plan {
+  fdy_graph *graph; /* owned deep copy */
+  uint64_t budget_bytes;
+  uint32_t stream_count;
+  uint32_t slot_count;
+  uint32_t event_count;
+  size_t command_count;
+  size_t command_cap;
+  fdy_command *commands;
+};
+
+#endif

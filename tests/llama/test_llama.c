@@ -1,0 +1,631 @@
+/* Tests of the Llama checkpoint loader: the shared fixtures open with the
+ * right configuration; every kind of bad checkpoint (built in a temporary
+ * directory from a copy of a fixture) gives one error of the right kind
+ * naming the file and the tensor or field; make-model output opens, is
+ * byte-identical for a seed and never overwrites; the model graph gathers
+ * file extents. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "foundry/llama.h"
+
+static char fixture[2][512];
+
+static char *read_all(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = malloc((size_t)n + 1);
+  assert_non_null(buf);
+  assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  buf[n] = '\0';
+  *len = (size_t)n;
+  return buf;
+}
+
+static void write_all(const char *path, const void *data, size_t len) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(data, 1, len, f), len);
+  assert_int_equal(fclose(f), 0);
+}
+
+static const char *const model_files[] = {"config.json", "model.safetensors",
+                                          "model.safetensors.index.json"};
+
+/* A fresh directory holding a copy of the micro fixture. */
+static void copy_fixture(char *dir, size_t cap, int which) {
+  snprintf(dir, cap, "/tmp/fdy_llama_test_XXXXXX");
+  assert_non_null(mkdtemp(dir));
+  for (int i = 0; i < 3; i++) {
+    char src[1024], dst[1024];
+    size_t len;
+    snprintf(src, sizeof src, "%s/%s", fixture[which], model_files[i]);
+    snprintf(dst, sizeof dst, "%s/%s", dir, model_files[i]);
+    char *data = read_all(src, &len);
+    write_all(dst, data, len);
+    free(data);
+  }
+}
+
+static void remove_dir(const char *dir) {
+  char path[1024];
+  for (int i = 0; i < 3; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, model_files[i]);
+    unlink(path);
+  }
+  assert_int_equal(rmdir(dir), 0);
+}
+
+static void path_in(char *out, size_t cap, const char *dir, const char *f) {
+  snprintf(out, cap, "%s/%s", dir, f);
+}
+
+/* Rewrites model.safetensors in dir with the header returned by edit(). */
+typedef void (*header_edit)(json_t *header);
+
+static void edit_header(const char *dir, header_edit edit) {
+  char path[1024];
+  size_t len;
+  path_in(path, sizeof path, dir, "model.safetensors");
+  char *file = read_all(path, &len);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; i--) {
+    n = n << 8 | (unsigned char)file[i];
+  }
+  json_t *header = json_loadb(file + 8, n, 0, NULL);
+  assert_non_null(header);
+  edit(header);
+  char *text = json_dumps(header, JSON_COMPACT);
+  size_t tl = strlen(text);
+  size_t out_len = 8 + tl + (len - 8 - n);
+  char *out = malloc(out_len);
+  for (int i = 0; i < 8; i++) {
+    out[i] = (char)((uint64_t)tl >> (8 * i));
+  }
+  memcpy(out + 8, text, tl);
+  memcpy(out + 8 + tl, file + 8 + n, len - 8 - n);
+  unlink(path);
+  write_all(path, out, out_len);
+  free(out);
+  free(text);
+  free(file);
+  json_decref(header);
+}
+
+/* Opens dir expecting kind, err.name ending in name_suffix and the message
+ * mentioning `mention`. */
+static void expect_open_error(const char *dir, fdy_status kind,
+                              const char *name_suffix, const char *mention) {
+  fdy_error err;
+  fdy_llama_model *m = (fdy_llama_model *)(uintptr_t)1;
+  fdy_status s = fdy_llama_open(dir, &m, &err);
+  if (s != kind) {
+    print_error("got %s: %s\n", fdy_status_name(s), err.message);
+  }
+  assert_int_equal(s, kind);
+  assert_int_equal(err.kind, kind);
+  assert_null(m);
+  size_t nl = strlen(err.name), sl = strlen(name_suffix);
+  assert_true(nl >= sl);
+  assert_string_equal(err.name + nl - sl, name_suffix);
+  if (mention) {
+    assert_non_null(strstr(err.message, mention));
+  }
+}
+
+static void test_fixtures_open(void **state) {
+  (void)state;
+  static const uint32_t hidden[2] = {256, 768}, heads[2] = {8, 6},
+                        head_dim[2] = {32, 128}, ffn[2] = {512, 2048},
+                        vocab[2] = {1024, 2048};
+  for (int w = 0; w < 2; w++) {
+    fdy_error err;
+    fdy_llama_model *m = NULL;
+    assert_int_equal(fdy_llama_open(fixture[w], &m, &err), FDY_OK);
+    const fdy_llama_config *c = fdy_llama_model_config(m);
+    assert_int_equal(c->num_layers, 2);
+    assert_int_equal(c->hidden_size, hidden[w]);
+    assert_int_equal(c->num_heads, heads[w]);
+    assert_int_equal(c->num_kv_heads, 2);
+    assert_int_equal(c->head_dim, head_dim[w]);
+    assert_int_equal(c->intermediate_size, ffn[w]);
+    assert_int_equal(c->vocab_size, vocab[w]);
+    assert_true(c->tie_word_embeddings);
+    assert_true(c->rope_llama3);
+    assert_true(c->rope_theta == 500000.0);
+    assert_true(c->rope_factor == 32.0);
+    assert_true(c->rope_low_freq_factor == 1.0);
+    assert_true(c->rope_high_freq_factor == 4.0);
+    assert_int_equal(c->rope_original_max_position, 8192);
+    assert_true(c->rms_norm_eps == 1e-5);
+    assert_int_equal(c->bos_id, 1);
+    assert_int_equal(c->eos_count, 2);
+    assert_int_equal(c->eos_ids[0], 2);
+    assert_int_equal(c->eos_ids[1], 3);
+    assert_int_equal(c->group_size, 64);
+    assert_int_equal(c->bits, 4);
+    assert_int_equal(c->scale_dtype, FDY_DTYPE_F16);
+    assert_int_equal(fdy_llama_tensor_count(m), 3 + 2 * 23 + 1);
+    const fdy_llama_qlinear *e = fdy_llama_embedding(m);
+    assert_ptr_equal(fdy_llama_lm_head(m)->weight, e->weight);
+    assert_int_equal(e->out_features, vocab[w]);
+    assert_int_equal(e->in_features, hidden[w]);
+    const fdy_llama_layer_weights *l = fdy_llama_layer(m, 1);
+    assert_non_null(l);
+    assert_null(fdy_llama_layer(m, 2));
+    assert_string_equal(l->q.weight->name,
+                        "model.layers.1.self_attn.q_proj.weight");
+    assert_int_equal(l->q.out_features, heads[w] * head_dim[w]);
+    assert_int_equal(l->down.in_features, ffn[w]);
+    /* total = every tensor = the index's total_size */
+    uint64_t sum = e->weight->bytes + e->scales->bytes + e->biases->bytes +
+                   fdy_llama_final_norm(m)->bytes;
+    sum += fdy_llama_layer_bytes(m, 0) + fdy_llama_layer_bytes(m, 1);
+    assert_int_equal(sum, fdy_llama_total_bytes(m));
+    char path[1024];
+    size_t len;
+    path_in(path, sizeof path, fixture[w], "model.safetensors.index.json");
+    char *text = read_all(path, &len);
+    json_t *index = json_loadb(text, len, 0, NULL);
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(index, "metadata"), "total_size")),
+                     fdy_llama_total_bytes(m));
+    json_decref(index);
+    free(text);
+    fdy_llama_close(m);
+  }
+  fdy_llama_close(NULL);
+}
+
+static void test_graph(void **state) {
+  (void)state;
+  fdy_error err;
+  fdy_llama_model *m = NULL;
+  fdy_graph *g = NULL;
+  assert_int_equal(fdy_llama_open(fixture[0], &m, &err), FDY_OK);
+  assert_int_equal(fdy_llama_graph(m, 0, &g, &err), FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(fdy_llama_graph(m, 64, &g, &err), FDY_OK);
+  assert_int_equal(fdy_graph_op_count(g), 1 + 2 + 1);
+  uint64_t weights = 0, extent_sum = 0;
+  assert_int_equal(fdy_graph_weight_bytes(g, &weights, &err), FDY_OK);
+  const fdy_llama_qlinear *e = fdy_llama_embedding(m);
+  uint64_t embed = e->weight->bytes + e->scales->bytes + e->biases->bytes;
+  /* tied: the head gathers the embedding's ranges again */
+  assert_int_equal(weights, fdy_llama_total_bytes(m) + embed);
+  for (size_t i = 0; i < fdy_graph_tensor_count(g); i++) {
+    fdy_tensor_info info;
+    assert_int_equal(fdy_graph_tensor(g, (fdy_tensor_id){(uint32_t)i}, &info,
+                                      &err),
+                     FDY_OK);
+    if (info.role != FDY_TENSOR_WEIGHT) {
+      continue;
+    }
+    for (size_t k = 0; k < info.extent_count; k++) {
+      assert_int_equal(info.extents[k].kind, FDY_EXTENT_FILE);
+      assert_non_null(strstr(info.extents[k].path, "model.safetensors"));
+      extent_sum += info.extents[k].length;
+    }
+  }
+  assert_int_equal(extent_sum, weights);
+  for (uint32_t i = 0; i < 4; i++) {
+    fdy_op_info op;
+    assert_int_equal(fdy_graph_op(g, (fdy_op_id){i}, &op, &err), FDY_OK);
+    const char *kind = i == 0   ? FDY_OP_LLAMA_EMBED
+                       : i == 3 ? FDY_OP_LLAMA_HEAD
+                                : FDY_OP_LLAMA_LAYER;
+    assert_string_equal(op.kind, kind);
+    if (i == 1 || i == 2) {
+      assert_int_equal(op.param, i - 1);
+      fdy_tensor_info w;
+      assert_int_equal(fdy_graph_tensor(g, op.reads[0], &w, &err), FDY_OK);
+      assert_int_equal(w.extent_count, 23);
+      assert_int_equal(w.bytes, fdy_llama_layer_bytes(m, i - 1));
+    }
+  }
+  fdy_graph_destroy(g);
+  fdy_llama_close(m);
+}
+
+/* ---- bad safetensors --------------------------------------------------- */
+
+static void overwrite_bytes(const char *dir, long offset, const void *data,
+                            size_t n) {
+  char path[1024];
+  path_in(path, sizeof path, dir, "model.safetensors");
+  FILE *f = fopen(path, "r+b");
+  assert_non_null(f);
+  fseek(f, offset, SEEK_SET);
+  assert_int_equal(fwrite(data, 1, n, f), n);
+  fclose(f);
+}
+
+static void test_truncated(void **state) {
+  (void)state;
+  char dir[256], path[1024];
+  copy_fixture(dir, sizeof dir, 0);
+  path_in(path, sizeof path, dir, "model.safetensors");
+  struct stat sb;
+  assert_int_equal(stat(path, &sb), 0);
+  assert_int_equal(truncate(path, sb.st_size - 100), 0);
+  expect_open_error(dir, FDY_ERR_FORMAT, "model.safetensors", "tensor '");
+  assert_int_equal(truncate(path, 5), 0);
+  expect_open_error(dir, FDY_ERR_FORMAT, "model.safetensors", "truncated");
+  remove_dir(dir);
+}
+
+static void test_header_too_long(void **state) {
+  (void)state;
+  char dir[256];
+  copy_fixture(dir, sizeof dir, 0);
+  unsigned char len[8] = {0, 0, 0, 0, 0, 0, 0, 1};
+  overwrite_bytes(dir, 0, len, 8);
+  expect_open_error(dir, FDY_ERR_FORMAT, "model.safetensors", "header");
+  unsigned char big[8] = {0, 0, 0, 0x7f, 0, 0, 0, 0}; /* > file, < 100 MiB? */
+  overwrite_bytes(dir, 0, big, 8);
+  expect_open_error(dir, FDY_ERR_FORMAT, "model.safetensors", "header");
+  remove_dir(dir);
+}
+
+static void test_header_not_json(void **state) {
+  (void)state;
+  char dir[256];
+  copy_fixture(dir, sizeof dir, 0);
+  overwrite_bytes(dir, 8, "{oops", 5);
+  expect_open_error(dir, FDY_ERR_PARSE, "model.safetensors", NULL);
+  remove_dir(dir);
+}
+
+static json_t *entry(json_t *h, const char *name) {
+  json_t *e = json_object_get(h, name);
+  assert_non_null(e);
+  return e;
+}
+
+static void edit_outside(json_t *h) {
+  json_t *o = json_object_get(entry(h, "model.norm.weight"), "data_offsets");
+  json_int_t b = json_integer_value(json_array_get(o, 0));
+  json_array_set_new(o, 0, json_integer(b + 100000000));
+  json_array_set_new(o, 1, json_integer(b + 100000000 + 512));
+}
+
+static void edit_overlap(json_t *h) {
+  json_t *src =
+      json_object_get(entry(h, "model.layers.0.input_layernorm.weight"),
+                      "data_offsets");
+  json_object_set(entry(h, "model.norm.weight"), "data_offsets", src);
+}
+
+static void edit_dtype(json_t *h) {
+  json_object_set_new(entry(h, "model.layers.1.mlp.up_proj.scales"), "dtype",
+                      json_string("BF16"));
+}
+
+static void edit_shape(json_t *h) {
+  json_t *e = entry(h, "model.layers.1.self_attn.k_proj.biases");
+  json_t *shape = json_object_get(e, "shape");
+  json_int_t a = json_integer_value(json_array_get(shape, 0));
+  json_int_t b = json_integer_value(json_array_get(shape, 1));
+  json_object_set_new(e, "shape", json_pack("[I, I]", a / 2, b * 2));
+}
+
+static void edit_missing(json_t *h) {
+  json_object_del(h, "model.layers.1.mlp.gate_proj.weight");
+}
+
+static void edit_unexpected(json_t *h) {
+  json_object_set_new(h, "model.layers.0.extra.weight",
+                      json_pack("{s:s, s:[i], s:[i, i]}", "dtype", "U8",
+                                "shape", 0, "data_offsets", 0, 0));
+}
+
+static void edit_lm_head(json_t *h) {
+  json_object_set_new(h, "lm_head.weight",
+                      json_pack("{s:s, s:[i], s:[i, i]}", "dtype", "U32",
+                                "shape", 0, "data_offsets", 0, 0));
+}
+
+static void edit_size_mismatch(json_t *h) {
+  json_object_set_new(entry(h, "model.norm.weight"), "shape",
+                      json_pack("[i]", 255));
+}
+
+static void test_bad_tensors(void **state) {
+  (void)state;
+  struct {
+    header_edit edit;
+    fdy_status kind;
+    const char *tensor;
+  } cases[] = {
+      {edit_outside, FDY_ERR_FORMAT, "model.norm.weight"},
+      {edit_overlap, FDY_ERR_FORMAT, "model.norm.weight"},
+      {edit_size_mismatch, FDY_ERR_FORMAT, "model.norm.weight"},
+      {edit_dtype, FDY_ERR_SCHEMA, "model.layers.1.mlp.up_proj.scales"},
+      {edit_shape, FDY_ERR_SCHEMA, "model.layers.1.self_attn.k_proj.biases"},
+      {edit_missing, FDY_ERR_NOT_FOUND, "model.layers.1.mlp.gate_proj.weight"},
+      {edit_unexpected, FDY_ERR_SCHEMA, "model.layers.0.extra.weight"},
+      {edit_lm_head, FDY_ERR_SCHEMA, "lm_head.weight"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char dir[256];
+    copy_fixture(dir, sizeof dir, 0);
+    edit_header(dir, cases[i].edit);
+    expect_open_error(dir, cases[i].kind, "/model.safetensors",
+                      cases[i].tensor);
+    remove_dir(dir);
+  }
+}
+
+static void test_safetensors_direct(void **state) {
+  (void)state;
+  char path[1024];
+  fdy_error err;
+  fdy_safetensors *st = NULL;
+  path_in(path, sizeof path, fixture[0], "model.safetensors");
+  assert_int_equal(fdy_safetensors_open(path, &st, &err), FDY_OK);
+  assert_int_equal(fdy_safetensors_count(st), 50);
+  assert_null(fdy_safetensors_at(st, 50));
+  const fdy_st_tensor *t = NULL;
+  assert_int_equal(fdy_safetensors_find(st, "nope", &t, &err),
+                   FDY_ERR_NOT_FOUND);
+  assert_string_equal(err.name, "nope");
+  assert_int_equal(fdy_safetensors_find(st, "model.norm.weight", &t, &err),
+                   FDY_OK);
+  assert_int_equal(t->dtype, FDY_DTYPE_F16);
+  assert_int_equal(t->bytes, 512);
+  fdy_safetensors_close(st);
+  assert_int_equal(fdy_safetensors_open("/nonexistent/x.safetensors", &st,
+                                        &err),
+                   FDY_ERR_NOT_FOUND);
+  assert_string_equal(err.name, "/nonexistent/x.safetensors");
+}
+
+static void test_writer_roundtrip(void **state) {
+  (void)state;
+  char dir[] = "/tmp/fdy_st_write_XXXXXX", path[256];
+  assert_non_null(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/a.safetensors", dir);
+  uint16_t half[6] = {1, 2, 3, 4, 5, 6};
+  uint8_t bytes[3] = {7, 8, 9};
+  fdy_st_write_tensor ts[2] = {
+      {"zeta", FDY_DTYPE_F16, FDY_SHAPE(2, 3), half},
+      {"alpha", FDY_DTYPE_U8, FDY_SHAPE(3), bytes},
+  };
+  fdy_error err;
+  assert_int_equal(fdy_safetensors_write(path, ts, 2, &err), FDY_OK);
+  assert_int_equal(fdy_safetensors_write(path, ts, 2, &err), FDY_ERR_EXISTS);
+  fdy_st_write_tensor dup[2] = {ts[0], ts[0]};
+  char path2[300];
+  snprintf(path2, sizeof path2, "%s/b.safetensors", dir);
+  assert_int_equal(fdy_safetensors_write(path2, dup, 2, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(access(path2, F_OK), -1);
+  fdy_safetensors *st = NULL;
+  assert_int_equal(fdy_safetensors_open(path, &st, &err), FDY_OK);
+  const fdy_st_tensor *t = NULL;
+  assert_int_equal(fdy_safetensors_find(st, "alpha", &t, &err), FDY_OK);
+  assert_memory_equal(t->data, bytes, 3);
+  assert_int_equal(fdy_safetensors_find(st, "zeta", &t, &err), FDY_OK);
+  assert_true(fdy_shape_equal(t->shape, FDY_SHAPE(2, 3)));
+  assert_memory_equal(t->data, half, 12);
+  fdy_safetensors_close(st);
+  unlink(path);
+  assert_int_equal(rmdir(dir), 0);
+}
+
+/* ---- bad config.json ----------------------------------------------------- */
+
+typedef void (*config_edit)(json_t *config);
+
+static void edit_config(const char *dir, config_edit edit) {
+  char path[1024];
+  size_t len;
+  path_in(path, sizeof path, dir, "config.json");
+  char *text = read_all(path, &len);
+  json_t *c = json_loadb(text, len, 0, NULL);
+  assert_non_null(c);
+  edit(c);
+  free(text);
+  text = json_dumps(c, 0);
+  write_all(path, text, strlen(text));
+  free(text);
+  json_decref(c);
+}
+
+static void cfg_group(json_t *c) {
+  json_object_set_new(json_object_get(c, "quantization"), "group_size",
+                      json_integer(48));
+}
+static void cfg_bits(json_t *c) {
+  json_object_set_new(json_object_get(c, "quantization"), "bits",
+                      json_integer(8));
+}
+static void cfg_missing(json_t *c) {
+  json_object_del(c, "hidden_size");
+}
+static void cfg_type(json_t *c) {
+  json_object_set_new(c, "num_hidden_layers", json_string("2"));
+}
+static void cfg_eos_type(json_t *c) {
+  json_object_set_new(c, "eos_token_id", json_string("2"));
+}
+static void cfg_no_quant(json_t *c) {
+  json_object_del(c, "quantization");
+}
+static void cfg_rope(json_t *c) {
+  json_object_set_new(json_object_get(c, "rope_scaling"), "rope_type",
+                      json_string("yarn"));
+}
+static void cfg_model_type(json_t *c) {
+  json_object_set_new(c, "model_type", json_string("mistral"));
+}
+static void cfg_untied(json_t *c) {
+  json_object_set_new(c, "tie_word_embeddings", json_false());
+}
+static void cfg_rope_factor(json_t *c) {
+  json_object_del(json_object_get(c, "rope_scaling"), "factor");
+}
+
+static void test_bad_config(void **state) {
+  (void)state;
+  struct {
+    config_edit edit;
+    fdy_status kind;
+    const char *name;
+    const char *mention;
+  } cases[] = {
+      {cfg_group, FDY_ERR_UNSUPPORTED, "quantization.group_size", NULL},
+      {cfg_bits, FDY_ERR_UNSUPPORTED, "quantization.bits", NULL},
+      {cfg_missing, FDY_ERR_SCHEMA, "hidden_size", NULL},
+      {cfg_type, FDY_ERR_SCHEMA, "num_hidden_layers", NULL},
+      {cfg_eos_type, FDY_ERR_SCHEMA, "eos_token_id", NULL},
+      {cfg_no_quant, FDY_ERR_SCHEMA, "quantization", NULL},
+      {cfg_rope, FDY_ERR_UNSUPPORTED, "rope_scaling.rope_type", NULL},
+      {cfg_rope_factor, FDY_ERR_SCHEMA, "rope_scaling.factor", NULL},
+      {cfg_model_type, FDY_ERR_UNSUPPORTED, "model_type", NULL},
+      /* untied but no lm_head in the file */
+      {cfg_untied, FDY_ERR_NOT_FOUND, "model.safetensors.index.json",
+       "lm_head.weight"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char dir[256];
+    copy_fixture(dir, sizeof dir, 0);
+    edit_config(dir, cases[i].edit);
+    expect_open_error(dir, cases[i].kind, cases[i].name, cases[i].mention);
+    remove_dir(dir);
+  }
+  char dir[256], path[1024];
+  copy_fixture(dir, sizeof dir, 0);
+  path_in(path, sizeof path, dir, "config.json");
+  write_all(path, "{\"a\": 1,", 8);
+  expect_open_error(dir, FDY_ERR_PARSE, "config.json", NULL);
+  unlink(path);
+  expect_open_error(dir, FDY_ERR_NOT_FOUND, "config.json", NULL);
+  remove_dir(dir);
+}
+
+/* ---- make-model ------------------------------------------------------------ */
+
+static void expect_same_files(const char *a, const char *b, bool same) {
+  bool all_same = true;
+  for (int i = 0; i < 3; i++) {
+    char pa[1024], pb[1024];
+    size_t la, lb;
+    path_in(pa, sizeof pa, a, model_files[i]);
+    path_in(pb, sizeof pb, b, model_files[i]);
+    char *da = read_all(pa, &la), *db = read_all(pb, &lb);
+    if (i == 1) {
+      all_same = la == lb && memcmp(da, db, la) == 0;
+    } else if (!same) {
+      assert_int_equal(la, lb);
+    } else {
+      assert_int_equal(la, lb);
+      assert_memory_equal(da, db, la);
+    }
+    free(da);
+    free(db);
+  }
+  assert_true(all_same == same);
+}
+
+static void test_make_model(void **state) {
+  (void)state;
+  char root[] = "/tmp/fdy_make_model_XXXXXX";
+  assert_non_null(mkdtemp(root));
+  static const char *const presets[] = {"micro", "tiny", "micro-untied"};
+  for (int p = 0; p < 3; p++) {
+    char a[256], b[256], c[256];
+    snprintf(a, sizeof a, "%s/%s-a", root, presets[p]);
+    snprintf(b, sizeof b, "%s/%s-b/", root, presets[p]);
+    snprintf(c, sizeof c, "%s/%s-c", root, presets[p]);
+    fdy_error err;
+    assert_int_equal(fdy_llama_make_model(presets[p], 7, a, &err), FDY_OK);
+    assert_int_equal(fdy_llama_make_model(presets[p], 7, b, &err), FDY_OK);
+    assert_int_equal(fdy_llama_make_model(presets[p], 8, c, &err), FDY_OK);
+    expect_same_files(a, b, true);
+    expect_same_files(a, c, false);
+    assert_int_equal(fdy_llama_make_model(presets[p], 7, a, &err),
+                     FDY_ERR_EXISTS);
+    fdy_llama_model *m = NULL;
+    assert_int_equal(fdy_llama_open(a, &m, &err), FDY_OK);
+    const fdy_llama_config *cfg = fdy_llama_model_config(m);
+    if (p == 2) {
+      assert_false(cfg->tie_word_embeddings);
+      assert_false(cfg->rope_llama3);
+      assert_int_equal(cfg->scale_dtype, FDY_DTYPE_BF16);
+      assert_ptr_not_equal(fdy_llama_lm_head(m)->weight,
+                           fdy_llama_embedding(m)->weight);
+      assert_string_equal(fdy_llama_lm_head(m)->weight->name,
+                          "lm_head.weight");
+      fdy_graph *g = NULL;
+      uint64_t weights = 0;
+      assert_int_equal(fdy_llama_graph(m, 16, &g, &err), FDY_OK);
+      assert_int_equal(fdy_graph_weight_bytes(g, &weights, &err), FDY_OK);
+      assert_int_equal(weights, fdy_llama_total_bytes(m));
+      fdy_graph_destroy(g);
+    } else {
+      assert_true(cfg->tie_word_embeddings);
+      assert_int_equal(cfg->scale_dtype, FDY_DTYPE_F16);
+    }
+    /* dequantized weights are realistic: |w| small, not all zero */
+    float row[2048];
+    const fdy_llama_layer_weights *l = fdy_llama_layer(m, 0);
+    fdy_llama_dequantize_row(&l->q, cfg->scale_dtype, 3, row);
+    double sq = 0;
+    for (uint32_t i = 0; i < l->q.in_features; i++) {
+      sq += (double)row[i] * row[i];
+    }
+    double rms = sqrt(sq / l->q.in_features);
+    double target = 1.0 / sqrt((double)l->q.in_features);
+    assert_true(rms > 0.5 * target && rms < 2.0 * target);
+    fdy_llama_close(m);
+    remove_dir(a);
+    remove_dir(b);
+    remove_dir(c);
+  }
+  fdy_error err;
+  char bad[300];
+  snprintf(bad, sizeof bad, "%s/none", root);
+  assert_int_equal(fdy_llama_make_model("huge", 1, bad, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  snprintf(bad, sizeof bad, "%s/missing/parent", root);
+  assert_int_equal(fdy_llama_make_model("micro", 1, bad, &err), FDY_ERR_IO);
+  assert_int_equal(rmdir(root), 0); /* nothing left behind */
+  assert_non_null(fdy_llama_presets()[0]);
+}
+
+int main(void) {
+  const char *data = getenv("FOUNDRY_TEST_DATA");
+  if (!data) {
+    data = "tests/data";
+  }
+  snprintf(fixture[0], sizeof fixture[0], "%s/llama3-micro/model", data);
+  snprintf(fixture[1], sizeof fixture[1], "%s/llama3-tiny/model", data);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_fixtures_open),
+      cmocka_unit_test(test_graph),
+      cmocka_unit_test(test_truncated),
+      cmocka_unit_test(test_header_too_long),
+      cmocka_unit_test(test_header_not_json),
+      cmocka_unit_test(test_bad_tensors),
+      cmocka_unit_test(test_safetensors_direct),
+      cmocka_unit_test(test_writer_roundtrip),
+      cmocka_unit_test(test_bad_config),
+      cmocka_unit_test(test_make_model),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

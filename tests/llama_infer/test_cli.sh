@@ -1,0 +1,90 @@
+#!/bin/sh
+# End-to-end tests of `foundry generate` and `foundry verify` on the
+# llama3-micro fixture: exit codes (0 ok, 1 failure, 2 usage) and the key
+# facts of the output (generated ids, agreement), never message wording.
+# usage: test_cli.sh FOUNDRY_BINARY TEST_DATA_DIR
+set -u
+foundry=$1
+data=$2
+model=$data/llama3-micro/model
+reference=$data/llama3-micro/expected.safetensors
+prompt=968,278,546,257,75,219,762,27,789,45,726,929,738,414,736,919,415,361,60,743,121,154,487,342
+out=$(mktemp)
+err=$(mktemp)
+trap 'rm -f "$out" "$err"' EXIT
+failures=0
+
+# expect CODE ARGS...: runs foundry, checks the exit code
+expect() {
+  code=$1
+  shift
+  "$foundry" "$@" >"$out" 2>"$err"
+  actual=$?
+  if [ "$actual" -ne "$code" ]; then
+    echo "FAIL: foundry $* exited $actual, expected $code" >&2
+    cat "$out" "$err" >&2
+    failures=$((failures + 1))
+  fi
+}
+
+# contains FILE TEXT
+contains() {
+  if ! grep -qF -- "$2" "$1"; then
+    echo "FAIL: expected '$2' in output:" >&2
+    cat "$1" >&2
+    failures=$((failures + 1))
+  fi
+}
+
+# generate: the reference's greedy ids, speeds, JSON
+expect 0 generate --model "$model" --prompt-ids "$prompt" --max-tokens 4 \
+  --threads 2
+contains "$out" "ids: 850,433,850,274"
+contains "$out" "tokens/s"
+expect 0 generate --model "$model" --prompt-ids "$prompt" --max-tokens 4 \
+  --json --ignore-eos
+contains "$out" '"ids":[850,433,850,274]'
+contains "$out" '"decode_tokens_per_second"'
+
+# generate: bad input, clear errors before any work
+expect 1 generate --model "$model" --prompt-ids 1,1024,2 --max-tokens 4
+contains "$err" "foundry: error:"
+expect 2 generate --model "$model" --prompt-ids "" --max-tokens 4
+expect 2 generate --model "$model" --prompt-ids 1,,2 --max-tokens 4
+expect 2 generate --model "$model" --prompt-ids 1,-2 --max-tokens 4
+expect 1 generate --model "$model" --prompt-ids 1,2,3 --max-tokens 1022
+contains "$err" "context"
+expect 1 generate --model "$model" --prompt-ids 1,2,3 --max-tokens 8 \
+  --context 10
+expect 2 generate --model "$model" --prompt-ids 1,2 --max-tokens 0
+expect 2 generate --model "$model" --prompt-ids 1,2
+expect 2 generate --model "$model" --prompt-ids 1,2 --max-tokens 2 \
+  --backend metal
+expect 2 generate --model "$model" --prompt-ids 1,2 --max-tokens 2 --bogus
+expect 1 generate --model /nonexistent --prompt-ids 1,2 --max-tokens 2
+
+# verify: passes within the CPU tolerance, fails outside it
+expect 0 verify --model "$model" --reference "$reference"
+contains "$out" "greedy agreement: 16/16"
+contains "$out" "verify: passed"
+expect 0 verify --model "$model" --reference "$reference" --backend cpu \
+  --tolerance 1e-4 --threads 1
+expect 1 verify --model "$model" --reference "$reference" --tolerance 0
+contains "$out" "verify: FAILED"
+expect 1 verify --model "$model" --reference "$reference" --context 16
+expect 2 verify --model "$model" --reference "$reference" --tolerance -1
+expect 2 verify --model "$model" --reference "$reference" --tolerance abc
+expect 2 verify --model "$model"
+expect 2 verify --model "$model" --reference "$reference" --backend cuda
+expect 1 verify --model "$model" --reference /nonexistent.safetensors
+
+expect 0 help generate
+contains "$out" "--prompt-ids"
+expect 0 help verify
+contains "$out" "--reference"
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures failure(s)" >&2
+  exit 1
+fi
+echo "all cli_llama_infer checks passed"
