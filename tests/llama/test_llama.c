@@ -12,6 +12,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #include "foundry/llama.h"
+#include "foundry/safetensors.h"
 
 static char fixture[2][512];
 
@@ -608,6 +610,110 @@ static void test_make_model(void **state) {
   assert_non_null(fdy_llama_presets()[0]);
 }
 
+/* ---- shards ------------------------------------------------------------------ */
+
+/* Splits the micro fixture into two shards (layer 1 and the final norm in the
+ * second) named by an index; returns the directory. */
+static void write_sharded_fixture(char *dir, size_t cap) {
+  snprintf(dir, cap, "/tmp/fdy_llama_shards_XXXXXX");
+  assert_non_null(mkdtemp(dir));
+  char path[1024];
+  fdy_error err;
+  fdy_safetensors *st = NULL;
+  path_in(path, sizeof path, fixture[0], "model.safetensors");
+  assert_int_equal(fdy_safetensors_open(path, &st, &err), FDY_OK);
+  size_t n = fdy_safetensors_count(st), counts[2] = {0, 0};
+  fdy_st_write_tensor *parts[2] = {calloc(n, sizeof(fdy_st_write_tensor)),
+                                   calloc(n, sizeof(fdy_st_write_tensor))};
+  assert_non_null(parts[0]);
+  assert_non_null(parts[1]);
+  json_t *map = json_object();
+  static const char *const shard_names[2] = {
+      "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
+  for (size_t i = 0; i < n; i++) {
+    const fdy_st_tensor *t = fdy_safetensors_at(st, i);
+    int which = strstr(t->name, "layers.1.") != NULL ||
+                strcmp(t->name, "model.norm.weight") == 0;
+    parts[which][counts[which]++] = (fdy_st_write_tensor){
+        .name = t->name, .dtype = t->dtype, .shape = t->shape, .data = t->data};
+    json_object_set_new(map, t->name, json_string(shard_names[which]));
+  }
+  for (int w = 0; w < 2; w++) {
+    path_in(path, sizeof path, dir, shard_names[w]);
+    assert_int_equal(fdy_safetensors_write(path, parts[w], counts[w], &err),
+                     FDY_OK);
+    free(parts[w]);
+  }
+  fdy_safetensors_close(st);
+  json_t *index = json_pack("{s:{s:i}, s:o}", "metadata", "total_size", 0,
+                            "weight_map", map);
+  path_in(path, sizeof path, dir, "model.safetensors.index.json");
+  assert_int_equal(json_dump_file(index, path, 0), 0);
+  json_decref(index);
+  size_t len;
+  char src[1024];
+  path_in(src, sizeof src, fixture[0], "config.json");
+  char *config = read_all(src, &len);
+  path_in(path, sizeof path, dir, "config.json");
+  write_all(path, config, len);
+  free(config);
+}
+
+static void remove_sharded_fixture(const char *dir) {
+  static const char *const files[] = {
+      "config.json", "model.safetensors.index.json",
+      "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
+  char path[1024];
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    path_in(path, sizeof path, dir, files[i]);
+    unlink(path);
+  }
+  assert_int_equal(rmdir(dir), 0);
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+  size_t a = strlen(s), b = strlen(suffix);
+  return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+static void test_shards(void **state) {
+  (void)state;
+  char dir[256], path[1024];
+  write_sharded_fixture(dir, sizeof dir);
+  fdy_error err;
+  fdy_llama_model *whole = NULL, *sharded = NULL;
+  assert_int_equal(fdy_llama_open(fixture[0], &whole, &err), FDY_OK);
+  assert_int_equal(fdy_llama_open(dir, &sharded, &err), FDY_OK);
+  assert_int_equal(fdy_llama_tensor_count(sharded),
+                   fdy_llama_tensor_count(whole));
+  assert_int_equal(fdy_llama_total_bytes(sharded),
+                   fdy_llama_total_bytes(whole));
+  const fdy_llama_layer_weights *l0 = fdy_llama_layer(sharded, 0),
+                                *l1 = fdy_llama_layer(sharded, 1),
+                                *w1 = fdy_llama_layer(whole, 1);
+  assert_true(ends_with(l0->q.weight->path, "model-00001-of-00002.safetensors"));
+  assert_true(ends_with(l1->q.weight->path, "model-00002-of-00002.safetensors"));
+  assert_true(ends_with(fdy_llama_final_norm(sharded)->path,
+                        "model-00002-of-00002.safetensors"));
+  assert_int_equal(l1->down.scales->bytes, w1->down.scales->bytes);
+  assert_memory_equal(l1->down.scales->data, w1->down.scales->data,
+                      w1->down.scales->bytes);
+  fdy_llama_close(sharded);
+  fdy_llama_close(whole);
+
+  /* a shard named by the index but absent: NOT_FOUND naming that file */
+  path_in(path, sizeof path, dir, "model-00002-of-00002.safetensors");
+  char moved[1100];
+  snprintf(moved, sizeof moved, "%s.moved", path);
+  assert_int_equal(rename(path, moved), 0);
+  sharded = (fdy_llama_model *)(uintptr_t)1;
+  assert_int_equal(fdy_llama_open(dir, &sharded, &err), FDY_ERR_NOT_FOUND);
+  assert_null(sharded);
+  assert_true(ends_with(err.name, "model-00002-of-00002.safetensors"));
+  assert_int_equal(rename(moved, path), 0);
+  remove_sharded_fixture(dir);
+}
+
 int main(void) {
   const char *data = getenv("FOUNDRY_TEST_DATA");
   if (!data) {
@@ -626,6 +732,7 @@ int main(void) {
       cmocka_unit_test(test_writer_roundtrip),
       cmocka_unit_test(test_bad_config),
       cmocka_unit_test(test_make_model),
+      cmocka_unit_test(test_shards),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

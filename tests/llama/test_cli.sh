@@ -1,0 +1,100 @@
+#!/bin/sh
+# End-to-end tests of `foundry make-model` and `foundry inspect`: a written
+# checkpoint loads, inspects and generates; make-model is deterministic and
+# never overwrites; bad checkpoints and bad usage fail with the right exit
+# code (0 ok, 1 failure, 2 usage) and a message naming the file.
+# usage: test_cli.sh FOUNDRY_BINARY
+set -u
+foundry=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+out=$work/stdout
+err=$work/stderr
+failures=0
+
+# expect CODE ARGS...: runs foundry, checks the exit code
+expect() {
+  code=$1
+  shift
+  "$foundry" "$@" >"$out" 2>"$err"
+  actual=$?
+  if [ "$actual" -ne "$code" ]; then
+    echo "FAIL: foundry $* exited $actual, expected $code" >&2
+    cat "$out" "$err" >&2
+    failures=$((failures + 1))
+  fi
+}
+
+# contains FILE TEXT
+contains() {
+  if ! grep -qF -- "$2" "$1"; then
+    echo "FAIL: expected '$2' in:" >&2
+    cat "$1" >&2
+    failures=$((failures + 1))
+  fi
+}
+
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+
+# make-model output loads, inspects and generates
+expect 0 make-model --preset tiny --seed 3 --out "$work/a"
+expect 0 inspect "$work/a"
+contains "$out" "layers 2, hidden 768"
+contains "$out" "tensors 50"
+contains "$out" "scales F16"
+expect 0 generate --model "$work/a" --prompt-ids 1,2,3 --max-tokens 5 \
+  --ignore-eos --json
+contains "$out" '"ids":['
+expect 0 make-model --preset micro-untied --seed 1 --out "$work/u"
+expect 0 inspect "$work/u"
+expect 0 generate --model "$work/u" --prompt-ids 5,6 --max-tokens 3 \
+  --ignore-eos
+
+# deterministic for a seed, different for another
+expect 0 make-model --preset tiny --seed 3 --out "$work/b"
+for f in config.json model.safetensors model.safetensors.index.json; do
+  cmp -s "$work/a/$f" "$work/b/$f" || fail "make-model seed 3 differs in $f"
+done
+expect 0 make-model --preset tiny --seed 4 --out "$work/c"
+if cmp -s "$work/a/model.safetensors" "$work/c/model.safetensors"; then
+  fail "make-model seeds 3 and 4 wrote the same weights"
+fi
+
+# never overwrites: an existing directory is refused and left untouched
+cp "$work/a/model.safetensors" "$work/before"
+expect 1 make-model --preset tiny --seed 9 --out "$work/a"
+contains "$err" "already exists"
+cmp -s "$work/before" "$work/a/model.safetensors" ||
+  fail "make-model touched an existing checkpoint"
+
+# usage errors
+expect 2 make-model --preset nope --seed 1 --out "$work/x"
+expect 2 make-model --preset tiny --out "$work/x"
+expect 2 make-model --preset tiny --seed -1 --out "$work/x"
+expect 1 make-model --preset tiny --seed 1 --out "$work/missing/x"
+[ -e "$work/x" ] && fail "make-model created $work/x after a usage error"
+expect 2 inspect
+expect 2 inspect "$work/a" "$work/b"
+
+# bad checkpoints: one clear error naming the file
+expect 1 inspect "$work/nonexistent"
+contains "$err" "config.json"
+head -c 1000 "$work/a/model.safetensors" >"$work/b/model.safetensors"
+expect 1 inspect "$work/b"
+contains "$err" "model.safetensors"
+printf '{"model_type": "llama",' >"$work/c/config.json"
+expect 1 inspect "$work/c"
+contains "$err" "config.json"
+
+expect 0 help make-model
+contains "$out" "--preset"
+expect 0 help inspect
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures failure(s)" >&2
+  exit 1
+fi
+echo "all cli_llama checks passed"
