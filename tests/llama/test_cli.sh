@@ -8,36 +8,7 @@ set -u
 foundry=$1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-out=$work/stdout
-err=$work/stderr
-failures=0
-
-# expect CODE ARGS...: runs foundry, checks the exit code
-expect() {
-  code=$1
-  shift
-  "$foundry" "$@" >"$out" 2>"$err"
-  actual=$?
-  if [ "$actual" -ne "$code" ]; then
-    echo "FAIL: foundry $* exited $actual, expected $code" >&2
-    cat "$out" "$err" >&2
-    failures=$((failures + 1))
-  fi
-}
-
-# contains FILE TEXT
-contains() {
-  if ! grep -qF -- "$2" "$1"; then
-    echo "FAIL: expected '$2' in:" >&2
-    cat "$1" >&2
-    failures=$((failures + 1))
-  fi
-}
-
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
+. "$(dirname "$0")/../cli_lib.sh"
 
 # make-model output loads, inspects and generates
 expect 0 make-model --preset tiny --seed 3 --out "$work/a"
@@ -93,8 +64,4 @@ expect 0 help make-model
 contains "$out" "--preset"
 expect 0 help inspect
 
-if [ "$failures" -ne 0 ]; then
-  echo "$failures failure(s)" >&2
-  exit 1
-fi
-echo "all cli_llama checks passed"
+finish cli_llama

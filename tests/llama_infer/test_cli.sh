@@ -9,32 +9,9 @@ data=$2
 model=$data/llama3-micro/model
 reference=$data/llama3-micro/expected.safetensors
 prompt=968,278,546,257,75,219,762,27,789,45,726,929,738,414,736,919,415,361,60,743,121,154,487,342
-out=$(mktemp)
-err=$(mktemp)
-trap 'rm -f "$out" "$err"' EXIT
-failures=0
-
-# expect CODE ARGS...: runs foundry, checks the exit code
-expect() {
-  code=$1
-  shift
-  "$foundry" "$@" >"$out" 2>"$err"
-  actual=$?
-  if [ "$actual" -ne "$code" ]; then
-    echo "FAIL: foundry $* exited $actual, expected $code" >&2
-    cat "$out" "$err" >&2
-    failures=$((failures + 1))
-  fi
-}
-
-# contains FILE TEXT
-contains() {
-  if ! grep -qF -- "$2" "$1"; then
-    echo "FAIL: expected '$2' in output:" >&2
-    cat "$1" >&2
-    failures=$((failures + 1))
-  fi
-}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/../cli_lib.sh"
 
 # generate: the reference's greedy ids, speeds, JSON
 expect 0 generate --model "$model" --prompt-ids "$prompt" --max-tokens 4 \
@@ -83,8 +60,4 @@ contains "$out" "--prompt-ids"
 expect 0 help verify
 contains "$out" "--reference"
 
-if [ "$failures" -ne 0 ]; then
-  echo "$failures failure(s)" >&2
-  exit 1
-fi
-echo "all cli_llama_infer checks passed"
+finish cli_llama_infer

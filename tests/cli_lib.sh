@@ -1,0 +1,41 @@
+# Helpers for the shell tests of the foundry binary. A test sets `foundry`
+# and `work` (a scratch directory), sources this file, calls the checks and
+# ends with `finish NAME`.
+#   expect CODE ARGS...   runs "$foundry" ARGS, stdout in $out, stderr in
+#                         $err, and counts a failure unless it exits CODE
+#   contains FILE TEXT    counts a failure unless FILE contains TEXT
+#   fail MESSAGE          counts a failure
+out=$work/stdout
+err=$work/stderr
+failures=0
+
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+
+expect() {
+  code=$1
+  shift
+  "$foundry" "$@" >"$out" 2>"$err"
+  actual=$?
+  if [ "$actual" -ne "$code" ]; then
+    fail "foundry $* exited $actual, expected $code"
+    cat "$out" "$err" >&2
+  fi
+}
+
+contains() {
+  if ! grep -qF -- "$2" "$1"; then
+    fail "expected '$2' in:"
+    cat "$1" >&2
+  fi
+}
+
+finish() {
+  if [ "$failures" -ne 0 ]; then
+    echo "$failures failure(s)" >&2
+    exit 1
+  fi
+  echo "all $1 checks passed"
+}
