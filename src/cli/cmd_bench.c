@@ -1,14 +1,276 @@
-/* Placeholder for `foundry bench`; replaced by its implementation. */
+/* `foundry bench`: parses the flags into fdy_bench_options and runs the
+ * streaming benchmark (src/bench). Usage errors (bad flags, and the flag
+ * combinations fdy_bench_check_options refuses before any work) exit 2; an
+ * existing output file or a missing directory, like every failure of the run
+ * itself, exits 1, as for `foundry plan`. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
 #include "cli_util.h"
 #include "commands.h"
-
-int fdy_cmd_bench(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
-  fprintf(stderr, "foundry: error: bench is not implemented yet\n");
-  return FDY_EXIT_FAILURE;
-}
+#include "foundry/bench.h"
 
 void fdy_cmd_bench_help(FILE *out) {
-  fprintf(out, "usage: foundry bench (not implemented yet)\n");
+  fprintf(out,
+          "usage: foundry bench [options]\n"
+          "\n"
+          "Streams a synthetic chain of checksum layers (deterministic\n"
+          "in-memory weights) through 1, 2 and 3 device buffers, verifies\n"
+          "every layer of every execution, and prints per-configuration\n"
+          "times with 95%% bootstrap intervals, throughput against the\n"
+          "host-to-device ceiling measured in the same run, speedups and\n"
+          "copy/compute overlap. See docs/benchmark.md.\n"
+          "\n"
+          "options:\n"
+          "  --backend auto|cpu|cuda     backend (default auto: cuda when a\n"
+          "                              device is present, else cpu)\n"
+          "  --layers N                  layers (default 48)\n"
+          "  --weight-mib M              MiB per layer (default 64)\n"
+          "  --iterations N              measured rounds (default 10)\n"
+          "  --warmup N                  discarded rounds first (default 2)\n"
+          "  --bootstrap-resamples N     1 to 1000000 (default 10000)\n"
+          "  --seed N                    payload and bootstrap seed "
+          "(default 0)\n"
+          "  --buffers LIST              buffer counts, e.g. 1,2,3 (default)\n"
+          "  --compute-passes K          checksum passes per layer "
+          "(default 1)\n"
+          "  --host-mode registered|staged\n"
+          "                              cuda host memory (default "
+          "registered)\n"
+          "  --device N                  cuda device ordinal (default 0)\n"
+          "  --cpu-memory SIZE           cpu backend device memory, e.g.\n"
+          "                              8GiB (default half of RAM)\n"
+          "  --report PATH               write the JSON report (never\n"
+          "                              overwrites)\n"
+          "  --trace PATH                write a Chrome trace (needs "
+          "--report)\n"
+          "  --progress, --no-progress   progress lines on stderr (default:\n"
+          "                              when stderr is a terminal)\n"
+          "\n"
+          "exit status: 0 success, 1 the run failed (the report, if asked\n"
+          "for, is still written with status \"failed\"), 2 usage error.\n");
+}
+
+static int usage(const char *fmt, const char *a, const char *b) {
+  char message[FDY_ERROR_MESSAGE_MAX];
+  snprintf(message, sizeof message, fmt, a, b);
+  return fdy_cli_usage("bench", "error: %s", message);
+}
+
+static fdy_status parse_u32(const char *flag, const char *text, uint32_t *out,
+                            fdy_error *err) {
+  uint64_t v = 0;
+  fdy_status st = fdy_cli_parse_uint(flag, text, 0, UINT32_MAX, &v, err);
+  if (st == FDY_OK) {
+    *out = (uint32_t)v;
+  }
+  return st;
+}
+
+/* "1,2,3" into options->buffers; range and distinctness are checked by
+ * fdy_bench_check_options. */
+static fdy_status parse_buffers(const char *text, fdy_bench_options *o,
+                                fdy_error *err) {
+  uint32_t n = 0;
+  const char *p = text;
+  for (;;) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    char item[24];
+    if (len == 0 || len >= sizeof item) {
+      return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                           "--buffers: item %" PRIu32 " of '%s' is not a "
+                           "buffer count",
+                           n + 1, text);
+    }
+    if (n == FDY_BENCH_MAX_CONFIGS) {
+      return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                           "--buffers takes at most %d buffer counts",
+                           FDY_BENCH_MAX_CONFIGS);
+    }
+    memcpy(item, p, len);
+    item[len] = '\0';
+    fdy_status st = parse_u32("--buffers", item, &o->buffers[n], err);
+    if (st != FDY_OK) {
+      return st;
+    }
+    n++;
+    if (!end) {
+      break;
+    }
+    p = end + 1;
+  }
+  o->buffer_count = n;
+  return FDY_OK;
+}
+
+int fdy_cmd_bench(int argc, char **argv) {
+  enum {
+    OPT_BACKEND = 256,
+    OPT_LAYERS,
+    OPT_WEIGHT,
+    OPT_ITERATIONS,
+    OPT_WARMUP,
+    OPT_RESAMPLES,
+    OPT_SEED,
+    OPT_BUFFERS,
+    OPT_PASSES,
+    OPT_HOST_MODE,
+    OPT_DEVICE,
+    OPT_CPU_MEMORY,
+    OPT_REPORT,
+    OPT_TRACE,
+    OPT_PROGRESS,
+    OPT_NO_PROGRESS
+  };
+  static const struct option longopts[] = {
+      {"backend", required_argument, NULL, OPT_BACKEND},
+      {"layers", required_argument, NULL, OPT_LAYERS},
+      {"weight-mib", required_argument, NULL, OPT_WEIGHT},
+      {"iterations", required_argument, NULL, OPT_ITERATIONS},
+      {"warmup", required_argument, NULL, OPT_WARMUP},
+      {"bootstrap-resamples", required_argument, NULL, OPT_RESAMPLES},
+      {"seed", required_argument, NULL, OPT_SEED},
+      {"buffers", required_argument, NULL, OPT_BUFFERS},
+      {"compute-passes", required_argument, NULL, OPT_PASSES},
+      {"host-mode", required_argument, NULL, OPT_HOST_MODE},
+      {"device", required_argument, NULL, OPT_DEVICE},
+      {"cpu-memory", required_argument, NULL, OPT_CPU_MEMORY},
+      {"report", required_argument, NULL, OPT_REPORT},
+      {"trace", required_argument, NULL, OPT_TRACE},
+      {"progress", no_argument, NULL, OPT_PROGRESS},
+      {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+      {NULL, 0, NULL, 0},
+  };
+  fdy_bench_options o;
+  fdy_bench_options_default(&o);
+  o.progress = fdy_cli_stderr_is_tty();
+  o.console = stdout;
+  o.argc = argc;
+  o.argv = argv;
+  bool host_mode_seen = false;
+  fdy_error err;
+  fdy_error_clear(&err);
+  optind = 1;
+  opterr = 0;
+  int opt;
+  while ((opt = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+    fdy_status st = FDY_OK;
+    uint64_t v = 0;
+    switch (opt) {
+    case OPT_BACKEND:
+      if (strcmp(optarg, "auto") == 0) {
+        o.backend = FDY_BENCH_BACKEND_AUTO;
+      } else if (strcmp(optarg, "cpu") == 0) {
+        o.backend = FDY_BENCH_BACKEND_CPU;
+      } else if (strcmp(optarg, "cuda") == 0) {
+        o.backend = FDY_BENCH_BACKEND_CUDA;
+      } else {
+        return usage("--backend must be auto, cpu or cuda, got '%s'%s", optarg,
+                     "");
+      }
+      break;
+    case OPT_LAYERS:
+      st = parse_u32("--layers", optarg, &o.layers, &err);
+      break;
+    case OPT_WEIGHT:
+      st = fdy_cli_parse_uint("--weight-mib", optarg, 0, UINT64_MAX,
+                              &o.weight_mib, &err);
+      break;
+    case OPT_ITERATIONS:
+      st = parse_u32("--iterations", optarg, &o.iterations, &err);
+      break;
+    case OPT_WARMUP:
+      st = parse_u32("--warmup", optarg, &o.warmup, &err);
+      break;
+    case OPT_RESAMPLES:
+      st = parse_u32("--bootstrap-resamples", optarg, &o.bootstrap_resamples,
+                     &err);
+      break;
+    case OPT_SEED:
+      st = fdy_cli_parse_uint("--seed", optarg, 0, UINT64_MAX, &o.seed, &err);
+      break;
+    case OPT_BUFFERS:
+      st = parse_buffers(optarg, &o, &err);
+      break;
+    case OPT_PASSES:
+      st = parse_u32("--compute-passes", optarg, &o.compute_passes, &err);
+      break;
+    case OPT_HOST_MODE:
+      host_mode_seen = true;
+      if (strcmp(optarg, "registered") == 0) {
+        o.host_mode = FDY_CUDA_HOST_REGISTERED;
+      } else if (strcmp(optarg, "staged") == 0) {
+        o.host_mode = FDY_CUDA_HOST_STAGED;
+      } else {
+        return usage("--host-mode must be registered or staged, got '%s'%s",
+                     optarg, "");
+      }
+      break;
+    case OPT_DEVICE:
+      st = fdy_cli_parse_uint("--device", optarg, 0, INT32_MAX, &v, &err);
+      o.cuda_device = (int)v;
+      break;
+    case OPT_CPU_MEMORY:
+      st = fdy_parse_bytes(optarg, &o.cpu_memory_bytes, &err);
+      if (st == FDY_OK && o.cpu_memory_bytes == 0) {
+        st = fdy_error_set(&err, FDY_ERR_INVALID_ARGUMENT,
+                           "--cpu-memory must be positive");
+      }
+      if (st != FDY_OK) {
+        fdy_error_prefix(&err, "--cpu-memory");
+      }
+      break;
+    case OPT_REPORT:
+      o.report_path = optarg;
+      break;
+    case OPT_TRACE:
+      o.trace_path = optarg;
+      break;
+    case OPT_PROGRESS:
+      o.progress = true;
+      break;
+    case OPT_NO_PROGRESS:
+      o.progress = false;
+      break;
+    case ':':
+      return usage("%s needs a value%s", argv[optind - 1], "");
+    default:
+      return usage("unknown option '%s'%s", argv[optind - 1], "");
+    }
+    if (st != FDY_OK) {
+      return usage("%s%s", err.message, "");
+    }
+  }
+  if (optind < argc) {
+    return usage("unexpected argument '%s'%s", argv[optind], "");
+  }
+  if (host_mode_seen && o.backend == FDY_BENCH_BACKEND_CPU) {
+    return usage("--host-mode applies to the cuda backend only%s%s", "", "");
+  }
+  fdy_status checked = fdy_bench_check_options(&o, &err);
+  if (checked == FDY_ERR_EXISTS || checked == FDY_ERR_NOT_FOUND) {
+    fprintf(stderr, "foundry bench: error: %s\n", err.message);
+    return FDY_EXIT_FAILURE;
+  }
+  if (checked != FDY_OK) {
+    return usage("%s%s", err.message, "");
+  }
+  if (fdy_bench_run(&o, &err) != FDY_OK) {
+    fprintf(stderr, "foundry bench: error: %s\n",
+            err.message[0] ? err.message : "unknown failure");
+    if (err.cleanup_kind != FDY_OK) {
+      fprintf(stderr, "foundry bench: error: %s\n", err.cleanup_message);
+    }
+    if (o.report_path && access(o.report_path, F_OK) == 0) {
+      fprintf(stderr, "foundry bench: the report %s records the failure\n",
+              o.report_path);
+    }
+    return FDY_EXIT_FAILURE;
+  }
+  return FDY_EXIT_OK;
 }

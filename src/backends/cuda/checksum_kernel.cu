@@ -1,0 +1,188 @@
+/* The synthetic.checksum kernel: exactly fdy_checksum (include/foundry/
+ * checksum.h) over a device range, at close to memory bandwidth.
+ *
+ * Each thread walks 16-byte pairs of words in a grid-stride loop, four
+ * independent 16-byte loads in flight per iteration, and keeps the position
+ * keys (i + 1) * POSITION_KEY as running sums so the only multiply per word
+ * is the mix. Partial sums (mod 2^64) are reduced with warp shuffles, then
+ * across the block's warps in shared memory, and each block adds its sum to
+ * the launch's device word with one atomicAdd. The last block to finish
+ * (counted with atomicAdd after a __threadfence) moves the sum into the
+ * launch's mapped host words and zeroes the device words; the host applies
+ * fdy_checksum_finish.
+ *
+ * compute_passes: the slot is read `passes` times. The loads are volatile
+ * inline PTX, so no pass can be merged or dropped, and every later pass's
+ * partial sum is compared with the first one's (diff), so every pass's
+ * arithmetic is live too. The result is the first pass's sum; a disagreement
+ * (data changed under the kernel) is reported through the diff word. */
+#include "cuda_internal.h"
+
+#include "foundry/checksum.h"
+
+#define WARPS (FDY_CUDA_CHECKSUM_THREADS / 32)
+
+static __device__ __forceinline__ void
+load_pair(const void *p, unsigned long long *a, unsigned long long *b) {
+  asm volatile("ld.global.nc.v2.u64 {%0, %1}, [%2];"
+               : "=l"(*a), "=l"(*b)
+               : "l"(p));
+}
+
+static __device__ __forceinline__ unsigned long long
+term(unsigned long long word, unsigned long long position_key) {
+  unsigned long long z = (word ^ position_key) * FDY_CHECKSUM_MIX_KEY;
+  return z ^ (z >> 33);
+}
+
+/* Sum of term_i over this thread's words of one pass. */
+static __device__ __forceinline__ unsigned long long
+thread_pass(const unsigned char *data, unsigned long long bytes,
+            unsigned long long tid, unsigned long long stride) {
+  const unsigned long long words = bytes / 8;
+  const unsigned long long pairs = words / 2;
+  const unsigned long long key = FDY_CHECKSUM_POSITION_KEY;
+  /* word 2i has key (2i + 1) * K, word 2i + 1 has (2i + 2) * K */
+  const unsigned long long step = 2 * stride * key;
+  unsigned long long k0 = (2 * tid + 1) * key;
+  unsigned long long s = 0;
+  unsigned long long i = tid;
+  const unsigned char *p = data + 16 * tid;
+  const unsigned long long pstep = 16 * stride;
+  for (; i + 3 * stride < pairs; i += 4 * stride) {
+    unsigned long long a0, b0, a1, b1, a2, b2, a3, b3;
+    load_pair(p, &a0, &b0);
+    load_pair(p + pstep, &a1, &b1);
+    load_pair(p + 2 * pstep, &a2, &b2);
+    load_pair(p + 3 * pstep, &a3, &b3);
+    unsigned long long k1 = k0 + step, k2 = k1 + step, k3 = k2 + step;
+    s += term(a0, k0) + term(b0, k0 + key);
+    s += term(a1, k1) + term(b1, k1 + key);
+    s += term(a2, k2) + term(b2, k2 + key);
+    s += term(a3, k3) + term(b3, k3 + key);
+    k0 = k3 + step;
+    p += 4 * pstep;
+  }
+  for (; i < pairs; i += stride) {
+    unsigned long long a, b;
+    load_pair(p, &a, &b);
+    s += term(a, k0) + term(b, k0 + key);
+    k0 += step;
+    p += pstep;
+  }
+  if (tid == 0) {
+    if (words % 2 != 0) {
+      const volatile unsigned long long *w =
+          (const volatile unsigned long long *)data;
+      s += term(w[words - 1], words * key);
+    }
+    unsigned long long rest = bytes % 8;
+    if (rest != 0) {
+      const volatile unsigned char *tail = data + 8 * words;
+      unsigned long long w = 0;
+      for (unsigned long long j = 0; j < rest; j++) {
+        w |= (unsigned long long)tail[j] << (8 * j);
+      }
+      s += term(w, (words + 1) * key);
+    }
+  }
+  return s;
+}
+
+__global__ void __launch_bounds__(FDY_CUDA_CHECKSUM_THREADS,
+                                  FDY_CUDA_CHECKSUM_MIN_BLOCKS)
+    checksum_kernel(const unsigned char *data, unsigned long long bytes,
+                    unsigned int passes, fdy_cuda_result_dev *dev,
+                    fdy_cuda_result_host *host) {
+  __shared__ unsigned long long warp_sum[WARPS];
+  __shared__ unsigned long long warp_diff[WARPS];
+  const unsigned long long tid =
+      (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  unsigned long long sum = thread_pass(data, bytes, tid, stride);
+  unsigned long long diff = 0;
+  for (unsigned int pass = 1; pass < passes; pass++) {
+    diff |= thread_pass(data, bytes, tid, stride) ^ sum;
+  }
+  for (int offset = 16; offset > 0; offset /= 2) {
+    sum += __shfl_down_sync(0xffffffffu, sum, offset);
+    diff |= __shfl_down_sync(0xffffffffu, diff, offset);
+  }
+  const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) {
+    warp_sum[warp] = sum;
+    warp_diff[warp] = diff;
+  }
+  __syncthreads();
+  if (warp != 0) {
+    return;
+  }
+  sum = lane < WARPS ? warp_sum[lane] : 0;
+  diff = lane < WARPS ? warp_diff[lane] : 0;
+  for (int offset = 16; offset > 0; offset /= 2) {
+    sum += __shfl_down_sync(0xffffffffu, sum, offset);
+    diff |= __shfl_down_sync(0xffffffffu, diff, offset);
+  }
+  if (lane != 0) {
+    return;
+  }
+  atomicAdd(&dev->sum, sum);
+  if (diff != 0) {
+    atomicOr(&dev->diff, 1ull);
+  }
+  __threadfence();
+  if (atomicAdd(&dev->blocks_done, 1u) == gridDim.x - 1) {
+    __threadfence();
+    host->sum = atomicExch(&dev->sum, 0ull);
+    host->diff = atomicExch(&dev->diff, 0ull);
+    atomicExch(&dev->blocks_done, 0u);
+    __threadfence_system();
+  }
+}
+
+__global__ void fill_kernel(unsigned char *data, unsigned long long bytes,
+                            unsigned long long seed) {
+  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  for (unsigned long long i =
+           (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+       i < bytes; i += stride) {
+    unsigned long long z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    data[i] = (unsigned char)(z % 255 + 1);
+  }
+}
+
+extern "C" cudaError_t fdy_cuda_checksum_occupancy(int *blocks_per_sm) {
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      blocks_per_sm, checksum_kernel, FDY_CUDA_CHECKSUM_THREADS, 0);
+}
+
+extern "C" cudaError_t
+fdy_cuda_checksum_enqueue(const void *data, uint64_t bytes, uint32_t passes,
+                          int max_blocks, fdy_cuda_result_dev *dev,
+                          fdy_cuda_result_host *host, cudaStream_t stream) {
+  /* A block per 4 pairs per thread is enough for small inputs. */
+  const uint64_t per_block = (uint64_t)FDY_CUDA_CHECKSUM_THREADS * 16 * 4;
+  uint64_t want = bytes / per_block + 1;
+  int blocks = want < (uint64_t)max_blocks ? (int)want : max_blocks;
+  if (blocks < 1) {
+    blocks = 1;
+  }
+  checksum_kernel<<<blocks, FDY_CUDA_CHECKSUM_THREADS, 0, stream>>>(
+      (const unsigned char *)data, bytes, passes < 1 ? 1 : passes, dev, host);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t fdy_cuda_fill_enqueue(void *data, uint64_t bytes,
+                                             uint64_t seed,
+                                             cudaStream_t stream) {
+  if (bytes == 0) {
+    return cudaSuccess;
+  }
+  uint64_t want = (bytes + 255) / 256;
+  int blocks = want < 4096 ? (int)want : 4096;
+  fill_kernel<<<blocks, 256, 0, stream>>>((unsigned char *)data, bytes, seed);
+  return cudaGetLastError();
+}

@@ -1,0 +1,255 @@
+/* The staging ring of the CUDA backend: copies from pageable host memory go
+ * through a few page-locked buffers. Each chunk is filled by the caller and
+ * a few fill threads (memcpy of one part each), then moved to the device
+ * with cudaMemcpyAsync; an event recorded after that DMA guards the buffer's
+ * reuse. The ring is used round-robin by every stream; the host waits on a
+ * buffer's event before refilling it, so at most `buffers` chunks are in
+ * flight. */
+#include "cuda_internal.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Chunks below this are filled by the caller alone. */
+#define STAGING_PARALLEL_MIN ((uint64_t)1 << 20)
+
+struct fdy_cuda_staging {
+  uint64_t buffer_bytes;
+  uint32_t count; /* buffers */
+  uint32_t next;  /* buffer the next chunk goes to */
+  void **buffers;
+  cudaEvent_t *ready; /* recorded after the buffer's latest DMA */
+  bool *used;         /* ready[i] was recorded at least once */
+  /* fill threads: part p (1 .. parts - 1) of the current job */
+  uint32_t parts;
+  uint32_t threads_started;
+  pthread_t *threads;
+  pthread_mutex_t mu;
+  pthread_cond_t go;   /* a new job or stop */
+  pthread_cond_t done; /* remaining reached 0 */
+  uint64_t generation;
+  uint32_t remaining;
+  bool stop;
+  unsigned char *job_dst;
+  const unsigned char *job_src;
+  uint64_t job_bytes;
+};
+
+typedef struct fill_arg {
+  fdy_cuda_staging *s;
+  uint32_t part;
+} fill_arg;
+
+/* Bytes [*begin, *end) of part p of a job split in `parts`. */
+static void part_range(uint64_t bytes, uint32_t parts, uint32_t p,
+                       uint64_t *begin, uint64_t *end) {
+  uint64_t piece = (bytes / parts + 63) & ~(uint64_t)63;
+  *begin = piece * p < bytes ? piece * p : bytes;
+  *end = p + 1 == parts || piece * (p + 1) > bytes ? bytes : piece * (p + 1);
+}
+
+static void *fill_main(void *arg) {
+  fill_arg a = *(fill_arg *)arg;
+  free(arg);
+  fdy_cuda_staging *s = a.s;
+  uint64_t seen = 0;
+  pthread_mutex_lock(&s->mu);
+  for (;;) {
+    while (s->generation == seen && !s->stop) {
+      pthread_cond_wait(&s->go, &s->mu);
+    }
+    if (s->stop) {
+      break;
+    }
+    seen = s->generation;
+    unsigned char *dst = s->job_dst;
+    const unsigned char *src = s->job_src;
+    uint64_t bytes = s->job_bytes, begin = 0, end = 0;
+    pthread_mutex_unlock(&s->mu);
+    part_range(bytes, s->parts, a.part, &begin, &end);
+    if (end > begin) {
+      memcpy(dst + begin, src + begin, end - begin);
+    }
+    pthread_mutex_lock(&s->mu);
+    if (--s->remaining == 0) {
+      pthread_cond_signal(&s->done);
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+
+static void fill(fdy_cuda_staging *s, void *dst, const void *src,
+                 uint64_t bytes) {
+  if (s->threads_started == 0 || bytes < STAGING_PARALLEL_MIN) {
+    memcpy(dst, src, bytes);
+    return;
+  }
+  pthread_mutex_lock(&s->mu);
+  s->job_dst = dst;
+  s->job_src = src;
+  s->job_bytes = bytes;
+  s->remaining = s->threads_started;
+  s->generation++;
+  pthread_cond_broadcast(&s->go);
+  pthread_mutex_unlock(&s->mu);
+  uint64_t begin = 0, end = 0;
+  part_range(bytes, s->parts, 0, &begin, &end);
+  memcpy(dst, src, end);
+  pthread_mutex_lock(&s->mu);
+  while (s->remaining > 0) {
+    pthread_cond_wait(&s->done, &s->mu);
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
+fdy_status fdy_cuda_staging_create(uint64_t buffer_bytes, uint32_t buffers,
+                                   uint32_t parts, fdy_cuda_staging **out,
+                                   fdy_error *err) {
+  fdy_status st = FDY_OK;
+  *out = NULL;
+  if (buffer_bytes == 0 || buffers == 0 || parts == 0 ||
+      buffer_bytes > SIZE_MAX) {
+    return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "create",
+                         "staging needs non-zero buffers, bytes and parts");
+  }
+  fdy_cuda_staging *s = calloc(1, sizeof *s);
+  if (s == NULL) {
+    return fdy_cuda_fail(err, FDY_ERR_OUT_OF_MEMORY, "create",
+                         "cannot allocate the staging ring");
+  }
+  s->buffer_bytes = buffer_bytes;
+  s->count = buffers;
+  s->parts = parts;
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->go, NULL);
+  pthread_cond_init(&s->done, NULL);
+  s->buffers = calloc(buffers, sizeof *s->buffers);
+  s->ready = calloc(buffers, sizeof *s->ready);
+  s->used = calloc(buffers, sizeof *s->used);
+  s->threads = calloc(parts, sizeof *s->threads);
+  if (s->buffers == NULL || s->ready == NULL || s->used == NULL ||
+      s->threads == NULL) {
+    st = fdy_cuda_fail(err, FDY_ERR_OUT_OF_MEMORY, "create",
+                       "cannot allocate the staging ring");
+    goto cleanup;
+  }
+  for (uint32_t i = 0; i < buffers; i++) {
+    st = fdy_cuda_check(cudaHostAlloc(&s->buffers[i], (size_t)buffer_bytes,
+                                      cudaHostAllocDefault),
+                        err, "create", "cudaHostAlloc of a staging buffer");
+    if (st != FDY_OK) {
+      s->buffers[i] = NULL;
+      goto cleanup;
+    }
+    st = fdy_cuda_check(
+        cudaEventCreateWithFlags(&s->ready[i], cudaEventDisableTiming), err,
+        "create", "cudaEventCreateWithFlags of a staging event");
+    if (st != FDY_OK) {
+      s->ready[i] = NULL;
+      goto cleanup;
+    }
+  }
+  for (uint32_t p = 1; p < parts; p++) {
+    fill_arg *a = malloc(sizeof *a);
+    if (a == NULL) {
+      st = fdy_cuda_fail(err, FDY_ERR_OUT_OF_MEMORY, "create",
+                         "cannot allocate a fill thread argument");
+      goto cleanup;
+    }
+    a->s = s;
+    a->part = p;
+    if (pthread_create(&s->threads[p - 1], NULL, fill_main, a) != 0) {
+      free(a);
+      st = fdy_cuda_fail(err, FDY_ERR_BACKEND, "create",
+                         "cannot start a staging fill thread");
+      goto cleanup;
+    }
+    s->threads_started++;
+  }
+  *out = s;
+  return FDY_OK;
+
+cleanup:
+  fdy_cuda_staging_destroy(s);
+  return st;
+}
+
+void fdy_cuda_staging_destroy(fdy_cuda_staging *s) {
+  if (s == NULL) {
+    return;
+  }
+  pthread_mutex_lock(&s->mu);
+  s->stop = true;
+  pthread_cond_broadcast(&s->go);
+  pthread_mutex_unlock(&s->mu);
+  for (uint32_t i = 0; i < s->threads_started; i++) {
+    pthread_join(s->threads[i], NULL);
+  }
+  for (uint32_t i = 0; s->buffers != NULL && i < s->count; i++) {
+    if (s->ready[i] != NULL) {
+      if (s->used[i]) {
+        cudaEventSynchronize(s->ready[i]);
+      }
+      cudaEventDestroy(s->ready[i]);
+    }
+    if (s->buffers[i] != NULL) {
+      cudaFreeHost(s->buffers[i]);
+    }
+  }
+  cudaGetLastError();
+  pthread_cond_destroy(&s->done);
+  pthread_cond_destroy(&s->go);
+  pthread_mutex_destroy(&s->mu);
+  free(s->threads);
+  free(s->used);
+  free(s->ready);
+  free(s->buffers);
+  free(s);
+}
+
+fdy_status fdy_cuda_staging_copy(fdy_cuda_staging *s, cudaStream_t stream,
+                                 void *dst, const void *src, uint64_t bytes,
+                                 bool *submitted, fdy_error *err) {
+  const unsigned char *from = src;
+  unsigned char *to = dst;
+  *submitted = false;
+  for (uint64_t done = 0; done < bytes;) {
+    uint64_t n =
+        bytes - done < s->buffer_bytes ? bytes - done : s->buffer_bytes;
+    uint32_t i = s->next;
+    fdy_status st = FDY_OK;
+    if (s->used[i]) {
+      st = fdy_cuda_check(cudaEventSynchronize(s->ready[i]), err,
+                          "copy_to_device",
+                          "cudaEventSynchronize on a staging buffer");
+      if (st != FDY_OK) {
+        return st;
+      }
+    }
+    fill(s, s->buffers[i], from + done, n);
+    st = fdy_cuda_check(cudaMemcpyAsync(to + done, s->buffers[i], (size_t)n,
+                                        cudaMemcpyHostToDevice, stream),
+                        err, "copy_to_device",
+                        "cudaMemcpyAsync from a staging buffer");
+    if (st != FDY_OK) {
+      return st;
+    }
+    *submitted = true;
+    st =
+        fdy_cuda_check(cudaEventRecord(s->ready[i], stream), err,
+                       "copy_to_device", "cudaEventRecord after a staging DMA");
+    if (st != FDY_OK) {
+      /* The buffer's DMA cannot be tracked: wait for it here. */
+      cudaStreamSynchronize(stream);
+      cudaGetLastError();
+      s->used[i] = false;
+      return st;
+    }
+    s->used[i] = true;
+    s->next = (i + 1) % s->count;
+    done += n;
+  }
+  return FDY_OK;
+}

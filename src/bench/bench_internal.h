@@ -1,0 +1,147 @@
+/* Internals of `foundry bench` shared by its source files: the state of one
+ * run (setup, executions, statistics), the report and trace writers, the
+ * never-overwrite file writer and the test hooks. Not a public header: only
+ * src/bench and tests/bench include it. */
+#ifndef FOUNDRY_BENCH_INTERNAL_H
+#define FOUNDRY_BENCH_INTERNAL_H
+
+#include <jansson.h>
+
+#include "foundry/backend.h"
+#include "foundry/bench.h"
+#include "foundry/plan.h"
+#include "foundry/runtime.h"
+
+/* Repeats of each ceiling measurement (after one discarded warm copy). */
+#define BENCH_CEILING_REPEATS 10u
+/* All executions are traced when their commands add up to at most this many
+ * timing records; beyond, only the last measured execution of each
+ * configuration is kept. */
+#define BENCH_TRACE_ALL_LIMIT 200000u
+/* Staging ring the bench asks of the CUDA backend in staged mode. */
+#define BENCH_STAGING_BYTES   (16u * FDY_MIB)
+#define BENCH_STAGING_BUFFERS 4u
+/* Alignment assumed by fdy_bench_check_options for the slot-size overflow
+ * check (no backend is known yet; real backends align far less). */
+#define BENCH_CHECK_ALIGNMENT ((uint64_t)1 << 16)
+
+/* Test-only controls of one run (tests/bench); fdy_bench_run passes none. */
+typedef struct bench_hooks {
+  bool corrupt;              /* in: corrupt one result before verification */
+  uint64_t corrupt_sequence; /* in: execution sequence number to corrupt */
+  uint32_t corrupt_layer;    /* in: layer whose result is corrupted */
+  bool payload_generated;    /* out: the payload was allocated and filled */
+} bench_hooks;
+
+/* One execution of one configuration. */
+typedef struct bench_execution {
+  uint64_t sequence;
+  bool measured;      /* false: warmup */
+  uint32_t round;     /* over all rounds, warmup first */
+  uint32_t position;  /* index within the round */
+  uint32_t config;    /* index in the buffers list */
+  int64_t begin_ns;   /* fdy_now_ns() right before fdy_runtime_execute */
+  int64_t end_ns;     /* fdy_now_ns() right after it returned */
+  fdy_status outcome; /* the runtime's status */
+  int checksum;       /* BENCH_CHECKSUM_* */
+  uint64_t peak_slot_bytes;
+  int64_t copy_ns;     /* sum of prefetch device spans, or -1 */
+  int64_t compute_ns;  /* sum of launch device spans, or -1 */
+  size_t timing_count; /* timings kept for the trace, or 0 */
+  fdy_command_timing *timings;
+} bench_execution;
+
+enum {
+  BENCH_CHECKSUM_NOT_CHECKED = 0,
+  BENCH_CHECKSUM_OK,
+  BENCH_CHECKSUM_MISMATCH,
+};
+
+/* Statistics of one configuration (milliseconds). */
+typedef struct bench_config_stats {
+  fdy_bench_stats time;                  /* elapsed ms */
+  fdy_bench_interval median_ci, mean_ci; /* ms */
+  double throughput_gib_s;               /* payload / median */
+  double fraction_of_h2d;                /* throughput / H2D ceiling */
+  double speedup;                        /* median(first) / median(this) */
+  fdy_bench_interval speedup_ci;
+} bench_config_stats;
+
+/* Copy/compute overlap derived from the first configuration's device
+ * timings (medians over its measured executions). */
+typedef struct bench_overlap {
+  bool available;
+  double copy_ms, compute_ms;
+  double ideal_speedup;    /* (T + C) / max(T, C) */
+  double measured_speedup; /* speedup of the last configuration */
+  double fraction_of_ideal;
+} bench_overlap;
+
+/* A measured ceiling (bytes per second), or unavailable. */
+typedef struct bench_ceiling {
+  bool available;
+  uint64_t bytes; /* bytes per copy or kernel */
+  uint32_t repeats;
+  double bytes_per_second;
+} bench_ceiling;
+
+typedef struct bench_state {
+  const fdy_bench_options *opt;
+  fdy_bench_backend backend_kind; /* resolved: CPU or CUDA */
+  bool backend_resolved;
+  fdy_backend *backend;
+  bool have_caps;
+  fdy_device_caps caps;
+  uint64_t weight_bytes, payload_bytes, slot_bytes;
+  uint32_t slots[FDY_BENCH_MAX_CONFIGS];        /* min(buffers, layers) */
+  uint64_t budget_bytes[FDY_BENCH_MAX_CONFIGS]; /* slots x slot bytes */
+  uint64_t max_budget_bytes;
+  fdy_plan *plans[FDY_BENCH_MAX_CONFIGS];
+  fdy_plan_summary summaries[FDY_BENCH_MAX_CONFIGS];
+  unsigned char *payload; /* layers x weight_bytes, page aligned */
+  uint64_t *expected;     /* layers checksums */
+  fdy_graph *graph;       /* bound to the payload */
+  fdy_backend_host *registration;
+  uint64_t registered_bytes;
+  uint64_t staging_bytes;
+  bench_ceiling h2d, d2d, kernel;
+  bool have_memory_in_use;
+  uint64_t memory_in_use_backend; /* after backend creation */
+  uint64_t memory_in_use_setup;   /* after setup (payload, ceilings) */
+  uint64_t memory_in_use_rounds;  /* after the last execution */
+  uint64_t peak_slot_bytes;       /* max over executions */
+  bool trace_all;
+  size_t execution_count; /* executions started (failed one included) */
+  bench_execution *executions;
+  bool have_stats;
+  bench_config_stats stats[FDY_BENCH_MAX_CONFIGS];
+  bench_overlap overlap;
+  const char *stage;       /* what the run was doing when it stopped */
+  int64_t failed_sequence; /* execution that failed, or -1 */
+  int64_t started_unix;    /* time(NULL) at the start */
+} bench_state;
+
+/* fdy_bench_run with test hooks (NULL: none). */
+fdy_status bench_run_hooked(const fdy_bench_options *options,
+                            bench_hooks *hooks, fdy_error *err);
+
+/* Writes `text` (len bytes) to path without ever replacing an existing file:
+ * temporary file in the same directory, fsync, link() into place
+ * (FDY_ERR_EXISTS, name = path, when something is there), temporary removed
+ * on every path. */
+fdy_status bench_write_new_file(const char *path, const char *text, size_t len,
+                                fdy_error *err);
+
+/* The report of a finished or failed run (status = the run's status, err its
+ * error when failed). Returns a new reference. */
+json_t *bench_report_json(const bench_state *s, fdy_status status,
+                          const fdy_error *err);
+/* The Chrome Trace Event document of the kept execution timings. */
+json_t *bench_trace_json(const bench_state *s);
+/* Prints the console summary of a successful run. */
+void bench_print_summary(const bench_state *s, FILE *out);
+
+/* GiB/s of the payload at a median of median_ms. */
+double bench_throughput_gib_s(uint64_t payload_bytes, double median_ms);
+
+#endif

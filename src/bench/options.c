@@ -1,0 +1,290 @@
+/* Options of `foundry bench`: defaults, names and every check that needs no
+ * backend (fdy_bench_check_options), in the order bench.h documents. */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "bench_internal.h"
+
+const char *fdy_bench_backend_name(fdy_bench_backend backend) {
+  switch (backend) {
+  case FDY_BENCH_BACKEND_AUTO:
+    return "auto";
+  case FDY_BENCH_BACKEND_CPU:
+    return "cpu";
+  case FDY_BENCH_BACKEND_CUDA:
+    return "cuda";
+  }
+  return "unknown";
+}
+
+void fdy_bench_options_default(fdy_bench_options *options) {
+  *options = (fdy_bench_options){
+      .backend = FDY_BENCH_BACKEND_AUTO,
+      .layers = 48,
+      .weight_mib = 64,
+      .iterations = 10,
+      .warmup = 2,
+      .bootstrap_resamples = 10000,
+      .seed = 0,
+      .buffer_count = 3,
+      .buffers = {1, 2, 3},
+      .compute_passes = 1,
+      .host_mode = FDY_CUDA_HOST_REGISTERED,
+      .cuda_device = 0,
+  };
+}
+
+/* Sets err from fmt, which takes three strings (flag, path, detail), with
+ * name = path. */
+static fdy_status named_error(fdy_error *err, fdy_status kind, const char *path,
+                              const char *fmt, const char *flag,
+                              const char *detail) {
+  fdy_error_set(err, kind, fmt, flag, path, detail);
+  if (err) {
+    snprintf(err->name, sizeof err->name, "%s", path);
+  }
+  return kind;
+}
+
+/* The directory part of path ("." when it has none). *out is malloc'd. */
+static fdy_status directory_of(const char *path, char **out, fdy_error *err) {
+  const char *slash = strrchr(path, '/');
+  size_t len = slash ? (size_t)(slash - path) : 1;
+  char *dir = malloc(len + 1);
+  if (!dir) {
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  if (!slash) {
+    memcpy(dir, ".", 2);
+  } else if (len == 0) {
+    memcpy(dir, "/", 2);
+  } else {
+    memcpy(dir, path, len);
+    dir[len] = '\0';
+  }
+  *out = dir;
+  return FDY_OK;
+}
+
+/* Canonical "directory/basename" of a path whose directory exists, so that
+ * "a/x.json" and "./a/x.json" compare equal. *out is malloc'd. */
+static fdy_status canonical_path(const char *path, char **out, fdy_error *err) {
+  char *dir = NULL;
+  fdy_status st = directory_of(path, &dir, err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  char *real = realpath(dir, NULL);
+  free(dir);
+  const char *slash = strrchr(path, '/');
+  const char *base = slash ? slash + 1 : path;
+  if (!real) {
+    *out = strdup(path);
+  } else {
+    size_t n = strlen(real) + strlen(base) + 2;
+    *out = malloc(n);
+    if (*out) {
+      snprintf(*out, n, "%s/%s", real, base);
+    }
+    free(real);
+  }
+  return *out ? FDY_OK
+              : fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+}
+
+/* An output path: not empty, nothing there yet, directory present. */
+static fdy_status check_output(const char *flag, const char *path,
+                               fdy_error *err) {
+  if (path[0] == '\0' || path[strlen(path) - 1] == '/') {
+    return named_error(err, FDY_ERR_INVALID_ARGUMENT, path,
+                       "%s needs a file name, got '%s'%s", flag, "");
+  }
+  struct stat sb;
+  if (lstat(path, &sb) == 0) {
+    return named_error(err, FDY_ERR_EXISTS, path,
+                       "%s: '%s' already exists%s; refusing to overwrite it",
+                       flag, "");
+  }
+  char *dir = NULL;
+  fdy_status st = directory_of(path, &dir, err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  int rc = stat(dir, &sb);
+  int errnum = errno;
+  bool is_dir = rc == 0 && S_ISDIR(sb.st_mode);
+  free(dir);
+  if (!is_dir) {
+    return named_error(err, FDY_ERR_NOT_FOUND, path,
+                       "%s: the directory of '%s' does not exist%s", flag,
+                       rc == 0 ? " (not a directory)"
+                               : (errnum == ENOENT ? "" : " or is unreadable"));
+  }
+  return FDY_OK;
+}
+
+static fdy_status check_paths(const fdy_bench_options *o, fdy_error *err) {
+  if (o->trace_path && !o->report_path) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "--trace requires --report (the trace belongs to a "
+                         "report)");
+  }
+  if (o->report_path && o->trace_path) {
+    char *a = NULL, *b = NULL;
+    fdy_status st = canonical_path(o->report_path, &a, err);
+    if (st == FDY_OK) {
+      st = canonical_path(o->trace_path, &b, err);
+    }
+    bool same = st == FDY_OK && (strcmp(o->report_path, o->trace_path) == 0 ||
+                                 strcmp(a, b) == 0);
+    free(a);
+    free(b);
+    if (st != FDY_OK) {
+      return st;
+    }
+    if (same) {
+      return named_error(err, FDY_ERR_INVALID_ARGUMENT, o->trace_path,
+                         "%s and --report name the same file '%s'%s", "--trace",
+                         "");
+    }
+  }
+  if (o->report_path) {
+    fdy_status st = check_output("--report", o->report_path, err);
+    if (st != FDY_OK) {
+      return st;
+    }
+  }
+  if (o->trace_path) {
+    return check_output("--trace", o->trace_path, err);
+  }
+  return FDY_OK;
+}
+
+static fdy_status check_buffers(const fdy_bench_options *o, fdy_error *err) {
+  if (o->buffer_count == 0 || o->buffer_count > FDY_BENCH_MAX_CONFIGS) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "--buffers needs 1 to %d buffer counts, got %" PRIu32,
+                         FDY_BENCH_MAX_CONFIGS, o->buffer_count);
+  }
+  for (uint32_t i = 0; i < o->buffer_count; i++) {
+    if (o->buffers[i] == 0 || o->buffers[i] > FDY_BENCH_MAX_BUFFERS) {
+      fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                    "--buffers: each buffer count must be from 1 to %d, "
+                    "got %" PRIu32,
+                    FDY_BENCH_MAX_BUFFERS, o->buffers[i]);
+      if (err) {
+        err->ids[0] = i;
+        err->actual = o->buffers[i];
+      }
+      return FDY_ERR_INVALID_ARGUMENT;
+    }
+    for (uint32_t j = 0; j < i; j++) {
+      if (o->buffers[j] == o->buffers[i]) {
+        fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                      "--buffers: buffer count %" PRIu32 " appears twice",
+                      o->buffers[i]);
+        if (err) {
+          err->ids[0] = j;
+          err->ids[1] = i;
+        }
+        return FDY_ERR_INVALID_ARGUMENT;
+      }
+    }
+  }
+  return FDY_OK;
+}
+
+/* Payload bytes and the largest slot budget fit 64 bits (and a size_t). */
+static fdy_status check_sizes(const fdy_bench_options *o, fdy_error *err) {
+  uint64_t weight = 0, payload = 0, slot = 0, budget = 0;
+  uint32_t max_buffers = 0;
+  for (uint32_t i = 0; i < o->buffer_count; i++) {
+    max_buffers = o->buffers[i] > max_buffers ? o->buffers[i] : max_buffers;
+  }
+  if (fdy_mul_u64(o->weight_mib, FDY_MIB, &weight, NULL) != FDY_OK ||
+      fdy_mul_u64(weight, o->layers, &payload, NULL) != FDY_OK ||
+      payload > SIZE_MAX ||
+      fdy_align_up(weight, BENCH_CHECK_ALIGNMENT, &slot, NULL) != FDY_OK ||
+      fdy_mul_u64(slot, max_buffers, &budget, NULL) != FDY_OK) {
+    return fdy_error_set(err, FDY_ERR_OVERFLOW,
+                         "%" PRIu32 " layers of %" PRIu64 " MiB (times %" PRIu32
+                         " buffers) overflow a 64-bit byte count",
+                         o->layers, o->weight_mib, max_buffers);
+  }
+  return FDY_OK;
+}
+
+fdy_status fdy_bench_check_options(const fdy_bench_options *o, fdy_error *err) {
+  if (!o) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT, "options are NULL");
+  }
+  struct {
+    const char *flag;
+    uint64_t value;
+  } positive[] = {
+      {"--layers", o->layers},
+      {"--weight-mib", o->weight_mib},
+      {"--iterations", o->iterations},
+      {"--bootstrap-resamples", o->bootstrap_resamples},
+      {"--compute-passes", o->compute_passes},
+  };
+  for (size_t i = 0; i < sizeof positive / sizeof positive[0]; i++) {
+    if (positive[i].value == 0) {
+      fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT, "%s must be positive",
+                    positive[i].flag);
+      if (err) {
+        snprintf(err->name, sizeof err->name, "%s", positive[i].flag);
+      }
+      return FDY_ERR_INVALID_ARGUMENT;
+    }
+  }
+  if (o->bootstrap_resamples > FDY_BENCH_MAX_RESAMPLES) {
+    fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                  "--bootstrap-resamples must be at most %u, got %" PRIu32,
+                  FDY_BENCH_MAX_RESAMPLES, o->bootstrap_resamples);
+    if (err) {
+      err->expected = FDY_BENCH_MAX_RESAMPLES;
+      err->actual = o->bootstrap_resamples;
+    }
+    return FDY_ERR_INVALID_ARGUMENT;
+  }
+  fdy_status st = check_buffers(o, err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  if ((uint64_t)o->warmup + o->iterations > UINT32_MAX) {
+    return fdy_error_set(err, FDY_ERR_OVERFLOW,
+                         "--warmup plus --iterations exceed %u rounds",
+                         UINT32_MAX);
+  }
+  st = check_sizes(o, err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  if (o->backend != FDY_BENCH_BACKEND_AUTO &&
+      o->backend != FDY_BENCH_BACKEND_CPU &&
+      o->backend != FDY_BENCH_BACKEND_CUDA) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT, "unknown backend %d",
+                         (int)o->backend);
+  }
+  if (o->host_mode != FDY_CUDA_HOST_REGISTERED &&
+      o->host_mode != FDY_CUDA_HOST_STAGED) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT, "unknown host mode %d",
+                         (int)o->host_mode);
+  }
+  if (o->cuda_device < 0) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "--device must be a non-negative ordinal, got %d",
+                         o->cuda_device);
+  }
+  if (o->backend == FDY_BENCH_BACKEND_CUDA && o->cpu_memory_bytes != 0) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "--cpu-memory applies to the cpu backend only");
+  }
+  return check_paths(o, err);
+}

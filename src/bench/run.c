@@ -1,0 +1,686 @@
+/* The `foundry bench` protocol: backend and device-limit checks, untimed
+ * setup (plans, payload, expected checksums, host registration, ceilings),
+ * rotating rounds of timed executions each verified layer by layer, the
+ * statistics, and the outputs (console, report, trace). */
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench_internal.h"
+#include "foundry/checksum.h"
+#include "foundry/cpu.h"
+#include "foundry/cuda.h"
+#include "foundry/graph.h"
+
+static void progress(const bench_state *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void progress(const bench_state *s, const char *fmt, ...) {
+  if (!s->opt->progress) {
+    return;
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("bench: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+double bench_throughput_gib_s(uint64_t payload_bytes, double median_ms) {
+  return (double)payload_bytes / (median_ms / 1e3) / (double)FDY_GIB;
+}
+
+static fdy_status create_backend(bench_state *s, fdy_error *err) {
+  const fdy_bench_options *o = s->opt;
+  s->stage = "backend";
+  s->backend_kind = o->backend;
+  if (s->backend_kind == FDY_BENCH_BACKEND_AUTO) {
+    s->backend_kind = fdy_cuda_device_count() > 0 ? FDY_BENCH_BACKEND_CUDA
+                                                  : FDY_BENCH_BACKEND_CPU;
+  }
+  s->backend_resolved = true;
+  fdy_status st;
+  if (s->backend_kind == FDY_BENCH_BACKEND_CUDA) {
+    if (o->cpu_memory_bytes != 0) {
+      return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                           "--cpu-memory applies to the cpu backend only "
+                           "(auto chose cuda)");
+    }
+    fdy_cuda_options co = {.device = o->cuda_device,
+                           .host_mode = o->host_mode,
+                           .staging_bytes = BENCH_STAGING_BYTES,
+                           .staging_buffers = BENCH_STAGING_BUFFERS,
+                           .compute_passes = o->compute_passes};
+    st = fdy_cuda_backend_create(&co, &s->backend, err);
+    if (st == FDY_OK && o->host_mode == FDY_CUDA_HOST_STAGED) {
+      s->staging_bytes = (uint64_t)BENCH_STAGING_BYTES * BENCH_STAGING_BUFFERS;
+    }
+  } else {
+    fdy_cpu_options co = {.memory_bytes = o->cpu_memory_bytes,
+                          .compute_passes = o->compute_passes};
+    st = fdy_cpu_backend_create(&co, &s->backend, err);
+  }
+  if (st != FDY_OK) {
+    fdy_error_prefix(err, "creating the %s backend",
+                     fdy_bench_backend_name(s->backend_kind));
+    return st;
+  }
+  st = s->backend->ops->capabilities(s->backend, &s->caps, err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  s->have_caps = true;
+  if (s->backend_kind == FDY_BENCH_BACKEND_CUDA &&
+      fdy_cuda_memory_in_use(s->backend, &s->memory_in_use_backend, NULL) ==
+          FDY_OK) {
+    s->have_memory_in_use = true;
+  }
+  return FDY_OK;
+}
+
+static fdy_status budget_error(fdy_error *err, uint64_t limit, uint64_t need,
+                               const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static fdy_status budget_error(fdy_error *err, uint64_t limit, uint64_t need,
+                               const char *fmt, ...) {
+  char what[FDY_ERROR_MESSAGE_MAX - 128];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  char a[32], b[32];
+  fdy_error_set(err, FDY_ERR_BUDGET, "%s: %s needed, %s available", what,
+                fdy_format_bytes(need, a, sizeof a),
+                fdy_format_bytes(limit, b, sizeof b));
+  if (err) {
+    err->expected = limit;
+    err->actual = need;
+  }
+  return FDY_ERR_BUDGET;
+}
+
+/* Slot sizes and budgets against the device, then the host payload against
+ * physical memory: all before anything large is allocated. */
+static fdy_status check_limits(bench_state *s, fdy_error *err) {
+  const fdy_bench_options *o = s->opt;
+  s->stage = "device_limits";
+  s->weight_bytes = o->weight_mib * FDY_MIB;
+  s->payload_bytes = s->weight_bytes * o->layers;
+  fdy_status st =
+      fdy_align_up(s->weight_bytes, s->caps.alignment, &s->slot_bytes, err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  for (uint32_t k = 0; k < o->buffer_count; k++) {
+    s->slots[k] = o->buffers[k] < o->layers ? o->buffers[k] : o->layers;
+    st = fdy_mul_u64(s->slot_bytes, s->slots[k], &s->budget_bytes[k], err);
+    if (st != FDY_OK) {
+      return st;
+    }
+    if (s->budget_bytes[k] > s->max_budget_bytes) {
+      s->max_budget_bytes = s->budget_bytes[k];
+    }
+  }
+  if (s->slot_bytes > s->caps.max_allocation) {
+    return budget_error(err, s->caps.max_allocation, s->slot_bytes,
+                        "a slot exceeds the maximum allocation of %s",
+                        s->caps.name);
+  }
+  if (s->max_budget_bytes > s->caps.total_memory) {
+    return budget_error(err, s->caps.total_memory, s->max_budget_bytes,
+                        "the slots of the largest configuration exceed the "
+                        "memory of %s",
+                        s->caps.name);
+  }
+  if (s->caps.free_memory != 0 && s->max_budget_bytes > s->caps.free_memory) {
+    return budget_error(err, s->caps.free_memory, s->max_budget_bytes,
+                        "the slots of the largest configuration exceed the "
+                        "free memory of %s",
+                        s->caps.name);
+  }
+  s->stage = "host_limits";
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0) {
+    uint64_t host = (uint64_t)pages * (uint64_t)page, need = s->payload_bytes;
+    if (s->backend_kind == FDY_BENCH_BACKEND_CPU &&
+        (fdy_add_u64(need, s->max_budget_bytes, &need, err) != FDY_OK ||
+         fdy_add_u64(need, s->slot_bytes, &need, err) != FDY_OK)) {
+      return FDY_ERR_OVERFLOW;
+    }
+    if (need > host) {
+      return budget_error(err, host, need,
+                          "the payload%s exceeds the host's physical memory",
+                          s->backend_kind == FDY_BENCH_BACKEND_CPU
+                              ? " plus the cpu backend's slots"
+                              : "");
+    }
+  }
+  return FDY_OK;
+}
+
+static fdy_status make_plans(bench_state *s, fdy_error *err) {
+  const fdy_bench_options *o = s->opt;
+  s->stage = "plans";
+  fdy_graph *described = NULL;
+  fdy_status st = fdy_synthetic_graph_create(o->layers, s->weight_bytes, NULL,
+                                             &described, err);
+  for (uint32_t k = 0; st == FDY_OK && k < o->buffer_count; k++) {
+    st = fdy_plan_streaming(described, s->budget_bytes[k], o->buffers[k],
+                            s->caps.alignment, &s->plans[k], err);
+    if (st == FDY_OK) {
+      st = fdy_plan_validate(s->plans[k], &s->summaries[k], err);
+    }
+    if (st != FDY_OK) {
+      fdy_error_prefix(err, "the %" PRIu32 "-buffer plan", o->buffers[k]);
+    }
+  }
+  fdy_graph_destroy(described);
+  return st;
+}
+
+/* Deterministic payload, its expected checksums and the bound graph. */
+static fdy_status make_payload(bench_state *s, bench_hooks *hooks,
+                               fdy_error *err) {
+  const fdy_bench_options *o = s->opt;
+  s->stage = "payload";
+  long page = sysconf(_SC_PAGESIZE);
+  void *p = NULL;
+  if (posix_memalign(&p, page > 0 ? (size_t)page : 4096,
+                     (size_t)s->payload_bytes) != 0) {
+    char a[32];
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
+                         "cannot allocate the %s payload",
+                         fdy_format_bytes(s->payload_bytes, a, sizeof a));
+  }
+  s->payload = p;
+  s->expected = calloc(o->layers, sizeof *s->expected);
+  const void **layer_data = calloc(o->layers, sizeof *layer_data);
+  if (!s->expected || !layer_data) {
+    free(layer_data);
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  char size[32];
+  progress(s, "generating %s of payload (%" PRIu32 " layers)",
+           fdy_format_bytes(s->payload_bytes, size, sizeof size), o->layers);
+  for (uint32_t i = 0; i < o->layers; i++) {
+    unsigned char *layer = s->payload + (uint64_t)i * s->weight_bytes;
+    fdy_bench_fill_layer(layer, s->weight_bytes, o->seed, i);
+    s->expected[i] = fdy_checksum(layer, s->weight_bytes);
+    layer_data[i] = layer;
+  }
+  if (hooks) {
+    hooks->payload_generated = true;
+  }
+  fdy_status st = fdy_synthetic_graph_create(o->layers, s->weight_bytes,
+                                             layer_data, &s->graph, err);
+  free(layer_data);
+  return st;
+}
+
+static fdy_status register_payload(bench_state *s, fdy_error *err) {
+  s->stage = "registration";
+  if (s->backend_kind != FDY_BENCH_BACKEND_CUDA ||
+      s->opt->host_mode != FDY_CUDA_HOST_REGISTERED ||
+      !s->backend->ops->host_register) {
+    return FDY_OK;
+  }
+  progress(s, "registering the payload with the device");
+  fdy_status st = s->backend->ops->host_register(
+      s->backend, s->payload, s->payload_bytes, &s->registration, err);
+  if (st != FDY_OK) {
+    fdy_error_prefix(err, "registering the payload");
+    return st;
+  }
+  s->registered_bytes = s->payload_bytes;
+  return FDY_OK;
+}
+
+static int compare_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* cpu: median time of a plain memcpy of one layer into a slot-sized host
+ * buffer (warmed by one discarded copy), layers taken in turn. */
+static fdy_status cpu_h2d_ceiling(bench_state *s, fdy_error *err) {
+  void *dst = NULL;
+  if (posix_memalign(&dst, 64, (size_t)s->slot_bytes) != 0) {
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
+                         "cannot allocate the ceiling buffer");
+  }
+  int64_t ns[BENCH_CEILING_REPEATS];
+  memcpy(dst, s->payload, (size_t)s->weight_bytes);
+  for (uint32_t r = 0; r < BENCH_CEILING_REPEATS; r++) {
+    const unsigned char *src =
+        s->payload + (uint64_t)(r % s->opt->layers) * s->weight_bytes;
+    int64_t t0 = fdy_now_ns();
+    memcpy(dst, src, (size_t)s->weight_bytes);
+    __asm__ volatile("" : : "r"(dst) : "memory");
+    ns[r] = fdy_now_ns() - t0;
+  }
+  free(dst);
+  qsort(ns, BENCH_CEILING_REPEATS, sizeof ns[0], compare_i64);
+  double median_ns = (double)(ns[BENCH_CEILING_REPEATS / 2 - 1] +
+                              ns[BENCH_CEILING_REPEATS / 2]) /
+                     2.0;
+  s->h2d = (bench_ceiling){.available = true,
+                           .bytes = s->weight_bytes,
+                           .repeats = BENCH_CEILING_REPEATS,
+                           .bytes_per_second = (double)s->weight_bytes /
+                                               (fmax(median_ns, 1.0) / 1e9)};
+  return FDY_OK;
+}
+
+static fdy_status measure_ceilings(bench_state *s, fdy_error *err) {
+  s->stage = "ceilings";
+  progress(s, "measuring the host-to-device ceiling");
+  if (s->backend_kind == FDY_BENCH_BACKEND_CPU) {
+    return cpu_h2d_ceiling(s, err);
+  }
+  bench_ceiling c = {.available = true,
+                     .bytes = s->weight_bytes,
+                     .repeats = BENCH_CEILING_REPEATS};
+  fdy_status st = fdy_cuda_measure_h2d(s->backend, s->payload, s->weight_bytes,
+                                       c.repeats, &c.bytes_per_second, err);
+  if (st != FDY_OK) {
+    fdy_error_prefix(err, "measuring the host-to-device ceiling");
+    return st;
+  }
+  s->h2d = c;
+  st = fdy_cuda_measure_d2d(s->backend, s->weight_bytes, c.repeats,
+                            &c.bytes_per_second, err);
+  if (st != FDY_OK) {
+    fdy_error_prefix(err, "measuring the device-to-device bandwidth");
+    return st;
+  }
+  s->d2d = c;
+  st = fdy_cuda_measure_checksum(s->backend, s->weight_bytes, c.repeats,
+                                 &c.bytes_per_second, err);
+  if (st != FDY_OK) {
+    fdy_error_prefix(err, "measuring the checksum kernel");
+    return st;
+  }
+  s->kernel = c;
+  return FDY_OK;
+}
+
+/* Sums of the device spans of prefetches (copy) and launches (compute);
+ * -1 when the backend gave no device times. */
+static void device_sums(const fdy_run_result *r, int64_t *copy,
+                        int64_t *compute) {
+  int64_t c = 0, k = 0;
+  bool complete = r->timing_count > 0;
+  for (size_t i = 0; i < r->timing_count; i++) {
+    const fdy_command_timing *t = &r->timings[i];
+    if (t->kind != FDY_CMD_PREFETCH && t->kind != FDY_CMD_LAUNCH) {
+      continue;
+    }
+    if (t->device_start_ns < 0 || t->device_end_ns < t->device_start_ns) {
+      complete = false;
+      continue;
+    }
+    *(t->kind == FDY_CMD_PREFETCH ? &c : &k) +=
+        t->device_end_ns - t->device_start_ns;
+  }
+  *copy = complete ? c : -1;
+  *compute = complete ? k : -1;
+}
+
+/* Keeps (moves) the timings of execution x for the trace when they are to
+ * be traced; frees the previously kept ones they replace. */
+static void keep_timings(bench_state *s, bench_execution *x, fdy_run_result *r,
+                         int64_t *last_kept) {
+  if (!s->opt->trace_path || r->timing_count == 0) {
+    return;
+  }
+  if (!s->trace_all) {
+    if (!x->measured) {
+      return;
+    }
+    if (last_kept[x->config] >= 0) {
+      bench_execution *old = &s->executions[last_kept[x->config]];
+      free(old->timings);
+      old->timings = NULL;
+      old->timing_count = 0;
+    }
+    last_kept[x->config] = (int64_t)x->sequence;
+  }
+  x->timings = r->timings;
+  x->timing_count = r->timing_count;
+  r->timings = NULL;
+  r->timing_count = 0;
+}
+
+static fdy_status verify(bench_state *s, bench_execution *x, fdy_run_result *r,
+                         bench_hooks *hooks, fdy_error *err) {
+  if (hooks && hooks->corrupt && hooks->corrupt_sequence == x->sequence &&
+      hooks->corrupt_layer < r->op_count) {
+    r->op_results[hooks->corrupt_layer] ^= 1;
+  }
+  x->checksum = BENCH_CHECKSUM_OK;
+  for (uint32_t i = 0; i < s->opt->layers; i++) {
+    uint64_t got = i < r->op_count ? r->op_results[i] : 0;
+    if (got != s->expected[i]) {
+      x->checksum = BENCH_CHECKSUM_MISMATCH;
+      fdy_error_set(
+          err, FDY_ERR_CHECKSUM,
+          "execution %" PRIu64 " (%" PRIu32 " buffers): layer %" PRIu32
+          " checksum 0x%016" PRIx64 " differs from the expected 0x%016" PRIx64,
+          x->sequence, s->opt->buffers[x->config], i, got, s->expected[i]);
+      if (err) {
+        err->ids[0] = i;
+        err->command_index = (int64_t)x->sequence;
+        err->expected = s->expected[i];
+        err->actual = got;
+      }
+      return FDY_ERR_CHECKSUM;
+    }
+  }
+  return FDY_OK;
+}
+
+static fdy_status run_rounds(bench_state *s, bench_hooks *hooks,
+                             fdy_error *err) {
+  const fdy_bench_options *o = s->opt;
+  s->stage = "rounds";
+  uint32_t rounds = o->warmup + o->iterations, count = o->buffer_count;
+  uint64_t total = (uint64_t)rounds * count, records = 0;
+  size_t commands = 0;
+  for (uint32_t k = 0; k < count; k++) {
+    commands = s->summaries[k].commands > commands ? s->summaries[k].commands
+                                                   : commands;
+  }
+  s->trace_all = fdy_mul_u64(total, commands, &records, NULL) == FDY_OK &&
+                 records <= BENCH_TRACE_ALL_LIMIT;
+  s->executions = calloc((size_t)total, sizeof *s->executions);
+  if (!s->executions) {
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
+                         "out of memory for %" PRIu64 " execution records",
+                         total);
+  }
+  int64_t last_kept[FDY_BENCH_MAX_CONFIGS];
+  for (uint32_t k = 0; k < FDY_BENCH_MAX_CONFIGS; k++) {
+    last_kept[k] = -1;
+  }
+  const fdy_run_options run_options = {.collect_timings = true};
+  for (uint32_t round = 0; round < rounds; round++) {
+    for (uint32_t pos = 0; pos < count; pos++) {
+      bench_execution *x = &s->executions[s->execution_count];
+      *x = (bench_execution){.sequence = s->execution_count,
+                             .measured = round >= o->warmup,
+                             .round = round,
+                             .position = pos,
+                             .config = (round + pos) % count,
+                             .copy_ns = -1,
+                             .compute_ns = -1};
+      s->execution_count++;
+      fdy_run_result r;
+      x->begin_ns = fdy_now_ns();
+      fdy_status st = fdy_runtime_execute(s->plans[x->config], s->graph,
+                                          s->backend, &run_options, &r, err);
+      x->end_ns = fdy_now_ns();
+      x->outcome = st;
+      if (st != FDY_OK) {
+        s->failed_sequence = (int64_t)x->sequence;
+        fdy_error_prefix(err, "execution %" PRIu64 " (%" PRIu32 " buffers)",
+                         x->sequence, o->buffers[x->config]);
+        return st;
+      }
+      x->peak_slot_bytes = r.peak_slot_bytes;
+      if (r.peak_slot_bytes > s->peak_slot_bytes) {
+        s->peak_slot_bytes = r.peak_slot_bytes;
+      }
+      device_sums(&r, &x->copy_ns, &x->compute_ns);
+      st = verify(s, x, &r, hooks, err);
+      if (st == FDY_OK) {
+        keep_timings(s, x, &r, last_kept);
+      }
+      fdy_run_result_free(&r);
+      if (st != FDY_OK) {
+        s->failed_sequence = (int64_t)x->sequence;
+        return st;
+      }
+      progress(s,
+               "[%zu/%" PRIu64 "] %s round %" PRIu32 ", %" PRIu32
+               " buffers: %.3f ms",
+               s->execution_count, total, x->measured ? "measured" : "warmup",
+               x->measured ? round - o->warmup + 1 : round + 1,
+               o->buffers[x->config], (double)(x->end_ns - x->begin_ns) / 1e6);
+    }
+  }
+  if (s->have_memory_in_use &&
+      fdy_cuda_memory_in_use(s->backend, &s->memory_in_use_rounds, NULL) !=
+          FDY_OK) {
+    s->have_memory_in_use = false;
+  }
+  return FDY_OK;
+}
+
+/* Measured samples (ms) of configuration k in round order. */
+static void samples_of(const bench_state *s, uint32_t k, double *ms,
+                       double *copy_ms, double *compute_ms) {
+  for (size_t i = 0; i < s->execution_count; i++) {
+    const bench_execution *x = &s->executions[i];
+    if (x->measured && x->config == k) {
+      size_t r = x->round - s->opt->warmup;
+      ms[r] = (double)(x->end_ns - x->begin_ns) / 1e6;
+      if (copy_ms) {
+        copy_ms[r] = (double)x->copy_ns / 1e6;
+        compute_ms[r] = (double)x->compute_ns / 1e6;
+      }
+    }
+  }
+}
+
+static fdy_status overlap_of(bench_state *s, const double *copy_ms,
+                             const double *compute_ms, fdy_error *err) {
+  const fdy_bench_options *o = s->opt;
+  for (size_t i = 0; i < s->execution_count; i++) {
+    const bench_execution *x = &s->executions[i];
+    if (x->measured && x->config == 0 &&
+        (x->copy_ns < 0 || x->compute_ns < 0)) {
+      return FDY_OK;
+    }
+  }
+  bench_overlap *ov = &s->overlap;
+  fdy_status st = fdy_bench_median(copy_ms, o->iterations, &ov->copy_ms, err);
+  if (st == FDY_OK) {
+    st = fdy_bench_median(compute_ms, o->iterations, &ov->compute_ms, err);
+  }
+  if (st != FDY_OK) {
+    return st;
+  }
+  double longest = fmax(ov->copy_ms, ov->compute_ms);
+  if (longest <= 0.0) {
+    return FDY_OK;
+  }
+  ov->available = true;
+  ov->ideal_speedup = (ov->copy_ms + ov->compute_ms) / longest;
+  if (o->buffer_count > 1) {
+    ov->measured_speedup = s->stats[o->buffer_count - 1].speedup;
+    ov->fraction_of_ideal = ov->measured_speedup / ov->ideal_speedup;
+  }
+  return FDY_OK;
+}
+
+static fdy_status compute_statistics(bench_state *s, fdy_error *err) {
+  const fdy_bench_options *o = s->opt;
+  s->stage = "statistics";
+  size_t n = o->iterations;
+  double *all = calloc((size_t)o->buffer_count * n, sizeof *all);
+  double *copy_ms = calloc(n, sizeof *copy_ms);
+  double *compute_ms = calloc(n, sizeof *compute_ms);
+  fdy_status st = FDY_OK;
+  if (!all || !copy_ms || !compute_ms) {
+    st = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+    goto cleanup;
+  }
+  for (uint32_t k = 0; k < o->buffer_count; k++) {
+    samples_of(s, k, all + k * n, k == 0 ? copy_ms : NULL,
+               k == 0 ? compute_ms : NULL);
+  }
+  for (uint32_t k = 0; st == FDY_OK && k < o->buffer_count; k++) {
+    bench_config_stats *c = &s->stats[k];
+    const double *x = all + k * n;
+    st = fdy_bench_describe(x, n, &c->time, err);
+    if (st == FDY_OK) {
+      st = fdy_bench_bootstrap(
+          x, n, FDY_BENCH_STAT_MEDIAN, o->bootstrap_resamples,
+          fdy_bench_stream_seed(o->seed, 3ull * k), &c->median_ci, err);
+    }
+    if (st == FDY_OK) {
+      st = fdy_bench_bootstrap(
+          x, n, FDY_BENCH_STAT_MEAN, o->bootstrap_resamples,
+          fdy_bench_stream_seed(o->seed, 3ull * k + 1), &c->mean_ci, err);
+    }
+    if (st == FDY_OK) {
+      st =
+          fdy_bench_paired_speedup(all, x, n, o->bootstrap_resamples,
+                                   fdy_bench_stream_seed(o->seed, 3ull * k + 2),
+                                   &c->speedup, &c->speedup_ci, err);
+    }
+    c->throughput_gib_s =
+        bench_throughput_gib_s(s->payload_bytes, c->time.median);
+    c->fraction_of_h2d =
+        c->throughput_gib_s * (double)FDY_GIB / s->h2d.bytes_per_second;
+  }
+  if (st == FDY_OK) {
+    st = overlap_of(s, copy_ms, compute_ms, err);
+  }
+  s->have_stats = st == FDY_OK;
+cleanup:
+  free(all);
+  free(copy_ms);
+  free(compute_ms);
+  return st;
+}
+
+static fdy_status write_json(const char *path, json_t *doc, fdy_error *err) {
+  if (!doc) {
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
+                         "out of memory building '%s'", path);
+  }
+  char *text = json_dumps(doc, JSON_INDENT(1) | JSON_REAL_PRECISION(17));
+  json_decref(doc);
+  if (!text) {
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
+                         "out of memory encoding '%s'", path);
+  }
+  fdy_status st = bench_write_new_file(path, text, strlen(text), err);
+  free(text);
+  return st;
+}
+
+/* Writes the report (and the trace) of the run whose outcome is status/err.
+ * Returns the first write failure, in *werr. */
+static fdy_status write_outputs(bench_state *s, fdy_status status,
+                                const fdy_error *err, fdy_error *werr) {
+  const fdy_bench_options *o = s->opt;
+  if (!o->report_path) {
+    return FDY_OK;
+  }
+  fdy_status st =
+      write_json(o->report_path, bench_report_json(s, status, err), werr);
+  if (st == FDY_OK && o->trace_path) {
+    st = write_json(o->trace_path, bench_trace_json(s), werr);
+  }
+  if (st == FDY_OK) {
+    progress(s, "report written to %s%s%s", o->report_path,
+             o->trace_path ? ", trace to " : "",
+             o->trace_path ? o->trace_path : "");
+  }
+  return st;
+}
+
+static void state_free(bench_state *s) {
+  if (s->registration) {
+    s->backend->ops->host_unregister(s->backend, s->registration);
+  }
+  for (uint32_t k = 0; k < FDY_BENCH_MAX_CONFIGS; k++) {
+    fdy_plan_destroy(s->plans[k]);
+  }
+  for (size_t i = 0; i < s->execution_count; i++) {
+    free(s->executions[i].timings);
+  }
+  free(s->executions);
+  fdy_graph_destroy(s->graph);
+  fdy_backend_destroy(s->backend);
+  free(s->expected);
+  free(s->payload);
+}
+
+fdy_status bench_run_hooked(const fdy_bench_options *options,
+                            bench_hooks *hooks, fdy_error *err) {
+  fdy_error e;
+  fdy_error_clear(&e);
+  fdy_status st = fdy_bench_check_options(options, &e);
+  if (st != FDY_OK) {
+    if (err) {
+      *err = e;
+    }
+    return st;
+  }
+  bench_state s = {.opt = options,
+                   .failed_sequence = -1,
+                   .started_unix = (int64_t)time(NULL)};
+  st = create_backend(&s, &e);
+  if (st == FDY_OK) {
+    st = check_limits(&s, &e);
+  }
+  if (st == FDY_OK) {
+    st = make_plans(&s, &e);
+  }
+  if (st == FDY_OK) {
+    st = make_payload(&s, hooks, &e);
+  }
+  if (st == FDY_OK) {
+    st = register_payload(&s, &e);
+  }
+  if (st == FDY_OK) {
+    st = measure_ceilings(&s, &e);
+  }
+  if (st == FDY_OK && s.have_memory_in_use &&
+      fdy_cuda_memory_in_use(s.backend, &s.memory_in_use_setup, NULL) !=
+          FDY_OK) {
+    s.have_memory_in_use = false;
+  }
+  if (st == FDY_OK) {
+    st = run_rounds(&s, hooks, &e);
+  }
+  if (st == FDY_OK) {
+    st = compute_statistics(&s, &e);
+  }
+  if (st == FDY_OK) {
+    s.stage = "complete";
+    if (options->console) {
+      bench_print_summary(&s, options->console);
+    }
+  }
+  fdy_error we;
+  fdy_error_clear(&we);
+  fdy_status wst = write_outputs(&s, st, &e, &we);
+  if (st == FDY_OK && wst != FDY_OK) {
+    st = wst;
+    e = we;
+  } else if (wst != FDY_OK) {
+    e.cleanup_kind = wst;
+    snprintf(e.cleanup_message, sizeof e.cleanup_message,
+             "writing the report failed too: %.200s", we.message);
+  }
+  state_free(&s);
+  if (err) {
+    *err = e;
+  }
+  return st;
+}
+
+fdy_status fdy_bench_run(const fdy_bench_options *options, fdy_error *err) {
+  return bench_run_hooked(options, NULL, err);
+}

@@ -1,0 +1,183 @@
+/* The Chrome Trace Event document of `foundry bench` (opens in Perfetto and
+ * chrome://tracing): one process with a host track (each execution and the
+ * issue span of every command), a copy track and a compute track built from
+ * the device timestamps of prefetches and launches, and a counter of live
+ * slot bytes. Timestamps are microseconds since the first execution began. */
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "bench_internal.h"
+
+enum { TID_HOST = 1, TID_COPY = 2, TID_COMPUTE = 3 };
+
+static json_t *metadata(const char *what, int tid, const char *name) {
+  json_t *e = json_object();
+  json_object_set_new(e, "name", json_string(what));
+  json_object_set_new(e, "ph", json_string("M"));
+  json_object_set_new(e, "pid", json_integer(1));
+  if (tid > 0) {
+    json_object_set_new(e, "tid", json_integer(tid));
+  }
+  json_t *args = json_object();
+  json_object_set_new(args, "name", json_string(name));
+  json_object_set_new(e, "args", args);
+  return e;
+}
+
+static json_t *sort_index(int tid) {
+  json_t *e = json_object();
+  json_object_set_new(e, "name", json_string("thread_sort_index"));
+  json_object_set_new(e, "ph", json_string("M"));
+  json_object_set_new(e, "pid", json_integer(1));
+  json_object_set_new(e, "tid", json_integer(tid));
+  json_t *args = json_object();
+  json_object_set_new(args, "sort_index", json_integer(tid));
+  json_object_set_new(e, "args", args);
+  return e;
+}
+
+static double us(int64_t ns, int64_t origin) {
+  return (double)(ns - origin) / 1e3;
+}
+
+/* A complete ("X") event; args is stolen. */
+static json_t *span(const char *name, const char *cat, int tid, int64_t begin,
+                    int64_t end, int64_t origin, json_t *args) {
+  json_t *e = json_object();
+  json_object_set_new(e, "name", json_string(name));
+  json_object_set_new(e, "cat", json_string(cat));
+  json_object_set_new(e, "ph", json_string("X"));
+  json_object_set_new(e, "pid", json_integer(1));
+  json_object_set_new(e, "tid", json_integer(tid));
+  json_object_set_new(e, "ts", json_real(us(begin, origin)));
+  json_object_set_new(e, "dur", json_real((double)(end - begin) / 1e3));
+  json_object_set_new(e, "args", args);
+  return e;
+}
+
+static json_t *counter(int64_t at, int64_t origin, uint64_t bytes) {
+  json_t *e = json_object();
+  json_object_set_new(e, "name", json_string("live slot bytes"));
+  json_object_set_new(e, "ph", json_string("C"));
+  json_object_set_new(e, "pid", json_integer(1));
+  json_object_set_new(e, "ts", json_real(us(at, origin)));
+  json_t *args = json_object();
+  json_object_set_new(args, "bytes", json_integer((json_int_t)bytes));
+  json_object_set_new(e, "args", args);
+  return e;
+}
+
+/* "prefetch layer.3.weight", "launch layer.3", "wait", ... */
+static void command_name(const fdy_plan *plan, const fdy_command *c, char *buf,
+                         size_t cap) {
+  const fdy_graph *g = fdy_plan_graph(plan);
+  const char *kind = fdy_command_kind_name(c->kind);
+  if (c->kind == FDY_CMD_PREFETCH) {
+    fdy_tensor_info t;
+    if (fdy_graph_tensor(g, c->u.prefetch.weight, &t, NULL) == FDY_OK) {
+      snprintf(buf, cap, "%s %s", kind, t.name);
+      return;
+    }
+  } else if (c->kind == FDY_CMD_LAUNCH) {
+    fdy_op_info op;
+    if (fdy_graph_op(g, c->u.launch.op, &op, NULL) == FDY_OK) {
+      snprintf(buf, cap, "%s %s", kind, op.name);
+      return;
+    }
+  } else if (c->kind == FDY_CMD_WAIT) {
+    snprintf(buf, cap, "%s %s", kind, c->u.wait.host ? "host" : "stream");
+    return;
+  }
+  snprintf(buf, cap, "%s", kind);
+}
+
+static void trace_execution(const bench_state *s, const bench_execution *x,
+                            int64_t origin, json_t *events) {
+  const fdy_plan *plan = s->plans[x->config];
+  uint32_t buffers = s->opt->buffers[x->config];
+  char name[160];
+  snprintf(name, sizeof name, "execution %" PRIu64 ": %" PRIu32 " buffers (%s)",
+           x->sequence, buffers, x->measured ? "measured" : "warmup");
+  json_t *args = json_object();
+  json_object_set_new(args, "sequence", json_integer((json_int_t)x->sequence));
+  json_object_set_new(args, "buffers", json_integer(buffers));
+  json_object_set_new(args, "round", json_integer(x->round));
+  json_object_set_new(args, "elapsed_ns",
+                      json_integer(x->end_ns - x->begin_ns));
+  json_array_append_new(events, span(name, "execution", TID_HOST, x->begin_ns,
+                                     x->end_ns, origin, args));
+  json_array_append_new(events, counter(x->begin_ns, origin, 0));
+  uint64_t live = 0;
+  for (size_t i = 0; i < x->timing_count; i++) {
+    const fdy_command_timing *t = &x->timings[i];
+    const fdy_command *c = fdy_plan_command(plan, t->command_index);
+    if (!c) {
+      continue;
+    }
+    command_name(plan, c, name, sizeof name);
+    args = json_object();
+    json_object_set_new(args, "sequence",
+                        json_integer((json_int_t)x->sequence));
+    json_object_set_new(args, "command", json_integer(t->command_index));
+    json_object_set_new(args, "buffers", json_integer(buffers));
+    json_array_append_new(events,
+                          span(name, "issue", TID_HOST, t->host_begin_ns,
+                               t->host_end_ns, origin, json_incref(args)));
+    if ((c->kind == FDY_CMD_PREFETCH || c->kind == FDY_CMD_LAUNCH) &&
+        t->device_start_ns >= 0 && t->device_end_ns >= t->device_start_ns) {
+      json_array_append_new(
+          events, span(name, c->kind == FDY_CMD_PREFETCH ? "copy" : "compute",
+                       c->kind == FDY_CMD_PREFETCH ? TID_COPY : TID_COMPUTE,
+                       t->device_start_ns, t->device_end_ns, origin,
+                       json_incref(args)));
+    }
+    json_decref(args);
+    if (t->live_slot_bytes != live) {
+      live = t->live_slot_bytes;
+      json_array_append_new(events, counter(t->host_end_ns, origin, live));
+    }
+  }
+}
+
+json_t *bench_trace_json(const bench_state *s) {
+  json_t *doc = json_object();
+  json_t *events = json_array();
+  if (!doc || !events) {
+    json_decref(doc);
+    json_decref(events);
+    return NULL;
+  }
+  bool cuda = s->backend_kind == FDY_BENCH_BACKEND_CUDA;
+  char process[192];
+  snprintf(process, sizeof process, "foundry bench (%s backend: %s)",
+           fdy_bench_backend_name(s->backend_kind),
+           s->have_caps ? s->caps.name : "?");
+  json_array_append_new(events, metadata("process_name", 0, process));
+  json_array_append_new(events,
+                        metadata("thread_name", TID_HOST, "CPU: host issue"));
+  json_array_append_new(
+      events, metadata("thread_name", TID_COPY,
+                       cuda ? "GPU: copy" : "cpu backend: copy (worker)"));
+  json_array_append_new(
+      events,
+      metadata("thread_name", TID_COMPUTE,
+               cuda ? "GPU: compute" : "cpu backend: compute (worker)"));
+  for (int tid = TID_HOST; tid <= TID_COMPUTE; tid++) {
+    json_array_append_new(events, sort_index(tid));
+  }
+  int64_t origin = s->execution_count ? s->executions[0].begin_ns : 0;
+  for (size_t i = 0; i < s->execution_count; i++) {
+    if (s->executions[i].timing_count > 0) {
+      trace_execution(s, &s->executions[i], origin, events);
+    }
+  }
+  json_object_set_new(doc, "traceEvents", events);
+  json_object_set_new(doc, "displayTimeUnit", json_string("ms"));
+  json_t *other = json_object();
+  json_object_set_new(other, "format", json_string(FDY_BENCH_REPORT_FORMAT));
+  json_object_set_new(other, "report", json_string(s->opt->report_path));
+  json_object_set_new(other, "executions",
+                      json_string(s->trace_all ? "all" : "last_measured"));
+  json_object_set_new(doc, "otherData", other);
+  return doc;
+}

@@ -1,0 +1,712 @@
+/* Tests of the benchmark module: every option check, the statistics against
+ * hand-computed values and the documented resampler, the payload generator,
+ * and whole runs on the CPU backend (a report with every execution verified,
+ * a budget refused before the payload exists, a failed run's report). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bench_internal.h"
+#include "foundry/bench.h"
+
+/* ---- helpers
+ * ------------------------------------------------------------------ */
+
+typedef struct tmpdir {
+  char path[64];
+} tmpdir;
+
+static void tmpdir_make(tmpdir *t) {
+  snprintf(t->path, sizeof t->path, "/tmp/foundry-bench-XXXXXX");
+  assert_non_null(mkdtemp(t->path));
+}
+
+static char *tmp_file(const tmpdir *t, const char *name) {
+  size_t n = strlen(t->path) + strlen(name) + 2;
+  char *p = malloc(n);
+  assert_non_null(p);
+  snprintf(p, n, "%s/%s", t->path, name);
+  return p;
+}
+
+static void tmpdir_remove(tmpdir *t) {
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", t->path);
+  assert_int_equal(system(cmd), 0);
+}
+
+/* Small, fast CPU options with no output. */
+static void small_options(fdy_bench_options *o) {
+  fdy_bench_options_default(o);
+  o->backend = FDY_BENCH_BACKEND_CPU;
+  o->layers = 5;
+  o->weight_mib = 1;
+  o->iterations = 3;
+  o->warmup = 1;
+  o->bootstrap_resamples = 200;
+  o->cpu_memory_bytes = 64 * FDY_MIB;
+}
+
+static fdy_status check(const fdy_bench_options *o, fdy_error *err) {
+  fdy_error_clear(err);
+  return fdy_bench_check_options(o, err);
+}
+
+static json_t *load_json(const char *path) {
+  json_error_t je;
+  json_t *doc = json_load_file(path, 0, &je);
+  if (!doc) {
+    print_error("%s:%d: %s\n", path, je.line, je.text);
+  }
+  assert_non_null(doc);
+  return doc;
+}
+
+static const char *jget_str(json_t *o, const char *key) {
+  json_t *v = json_object_get(o, key);
+  assert_true(json_is_string(v));
+  return json_string_value(v);
+}
+
+/* ---- options ----------------------------------------------------------------
+ */
+
+static void test_defaults_pass(void **state) {
+  (void)state;
+  fdy_bench_options o;
+  fdy_error err;
+  fdy_bench_options_default(&o);
+  assert_int_equal(o.layers, 48);
+  assert_int_equal(o.weight_mib, 64);
+  assert_int_equal(o.iterations, 10);
+  assert_int_equal(o.warmup, 2);
+  assert_int_equal(o.bootstrap_resamples, 10000);
+  assert_int_equal(o.buffer_count, 3);
+  assert_int_equal(o.buffers[0], 1);
+  assert_int_equal(o.buffers[2], 3);
+  assert_int_equal(o.compute_passes, 1);
+  assert_int_equal(o.backend, FDY_BENCH_BACKEND_AUTO);
+  assert_int_equal(o.host_mode, FDY_CUDA_HOST_REGISTERED);
+  assert_int_equal(check(&o, &err), FDY_OK);
+  o.warmup = 0;
+  assert_int_equal(check(&o, &err), FDY_OK);
+  assert_string_equal(fdy_bench_backend_name(FDY_BENCH_BACKEND_CUDA), "cuda");
+  assert_string_equal(fdy_bench_backend_name(FDY_BENCH_BACKEND_AUTO), "auto");
+}
+
+static void test_zero_values_refused(void **state) {
+  (void)state;
+  const char *flags[] = {"--layers", "--weight-mib", "--iterations",
+                         "--bootstrap-resamples", "--compute-passes"};
+  for (int i = 0; i < 5; i++) {
+    fdy_bench_options o;
+    fdy_error err;
+    fdy_bench_options_default(&o);
+    switch (i) {
+    case 0:
+      o.layers = 0;
+      break;
+    case 1:
+      o.weight_mib = 0;
+      break;
+    case 2:
+      o.iterations = 0;
+      break;
+    case 3:
+      o.bootstrap_resamples = 0;
+      break;
+    default:
+      o.compute_passes = 0;
+      break;
+    }
+    assert_int_equal(check(&o, &err), FDY_ERR_INVALID_ARGUMENT);
+    assert_string_equal(err.name, flags[i]);
+  }
+}
+
+static void test_resamples_limit(void **state) {
+  (void)state;
+  fdy_bench_options o;
+  fdy_error err;
+  fdy_bench_options_default(&o);
+  o.bootstrap_resamples = FDY_BENCH_MAX_RESAMPLES;
+  assert_int_equal(check(&o, &err), FDY_OK);
+  o.bootstrap_resamples = FDY_BENCH_MAX_RESAMPLES + 1;
+  assert_int_equal(check(&o, &err), FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(err.expected, FDY_BENCH_MAX_RESAMPLES);
+  assert_int_equal(err.actual, FDY_BENCH_MAX_RESAMPLES + 1);
+}
+
+static void test_bad_buffer_lists(void **state) {
+  (void)state;
+  fdy_bench_options o;
+  fdy_error err;
+  fdy_bench_options_default(&o);
+  o.buffer_count = 0;
+  assert_int_equal(check(&o, &err), FDY_ERR_INVALID_ARGUMENT);
+  o.buffer_count = FDY_BENCH_MAX_CONFIGS + 1;
+  assert_int_equal(check(&o, &err), FDY_ERR_INVALID_ARGUMENT);
+
+  fdy_bench_options_default(&o);
+  o.buffers[1] = 0;
+  assert_int_equal(check(&o, &err), FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(err.ids[0], 1);
+  o.buffers[1] = FDY_BENCH_MAX_BUFFERS + 1;
+  assert_int_equal(check(&o, &err), FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(err.actual, FDY_BENCH_MAX_BUFFERS + 1);
+  o.buffers[1] = FDY_BENCH_MAX_BUFFERS;
+  assert_int_equal(check(&o, &err), FDY_OK);
+
+  o.buffers[2] = 1; /* 1, 64, 1 */
+  assert_int_equal(check(&o, &err), FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(err.ids[0], 0);
+  assert_int_equal(err.ids[1], 2);
+
+  fdy_bench_options_default(&o);
+  o.buffer_count = FDY_BENCH_MAX_CONFIGS;
+  for (uint32_t i = 0; i < FDY_BENCH_MAX_CONFIGS; i++) {
+    o.buffers[i] = i + 1;
+  }
+  assert_int_equal(check(&o, &err), FDY_OK);
+}
+
+static void test_overflowing_sizes(void **state) {
+  (void)state;
+  fdy_bench_options o;
+  fdy_error err;
+  fdy_bench_options_default(&o);
+  o.weight_mib = UINT64_MAX / FDY_MIB + 1; /* weight bytes overflow */
+  assert_int_equal(check(&o, &err), FDY_ERR_OVERFLOW);
+  o.weight_mib = (uint64_t)1 << 40; /* 2^60 bytes x 48 layers overflow */
+  assert_int_equal(check(&o, &err), FDY_ERR_OVERFLOW);
+  o.layers = 1;
+  o.buffers[2] = FDY_BENCH_MAX_BUFFERS; /* 2^60 x 64 slot bytes overflow */
+  assert_int_equal(check(&o, &err), FDY_ERR_OVERFLOW);
+  o.warmup = UINT32_MAX; /* rounds overflow 32 bits */
+  o.weight_mib = 1;
+  assert_int_equal(check(&o, &err), FDY_ERR_OVERFLOW);
+}
+
+static void test_other_values_refused(void **state) {
+  (void)state;
+  fdy_bench_options o;
+  fdy_error err;
+  fdy_bench_options_default(&o);
+  o.cuda_device = -1;
+  assert_int_equal(check(&o, &err), FDY_ERR_INVALID_ARGUMENT);
+  fdy_bench_options_default(&o);
+  o.backend = (fdy_bench_backend)7;
+  assert_int_equal(check(&o, &err), FDY_ERR_INVALID_ARGUMENT);
+  fdy_bench_options_default(&o);
+  o.host_mode = (fdy_cuda_host_mode)9;
+  assert_int_equal(check(&o, &err), FDY_ERR_INVALID_ARGUMENT);
+  fdy_bench_options_default(&o);
+  o.backend = FDY_BENCH_BACKEND_CUDA;
+  o.cpu_memory_bytes = FDY_GIB;
+  assert_int_equal(check(&o, &err), FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(check(NULL, &err), FDY_ERR_INVALID_ARGUMENT);
+}
+
+static void test_output_paths(void **state) {
+  (void)state;
+  tmpdir t;
+  tmpdir_make(&t);
+  char *report = tmp_file(&t, "r.json");
+  char *trace = tmp_file(&t, "t.json");
+  char *dotted = tmp_file(&t, "./r.json");
+  char *missing = tmp_file(&t, "no/such/r.json");
+  fdy_bench_options o;
+  fdy_error err;
+  fdy_bench_options_default(&o);
+
+  o.trace_path = trace; /* trace without report */
+  assert_int_equal(check(&o, &err), FDY_ERR_INVALID_ARGUMENT);
+
+  o.report_path = report;
+  assert_int_equal(check(&o, &err), FDY_OK);
+  o.trace_path = report; /* same path */
+  assert_int_equal(check(&o, &err), FDY_ERR_INVALID_ARGUMENT);
+  o.trace_path = dotted; /* same file, other spelling */
+  assert_int_equal(check(&o, &err), FDY_ERR_INVALID_ARGUMENT);
+
+  o.trace_path = NULL;
+  o.report_path = missing;
+  assert_int_equal(check(&o, &err), FDY_ERR_NOT_FOUND);
+  assert_string_equal(err.name, missing);
+  o.report_path = report;
+  o.trace_path = missing;
+  assert_int_equal(check(&o, &err), FDY_ERR_NOT_FOUND);
+  assert_string_equal(err.name, missing);
+
+  char *dir_only = tmp_file(&t, "");
+  o.trace_path = NULL;
+  o.report_path = dir_only; /* ends in '/' */
+  assert_int_equal(check(&o, &err), FDY_ERR_INVALID_ARGUMENT);
+  o.report_path = "";
+  assert_int_equal(check(&o, &err), FDY_ERR_INVALID_ARGUMENT);
+
+  /* A file that is not a directory as the directory. */
+  FILE *f = fopen(report, "w");
+  assert_non_null(f);
+  fputs("keep me", f);
+  fclose(f);
+  char *under_file = tmp_file(&t, "r.json/x.json");
+  o.report_path = under_file;
+  assert_int_equal(check(&o, &err), FDY_ERR_NOT_FOUND);
+
+  /* Existing files are refused, by check and by a run, and stay intact. */
+  o.report_path = report;
+  assert_int_equal(check(&o, &err), FDY_ERR_EXISTS);
+  assert_string_equal(err.name, report);
+  small_options(&o);
+  o.report_path = trace;
+  o.trace_path = report;
+  assert_int_equal(check(&o, &err), FDY_ERR_EXISTS);
+  assert_string_equal(err.name, report);
+  assert_int_equal(fdy_bench_run(&o, &err), FDY_ERR_EXISTS);
+  assert_int_equal(access(trace, F_OK), -1); /* nothing was written */
+  char buf[32] = "";
+  f = fopen(report, "r");
+  assert_non_null(f);
+  assert_non_null(fgets(buf, sizeof buf, f));
+  fclose(f);
+  assert_string_equal(buf, "keep me");
+
+  free(report);
+  free(trace);
+  free(dotted);
+  free(missing);
+  free(dir_only);
+  free(under_file);
+  tmpdir_remove(&t);
+}
+
+static void test_write_new_file(void **state) {
+  (void)state;
+  tmpdir t;
+  tmpdir_make(&t);
+  char *path = tmp_file(&t, "x.json");
+  fdy_error err;
+  assert_int_equal(bench_write_new_file(path, "{}", 2, &err), FDY_OK);
+  assert_int_equal(bench_write_new_file(path, "[1]", 3, &err), FDY_ERR_EXISTS);
+  assert_string_equal(err.name, path);
+  json_t *doc = load_json(path);
+  assert_true(json_is_object(doc));
+  json_decref(doc);
+  /* No temporary file is left behind. */
+  char cmd[160];
+  snprintf(cmd, sizeof cmd, "test $(ls -A '%s' | wc -l) -eq 1", t.path);
+  assert_int_equal(system(cmd), 0);
+  free(path);
+  tmpdir_remove(&t);
+}
+
+/* ---- statistics
+ * ---------------------------------------------------------------- */
+
+static void test_median_mean_stddev(void **state) {
+  (void)state;
+  fdy_error err;
+  double m = 0;
+  const double odd[] = {3, 1, 2};
+  assert_int_equal(fdy_bench_median(odd, 3, &m, &err), FDY_OK);
+  assert_true(m == 2.0);
+  assert_true(odd[0] == 3 && odd[1] == 1); /* input untouched */
+  const double even[] = {4, 1, 3, 2};
+  assert_int_equal(fdy_bench_median(even, 4, &m, &err), FDY_OK);
+  assert_true(m == 2.5);
+  assert_int_equal(fdy_bench_median(even, 0, &m, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+
+  const double x[] = {2, 4, 4, 4, 5, 5, 7, 9};
+  assert_true(fdy_bench_mean(x, 8) == 5.0);
+  /* sum of squared deviations 32, n - 1 = 7 */
+  assert_true(fabs(fdy_bench_stddev(x, 8) - sqrt(32.0 / 7.0)) < 1e-15);
+  assert_true(fdy_bench_stddev(x, 1) == 0.0);
+
+  fdy_bench_stats s;
+  assert_int_equal(fdy_bench_describe(x, 8, &s, &err), FDY_OK);
+  assert_int_equal(s.n, 8);
+  assert_true(s.median == 4.5);
+  assert_true(s.mean == 5.0);
+  assert_true(s.min == 2.0);
+  assert_true(s.max == 9.0);
+  assert_int_equal(fdy_bench_describe(x, 0, &s, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+}
+
+static void test_percentile_interpolation(void **state) {
+  (void)state;
+  const double v[] = {10, 20, 30, 40};
+  assert_true(fdy_bench_percentile_sorted(v, 4, 0.0) == 10.0);
+  assert_true(fdy_bench_percentile_sorted(v, 4, 1.0) == 40.0);
+  assert_true(fdy_bench_percentile_sorted(v, 4, 0.5) == 25.0);
+  /* h = 3 * 0.975 = 2.925: 30 + 0.925 * 10 */
+  assert_true(fabs(fdy_bench_percentile_sorted(v, 4, 0.975) - 39.25) < 1e-12);
+  /* h = 3 * 0.025 = 0.075: 10 + 0.075 * 10 */
+  assert_true(fabs(fdy_bench_percentile_sorted(v, 4, 0.025) - 10.75) < 1e-12);
+  const double one[] = {7};
+  assert_true(fdy_bench_percentile_sorted(one, 1, 0.975) == 7.0);
+}
+
+static void test_splitmix64_known_outputs(void **state) {
+  (void)state;
+  fdy_splitmix64 g = {0};
+  assert_true(fdy_splitmix64_next(&g) == 0xE220A8397B1DCDAFull);
+  assert_true(fdy_splitmix64_next(&g) == 0x6E789E6AA1B965F4ull);
+  assert_true(fdy_splitmix64_next(&g) == 0x06C45D188009454Full);
+  /* Stream s is the (s + 1)-th output of SplitMix64(seed). */
+  assert_true(fdy_bench_stream_seed(0, 0) == 0xE220A8397B1DCDAFull);
+  assert_true(fdy_bench_stream_seed(0, 2) == 0x06C45D188009454Full);
+  fdy_splitmix64 h = {12345};
+  uint64_t out = 0;
+  for (int i = 0; i < 6; i++) {
+    out = fdy_splitmix64_next(&h);
+  }
+  assert_true(fdy_bench_stream_seed(12345, 5) == out);
+}
+
+static void test_bootstrap(void **state) {
+  (void)state;
+  fdy_error err;
+  const double x[] = {5, 1, 4, 2, 8, 3, 9, 6, 7, 10};
+  fdy_bench_interval a, b, c;
+  uint64_t s0 = fdy_bench_stream_seed(0, 0), s1 = fdy_bench_stream_seed(1, 0);
+  assert_int_equal(
+      fdy_bench_bootstrap(x, 10, FDY_BENCH_STAT_MEDIAN, 2000, s0, &a, &err),
+      FDY_OK);
+  assert_int_equal(
+      fdy_bench_bootstrap(x, 10, FDY_BENCH_STAT_MEDIAN, 2000, s0, &b, &err),
+      FDY_OK);
+  assert_true(a.low == b.low && a.high == b.high); /* deterministic */
+  assert_int_equal(
+      fdy_bench_bootstrap(x, 10, FDY_BENCH_STAT_MEDIAN, 2000, s1, &c, &err),
+      FDY_OK);
+  assert_true(a.low != c.low || a.high != c.high); /* seed matters */
+  assert_true(a.low >= 1 && a.low <= 5.5 && a.high >= 5.5 && a.high <= 10);
+  assert_int_equal(
+      fdy_bench_bootstrap(x, 10, FDY_BENCH_STAT_MEAN, 2000, s0, &a, &err),
+      FDY_OK);
+  assert_true(a.low < 5.5 && a.high > 5.5);
+
+  /* One resample, by hand: two draws x[next % 2], then their mean. */
+  const double two[] = {1.0, 3.0};
+  fdy_splitmix64 g = {s0};
+  uint64_t d0 = fdy_splitmix64_next(&g) % 2, d1 = fdy_splitmix64_next(&g) % 2;
+  double want = (two[d0] + two[d1]) / 2.0;
+  assert_int_equal(
+      fdy_bench_bootstrap(two, 2, FDY_BENCH_STAT_MEAN, 1, s0, &a, &err),
+      FDY_OK);
+  assert_true(a.low == want && a.high == want);
+
+  const double same[] = {4, 4, 4};
+  assert_int_equal(
+      fdy_bench_bootstrap(same, 3, FDY_BENCH_STAT_MEAN, 100, s0, &a, &err),
+      FDY_OK);
+  assert_true(a.low == 4.0 && a.high == 4.0);
+
+  assert_int_equal(
+      fdy_bench_bootstrap(x, 0, FDY_BENCH_STAT_MEAN, 10, s0, &a, &err),
+      FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(
+      fdy_bench_bootstrap(x, 10, FDY_BENCH_STAT_MEAN, 0, s0, &a, &err),
+      FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(fdy_bench_bootstrap(x, 10, FDY_BENCH_STAT_MEAN,
+                                       FDY_BENCH_MAX_RESAMPLES + 1, s0, &a,
+                                       &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+}
+
+static void test_paired_speedup(void **state) {
+  (void)state;
+  fdy_error err;
+  const double base[] = {10, 12, 11, 13, 9};
+  const double half[] = {5, 6, 5.5, 6.5, 4.5};
+  double point = 0;
+  fdy_bench_interval ci;
+  uint64_t s = fdy_bench_stream_seed(0, 2);
+  /* Every round exactly twice as fast: every resample's speedup is 2. */
+  assert_int_equal(
+      fdy_bench_paired_speedup(base, half, 5, 500, s, &point, &ci, &err),
+      FDY_OK);
+  assert_true(point == 2.0 && ci.low == 2.0 && ci.high == 2.0);
+  assert_int_equal(
+      fdy_bench_paired_speedup(base, base, 5, 500, s, &point, &ci, &err),
+      FDY_OK);
+  assert_true(point == 1.0 && ci.low == 1.0 && ci.high == 1.0);
+  const double other[] = {5, 12, 5, 13, 4};
+  assert_int_equal(
+      fdy_bench_paired_speedup(base, other, 5, 500, s, &point, &ci, &err),
+      FDY_OK);
+  assert_true(point == 11.0 / 5.0);
+  assert_true(ci.low <= point && ci.high >= ci.low);
+  assert_int_equal(
+      fdy_bench_paired_speedup(base, other, 0, 500, s, &point, &ci, &err),
+      FDY_ERR_INVALID_ARGUMENT);
+}
+
+static void test_fill_layer(void **state) {
+  (void)state;
+  unsigned char a[16], b[16], c[13];
+  fdy_bench_fill_layer(a, 16, 0, 0);
+  fdy_bench_fill_layer(b, 16, 0, 1);
+  fdy_bench_fill_layer(c, 13, 0, 0);
+  assert_memory_not_equal(a, b, 16); /* distinct per layer */
+  assert_memory_equal(a, c, 13);     /* the last word truncated */
+  fdy_splitmix64 g = {fdy_bench_stream_seed(0, FDY_BENCH_PAYLOAD_STREAM)};
+  uint64_t w = fdy_splitmix64_next(&g);
+  for (int k = 0; k < 8; k++) {
+    assert_int_equal(a[k], (unsigned char)(w >> (8 * k))); /* little endian */
+  }
+  fdy_bench_fill_layer(b, 16, 1, 0);
+  assert_memory_not_equal(a, b, 16); /* the seed matters */
+}
+
+/* ---- runs on the CPU backend
+ * ----------------------------------------------------- */
+
+static void test_cpu_run_report(void **state) {
+  (void)state;
+  tmpdir t;
+  tmpdir_make(&t);
+  char *report = tmp_file(&t, "r.json");
+  char *trace = tmp_file(&t, "t.json");
+  fdy_bench_options o;
+  small_options(&o);
+  char *argv[] = {"bench", "--backend", "cpu"};
+  o.argc = 3;
+  o.argv = argv;
+  o.report_path = report;
+  o.trace_path = trace;
+  FILE *console = tmpfile();
+  assert_non_null(console);
+  o.console = console;
+  fdy_error err;
+  bench_hooks hooks = {0};
+  fdy_status st = bench_run_hooked(&o, &hooks, &err);
+  if (st != FDY_OK) {
+    print_error("run failed: %s\n", err.message);
+  }
+  assert_int_equal(st, FDY_OK);
+  assert_true(hooks.payload_generated);
+  assert_true(ftell(console) > 0);
+  fclose(console);
+
+  json_t *r = load_json(report);
+  assert_string_equal(jget_str(r, "format"), FDY_BENCH_REPORT_FORMAT);
+  assert_int_equal(json_integer_value(json_object_get(r, "version")),
+                   FDY_BENCH_REPORT_VERSION);
+  assert_string_equal(jget_str(r, "status"), "ok");
+  assert_true(json_is_null(json_object_get(r, "error")));
+  json_t *build = json_object_get(r, "build");
+  assert_non_null(jget_str(build, "git_commit"));
+  assert_true(json_is_boolean(json_object_get(build, "git_dirty")));
+  assert_non_null(jget_str(build, "compiler"));
+  json_t *env = json_object_get(r, "environment");
+  assert_string_equal(jget_str(env, "backend"), "cpu");
+  assert_true(json_integer_value(json_object_get(json_object_get(env, "host"),
+                                                 "cpu_count")) > 0);
+  json_t *argv_json = json_object_get(json_object_get(r, "invocation"), "argv");
+  assert_int_equal(json_array_size(argv_json), 3);
+  json_t *params = json_object_get(r, "parameters");
+  assert_int_equal(json_integer_value(json_object_get(params, "layers")), 5);
+  assert_string_equal(jget_str(params, "seed"), "0");
+
+  json_t *execs = json_object_get(r, "executions");
+  assert_int_equal(json_array_size(execs), (1 + 3) * 3);
+  size_t i;
+  json_t *x;
+  json_array_foreach(execs, i, x) {
+    assert_string_equal(jget_str(x, "outcome"), "ok");
+    assert_string_equal(jget_str(x, "checksum"), "ok");
+    assert_string_equal(jget_str(x, "phase"), i < 3 ? "warmup" : "measured");
+    json_int_t round = json_integer_value(json_object_get(x, "round"));
+    json_int_t pos = json_integer_value(json_object_get(x, "position"));
+    assert_int_equal(json_integer_value(json_object_get(x, "config")),
+                     (round + pos) % 3); /* rotating order */
+    assert_true(json_integer_value(json_object_get(x, "elapsed_ns")) > 0);
+    assert_true(json_is_integer(json_object_get(x, "device_copy_ns")));
+  }
+  json_t *stats = json_object_get(r, "statistics");
+  json_t *configs = json_object_get(stats, "configurations");
+  assert_int_equal(json_array_size(configs), 3);
+  json_array_foreach(configs, i, x) {
+    double median = json_real_value(json_object_get(x, "median_ms"));
+    json_t *ci = json_object_get(x, "median_ci_ms");
+    assert_true(json_real_value(json_object_get(ci, "low")) <= median);
+    assert_true(json_real_value(json_object_get(ci, "high")) >= median);
+    assert_true(json_real_value(json_object_get(x, "fraction_of_h2d_ceiling")) >
+                0);
+  }
+  assert_true(json_real_value(json_object_get(
+                  json_object_get(json_array_get(configs, 0), "speedup"),
+                  "point")) == 1.0);
+  json_t *ceil = json_object_get(json_object_get(stats, "ceilings"), "h2d");
+  assert_true(json_real_value(json_object_get(ceil, "bytes_per_second")) > 0);
+  json_t *overlap = json_object_get(stats, "overlap");
+  assert_true(json_is_object(overlap));
+  assert_true(json_real_value(json_object_get(overlap, "ideal_speedup")) >=
+              1.0);
+  json_t *mem = json_object_get(r, "memory");
+  assert_int_equal(
+      json_integer_value(json_object_get(mem, "host_payload_bytes")),
+      5 * FDY_MIB);
+  assert_int_equal(
+      json_integer_value(json_object_get(mem, "device_slot_peak_bytes")),
+      3 * FDY_MIB);
+  assert_true(json_array_size(json_object_get(r, "limitations")) > 0);
+  assert_true(json_array_size(json_object_get(r, "plans")) == 3);
+  json_decref(r);
+
+  json_t *tr = load_json(trace);
+  json_t *events = json_object_get(tr, "traceEvents");
+  bool copy = false, compute = false, counter = false;
+  json_array_foreach(events, i, x) {
+    const char *ph = jget_str(x, "ph");
+    json_int_t tid = json_integer_value(json_object_get(x, "tid"));
+    copy |= strcmp(ph, "X") == 0 && tid == 2;
+    compute |= strcmp(ph, "X") == 0 && tid == 3;
+    counter |= strcmp(ph, "C") == 0;
+  }
+  assert_true(copy && compute && counter);
+  json_decref(tr);
+  free(report);
+  free(trace);
+  tmpdir_remove(&t);
+}
+
+static void test_budget_refused_before_payload(void **state) {
+  (void)state;
+  tmpdir t;
+  tmpdir_make(&t);
+  char *report = tmp_file(&t, "r.json");
+  fdy_bench_options o;
+  small_options(&o);
+  o.cpu_memory_bytes = 2 * FDY_MIB; /* 3 slots of 1 MiB do not fit */
+  o.report_path = report;
+  fdy_error err;
+  bench_hooks hooks = {0};
+  assert_int_equal(bench_run_hooked(&o, &hooks, &err), FDY_ERR_BUDGET);
+  assert_int_equal(err.expected, 2 * FDY_MIB);
+  assert_int_equal(err.actual, 3 * FDY_MIB);
+  assert_false(hooks.payload_generated);
+  json_t *r = load_json(report);
+  assert_string_equal(jget_str(r, "status"), "failed");
+  json_t *e = json_object_get(r, "error");
+  assert_string_equal(jget_str(e, "kind"), "budget");
+  assert_string_equal(jget_str(e, "stage"), "device_limits");
+  assert_true(json_is_false(json_object_get(e, "payload_generated")));
+  assert_int_equal(json_array_size(json_object_get(r, "executions")), 0);
+  assert_true(json_is_null(json_object_get(r, "statistics")));
+  json_decref(r);
+
+  /* A slot larger than the whole memory: refused the same way. */
+  small_options(&o);
+  o.cpu_memory_bytes = FDY_MIB / 2;
+  hooks.payload_generated = false;
+  assert_int_equal(bench_run_hooked(&o, &hooks, &err), FDY_ERR_BUDGET);
+  assert_false(hooks.payload_generated);
+  free(report);
+  tmpdir_remove(&t);
+}
+
+static void test_checksum_failure_report(void **state) {
+  (void)state;
+  tmpdir t;
+  tmpdir_make(&t);
+  char *report = tmp_file(&t, "r.json");
+  char *trace = tmp_file(&t, "t.json");
+  fdy_bench_options o;
+  small_options(&o);
+  o.report_path = report;
+  o.trace_path = trace;
+  fdy_error err;
+  bench_hooks hooks = {
+      .corrupt = true, .corrupt_sequence = 4, .corrupt_layer = 2};
+  assert_int_equal(bench_run_hooked(&o, &hooks, &err), FDY_ERR_CHECKSUM);
+  assert_int_equal(err.ids[0], 2);
+  assert_int_equal(err.command_index, 4);
+  assert_int_not_equal(err.expected, err.actual);
+  json_t *r = load_json(report);
+  assert_string_equal(jget_str(r, "status"), "failed");
+  json_t *e = json_object_get(r, "error");
+  assert_string_equal(jget_str(e, "kind"), "checksum");
+  assert_string_equal(jget_str(e, "stage"), "rounds");
+  assert_int_equal(json_integer_value(json_object_get(e, "sequence")), 4);
+  assert_int_equal(
+      json_integer_value(json_array_get(json_object_get(e, "ids"), 0)), 2);
+  json_t *execs = json_object_get(r, "executions");
+  assert_int_equal(json_array_size(execs), 5);
+  json_t *last = json_array_get(execs, 4);
+  assert_string_equal(jget_str(last, "checksum"), "mismatch");
+  assert_string_equal(jget_str(last, "outcome"), "checksum");
+  assert_string_equal(jget_str(json_array_get(execs, 3), "checksum"), "ok");
+  assert_true(json_is_null(json_object_get(r, "statistics")));
+  json_decref(r);
+  json_t *tr = load_json(trace); /* the trace of what ran is still written */
+  assert_true(json_array_size(json_object_get(tr, "traceEvents")) > 0);
+  json_decref(tr);
+  free(report);
+  free(trace);
+  tmpdir_remove(&t);
+}
+
+static void test_unavailable_cuda_fails_cleanly(void **state) {
+  (void)state;
+  if (fdy_cuda_device_count() > 0) {
+    skip();
+  }
+  tmpdir t;
+  tmpdir_make(&t);
+  char *report = tmp_file(&t, "r.json");
+  fdy_bench_options o;
+  small_options(&o);
+  o.backend = FDY_BENCH_BACKEND_CUDA;
+  o.cpu_memory_bytes = 0;
+  o.report_path = report;
+  fdy_error err;
+  bench_hooks hooks = {0};
+  assert_int_not_equal(bench_run_hooked(&o, &hooks, &err), FDY_OK);
+  assert_false(hooks.payload_generated);
+  json_t *r = load_json(report);
+  assert_string_equal(jget_str(r, "status"), "failed");
+  assert_string_equal(jget_str(json_object_get(r, "error"), "stage"),
+                      "backend");
+  json_decref(r);
+  free(report);
+  tmpdir_remove(&t);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_defaults_pass),
+      cmocka_unit_test(test_zero_values_refused),
+      cmocka_unit_test(test_resamples_limit),
+      cmocka_unit_test(test_bad_buffer_lists),
+      cmocka_unit_test(test_overflowing_sizes),
+      cmocka_unit_test(test_other_values_refused),
+      cmocka_unit_test(test_output_paths),
+      cmocka_unit_test(test_write_new_file),
+      cmocka_unit_test(test_median_mean_stddev),
+      cmocka_unit_test(test_percentile_interpolation),
+      cmocka_unit_test(test_splitmix64_known_outputs),
+      cmocka_unit_test(test_bootstrap),
+      cmocka_unit_test(test_paired_speedup),
+      cmocka_unit_test(test_fill_layer),
+      cmocka_unit_test(test_cpu_run_report),
+      cmocka_unit_test(test_budget_refused_before_payload),
+      cmocka_unit_test(test_checksum_failure_report),
+      cmocka_unit_test(test_unavailable_cuda_fails_cleanly),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

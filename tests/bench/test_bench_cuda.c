@@ -1,0 +1,105 @@
+/* GPU test of the benchmark (label gpu): small runs on the CUDA backend in
+ * registered and staged host mode, whose reports must hold every execution
+ * verified, the three ceilings, the device memory in use and the host
+ * memory accounting of the mode. Exits 77 (skipped) without a CUDA device
+ * unless FOUNDRY_REQUIRE_CUDA=1. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench_internal.h"
+#include "foundry/bench.h"
+
+static void run_mode(fdy_cuda_host_mode mode) {
+  char dir[] = "/tmp/foundry-bench-cuda-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char report[64];
+  snprintf(report, sizeof report, "%s/r.json", dir);
+  fdy_bench_options o;
+  fdy_bench_options_default(&o);
+  o.backend = FDY_BENCH_BACKEND_CUDA;
+  o.host_mode = mode;
+  o.layers = 6;
+  o.weight_mib = 8;
+  o.iterations = 3;
+  o.warmup = 1;
+  o.bootstrap_resamples = 200;
+  o.report_path = report;
+  fdy_error err;
+  bench_hooks hooks = {0};
+  fdy_status st = bench_run_hooked(&o, &hooks, &err);
+  if (st != FDY_OK) {
+    print_error("cuda bench failed: %s\n", err.message);
+  }
+  assert_int_equal(st, FDY_OK);
+
+  json_error_t je;
+  json_t *r = json_load_file(report, 0, &je);
+  assert_non_null(r);
+  assert_string_equal(json_string_value(json_object_get(r, "status")), "ok");
+  size_t i;
+  json_t *x;
+  json_array_foreach(json_object_get(r, "executions"), i, x) {
+    assert_string_equal(json_string_value(json_object_get(x, "checksum")),
+                        "ok");
+    assert_true(json_is_integer(json_object_get(x, "device_copy_ns")));
+  }
+  json_t *ceilings =
+      json_object_get(json_object_get(r, "statistics"), "ceilings");
+  assert_true(json_is_object(json_object_get(ceilings, "h2d")));
+  assert_true(json_is_object(json_object_get(ceilings, "d2d")));
+  assert_true(json_is_object(json_object_get(ceilings, "checksum_kernel")));
+  json_t *mem = json_object_get(r, "memory");
+  assert_true(
+      json_is_object(json_object_get(mem, "device_memory_in_use_bytes")));
+  json_int_t payload =
+      json_integer_value(json_object_get(mem, "host_payload_bytes"));
+  json_int_t registered =
+      json_integer_value(json_object_get(mem, "host_registered_bytes"));
+  json_int_t staging =
+      json_integer_value(json_object_get(mem, "host_staging_bytes"));
+  if (mode == FDY_CUDA_HOST_REGISTERED) {
+    assert_int_equal(registered, payload);
+    assert_int_equal(staging, 0);
+  } else {
+    assert_int_equal(registered, 0);
+    assert_true(staging > 0);
+  }
+  json_decref(r);
+  unlink(report);
+  rmdir(dir);
+}
+
+static void test_registered(void **state) {
+  (void)state;
+  run_mode(FDY_CUDA_HOST_REGISTERED);
+}
+
+static void test_staged(void **state) {
+  (void)state;
+  run_mode(FDY_CUDA_HOST_STAGED);
+}
+
+int main(void) {
+  if (fdy_cuda_device_count() == 0) {
+    const char *require = getenv("FOUNDRY_REQUIRE_CUDA");
+    if (require && strcmp(require, "1") == 0) {
+      fprintf(stderr, "FOUNDRY_REQUIRE_CUDA=1 but no CUDA device\n");
+      return 1;
+    }
+    return 77;
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_registered),
+      cmocka_unit_test(test_staged),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
