@@ -2,13 +2,15 @@
 # `foundry bench` end to end on the CPU backend: a small run writes a report
 # and a trace; with python3 the trace is checked (JSON, host/copy/compute
 # tracks, counters), bench_summary.py recomputes the report's statistics, and
-# a tampered report fails it. Existing files are never overwritten, a budget
+# a tampered report fails it; trace_overlap.py measures no overlap in the
+# 1-buffer executions and refuses a truncated or foreign trace. Existing files are never overwritten, a budget
 # below the slots fails with a "failed" report, and bad flags exit 2.
-# usage: test_bench_cli.sh FOUNDRY BENCH_SUMMARY_PY [PYTHON3]
+# usage: test_bench_cli.sh FOUNDRY BENCH_SUMMARY_PY TRACE_OVERLAP_PY [PYTHON3]
 set -u
 foundry=$1
 summary=$2
-python=${3:-}
+overlap=$3
+python=${4:-}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 failures=0
@@ -82,6 +84,18 @@ PY
   expect 1 "bench_summary on a tampered statistic" "$python" "$summary" "$dir/tampered-stat.json"
   grep -q "median_ci_ms.high" "$dir/err" || fail "mismatch not named: $(cat "$dir/err")"
   expect 1 "bench_summary on a tampered execution" "$python" "$summary" "$dir/tampered-exec.json"
+
+  expect 0 "trace_overlap on the trace" "$python" "$overlap" "$dir/t.json"
+  [ "$(awk '$3 == "measured"' "$dir/out" | wc -l)" -eq 15 ] || fail "trace_overlap rows: $(cat "$dir/out")"
+  awk '$2 == 1 && $3 == "measured" && $7 != "0.000" { bad = 1 } END { exit bad }' \
+    "$dir/out" || fail "overlap in a 1-buffer execution: $(cat "$dir/out")"
+  grep -q "^3 buffers: median .* of compute overlapped" "$dir/out" || fail "no 3-buffer summary"
+  head -c 1000 "$dir/t.json" >"$dir/truncated.json"
+  expect 1 "trace_overlap on a truncated trace" "$python" "$overlap" "$dir/truncated.json"
+  grep -q "^trace_overlap.py: .*truncated.json: " "$dir/err" || fail "truncated message: $(cat "$dir/err")"
+  expect 1 "trace_overlap on a report" "$python" "$overlap" "$dir/r.json"
+  grep -q "no traceEvents" "$dir/err" || fail "foreign message: $(cat "$dir/err")"
+  expect 2 "trace_overlap without arguments" "$python" "$overlap"
 fi
 
 # A budget below the slots fails (exit 1) and still writes a failed report.

@@ -2,10 +2,13 @@
  * H2D from cudaHostAlloc memory, from malloc memory registered through the
  * backend and from the same memory unregistered; D2D counting bytes read and
  * written; the checksum kernel alone; then the checksum kernel's rate at
- * several grid sizes (the tuning knob; see docs/tuning-log.md). Not a test:
+ * several grid sizes (the tuning knob; see docs/tuning-log.md), and the
+ * time of one checksum and one D2D copy against size (their fixed cost is
+ * the intercept). Not a test:
  * timings never decide one. Usage: cuda_ceilings [repeats]. */
 #include "cuda_internal.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,55 +18,72 @@ static int fail(const char *what, const fdy_error *err) {
   return 1;
 }
 
-/* Median checksum rate over a filled resident buffer with a given grid. */
+/* Reports a failed CUDA call; true when e is cudaSuccess. */
+static bool cuda_ok(cudaError_t e, const char *what) {
+  if (e != cudaSuccess) {
+    fprintf(stderr, "cuda_ceilings: %s: %s\n", what, cudaGetErrorString(e));
+  }
+  return e == cudaSuccess;
+}
+
+static int compare_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Median checksum rate over a filled resident buffer with a given grid
+ * (at most `blocks`), each repeat after a read of 2 x L2 so that it reads
+ * from memory. Returns 0, or 1 with the failure printed. */
 static int grid_rate(fdy_backend *b, uint64_t bytes, int blocks,
                      uint32_t repeats, double *rate) {
   fdy_error err;
   fdy_cuda_ctx *ctx = fdy_cuda_ctx_of(b, "grid_rate", &err);
+  if (ctx == NULL) {
+    return fail("grid_rate", &err);
+  }
   void *data = NULL, *flush = NULL;
   cudaEvent_t e0 = NULL, e1 = NULL;
   double *t = calloc(repeats, sizeof *t);
-  if (ctx == NULL || t == NULL || cudaMalloc(&data, bytes) != cudaSuccess ||
-      cudaMalloc(&flush, 2 * ctx->l2_bytes) != cudaSuccess ||
-      cudaMemset(flush, 1, 2 * ctx->l2_bytes) != cudaSuccess ||
-      cudaEventCreate(&e0) != cudaSuccess ||
-      cudaEventCreate(&e1) != cudaSuccess ||
-      fdy_cuda_fill_enqueue(data, bytes, 7, ctx->internal) != cudaSuccess) {
-    return 1;
-  }
-  for (uint32_t r = 0; r <= repeats; r++) {
-    fdy_cuda_checksum_enqueue(flush, 2 * ctx->l2_bytes, 1, ctx->max_blocks,
-                              ctx->internal_dev, ctx->internal_host,
-                              ctx->internal);
-    cudaEventRecord(e0, ctx->internal);
-    fdy_cuda_checksum_enqueue(data, bytes, 1, blocks, ctx->internal_dev,
-                              ctx->internal_host, ctx->internal);
-    cudaEventRecord(e1, ctx->internal);
-    if (cudaEventSynchronize(e1) != cudaSuccess) {
-      return 1;
-    }
+  const uint64_t flush_bytes = 2 * ctx->l2_bytes;
+  bool ok = t != NULL && cuda_ok(cudaMalloc(&data, bytes), "cudaMalloc") &&
+            cuda_ok(cudaMalloc(&flush, flush_bytes), "cudaMalloc") &&
+            cuda_ok(cudaMemset(flush, 1, flush_bytes), "cudaMemset") &&
+            cuda_ok(cudaEventCreate(&e0), "cudaEventCreate") &&
+            cuda_ok(cudaEventCreate(&e1), "cudaEventCreate") &&
+            cuda_ok(fdy_cuda_fill_enqueue(data, bytes, 7, ctx->internal),
+                    "fill kernel");
+  for (uint32_t r = 0; ok && r <= repeats; r++) {
     float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (r > 0) {
+    ok = cuda_ok(fdy_cuda_checksum_enqueue(flush, flush_bytes, 1,
+                                           ctx->max_blocks, ctx->internal_dev,
+                                           ctx->internal_host, ctx->internal),
+                 "L2 flush kernel") &&
+         cuda_ok(cudaEventRecord(e0, ctx->internal), "cudaEventRecord") &&
+         cuda_ok(fdy_cuda_checksum_enqueue(data, bytes, 1, blocks,
+                                           ctx->internal_dev,
+                                           ctx->internal_host, ctx->internal),
+                 "checksum kernel") &&
+         cuda_ok(cudaEventRecord(e1, ctx->internal), "cudaEventRecord") &&
+         cuda_ok(cudaEventSynchronize(e1), "cudaEventSynchronize") &&
+         cuda_ok(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
+    if (ok && r > 0) {
       t[r - 1] = ms / 1e3;
     }
   }
-  for (uint32_t i = 0; i < repeats; i++) {
-    for (uint32_t j = i + 1; j < repeats; j++) {
-      if (t[j] < t[i]) {
-        double x = t[i];
-        t[i] = t[j];
-        t[j] = x;
-      }
-    }
+  if (ok) {
+    qsort(t, repeats, sizeof *t, compare_double);
+    *rate = (double)bytes / t[repeats / 2];
   }
-  *rate = (double)bytes / t[repeats / 2];
   free(t);
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
+  if (e0 != NULL) {
+    cudaEventDestroy(e0);
+  }
+  if (e1 != NULL) {
+    cudaEventDestroy(e1);
+  }
   cudaFree(data);
   cudaFree(flush);
-  return 0;
+  return ok ? 0 : 1;
 }
 
 /* Host-timed copy_to_device of bytes from pageable memory through a staged
@@ -105,7 +125,15 @@ static int staged_rate(uint64_t bytes, uint32_t repeats, double *rate) {
 }
 
 int main(int argc, char **argv) {
-  uint32_t repeats = argc > 1 ? (uint32_t)strtoul(argv[1], NULL, 10) : 20;
+  unsigned long repeats_arg = 20;
+  char *end = NULL;
+  if (argc > 2 ||
+      (argc == 2 && ((repeats_arg = strtoul(argv[1], &end, 10)) == 0 ||
+                     *end != '\0' || repeats_arg > 10000))) {
+    fprintf(stderr, "usage: cuda_ceilings [repeats: 1 to 10000, default 20]\n");
+    return 2;
+  }
+  const uint32_t repeats = (uint32_t)repeats_arg;
   fdy_error err;
   fdy_backend *b = NULL;
   if (fdy_cuda_backend_create(NULL, &b, &err) != FDY_OK) {
@@ -118,13 +146,16 @@ int main(int argc, char **argv) {
   int rv = 0, dv = 0;
   fdy_cuda_versions(&rv, &dv);
   fdy_cuda_ctx *ctx = fdy_cuda_ctx_of(b, "main", &err);
+  if (ctx == NULL) {
+    return fail("context", &err);
+  }
   printf("device %s, runtime %d, driver %d, copy engines %u, max blocks %d, "
          "L2 %llu\n",
          caps.name, rv, dv, caps.copy_engines, ctx->max_blocks,
          (unsigned long long)ctx->l2_bytes);
   const uint64_t sizes[] = {64u << 20, 256u << 20, 1u << 30};
-  printf("%10s %12s %12s %12s %12s %9s\n", "bytes", "h2d_pinned",
-         "h2d_pageable", "d2d_rw", "checksum", "cs/d2d");
+  printf("%10s %14s %14s %14s %14s %14s %8s\n", "bytes", "h2d_hostalloc",
+         "h2d_registered", "h2d_pageable", "d2d_rw", "checksum", "cs/d2d");
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     uint64_t n = sizes[i];
     unsigned char *src = malloc(n);
@@ -180,6 +211,20 @@ int main(int argc, char **argv) {
       printf("  %d: %.0f", blocks, rate / 1e9);
     }
     printf(" GB/s\n");
+  }
+  const uint64_t line_sizes[] = {4u << 10, 1u << 20, 16u << 20, 64u << 20,
+                                 128u << 20};
+  printf("time against size (median us): bytes, checksum, d2d copy\n");
+  for (size_t i = 0; i < sizeof line_sizes / sizeof line_sizes[0]; i++) {
+    uint64_t n = line_sizes[i];
+    double cs = 0, d2d = 0;
+    if (grid_rate(b, n, sms, repeats, &cs) != 0 ||
+        fdy_cuda_measure_d2d(b, n, repeats, &d2d, &err) != FDY_OK) {
+      fprintf(stderr, "cuda_ceilings: time against size failed\n");
+      return 1;
+    }
+    printf("  %10llu %9.2f %9.2f\n", (unsigned long long)n, n / cs * 1e6,
+           2.0 * n / d2d * 1e6);
   }
   fdy_backend_destroy(b);
   return 0;

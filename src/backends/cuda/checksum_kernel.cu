@@ -1,14 +1,14 @@
 /* The synthetic.checksum kernel: exactly fdy_checksum (include/foundry/
  * checksum.h) over a device range, at close to memory bandwidth.
  *
- * Each thread walks 16-byte pairs of words in a grid-stride loop, four
- * independent 16-byte loads in flight per iteration, and keeps the position
- * keys (i + 1) * POSITION_KEY as running sums so the only multiply per word
- * is the mix. Partial sums (mod 2^64) are reduced with warp shuffles, then
- * across the block's warps in shared memory, and each block adds its sum to
- * the launch's device word with one atomicAdd. The last block to finish
- * (counted with atomicAdd after a __threadfence) moves the sum into the
- * launch's mapped host words and zeroes the device words; the host applies
+ * Each thread walks 16-byte pairs of words in a grid-stride loop, UNROLL
+ * (4) independent 16-byte loads in flight per iteration (the remainder too),
+ * and keeps the position keys (i + 1) * POSITION_KEY as running sums so the
+ * only multiply per word is the mix. Partial sums (mod 2^64) are reduced with
+ * warp shuffles, then across the block's warps in shared memory, and each block
+ * adds its sum to the launch's device word with one atomicAdd. The last block
+ * to finish (counted with atomicAdd after a __threadfence) moves the sum into
+ * the launch's mapped host words and zeroes the device words; the host applies
  * fdy_checksum_finish.
  *
  * compute_passes: the slot is read `passes` times. The loads are volatile
@@ -35,7 +35,15 @@ term(unsigned long long word, unsigned long long position_key) {
   return z ^ (z >> 33);
 }
 
-/* Sum of term_i over this thread's words of one pass. */
+/* Pairs of words each thread loads before it uses any (loads in flight). */
+#ifndef FDY_CUDA_CHECKSUM_UNROLL
+#define FDY_CUDA_CHECKSUM_UNROLL 4
+#endif
+#define UNROLL FDY_CUDA_CHECKSUM_UNROLL
+
+/* Sum of term_i over this thread's words of one pass. The remainder (fewer
+ * than UNROLL pairs) is loaded all at once too, under guards, so that the
+ * tail costs one memory latency rather than one per pair. */
 static __device__ __forceinline__ unsigned long long
 thread_pass(const unsigned char *data, unsigned long long bytes,
             unsigned long long tid, unsigned long long stride) {
@@ -49,26 +57,35 @@ thread_pass(const unsigned char *data, unsigned long long bytes,
   unsigned long long i = tid;
   const unsigned char *p = data + 16 * tid;
   const unsigned long long pstep = 16 * stride;
-  for (; i + 3 * stride < pairs; i += 4 * stride) {
-    unsigned long long a0, b0, a1, b1, a2, b2, a3, b3;
-    load_pair(p, &a0, &b0);
-    load_pair(p + pstep, &a1, &b1);
-    load_pair(p + 2 * pstep, &a2, &b2);
-    load_pair(p + 3 * pstep, &a3, &b3);
-    unsigned long long k1 = k0 + step, k2 = k1 + step, k3 = k2 + step;
-    s += term(a0, k0) + term(b0, k0 + key);
-    s += term(a1, k1) + term(b1, k1 + key);
-    s += term(a2, k2) + term(b2, k2 + key);
-    s += term(a3, k3) + term(b3, k3 + key);
-    k0 = k3 + step;
-    p += 4 * pstep;
+  unsigned long long a[UNROLL], b[UNROLL];
+  for (; i + (UNROLL - 1) * stride < pairs; i += UNROLL * stride) {
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++) {
+      load_pair(p + u * pstep, &a[u], &b[u]);
+    }
+    unsigned long long k = k0;
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++) {
+      s += term(a[u], k) + term(b[u], k + key);
+      k += step;
+    }
+    k0 = k;
+    p += UNROLL * pstep;
   }
-  for (; i < pairs; i += stride) {
-    unsigned long long a, b;
-    load_pair(p, &a, &b);
-    s += term(a, k0) + term(b, k0 + key);
+#pragma unroll
+  for (int u = 0; u < UNROLL - 1; u++) {
+    a[u] = 0;
+    b[u] = 0;
+    if (i + u * stride < pairs) {
+      load_pair(p + u * pstep, &a[u], &b[u]);
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < UNROLL - 1; u++) {
+    if (i + u * stride < pairs) {
+      s += term(a[u], k0) + term(b[u], k0 + key);
+    }
     k0 += step;
-    p += pstep;
   }
   if (tid == 0) {
     if (words % 2 != 0) {
@@ -132,11 +149,14 @@ __global__ void __launch_bounds__(FDY_CUDA_CHECKSUM_THREADS,
   }
   __threadfence();
   if (atomicAdd(&dev->blocks_done, 1u) == gridDim.x - 1) {
+    /* Acquire: every other block's sum happened before its count. No
+     * __threadfence_system: the host reads the mapped words only after it
+     * observed the kernel's completion event, which makes all of the
+     * kernel's writes visible to it (docs/tuning-log.md, entry 4). */
     __threadfence();
     host->sum = atomicExch(&dev->sum, 0ull);
     host->diff = atomicExch(&dev->diff, 0ull);
     atomicExch(&dev->blocks_done, 0u);
-    __threadfence_system();
   }
 }
 

@@ -93,7 +93,7 @@ struct fdy_cuda_result_host {
 #define FDY_CUDA_CHECKSUM_THREADS 512
 #endif
 #ifndef FDY_CUDA_CHECKSUM_MIN_BLOCKS
-#define FDY_CUDA_CHECKSUM_MIN_BLOCKS 1
+#define FDY_CUDA_CHECKSUM_MIN_BLOCKS 2
 #endif
 
 /* Most resident blocks of the checksum kernel per multiprocessor. */
