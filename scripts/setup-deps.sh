@@ -1,9 +1,11 @@
 #!/bin/sh
-# Installs the Debian packages Foundry needs to build and test, when missing.
+# Installs the Debian packages Foundry needs to build and test, when missing,
+# plus any package named as an argument (CI adds clang-format).
 # Uses apt-get directly as root, or through sudo when available.
+# usage: setup-deps.sh [EXTRA_PACKAGE...]
 set -eu
 
-packages="build-essential cmake pkg-config libjansson-dev libcmocka-dev python3"
+packages="build-essential cmake pkg-config libjansson-dev libcmocka-dev python3 $*"
 missing=""
 for package in $packages; do
   if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed"; then

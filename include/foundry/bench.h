@@ -41,17 +41,18 @@
 extern "C" {
 #endif
 
-#define FDY_BENCH_REPORT_FORMAT "foundry.bench.report"
+#define FDY_BENCH_REPORT_FORMAT  "foundry.bench.report"
 #define FDY_BENCH_REPORT_VERSION 1
-#define FDY_BENCH_MAX_CONFIGS 16
-#define FDY_BENCH_MAX_BUFFERS 64
-#define FDY_BENCH_MAX_RESAMPLES 1000000u
-#define FDY_BENCH_CONFIDENCE 0.95
+#define FDY_BENCH_MAX_CONFIGS    16
+#define FDY_BENCH_MAX_BUFFERS    64
+#define FDY_BENCH_MAX_RESAMPLES  1000000u
+#define FDY_BENCH_CONFIDENCE     0.95
 /* First payload stream: layer i's bytes come from stream
  * FDY_BENCH_PAYLOAD_STREAM + i (see fdy_bench_fill_layer). */
 #define FDY_BENCH_PAYLOAD_STREAM ((uint64_t)1 << 32)
 
-/* ---- statistics ------------------------------------------------------------ */
+/* ---- statistics ------------------------------------------------------------
+ */
 
 typedef struct fdy_splitmix64 {
   uint64_t state;
@@ -112,7 +113,8 @@ fdy_status fdy_bench_paired_speedup(const double *base, const double *x,
 void fdy_bench_fill_layer(void *dst, uint64_t weight_bytes, uint64_t seed,
                           uint32_t layer);
 
-/* ---- the benchmark ------------------------------------------------------------- */
+/* ---- the benchmark
+ * ------------------------------------------------------------- */
 
 typedef enum fdy_bench_backend {
   FDY_BENCH_BACKEND_AUTO = 0, /* cuda when a device is present, else cpu */
@@ -134,7 +136,7 @@ typedef struct fdy_bench_options {
   uint64_t seed;                /* --seed (0): payload and bootstrap */
   uint32_t buffer_count;        /* --buffers list length (3) */
   uint32_t buffers[FDY_BENCH_MAX_CONFIGS]; /* distinct, 1 .. MAX (1,2,3) */
-  uint32_t compute_passes;      /* --compute-passes, > 0 (1) */
+  uint32_t compute_passes;                 /* --compute-passes, > 0 (1) */
   fdy_cuda_host_mode host_mode; /* --host-mode, cuda only (registered) */
   int cuda_device;              /* --device (0) */
   uint64_t cpu_memory_bytes;    /* --cpu-memory: CPU "device" memory (0 =
@@ -143,8 +145,8 @@ typedef struct fdy_bench_options {
   const char *trace_path;       /* --trace (requires report_path), or NULL */
   int argc;                     /* invocation recorded in the report */
   char *const *argv;
-  FILE *console;                /* summary table; NULL = none */
-  bool progress;                /* one progress line per execution on stderr */
+  FILE *console; /* summary table; NULL = none */
+  bool progress; /* one progress line per execution on stderr */
 } fdy_bench_options;
 
 /* The defaults of the issue (see the field comments). */

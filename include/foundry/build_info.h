@@ -11,7 +11,9 @@ typedef struct fdy_build_info {
   const char *git_commit; /* full hash, or "unknown" outside a checkout */
   int git_dirty;          /* 1 when tracked files had uncommitted changes */
   const char *compiler;   /* "GNU 12.2.0" */
-  const char *flags;      /* C flags of the build type */
+  /* C flags of the build type and warnings; with CUDA also ", CUDA
+   * VERSION: " and the CUDA flags, warnings and architectures */
+  const char *flags;
   const char *build_type;
   const char *sanitizers; /* "ON" or "OFF" */
   const char *cuda;       /* "ON" when the CUDA backend is built */

@@ -23,8 +23,8 @@ extern "C" {
 #endif
 
 #define FDY_CHECKSUM_POSITION_KEY 0x9E3779B97F4A7C15ull
-#define FDY_CHECKSUM_MIX_KEY 0xFF51AFD7ED558CCDull
-#define FDY_CHECKSUM_FINAL_KEY 0xC4CEB9FE1A85EC53ull
+#define FDY_CHECKSUM_MIX_KEY      0xFF51AFD7ED558CCDull
+#define FDY_CHECKSUM_FINAL_KEY    0xC4CEB9FE1A85EC53ull
 
 /* Partial sum of term_i over the words in [first_word, first_word + count)
  * of `words` (which points at word 0). */

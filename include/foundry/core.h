@@ -26,16 +26,16 @@ typedef enum fdy_status {
   FDY_ERR_OUT_OF_MEMORY,    /* a host allocation failed */
   FDY_ERR_IO,               /* open/read/write/mmap failed (errno in message) */
   FDY_ERR_EXISTS,           /* refusing to overwrite an existing file */
-  FDY_ERR_NOT_FOUND,        /* a named thing (file, tensor, command) is absent */
-  FDY_ERR_UNSUPPORTED,      /* valid input that Foundry does not support */
-  FDY_ERR_PARSE,            /* syntax error in a document (line/column set) */
-  FDY_ERR_SCHEMA,           /* well-formed document with wrong structure */
-  FDY_ERR_FORMAT,           /* a binary file violates its format */
-  FDY_ERR_BUDGET,           /* a memory budget would be exceeded */
-  FDY_ERR_BACKEND,          /* a backend operation failed */
-  FDY_ERR_CHECKSUM,         /* computed result differs from the expected one */
-  FDY_ERR_TOLERANCE,        /* numerical comparison outside tolerance */
-  FDY_ERR_CONTEXT,          /* sequence longer than the configured context */
+  FDY_ERR_NOT_FOUND,   /* a named thing (file, tensor, command) is absent */
+  FDY_ERR_UNSUPPORTED, /* valid input that Foundry does not support */
+  FDY_ERR_PARSE,       /* syntax error in a document (line/column set) */
+  FDY_ERR_SCHEMA,      /* well-formed document with wrong structure */
+  FDY_ERR_FORMAT,      /* a binary file violates its format */
+  FDY_ERR_BUDGET,      /* a memory budget would be exceeded */
+  FDY_ERR_BACKEND,     /* a backend operation failed */
+  FDY_ERR_CHECKSUM,    /* computed result differs from the expected one */
+  FDY_ERR_TOLERANCE,   /* numerical comparison outside tolerance */
+  FDY_ERR_CONTEXT,     /* sequence longer than the configured context */
   /* graph structure */
   FDY_ERR_GRAPH_UNKNOWN_TENSOR,
   FDY_ERR_GRAPH_DUPLICATE_NAME,
@@ -45,42 +45,42 @@ typedef enum fdy_status {
   FDY_ERR_GRAPH_FILE_RANGE,
   FDY_ERR_GRAPH_ROLE, /* e.g. an op writes a weight */
   /* plan validation */
-  FDY_ERR_PLAN_UNKNOWN_ID,          /* slot/tensor/op/stream/event out of range */
-  FDY_ERR_PLAN_ZERO_ALLOCATION,     /* allocate of 0 bytes */
-  FDY_ERR_PLAN_DOUBLE_ALLOCATION,   /* allocate of a live slot */
-  FDY_ERR_PLAN_SLOT_NOT_ALLOCATED,  /* use or release of a dead slot */
-  FDY_ERR_PLAN_BUDGET_EXCEEDED,     /* live slot bytes above the budget */
-  FDY_ERR_PLAN_SLOT_TOO_SMALL,      /* weight larger than its slot */
-  FDY_ERR_PLAN_NOT_A_WEIGHT,        /* prefetch or binding of a non-weight */
-  FDY_ERR_PLAN_TRANSFER_NOT_AWAITED,/* launch not ordered after its transfer */
-  FDY_ERR_PLAN_PRODUCER_NOT_AWAITED,/* launch not ordered after a producer */
-  FDY_ERR_PLAN_SLOT_BUSY,           /* overwrite/release before readers done */
-  FDY_ERR_PLAN_EVENT_REUSED,        /* an event signalled twice */
-  FDY_ERR_PLAN_EVENT_NOT_SIGNALLED, /* wait on an event not yet signalled */
-  FDY_ERR_PLAN_OP_ORDER,            /* op launched twice or out of graph order */
-  FDY_ERR_PLAN_BINDING_MISMATCH,    /* bindings differ from the op's weights */
-  FDY_ERR_PLAN_UNSYNCHRONIZED_END,  /* an event never observed by the host */
-  FDY_ERR_PLAN_UNRELEASED_END,      /* a slot still live at the end */
-  FDY_ERR_PLAN_INCOMPLETE,          /* an op of the graph never launched */
+  FDY_ERR_PLAN_UNKNOWN_ID,        /* slot/tensor/op/stream/event out of range */
+  FDY_ERR_PLAN_ZERO_ALLOCATION,   /* allocate of 0 bytes */
+  FDY_ERR_PLAN_DOUBLE_ALLOCATION, /* allocate of a live slot */
+  FDY_ERR_PLAN_SLOT_NOT_ALLOCATED,   /* use or release of a dead slot */
+  FDY_ERR_PLAN_BUDGET_EXCEEDED,      /* live slot bytes above the budget */
+  FDY_ERR_PLAN_SLOT_TOO_SMALL,       /* weight larger than its slot */
+  FDY_ERR_PLAN_NOT_A_WEIGHT,         /* prefetch or binding of a non-weight */
+  FDY_ERR_PLAN_TRANSFER_NOT_AWAITED, /* launch not ordered after its transfer */
+  FDY_ERR_PLAN_PRODUCER_NOT_AWAITED, /* launch not ordered after a producer */
+  FDY_ERR_PLAN_SLOT_BUSY,            /* overwrite/release before readers done */
+  FDY_ERR_PLAN_EVENT_REUSED,         /* an event signalled twice */
+  FDY_ERR_PLAN_EVENT_NOT_SIGNALLED,  /* wait on an event not yet signalled */
+  FDY_ERR_PLAN_OP_ORDER,           /* op launched twice or out of graph order */
+  FDY_ERR_PLAN_BINDING_MISMATCH,   /* bindings differ from the op's weights */
+  FDY_ERR_PLAN_UNSYNCHRONIZED_END, /* an event never observed by the host */
+  FDY_ERR_PLAN_UNRELEASED_END,     /* a slot still live at the end */
+  FDY_ERR_PLAN_INCOMPLETE,         /* an op of the graph never launched */
   FDY_STATUS_COUNT
 } fdy_status;
 
 #define FDY_ERROR_MESSAGE_MAX 512
-#define FDY_ERROR_NAME_MAX 128
+#define FDY_ERROR_NAME_MAX    128
 
 /* Rich error filled by fallible calls when the caller passes a non-NULL
  * pointer. Fields that do not apply keep their "unset" values (-1 for
  * indices, 0 for sizes, "" for names). Plain value type: no ownership. */
 typedef struct fdy_error {
   fdy_status kind;
-  int64_t command_index;   /* plan command index, or -1 */
-  int64_t ids[2];          /* ids involved (slot, event, tensor, op...), or -1 */
-  uint64_t expected;       /* expected bytes/count where relevant */
-  uint64_t actual;         /* actual bytes/count where relevant */
-  int64_t line, column;    /* document position for PARSE/SCHEMA, or -1 */
-  char name[FDY_ERROR_NAME_MAX];       /* tensor/file/field involved, or "" */
-  char backend_op[64];                 /* failing backend operation, or "" */
-  fdy_status cleanup_kind;             /* FDY_OK unless cleanup also failed */
+  int64_t command_index; /* plan command index, or -1 */
+  int64_t ids[2];        /* ids involved (slot, event, tensor, op...), or -1 */
+  uint64_t expected;     /* expected bytes/count where relevant */
+  uint64_t actual;       /* actual bytes/count where relevant */
+  int64_t line, column;  /* document position for PARSE/SCHEMA, or -1 */
+  char name[FDY_ERROR_NAME_MAX]; /* tensor/file/field involved, or "" */
+  char backend_op[64];           /* failing backend operation, or "" */
+  fdy_status cleanup_kind;       /* FDY_OK unless cleanup also failed */
   char cleanup_message[256];
   char message[FDY_ERROR_MESSAGE_MAX]; /* readable, complete sentence */
 } fdy_error;
@@ -115,7 +115,8 @@ bool fdy_is_power_of_two(uint64_t alignment);
 fdy_status fdy_align_up(uint64_t size, uint64_t alignment, uint64_t *out,
                         fdy_error *err);
 
-/* ---- binary units ---------------------------------------------------------- */
+/* ---- binary units ----------------------------------------------------------
+ */
 
 /* Parses "123", "123B", "64KiB", "450MiB", "4GiB", "1TiB" (binary units,
  * case-sensitive suffix, no sign, no fraction, optional single space before
@@ -131,7 +132,8 @@ char *fdy_format_bytes(uint64_t bytes, char *buf, size_t cap);
 #define FDY_MIB ((uint64_t)1 << 20)
 #define FDY_GIB ((uint64_t)1 << 30)
 
-/* ---- dtypes and shapes ----------------------------------------------------- */
+/* ---- dtypes and shapes -----------------------------------------------------
+ */
 
 typedef enum fdy_dtype {
   FDY_DTYPE_F32 = 0,
@@ -166,7 +168,7 @@ typedef struct fdy_shape {
  * <= FDY_MAX_RANK (assert). */
 fdy_shape fdy_shape_make(uint32_t rank, const uint64_t *dims);
 #define FDY_SHAPE(...)                                                         \
-  fdy_shape_make(sizeof((uint64_t[]){__VA_ARGS__}) / sizeof(uint64_t),       \
+  fdy_shape_make(sizeof((uint64_t[]){__VA_ARGS__}) / sizeof(uint64_t),         \
                  (uint64_t[]){__VA_ARGS__})
 bool fdy_shape_equal(fdy_shape a, fdy_shape b);
 /* Product of dims with overflow checking; rank > FDY_MAX_RANK is invalid. */
@@ -198,40 +200,55 @@ typedef struct fdy_budget {
 fdy_budget fdy_budget_make(fdy_memory_space space, uint64_t capacity);
 /* Reserves bytes; FDY_ERR_BUDGET (expected = capacity, actual = would-be
  * use) when it does not fit, FDY_ERR_OVERFLOW on wrap. Unchanged on error. */
-fdy_status fdy_budget_reserve(fdy_budget *budget, uint64_t bytes, fdy_error *err);
+fdy_status fdy_budget_reserve(fdy_budget *budget, uint64_t bytes,
+                              fdy_error *err);
 /* Returns bytes to the budget; releasing more than used is a programmer bug
  * (assert). */
 void fdy_budget_release(fdy_budget *budget, uint64_t bytes);
 
-/* ---- device capabilities ---------------------------------------------------- */
+/* ---- device capabilities ----------------------------------------------------
+ */
 
 /* What a backend's device offers, as plain data. */
 typedef struct fdy_device_caps {
-  char name[128];              /* "NVIDIA H200", "cpu", "fake" */
-  uint64_t total_memory;       /* bytes of device memory */
-  uint64_t free_memory;        /* bytes free when queried (0 = unknown) */
-  uint64_t max_allocation;     /* largest single allocation, bytes */
-  uint64_t alignment;          /* required slot alignment, power of two */
-  bool concurrent_copy_compute;/* copies can overlap kernels */
-  uint32_t copy_engines;       /* async copy engines (0 = unknown) */
+  char name[128];               /* "NVIDIA H200", "cpu", "fake" */
+  uint64_t total_memory;        /* bytes of device memory */
+  uint64_t free_memory;         /* bytes free when queried (0 = unknown) */
+  uint64_t max_allocation;      /* largest single allocation, bytes */
+  uint64_t alignment;           /* required slot alignment, power of two */
+  bool concurrent_copy_compute; /* copies can overlap kernels */
+  uint32_t copy_engines;        /* async copy engines (0 = unknown) */
 } fdy_device_caps;
 
-/* ---- typed ids --------------------------------------------------------------- */
+/* ---- typed ids
+ * --------------------------------------------------------------- */
 
 /* Distinct struct types so a slot can never be passed where an event is
  * expected. The raw value is the index in its table. */
-typedef struct fdy_tensor_id { uint32_t v; } fdy_tensor_id;
-typedef struct fdy_op_id { uint32_t v; } fdy_op_id;
-typedef struct fdy_slot_id { uint32_t v; } fdy_slot_id;
-typedef struct fdy_event_id { uint32_t v; } fdy_event_id;
-typedef struct fdy_stream_id { uint32_t v; } fdy_stream_id;
+typedef struct fdy_tensor_id {
+  uint32_t v;
+} fdy_tensor_id;
+typedef struct fdy_op_id {
+  uint32_t v;
+} fdy_op_id;
+typedef struct fdy_slot_id {
+  uint32_t v;
+} fdy_slot_id;
+typedef struct fdy_event_id {
+  uint32_t v;
+} fdy_event_id;
+typedef struct fdy_stream_id {
+  uint32_t v;
+} fdy_stream_id;
 
-/* ---- monotonic time ---------------------------------------------------------- */
+/* ---- monotonic time
+ * ---------------------------------------------------------- */
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 int64_t fdy_now_ns(void);
 
-/* ---- version ------------------------------------------------------------------ */
+/* ---- version
+ * ------------------------------------------------------------------ */
 
 #define FDY_VERSION_STRING "0.1.0"
 const char *fdy_version(void);

@@ -24,14 +24,14 @@ typedef enum fdy_cuda_host_mode {
 const char *fdy_cuda_host_mode_name(fdy_cuda_host_mode mode);
 
 typedef struct fdy_cuda_options {
-  int device;                  /* CUDA device ordinal */
+  int device; /* CUDA device ordinal */
   fdy_cuda_host_mode host_mode;
-  uint64_t staging_bytes;      /* each staging buffer; 0 = 16 MiB */
-  uint32_t staging_buffers;    /* ring size; 0 = 4 */
-  uint32_t compute_passes;     /* checksum kernel reads its slot K times; 0=1 */
-  uint64_t fail_alloc_at;      /* tests: 1-based buffer_alloc call to fail */
-  uint64_t fail_copy_at;       /* tests: 1-based copy_to_device call to fail */
-  uint64_t fail_launch_at;     /* tests: 1-based launch call to fail */
+  uint64_t staging_bytes;   /* each staging buffer; 0 = 16 MiB */
+  uint32_t staging_buffers; /* ring size; 0 = 4 */
+  uint32_t compute_passes;  /* checksum kernel reads its slot K times; 0=1 */
+  uint64_t fail_alloc_at;   /* tests: 1-based buffer_alloc call to fail */
+  uint64_t fail_copy_at;    /* tests: 1-based copy_to_device call to fail */
+  uint64_t fail_launch_at;  /* tests: 1-based launch call to fail */
 } fdy_cuda_options;
 
 /* Number of usable CUDA devices; 0 when none or CUDA is not built. */
@@ -57,15 +57,14 @@ fdy_status fdy_cuda_memory_in_use(fdy_backend *b, uint64_t *out,
  * two device buffers, counting bytes read plus written. Checksum: the
  * checksum kernel alone over a resident buffer of `bytes`, bytes read per
  * second (median). */
-fdy_status fdy_cuda_measure_h2d(fdy_backend *b, const void *src,
-                                uint64_t bytes, uint32_t repeats,
-                                double *bytes_per_second, fdy_error *err);
+fdy_status fdy_cuda_measure_h2d(fdy_backend *b, const void *src, uint64_t bytes,
+                                uint32_t repeats, double *bytes_per_second,
+                                fdy_error *err);
 fdy_status fdy_cuda_measure_d2d(fdy_backend *b, uint64_t bytes,
                                 uint32_t repeats, double *bytes_per_second,
                                 fdy_error *err);
 fdy_status fdy_cuda_measure_checksum(fdy_backend *b, uint64_t bytes,
-                                     uint32_t repeats,
-                                     double *bytes_per_second,
+                                     uint32_t repeats, double *bytes_per_second,
                                      fdy_error *err);
 
 #ifdef __cplusplus

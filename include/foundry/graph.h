@@ -60,8 +60,8 @@ typedef struct fdy_tensor_info {
 /* Read-only view of an op, valid until the graph is mutated or destroyed. */
 typedef struct fdy_op_info {
   const char *name;
-  const char *kind;  /* e.g. "synthetic.checksum", "llama.decoder_layer" */
-  uint64_t param;    /* kind-specific integer (e.g. layer index) */
+  const char *kind; /* e.g. "synthetic.checksum", "llama.decoder_layer" */
+  uint64_t param;   /* kind-specific integer (e.g. layer index) */
   size_t read_count;
   const fdy_tensor_id *reads;
   size_t write_count;
@@ -142,7 +142,8 @@ uint64_t fdy_graph_fingerprint(const fdy_graph *graph);
  * field by field. */
 bool fdy_graph_same_structure(const fdy_graph *a, const fdy_graph *b);
 
-/* ---- the synthetic workload ---------------------------------------------------- */
+/* ---- the synthetic workload
+ * ---------------------------------------------------- */
 
 #define FDY_OP_SYNTHETIC_CHECKSUM "synthetic.checksum"
 

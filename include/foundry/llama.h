@@ -24,22 +24,22 @@ typedef struct fdy_llama_config {
   uint32_t num_layers;
   uint32_t num_heads;
   uint32_t num_kv_heads;
-  uint32_t head_dim;              /* from config or hidden / heads */
+  uint32_t head_dim; /* from config or hidden / heads */
   uint32_t max_position_embeddings;
   double rope_theta;
-  bool rope_llama3;               /* rope_scaling of type llama3 */
-  double rope_factor;             /* llama3 scaling parameters */
+  bool rope_llama3;   /* rope_scaling of type llama3 */
+  double rope_factor; /* llama3 scaling parameters */
   double rope_low_freq_factor;
   double rope_high_freq_factor;
   uint32_t rope_original_max_position;
   bool tie_word_embeddings;
   double rms_norm_eps;
-  int32_t bos_id;                 /* -1 when absent */
+  int32_t bos_id; /* -1 when absent */
   uint32_t eos_count;
   int32_t eos_ids[FDY_LLAMA_MAX_EOS];
-  uint32_t group_size;            /* 32, 64 or 128 */
-  uint32_t bits;                  /* 4 */
-  fdy_dtype scale_dtype;          /* F16 or BF16: scales, biases, norms */
+  uint32_t group_size;   /* 32, 64 or 128 */
+  uint32_t bits;         /* 4 */
+  fdy_dtype scale_dtype; /* F16 or BF16: scales, biases, norms */
 } fdy_llama_config;
 
 /* A 4-bit quantized linear layer y = x W^T, W (out, in):
@@ -102,7 +102,7 @@ void fdy_llama_dequantize_row(const fdy_llama_qlinear *linear,
 /* Op kinds of the model graph. */
 #define FDY_OP_LLAMA_EMBED "llama.embed"
 #define FDY_OP_LLAMA_LAYER "llama.decoder_layer"
-#define FDY_OP_LLAMA_HEAD "llama.head"
+#define FDY_OP_LLAMA_HEAD  "llama.head"
 
 /* The model as a Foundry graph: input "tokens" (I32 [context]), op
  * "embed" reading weight "embed" (the embedding's three tensors gathered),
@@ -124,7 +124,8 @@ void fdy_llama_dequantize_row(const fdy_llama_qlinear *linear,
 fdy_status fdy_llama_graph(const fdy_llama_model *model, uint32_t context,
                            fdy_graph **out, fdy_error *err);
 
-/* ---- random checkpoints ---------------------------------------------------- */
+/* ---- random checkpoints ----------------------------------------------------
+ */
 
 /* Writes a random-weight checkpoint in exactly the MLX layout (config.json,
  * model.safetensors, model.safetensors.index.json) into a new directory
@@ -135,8 +136,7 @@ fdy_status fdy_llama_make_model(const char *preset, uint64_t seed,
                                 const char *out_dir, fdy_error *err);
 /* Progress of fdy_llama_make_model_ex: bytes of tensor data written so far
  * out of total; called from the writing thread after every chunk. */
-typedef void (*fdy_llama_progress_fn)(void *ctx, uint64_t done,
-                                      uint64_t total);
+typedef void (*fdy_llama_progress_fn)(void *ctx, uint64_t done, uint64_t total);
 /* fdy_llama_make_model with an optional progress callback (may be NULL). */
 fdy_status fdy_llama_make_model_ex(const char *preset, uint64_t seed,
                                    const char *out_dir,

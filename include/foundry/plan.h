@@ -46,14 +46,14 @@
 extern "C" {
 #endif
 
-#define FDY_PLAN_FORMAT "foundry.plan"
+#define FDY_PLAN_FORMAT  "foundry.plan"
 #define FDY_PLAN_VERSION 1
 #define FDY_MAX_BINDINGS 8
 /* Table limits fdy_plan_create (and so the JSON decoder) enforces, so that a
  * hostile document cannot make validation allocate without bound. */
 #define FDY_PLAN_MAX_STREAMS 64
-#define FDY_PLAN_MAX_SLOTS ((uint32_t)1 << 16)
-#define FDY_PLAN_MAX_EVENTS ((uint32_t)1 << 24)
+#define FDY_PLAN_MAX_SLOTS   ((uint32_t)1 << 16)
+#define FDY_PLAN_MAX_EVENTS  ((uint32_t)1 << 24)
 
 typedef enum fdy_command_kind {
   FDY_CMD_ALLOCATE = 0,
@@ -141,10 +141,10 @@ const fdy_command *fdy_plan_command(const fdy_plan *plan, size_t index);
 typedef struct fdy_plan_summary {
   size_t commands;
   size_t ops;
-  uint32_t slots;        /* distinct slots allocated */
-  uint64_t peak_bytes;   /* highest live slot bytes */
+  uint32_t slots;          /* distinct slots allocated */
+  uint64_t peak_bytes;     /* highest live slot bytes */
   uint64_t transfer_bytes; /* sum of prefetched weight bytes */
-  uint32_t streams;      /* distinct streams that run or wait on work */
+  uint32_t streams;        /* distinct streams that run or wait on work */
 } fdy_plan_summary;
 
 /* Static validation (see the rules above). No side effects. summary may be
@@ -160,7 +160,8 @@ fdy_status fdy_plan_validate(const fdy_plan *plan, fdy_plan_summary *summary,
 fdy_status fdy_plan_check_graph(const fdy_plan *plan, const fdy_graph *graph,
                                 fdy_error *err);
 
-/* ---- JSON --------------------------------------------------------------------- */
+/* ---- JSON
+ * --------------------------------------------------------------------- */
 
 /* Encodes the plan (with its graph's structure, not its extents) as a JSON
  * document; *out is a malloc'd NUL-terminated string the caller frees. */
@@ -181,10 +182,11 @@ fdy_status fdy_plan_load(const char *path, fdy_plan **out, fdy_error *err);
 fdy_status fdy_plan_save(const fdy_plan *plan, const char *path,
                          fdy_error *err);
 
-/* ---- planner ------------------------------------------------------------------- */
+/* ---- planner
+ * ------------------------------------------------------------------- */
 
 /* Streams the planner uses. */
-#define FDY_STREAM_COPY ((fdy_stream_id){0})
+#define FDY_STREAM_COPY    ((fdy_stream_id){0})
 #define FDY_STREAM_COMPUTE ((fdy_stream_id){1})
 
 /* N-buffered streaming plan: ops run in graph order on the compute stream;

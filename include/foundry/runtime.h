@@ -45,7 +45,7 @@ typedef struct fdy_run_options {
 /* Outcome of a successful run. Owned by the caller: fdy_run_result_free. */
 typedef struct fdy_run_result {
   size_t op_count;
-  uint64_t *op_results;        /* op_count words, each op's 64-bit result */
+  uint64_t *op_results; /* op_count words, each op's 64-bit result */
   size_t timing_count;
   fdy_command_timing *timings; /* one per command when collected, else NULL */
   uint64_t peak_slot_bytes;    /* highest live slot bytes during the run */

@@ -30,8 +30,8 @@ typedef struct fdy_st_tensor {
   fdy_shape shape;
   uint64_t file_offset; /* absolute byte offset of the data in the file */
   uint64_t bytes;
-  const void *data;     /* into the read-only mapping; possibly unaligned */
-  const char *path;     /* the file it lives in */
+  const void *data; /* into the read-only mapping; possibly unaligned */
+  const char *path; /* the file it lives in */
 } fdy_st_tensor;
 
 fdy_status fdy_safetensors_open(const char *path, fdy_safetensors **out,

@@ -35,8 +35,7 @@ fdy_status fdy_cli_parse_uint(const char *flag, const char *text, uint64_t min,
   bool ok = p && *p >= '0' && *p <= '9';
   uint64_t value = 0;
   for (; ok && *p; p++) {
-    if (*p < '0' || *p > '9' ||
-        __builtin_mul_overflow(value, 10, &value) ||
+    if (*p < '0' || *p > '9' || __builtin_mul_overflow(value, 10, &value) ||
         __builtin_add_overflow(value, (uint64_t)(*p - '0'), &value)) {
       ok = false;
     }
@@ -44,8 +43,8 @@ fdy_status fdy_cli_parse_uint(const char *flag, const char *text, uint64_t min,
   if (!ok || value < min || value > max) {
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
                          "%s must be an integer from %llu to %llu, got '%s'",
-                         flag, (unsigned long long)min,
-                         (unsigned long long)max, text ? text : "");
+                         flag, (unsigned long long)min, (unsigned long long)max,
+                         text ? text : "");
   }
   *out = value;
   return FDY_OK;

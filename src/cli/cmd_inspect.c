@@ -53,8 +53,7 @@ static void print_text(const fdy_llama_model *m) {
     printf("%s%" PRId32, i ? "," : " ", c->eos_ids[i]);
   }
   printf("%s\n", c->eos_count ? "" : " none");
-  printf("  quantization %" PRIu32 "-bit, group size %" PRIu32
-         ", scales %s\n",
+  printf("  quantization %" PRIu32 "-bit, group size %" PRIu32 ", scales %s\n",
          c->bits, c->group_size, fdy_dtype_name(c->scale_dtype));
   printf("  tensors %zu, %s per layer, %s total (%" PRIu64 " bytes)\n",
          fdy_llama_tensor_count(m), layer, total, fdy_llama_total_bytes(m));
@@ -72,9 +71,8 @@ static int print_json(const fdy_llama_model *m) {
   }
   if (c->rope_llama3) {
     rope = json_pack("{s:s, s:f, s:f, s:f, s:i}", "type", "llama3", "factor",
-                     c->rope_factor, "low_freq_factor",
-                     c->rope_low_freq_factor, "high_freq_factor",
-                     c->rope_high_freq_factor,
+                     c->rope_factor, "low_freq_factor", c->rope_low_freq_factor,
+                     "high_freq_factor", c->rope_high_freq_factor,
                      "original_max_position_embeddings",
                      (json_int_t)c->rope_original_max_position);
   }
@@ -83,12 +81,11 @@ static int print_json(const fdy_llama_model *m) {
       "s:i, s:o, s:{s:i, s:i, s:s}, s:I, s:o, s:I}",
       "model", fdy_llama_model_dir(m), "vocab_size", (json_int_t)c->vocab_size,
       "hidden_size", (json_int_t)c->hidden_size, "intermediate_size",
-      (json_int_t)c->intermediate_size, "num_layers",
-      (json_int_t)c->num_layers, "num_heads", (json_int_t)c->num_heads,
-      "num_kv_heads", (json_int_t)c->num_kv_heads, "head_dim",
-      (json_int_t)c->head_dim, "max_position_embeddings",
-      (json_int_t)c->max_position_embeddings, "rope_theta", c->rope_theta,
-      "rope_scaling", rope, "tie_word_embeddings",
+      (json_int_t)c->intermediate_size, "num_layers", (json_int_t)c->num_layers,
+      "num_heads", (json_int_t)c->num_heads, "num_kv_heads",
+      (json_int_t)c->num_kv_heads, "head_dim", (json_int_t)c->head_dim,
+      "max_position_embeddings", (json_int_t)c->max_position_embeddings,
+      "rope_theta", c->rope_theta, "rope_scaling", rope, "tie_word_embeddings",
       (int)c->tie_word_embeddings, "rms_norm_eps", c->rms_norm_eps, "bos_id",
       (json_int_t)c->bos_id, "eos_ids", eos, "quantization", "bits",
       (json_int_t)c->bits, "group_size", (json_int_t)c->group_size,
@@ -120,10 +117,11 @@ int fdy_cmd_inspect(int argc, char **argv) {
   int opt;
   while ((opt = getopt_long(argc, argv, ":", options, NULL)) != -1) {
     switch (opt) {
-    case OPT_JSON: json = true; break;
+    case OPT_JSON:
+      json = true;
+      break;
     default:
-      return fdy_cli_usage("inspect", "unknown option '%s'",
-                           argv[optind - 1]);
+      return fdy_cli_usage("inspect", "unknown option '%s'", argv[optind - 1]);
     }
   }
   if (optind != argc - 1) {

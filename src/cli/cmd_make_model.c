@@ -63,8 +63,12 @@ int fdy_cmd_make_model(int argc, char **argv) {
   int opt;
   while ((opt = getopt_long(argc, argv, ":", options, NULL)) != -1) {
     switch (opt) {
-    case OPT_PRESET: preset = optarg; break;
-    case OPT_OUT: out = optarg; break;
+    case OPT_PRESET:
+      preset = optarg;
+      break;
+    case OPT_OUT:
+      out = optarg;
+      break;
     case OPT_SEED:
       if (fdy_cli_parse_uint("--seed", optarg, 0, UINT64_MAX, &seed, &err) !=
           FDY_OK) {
@@ -73,8 +77,7 @@ int fdy_cmd_make_model(int argc, char **argv) {
       seed_seen = true;
       break;
     case ':':
-      return fdy_cli_usage("make-model", "%s needs a value",
-                           argv[optind - 1]);
+      return fdy_cli_usage("make-model", "%s needs a value", argv[optind - 1]);
     default:
       return fdy_cli_usage("make-model", "unknown option '%s'",
                            argv[optind - 1]);

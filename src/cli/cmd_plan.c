@@ -11,32 +11,33 @@
 #include "foundry/graph.h"
 #include "foundry/plan.h"
 
-#define DEFAULT_LAYERS 48
+#define DEFAULT_LAYERS     48
 #define DEFAULT_WEIGHT_MIB 450
-#define DEFAULT_BUFFERS 3
-#define DEFAULT_BUDGET "4GiB"
-#define DEFAULT_ALIGNMENT 256
+#define DEFAULT_BUFFERS    3
+#define DEFAULT_BUDGET     "4GiB"
+#define DEFAULT_ALIGNMENT  256
 
 void fdy_cmd_plan_help(FILE *out) {
-  fprintf(out,
-          "usage: foundry plan --dump PATH [options]\n"
-          "       foundry plan --check PATH\n"
-          "\n"
-          "--dump writes the N-buffered streaming plan of a synthetic chain of\n"
-          "checksum layers as JSON (PATH '-' is standard output; an existing\n"
-          "file is never overwritten). --check loads a plan file, validates it\n"
-          "statically and prints a one-line summary (exit 0) or the first\n"
-          "error with its command index (exit 1).\n"
-          "\n"
-          "options for --dump:\n"
-          "  --layers N         layers in the chain (default %d)\n"
-          "  --weight-mib M     weight bytes per layer in MiB (default %d)\n"
-          "  --buffers B        resident weight slots (default %d)\n"
-          "  --budget SIZE      device budget, e.g. 4GiB (default %s)\n"
-          "  --alignment BYTES  slot size alignment, a power of two "
-          "(default %d)\n",
-          DEFAULT_LAYERS, DEFAULT_WEIGHT_MIB, DEFAULT_BUFFERS, DEFAULT_BUDGET,
-          DEFAULT_ALIGNMENT);
+  fprintf(
+      out,
+      "usage: foundry plan --dump PATH [options]\n"
+      "       foundry plan --check PATH\n"
+      "\n"
+      "--dump writes the N-buffered streaming plan of a synthetic chain of\n"
+      "checksum layers as JSON (PATH '-' is standard output; an existing\n"
+      "file is never overwritten). --check loads a plan file, validates it\n"
+      "statically and prints a one-line summary (exit 0) or the first\n"
+      "error with its command index (exit 1).\n"
+      "\n"
+      "options for --dump:\n"
+      "  --layers N         layers in the chain (default %d)\n"
+      "  --weight-mib M     weight bytes per layer in MiB (default %d)\n"
+      "  --buffers B        resident weight slots (default %d)\n"
+      "  --budget SIZE      device budget, e.g. 4GiB (default %s)\n"
+      "  --alignment BYTES  slot size alignment, a power of two "
+      "(default %d)\n",
+      DEFAULT_LAYERS, DEFAULT_WEIGHT_MIB, DEFAULT_BUFFERS, DEFAULT_BUDGET,
+      DEFAULT_ALIGNMENT);
 }
 
 static void print_summary(const char *label, const fdy_plan *plan,
@@ -61,8 +62,9 @@ static int check_plan(const char *path) {
   fdy_plan_summary summary;
   fdy_status status = fdy_plan_validate(plan, &summary, &err);
   if (status != FDY_OK) {
-    fprintf(stderr, "foundry: error: %s: invalid plan (%s) at command %" PRId64
-                    ": %s\n",
+    fprintf(stderr,
+            "foundry: error: %s: invalid plan (%s) at command %" PRId64
+            ": %s\n",
             path, fdy_status_name(err.kind), err.command_index, err.message);
     fdy_plan_destroy(plan);
     return FDY_EXIT_FAILURE;
@@ -128,8 +130,15 @@ cleanup:
 }
 
 int fdy_cmd_plan(int argc, char **argv) {
-  enum { OPT_DUMP = 256, OPT_CHECK, OPT_LAYERS, OPT_WEIGHT, OPT_BUFFERS,
-         OPT_BUDGET, OPT_ALIGNMENT };
+  enum {
+    OPT_DUMP = 256,
+    OPT_CHECK,
+    OPT_LAYERS,
+    OPT_WEIGHT,
+    OPT_BUFFERS,
+    OPT_BUDGET,
+    OPT_ALIGNMENT
+  };
   static const struct option options[] = {
       {"dump", required_argument, NULL, OPT_DUMP},
       {"check", required_argument, NULL, OPT_CHECK},
@@ -152,11 +161,15 @@ int fdy_cmd_plan(int argc, char **argv) {
   while ((opt = getopt_long(argc, argv, ":", options, NULL)) != -1) {
     fdy_status status = FDY_OK;
     switch (opt) {
-    case OPT_DUMP: dump = optarg; break;
-    case OPT_CHECK: check = optarg; break;
+    case OPT_DUMP:
+      dump = optarg;
+      break;
+    case OPT_CHECK:
+      check = optarg;
+      break;
     case OPT_LAYERS:
-      status = fdy_cli_parse_uint("--layers", optarg, 1, UINT32_MAX, &layers,
-                                  &err);
+      status =
+          fdy_cli_parse_uint("--layers", optarg, 1, UINT32_MAX, &layers, &err);
       dump_option_seen = true;
       break;
     case OPT_WEIGHT:
@@ -181,9 +194,9 @@ int fdy_cmd_plan(int argc, char **argv) {
       status = fdy_cli_parse_uint("--alignment", optarg, 1, UINT32_MAX,
                                   &alignment, &err);
       if (status == FDY_OK && !fdy_is_power_of_two(alignment)) {
-        status = fdy_error_set(&err, FDY_ERR_INVALID_ARGUMENT,
-                               "--alignment must be a power of two, got %s",
-                               optarg);
+        status =
+            fdy_error_set(&err, FDY_ERR_INVALID_ARGUMENT,
+                          "--alignment must be a power of two, got %s", optarg);
       }
       dump_option_seen = true;
       break;

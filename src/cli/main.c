@@ -25,10 +25,10 @@ static const command_entry commands[] = {
      fdy_cmd_inspect_help},
     {"generate", "greedy Llama generation from prompt ids", fdy_cmd_generate,
      fdy_cmd_generate_help},
-    {"verify", "compare a model's outputs with a reference",
-     fdy_cmd_verify, fdy_cmd_verify_help},
-    {"make-model", "write a random-weight Llama checkpoint",
-     fdy_cmd_make_model, fdy_cmd_make_model_help},
+    {"verify", "compare a model's outputs with a reference", fdy_cmd_verify,
+     fdy_cmd_verify_help},
+    {"make-model", "write a random-weight Llama checkpoint", fdy_cmd_make_model,
+     fdy_cmd_make_model_help},
 };
 
 static const command_entry *find_command(const char *name) {
@@ -41,20 +41,18 @@ static const command_entry *find_command(const char *name) {
 }
 
 static void print_usage(FILE *out) {
-  fprintf(out,
-          "usage: foundry COMMAND [ARGS...]\n"
-          "\n"
-          "Foundry streams workloads whose weights do not fit in device\n"
-          "memory through a fixed device budget.\n"
-          "\n"
-          "commands:\n");
+  fprintf(out, "usage: foundry COMMAND [ARGS...]\n"
+               "\n"
+               "Foundry streams workloads whose weights do not fit in device\n"
+               "memory through a fixed device budget.\n"
+               "\n"
+               "commands:\n");
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
     fprintf(out, "  %-11s %s\n", commands[i].name, commands[i].summary);
   }
-  fprintf(out,
-          "\n"
-          "  foundry help COMMAND   help for one command\n"
-          "  foundry --version      version and build provenance\n");
+  fprintf(out, "\n"
+               "  foundry help COMMAND   help for one command\n"
+               "  foundry --version      version and build provenance\n");
 }
 
 static void print_version(void) {

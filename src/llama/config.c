@@ -10,8 +10,8 @@
 
 #include "loader.h"
 
-#define MAX_DIM (1u << 20)
-#define MAX_VOCAB (1u << 24)
+#define MAX_DIM    (1u << 20)
+#define MAX_VOCAB  (1u << 24)
 #define MAX_LAYERS 4096u
 
 typedef struct parse_ctx {
@@ -64,9 +64,8 @@ static fdy_status get_uint(const parse_ctx *p, json_t *obj, const char *key,
 }
 
 /* A required positive finite number (integer or real). */
-static fdy_status get_positive(const parse_ctx *p, json_t *obj,
-                               const char *key, const char *field,
-                               double *out) {
+static fdy_status get_positive(const parse_ctx *p, json_t *obj, const char *key,
+                               const char *field, double *out) {
   json_t *v = json_object_get(obj, key);
   if (!v) {
     return field_error(p, FDY_ERR_SCHEMA, field, "is missing");
@@ -76,8 +75,7 @@ static fdy_status get_positive(const parse_ctx *p, json_t *obj,
   }
   double x = json_number_value(v);
   if (!(x > 0) || !isfinite(x)) {
-    return field_error(p, FDY_ERR_SCHEMA, field, "must be positive, got %g",
-                       x);
+    return field_error(p, FDY_ERR_SCHEMA, field, "must be positive, got %g", x);
   }
   *out = x;
   return FDY_OK;
@@ -127,8 +125,8 @@ static fdy_status parse_rope_scaling(const parse_ctx *p, json_t *root,
                         "rope_scaling.high_freq_factor",
                         &c->rope_high_freq_factor)) != FDY_OK ||
       (s = get_uint(p, rs, "original_max_position_embeddings",
-                    "rope_scaling.original_max_position_embeddings", true, 0,
-                    1, UINT32_MAX >> 1, &c->rope_original_max_position)) !=
+                    "rope_scaling.original_max_position_embeddings", true, 0, 1,
+                    UINT32_MAX >> 1, &c->rope_original_max_position)) !=
           FDY_OK) {
     return s;
   }
@@ -186,14 +184,13 @@ static fdy_status parse_quantization(const parse_ctx *p, json_t *root,
                        "is missing (not an MLX quantized checkpoint)");
   }
   if (!json_is_object(q)) {
-    return field_error(p, FDY_ERR_SCHEMA, "quantization",
-                       "must be an object");
+    return field_error(p, FDY_ERR_SCHEMA, "quantization", "must be an object");
   }
   fdy_status s;
-  if ((s = get_uint(p, q, "group_size", "quantization.group_size", true, 0,
-                    0, UINT32_MAX, &c->group_size)) != FDY_OK ||
-      (s = get_uint(p, q, "bits", "quantization.bits", true, 0, 0,
-                    UINT32_MAX, &c->bits)) != FDY_OK) {
+  if ((s = get_uint(p, q, "group_size", "quantization.group_size", true, 0, 0,
+                    UINT32_MAX, &c->group_size)) != FDY_OK ||
+      (s = get_uint(p, q, "bits", "quantization.bits", true, 0, 0, UINT32_MAX,
+                    &c->bits)) != FDY_OK) {
     return s;
   }
   if (c->group_size != 32 && c->group_size != 64 && c->group_size != 128) {
@@ -202,8 +199,7 @@ static fdy_status parse_quantization(const parse_ctx *p, json_t *root,
   }
   if (c->bits != 4) {
     return field_error(p, FDY_ERR_UNSUPPORTED, "quantization.bits",
-                       "is %u; only 4-bit checkpoints are supported",
-                       c->bits);
+                       "is %u; only 4-bit checkpoints are supported", c->bits);
   }
   return FDY_OK;
 }
@@ -223,8 +219,8 @@ static fdy_status check_architecture(const parse_ctx *p, json_t *root) {
                        json_string_value(mt));
   }
   json_t *act = json_object_get(root, "hidden_act");
-  if (act && (!json_is_string(act) ||
-              strcmp(json_string_value(act), "silu") != 0)) {
+  if (act &&
+      (!json_is_string(act) || strcmp(json_string_value(act), "silu") != 0)) {
     return field_error(p, FDY_ERR_UNSUPPORTED, "hidden_act",
                        "must be \"silu\"");
   }
@@ -245,22 +241,22 @@ static fdy_status check_architecture(const parse_ctx *p, json_t *root) {
 static fdy_status parse_sizes(const parse_ctx *p, json_t *root,
                               fdy_llama_config *c) {
   fdy_status s;
-  if ((s = get_uint(p, root, "vocab_size", "vocab_size", true, 0, 1,
-                    MAX_VOCAB, &c->vocab_size)) != FDY_OK ||
-      (s = get_uint(p, root, "hidden_size", "hidden_size", true, 0, 1,
-                    MAX_DIM, &c->hidden_size)) != FDY_OK ||
-      (s = get_uint(p, root, "intermediate_size", "intermediate_size", true,
-                    0, 1, MAX_DIM, &c->intermediate_size)) != FDY_OK ||
-      (s = get_uint(p, root, "num_hidden_layers", "num_hidden_layers", true,
-                    0, 1, MAX_LAYERS, &c->num_layers)) != FDY_OK ||
-      (s = get_uint(p, root, "num_attention_heads", "num_attention_heads",
-                    true, 0, 1, MAX_DIM, &c->num_heads)) != FDY_OK ||
+  if ((s = get_uint(p, root, "vocab_size", "vocab_size", true, 0, 1, MAX_VOCAB,
+                    &c->vocab_size)) != FDY_OK ||
+      (s = get_uint(p, root, "hidden_size", "hidden_size", true, 0, 1, MAX_DIM,
+                    &c->hidden_size)) != FDY_OK ||
+      (s = get_uint(p, root, "intermediate_size", "intermediate_size", true, 0,
+                    1, MAX_DIM, &c->intermediate_size)) != FDY_OK ||
+      (s = get_uint(p, root, "num_hidden_layers", "num_hidden_layers", true, 0,
+                    1, MAX_LAYERS, &c->num_layers)) != FDY_OK ||
+      (s = get_uint(p, root, "num_attention_heads", "num_attention_heads", true,
+                    0, 1, MAX_DIM, &c->num_heads)) != FDY_OK ||
       (s = get_uint(p, root, "num_key_value_heads", "num_key_value_heads",
                     false, c->num_heads, 1, MAX_DIM, &c->num_kv_heads)) !=
           FDY_OK ||
       (s = get_uint(p, root, "head_dim", "head_dim", false,
-                    c->hidden_size / c->num_heads, 1, MAX_DIM,
-                    &c->head_dim)) != FDY_OK ||
+                    c->hidden_size / c->num_heads, 1, MAX_DIM, &c->head_dim)) !=
+          FDY_OK ||
       (s = get_uint(p, root, "max_position_embeddings",
                     "max_position_embeddings", true, 0, 1, UINT32_MAX >> 1,
                     &c->max_position_embeddings)) != FDY_OK) {
@@ -325,8 +321,7 @@ fdy_status fdy_llama_config_parse(const char *json, size_t len,
   c.scale_dtype = FDY_DTYPE_F16;
   fdy_status s = FDY_OK;
   if (!json_is_object(root)) {
-    s = fdy_llama_file_error(err, FDY_ERR_SCHEMA, path,
-                             "not a JSON object");
+    s = fdy_llama_file_error(err, FDY_ERR_SCHEMA, path, "not a JSON object");
     goto cleanup;
   }
   json_t *tie = json_object_get(root, "tie_word_embeddings");
@@ -338,8 +333,8 @@ fdy_status fdy_llama_config_parse(const char *json, size_t len,
   c.tie_word_embeddings = json_is_true(tie);
   if ((s = check_architecture(&p, root)) != FDY_OK ||
       (s = parse_sizes(&p, root, &c)) != FDY_OK ||
-      (s = get_positive(&p, root, "rope_theta", "rope_theta",
-                        &c.rope_theta)) != FDY_OK ||
+      (s = get_positive(&p, root, "rope_theta", "rope_theta", &c.rope_theta)) !=
+          FDY_OK ||
       (s = parse_rope_scaling(&p, root, &c)) != FDY_OK ||
       (s = get_positive(&p, root, "rms_norm_eps", "rms_norm_eps",
                         &c.rms_norm_eps)) != FDY_OK ||

@@ -35,8 +35,8 @@ static fdy_status add_weight(fdy_graph *g, const char *name,
       return FDY_ERR_OVERFLOW;
     }
   }
-  return fdy_graph_add_weight(g, name, FDY_DTYPE_U8, FDY_SHAPE(bytes),
-                              extents, count, out, err);
+  return fdy_graph_add_weight(g, name, FDY_DTYPE_U8, FDY_SHAPE(bytes), extents,
+                              count, out, err);
 }
 
 static fdy_status add_op(fdy_graph *g, const char *name, const char *kind,
@@ -66,8 +66,8 @@ static fdy_status build(const fdy_llama_model *model, uint32_t context,
   if ((s = fdy_graph_add_input(g, "tokens", FDY_DTYPE_I32, FDY_SHAPE(context),
                                &tokens, err)) != FDY_OK ||
       (s = add_weight(g, "embed", ext, n, &weight, err)) != FDY_OK ||
-      (s = fdy_graph_add_activation(g, "embed.out", FDY_DTYPE_F32,
-                                    hidden_shape, &hidden, err)) != FDY_OK ||
+      (s = fdy_graph_add_activation(g, "embed.out", FDY_DTYPE_F32, hidden_shape,
+                                    &hidden, err)) != FDY_OK ||
       (s = add_op(g, "embed", FDY_OP_LLAMA_EMBED, 0, tokens, weight, hidden,
                   err)) != FDY_OK) {
     return s;
@@ -87,8 +87,8 @@ static fdy_status build(const fdy_llama_model *model, uint32_t context,
     snprintf(name, sizeof name, "layer.%u", i);
     snprintf(out_name, sizeof out_name, "layer.%u.out", i);
     if ((s = add_weight(g, name, ext, n, &weight, err)) != FDY_OK ||
-        (s = fdy_graph_add_activation(g, out_name, FDY_DTYPE_F32,
-                                      hidden_shape, &next, err)) != FDY_OK ||
+        (s = fdy_graph_add_activation(g, out_name, FDY_DTYPE_F32, hidden_shape,
+                                      &next, err)) != FDY_OK ||
         (s = add_op(g, name, FDY_OP_LLAMA_LAYER, i, weight, hidden, next,
                     err)) != FDY_OK) {
       return s;

@@ -16,9 +16,8 @@ typedef fdy_status (*fdy_st_fill_fn)(void *ctx, size_t index, uint64_t offset,
  * each tensor from fill (tensors[i].data is ignored), in chunks so that a
  * file larger than memory can be written. Metadata {"format": "mlx"}. */
 fdy_status fdy_st_write_stream(const char *path,
-                               const fdy_st_write_tensor *tensors,
-                               size_t count, fdy_st_fill_fn fill, void *ctx,
-                               fdy_error *err);
+                               const fdy_st_write_tensor *tensors, size_t count,
+                               fdy_st_fill_fn fill, void *ctx, fdy_error *err);
 
 /* IEEE half and bfloat16 encodings of f (round to nearest even). */
 uint16_t fdy_llama_float_to_f16(float f);

@@ -25,9 +25,9 @@
 
 #include "loader.h"
 
-#define GOLDEN 0x9E3779B97F4A7C15ull
+#define GOLDEN     0x9E3779B97F4A7C15ull
 #define NIBBLE_STD 4.6097722f /* sqrt((16^2 - 1) / 12) */
-#define EMBED_STD 0.05f
+#define EMBED_STD  0.05f
 
 typedef struct preset {
   const char *name;
@@ -41,26 +41,108 @@ typedef struct preset {
 } preset;
 
 static const preset presets[] = {
-    {"llama-3.2-1b", 16, 2048, 32, 8, 64, 8192, 128256, true, true, 32.0,
-     FDY_DTYPE_F16, 128000, {128001, 128008, 128009}, 3},
-    {"llama-3.2-3b", 28, 3072, 24, 8, 128, 8192, 128256, true, true, 32.0,
-     FDY_DTYPE_F16, 128000, {128001, 128008, 128009}, 3},
-    {"llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, false, true, 8.0,
-     FDY_DTYPE_BF16, 128000, {128001, 128008, 128009}, 3},
-    {"tiny", 2, 768, 6, 2, 128, 2048, 2048, true, true, 32.0, FDY_DTYPE_F16, 1,
-     {2, 3, 0}, 2},
-    {"micro", 2, 256, 8, 2, 32, 512, 1024, true, true, 32.0, FDY_DTYPE_F16, 1,
-     {2, 3, 0}, 2},
-    {"micro-untied", 2, 256, 8, 2, 32, 512, 1024, false, false, 0.0,
-     FDY_DTYPE_BF16, 1, {2, 0, 0}, 1},
+    {"llama-3.2-1b",
+     16,
+     2048,
+     32,
+     8,
+     64,
+     8192,
+     128256,
+     true,
+     true,
+     32.0,
+     FDY_DTYPE_F16,
+     128000,
+     {128001, 128008, 128009},
+     3},
+    {"llama-3.2-3b",
+     28,
+     3072,
+     24,
+     8,
+     128,
+     8192,
+     128256,
+     true,
+     true,
+     32.0,
+     FDY_DTYPE_F16,
+     128000,
+     {128001, 128008, 128009},
+     3},
+    {"llama-3.1-8b",
+     32,
+     4096,
+     32,
+     8,
+     128,
+     14336,
+     128256,
+     false,
+     true,
+     8.0,
+     FDY_DTYPE_BF16,
+     128000,
+     {128001, 128008, 128009},
+     3},
+    {"tiny",
+     2,
+     768,
+     6,
+     2,
+     128,
+     2048,
+     2048,
+     true,
+     true,
+     32.0,
+     FDY_DTYPE_F16,
+     1,
+     {2, 3, 0},
+     2},
+    {"micro",
+     2,
+     256,
+     8,
+     2,
+     32,
+     512,
+     1024,
+     true,
+     true,
+     32.0,
+     FDY_DTYPE_F16,
+     1,
+     {2, 3, 0},
+     2},
+    {"micro-untied",
+     2,
+     256,
+     8,
+     2,
+     32,
+     512,
+     1024,
+     false,
+     false,
+     0.0,
+     FDY_DTYPE_BF16,
+     1,
+     {2, 0, 0},
+     1},
 };
 
 #define PRESET_COUNT (sizeof presets / sizeof presets[0])
-#define GROUP_SIZE 64u
+#define GROUP_SIZE   64u
 
-static const char *const preset_names[PRESET_COUNT + 1] = {
-    "llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "tiny", "micro",
-    "micro-untied", NULL};
+static const char *const preset_names[PRESET_COUNT + 1] = {"llama-3.2-1b",
+                                                           "llama-3.2-3b",
+                                                           "llama-3.1-8b",
+                                                           "tiny",
+                                                           "micro",
+                                                           "micro-untied",
+                                                           NULL};
 
 const char *const *fdy_llama_presets(void) {
   return preset_names;
@@ -74,8 +156,8 @@ typedef struct gen_tensor {
   value_kind kind;
   fdy_dtype dtype;
   fdy_shape shape;
-  uint64_t key;   /* the linear's (or norm's) key: shared by scales/biases */
-  float target;   /* standard deviation of the dequantized weights */
+  uint64_t key; /* the linear's (or norm's) key: shared by scales/biases */
+  float target; /* standard deviation of the dequantized weights */
 } gen_tensor;
 
 typedef struct gen_ctx {
@@ -136,8 +218,8 @@ static void put_u16(unsigned char *p, uint16_t v) {
   p[1] = (unsigned char)(v >> 8);
 }
 
-static fdy_status gen_fill(void *ctx, size_t index, uint64_t offset,
-                           void *buf, uint64_t len, fdy_error *err) {
+static fdy_status gen_fill(void *ctx, size_t index, uint64_t offset, void *buf,
+                           uint64_t len, fdy_error *err) {
   (void)err;
   gen_ctx *g = ctx;
   const gen_tensor *t = &g->tensors[index];
@@ -197,14 +279,13 @@ static fdy_status gen_linear(gen_list *l, const preset *p, uint64_t seed,
   uint64_t key = name_key(seed, prefix);
   fdy_status s;
   snprintf(name, sizeof name, "%s.weight", prefix);
-  if ((s = gen_add(l, name, PACKED, FDY_DTYPE_U32, FDY_SHAPE(out, in / 8),
-                   key, target, err)) != FDY_OK) {
+  if ((s = gen_add(l, name, PACKED, FDY_DTYPE_U32, FDY_SHAPE(out, in / 8), key,
+                   target, err)) != FDY_OK) {
     return s;
   }
   snprintf(name, sizeof name, "%s.scales", prefix);
-  if ((s = gen_add(l, name, SCALES, p->dtype,
-                   FDY_SHAPE(out, in / GROUP_SIZE), key, target, err)) !=
-      FDY_OK) {
+  if ((s = gen_add(l, name, SCALES, p->dtype, FDY_SHAPE(out, in / GROUP_SIZE),
+                   key, target, err)) != FDY_OK) {
     return s;
   }
   snprintf(name, sizeof name, "%s.biases", prefix);
@@ -246,8 +327,7 @@ static fdy_status gen_tensors(const preset *p, uint64_t seed, gen_list *l,
              i);
     s = gen_norm(l, p, seed, prefix, err);
     for (size_t k = 0; k < 7 && s == FDY_OK; k++) {
-      snprintf(prefix, sizeof prefix, "model.layers.%u.%s", i,
-               linears[k].name);
+      snprintf(prefix, sizeof prefix, "model.layers.%u.%s", i, linears[k].name);
       s = gen_linear(l, p, seed, prefix, linears[k].out, linears[k].in,
                      linears[k].target, err);
     }
@@ -261,8 +341,7 @@ static fdy_status gen_tensors(const preset *p, uint64_t seed, gen_list *l,
     s = gen_norm(l, p, seed, "model.norm.weight", err);
   }
   if (s == FDY_OK && !p->tied) {
-    s = gen_linear(l, p, seed, "lm_head", p->vocab, p->hidden, EMBED_STD,
-                   err);
+    s = gen_linear(l, p, seed, "lm_head", p->vocab, p->hidden, EMBED_STD, err);
   }
   return s;
 }
@@ -285,10 +364,10 @@ static fdy_status write_json(const char *path, json_t *doc, size_t flags,
 static json_t *config_json(const preset *p) {
   json_t *rope = json_null();
   if (p->llama3) {
-    rope = json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3",
-                     "factor", p->rope_factor, "high_freq_factor", 4.0,
-                     "low_freq_factor", 1.0,
-                     "original_max_position_embeddings", 8192);
+    rope =
+        json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3", "factor",
+                  p->rope_factor, "high_freq_factor", 4.0, "low_freq_factor",
+                  1.0, "original_max_position_embeddings", 8192);
   }
   json_t *eos = json_array();
   for (uint32_t i = 0; eos && i < p->eos_count; i++) {
@@ -299,15 +378,14 @@ static json_t *config_json(const preset *p) {
       "s:i, s:o, s:s, s:b, s:b, s:s, s:s, s:{s:i, s:i}, s:{s:i, s:i}}",
       "architectures", "LlamaForCausalLM", "vocab_size", (int)p->vocab,
       "hidden_size", (int)p->hidden, "intermediate_size", (int)p->ffn,
-      "num_hidden_layers", (int)p->layers, "num_attention_heads",
-      (int)p->heads, "num_key_value_heads", (int)p->kv_heads, "head_dim",
-      (int)p->head_dim, "rope_theta", 500000.0, "rope_scaling", rope,
-      "tie_word_embeddings", (int)p->tied, "max_position_embeddings", 131072,
-      "rms_norm_eps", 1e-5, "bos_token_id", (int)p->bos, "eos_token_id", eos,
-      "hidden_act", "silu", "attention_bias", 0, "mlp_bias", 0, "model_type",
-      "llama", "torch_dtype", "bfloat16", "quantization", "group_size",
-      (int)GROUP_SIZE, "bits", 4, "quantization_config", "group_size",
-      (int)GROUP_SIZE, "bits", 4);
+      "num_hidden_layers", (int)p->layers, "num_attention_heads", (int)p->heads,
+      "num_key_value_heads", (int)p->kv_heads, "head_dim", (int)p->head_dim,
+      "rope_theta", 500000.0, "rope_scaling", rope, "tie_word_embeddings",
+      (int)p->tied, "max_position_embeddings", 131072, "rms_norm_eps", 1e-5,
+      "bos_token_id", (int)p->bos, "eos_token_id", eos, "hidden_act", "silu",
+      "attention_bias", 0, "mlp_bias", 0, "model_type", "llama", "torch_dtype",
+      "bfloat16", "quantization", "group_size", (int)GROUP_SIZE, "bits", 4,
+      "quantization_config", "group_size", (int)GROUP_SIZE, "bits", 4);
 }
 
 static json_t *index_json(const gen_list *l, uint64_t total) {

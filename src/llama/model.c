@@ -14,8 +14,8 @@
 #include "loader.h"
 
 #define MAX_CONFIG_BYTES ((uint64_t)16 << 20)
-#define MAX_INDEX_BYTES ((uint64_t)100 << 20)
-#define NAME_MAX_LEN 96
+#define MAX_INDEX_BYTES  ((uint64_t)100 << 20)
+#define NAME_MAX_LEN     96
 
 struct fdy_llama_model {
   char *dir;
@@ -34,10 +34,10 @@ struct fdy_llama_model {
 /* One tensor the config implies. */
 typedef struct expected {
   char name[NAME_MAX_LEN];
-  bool half;         /* F16 or BF16 (the checkpoint's scale dtype) */
-  fdy_shape shape;   /* dtype U32 when !half */
+  bool half;       /* F16 or BF16 (the checkpoint's scale dtype) */
+  fdy_shape shape; /* dtype U32 when !half */
   const fdy_st_tensor **slot;
-  int64_t layer;     /* -1 outside decoder layers */
+  int64_t layer; /* -1 outside decoder layers */
 } expected;
 
 typedef struct expect_list {
@@ -121,9 +121,8 @@ static fdy_status expect_add(expect_list *list, const char *name, bool half,
 
 static fdy_status expect_linear(expect_list *list, const char *prefix,
                                 fdy_llama_qlinear *q, uint32_t out_features,
-                                uint32_t in_features,
-                                const fdy_llama_config *c, int64_t layer,
-                                fdy_error *err) {
+                                uint32_t in_features, const fdy_llama_config *c,
+                                int64_t layer, fdy_error *err) {
   char name[NAME_MAX_LEN];
   q->out_features = out_features;
   q->in_features = in_features;
@@ -173,11 +172,9 @@ static fdy_status build_expected(fdy_llama_model *m, expect_list *list,
         {"mlp.down_proj", &w->down, hidden, ffn},
     };
     snprintf(name, sizeof name, "model.layers.%u.input_layernorm.weight", i);
-    s = expect_add(list, name, true, FDY_SHAPE(hidden), &w->input_norm, l,
-                   err);
+    s = expect_add(list, name, true, FDY_SHAPE(hidden), &w->input_norm, l, err);
     for (size_t k = 0; k < 7 && s == FDY_OK; k++) {
-      snprintf(prefix, sizeof prefix, "model.layers.%u.%s", i,
-               linears[k].name);
+      snprintf(prefix, sizeof prefix, "model.layers.%u.%s", i, linears[k].name);
       s = expect_linear(list, prefix, linears[k].q, linears[k].out,
                         linears[k].in, c, l, err);
     }
@@ -243,8 +240,7 @@ static fdy_status open_shards(fdy_llama_model *m, const char *index_path,
     if (!path) {
       return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
     }
-    fdy_status s =
-        fdy_safetensors_open(path, &m->shards[m->shard_count], err);
+    fdy_status s = fdy_safetensors_open(path, &m->shards[m->shard_count], err);
     free(path);
     if (s != FDY_OK) {
       return s;
@@ -298,10 +294,10 @@ static fdy_status open_files(fdy_llama_model *m, const char *index_path,
   return open_shards(m, index_path, *weight_map, err);
 }
 
-static fdy_status find_tensor(const fdy_llama_model *m,
-                              const char *index_path, json_t *weight_map,
-                              const char *name, size_t *shard,
-                              const fdy_st_tensor **out, fdy_error *err) {
+static fdy_status find_tensor(const fdy_llama_model *m, const char *index_path,
+                              json_t *weight_map, const char *name,
+                              size_t *shard, const fdy_st_tensor **out,
+                              fdy_error *err) {
   size_t i = 0;
   if (weight_map) {
     const char *file = json_string_value(json_object_get(weight_map, name));
@@ -317,8 +313,8 @@ static fdy_status find_tensor(const fdy_llama_model *m,
   const fdy_safetensors *st = m->shards[i];
   if (fdy_safetensors_find(st, name, out, NULL) != FDY_OK) {
     return fdy_llama_file_error(err, FDY_ERR_NOT_FOUND,
-                                fdy_safetensors_path(st),
-                                "missing tensor '%s'", name);
+                                fdy_safetensors_path(st), "missing tensor '%s'",
+                                name);
   }
   *shard = i;
   return FDY_OK;
@@ -335,13 +331,12 @@ static fdy_status check_tensor(fdy_llama_model *m, const expected *e,
     want = m->config.scale_dtype;
   }
   if (t->dtype != want) {
-    return fdy_llama_file_error(err, FDY_ERR_SCHEMA, t->path,
-                                "tensor '%s' has dtype %s, expected %s%s",
-                                t->name, fdy_dtype_name(t->dtype),
-                                fdy_dtype_name(want),
-                                e->half ? " (F16 or BF16, as the embedding "
-                                          "scales)"
-                                        : "");
+    return fdy_llama_file_error(
+        err, FDY_ERR_SCHEMA, t->path, "tensor '%s' has dtype %s, expected %s%s",
+        t->name, fdy_dtype_name(t->dtype), fdy_dtype_name(want),
+        e->half ? " (F16 or BF16, as the embedding "
+                  "scales)"
+                : "");
   }
   if (!fdy_shape_equal(t->shape, e->shape)) {
     char have[96], need[96];
@@ -384,8 +379,7 @@ static fdy_status check_inventory(fdy_llama_model *m, expect_list *list,
     }
     marks[shard][t - fdy_safetensors_at(m->shards[shard], 0)] = true;
     uint64_t *sum = e->layer >= 0 ? &m->layer_bytes[e->layer] : NULL;
-    if (fdy_add_u64(m->total_bytes, t->bytes, &m->total_bytes, err) !=
-            FDY_OK ||
+    if (fdy_add_u64(m->total_bytes, t->bytes, &m->total_bytes, err) != FDY_OK ||
         (sum && fdy_add_u64(*sum, t->bytes, sum, err) != FDY_OK)) {
       s = FDY_ERR_OVERFLOW;
       goto cleanup;
@@ -399,8 +393,8 @@ static fdy_status check_inventory(fdy_llama_model *m, expect_list *list,
       if (!marks[i][j]) {
         const fdy_st_tensor *t = fdy_safetensors_at(m->shards[i], j);
         s = fdy_llama_file_error(
-            err, FDY_ERR_SCHEMA, t->path, "unexpected tensor '%s'%s",
-            t->name, strncmp(t->name, "lm_head.", 8) == 0 ? why : "");
+            err, FDY_ERR_SCHEMA, t->path, "unexpected tensor '%s'%s", t->name,
+            strncmp(t->name, "lm_head.", 8) == 0 ? why : "");
         goto cleanup;
       }
     }
@@ -472,8 +466,7 @@ fdy_status fdy_llama_open(const char *dir, fdy_llama_model **out,
   }
   if ((s = build_expected(m, &list, err)) != FDY_OK ||
       (s = open_files(m, index_path, &index, &weight_map, err)) != FDY_OK ||
-      (s = check_inventory(m, &list, index_path, weight_map, err)) !=
-          FDY_OK) {
+      (s = check_inventory(m, &list, index_path, weight_map, err)) != FDY_OK) {
     goto cleanup;
   }
   if (m->config.tie_word_embeddings) {

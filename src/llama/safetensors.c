@@ -17,10 +17,10 @@
 struct fdy_safetensors {
   char *path;
   void *map;
-  uint64_t size;         /* bytes of the file */
+  uint64_t size;          /* bytes of the file */
   fdy_st_tensor *tensors; /* count, in header order; names owned */
   size_t count;
-  size_t *by_name;       /* indices into tensors sorted by name */
+  size_t *by_name; /* indices into tensors sorted by name */
 };
 
 fdy_status fdy_llama_file_error(fdy_error *err, fdy_status kind,
@@ -109,8 +109,7 @@ static int by_range_cmp(const void *a, const void *b) {
 static fdy_status tensor_error(fdy_error *err, fdy_status kind,
                                const char *path, const char *tensor,
                                const char *what) {
-  return fdy_llama_file_error(err, kind, path, "tensor '%s': %s", tensor,
-                              what);
+  return fdy_llama_file_error(err, kind, path, "tensor '%s': %s", tensor, what);
 }
 
 /* Reads a non-negative JSON integer. */
@@ -150,8 +149,7 @@ static fdy_status parse_entry(const fdy_safetensors *st, json_t *entry,
   json_error_t jerr;
   if (!json_is_object(entry) ||
       json_unpack_ex(entry, &jerr, JSON_STRICT, "{s:s, s:o, s:o}", "dtype",
-                     &dtype, "shape", &shape, "data_offsets",
-                     &offsets) != 0) {
+                     &dtype, "shape", &shape, "data_offsets", &offsets) != 0) {
     return tensor_error(err, FDY_ERR_FORMAT, path, t->name,
                         "entry is not {dtype, shape, data_offsets}");
   }
@@ -331,8 +329,7 @@ fdy_status fdy_safetensors_open(const char *path, fdy_safetensors **out,
     goto cleanup;
   }
   if (!S_ISREG(sb.st_mode)) {
-    status = fdy_llama_file_error(err, FDY_ERR_IO, path,
-                                  "not a regular file");
+    status = fdy_llama_file_error(err, FDY_ERR_IO, path, "not a regular file");
     goto cleanup;
   }
   st->size = (uint64_t)sb.st_size;
@@ -360,8 +357,7 @@ fdy_status fdy_safetensors_open(const char *path, fdy_safetensors **out,
   for (int i = 7; i >= 0; i--) {
     header_len = header_len << 8 | b[i];
   }
-  if (header_len > FDY_SAFETENSORS_MAX_HEADER ||
-      header_len > st->size - 8) {
+  if (header_len > FDY_SAFETENSORS_MAX_HEADER || header_len > st->size - 8) {
     status = fdy_llama_file_error(
         err, FDY_ERR_FORMAT, path,
         "header length %llu exceeds %s (file of %llu bytes, limit %llu)",

@@ -63,9 +63,8 @@ uint16_t fdy_llama_float_to_bf16(float f) {
 }
 
 /* Builds the header JSON; *out is malloc'd. */
-static fdy_status build_header(const fdy_st_write_tensor *tensors,
-                               size_t count, char **out, size_t *len,
-                               fdy_error *err) {
+static fdy_status build_header(const fdy_st_write_tensor *tensors, size_t count,
+                               char **out, size_t *len, fdy_error *err) {
   fdy_status status = FDY_OK;
   json_t *root = json_object();
   json_t *meta = json_pack("{s:s}", "format", "mlx");
@@ -89,16 +88,15 @@ static fdy_status build_header(const fdy_st_write_tensor *tensors,
         fdy_tensor_bytes(t->dtype, t->shape, &bytes, err) != FDY_OK ||
         fdy_add_u64(offset, bytes, &end, err) != FDY_OK ||
         end > (uint64_t)INT64_MAX) {
-      status = fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                             "tensor '%s' has an invalid dtype or size",
-                             t->name);
+      status =
+          fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                        "tensor '%s' has an invalid dtype or size", t->name);
       goto cleanup;
     }
     json_t *shape = json_array();
-    json_t *entry = json_pack("{s:s, s:o, s:[I, I]}", "dtype",
-                              fdy_dtype_name(t->dtype), "shape", shape,
-                              "data_offsets", (json_int_t)offset,
-                              (json_int_t)end);
+    json_t *entry = json_pack(
+        "{s:s, s:o, s:[I, I]}", "dtype", fdy_dtype_name(t->dtype), "shape",
+        shape, "data_offsets", (json_int_t)offset, (json_int_t)end);
     if (!entry) {
       status = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
       goto cleanup;
@@ -160,8 +158,8 @@ static fdy_status write_body(FILE *f, const char *path, const char *header,
       uint64_t n = bytes - off < cap ? bytes - off : cap;
       status = fill(ctx, i, off, buf, n, err);
       if (status == FDY_OK && fwrite(buf, 1, (size_t)n, f) != n) {
-        status = fdy_llama_file_error(err, FDY_ERR_IO, path,
-                                      "write failed: %s", strerror(errno));
+        status = fdy_llama_file_error(err, FDY_ERR_IO, path, "write failed: %s",
+                                      strerror(errno));
       }
     }
   }
@@ -170,9 +168,8 @@ static fdy_status write_body(FILE *f, const char *path, const char *header,
 }
 
 fdy_status fdy_st_write_stream(const char *path,
-                               const fdy_st_write_tensor *tensors,
-                               size_t count, fdy_st_fill_fn fill, void *ctx,
-                               fdy_error *err) {
+                               const fdy_st_write_tensor *tensors, size_t count,
+                               fdy_st_fill_fn fill, void *ctx, fdy_error *err) {
   char *header = NULL, *tmp = NULL;
   size_t header_len = 0;
   FILE *f = NULL;
@@ -209,8 +206,8 @@ fdy_status fdy_st_write_stream(const char *path,
     goto cleanup;
   }
   fd = -1;
-  status = write_body(f, path, header, header_len, tensors, count, fill, ctx,
-                      err);
+  status =
+      write_body(f, path, header, header_len, tensors, count, fill, ctx, err);
   if (status != FDY_OK) {
     goto cleanup;
   }
@@ -227,9 +224,9 @@ fdy_status fdy_st_write_stream(const char *path,
     goto cleanup;
   }
   if (link(tmp, path) != 0) {
-    status = fdy_llama_file_error(
-        err, errno == EEXIST ? FDY_ERR_EXISTS : FDY_ERR_IO, path,
-        "cannot create: %s", strerror(errno));
+    status =
+        fdy_llama_file_error(err, errno == EEXIST ? FDY_ERR_EXISTS : FDY_ERR_IO,
+                             path, "cannot create: %s", strerror(errno));
   }
 cleanup:
   if (f) {
@@ -246,12 +243,11 @@ cleanup:
   return status;
 }
 
-static fdy_status copy_fill(void *ctx, size_t index, uint64_t offset,
-                            void *buf, uint64_t len, fdy_error *err) {
+static fdy_status copy_fill(void *ctx, size_t index, uint64_t offset, void *buf,
+                            uint64_t len, fdy_error *err) {
   (void)err;
   const fdy_st_write_tensor *tensors = ctx;
-  memcpy(buf, (const unsigned char *)tensors[index].data + offset,
-         (size_t)len);
+  memcpy(buf, (const unsigned char *)tensors[index].data + offset, (size_t)len);
   return FDY_OK;
 }
 
@@ -268,6 +264,6 @@ fdy_status fdy_safetensors_write(const char *path,
                            tensors[i].name ? tensors[i].name : "");
     }
   }
-  return fdy_st_write_stream(path, tensors, count, copy_fill,
-                             (void *)tensors, err);
+  return fdy_st_write_stream(path, tensors, count, copy_fill, (void *)tensors,
+                             err);
 }

@@ -211,9 +211,8 @@ static void test_graph(void **state) {
   assert_int_equal(weights, fdy_llama_total_bytes(m) + embed);
   for (size_t i = 0; i < fdy_graph_tensor_count(g); i++) {
     fdy_tensor_info info;
-    assert_int_equal(fdy_graph_tensor(g, (fdy_tensor_id){(uint32_t)i}, &info,
-                                      &err),
-                     FDY_OK);
+    assert_int_equal(
+        fdy_graph_tensor(g, (fdy_tensor_id){(uint32_t)i}, &info, &err), FDY_OK);
     if (info.role != FDY_TENSOR_WEIGHT) {
       continue;
     }
@@ -306,9 +305,8 @@ static void edit_outside(json_t *h) {
 }
 
 static void edit_overlap(json_t *h) {
-  json_t *src =
-      json_object_get(entry(h, "model.layers.0.input_layernorm.weight"),
-                      "data_offsets");
+  json_t *src = json_object_get(
+      entry(h, "model.layers.0.input_layernorm.weight"), "data_offsets");
   json_object_set(entry(h, "model.norm.weight"), "data_offsets", src);
 }
 
@@ -390,9 +388,9 @@ static void test_safetensors_direct(void **state) {
   assert_int_equal(t->dtype, FDY_DTYPE_F16);
   assert_int_equal(t->bytes, 512);
   fdy_safetensors_close(st);
-  assert_int_equal(fdy_safetensors_open("/nonexistent/x.safetensors", &st,
-                                        &err),
-                   FDY_ERR_NOT_FOUND);
+  assert_int_equal(
+      fdy_safetensors_open("/nonexistent/x.safetensors", &st, &err),
+      FDY_ERR_NOT_FOUND);
   assert_string_equal(err.name, "/nonexistent/x.safetensors");
 }
 
@@ -520,7 +518,8 @@ static void test_bad_config(void **state) {
   remove_dir(dir);
 }
 
-/* ---- make-model ------------------------------------------------------------ */
+/* ---- make-model ------------------------------------------------------------
+ */
 
 static void expect_same_files(const char *a, const char *b, bool same) {
   bool all_same = true;
@@ -571,8 +570,7 @@ static void test_make_model(void **state) {
       assert_int_equal(cfg->scale_dtype, FDY_DTYPE_BF16);
       assert_ptr_not_equal(fdy_llama_lm_head(m)->weight,
                            fdy_llama_embedding(m)->weight);
-      assert_string_equal(fdy_llama_lm_head(m)->weight->name,
-                          "lm_head.weight");
+      assert_string_equal(fdy_llama_lm_head(m)->weight->name, "lm_head.weight");
       fdy_graph *g = NULL;
       uint64_t weights = 0;
       assert_int_equal(fdy_llama_graph(m, 16, &g, &err), FDY_OK);
@@ -610,7 +608,8 @@ static void test_make_model(void **state) {
   assert_non_null(fdy_llama_presets()[0]);
 }
 
-/* ---- shards ------------------------------------------------------------------ */
+/* ---- shards
+ * ------------------------------------------------------------------ */
 
 /* Splits the micro fixture into two shards (layer 1 and the final norm in the
  * second) named by an index; returns the directory. */
@@ -691,8 +690,10 @@ static void test_shards(void **state) {
   const fdy_llama_layer_weights *l0 = fdy_llama_layer(sharded, 0),
                                 *l1 = fdy_llama_layer(sharded, 1),
                                 *w1 = fdy_llama_layer(whole, 1);
-  assert_true(ends_with(l0->q.weight->path, "model-00001-of-00002.safetensors"));
-  assert_true(ends_with(l1->q.weight->path, "model-00002-of-00002.safetensors"));
+  assert_true(
+      ends_with(l0->q.weight->path, "model-00001-of-00002.safetensors"));
+  assert_true(
+      ends_with(l1->q.weight->path, "model-00002-of-00002.safetensors"));
   assert_true(ends_with(fdy_llama_final_norm(sharded)->path,
                         "model-00002-of-00002.safetensors"));
   assert_int_equal(l1->down.scales->bytes, w1->down.scales->bytes);
