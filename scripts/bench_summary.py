@@ -192,11 +192,20 @@ def check(report):
                 kernel["fraction_of_d2d"],
                 kernel["bytes_per_second"] / d2d["bytes_per_second"])
     rows = []
+    c.equal("statistics.configurations count", len(st["configurations"]),
+            count)
+    if c.mismatches:
+        return c, None
     for k, cfg in enumerate(st["configurations"]):
         xs = samples[k]
         name = f"configurations[{k}] ({buffers[k]} buffers)"
+        c.equal(f"{name}.config", cfg["config"], k)
         c.equal(f"{name}.buffers", cfg["buffers"], buffers[k])
         c.equal(f"{name}.samples", cfg["samples"], iterations)
+        c.equal(f"{name}.speedup.baseline_buffers",
+                cfg["speedup"]["baseline_buffers"], buffers[0])
+        c.equal(f"{name}.bootstrap_streams", cfg["bootstrap_streams"],
+                {"median": 3 * k, "mean": 3 * k + 1, "speedup": 3 * k + 2})
         med = median(xs)
         c.close(f"{name}.median_ms", cfg["median_ms"], med)
         c.close(f"{name}.mean_ms", cfg["mean_ms"], mean(xs))
@@ -231,6 +240,10 @@ def check(report):
             c.equal("overlap (zero device times)", ov, None)
         else:
             ideal = (t + comp) / longest
+            c.equal("overlap.baseline_buffers", ov["baseline_buffers"],
+                    buffers[0])
+            c.equal("overlap.compared_buffers", ov["compared_buffers"],
+                    buffers[-1] if count > 1 else None)
             c.close("overlap.copy_ms", ov["copy_ms"], t)
             c.close("overlap.compute_ms", ov["compute_ms"], comp)
             c.close("overlap.ideal_speedup", ov["ideal_speedup"], ideal)

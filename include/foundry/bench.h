@@ -168,8 +168,12 @@ fdy_status fdy_bench_check_options(const fdy_bench_options *options,
  * generated; then untimed setup, rounds, statistics, console summary, report
  * and trace. Any execution or checksum failure aborts (FDY_ERR_CHECKSUM with
  * ids[0] = layer, command_index = sequence number) and, when a report was
- * asked for, still writes it with status "failed". Neither file is ever
- * overwritten (temporary file + link). */
+ * asked for, still writes it with status "failed". The trace is written
+ * first; if it cannot be, the report records that failure; if the report
+ * cannot be written, the trace is removed again, so the two appear together
+ * or not at all. Neither file is ever overwritten (temporary file + link).
+ * On the cpu backend (also when auto chose it), host_mode staged is
+ * FDY_ERR_INVALID_ARGUMENT, as cpu_memory_bytes is on cuda. */
 fdy_status fdy_bench_run(const fdy_bench_options *options, fdy_error *err);
 
 #ifdef __cplusplus

@@ -32,6 +32,11 @@ typedef struct fdy_cuda_options {
   uint64_t fail_alloc_at;   /* tests: 1-based buffer_alloc call to fail */
   uint64_t fail_copy_at;    /* tests: 1-based copy_to_device call to fail */
   uint64_t fail_launch_at;  /* tests: 1-based launch call to fail */
+  /* tests: 1-based copy_to_device / launch call that fails after its DMA or
+   * kernel was queued (as if recording its end event failed), so the
+   * submitted work must be drained before its memory is reused */
+  uint64_t fail_copy_submitted_at;
+  uint64_t fail_launch_submitted_at;
 } fdy_cuda_options;
 
 /* Number of usable CUDA devices; 0 when none or CUDA is not built. */

@@ -30,8 +30,18 @@ typedef struct bench_hooks {
   bool corrupt;              /* in: corrupt one result before verification */
   uint64_t corrupt_sequence; /* in: execution sequence number to corrupt */
   uint32_t corrupt_layer;    /* in: layer whose result is corrupted */
-  bool payload_generated;    /* out: the payload was allocated and filled */
+  /* in: called once the backend exists, before any other use of it (a test
+   * may swap b->ops for a table of its own that wraps the real one) */
+  void (*after_backend)(struct bench_hooks *hooks, fdy_backend *b);
+  void *context; /* in: for after_backend */
+  /* in: a file created (empty) right before the outputs are written, as if
+   * another process had raced the run to that path */
+  const char *create_before_outputs;
+  bool payload_generated; /* out: the payload was allocated and filled */
 } bench_hooks;
+
+/* A device-memory reading not taken (bench_state.memory_in_use_*). */
+#define BENCH_NOT_MEASURED UINT64_MAX
 
 /* One execution of one configuration. */
 typedef struct bench_execution {
@@ -105,9 +115,12 @@ typedef struct bench_state {
   uint64_t registered_bytes;
   uint64_t staging_bytes;
   bench_ceiling h2d, d2d, kernel;
+  /* cuda: device memory in use (fdy_cuda_memory_in_use); each reading is
+   * BENCH_NOT_MEASURED until taken (a run that failed before it) */
   bool have_memory_in_use;
   uint64_t memory_in_use_backend; /* after backend creation */
   uint64_t memory_in_use_setup;   /* after setup (payload, ceilings) */
+  uint64_t memory_in_use_slots;   /* with the largest slot set allocated */
   uint64_t memory_in_use_rounds;  /* after the last execution */
   uint64_t peak_slot_bytes;       /* max over executions */
   bool trace_all;

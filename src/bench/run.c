@@ -62,6 +62,13 @@ static fdy_status create_backend(bench_state *s, fdy_error *err) {
       s->staging_bytes = (uint64_t)BENCH_STAGING_BYTES * BENCH_STAGING_BUFFERS;
     }
   } else {
+    if (o->host_mode == FDY_CUDA_HOST_STAGED) {
+      return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                           "--host-mode staged applies to the cuda backend "
+                           "only (%s chose cpu)",
+                           o->backend == FDY_BENCH_BACKEND_AUTO ? "auto"
+                                                                : "--backend");
+    }
     fdy_cpu_options co = {.memory_bytes = o->cpu_memory_bytes,
                           .compute_passes = o->compute_passes};
     st = fdy_cpu_backend_create(&co, &s->backend, err);
@@ -578,23 +585,78 @@ static fdy_status write_json(const char *path, json_t *doc, fdy_error *err) {
   return st;
 }
 
-/* Writes the report (and the trace) of the run whose outcome is status/err.
- * Returns the first write failure, in *werr. */
+/* Writes the trace (when asked for), then the report of the run whose
+ * outcome is status/err. A trace that cannot be written makes a successful
+ * run's report record that failure; a report that cannot be written takes
+ * the trace written just before it away again, so the two appear together
+ * or not at all. Returns the first write failure, in *werr. */
 static fdy_status write_outputs(bench_state *s, fdy_status status,
                                 const fdy_error *err, fdy_error *werr) {
   const fdy_bench_options *o = s->opt;
   if (!o->report_path) {
     return FDY_OK;
   }
+  fdy_error trace_err;
+  fdy_error_clear(&trace_err);
+  fdy_status trace_st = FDY_OK;
+  if (o->trace_path) {
+    trace_st = write_json(o->trace_path, bench_trace_json(s), &trace_err);
+  }
+  const bool record_trace_failure = status == FDY_OK && trace_st != FDY_OK;
   fdy_status st =
-      write_json(o->report_path, bench_report_json(s, status, err), werr);
-  if (st == FDY_OK && o->trace_path) {
-    st = write_json(o->trace_path, bench_trace_json(s), werr);
+      write_json(o->report_path,
+                 bench_report_json(s, record_trace_failure ? trace_st : status,
+                                   record_trace_failure ? &trace_err : err),
+                 werr);
+  if (st != FDY_OK) {
+    if (o->trace_path && trace_st == FDY_OK) {
+      unlink(o->trace_path);
+    }
+    return st;
+  }
+  if (trace_st != FDY_OK) {
+    *werr = trace_err;
+    return trace_st;
+  }
+  progress(s, "report written to %s%s%s", o->report_path,
+           o->trace_path ? ", trace to " : "",
+           o->trace_path ? o->trace_path : "");
+  return FDY_OK;
+}
+
+/* Untimed, cuda only: allocates the slots of the largest configuration the
+ * way the runtime does (one buffer_alloc of slot_bytes each), reads the
+ * device memory in use with them live, and frees them. The rounds allocate
+ * their slots inside fdy_runtime_execute, where nothing can read the device
+ * between the allocation and the free, so this is the report's evidence of
+ * what the slots occupy on the device. */
+static fdy_status probe_slot_memory(bench_state *s, fdy_error *err) {
+  uint32_t most = 0;
+  for (uint32_t k = 0; k < s->opt->buffer_count; k++) {
+    if (s->slots[k] > most) {
+      most = s->slots[k];
+    }
+  }
+  fdy_backend_buffer *buffers[FDY_BENCH_MAX_BUFFERS] = {0};
+  fdy_status st = FDY_OK;
+  uint32_t made = 0;
+  for (; made < most && st == FDY_OK; made++) {
+    st = s->backend->ops->buffer_alloc(s->backend, s->slot_bytes,
+                                       &buffers[made], err);
   }
   if (st == FDY_OK) {
-    progress(s, "report written to %s%s%s", o->report_path,
-             o->trace_path ? ", trace to " : "",
-             o->trace_path ? o->trace_path : "");
+    st = fdy_cuda_memory_in_use(s->backend, &s->memory_in_use_slots, err);
+  }
+  for (uint32_t i = 0; i < made; i++) {
+    if (buffers[i]) {
+      s->backend->ops->buffer_release(s->backend, buffers[i]);
+    }
+  }
+  if (st != FDY_OK) {
+    fdy_error_prefix(err,
+                     "allocating the %" PRIu32 " slots of %" PRIu64
+                     " bytes to measure device memory",
+                     most, s->slot_bytes);
   }
   return st;
 }
@@ -629,8 +691,14 @@ fdy_status bench_run_hooked(const fdy_bench_options *options,
   }
   bench_state s = {.opt = options,
                    .failed_sequence = -1,
-                   .started_unix = (int64_t)time(NULL)};
+                   .started_unix = (int64_t)time(NULL),
+                   .memory_in_use_setup = BENCH_NOT_MEASURED,
+                   .memory_in_use_slots = BENCH_NOT_MEASURED,
+                   .memory_in_use_rounds = BENCH_NOT_MEASURED};
   st = create_backend(&s, &e);
+  if (st == FDY_OK && hooks && hooks->after_backend) {
+    hooks->after_backend(hooks, s.backend);
+  }
   if (st == FDY_OK) {
     st = check_limits(&s, &e);
   }
@@ -651,6 +719,9 @@ fdy_status bench_run_hooked(const fdy_bench_options *options,
           FDY_OK) {
     s.have_memory_in_use = false;
   }
+  if (st == FDY_OK && s.have_memory_in_use) {
+    st = probe_slot_memory(&s, &e);
+  }
   if (st == FDY_OK) {
     st = run_rounds(&s, hooks, &e);
   }
@@ -665,6 +736,12 @@ fdy_status bench_run_hooked(const fdy_bench_options *options,
   }
   fdy_error we;
   fdy_error_clear(&we);
+  if (hooks && hooks->create_before_outputs) {
+    FILE *f = fopen(hooks->create_before_outputs, "wx");
+    if (f) {
+      fclose(f);
+    }
+  }
   fdy_status wst = write_outputs(&s, st, &e, &we);
   if (st == FDY_OK && wst != FDY_OK) {
     st = wst;
@@ -672,7 +749,7 @@ fdy_status bench_run_hooked(const fdy_bench_options *options,
   } else if (wst != FDY_OK) {
     e.cleanup_kind = wst;
     snprintf(e.cleanup_message, sizeof e.cleanup_message,
-             "writing the report failed too: %.200s", we.message);
+             "writing the report or trace failed too: %.200s", we.message);
   }
   state_free(&s);
   if (err) {

@@ -51,8 +51,10 @@ void fdy_cmd_bench_help(FILE *out) {
           "  --progress, --no-progress   progress lines on stderr (default:\n"
           "                              when stderr is a terminal)\n"
           "\n"
-          "exit status: 0 success, 1 the run failed (the report, if asked\n"
-          "for, is still written with status \"failed\"), 2 usage error.\n");
+          "exit status: 0 success; 1 the run failed (the report, if asked\n"
+          "for, is still written with status \"failed\"), or an output file\n"
+          "already exists (never overwritten) or its directory is missing;\n"
+          "2 usage error.\n");
 }
 
 static int usage(const char *fmt, const char *a, const char *b) {

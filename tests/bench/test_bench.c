@@ -661,6 +661,131 @@ static void test_checksum_failure_report(void **state) {
   tmpdir_remove(&t);
 }
 
+/* A backend wrapper whose launch fails at one call (tests below). */
+static const fdy_backend_ops *wrapped_ops;
+static fdy_backend_ops failing_ops;
+static int launch_calls, failing_launch_call;
+
+static fdy_status failing_launch(fdy_backend *b, fdy_backend_stream *stream,
+                                 const fdy_launch_desc *desc,
+                                 fdy_backend_event **out, fdy_error *err) {
+  if (++launch_calls == failing_launch_call) {
+    return fdy_error_set(err, FDY_ERR_BACKEND, "injected launch failure");
+  }
+  return wrapped_ops->launch(b, stream, desc, out, err);
+}
+
+static void wrap_launch(bench_hooks *hooks, fdy_backend *b) {
+  (void)hooks;
+  wrapped_ops = b->ops;
+  failing_ops = *b->ops;
+  failing_ops.launch = failing_launch;
+  b->ops = &failing_ops;
+  launch_calls = 0;
+}
+
+static off_t file_size(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 ? st.st_size : -1;
+}
+
+/* A runtime failure (not a checksum) inside an execution aborts the run; the
+ * report records the failing execution and the trace what ran. */
+static void test_runtime_failure_report(void **state) {
+  (void)state;
+  tmpdir t;
+  tmpdir_make(&t);
+  char *report = tmp_file(&t, "r.json");
+  char *trace = tmp_file(&t, "t.json");
+  fdy_bench_options o;
+  small_options(&o);
+  o.report_path = report;
+  o.trace_path = trace;
+  /* 5 launches per execution: call 13 is layer 2 of execution 2 */
+  failing_launch_call = 13;
+  bench_hooks hooks = {.after_backend = wrap_launch};
+  fdy_error err;
+  assert_int_equal(bench_run_hooked(&o, &hooks, &err), FDY_ERR_BACKEND);
+  assert_non_null(strstr(err.message, "execution 2"));
+  assert_non_null(strstr(err.message, "injected launch failure"));
+  json_t *r = load_json(report);
+  assert_string_equal(jget_str(r, "status"), "failed");
+  json_t *e = json_object_get(r, "error");
+  assert_string_equal(jget_str(e, "kind"), "backend");
+  assert_string_equal(jget_str(e, "stage"), "rounds");
+  assert_int_equal(json_integer_value(json_object_get(e, "sequence")), 2);
+  json_t *execs = json_object_get(r, "executions");
+  assert_int_equal(json_array_size(execs), 3);
+  json_t *last = json_array_get(execs, 2);
+  assert_string_equal(jget_str(last, "outcome"), "backend");
+  assert_string_equal(jget_str(last, "checksum"), "not_checked");
+  assert_string_equal(jget_str(json_array_get(execs, 1), "checksum"), "ok");
+  json_decref(r);
+  assert_true(file_size(trace) > 0);
+  free(report);
+  free(trace);
+  tmpdir_remove(&t);
+}
+
+/* A trace path taken by someone else during the run: the run fails, the
+ * report says so, the other file is left alone. */
+static void test_trace_taken_during_run(void **state) {
+  (void)state;
+  tmpdir t;
+  tmpdir_make(&t);
+  char *report = tmp_file(&t, "r.json");
+  char *trace = tmp_file(&t, "t.json");
+  fdy_bench_options o;
+  small_options(&o);
+  o.report_path = report;
+  o.trace_path = trace;
+  bench_hooks hooks = {.create_before_outputs = trace};
+  fdy_error err;
+  assert_int_equal(bench_run_hooked(&o, &hooks, &err), FDY_ERR_EXISTS);
+  assert_string_equal(err.name, trace);
+  json_t *r = load_json(report);
+  assert_string_equal(jget_str(r, "status"), "failed");
+  assert_string_equal(jget_str(json_object_get(r, "error"), "kind"), "exists");
+  json_decref(r);
+  assert_int_equal(file_size(trace), 0);
+  free(report);
+  free(trace);
+  tmpdir_remove(&t);
+}
+
+/* A report path taken during the run: the run fails and the trace it wrote
+ * just before is removed again, so no orphan trace is left. */
+static void test_report_taken_during_run(void **state) {
+  (void)state;
+  tmpdir t;
+  tmpdir_make(&t);
+  char *report = tmp_file(&t, "r.json");
+  char *trace = tmp_file(&t, "t.json");
+  fdy_bench_options o;
+  small_options(&o);
+  o.report_path = report;
+  o.trace_path = trace;
+  bench_hooks hooks = {.create_before_outputs = report};
+  fdy_error err;
+  assert_int_equal(bench_run_hooked(&o, &hooks, &err), FDY_ERR_EXISTS);
+  assert_string_equal(err.name, report);
+  assert_int_equal(file_size(report), 0);
+  assert_int_equal(access(trace, F_OK), -1);
+  free(report);
+  free(trace);
+  tmpdir_remove(&t);
+}
+
+static void test_staged_on_cpu_refused(void **state) {
+  (void)state;
+  fdy_bench_options o;
+  small_options(&o);
+  o.host_mode = FDY_CUDA_HOST_STAGED;
+  fdy_error err;
+  assert_int_equal(bench_run_hooked(&o, NULL, &err), FDY_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(err.message, "cuda backend only"));
+}
+
 static void test_unavailable_cuda_fails_cleanly(void **state) {
   (void)state;
   if (fdy_cuda_device_count() > 0) {
@@ -706,6 +831,10 @@ int main(void) {
       cmocka_unit_test(test_cpu_run_report),
       cmocka_unit_test(test_budget_refused_before_payload),
       cmocka_unit_test(test_checksum_failure_report),
+      cmocka_unit_test(test_runtime_failure_report),
+      cmocka_unit_test(test_trace_taken_during_run),
+      cmocka_unit_test(test_report_taken_during_run),
+      cmocka_unit_test(test_staged_on_cpu_refused),
       cmocka_unit_test(test_unavailable_cuda_fails_cleanly),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

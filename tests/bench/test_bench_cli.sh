@@ -72,7 +72,8 @@ PY
   expect 0 "bench_summary on the report" "$python" "$summary" "$dir/r.json"
   grep -q "values match" "$dir/out" || fail "summary output: $(cat "$dir/out")"
 
-  "$python" - "$dir/r.json" "$dir/tampered-stat.json" "$dir/tampered-exec.json" <<'PY'
+  "$python" - "$dir/r.json" "$dir/tampered-stat.json" "$dir/tampered-exec.json" \
+    "$dir/tampered-configs.json" "$dir/tampered-streams.json" <<'PY'
 import json, sys
 doc = json.load(open(sys.argv[1]))
 doc["statistics"]["configurations"][1]["median_ci_ms"]["high"] *= 1.000001
@@ -80,10 +81,19 @@ json.dump(doc, open(sys.argv[2], "w"))
 doc = json.load(open(sys.argv[1]))
 doc["executions"][-1]["elapsed_ns"] += 1000
 json.dump(doc, open(sys.argv[3], "w"))
+doc = json.load(open(sys.argv[1]))
+del doc["statistics"]["configurations"][-1]
+json.dump(doc, open(sys.argv[4], "w"))
+doc = json.load(open(sys.argv[1]))
+doc["statistics"]["configurations"][0]["bootstrap_streams"]["mean"] = 7
+json.dump(doc, open(sys.argv[5], "w"))
 PY
   expect 1 "bench_summary on a tampered statistic" "$python" "$summary" "$dir/tampered-stat.json"
   grep -q "median_ci_ms.high" "$dir/err" || fail "mismatch not named: $(cat "$dir/err")"
   expect 1 "bench_summary on a tampered execution" "$python" "$summary" "$dir/tampered-exec.json"
+  expect 1 "bench_summary on a missing configuration" "$python" "$summary" "$dir/tampered-configs.json"
+  grep -q "configurations count" "$dir/err" || fail "count mismatch not named: $(cat "$dir/err")"
+  expect 1 "bench_summary on tampered bootstrap streams" "$python" "$summary" "$dir/tampered-streams.json"
 
   expect 0 "trace_overlap on the trace" "$python" "$overlap" "$dir/t.json"
   [ "$(awk '$3 == "measured"' "$dir/out" | wc -l)" -eq 15 ] || fail "trace_overlap rows: $(cat "$dir/out")"

@@ -58,8 +58,18 @@ static void run_mode(fdy_cuda_host_mode mode) {
   assert_true(json_is_object(json_object_get(ceilings, "d2d")));
   assert_true(json_is_object(json_object_get(ceilings, "checksum_kernel")));
   json_t *mem = json_object_get(r, "memory");
-  assert_true(
-      json_is_object(json_object_get(mem, "device_memory_in_use_bytes")));
+  json_t *use = json_object_get(mem, "device_memory_in_use_bytes");
+  assert_true(json_is_object(use));
+  /* the slots occupy at least their budget on the device, and are gone
+   * again after the rounds (allowing 16 MiB of other device allocations) */
+  json_int_t setup = json_integer_value(json_object_get(use, "after_setup"));
+  json_int_t slots = json_integer_value(json_object_get(use, "with_slots"));
+  json_int_t rounds = json_integer_value(json_object_get(use, "after_rounds"));
+  json_int_t budget =
+      json_integer_value(json_object_get(mem, "device_slot_budget_bytes"));
+  assert_true(budget > 0);
+  assert_true(slots - setup >= budget);
+  assert_true(rounds < setup + 16 * 1024 * 1024);
   json_int_t payload =
       json_integer_value(json_object_get(mem, "host_payload_bytes"));
   json_int_t registered =

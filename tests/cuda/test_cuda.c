@@ -590,30 +590,45 @@ static void test_streaming_staged(void **state) {
   streaming(FDY_CUDA_HOST_STAGED, true);
 }
 
-/* Injected failures at several positions of alloc, copy and launch: the run
- * fails with the injected kind and backend entry, and device memory in use is
- * back at its level before the run. Positions past the last call succeed. */
+/* Injected failures at several positions of alloc, copy and launch, before
+ * and after the copy's DMA or the kernel was queued: the run fails with the
+ * injected kind and backend entry, and device memory in use is back at its
+ * level before the run (the slots are (2 MiB + 1) bytes: a leaked one would
+ * show). Positions past the last call succeed. */
 static void test_injected_failures(void **state) {
   (void)state;
   static const struct {
-    uint64_t alloc, copy, launch;
+    uint64_t alloc, copy, launch, copy_submitted, launch_submitted;
     const char *op;
   } cases[] = {
-      {1, 0, 0, "buffer_alloc"},   {2, 0, 0, "buffer_alloc"},
-      {3, 0, 0, "buffer_alloc"},   {0, 1, 0, "copy_to_device"},
-      {0, 3, 0, "copy_to_device"}, {0, 6, 0, "copy_to_device"},
-      {0, 0, 1, "launch"},         {0, 0, 4, "launch"},
-      {0, 0, 7, "launch"},         {0, 0, 100, NULL},
+      {1, 0, 0, 0, 0, "buffer_alloc"},   {2, 0, 0, 0, 0, "buffer_alloc"},
+      {3, 0, 0, 0, 0, "buffer_alloc"},   {0, 1, 0, 0, 0, "copy_to_device"},
+      {0, 3, 0, 0, 0, "copy_to_device"}, {0, 6, 0, 0, 0, "copy_to_device"},
+      {0, 0, 1, 0, 0, "launch"},         {0, 0, 4, 0, 0, "launch"},
+      {0, 0, 7, 0, 0, "launch"},         {0, 0, 0, 1, 0, "copy_to_device"},
+      {0, 0, 0, 4, 0, "copy_to_device"}, {0, 0, 0, 7, 0, "copy_to_device"},
+      {0, 0, 0, 0, 1, "launch"},         {0, 0, 0, 0, 5, "launch"},
+      {0, 0, 0, 0, 7, "launch"},         {0, 0, 100, 100, 100, NULL},
   };
   for (fdy_cuda_host_mode mode = FDY_CUDA_HOST_REGISTERED;
        mode <= FDY_CUDA_HOST_STAGED; mode++) {
     layers l = make_layers(7, (2u << 20) + 1, 500);
+    /* a backend of its own loads the kernels (and whatever else the first
+     * use of the device allocates) before any level is read */
+    fdy_backend *warm = make_backend(&(fdy_cuda_options){.host_mode = mode});
+    assert_int_equal(device_checksum(warm, l.data[0], l.bytes, l.bytes, 0),
+                     l.expected[0]);
+    fdy_backend_destroy(warm);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-      fdy_cuda_options opts = {.host_mode = mode,
-                               .fail_alloc_at = cases[c].alloc,
-                               .fail_copy_at = cases[c].copy,
-                               .fail_launch_at = cases[c].launch};
+      fdy_cuda_options opts = {
+          .host_mode = mode,
+          .fail_alloc_at = cases[c].alloc,
+          .fail_copy_at = cases[c].copy,
+          .fail_launch_at = cases[c].launch,
+          .fail_copy_submitted_at = cases[c].copy_submitted,
+          .fail_launch_submitted_at = cases[c].launch_submitted};
       fdy_backend *b = make_backend(&opts);
+      const uint64_t level = memory_in_use(b);
       fdy_error err;
       fdy_status st =
           run_plan(b, &l, 3, mode == FDY_CUDA_HOST_REGISTERED, &err);
@@ -624,6 +639,7 @@ static void test_injected_failures(void **state) {
         assert_string_equal(err.backend_op, cases[c].op);
         assert_true(err.command_index >= 0);
       }
+      assert_true(memory_in_use(b) <= level + (1u << 20));
       /* The backend still works after the failure. */
       assert_int_equal(device_checksum(b, l.data[0], l.bytes, l.bytes, 0),
                        l.expected[0]);

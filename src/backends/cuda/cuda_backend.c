@@ -687,6 +687,9 @@ static fdy_status cuda_copy_to_device(fdy_backend *base,
   if (st == FDY_OK && bytes > 0) {
     st = copy_pieces(b, s, to, src, bytes, &submitted, err);
   }
+  if (st == FDY_OK && b->opts.fail_copy_submitted_at == call) {
+    st = injected(err, op, call);
+  }
   if (st == FDY_OK) {
     st = fdy_cuda_check(cudaEventRecord(e->end, s), err, op,
                         "cudaEventRecord (end)");
@@ -829,6 +832,9 @@ static fdy_status cuda_launch(fdy_backend *base, fdy_backend_stream *stream,
                         err, "launch", "the checksum kernel launch");
     submitted = st == FDY_OK;
   }
+  if (st == FDY_OK && b->opts.fail_launch_submitted_at == call) {
+    st = injected(err, "launch", call);
+  }
   if (st == FDY_OK) {
     st = fdy_cuda_check(cudaEventRecord(e->end, s), err, "launch",
                         "cudaEventRecord (end)");
@@ -905,10 +911,18 @@ static fdy_status cuda_event_times(fdy_backend *base, fdy_backend_event *event,
     return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "event_times",
                          "NULL event or output");
   }
-  if (!event->tracked || cudaEventQuery(event->end) != cudaSuccess) {
+  if (!event->tracked) {
+    return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "event_times",
+                         "the event has no device timestamps");
+  }
+  const cudaError_t done = cudaEventQuery(event->end);
+  if (done == cudaErrorNotReady) {
     cudaGetLastError();
     return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "event_times",
                          "the event has not completed");
+  }
+  if (done != cudaSuccess) {
+    return fdy_cuda_check(done, err, "event_times", "cudaEventQuery");
   }
   float start_ms = 0, end_ms = 0;
   fdy_status st =
