@@ -77,7 +77,8 @@ typedef struct fdy_error {
   int64_t ids[2];        /* ids involved (slot, event, tensor, op...), or -1 */
   uint64_t expected;     /* expected bytes/count where relevant */
   uint64_t actual;       /* actual bytes/count where relevant */
-  int64_t line, column;  /* document position for PARSE/SCHEMA, or -1 */
+  int64_t line, column;  /* PARSE: document position; else -1 (SCHEMA
+                          * errors give the JSON path in name instead) */
   char name[FDY_ERROR_NAME_MAX]; /* tensor/file/field involved, or "" */
   char backend_op[64];           /* failing backend operation, or "" */
   fdy_status cleanup_kind;       /* FDY_OK unless cleanup also failed */

@@ -39,7 +39,8 @@ typedef struct fdy_llama_config {
   int32_t eos_ids[FDY_LLAMA_MAX_EOS];
   uint32_t group_size;   /* 32, 64 or 128 */
   uint32_t bits;         /* 4 */
-  fdy_dtype scale_dtype; /* F16 or BF16: scales, biases, norms */
+  fdy_dtype scale_dtype; /* F16 or BF16: scales, biases and norms (MLX
+                            casts them all to the model's dtype) */
 } fdy_llama_config;
 
 /* A 4-bit quantized linear layer y = x W^T, W (out, in):
@@ -62,7 +63,10 @@ typedef struct fdy_llama_layer_weights {
  * messages only): model_type "llama"; sizes; rope_theta; rope_scaling of
  * type llama3 or none; tie_word_embeddings (default false); rms_norm_eps;
  * eos_token_id as an integer or a list; quantization with group_size 32, 64
- * or 128 and bits 4 (else FDY_ERR_UNSUPPORTED). Invalid JSON is
+ * or 128 and bits 4. A valid value Foundry does not handle (other bits or
+ * group sizes, rope scaling types, model types, ...) is FDY_ERR_UNSUPPORTED
+ * with a message "PATH: unsupported quantization: field
+ * 'quantization.bits' is 3; ...". Invalid JSON is
  * FDY_ERR_PARSE (line/column set); a missing field, a wrong type or an
  * inconsistent value is FDY_ERR_SCHEMA with err->name the field
  * ("quantization.bits"). scale_dtype is set to F16; the loader replaces it
@@ -76,8 +80,9 @@ typedef struct fdy_llama_model fdy_llama_model;
 /* Opens and fully validates a checkpoint directory: config fields and types,
  * quantization (group_size 32/64/128, bits 4, else FDY_ERR_UNSUPPORTED),
  * every expected tensor present with the right dtype and shape, nothing
- * unexpected, lm_head exactly when embeddings are untied. Errors name the
- * file (err->name) and the tensor. */
+ * unexpected, lm_head exactly when embeddings are untied. Scales, biases
+ * and norms all have the embedding scales' dtype, F16 or BF16 (else
+ * FDY_ERR_SCHEMA). Errors name the file (err->name) and the tensor. */
 fdy_status fdy_llama_open(const char *dir, fdy_llama_model **out,
                           fdy_error *err);
 void fdy_llama_close(fdy_llama_model *model);
@@ -144,6 +149,14 @@ fdy_status fdy_llama_make_model_ex(const char *preset, uint64_t seed,
                                    fdy_error *err);
 /* Preset names, NULL-terminated. */
 const char *const *fdy_llama_presets(void);
+/* What fdy_llama_make_model would write for a preset, computed without
+ * writing anything: *config as fdy_llama_open reports it for the written
+ * checkpoint (scale_dtype included) and, when total_bytes is not NULL, the
+ * bytes of all its tensors (the index's total_size, equal to
+ * fdy_llama_total_bytes of the opened checkpoint; the same for every seed).
+ * An unknown preset: FDY_ERR_INVALID_ARGUMENT, *config unchanged. */
+fdy_status fdy_llama_preset_config(const char *preset, fdy_llama_config *config,
+                                   uint64_t *total_bytes, fdy_error *err);
 
 #ifdef __cplusplus
 }

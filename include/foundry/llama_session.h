@@ -15,15 +15,18 @@ extern "C" {
 typedef struct fdy_llama_session fdy_llama_session;
 
 typedef struct fdy_llama_session_options {
-  uint32_t context; /* positions in the KV cache; 0 = 1024 */
+  uint32_t context; /* positions in the KV cache; 0 = 1024, or the model's
+                       max_position_embeddings when that is smaller */
   uint32_t threads; /* worker threads; 0 = online CPUs */
 } fdy_llama_session_options;
 
 /* A float32 CPU inference session with its KV cache over an open model (the
  * model must outlive it). options may be NULL. Everything (KV cache, scratch,
  * worker threads) is allocated here; a forward pass never allocates. A
- * context above the model's max_position_embeddings or more than 256
- * threads: FDY_ERR_INVALID_ARGUMENT. A session is used by one thread at a
+ * context above the model's max_position_embeddings (err->expected = that
+ * limit, err->actual = the context) or more than 256 threads:
+ * FDY_ERR_INVALID_ARGUMENT. Hidden, intermediate and heads * head_dim not
+ * multiples of 64: FDY_ERR_UNSUPPORTED. A session is used by one thread at a
  * time; results do not depend on the thread count. */
 fdy_status fdy_llama_session_create(const fdy_llama_model *model,
                                     const fdy_llama_session_options *options,
@@ -60,10 +63,13 @@ void fdy_llama_generation_free(fdy_llama_generation *generation);
 
 /* Greedy generation: resets the session, prefills the prompt, then decodes
  * up to max_tokens ids (argmax, lowest id on ties), stopping after an EOS id
- * of the config unless ignore_eos. Before any work (session unchanged): an
- * empty prompt or an id outside the vocabulary FDY_ERR_INVALID_ARGUMENT,
- * prompt_count + max_tokens above the context FDY_ERR_CONTEXT. On success
- * *out owns ids; on failure *out is zeroed. */
+ * of the config unless ignore_eos. The positions used are prompt_count +
+ * max_tokens - 1 (the last id is returned, never fed back; prompt_count
+ * when max_tokens is 0). Before any work (session unchanged): an empty
+ * prompt or an id outside the vocabulary FDY_ERR_INVALID_ARGUMENT, more
+ * positions than the context FDY_ERR_CONTEXT (err->expected = the context,
+ * err->actual = the positions needed). On success *out owns ids; on
+ * failure *out is zeroed. */
 fdy_status fdy_llama_generate(fdy_llama_session *session, const int32_t *prompt,
                               uint32_t prompt_count, uint32_t max_tokens,
                               bool ignore_eos, fdy_llama_generation *out,

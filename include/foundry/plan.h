@@ -178,7 +178,8 @@ fdy_status fdy_plan_from_json(const char *text, size_t length, fdy_plan **out,
 fdy_status fdy_plan_load(const char *path, fdy_plan **out, fdy_error *err);
 /* Writes the JSON to path without ever overwriting or leaving a partial file:
  * writes a temporary file in the same directory, fsyncs, then link()s it into
- * place (FDY_ERR_EXISTS when path exists) and removes the temporary. */
+ * place (FDY_ERR_EXISTS when path exists) and removes the temporary. The file
+ * gets mode 0666 & ~umask, like any file the process creates. */
 fdy_status fdy_plan_save(const fdy_plan *plan, const char *path,
                          fdy_error *err);
 
@@ -196,10 +197,11 @@ fdy_status fdy_plan_save(const fdy_plan *plan, const char *path,
  * compute stream waits for its transfer; after launching op i the host waits
  * for the launch that last read the slot to be refilled and prefetches the
  * next weight, so with N >= 2 the transfer of later weights overlaps op i.
- * Errors: buffers == 0 (INVALID_ARGUMENT), an op reading more than one weight
- * (UNSUPPORTED), slots that do not fit budget_bytes (FDY_ERR_BUDGET with
- * expected = budget, actual = needed), overflow. An op-less graph gives an
- * empty plan. The result passes fdy_plan_validate. */
+ * Errors: buffers == 0 or an alignment that is not a non-zero power of two
+ * (INVALID_ARGUMENT, even for an op-less graph), an op reading more than one
+ * weight (UNSUPPORTED), slots that do not fit budget_bytes (FDY_ERR_BUDGET
+ * with expected = budget, actual = needed), overflow. An op-less graph gives
+ * an empty plan. The result passes fdy_plan_validate. */
 fdy_status fdy_plan_streaming(const fdy_graph *graph, uint64_t budget_bytes,
                               uint32_t buffers, uint64_t alignment,
                               fdy_plan **out, fdy_error *err);

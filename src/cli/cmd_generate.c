@@ -26,7 +26,8 @@ void fdy_cmd_generate_help(FILE *out) {
           "options:\n"
           "  --backend NAME   cpu (the default and, for now, the only one)\n"
           "  --threads T      worker threads (default: online CPUs)\n"
-          "  --context C      KV cache positions (default 1024)\n"
+          "  --context C      KV cache positions (default 1024, at most\n"
+          "                   the model's max_position_embeddings)\n"
           "  --ignore-eos     decode all N ids even after an EOS id\n"
           "  --json           print one JSON object instead of text\n");
 }

@@ -26,8 +26,9 @@ void fdy_cmd_plan_help(FILE *out) {
       "--dump writes the N-buffered streaming plan of a synthetic chain of\n"
       "checksum layers as JSON (PATH '-' is standard output; an existing\n"
       "file is never overwritten). --check loads a plan file, validates it\n"
-      "statically and prints a one-line summary (exit 0) or the first\n"
-      "error with its command index (exit 1).\n"
+      "statically and prints a one-line summary on stdout (exit 0) or the\n"
+      "first error with its command index on stderr (exit 1). After a dump\n"
+      "the summary goes to stdout, or to stderr when the plan does.\n"
       "\n"
       "options for --dump:\n"
       "  --layers N         layers in the chain (default %d)\n"
@@ -40,13 +41,13 @@ void fdy_cmd_plan_help(FILE *out) {
       DEFAULT_ALIGNMENT);
 }
 
-static void print_summary(const char *label, const fdy_plan *plan,
+static void print_summary(FILE *out, const char *label, const fdy_plan *plan,
                           const fdy_plan_summary *summary) {
   char peak[32], budget[32], moved[32];
   fdy_format_bytes(summary->peak_bytes, peak, sizeof peak);
   fdy_format_bytes(fdy_plan_budget(plan), budget, sizeof budget);
   fdy_format_bytes(summary->transfer_bytes, moved, sizeof moved);
-  fprintf(stderr,
+  fprintf(out,
           "%s: valid, %zu commands, %zu ops, %" PRIu32 " slots, peak %s of "
           "%s budget, %s transferred, %" PRIu32 " streams\n",
           label, summary->commands, summary->ops, summary->slots, peak, budget,
@@ -62,14 +63,13 @@ static int check_plan(const char *path) {
   fdy_plan_summary summary;
   fdy_status status = fdy_plan_validate(plan, &summary, &err);
   if (status != FDY_OK) {
-    fprintf(stderr,
-            "foundry: error: %s: invalid plan (%s) at command %" PRId64
-            ": %s\n",
-            path, fdy_status_name(err.kind), err.command_index, err.message);
+    /* The message names the command index ("command 12: ...") itself. */
+    fprintf(stderr, "foundry: error: %s: invalid plan (%s): %s\n", path,
+            fdy_status_name(err.kind), err.message);
     fdy_plan_destroy(plan);
     return FDY_EXIT_FAILURE;
   }
-  print_summary(path, plan, &summary);
+  print_summary(stdout, path, plan, &summary);
   fdy_plan_destroy(plan);
   return FDY_EXIT_OK;
 }
@@ -121,7 +121,9 @@ static int dump_plan(const char *path, uint64_t layers, uint64_t weight_mib,
     code = FDY_EXIT_OK;
   }
   if (code == FDY_EXIT_OK) {
-    print_summary(strcmp(path, "-") == 0 ? "plan" : path, plan, &summary);
+    bool plan_on_stdout = strcmp(path, "-") == 0;
+    print_summary(plan_on_stdout ? stderr : stdout,
+                  plan_on_stdout ? "plan" : path, plan, &summary);
   }
 cleanup:
   fdy_plan_destroy(plan);
@@ -184,7 +186,9 @@ int fdy_cmd_plan(int argc, char **argv) {
       break;
     case OPT_BUDGET:
       status = fdy_parse_bytes(optarg, &budget, &err);
-      if (status == FDY_OK && budget == 0) {
+      if (status != FDY_OK) {
+        fdy_error_prefix(&err, "--budget");
+      } else if (budget == 0) {
         status = fdy_error_set(&err, FDY_ERR_INVALID_ARGUMENT,
                                "--budget must be positive");
       }

@@ -27,7 +27,8 @@ void fdy_cmd_verify_help(FILE *out) {
           "  --backend NAME   cpu (the default and, for now, the only one)\n"
           "  --tolerance X    relative error allowed (cpu default %g)\n"
           "  --threads T      worker threads (default: online CPUs)\n"
-          "  --context C      KV cache positions (default 1024)\n",
+          "  --context C      KV cache positions (default 1024, at most\n"
+          "                   the model's max_position_embeddings)\n",
           FDY_LLAMA_CPU_TOLERANCE);
 }
 

@@ -63,6 +63,14 @@ static void print_version(void) {
          info->compiler, info->build_type, info->sanitizers, info->cuda);
 }
 
+static void print_help_help(FILE *out) {
+  fprintf(out, "usage: foundry help [COMMAND]\n"
+               "\n"
+               "Without COMMAND, lists the commands; with one, prints its\n"
+               "help (the same as 'foundry COMMAND --help').\n");
+}
+
+/* `foundry help [COMMAND]`; argv[0] is "help". */
 static int run_help(int argc, char **argv) {
   if (argc < 2) {
     print_usage(stdout);
@@ -70,6 +78,11 @@ static int run_help(int argc, char **argv) {
   }
   if (argc > 2) {
     return fdy_cli_usage("help", "expected one command name");
+  }
+  if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 ||
+      strcmp(argv[1], "-h") == 0) {
+    print_help_help(stdout);
+    return FDY_EXIT_OK;
   }
   const command_entry *entry = find_command(argv[1]);
   if (!entry) {

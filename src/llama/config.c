@@ -19,22 +19,50 @@ typedef struct parse_ctx {
   fdy_error *err;
 } parse_ctx;
 
+/* "PATH: field 'FIELD' MESSAGE", or with a topic (unsupported values)
+ * "PATH: unsupported TOPIC: field 'FIELD' MESSAGE"; err->name = field. */
+static fdy_status vfield_error(const parse_ctx *p, fdy_status kind,
+                               const char *topic, const char *field,
+                               const char *fmt, va_list args) {
+  char message[FDY_ERROR_MESSAGE_MAX];
+  vsnprintf(message, sizeof message, fmt, args);
+  if (topic) {
+    fdy_error_set(p->err, kind, "%s: unsupported %s: field '%s' %s", p->path,
+                  topic, field, message);
+  } else {
+    fdy_error_set(p->err, kind, "%s: field '%s' %s", p->path, field, message);
+  }
+  if (p->err) {
+    snprintf(p->err->name, sizeof p->err->name, "%s", field);
+  }
+  return kind;
+}
+
 static fdy_status field_error(const parse_ctx *p, fdy_status kind,
                               const char *field, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
 static fdy_status field_error(const parse_ctx *p, fdy_status kind,
                               const char *field, const char *fmt, ...) {
-  char message[FDY_ERROR_MESSAGE_MAX];
   va_list args;
   va_start(args, fmt);
-  vsnprintf(message, sizeof message, fmt, args);
+  fdy_status s = vfield_error(p, kind, NULL, field, fmt, args);
   va_end(args);
-  fdy_error_set(p->err, kind, "%s: field '%s' %s", p->path, field, message);
-  if (p->err) {
-    snprintf(p->err->name, sizeof p->err->name, "%s", field);
-  }
-  return kind;
+  return s;
+}
+
+/* FDY_ERR_UNSUPPORTED for a valid value Foundry does not handle. */
+static fdy_status unsupported_error(const parse_ctx *p, const char *topic,
+                                    const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static fdy_status unsupported_error(const parse_ctx *p, const char *topic,
+                                    const char *field, const char *fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  fdy_status s = vfield_error(p, FDY_ERR_UNSUPPORTED, topic, field, fmt, args);
+  va_end(args);
+  return s;
 }
 
 /* An integer field in [min, max]; absent or null takes def when
@@ -109,10 +137,10 @@ static fdy_status parse_rope_scaling(const parse_ctx *p, json_t *root,
     return FDY_OK;
   }
   if (strcmp(name, "llama3") != 0) {
-    return field_error(p, FDY_ERR_UNSUPPORTED, type_field,
-                       "is '%.40s'; only llama3 scaling or none is "
-                       "supported",
-                       name);
+    return unsupported_error(p, "rope scaling", type_field,
+                             "is '%.40s'; only llama3 scaling or none is "
+                             "supported",
+                             name);
   }
   fdy_status s;
   c->rope_llama3 = true;
@@ -160,9 +188,9 @@ static fdy_status parse_token_ids(const parse_ctx *p, json_t *root,
                        "must be an integer or a list of integers");
   }
   if (n > FDY_LLAMA_MAX_EOS) {
-    return field_error(p, FDY_ERR_UNSUPPORTED, "eos_token_id",
-                       "lists %zu ids; at most %d are supported", n,
-                       FDY_LLAMA_MAX_EOS);
+    return unsupported_error(p, "EOS ids", "eos_token_id",
+                             "lists %zu ids; at most %d are supported", n,
+                             FDY_LLAMA_MAX_EOS);
   }
   for (size_t i = 0; i < n; i++) {
     json_t *v = json_is_array(eos) ? json_array_get(eos, i) : eos;
@@ -194,12 +222,15 @@ static fdy_status parse_quantization(const parse_ctx *p, json_t *root,
     return s;
   }
   if (c->group_size != 32 && c->group_size != 64 && c->group_size != 128) {
-    return field_error(p, FDY_ERR_UNSUPPORTED, "quantization.group_size",
-                       "is %u; supported: 32, 64, 128", c->group_size);
+    return unsupported_error(p, "quantization", "quantization.group_size",
+                             "is %u; only groups of 32, 64 or 128 are "
+                             "supported",
+                             c->group_size);
   }
   if (c->bits != 4) {
-    return field_error(p, FDY_ERR_UNSUPPORTED, "quantization.bits",
-                       "is %u; only 4-bit checkpoints are supported", c->bits);
+    return unsupported_error(p, "quantization", "quantization.bits",
+                             "is %u; only 4-bit checkpoints are supported",
+                             c->bits);
   }
   return FDY_OK;
 }
@@ -214,15 +245,14 @@ static fdy_status check_architecture(const parse_ctx *p, json_t *root) {
     return field_error(p, FDY_ERR_SCHEMA, "model_type", "must be a string");
   }
   if (strcmp(json_string_value(mt), "llama") != 0) {
-    return field_error(p, FDY_ERR_UNSUPPORTED, "model_type",
-                       "is '%.40s'; only llama is supported",
-                       json_string_value(mt));
+    return unsupported_error(p, "model", "model_type",
+                             "is '%.40s'; only llama is supported",
+                             json_string_value(mt));
   }
   json_t *act = json_object_get(root, "hidden_act");
   if (act &&
       (!json_is_string(act) || strcmp(json_string_value(act), "silu") != 0)) {
-    return field_error(p, FDY_ERR_UNSUPPORTED, "hidden_act",
-                       "must be \"silu\"");
+    return unsupported_error(p, "activation", "hidden_act", "must be \"silu\"");
   }
   static const char *const biases[] = {"attention_bias", "mlp_bias"};
   for (size_t i = 0; i < 2; i++) {
@@ -231,8 +261,9 @@ static fdy_status check_architecture(const parse_ctx *p, json_t *root) {
       return field_error(p, FDY_ERR_SCHEMA, biases[i], "must be a boolean");
     }
     if (json_is_true(b)) {
-      return field_error(p, FDY_ERR_UNSUPPORTED, biases[i],
-                         "is true; linear biases are not supported");
+      return unsupported_error(p, "linear biases", biases[i],
+                               "is true; only linears without biases are "
+                               "supported");
     }
   }
   return FDY_OK;

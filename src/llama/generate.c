@@ -1,7 +1,9 @@
 /* Greedy generation: every input is checked before any work, then the
  * prompt is prefilled as a batch and ids are decoded one at a time (argmax,
- * lowest id on ties) until max_tokens or an EOS id. Prefill time covers the
- * prompt's forward pass; decode time the single-token passes after it. */
+ * lowest id on ties) until max_tokens or an EOS id. The last id is returned
+ * without a pass of its own, so a generation uses prompt + max_tokens - 1
+ * positions. Prefill time covers the prompt's forward pass; decode time the
+ * single-token passes after it. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,10 +48,25 @@ fdy_status fdy_llama_generate(fdy_llama_session *session, const int32_t *prompt,
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
                          "the prompt is empty: give at least one token id");
   }
+  /* the prompt and every generated id but the last are fed */
+  uint64_t needed = (uint64_t)prompt_count + (max_tokens ? max_tokens - 1 : 0);
+  if (needed > session->context) {
+    fdy_error_set(err, FDY_ERR_CONTEXT,
+                  "a prompt of %u ids and up to %u new ids need %llu "
+                  "positions (every id but the last is fed back), but the "
+                  "context holds %u",
+                  prompt_count, max_tokens, (unsigned long long)needed,
+                  session->context);
+    if (err) {
+      err->expected = session->context;
+      err->actual = needed;
+    }
+    return FDY_ERR_CONTEXT;
+  }
   uint32_t saved = session->position;
   session->position = 0;
   fdy_status st =
-      fdy_llama_session_check(session, prompt, prompt_count, max_tokens, err);
+      fdy_llama_session_check(session, prompt, prompt_count, 0, err);
   session->position = saved;
   if (st != FDY_OK) {
     return st;

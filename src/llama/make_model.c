@@ -388,6 +388,24 @@ static json_t *config_json(const preset *p) {
       "quantization_config", "group_size", (int)GROUP_SIZE, "bits", 4);
 }
 
+/* Bytes of every tensor of the list: the index's total_size. */
+static fdy_status list_bytes(const gen_list *l, uint64_t *total,
+                             fdy_error *err) {
+  *total = 0;
+  for (size_t i = 0; i < l->count; i++) {
+    uint64_t bytes = 0;
+    fdy_status s =
+        fdy_tensor_bytes(l->items[i].dtype, l->items[i].shape, &bytes, err);
+    if (s == FDY_OK) {
+      s = fdy_add_u64(*total, bytes, total, err);
+    }
+    if (s != FDY_OK) {
+      return s;
+    }
+  }
+  return FDY_OK;
+}
+
 static json_t *index_json(const gen_list *l, uint64_t total) {
   json_t *map = json_object();
   for (size_t i = 0; map && i < l->count; i++) {
@@ -427,15 +445,12 @@ static fdy_status write_checkpoint(const preset *p, uint64_t seed,
                .progress = progress,
                .progress_ctx = pctx};
   for (size_t i = 0; i < list.count; i++) {
-    uint64_t bytes = 0;
     wt[i] = (fdy_st_write_tensor){.name = list.items[i].name,
                                   .dtype = list.items[i].dtype,
                                   .shape = list.items[i].shape};
-    if ((s = fdy_tensor_bytes(wt[i].dtype, wt[i].shape, &bytes, err)) !=
-            FDY_OK ||
-        (s = fdy_add_u64(g.total, bytes, &g.total, err)) != FDY_OK) {
-      goto cleanup;
-    }
+  }
+  if ((s = list_bytes(&list, &g.total, err)) != FDY_OK) {
+    goto cleanup;
   }
   config = config_json(p);
   index = index_json(&list, g.total);
@@ -472,21 +487,64 @@ static void remove_tree(const char *dir) {
   rmdir(dir);
 }
 
+static fdy_status find_preset(const char *name, const preset **out,
+                              fdy_error *err) {
+  for (size_t i = 0; i < PRESET_COUNT && name; i++) {
+    if (strcmp(presets[i].name, name) == 0) {
+      *out = &presets[i];
+      return FDY_OK;
+    }
+  }
+  return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                       "unknown preset '%s' (llama-3.2-1b, llama-3.2-3b, "
+                       "llama-3.1-8b, tiny, micro, micro-untied)",
+                       name ? name : "");
+}
+
+fdy_status fdy_llama_preset_config(const char *preset_name,
+                                   fdy_llama_config *config,
+                                   uint64_t *total_bytes, fdy_error *err) {
+  const preset *p = NULL;
+  fdy_status s = find_preset(preset_name, &p, err);
+  if (s != FDY_OK) {
+    return s;
+  }
+  json_t *doc = config_json(p);
+  char *text = doc ? json_dumps(doc, JSON_REAL_PRECISION(15)) : NULL;
+  json_decref(doc);
+  if (!text) {
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  fdy_llama_config parsed;
+  s = fdy_llama_config_parse(text, strlen(text), p->name, &parsed, err);
+  free(text);
+  if (s != FDY_OK) {
+    return s;
+  }
+  parsed.scale_dtype = p->dtype;
+  if (total_bytes) {
+    gen_list list = {0};
+    s = gen_tensors(p, 0, &list, err);
+    if (s == FDY_OK) {
+      s = list_bytes(&list, total_bytes, err);
+    }
+    free(list.items);
+    if (s != FDY_OK) {
+      return s;
+    }
+  }
+  *config = parsed;
+  return FDY_OK;
+}
+
 fdy_status fdy_llama_make_model_ex(const char *preset_name, uint64_t seed,
                                    const char *out_dir,
                                    fdy_llama_progress_fn progress, void *ctx,
                                    fdy_error *err) {
   const preset *p = NULL;
-  for (size_t i = 0; i < PRESET_COUNT && preset_name; i++) {
-    if (strcmp(presets[i].name, preset_name) == 0) {
-      p = &presets[i];
-    }
-  }
-  if (!p) {
-    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                         "unknown preset '%s' (llama-3.2-1b, llama-3.2-3b, "
-                         "llama-3.1-8b, tiny, micro, micro-untied)",
-                         preset_name ? preset_name : "");
+  fdy_status s = find_preset(preset_name, &p, err);
+  if (s != FDY_OK) {
+    return s;
   }
   size_t n = out_dir ? strlen(out_dir) : 0;
   while (n > 1 && out_dir[n - 1] == '/') {
@@ -509,7 +567,7 @@ fdy_status fdy_llama_make_model_ex(const char *preset_name, uint64_t seed,
                                 "cannot create a directory beside it: %s",
                                 strerror(errno));
   }
-  fdy_status s = write_checkpoint(p, seed, tmp, progress, ctx, err);
+  s = write_checkpoint(p, seed, tmp, progress, ctx, err);
   if (s == FDY_OK && chmod(tmp, 0755) != 0) {
     s = fdy_llama_file_error(err, FDY_ERR_IO, tmp, "chmod: %s",
                              strerror(errno));

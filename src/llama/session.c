@@ -4,7 +4,6 @@
  * never fails after its checks. */
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
 #include "infer.h"
@@ -37,25 +36,11 @@ static fdy_status mul3(uint64_t a, uint64_t b, uint64_t c, uint64_t *out,
   return st != FDY_OK ? st : fdy_mul_u64(ab, c, out, err);
 }
 
-static fdy_status convert_norm(const fdy_st_tensor *tensor, uint32_t n,
-                               float *out, fdy_error *err) {
-  if (!tensor || tensor->shape.rank != 1 || tensor->shape.dims[0] != n ||
-      (tensor->dtype != FDY_DTYPE_F16 && tensor->dtype != FDY_DTYPE_BF16 &&
-       tensor->dtype != FDY_DTYPE_F32)) {
-    return fdy_error_set(err, FDY_ERR_SCHEMA,
-                         "norm weight %s is not an F16, BF16 or F32 vector of "
-                         "%u elements",
-                         tensor ? tensor->name : "(missing)", n);
-  }
-  for (uint32_t i = 0; i < n; i++) {
-    if (tensor->dtype == FDY_DTYPE_F32) {
-      memcpy(&out[i], (const unsigned char *)tensor->data + 4 * (uint64_t)i,
-             sizeof(float));
-    } else {
-      out[i] = fdy_llama_half_at(tensor->data, tensor->dtype, i);
-    }
-  }
-  return FDY_OK;
+/* The loader has checked that a norm is a vector of n elements in the
+ * scales' dtype (F16 or BF16, as MLX writes them). */
+static void convert_norm(const fdy_st_tensor *tensor, fdy_dtype dtype,
+                         uint32_t n, float *out) {
+  fdy_llama_halves_to_float(tensor->data, dtype, 0, n, out);
 }
 
 /* Rope inverse frequencies, with llama3 scaling when configured (the
@@ -81,38 +66,17 @@ static double inverse_frequency(const fdy_llama_config *c, uint32_t j) {
   return (1.0 - smooth) * inv / c->rope_factor + smooth * inv;
 }
 
+/* fdy_llama_open has validated the config (sizes, head ratio, 4-bit groups
+ * of 32, 64 or 128, F16 or BF16 scales); the kernels also need whole blocks
+ * of 64 inputs. */
 static fdy_status check_config(const fdy_llama_config *c, fdy_error *err) {
-  if (c->num_layers == 0 || c->hidden_size == 0 || c->num_heads == 0 ||
-      c->num_kv_heads == 0 || c->head_dim == 0 || c->vocab_size == 0 ||
-      c->intermediate_size == 0) {
-    return fdy_error_set(err, FDY_ERR_SCHEMA,
-                         "the model config has a zero size");
-  }
-  if (c->head_dim % 2 != 0 || c->num_heads % c->num_kv_heads != 0) {
-    return fdy_error_set(err, FDY_ERR_UNSUPPORTED,
-                         "head_dim %u must be even and heads %u a multiple "
-                         "of kv heads %u",
-                         c->head_dim, c->num_heads, c->num_kv_heads);
-  }
-  if (c->bits != 4 ||
-      (c->group_size != 32 && c->group_size != 64 && c->group_size != 128)) {
-    return fdy_error_set(err, FDY_ERR_UNSUPPORTED,
-                         "%u-bit quantization with group size %u is not "
-                         "supported (4 bits, groups of 32, 64 or 128)",
-                         c->bits, c->group_size);
-  }
   uint32_t q_dim = c->num_heads * c->head_dim;
   if (c->hidden_size % 64 != 0 || c->intermediate_size % 64 != 0 ||
       q_dim % 64 != 0) {
     return fdy_error_set(err, FDY_ERR_UNSUPPORTED,
-                         "hidden %u, intermediate %u and heads * head_dim %u "
-                         "must be multiples of 64",
+                         "unsupported shape: hidden %u, intermediate %u and "
+                         "heads * head_dim %u must be multiples of 64",
                          c->hidden_size, c->intermediate_size, q_dim);
-  }
-  if (c->scale_dtype != FDY_DTYPE_F16 && c->scale_dtype != FDY_DTYPE_BF16) {
-    return fdy_error_set(err, FDY_ERR_UNSUPPORTED,
-                         "scales of dtype %s are not supported",
-                         fdy_dtype_name(c->scale_dtype));
   }
   return FDY_OK;
 }
@@ -136,9 +100,13 @@ fdy_status fdy_llama_session_create(const fdy_llama_model *model,
   if (st != FDY_OK) {
     return st;
   }
-  uint32_t context =
-      options && options->context ? options->context : DEFAULT_CONTEXT;
-  if (c->max_position_embeddings != 0 && context > c->max_position_embeddings) {
+  uint32_t context = options ? options->context : 0;
+  if (context == 0) {
+    context = c->max_position_embeddings < DEFAULT_CONTEXT
+                  ? c->max_position_embeddings
+                  : DEFAULT_CONTEXT;
+  }
+  if (context > c->max_position_embeddings) {
     fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
                   "context %u is above the model's max_position_embeddings "
                   "%u",
@@ -226,19 +194,11 @@ fdy_status fdy_llama_session_create(const fdy_llama_model *model,
   for (uint32_t l = 0; l < c->num_layers; l++) {
     const fdy_llama_layer_weights *w = fdy_llama_layer(model, l);
     float *dst = s->norms + (uint64_t)l * 2 * hidden;
-    st = convert_norm(w->input_norm, hidden, dst, err);
-    if (st == FDY_OK) {
-      st = convert_norm(w->post_norm, hidden, dst + hidden, err);
-    }
-    if (st != FDY_OK) {
-      goto cleanup;
-    }
+    convert_norm(w->input_norm, c->scale_dtype, hidden, dst);
+    convert_norm(w->post_norm, c->scale_dtype, hidden, dst + hidden);
   }
-  st = convert_norm(fdy_llama_final_norm(model), hidden,
-                    s->norms + (uint64_t)c->num_layers * 2 * hidden, err);
-  if (st != FDY_OK) {
-    goto cleanup;
-  }
+  convert_norm(fdy_llama_final_norm(model), c->scale_dtype, hidden,
+               s->norms + (uint64_t)c->num_layers * 2 * hidden);
 
   for (uint32_t j = 0; j < half; j++) {
     double inv = inverse_frequency(c, j);

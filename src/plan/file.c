@@ -1,6 +1,8 @@
 /* Plan files: loading a plan JSON file and saving one without ever
  * overwriting an existing file or leaving a partial one behind (temporary
- * file in the same directory, fsync, link into place). */
+ * file in the same directory, fsync, link into place). The temporary is
+ * created with mode 0666 like any new file, so the saved plan gets
+ * 0666 & ~umask (and the directory's default ACL), not mkstemp's 0600. */
 #include "plan_internal.h"
 
 #include <errno.h>
@@ -94,6 +96,27 @@ static int write_all(int fd, const char *data, size_t size) {
   return 0;
 }
 
+/* Creates the temporary "<path>.tmp.<pid>.<n>" in tmp (size bytes)
+ * exclusively (O_EXCL: never through an existing file or symlink) with mode
+ * 0666, which the kernel reduces by the umask as for any new file. mkstemp
+ * would fix the mode at 0600, and reading the umask to fchmod afterwards is
+ * not thread-safe (umask(2) reads it only by changing it). A name left over
+ * by a crashed writer is skipped. Returns the descriptor, or -1 with errno
+ * set. */
+static int create_temp(const char *path, char *tmp, size_t size) {
+  static unsigned counter;
+  for (int attempt = 0; attempt < 100; attempt++) {
+    snprintf(tmp, size, "%s.tmp.%ld.%u", path, (long)getpid(),
+             __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0 || errno != EEXIST) {
+      return fd;
+    }
+  }
+  errno = EEXIST;
+  return -1;
+}
+
 fdy_status fdy_plan_save(const fdy_plan *plan, const char *path,
                          fdy_error *err) {
   char *text = NULL;
@@ -113,16 +136,13 @@ fdy_status fdy_plan_save(const fdy_plan *plan, const char *path,
   if (st != FDY_OK) {
     goto cleanup;
   }
-  size_t len = strlen(path);
-  static const char suffix[] = ".tmp.XXXXXX";
-  tmp = malloc(len + sizeof(suffix));
+  size_t tmp_size = strlen(path) + 48; /* ".tmp." + two decimal numbers */
+  tmp = malloc(tmp_size);
   if (tmp == NULL) {
     st = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
     goto cleanup;
   }
-  memcpy(tmp, path, len);
-  memcpy(tmp + len, suffix, sizeof(suffix));
-  fd = mkostemp(tmp, O_CLOEXEC);
+  fd = create_temp(path, tmp, tmp_size);
   if (fd < 0) {
     st = io_error(err, FDY_ERR_IO, path, "cannot create a temporary file for",
                   errno);

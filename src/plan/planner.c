@@ -127,6 +127,12 @@ fdy_status fdy_plan_streaming(const fdy_graph *graph, uint64_t budget_bytes,
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
                          "the buffer count must be at least 1");
   }
+  if (!fdy_is_power_of_two(alignment)) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "the slot alignment must be a non-zero power of two, "
+                         "got %llu",
+                         (unsigned long long)alignment);
+  }
   st = fdy_graph_validate(graph, err);
   if (st != FDY_OK) {
     return st;

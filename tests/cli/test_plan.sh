@@ -1,8 +1,9 @@
 #!/bin/sh
 # `foundry plan`: dump then check the default plan, refuse to overwrite,
-# reject a plan with one release removed and a truncated file, and reject bad
-# options with exit 2.
-# usage: test_plan.sh FOUNDRY [PYTHON3]
+# give the written file the umask's mode, reject a plan with one release
+# removed and a truncated file, and reject bad options with exit 2.
+# usage: test_plan.sh FOUNDRY [PYTHON3]   (without PYTHON3 the checks that
+# edit a plan with python are skipped)
 set -u
 foundry=$1
 python=${2:-}
@@ -22,10 +23,28 @@ expect() { # expect CODE DESCRIPTION COMMAND...
   fi
 }
 
+has() { # has FILE TEXT: FILE contains TEXT (fixed string)
+  grep -qF -- "$2" "$1" || fail "expected '$2' in: $(cat "$1")"
+}
+
+mode() { # mode FILE: the permission string of ls -l, e.g. -rw-r--r--
+  ls -l "$1" | cut -c1-10
+}
+
 # The default plan: 48 x 450 MiB (21 GiB) through 3 slots in a 4 GiB budget.
 expect 0 "dump the default plan" "$foundry" plan --dump "$dir/default.json"
+has "$dir/out" "default.json: valid, "
 expect 0 "check the default plan" "$foundry" plan --check "$dir/default.json"
-grep -q "valid, .* 48 ops, 3 slots" "$dir/err" || fail "summary of the default plan: $(cat "$dir/err")"
+grep -q "valid, .* 48 ops, 3 slots" "$dir/out" || fail "summary of the default plan on stdout: $(cat "$dir/out")"
+[ -s "$dir/err" ] && fail "a successful check wrote to stderr: $(cat "$dir/err")"
+
+# The written plan gets 0666 & ~umask like any new file, not mkstemp's 0600.
+(umask 022 && "$foundry" plan --dump "$dir/m022.json" --layers 2 --weight-mib 1 --budget 8MiB) >/dev/null 2>&1 ||
+  fail "dump under umask 022"
+[ "$(mode "$dir/m022.json")" = "-rw-r--r--" ] || fail "mode under umask 022: $(mode "$dir/m022.json")"
+(umask 077 && "$foundry" plan --dump "$dir/m077.json" --layers 2 --weight-mib 1 --budget 8MiB) >/dev/null 2>&1 ||
+  fail "dump under umask 077"
+[ "$(mode "$dir/m077.json")" = "-rw-------" ] || fail "mode under umask 077: $(mode "$dir/m077.json")"
 
 # Never overwrite.
 cp "$dir/default.json" "$dir/before.json"
@@ -40,6 +59,9 @@ for buffers in 1 2 3 7; do
 done
 expect 0 "dump to stdout" "$foundry" plan --dump - --layers 2 --weight-mib 1 --budget 8MiB
 grep -q '"commands"' "$dir/out" || fail "stdout dump has no commands"
+grep -q 'valid, ' "$dir/out" && fail "the summary of a dump to stdout went into the plan"
+has "$dir/err" "plan: valid, "
+ls "$dir" | grep -q '\.tmp\.' && fail "a temporary file was left behind: $(ls "$dir")"
 
 # Broken files.
 size=$(wc -c <"$dir/b3.json")
@@ -56,7 +78,12 @@ del commands[last]
 json.dump(doc, open(sys.argv[2], "w"))
 PY
   expect 1 "check a plan with one release removed" "$foundry" plan --check "$dir/no-release.json"
-  grep -q "at command" "$dir/err" || fail "no command index in: $(cat "$dir/err")"
+  has "$dir/err" "invalid plan (plan_unreleased_end): command "
+  [ "$(grep -o 'command [0-9][0-9]*' "$dir/err" | wc -l)" -eq 1 ] ||
+    fail "the command index is not given exactly once: $(cat "$dir/err")"
+  [ -s "$dir/out" ] && fail "a failed check wrote to stdout: $(cat "$dir/out")"
+else
+  echo "cli plan: no python3, skipping the checks of an edited plan"
 fi
 
 # Impossible budget and bad options.
@@ -66,6 +93,19 @@ expect 2 "zero buffers" "$foundry" plan --dump "$dir/x.json" --buffers 0
 expect 2 "zero layers" "$foundry" plan --dump "$dir/x.json" --layers 0
 expect 2 "bad budget unit" "$foundry" plan --dump "$dir/x.json" --budget 12XB
 expect 2 "alignment not a power of two" "$foundry" plan --dump "$dir/x.json" --alignment 3
+expect 2 "zero weight" "$foundry" plan --dump "$dir/x.json" --weight-mib 0
+has "$dir/err" "--weight-mib must be an integer from 1 to 4294967295, got '0'"
+expect 2 "weight above 32 bits of MiB" "$foundry" plan --dump "$dir/x.json" --weight-mib 4294967296
+has "$dir/err" "--weight-mib must be an integer from 1 to 4294967295, got '4294967296'"
+expect 2 "weight beyond 64 bits" "$foundry" plan --dump "$dir/x.json" --weight-mib 99999999999999999999
+has "$dir/err" "--weight-mib must be an integer from 1 to 4294967295, got '99999999999999999999'"
+expect 2 "zero budget" "$foundry" plan --dump "$dir/x.json" --budget 0
+has "$dir/err" "--budget must be positive"
+expect 2 "zero budget with a unit" "$foundry" plan --dump "$dir/x.json" --budget 0GiB
+has "$dir/err" "--budget must be positive"
+expect 2 "budget beyond 64 bits" "$foundry" plan --dump "$dir/x.json" --budget 99999999999GiB
+has "$dir/err" "--budget: byte size '99999999999GiB' does not fit 64 bits"
+[ -e "$dir/x.json" ] && fail "a rejected dump left a file"
 expect 2 "both dump and check" "$foundry" plan --dump "$dir/x.json" --check "$dir/b1.json"
 expect 2 "neither dump nor check" "$foundry" plan
 expect 2 "unknown option" "$foundry" plan --frobnicate

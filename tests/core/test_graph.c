@@ -1,7 +1,7 @@
 /* Tests of the graph: structural validation, failed mutations leaving the
- * graph unchanged, queries, clone/fingerprint/same_structure and the
- * synthetic chain (including one describing far more weight bytes than the
- * process may allocate). */
+ * graph unchanged, queries, clone/fingerprint/same_structure, the synthetic
+ * chain, and a chain whose file-range weights describe far more bytes than
+ * the process may allocate. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -539,21 +539,72 @@ static void test_synthetic_small(void **state) {
   assert_ptr_equal(bad, (fdy_graph *)0x1);
 }
 
-/* Builds the 48 x 450 MiB = 21600 MiB synthetic chain with layer_data NULL
- * and checks its weight bytes; true when all went well. */
+#define BIG_LAYERS       48
+#define BIG_WEIGHT_BYTES (450 * FDY_MIB)
+#define BIG_PATH         "/nonexistent/foundry-test/weights-21600MiB.bin"
+
+/* Describes a chain of 48 checksum layers whose weights are consecutive
+ * 450 MiB ranges (path, offset, length) of one 21600 MiB file, which does not
+ * exist and is never opened, then validates it, checks the recorded ranges
+ * and clones it. True when all went well. */
 static bool big_graph_ok(void) {
-  fdy_error err;
-  fdy_graph *g = NULL;
-  fdy_status s = fdy_synthetic_graph_create(48, 450 * FDY_MIB, NULL, &g, &err);
+  fdy_graph *g = NULL, *copy = NULL;
+  fdy_status s = fdy_graph_create("big", &g, NULL);
+  fdy_tensor_id prev = {0}, weights[BIG_LAYERS];
+  for (uint32_t i = 0; s == FDY_OK && i < BIG_LAYERS; i++) {
+    char name[32];
+    fdy_extent range = {.kind = FDY_EXTENT_FILE,
+                        .path = BIG_PATH,
+                        .offset = (uint64_t)i * BIG_WEIGHT_BYTES,
+                        .length = BIG_WEIGHT_BYTES};
+    fdy_tensor_id reads[2], out;
+    snprintf(name, sizeof(name), "layer.%u.weight", i);
+    s = fdy_graph_add_weight(g, name, FDY_DTYPE_U8, FDY_SHAPE(BIG_WEIGHT_BYTES),
+                             &range, 1, &reads[0], NULL);
+    if (s == FDY_OK) {
+      snprintf(name, sizeof(name), "layer.%u.out", i);
+      s = fdy_graph_add_activation(g, name, FDY_DTYPE_U64, FDY_SHAPE(1), &out,
+                                   NULL);
+    }
+    if (s == FDY_OK) {
+      weights[i] = reads[0];
+      reads[1] = prev;
+      snprintf(name, sizeof(name), "layer.%u", i);
+      fdy_op_desc op = {.name = name,
+                        .kind = FDY_OP_SYNTHETIC_CHECKSUM,
+                        .param = i,
+                        .reads = reads,
+                        .read_count = i == 0 ? 1 : 2,
+                        .writes = &out,
+                        .write_count = 1};
+      s = fdy_graph_add_op(g, &op, NULL, NULL);
+    }
+    prev = out;
+  }
   uint64_t wb = 0;
   if (s == FDY_OK) {
-    s = fdy_graph_weight_bytes(g, &wb, &err);
+    s = fdy_graph_weight_bytes(g, &wb, NULL);
   }
   if (s == FDY_OK) {
-    s = fdy_graph_validate(g, &err);
+    s = fdy_graph_validate(g, NULL);
   }
+  if (s == FDY_OK) {
+    s = fdy_graph_clone(g, &copy, NULL);
+  }
+  bool ok = s == FDY_OK && wb == BIG_LAYERS * BIG_WEIGHT_BYTES &&
+            wb > 20 * FDY_GIB && fdy_graph_same_structure(g, copy);
+  for (uint32_t i = 0; ok && i < BIG_LAYERS; i++) {
+    fdy_tensor_info t;
+    ok = fdy_graph_tensor(copy, weights[i], &t, NULL) == FDY_OK &&
+         t.role == FDY_TENSOR_WEIGHT && t.bytes == BIG_WEIGHT_BYTES &&
+         t.extent_count == 1 && t.extents[0].kind == FDY_EXTENT_FILE &&
+         strcmp(t.extents[0].path, BIG_PATH) == 0 &&
+         t.extents[0].offset == (uint64_t)i * BIG_WEIGHT_BYTES &&
+         t.extents[0].length == BIG_WEIGHT_BYTES;
+  }
+  fdy_graph_destroy(copy);
   fdy_graph_destroy(g);
-  return s == FDY_OK && wb == 48 * 450 * FDY_MIB && wb > 20 * FDY_GIB;
+  return ok;
 }
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -564,10 +615,11 @@ static bool big_graph_ok(void) {
 #endif
 #endif
 
-/* Outside ASan (which reserves terabytes of address space) the graph is built
- * in a child limited to 1 GiB of address space, where a single weight-sized
- * allocation is shown to fail first. */
-static void test_synthetic_big_allocates_nothing(void **state) {
+/* More than 20 GiB of weights described as file ranges allocate nothing of
+ * that size. Outside ASan (which reserves terabytes of address space) the
+ * graph is built in a child limited to 1 GiB of address space, where an
+ * allocation of three weights is shown to fail first. */
+static void test_big_file_weights_allocate_nothing(void **state) {
   (void)state;
 #ifdef FOUNDRY_ASAN
   assert_true(big_graph_ok());
@@ -579,7 +631,7 @@ static void test_synthetic_big_allocates_nothing(void **state) {
     if (setrlimit(RLIMIT_AS, &lim) != 0) {
       _exit(2);
     }
-    void *probe = malloc(450 * FDY_MIB * 3);
+    void *probe = malloc(BIG_WEIGHT_BYTES * 3);
     if (probe) {
       _exit(3);
     }
@@ -605,7 +657,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_clone_fingerprint_structure, setup,
                                       teardown),
       cmocka_unit_test(test_synthetic_small),
-      cmocka_unit_test(test_synthetic_big_allocates_nothing),
+      cmocka_unit_test(test_big_file_weights_allocate_nothing),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -59,6 +59,13 @@ contains "$err" "model.safetensors"
 printf '{"model_type": "llama",' >"$work/c/config.json"
 expect 1 inspect "$work/c"
 contains "$err" "config.json"
+mkdir "$work/q"
+cp "$work/a/model.safetensors" "$work/a/model.safetensors.index.json" \
+  "$work/q/"
+sed 's/"bits": 4/"bits": 3/' "$work/a/config.json" >"$work/q/config.json"
+expect 1 inspect "$work/q"
+contains "$err" "unsupported quantization"
+contains "$err" "quantization.bits"
 
 expect 0 help make-model
 contains "$out" "--preset"

@@ -1,9 +1,11 @@
-/* Tests of the Llama checkpoint loader: the shared fixtures open with the
- * right configuration; every kind of bad checkpoint (built in a temporary
- * directory from a copy of a fixture) gives one error of the right kind
- * naming the file and the tensor or field; make-model output opens, is
- * byte-identical for a seed and never overwrites; the model graph gathers
- * file extents. */
+/* Tests of the Llama checkpoint loader: the shared and the generated
+ * fixtures open with the right configuration; every kind of bad checkpoint
+ * (built in a temporary directory from a copy of a fixture) gives one error
+ * of the right kind naming the file and the tensor or field; make-model
+ * output opens, is byte-identical for a seed, never overwrites and matches
+ * the preset's computed configuration and size (the real-shape presets are
+ * checked without writing); the model graph gathers file extents and plans
+ * as a validated 2-buffer stream. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,9 +22,12 @@
 #include <unistd.h>
 
 #include "foundry/llama.h"
+#include "foundry/llama_session.h"
+#include "foundry/plan.h"
 #include "foundry/safetensors.h"
 
 static char fixture[2][512];
+static const char *data_root;
 
 static char *read_all(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
@@ -242,6 +247,140 @@ static void test_graph(void **state) {
   fdy_llama_close(m);
 }
 
+/* The generated variant fixtures open with the configuration they exist to
+ * cover (tests/data/README.md). */
+static void test_variant_fixtures_open(void **state) {
+  (void)state;
+  char dir[600];
+  fdy_error err;
+  fdy_llama_model *m = NULL;
+  snprintf(dir, sizeof dir, "%s/llama3-micro-untied-g32/model", data_root);
+  assert_int_equal(fdy_llama_open(dir, &m, &err), FDY_OK);
+  const fdy_llama_config *c = fdy_llama_model_config(m);
+  assert_false(c->tie_word_embeddings);
+  assert_false(c->rope_llama3);
+  assert_int_equal(c->scale_dtype, FDY_DTYPE_BF16);
+  assert_int_equal(c->group_size, 32);
+  assert_int_equal(c->num_heads, 8);
+  assert_int_equal(c->num_kv_heads, 2);
+  assert_int_equal(fdy_llama_tensor_count(m), 3 + 2 * 23 + 1 + 3);
+  const fdy_llama_qlinear *head = fdy_llama_lm_head(m);
+  assert_string_equal(head->scales->name, "lm_head.scales");
+  assert_int_equal(head->scales->dtype, FDY_DTYPE_BF16);
+  assert_int_equal(head->scales->shape.dims[1], c->hidden_size / 32);
+  fdy_llama_close(m);
+
+  snprintf(dir, sizeof dir, "%s/llama3-micro-mha-g128/model", data_root);
+  assert_int_equal(fdy_llama_open(dir, &m, &err), FDY_OK);
+  c = fdy_llama_model_config(m);
+  assert_true(c->tie_word_embeddings);
+  assert_int_equal(c->scale_dtype, FDY_DTYPE_F16);
+  assert_int_equal(c->group_size, 128);
+  assert_int_equal(c->num_kv_heads, c->num_heads);
+  assert_int_equal(c->head_dim, 32); /* no head_dim field: hidden / heads */
+  assert_int_equal(c->eos_count, 1); /* a scalar eos_token_id */
+  assert_int_equal(c->eos_ids[0], 3);
+  assert_int_equal(c->max_position_embeddings, 512);
+  assert_int_equal(fdy_llama_layer(m, 0)->k.out_features, 256);
+  assert_int_equal(fdy_llama_tensor_count(m), 3 + 2 * 23 + 1);
+  fdy_llama_close(m);
+}
+
+/* MLX casts norms to the model's dtype like the scales, so an F32 norm in an
+ * F16 checkpoint is a schema error naming the tensor. */
+static void test_f32_norm_rejected(void **state) {
+  (void)state;
+  static const char *const norms[] = {
+      "model.layers.1.post_attention_layernorm.weight", "model.norm.weight"};
+  for (size_t k = 0; k < 2; k++) {
+    char dir[256], path[1024], src[1024];
+    copy_fixture(dir, sizeof dir, 0);
+    path_in(src, sizeof src, fixture[0], "model.safetensors");
+    path_in(path, sizeof path, dir, "model.safetensors");
+    fdy_error err;
+    fdy_safetensors *st = NULL;
+    assert_int_equal(fdy_safetensors_open(src, &st, &err), FDY_OK);
+    size_t n = fdy_safetensors_count(st);
+    fdy_st_write_tensor *tensors = calloc(n, sizeof *tensors);
+    float ones[256];
+    assert_non_null(tensors);
+    for (size_t i = 0; i < 256; i++) {
+      ones[i] = 1.0f;
+    }
+    for (size_t i = 0; i < n; i++) {
+      const fdy_st_tensor *t = fdy_safetensors_at(st, i);
+      tensors[i] = (fdy_st_write_tensor){.name = t->name,
+                                         .dtype = t->dtype,
+                                         .shape = t->shape,
+                                         .data = t->data};
+      if (strcmp(t->name, norms[k]) == 0) {
+        assert_true(fdy_shape_equal(t->shape, FDY_SHAPE(256)));
+        tensors[i].dtype = FDY_DTYPE_F32;
+        tensors[i].data = ones;
+      }
+    }
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(fdy_safetensors_write(path, tensors, n, &err), FDY_OK);
+    free(tensors);
+    fdy_safetensors_close(st);
+    expect_open_error(dir, FDY_ERR_SCHEMA, "/model.safetensors", norms[k]);
+    remove_dir(dir);
+  }
+}
+
+/* The model graph at the context a session uses plans as a 2-buffer stream:
+ * two slots of the largest weight (a decoder layer), which the static
+ * validation accepts within exactly that budget. */
+static void test_graph_plans(void **state) {
+  (void)state;
+  fdy_error err;
+  fdy_llama_model *m = NULL;
+  fdy_llama_session *session = NULL;
+  fdy_graph *g = NULL;
+  fdy_plan *plan = NULL;
+  const uint64_t alignment = 256;
+  assert_int_equal(fdy_llama_open(fixture[0], &m, &err), FDY_OK);
+  assert_int_equal(fdy_llama_session_create(m, NULL, &session, &err), FDY_OK);
+  uint32_t context = fdy_llama_session_context(session);
+  assert_int_equal(context, 1024);
+  fdy_llama_session_destroy(session);
+  assert_int_equal(fdy_llama_graph(m, context, &g, &err), FDY_OK);
+
+  const fdy_llama_config *c = fdy_llama_model_config(m);
+  uint64_t largest = 0;
+  for (uint32_t i = 0; i < c->num_layers; i++) {
+    uint64_t b = fdy_llama_layer_bytes(m, i);
+    largest = b > largest ? b : largest;
+  }
+  const fdy_llama_qlinear *e = fdy_llama_embedding(m);
+  uint64_t embed = e->weight->bytes + e->scales->bytes + e->biases->bytes;
+  uint64_t head = embed + fdy_llama_final_norm(m)->bytes; /* tied */
+  assert_true(embed < largest && head < largest);
+  assert_int_equal(largest % alignment, 0); /* slots need no padding */
+  uint64_t weights = 0;
+  assert_int_equal(fdy_graph_weight_bytes(g, &weights, &err), FDY_OK);
+
+  assert_int_equal(
+      fdy_plan_streaming(g, 2 * largest - 1, 2, alignment, &plan, &err),
+      FDY_ERR_BUDGET);
+  assert_null(plan);
+  assert_int_equal(err.expected, 2 * largest - 1);
+  assert_int_equal(err.actual, 2 * largest);
+  assert_int_equal(
+      fdy_plan_streaming(g, 2 * largest, 2, alignment, &plan, &err), FDY_OK);
+  fdy_plan_summary summary;
+  assert_int_equal(fdy_plan_validate(plan, &summary, &err), FDY_OK);
+  assert_int_equal(summary.ops, c->num_layers + 2);
+  assert_int_equal(summary.slots, 2);
+  assert_int_equal(summary.peak_bytes, 2 * largest);
+  assert_int_equal(summary.transfer_bytes, weights);
+  assert_int_equal(summary.streams, 2);
+  assert_int_equal(fdy_plan_check_graph(plan, g, &err), FDY_OK);
+  fdy_plan_destroy(plan);
+  fdy_graph_destroy(g);
+  fdy_llama_close(m);
+}
+
 /* ---- bad safetensors --------------------------------------------------- */
 
 static void overwrite_bytes(const char *dir, long offset, const void *data,
@@ -452,7 +591,7 @@ static void cfg_group(json_t *c) {
 }
 static void cfg_bits(json_t *c) {
   json_object_set_new(json_object_get(c, "quantization"), "bits",
-                      json_integer(8));
+                      json_integer(3));
 }
 static void cfg_missing(json_t *c) {
   json_object_del(c, "hidden_size");
@@ -488,15 +627,18 @@ static void test_bad_config(void **state) {
     const char *name;
     const char *mention;
   } cases[] = {
-      {cfg_group, FDY_ERR_UNSUPPORTED, "quantization.group_size", NULL},
-      {cfg_bits, FDY_ERR_UNSUPPORTED, "quantization.bits", NULL},
+      {cfg_group, FDY_ERR_UNSUPPORTED, "quantization.group_size",
+       "unsupported quantization: field 'quantization.group_size' is 48"},
+      {cfg_bits, FDY_ERR_UNSUPPORTED, "quantization.bits",
+       "unsupported quantization: field 'quantization.bits' is 3; only 4-bit"},
       {cfg_missing, FDY_ERR_SCHEMA, "hidden_size", NULL},
       {cfg_type, FDY_ERR_SCHEMA, "num_hidden_layers", NULL},
       {cfg_eos_type, FDY_ERR_SCHEMA, "eos_token_id", NULL},
       {cfg_no_quant, FDY_ERR_SCHEMA, "quantization", NULL},
-      {cfg_rope, FDY_ERR_UNSUPPORTED, "rope_scaling.rope_type", NULL},
+      {cfg_rope, FDY_ERR_UNSUPPORTED, "rope_scaling.rope_type",
+       "unsupported rope scaling"},
       {cfg_rope_factor, FDY_ERR_SCHEMA, "rope_scaling.factor", NULL},
-      {cfg_model_type, FDY_ERR_UNSUPPORTED, "model_type", NULL},
+      {cfg_model_type, FDY_ERR_UNSUPPORTED, "model_type", "unsupported model"},
       /* untied but no lm_head in the file */
       {cfg_untied, FDY_ERR_NOT_FOUND, "model.safetensors.index.json",
        "lm_head.weight"},
@@ -543,6 +685,34 @@ static void expect_same_files(const char *a, const char *b, bool same) {
   assert_true(all_same == same);
 }
 
+static void expect_same_config(const fdy_llama_config *a,
+                               const fdy_llama_config *b) {
+  assert_int_equal(a->vocab_size, b->vocab_size);
+  assert_int_equal(a->hidden_size, b->hidden_size);
+  assert_int_equal(a->intermediate_size, b->intermediate_size);
+  assert_int_equal(a->num_layers, b->num_layers);
+  assert_int_equal(a->num_heads, b->num_heads);
+  assert_int_equal(a->num_kv_heads, b->num_kv_heads);
+  assert_int_equal(a->head_dim, b->head_dim);
+  assert_int_equal(a->max_position_embeddings, b->max_position_embeddings);
+  assert_true(a->rope_theta == b->rope_theta);
+  assert_true(a->rope_llama3 == b->rope_llama3);
+  assert_true(a->rope_factor == b->rope_factor);
+  assert_true(a->rope_low_freq_factor == b->rope_low_freq_factor);
+  assert_true(a->rope_high_freq_factor == b->rope_high_freq_factor);
+  assert_int_equal(a->rope_original_max_position,
+                   b->rope_original_max_position);
+  assert_true(a->tie_word_embeddings == b->tie_word_embeddings);
+  assert_true(a->rms_norm_eps == b->rms_norm_eps);
+  assert_int_equal(a->bos_id, b->bos_id);
+  assert_int_equal(a->eos_count, b->eos_count);
+  assert_memory_equal(a->eos_ids, b->eos_ids,
+                      sizeof a->eos_ids[0] * a->eos_count);
+  assert_int_equal(a->group_size, b->group_size);
+  assert_int_equal(a->bits, b->bits);
+  assert_int_equal(a->scale_dtype, b->scale_dtype);
+}
+
 static void test_make_model(void **state) {
   (void)state;
   char root[] = "/tmp/fdy_make_model_XXXXXX";
@@ -564,6 +734,13 @@ static void test_make_model(void **state) {
     fdy_llama_model *m = NULL;
     assert_int_equal(fdy_llama_open(a, &m, &err), FDY_OK);
     const fdy_llama_config *cfg = fdy_llama_model_config(m);
+    /* the preset's config and bytes, computed, are what was written */
+    fdy_llama_config want;
+    uint64_t want_bytes = 0;
+    assert_int_equal(
+        fdy_llama_preset_config(presets[p], &want, &want_bytes, &err), FDY_OK);
+    expect_same_config(&want, cfg);
+    assert_int_equal(want_bytes, fdy_llama_total_bytes(m));
     if (p == 2) {
       assert_false(cfg->tie_word_embeddings);
       assert_false(cfg->rope_llama3);
@@ -606,6 +783,84 @@ static void test_make_model(void **state) {
   assert_int_equal(fdy_llama_make_model("micro", 1, bad, &err), FDY_ERR_IO);
   assert_int_equal(rmdir(root), 0); /* nothing left behind */
   assert_non_null(fdy_llama_presets()[0]);
+}
+
+/* Bytes of a 4-bit linear with groups of 64 and 2-byte scales and biases:
+ * packed nibbles plus a scale and a bias per group. */
+static uint64_t linear_bytes(uint64_t out, uint64_t in) {
+  return out * in / 2 + 2 * 2 * out * (in / 64);
+}
+
+/* The real-shape presets, checked without writing their files: the
+ * configuration and the checkpoint's tensor bytes against the formula (and,
+ * for 3B, the bytes of an actual make-model run). */
+static void test_real_presets(void **state) {
+  (void)state;
+  const struct {
+    const char *name;
+    uint32_t layers, hidden, heads, kv_heads, head_dim, ffn, vocab;
+    bool tied;
+    fdy_dtype dtype;
+    double rope_factor;
+  } presets[] = {
+      {"llama-3.2-1b", 16, 2048, 32, 8, 64, 8192, 128256, true, FDY_DTYPE_F16,
+       32.0},
+      {"llama-3.2-3b", 28, 3072, 24, 8, 128, 8192, 128256, true, FDY_DTYPE_F16,
+       32.0},
+      {"llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, false,
+       FDY_DTYPE_BF16, 8.0},
+  };
+  for (size_t i = 0; i < 3; i++) {
+    fdy_llama_config c;
+    uint64_t total = 0;
+    fdy_error err;
+    assert_int_equal(fdy_llama_preset_config(presets[i].name, &c, &total, &err),
+                     FDY_OK);
+    assert_int_equal(c.num_layers, presets[i].layers);
+    assert_int_equal(c.hidden_size, presets[i].hidden);
+    assert_int_equal(c.num_heads, presets[i].heads);
+    assert_int_equal(c.num_kv_heads, presets[i].kv_heads);
+    assert_int_equal(c.head_dim, presets[i].head_dim);
+    assert_int_equal(c.intermediate_size, presets[i].ffn);
+    assert_int_equal(c.vocab_size, presets[i].vocab);
+    assert_true(c.tie_word_embeddings == presets[i].tied);
+    assert_int_equal(c.scale_dtype, presets[i].dtype);
+    assert_true(c.rope_llama3);
+    assert_true(c.rope_factor == presets[i].rope_factor);
+    assert_true(c.rope_theta == 500000.0);
+    assert_int_equal(c.rope_original_max_position, 8192);
+    assert_int_equal(c.max_position_embeddings, 131072);
+    assert_int_equal(c.group_size, 64);
+    assert_int_equal(c.bits, 4);
+    assert_int_equal(c.bos_id, 128000);
+    assert_int_equal(c.eos_count, 3);
+
+    uint64_t h = c.hidden_size, q = (uint64_t)c.num_heads * c.head_dim,
+             kv = (uint64_t)c.num_kv_heads * c.head_dim,
+             f = c.intermediate_size, v = c.vocab_size;
+    uint64_t layer = linear_bytes(q, h) + 2 * linear_bytes(kv, h) +
+                     linear_bytes(h, q) + 2 * linear_bytes(f, h) +
+                     linear_bytes(h, f) + 2 * 2 * h;
+    uint64_t expected = linear_bytes(v, h) * (c.tie_word_embeddings ? 1 : 2) +
+                        c.num_layers * layer + 2 * h;
+    assert_int_equal(total, expected);
+    if (i == 1) {
+      assert_int_equal(total, 1807423488ull);
+    }
+    /* total_bytes is optional */
+    assert_int_equal(fdy_llama_preset_config(presets[i].name, &c, NULL, &err),
+                     FDY_OK);
+  }
+  fdy_llama_config untouched;
+  memset(&untouched, 0x5a, sizeof untouched);
+  fdy_llama_config c = untouched;
+  uint64_t total = 7;
+  fdy_error err;
+  assert_int_equal(fdy_llama_preset_config("llama-4", &c, &total, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(err.kind, FDY_ERR_INVALID_ARGUMENT);
+  assert_memory_equal(&c, &untouched, sizeof c);
+  assert_int_equal(total, 7);
 }
 
 /* ---- shards
@@ -720,11 +975,15 @@ int main(void) {
   if (!data) {
     data = "tests/data";
   }
+  data_root = data;
   snprintf(fixture[0], sizeof fixture[0], "%s/llama3-micro/model", data);
   snprintf(fixture[1], sizeof fixture[1], "%s/llama3-tiny/model", data);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fixtures_open),
       cmocka_unit_test(test_graph),
+      cmocka_unit_test(test_graph_plans),
+      cmocka_unit_test(test_variant_fixtures_open),
+      cmocka_unit_test(test_f32_norm_rejected),
       cmocka_unit_test(test_truncated),
       cmocka_unit_test(test_header_too_long),
       cmocka_unit_test(test_header_not_json),
@@ -733,6 +992,7 @@ int main(void) {
       cmocka_unit_test(test_writer_roundtrip),
       cmocka_unit_test(test_bad_config),
       cmocka_unit_test(test_make_model),
+      cmocka_unit_test(test_real_presets),
       cmocka_unit_test(test_shards),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

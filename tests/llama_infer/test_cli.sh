@@ -1,7 +1,9 @@
 #!/bin/sh
 # End-to-end tests of `foundry generate` and `foundry verify` on the
-# llama3-micro fixture: exit codes (0 ok, 1 failure, 2 usage) and the key
-# facts of the output (generated ids, agreement), never message wording.
+# llama3-micro fixture, and `foundry verify` on llama3-tiny and the two
+# generated variants (tests/data/README.md): exit codes (0 ok, 1 failure,
+# 2 usage) and the key facts of the output (generated ids, agreement), never
+# message wording.
 # usage: test_cli.sh FOUNDRY_BINARY TEST_DATA_DIR
 set -u
 foundry=$1
@@ -29,10 +31,16 @@ contains "$err" "foundry: error:"
 expect 2 generate --model "$model" --prompt-ids "" --max-tokens 4
 expect 2 generate --model "$model" --prompt-ids 1,,2 --max-tokens 4
 expect 2 generate --model "$model" --prompt-ids 1,-2 --max-tokens 4
-expect 1 generate --model "$model" --prompt-ids 1,2,3 --max-tokens 1022
+expect 1 generate --model "$model" --prompt-ids 1,2,3 --max-tokens 1023
 contains "$err" "context"
-expect 1 generate --model "$model" --prompt-ids 1,2,3 --max-tokens 8 \
+# the positions used are prompt + max-tokens - 1: with context 10 and a
+# prompt of 3, 8 new ids fit exactly and 9 do not
+expect 0 generate --model "$model" --prompt-ids 1,2,3 --max-tokens 8 \
+  --context 10 --ignore-eos --json
+contains "$out" '"context":10'
+expect 1 generate --model "$model" --prompt-ids 1,2,3 --max-tokens 9 \
   --context 10
+contains "$err" "context"
 expect 2 generate --model "$model" --prompt-ids 1,2 --max-tokens 0
 expect 2 generate --model "$model" --prompt-ids 1,2
 expect 2 generate --model "$model" --prompt-ids 1,2 --max-tokens 2 \
@@ -54,6 +62,30 @@ expect 2 verify --model "$model" --reference "$reference" --tolerance abc
 expect 2 verify --model "$model"
 expect 2 verify --model "$model" --reference "$reference" --backend cuda
 expect 1 verify --model "$model" --reference /nonexistent.safetensors
+
+# the tiny fixture and the generated variants (untied, plain rope, BF16,
+# group 32; one kv head per head, group 128), each against its reference
+for fixture in llama3-tiny:24 llama3-micro-untied-g32:8 \
+  llama3-micro-mha-g128:8; do
+  name=${fixture%:*}
+  expect 0 verify --model "$data/$name/model" \
+    --reference "$data/$name/expected.safetensors" --tolerance 1e-4
+  contains "$out" "greedy agreement: ${fixture#*:}/${fixture#*:}"
+  contains "$out" "verify: passed"
+done
+
+# without --context the default (1024) is clamped to the model's
+# max_position_embeddings (512 for the mha fixture); above it is an error
+mha=$data/llama3-micro-mha-g128/model
+expect 0 generate --model "$mha" --prompt-ids 1,2,3 --max-tokens 2 --json
+contains "$out" '"context":512'
+expect 0 generate --model "$mha" --prompt-ids 1,2,3 --max-tokens 2 \
+  --context 512
+expect 1 generate --model "$mha" --prompt-ids 1,2,3 --max-tokens 2 \
+  --context 513
+contains "$err" "max_position_embeddings"
+expect 1 verify --model "$mha" \
+  --reference "$data/llama3-micro-mha-g128/expected.safetensors" --context 513
 
 expect 0 help generate
 contains "$out" "--prompt-ids"

@@ -1,8 +1,10 @@
 /* Tests of the float32 CPU inference path: MLX 4-bit dequantization against
- * hand-packed rows, both shared fixtures verified against their reference
- * outputs, batching and thread-count invariance, EOS handling, and every bad
- * input (ids outside the vocabulary, empty prompts, context overflow, bad
- * references) with the session left unchanged. */
+ * hand-packed rows, both shared fixtures and the two generated variants
+ * (untied, plain rope, BF16, group 32; one kv head per head, group 128)
+ * verified against their reference outputs, batching and thread-count
+ * invariance, EOS handling, the context a generation uses and the default
+ * context, and every bad input (ids outside the vocabulary, empty prompts,
+ * context overflow, bad references) with the session left unchanged. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -408,6 +410,41 @@ static void test_verify_tiny(void **state) {
 #endif
 }
 
+/* The generated fixtures (scripts/make_reference_fixture.py, an independent
+ * float64 reference) cover what the shared ones do not; their configs are
+ * checked so that a regenerated fixture cannot silently lose a feature. */
+static void test_verify_untied_g32(void **state) {
+  (void)state;
+  fdy_llama_model *model = open_fixture("llama3-micro-untied-g32");
+  const fdy_llama_config *c = fdy_llama_model_config(model);
+  assert_false(c->tie_word_embeddings);
+  assert_ptr_not_equal(fdy_llama_lm_head(model)->weight,
+                       fdy_llama_embedding(model)->weight);
+  assert_string_equal(fdy_llama_lm_head(model)->weight->name, "lm_head.weight");
+  assert_false(c->rope_llama3);
+  assert_int_equal(c->scale_dtype, FDY_DTYPE_BF16);
+  assert_int_equal(fdy_llama_final_norm(model)->dtype, FDY_DTYPE_BF16);
+  assert_int_equal(c->group_size, 32);
+  assert_int_equal(c->num_heads, 4 * c->num_kv_heads);
+  fdy_llama_close(model);
+  verify_fixture("llama3-micro-untied-g32", 2);
+}
+
+static void test_verify_mha_g128(void **state) {
+  (void)state;
+  fdy_llama_model *model = open_fixture("llama3-micro-mha-g128");
+  const fdy_llama_config *c = fdy_llama_model_config(model);
+  assert_true(c->tie_word_embeddings);
+  assert_true(c->rope_llama3);
+  assert_int_equal(c->scale_dtype, FDY_DTYPE_F16);
+  assert_int_equal(c->group_size, 128);
+  assert_int_equal(c->num_kv_heads, c->num_heads);
+  assert_int_equal(c->head_dim, c->hidden_size / c->num_heads);
+  fdy_llama_close(model);
+  /* the default context (max_position_embeddings 512 here) is used */
+  verify_fixture("llama3-micro-mha-g128", 1);
+}
+
 /* Greedy generation reproduces the reference's greedy ids. */
 static void test_generate_matches_reference(void **state) {
   (void)state;
@@ -561,11 +598,13 @@ static void test_context_overflow(void **state) {
   assert_int_equal(err.expected, context);
   assert_int_equal(err.actual, context + 1);
   assert_int_equal(fdy_llama_session_position(a), ref.prompt_count);
-  /* generate checks before any work too */
+  /* generate checks before any work too: 6 new ids need T + 5 positions */
   fdy_llama_generation gen;
   assert_int_equal(
-      fdy_llama_generate(a, ref.prompt, ref.prompt_count, 5, true, &gen, &err),
+      fdy_llama_generate(a, ref.prompt, ref.prompt_count, 6, true, &gen, &err),
       FDY_ERR_CONTEXT);
+  assert_int_equal(err.expected, context);
+  assert_int_equal(err.actual, context + 1);
   assert_null(gen.ids);
   assert_int_equal(fdy_llama_session_position(a), ref.prompt_count);
 
@@ -583,11 +622,14 @@ static void test_context_overflow(void **state) {
       fdy_llama_session_forward(a, ref.greedy, 1, NULL, NULL, &err),
       FDY_ERR_CONTEXT);
 
-  /* a whole generation exactly filling the context is allowed */
+  /* a whole generation exactly filling the context is allowed: the fifth
+   * id is returned without a pass of its own */
   assert_int_equal(
-      fdy_llama_generate(a, ref.prompt, ref.prompt_count, 4, true, &gen, &err),
+      fdy_llama_generate(a, ref.prompt, ref.prompt_count, 5, true, &gen, &err),
       FDY_OK);
-  assert_int_equal(gen.count, 4);
+  assert_int_equal(gen.count, 5);
+  assert_memory_equal(gen.ids, ref.greedy, sizeof *gen.ids * 5);
+  assert_int_equal(fdy_llama_session_position(a), context);
   fdy_llama_generation_free(&gen);
 
   fdy_llama_session_destroy(a);
@@ -596,6 +638,74 @@ static void test_context_overflow(void **state) {
   free(lb);
   fdy_llama_close(model);
   free_reference(&ref);
+}
+
+/* generate uses prompt + max_tokens - 1 positions: with context 10 and a
+ * prompt of 3, 8 new ids fit exactly and 9 do not. */
+static void test_generate_context_boundary(void **state) {
+  (void)state;
+  fdy_llama_model *model = open_fixture("llama3-micro");
+  fdy_llama_session *session = make_session(model, 10, 2);
+  int32_t prompt[3] = {968, 278, 546};
+  fdy_llama_generation gen;
+  fdy_error err;
+  assert_int_equal(fdy_llama_generate(session, prompt, 3, 9, true, &gen, &err),
+                   FDY_ERR_CONTEXT);
+  assert_int_equal(err.kind, FDY_ERR_CONTEXT);
+  assert_int_equal(err.expected, 10);
+  assert_int_equal(err.actual, 11);
+  assert_null(gen.ids);
+  assert_int_equal(fdy_llama_session_position(session), 0);
+  assert_int_equal(fdy_llama_generate(session, prompt, 3, 8, true, &gen, &err),
+                   FDY_OK);
+  assert_int_equal(gen.count, 8);
+  assert_int_equal(fdy_llama_session_position(session), 10);
+  fdy_llama_generation_free(&gen);
+  /* no new ids: the prompt alone, which may fill the context */
+  int32_t full[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  assert_int_equal(fdy_llama_generate(session, full, 10, 0, true, &gen, &err),
+                   FDY_OK);
+  assert_int_equal(gen.count, 0);
+  fdy_llama_generation_free(&gen);
+  assert_int_equal(fdy_llama_generate(session, full, 10, 1, true, &gen, &err),
+                   FDY_OK);
+  assert_int_equal(gen.count, 1);
+  fdy_llama_generation_free(&gen);
+  assert_int_equal(fdy_llama_generate(session, full, 10, 2, true, &gen, &err),
+                   FDY_ERR_CONTEXT);
+  assert_int_equal(err.actual, 11);
+  fdy_llama_session_destroy(session);
+  fdy_llama_close(model);
+}
+
+/* Without an explicit context a session takes 1024 positions or the
+ * model's max_position_embeddings when that is smaller (512 for the mha
+ * fixture); an explicit context above that limit stays an error. */
+static void test_default_context_clamped(void **state) {
+  (void)state;
+  fdy_llama_model *model = open_fixture("llama3-micro-mha-g128");
+  uint32_t limit = fdy_llama_model_config(model)->max_position_embeddings;
+  assert_int_equal(limit, 512);
+  fdy_llama_session *session = NULL;
+  fdy_error err;
+  assert_int_equal(fdy_llama_session_create(model, NULL, &session, &err),
+                   FDY_OK);
+  assert_int_equal(fdy_llama_session_context(session), limit);
+  fdy_llama_session_destroy(session);
+  session = make_session(model, 0, 1);
+  assert_int_equal(fdy_llama_session_context(session), limit);
+  fdy_llama_session_destroy(session);
+  session = make_session(model, limit, 1);
+  assert_int_equal(fdy_llama_session_context(session), limit);
+  fdy_llama_session_destroy(session);
+  session = NULL;
+  fdy_llama_session_options above = {limit + 1, 1};
+  assert_int_equal(fdy_llama_session_create(model, &above, &session, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_null(session);
+  assert_int_equal(err.expected, limit);
+  assert_int_equal(err.actual, limit + 1);
+  fdy_llama_close(model);
 }
 
 static void test_invalid_ids(void **state) {
@@ -668,7 +778,7 @@ static void test_bad_session_options(void **state) {
   assert_null(session);
   assert_int_equal(fdy_llama_session_create(NULL, NULL, &session, &err),
                    FDY_ERR_INVALID_ARGUMENT);
-  /* defaults: context 1024 */
+  /* defaults: context 1024 (the model allows 131072) */
   assert_int_equal(fdy_llama_session_create(model, NULL, &session, &err),
                    FDY_OK);
   assert_int_equal(fdy_llama_session_context(session), 1024);
@@ -790,10 +900,14 @@ int main(void) {
       cmocka_unit_test(test_dequantize_unaligned),
       cmocka_unit_test(test_verify_micro),
       cmocka_unit_test(test_verify_tiny),
+      cmocka_unit_test(test_verify_untied_g32),
+      cmocka_unit_test(test_verify_mha_g128),
       cmocka_unit_test(test_generate_matches_reference),
       cmocka_unit_test(test_batch_and_threads),
       cmocka_unit_test(test_generate_eos),
       cmocka_unit_test(test_context_overflow),
+      cmocka_unit_test(test_generate_context_boundary),
+      cmocka_unit_test(test_default_context_clamped),
       cmocka_unit_test(test_invalid_ids),
       cmocka_unit_test(test_empty_prompt),
       cmocka_unit_test(test_bad_session_options),

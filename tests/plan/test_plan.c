@@ -646,6 +646,36 @@ static void test_first_error_in_command_order(void **state) {
   fdy_plan_destroy(plan);
 }
 
+/* Within one command the checks run in the order of docs/plan-format.md's
+ * table: for a launch, op order before everything else and the reused-event
+ * check last. */
+static void test_checks_within_a_command_in_table_order(void **state) {
+  fixture *f = *state;
+  /* Op 0 again (op 1 is next), signalling event 1 of the first launch, bound
+   * to a slot that now holds weight 1. */
+  fdy_plan *plan = sequential_plan(f);
+  replace(plan, 7, c_launch(0, COMPUTE, 1, 1, f->w[0], 0, 0, 0));
+  expect_error(plan, FDY_ERR_PLAN_OP_ORDER, 7, 0, 1);
+  fdy_plan_destroy(plan);
+
+  /* The right op, not ordered after its transfer, reusing event 1. */
+  plan = sequential_plan(f);
+  assert_int_equal(fdy_plan_remove(plan, 6, NULL), FDY_OK);
+  replace(plan, 6, c_launch(1, COMPUTE, 1, 1, f->w[1], 0, 0, 0));
+  expect_error(plan, FDY_ERR_PLAN_TRANSFER_NOT_AWAITED, 6, 0, 2);
+  fdy_plan_destroy(plan);
+
+  /* A released slot whose latest transfer was of another weight: the slot is
+   * not live, reported before the binding mismatch. */
+  plan = sequential_plan(f);
+  insert(plan, 5, c_release(0));
+  insert(plan, 6, c_alloc(1, W));
+  replace(plan, 7, c_prefetch(f->w[1], 1, COPY, 2));
+  replace(plan, 9, c_launch(1, COMPUTE, 3, 1, f->w[1], 0, 0, 0));
+  expect_error(plan, FDY_ERR_PLAN_SLOT_NOT_ALLOCATED, 9, 0, f->w[1]);
+  fdy_plan_destroy(plan);
+}
+
 /* ---- planner --------------------------------------------------------------
  */
 
@@ -795,6 +825,19 @@ static void test_planner_errors(void **state) {
                    FDY_ERR_INVALID_ARGUMENT);
   assert_int_equal(fdy_plan_streaming(g, 1000, 2, 0, &plan, &err),
                    FDY_ERR_INVALID_ARGUMENT);
+  /* The alignment is checked up front, even when no slot needs it. */
+  fdy_graph *empty = NULL;
+  assert_int_equal(fdy_synthetic_graph_create(0, W, NULL, &empty, NULL),
+                   FDY_OK);
+  assert_int_equal(fdy_plan_streaming(empty, 0, 2, 3, &plan, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_null(plan);
+  assert_int_equal(fdy_plan_streaming(empty, 0, 2, 0, &plan, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(fdy_plan_streaming(empty, 0, 2, 1, &plan, &err), FDY_OK);
+  assert_int_equal(fdy_plan_command_count(plan), 0);
+  fdy_plan_destroy(plan);
+  fdy_graph_destroy(empty);
   /* Budget too small for the slots. */
   assert_int_equal(fdy_plan_streaming(g, 299, 3, 1, &plan, &err),
                    FDY_ERR_BUDGET);
@@ -910,6 +953,8 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_first_error_in_command_order, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(
+          test_checks_within_a_command_in_table_order, setup, teardown),
       cmocka_unit_test(test_planner_layers_and_buffers),
       cmocka_unit_test(test_planner_default_workload),
       cmocka_unit_test(test_planner_errors),

@@ -1,7 +1,8 @@
 /* Unit tests of the runtime interpreter against the fake backend: streamed
- * runs with real data, preflight rejections without backend side effects,
- * hand-built plans (gathered host extents, file extents), and fault injection
- * at every backend call of a triple-buffered run in both fail modes. */
+ * runs with real data, a backend without its optional entries, preflight
+ * rejections without backend side effects, hand-built plans (gathered host
+ * extents, file extents), and fault injection at every backend call of a
+ * triple-buffered run in both fail modes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -188,6 +189,162 @@ static void test_triple_buffered_run(void **state) {
   fdy_run_result_free(NULL);
   assert_all_released(b);
   fdy_backend_destroy(b);
+  workload_free(&w);
+}
+
+/* A backend that forwards every required entry to a fake backend and leaves
+ * the optional ones (host_register, host_unregister, event_times) NULL. */
+typedef struct bare_backend {
+  fdy_backend base; /* first member: ops = &bare_ops */
+  fdy_backend *inner;
+} bare_backend;
+
+static fdy_backend *inner_of(fdy_backend *b) {
+  return ((bare_backend *)b)->inner;
+}
+
+static fdy_status bare_capabilities(fdy_backend *b, fdy_device_caps *out,
+                                    fdy_error *err) {
+  fdy_backend *f = inner_of(b);
+  return f->ops->capabilities(f, out, err);
+}
+
+static bool bare_supports_op(fdy_backend *b, const char *kind) {
+  fdy_backend *f = inner_of(b);
+  return f->ops->supports_op(f, kind);
+}
+
+static fdy_status bare_buffer_alloc(fdy_backend *b, uint64_t bytes,
+                                    fdy_backend_buffer **out, fdy_error *err) {
+  fdy_backend *f = inner_of(b);
+  return f->ops->buffer_alloc(f, bytes, out, err);
+}
+
+static void bare_buffer_release(fdy_backend *b, fdy_backend_buffer *buffer) {
+  fdy_backend *f = inner_of(b);
+  f->ops->buffer_release(f, buffer);
+}
+
+static fdy_status bare_stream_create(fdy_backend *b, fdy_backend_stream **out,
+                                     fdy_error *err) {
+  fdy_backend *f = inner_of(b);
+  return f->ops->stream_create(f, out, err);
+}
+
+static void bare_stream_destroy(fdy_backend *b, fdy_backend_stream *stream) {
+  fdy_backend *f = inner_of(b);
+  f->ops->stream_destroy(f, stream);
+}
+
+static fdy_status bare_copy_to_device(fdy_backend *b,
+                                      fdy_backend_stream *stream,
+                                      fdy_backend_buffer *dst,
+                                      uint64_t dst_offset, const void *src,
+                                      uint64_t bytes, fdy_backend_event **out,
+                                      fdy_error *err) {
+  fdy_backend *f = inner_of(b);
+  return f->ops->copy_to_device(f, stream, dst, dst_offset, src, bytes, out,
+                                err);
+}
+
+static fdy_status bare_launch(fdy_backend *b, fdy_backend_stream *stream,
+                              const fdy_launch_desc *desc,
+                              fdy_backend_event **out, fdy_error *err) {
+  fdy_backend *f = inner_of(b);
+  return f->ops->launch(f, stream, desc, out, err);
+}
+
+static fdy_status bare_stream_wait(fdy_backend *b, fdy_backend_stream *stream,
+                                   fdy_backend_event *event, fdy_error *err) {
+  fdy_backend *f = inner_of(b);
+  return f->ops->stream_wait(f, stream, event, err);
+}
+
+static fdy_status bare_host_wait(fdy_backend *b, fdy_backend_event *event,
+                                 fdy_error *err) {
+  fdy_backend *f = inner_of(b);
+  return f->ops->host_wait(f, event, err);
+}
+
+static void bare_event_release(fdy_backend *b, fdy_backend_event *event) {
+  fdy_backend *f = inner_of(b);
+  f->ops->event_release(f, event);
+}
+
+static fdy_status bare_drain(fdy_backend *b, fdy_error *err) {
+  fdy_backend *f = inner_of(b);
+  return f->ops->drain(f, err);
+}
+
+/* The test owns the wrapper and destroys the fake itself. */
+static void bare_destroy(fdy_backend *b) {
+  (void)b;
+}
+
+static const fdy_backend_ops bare_ops = {
+    .name = "bare",
+    .capabilities = bare_capabilities,
+    .supports_op = bare_supports_op,
+    .buffer_alloc = bare_buffer_alloc,
+    .buffer_release = bare_buffer_release,
+    .host_register = NULL,
+    .host_unregister = NULL,
+    .stream_create = bare_stream_create,
+    .stream_destroy = bare_stream_destroy,
+    .copy_to_device = bare_copy_to_device,
+    .launch = bare_launch,
+    .stream_wait = bare_stream_wait,
+    .host_wait = bare_host_wait,
+    .event_times = NULL,
+    .event_release = bare_event_release,
+    .drain = bare_drain,
+    .destroy = bare_destroy,
+};
+
+/* Without the optional entries a triple-buffered run with timings succeeds;
+ * device times are unknown (-1, as runtime.h says) and nothing leaks. */
+static void test_optional_backend_entries_null(void **state) {
+  (void)state;
+  workload w;
+  workload_make(&w, 6, LAYER_BYTES, 3);
+  fdy_fake_options o = {.store_data = true};
+  fdy_backend *fake = make_fake(&o);
+  bare_backend bare = {.base = {.ops = &bare_ops, .self = NULL}, .inner = fake};
+  fdy_run_options ro = {.collect_timings = true};
+  fdy_run_result r;
+  fdy_error err;
+  assert_int_equal(fdy_runtime_execute(w.plan, NULL, &bare.base, &ro, &r, &err),
+                   FDY_OK);
+  assert_int_equal(err.kind, FDY_OK);
+  assert_results_match(&w, &r);
+  assert_int_equal(r.peak_slot_bytes, 3 * SLOT_BYTES);
+  size_t commands = fdy_plan_command_count(w.plan);
+  assert_int_equal(r.timing_count, commands);
+  size_t device_work = 0;
+  for (size_t i = 0; i < commands; i++) {
+    const fdy_command *c = fdy_plan_command(w.plan, i);
+    const fdy_command_timing *t = &r.timings[i];
+    assert_int_equal(t->command_index, i);
+    assert_true(t->host_begin_ns <= t->host_end_ns);
+    assert_int_equal(t->device_start_ns, -1);
+    assert_int_equal(t->device_end_ns, -1);
+    device_work += c->kind == FDY_CMD_PREFETCH || c->kind == FDY_CMD_LAUNCH;
+  }
+  assert_int_equal(device_work, 12);
+  assert_int_equal(fdy_fake_count_calls(fake, "event_times"), 0);
+  assert_int_equal(fdy_fake_count_calls(fake, "host_register"), 0);
+  assert_int_equal(fdy_fake_count_calls(fake, "copy_to_device"), 6);
+  assert_int_equal(fdy_fake_count_calls(fake, "launch"), 6);
+  assert_all_released(fake);
+  fdy_run_result_free(&r);
+
+  /* The same run through the fake itself does read device times. */
+  assert_int_equal(fdy_runtime_execute(w.plan, NULL, fake, &ro, &r, &err),
+                   FDY_OK);
+  assert_true(fdy_fake_count_calls(fake, "event_times") >= 12);
+  fdy_run_result_free(&r);
+  assert_all_released(fake);
+  fdy_backend_destroy(fake);
   workload_free(&w);
 }
 
@@ -830,6 +987,7 @@ static void test_device_out_of_memory(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_triple_buffered_run),
+      cmocka_unit_test(test_optional_backend_entries_null),
       cmocka_unit_test(test_every_buffer_count),
       cmocka_unit_test(test_empty_plan),
       cmocka_unit_test(test_described_plan_with_bound_graph),

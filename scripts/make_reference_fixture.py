@@ -1,0 +1,589 @@
+#!/usr/bin/env python3
+# /// script
+# requires-python = ">=3.9"
+# dependencies = []
+# ///
+"""Write small Llama 3 checkpoints in the MLX 4-bit layout together with
+reference outputs from an independent float64 forward pass.
+
+The shared fixtures (tests/data/llama3-micro, llama3-tiny) cover one
+configuration: tied embeddings, llama3 rope scaling, F16 scales, group size
+64 and a 4:1 grouped-query ratio. This script writes variants that cover
+the rest of what the loader and the CPU path support (see FIXTURES below and
+tests/data/README.md): an untied quantized lm_head, plain rope, BF16
+scales/biases/norms, group sizes 32 and 128, one kv head per query head, a
+config without head_dim, a scalar eos_token_id and a max_position_embeddings
+below the default context.
+
+Weights are random but deterministic: every tensor comes from its own
+random.Random seeded with "<fixture seed>:<tensor name>" (string seeds are
+hashed with SHA-512, so the bytes do not depend on the Python build or on
+PYTHONHASHSEED). Packed nibbles are uniform; a group's scale is spread
+around target / 4.61 (the standard deviation of a uniform nibble) with one
+in eight negative, and its bias is about -7.5 scale, so dequantized weights
+are roughly zero-mean with standard deviation `target` (1/sqrt(in) for
+decoder linears, 0.05 for embeddings and the LM head); norm weights lie in
+[0.9, 1.1]. The safetensors file is written as MLX writes it: sorted,
+unpadded JSON header with {"format": "mlx"} metadata, data in an order that
+is not the key order, so tensors are unaligned.
+
+The reference then reads the files back (its own reader, nothing shared with
+the writer beyond the format), dequantizes every weight exactly
+(scale * q + bias in float64 from the stored half-precision values) and runs
+the forward pass of the fixtures' README in float64 with exactly rounded
+dot products (math.fsum): rmsnorm with eps inside the square root, rope in
+the split-halves convention with llama3 frequency scaling when the config
+has it, causal attention with scale 1/sqrt(head_dim) where query head h
+reads kv head h // (heads // kv_heads), SiLU MLP, final rmsnorm and the LM
+head. expected.safetensors has the shared fixtures' format: prompt_ids I32
+[T], logits F32 [T, vocab] (every prompt position), greedy_ids I32 [N] (argmax,
+lowest id on ties) and greedy_logits F32 [N, vocab] (the rows that chose
+them; row 0 is the last prompt row).
+
+Every fixture is checked before it is written: the top-2 margin of every
+greedy row is at least MIN_MARGIN (so float32 rounding cannot flip a greedy
+id), and where a fixture tests plain rope, applying llama3 scaling instead
+would change the prompt logits by at least MIN_SENSITIVITY (so the fixture
+can tell the two apart at the 1e-4 CPU tolerance).
+
+usage:
+  make_reference_fixture.py OUT_DIR [NAME...]
+      writes OUT_DIR/NAME/model/{config.json, model.safetensors,
+      model.safetensors.index.json} and OUT_DIR/NAME/expected.safetensors
+      for the named fixtures (default: all); refuses to overwrite.
+  make_reference_fixture.py --check FIXTURE_DIR
+      recomputes FIXTURE_DIR/expected.safetensors (for example the shared
+      transformers reference of tests/data/llama3-micro) from
+      FIXTURE_DIR/model and prints the relative errors and greedy agreement;
+      exit 1 when the logits differ by more than 1e-5 or an id disagrees.
+
+Standard library only; about a minute for both fixtures. The committed
+fixtures are this script's output: tests never run it.
+"""
+
+import json
+import math
+import operator
+import os
+import random
+import struct
+import sys
+
+NIBBLE_STD = math.sqrt((16 * 16 - 1) / 12.0)
+EMBED_STD = 0.05
+MIN_MARGIN = 1e-3
+MIN_SENSITIVITY = 1e-3
+# transformers keeps rmsnorm and the rope tables in float32 even when the
+# model runs in float64, so its outputs agree with this reference to about
+# 1e-6 (2.3e-7 on llama3-micro, 1.3e-6 on the greedy rows of llama3-tiny).
+CHECK_TOLERANCE = 1e-5
+
+# The micro fixture's attention shapes (2 layers, hidden 256, 8 heads of 32)
+# with a smaller vocabulary and MLP so each fixture stays near 0.5 MB.
+BASE_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "vocab_size": 512,
+    "hidden_size": 256,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "rope_theta": 500000.0,
+    "rope_scaling": {
+        "rope_type": "llama3",
+        "factor": 32.0,
+        "high_freq_factor": 4.0,
+        "low_freq_factor": 1.0,
+        "original_max_position_embeddings": 8192,
+    },
+    "tie_word_embeddings": True,
+    "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-05,
+    "bos_token_id": 1,
+    "eos_token_id": [2, 3],
+    "hidden_act": "silu",
+    "attention_bias": False,
+    "mlp_bias": False,
+    "model_type": "llama",
+    "torch_dtype": "bfloat16",
+}
+
+FIXTURES = {
+    # untied lm_head, plain rope, BF16, group size 32, 4:1 grouped queries
+    "llama3-micro-untied-g32": {
+        "seed": 32,
+        "group_size": 32,
+        "dtype": "BF16",
+        "config": {"tie_word_embeddings": False, "rope_scaling": None},
+        "remove": [],
+        "prompt_tokens": 32,
+        "greedy_tokens": 8,
+    },
+    # one kv head per query head, group size 128, F16, llama3 rope, tied;
+    # head_dim derived from hidden / heads, a scalar eos id, and a
+    # max_position_embeddings below the default context of 1024
+    "llama3-micro-mha-g128": {
+        "seed": 128,
+        "group_size": 128,
+        "dtype": "F16",
+        "config": {
+            "num_key_value_heads": 8,
+            "eos_token_id": 3,
+            "max_position_embeddings": 512,
+            "torch_dtype": "float16",
+        },
+        "remove": ["head_dim"],
+        "prompt_tokens": 16,
+        "greedy_tokens": 8,
+    },
+}
+
+LINEARS = [  # (name, out, in) in units of the config
+    ("self_attn.q_proj", "q", "hidden"),
+    ("self_attn.k_proj", "kv", "hidden"),
+    ("self_attn.v_proj", "kv", "hidden"),
+    ("self_attn.o_proj", "hidden", "q"),
+    ("mlp.gate_proj", "ffn", "hidden"),
+    ("mlp.up_proj", "ffn", "hidden"),
+    ("mlp.down_proj", "hidden", "ffn"),
+]
+
+# ---- half-precision encodings ---------------------------------------------
+
+
+def encode_halves(dtype, values):
+    """F16 (IEEE, round to nearest even) or BF16 (float32 rounded to nearest
+    even) little-endian bytes."""
+    if dtype == "F16":
+        return struct.pack("<%de" % len(values), *values)
+    words = struct.unpack("<%dI" % len(values), struct.pack("<%df" % len(values), *values))
+    halves = [((w + 0x7FFF + ((w >> 16) & 1)) >> 16) & 0xFFFF for w in words]
+    return struct.pack("<%dH" % len(halves), *halves)
+
+
+def decode_halves(dtype, raw):
+    n = len(raw) // 2
+    if dtype == "F16":
+        return list(struct.unpack("<%de" % n, raw))
+    if dtype == "BF16":
+        words = [h << 16 for h in struct.unpack("<%dH" % n, raw)]
+        return list(struct.unpack("<%df" % n, struct.pack("<%dI" % n, *words)))
+    raise ValueError("expected F16 or BF16, got %s" % dtype)
+
+
+# ---- safetensors ------------------------------------------------------------
+
+
+def write_safetensors(path, tensors, metadata, order):
+    """tensors: name -> (dtype, shape, bytes); data written in `order`."""
+    header = {"__metadata__": metadata}
+    offset = 0
+    for name in order:
+        dtype, shape, raw = tensors[name]
+        header[name] = {"dtype": dtype, "shape": shape,
+                        "data_offsets": [offset, offset + len(raw)]}
+        offset += len(raw)
+    text = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    with open(path, "xb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for name in order:
+            f.write(tensors[name][2])
+
+
+def read_safetensors(path):
+    """name -> (dtype, shape, bytes), every range checked against the file."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    if 8 + n > len(data):
+        raise ValueError("%s: header longer than the file" % path)
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)
+    base = 8 + n
+    out = {}
+    for name, entry in header.items():
+        begin, end = entry["data_offsets"]
+        if not 0 <= begin <= end <= len(data) - base:
+            raise ValueError("%s: tensor %s outside the file" % (path, name))
+        out[name] = (entry["dtype"], entry["shape"], data[base + begin:base + end])
+    return out
+
+
+# ---- the checkpoint ---------------------------------------------------------
+
+
+def dims(config):
+    heads = config["num_attention_heads"]
+    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    return {
+        "hidden": config["hidden_size"],
+        "ffn": config["intermediate_size"],
+        "q": heads * head_dim,
+        "kv": config["num_key_value_heads"] * head_dim,
+        "vocab": config["vocab_size"],
+    }
+
+
+def make_config(spec):
+    config = dict(BASE_CONFIG)
+    config.update(spec["config"])
+    for key in spec["remove"]:
+        del config[key]
+    quant = {"group_size": spec["group_size"], "bits": 4}
+    config["quantization"] = quant
+    config["quantization_config"] = dict(quant)
+    return config
+
+
+def tensor_rng(seed, name):
+    return random.Random("%d:%s" % (seed, name))
+
+
+def scale_value(rng, target):
+    s = target / NIBBLE_STD * (0.5 + rng.random())
+    return -s if rng.random() < 0.125 else s
+
+
+def make_linear(tensors, seed, prefix, out, inp, target, spec):
+    group = spec["group_size"]
+    rng = tensor_rng(seed, prefix)
+    words = out * inp // 8
+    packed = rng.getrandbits(32 * words).to_bytes(4 * words, "little")
+    scales, biases = [], []
+    for _ in range(out * inp // group):
+        s = scale_value(rng, target)
+        scales.append(s)
+        biases.append(s * (-7.5 + 0.5 * (rng.random() - 0.5)))
+    dtype = spec["dtype"]
+    shape = [out, inp // group]
+    tensors[prefix + ".weight"] = ("U32", [out, inp // 8], packed)
+    tensors[prefix + ".scales"] = (dtype, shape, encode_halves(dtype, scales))
+    tensors[prefix + ".biases"] = (dtype, shape, encode_halves(dtype, biases))
+
+
+def make_norm(tensors, seed, name, n, spec):
+    rng = tensor_rng(seed, name)
+    values = [0.9 + 0.2 * rng.random() for _ in range(n)]
+    tensors[name] = (spec["dtype"], [n], encode_halves(spec["dtype"], values))
+
+
+def make_tensors(spec, config):
+    seed = spec["seed"]
+    d = dims(config)
+    tensors = {}
+    make_linear(tensors, seed, "model.embed_tokens", d["vocab"], d["hidden"], EMBED_STD, spec)
+    for layer in range(config["num_hidden_layers"]):
+        prefix = "model.layers.%d." % layer
+        make_norm(tensors, seed, prefix + "input_layernorm.weight", d["hidden"], spec)
+        for name, out, inp in LINEARS:
+            make_linear(tensors, seed, prefix + name, d[out], d[inp],
+                        1.0 / math.sqrt(d[inp]), spec)
+        make_norm(tensors, seed, prefix + "post_attention_layernorm.weight", d["hidden"], spec)
+    make_norm(tensors, seed, "model.norm.weight", d["hidden"], spec)
+    if not config["tie_word_embeddings"]:
+        make_linear(tensors, seed, "lm_head", d["vocab"], d["hidden"], EMBED_STD, spec)
+    return tensors
+
+
+def write_checkpoint(model_dir, spec, config):
+    os.makedirs(model_dir)
+    tensors = make_tensors(spec, config)
+    order = sorted(tensors)
+    random.Random("%d:order" % spec["seed"]).shuffle(order)
+    write_safetensors(os.path.join(model_dir, "model.safetensors"), tensors,
+                      {"format": "mlx"}, order)
+    total = sum(len(raw) for _, _, raw in tensors.values())
+    index = {"metadata": {"total_size": total},
+             "weight_map": {name: "model.safetensors" for name in tensors}}
+    with open(os.path.join(model_dir, "model.safetensors.index.json"), "x") as f:
+        json.dump(index, f, indent=4, sort_keys=True)
+        f.write("\n")
+    with open(os.path.join(model_dir, "config.json"), "x") as f:
+        json.dump(config, f, indent=2)
+        f.write("\n")
+
+
+# ---- the float64 reference ----------------------------------------------------
+
+
+def dequantize(tensors, prefix):
+    """Rows of scale * q + bias, q the nibbles low first."""
+    _, (rows, words), packed = tensors[prefix + ".weight"]
+    sdtype, (_, groups), sraw = tensors[prefix + ".scales"]
+    scales = decode_halves(sdtype, sraw)
+    biases = decode_halves(tensors[prefix + ".biases"][0], tensors[prefix + ".biases"][2])
+    width = words * 8
+    group = width // groups
+    ints = struct.unpack("<%dI" % (rows * words), packed)
+    out = []
+    for r in range(rows):
+        row = []
+        for w in range(words):
+            word = ints[r * words + w]
+            for k in range(8):
+                g = r * groups + (w * 8 + k) // group
+                row.append(scales[g] * ((word >> (4 * k)) & 0xF) + biases[g])
+        out.append(row)
+    return out
+
+
+def matvec(rows, x):
+    return [math.fsum(map(operator.mul, row, x)) for row in rows]
+
+
+def rmsnorm(x, weight, eps):
+    inv = 1.0 / math.sqrt(math.fsum(v * v for v in x) / len(x) + eps)
+    return [v * inv * w for v, w in zip(x, weight)]
+
+
+def inverse_frequencies(config, head_dim):
+    """theta^(-2j/head_dim), with transformers' llama3 rescaling when the
+    config has rope_scaling of type llama3."""
+    theta = config["rope_theta"]
+    inv = [1.0 / theta ** (2.0 * j / head_dim) for j in range(head_dim // 2)]
+    scaling = config.get("rope_scaling")
+    if not scaling or scaling.get("rope_type", scaling.get("type")) != "llama3":
+        return inv
+    factor = scaling["factor"]
+    low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+    old = scaling["original_max_position_embeddings"]
+    out = []
+    for f in inv:
+        wavelen = 2.0 * math.pi / f
+        if wavelen < old / high:
+            out.append(f)
+        elif wavelen > old / low:
+            out.append(f / factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append((1.0 - smooth) * f / factor + smooth * f)
+    return out
+
+
+class Reference:
+    """A float64 Llama forward pass with a KV cache over a checkpoint."""
+
+    def __init__(self, model_dir, config_override=None):
+        with open(os.path.join(model_dir, "config.json")) as f:
+            self.config = c = json.load(f)
+        if config_override:
+            c.update(config_override)
+        tensors = read_safetensors(os.path.join(model_dir, "model.safetensors"))
+        self.heads = c["num_attention_heads"]
+        self.kv_heads = c.get("num_key_value_heads") or self.heads
+        self.head_dim = c.get("head_dim") or c["hidden_size"] // self.heads
+        self.eps = c["rms_norm_eps"]
+        self.inv_freq = inverse_frequencies(c, self.head_dim)
+        self.embed = dequantize(tensors, "model.embed_tokens")
+        tied = c.get("tie_word_embeddings", False)
+        self.head = self.embed if tied else dequantize(tensors, "lm_head")
+
+        def norm(name):
+            dtype, _, raw = tensors[name]
+            return decode_halves(dtype, raw)
+
+        self.layers = []
+        for layer in range(c["num_hidden_layers"]):
+            prefix = "model.layers.%d." % layer
+            weights = {name: dequantize(tensors, prefix + name) for name, _, _ in LINEARS}
+            weights["input_norm"] = norm(prefix + "input_layernorm.weight")
+            weights["post_norm"] = norm(prefix + "post_attention_layernorm.weight")
+            self.layers.append(weights)
+        self.final_norm = norm("model.norm.weight")
+        self.reset()
+
+    def reset(self):
+        self.keys = [[] for _ in self.layers]
+        self.values = [[] for _ in self.layers]
+
+    def rope(self, vec, heads, pos):
+        d, half = self.head_dim, self.head_dim // 2
+        for h in range(heads):
+            base = h * d
+            for j in range(half):
+                angle = pos * self.inv_freq[j]
+                c, s = math.cos(angle), math.sin(angle)
+                x0, x1 = vec[base + j], vec[base + j + half]
+                vec[base + j] = x0 * c - x1 * s
+                vec[base + j + half] = x1 * c + x0 * s
+
+    def step(self, token):
+        """Appends one token at the next position; returns its logits."""
+        d = self.head_dim
+        per_kv = self.heads // self.kv_heads
+        h = list(self.embed[token])
+        for layer, w in enumerate(self.layers):
+            pos = len(self.keys[layer])
+            x = rmsnorm(h, w["input_norm"], self.eps)
+            q = matvec(w["self_attn.q_proj"], x)
+            k = matvec(w["self_attn.k_proj"], x)
+            v = matvec(w["self_attn.v_proj"], x)
+            self.rope(q, self.heads, pos)
+            self.rope(k, self.kv_heads, pos)
+            self.keys[layer].append(k)
+            self.values[layer].append(v)
+            attn = []
+            for head in range(self.heads):
+                kv = head // per_kv
+                qh = q[head * d:(head + 1) * d]
+                scores = [math.fsum(map(operator.mul, qh, key[kv * d:(kv + 1) * d]))
+                          / math.sqrt(d) for key in self.keys[layer]]
+                top = max(scores)
+                weights = [math.exp(s - top) for s in scores]
+                total = math.fsum(weights)
+                for j in range(d):
+                    attn.append(math.fsum(wt * val[kv * d + j] for wt, val
+                                          in zip(weights, self.values[layer])) / total)
+            h = [a + b for a, b in zip(h, matvec(w["self_attn.o_proj"], attn))]
+            x = rmsnorm(h, w["post_norm"], self.eps)
+            gate = matvec(w["mlp.gate_proj"], x)
+            up = matvec(w["mlp.up_proj"], x)
+            act = [g / (1.0 + math.exp(-g)) * u for g, u in zip(gate, up)]
+            h = [a + b for a, b in zip(h, matvec(w["mlp.down_proj"], act))]
+        return matvec(self.head, rmsnorm(h, self.final_norm, self.eps))
+
+    def run(self, prompt, greedy=None, count=0):
+        """Prompt logits, then `count` greedy ids with the rows that chose
+        them; with `greedy` given, those ids are fed instead (teacher
+        forcing) and count = len(greedy)."""
+        self.reset()
+        logits = [self.step(t) for t in prompt]
+        ids, rows = [], []
+        row = logits[-1]
+        count = len(greedy) if greedy is not None else count
+        for i in range(count):
+            ids.append(argmax(row))
+            rows.append(row)
+            if i + 1 < count:
+                row = self.step(greedy[i] if greedy is not None else ids[-1])
+        return logits, ids, rows
+
+
+def argmax(row):
+    best = 0
+    for i, v in enumerate(row):
+        if v > row[best]:
+            best = i
+    return best
+
+
+def top2_margin(row):
+    first, second = sorted(row, reverse=True)[:2]
+    return first - second
+
+
+def relative_error(ours, ref):
+    num = math.fsum((a - b) ** 2 for ra, rb in zip(ours, ref) for a, b in zip(ra, rb))
+    den = math.fsum(b * b for rb in ref for b in rb)
+    return math.sqrt(num) / math.sqrt(den)
+
+
+# ---- expected.safetensors -----------------------------------------------------
+
+
+def write_expected(path, prompt, logits, greedy, greedy_logits, metadata):
+    def f32(rows):
+        flat = [v for r in rows for v in r]
+        return struct.pack("<%df" % len(flat), *flat)
+
+    def i32(ids):
+        return struct.pack("<%di" % len(ids), *ids)
+
+    vocab = len(logits[0])
+    tensors = {
+        "prompt_ids": ("I32", [len(prompt)], i32(prompt)),
+        "logits": ("F32", [len(logits), vocab], f32(logits)),
+        "greedy_ids": ("I32", [len(greedy)], i32(greedy)),
+        "greedy_logits": ("F32", [len(greedy_logits), vocab], f32(greedy_logits)),
+    }
+    write_safetensors(path, tensors, metadata,
+                      ["prompt_ids", "logits", "greedy_ids", "greedy_logits"])
+
+
+def read_expected(path):
+    t = read_safetensors(path)
+
+    def ints(name):
+        raw = t[name][2]
+        return list(struct.unpack("<%di" % (len(raw) // 4), raw))
+
+    def rows(name):
+        n, vocab = t[name][1]
+        flat = struct.unpack("<%df" % (n * vocab), t[name][2])
+        return [list(flat[i * vocab:(i + 1) * vocab]) for i in range(n)]
+
+    return ints("prompt_ids"), rows("logits"), ints("greedy_ids"), rows("greedy_logits")
+
+
+# ---- commands -------------------------------------------------------------------
+
+
+def make_fixture(out_root, name):
+    spec = FIXTURES[name]
+    config = make_config(spec)
+    root = os.path.join(out_root, name)
+    if os.path.exists(root):
+        raise SystemExit("error: %s already exists; refusing to overwrite" % root)
+    model_dir = os.path.join(root, "model")
+    write_checkpoint(model_dir, spec, config)
+    rng = random.Random("%d:prompt" % spec["seed"])
+    prompt = [rng.randrange(config["vocab_size"]) for _ in range(spec["prompt_tokens"])]
+    ref = Reference(model_dir)
+    logits, greedy, greedy_logits = ref.run(prompt, count=spec["greedy_tokens"])
+    margin = min(top2_margin(row) for row in greedy_logits)
+    if margin < MIN_MARGIN:
+        raise SystemExit("error: %s: a greedy top-2 margin is %.3g < %g; pick "
+                         "another seed" % (name, margin, MIN_MARGIN))
+    report = "%s: greedy %s, smallest top-2 margin %.3g" % (name, greedy, margin)
+    if not config.get("rope_scaling"):
+        scaled = Reference(model_dir, {"rope_scaling": BASE_CONFIG["rope_scaling"]})
+        change = relative_error(scaled.run(prompt)[0], logits)
+        if change < MIN_SENSITIVITY:
+            raise SystemExit("error: %s: llama3 rope scaling changes the logits "
+                             "by only %.3g" % (name, change))
+        report += ", llama3 scaling would change the logits by %.3g" % change
+    write_expected(os.path.join(root, "expected.safetensors"), prompt, logits,
+                   greedy, greedy_logits,
+                   {"reference": "scripts/make_reference_fixture.py: pure-Python "
+                    "float64 forward pass on the dequantized weights",
+                    "fixture": name})
+    print(report)
+
+
+def check_fixture(fixture_dir):
+    prompt, logits, greedy, greedy_logits = read_expected(
+        os.path.join(fixture_dir, "expected.safetensors"))
+    ref = Reference(os.path.join(fixture_dir, "model"))
+    ours, ids, rows = ref.run(prompt, greedy=greedy)
+    agree = 0
+    while agree < len(greedy) and ids[agree] == greedy[agree]:
+        agree += 1
+    e_logits = relative_error(ours, logits)
+    e_greedy = relative_error(rows, greedy_logits)
+    print("%s: logits relative error %.3e, greedy logits %.3e, greedy agreement %d/%d"
+          % (fixture_dir, e_logits, e_greedy, agree, len(greedy)))
+    ok = e_logits <= CHECK_TOLERANCE and e_greedy <= CHECK_TOLERANCE and agree == len(greedy)
+    return 0 if ok else 1
+
+
+def main(argv):
+    if len(argv) == 2 and argv[0] == "--check":
+        return check_fixture(argv[1])
+    if not argv or argv[0].startswith("-"):
+        print(__doc__.split("usage:")[1].split("Standard library")[0], file=sys.stderr)
+        return 2
+    names = argv[1:] or sorted(FIXTURES)
+    unknown = [n for n in names if n not in FIXTURES]
+    if unknown:
+        print("error: unknown fixture %s (known: %s)" % (", ".join(unknown),
+              ", ".join(sorted(FIXTURES))), file=sys.stderr)
+        return 2
+    for name in names:
+        make_fixture(argv[0], name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
