@@ -1,11 +1,11 @@
 #!/bin/bash
-# GPU call 7: binaries built from a clean clone of the commit under test:
+# GPU call 9: binaries built from a clean clone of the commit under test:
 # the tests (also under compute-sanitizer), the ceilings, and the benchmark
 # runs recorded in docs/benchmark.md.
 cd "$(dirname "$0")/.."
 export LD_LIBRARY_PATH=$PWD/build-gpu-run/lib:$LD_LIBRARY_PATH
 b=build-gpu-run
-exec > >(tee "$OUT/log7.txt") 2>&1
+exec > >(tee "$OUT/log9.txt") 2>&1
 date -u; nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv
 FOUNDRY_REQUIRE_CUDA=1 $b/test_cuda 2>&1 | tail -3; echo "test_cuda rc=${PIPESTATUS[0]}"
 FOUNDRY_REQUIRE_CUDA=1 $b/test_bench_cuda 2>&1 | tail -2; echo "test_bench_cuda rc=${PIPESTATUS[0]}"
