@@ -176,10 +176,9 @@ fdy_status fdy_plan_from_json(const char *text, size_t length, fdy_plan **out,
                               fdy_error *err);
 /* Reads and decodes a file; FDY_ERR_IO / FDY_ERR_NOT_FOUND with name = path. */
 fdy_status fdy_plan_load(const char *path, fdy_plan **out, fdy_error *err);
-/* Writes the JSON to path without ever overwriting or leaving a partial file:
- * writes a temporary file in the same directory, fsyncs, then link()s it into
- * place (FDY_ERR_EXISTS when path exists) and removes the temporary. The file
- * gets mode 0666 & ~umask, like any file the process creates. */
+/* Writes the JSON to path through foundry/new_file.h: never over an existing
+ * file (FDY_ERR_EXISTS), never a partial one, FDY_ERR_NOT_FOUND when the
+ * directory is missing, name = path; mode 0666 & ~umask. */
 fdy_status fdy_plan_save(const fdy_plan *plan, const char *path,
                          fdy_error *err);
 

@@ -138,13 +138,6 @@ typedef struct bench_state {
 fdy_status bench_run_hooked(const fdy_bench_options *options,
                             bench_hooks *hooks, fdy_error *err);
 
-/* Writes `text` (len bytes) to path without ever replacing an existing file:
- * temporary file in the same directory, fsync, link() into place
- * (FDY_ERR_EXISTS, name = path, when something is there), temporary removed
- * on every path. */
-fdy_status bench_write_new_file(const char *path, const char *text, size_t len,
-                                fdy_error *err);
-
 /* The report of a finished or failed run (status = the run's status, err its
  * error when failed). Returns a new reference. */
 json_t *bench_report_json(const bench_state *s, fdy_status status,

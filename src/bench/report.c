@@ -1,14 +1,10 @@
-/* Outputs of `foundry bench`: the console summary, the versioned JSON report
- * (docs/benchmark.md describes every field) and the file writer that never
- * replaces an existing file. */
-#include <errno.h>
-#include <fcntl.h>
+/* Outputs of `foundry bench`: the console summary and the versioned JSON
+ * report (docs/benchmark.md describes every field). */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
@@ -16,85 +12,6 @@
 #include "bench_internal.h"
 #include "foundry/build_info.h"
 #include "foundry/cuda.h"
-
-/* ---- never-overwrite file writer ------------------------------------------
- */
-
-static fdy_status io_error(fdy_error *err, fdy_status kind, const char *path,
-                           const char *what, int errnum) {
-  fdy_error_set(err, kind, "%s '%s': %s", what, path, strerror(errnum));
-  if (err) {
-    snprintf(err->name, sizeof err->name, "%s", path);
-  }
-  return kind;
-}
-
-static int write_all(int fd, const char *data, size_t size) {
-  size_t done = 0;
-  while (done < size) {
-    ssize_t n = write(fd, data + done, size - done);
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n < 0) {
-      return -1;
-    }
-    done += (size_t)n;
-  }
-  return 0;
-}
-
-fdy_status bench_write_new_file(const char *path, const char *text, size_t len,
-                                fdy_error *err) {
-  static const char suffix[] = ".tmp.XXXXXX";
-  size_t plen = strlen(path);
-  char *tmp = malloc(plen + sizeof suffix);
-  int fd = -1;
-  bool created = false;
-  fdy_status st = FDY_OK;
-  if (!tmp) {
-    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
-  }
-  memcpy(tmp, path, plen);
-  memcpy(tmp + plen, suffix, sizeof suffix);
-  fd = mkostemp(tmp, O_CLOEXEC);
-  if (fd < 0) {
-    st = io_error(err, errno == ENOENT ? FDY_ERR_NOT_FOUND : FDY_ERR_IO, path,
-                  "cannot create a temporary file next to", errno);
-    goto cleanup;
-  }
-  created = true;
-  if (fchmod(fd, 0644) != 0 || write_all(fd, text, len) != 0 ||
-      write_all(fd, "\n", 1) != 0) {
-    st = io_error(err, FDY_ERR_IO, path, "cannot write", errno);
-    goto cleanup;
-  }
-  if (fsync(fd) != 0) {
-    st = io_error(err, FDY_ERR_IO, path, "cannot fsync", errno);
-    goto cleanup;
-  }
-  int rc = close(fd);
-  fd = -1;
-  if (rc != 0) {
-    st = io_error(err, FDY_ERR_IO, path, "cannot close", errno);
-    goto cleanup;
-  }
-  if (link(tmp, path) != 0) {
-    st = io_error(err, errno == EEXIST ? FDY_ERR_EXISTS : FDY_ERR_IO, path,
-                  errno == EEXIST ? "refusing to overwrite"
-                                  : "cannot link into place",
-                  errno);
-  }
-cleanup:
-  if (fd >= 0) {
-    close(fd);
-  }
-  if (created) {
-    unlink(tmp);
-  }
-  free(tmp);
-  return st;
-}
 
 /* ---- JSON helpers
  * ------------------------------------------------------------ */

@@ -16,6 +16,7 @@
 #include "foundry/cpu.h"
 #include "foundry/cuda.h"
 #include "foundry/graph.h"
+#include "foundry/new_file.h"
 
 static void progress(const bench_state *s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -580,7 +581,7 @@ static fdy_status write_json(const char *path, json_t *doc, fdy_error *err) {
     return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
                          "out of memory encoding '%s'", path);
   }
-  fdy_status st = bench_write_new_file(path, text, strlen(text), err);
+  fdy_status st = fdy_write_new_text_file(path, text, err);
   free(text);
   return st;
 }

@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "foundry/new_file.h"
 #include "loader.h"
 
 #define GOLDEN     0x9E3779B97F4A7C15ull
@@ -348,17 +349,14 @@ static fdy_status gen_tensors(const preset *p, uint64_t seed, gen_list *l,
 
 static fdy_status write_json(const char *path, json_t *doc, size_t flags,
                              fdy_error *err) {
-  FILE *f = fopen(path, "wx");
-  if (!f) {
-    return fdy_llama_file_error(err, FDY_ERR_IO, path, "cannot create: %s",
-                                strerror(errno));
+  char *text = json_dumps(doc, flags);
+  if (!text) {
+    return fdy_llama_file_error(err, FDY_ERR_OUT_OF_MEMORY, path,
+                                "out of memory encoding JSON");
   }
-  int rc = json_dumpf(doc, f, flags);
-  bool ok = rc == 0 && fputc('\n', f) != EOF;
-  if (fclose(f) != 0 || !ok) {
-    return fdy_llama_file_error(err, FDY_ERR_IO, path, "write failed");
-  }
-  return FDY_OK;
+  fdy_status st = fdy_write_new_text_file(path, text, err);
+  free(text);
+  return st;
 }
 
 static json_t *config_json(const preset *p) {

@@ -1,18 +1,15 @@
 /* The safetensors writer, in the layout MLX uses: u64 little-endian header
  * length, the compact JSON header with sorted keys and no padding, then the
- * data of every tensor in the order given. The file is written to a
- * temporary next to the target and linked into place, so the target never
- * exists half-written and an existing file is never replaced. Data comes
+ * data of every tensor in the order given. The file is written through
+ * foundry/new_file.h, so the target never exists half-written and an
+ * existing file is never replaced. Data comes
  * from a fill callback in bounded chunks, so files larger than memory can
  * be written. Also the half-precision encoders used by make-model. */
-#include <errno.h>
 #include <jansson.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
+#include "foundry/new_file.h"
 #include "loader.h"
 
 #define CHUNK_BYTES ((uint64_t)4 << 20)
@@ -126,7 +123,7 @@ cleanup:
   return status;
 }
 
-static fdy_status write_body(FILE *f, const char *path, const char *header,
+static fdy_status write_body(fdy_new_file *f, const char *header,
                              size_t header_len,
                              const fdy_st_write_tensor *tensors, size_t count,
                              fdy_st_fill_fn fill, void *ctx, fdy_error *err) {
@@ -134,10 +131,12 @@ static fdy_status write_body(FILE *f, const char *path, const char *header,
   for (int i = 0; i < 8; i++) {
     len_bytes[i] = (unsigned char)((uint64_t)header_len >> (8 * i));
   }
-  if (fwrite(len_bytes, 1, 8, f) != 8 ||
-      fwrite(header, 1, header_len, f) != header_len) {
-    return fdy_llama_file_error(err, FDY_ERR_IO, path, "write failed: %s",
-                                strerror(errno));
+  fdy_status status = fdy_new_file_write(f, len_bytes, 8, err);
+  if (status == FDY_OK) {
+    status = fdy_new_file_write(f, header, header_len, err);
+  }
+  if (status != FDY_OK) {
+    return status;
   }
   uint64_t largest = 0;
   for (size_t i = 0; i < count; i++) {
@@ -150,16 +149,14 @@ static fdy_status write_body(FILE *f, const char *path, const char *header,
   if (!buf) {
     return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   }
-  fdy_status status = FDY_OK;
   for (size_t i = 0; i < count && status == FDY_OK; i++) {
     uint64_t bytes = 0;
     fdy_tensor_bytes(tensors[i].dtype, tensors[i].shape, &bytes, NULL);
     for (uint64_t off = 0; off < bytes && status == FDY_OK; off += cap) {
       uint64_t n = bytes - off < cap ? bytes - off : cap;
       status = fill(ctx, i, off, buf, n, err);
-      if (status == FDY_OK && fwrite(buf, 1, (size_t)n, f) != n) {
-        status = fdy_llama_file_error(err, FDY_ERR_IO, path, "write failed: %s",
-                                      strerror(errno));
+      if (status == FDY_OK) {
+        status = fdy_new_file_write(f, buf, (size_t)n, err);
       }
     }
   }
@@ -170,75 +167,22 @@ static fdy_status write_body(FILE *f, const char *path, const char *header,
 fdy_status fdy_st_write_stream(const char *path,
                                const fdy_st_write_tensor *tensors, size_t count,
                                fdy_st_fill_fn fill, void *ctx, fdy_error *err) {
-  char *header = NULL, *tmp = NULL;
+  char *header = NULL;
   size_t header_len = 0;
-  FILE *f = NULL;
-  int fd = -1;
-  struct stat sb;
-  if (lstat(path, &sb) == 0) {
-    return fdy_llama_file_error(err, FDY_ERR_EXISTS, path,
-                                "already exists; refusing to overwrite");
-  }
   fdy_status status = build_header(tensors, count, &header, &header_len, err);
-  if (status != FDY_OK) {
-    goto cleanup;
+  fdy_new_file f;
+  if (status == FDY_OK) {
+    status = fdy_new_file_open(&f, path, err);
+    if (status == FDY_OK) {
+      status =
+          write_body(&f, header, header_len, tensors, count, fill, ctx, err);
+      if (status == FDY_OK) {
+        status = fdy_new_file_commit(&f, err);
+      } else {
+        fdy_new_file_discard(&f);
+      }
+    }
   }
-  size_t tmp_len = strlen(path) + sizeof ".tmp.XXXXXX";
-  tmp = malloc(tmp_len);
-  if (!tmp) {
-    status = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
-    goto cleanup;
-  }
-  snprintf(tmp, tmp_len, "%s.tmp.XXXXXX", path);
-  fd = mkstemp(tmp);
-  if (fd < 0) {
-    free(tmp);
-    tmp = NULL;
-    status = fdy_llama_file_error(err, FDY_ERR_IO, path,
-                                  "cannot create a temporary file: %s",
-                                  strerror(errno));
-    goto cleanup;
-  }
-  f = fdopen(fd, "wb");
-  if (!f) {
-    status = fdy_llama_file_error(err, FDY_ERR_IO, path, "fdopen: %s",
-                                  strerror(errno));
-    goto cleanup;
-  }
-  fd = -1;
-  status =
-      write_body(f, path, header, header_len, tensors, count, fill, ctx, err);
-  if (status != FDY_OK) {
-    goto cleanup;
-  }
-  if (fchmod(fileno(f), 0644) != 0) {
-    status = fdy_llama_file_error(err, FDY_ERR_IO, path, "chmod: %s",
-                                  strerror(errno));
-    goto cleanup;
-  }
-  int rc = fclose(f);
-  f = NULL;
-  if (rc != 0) {
-    status = fdy_llama_file_error(err, FDY_ERR_IO, path, "write failed: %s",
-                                  strerror(errno));
-    goto cleanup;
-  }
-  if (link(tmp, path) != 0) {
-    status =
-        fdy_llama_file_error(err, errno == EEXIST ? FDY_ERR_EXISTS : FDY_ERR_IO,
-                             path, "cannot create: %s", strerror(errno));
-  }
-cleanup:
-  if (f) {
-    fclose(f);
-  }
-  if (fd >= 0) {
-    close(fd);
-  }
-  if (tmp) {
-    unlink(tmp);
-  }
-  free(tmp);
   free(header);
   return status;
 }

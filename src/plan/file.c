@@ -1,9 +1,9 @@
-/* Plan files: loading a plan JSON file and saving one without ever
- * overwriting an existing file or leaving a partial one behind (temporary
- * file in the same directory, fsync, link into place). The temporary is
- * created with mode 0666 like any new file, so the saved plan gets
- * 0666 & ~umask (and the directory's default ACL), not mkstemp's 0600. */
+/* Plan files: loading a plan JSON file, and saving one through
+ * foundry/new_file.h (never over an existing file, never a partial one;
+ * mode 0666 & ~umask). */
 #include "plan_internal.h"
+
+#include "foundry/new_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -81,103 +81,17 @@ cleanup:
   return st;
 }
 
-static int write_all(int fd, const char *data, size_t size) {
-  size_t done = 0;
-  while (done < size) {
-    ssize_t n = write(fd, data + done, size - done);
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n < 0) {
-      return -1;
-    }
-    done += (size_t)n;
-  }
-  return 0;
-}
-
-/* Creates the temporary "<path>.tmp.<pid>.<n>" in tmp (size bytes)
- * exclusively (O_EXCL: never through an existing file or symlink) with mode
- * 0666, which the kernel reduces by the umask as for any new file. mkstemp
- * would fix the mode at 0600, and reading the umask to fchmod afterwards is
- * not thread-safe (umask(2) reads it only by changing it). A name left over
- * by a crashed writer is skipped. Returns the descriptor, or -1 with errno
- * set. */
-static int create_temp(const char *path, char *tmp, size_t size) {
-  static unsigned counter;
-  for (int attempt = 0; attempt < 100; attempt++) {
-    snprintf(tmp, size, "%s.tmp.%ld.%u", path, (long)getpid(),
-             __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd >= 0 || errno != EEXIST) {
-      return fd;
-    }
-  }
-  errno = EEXIST;
-  return -1;
-}
-
 fdy_status fdy_plan_save(const fdy_plan *plan, const char *path,
                          fdy_error *err) {
-  char *text = NULL;
-  char *tmp = NULL;
-  int fd = -1;
-  bool tmp_created = false;
-  fdy_status st = FDY_OK;
   if (plan == NULL || path == NULL || path[0] == '\0') {
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
                          "plan save needs a plan and a path");
   }
-  if (access(path, F_OK) == 0) {
-    st = io_error(err, FDY_ERR_EXISTS, path, "refusing to overwrite", EEXIST);
-    goto cleanup;
+  char *text = NULL;
+  fdy_status st = fdy_plan_to_json(plan, &text, err);
+  if (st == FDY_OK) {
+    st = fdy_write_new_text_file(path, text, err);
   }
-  st = fdy_plan_to_json(plan, &text, err);
-  if (st != FDY_OK) {
-    goto cleanup;
-  }
-  size_t tmp_size = strlen(path) + 48; /* ".tmp." + two decimal numbers */
-  tmp = malloc(tmp_size);
-  if (tmp == NULL) {
-    st = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
-    goto cleanup;
-  }
-  fd = create_temp(path, tmp, tmp_size);
-  if (fd < 0) {
-    st = io_error(err, FDY_ERR_IO, path, "cannot create a temporary file for",
-                  errno);
-    goto cleanup;
-  }
-  tmp_created = true;
-  if (write_all(fd, text, strlen(text)) != 0 || write_all(fd, "\n", 1) != 0) {
-    st = io_error(err, FDY_ERR_IO, path, "cannot write", errno);
-    goto cleanup;
-  }
-  if (fsync(fd) != 0) {
-    st = io_error(err, FDY_ERR_IO, path, "cannot fsync", errno);
-    goto cleanup;
-  }
-  int rc = close(fd);
-  fd = -1;
-  if (rc != 0) {
-    st = io_error(err, FDY_ERR_IO, path, "cannot close", errno);
-    goto cleanup;
-  }
-  if (link(tmp, path) != 0) {
-    st = io_error(err, errno == EEXIST ? FDY_ERR_EXISTS : FDY_ERR_IO, path,
-                  errno == EEXIST ? "refusing to overwrite"
-                                  : "cannot link into place",
-                  errno);
-    goto cleanup;
-  }
-cleanup:
-  if (fd >= 0) {
-    close(fd);
-  }
-  if (tmp_created) {
-    unlink(tmp);
-  }
-  free(tmp);
   free(text);
   return st;
 }

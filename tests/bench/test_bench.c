@@ -291,26 +291,6 @@ static void test_output_paths(void **state) {
   tmpdir_remove(&t);
 }
 
-static void test_write_new_file(void **state) {
-  (void)state;
-  tmpdir t;
-  tmpdir_make(&t);
-  char *path = tmp_file(&t, "x.json");
-  fdy_error err;
-  assert_int_equal(bench_write_new_file(path, "{}", 2, &err), FDY_OK);
-  assert_int_equal(bench_write_new_file(path, "[1]", 3, &err), FDY_ERR_EXISTS);
-  assert_string_equal(err.name, path);
-  json_t *doc = load_json(path);
-  assert_true(json_is_object(doc));
-  json_decref(doc);
-  /* No temporary file is left behind. */
-  char cmd[160];
-  snprintf(cmd, sizeof cmd, "test $(ls -A '%s' | wc -l) -eq 1", t.path);
-  assert_int_equal(system(cmd), 0);
-  free(path);
-  tmpdir_remove(&t);
-}
-
 /* ---- statistics
  * ---------------------------------------------------------------- */
 
@@ -821,7 +801,6 @@ int main(void) {
       cmocka_unit_test(test_overflowing_sizes),
       cmocka_unit_test(test_other_values_refused),
       cmocka_unit_test(test_output_paths),
-      cmocka_unit_test(test_write_new_file),
       cmocka_unit_test(test_median_mean_stddev),
       cmocka_unit_test(test_percentile_interpolation),
       cmocka_unit_test(test_splitmix64_known_outputs),

@@ -453,7 +453,8 @@ static void test_save_load(void **state) {
   /* Saving into a missing directory fails cleanly. */
   char bad[600];
   snprintf(bad, sizeof(bad), "%s/no/such/plan.json", dir);
-  assert_int_equal(fdy_plan_save(plan, bad, &err), FDY_ERR_IO);
+  assert_int_equal(fdy_plan_save(plan, bad, &err), FDY_ERR_NOT_FOUND);
+  assert_string_equal(err.name, bad);
   assert_int_equal(fdy_plan_load(dir, &loaded, &err), FDY_ERR_IO);
 
   unlink(path);
