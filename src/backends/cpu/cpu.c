@@ -20,6 +20,7 @@
 
 #include "foundry/checksum.h"
 #include "foundry/graph.h"
+#include "handle_list.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -32,21 +33,17 @@
 #define CPU_DEFAULT_ALIGNMENT 64
 
 /* Intrusive list node; the first member of every tracked object. */
-typedef struct cpu_node {
-  struct cpu_node *prev, *next;
-} cpu_node;
-
 typedef struct cpu_backend cpu_backend;
 
 struct fdy_backend_buffer {
-  cpu_node node;
+  fdy_list_node node;
   uint32_t refs;
   void *data;
   uint64_t bytes;
 };
 
 struct fdy_backend_event {
-  cpu_node node;
+  fdy_list_node node;
   uint32_t refs;
   bool done;
   pthread_cond_t completed; /* broadcast when done becomes true */
@@ -57,7 +54,7 @@ struct fdy_backend_event {
 };
 
 struct fdy_backend_host {
-  cpu_node node;
+  fdy_list_node node;
   const void *ptr;
   uint64_t bytes;
 };
@@ -85,7 +82,7 @@ typedef struct cpu_work {
 } cpu_work;
 
 struct fdy_backend_stream {
-  cpu_node node;
+  fdy_list_node node;
   cpu_backend *owner;
   pthread_t thread;
   pthread_cond_t work; /* signalled when work arrives or stop is set */
@@ -101,31 +98,12 @@ struct cpu_backend {
   fdy_budget budget;
   uint64_t alignment;
   uint32_t compute_passes;
-  cpu_node buffers, events, streams, hosts; /* list heads */
+  fdy_list_node buffers, events, streams, hosts; /* list heads */
   fdy_backend_event *unpublished; /* launches whose result is not written */
 };
 
 static cpu_backend *cpu_of(fdy_backend *b) {
   return (cpu_backend *)b;
-}
-
-static void list_init(cpu_node *head) {
-  head->prev = head;
-  head->next = head;
-}
-
-static void list_push(cpu_node *head, cpu_node *node) {
-  node->prev = head->prev;
-  node->next = head;
-  head->prev->next = node;
-  head->prev = node;
-}
-
-static void list_unlink(cpu_node *node) {
-  node->prev->next = node->next;
-  node->next->prev = node->prev;
-  node->prev = node;
-  node->next = node;
 }
 
 static fdy_status cpu_fail(fdy_error *err, fdy_status kind, const char *op,
@@ -150,7 +128,7 @@ static fdy_status cpu_fail(fdy_error *err, fdy_status kind, const char *op,
  */
 
 static void buffer_free_locked(cpu_backend *b, fdy_backend_buffer *buf) {
-  list_unlink(&buf->node);
+  fdy_list_unlink(&buf->node);
   fdy_budget_release(&b->budget, buf->bytes);
   free(buf->data);
   free(buf);
@@ -163,7 +141,7 @@ static void buffer_unref_locked(cpu_backend *b, fdy_backend_buffer *buf) {
 }
 
 static void event_free_locked(fdy_backend_event *e) {
-  list_unlink(&e->node);
+  fdy_list_unlink(&e->node);
   pthread_cond_destroy(&e->completed);
   free(e);
 }
@@ -298,7 +276,7 @@ static fdy_backend_event *event_new_locked(cpu_backend *b, uint32_t refs) {
     return NULL;
   }
   e->refs = refs;
-  list_push(&b->events, &e->node);
+  fdy_list_push(&b->events, &e->node);
   return e;
 }
 
@@ -375,7 +353,7 @@ static fdy_status cpu_buffer_alloc(fdy_backend *base, uint64_t bytes,
   buf->data = data;
   buf->bytes = bytes;
   pthread_mutex_lock(&b->mu);
-  list_push(&b->buffers, &buf->node);
+  fdy_list_push(&b->buffers, &buf->node);
   pthread_mutex_unlock(&b->mu);
   *out = buf;
   return FDY_OK;
@@ -421,7 +399,7 @@ static fdy_status cpu_host_register(fdy_backend *base, const void *ptr,
   h->ptr = ptr;
   h->bytes = bytes;
   pthread_mutex_lock(&b->mu);
-  list_push(&b->hosts, &h->node);
+  fdy_list_push(&b->hosts, &h->node);
   pthread_mutex_unlock(&b->mu);
   *out = h;
   return FDY_OK;
@@ -433,7 +411,7 @@ static void cpu_host_unregister(fdy_backend *base, fdy_backend_host *host) {
     return;
   }
   pthread_mutex_lock(&b->mu);
-  list_unlink(&host->node);
+  fdy_list_unlink(&host->node);
   pthread_mutex_unlock(&b->mu);
   free(host);
 }
@@ -470,7 +448,7 @@ static fdy_status cpu_stream_create(fdy_backend *base, fdy_backend_stream **out,
     goto cleanup;
   }
   pthread_mutex_lock(&b->mu);
-  list_push(&b->streams, &s->node);
+  fdy_list_push(&b->streams, &s->node);
   pthread_mutex_unlock(&b->mu);
   *out = s;
   return FDY_OK;
@@ -496,7 +474,7 @@ static void cpu_stream_destroy(fdy_backend *base, fdy_backend_stream *stream) {
   pthread_mutex_unlock(&b->mu);
   pthread_join(stream->thread, NULL);
   pthread_mutex_lock(&b->mu);
-  list_unlink(&stream->node);
+  fdy_list_unlink(&stream->node);
   pthread_mutex_unlock(&b->mu);
   pthread_cond_destroy(&stream->work);
   free(stream);
@@ -840,10 +818,10 @@ fdy_status fdy_cpu_backend_create(const fdy_cpu_options *options,
   b->budget = fdy_budget_make(FDY_SPACE_DEVICE, opts.memory_bytes);
   b->alignment = opts.alignment;
   b->compute_passes = opts.compute_passes;
-  list_init(&b->buffers);
-  list_init(&b->events);
-  list_init(&b->streams);
-  list_init(&b->hosts);
+  fdy_list_init(&b->buffers);
+  fdy_list_init(&b->events);
+  fdy_list_init(&b->streams);
+  fdy_list_init(&b->hosts);
   *out = &b->base;
   return FDY_OK;
 

@@ -37,6 +37,7 @@
 
 #include "foundry/checksum.h"
 #include "foundry/graph.h"
+#include "handle_list.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -51,19 +52,15 @@
 #define CUDA_DEFAULT_STAGING_BUFFERS 4
 #define CUDA_CALIBRATION_TRIES       5
 
-typedef struct cuda_node {
-  struct cuda_node *prev, *next;
-} cuda_node;
-
 struct fdy_backend_buffer {
-  cuda_node node;
+  fdy_list_node node;
   uint32_t refs;
   void *data;
   uint64_t bytes;
 };
 
 struct fdy_backend_host {
-  cuda_node node;
+  fdy_list_node node;
   const void *ptr;
   uint64_t bytes;
   /* the part of [ptr, ptr + bytes) that cudaHostRegister page-locked
@@ -73,14 +70,14 @@ struct fdy_backend_host {
 };
 
 struct fdy_backend_stream {
-  cuda_node node;
+  fdy_list_node node;
   cudaStream_t stream;
 };
 
 /* One accepted copy or launch, and the handle the caller gets for it. */
 struct fdy_backend_event {
-  cuda_node node; /* on the backend's list of live events */
-  uint32_t refs;  /* caller + pending */
+  fdy_list_node node; /* on the backend's list of live events */
+  uint32_t refs;      /* caller + pending */
   cudaEvent_t start, end;
   bool pending;  /* on the pending list: completion not yet observed */
   bool tracked;  /* end was recorded, so completion can be queried */
@@ -106,7 +103,7 @@ typedef struct cuda_backend {
   cudaEvent_t calib;
   int64_t calib_host_ns;
   int64_t calib_error_ns; /* half the calibration window */
-  cuda_node buffers, events, streams, hosts;
+  fdy_list_node buffers, events, streams, hosts;
   fdy_backend_event *pending;        /* work whose completion is not observed */
   fdy_backend_event *free_events;    /* released records, CUDA events kept */
   fdy_cuda_result_dev *result_dev;   /* CUDA_RESULT_SLOTS */
@@ -125,25 +122,6 @@ static const fdy_backend_ops cuda_ops;
 
 static cuda_backend *cuda_of(fdy_backend *b) {
   return (cuda_backend *)b;
-}
-
-static void list_init(cuda_node *head) {
-  head->prev = head;
-  head->next = head;
-}
-
-static void list_push(cuda_node *head, cuda_node *node) {
-  node->prev = head->prev;
-  node->next = head;
-  head->prev->next = node;
-  head->prev = node;
-}
-
-static void list_unlink(cuda_node *node) {
-  node->prev->next = node->next;
-  node->next->prev = node->prev;
-  node->prev = node;
-  node->next = node;
 }
 
 /* ---- errors ----------------------------------------------------------------
@@ -201,7 +179,7 @@ static fdy_status set_device(cuda_backend *b, fdy_error *err, const char *op) {
  */
 
 static void buffer_free(fdy_backend_buffer *buf) {
-  list_unlink(&buf->node);
+  fdy_list_unlink(&buf->node);
   cudaFree(buf->data);
   cudaGetLastError();
   free(buf);
@@ -227,7 +205,7 @@ static void event_destroy(fdy_backend_event *e) {
 /* Recycles a record whose last reference went away. */
 static void event_unref(cuda_backend *b, fdy_backend_event *e) {
   if (--e->refs == 0) {
-    list_unlink(&e->node);
+    fdy_list_unlink(&e->node);
     e->pending_next = b->free_events;
     b->free_events = e;
   }
@@ -261,7 +239,7 @@ static fdy_status event_new(cuda_backend *b, const char *op,
   }
   e->refs = 2;
   e->result_slot = -1;
-  list_push(&b->events, &e->node);
+  fdy_list_push(&b->events, &e->node);
   *out = e;
   return FDY_OK;
 }
@@ -451,7 +429,7 @@ static fdy_status cuda_buffer_alloc(fdy_backend *base, uint64_t bytes,
   }
   buf->refs = 1;
   buf->bytes = bytes;
-  list_push(&b->buffers, &buf->node);
+  fdy_list_push(&b->buffers, &buf->node);
   *out = buf;
   return FDY_OK;
 }
@@ -469,7 +447,7 @@ static void cuda_buffer_release(fdy_backend *base, fdy_backend_buffer *buffer) {
 static fdy_backend_host *find_host(cuda_backend *b, const void *ptr,
                                    uint64_t bytes) {
   uintptr_t p = (uintptr_t)ptr;
-  for (cuda_node *n = b->hosts.next; n != &b->hosts; n = n->next) {
+  for (fdy_list_node *n = b->hosts.next; n != &b->hosts; n = n->next) {
     fdy_backend_host *h = (fdy_backend_host *)n;
     uintptr_t h0 = (uintptr_t)h->ptr;
     if (p >= h0 && p - h0 <= h->bytes && bytes <= h->bytes - (p - h0)) {
@@ -538,7 +516,7 @@ static fdy_status cuda_host_register(fdy_backend *base, const void *ptr,
   }
   h->ptr = ptr;
   h->bytes = bytes;
-  list_push(&b->hosts, &h->node);
+  fdy_list_push(&b->hosts, &h->node);
   *out = h;
   return FDY_OK;
 }
@@ -548,7 +526,7 @@ static void cuda_host_unregister(fdy_backend *base, fdy_backend_host *host) {
   if (host == NULL) {
     return;
   }
-  list_unlink(&host->node);
+  fdy_list_unlink(&host->node);
   if (host->pin_end > host->pin_begin) {
     cudaSetDevice(b->ctx.device);
     cudaHostUnregister((void *)host->pin_begin);
@@ -619,7 +597,7 @@ static fdy_status cuda_stream_create(fdy_backend *base,
     free(s);
     return st;
   }
-  list_push(&b->streams, &s->node);
+  fdy_list_push(&b->streams, &s->node);
   *out = s;
   return FDY_OK;
 }
@@ -631,7 +609,7 @@ static void cuda_stream_destroy(fdy_backend *base, fdy_backend_stream *stream) {
     return;
   }
   cudaSetDevice(b->ctx.device);
-  list_unlink(&stream->node);
+  fdy_list_unlink(&stream->node);
   cudaStreamDestroy(stream->stream);
   cudaGetLastError();
   free(stream);
@@ -960,7 +938,7 @@ static fdy_status cuda_drain(fdy_backend *base, fdy_error *err) {
   for (fdy_backend_event *e = b->pending; e != NULL; e = e->pending_next) {
     untracked = untracked || !e->tracked;
   }
-  for (cuda_node *n = b->streams.next; n != &b->streams; n = n->next) {
+  for (fdy_list_node *n = b->streams.next; n != &b->streams; n = n->next) {
     fdy_error local;
     fdy_status st =
         fdy_cuda_check(cudaStreamSynchronize(((fdy_backend_stream *)n)->stream),
@@ -1024,7 +1002,7 @@ static void cuda_destroy(fdy_backend *base) {
   }
   while (b->events.next != &b->events) {
     fdy_backend_event *e = (fdy_backend_event *)b->events.next;
-    list_unlink(&e->node);
+    fdy_list_unlink(&e->node);
     event_destroy(e);
   }
   while (b->free_events != NULL) {
@@ -1219,10 +1197,10 @@ fdy_status fdy_cuda_backend_create(const fdy_cuda_options *options,
   b->ctx.device = opts.device;
   long page = sysconf(_SC_PAGESIZE);
   b->page_bytes = page > 0 ? (uint64_t)page : 4096;
-  list_init(&b->buffers);
-  list_init(&b->events);
-  list_init(&b->streams);
-  list_init(&b->hosts);
+  fdy_list_init(&b->buffers);
+  fdy_list_init(&b->events);
+  fdy_list_init(&b->streams);
+  fdy_list_init(&b->hosts);
 
   st = set_device(b, err, "create");
   if (st != FDY_OK) {
