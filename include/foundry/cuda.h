@@ -51,17 +51,21 @@ fdy_status fdy_cuda_backend_create(const fdy_cuda_options *options,
 void fdy_cuda_versions(int *runtime_version, int *driver_version);
 
 /* Bytes of device memory in use on the backend's device right now
- * (total - free from cudaMemGetInfo). */
+ * (total - free from cudaMemGetInfo). FDY_ERR_INVALID_ARGUMENT when out is
+ * NULL or b is not a CUDA backend (*out is 0 then). */
 fdy_status fdy_cuda_memory_in_use(fdy_backend *b, uint64_t *out,
                                   fdy_error *err);
 
-/* Measurement helpers for the benchmark's ceilings, outside any plan.
- * Host-to-device: `repeats` plain cudaMemcpyAsync copies of `bytes` from src
- * (which the caller registered or not, matching the mode measured); returns
- * the median bytes per second. Device-to-device: copies of `bytes` between
- * two device buffers, counting bytes read plus written. Checksum: the
- * checksum kernel alone over a resident buffer of `bytes`, bytes read per
- * second (median). */
+/* Measurement helpers for the benchmark's ceilings, outside any plan. Each
+ * runs one untimed warm-up, then `repeats` timed runs, and sets
+ * *bytes_per_second from the median time (0 on failure).
+ * Host-to-device: plain cudaMemcpyAsync copies of `bytes` from src (which
+ * the caller registered or not, matching the mode measured). Device-to-
+ * device: copies of `bytes` between two device buffers, counting bytes read
+ * plus written. Checksum: the checksum kernel alone over a resident buffer
+ * of `bytes`, bytes read per second. FDY_ERR_INVALID_ARGUMENT when b is not
+ * a CUDA backend, bytes or repeats is 0, or src or bytes_per_second is
+ * NULL. */
 fdy_status fdy_cuda_measure_h2d(fdy_backend *b, const void *src, uint64_t bytes,
                                 uint32_t repeats, double *bytes_per_second,
                                 fdy_error *err);

@@ -4,8 +4,8 @@
  * written; the checksum kernel alone; then the checksum kernel's rate at
  * several grid sizes (the tuning knob; see docs/tuning-log.md), and the
  * time of one checksum and one D2D copy against size (their fixed cost is
- * the intercept). Not a test:
- * timings never decide one. Usage: cuda_ceilings [repeats]. */
+ * the intercept). Not a test: timings never decide one.
+ * Usage: cuda_ceilings [repeats]. */
 #include "cuda_internal.h"
 
 #include <stdbool.h>
@@ -37,8 +37,8 @@ static int compare_double(const void *a, const void *b) {
 static int grid_rate(fdy_backend *b, uint64_t bytes, int blocks,
                      uint32_t repeats, double *rate) {
   fdy_error err;
-  fdy_cuda_ctx *ctx = fdy_cuda_ctx_of(b, "grid_rate", &err);
-  if (ctx == NULL) {
+  fdy_cuda_ctx *ctx = NULL;
+  if (fdy_cuda_ctx_of(b, "grid_rate", &ctx, &err) != FDY_OK) {
     return fail("grid_rate", &err);
   }
   void *data = NULL, *flush = NULL;
@@ -47,7 +47,8 @@ static int grid_rate(fdy_backend *b, uint64_t bytes, int blocks,
   const uint64_t flush_bytes = 2 * ctx->l2_bytes;
   bool ok = t != NULL && cuda_ok(cudaMalloc(&data, bytes), "cudaMalloc") &&
             cuda_ok(cudaMalloc(&flush, flush_bytes), "cudaMalloc") &&
-            cuda_ok(cudaMemset(flush, 1, flush_bytes), "cudaMemset") &&
+            cuda_ok(cudaMemsetAsync(flush, 1, flush_bytes, ctx->internal),
+                    "cudaMemsetAsync") &&
             cuda_ok(cudaEventCreate(&e0), "cudaEventCreate") &&
             cuda_ok(cudaEventCreate(&e1), "cudaEventCreate") &&
             cuda_ok(fdy_cuda_fill_enqueue(data, bytes, 7, ctx->internal),
@@ -145,8 +146,8 @@ int main(int argc, char **argv) {
   }
   int rv = 0, dv = 0;
   fdy_cuda_versions(&rv, &dv);
-  fdy_cuda_ctx *ctx = fdy_cuda_ctx_of(b, "main", &err);
-  if (ctx == NULL) {
+  fdy_cuda_ctx *ctx = NULL;
+  if (fdy_cuda_ctx_of(b, "main", &ctx, &err) != FDY_OK) {
     return fail("context", &err);
   }
   printf("device %s, runtime %d, driver %d, copy engines %u, max blocks %d, "

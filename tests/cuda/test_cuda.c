@@ -59,6 +59,31 @@ static uint64_t memory_in_use(fdy_backend *b) {
   return used;
 }
 
+/* A new stream and a new buffer of `bytes` on b. */
+static void open_slot(fdy_backend *b, uint64_t bytes, fdy_backend_stream **s,
+                      fdy_backend_buffer **buf) {
+  fdy_error err;
+  assert_int_equal(b->ops->stream_create(b, s, &err), FDY_OK);
+  assert_int_equal(b->ops->buffer_alloc(b, bytes, buf, &err), FDY_OK);
+}
+
+/* Launches op op_index, the checksum of the first n bytes of buf, on s with
+ * its result word *result poisoned first; returns its event. */
+static fdy_backend_event *launch_checksum(fdy_backend *b, fdy_backend_stream *s,
+                                          fdy_backend_buffer *buf, uint64_t n,
+                                          uint32_t op_index, uint64_t *result) {
+  fdy_error err;
+  fdy_backend_event *done = NULL;
+  *result = POISON;
+  fdy_launch_desc d = {.kind = FDY_OP_SYNTHETIC_CHECKSUM,
+                       .op_index = op_index,
+                       .weight_count = 1,
+                       .weights = {{.buffer = buf, .bytes = n}},
+                       .result = result};
+  assert_int_equal(b->ops->launch(b, s, &d, &done, &err), FDY_OK);
+  return done;
+}
+
 /* Copies data into a fresh buffer (staged unless registered), checksums the
  * first n bytes on the device with the result word poisoned, and returns the
  * result. */
@@ -68,18 +93,12 @@ static uint64_t device_checksum(fdy_backend *b, const void *data, uint64_t n,
   const fdy_backend_ops *o = b->ops;
   fdy_backend_buffer *buf = NULL;
   fdy_backend_stream *s = NULL;
-  fdy_backend_event *copied = NULL, *done = NULL;
-  assert_int_equal(o->stream_create(b, &s, &err), FDY_OK);
-  assert_int_equal(o->buffer_alloc(b, slot_bytes, &buf, &err), FDY_OK);
+  fdy_backend_event *copied = NULL;
+  open_slot(b, slot_bytes, &s, &buf);
   assert_int_equal(
       o->copy_to_device(b, s, buf, dst_offset, data, n, &copied, &err), FDY_OK);
-  uint64_t result = POISON;
-  fdy_launch_desc d = {.kind = FDY_OP_SYNTHETIC_CHECKSUM,
-                       .op_index = 3,
-                       .weight_count = 1,
-                       .weights = {{.buffer = buf, .bytes = n}},
-                       .result = &result};
-  assert_int_equal(o->launch(b, s, &d, &done, &err), FDY_OK);
+  uint64_t result = 0;
+  fdy_backend_event *done = launch_checksum(b, s, buf, n, 3, &result);
   assert_int_equal(o->host_wait(b, done, &err), FDY_OK);
   assert_int_equal(o->host_wait(b, copied, &err), FDY_OK);
   fdy_event_times t;
@@ -209,18 +228,13 @@ static void test_staging_ring_reuse(void **state) {
   const uint64_t k = 1234567;
   fdy_backend_stream *s = NULL;
   fdy_backend_buffer *buf = NULL;
-  fdy_backend_event *c1 = NULL, *c2 = NULL, *done = NULL;
-  assert_int_equal(o->stream_create(b, &s, &err), FDY_OK);
-  assert_int_equal(o->buffer_alloc(b, n, &buf, &err), FDY_OK);
+  fdy_backend_event *c1 = NULL, *c2 = NULL;
+  open_slot(b, n, &s, &buf);
   assert_int_equal(o->copy_to_device(b, s, buf, 0, data, k, &c1, &err), FDY_OK);
   assert_int_equal(o->copy_to_device(b, s, buf, k, data + k, n - k, &c2, &err),
                    FDY_OK);
-  uint64_t result = POISON;
-  fdy_launch_desc d = {.kind = FDY_OP_SYNTHETIC_CHECKSUM,
-                       .weight_count = 1,
-                       .weights = {{.buffer = buf, .bytes = n}},
-                       .result = &result};
-  assert_int_equal(o->launch(b, s, &d, &done, &err), FDY_OK);
+  uint64_t result = 0;
+  fdy_backend_event *done = launch_checksum(b, s, buf, n, 0, &result);
   assert_int_equal(o->host_wait(b, done, &err), FDY_OK);
   assert_int_equal(result, fdy_checksum(data, n));
   o->event_release(b, c1);
@@ -281,17 +295,12 @@ static void test_release_while_in_flight(void **state) {
   uint64_t base = memory_in_use(b);
   fdy_backend_stream *s = NULL;
   fdy_backend_buffer *buf = NULL;
-  fdy_backend_event *copied = NULL, *done = NULL;
-  assert_int_equal(o->stream_create(b, &s, &err), FDY_OK);
-  assert_int_equal(o->buffer_alloc(b, n, &buf, &err), FDY_OK);
+  fdy_backend_event *copied = NULL;
+  open_slot(b, n, &s, &buf);
   assert_int_equal(o->copy_to_device(b, s, buf, 0, data, n, &copied, &err),
                    FDY_OK);
-  uint64_t result = POISON;
-  fdy_launch_desc d = {.kind = FDY_OP_SYNTHETIC_CHECKSUM,
-                       .weight_count = 1,
-                       .weights = {{.buffer = buf, .bytes = n}},
-                       .result = &result};
-  assert_int_equal(o->launch(b, s, &d, &done, &err), FDY_OK);
+  uint64_t result = 0;
+  fdy_backend_event *done = launch_checksum(b, s, buf, n, 0, &result);
   o->buffer_release(b, buf);
   assert_int_equal(o->host_wait(b, done, &err), FDY_OK);
   assert_int_equal(result, fdy_checksum(data, n));
@@ -322,17 +331,11 @@ static void test_drain_delivers_results(void **state) {
   fdy_backend_buffer *buf = NULL;
   fdy_backend_event *copied = NULL, *done[LAUNCHES] = {0};
   uint64_t results[LAUNCHES];
-  assert_int_equal(o->stream_create(b, &s, &err), FDY_OK);
-  assert_int_equal(o->buffer_alloc(b, n, &buf, &err), FDY_OK);
+  open_slot(b, n, &s, &buf);
   assert_int_equal(o->copy_to_device(b, s, buf, 0, data, n, &copied, &err),
                    FDY_OK);
   for (int i = 0; i < LAUNCHES; i++) {
-    results[i] = POISON;
-    fdy_launch_desc d = {.kind = FDY_OP_SYNTHETIC_CHECKSUM,
-                         .weight_count = 1,
-                         .weights = {{.buffer = buf, .bytes = n - (uint64_t)i}},
-                         .result = &results[i]};
-    assert_int_equal(o->launch(b, s, &d, &done[i], &err), FDY_OK);
+    done[i] = launch_checksum(b, s, buf, n - (uint64_t)i, 0, &results[i]);
   }
   assert_int_equal(o->drain(b, &err), FDY_OK);
   for (int i = 0; i < LAUNCHES; i++) {

@@ -31,8 +31,10 @@
  *
  * The runtime calls the backend from one thread at a time (backend.h), so
  * the backend's own state needs no lock; only the staging fill threads run
- * beside the caller. Every CUDA call is checked; errors become fdy_error with
- * the CUDA error's name and string. */
+ * beside the caller. Every CUDA call is checked and a failure becomes an
+ * fdy_error with the CUDA error's name and string, except in cleanup paths
+ * (release, destroy, unwinding after a failure), which cannot report one and
+ * pass the call's result to fdy_cuda_ignore instead. */
 #include "cuda_internal.h"
 
 #include "foundry/checksum.h"
@@ -79,9 +81,8 @@ struct fdy_backend_event {
   fdy_list_node node; /* on the backend's list of live events */
   uint32_t refs;      /* caller + pending */
   cudaEvent_t start, end;
-  bool pending;  /* on the pending list: completion not yet observed */
-  bool tracked;  /* end was recorded, so completion can be queried */
-  bool complete; /* completion observed without error */
+  bool pending; /* on the pending list: completion not yet observed */
+  bool tracked; /* end was recorded, so completion can be queried */
   struct fdy_backend_event *pending_next;
   uint32_t buffer_count;
   fdy_backend_buffer *buffers[FDY_MAX_LAUNCH_WEIGHTS];
@@ -97,12 +98,10 @@ typedef struct cuda_backend {
   fdy_cuda_ctx ctx;
   fdy_cuda_options opts;
   char name[128];
-  uint64_t total_memory;
   uint64_t page_bytes; /* host page size */
   uint32_t copy_engines;
   cudaEvent_t calib;
   int64_t calib_host_ns;
-  int64_t calib_error_ns; /* half the calibration window */
   fdy_list_node buffers, events, streams, hosts;
   fdy_backend_event *pending;        /* work whose completion is not observed */
   fdy_backend_event *free_events;    /* released records, CUDA events kept */
@@ -151,28 +150,45 @@ fdy_status fdy_cuda_check(cudaError_t rc, fdy_error *err, const char *op,
                        cudaGetErrorName(rc), cudaGetErrorString(rc));
 }
 
+void fdy_cuda_ignore(cudaError_t rc) {
+  (void)rc;
+  cudaGetLastError();
+}
+
 static fdy_status injected(fdy_error *err, const char *op, uint64_t call) {
   return fdy_cuda_fail(err, FDY_ERR_BACKEND, op,
                        "injected failure of %s at call %llu", op,
                        (unsigned long long)call);
 }
 
-fdy_cuda_ctx *fdy_cuda_ctx_of(fdy_backend *b, const char *op, fdy_error *err) {
-  if (b == NULL || b->ops != &cuda_ops) {
-    fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, op,
-                  "the backend is not a CUDA backend");
-    return NULL;
-  }
-  cuda_backend *cb = cuda_of(b);
-  if (fdy_cuda_check(cudaSetDevice(cb->ctx.device), err, op, "cudaSetDevice") !=
-      FDY_OK) {
-    return NULL;
-  }
-  return &cb->ctx;
-}
-
 static fdy_status set_device(cuda_backend *b, fdy_error *err, const char *op) {
   return fdy_cuda_check(cudaSetDevice(b->ctx.device), err, op, "cudaSetDevice");
+}
+
+fdy_status fdy_cuda_ctx_of(fdy_backend *b, const char *op, fdy_cuda_ctx **out,
+                           fdy_error *err) {
+  *out = NULL;
+  if (b == NULL || b->ops != &cuda_ops) {
+    return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, op,
+                         "the backend is not a CUDA backend");
+  }
+  fdy_status st = set_device(cuda_of(b), err, op);
+  if (st == FDY_OK) {
+    *out = &cuda_of(b)->ctx;
+  }
+  return st;
+}
+
+/* Keeps the first failure of a sequence: when st is one and *first is still
+ * FDY_OK, sets *first to st and copies local into err. */
+static void keep_first(fdy_status *first, fdy_status st, const fdy_error *local,
+                       fdy_error *err) {
+  if (st != FDY_OK && *first == FDY_OK) {
+    *first = st;
+    if (err != NULL) {
+      *err = *local;
+    }
+  }
 }
 
 /* ---- references and completion ---------------------------------------------
@@ -180,8 +196,7 @@ static fdy_status set_device(cuda_backend *b, fdy_error *err, const char *op) {
 
 static void buffer_free(fdy_backend_buffer *buf) {
   fdy_list_unlink(&buf->node);
-  cudaFree(buf->data);
-  cudaGetLastError();
+  fdy_cuda_ignore(cudaFree(buf->data));
   free(buf);
 }
 
@@ -193,12 +208,11 @@ static void buffer_unref(fdy_backend_buffer *buf) {
 
 static void event_destroy(fdy_backend_event *e) {
   if (e->start != NULL) {
-    cudaEventDestroy(e->start);
+    fdy_cuda_ignore(cudaEventDestroy(e->start));
   }
   if (e->end != NULL) {
-    cudaEventDestroy(e->end);
+    fdy_cuda_ignore(cudaEventDestroy(e->end));
   }
-  cudaGetLastError();
   free(e);
 }
 
@@ -251,34 +265,30 @@ static void defer_error(cuda_backend *b, fdy_status st, const fdy_error *err) {
   }
 }
 
-/* Ends pending work e: rc is the outcome of its end event. Publishes its
- * result when it succeeded; returns the error otherwise. */
+/* Ends work e: rc is the outcome of its end event. Publishes its result
+ * when it succeeded; returns the error otherwise. Untracked work (it failed
+ * while or before being submitted, so the caller got no handle and already
+ * has the error) has no outcome to report, and rc is not looked at. */
 static fdy_status work_finish(cuda_backend *b, fdy_backend_event *e,
                               cudaError_t rc, fdy_error *err) {
   fdy_status st = FDY_OK;
-  if (!e->tracked) {
-    /* Partially submitted work: the caller drained; its outcome is moot. */
-    rc = cudaSuccess;
-  } else {
+  if (e->tracked) {
     st = fdy_cuda_check(rc, err,
                         e->result_slot >= 0 ? "launch" : "copy_to_device",
                         "the submitted work");
   }
-  if (st == FDY_OK && e->tracked) {
-    e->complete = true;
-    if (e->result_slot >= 0) {
-      const fdy_cuda_result_host *h = &b->result_host[e->result_slot];
-      if (h->diff != 0) {
-        st = fdy_cuda_fail(err, FDY_ERR_BACKEND, "launch",
-                           "op %u: the compute passes over the slot "
-                           "disagreed (the data changed during the kernel)",
-                           e->op_index);
-        if (err != NULL) {
-          err->ids[0] = e->op_index;
-        }
-      } else if (e->result != NULL) {
-        *e->result = fdy_checksum_finish(h->sum, e->bytes);
+  if (st == FDY_OK && e->tracked && e->result_slot >= 0) {
+    const fdy_cuda_result_host *h = &b->result_host[e->result_slot];
+    if (h->diff != 0) {
+      st = fdy_cuda_fail(err, FDY_ERR_BACKEND, "launch",
+                         "op %u: the compute passes over the slot "
+                         "disagreed (the data changed during the kernel)",
+                         e->op_index);
+      if (err != NULL) {
+        err->ids[0] = e->op_index;
       }
+    } else if (e->result != NULL) {
+      *e->result = fdy_checksum_finish(h->sum, e->bytes);
     }
   }
   if (e->result_slot >= 0) {
@@ -317,13 +327,7 @@ static fdy_status sweep(cuda_backend *b, bool all, fdy_error *err) {
     *link = e->pending_next;
     e->pending_next = NULL;
     fdy_error local;
-    fdy_status st = work_finish(b, e, rc, &local);
-    if (st != FDY_OK && first == FDY_OK) {
-      first = st;
-      if (err != NULL) {
-        *err = local;
-      }
-    }
+    keep_first(&first, work_finish(b, e, rc, &local), &local, err);
   }
   return first;
 }
@@ -352,6 +356,35 @@ static void pending_push(cuda_backend *b, fdy_backend_event *e) {
   e->pending = true;
   e->pending_next = b->pending;
   b->pending = e;
+}
+
+/* Ends the submission of work e (from event_new, its buffers referenced) on
+ * stream s; st is the outcome so far and submitted whether any of its DMA or
+ * kernel was queued. Records its end event and returns e in *out, tracked
+ * and pending. On failure the caller gets no handle and loses its
+ * reference: queued work stays pending, untracked, so that its buffers live
+ * until a drain; work that queued nothing is finished at once. */
+static fdy_status work_accept(cuda_backend *b, fdy_backend_event *e,
+                              cudaStream_t s, const char *op, fdy_status st,
+                              bool submitted, fdy_backend_event **out,
+                              fdy_error *err) {
+  if (st == FDY_OK) {
+    st = fdy_cuda_check(cudaEventRecord(e->end, s), err, op,
+                        "cudaEventRecord (end)");
+  }
+  if (st != FDY_OK) {
+    e->refs = 1;
+    if (submitted) {
+      pending_push(b, e);
+    } else {
+      work_finish(b, e, cudaSuccess, NULL);
+    }
+    return st;
+  }
+  e->tracked = true;
+  pending_push(b, e);
+  *out = e;
+  return FDY_OK;
 }
 
 /* ---- entries ---------------------------------------------------------------
@@ -439,7 +472,7 @@ static void cuda_buffer_release(fdy_backend *base, fdy_backend_buffer *buffer) {
   if (buffer == NULL) {
     return;
   }
-  cudaSetDevice(b->ctx.device);
+  fdy_cuda_ignore(cudaSetDevice(b->ctx.device));
   buffer_unref(buffer);
   sweep_quietly(b);
 }
@@ -528,9 +561,8 @@ static void cuda_host_unregister(fdy_backend *base, fdy_backend_host *host) {
   }
   fdy_list_unlink(&host->node);
   if (host->pin_end > host->pin_begin) {
-    cudaSetDevice(b->ctx.device);
-    cudaHostUnregister((void *)host->pin_begin);
-    cudaGetLastError();
+    fdy_cuda_ignore(cudaSetDevice(b->ctx.device));
+    fdy_cuda_ignore(cudaHostUnregister((void *)host->pin_begin));
   }
   free(host);
 }
@@ -608,10 +640,9 @@ static void cuda_stream_destroy(fdy_backend *base, fdy_backend_stream *stream) {
   if (stream == NULL) {
     return;
   }
-  cudaSetDevice(b->ctx.device);
+  fdy_cuda_ignore(cudaSetDevice(b->ctx.device));
   fdy_list_unlink(&stream->node);
-  cudaStreamDestroy(stream->stream);
-  cudaGetLastError();
+  fdy_cuda_ignore(cudaStreamDestroy(stream->stream));
   free(stream);
 }
 
@@ -657,39 +688,21 @@ static fdy_status cuda_copy_to_device(fdy_backend *base,
   if (st != FDY_OK) {
     return st;
   }
+  e->buffers[0] = dst;
+  e->buffer_count = 1;
+  dst->refs++;
   cudaStream_t s = stream->stream;
-  unsigned char *to = (unsigned char *)dst->data + dst_offset;
   bool submitted = false;
   st = fdy_cuda_check(cudaEventRecord(e->start, s), err, op,
                       "cudaEventRecord (start)");
   if (st == FDY_OK && bytes > 0) {
-    st = copy_pieces(b, s, to, src, bytes, &submitted, err);
+    st = copy_pieces(b, s, (unsigned char *)dst->data + dst_offset, src, bytes,
+                     &submitted, err);
   }
   if (st == FDY_OK && b->opts.fail_copy_submitted_at == call) {
     st = injected(err, op, call);
   }
-  if (st == FDY_OK) {
-    st = fdy_cuda_check(cudaEventRecord(e->end, s), err, op,
-                        "cudaEventRecord (end)");
-    e->tracked = st == FDY_OK;
-  }
-  dst->refs++;
-  e->buffers[0] = dst;
-  e->buffer_count = 1;
-  if (st != FDY_OK) {
-    /* No handle; submitted DMAs keep dst alive until a drain. */
-    e->tracked = false;
-    e->refs = 1;
-    if (submitted) {
-      pending_push(b, e);
-    } else {
-      work_finish(b, e, cudaSuccess, NULL);
-    }
-    return st;
-  }
-  pending_push(b, e);
-  *out = e;
-  return FDY_OK;
+  return work_accept(b, e, s, op, st, submitted, out, err);
 }
 
 static fdy_status launch_invalid(fdy_error *err, const fdy_launch_desc *desc,
@@ -735,8 +748,9 @@ static fdy_status take_result_slot(cuda_backend *b, uint32_t *out,
                            "every result slot is held by untracked work; "
                            "drain first");
     }
-    cudaEventSynchronize(oldest->end);
-    cudaGetLastError();
+    /* A failure here is returned again by the sweep's cudaEventQuery, which
+     * finishes the launch (freeing its slot) and keeps the error. */
+    fdy_cuda_ignore(cudaEventSynchronize(oldest->end));
     sweep_quietly(b);
   }
   *out = b->free_slots[--b->free_slot_count];
@@ -794,6 +808,7 @@ static fdy_status cuda_launch(fdy_backend *base, fdy_backend_stream *stream,
   }
   e->result_slot = (int32_t)slot;
   e->op_index = desc->op_index;
+  e->result = desc->result; /* published only once tracked work completed */
   e->bytes = lw->bytes;
   e->buffers[0] = lw->buffer;
   e->buffer_count = 1;
@@ -813,28 +828,11 @@ static fdy_status cuda_launch(fdy_backend *base, fdy_backend_stream *stream,
   if (st == FDY_OK && b->opts.fail_launch_submitted_at == call) {
     st = injected(err, "launch", call);
   }
-  if (st == FDY_OK) {
-    st = fdy_cuda_check(cudaEventRecord(e->end, s), err, "launch",
-                        "cudaEventRecord (end)");
+  st = work_accept(b, e, s, "launch", st, submitted, out, err);
+  if (st != FDY_OK && err != NULL) {
+    err->ids[0] = desc->op_index;
   }
-  if (st != FDY_OK) {
-    e->tracked = false;
-    e->refs = 1;
-    if (submitted) {
-      pending_push(b, e);
-    } else {
-      work_finish(b, e, cudaSuccess, NULL);
-    }
-    if (err != NULL) {
-      err->ids[0] = desc->op_index;
-    }
-    return st;
-  }
-  e->tracked = true;
-  e->result = desc->result;
-  pending_push(b, e);
-  *out = e;
-  return FDY_OK;
+  return st;
 }
 
 static fdy_status cuda_stream_wait(fdy_backend *base,
@@ -934,49 +932,25 @@ static void cuda_event_release(fdy_backend *base, fdy_backend_event *event) {
 static fdy_status cuda_drain(fdy_backend *base, fdy_error *err) {
   cuda_backend *b = cuda_of(base);
   fdy_status first = set_device(b, err, "drain");
+  fdy_error local;
   bool untracked = false;
   for (fdy_backend_event *e = b->pending; e != NULL; e = e->pending_next) {
     untracked = untracked || !e->tracked;
   }
   for (fdy_list_node *n = b->streams.next; n != &b->streams; n = n->next) {
-    fdy_error local;
     fdy_status st =
         fdy_cuda_check(cudaStreamSynchronize(((fdy_backend_stream *)n)->stream),
                        &local, "drain", "cudaStreamSynchronize");
-    if (st != FDY_OK && first == FDY_OK) {
-      first = st;
-      if (err != NULL) {
-        *err = local;
-      }
-    }
+    keep_first(&first, st, &local, err);
   }
   if (untracked) {
-    /* work of a stream destroyed since cannot be found by stream */
-    fdy_error local;
+    /* untracked work has no end event, and its stream may be destroyed */
     fdy_status st = fdy_cuda_check(cudaDeviceSynchronize(), &local, "drain",
                                    "cudaDeviceSynchronize");
-    if (st != FDY_OK && first == FDY_OK) {
-      first = st;
-      if (err != NULL) {
-        *err = local;
-      }
-    }
+    keep_first(&first, st, &local, err);
   }
-  fdy_error local;
-  fdy_status st = sweep(b, true, &local);
-  if (st != FDY_OK && first == FDY_OK) {
-    first = st;
-    if (err != NULL) {
-      *err = local;
-    }
-  }
-  st = take_deferred(b, &local);
-  if (st != FDY_OK && first == FDY_OK) {
-    first = st;
-    if (err != NULL) {
-      *err = local;
-    }
-  }
+  keep_first(&first, sweep(b, true, &local), &local, err);
+  keep_first(&first, take_deferred(b, &local), &local, err);
   return first;
 }
 
@@ -987,7 +961,7 @@ static void cuda_destroy(fdy_backend *base) {
   if (b == NULL) {
     return;
   }
-  cudaSetDevice(b->ctx.device);
+  fdy_cuda_ignore(cudaSetDevice(b->ctx.device));
   if (b->pending != NULL) {
     cuda_drain(base, NULL);
   }
@@ -1012,15 +986,14 @@ static void cuda_destroy(fdy_backend *base) {
   }
   fdy_cuda_staging_destroy(b->staging);
   if (b->ctx.internal != NULL) {
-    cudaStreamSynchronize(b->ctx.internal);
-    cudaStreamDestroy(b->ctx.internal);
+    fdy_cuda_ignore(cudaStreamSynchronize(b->ctx.internal));
+    fdy_cuda_ignore(cudaStreamDestroy(b->ctx.internal));
   }
   if (b->calib != NULL) {
-    cudaEventDestroy(b->calib);
+    fdy_cuda_ignore(cudaEventDestroy(b->calib));
   }
-  cudaFree(b->result_dev);
-  cudaFreeHost(b->result_host);
-  cudaGetLastError();
+  fdy_cuda_ignore(cudaFree(b->result_dev));
+  fdy_cuda_ignore(cudaFreeHost(b->result_host));
   free(b->free_slots);
   free(b);
 }
@@ -1082,12 +1055,14 @@ fdy_status fdy_cuda_memory_in_use(fdy_backend *b, uint64_t *out,
                          "out is NULL");
   }
   *out = 0;
-  if (fdy_cuda_ctx_of(b, "memory_in_use", err) == NULL) {
-    return err != NULL ? err->kind : FDY_ERR_INVALID_ARGUMENT;
+  fdy_cuda_ctx *ctx = NULL;
+  fdy_status st = fdy_cuda_ctx_of(b, "memory_in_use", &ctx, err);
+  if (st != FDY_OK) {
+    return st;
   }
   size_t free_bytes = 0, total_bytes = 0;
-  fdy_status st = fdy_cuda_check(cudaMemGetInfo(&free_bytes, &total_bytes), err,
-                                 "memory_in_use", "cudaMemGetInfo");
+  st = fdy_cuda_check(cudaMemGetInfo(&free_bytes, &total_bytes), err,
+                      "memory_in_use", "cudaMemGetInfo");
   if (st == FDY_OK) {
     *out = (uint64_t)(total_bytes - free_bytes);
   }
@@ -1114,19 +1089,18 @@ static fdy_status calibrate(cuda_backend *b, fdy_error *err) {
     }
     int64_t t1 = fdy_now_ns();
     if (st != FDY_OK) {
-      cudaEventDestroy(ev);
+      fdy_cuda_ignore(cudaEventDestroy(ev));
       return st;
     }
     if (t1 - t0 < best_window) {
       best_window = t1 - t0;
       if (b->calib != NULL) {
-        cudaEventDestroy(b->calib);
+        fdy_cuda_ignore(cudaEventDestroy(b->calib));
       }
       b->calib = ev;
       b->calib_host_ns = t0 + (t1 - t0) / 2;
-      b->calib_error_ns = (t1 - t0) / 2;
     } else {
-      cudaEventDestroy(ev);
+      fdy_cuda_ignore(cudaEventDestroy(ev));
     }
   }
   return FDY_OK;
@@ -1213,7 +1187,6 @@ fdy_status fdy_cuda_backend_create(const fdy_cuda_options *options,
     goto cleanup;
   }
   snprintf(b->name, sizeof b->name, "%.127s", prop.name);
-  b->total_memory = prop.totalGlobalMem;
   b->copy_engines =
       prop.asyncEngineCount > 0 ? (uint32_t)prop.asyncEngineCount : 0;
   b->ctx.l2_bytes = prop.l2CacheSize > 0 ? (uint64_t)prop.l2CacheSize : 0;
@@ -1239,9 +1212,13 @@ fdy_status fdy_cuda_backend_create(const fdy_cuda_options *options,
     b->result_dev = NULL;
     goto cleanup;
   }
-  st = fdy_cuda_check(
-      cudaMemset(b->result_dev, 0, CUDA_RESULT_SLOTS * sizeof *b->result_dev),
-      err, "create", "cudaMemset of the result slots");
+  /* On the internal stream, so that the warm-up's synchronize below also
+   * orders it before any launch (a cudaMemset on the legacy default stream
+   * is not ordered with the non-blocking streams the launches use). */
+  st = fdy_cuda_check(cudaMemsetAsync(b->result_dev, 0,
+                                      CUDA_RESULT_SLOTS * sizeof *b->result_dev,
+                                      b->ctx.internal),
+                      err, "create", "cudaMemsetAsync of the result slots");
   if (st != FDY_OK) {
     goto cleanup;
   }

@@ -25,6 +25,11 @@ fdy_status fdy_cuda_fail(fdy_error *err, fdy_status kind, const char *op,
  * FDY_ERR_BACKEND naming `what` and the CUDA error name and string. */
 fdy_status fdy_cuda_check(cudaError_t rc, fdy_error *err, const char *op,
                           const char *what);
+/* For the CUDA calls of cleanup paths (release, destroy, unwinding after a
+ * failure), which have no way to report an error: drops rc deliberately and
+ * clears CUDA's last error, so that it cannot surface as the error of a later,
+ * unrelated call (a kernel launch reads cudaGetLastError). */
+void fdy_cuda_ignore(cudaError_t rc);
 
 /* ---- backend state the measurement helpers use (cuda_backend.c) -----------
  */
@@ -42,9 +47,12 @@ typedef struct fdy_cuda_ctx {
   fdy_cuda_result_host *internal_host;
 } fdy_cuda_ctx;
 
-/* The state of b when b is a CUDA backend (and makes its device current);
- * else NULL with FDY_ERR_INVALID_ARGUMENT naming op. */
-fdy_cuda_ctx *fdy_cuda_ctx_of(fdy_backend *b, const char *op, fdy_error *err);
+/* *out = the state of b when b is a CUDA backend, and makes its device
+ * current. Fails with FDY_ERR_INVALID_ARGUMENT naming op when b is NULL or
+ * not a CUDA backend, FDY_ERR_BACKEND when cudaSetDevice fails; *out is NULL
+ * then. */
+fdy_status fdy_cuda_ctx_of(fdy_backend *b, const char *op, fdy_cuda_ctx **out,
+                           fdy_error *err);
 
 /* ---- staging ring (cuda_staging.c) ----------------------------------------
  */

@@ -9,15 +9,24 @@
 
 #include <stdlib.h>
 
-typedef struct measure {
+typedef struct measure measure;
+
+/* Enqueues the measured operation once on the internal stream. */
+typedef fdy_status (*measure_op)(const measure *m, fdy_error *err);
+
+struct measure {
   fdy_cuda_ctx *ctx;
   const char *op;
+  uint64_t bytes;
   uint32_t repeats;
   cudaEvent_t start, end;
   void *flush; /* 2 x L2 bytes, or NULL */
   uint64_t flush_bytes;
-  double *seconds; /* repeats entries */
-} measure;
+  const void *host; /* H2D: the caller's source */
+  void *input;      /* D2D, checksum: filled device input, owned */
+  void *output;     /* H2D, D2D: device destination, owned */
+  double *seconds;  /* repeats entries */
+};
 
 static int compare_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -31,23 +40,24 @@ static double median(double *v, uint32_t n) {
 
 static void measure_end(measure *m) {
   if (m->start != NULL) {
-    cudaEventDestroy(m->start);
+    fdy_cuda_ignore(cudaEventDestroy(m->start));
   }
   if (m->end != NULL) {
-    cudaEventDestroy(m->end);
+    fdy_cuda_ignore(cudaEventDestroy(m->end));
   }
   if (m->ctx != NULL) {
-    cudaStreamSynchronize(m->ctx->internal);
+    fdy_cuda_ignore(cudaStreamSynchronize(m->ctx->internal));
   }
-  cudaFree(m->flush);
-  cudaGetLastError();
+  fdy_cuda_ignore(cudaFree(m->flush));
+  fdy_cuda_ignore(cudaFree(m->input));
+  fdy_cuda_ignore(cudaFree(m->output));
   free(m->seconds);
 }
 
 static fdy_status measure_begin(measure *m, fdy_backend *b, const char *op,
                                 uint64_t bytes, uint32_t repeats, bool flush,
                                 double *bytes_per_second, fdy_error *err) {
-  *m = (measure){.op = op, .repeats = repeats};
+  *m = (measure){.op = op, .bytes = bytes, .repeats = repeats};
   if (bytes_per_second == NULL) {
     return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, op,
                          "bytes_per_second is NULL");
@@ -57,17 +67,16 @@ static fdy_status measure_begin(measure *m, fdy_backend *b, const char *op,
     return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, op,
                          "bytes and repeats must be non-zero");
   }
-  m->ctx = fdy_cuda_ctx_of(b, op, err);
-  if (m->ctx == NULL) {
-    return err != NULL ? err->kind : FDY_ERR_INVALID_ARGUMENT;
+  fdy_status st = fdy_cuda_ctx_of(b, op, &m->ctx, err);
+  if (st != FDY_OK) {
+    return st;
   }
   m->seconds = calloc(repeats, sizeof *m->seconds);
   if (m->seconds == NULL) {
     return fdy_cuda_fail(err, FDY_ERR_OUT_OF_MEMORY, op,
                          "cannot allocate %u timings", repeats);
   }
-  fdy_status st =
-      fdy_cuda_check(cudaEventCreate(&m->start), err, op, "cudaEventCreate");
+  st = fdy_cuda_check(cudaEventCreate(&m->start), err, op, "cudaEventCreate");
   if (st == FDY_OK) {
     st = fdy_cuda_check(cudaEventCreate(&m->end), err, op, "cudaEventCreate");
   }
@@ -86,10 +95,27 @@ static fdy_status measure_begin(measure *m, fdy_backend *b, const char *op,
   return st;
 }
 
+/* *out = a device buffer of m->bytes (freed by measure_end). */
+static fdy_status device_alloc(measure *m, void **out, fdy_error *err) {
+  fdy_status st = fdy_cuda_check(cudaMalloc(out, (size_t)m->bytes), err, m->op,
+                                 "cudaMalloc");
+  if (st != FDY_OK) {
+    *out = NULL;
+  }
+  return st;
+}
+
+/* Fills m->input with pseudo-random bytes from seed. */
+static fdy_status fill_input(const measure *m, uint64_t seed, fdy_error *err) {
+  return fdy_cuda_check(
+      fdy_cuda_fill_enqueue(m->input, m->bytes, seed, m->ctx->internal), err,
+      m->op, "the fill kernel launch");
+}
+
 /* Untimed: read the scratch buffer (with the checksum kernel) so that L2
  * holds none of the inputs, and only clean lines: a flush by writing would
  * leave dirty lines whose write-back competes with the timed reads. */
-static fdy_status flush_l2(measure *m, fdy_error *err) {
+static fdy_status flush_l2(const measure *m, fdy_error *err) {
   if (m->flush == NULL) {
     return FDY_OK;
   }
@@ -100,7 +126,7 @@ static fdy_status flush_l2(measure *m, fdy_error *err) {
       err, m->op, "the L2 flush kernel launch");
 }
 
-static fdy_status record(measure *m, cudaEvent_t ev, fdy_error *err) {
+static fdy_status record(const measure *m, cudaEvent_t ev, fdy_error *err) {
   return fdy_cuda_check(cudaEventRecord(ev, m->ctx->internal), err, m->op,
                         "cudaEventRecord");
 }
@@ -121,44 +147,75 @@ static fdy_status collect(measure *m, uint32_t rep, fdy_error *err) {
   return st;
 }
 
+/* One untimed warm-up, then m->repeats timed runs of op, each after the L2
+ * flush (when m has one); *seconds = the median time of a run. */
+static fdy_status time_median(measure *m, measure_op op, double *seconds,
+                              fdy_error *err) {
+  fdy_status st = FDY_OK;
+  for (int64_t rep = -1; st == FDY_OK && rep < (int64_t)m->repeats; rep++) {
+    st = flush_l2(m, err);
+    if (st == FDY_OK) {
+      st = record(m, m->start, err);
+    }
+    if (st == FDY_OK) {
+      st = op(m, err);
+    }
+    if (st == FDY_OK) {
+      st = record(m, m->end, err);
+    }
+    if (st == FDY_OK) {
+      st = collect(m, rep < 0 ? 0 : (uint32_t)rep, err);
+    }
+  }
+  if (st == FDY_OK) {
+    *seconds = median(m->seconds, m->repeats);
+  }
+  return st;
+}
+
+static fdy_status enqueue_h2d(const measure *m, fdy_error *err) {
+  return fdy_cuda_check(cudaMemcpyAsync(m->output, m->host, (size_t)m->bytes,
+                                        cudaMemcpyHostToDevice,
+                                        m->ctx->internal),
+                        err, m->op, "cudaMemcpyAsync");
+}
+
+static fdy_status enqueue_d2d(const measure *m, fdy_error *err) {
+  return fdy_cuda_check(cudaMemcpyAsync(m->output, m->input, (size_t)m->bytes,
+                                        cudaMemcpyDeviceToDevice,
+                                        m->ctx->internal),
+                        err, m->op, "cudaMemcpyAsync");
+}
+
+static fdy_status enqueue_checksum(const measure *m, fdy_error *err) {
+  return fdy_cuda_check(
+      fdy_cuda_checksum_enqueue(m->input, m->bytes, 1, m->ctx->max_blocks,
+                                m->ctx->internal_dev, m->ctx->internal_host,
+                                m->ctx->internal),
+      err, m->op, "the checksum kernel launch");
+}
+
 fdy_status fdy_cuda_measure_h2d(fdy_backend *b, const void *src, uint64_t bytes,
                                 uint32_t repeats, double *bytes_per_second,
                                 fdy_error *err) {
   measure m;
-  void *dst = NULL;
+  double seconds = 0;
   fdy_status st = measure_begin(&m, b, "measure_h2d", bytes, repeats, false,
                                 bytes_per_second, err);
   if (st == FDY_OK && src == NULL) {
     st = fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, m.op, "src is NULL");
   }
+  m.host = src;
   if (st == FDY_OK) {
-    st = fdy_cuda_check(cudaMalloc(&dst, (size_t)bytes), err, m.op,
-                        "cudaMalloc");
-    if (st != FDY_OK) {
-      dst = NULL;
-    }
-  }
-  for (int64_t rep = -1; st == FDY_OK && rep < (int64_t)repeats; rep++) {
-    st = record(&m, m.start, err);
-    if (st == FDY_OK) {
-      st = fdy_cuda_check(cudaMemcpyAsync(dst, src, (size_t)bytes,
-                                          cudaMemcpyHostToDevice,
-                                          m.ctx->internal),
-                          err, m.op, "cudaMemcpyAsync");
-    }
-    if (st == FDY_OK) {
-      st = record(&m, m.end, err);
-    }
-    if (st == FDY_OK) {
-      st = collect(&m, rep < 0 ? 0 : (uint32_t)rep, err);
-    }
+    st = device_alloc(&m, &m.output, err);
   }
   if (st == FDY_OK) {
-    *bytes_per_second = (double)bytes / median(m.seconds, repeats);
+    st = time_median(&m, enqueue_h2d, &seconds, err);
+  }
+  if (st == FDY_OK) {
+    *bytes_per_second = (double)bytes / seconds;
   }
   measure_end(&m);
-  cudaFree(dst);
-  cudaGetLastError();
   return st;
 }
 
@@ -166,52 +223,26 @@ fdy_status fdy_cuda_measure_d2d(fdy_backend *b, uint64_t bytes,
                                 uint32_t repeats, double *bytes_per_second,
                                 fdy_error *err) {
   measure m;
-  void *from = NULL, *to = NULL;
+  double seconds = 0;
   fdy_status st = measure_begin(&m, b, "measure_d2d", bytes, repeats, true,
                                 bytes_per_second, err);
   if (st == FDY_OK) {
-    st = fdy_cuda_check(cudaMalloc(&from, (size_t)bytes), err, m.op,
-                        "cudaMalloc");
-    if (st != FDY_OK) {
-      from = NULL;
-    }
+    st = device_alloc(&m, &m.input, err);
   }
   if (st == FDY_OK) {
-    st =
-        fdy_cuda_check(cudaMalloc(&to, (size_t)bytes), err, m.op, "cudaMalloc");
-    if (st != FDY_OK) {
-      to = NULL;
-    }
+    st = device_alloc(&m, &m.output, err);
   }
   if (st == FDY_OK) {
-    st = fdy_cuda_check(fdy_cuda_fill_enqueue(from, bytes, 1, m.ctx->internal),
-                        err, m.op, "the fill kernel launch");
-  }
-  for (int64_t rep = -1; st == FDY_OK && rep < (int64_t)repeats; rep++) {
-    st = flush_l2(&m, err);
-    if (st == FDY_OK) {
-      st = record(&m, m.start, err);
-    }
-    if (st == FDY_OK) {
-      st = fdy_cuda_check(cudaMemcpyAsync(to, from, (size_t)bytes,
-                                          cudaMemcpyDeviceToDevice,
-                                          m.ctx->internal),
-                          err, m.op, "cudaMemcpyAsync");
-    }
-    if (st == FDY_OK) {
-      st = record(&m, m.end, err);
-    }
-    if (st == FDY_OK) {
-      st = collect(&m, rep < 0 ? 0 : (uint32_t)rep, err);
-    }
+    st = fill_input(&m, 1, err);
   }
   if (st == FDY_OK) {
-    *bytes_per_second = 2.0 * (double)bytes / median(m.seconds, repeats);
+    st = time_median(&m, enqueue_d2d, &seconds, err);
+  }
+  if (st == FDY_OK) {
+    /* bytes read plus bytes written */
+    *bytes_per_second = 2.0 * (double)bytes / seconds;
   }
   measure_end(&m);
-  cudaFree(from);
-  cudaFree(to);
-  cudaGetLastError();
   return st;
 }
 
@@ -219,44 +250,21 @@ fdy_status fdy_cuda_measure_checksum(fdy_backend *b, uint64_t bytes,
                                      uint32_t repeats, double *bytes_per_second,
                                      fdy_error *err) {
   measure m;
-  void *data = NULL;
+  double seconds = 0;
   fdy_status st = measure_begin(&m, b, "measure_checksum", bytes, repeats, true,
                                 bytes_per_second, err);
   if (st == FDY_OK) {
-    st = fdy_cuda_check(cudaMalloc(&data, (size_t)bytes), err, m.op,
-                        "cudaMalloc");
-    if (st != FDY_OK) {
-      data = NULL;
-    }
+    st = device_alloc(&m, &m.input, err);
   }
   if (st == FDY_OK) {
-    st = fdy_cuda_check(fdy_cuda_fill_enqueue(data, bytes, 2, m.ctx->internal),
-                        err, m.op, "the fill kernel launch");
-  }
-  for (int64_t rep = -1; st == FDY_OK && rep < (int64_t)repeats; rep++) {
-    st = flush_l2(&m, err);
-    if (st == FDY_OK) {
-      st = record(&m, m.start, err);
-    }
-    if (st == FDY_OK) {
-      st = fdy_cuda_check(
-          fdy_cuda_checksum_enqueue(data, bytes, 1, m.ctx->max_blocks,
-                                    m.ctx->internal_dev, m.ctx->internal_host,
-                                    m.ctx->internal),
-          err, m.op, "the checksum kernel launch");
-    }
-    if (st == FDY_OK) {
-      st = record(&m, m.end, err);
-    }
-    if (st == FDY_OK) {
-      st = collect(&m, rep < 0 ? 0 : (uint32_t)rep, err);
-    }
+    st = fill_input(&m, 2, err);
   }
   if (st == FDY_OK) {
-    *bytes_per_second = (double)bytes / median(m.seconds, repeats);
+    st = time_median(&m, enqueue_checksum, &seconds, err);
+  }
+  if (st == FDY_OK) {
+    *bytes_per_second = (double)bytes / seconds;
   }
   measure_end(&m);
-  cudaFree(data);
-  cudaGetLastError();
   return st;
 }

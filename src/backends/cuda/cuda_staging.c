@@ -187,18 +187,19 @@ void fdy_cuda_staging_destroy(fdy_cuda_staging *s) {
   for (uint32_t i = 0; i < s->threads_started; i++) {
     pthread_join(s->threads[i], NULL);
   }
-  for (uint32_t i = 0; s->buffers != NULL && i < s->count; i++) {
+  /* Creation fills the arrays only once all of them were allocated. */
+  bool arrays = s->buffers != NULL && s->ready != NULL && s->used != NULL;
+  for (uint32_t i = 0; arrays && i < s->count; i++) {
     if (s->ready[i] != NULL) {
       if (s->used[i]) {
-        cudaEventSynchronize(s->ready[i]);
+        fdy_cuda_ignore(cudaEventSynchronize(s->ready[i]));
       }
-      cudaEventDestroy(s->ready[i]);
+      fdy_cuda_ignore(cudaEventDestroy(s->ready[i]));
     }
     if (s->buffers[i] != NULL) {
-      cudaFreeHost(s->buffers[i]);
+      fdy_cuda_ignore(cudaFreeHost(s->buffers[i]));
     }
   }
-  cudaGetLastError();
   pthread_cond_destroy(&s->done);
   pthread_cond_destroy(&s->go);
   pthread_mutex_destroy(&s->mu);
@@ -241,9 +242,9 @@ fdy_status fdy_cuda_staging_copy(fdy_cuda_staging *s, cudaStream_t stream,
         fdy_cuda_check(cudaEventRecord(s->ready[i], stream), err,
                        "copy_to_device", "cudaEventRecord after a staging DMA");
     if (st != FDY_OK) {
-      /* The buffer's DMA cannot be tracked: wait for it here. */
-      cudaStreamSynchronize(stream);
-      cudaGetLastError();
+      /* The buffer's DMA cannot be tracked: wait for it here (the record's
+       * error is the one reported). */
+      fdy_cuda_ignore(cudaStreamSynchronize(stream));
       s->used[i] = false;
       return st;
     }

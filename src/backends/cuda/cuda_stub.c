@@ -47,6 +47,15 @@ fdy_status fdy_cuda_memory_in_use(fdy_backend *b, uint64_t *out,
   return stub_unsupported(err, "memory_in_use");
 }
 
+/* The measurement helpers: no rate. */
+static fdy_status stub_no_rate(double *bytes_per_second, fdy_error *err,
+                               const char *op) {
+  if (bytes_per_second != NULL) {
+    *bytes_per_second = 0;
+  }
+  return stub_unsupported(err, op);
+}
+
 fdy_status fdy_cuda_measure_h2d(fdy_backend *b, const void *src, uint64_t bytes,
                                 uint32_t repeats, double *bytes_per_second,
                                 fdy_error *err) {
@@ -54,10 +63,7 @@ fdy_status fdy_cuda_measure_h2d(fdy_backend *b, const void *src, uint64_t bytes,
   (void)src;
   (void)bytes;
   (void)repeats;
-  if (bytes_per_second != NULL) {
-    *bytes_per_second = 0;
-  }
-  return stub_unsupported(err, "measure_h2d");
+  return stub_no_rate(bytes_per_second, err, "measure_h2d");
 }
 
 fdy_status fdy_cuda_measure_d2d(fdy_backend *b, uint64_t bytes,
@@ -66,10 +72,7 @@ fdy_status fdy_cuda_measure_d2d(fdy_backend *b, uint64_t bytes,
   (void)b;
   (void)bytes;
   (void)repeats;
-  if (bytes_per_second != NULL) {
-    *bytes_per_second = 0;
-  }
-  return stub_unsupported(err, "measure_d2d");
+  return stub_no_rate(bytes_per_second, err, "measure_d2d");
 }
 
 fdy_status fdy_cuda_measure_checksum(fdy_backend *b, uint64_t bytes,
@@ -78,8 +81,5 @@ fdy_status fdy_cuda_measure_checksum(fdy_backend *b, uint64_t bytes,
   (void)b;
   (void)bytes;
   (void)repeats;
-  if (bytes_per_second != NULL) {
-    *bytes_per_second = 0;
-  }
-  return stub_unsupported(err, "measure_checksum");
+  return stub_no_rate(bytes_per_second, err, "measure_checksum");
 }
