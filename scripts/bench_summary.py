@@ -253,6 +253,11 @@ def check(report):
                         measured)
                 c.close("overlap.fraction_of_ideal", ov["fraction_of_ideal"],
                         measured / ideal)
+            else:  # nothing to compare the baseline with
+                c.equal("overlap.measured_speedup", ov["measured_speedup"],
+                        None)
+                c.equal("overlap.fraction_of_ideal", ov["fraction_of_ideal"],
+                        None)
     return c, rows
 
 

@@ -20,6 +20,7 @@ printed), 2 for usage. Standard library only;
 `uv run --script scripts/trace_overlap.py T.json` works too.
 """
 
+import bisect
 import json
 import re
 import statistics
@@ -85,18 +86,27 @@ def executions(doc):
         for role, t in tid.items():
             if e.get("tid") == t:
                 spans[role].append(e)
+    # Device spans by start time, so that each execution finds those that
+    # start inside it by bisection rather than by a scan of the whole trace.
+    device = {}
+    for role in ("copy", "compute"):
+        ordered = sorted(spans[role], key=lambda s: s["ts"])
+        device[role] = ([s["ts"] for s in ordered], ordered)
+
+    def inside(role, start, end):
+        starts, ordered = device[role]
+        low = bisect.bisect_left(starts, start)
+        high = bisect.bisect_right(starts, end)
+        return [(s["ts"], s["ts"] + s["dur"]) for s in ordered[low:high]]
+
     result = []
     for e in spans["host"]:
         match = EXECUTION_NAME.match(e.get("name", ""))
         if not match:
             continue
         start, end = e["ts"], e["ts"] + e["dur"]
-
-        def inside(role):
-            return [(s["ts"], s["ts"] + s["dur"]) for s in spans[role]
-                    if start <= s["ts"] <= end]
-
-        copy, compute = union(inside("copy")), union(inside("compute"))
+        copy = union(inside("copy", start, end))
+        compute = union(inside("compute", start, end))
         result.append({
             "sequence": int(match.group(1)),
             "buffers": int(match.group(2)),

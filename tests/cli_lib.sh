@@ -3,6 +3,9 @@
 # ends with `finish NAME`.
 #   expect CODE ARGS...   runs "$foundry" ARGS, stdout in $out, stderr in
 #                         $err, and counts a failure unless it exits CODE
+#   expect_cmd CODE DESCRIPTION COMMAND...
+#                         the same for any COMMAND (python, a script), the
+#                         failure named by DESCRIPTION
 #   contains FILE TEXT    counts a failure unless FILE contains TEXT
 #   fail MESSAGE          counts a failure
 out=$work/stdout
@@ -21,6 +24,18 @@ expect() {
   actual=$?
   if [ "$actual" -ne "$code" ]; then
     fail "foundry $* exited $actual, expected $code"
+    cat "$out" "$err" >&2
+  fi
+}
+
+expect_cmd() {
+  code=$1
+  what=$2
+  shift 2
+  "$@" >"$out" 2>"$err"
+  actual=$?
+  if [ "$actual" -ne "$code" ]; then
+    fail "$what exited $actual, expected $code"
     cat "$out" "$err" >&2
   fi
 }

@@ -146,34 +146,41 @@ typedef struct fdy_bench_options {
   int argc;                     /* invocation recorded in the report */
   char *const *argv;
   FILE *console; /* summary table; NULL = none */
-  bool progress; /* one progress line per execution on stderr */
+  bool progress; /* progress lines on stderr: setup steps, each execution */
 } fdy_bench_options;
 
 /* The defaults of the issue (see the field comments). */
 void fdy_bench_options_default(fdy_bench_options *options);
 
-/* Everything that can be checked without a backend, in this order: positive
- * layers/weight/iterations/resamples/passes, resamples <= 1e6, buffers list
- * (non-empty, distinct, 1 .. FDY_BENCH_MAX_BUFFERS), payload and slot sizes
- * with checked arithmetic (FDY_ERR_OVERFLOW), trace without report
- * (INVALID_ARGUMENT), the same path for both (INVALID_ARGUMENT), an existing
- * file (FDY_ERR_EXISTS, name = path), a missing directory (FDY_ERR_NOT_FOUND,
- * name = path). Creates nothing. */
+/* Everything that can be checked without a backend, in this order (each
+ * FDY_ERR_INVALID_ARGUMENT unless said otherwise): positive
+ * layers/weight/iterations/resamples/passes (name = the flag), resamples <=
+ * 1e6, the buffers list (1 .. FDY_BENCH_MAX_CONFIGS entries, each 1 ..
+ * FDY_BENCH_MAX_BUFFERS, distinct; ids name the entries), warmup +
+ * iterations within 32 bits and the payload and slot sizes within 64 bits
+ * (FDY_ERR_OVERFLOW), a known backend and host mode, a non-negative device,
+ * cpu_memory_bytes with backend cuda; then the outputs: trace without
+ * report, the same file for both, an empty name or one ending in '/', an
+ * existing file (FDY_ERR_EXISTS), a missing directory (FDY_ERR_NOT_FOUND),
+ * each with name = the path. Creates nothing. */
 fdy_status fdy_bench_check_options(const fdy_bench_options *options,
                                    fdy_error *err);
 
-/* Runs the benchmark: fdy_bench_check_options, backend creation and device
- * limit checks (slot budget within device memory, FDY_ERR_BUDGET; each slot
- * within the maximum allocation, FDY_ERR_BUDGET), all before any payload is
- * generated; then untimed setup, rounds, statistics, console summary, report
- * and trace. Any execution or checksum failure aborts (FDY_ERR_CHECKSUM with
- * ids[0] = layer, command_index = sequence number) and, when a report was
- * asked for, still writes it with status "failed". The trace is written
- * first; if it cannot be, the report records that failure; if the report
- * cannot be written, the trace is removed again, so the two appear together
- * or not at all. Neither file is ever overwritten (temporary file + link).
- * On the cpu backend (also when auto chose it), host_mode staged is
- * FDY_ERR_INVALID_ARGUMENT, as cpu_memory_bytes is on cuda. */
+/* Runs the benchmark: fdy_bench_check_options, backend creation and limit
+ * checks (each slot within the maximum allocation, the largest slot budget
+ * within device memory, the payload within the host's physical memory: each
+ * FDY_ERR_BUDGET with expected = the limit, actual = the need), all before
+ * any payload is generated; then untimed setup, rounds, statistics, console
+ * summary, report and trace. Any execution or checksum failure aborts
+ * (FDY_ERR_CHECKSUM with ids[0] = layer, command_index = sequence number).
+ * Every failure after fdy_bench_check_options, when a report was asked for,
+ * still writes it with status "failed". The trace is written first; if it
+ * cannot be, the report of an otherwise successful run records that
+ * failure; if the report cannot be written, the trace is removed again, so
+ * the two appear together or not at all. Neither file is ever overwritten
+ * (temporary file + link). On the cpu backend (also when auto chose it),
+ * host_mode staged is FDY_ERR_INVALID_ARGUMENT, as cpu_memory_bytes is on
+ * cuda. */
 fdy_status fdy_bench_run(const fdy_bench_options *options, fdy_error *err);
 
 #ifdef __cplusplus

@@ -14,9 +14,9 @@
 
 /* Repeats of each ceiling measurement (after one discarded warm copy). */
 #define BENCH_CEILING_REPEATS 10u
-/* All executions are traced when their commands add up to at most this many
- * timing records; beyond, only the last measured execution of each
- * configuration is kept. */
+/* All executions are traced when their commands (rounds x the commands of
+ * every configuration's plan) add up to at most this many timing records;
+ * beyond, only the last measured execution of each configuration is kept. */
 #define BENCH_TRACE_ALL_LIMIT 200000u
 /* Staging ring the bench asks of the CUDA backend in staged mode. */
 #define BENCH_STAGING_BYTES   (16u * FDY_MIB)
@@ -33,7 +33,9 @@ typedef struct bench_hooks {
   /* in: called once the backend exists, before any other use of it (a test
    * may swap b->ops for a table of its own that wraps the real one) */
   void (*after_backend)(struct bench_hooks *hooks, fdy_backend *b);
-  void *context; /* in: for after_backend */
+  /* in: fdy_cuda_options.fail_alloc_at of the cuda backend (the cuda
+   * functions refuse a backend whose ops table was swapped) */
+  uint64_t cuda_fail_alloc_at;
   /* in: a file created (empty) right before the outputs are written, as if
    * another process had raced the run to that path */
   const char *create_before_outputs;
@@ -46,18 +48,18 @@ typedef struct bench_hooks {
 /* One execution of one configuration. */
 typedef struct bench_execution {
   uint64_t sequence;
-  bool measured;      /* false: warmup */
-  uint32_t round;     /* over all rounds, warmup first */
-  uint32_t position;  /* index within the round */
-  uint32_t config;    /* index in the buffers list */
-  int64_t begin_ns;   /* fdy_now_ns() right before fdy_runtime_execute */
-  int64_t end_ns;     /* fdy_now_ns() right after it returned */
-  fdy_status outcome; /* the runtime's status */
-  int checksum;       /* BENCH_CHECKSUM_* */
-  uint64_t peak_slot_bytes;
-  int64_t copy_ns;     /* sum of prefetch device spans, or -1 */
-  int64_t compute_ns;  /* sum of launch device spans, or -1 */
-  size_t timing_count; /* timings kept for the trace, or 0 */
+  bool measured;            /* false: warmup */
+  uint32_t round;           /* over all rounds, warmup first */
+  uint32_t position;        /* index within the round */
+  uint32_t config;          /* index in the buffers list */
+  int64_t begin_ns;         /* fdy_now_ns() right before fdy_runtime_execute */
+  int64_t end_ns;           /* fdy_now_ns() right after it returned */
+  fdy_status outcome;       /* the runtime's status */
+  int checksum;             /* BENCH_CHECKSUM_* */
+  uint64_t peak_slot_bytes; /* fdy_run_result.peak_slot_bytes, 0 if failed */
+  int64_t copy_ns;          /* sum of prefetch device spans, or -1 */
+  int64_t compute_ns;       /* sum of launch device spans, or -1 */
+  size_t timing_count;      /* timings kept for the trace, or 0 */
   fdy_command_timing *timings;
 } bench_execution;
 
@@ -97,23 +99,23 @@ typedef struct bench_ceiling {
 
 typedef struct bench_state {
   const fdy_bench_options *opt;
-  fdy_bench_backend backend_kind; /* resolved: CPU or CUDA */
-  bool backend_resolved;
-  fdy_backend *backend;
+  /* resolved (CPU or CUDA) first thing after fdy_bench_check_options, so
+   * whenever a report is written */
+  fdy_bench_backend backend_kind;
+  fdy_backend *backend; /* NULL until created */
   bool have_caps;
   fdy_device_caps caps;
-  uint64_t weight_bytes, payload_bytes, slot_bytes;
-  uint32_t slots[FDY_BENCH_MAX_CONFIGS];        /* min(buffers, layers) */
-  uint64_t budget_bytes[FDY_BENCH_MAX_CONFIGS]; /* slots x slot bytes */
-  uint64_t max_budget_bytes;
+  /* from the options (fdy_bench_check_options proved they fit) */
+  uint64_t weight_bytes, payload_bytes;
+  uint64_t slot_bytes;                          /* weight, device-aligned */
+  uint64_t budget_bytes[FDY_BENCH_MAX_CONFIGS]; /* min(buffers, layers) slots */
+  uint64_t max_budget_bytes;                    /* the largest of them */
   fdy_plan *plans[FDY_BENCH_MAX_CONFIGS];
   fdy_plan_summary summaries[FDY_BENCH_MAX_CONFIGS];
-  unsigned char *payload; /* layers x weight_bytes, page aligned */
-  uint64_t *expected;     /* layers checksums */
-  fdy_graph *graph;       /* bound to the payload */
-  fdy_backend_host *registration;
-  uint64_t registered_bytes;
-  uint64_t staging_bytes;
+  unsigned char *payload;         /* layers x weight_bytes, page aligned */
+  uint64_t *expected;             /* layers checksums */
+  fdy_graph *graph;               /* bound to the payload */
+  fdy_backend_host *registration; /* the registered payload, or NULL */
   bench_ceiling h2d, d2d, kernel;
   /* cuda: device memory in use (fdy_cuda_memory_in_use); each reading is
    * BENCH_NOT_MEASURED until taken (a run that failed before it) */
@@ -122,21 +124,35 @@ typedef struct bench_state {
   uint64_t memory_in_use_setup;   /* after setup (payload, ceilings) */
   uint64_t memory_in_use_slots;   /* with the largest slot set allocated */
   uint64_t memory_in_use_rounds;  /* after the last execution */
-  uint64_t peak_slot_bytes;       /* max over executions */
   bool trace_all;
-  size_t execution_count; /* executions started (failed one included) */
+  /* executions started; a failed one (runtime failure or checksum mismatch)
+   * is the last, as the run stops there */
+  size_t execution_count;
   bench_execution *executions;
   bool have_stats;
   bench_config_stats stats[FDY_BENCH_MAX_CONFIGS];
   bench_overlap overlap;
-  const char *stage;       /* what the run was doing when it stopped */
-  int64_t failed_sequence; /* execution that failed, or -1 */
-  int64_t started_unix;    /* time(NULL) at the start */
+  const char *stage;    /* what the run was doing when it stopped */
+  int64_t started_unix; /* time(NULL) at the start */
 } bench_state;
 
 /* fdy_bench_run with test hooks (NULL: none). */
 fdy_status bench_run_hooked(const fdy_bench_options *options,
                             bench_hooks *hooks, fdy_error *err);
+
+/* Bootstrap streams of configuration k (see foundry/bench.h): 3k for the
+ * median, 3k + 1 for the mean, 3k + 2 for the paired speedup. */
+enum { BENCH_STREAM_MEDIAN = 0, BENCH_STREAM_MEAN, BENCH_STREAM_SPEEDUP };
+
+static inline uint64_t bench_stream(uint32_t k, int which) {
+  return 3ull * k + (uint64_t)which;
+}
+
+/* begin_ns of the first execution (0 without one): the origin of the
+ * report's start offsets and of the trace's timestamps. */
+int64_t bench_origin_ns(const bench_state *s);
+/* "all" or "last_measured": which executions the trace holds. */
+const char *bench_trace_scope(const bench_state *s);
 
 /* The report of a finished or failed run (status = the run's status, err its
  * error when failed). Returns a new reference. */
@@ -146,8 +162,5 @@ json_t *bench_report_json(const bench_state *s, fdy_status status,
 json_t *bench_trace_json(const bench_state *s);
 /* Prints the console summary of a successful run. */
 void bench_print_summary(const bench_state *s, FILE *out);
-
-/* GiB/s of the payload at a median of median_ms. */
-double bench_throughput_gib_s(uint64_t payload_bytes, double median_ms);
 
 #endif

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,12 +40,19 @@ void fdy_bench_options_default(fdy_bench_options *options) {
   };
 }
 
-/* Sets err from fmt, which takes three strings (flag, path, detail), with
- * name = path. */
+/* Sets err from fmt and its arguments, with name = path. */
 static fdy_status named_error(fdy_error *err, fdy_status kind, const char *path,
-                              const char *fmt, const char *flag,
-                              const char *detail) {
-  fdy_error_set(err, kind, fmt, flag, path, detail);
+                              const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static fdy_status named_error(fdy_error *err, fdy_status kind, const char *path,
+                              const char *fmt, ...) {
+  char message[FDY_ERROR_MESSAGE_MAX];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(message, sizeof message, fmt, ap);
+  va_end(ap);
+  fdy_error_set(err, kind, "%s", message);
   if (err) {
     snprintf(err->name, sizeof err->name, "%s", path);
   }
@@ -102,13 +110,13 @@ static fdy_status check_output(const char *flag, const char *path,
                                fdy_error *err) {
   if (path[0] == '\0' || path[strlen(path) - 1] == '/') {
     return named_error(err, FDY_ERR_INVALID_ARGUMENT, path,
-                       "%s needs a file name, got '%s'%s", flag, "");
+                       "%s needs a file name, got '%s'", flag, path);
   }
   struct stat sb;
   if (lstat(path, &sb) == 0) {
     return named_error(err, FDY_ERR_EXISTS, path,
-                       "%s: '%s' already exists%s; refusing to overwrite it",
-                       flag, "");
+                       "%s: '%s' already exists; refusing to overwrite it",
+                       flag, path);
   }
   char *dir = NULL;
   fdy_status st = directory_of(path, &dir, err);
@@ -121,7 +129,7 @@ static fdy_status check_output(const char *flag, const char *path,
   free(dir);
   if (!is_dir) {
     return named_error(err, FDY_ERR_NOT_FOUND, path,
-                       "%s: the directory of '%s' does not exist%s", flag,
+                       "%s: the directory of '%s' does not exist%s", flag, path,
                        rc == 0 ? " (not a directory)"
                                : (errnum == ENOENT ? "" : " or is unreadable"));
   }
@@ -149,8 +157,8 @@ static fdy_status check_paths(const fdy_bench_options *o, fdy_error *err) {
     }
     if (same) {
       return named_error(err, FDY_ERR_INVALID_ARGUMENT, o->trace_path,
-                         "%s and --report name the same file '%s'%s", "--trace",
-                         "");
+                         "--trace and --report name the same file '%s'",
+                         o->trace_path);
     }
   }
   if (o->report_path) {

@@ -97,9 +97,7 @@ static json_t *environment_json(const bench_state *s) {
   }
   json_object_set_new(o, "started_utc", json_string(when));
   json_object_set_new(o, "backend",
-                      s->backend_resolved
-                          ? json_string(fdy_bench_backend_name(s->backend_kind))
-                          : json_null());
+                      json_string(fdy_bench_backend_name(s->backend_kind)));
   json_t *dev = json_null();
   if (s->have_caps) {
     dev = json_object();
@@ -150,14 +148,13 @@ static json_t *parameters_json(const bench_state *s) {
   json_t *p = json_object();
   char seed[24];
   snprintf(seed, sizeof seed, "%" PRIu64, o->seed);
-  bool cuda = s->backend_resolved && s->backend_kind == FDY_BENCH_BACKEND_CUDA;
+  bool cuda = s->backend_kind == FDY_BENCH_BACKEND_CUDA;
   json_object_set_new(p, "backend_requested",
                       json_string(fdy_bench_backend_name(o->backend)));
   json_object_set_new(p, "layers", jint(o->layers));
   json_object_set_new(p, "weight_mib", jint(o->weight_mib));
-  json_object_set_new(p, "weight_bytes", jint(o->weight_mib * FDY_MIB));
-  json_object_set_new(p, "payload_bytes",
-                      jint(o->weight_mib * FDY_MIB * o->layers));
+  json_object_set_new(p, "weight_bytes", jint(s->weight_bytes));
+  json_object_set_new(p, "payload_bytes", jint(s->payload_bytes));
   json_object_set_new(p, "iterations", jint(o->iterations));
   json_object_set_new(p, "warmup", jint(o->warmup));
   json_object_set_new(p, "bootstrap_resamples", jint(o->bootstrap_resamples));
@@ -227,6 +224,29 @@ static json_t *plans_json(const bench_state *s) {
   return a;
 }
 
+static bool execution_ok(const bench_execution *x) {
+  return x->outcome == FDY_OK && x->checksum == BENCH_CHECKSUM_OK;
+}
+
+/* The execution that stopped the run, or NULL: a failed execution is the
+ * last one started. */
+static const bench_execution *failed_execution(const bench_state *s) {
+  const bench_execution *last =
+      s->execution_count ? &s->executions[s->execution_count - 1] : NULL;
+  return last && !execution_ok(last) ? last : NULL;
+}
+
+/* Max of peak_slot_bytes over the executions. */
+static uint64_t peak_slot_bytes(const bench_state *s) {
+  uint64_t peak = 0;
+  for (size_t i = 0; i < s->execution_count; i++) {
+    if (s->executions[i].peak_slot_bytes > peak) {
+      peak = s->executions[i].peak_slot_bytes;
+    }
+  }
+  return peak;
+}
+
 static const char *checksum_name(int c) {
   switch (c) {
   case BENCH_CHECKSUM_OK:
@@ -240,11 +260,11 @@ static const char *checksum_name(int c) {
 
 static json_t *executions_json(const bench_state *s) {
   json_t *a = json_array();
-  int64_t origin = s->execution_count ? s->executions[0].begin_ns : 0;
+  int64_t origin = bench_origin_ns(s);
   for (size_t i = 0; i < s->execution_count; i++) {
     const bench_execution *x = &s->executions[i];
     json_t *e = json_object();
-    bool ok = x->outcome == FDY_OK && x->checksum == BENCH_CHECKSUM_OK;
+    bool ok = execution_ok(x);
     json_object_set_new(e, "sequence", jint(x->sequence));
     json_object_set_new(e, "phase",
                         json_string(x->measured ? "measured" : "warmup"));
@@ -293,17 +313,20 @@ static json_t *ceiling_json(const bench_ceiling *c, const char *method,
   return o;
 }
 
+/* The host memory the host-to-device ceiling copied from. */
+static const char *h2d_host_memory(const bench_state *s) {
+  return s->registration ? "registered" : "pageable";
+}
+
 static json_t *ceilings_json(const bench_state *s) {
   bool cuda = s->backend_kind == FDY_BENCH_BACKEND_CUDA;
-  bool registered = s->registration != NULL;
   json_t *o = json_object();
   json_object_set_new(
       o, "h2d",
       ceiling_json(&s->h2d,
                    cuda ? "fdy_cuda_measure_h2d (cudaMemcpyAsync, median)"
                         : "memcpy into a slot-sized host buffer (median)",
-                   cuda ? (registered ? "registered" : "pageable")
-                        : "pageable"));
+                   h2d_host_memory(s)));
   json_object_set_new(
       o, "d2d",
       ceiling_json(&s->d2d, "fdy_cuda_measure_d2d (bytes read + written)",
@@ -352,9 +375,12 @@ static json_t *statistics_json(const bench_state *s) {
     json_object_set_new(sp, "high", jreal(c->speedup_ci.high));
     json_object_set_new(j, "speedup", sp);
     json_t *streams = json_object();
-    json_object_set_new(streams, "median", jint(3ull * k));
-    json_object_set_new(streams, "mean", jint(3ull * k + 1));
-    json_object_set_new(streams, "speedup", jint(3ull * k + 2));
+    json_object_set_new(streams, "median",
+                        jint(bench_stream(k, BENCH_STREAM_MEDIAN)));
+    json_object_set_new(streams, "mean",
+                        jint(bench_stream(k, BENCH_STREAM_MEAN)));
+    json_object_set_new(streams, "speedup",
+                        jint(bench_stream(k, BENCH_STREAM_SPEEDUP)));
     json_object_set_new(j, "bootstrap_streams", streams);
     json_array_append_new(configs, j);
   }
@@ -387,14 +413,21 @@ static json_t *measured(uint64_t bytes) {
 }
 
 static json_t *memory_json(const bench_state *s) {
+  /* the ring the cuda backend was created with in staged mode */
+  bool staging = s->backend && s->backend_kind == FDY_BENCH_BACKEND_CUDA &&
+                 s->opt->host_mode == FDY_CUDA_HOST_STAGED;
   json_t *m = json_object();
   json_object_set_new(m, "host_payload_bytes",
                       jint(s->payload ? s->payload_bytes : 0));
-  json_object_set_new(m, "host_registered_bytes", jint(s->registered_bytes));
-  json_object_set_new(m, "host_staging_bytes", jint(s->staging_bytes));
+  json_object_set_new(m, "host_registered_bytes",
+                      jint(s->registration ? s->payload_bytes : 0));
+  json_object_set_new(
+      m, "host_staging_bytes",
+      jint(staging ? (uint64_t)BENCH_STAGING_BYTES * BENCH_STAGING_BUFFERS
+                   : 0));
   json_object_set_new(m, "device_slot_bytes", jint(s->slot_bytes));
   json_object_set_new(m, "device_slot_budget_bytes", jint(s->max_budget_bytes));
-  json_object_set_new(m, "device_slot_peak_bytes", jint(s->peak_slot_bytes));
+  json_object_set_new(m, "device_slot_peak_bytes", jint(peak_slot_bytes(s)));
   json_t *use = json_null();
   if (s->have_memory_in_use) {
     use = json_object();
@@ -436,7 +469,7 @@ static json_t *limitations_json(const bench_state *s) {
       a, json_string("The ideal speedup assumes the 1-buffer copy and compute "
                      "times would overlap perfectly without contending for "
                      "memory bandwidth; it is an upper bound."));
-  if (s->backend_resolved && s->backend_kind == FDY_BENCH_BACKEND_CPU) {
+  if (s->backend_kind == FDY_BENCH_BACKEND_CPU) {
     json_array_append_new(
         a, json_string("cpu backend: device memory is host memory and the "
                        "transfer is memcpy on a worker thread; the numbers "
@@ -457,13 +490,13 @@ static json_t *limitations_json(const bench_state *s) {
 }
 
 static json_t *error_json(const bench_state *s, const fdy_error *err) {
+  const bench_execution *failed = failed_execution(s);
   json_t *e = json_object();
   json_object_set_new(e, "kind", json_string(fdy_status_name(err->kind)));
   json_object_set_new(e, "message", json_string(err->message));
   json_object_set_new(e, "stage", jstr(s->stage));
   json_object_set_new(e, "sequence",
-                      s->failed_sequence >= 0 ? json_integer(s->failed_sequence)
-                                              : json_null());
+                      failed ? jint(failed->sequence) : json_null());
   json_object_set_new(e, "command_index",
                       err->command_index >= 0 ? json_integer(err->command_index)
                                               : json_null());
@@ -509,8 +542,7 @@ json_t *bench_report_json(const bench_state *s, fdy_status status,
   if (s->opt->trace_path) {
     trace = json_object();
     json_object_set_new(trace, "path", json_string(s->opt->trace_path));
-    json_object_set_new(trace, "executions",
-                        json_string(s->trace_all ? "all" : "last_measured"));
+    json_object_set_new(trace, "executions", json_string(bench_trace_scope(s)));
   }
   json_object_set_new(r, "trace", trace);
   return r;
@@ -534,8 +566,8 @@ void bench_print_summary(const bench_state *s, FILE *out) {
           o->compute_passes == 1 ? "" : "es", cuda ? ", host memory " : "",
           cuda ? fdy_cuda_host_mode_name(o->host_mode) : "");
   fprintf(out, "host-to-device ceiling (%s, %s): %.2f GiB/s\n",
-          cuda ? (s->registration ? "registered" : "pageable") : "memcpy",
-          weight, s->h2d.bytes_per_second / (double)FDY_GIB);
+          cuda ? h2d_host_memory(s) : "memcpy", weight,
+          s->h2d.bytes_per_second / (double)FDY_GIB);
   if (s->d2d.available && s->kernel.available) {
     fprintf(out,
             "device-to-device: %.2f GiB/s; checksum kernel alone: %.2f GiB/s "
@@ -586,7 +618,7 @@ void bench_print_summary(const bench_state *s, FILE *out) {
   fprintf(out,
           "device slots: peak %s of a %s budget; all %zu executions "
           "verified\n",
-          fdy_format_bytes(s->peak_slot_bytes, peak, sizeof peak),
+          fdy_format_bytes(peak_slot_bytes(s), peak, sizeof peak),
           fdy_format_bytes(s->max_budget_bytes, budget, sizeof budget),
           s->execution_count);
 }

@@ -33,11 +33,13 @@ static void progress(const bench_state *s, const char *fmt, ...) {
   va_end(ap);
 }
 
-double bench_throughput_gib_s(uint64_t payload_bytes, double median_ms) {
+/* GiB/s of the payload at a median of median_ms. */
+static double throughput_gib_s(uint64_t payload_bytes, double median_ms) {
   return (double)payload_bytes / (median_ms / 1e3) / (double)FDY_GIB;
 }
 
-static fdy_status create_backend(bench_state *s, fdy_error *err) {
+static fdy_status create_backend(bench_state *s, const bench_hooks *hooks,
+                                 fdy_error *err) {
   const fdy_bench_options *o = s->opt;
   s->stage = "backend";
   s->backend_kind = o->backend;
@@ -45,7 +47,6 @@ static fdy_status create_backend(bench_state *s, fdy_error *err) {
     s->backend_kind = fdy_cuda_device_count() > 0 ? FDY_BENCH_BACKEND_CUDA
                                                   : FDY_BENCH_BACKEND_CPU;
   }
-  s->backend_resolved = true;
   fdy_status st;
   if (s->backend_kind == FDY_BENCH_BACKEND_CUDA) {
     if (o->cpu_memory_bytes != 0) {
@@ -57,11 +58,10 @@ static fdy_status create_backend(bench_state *s, fdy_error *err) {
                            .host_mode = o->host_mode,
                            .staging_bytes = BENCH_STAGING_BYTES,
                            .staging_buffers = BENCH_STAGING_BUFFERS,
-                           .compute_passes = o->compute_passes};
+                           .compute_passes = o->compute_passes,
+                           .fail_alloc_at =
+                               hooks ? hooks->cuda_fail_alloc_at : 0};
     st = fdy_cuda_backend_create(&co, &s->backend, err);
-    if (st == FDY_OK && o->host_mode == FDY_CUDA_HOST_STAGED) {
-      s->staging_bytes = (uint64_t)BENCH_STAGING_BYTES * BENCH_STAGING_BUFFERS;
-    }
   } else {
     if (o->host_mode == FDY_CUDA_HOST_STAGED) {
       return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
@@ -119,16 +119,14 @@ static fdy_status budget_error(fdy_error *err, uint64_t limit, uint64_t need,
 static fdy_status check_limits(bench_state *s, fdy_error *err) {
   const fdy_bench_options *o = s->opt;
   s->stage = "device_limits";
-  s->weight_bytes = o->weight_mib * FDY_MIB;
-  s->payload_bytes = s->weight_bytes * o->layers;
   fdy_status st =
       fdy_align_up(s->weight_bytes, s->caps.alignment, &s->slot_bytes, err);
   if (st != FDY_OK) {
     return st;
   }
   for (uint32_t k = 0; k < o->buffer_count; k++) {
-    s->slots[k] = o->buffers[k] < o->layers ? o->buffers[k] : o->layers;
-    st = fdy_mul_u64(s->slot_bytes, s->slots[k], &s->budget_bytes[k], err);
+    uint32_t slots = o->buffers[k] < o->layers ? o->buffers[k] : o->layers;
+    st = fdy_mul_u64(s->slot_bytes, slots, &s->budget_bytes[k], err);
     if (st != FDY_OK) {
       return st;
     }
@@ -244,10 +242,8 @@ static fdy_status register_payload(bench_state *s, fdy_error *err) {
       s->backend, s->payload, s->payload_bytes, &s->registration, err);
   if (st != FDY_OK) {
     fdy_error_prefix(err, "registering the payload");
-    return st;
   }
-  s->registered_bytes = s->payload_bytes;
-  return FDY_OK;
+  return st;
 }
 
 static int compare_i64(const void *a, const void *b) {
@@ -394,19 +390,28 @@ static fdy_status verify(bench_state *s, bench_execution *x, fdy_run_result *r,
   return FDY_OK;
 }
 
+/* Whether every execution is traced: the timing records of all rounds (each
+ * runs every configuration's plan once, one record per command) add up to
+ * at most BENCH_TRACE_ALL_LIMIT. */
+static bool trace_everything(const bench_state *s, uint32_t rounds) {
+  uint64_t per_round = 0, records = 0;
+  for (uint32_t k = 0; k < s->opt->buffer_count; k++) {
+    if (fdy_add_u64(per_round, s->summaries[k].commands, &per_round, NULL) !=
+        FDY_OK) {
+      return false;
+    }
+  }
+  return fdy_mul_u64(rounds, per_round, &records, NULL) == FDY_OK &&
+         records <= BENCH_TRACE_ALL_LIMIT;
+}
+
 static fdy_status run_rounds(bench_state *s, bench_hooks *hooks,
                              fdy_error *err) {
   const fdy_bench_options *o = s->opt;
   s->stage = "rounds";
   uint32_t rounds = o->warmup + o->iterations, count = o->buffer_count;
-  uint64_t total = (uint64_t)rounds * count, records = 0;
-  size_t commands = 0;
-  for (uint32_t k = 0; k < count; k++) {
-    commands = s->summaries[k].commands > commands ? s->summaries[k].commands
-                                                   : commands;
-  }
-  s->trace_all = fdy_mul_u64(total, commands, &records, NULL) == FDY_OK &&
-                 records <= BENCH_TRACE_ALL_LIMIT;
+  uint64_t total = (uint64_t)rounds * count;
+  s->trace_all = trace_everything(s, rounds);
   s->executions = calloc((size_t)total, sizeof *s->executions);
   if (!s->executions) {
     return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
@@ -436,15 +441,11 @@ static fdy_status run_rounds(bench_state *s, bench_hooks *hooks,
       x->end_ns = fdy_now_ns();
       x->outcome = st;
       if (st != FDY_OK) {
-        s->failed_sequence = (int64_t)x->sequence;
         fdy_error_prefix(err, "execution %" PRIu64 " (%" PRIu32 " buffers)",
                          x->sequence, o->buffers[x->config]);
         return st;
       }
       x->peak_slot_bytes = r.peak_slot_bytes;
-      if (r.peak_slot_bytes > s->peak_slot_bytes) {
-        s->peak_slot_bytes = r.peak_slot_bytes;
-      }
       device_sums(&r, &x->copy_ns, &x->compute_ns);
       st = verify(s, x, &r, hooks, err);
       if (st == FDY_OK) {
@@ -452,7 +453,6 @@ static fdy_status run_rounds(bench_state *s, bench_hooks *hooks,
       }
       fdy_run_result_free(&r);
       if (st != FDY_OK) {
-        s->failed_sequence = (int64_t)x->sequence;
         return st;
       }
       progress(s,
@@ -471,32 +471,71 @@ static fdy_status run_rounds(bench_state *s, bench_hooks *hooks,
   return FDY_OK;
 }
 
-/* Measured samples (ms) of configuration k in round order. */
-static void samples_of(const bench_state *s, uint32_t k, double *ms,
-                       double *copy_ms, double *compute_ms) {
+/* The measured samples (ms) of every configuration in round order, those of
+ * configuration k at ms[k * iterations], and the device copy and compute
+ * times (ms) of the first configuration's. Returns whether all of those
+ * device times were given. */
+static bool gather_samples(const bench_state *s, double *ms, double *copy_ms,
+                           double *compute_ms) {
+  size_t n = s->opt->iterations;
+  bool device_times = true;
   for (size_t i = 0; i < s->execution_count; i++) {
     const bench_execution *x = &s->executions[i];
-    if (x->measured && x->config == k) {
-      size_t r = x->round - s->opt->warmup;
-      ms[r] = (double)(x->end_ns - x->begin_ns) / 1e6;
-      if (copy_ms) {
-        copy_ms[r] = (double)x->copy_ns / 1e6;
-        compute_ms[r] = (double)x->compute_ns / 1e6;
-      }
+    if (!x->measured) {
+      continue;
+    }
+    size_t r = x->round - s->opt->warmup;
+    ms[x->config * n + r] = (double)(x->end_ns - x->begin_ns) / 1e6;
+    if (x->config == 0) {
+      copy_ms[r] = (double)x->copy_ns / 1e6;
+      compute_ms[r] = (double)x->compute_ns / 1e6;
+      device_times = device_times && x->copy_ns >= 0 && x->compute_ns >= 0;
     }
   }
+  return device_times;
 }
 
+/* Statistics of configuration k from its samples x and the first
+ * configuration's, base (the baseline of the paired speedup). */
+static fdy_status config_stats(bench_state *s, uint32_t k, const double *base,
+                               const double *x, fdy_error *err) {
+  const fdy_bench_options *o = s->opt;
+  size_t n = o->iterations;
+  uint32_t resamples = o->bootstrap_resamples;
+  bench_config_stats *c = &s->stats[k];
+  fdy_status st = fdy_bench_describe(x, n, &c->time, err);
+  if (st == FDY_OK) {
+    st = fdy_bench_bootstrap(
+        x, n, FDY_BENCH_STAT_MEDIAN, resamples,
+        fdy_bench_stream_seed(o->seed, bench_stream(k, BENCH_STREAM_MEDIAN)),
+        &c->median_ci, err);
+  }
+  if (st == FDY_OK) {
+    st = fdy_bench_bootstrap(
+        x, n, FDY_BENCH_STAT_MEAN, resamples,
+        fdy_bench_stream_seed(o->seed, bench_stream(k, BENCH_STREAM_MEAN)),
+        &c->mean_ci, err);
+  }
+  if (st == FDY_OK) {
+    st = fdy_bench_paired_speedup(
+        base, x, n, resamples,
+        fdy_bench_stream_seed(o->seed, bench_stream(k, BENCH_STREAM_SPEEDUP)),
+        &c->speedup, &c->speedup_ci, err);
+  }
+  if (st != FDY_OK) {
+    return st;
+  }
+  c->throughput_gib_s = throughput_gib_s(s->payload_bytes, c->time.median);
+  c->fraction_of_h2d =
+      c->throughput_gib_s * (double)FDY_GIB / s->h2d.bytes_per_second;
+  return FDY_OK;
+}
+
+/* The overlap figures from the first configuration's device times (all
+ * given), once every configuration's statistics exist. */
 static fdy_status overlap_of(bench_state *s, const double *copy_ms,
                              const double *compute_ms, fdy_error *err) {
   const fdy_bench_options *o = s->opt;
-  for (size_t i = 0; i < s->execution_count; i++) {
-    const bench_execution *x = &s->executions[i];
-    if (x->measured && x->config == 0 &&
-        (x->copy_ns < 0 || x->compute_ns < 0)) {
-      return FDY_OK;
-    }
-  }
   bench_overlap *ov = &s->overlap;
   fdy_status st = fdy_bench_median(copy_ms, o->iterations, &ov->copy_ms, err);
   if (st == FDY_OK) {
@@ -530,36 +569,11 @@ static fdy_status compute_statistics(bench_state *s, fdy_error *err) {
     st = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
     goto cleanup;
   }
-  for (uint32_t k = 0; k < o->buffer_count; k++) {
-    samples_of(s, k, all + k * n, k == 0 ? copy_ms : NULL,
-               k == 0 ? compute_ms : NULL);
-  }
+  bool device_times = gather_samples(s, all, copy_ms, compute_ms);
   for (uint32_t k = 0; st == FDY_OK && k < o->buffer_count; k++) {
-    bench_config_stats *c = &s->stats[k];
-    const double *x = all + k * n;
-    st = fdy_bench_describe(x, n, &c->time, err);
-    if (st == FDY_OK) {
-      st = fdy_bench_bootstrap(
-          x, n, FDY_BENCH_STAT_MEDIAN, o->bootstrap_resamples,
-          fdy_bench_stream_seed(o->seed, 3ull * k), &c->median_ci, err);
-    }
-    if (st == FDY_OK) {
-      st = fdy_bench_bootstrap(
-          x, n, FDY_BENCH_STAT_MEAN, o->bootstrap_resamples,
-          fdy_bench_stream_seed(o->seed, 3ull * k + 1), &c->mean_ci, err);
-    }
-    if (st == FDY_OK) {
-      st =
-          fdy_bench_paired_speedup(all, x, n, o->bootstrap_resamples,
-                                   fdy_bench_stream_seed(o->seed, 3ull * k + 2),
-                                   &c->speedup, &c->speedup_ci, err);
-    }
-    c->throughput_gib_s =
-        bench_throughput_gib_s(s->payload_bytes, c->time.median);
-    c->fraction_of_h2d =
-        c->throughput_gib_s * (double)FDY_GIB / s->h2d.bytes_per_second;
+    st = config_stats(s, k, all, all + k * n, err);
   }
-  if (st == FDY_OK) {
+  if (st == FDY_OK && device_times) {
     st = overlap_of(s, copy_ms, compute_ms, err);
   }
   s->have_stats = st == FDY_OK;
@@ -625,19 +639,24 @@ static fdy_status write_outputs(bench_state *s, fdy_status status,
   return FDY_OK;
 }
 
-/* Untimed, cuda only: allocates the slots of the largest configuration the
- * way the runtime does (one buffer_alloc of slot_bytes each), reads the
- * device memory in use with them live, and frees them. The rounds allocate
- * their slots inside fdy_runtime_execute, where nothing can read the device
+/* Untimed, cuda only (when the first reading was taken): reads the device
+ * memory in use after setup, then allocates the slots of the largest
+ * configuration the way the runtime does (one buffer_alloc of slot_bytes
+ * each), reads it with them live, and frees them. The rounds allocate their
+ * slots inside fdy_runtime_execute, where nothing can read the device
  * between the allocation and the free, so this is the report's evidence of
  * what the slots occupy on the device. */
-static fdy_status probe_slot_memory(bench_state *s, fdy_error *err) {
-  uint32_t most = 0;
-  for (uint32_t k = 0; k < s->opt->buffer_count; k++) {
-    if (s->slots[k] > most) {
-      most = s->slots[k];
-    }
+static fdy_status measure_device_memory(bench_state *s, fdy_error *err) {
+  if (!s->have_memory_in_use) {
+    return FDY_OK;
   }
+  if (fdy_cuda_memory_in_use(s->backend, &s->memory_in_use_setup, NULL) !=
+      FDY_OK) {
+    s->have_memory_in_use = false;
+    return FDY_OK;
+  }
+  s->stage = "slot_memory";
+  uint32_t most = (uint32_t)(s->max_budget_bytes / s->slot_bytes);
   fdy_backend_buffer *buffers[FDY_BENCH_MAX_BUFFERS] = {0};
   fdy_status st = FDY_OK;
   uint32_t made = 0;
@@ -691,12 +710,14 @@ fdy_status bench_run_hooked(const fdy_bench_options *options,
     return st;
   }
   bench_state s = {.opt = options,
-                   .failed_sequence = -1,
+                   .weight_bytes = options->weight_mib * FDY_MIB,
+                   .payload_bytes =
+                       options->weight_mib * FDY_MIB * options->layers,
                    .started_unix = (int64_t)time(NULL),
                    .memory_in_use_setup = BENCH_NOT_MEASURED,
                    .memory_in_use_slots = BENCH_NOT_MEASURED,
                    .memory_in_use_rounds = BENCH_NOT_MEASURED};
-  st = create_backend(&s, &e);
+  st = create_backend(&s, hooks, &e);
   if (st == FDY_OK && hooks && hooks->after_backend) {
     hooks->after_backend(hooks, s.backend);
   }
@@ -715,13 +736,8 @@ fdy_status bench_run_hooked(const fdy_bench_options *options,
   if (st == FDY_OK) {
     st = measure_ceilings(&s, &e);
   }
-  if (st == FDY_OK && s.have_memory_in_use &&
-      fdy_cuda_memory_in_use(s.backend, &s.memory_in_use_setup, NULL) !=
-          FDY_OK) {
-    s.have_memory_in_use = false;
-  }
-  if (st == FDY_OK && s.have_memory_in_use) {
-    st = probe_slot_memory(&s, &e);
+  if (st == FDY_OK) {
+    st = measure_device_memory(&s, &e);
   }
   if (st == FDY_OK) {
     st = run_rounds(&s, hooks, &e);

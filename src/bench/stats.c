@@ -56,15 +56,20 @@ double fdy_bench_mean(const double *x, size_t n) {
   return sum / (double)n;
 }
 
-double fdy_bench_stddev(const double *x, size_t n) {
+/* Sample standard deviation about a mean already computed. */
+static double stddev_about(const double *x, size_t n, double mean) {
   if (n < 2) {
     return 0.0;
   }
-  double mean = fdy_bench_mean(x, n), sum = 0.0;
+  double sum = 0.0;
   for (size_t i = 0; i < n; i++) {
     sum += (x[i] - mean) * (x[i] - mean);
   }
   return sqrt(sum / (double)(n - 1));
+}
+
+double fdy_bench_stddev(const double *x, size_t n) {
+  return n < 2 ? 0.0 : stddev_about(x, n, fdy_bench_mean(x, n));
 }
 
 fdy_status fdy_bench_describe(const double *x, size_t n, fdy_bench_stats *out,
@@ -75,7 +80,7 @@ fdy_status fdy_bench_describe(const double *x, size_t n, fdy_bench_stats *out,
     return st;
   }
   s.mean = fdy_bench_mean(x, n);
-  s.stddev = fdy_bench_stddev(x, n);
+  s.stddev = stddev_about(x, n, s.mean);
   s.min = s.max = x[0];
   for (size_t i = 1; i < n; i++) {
     s.min = x[i] < s.min ? x[i] : s.min;

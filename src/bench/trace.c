@@ -10,6 +10,14 @@
 
 enum { TID_HOST = 1, TID_COPY = 2, TID_COMPUTE = 3 };
 
+int64_t bench_origin_ns(const bench_state *s) {
+  return s->execution_count ? s->executions[0].begin_ns : 0;
+}
+
+const char *bench_trace_scope(const bench_state *s) {
+  return s->trace_all ? "all" : "last_measured";
+}
+
 static json_t *metadata(const char *what, int tid, const char *name) {
   json_t *e = json_object();
   json_object_set_new(e, "name", json_string(what));
@@ -165,7 +173,7 @@ json_t *bench_trace_json(const bench_state *s) {
   for (int tid = TID_HOST; tid <= TID_COMPUTE; tid++) {
     json_array_append_new(events, sort_index(tid));
   }
-  int64_t origin = s->execution_count ? s->executions[0].begin_ns : 0;
+  int64_t origin = bench_origin_ns(s);
   for (size_t i = 0; i < s->execution_count; i++) {
     if (s->executions[i].timing_count > 0) {
       trace_execution(s, &s->executions[i], origin, events);
@@ -176,8 +184,7 @@ json_t *bench_trace_json(const bench_state *s) {
   json_t *other = json_object();
   json_object_set_new(other, "format", json_string(FDY_BENCH_REPORT_FORMAT));
   json_object_set_new(other, "report", json_string(s->opt->report_path));
-  json_object_set_new(other, "executions",
-                      json_string(s->trace_all ? "all" : "last_measured"));
+  json_object_set_new(other, "executions", json_string(bench_trace_scope(s)));
   json_object_set_new(doc, "otherData", other);
   return doc;
 }

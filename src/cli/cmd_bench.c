@@ -5,6 +5,7 @@
  * itself, exits 1, as for `foundry plan`. */
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,9 +58,14 @@ void fdy_cmd_bench_help(FILE *out) {
           "2 usage error.\n");
 }
 
-static int usage(const char *fmt, const char *a, const char *b) {
+static int usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int usage(const char *fmt, ...) {
   char message[FDY_ERROR_MESSAGE_MAX];
-  snprintf(message, sizeof message, fmt, a, b);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(message, sizeof message, fmt, ap);
+  va_end(ap);
   return fdy_cli_usage("bench", "error: %s", message);
 }
 
@@ -172,8 +178,7 @@ int fdy_cmd_bench(int argc, char **argv) {
       } else if (strcmp(optarg, "cuda") == 0) {
         o.backend = FDY_BENCH_BACKEND_CUDA;
       } else {
-        return usage("--backend must be auto, cpu or cuda, got '%s'%s", optarg,
-                     "");
+        return usage("--backend must be auto, cpu or cuda, got '%s'", optarg);
       }
       break;
     case OPT_LAYERS:
@@ -209,8 +214,8 @@ int fdy_cmd_bench(int argc, char **argv) {
       } else if (strcmp(optarg, "staged") == 0) {
         o.host_mode = FDY_CUDA_HOST_STAGED;
       } else {
-        return usage("--host-mode must be registered or staged, got '%s'%s",
-                     optarg, "");
+        return usage("--host-mode must be registered or staged, got '%s'",
+                     optarg);
       }
       break;
     case OPT_DEVICE:
@@ -240,19 +245,19 @@ int fdy_cmd_bench(int argc, char **argv) {
       o.progress = false;
       break;
     case ':':
-      return usage("%s needs a value%s", argv[optind - 1], "");
+      return usage("%s needs a value", argv[optind - 1]);
     default:
-      return usage("unknown option '%s'%s", argv[optind - 1], "");
+      return usage("unknown option '%s'", argv[optind - 1]);
     }
     if (st != FDY_OK) {
-      return usage("%s%s", err.message, "");
+      return usage("%s", err.message);
     }
   }
   if (optind < argc) {
-    return usage("unexpected argument '%s'%s", argv[optind], "");
+    return usage("unexpected argument '%s'", argv[optind]);
   }
   if (host_mode_seen && o.backend == FDY_BENCH_BACKEND_CPU) {
-    return usage("--host-mode applies to the cuda backend only%s%s", "", "");
+    return usage("--host-mode applies to the cuda backend only");
   }
   fdy_status checked = fdy_bench_check_options(&o, &err);
   if (checked == FDY_ERR_EXISTS || checked == FDY_ERR_NOT_FOUND) {
@@ -260,7 +265,7 @@ int fdy_cmd_bench(int argc, char **argv) {
     return FDY_EXIT_FAILURE;
   }
   if (checked != FDY_OK) {
-    return usage("%s%s", err.message, "");
+    return usage("%s", err.message);
   }
   if (fdy_bench_run(&o, &err) != FDY_OK) {
     fprintf(stderr, "foundry bench: error: %s\n",

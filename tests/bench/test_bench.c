@@ -1,7 +1,8 @@
 /* Tests of the benchmark module: every option check, the statistics against
  * hand-computed values and the documented resampler, the payload generator,
  * and whole runs on the CPU backend (a report with every execution verified,
- * a budget refused before the payload exists, a failed run's report). */
+ * device and host budgets refused before the payload exists, failed runs'
+ * reports, outputs raced during the run). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -433,6 +434,13 @@ static void test_paired_speedup(void **state) {
   assert_int_equal(
       fdy_bench_paired_speedup(base, other, 0, 500, s, &point, &ci, &err),
       FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(
+      fdy_bench_paired_speedup(base, other, 5, 0, s, &point, &ci, &err),
+      FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(fdy_bench_paired_speedup(base, other, 5,
+                                            FDY_BENCH_MAX_RESAMPLES + 1, s,
+                                            &point, &ci, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
 }
 
 static void test_fill_layer(void **state) {
@@ -455,34 +463,80 @@ static void test_fill_layer(void **state) {
 /* ---- runs on the CPU backend
  * ----------------------------------------------------- */
 
-static void test_cpu_run_report(void **state) {
-  (void)state;
-  tmpdir t;
-  tmpdir_make(&t);
-  char *report = tmp_file(&t, "r.json");
-  char *trace = tmp_file(&t, "t.json");
+/* The state of a run test: small_options writing a report (and, with
+ * traced_setup, a trace) into a fresh temporary directory, no hooks yet. */
+typedef struct run_fixture {
+  tmpdir dir;
+  char *report, *trace;
   fdy_bench_options o;
-  small_options(&o);
+  bench_hooks hooks;
+  fdy_error err;
+} run_fixture;
+
+static int run_setup(void **state) {
+  run_fixture *f = calloc(1, sizeof *f);
+  assert_non_null(f);
+  tmpdir_make(&f->dir);
+  f->report = tmp_file(&f->dir, "r.json");
+  f->trace = tmp_file(&f->dir, "t.json");
+  small_options(&f->o);
+  f->o.report_path = f->report;
+  *state = f;
+  return 0;
+}
+
+static int traced_setup(void **state) {
+  run_setup(state);
+  run_fixture *f = *state;
+  f->o.trace_path = f->trace;
+  return 0;
+}
+
+static int run_teardown(void **state) {
+  run_fixture *f = *state;
+  free(f->report);
+  free(f->trace);
+  tmpdir_remove(&f->dir);
+  free(f);
+  return 0;
+}
+
+static fdy_status run(run_fixture *f) {
+  return bench_run_hooked(&f->o, &f->hooks, &f->err);
+}
+
+/* Loads the report of a failed run and checks its status, error kind and,
+ * unless NULL, stage. The caller releases it. */
+static json_t *failed_report(const char *path, const char *kind,
+                             const char *stage) {
+  json_t *r = load_json(path);
+  assert_string_equal(jget_str(r, "status"), "failed");
+  json_t *e = json_object_get(r, "error");
+  assert_string_equal(jget_str(e, "kind"), kind);
+  if (stage) {
+    assert_string_equal(jget_str(e, "stage"), stage);
+  }
+  return r;
+}
+
+static void test_cpu_run_report(void **state) {
+  run_fixture *f = *state;
   char *argv[] = {"bench", "--backend", "cpu"};
-  o.argc = 3;
-  o.argv = argv;
-  o.report_path = report;
-  o.trace_path = trace;
+  f->o.argc = 3;
+  f->o.argv = argv;
   FILE *console = tmpfile();
   assert_non_null(console);
-  o.console = console;
-  fdy_error err;
-  bench_hooks hooks = {0};
-  fdy_status st = bench_run_hooked(&o, &hooks, &err);
+  f->o.console = console;
+  fdy_status st = run(f);
   if (st != FDY_OK) {
-    print_error("run failed: %s\n", err.message);
+    print_error("run failed: %s\n", f->err.message);
   }
   assert_int_equal(st, FDY_OK);
-  assert_true(hooks.payload_generated);
+  assert_true(f->hooks.payload_generated);
   assert_true(ftell(console) > 0);
   fclose(console);
 
-  json_t *r = load_json(report);
+  json_t *r = load_json(f->report);
   assert_string_equal(jget_str(r, "format"), FDY_BENCH_REPORT_FORMAT);
   assert_int_equal(json_integer_value(json_object_get(r, "version")),
                    FDY_BENCH_REPORT_VERSION);
@@ -548,7 +602,7 @@ static void test_cpu_run_report(void **state) {
   assert_true(json_array_size(json_object_get(r, "plans")) == 3);
   json_decref(r);
 
-  json_t *tr = load_json(trace);
+  json_t *tr = load_json(f->trace);
   json_t *events = json_object_get(tr, "traceEvents");
   bool copy = false, compute = false, counter = false;
   json_array_foreach(events, i, x) {
@@ -560,68 +614,67 @@ static void test_cpu_run_report(void **state) {
   }
   assert_true(copy && compute && counter);
   json_decref(tr);
-  free(report);
-  free(trace);
-  tmpdir_remove(&t);
 }
 
 static void test_budget_refused_before_payload(void **state) {
-  (void)state;
-  tmpdir t;
-  tmpdir_make(&t);
-  char *report = tmp_file(&t, "r.json");
-  fdy_bench_options o;
-  small_options(&o);
-  o.cpu_memory_bytes = 2 * FDY_MIB; /* 3 slots of 1 MiB do not fit */
-  o.report_path = report;
-  fdy_error err;
-  bench_hooks hooks = {0};
-  assert_int_equal(bench_run_hooked(&o, &hooks, &err), FDY_ERR_BUDGET);
-  assert_int_equal(err.expected, 2 * FDY_MIB);
-  assert_int_equal(err.actual, 3 * FDY_MIB);
-  assert_false(hooks.payload_generated);
-  json_t *r = load_json(report);
-  assert_string_equal(jget_str(r, "status"), "failed");
+  run_fixture *f = *state;
+  f->o.cpu_memory_bytes = 2 * FDY_MIB; /* 3 slots of 1 MiB do not fit */
+  assert_int_equal(run(f), FDY_ERR_BUDGET);
+  assert_int_equal(f->err.expected, 2 * FDY_MIB);
+  assert_int_equal(f->err.actual, 3 * FDY_MIB);
+  assert_false(f->hooks.payload_generated);
+  json_t *r = failed_report(f->report, "budget", "device_limits");
   json_t *e = json_object_get(r, "error");
-  assert_string_equal(jget_str(e, "kind"), "budget");
-  assert_string_equal(jget_str(e, "stage"), "device_limits");
   assert_true(json_is_false(json_object_get(e, "payload_generated")));
   assert_int_equal(json_array_size(json_object_get(r, "executions")), 0);
   assert_true(json_is_null(json_object_get(r, "statistics")));
   json_decref(r);
 
-  /* A slot larger than the whole memory: refused the same way. */
-  small_options(&o);
-  o.cpu_memory_bytes = FDY_MIB / 2;
-  hooks.payload_generated = false;
-  assert_int_equal(bench_run_hooked(&o, &hooks, &err), FDY_ERR_BUDGET);
-  assert_false(hooks.payload_generated);
-  free(report);
-  tmpdir_remove(&t);
+  /* A slot larger than the whole memory (its maximum allocation): refused
+   * the same way. */
+  small_options(&f->o);
+  f->o.cpu_memory_bytes = FDY_MIB / 2;
+  f->hooks.payload_generated = false;
+  assert_int_equal(run(f), FDY_ERR_BUDGET);
+  assert_int_equal(f->err.expected, FDY_MIB / 2);
+  assert_int_equal(f->err.actual, FDY_MIB);
+  assert_false(f->hooks.payload_generated);
+}
+
+/* A payload beyond the host's physical memory: refused once the device
+ * limits pass, before the payload exists. */
+static void test_host_memory_refused_before_payload(void **state) {
+  run_fixture *f = *state;
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) {
+    skip(); /* the host's memory is unknown: nothing is checked */
+  }
+  f->o.layers = 1u << 30; /* 1 PiB of 1 MiB layers through one slot */
+  f->o.buffer_count = 1;
+  assert_int_equal(run(f), FDY_ERR_BUDGET);
+  assert_false(f->hooks.payload_generated);
+  assert_int_equal(f->err.expected, (uint64_t)pages * (uint64_t)page);
+  /* cpu: the payload, the slot and the ceiling's slot-sized buffer */
+  assert_int_equal(f->err.actual, ((uint64_t)1 << 50) + 2 * FDY_MIB);
+  json_t *r = failed_report(f->report, "budget", "host_limits");
+  assert_true(json_is_false(
+      json_object_get(json_object_get(r, "error"), "payload_generated")));
+  assert_int_equal(json_integer_value(json_object_get(
+                       json_object_get(r, "memory"), "host_payload_bytes")),
+                   0);
+  json_decref(r);
 }
 
 static void test_checksum_failure_report(void **state) {
-  (void)state;
-  tmpdir t;
-  tmpdir_make(&t);
-  char *report = tmp_file(&t, "r.json");
-  char *trace = tmp_file(&t, "t.json");
-  fdy_bench_options o;
-  small_options(&o);
-  o.report_path = report;
-  o.trace_path = trace;
-  fdy_error err;
-  bench_hooks hooks = {
-      .corrupt = true, .corrupt_sequence = 4, .corrupt_layer = 2};
-  assert_int_equal(bench_run_hooked(&o, &hooks, &err), FDY_ERR_CHECKSUM);
-  assert_int_equal(err.ids[0], 2);
-  assert_int_equal(err.command_index, 4);
-  assert_int_not_equal(err.expected, err.actual);
-  json_t *r = load_json(report);
-  assert_string_equal(jget_str(r, "status"), "failed");
+  run_fixture *f = *state;
+  f->hooks =
+      (bench_hooks){.corrupt = true, .corrupt_sequence = 4, .corrupt_layer = 2};
+  assert_int_equal(run(f), FDY_ERR_CHECKSUM);
+  assert_int_equal(f->err.ids[0], 2);
+  assert_int_equal(f->err.command_index, 4);
+  assert_int_not_equal(f->err.expected, f->err.actual);
+  json_t *r = failed_report(f->report, "checksum", "rounds");
   json_t *e = json_object_get(r, "error");
-  assert_string_equal(jget_str(e, "kind"), "checksum");
-  assert_string_equal(jget_str(e, "stage"), "rounds");
   assert_int_equal(json_integer_value(json_object_get(e, "sequence")), 4);
   assert_int_equal(
       json_integer_value(json_array_get(json_object_get(e, "ids"), 0)), 2);
@@ -633,12 +686,9 @@ static void test_checksum_failure_report(void **state) {
   assert_string_equal(jget_str(json_array_get(execs, 3), "checksum"), "ok");
   assert_true(json_is_null(json_object_get(r, "statistics")));
   json_decref(r);
-  json_t *tr = load_json(trace); /* the trace of what ran is still written */
+  json_t *tr = load_json(f->trace); /* the trace of what ran is still written */
   assert_true(json_array_size(json_object_get(tr, "traceEvents")) > 0);
   json_decref(tr);
-  free(report);
-  free(trace);
-  tmpdir_remove(&t);
 }
 
 /* A backend wrapper whose launch fails at one call (tests below). */
@@ -672,27 +722,15 @@ static off_t file_size(const char *path) {
 /* A runtime failure (not a checksum) inside an execution aborts the run; the
  * report records the failing execution and the trace what ran. */
 static void test_runtime_failure_report(void **state) {
-  (void)state;
-  tmpdir t;
-  tmpdir_make(&t);
-  char *report = tmp_file(&t, "r.json");
-  char *trace = tmp_file(&t, "t.json");
-  fdy_bench_options o;
-  small_options(&o);
-  o.report_path = report;
-  o.trace_path = trace;
+  run_fixture *f = *state;
   /* 5 launches per execution: call 13 is layer 2 of execution 2 */
   failing_launch_call = 13;
-  bench_hooks hooks = {.after_backend = wrap_launch};
-  fdy_error err;
-  assert_int_equal(bench_run_hooked(&o, &hooks, &err), FDY_ERR_BACKEND);
-  assert_non_null(strstr(err.message, "execution 2"));
-  assert_non_null(strstr(err.message, "injected launch failure"));
-  json_t *r = load_json(report);
-  assert_string_equal(jget_str(r, "status"), "failed");
+  f->hooks.after_backend = wrap_launch;
+  assert_int_equal(run(f), FDY_ERR_BACKEND);
+  assert_non_null(strstr(f->err.message, "execution 2"));
+  assert_non_null(strstr(f->err.message, "injected launch failure"));
+  json_t *r = failed_report(f->report, "backend", "rounds");
   json_t *e = json_object_get(r, "error");
-  assert_string_equal(jget_str(e, "kind"), "backend");
-  assert_string_equal(jget_str(e, "stage"), "rounds");
   assert_int_equal(json_integer_value(json_object_get(e, "sequence")), 2);
   json_t *execs = json_object_get(r, "executions");
   assert_int_equal(json_array_size(execs), 3);
@@ -701,59 +739,29 @@ static void test_runtime_failure_report(void **state) {
   assert_string_equal(jget_str(last, "checksum"), "not_checked");
   assert_string_equal(jget_str(json_array_get(execs, 1), "checksum"), "ok");
   json_decref(r);
-  assert_true(file_size(trace) > 0);
-  free(report);
-  free(trace);
-  tmpdir_remove(&t);
+  assert_true(file_size(f->trace) > 0);
 }
 
 /* A trace path taken by someone else during the run: the run fails, the
  * report says so, the other file is left alone. */
 static void test_trace_taken_during_run(void **state) {
-  (void)state;
-  tmpdir t;
-  tmpdir_make(&t);
-  char *report = tmp_file(&t, "r.json");
-  char *trace = tmp_file(&t, "t.json");
-  fdy_bench_options o;
-  small_options(&o);
-  o.report_path = report;
-  o.trace_path = trace;
-  bench_hooks hooks = {.create_before_outputs = trace};
-  fdy_error err;
-  assert_int_equal(bench_run_hooked(&o, &hooks, &err), FDY_ERR_EXISTS);
-  assert_string_equal(err.name, trace);
-  json_t *r = load_json(report);
-  assert_string_equal(jget_str(r, "status"), "failed");
-  assert_string_equal(jget_str(json_object_get(r, "error"), "kind"), "exists");
-  json_decref(r);
-  assert_int_equal(file_size(trace), 0);
-  free(report);
-  free(trace);
-  tmpdir_remove(&t);
+  run_fixture *f = *state;
+  f->hooks.create_before_outputs = f->trace;
+  assert_int_equal(run(f), FDY_ERR_EXISTS);
+  assert_string_equal(f->err.name, f->trace);
+  json_decref(failed_report(f->report, "exists", NULL));
+  assert_int_equal(file_size(f->trace), 0);
 }
 
 /* A report path taken during the run: the run fails and the trace it wrote
  * just before is removed again, so no orphan trace is left. */
 static void test_report_taken_during_run(void **state) {
-  (void)state;
-  tmpdir t;
-  tmpdir_make(&t);
-  char *report = tmp_file(&t, "r.json");
-  char *trace = tmp_file(&t, "t.json");
-  fdy_bench_options o;
-  small_options(&o);
-  o.report_path = report;
-  o.trace_path = trace;
-  bench_hooks hooks = {.create_before_outputs = report};
-  fdy_error err;
-  assert_int_equal(bench_run_hooked(&o, &hooks, &err), FDY_ERR_EXISTS);
-  assert_string_equal(err.name, report);
-  assert_int_equal(file_size(report), 0);
-  assert_int_equal(access(trace, F_OK), -1);
-  free(report);
-  free(trace);
-  tmpdir_remove(&t);
+  run_fixture *f = *state;
+  f->hooks.create_before_outputs = f->report;
+  assert_int_equal(run(f), FDY_ERR_EXISTS);
+  assert_string_equal(f->err.name, f->report);
+  assert_int_equal(file_size(f->report), 0);
+  assert_int_equal(access(f->trace, F_OK), -1);
 }
 
 static void test_staged_on_cpu_refused(void **state) {
@@ -766,30 +774,37 @@ static void test_staged_on_cpu_refused(void **state) {
   assert_non_null(strstr(err.message, "cuda backend only"));
 }
 
-static void test_unavailable_cuda_fails_cleanly(void **state) {
-  (void)state;
+/* The same refusal when auto chooses the cpu backend, before any payload. */
+static void test_staged_refused_when_auto_chooses_cpu(void **state) {
+  run_fixture *f = *state;
   if (fdy_cuda_device_count() > 0) {
     skip();
   }
-  tmpdir t;
-  tmpdir_make(&t);
-  char *report = tmp_file(&t, "r.json");
-  fdy_bench_options o;
-  small_options(&o);
-  o.backend = FDY_BENCH_BACKEND_CUDA;
-  o.cpu_memory_bytes = 0;
-  o.report_path = report;
-  fdy_error err;
-  bench_hooks hooks = {0};
-  assert_int_not_equal(bench_run_hooked(&o, &hooks, &err), FDY_OK);
-  assert_false(hooks.payload_generated);
-  json_t *r = load_json(report);
+  f->o.backend = FDY_BENCH_BACKEND_AUTO;
+  f->o.host_mode = FDY_CUDA_HOST_STAGED;
+  assert_int_equal(run(f), FDY_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(f->err.message, "auto chose cpu"));
+  assert_false(f->hooks.payload_generated);
+  json_t *r = failed_report(f->report, "invalid_argument", "backend");
+  assert_string_equal(jget_str(json_object_get(r, "environment"), "backend"),
+                      "cpu");
+  json_decref(r);
+}
+
+static void test_unavailable_cuda_fails_cleanly(void **state) {
+  run_fixture *f = *state;
+  if (fdy_cuda_device_count() > 0) {
+    skip();
+  }
+  f->o.backend = FDY_BENCH_BACKEND_CUDA;
+  f->o.cpu_memory_bytes = 0;
+  assert_int_not_equal(run(f), FDY_OK);
+  assert_false(f->hooks.payload_generated);
+  json_t *r = load_json(f->report);
   assert_string_equal(jget_str(r, "status"), "failed");
   assert_string_equal(jget_str(json_object_get(r, "error"), "stage"),
                       "backend");
   json_decref(r);
-  free(report);
-  tmpdir_remove(&t);
 }
 
 int main(void) {
@@ -807,14 +822,25 @@ int main(void) {
       cmocka_unit_test(test_bootstrap),
       cmocka_unit_test(test_paired_speedup),
       cmocka_unit_test(test_fill_layer),
-      cmocka_unit_test(test_cpu_run_report),
-      cmocka_unit_test(test_budget_refused_before_payload),
-      cmocka_unit_test(test_checksum_failure_report),
-      cmocka_unit_test(test_runtime_failure_report),
-      cmocka_unit_test(test_trace_taken_during_run),
-      cmocka_unit_test(test_report_taken_during_run),
+      cmocka_unit_test_setup_teardown(test_cpu_run_report, traced_setup,
+                                      run_teardown),
+      cmocka_unit_test_setup_teardown(test_budget_refused_before_payload,
+                                      run_setup, run_teardown),
+      cmocka_unit_test_setup_teardown(test_host_memory_refused_before_payload,
+                                      run_setup, run_teardown),
+      cmocka_unit_test_setup_teardown(test_checksum_failure_report,
+                                      traced_setup, run_teardown),
+      cmocka_unit_test_setup_teardown(test_runtime_failure_report, traced_setup,
+                                      run_teardown),
+      cmocka_unit_test_setup_teardown(test_trace_taken_during_run, traced_setup,
+                                      run_teardown),
+      cmocka_unit_test_setup_teardown(test_report_taken_during_run,
+                                      traced_setup, run_teardown),
       cmocka_unit_test(test_staged_on_cpu_refused),
-      cmocka_unit_test(test_unavailable_cuda_fails_cleanly),
+      cmocka_unit_test_setup_teardown(test_staged_refused_when_auto_chooses_cpu,
+                                      run_setup, run_teardown),
+      cmocka_unit_test_setup_teardown(test_unavailable_cuda_fails_cleanly,
+                                      run_setup, run_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

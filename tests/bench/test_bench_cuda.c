@@ -1,8 +1,9 @@
 /* GPU test of the benchmark (label gpu): small runs on the CUDA backend in
  * registered and staged host mode, whose reports must hold every execution
  * verified, the three ceilings, the device memory in use and the host
- * memory accounting of the mode. Exits 77 (skipped) without a CUDA device
- * unless FOUNDRY_REQUIRE_CUDA=1. */
+ * memory accounting of the mode; --cpu-memory refused when auto chooses
+ * cuda; a failure of the slot-memory probe reported as its own stage. Exits
+ * 77 (skipped) without a CUDA device unless FOUNDRY_REQUIRE_CUDA=1. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,21 +19,33 @@
 #include "bench_internal.h"
 #include "foundry/bench.h"
 
-static void run_mode(fdy_cuda_host_mode mode) {
-  char dir[] = "/tmp/foundry-bench-cuda-XXXXXX";
+/* Small cuda options writing a report into a fresh directory dir. */
+static void small_cuda_options(fdy_bench_options *o, char *dir, char *report,
+                               size_t cap) {
   assert_non_null(mkdtemp(dir));
-  char report[64];
-  snprintf(report, sizeof report, "%s/r.json", dir);
+  snprintf(report, cap, "%s/r.json", dir);
+  fdy_bench_options_default(o);
+  o->backend = FDY_BENCH_BACKEND_CUDA;
+  o->layers = 6;
+  o->weight_mib = 8;
+  o->iterations = 3;
+  o->warmup = 1;
+  o->bootstrap_resamples = 200;
+  o->report_path = report;
+}
+
+static json_t *load_report(const char *path) {
+  json_error_t je;
+  json_t *r = json_load_file(path, 0, &je);
+  assert_non_null(r);
+  return r;
+}
+
+static void run_mode(fdy_cuda_host_mode mode) {
+  char dir[] = "/tmp/foundry-bench-cuda-XXXXXX", report[64];
   fdy_bench_options o;
-  fdy_bench_options_default(&o);
-  o.backend = FDY_BENCH_BACKEND_CUDA;
+  small_cuda_options(&o, dir, report, sizeof report);
   o.host_mode = mode;
-  o.layers = 6;
-  o.weight_mib = 8;
-  o.iterations = 3;
-  o.warmup = 1;
-  o.bootstrap_resamples = 200;
-  o.report_path = report;
   fdy_error err;
   bench_hooks hooks = {0};
   fdy_status st = bench_run_hooked(&o, &hooks, &err);
@@ -41,9 +54,7 @@ static void run_mode(fdy_cuda_host_mode mode) {
   }
   assert_int_equal(st, FDY_OK);
 
-  json_error_t je;
-  json_t *r = json_load_file(report, 0, &je);
-  assert_non_null(r);
+  json_t *r = load_report(report);
   assert_string_equal(json_string_value(json_object_get(r, "status")), "ok");
   size_t i;
   json_t *x;
@@ -88,6 +99,58 @@ static void run_mode(fdy_cuda_host_mode mode) {
   rmdir(dir);
 }
 
+/* --cpu-memory is refused once auto has chosen cuda, before any payload. */
+static void test_cpu_memory_refused_when_auto_chooses_cuda(void **state) {
+  (void)state;
+  char dir[] = "/tmp/foundry-bench-cuda-XXXXXX", report[64];
+  fdy_bench_options o;
+  small_cuda_options(&o, dir, report, sizeof report);
+  o.backend = FDY_BENCH_BACKEND_AUTO;
+  o.cpu_memory_bytes = FDY_GIB;
+  fdy_error err;
+  bench_hooks hooks = {0};
+  assert_int_equal(bench_run_hooked(&o, &hooks, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(err.message, "auto chose cuda"));
+  assert_false(hooks.payload_generated);
+  json_t *r = load_report(report);
+  json_t *e = json_object_get(r, "error");
+  assert_string_equal(json_string_value(json_object_get(e, "stage")),
+                      "backend");
+  json_decref(r);
+  unlink(report);
+  rmdir(dir);
+}
+
+/* The probe's failure stops the run before the rounds with stage
+ * slot_memory; the readings it and the rounds would take stay null. */
+static void test_slot_memory_probe_failure(void **state) {
+  (void)state;
+  char dir[] = "/tmp/foundry-bench-cuda-XXXXXX", report[64];
+  fdy_bench_options o;
+  small_cuda_options(&o, dir, report, sizeof report);
+  fdy_error err;
+  /* the probe is the first user of buffer_alloc (the ceilings use
+   * cudaMalloc directly): its second slot fails */
+  bench_hooks hooks = {.cuda_fail_alloc_at = 2};
+  assert_int_equal(bench_run_hooked(&o, &hooks, &err), FDY_ERR_BACKEND);
+  assert_non_null(strstr(err.message, "injected failure of buffer_alloc"));
+  assert_true(hooks.payload_generated);
+  json_t *r = load_report(report);
+  json_t *e = json_object_get(r, "error");
+  assert_string_equal(json_string_value(json_object_get(e, "stage")),
+                      "slot_memory");
+  assert_int_equal(json_array_size(json_object_get(r, "executions")), 0);
+  json_t *use = json_object_get(json_object_get(r, "memory"),
+                                "device_memory_in_use_bytes");
+  assert_true(json_is_integer(json_object_get(use, "after_setup")));
+  assert_true(json_is_null(json_object_get(use, "with_slots")));
+  assert_true(json_is_null(json_object_get(use, "after_rounds")));
+  json_decref(r);
+  unlink(report);
+  rmdir(dir);
+}
+
 static void test_registered(void **state) {
   (void)state;
   run_mode(FDY_CUDA_HOST_REGISTERED);
@@ -110,6 +173,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_registered),
       cmocka_unit_test(test_staged),
+      cmocka_unit_test(test_cpu_memory_refused_when_auto_chooses_cuda),
+      cmocka_unit_test(test_slot_memory_probe_failure),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
