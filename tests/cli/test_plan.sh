@@ -9,34 +9,19 @@ foundry=$1
 python=${2:-}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-failures=0
-
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-
-expect() { # expect CODE DESCRIPTION COMMAND...
-  want=$1; what=$2; shift 2
-  "$@" >"$dir/out" 2>"$dir/err"
-  got=$?
-  if [ "$got" -ne "$want" ]; then
-    fail "$what: exit $got, want $want"
-    cat "$dir/err" >&2
-  fi
-}
-
-has() { # has FILE TEXT: FILE contains TEXT (fixed string)
-  grep -qF -- "$2" "$1" || fail "expected '$2' in: $(cat "$1")"
-}
+work=$dir
+. "$(dirname "$0")/../cli_lib.sh"
 
 mode() { # mode FILE: the permission string of ls -l, e.g. -rw-r--r--
   ls -l "$1" | cut -c1-10
 }
 
 # The default plan: 48 x 450 MiB (21 GiB) through 3 slots in a 4 GiB budget.
-expect 0 "dump the default plan" "$foundry" plan --dump "$dir/default.json"
-has "$dir/out" "default.json: valid, "
-expect 0 "check the default plan" "$foundry" plan --check "$dir/default.json"
-grep -q "valid, .* 48 ops, 3 slots" "$dir/out" || fail "summary of the default plan on stdout: $(cat "$dir/out")"
-[ -s "$dir/err" ] && fail "a successful check wrote to stderr: $(cat "$dir/err")"
+expect 0 plan --dump "$dir/default.json"
+contains "$out" "default.json: valid, "
+expect 0 plan --check "$dir/default.json"
+grep -q "valid, .* 48 ops, 3 slots" "$out" || fail "summary of the default plan on stdout: $(cat "$out")"
+[ -s "$err" ] && fail "a successful check wrote to stderr: $(cat "$err")"
 
 # The written plan gets 0666 & ~umask like any new file, not mkstemp's 0600.
 (umask 022 && "$foundry" plan --dump "$dir/m022.json" --layers 2 --weight-mib 1 --budget 8MiB) >/dev/null 2>&1 ||
@@ -48,26 +33,26 @@ grep -q "valid, .* 48 ops, 3 slots" "$dir/out" || fail "summary of the default p
 
 # Never overwrite.
 cp "$dir/default.json" "$dir/before.json"
-expect 1 "dump onto an existing file" "$foundry" plan --dump "$dir/default.json" --layers 2
+expect 1 plan --dump "$dir/default.json" --layers 2
 cmp -s "$dir/default.json" "$dir/before.json" || fail "existing plan was modified"
 
 # Sequential, double and many-buffered plans of a small chain.
 for buffers in 1 2 3 7; do
-  expect 0 "dump $buffers buffers" "$foundry" plan --dump "$dir/b$buffers.json" \
+  expect 0 plan --dump "$dir/b$buffers.json" \
     --layers 5 --weight-mib 1 --buffers "$buffers" --budget 64MiB
-  expect 0 "check $buffers buffers" "$foundry" plan --check "$dir/b$buffers.json"
+  expect 0 plan --check "$dir/b$buffers.json"
 done
-expect 0 "dump to stdout" "$foundry" plan --dump - --layers 2 --weight-mib 1 --budget 8MiB
-grep -q '"commands"' "$dir/out" || fail "stdout dump has no commands"
-grep -q 'valid, ' "$dir/out" && fail "the summary of a dump to stdout went into the plan"
-has "$dir/err" "plan: valid, "
+expect 0 plan --dump - --layers 2 --weight-mib 1 --budget 8MiB
+grep -q '"commands"' "$out" || fail "stdout dump has no commands"
+grep -q 'valid, ' "$out" && fail "the summary of a dump to stdout went into the plan"
+contains "$err" "plan: valid, "
 ls "$dir" | grep -q '\.tmp\.' && fail "a temporary file was left behind: $(ls "$dir")"
 
 # Broken files.
 size=$(wc -c <"$dir/b3.json")
 head -c $((size / 2)) "$dir/b3.json" >"$dir/truncated.json"
-expect 1 "check a truncated plan" "$foundry" plan --check "$dir/truncated.json"
-expect 1 "check a missing file" "$foundry" plan --check "$dir/missing.json"
+expect 1 plan --check "$dir/truncated.json"
+expect 1 plan --check "$dir/missing.json"
 if [ -n "$python" ]; then
   "$python" - "$dir/b3.json" "$dir/no-release.json" <<'PY'
 import json, sys
@@ -77,40 +62,39 @@ last = max(i for i, c in enumerate(commands) if c["kind"] == "release")
 del commands[last]
 json.dump(doc, open(sys.argv[2], "w"))
 PY
-  expect 1 "check a plan with one release removed" "$foundry" plan --check "$dir/no-release.json"
-  has "$dir/err" "invalid plan (plan_unreleased_end): command "
-  [ "$(grep -o 'command [0-9][0-9]*' "$dir/err" | wc -l)" -eq 1 ] ||
-    fail "the command index is not given exactly once: $(cat "$dir/err")"
-  [ -s "$dir/out" ] && fail "a failed check wrote to stdout: $(cat "$dir/out")"
+  expect 1 plan --check "$dir/no-release.json"
+  contains "$err" "invalid plan (plan_unreleased_end): command "
+  [ "$(grep -o 'command [0-9][0-9]*' "$err" | wc -l)" -eq 1 ] ||
+    fail "the command index is not given exactly once: $(cat "$err")"
+  [ -s "$out" ] && fail "a failed check wrote to stdout: $(cat "$out")"
 else
   echo "cli plan: no python3, skipping the checks of an edited plan"
 fi
 
 # Impossible budget and bad options.
-expect 1 "budget below the slots" "$foundry" plan --dump "$dir/small.json" --budget 1MiB
+expect 1 plan --dump "$dir/small.json" --budget 1MiB
 [ -e "$dir/small.json" ] && fail "a failed dump left a file"
-expect 2 "zero buffers" "$foundry" plan --dump "$dir/x.json" --buffers 0
-expect 2 "zero layers" "$foundry" plan --dump "$dir/x.json" --layers 0
-expect 2 "bad budget unit" "$foundry" plan --dump "$dir/x.json" --budget 12XB
-expect 2 "alignment not a power of two" "$foundry" plan --dump "$dir/x.json" --alignment 3
-expect 2 "zero weight" "$foundry" plan --dump "$dir/x.json" --weight-mib 0
-has "$dir/err" "--weight-mib must be an integer from 1 to 4294967295, got '0'"
-expect 2 "weight above 32 bits of MiB" "$foundry" plan --dump "$dir/x.json" --weight-mib 4294967296
-has "$dir/err" "--weight-mib must be an integer from 1 to 4294967295, got '4294967296'"
-expect 2 "weight beyond 64 bits" "$foundry" plan --dump "$dir/x.json" --weight-mib 99999999999999999999
-has "$dir/err" "--weight-mib must be an integer from 1 to 4294967295, got '99999999999999999999'"
-expect 2 "zero budget" "$foundry" plan --dump "$dir/x.json" --budget 0
-has "$dir/err" "--budget must be positive"
-expect 2 "zero budget with a unit" "$foundry" plan --dump "$dir/x.json" --budget 0GiB
-has "$dir/err" "--budget must be positive"
-expect 2 "budget beyond 64 bits" "$foundry" plan --dump "$dir/x.json" --budget 99999999999GiB
-has "$dir/err" "--budget: byte size '99999999999GiB' does not fit 64 bits"
+expect 2 plan --dump "$dir/x.json" --buffers 0
+expect 2 plan --dump "$dir/x.json" --layers 0
+expect 2 plan --dump "$dir/x.json" --budget 12XB
+expect 2 plan --dump "$dir/x.json" --alignment 3
+expect 2 plan --dump "$dir/x.json" --weight-mib 0
+contains "$err" "--weight-mib must be an integer from 1 to 4294967295, got '0'"
+expect 2 plan --dump "$dir/x.json" --weight-mib 4294967296
+contains "$err" "--weight-mib must be an integer from 1 to 4294967295, got '4294967296'"
+expect 2 plan --dump "$dir/x.json" --weight-mib 99999999999999999999
+contains "$err" "--weight-mib must be an integer from 1 to 4294967295, got '99999999999999999999'"
+expect 2 plan --dump "$dir/x.json" --budget 0
+contains "$err" "--budget must be positive"
+expect 2 plan --dump "$dir/x.json" --budget 0GiB
+contains "$err" "--budget must be positive"
+expect 2 plan --dump "$dir/x.json" --budget 99999999999GiB
+contains "$err" "--budget: byte size '99999999999GiB' does not fit 64 bits"
 [ -e "$dir/x.json" ] && fail "a rejected dump left a file"
-expect 2 "both dump and check" "$foundry" plan --dump "$dir/x.json" --check "$dir/b1.json"
-expect 2 "neither dump nor check" "$foundry" plan
-expect 2 "unknown option" "$foundry" plan --frobnicate
-expect 2 "missing value" "$foundry" plan --dump
-expect 2 "planner options with check" "$foundry" plan --check "$dir/b1.json" --layers 3
+expect 2 plan --dump "$dir/x.json" --check "$dir/b1.json"
+expect 2 plan
+expect 2 plan --frobnicate
+expect 2 plan --dump
+expect 2 plan --check "$dir/b1.json" --layers 3
 
-[ "$failures" -eq 0 ] || exit 1
-echo "cli plan: all checks passed"
+finish "cli plan"
