@@ -1,79 +1,60 @@
-/* The backend contract: what the runtime needs from a device, as a table of
- * function pointers. Backends (fake, cpu, cuda) fill a `static const` table
- * with designated initializers; entries marked optional may be NULL and the
- * runtime checks them before use.
+/* The backend contract: what the executor needs from a device, as a table
+ * of function pointers. Backends (fake, cpu, cuda) fill a `static const`
+ * table with designated initializers; entries marked optional may be NULL
+ * and the executor checks them before use.
+ *
+ * The model is the CUDA stream model: buffers, streams (FIFO queues of
+ * copies and op launches), events created once and recorded many times,
+ * stream waits and host waits. A step of a plan is a sequence of these
+ * calls whose operands all live in device buffers (no host words written
+ * by launches, no parameters baked in per run), so a backend can capture
+ * it once and replay it.
  *
  * Handles (buffers, streams, events, host registrations) are opaque to the
- * runtime. Reference rule: work that a backend accepted (copy, launch) keeps
- * every buffer it touches alive until that work completed, even when the
- * runtime releases its handle earlier; `*_release` only drops the caller's
- * reference.
+ * executor. Reference rule: work that a backend accepted (copy, launch)
+ * keeps every buffer it touches alive until that work completed, even when
+ * the executor releases its handle earlier; `buffer_release` only drops the
+ * caller's reference.
  *
- * Failure rule: an entry that returns an error either submitted nothing or,
- * when it did submit work, still returns no handle; `drain` then waits for
- * everything. No entry may exit or abort on a device error.
+ * Failure rule: an entry that returns an error may still have submitted
+ * work; `drain` then waits for everything. No entry may exit or abort on a
+ * device error.
  *
- * Thread-safety: the runtime calls a backend from one thread at a time. */
+ * Thread-safety: the executor calls a backend from one thread at a time. */
 #ifndef FOUNDRY_BACKEND_H
 #define FOUNDRY_BACKEND_H
 
 #include "foundry/core.h"
+#include "foundry/ops.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 typedef struct fdy_backend fdy_backend;
-typedef struct fdy_backend_buffer fdy_backend_buffer;
 typedef struct fdy_backend_stream fdy_backend_stream;
 typedef struct fdy_backend_event fdy_backend_event;
 typedef struct fdy_backend_host fdy_backend_host;
-
-/* Most weights one launch binds (equals FDY_MAX_BINDINGS of plans). */
-#define FDY_MAX_LAUNCH_WEIGHTS 8
-
-/* One weight bound to an op launch. */
-typedef struct fdy_launch_weight {
-  fdy_backend_buffer *buffer; /* slot holding the weight from offset 0 */
-  uint64_t bytes;             /* the weight's bytes (<= slot bytes) */
-} fdy_launch_weight;
-
-/* Everything a backend needs to run one op. */
-typedef struct fdy_launch_desc {
-  const char *kind;  /* op kind, e.g. FDY_OP_SYNTHETIC_CHECKSUM */
-  uint64_t param;    /* op param from the graph */
-  uint32_t op_index; /* index of the op in graph order */
-  uint32_t weight_count;
-  fdy_launch_weight weights[FDY_MAX_LAUNCH_WEIGHTS];
-  /* Host word the op's 64-bit result is stored into. The backend writes it
-   * no later than when the launch's event is observed complete by host_wait
-   * or drain. Must stay valid until then. */
-  uint64_t *result;
-} fdy_launch_desc;
-
-/* Device-side timestamps of one completed event, on the host's
- * CLOCK_MONOTONIC nanosecond scale (see fdy_now_ns) as well as the backend
- * can align them. */
-typedef struct fdy_event_times {
-  int64_t start_ns;
-  int64_t end_ns;
-} fdy_event_times;
 
 typedef struct fdy_backend_ops {
   const char *name; /* "fake", "cpu", "cuda" */
 
   fdy_status (*capabilities)(fdy_backend *b, fdy_device_caps *out,
                              fdy_error *err);
-  /* True when the backend can launch ops of this kind. */
-  bool (*supports_op)(fdy_backend *b, const char *kind);
+  /* True when the backend can run this op (kind, parameters, dtypes and
+   * shapes; buffers may be NULL). The op passed fdy_op_check. */
+  bool (*supports_op)(fdy_backend *b, const fdy_op *op);
+  /* Optional: scratch bytes a launch of op needs in op->workspace (0 when
+   * none). NULL means no op needs any. Depends on the op's shapes only. */
+  uint64_t (*workspace_bytes)(fdy_backend *b, const fdy_op *op);
 
   fdy_status (*buffer_alloc)(fdy_backend *b, uint64_t bytes,
                              fdy_backend_buffer **out, fdy_error *err);
   /* Drops the caller's reference (memory freed once no work uses it). */
   void (*buffer_release)(fdy_backend *b, fdy_backend_buffer *buffer);
 
-  /* Optional: page-lock caller memory in place so copies from it are direct.
-   * Copies from unregistered memory must still work (staged). */
+  /* Optional: page-lock caller memory in place so copies from and to it
+   * are direct. Copies from unregistered memory must still work (staged). */
   fdy_status (*host_register)(fdy_backend *b, const void *ptr, uint64_t bytes,
                               fdy_backend_host **out, fdy_error *err);
   void (*host_unregister)(fdy_backend *b, fdy_backend_host *host);
@@ -83,26 +64,49 @@ typedef struct fdy_backend_ops {
   /* Destroys a stream; callers drain first. */
   void (*stream_destroy)(fdy_backend *b, fdy_backend_stream *stream);
 
-  /* Copies bytes from host src into dst at dst_offset on stream; *out is an
-   * event that completes with the copy. src must stay valid until then. */
+  /* Events are created once and recorded many times. Waiting on an event
+   * that was never recorded is a caller error (the fake backend counts it;
+   * a real backend may return at once). */
+  fdy_status (*event_create)(fdy_backend *b, fdy_backend_event **out,
+                             fdy_error *err);
+  /* Destroys an event; callers drain first. */
+  void (*event_destroy)(fdy_backend *b, fdy_backend_event *event);
+  /* The event completes once all work submitted to stream so far has
+   * completed. Recording again replaces the previous completion point. */
+  fdy_status (*event_record)(fdy_backend *b, fdy_backend_stream *stream,
+                             fdy_backend_event *event, fdy_error *err);
+
+  /* Copies bytes from host src into dst at dst_offset, in stream order.
+   * src must stay valid and unchanged until the copy completed. */
   fdy_status (*copy_to_device)(fdy_backend *b, fdy_backend_stream *stream,
                                fdy_backend_buffer *dst, uint64_t dst_offset,
-                               const void *src, uint64_t bytes,
-                               fdy_backend_event **out, fdy_error *err);
-  /* Runs an op on stream; *out completes with it. */
+                               const void *src, uint64_t bytes, fdy_error *err);
+  /* Copies bytes from src at src_offset into host dst, in stream order.
+   * dst must stay valid until the copy completed; its bytes are defined
+   * once an event recorded after the copy completed (host_wait) or after
+   * drain. */
+  fdy_status (*copy_to_host)(fdy_backend *b, fdy_backend_stream *stream,
+                             void *dst, fdy_backend_buffer *src,
+                             uint64_t src_offset, uint64_t bytes,
+                             fdy_error *err);
+  /* Runs an op in stream order. Every view of the op must lie inside its
+   * buffer, at an offset that is a multiple of the capabilities' alignment
+   * (kernels use vector loads); the op passed fdy_op_check and
+   * supports_op. */
   fdy_status (*launch)(fdy_backend *b, fdy_backend_stream *stream,
-                       const fdy_launch_desc *desc, fdy_backend_event **out,
-                       fdy_error *err);
-  /* Later work on stream starts after event completed. */
+                       const fdy_op *op, fdy_error *err);
+  /* Later work on stream starts after the event's current recording
+   * completed. */
   fdy_status (*stream_wait)(fdy_backend *b, fdy_backend_stream *stream,
                             fdy_backend_event *event, fdy_error *err);
-  /* Blocks the host until event completed. */
+  /* Blocks the host until the event's current recording completed. */
   fdy_status (*host_wait)(fdy_backend *b, fdy_backend_event *event,
                           fdy_error *err);
-  /* Optional: timestamps of a completed event. */
-  fdy_status (*event_times)(fdy_backend *b, fdy_backend_event *event,
-                            fdy_event_times *out, fdy_error *err);
-  void (*event_release)(fdy_backend *b, fdy_backend_event *event);
+  /* Optional: the host-clock time (fdy_now_ns scale, as well as the
+   * backend can align it) at which a completed event's recording
+   * completed. */
+  fdy_status (*event_time)(fdy_backend *b, fdy_backend_event *event,
+                           int64_t *out_ns, fdy_error *err);
 
   /* Waits for all submitted work on every stream. Safe to call at any time,
    * also after failures. */

@@ -1,5 +1,7 @@
-/* Foundry benchmark: the `foundry bench` streaming protocol, its statistics
- * and its outputs (console summary, versioned JSON report, Chrome trace).
+/* Foundry benchmark: its workload (the synthetic checksum chain and its
+ * plan), the `foundry bench` streaming protocol, its statistics and its
+ * outputs (console summary, versioned JSON report, Chrome trace), and the
+ * executor overhead benchmark (`foundry bench --overhead`).
  *
  * The statistics are exposed so that tests (and scripts/bench_summary.py,
  * which re-implements them) can check them exactly:
@@ -36,13 +38,15 @@
 
 #include "foundry/core.h"
 #include "foundry/cuda.h"
+#include "foundry/graph.h"
+#include "foundry/plan.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 #define FDY_BENCH_REPORT_FORMAT  "foundry.bench.report"
-#define FDY_BENCH_REPORT_VERSION 1
+#define FDY_BENCH_REPORT_VERSION 2
 #define FDY_BENCH_MAX_CONFIGS    16
 #define FDY_BENCH_MAX_BUFFERS    64
 #define FDY_BENCH_MAX_RESAMPLES  1000000u
@@ -50,6 +54,39 @@ extern "C" {
 /* First payload stream: layer i's bytes come from stream
  * FDY_BENCH_PAYLOAD_STREAM + i (see fdy_bench_fill_layer). */
 #define FDY_BENCH_PAYLOAD_STREAM ((uint64_t)1 << 32)
+
+/* ---- the workload ----------------------------------------------------------
+ */
+
+/* The name of the chain plan's one step, run once per execution. */
+#define FDY_BENCH_STEP "pass"
+
+/* The synthetic chain: `layers` ops "layer.i" of kind FDY_OP_CHECKSUM with
+ * params.checksum.passes = passes (0 counts as 1), op i reading weight
+ * "layer.i.weight" (U8 [weight_bytes]) and, from i = 1 on, the previous
+ * op's output, and writing "layer.i.out" (U64 [1]):
+ *   out_0 = fdy_checksum(w_0),  out_i = fdy_checksum(w_i) + out_{i-1} *
+ *   FDY_CHAIN_PRIME (mod 2^64).
+ * layer_data (layers pointers of weight_bytes each, borrowed for the
+ * graph's life) binds the weights to host memory; NULL only describes them
+ * (for planning). FDY_ERR_INVALID_ARGUMENT for 0 layers or a weight size
+ * that is not a positive multiple of 8 (actual = weight_bytes). The caller
+ * owns *out (fdy_graph_destroy). */
+fdy_status fdy_synthetic_graph_create(uint32_t layers, uint64_t weight_bytes,
+                                      uint32_t passes,
+                                      const void *const *layer_data,
+                                      fdy_graph **out, fdy_error *err);
+/* The chain's result: the output of its last op. FDY_ERR_INVALID_ARGUMENT
+ * for a graph without ops or a NULL out. */
+fdy_status fdy_synthetic_output(const fdy_graph *chain, fdy_tensor_id *out,
+                                fdy_error *err);
+/* fdy_plan_build over the chain with one step FDY_BENCH_STEP that launches
+ * every op and copies the chain's result to the host (its errors). With a
+ * weight budget of N slots of the largest aligned weight and more than N
+ * layers, every weight streams through N slots. */
+fdy_status fdy_synthetic_plan_build(const fdy_graph *chain,
+                                    const fdy_planner_options *options,
+                                    fdy_plan **out, fdy_error *err);
 
 /* ---- statistics ------------------------------------------------------------
  */
@@ -136,7 +173,8 @@ typedef struct fdy_bench_options {
   uint64_t seed;                /* --seed (0): payload and bootstrap */
   uint32_t buffer_count;        /* --buffers list length (3) */
   uint32_t buffers[FDY_BENCH_MAX_CONFIGS]; /* distinct, 1 .. MAX (1,2,3) */
-  uint32_t compute_passes;                 /* --compute-passes, > 0 (1) */
+  uint32_t compute_passes;      /* --compute-passes, > 0 (1): the chain ops'
+                                   params.checksum.passes */
   fdy_cuda_host_mode host_mode; /* --host-mode, cuda only (registered) */
   int cuda_device;              /* --device (0) */
   uint64_t cpu_memory_bytes;    /* --cpu-memory: CPU "device" memory (0 =
@@ -158,30 +196,86 @@ void fdy_bench_options_default(fdy_bench_options *options);
  * 1e6, the buffers list (1 .. FDY_BENCH_MAX_CONFIGS entries, each 1 ..
  * FDY_BENCH_MAX_BUFFERS, distinct; ids name the entries), warmup +
  * iterations within 32 bits and the payload and slot sizes within 64 bits
- * (FDY_ERR_OVERFLOW), a known backend and host mode, a non-negative device,
- * cpu_memory_bytes with backend cuda; then the outputs: trace without
- * report, the same file for both, an empty name or one ending in '/', an
- * existing file (FDY_ERR_EXISTS), a missing directory (FDY_ERR_NOT_FOUND),
- * each with name = the path. Creates nothing. */
+ * (FDY_ERR_OVERFLOW), more layers than the largest buffer count (name =
+ * "--layers", expected = that count, actual = layers: with as many slots
+ * as layers the planner keeps every weight resident and nothing streams),
+ * a known backend and host mode, a non-negative device, cpu_memory_bytes
+ * with backend cuda; then the outputs: trace without report, the same file
+ * for both, an empty name or one ending in '/', an existing file
+ * (FDY_ERR_EXISTS), a missing directory (FDY_ERR_NOT_FOUND), each with
+ * name = the path. Creates nothing. */
 fdy_status fdy_bench_check_options(const fdy_bench_options *options,
                                    fdy_error *err);
 
 /* Runs the benchmark: fdy_bench_check_options, backend creation and limit
- * checks (each slot within the maximum allocation, the largest slot budget
- * within device memory, the payload within the host's physical memory: each
- * FDY_ERR_BUDGET with expected = the limit, actual = the need), all before
- * any payload is generated; then untimed setup, rounds, statistics, console
- * summary, report and trace. Any execution or checksum failure aborts
- * (FDY_ERR_CHECKSUM with ids[0] = layer, command_index = sequence number).
- * Every failure after fdy_bench_check_options, when a report was asked for,
- * still writes it with status "failed". The trace is written first; if it
- * cannot be, the report of an otherwise successful run records that
- * failure; if the report cannot be written, the trace is removed again, so
- * the two appear together or not at all. Neither file is ever overwritten
- * (temporary file + link). On the cpu backend (also when auto chose it),
- * host_mode staged is FDY_ERR_INVALID_ARGUMENT, as cpu_memory_bytes is on
- * cuda. */
+ * checks (each slot within the maximum allocation, the slots of all
+ * configurations together within device memory, the payload within the
+ * host's physical memory: each FDY_ERR_BUDGET with expected = the limit,
+ * actual = the need), all before any payload is generated; then untimed
+ * setup (plans, payload, registration, ceilings, one executor per
+ * configuration), rounds of fdy_executor_run of step FDY_BENCH_STEP,
+ * executor teardown, statistics, console summary, report and trace. Any
+ * execution or checksum failure aborts (FDY_ERR_CHECKSUM with ids[0] = the
+ * last layer, whose output is the chain's result, command_index = sequence
+ * number, expected/actual = the results). Every failure after
+ * fdy_bench_check_options, when a report was asked for, still writes it
+ * with status "failed". The trace is written first; if it cannot be, the
+ * report of an otherwise successful run records that failure; if the
+ * report cannot be written, the trace is removed again, so the two appear
+ * together or not at all. Neither file is ever overwritten (temporary file
+ * + link). On the cpu backend (also when auto chose it), host_mode staged
+ * is FDY_ERR_INVALID_ARGUMENT, as cpu_memory_bytes is on cuda. */
 fdy_status fdy_bench_run(const fdy_bench_options *options, fdy_error *err);
+
+/* ---- executor overhead -----------------------------------------------------
+ */
+
+#define FDY_BENCH_OVERHEAD_FORMAT  "foundry.bench.overhead"
+#define FDY_BENCH_OVERHEAD_VERSION 1
+/* Slots of the streamed plan of the overhead benchmark. */
+#define FDY_BENCH_OVERHEAD_SLOTS 2u
+
+/* Every flag of `foundry bench --overhead`. Strings are borrowed. */
+typedef struct fdy_bench_overhead_options {
+  uint32_t ops;            /* --ops, > FDY_BENCH_OVERHEAD_SLOTS (1000) */
+  uint64_t op_bytes;       /* --op-bytes, a positive multiple of 8 (4096):
+                              the weight of each op */
+  uint32_t runs;           /* --runs, > 0 (200): timed runs per measurement */
+  uint32_t warmup;         /* --warmup (20): untimed runs before them */
+  const char *report_path; /* --report, or NULL */
+  int argc;                /* invocation recorded in the report */
+  char *const *argv;
+  FILE *console; /* the table; NULL = none */
+  bool progress; /* a line per measurement on stderr */
+} fdy_bench_overhead_options;
+
+void fdy_bench_overhead_options_default(fdy_bench_overhead_options *options);
+
+/* Checks without side effects, each FDY_ERR_INVALID_ARGUMENT with name =
+ * the flag unless said otherwise: ops > FDY_BENCH_OVERHEAD_SLOTS, op_bytes
+ * a positive multiple of 8, runs > 0, warmup + runs within 32 bits and
+ * ops x op_bytes within 64 bits (FDY_ERR_OVERFLOW); the report path as for
+ * fdy_bench_check_options (FDY_ERR_EXISTS, FDY_ERR_NOT_FOUND, name = the
+ * path). */
+fdy_status
+fdy_bench_overhead_check_options(const fdy_bench_overhead_options *options,
+                                 fdy_error *err);
+
+/* Measures the host cost of the executor on a chain of `ops` small
+ * checksum ops, on the fake backend (computes nothing: the executor's own
+ * cost plus the fake's bookkeeping) and the cpu backend (also the worker
+ * handoff and the checksum of op_bytes), for the plan with every weight
+ * resident and for the plan streaming every weight through
+ * FDY_BENCH_OVERHEAD_SLOTS slots: the time of fdy_executor_run of an
+ * executor created once, against the time of creating an executor, running
+ * it once and destroying it (the cost of the old one-shot runtime, which
+ * rebuilt everything per execution). cpu results are verified against the
+ * chain's expected result. Prints the table on console, writes the report
+ * (format FDY_BENCH_OVERHEAD_FORMAT; also for a failed run) when asked.
+ * Errors: fdy_bench_overhead_check_options, then backend and executor
+ * failures, FDY_ERR_CHECKSUM for a wrong cpu result. */
+fdy_status fdy_bench_overhead(const fdy_bench_overhead_options *options,
+                              fdy_error *err);
 
 #ifdef __cplusplus
 }

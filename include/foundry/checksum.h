@@ -1,7 +1,9 @@
-/* The synthetic.checksum function: a fixed 64-bit checksum over a byte range
- * that depends on every byte and on its position, so a layer copied into the
- * wrong place does not pass. The CPU backend, the CUDA kernel and the bench's
- * expected values all compute exactly this.
+/* The synthetic checksum: a fixed 64-bit checksum over a byte range that
+ * depends on every byte and on its position, so a layer copied into the
+ * wrong place does not pass. The CHECKSUM op of every backend and the
+ * bench's expected values compute exactly this. Implemented in the CPU
+ * backend library (foundry_cpu), not in core: no module outside the
+ * backends does arithmetic on workload data.
  *
  * Definition (n bytes, zero-padded to whole little-endian 64-bit words w_i,
  * i = 0 .. ceil(n/8) - 1, all arithmetic mod 2^64):
@@ -32,7 +34,8 @@ uint64_t fdy_checksum_partial(const uint64_t *words, uint64_t first_word,
                               uint64_t count);
 /* Final mixing of a complete sum for a range of n bytes. */
 uint64_t fdy_checksum_finish(uint64_t sum, uint64_t n);
-/* The whole checksum of n bytes at data (any alignment). */
+/* The whole checksum of n bytes at data (any alignment). All three are
+ * pure and thread-safe. */
 uint64_t fdy_checksum(const void *data, uint64_t n);
 
 #ifdef __cplusplus

@@ -45,9 +45,8 @@ typedef enum fdy_status {
   FDY_ERR_GRAPH_FILE_RANGE,
   FDY_ERR_GRAPH_ROLE, /* e.g. an op writes a weight */
   /* plan validation */
-  FDY_ERR_PLAN_UNKNOWN_ID,        /* slot/tensor/op/stream/event out of range */
-  FDY_ERR_PLAN_ZERO_ALLOCATION,   /* allocate of 0 bytes */
-  FDY_ERR_PLAN_DOUBLE_ALLOCATION, /* allocate of a live slot */
+  FDY_ERR_PLAN_UNKNOWN_ID, /* buffer/tensor/op/stream/event out of range */
+  FDY_ERR_PLAN_DOUBLE_ALLOCATION,    /* allocate of a live slot */
   FDY_ERR_PLAN_SLOT_NOT_ALLOCATED,   /* use or release of a dead slot */
   FDY_ERR_PLAN_BUDGET_EXCEEDED,      /* live slot bytes above the budget */
   FDY_ERR_PLAN_SLOT_TOO_SMALL,       /* weight larger than its slot */
@@ -62,6 +61,9 @@ typedef enum fdy_status {
   FDY_ERR_PLAN_UNSYNCHRONIZED_END, /* an event never observed by the host */
   FDY_ERR_PLAN_UNRELEASED_END,     /* a slot still live at the end */
   FDY_ERR_PLAN_INCOMPLETE,         /* an op of the graph never launched */
+  FDY_ERR_PLAN_SECTION_COMMAND,    /* a command its section may not hold */
+  FDY_ERR_PLAN_PLACEMENT,          /* a tensor placed outside its class */
+  FDY_ERR_PLAN_PLACEMENT_HAZARD,   /* bytes reused before their users done */
   FDY_STATUS_COUNT
 } fdy_status;
 
@@ -224,7 +226,7 @@ typedef struct fdy_device_caps {
 /* ---- typed ids
  * --------------------------------------------------------------- */
 
-/* Distinct struct types so a slot can never be passed where an event is
+/* Distinct struct types so a buffer can never be passed where an event is
  * expected. The raw value is the index in its table. */
 typedef struct fdy_tensor_id {
   uint32_t v;
@@ -232,9 +234,9 @@ typedef struct fdy_tensor_id {
 typedef struct fdy_op_id {
   uint32_t v;
 } fdy_op_id;
-typedef struct fdy_slot_id {
+typedef struct fdy_buffer_id {
   uint32_t v;
-} fdy_slot_id;
+} fdy_buffer_id;
 typedef struct fdy_event_id {
   uint32_t v;
 } fdy_event_id;

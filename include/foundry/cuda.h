@@ -1,12 +1,35 @@
-/* The CUDA backend: slots are cudaMalloc allocations, one CUDA stream per
- * runtime stream, CUDA events for completion and timestamps, and the
- * synthetic.checksum kernel. Host payloads are either page-locked in place
- * (host_register, done once by the caller in untimed setup) or staged through
- * a small ring of pinned buffers filled by host threads.
+/* The CUDA backend: buffers are cudaMalloc allocations, each backend stream
+ * is a non-blocking CUDA stream, each backend event one CUDA event created
+ * once and recorded many times, and ops run as kernels: FDY_OP_CHECKSUM for
+ * now (supports_op refuses every other kind). Launches read and write
+ * device memory only; nothing is written to host memory except by
+ * copy_to_host.
+ *
+ * Host memory: copies to and from memory registered with host_register are
+ * direct DMA (registered mode). Memory that is not registered, and all host
+ * memory in staged mode, goes through a small ring of pinned staging
+ * buffers: filled by host threads on the way in, emptied by a host function
+ * queued on the stream on the way out. host_register page-locks the range
+ * in place with cudaHostRegister; when that fails it tries again read-only
+ * (cudaHostRegisterReadOnly), so read-only memory such as a MAP_SHARED
+ * PROT_READ file mapping can be registered; copies into a read-only
+ * registration are staged. A private (MAP_PRIVATE) read-only file mapping
+ * is refused with FDY_ERR_UNSUPPORTED instead: cudaHostRegisterReadOnly
+ * never returns on one (driver 580 on Linux 6.18); copies from it work
+ * unregistered (staged). Map weight files MAP_SHARED to pin them.
+ *
+ * Releases: a buffer released while submitted work may still use it is
+ * freed once every stream passed the point of the release (an event fence
+ * observed by a later release, host_wait or drain); drain frees every
+ * such buffer.
+ *
+ * event_time: device time of the event's recording, aligned to fdy_now_ns
+ * through a reference event recorded at creation (within a few
+ * microseconds; cudaEventElapsedTime resolution is about 0.5 us).
  *
  * Built only when CUDA is enabled (FOUNDRY_HAVE_CUDA); without it
  * fdy_cuda_backend_create returns FDY_ERR_UNSUPPORTED and
- * fdy_cuda_device_count returns 0. */
+ * fdy_cuda_device_count returns 0. Not thread-safe, like every backend. */
 #ifndef FOUNDRY_CUDA_H
 #define FOUNDRY_CUDA_H
 
@@ -28,21 +51,16 @@ typedef struct fdy_cuda_options {
   fdy_cuda_host_mode host_mode;
   uint64_t staging_bytes;   /* each staging buffer; 0 = 16 MiB */
   uint32_t staging_buffers; /* ring size; 0 = 4 */
-  uint32_t compute_passes;  /* checksum kernel reads its slot K times; 0=1 */
-  uint64_t fail_alloc_at;   /* tests: 1-based buffer_alloc call to fail */
-  uint64_t fail_copy_at;    /* tests: 1-based copy_to_device call to fail */
-  uint64_t fail_launch_at;  /* tests: 1-based launch call to fail */
-  /* tests: 1-based copy_to_device / launch call that fails after its DMA or
-   * kernel was queued (as if recording its end event failed), so the
-   * submitted work must be drained before its memory is reused */
-  uint64_t fail_copy_submitted_at;
-  uint64_t fail_launch_submitted_at;
 } fdy_cuda_options;
 
 /* Number of usable CUDA devices; 0 when none or CUDA is not built. */
 int fdy_cuda_device_count(void);
 
-/* options may be NULL (defaults: device 0, registered). */
+/* options may be NULL (defaults: device 0, registered). Errors:
+ * FDY_ERR_UNSUPPORTED without a device, FDY_ERR_INVALID_ARGUMENT for a
+ * device that does not exist or an unknown host mode, FDY_ERR_BACKEND
+ * (backend_op "create") when CUDA fails. Freed by fdy_backend_destroy,
+ * which drains and frees whatever the caller did not release. */
 fdy_status fdy_cuda_backend_create(const fdy_cuda_options *options,
                                    fdy_backend **out, fdy_error *err);
 

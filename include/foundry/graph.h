@@ -1,11 +1,15 @@
-/* Foundry graph: an ordered list of ops that read and write tensors.
+/* Foundry graph: an ordered list of typed ops (include/foundry/ops.h) that
+ * read and write tensors.
  *
  * Tensors are weights (described as host memory or file ranges and never
- * loaded by the graph), inputs (provided by the caller at run time) or
- * activations (written by exactly one op). A weight may be a gather of several
- * extents (for example every tensor of one Llama decoder layer) so that one
- * weight is one streamable unit: its bytes are the concatenation of its
- * extents, in order.
+ * loaded by the graph), weight views (a typed tensor at an offset inside a
+ * weight), inputs (provided by the caller at every run), activations
+ * (written by exactly one op) or state (persists across runs, e.g. the KV
+ * cache; ops whose kind says so update it in place). A weight may be a
+ * gather of several extents (for example every tensor of one Llama decoder
+ * layer) so that one weight is one streamable unit: its bytes are the
+ * concatenation of its extents, in order; padding extents keep the views
+ * inside it aligned.
  *
  * Every mutation validates before it changes anything: a failed call leaves
  * the graph exactly as it was. Not thread-safe; a graph may be shared
@@ -14,6 +18,7 @@
 #define FOUNDRY_GRAPH_H
 
 #include "foundry/core.h"
+#include "foundry/ops.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -22,16 +27,26 @@ extern "C" {
 typedef struct fdy_graph fdy_graph;
 
 typedef enum fdy_tensor_role {
-  FDY_TENSOR_WEIGHT = 0, /* read-only bytes from host memory or a file */
-  FDY_TENSOR_INPUT,      /* provided by the caller, no producer op */
-  FDY_TENSOR_ACTIVATION, /* produced by exactly one op */
+  FDY_TENSOR_WEIGHT = 0,  /* read-only bytes from host memory or a file */
+  FDY_TENSOR_INPUT,       /* provided by the caller, no producer op */
+  FDY_TENSOR_ACTIVATION,  /* produced by exactly one op */
+  FDY_TENSOR_WEIGHT_VIEW, /* typed bytes inside a weight */
+  FDY_TENSOR_STATE,       /* persists across runs; no producer */
+  FDY_TENSOR_ROLE_COUNT
 } fdy_tensor_role;
 
+/* Alignment of weight views inside their weight (and of every tensor a plan
+ * places in a buffer). */
+#define FDY_TENSOR_ALIGNMENT 256
+
+/* "weight", "input", "activation", "weight_view", "state"; "unknown" out
+ * of range. */
 const char *fdy_tensor_role_name(fdy_tensor_role role);
 
 typedef enum fdy_extent_kind {
   FDY_EXTENT_HOST = 0, /* [host, host + length) in caller memory */
   FDY_EXTENT_FILE,     /* [offset, offset + length) of the file at path */
+  FDY_EXTENT_PADDING,  /* length bytes no op reads (never copied) */
 } fdy_extent_kind;
 
 /* One contiguous piece of a weight. The graph copies `path` but never reads
@@ -55,16 +70,18 @@ typedef struct fdy_tensor_info {
   size_t extent_count;       /* weights: 0 means "described, not bound" */
   const fdy_extent *extents; /* weights: extent_count entries */
   int64_t producer;          /* activations: producing op index, else -1 */
+  int64_t weight;            /* weight views: the weight's id, else -1 */
+  uint64_t offset;           /* weight views: byte offset in the weight */
 } fdy_tensor_info;
 
 /* Read-only view of an op, valid until the graph is mutated or destroyed. */
 typedef struct fdy_op_info {
   const char *name;
-  const char *kind; /* e.g. "synthetic.checksum", "llama.decoder_layer" */
-  uint64_t param;   /* kind-specific integer (e.g. layer index) */
-  size_t read_count;
+  fdy_op_kind kind;
+  fdy_op_params params; /* members other than the kind's are zero */
+  size_t read_count;    /* the op's inputs, in operand order */
   const fdy_tensor_id *reads;
-  size_t write_count;
+  size_t write_count; /* the op's outputs, in operand order */
   const fdy_tensor_id *writes;
 } fdy_op_info;
 
@@ -86,6 +103,19 @@ fdy_status fdy_graph_add_weight(fdy_graph *graph, const char *name,
                                 fdy_dtype dtype, fdy_shape shape,
                                 const fdy_extent *extents, size_t extent_count,
                                 fdy_tensor_id *out, fdy_error *err);
+/* Adds a view of dtype/shape at byte offset inside weight `weight` (a
+ * weight, not a view): offset a multiple of FDY_TENSOR_ALIGNMENT
+ * (FDY_ERR_INVALID_ARGUMENT) and offset + bytes within the weight
+ * (FDY_ERR_GRAPH_WEIGHT_SIZE, expected = weight bytes, actual = end). */
+fdy_status fdy_graph_add_weight_view(fdy_graph *graph, const char *name,
+                                     fdy_tensor_id weight, uint64_t offset,
+                                     fdy_dtype dtype, fdy_shape shape,
+                                     fdy_tensor_id *out, fdy_error *err);
+/* Adds a state tensor (persists across runs; read, and updated in place by
+ * kinds that say so, e.g. the attention's KV caches). */
+fdy_status fdy_graph_add_state(fdy_graph *graph, const char *name,
+                               fdy_dtype dtype, fdy_shape shape,
+                               fdy_tensor_id *out, fdy_error *err);
 /* Adds a caller-provided input tensor. */
 fdy_status fdy_graph_add_input(fdy_graph *graph, const char *name,
                                fdy_dtype dtype, fdy_shape shape,
@@ -95,11 +125,12 @@ fdy_status fdy_graph_add_activation(fdy_graph *graph, const char *name,
                                     fdy_dtype dtype, fdy_shape shape,
                                     fdy_tensor_id *out, fdy_error *err);
 
-/* Description of an op to append. */
+/* Description of an op to append: reads are its inputs and writes its
+ * outputs, in the operand order of its kind. */
 typedef struct fdy_op_desc {
   const char *name;
-  const char *kind;
-  uint64_t param;
+  fdy_op_kind kind;
+  fdy_op_params params;
   const fdy_tensor_id *reads;
   size_t read_count;
   const fdy_tensor_id *writes;
@@ -108,10 +139,11 @@ typedef struct fdy_op_desc {
 
 /* Appends an op after all existing ops. Errors: unknown tensor ids
  * (FDY_ERR_GRAPH_UNKNOWN_TENSOR), reading an activation whose producer has
- * not been added yet (FDY_ERR_GRAPH_READ_BEFORE_WRITE), writing a weight or an
- * input (FDY_ERR_GRAPH_ROLE), writing an activation that already has a
- * producer (FDY_ERR_GRAPH_MULTIPLE_PRODUCERS), empty name or kind, duplicate
- * op name. */
+ * not been added yet (FDY_ERR_GRAPH_READ_BEFORE_WRITE), writing anything but
+ * an activation (FDY_ERR_GRAPH_ROLE), writing an activation that already has
+ * a producer (FDY_ERR_GRAPH_MULTIPLE_PRODUCERS), empty name, duplicate op
+ * name, and operands or params that fail fdy_op_check for the kind (its
+ * error). */
 fdy_status fdy_graph_add_op(fdy_graph *graph, const fdy_op_desc *desc,
                             fdy_op_id *out, fdy_error *err);
 
@@ -135,28 +167,13 @@ fdy_status fdy_graph_weight_bytes(const fdy_graph *graph, uint64_t *out,
                                   fdy_error *err);
 
 /* A 64-bit FNV-1a fingerprint of the structure: name, tensors (name, role,
- * dtype, shape) and ops (name, kind, param, reads, writes). Extents are not
+ * dtype, shape, view weight and offset) and ops (name, kind, params, reads,
+ * writes). Extents are not
  * part of it, so a described graph and its bound twin match. */
 uint64_t fdy_graph_fingerprint(const fdy_graph *graph);
 /* True when both graphs have the same structure (see fingerprint), compared
  * field by field. */
 bool fdy_graph_same_structure(const fdy_graph *a, const fdy_graph *b);
-
-/* ---- the synthetic workload
- * ---------------------------------------------------- */
-
-#define FDY_OP_SYNTHETIC_CHECKSUM "synthetic.checksum"
-
-/* Builds the synthetic chain used by `foundry plan` and `foundry bench`:
- * weights "layer.<i>.weight" (U8 [weight_bytes]), activations "layer.<i>.out"
- * (U64 [1]) and ops "layer.<i>" of kind synthetic.checksum with param i, where
- * op i reads weight i and (for i > 0) activation i-1 and writes activation i.
- * layer_data may be NULL (weights described, not bound) or hold `layers`
- * pointers to weight_bytes each, used as host extents. layers may be 0 (empty
- * graph); weight_bytes must be > 0. */
-fdy_status fdy_synthetic_graph_create(uint32_t layers, uint64_t weight_bytes,
-                                      const void *const *layer_data,
-                                      fdy_graph **out, fdy_error *err);
 
 #ifdef __cplusplus
 }

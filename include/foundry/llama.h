@@ -1,5 +1,6 @@
-/* Llama 3 from MLX 4-bit checkpoints: loader, model graph, CPU inference and
- * greedy generation, reference verification and random checkpoints.
+/* Llama 3 from MLX 4-bit checkpoints: loader, the model as a graph of ops
+ * and its plan, and random checkpoints (sessions, generation and
+ * verification are in llama_session.h).
  *
  * A checkpoint directory holds config.json and model.safetensors or the
  * shards listed in model.safetensors.index.json. Weights stay in read-only
@@ -9,6 +10,7 @@
 
 #include "foundry/core.h"
 #include "foundry/graph.h"
+#include "foundry/plan.h"
 #include "foundry/safetensors.h"
 
 #ifdef __cplusplus
@@ -99,35 +101,56 @@ size_t fdy_llama_tensor_count(const fdy_llama_model *model);
 uint64_t fdy_llama_layer_bytes(const fdy_llama_model *model, uint32_t layer);
 uint64_t fdy_llama_total_bytes(const fdy_llama_model *model);
 
-/* Dequantizes row `row` of a quantized linear into out (in_features floats),
- * w = scale * q + bias per group. */
-void fdy_llama_dequantize_row(const fdy_llama_qlinear *linear,
-                              fdy_dtype scale_dtype, uint32_t row, float *out);
+/* ---- the model as a graph of ops
+ * ------------------------------------------------ */
 
-/* Op kinds of the model graph. */
-#define FDY_OP_LLAMA_EMBED "llama.embed"
-#define FDY_OP_LLAMA_LAYER "llama.decoder_layer"
-#define FDY_OP_LLAMA_HEAD  "llama.head"
+typedef struct fdy_llama_graph_options {
+  uint32_t context;      /* KV cache positions, >= 1 */
+  uint32_t prefill_rows; /* tokens one prefill run takes, >= 1 */
+  fdy_dtype kv_dtype;    /* F32 or F16 */
+  bool all_logits;       /* prefill outputs the logits of every row (verify)
+                            instead of the last row's */
+} fdy_llama_graph_options;
 
-/* The model as a Foundry graph: input "tokens" (I32 [context]), op
- * "embed" reading weight "embed" (the embedding's three tensors gathered),
- * op "layer.<i>" (param i) reading weight "layer.<i>" (all of the layer's
- * tensors gathered as one streamable unit) and the previous hidden state, op
- * "head" reading weight "head" (final norm + LM head tensors) and writing
- * "logits". Every weight is a gather of file extents.
- *
- * Details: weights are U8 [bytes]; a linear contributes its weight, scales
- * and biases extents in that order. "embed" = embedding linear; "layer.<i>" =
- * input_norm, q, k, v, o, post_norm, gate, up, down (23 extents); "head" =
- * final norm, LM head linear (with tied embeddings these are the
- * embedding's file ranges again, so the weights then sum to the total bytes
- * plus the embedding's bytes). Activations "embed.out" and "layer.<i>.out"
- * are F32 [context, hidden], "logits" F32 [context, vocab]. Op reads are
- * (tokens, embed), (layer.<i>, previous hidden), (head, last hidden).
- * context must be >= 1. The graph copies the paths; the model may be closed
- * after this returns. Caller owns *out (fdy_graph_destroy). */
-fdy_status fdy_llama_graph(const fdy_llama_model *model, uint32_t context,
-                           fdy_graph **out, fdy_error *err);
+/* The tensors and ops a session needs from the graph. */
+typedef struct fdy_llama_graph_io {
+  fdy_tensor_id prefill_step;   /* I32 [2 + prefill_rows] (FDY_STEP_* layout) */
+  fdy_tensor_id decode_step;    /* I32 [3] */
+  fdy_tensor_id prefill_logits; /* F32 [prefill_rows or 1, vocab] */
+  fdy_tensor_id prefill_next;   /* I32 [1]: argmax of the last row */
+  fdy_tensor_id decode_logits;  /* F32 [1, vocab] */
+  fdy_tensor_id decode_next;    /* I32 [1] */
+  uint32_t prefill_first_op, prefill_op_count; /* ops [first, first+count) */
+  uint32_t decode_first_op, decode_op_count;
+} fdy_llama_graph_io;
+
+/* The model as a Foundry graph of kernel-granular ops (include/foundry/
+ * ops.h): weights "embed", "layer.<i>" (all tensors of decoder layer i: one
+ * streamable unit) and "head" (the final norm, plus the LM head when
+ * untied; a tied head reads the embedding's views), each a gather of file
+ * extents in fdy_llama_layout order with padding so that every tensor is a
+ * view at a FDY_TENSOR_ALIGNMENT offset; state "layer.<i>.k_cache" and
+ * "layer.<i>.v_cache" (kv_dtype [context, kv_heads * head_dim]); and two
+ * sets of ops over the same weights and state: "prefill.*" over
+ * prefill_rows rows and "decode.*" over one row. Per layer: rmsnorm, q/k/v
+ * matmuls, rope of q and k, attention (appending k and v to the caches),
+ * o matmul, add, rmsnorm, gate/up matmuls, swiglu, down matmul, add; then
+ * the head (last row, rmsnorm, LM head matmul, argmax). Errors: a context
+ * or prefill_rows of 0 or a context above max_position_embeddings, a
+ * kv_dtype other than F32/F16 (FDY_ERR_INVALID_ARGUMENT). The graph copies
+ * the paths; the model may be closed after this returns. Caller owns *out
+ * (fdy_graph_destroy); io may be NULL. */
+fdy_status fdy_llama_graph(const fdy_llama_model *model,
+                           const fdy_llama_graph_options *options,
+                           fdy_graph **out, fdy_llama_graph_io *io,
+                           fdy_error *err);
+
+/* The plan of a Llama graph: steps "prefill" and "decode" (each copying out
+ * its logits and next id), weights resident when they fit weight_budget,
+ * else streamed through `buffers` slots (fdy_plan_build). */
+fdy_status fdy_llama_plan(const fdy_graph *graph, const fdy_llama_graph_io *io,
+                          uint64_t weight_budget, uint32_t buffers,
+                          fdy_plan **out, fdy_error *err);
 
 /* ---- random checkpoints ----------------------------------------------------
  */

@@ -1,53 +1,78 @@
-/* Llama 3 float32 CPU inference over an open fdy_llama_model: sessions with
- * a KV cache, greedy generation and verification against a reference
- * (the format of tests/data/<fixture>/expected.safetensors). */
+/* Llama 3 inference through the engine over an open fdy_llama_model:
+ * sessions (graph, plan and executor on a backend, with the KV cache),
+ * greedy generation and verification against a reference (the format of
+ * tests/data/<fixture>/expected.safetensors). */
 #ifndef FOUNDRY_LLAMA_SESSION_H
 #define FOUNDRY_LLAMA_SESSION_H
 
 #include "foundry/llama.h"
+#include "foundry/runtime.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* ---- CPU inference ------------------------------------------------------ */
+/* ---- sessions ------------------------------------------------------------ */
 
 typedef struct fdy_llama_session fdy_llama_session;
 
+/* Default KV cache positions: max_position_embeddings, capped here. */
+#define FDY_LLAMA_DEFAULT_CONTEXT 4096u
+/* Default tokens per prefill run. */
+#define FDY_LLAMA_DEFAULT_PREFILL_ROWS 64u
+
 typedef struct fdy_llama_session_options {
-  uint32_t context; /* positions in the KV cache; 0 = 1024, or the model's
-                       max_position_embeddings when that is smaller */
-  uint32_t threads; /* worker threads; 0 = online CPUs */
+  fdy_backend *backend;   /* runs every op; required, outlives the session */
+  uint32_t context;       /* KV cache positions; 0 = the model's
+                             max_position_embeddings capped at
+                             FDY_LLAMA_DEFAULT_CONTEXT */
+  uint32_t prefill_rows;  /* tokens per prefill run; 0 = the default */
+  fdy_dtype kv_dtype;     /* F32 (the zero value) or F16 */
+  bool all_logits;        /* prefill returns every row's logits (verify) */
+  uint64_t weight_budget; /* device bytes for weights; 0 = the device's
+                             memory (everything resident when it fits) */
+  uint32_t buffers;       /* slots for streamed weights; 0 = 2 */
 } fdy_llama_session_options;
 
-/* A float32 CPU inference session with its KV cache over an open model (the
- * model must outlive it). options may be NULL. Everything (KV cache, scratch,
- * worker threads) is allocated here; a forward pass never allocates. A
- * context above the model's max_position_embeddings (err->expected = that
- * limit, err->actual = the context) or more than 256 threads:
- * FDY_ERR_INVALID_ARGUMENT. Hidden, intermediate and heads * head_dim not
- * multiples of 64: FDY_ERR_UNSUPPORTED. A session is used by one thread at a
- * time; results do not depend on the thread count. */
+/* A session: the model's graph, its plan (steps "prefill" and "decode")
+ * and an executor on options->backend, with the KV cache as plan state.
+ * Everything is allocated and the resident weights uploaded here; a forward
+ * pass allocates nothing. The model must outlive the session. Errors: a
+ * context above max_position_embeddings (FDY_ERR_INVALID_ARGUMENT,
+ * expected = that limit, actual = the context), no backend, and whatever
+ * the planner and executor report (an impossible budget, an op the backend
+ * does not support, a device allocation that fails, naming what and how
+ * much). A session is used by one thread at a time; results do not depend
+ * on the backend's thread count. */
 fdy_status fdy_llama_session_create(const fdy_llama_model *model,
                                     const fdy_llama_session_options *options,
                                     fdy_llama_session **out, fdy_error *err);
 void fdy_llama_session_destroy(fdy_llama_session *session);
 /* Positions used so far. */
 uint32_t fdy_llama_session_position(const fdy_llama_session *session);
-/* The context (KV cache positions) and worker threads in use, defaults
- * resolved. */
+/* The context (KV cache positions) in use, default resolved. */
 uint32_t fdy_llama_session_context(const fdy_llama_session *session);
-uint32_t fdy_llama_session_threads(const fdy_llama_session *session);
+/* What the executor allocated: device bytes per memory class (resident
+ * weights, slots, activation arena, KV state, io) and setup times. */
+fdy_executor_stats fdy_llama_session_stats(const fdy_llama_session *session);
+/* The session's plan (e.g. to save it). */
+const fdy_plan *fdy_llama_session_plan(const fdy_llama_session *session);
 /* Forgets every position (the KV cache is overwritten as it refills). */
 void fdy_llama_session_reset(fdy_llama_session *session);
-/* Appends count tokens at the current position (prefill when count > 1).
- * all_logits (count * vocab floats) and last_logits (vocab floats) may each
- * be NULL. Ids outside the vocabulary: FDY_ERR_INVALID_ARGUMENT; exceeding
- * the context: FDY_ERR_CONTEXT; the session is unchanged on error. */
+/* Appends count tokens at the current position: runs of the prefill step
+ * over chunks of up to prefill_rows tokens (a single token runs the decode
+ * step). all_logits (count * vocab floats; only for sessions created with
+ * all_logits) and last_logits (vocab floats) may each be NULL. Ids outside
+ * the vocabulary: FDY_ERR_INVALID_ARGUMENT; exceeding the context:
+ * FDY_ERR_CONTEXT; the session is unchanged on these errors. A backend
+ * failure leaves the session failed (every later call fails). */
 fdy_status fdy_llama_session_forward(fdy_llama_session *session,
                                      const int32_t *ids, uint32_t count,
                                      float *all_logits, float *last_logits,
                                      fdy_error *err);
+/* The argmax (lowest id on ties), computed on the backend, of the last
+ * token's logits of the latest forward; -1 before any. */
+int32_t fdy_llama_session_next(const fdy_llama_session *session);
 
 typedef struct fdy_llama_generation {
   int32_t *ids; /* generated ids (malloc'd; fdy_llama_generation_free) */
@@ -77,7 +102,7 @@ fdy_status fdy_llama_generate(fdy_llama_session *session, const int32_t *prompt,
 
 /* ---- reference verification --------------------------------------------- */
 
-/* Relative logits error that the float32 CPU path meets. */
+/* Relative logits error that the float32 CPU backend meets. */
 #define FDY_LLAMA_CPU_TOLERANCE 1e-4
 
 typedef struct fdy_llama_verify_result {

@@ -1,18 +1,26 @@
-/* Foundry runtime: interprets a validated plan against a backend.
+/* Foundry runtime: the executor, which runs a validated plan on a backend.
  *
- * fdy_runtime_execute first runs a preflight with no backend side effects:
- * plan validation, graph structure equal to the plan's, every op kind
- * supported, every weight bound (host extents present, file extents mapped)
- * with exactly its declared size, budget not above device memory, each slot
- * within the device's maximum allocation. Then it creates one backend stream
- * per plan stream and issues the commands in order, mapping plan events to
- * backend events.
+ * fdy_executor_create does the work of a plan's life once: a preflight with
+ * no backend side effects (plan validation, the caller's graph equal to the
+ * plan's in structure, every op supported, every prefetched weight bound to
+ * host memory or file ranges of exactly its size, buffers within the
+ * device's memory and largest allocation), then streams, events, buffers,
+ * per-stream op workspaces, file mappings and host registrations, host
+ * staging for step inputs and outputs, every launch's op resolved to tensor
+ * views, and the plan's setup section (allocations and resident uploads).
+ * fdy_executor_run then runs one step: it only issues backend calls and
+ * allocates nothing. fdy_executor_destroy runs teardown and releases
+ * everything.
  *
- * On any failure it drains the backend, releases everything it acquired
- * (events, buffers, streams, file mappings) and reports in *err: kind, the
- * failing command_index, backend_op (e.g. "copy_to_device"), and, when the
- * cleanup itself failed, cleanup_kind/cleanup_message. Nothing leaks on any
- * path. Not thread-safe with respect to one backend. */
+ * On any failure (create or run) the executor drains the backend, releases
+ * everything it acquired, and reports in *err: kind, the failing
+ * command_index, backend_op (e.g. "copy_to_device"), and, when the cleanup
+ * itself failed, cleanup_kind/cleanup_message. A failed executor refuses
+ * further runs (FDY_ERR_INVALID_ARGUMENT) and must still be destroyed.
+ * Nothing leaks on any path.
+ *
+ * Not thread-safe: one thread uses an executor (and its backend) at a
+ * time. */
 #ifndef FOUNDRY_RUNTIME_H
 #define FOUNDRY_RUNTIME_H
 
@@ -25,47 +33,84 @@
 extern "C" {
 #endif
 
-/* Timing of one command, filled when fdy_run_options.collect_timings. */
+typedef struct fdy_executor fdy_executor;
+
+typedef struct fdy_executor_options {
+  bool collect_timings; /* per-command timings of each run */
+  /* Do not register host memory (weights' host extents and mappings, step
+   * staging) with the backend: the caller registered it already, or wants
+   * staged copies. */
+  bool skip_host_registration;
+} fdy_executor_options;
+
+/* Timing of one command of the last run (fdy_executor_timings). */
 typedef struct fdy_command_timing {
   uint32_t command_index;
   fdy_command_kind kind;
-  int32_t stream;           /* plan stream id, -1 for host-side commands */
-  int64_t host_begin_ns;    /* fdy_now_ns() before issuing */
-  int64_t host_end_ns;      /* fdy_now_ns() after issuing (host waits: after
-                               the wait returned) */
-  int64_t device_start_ns;  /* from backend event_times, or -1 */
-  int64_t device_end_ns;    /* from backend event_times, or -1 */
-  uint64_t live_slot_bytes; /* live slot bytes after this command */
+  int32_t stream;          /* plan stream id, -1 for host-side commands */
+  int64_t host_begin_ns;   /* fdy_now_ns() before issuing */
+  int64_t host_end_ns;     /* after issuing (host waits: after the wait) */
+  int64_t device_start_ns; /* from backend event_time, or -1 */
+  int64_t device_end_ns;   /* from backend event_time, or -1 */
 } fdy_command_timing;
 
-typedef struct fdy_run_options {
-  bool collect_timings;
-} fdy_run_options;
-
-/* Outcome of a successful run. Owned by the caller: fdy_run_result_free. */
-typedef struct fdy_run_result {
-  size_t op_count;
-  uint64_t *op_results; /* op_count words, each op's 64-bit result */
-  size_t timing_count;
-  fdy_command_timing *timings; /* one per command when collected, else NULL */
-  uint64_t peak_slot_bytes;    /* highest live slot bytes during the run */
-  int64_t begin_ns, end_ns;    /* fdy_now_ns() at entry and after drain */
-} fdy_run_result;
-
-/* Frees the arrays in result and zeroes it; NULL is a no-op. */
-void fdy_run_result_free(fdy_run_result *result);
+/* What create set up, for reports. */
+typedef struct fdy_executor_stats {
+  int64_t setup_ns;  /* create, preflight to setup done */
+  int64_t upload_ns; /* the setup section alone */
+  uint64_t class_bytes[FDY_BUFFER_CLASS_COUNT]; /* device bytes per class */
+  uint64_t workspace_bytes;                     /* op workspaces, all streams */
+  uint64_t registered_bytes; /* host memory registered with the backend */
+  uint64_t staging_bytes;    /* host staging of step inputs and outputs */
+  uint64_t mapped_bytes;     /* checkpoint files mapped */
+  uint64_t setup_transfer_bytes;
+} fdy_executor_stats;
 
 /* Preflight only (see above): no backend side effects. graph may be NULL to
  * use the plan's own graph (which must then have bound weights). */
-fdy_status fdy_runtime_preflight(const fdy_plan *plan, const fdy_graph *graph,
-                                 fdy_backend *backend, fdy_error *err);
+fdy_status fdy_executor_preflight(const fdy_plan *plan, const fdy_graph *graph,
+                                  fdy_backend *backend, fdy_error *err);
 
-/* Preflight, then execute. On success *result is filled (zeroed first); on
- * failure *result is left zeroed. options may be NULL (defaults). */
-fdy_status fdy_runtime_execute(const fdy_plan *plan, const fdy_graph *graph,
+/* Creates an executor (see above). The plan, the graph (NULL = the plan's)
+ * and the backend must outlive it; host extents must stay valid and
+ * unchanged. options may be NULL. On failure *out is NULL and nothing is
+ * left acquired. */
+fdy_status fdy_executor_create(const fdy_plan *plan, const fdy_graph *graph,
                                fdy_backend *backend,
-                               const fdy_run_options *options,
-                               fdy_run_result *result, fdy_error *err);
+                               const fdy_executor_options *options,
+                               fdy_executor **out, fdy_error *err);
+
+/* Runs teardown (releases every buffer), drains, frees everything. NULL is
+ * a no-op. Cleanup errors are ignored here; a caller that needs them calls
+ * fdy_executor_finish first. */
+void fdy_executor_destroy(fdy_executor *executor);
+
+/* Runs teardown and drains, reporting a failure; destroy afterwards. */
+fdy_status fdy_executor_finish(fdy_executor *executor, fdy_error *err);
+
+/* Host staging of input tensor `tensor`: write its bytes before a run that
+ * copies it in. NULL (and *bytes 0) when the plan never copies it in. Valid
+ * until destroy. */
+void *fdy_executor_input(fdy_executor *executor, fdy_tensor_id tensor,
+                         uint64_t *bytes);
+/* Host copy of a tensor a step copies out, filled by the last run that
+ * copied it (every output's bytes are set to 0xff before each run, so a
+ * value a run did not copy out is never mistaken for a result). NULL (and
+ * *bytes 0) when no step copies it out. */
+const void *fdy_executor_output(const fdy_executor *executor,
+                                fdy_tensor_id tensor, uint64_t *bytes);
+
+/* Index of the section named name (a step), or -1. */
+int64_t fdy_executor_step(const fdy_executor *executor, const char *name);
+
+/* Runs section `step` (a step: neither setup nor teardown) once. */
+fdy_status fdy_executor_run(fdy_executor *executor, size_t step,
+                            fdy_error *err);
+
+/* Timings of the last run's commands (collect_timings), else NULL. */
+const fdy_command_timing *fdy_executor_timings(const fdy_executor *executor,
+                                               size_t *count);
+fdy_executor_stats fdy_executor_get_stats(const fdy_executor *executor);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,7 @@
 /* Internals of `foundry bench` shared by its source files: the state of one
- * run (setup, executions, statistics), the report and trace writers, the
- * never-overwrite file writer and the test hooks. Not a public header: only
- * src/bench and tests/bench include it. */
+ * run (setup, executors, executions, statistics), the report and trace
+ * writers, the never-overwrite JSON writer and the test hooks. Not a public
+ * header: only src/bench and tests/bench include it. */
 #ifndef FOUNDRY_BENCH_INTERNAL_H
 #define FOUNDRY_BENCH_INTERNAL_H
 
@@ -9,14 +9,16 @@
 
 #include "foundry/backend.h"
 #include "foundry/bench.h"
+#include "foundry/fault.h"
 #include "foundry/plan.h"
 #include "foundry/runtime.h"
 
 /* Repeats of each ceiling measurement (after one discarded warm copy). */
 #define BENCH_CEILING_REPEATS 10u
-/* All executions are traced when their commands (rounds x the commands of
- * every configuration's plan) add up to at most this many timing records;
- * beyond, only the last measured execution of each configuration is kept. */
+/* All executions are traced when their commands (rounds x the step
+ * commands of every configuration's plan) add up to at most this many
+ * timing records; beyond, only the last measured execution of each
+ * configuration is kept. */
 #define BENCH_TRACE_ALL_LIMIT 200000u
 /* Staging ring the bench asks of the CUDA backend in staged mode. */
 #define BENCH_STAGING_BYTES   (16u * FDY_MIB)
@@ -27,15 +29,13 @@
 
 /* Test-only controls of one run (tests/bench); fdy_bench_run passes none. */
 typedef struct bench_hooks {
-  bool corrupt;              /* in: corrupt one result before verification */
-  uint64_t corrupt_sequence; /* in: execution sequence number to corrupt */
-  uint32_t corrupt_layer;    /* in: layer whose result is corrupted */
-  /* in: called once the backend exists, before any other use of it (a test
-   * may swap b->ops for a table of its own that wraps the real one) */
-  void (*after_backend)(struct bench_hooks *hooks, fdy_backend *b);
-  /* in: fdy_cuda_options.fail_alloc_at of the cuda backend (the cuda
-   * functions refuse a backend whose ops table was swapped) */
-  uint64_t cuda_fail_alloc_at;
+  bool corrupt;              /* in: flip a bit of one execution's result */
+  uint64_t corrupt_sequence; /* in: the execution whose result is flipped */
+  /* in: run every backend call of the run through the fault backend
+   * (foundry/fault.h) with these options, wrapping the real backend; the
+   * cuda measurement functions keep using the real one */
+  const fdy_fault_options *fault;
+  fdy_fault_stats fault_stats; /* out: the wrapper's counters at the end */
   /* in: a file created (empty) right before the outputs are written, as if
    * another process had raced the run to that path */
   const char *create_before_outputs;
@@ -48,19 +48,19 @@ typedef struct bench_hooks {
 /* One execution of one configuration. */
 typedef struct bench_execution {
   uint64_t sequence;
-  bool measured;            /* false: warmup */
-  uint32_t round;           /* over all rounds, warmup first */
-  uint32_t position;        /* index within the round */
-  uint32_t config;          /* index in the buffers list */
-  int64_t begin_ns;         /* fdy_now_ns() right before fdy_runtime_execute */
-  int64_t end_ns;           /* fdy_now_ns() right after it returned */
-  fdy_status outcome;       /* the runtime's status */
-  int checksum;             /* BENCH_CHECKSUM_* */
-  uint64_t peak_slot_bytes; /* fdy_run_result.peak_slot_bytes, 0 if failed */
-  int64_t copy_ns;          /* sum of prefetch device spans, or -1 */
-  int64_t compute_ns;       /* sum of launch device spans, or -1 */
-  size_t timing_count;      /* timings kept for the trace, or 0 */
-  fdy_command_timing *timings;
+  bool measured;               /* false: warmup */
+  uint32_t round;              /* over all rounds, warmup first */
+  uint32_t position;           /* index within the round */
+  uint32_t config;             /* index in the buffers list */
+  int64_t begin_ns;            /* fdy_now_ns() right before fdy_executor_run */
+  int64_t end_ns;              /* fdy_now_ns() right after it returned */
+  fdy_status outcome;          /* the executor's status */
+  int checksum;                /* BENCH_CHECKSUM_* */
+  uint64_t peak_slot_bytes;    /* the plan's peak_weight_bytes, 0 if failed */
+  int64_t copy_ns;             /* sum of prefetch device spans, or -1 */
+  int64_t compute_ns;          /* sum of launch device spans, or -1 */
+  size_t timing_count;         /* timings kept for the trace, or 0 */
+  fdy_command_timing *timings; /* a copy of fdy_executor_timings */
 } bench_execution;
 
 enum {
@@ -97,36 +97,50 @@ typedef struct bench_ceiling {
   double bytes_per_second;
 } bench_ceiling;
 
+/* One configuration: its plan and, once created, its executor. */
+typedef struct bench_config {
+  uint64_t budget_bytes; /* weight budget: buffers x slot bytes */
+  fdy_plan *plan;
+  fdy_plan_summary summary;
+  size_t step_commands;   /* commands of the step FDY_BENCH_STEP */
+  fdy_executor *executor; /* NULL until created and after teardown */
+  size_t step;            /* section index of FDY_BENCH_STEP */
+  bool created;           /* the executor was created (setup is valid) */
+  fdy_executor_stats setup;
+} bench_config;
+
 typedef struct bench_state {
   const fdy_bench_options *opt;
   /* resolved (CPU or CUDA) first thing after fdy_bench_check_options, so
    * whenever a report is written */
   fdy_bench_backend backend_kind;
-  fdy_backend *backend; /* NULL until created */
+  fdy_backend *device;  /* the real backend, NULL until created */
+  fdy_backend *backend; /* what the run uses: device, or the fault wrapper */
   bool have_caps;
   fdy_device_caps caps;
   /* from the options (fdy_bench_check_options proved they fit) */
   uint64_t weight_bytes, payload_bytes;
-  uint64_t slot_bytes;                          /* weight, device-aligned */
-  uint64_t budget_bytes[FDY_BENCH_MAX_CONFIGS]; /* min(buffers, layers) slots */
-  uint64_t max_budget_bytes;                    /* the largest of them */
-  fdy_plan *plans[FDY_BENCH_MAX_CONFIGS];
-  fdy_plan_summary summaries[FDY_BENCH_MAX_CONFIGS];
+  uint64_t alignment;        /* planner alignment: device, >= 256 */
+  uint64_t slot_bytes;       /* weight, aligned */
+  uint64_t max_budget_bytes; /* the largest configuration's slots */
+  uint64_t total_slot_bytes; /* every configuration's slots (all live) */
+  bench_config configs[FDY_BENCH_MAX_CONFIGS];
   unsigned char *payload;         /* layers x weight_bytes, page aligned */
-  uint64_t *expected;             /* layers checksums */
+  uint64_t expected;              /* the chain's result, from the host */
   fdy_graph *graph;               /* bound to the payload */
+  fdy_tensor_id output;           /* the chain's result tensor */
   fdy_backend_host *registration; /* the registered payload, or NULL */
   bench_ceiling h2d, d2d, kernel;
   /* cuda: device memory in use (fdy_cuda_memory_in_use); each reading is
    * BENCH_NOT_MEASURED until taken (a run that failed before it) */
   bool have_memory_in_use;
-  uint64_t memory_in_use_backend; /* after backend creation */
-  uint64_t memory_in_use_setup;   /* after setup (payload, ceilings) */
-  uint64_t memory_in_use_slots;   /* with the largest slot set allocated */
-  uint64_t memory_in_use_rounds;  /* after the last execution */
+  uint64_t memory_in_use_backend;   /* after backend creation */
+  uint64_t memory_in_use_setup;     /* after setup (payload, ceilings) */
+  uint64_t memory_in_use_executors; /* with every executor created */
+  uint64_t memory_in_use_rounds;    /* after the rounds and teardown */
   bool trace_all;
-  /* executions started; a failed one (runtime failure or checksum mismatch)
-   * is the last, as the run stops there */
+  /* executions started; a failed one (executor failure or checksum
+   * mismatch) is the last, as the run stops there */
   size_t execution_count;
   bench_execution *executions;
   bool have_stats;
@@ -162,5 +176,23 @@ json_t *bench_report_json(const bench_state *s, fdy_status status,
 json_t *bench_trace_json(const bench_state *s);
 /* Prints the console summary of a successful run. */
 void bench_print_summary(const bench_state *s, FILE *out);
+
+/* Report pieces shared by both benchmarks (new references). */
+json_t *bench_build_json(void);
+/* started_utc, and the host (cpu count and model, memory, os). */
+json_t *bench_host_json(void);
+json_t *bench_started_json(int64_t started_unix);
+json_t *bench_invocation_json(int argc, char *const *argv);
+/* The error object of a failed run: kind, message, command_index, ids,
+ * expected, actual (hex for FDY_ERR_CHECKSUM), backend_op, cleanup (null
+ * or kind and message). */
+json_t *bench_error_json(const fdy_error *err);
+/* Writes doc (stolen; NULL means out of memory) as indented JSON to path
+ * through foundry/new_file.h: never over an existing file. */
+fdy_status bench_write_json(const char *path, json_t *doc, fdy_error *err);
+/* An output path is usable: not empty, nothing there yet, directory
+ * present (see fdy_bench_check_options). */
+fdy_status bench_check_output(const char *flag, const char *path,
+                              fdy_error *err);
 
 #endif

@@ -1,5 +1,6 @@
-/* Options of `foundry bench`: defaults, names and every check that needs no
- * backend (fdy_bench_check_options), in the order bench.h documents. */
+/* Options of `foundry bench` and `foundry bench --overhead`: defaults,
+ * names and every check that needs no backend (fdy_bench_check_options,
+ * fdy_bench_overhead_check_options), in the order bench.h documents. */
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -105,9 +106,8 @@ static fdy_status canonical_path(const char *path, char **out, fdy_error *err) {
               : fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
 }
 
-/* An output path: not empty, nothing there yet, directory present. */
-static fdy_status check_output(const char *flag, const char *path,
-                               fdy_error *err) {
+fdy_status bench_check_output(const char *flag, const char *path,
+                              fdy_error *err) {
   if (path[0] == '\0' || path[strlen(path) - 1] == '/') {
     return named_error(err, FDY_ERR_INVALID_ARGUMENT, path,
                        "%s needs a file name, got '%s'", flag, path);
@@ -162,13 +162,13 @@ static fdy_status check_paths(const fdy_bench_options *o, fdy_error *err) {
     }
   }
   if (o->report_path) {
-    fdy_status st = check_output("--report", o->report_path, err);
+    fdy_status st = bench_check_output("--report", o->report_path, err);
     if (st != FDY_OK) {
       return st;
     }
   }
   if (o->trace_path) {
-    return check_output("--trace", o->trace_path, err);
+    return bench_check_output("--trace", o->trace_path, err);
   }
   return FDY_OK;
 }
@@ -207,24 +207,49 @@ static fdy_status check_buffers(const fdy_bench_options *o, fdy_error *err) {
   return FDY_OK;
 }
 
-/* Payload bytes and the largest slot budget fit 64 bits (and a size_t). */
+/* Payload bytes and the slots of all configurations (live at once) fit 64
+ * bits (and the payload a size_t). */
 static fdy_status check_sizes(const fdy_bench_options *o, fdy_error *err) {
   uint64_t weight = 0, payload = 0, slot = 0, budget = 0;
-  uint32_t max_buffers = 0;
+  uint32_t slots = 0;
   for (uint32_t i = 0; i < o->buffer_count; i++) {
-    max_buffers = o->buffers[i] > max_buffers ? o->buffers[i] : max_buffers;
+    slots += o->buffers[i];
   }
   if (fdy_mul_u64(o->weight_mib, FDY_MIB, &weight, NULL) != FDY_OK ||
       fdy_mul_u64(weight, o->layers, &payload, NULL) != FDY_OK ||
       payload > SIZE_MAX ||
       fdy_align_up(weight, BENCH_CHECK_ALIGNMENT, &slot, NULL) != FDY_OK ||
-      fdy_mul_u64(slot, max_buffers, &budget, NULL) != FDY_OK) {
+      fdy_mul_u64(slot, slots, &budget, NULL) != FDY_OK) {
     return fdy_error_set(err, FDY_ERR_OVERFLOW,
                          "%" PRIu32 " layers of %" PRIu64 " MiB (times %" PRIu32
-                         " buffers) overflow a 64-bit byte count",
-                         o->layers, o->weight_mib, max_buffers);
+                         " slots) overflow a 64-bit byte count",
+                         o->layers, o->weight_mib, slots);
   }
   return FDY_OK;
+}
+
+/* More layers than the largest buffer count: the planner keeps every weight
+ * resident when the slots could hold them all, and then nothing streams. */
+static fdy_status check_layers_stream(const fdy_bench_options *o,
+                                      fdy_error *err) {
+  uint32_t most = 0;
+  for (uint32_t i = 0; i < o->buffer_count; i++) {
+    most = o->buffers[i] > most ? o->buffers[i] : most;
+  }
+  if (o->layers > most) {
+    return FDY_OK;
+  }
+  fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                "--layers %" PRIu32 " must exceed every buffer count (the "
+                "largest is %" PRIu32 "): with a slot for every layer the "
+                "planner keeps all weights resident and nothing streams",
+                o->layers, most);
+  if (err) {
+    snprintf(err->name, sizeof err->name, "--layers");
+    err->expected = most;
+    err->actual = o->layers;
+  }
+  return FDY_ERR_INVALID_ARGUMENT;
 }
 
 fdy_status fdy_bench_check_options(const fdy_bench_options *o, fdy_error *err) {
@@ -274,6 +299,10 @@ fdy_status fdy_bench_check_options(const fdy_bench_options *o, fdy_error *err) {
   if (st != FDY_OK) {
     return st;
   }
+  st = check_layers_stream(o, err);
+  if (st != FDY_OK) {
+    return st;
+  }
   if (o->backend != FDY_BENCH_BACKEND_AUTO &&
       o->backend != FDY_BENCH_BACKEND_CPU &&
       o->backend != FDY_BENCH_BACKEND_CUDA) {
@@ -295,4 +324,56 @@ fdy_status fdy_bench_check_options(const fdy_bench_options *o, fdy_error *err) {
                          "--cpu-memory applies to the cpu backend only");
   }
   return check_paths(o, err);
+}
+
+void fdy_bench_overhead_options_default(fdy_bench_overhead_options *options) {
+  *options = (fdy_bench_overhead_options){
+      .ops = 1000,
+      .op_bytes = 4096,
+      .runs = 200,
+      .warmup = 20,
+  };
+}
+
+fdy_status fdy_bench_overhead_check_options(const fdy_bench_overhead_options *o,
+                                            fdy_error *err) {
+  if (!o) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT, "options are NULL");
+  }
+  const char *flag = NULL;
+  if (o->ops <= FDY_BENCH_OVERHEAD_SLOTS) {
+    flag = "--ops";
+    fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                  "--ops must exceed %u (the slots of the streamed plan), "
+                  "got %" PRIu32,
+                  FDY_BENCH_OVERHEAD_SLOTS, o->ops);
+  } else if (o->op_bytes == 0 || o->op_bytes % 8 != 0) {
+    flag = "--op-bytes";
+    fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                  "--op-bytes must be a positive multiple of 8, got %" PRIu64,
+                  o->op_bytes);
+  } else if (o->runs == 0) {
+    flag = "--runs";
+    fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT, "--runs must be positive");
+  }
+  if (flag) {
+    if (err) {
+      snprintf(err->name, sizeof err->name, "%s", flag);
+    }
+    return FDY_ERR_INVALID_ARGUMENT;
+  }
+  uint64_t payload = 0;
+  if ((uint64_t)o->warmup + o->runs > UINT32_MAX) {
+    return fdy_error_set(err, FDY_ERR_OVERFLOW,
+                         "--warmup plus --runs exceed %u runs", UINT32_MAX);
+  }
+  if (fdy_mul_u64(o->op_bytes, o->ops, &payload, NULL) != FDY_OK ||
+      payload > SIZE_MAX) {
+    return fdy_error_set(err, FDY_ERR_OVERFLOW,
+                         "%" PRIu32 " ops of %" PRIu64
+                         " bytes overflow a 64-bit byte count",
+                         o->ops, o->op_bytes);
+  }
+  return o->report_path ? bench_check_output("--report", o->report_path, err)
+                        : FDY_OK;
 }

@@ -1,5 +1,6 @@
 /* Outputs of `foundry bench`: the console summary and the versioned JSON
- * report (docs/benchmark.md describes every field). */
+ * report (docs/benchmark.md describes every field), and the report pieces
+ * and the never-overwrite writer both benchmarks share. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include "bench_internal.h"
 #include "foundry/build_info.h"
 #include "foundry/cuda.h"
+#include "foundry/new_file.h"
 
 /* ---- JSON helpers
  * ------------------------------------------------------------ */
@@ -44,7 +46,7 @@ static json_t *jhex(uint64_t v) {
 /* ---- report sections
  * ---------------------------------------------------------- */
 
-static json_t *build_json(void) {
+json_t *bench_build_json(void) {
   const fdy_build_info *b = fdy_build_info_get();
   int runtime = 0, driver = 0;
   fdy_cuda_versions(&runtime, &driver);
@@ -87,31 +89,17 @@ static json_t *cpu_model(void) {
   return model ? model : json_null();
 }
 
-static json_t *environment_json(const bench_state *s) {
-  json_t *o = json_object();
+json_t *bench_started_json(int64_t started_unix) {
   char when[32] = "";
-  time_t t = (time_t)s->started_unix;
+  time_t t = (time_t)started_unix;
   struct tm tm;
   if (gmtime_r(&t, &tm)) {
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
   }
-  json_object_set_new(o, "started_utc", json_string(when));
-  json_object_set_new(o, "backend",
-                      json_string(fdy_bench_backend_name(s->backend_kind)));
-  json_t *dev = json_null();
-  if (s->have_caps) {
-    dev = json_object();
-    json_object_set_new(dev, "name", json_string(s->caps.name));
-    json_object_set_new(dev, "total_memory_bytes", jint(s->caps.total_memory));
-    json_object_set_new(dev, "free_memory_bytes", jint(s->caps.free_memory));
-    json_object_set_new(dev, "max_allocation_bytes",
-                        jint(s->caps.max_allocation));
-    json_object_set_new(dev, "alignment_bytes", jint(s->caps.alignment));
-    json_object_set_new(dev, "concurrent_copy_compute",
-                        json_boolean(s->caps.concurrent_copy_compute));
-    json_object_set_new(dev, "copy_engines", jint(s->caps.copy_engines));
-  }
-  json_object_set_new(o, "device", dev);
+  return json_string(when);
+}
+
+json_t *bench_host_json(void) {
   json_t *host = json_object();
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
@@ -128,18 +116,40 @@ static json_t *environment_json(const bench_state *s) {
     json_object_set_new(host, "os_release", json_string(u.release));
     json_object_set_new(host, "machine", json_string(u.machine));
   }
-  json_object_set_new(o, "host", host);
+  return host;
+}
+
+static json_t *environment_json(const bench_state *s) {
+  json_t *o = json_object();
+  json_object_set_new(o, "started_utc", bench_started_json(s->started_unix));
+  json_object_set_new(o, "backend",
+                      json_string(fdy_bench_backend_name(s->backend_kind)));
+  json_t *dev = json_null();
+  if (s->have_caps) {
+    dev = json_object();
+    json_object_set_new(dev, "name", json_string(s->caps.name));
+    json_object_set_new(dev, "total_memory_bytes", jint(s->caps.total_memory));
+    json_object_set_new(dev, "free_memory_bytes", jint(s->caps.free_memory));
+    json_object_set_new(dev, "max_allocation_bytes",
+                        jint(s->caps.max_allocation));
+    json_object_set_new(dev, "alignment_bytes", jint(s->caps.alignment));
+    json_object_set_new(dev, "concurrent_copy_compute",
+                        json_boolean(s->caps.concurrent_copy_compute));
+    json_object_set_new(dev, "copy_engines", jint(s->caps.copy_engines));
+  }
+  json_object_set_new(o, "device", dev);
+  json_object_set_new(o, "host", bench_host_json());
   return o;
 }
 
-static json_t *invocation_json(const fdy_bench_options *o) {
+json_t *bench_invocation_json(int argc, char *const *argv) {
   json_t *inv = json_object();
-  json_t *argv = json_array();
-  for (int i = 0; o->argv && i < o->argc; i++) {
-    json_array_append_new(argv, jstr(o->argv[i]));
+  json_t *args = json_array();
+  for (int i = 0; argv && i < argc; i++) {
+    json_array_append_new(args, jstr(argv[i]));
   }
   json_object_set_new(inv, "program", json_string("foundry"));
-  json_object_set_new(inv, "argv", argv);
+  json_object_set_new(inv, "argv", args);
   return inv;
 }
 
@@ -185,17 +195,26 @@ static json_t *protocol_json(const bench_state *s) {
   json_object_set_new(p, "order",
                       json_string("round r runs every configuration once, "
                                   "starting at configuration r mod count"));
-  json_object_set_new(p, "timer",
-                      json_string("fdy_now_ns (CLOCK_MONOTONIC) right before "
-                                  "fdy_runtime_execute and right after it "
-                                  "returned (drained): preflight, allocation, "
-                                  "transfers, kernels, synchronization, "
-                                  "timing collection and cleanup"));
+  json_object_set_new(
+      p, "setup",
+      json_string("one executor per configuration, created once before the "
+                  "rounds (preflight, streams, events, slots, arena, output "
+                  "staging) and torn down after them; its time and bytes are "
+                  "reported per plan, never inside an execution"));
+  json_object_set_new(
+      p, "timer",
+      json_string("fdy_now_ns (CLOCK_MONOTONIC) right before "
+                  "fdy_executor_run of step \"" FDY_BENCH_STEP "\" and right "
+                  "after it returned: issue, transfers, kernels, the copy of "
+                  "the result, the step's final host wait and device "
+                  "timestamp collection"));
   json_object_set_new(p, "collect_timings", json_true());
   json_object_set_new(p, "verification",
                       json_string("after every execution, outside the timer, "
-                                  "every layer's result equals fdy_checksum of "
-                                  "its bytes computed on the host"));
+                                  "the chain's result (the last layer's "
+                                  "output, copied to the host by the step) "
+                                  "equals the fold of every layer's "
+                                  "fdy_checksum computed on the host"));
   json_object_set_new(p, "confidence", json_real(FDY_BENCH_CONFIDENCE));
   json_object_set_new(p, "resampler",
                       json_string("SplitMix64 percentile bootstrap, streams "
@@ -205,20 +224,52 @@ static json_t *protocol_json(const bench_state *s) {
   return p;
 }
 
+/* Bytes per memory class ("resident", "slot", ...). */
+static json_t *class_bytes_json(const uint64_t *bytes) {
+  json_t *o = json_object();
+  for (int c = 0; c < FDY_BUFFER_CLASS_COUNT; c++) {
+    json_object_set_new(o, fdy_buffer_class_name((fdy_buffer_class)c),
+                        jint(bytes[c]));
+  }
+  return o;
+}
+
+/* What executor create did for a configuration, or null before it. */
+static json_t *setup_json(const bench_config *c) {
+  if (!c->created) {
+    return json_null();
+  }
+  const fdy_executor_stats *x = &c->setup;
+  json_t *o = json_object();
+  json_object_set_new(o, "create_ns", json_integer(x->setup_ns));
+  json_object_set_new(o, "upload_ns", json_integer(x->upload_ns));
+  json_object_set_new(o, "device_bytes", class_bytes_json(x->class_bytes));
+  json_object_set_new(o, "workspace_bytes", jint(x->workspace_bytes));
+  json_object_set_new(o, "registered_bytes", jint(x->registered_bytes));
+  json_object_set_new(o, "staging_bytes", jint(x->staging_bytes));
+  json_object_set_new(o, "transfer_bytes", jint(x->setup_transfer_bytes));
+  return o;
+}
+
 static json_t *plans_json(const bench_state *s) {
   json_t *a = json_array();
-  for (uint32_t k = 0; k < s->opt->buffer_count && s->plans[k]; k++) {
-    const fdy_plan_summary *m = &s->summaries[k];
+  for (uint32_t k = 0; k < s->opt->buffer_count && s->configs[k].plan; k++) {
+    const bench_config *c = &s->configs[k];
+    const fdy_plan_summary *m = &c->summary;
     json_t *p = json_object();
     json_object_set_new(p, "buffers", jint(s->opt->buffers[k]));
-    json_object_set_new(p, "slots", jint(m->slots));
+    json_object_set_new(p, "slots",
+                        jint(m->class_bytes[FDY_BUFFER_SLOT] / s->slot_bytes));
     json_object_set_new(p, "slot_bytes", jint(s->slot_bytes));
-    json_object_set_new(p, "budget_bytes", jint(s->budget_bytes[k]));
+    json_object_set_new(p, "budget_bytes", jint(c->budget_bytes));
     json_object_set_new(p, "commands", jint(m->commands));
+    json_object_set_new(p, "step_commands", jint(c->step_commands));
     json_object_set_new(p, "ops", jint(m->ops));
-    json_object_set_new(p, "peak_bytes", jint(m->peak_bytes));
-    json_object_set_new(p, "transfer_bytes", jint(m->transfer_bytes));
+    json_object_set_new(p, "peak_bytes", jint(m->peak_weight_bytes));
+    json_object_set_new(p, "transfer_bytes", jint(m->step_transfer_bytes));
     json_object_set_new(p, "streams", jint(m->streams));
+    json_object_set_new(p, "class_bytes", class_bytes_json(m->class_bytes));
+    json_object_set_new(p, "setup", setup_json(c));
     json_array_append_new(a, p);
   }
   return a;
@@ -414,7 +465,7 @@ static json_t *measured(uint64_t bytes) {
 
 static json_t *memory_json(const bench_state *s) {
   /* the ring the cuda backend was created with in staged mode */
-  bool staging = s->backend && s->backend_kind == FDY_BENCH_BACKEND_CUDA &&
+  bool staging = s->device && s->backend_kind == FDY_BENCH_BACKEND_CUDA &&
                  s->opt->host_mode == FDY_CUDA_HOST_STAGED;
   json_t *m = json_object();
   json_object_set_new(m, "host_payload_bytes",
@@ -427,6 +478,7 @@ static json_t *memory_json(const bench_state *s) {
                    : 0));
   json_object_set_new(m, "device_slot_bytes", jint(s->slot_bytes));
   json_object_set_new(m, "device_slot_budget_bytes", jint(s->max_budget_bytes));
+  json_object_set_new(m, "device_slot_total_bytes", jint(s->total_slot_bytes));
   json_object_set_new(m, "device_slot_peak_bytes", jint(peak_slot_bytes(s)));
   json_t *use = json_null();
   if (s->have_memory_in_use) {
@@ -434,7 +486,8 @@ static json_t *memory_json(const bench_state *s) {
     json_object_set_new(use, "after_backend_creation",
                         jint(s->memory_in_use_backend));
     json_object_set_new(use, "after_setup", measured(s->memory_in_use_setup));
-    json_object_set_new(use, "with_slots", measured(s->memory_in_use_slots));
+    json_object_set_new(use, "with_slots",
+                        measured(s->memory_in_use_executors));
     json_object_set_new(use, "after_rounds", measured(s->memory_in_use_rounds));
   }
   json_object_set_new(m, "device_memory_in_use_bytes", use);
@@ -458,9 +511,14 @@ static json_t *limitations_json(const bench_state *s) {
                      "from disk: storage bandwidth is not part of any "
                      "number."));
   json_array_append_new(
-      a, json_string("Elapsed times cover the whole fdy_runtime_execute call, "
-                     "including slot allocation and timing collection, not "
-                     "only transfers and kernels."));
+      a, json_string("Elapsed times cover the whole fdy_executor_run call: "
+                     "command issue, the final host wait and device timestamp "
+                     "collection, not only transfers and kernels; executor "
+                     "setup (allocation, registration) is outside them."));
+  json_array_append_new(
+      a, json_string("Each execution is verified by the chain's result "
+                     "alone: a wrong layer changes it, but which layer was "
+                     "wrong is not known."));
   json_array_append_new(
       a, json_string("Intervals treat rounds as exchangeable samples; slow "
                      "drift during the run is only mitigated by rotating the "
@@ -489,14 +547,10 @@ static json_t *limitations_json(const bench_state *s) {
   return a;
 }
 
-static json_t *error_json(const bench_state *s, const fdy_error *err) {
-  const bench_execution *failed = failed_execution(s);
+json_t *bench_error_json(const fdy_error *err) {
   json_t *e = json_object();
   json_object_set_new(e, "kind", json_string(fdy_status_name(err->kind)));
   json_object_set_new(e, "message", json_string(err->message));
-  json_object_set_new(e, "stage", jstr(s->stage));
-  json_object_set_new(e, "sequence",
-                      failed ? jint(failed->sequence) : json_null());
   json_object_set_new(e, "command_index",
                       err->command_index >= 0 ? json_integer(err->command_index)
                                               : json_null());
@@ -512,8 +566,41 @@ static json_t *error_json(const bench_state *s, const fdy_error *err) {
     json_object_set_new(e, "actual", jint(err->actual));
   }
   json_object_set_new(e, "backend_op", json_string(err->backend_op));
+  json_t *cleanup = json_null();
+  if (err->cleanup_kind != FDY_OK) {
+    cleanup = json_object();
+    json_object_set_new(cleanup, "kind",
+                        json_string(fdy_status_name(err->cleanup_kind)));
+    json_object_set_new(cleanup, "message", json_string(err->cleanup_message));
+  }
+  json_object_set_new(e, "cleanup", cleanup);
+  return e;
+}
+
+static json_t *error_json(const bench_state *s, const fdy_error *err) {
+  const bench_execution *failed = failed_execution(s);
+  json_t *e = bench_error_json(err);
+  json_object_set_new(e, "stage", jstr(s->stage));
+  json_object_set_new(e, "sequence",
+                      failed ? jint(failed->sequence) : json_null());
   json_object_set_new(e, "payload_generated", json_boolean(s->payload));
   return e;
+}
+
+fdy_status bench_write_json(const char *path, json_t *doc, fdy_error *err) {
+  if (!doc) {
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
+                         "out of memory building '%s'", path);
+  }
+  char *text = json_dumps(doc, JSON_INDENT(1) | JSON_REAL_PRECISION(17));
+  json_decref(doc);
+  if (!text) {
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
+                         "out of memory encoding '%s'", path);
+  }
+  fdy_status st = fdy_write_new_text_file(path, text, err);
+  free(text);
+  return st;
 }
 
 json_t *bench_report_json(const bench_state *s, fdy_status status,
@@ -528,9 +615,10 @@ json_t *bench_report_json(const bench_state *s, fdy_status status,
                       json_string(status == FDY_OK ? "ok" : "failed"));
   json_object_set_new(r, "error",
                       status == FDY_OK ? json_null() : error_json(s, err));
-  json_object_set_new(r, "build", build_json());
+  json_object_set_new(r, "build", bench_build_json());
   json_object_set_new(r, "environment", environment_json(s));
-  json_object_set_new(r, "invocation", invocation_json(s->opt));
+  json_object_set_new(r, "invocation",
+                      bench_invocation_json(s->opt->argc, s->opt->argv));
   json_object_set_new(r, "parameters", parameters_json(s));
   json_object_set_new(r, "protocol", protocol_json(s));
   json_object_set_new(r, "plans", plans_json(s));
@@ -614,11 +702,18 @@ void bench_print_summary(const bench_state *s, FILE *out) {
   } else {
     fprintf(out, "\noverlap: the backend gave no device timings\n");
   }
-  char peak[32], budget[32];
+  char peak[32], budget[32], total[32];
   fprintf(out,
-          "device slots: peak %s of a %s budget; all %zu executions "
-          "verified\n",
+          "device slots: peak %s of a %s budget (%s for all configurations); "
+          "all %zu executions verified\n",
           fdy_format_bytes(peak_slot_bytes(s), peak, sizeof peak),
           fdy_format_bytes(s->max_budget_bytes, budget, sizeof budget),
+          fdy_format_bytes(s->total_slot_bytes, total, sizeof total),
           s->execution_count);
+  fprintf(out, "executor setup (outside the timings):");
+  for (uint32_t k = 0; k < o->buffer_count; k++) {
+    fprintf(out, "%s %" PRIu32 " buffers %.3f ms", k ? "," : "", o->buffers[k],
+            (double)s->configs[k].setup.setup_ns / 1e6);
+  }
+  fputc('\n', out);
 }

@@ -1,7 +1,9 @@
 /* The `foundry bench` protocol: backend and device-limit checks, untimed
- * setup (plans, payload, expected checksums, host registration, ceilings),
- * rotating rounds of timed executions each verified layer by layer, the
- * statistics, and the outputs (console, report, trace). */
+ * setup (plans, payload, the expected chain result, host registration,
+ * ceilings, one executor per configuration), rotating rounds of timed
+ * executor runs each verified against the host's chain result, executor
+ * teardown, the statistics, and the outputs (console, report, trace). */
+#include <assert.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -15,8 +17,8 @@
 #include "foundry/checksum.h"
 #include "foundry/cpu.h"
 #include "foundry/cuda.h"
+#include "foundry/fault.h"
 #include "foundry/graph.h"
-#include "foundry/new_file.h"
 
 static void progress(const bench_state *s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -38,7 +40,7 @@ static double throughput_gib_s(uint64_t payload_bytes, double median_ms) {
   return (double)payload_bytes / (median_ms / 1e3) / (double)FDY_GIB;
 }
 
-static fdy_status create_backend(bench_state *s, const bench_hooks *hooks,
+static fdy_status create_backend(bench_state *s, bench_hooks *hooks,
                                  fdy_error *err) {
   const fdy_bench_options *o = s->opt;
   s->stage = "backend";
@@ -57,11 +59,8 @@ static fdy_status create_backend(bench_state *s, const bench_hooks *hooks,
     fdy_cuda_options co = {.device = o->cuda_device,
                            .host_mode = o->host_mode,
                            .staging_bytes = BENCH_STAGING_BYTES,
-                           .staging_buffers = BENCH_STAGING_BUFFERS,
-                           .compute_passes = o->compute_passes,
-                           .fail_alloc_at =
-                               hooks ? hooks->cuda_fail_alloc_at : 0};
-    st = fdy_cuda_backend_create(&co, &s->backend, err);
+                           .staging_buffers = BENCH_STAGING_BUFFERS};
+    st = fdy_cuda_backend_create(&co, &s->device, err);
   } else {
     if (o->host_mode == FDY_CUDA_HOST_STAGED) {
       return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
@@ -70,14 +69,21 @@ static fdy_status create_backend(bench_state *s, const bench_hooks *hooks,
                            o->backend == FDY_BENCH_BACKEND_AUTO ? "auto"
                                                                 : "--backend");
     }
-    fdy_cpu_options co = {.memory_bytes = o->cpu_memory_bytes,
-                          .compute_passes = o->compute_passes};
-    st = fdy_cpu_backend_create(&co, &s->backend, err);
+    fdy_cpu_options co = {.memory_bytes = o->cpu_memory_bytes};
+    st = fdy_cpu_backend_create(&co, &s->device, err);
   }
   if (st != FDY_OK) {
     fdy_error_prefix(err, "creating the %s backend",
                      fdy_bench_backend_name(s->backend_kind));
     return st;
+  }
+  s->backend = s->device;
+  if (hooks && hooks->fault) {
+    st = fdy_fault_backend_create(s->device, hooks->fault, &s->backend, err);
+    if (st != FDY_OK) {
+      s->backend = NULL;
+      return st;
+    }
   }
   st = s->backend->ops->capabilities(s->backend, &s->caps, err);
   if (st != FDY_OK) {
@@ -85,7 +91,7 @@ static fdy_status create_backend(bench_state *s, const bench_hooks *hooks,
   }
   s->have_caps = true;
   if (s->backend_kind == FDY_BENCH_BACKEND_CUDA &&
-      fdy_cuda_memory_in_use(s->backend, &s->memory_in_use_backend, NULL) ==
+      fdy_cuda_memory_in_use(s->device, &s->memory_in_use_backend, NULL) ==
           FDY_OK) {
     s->have_memory_in_use = true;
   }
@@ -115,40 +121,46 @@ static fdy_status budget_error(fdy_error *err, uint64_t limit, uint64_t need,
 }
 
 /* Slot sizes and budgets against the device, then the host payload against
- * physical memory: all before anything large is allocated. */
+ * physical memory: all before anything large is allocated. Every
+ * configuration's executor lives through the rounds, so their slots count
+ * together. */
 static fdy_status check_limits(bench_state *s, fdy_error *err) {
   const fdy_bench_options *o = s->opt;
   s->stage = "device_limits";
+  s->alignment = s->caps.alignment > FDY_TENSOR_ALIGNMENT
+                     ? s->caps.alignment
+                     : FDY_TENSOR_ALIGNMENT;
   fdy_status st =
-      fdy_align_up(s->weight_bytes, s->caps.alignment, &s->slot_bytes, err);
+      fdy_align_up(s->weight_bytes, s->alignment, &s->slot_bytes, err);
+  for (uint32_t k = 0; st == FDY_OK && k < o->buffer_count; k++) {
+    bench_config *c = &s->configs[k];
+    st = fdy_mul_u64(s->slot_bytes, o->buffers[k], &c->budget_bytes, err);
+    if (st == FDY_OK) {
+      st = fdy_add_u64(s->total_slot_bytes, c->budget_bytes,
+                       &s->total_slot_bytes, err);
+    }
+    if (c->budget_bytes > s->max_budget_bytes) {
+      s->max_budget_bytes = c->budget_bytes;
+    }
+  }
   if (st != FDY_OK) {
     return st;
-  }
-  for (uint32_t k = 0; k < o->buffer_count; k++) {
-    uint32_t slots = o->buffers[k] < o->layers ? o->buffers[k] : o->layers;
-    st = fdy_mul_u64(s->slot_bytes, slots, &s->budget_bytes[k], err);
-    if (st != FDY_OK) {
-      return st;
-    }
-    if (s->budget_bytes[k] > s->max_budget_bytes) {
-      s->max_budget_bytes = s->budget_bytes[k];
-    }
   }
   if (s->slot_bytes > s->caps.max_allocation) {
     return budget_error(err, s->caps.max_allocation, s->slot_bytes,
                         "a slot exceeds the maximum allocation of %s",
                         s->caps.name);
   }
-  if (s->max_budget_bytes > s->caps.total_memory) {
-    return budget_error(err, s->caps.total_memory, s->max_budget_bytes,
-                        "the slots of the largest configuration exceed the "
-                        "memory of %s",
+  if (s->total_slot_bytes > s->caps.total_memory) {
+    return budget_error(err, s->caps.total_memory, s->total_slot_bytes,
+                        "the slots of all configurations (their executors "
+                        "live together) exceed the memory of %s",
                         s->caps.name);
   }
-  if (s->caps.free_memory != 0 && s->max_budget_bytes > s->caps.free_memory) {
-    return budget_error(err, s->caps.free_memory, s->max_budget_bytes,
-                        "the slots of the largest configuration exceed the "
-                        "free memory of %s",
+  if (s->caps.free_memory != 0 && s->total_slot_bytes > s->caps.free_memory) {
+    return budget_error(err, s->caps.free_memory, s->total_slot_bytes,
+                        "the slots of all configurations (their executors "
+                        "live together) exceed the free memory of %s",
                         s->caps.name);
   }
   s->stage = "host_limits";
@@ -156,7 +168,7 @@ static fdy_status check_limits(bench_state *s, fdy_error *err) {
   if (pages > 0 && page > 0) {
     uint64_t host = (uint64_t)pages * (uint64_t)page, need = s->payload_bytes;
     if (s->backend_kind == FDY_BENCH_BACKEND_CPU &&
-        (fdy_add_u64(need, s->max_budget_bytes, &need, err) != FDY_OK ||
+        (fdy_add_u64(need, s->total_slot_bytes, &need, err) != FDY_OK ||
          fdy_add_u64(need, s->slot_bytes, &need, err) != FDY_OK)) {
       return FDY_ERR_OVERFLOW;
     }
@@ -171,17 +183,27 @@ static fdy_status check_limits(bench_state *s, fdy_error *err) {
   return FDY_OK;
 }
 
+/* One plan per configuration over the described chain: a weight budget of
+ * exactly its slots, so that every weight streams. */
 static fdy_status make_plans(bench_state *s, fdy_error *err) {
   const fdy_bench_options *o = s->opt;
   s->stage = "plans";
   fdy_graph *described = NULL;
-  fdy_status st = fdy_synthetic_graph_create(o->layers, s->weight_bytes, NULL,
-                                             &described, err);
+  fdy_status st = fdy_synthetic_graph_create(
+      o->layers, s->weight_bytes, o->compute_passes, NULL, &described, err);
   for (uint32_t k = 0; st == FDY_OK && k < o->buffer_count; k++) {
-    st = fdy_plan_streaming(described, s->budget_bytes[k], o->buffers[k],
-                            s->caps.alignment, &s->plans[k], err);
+    bench_config *c = &s->configs[k];
+    fdy_planner_options po = {.weight_budget = c->budget_bytes,
+                              .buffers = o->buffers[k],
+                              .alignment = s->alignment};
+    st = fdy_synthetic_plan_build(described, &po, &c->plan, err);
     if (st == FDY_OK) {
-      st = fdy_plan_validate(s->plans[k], &s->summaries[k], err);
+      st = fdy_plan_validate(c->plan, &c->summary, err);
+    }
+    if (st == FDY_OK) {
+      const fdy_section *step = fdy_plan_section(
+          c->plan, (size_t)fdy_plan_find_section(c->plan, FDY_BENCH_STEP));
+      c->step_commands = step->count;
     }
     if (st != FDY_OK) {
       fdy_error_prefix(err, "the %" PRIu32 "-buffer plan", o->buffers[k]);
@@ -191,7 +213,8 @@ static fdy_status make_plans(bench_state *s, fdy_error *err) {
   return st;
 }
 
-/* Deterministic payload, its expected checksums and the bound graph. */
+/* Deterministic payload, the chain's expected result (folded on the host
+ * from each layer's fdy_checksum) and the bound graph. */
 static fdy_status make_payload(bench_state *s, bench_hooks *hooks,
                                fdy_error *err) {
   const fdy_bench_options *o = s->opt;
@@ -206,27 +229,31 @@ static fdy_status make_payload(bench_state *s, bench_hooks *hooks,
                          fdy_format_bytes(s->payload_bytes, a, sizeof a));
   }
   s->payload = p;
-  s->expected = calloc(o->layers, sizeof *s->expected);
   const void **layer_data = calloc(o->layers, sizeof *layer_data);
-  if (!s->expected || !layer_data) {
-    free(layer_data);
+  if (!layer_data) {
     return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   }
   char size[32];
   progress(s, "generating %s of payload (%" PRIu32 " layers)",
            fdy_format_bytes(s->payload_bytes, size, sizeof size), o->layers);
+  s->expected = 0;
   for (uint32_t i = 0; i < o->layers; i++) {
     unsigned char *layer = s->payload + (uint64_t)i * s->weight_bytes;
     fdy_bench_fill_layer(layer, s->weight_bytes, o->seed, i);
-    s->expected[i] = fdy_checksum(layer, s->weight_bytes);
+    s->expected =
+        fdy_checksum(layer, s->weight_bytes) + s->expected * FDY_CHAIN_PRIME;
     layer_data[i] = layer;
   }
   if (hooks) {
     hooks->payload_generated = true;
   }
-  fdy_status st = fdy_synthetic_graph_create(o->layers, s->weight_bytes,
-                                             layer_data, &s->graph, err);
+  fdy_status st =
+      fdy_synthetic_graph_create(o->layers, s->weight_bytes, o->compute_passes,
+                                 layer_data, &s->graph, err);
   free(layer_data);
+  if (st == FDY_OK) {
+    st = fdy_synthetic_output(s->graph, &s->output, err);
+  }
   return st;
 }
 
@@ -288,24 +315,25 @@ static fdy_status measure_ceilings(bench_state *s, fdy_error *err) {
   if (s->backend_kind == FDY_BENCH_BACKEND_CPU) {
     return cpu_h2d_ceiling(s, err);
   }
+  /* the measurement functions need the cuda backend itself, not a wrapper */
   bench_ceiling c = {.available = true,
                      .bytes = s->weight_bytes,
                      .repeats = BENCH_CEILING_REPEATS};
-  fdy_status st = fdy_cuda_measure_h2d(s->backend, s->payload, s->weight_bytes,
+  fdy_status st = fdy_cuda_measure_h2d(s->device, s->payload, s->weight_bytes,
                                        c.repeats, &c.bytes_per_second, err);
   if (st != FDY_OK) {
     fdy_error_prefix(err, "measuring the host-to-device ceiling");
     return st;
   }
   s->h2d = c;
-  st = fdy_cuda_measure_d2d(s->backend, s->weight_bytes, c.repeats,
+  st = fdy_cuda_measure_d2d(s->device, s->weight_bytes, c.repeats,
                             &c.bytes_per_second, err);
   if (st != FDY_OK) {
     fdy_error_prefix(err, "measuring the device-to-device bandwidth");
     return st;
   }
   s->d2d = c;
-  st = fdy_cuda_measure_checksum(s->backend, s->weight_bytes, c.repeats,
+  st = fdy_cuda_measure_checksum(s->device, s->weight_bytes, c.repeats,
                                  &c.bytes_per_second, err);
   if (st != FDY_OK) {
     fdy_error_prefix(err, "measuring the checksum kernel");
@@ -315,14 +343,45 @@ static fdy_status measure_ceilings(bench_state *s, fdy_error *err) {
   return FDY_OK;
 }
 
+/* Creates every configuration's executor (streams, events, slots, arena,
+ * workspace, output staging; the bench registered the payload itself, so
+ * the executor registers nothing), then reads the device memory with all
+ * of them live. */
+static fdy_status create_executors(bench_state *s, fdy_error *err) {
+  const fdy_bench_options *o = s->opt;
+  s->stage = "executors";
+  const fdy_executor_options eo = {.collect_timings = true,
+                                   .skip_host_registration = true};
+  for (uint32_t k = 0; k < o->buffer_count; k++) {
+    bench_config *c = &s->configs[k];
+    progress(s, "creating the %" PRIu32 "-buffer executor", o->buffers[k]);
+    fdy_status st = fdy_executor_create(c->plan, s->graph, s->backend, &eo,
+                                        &c->executor, err);
+    if (st != FDY_OK) {
+      fdy_error_prefix(err, "creating the %" PRIu32 "-buffer executor",
+                       o->buffers[k]);
+      return st;
+    }
+    c->created = true;
+    c->setup = fdy_executor_get_stats(c->executor);
+    c->step = (size_t)fdy_executor_step(c->executor, FDY_BENCH_STEP);
+  }
+  if (s->have_memory_in_use &&
+      fdy_cuda_memory_in_use(s->device, &s->memory_in_use_executors, NULL) !=
+          FDY_OK) {
+    s->have_memory_in_use = false;
+  }
+  return FDY_OK;
+}
+
 /* Sums of the device spans of prefetches (copy) and launches (compute);
  * -1 when the backend gave no device times. */
-static void device_sums(const fdy_run_result *r, int64_t *copy,
-                        int64_t *compute) {
+static void device_sums(const fdy_command_timing *timings, size_t count,
+                        int64_t *copy, int64_t *compute) {
   int64_t c = 0, k = 0;
-  bool complete = r->timing_count > 0;
-  for (size_t i = 0; i < r->timing_count; i++) {
-    const fdy_command_timing *t = &r->timings[i];
+  bool complete = count > 0;
+  for (size_t i = 0; i < count; i++) {
+    const fdy_command_timing *t = &timings[i];
     if (t->kind != FDY_CMD_PREFETCH && t->kind != FDY_CMD_LAUNCH) {
       continue;
     }
@@ -337,17 +396,24 @@ static void device_sums(const fdy_run_result *r, int64_t *copy,
   *compute = complete ? k : -1;
 }
 
-/* Keeps (moves) the timings of execution x for the trace when they are to
- * be traced; frees the previously kept ones they replace. */
-static void keep_timings(bench_state *s, bench_execution *x, fdy_run_result *r,
-                         int64_t *last_kept) {
-  if (!s->opt->trace_path || r->timing_count == 0) {
-    return;
+/* Keeps a copy of the last run's timings for execution x when it is to be
+ * traced; frees the previously kept ones it replaces. */
+static fdy_status keep_timings(bench_state *s, bench_execution *x,
+                               const fdy_command_timing *timings, size_t count,
+                               int64_t *last_kept, fdy_error *err) {
+  if (!s->opt->trace_path || count == 0 || (!s->trace_all && !x->measured)) {
+    return FDY_OK;
   }
+  x->timings = malloc(count * sizeof *x->timings);
+  if (!x->timings) {
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
+                         "out of memory keeping the timings of execution "
+                         "%" PRIu64,
+                         x->sequence);
+  }
+  memcpy(x->timings, timings, count * sizeof *x->timings);
+  x->timing_count = count;
   if (!s->trace_all) {
-    if (!x->measured) {
-      return;
-    }
     if (last_kept[x->config] >= 0) {
       bench_execution *old = &s->executions[last_kept[x->config]];
       free(old->timings);
@@ -356,53 +422,80 @@ static void keep_timings(bench_state *s, bench_execution *x, fdy_run_result *r,
     }
     last_kept[x->config] = (int64_t)x->sequence;
   }
-  x->timings = r->timings;
-  x->timing_count = r->timing_count;
-  r->timings = NULL;
-  r->timing_count = 0;
-}
-
-static fdy_status verify(bench_state *s, bench_execution *x, fdy_run_result *r,
-                         bench_hooks *hooks, fdy_error *err) {
-  if (hooks && hooks->corrupt && hooks->corrupt_sequence == x->sequence &&
-      hooks->corrupt_layer < r->op_count) {
-    r->op_results[hooks->corrupt_layer] ^= 1;
-  }
-  x->checksum = BENCH_CHECKSUM_OK;
-  for (uint32_t i = 0; i < s->opt->layers; i++) {
-    uint64_t got = i < r->op_count ? r->op_results[i] : 0;
-    if (got != s->expected[i]) {
-      x->checksum = BENCH_CHECKSUM_MISMATCH;
-      fdy_error_set(
-          err, FDY_ERR_CHECKSUM,
-          "execution %" PRIu64 " (%" PRIu32 " buffers): layer %" PRIu32
-          " checksum 0x%016" PRIx64 " differs from the expected 0x%016" PRIx64,
-          x->sequence, s->opt->buffers[x->config], i, got, s->expected[i]);
-      if (err) {
-        err->ids[0] = i;
-        err->command_index = (int64_t)x->sequence;
-        err->expected = s->expected[i];
-        err->actual = got;
-      }
-      return FDY_ERR_CHECKSUM;
-    }
-  }
   return FDY_OK;
 }
 
+/* The run's result word against the chain's expected result. */
+static fdy_status verify(bench_state *s, bench_execution *x, bench_hooks *hooks,
+                         fdy_error *err) {
+  uint64_t bytes = 0, got = 0;
+  const void *out =
+      fdy_executor_output(s->configs[x->config].executor, s->output, &bytes);
+  assert(out && bytes == sizeof got); /* the plan copies the result out */
+  memcpy(&got, out, sizeof got);
+  if (hooks && hooks->corrupt && hooks->corrupt_sequence == x->sequence) {
+    got ^= 1;
+  }
+  x->checksum = BENCH_CHECKSUM_OK;
+  if (got == s->expected) {
+    return FDY_OK;
+  }
+  x->checksum = BENCH_CHECKSUM_MISMATCH;
+  uint32_t last = s->opt->layers - 1;
+  fdy_error_set(err, FDY_ERR_CHECKSUM,
+                "execution %" PRIu64 " (%" PRIu32 " buffers): the chain's "
+                "result 0x%016" PRIx64 " (layer %" PRIu32
+                ") differs from the expected 0x%016" PRIx64,
+                x->sequence, s->opt->buffers[x->config], got, last,
+                s->expected);
+  if (err) {
+    err->ids[0] = last;
+    err->command_index = (int64_t)x->sequence;
+    err->expected = s->expected;
+    err->actual = got;
+  }
+  return FDY_ERR_CHECKSUM;
+}
+
 /* Whether every execution is traced: the timing records of all rounds (each
- * runs every configuration's plan once, one record per command) add up to
+ * runs every configuration's step once, one record per command) add up to
  * at most BENCH_TRACE_ALL_LIMIT. */
 static bool trace_everything(const bench_state *s, uint32_t rounds) {
   uint64_t per_round = 0, records = 0;
   for (uint32_t k = 0; k < s->opt->buffer_count; k++) {
-    if (fdy_add_u64(per_round, s->summaries[k].commands, &per_round, NULL) !=
+    if (fdy_add_u64(per_round, s->configs[k].step_commands, &per_round, NULL) !=
         FDY_OK) {
       return false;
     }
   }
   return fdy_mul_u64(rounds, per_round, &records, NULL) == FDY_OK &&
          records <= BENCH_TRACE_ALL_LIMIT;
+}
+
+/* One timed execution: fdy_executor_run of the step, then (untimed) its
+ * device times, its timings for the trace and its verification. */
+static fdy_status execute(bench_state *s, bench_execution *x,
+                          bench_hooks *hooks, int64_t *last_kept,
+                          fdy_error *err) {
+  bench_config *c = &s->configs[x->config];
+  x->begin_ns = fdy_now_ns();
+  fdy_status st = fdy_executor_run(c->executor, c->step, err);
+  x->end_ns = fdy_now_ns();
+  x->outcome = st;
+  size_t count = 0;
+  const fdy_command_timing *timings = fdy_executor_timings(c->executor, &count);
+  if (st != FDY_OK) {
+    fdy_error_prefix(err, "execution %" PRIu64 " (%" PRIu32 " buffers)",
+                     x->sequence, s->opt->buffers[x->config]);
+    return st;
+  }
+  x->peak_slot_bytes = c->summary.peak_weight_bytes;
+  device_sums(timings, count, &x->copy_ns, &x->compute_ns);
+  st = verify(s, x, hooks, err);
+  if (st == FDY_OK) {
+    st = keep_timings(s, x, timings, count, last_kept, err);
+  }
+  return st;
 }
 
 static fdy_status run_rounds(bench_state *s, bench_hooks *hooks,
@@ -422,7 +515,6 @@ static fdy_status run_rounds(bench_state *s, bench_hooks *hooks,
   for (uint32_t k = 0; k < FDY_BENCH_MAX_CONFIGS; k++) {
     last_kept[k] = -1;
   }
-  const fdy_run_options run_options = {.collect_timings = true};
   for (uint32_t round = 0; round < rounds; round++) {
     for (uint32_t pos = 0; pos < count; pos++) {
       bench_execution *x = &s->executions[s->execution_count];
@@ -434,24 +526,7 @@ static fdy_status run_rounds(bench_state *s, bench_hooks *hooks,
                              .copy_ns = -1,
                              .compute_ns = -1};
       s->execution_count++;
-      fdy_run_result r;
-      x->begin_ns = fdy_now_ns();
-      fdy_status st = fdy_runtime_execute(s->plans[x->config], s->graph,
-                                          s->backend, &run_options, &r, err);
-      x->end_ns = fdy_now_ns();
-      x->outcome = st;
-      if (st != FDY_OK) {
-        fdy_error_prefix(err, "execution %" PRIu64 " (%" PRIu32 " buffers)",
-                         x->sequence, o->buffers[x->config]);
-        return st;
-      }
-      x->peak_slot_bytes = r.peak_slot_bytes;
-      device_sums(&r, &x->copy_ns, &x->compute_ns);
-      st = verify(s, x, &r, hooks, err);
-      if (st == FDY_OK) {
-        keep_timings(s, x, &r, last_kept);
-      }
-      fdy_run_result_free(&r);
+      fdy_status st = execute(s, x, hooks, last_kept, err);
       if (st != FDY_OK) {
         return st;
       }
@@ -463,8 +538,26 @@ static fdy_status run_rounds(bench_state *s, bench_hooks *hooks,
                o->buffers[x->config], (double)(x->end_ns - x->begin_ns) / 1e6);
     }
   }
+  return FDY_OK;
+}
+
+/* Runs every executor's teardown and destroys it (the slots are freed),
+ * then reads the device memory again. */
+static fdy_status teardown(bench_state *s, fdy_error *err) {
+  s->stage = "teardown";
+  for (uint32_t k = 0; k < s->opt->buffer_count; k++) {
+    bench_config *c = &s->configs[k];
+    fdy_status st = fdy_executor_finish(c->executor, err);
+    fdy_executor_destroy(c->executor);
+    c->executor = NULL;
+    if (st != FDY_OK) {
+      fdy_error_prefix(err, "tearing down the %" PRIu32 "-buffer executor",
+                       s->opt->buffers[k]);
+      return st;
+    }
+  }
   if (s->have_memory_in_use &&
-      fdy_cuda_memory_in_use(s->backend, &s->memory_in_use_rounds, NULL) !=
+      fdy_cuda_memory_in_use(s->device, &s->memory_in_use_rounds, NULL) !=
           FDY_OK) {
     s->have_memory_in_use = false;
   }
@@ -584,22 +677,6 @@ cleanup:
   return st;
 }
 
-static fdy_status write_json(const char *path, json_t *doc, fdy_error *err) {
-  if (!doc) {
-    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
-                         "out of memory building '%s'", path);
-  }
-  char *text = json_dumps(doc, JSON_INDENT(1) | JSON_REAL_PRECISION(17));
-  json_decref(doc);
-  if (!text) {
-    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
-                         "out of memory encoding '%s'", path);
-  }
-  fdy_status st = fdy_write_new_text_file(path, text, err);
-  free(text);
-  return st;
-}
-
 /* Writes the trace (when asked for), then the report of the run whose
  * outcome is status/err. A trace that cannot be written makes a successful
  * run's report record that failure; a report that cannot be written takes
@@ -615,14 +692,14 @@ static fdy_status write_outputs(bench_state *s, fdy_status status,
   fdy_error_clear(&trace_err);
   fdy_status trace_st = FDY_OK;
   if (o->trace_path) {
-    trace_st = write_json(o->trace_path, bench_trace_json(s), &trace_err);
+    trace_st = bench_write_json(o->trace_path, bench_trace_json(s), &trace_err);
   }
   const bool record_trace_failure = status == FDY_OK && trace_st != FDY_OK;
-  fdy_status st =
-      write_json(o->report_path,
-                 bench_report_json(s, record_trace_failure ? trace_st : status,
-                                   record_trace_failure ? &trace_err : err),
-                 werr);
+  fdy_status st = bench_write_json(
+      o->report_path,
+      bench_report_json(s, record_trace_failure ? trace_st : status,
+                        record_trace_failure ? &trace_err : err),
+      werr);
   if (st != FDY_OK) {
     if (o->trace_path && trace_st == FDY_OK) {
       unlink(o->trace_path);
@@ -639,62 +716,38 @@ static fdy_status write_outputs(bench_state *s, fdy_status status,
   return FDY_OK;
 }
 
-/* Untimed, cuda only (when the first reading was taken): reads the device
- * memory in use after setup, then allocates the slots of the largest
- * configuration the way the runtime does (one buffer_alloc of slot_bytes
- * each), reads it with them live, and frees them. The rounds allocate their
- * slots inside fdy_runtime_execute, where nothing can read the device
- * between the allocation and the free, so this is the report's evidence of
- * what the slots occupy on the device. */
-static fdy_status measure_device_memory(bench_state *s, fdy_error *err) {
-  if (!s->have_memory_in_use) {
-    return FDY_OK;
-  }
-  if (fdy_cuda_memory_in_use(s->backend, &s->memory_in_use_setup, NULL) !=
-      FDY_OK) {
+/* cuda (when the first reading was taken): the device memory in use after
+ * setup, before any executor exists. */
+static void read_memory_after_setup(bench_state *s) {
+  if (s->have_memory_in_use &&
+      fdy_cuda_memory_in_use(s->device, &s->memory_in_use_setup, NULL) !=
+          FDY_OK) {
     s->have_memory_in_use = false;
-    return FDY_OK;
   }
-  s->stage = "slot_memory";
-  uint32_t most = (uint32_t)(s->max_budget_bytes / s->slot_bytes);
-  fdy_backend_buffer *buffers[FDY_BENCH_MAX_BUFFERS] = {0};
-  fdy_status st = FDY_OK;
-  uint32_t made = 0;
-  for (; made < most && st == FDY_OK; made++) {
-    st = s->backend->ops->buffer_alloc(s->backend, s->slot_bytes,
-                                       &buffers[made], err);
-  }
-  if (st == FDY_OK) {
-    st = fdy_cuda_memory_in_use(s->backend, &s->memory_in_use_slots, err);
-  }
-  for (uint32_t i = 0; i < made; i++) {
-    if (buffers[i]) {
-      s->backend->ops->buffer_release(s->backend, buffers[i]);
-    }
-  }
-  if (st != FDY_OK) {
-    fdy_error_prefix(err,
-                     "allocating the %" PRIu32 " slots of %" PRIu64
-                     " bytes to measure device memory",
-                     most, s->slot_bytes);
-  }
-  return st;
 }
 
-static void state_free(bench_state *s) {
+static void state_free(bench_state *s, bench_hooks *hooks) {
+  for (uint32_t k = 0; k < FDY_BENCH_MAX_CONFIGS; k++) {
+    fdy_executor_destroy(s->configs[k].executor);
+  }
   if (s->registration) {
     s->backend->ops->host_unregister(s->backend, s->registration);
   }
   for (uint32_t k = 0; k < FDY_BENCH_MAX_CONFIGS; k++) {
-    fdy_plan_destroy(s->plans[k]);
+    fdy_plan_destroy(s->configs[k].plan);
   }
   for (size_t i = 0; i < s->execution_count; i++) {
     free(s->executions[i].timings);
   }
   free(s->executions);
   fdy_graph_destroy(s->graph);
-  fdy_backend_destroy(s->backend);
-  free(s->expected);
+  if (s->backend && s->backend != s->device) {
+    if (hooks) {
+      hooks->fault_stats = fdy_fault_get_stats(s->backend);
+    }
+    fdy_backend_destroy(s->backend);
+  }
+  fdy_backend_destroy(s->device);
   free(s->payload);
 }
 
@@ -715,12 +768,9 @@ fdy_status bench_run_hooked(const fdy_bench_options *options,
                        options->weight_mib * FDY_MIB * options->layers,
                    .started_unix = (int64_t)time(NULL),
                    .memory_in_use_setup = BENCH_NOT_MEASURED,
-                   .memory_in_use_slots = BENCH_NOT_MEASURED,
+                   .memory_in_use_executors = BENCH_NOT_MEASURED,
                    .memory_in_use_rounds = BENCH_NOT_MEASURED};
   st = create_backend(&s, hooks, &e);
-  if (st == FDY_OK && hooks && hooks->after_backend) {
-    hooks->after_backend(hooks, s.backend);
-  }
   if (st == FDY_OK) {
     st = check_limits(&s, &e);
   }
@@ -737,10 +787,14 @@ fdy_status bench_run_hooked(const fdy_bench_options *options,
     st = measure_ceilings(&s, &e);
   }
   if (st == FDY_OK) {
-    st = measure_device_memory(&s, &e);
+    read_memory_after_setup(&s);
+    st = create_executors(&s, &e);
   }
   if (st == FDY_OK) {
     st = run_rounds(&s, hooks, &e);
+  }
+  if (st == FDY_OK) {
+    st = teardown(&s, &e);
   }
   if (st == FDY_OK) {
     st = compute_statistics(&s, &e);
@@ -768,7 +822,7 @@ fdy_status bench_run_hooked(const fdy_bench_options *options,
     snprintf(e.cleanup_message, sizeof e.cleanup_message,
              "writing the report or trace failed too: %.200s", we.message);
   }
-  state_free(&s);
+  state_free(&s, hooks);
   if (err) {
     *err = e;
   }

@@ -1,8 +1,8 @@
 /* The Chrome Trace Event document of `foundry bench` (opens in Perfetto and
  * chrome://tracing): one process with a host track (each execution and the
  * issue span of every command), a copy track and a compute track built from
- * the device timestamps of prefetches and launches, and a counter of live
- * slot bytes. Timestamps are microseconds since the first execution began. */
+ * the device timestamps of prefetches and launches. Timestamps are
+ * microseconds since the first execution began. */
 #include <inttypes.h>
 #include <stdio.h>
 
@@ -63,19 +63,8 @@ static json_t *span(const char *name, const char *cat, int tid, int64_t begin,
   return e;
 }
 
-static json_t *counter(int64_t at, int64_t origin, uint64_t bytes) {
-  json_t *e = json_object();
-  json_object_set_new(e, "name", json_string("live slot bytes"));
-  json_object_set_new(e, "ph", json_string("C"));
-  json_object_set_new(e, "pid", json_integer(1));
-  json_object_set_new(e, "ts", json_real(us(at, origin)));
-  json_t *args = json_object();
-  json_object_set_new(args, "bytes", json_integer((json_int_t)bytes));
-  json_object_set_new(e, "args", args);
-  return e;
-}
-
-/* "prefetch layer.3.weight", "launch layer.3", "wait", ... */
+/* "prefetch layer.3.weight", "launch layer.3", "wait host",
+ * "copy_output layer.47.out", ... */
 static void command_name(const fdy_plan *plan, const fdy_command *c, char *buf,
                          size_t cap) {
   const fdy_graph *g = fdy_plan_graph(plan);
@@ -92,6 +81,12 @@ static void command_name(const fdy_plan *plan, const fdy_command *c, char *buf,
       snprintf(buf, cap, "%s %s", kind, op.name);
       return;
     }
+  } else if (c->kind == FDY_CMD_COPY_INPUT || c->kind == FDY_CMD_COPY_OUTPUT) {
+    fdy_tensor_info t;
+    if (fdy_graph_tensor(g, c->u.copy.tensor, &t, NULL) == FDY_OK) {
+      snprintf(buf, cap, "%s %s", kind, t.name);
+      return;
+    }
   } else if (c->kind == FDY_CMD_WAIT) {
     snprintf(buf, cap, "%s %s", kind, c->u.wait.host ? "host" : "stream");
     return;
@@ -101,7 +96,7 @@ static void command_name(const fdy_plan *plan, const fdy_command *c, char *buf,
 
 static void trace_execution(const bench_state *s, const bench_execution *x,
                             int64_t origin, json_t *events) {
-  const fdy_plan *plan = s->plans[x->config];
+  const fdy_plan *plan = s->configs[x->config].plan;
   uint32_t buffers = s->opt->buffers[x->config];
   char name[160];
   snprintf(name, sizeof name, "execution %" PRIu64 ": %" PRIu32 " buffers (%s)",
@@ -114,8 +109,6 @@ static void trace_execution(const bench_state *s, const bench_execution *x,
                       json_integer(x->end_ns - x->begin_ns));
   json_array_append_new(events, span(name, "execution", TID_HOST, x->begin_ns,
                                      x->end_ns, origin, args));
-  json_array_append_new(events, counter(x->begin_ns, origin, 0));
-  uint64_t live = 0;
   for (size_t i = 0; i < x->timing_count; i++) {
     const fdy_command_timing *t = &x->timings[i];
     const fdy_command *c = fdy_plan_command(plan, t->command_index);
@@ -140,10 +133,6 @@ static void trace_execution(const bench_state *s, const bench_execution *x,
                        json_incref(args)));
     }
     json_decref(args);
-    if (t->live_slot_bytes != live) {
-      live = t->live_slot_bytes;
-      json_array_append_new(events, counter(t->host_end_ns, origin, live));
-    }
   }
 }
 

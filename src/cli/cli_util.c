@@ -1,6 +1,9 @@
 /* Shared helpers of the CLI commands (see cli_util.h). */
 #include "cli_util.h"
 
+#include "foundry/cpu.h"
+#include "foundry/cuda.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -94,4 +97,37 @@ fdy_status fdy_cli_parse_ids(const char *flag, const char *text, int32_t **out,
 
 bool fdy_cli_stderr_is_tty(void) {
   return isatty(STDERR_FILENO) == 1;
+}
+
+fdy_status fdy_cli_backend_create(const char *name, uint32_t threads,
+                                  fdy_backend **out, fdy_error *err) {
+  *out = NULL;
+  if (strcmp(name, "cpu") == 0) {
+    fdy_cpu_options options = {.threads = threads};
+    return fdy_cpu_backend_create(&options, out, err);
+  }
+  if (strcmp(name, "cuda") == 0) {
+    if (fdy_cuda_device_count() == 0) {
+      return fdy_error_set(err, FDY_ERR_UNSUPPORTED,
+                           "--backend cuda needs a CUDA device and a CUDA "
+                           "build; none is available here");
+    }
+    return fdy_cuda_backend_create(NULL, out, err);
+  }
+  return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                       "--backend must be cpu or cuda, got '%s'", name);
+}
+
+fdy_status fdy_cli_parse_kv_dtype(const char *text, fdy_dtype *out,
+                                  fdy_error *err) {
+  if (strcmp(text, "f32") == 0) {
+    *out = FDY_DTYPE_F32;
+    return FDY_OK;
+  }
+  if (strcmp(text, "f16") == 0) {
+    *out = FDY_DTYPE_F16;
+    return FDY_OK;
+  }
+  return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                       "--kv-dtype must be f32 or f16, got '%s'", text);
 }

@@ -1,8 +1,10 @@
 /* `foundry bench`: parses the flags into fdy_bench_options and runs the
- * streaming benchmark (src/bench). Usage errors (bad flags, and the flag
- * combinations fdy_bench_check_options refuses before any work) exit 2; an
- * existing output file or a missing directory, like every failure of the run
- * itself, exits 1, as for `foundry plan`. */
+ * streaming benchmark (src/bench), or with --overhead parses its own flags
+ * into fdy_bench_overhead_options and measures the executor's host cost.
+ * Usage errors (bad flags, and the flag combinations the options checks
+ * refuse before any work) exit 2; an existing output file or a missing
+ * directory, like every failure of the run itself, exits 1, as for
+ * `foundry plan`. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -16,46 +18,59 @@
 #include "foundry/bench.h"
 
 void fdy_cmd_bench_help(FILE *out) {
-  fprintf(out,
-          "usage: foundry bench [options]\n"
-          "\n"
-          "Streams a synthetic chain of checksum layers (deterministic\n"
-          "in-memory weights) through 1, 2 and 3 device buffers, verifies\n"
-          "every layer of every execution, and prints per-configuration\n"
-          "times with 95%% bootstrap intervals, throughput against the\n"
-          "host-to-device ceiling measured in the same run, speedups and\n"
-          "copy/compute overlap. See docs/benchmark.md.\n"
-          "\n"
-          "options:\n"
-          "  --backend auto|cpu|cuda     backend (default auto: cuda when a\n"
-          "                              device is present, else cpu)\n"
-          "  --layers N                  layers (default 48)\n"
-          "  --weight-mib M              MiB per layer (default 64)\n"
-          "  --iterations N              measured rounds (default 10)\n"
-          "  --warmup N                  discarded rounds first (default 2)\n"
-          "  --bootstrap-resamples N     1 to 1000000 (default 10000)\n"
-          "  --seed N                    payload and bootstrap seed "
-          "(default 0)\n"
-          "  --buffers LIST              buffer counts, e.g. 1,2,3 (default)\n"
-          "  --compute-passes K          checksum passes per layer "
-          "(default 1)\n"
-          "  --host-mode registered|staged\n"
-          "                              cuda host memory (default "
-          "registered)\n"
-          "  --device N                  cuda device ordinal (default 0)\n"
-          "  --cpu-memory SIZE           cpu backend device memory, e.g.\n"
-          "                              8GiB (default half of RAM)\n"
-          "  --report PATH               write the JSON report (never\n"
-          "                              overwrites)\n"
-          "  --trace PATH                write a Chrome trace (needs "
-          "--report)\n"
-          "  --progress, --no-progress   progress lines on stderr (default:\n"
-          "                              when stderr is a terminal)\n"
-          "\n"
-          "exit status: 0 success; 1 the run failed (the report, if asked\n"
-          "for, is still written with status \"failed\"), or an output file\n"
-          "already exists (never overwritten) or its directory is missing;\n"
-          "2 usage error.\n");
+  fprintf(
+      out,
+      "usage: foundry bench [options]\n"
+      "\n"
+      "Streams a synthetic chain of checksum layers (deterministic\n"
+      "in-memory weights) through 1, 2 and 3 device buffers, one\n"
+      "executor per buffer count created once, verifies the chain's\n"
+      "result of every execution, and prints per-configuration times\n"
+      "with 95%% bootstrap intervals, throughput against the\n"
+      "host-to-device ceiling measured in the same run, speedups,\n"
+      "copy/compute overlap and each executor's setup time. See\n"
+      "docs/benchmark.md.\n"
+      "\n"
+      "options:\n"
+      "  --backend auto|cpu|cuda     backend (default auto: cuda when a\n"
+      "                              device is present, else cpu)\n"
+      "  --layers N                  layers, more than every buffer\n"
+      "                              count (default 48)\n"
+      "  --weight-mib M              MiB per layer (default 64)\n"
+      "  --iterations N              measured rounds (default 10)\n"
+      "  --warmup N                  discarded rounds first (default 2)\n"
+      "  --bootstrap-resamples N     1 to 1000000 (default 10000)\n"
+      "  --seed N                    payload and bootstrap seed "
+      "(default 0)\n"
+      "  --buffers LIST              buffer counts, e.g. 1,2,3 (default)\n"
+      "  --compute-passes K          checksum passes per layer "
+      "(default 1)\n"
+      "  --host-mode registered|staged\n"
+      "                              cuda host memory (default "
+      "registered)\n"
+      "  --device N                  cuda device ordinal (default 0)\n"
+      "  --cpu-memory SIZE           cpu backend device memory, e.g.\n"
+      "                              8GiB (default half of RAM)\n"
+      "  --report PATH               write the JSON report (never\n"
+      "                              overwrites)\n"
+      "  --trace PATH                write a Chrome trace (needs "
+      "--report)\n"
+      "  --progress, --no-progress   progress lines on stderr (default:\n"
+      "                              when stderr is a terminal)\n"
+      "\n"
+      "usage: foundry bench --overhead [--ops N] [--op-bytes N] [--runs N]\n"
+      "                     [--warmup N] [--report PATH] [--progress]\n"
+      "\n"
+      "Measures the executor's host cost per op on a chain of small\n"
+      "checksum ops (default 1000 ops of 4096 bytes, 200 timed runs\n"
+      "after 20 warmup) on the fake and cpu backends, resident and\n"
+      "streamed: one run of an executor created once against creating,\n"
+      "running and destroying an executor per run.\n"
+      "\n"
+      "exit status: 0 success; 1 the run failed (the report, if asked\n"
+      "for, is still written with status \"failed\"), or an output file\n"
+      "already exists (never overwritten) or its directory is missing;\n"
+      "2 usage error.\n");
 }
 
 static int usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -116,6 +131,113 @@ static fdy_status parse_buffers(const char *text, fdy_bench_options *o,
   return FDY_OK;
 }
 
+/* Prints a failed run's errors; exit status 1. */
+static int run_failed(const fdy_error *err, const char *report_path) {
+  fprintf(stderr, "foundry bench: error: %s\n",
+          err->message[0] ? err->message : "unknown failure");
+  if (err->cleanup_kind != FDY_OK) {
+    fprintf(stderr, "foundry bench: error: %s\n", err->cleanup_message);
+  }
+  if (report_path && access(report_path, F_OK) == 0) {
+    fprintf(stderr, "foundry bench: the report %s records the failure\n",
+            report_path);
+  }
+  return FDY_EXIT_FAILURE;
+}
+
+/* An option check's refusal: exit 1 for an existing output file or a
+ * missing directory, else a usage error. */
+static int refused(fdy_status checked, const fdy_error *err) {
+  if (checked == FDY_ERR_EXISTS || checked == FDY_ERR_NOT_FOUND) {
+    fprintf(stderr, "foundry bench: error: %s\n", err->message);
+    return FDY_EXIT_FAILURE;
+  }
+  return usage("%s", err->message);
+}
+
+/* `foundry bench --overhead ...`. */
+static int bench_overhead(int argc, char **argv) {
+  enum {
+    OPT_OVERHEAD = 256,
+    OPT_OPS,
+    OPT_OP_BYTES,
+    OPT_RUNS,
+    OPT_WARMUP,
+    OPT_REPORT,
+    OPT_PROGRESS,
+    OPT_NO_PROGRESS
+  };
+  static const struct option longopts[] = {
+      {"overhead", no_argument, NULL, OPT_OVERHEAD},
+      {"ops", required_argument, NULL, OPT_OPS},
+      {"op-bytes", required_argument, NULL, OPT_OP_BYTES},
+      {"runs", required_argument, NULL, OPT_RUNS},
+      {"warmup", required_argument, NULL, OPT_WARMUP},
+      {"report", required_argument, NULL, OPT_REPORT},
+      {"progress", no_argument, NULL, OPT_PROGRESS},
+      {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+      {NULL, 0, NULL, 0},
+  };
+  fdy_bench_overhead_options o;
+  fdy_bench_overhead_options_default(&o);
+  o.progress = fdy_cli_stderr_is_tty();
+  o.console = stdout;
+  o.argc = argc;
+  o.argv = argv;
+  fdy_error err;
+  fdy_error_clear(&err);
+  optind = 1;
+  opterr = 0;
+  int opt;
+  while ((opt = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+    fdy_status st = FDY_OK;
+    switch (opt) {
+    case OPT_OVERHEAD:
+      break;
+    case OPT_OPS:
+      st = parse_u32("--ops", optarg, &o.ops, &err);
+      break;
+    case OPT_OP_BYTES:
+      st = fdy_cli_parse_uint("--op-bytes", optarg, 0, UINT64_MAX, &o.op_bytes,
+                              &err);
+      break;
+    case OPT_RUNS:
+      st = parse_u32("--runs", optarg, &o.runs, &err);
+      break;
+    case OPT_WARMUP:
+      st = parse_u32("--warmup", optarg, &o.warmup, &err);
+      break;
+    case OPT_REPORT:
+      o.report_path = optarg;
+      break;
+    case OPT_PROGRESS:
+      o.progress = true;
+      break;
+    case OPT_NO_PROGRESS:
+      o.progress = false;
+      break;
+    case ':':
+      return usage("%s needs a value", argv[optind - 1]);
+    default:
+      return usage("'%s' does not apply to --overhead", argv[optind - 1]);
+    }
+    if (st != FDY_OK) {
+      return usage("%s", err.message);
+    }
+  }
+  if (optind < argc) {
+    return usage("unexpected argument '%s'", argv[optind]);
+  }
+  fdy_status checked = fdy_bench_overhead_check_options(&o, &err);
+  if (checked != FDY_OK) {
+    return refused(checked, &err);
+  }
+  if (fdy_bench_overhead(&o, &err) != FDY_OK) {
+    return run_failed(&err, o.report_path);
+  }
+  return FDY_EXIT_OK;
+}
+
 int fdy_cmd_bench(int argc, char **argv) {
   enum {
     OPT_BACKEND = 256,
@@ -154,6 +276,11 @@ int fdy_cmd_bench(int argc, char **argv) {
       {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
       {NULL, 0, NULL, 0},
   };
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--overhead") == 0) {
+      return bench_overhead(argc, argv);
+    }
+  }
   fdy_bench_options o;
   fdy_bench_options_default(&o);
   o.progress = fdy_cli_stderr_is_tty();
@@ -260,24 +387,11 @@ int fdy_cmd_bench(int argc, char **argv) {
     return usage("--host-mode applies to the cuda backend only");
   }
   fdy_status checked = fdy_bench_check_options(&o, &err);
-  if (checked == FDY_ERR_EXISTS || checked == FDY_ERR_NOT_FOUND) {
-    fprintf(stderr, "foundry bench: error: %s\n", err.message);
-    return FDY_EXIT_FAILURE;
-  }
   if (checked != FDY_OK) {
-    return usage("%s", err.message);
+    return refused(checked, &err);
   }
   if (fdy_bench_run(&o, &err) != FDY_OK) {
-    fprintf(stderr, "foundry bench: error: %s\n",
-            err.message[0] ? err.message : "unknown failure");
-    if (err.cleanup_kind != FDY_OK) {
-      fprintf(stderr, "foundry bench: error: %s\n", err.cleanup_message);
-    }
-    if (o.report_path && access(o.report_path, F_OK) == 0) {
-      fprintf(stderr, "foundry bench: the report %s records the failure\n",
-              o.report_path);
-    }
-    return FDY_EXIT_FAILURE;
+    return run_failed(&err, o.report_path);
   }
   return FDY_EXIT_OK;
 }

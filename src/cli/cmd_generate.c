@@ -1,7 +1,8 @@
-/* `foundry generate`: greedy Llama generation from prompt token ids on the
- * float32 CPU path. Prints the generated ids and the prefill and decode
- * speeds, as text or (--json) one JSON object. Bad ids, an empty prompt and
- * more tokens than the context holds are reported before any work. */
+/* `foundry generate`: greedy Llama generation from prompt token ids through
+ * the engine (a session's plan on the chosen backend). Prints the generated
+ * ids, the prefill and decode speeds and the device memory per class, as
+ * text or (--json) one JSON object. Bad ids, an empty prompt and more
+ * tokens than the context holds are reported before any work. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -11,6 +12,7 @@
 
 #include "cli_util.h"
 #include "commands.h"
+#include "foundry/cpu.h"
 #include "foundry/llama_session.h"
 
 void fdy_cmd_generate_help(FILE *out) {
@@ -24,29 +26,48 @@ void fdy_cmd_generate_help(FILE *out) {
           "speed in tokens/s.\n"
           "\n"
           "options:\n"
-          "  --backend NAME   cpu (the default and, for now, the only one)\n"
-          "  --threads T      worker threads (default: online CPUs)\n"
-          "  --context C      KV cache positions (default 1024, at most\n"
-          "                   the model's max_position_embeddings)\n"
+          "  --backend NAME   cpu (the default) or cuda\n"
+          "  --threads T      cpu backend threads (default: online CPUs)\n"
+          "  --context C      KV cache positions (default: the model's\n"
+          "                   max_position_embeddings, at most 4096)\n"
+          "  --kv-dtype D     KV cache dtype: f32 (default) or f16\n"
           "  --ignore-eos     decode all N ids even after an EOS id\n"
           "  --json           print one JSON object instead of text\n");
 }
 
-static int print_json(const char *model_dir, uint32_t prompt_count,
-                      const fdy_llama_generation *gen, uint32_t threads,
-                      uint32_t context) {
+/* What the run was: backend, threads (cpu) and context. */
+typedef struct run_info {
+  const char *model_dir;
+  const char *backend;
+  uint32_t threads; /* 0 for non-cpu backends */
+  uint32_t context;
+  fdy_executor_stats stats;
+} run_info;
+
+static int print_json(const run_info *run, uint32_t prompt_count,
+                      const fdy_llama_generation *gen) {
   json_t *ids = json_array();
   for (uint32_t i = 0; ids && i < gen->count; i++) {
     json_array_append_new(ids, json_integer(gen->ids[i]));
   }
+  const uint64_t *bytes = run->stats.class_bytes;
+  json_t *memory =
+      json_pack("{s:I, s:I, s:I, s:I, s:I}", "weights_resident",
+                (json_int_t)bytes[FDY_BUFFER_RESIDENT], "weights_slots",
+                (json_int_t)bytes[FDY_BUFFER_SLOT], "kv_cache",
+                (json_int_t)bytes[FDY_BUFFER_STATE], "activations",
+                (json_int_t)bytes[FDY_BUFFER_ARENA], "workspace",
+                (json_int_t)run->stats.workspace_bytes);
   json_t *root = json_pack(
-      "{s:s, s:s, s:I, s:I, s:I, s:o, s:b, s:f, s:f, s:f, s:f}", "model",
-      model_dir, "backend", "cpu", "threads", (json_int_t)threads, "context",
-      (json_int_t)context, "prompt_tokens", (json_int_t)prompt_count, "ids",
-      ids, "stopped_at_eos", gen->stopped_at_eos, "prefill_seconds",
-      gen->prefill_seconds, "prefill_tokens_per_second",
+      "{s:s, s:s, s:I, s:I, s:I, s:o, s:b, s:f, s:f, s:f, s:f, s:f, s:o}",
+      "model", run->model_dir, "backend", run->backend, "threads",
+      (json_int_t)run->threads, "context", (json_int_t)run->context,
+      "prompt_tokens", (json_int_t)prompt_count, "ids", ids, "stopped_at_eos",
+      gen->stopped_at_eos, "setup_seconds", (double)run->stats.setup_ns * 1e-9,
+      "prefill_seconds", gen->prefill_seconds, "prefill_tokens_per_second",
       gen->prefill_tokens_per_second, "decode_seconds", gen->decode_seconds,
-      "decode_tokens_per_second", gen->decode_tokens_per_second);
+      "decode_tokens_per_second", gen->decode_tokens_per_second, "device_bytes",
+      memory);
   char *text = root ? json_dumps(root, JSON_COMPACT) : NULL;
   json_decref(root);
   if (!text) {
@@ -58,8 +79,8 @@ static int print_json(const char *model_dir, uint32_t prompt_count,
   return FDY_EXIT_OK;
 }
 
-static void print_text(uint32_t prompt_count, const fdy_llama_generation *gen,
-                       uint32_t threads) {
+static void print_text(const run_info *run, uint32_t prompt_count,
+                       const fdy_llama_generation *gen) {
   printf("ids:");
   for (uint32_t i = 0; i < gen->count; i++) {
     printf("%s%" PRId32, i ? "," : " ", gen->ids[i]);
@@ -69,10 +90,21 @@ static void print_text(uint32_t prompt_count, const fdy_llama_generation *gen,
          gen->stopped_at_eos ? ", stopped at EOS" : "");
   printf("prefill: %" PRIu32 " tokens in %.3f s, %.2f tokens/s\n", prompt_count,
          gen->prefill_seconds, gen->prefill_tokens_per_second);
-  printf("decode: %" PRIu32 " tokens in %.3f s, %.2f tokens/s (cpu, %" PRIu32
-         " threads)\n",
+  printf("decode: %" PRIu32 " tokens in %.3f s, %.2f tokens/s (%s",
          gen->count > 0 ? gen->count - 1 : 0, gen->decode_seconds,
-         gen->decode_tokens_per_second, threads);
+         gen->decode_tokens_per_second, run->backend);
+  if (run->threads > 0) {
+    printf(", %" PRIu32 " threads", run->threads);
+  }
+  printf(")\n");
+  const uint64_t *bytes = run->stats.class_bytes;
+  char weights[32], kv[32], act[32];
+  printf("device memory: weights %s, KV cache %s (%" PRIu32
+         " positions), activations %s\n",
+         fdy_format_bytes(bytes[FDY_BUFFER_RESIDENT] + bytes[FDY_BUFFER_SLOT],
+                          weights, sizeof weights),
+         fdy_format_bytes(bytes[FDY_BUFFER_STATE], kv, sizeof kv), run->context,
+         fdy_format_bytes(bytes[FDY_BUFFER_ARENA], act, sizeof act));
 }
 
 int fdy_cmd_generate(int argc, char **argv) {
@@ -83,6 +115,7 @@ int fdy_cmd_generate(int argc, char **argv) {
     OPT_BACKEND,
     OPT_THREADS,
     OPT_CONTEXT,
+    OPT_KV_DTYPE,
     OPT_IGNORE_EOS,
     OPT_JSON
   };
@@ -93,6 +126,7 @@ int fdy_cmd_generate(int argc, char **argv) {
       {"backend", required_argument, NULL, OPT_BACKEND},
       {"threads", required_argument, NULL, OPT_THREADS},
       {"context", required_argument, NULL, OPT_CONTEXT},
+      {"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
       {"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
       {"json", no_argument, NULL, OPT_JSON},
       {NULL, 0, NULL, 0},
@@ -100,6 +134,7 @@ int fdy_cmd_generate(int argc, char **argv) {
   const char *model_dir = NULL, *prompt_text = NULL, *backend = "cpu";
   uint64_t max_tokens = 0, threads = 0, context = 0;
   bool have_max = false, ignore_eos = false, json = false;
+  fdy_dtype kv_dtype = FDY_DTYPE_F32;
   fdy_error err;
   optind = 1;
   opterr = 0;
@@ -128,6 +163,9 @@ int fdy_cmd_generate(int argc, char **argv) {
       status = fdy_cli_parse_uint("--context", optarg, 1, UINT32_MAX, &context,
                                   &err);
       break;
+    case OPT_KV_DTYPE:
+      status = fdy_cli_parse_kv_dtype(optarg, &kv_dtype, &err);
+      break;
     case OPT_IGNORE_EOS:
       ignore_eos = true;
       break;
@@ -150,8 +188,8 @@ int fdy_cmd_generate(int argc, char **argv) {
     return fdy_cli_usage("generate",
                          "--model, --prompt-ids and --max-tokens are required");
   }
-  if (strcmp(backend, "cpu") != 0) {
-    return fdy_cli_usage("generate", "--backend '%s' is not supported; use cpu",
+  if (strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0) {
+    return fdy_cli_usage("generate", "--backend must be cpu or cuda, got '%s'",
                          backend);
   }
   int32_t *prompt = NULL;
@@ -162,32 +200,42 @@ int fdy_cmd_generate(int argc, char **argv) {
   }
 
   int code = FDY_EXIT_FAILURE;
+  fdy_backend *engine = NULL;
   fdy_llama_model *model = NULL;
   fdy_llama_session *session = NULL;
   fdy_llama_generation gen = {0};
-  fdy_llama_session_options session_options = {(uint32_t)context,
-                                               (uint32_t)threads};
+  fdy_llama_session_options session_options = {.context = (uint32_t)context,
+                                               .kv_dtype = kv_dtype};
   if (fdy_llama_open(model_dir, &model, &err) != FDY_OK ||
-      fdy_llama_session_create(model, &session_options, &session, &err) !=
+      fdy_cli_backend_create(backend, (uint32_t)threads, &engine, &err) !=
+          FDY_OK) {
+    code = fdy_cli_fail(&err);
+    goto cleanup;
+  }
+  session_options.backend = engine;
+  if (fdy_llama_session_create(model, &session_options, &session, &err) !=
           FDY_OK ||
       fdy_llama_generate(session, prompt, prompt_count, (uint32_t)max_tokens,
                          ignore_eos, &gen, &err) != FDY_OK) {
     code = fdy_cli_fail(&err);
     goto cleanup;
   }
-  uint32_t used_threads = fdy_llama_session_threads(session);
-  uint32_t used_context = fdy_llama_session_context(session);
+  run_info run = {.model_dir = model_dir,
+                  .backend = backend,
+                  .threads = fdy_cpu_backend_threads(engine),
+                  .context = fdy_llama_session_context(session),
+                  .stats = fdy_llama_session_stats(session)};
   if (json) {
-    code =
-        print_json(model_dir, prompt_count, &gen, used_threads, used_context);
+    code = print_json(&run, prompt_count, &gen);
   } else {
-    print_text(prompt_count, &gen, used_threads);
+    print_text(&run, prompt_count, &gen);
     code = FDY_EXIT_OK;
   }
 
 cleanup:
   fdy_llama_generation_free(&gen);
   fdy_llama_session_destroy(session);
+  fdy_backend_destroy(engine);
   fdy_llama_close(model);
   free(prompt);
   return code;

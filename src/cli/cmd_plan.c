@@ -1,5 +1,6 @@
-/* `foundry plan`: exports the streaming plan of a synthetic layer chain as
- * JSON (--dump) or loads and statically validates a plan file (--check). */
+/* `foundry plan`: exports the plan fdy_plan_build makes of a workload's
+ * graph as JSON (--dump; the workload is the benchmark's synthetic checksum
+ * chain) or loads and statically validates a plan file (--check). */
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -8,14 +9,14 @@
 
 #include "cli_util.h"
 #include "commands.h"
-#include "foundry/graph.h"
+#include "foundry/bench.h"
 #include "foundry/plan.h"
 
 #define DEFAULT_LAYERS     48
 #define DEFAULT_WEIGHT_MIB 450
 #define DEFAULT_BUFFERS    3
 #define DEFAULT_BUDGET     "4GiB"
-#define DEFAULT_ALIGNMENT  256
+#define DEFAULT_ALIGNMENT  FDY_TENSOR_ALIGNMENT
 
 void fdy_cmd_plan_help(FILE *out) {
   fprintf(
@@ -23,9 +24,11 @@ void fdy_cmd_plan_help(FILE *out) {
       "usage: foundry plan --dump PATH [options]\n"
       "       foundry plan --check PATH\n"
       "\n"
-      "--dump writes the N-buffered streaming plan of a synthetic chain of\n"
-      "checksum layers as JSON (PATH '-' is standard output; an existing\n"
-      "file is never overwritten). --check loads a plan file, validates it\n"
+      "--dump writes the plan of a synthetic chain of checksum layers as\n"
+      "JSON (PATH '-' is standard output; an existing file is never\n"
+      "overwritten): the weights that fit the budget next to B slots stay\n"
+      "resident, the others stream through the slots (all resident when\n"
+      "they all fit). --check loads a plan file, validates it\n"
       "statically and prints a one-line summary on stdout (exit 0) or the\n"
       "first error with its command index on stderr (exit 1). After a dump\n"
       "the summary goes to stdout, or to stderr when the plan does.\n"
@@ -33,25 +36,31 @@ void fdy_cmd_plan_help(FILE *out) {
       "options for --dump:\n"
       "  --layers N         layers in the chain (default %d)\n"
       "  --weight-mib M     weight bytes per layer in MiB (default %d)\n"
-      "  --buffers B        resident weight slots (default %d)\n"
-      "  --budget SIZE      device budget, e.g. 4GiB (default %s)\n"
-      "  --alignment BYTES  slot size alignment, a power of two "
-      "(default %d)\n",
+      "  --buffers B        slots for streamed weights (default %d)\n"
+      "  --budget SIZE      weight budget, e.g. 4GiB (default %s)\n"
+      "  --alignment BYTES  buffer offset and size alignment, a power of\n"
+      "                     two of at least %d (default %d)\n",
       DEFAULT_LAYERS, DEFAULT_WEIGHT_MIB, DEFAULT_BUFFERS, DEFAULT_BUDGET,
-      DEFAULT_ALIGNMENT);
+      FDY_TENSOR_ALIGNMENT, DEFAULT_ALIGNMENT);
 }
 
 static void print_summary(FILE *out, const char *label, const fdy_plan *plan,
                           const fdy_plan_summary *summary) {
-  char peak[32], budget[32], moved[32];
-  fdy_format_bytes(summary->peak_bytes, peak, sizeof peak);
+  uint32_t slots = 0;
+  for (uint32_t i = 0; i < fdy_plan_buffer_count(plan); i++) {
+    slots += fdy_plan_buffer_at(plan, i)->cls == FDY_BUFFER_SLOT;
+  }
+  char peak[32], budget[32], setup[32], step[32];
+  fdy_format_bytes(summary->peak_weight_bytes, peak, sizeof peak);
   fdy_format_bytes(fdy_plan_budget(plan), budget, sizeof budget);
-  fdy_format_bytes(summary->transfer_bytes, moved, sizeof moved);
+  fdy_format_bytes(summary->setup_transfer_bytes, setup, sizeof setup);
+  fdy_format_bytes(summary->step_transfer_bytes, step, sizeof step);
   fprintf(out,
           "%s: valid, %zu commands, %zu ops, %" PRIu32 " slots, peak %s of "
-          "%s budget, %s transferred, %" PRIu32 " streams\n",
-          label, summary->commands, summary->ops, summary->slots, peak, budget,
-          moved, summary->streams);
+          "%s budget, %s uploaded by setup, %s transferred per step, "
+          "%" PRIu32 " streams\n",
+          label, summary->commands, summary->ops, slots, peak, budget, setup,
+          step, summary->streams);
 }
 
 static int check_plan(const char *path) {
@@ -90,8 +99,32 @@ static int write_stdout(const fdy_plan *plan) {
   return FDY_EXIT_OK;
 }
 
-static int dump_plan(const char *path, uint64_t layers, uint64_t weight_mib,
-                     uint64_t buffers, uint64_t budget, uint64_t alignment) {
+/* Validates the plan, writes it to path ('-': stdout) and prints its
+ * summary. */
+static int dump_plan(const char *path, const fdy_plan *plan) {
+  fdy_error err;
+  fdy_plan_summary summary;
+  if (fdy_plan_validate(plan, &summary, &err) != FDY_OK) {
+    return fdy_cli_fail(&err);
+  }
+  bool plan_on_stdout = strcmp(path, "-") == 0;
+  int code = FDY_EXIT_OK;
+  if (plan_on_stdout) {
+    code = write_stdout(plan);
+  } else if (fdy_plan_save(plan, path, &err) != FDY_OK) {
+    code = fdy_cli_fail(&err);
+  }
+  if (code == FDY_EXIT_OK) {
+    print_summary(plan_on_stdout ? stderr : stdout,
+                  plan_on_stdout ? "plan" : path, plan, &summary);
+  }
+  return code;
+}
+
+/* The plan of the synthetic chain: layers x weight_mib MiB. */
+static int dump_synthetic(const char *path, uint64_t layers,
+                          uint64_t weight_mib,
+                          const fdy_planner_options *options) {
   fdy_error err;
   uint64_t weight_bytes = 0;
   if (fdy_mul_u64(weight_mib, FDY_MIB, &weight_bytes, NULL) != FDY_OK) {
@@ -101,31 +134,13 @@ static int dump_plan(const char *path, uint64_t layers, uint64_t weight_mib,
   fdy_graph *graph = NULL;
   fdy_plan *plan = NULL;
   int code = FDY_EXIT_FAILURE;
-  if (fdy_synthetic_graph_create((uint32_t)layers, weight_bytes, NULL, &graph,
-                                 &err) != FDY_OK ||
-      fdy_plan_streaming(graph, budget, (uint32_t)buffers, alignment, &plan,
-                         &err) != FDY_OK) {
-    code = fdy_cli_fail(&err);
-    goto cleanup;
-  }
-  fdy_plan_summary summary;
-  if (fdy_plan_validate(plan, &summary, &err) != FDY_OK) {
-    code = fdy_cli_fail(&err);
-    goto cleanup;
-  }
-  if (strcmp(path, "-") == 0) {
-    code = write_stdout(plan);
-  } else if (fdy_plan_save(plan, path, &err) != FDY_OK) {
+  if (fdy_synthetic_graph_create((uint32_t)layers, weight_bytes, 1, NULL,
+                                 &graph, &err) != FDY_OK ||
+      fdy_synthetic_plan_build(graph, options, &plan, &err) != FDY_OK) {
     code = fdy_cli_fail(&err);
   } else {
-    code = FDY_EXIT_OK;
+    code = dump_plan(path, plan);
   }
-  if (code == FDY_EXIT_OK) {
-    bool plan_on_stdout = strcmp(path, "-") == 0;
-    print_summary(plan_on_stdout ? stderr : stdout,
-                  plan_on_stdout ? "plan" : path, plan, &summary);
-  }
-cleanup:
   fdy_plan_destroy(plan);
   fdy_graph_destroy(graph);
   return code;
@@ -195,8 +210,8 @@ int fdy_cmd_plan(int argc, char **argv) {
       dump_option_seen = true;
       break;
     case OPT_ALIGNMENT:
-      status = fdy_cli_parse_uint("--alignment", optarg, 1, UINT32_MAX,
-                                  &alignment, &err);
+      status = fdy_cli_parse_uint("--alignment", optarg, FDY_TENSOR_ALIGNMENT,
+                                  UINT32_MAX, &alignment, &err);
       if (status == FDY_OK && !fdy_is_power_of_two(alignment)) {
         status =
             fdy_error_set(&err, FDY_ERR_INVALID_ARGUMENT,
@@ -226,5 +241,8 @@ int fdy_cmd_plan(int argc, char **argv) {
     }
     return check_plan(check);
   }
-  return dump_plan(dump, layers, weight_mib, buffers, budget, alignment);
+  fdy_planner_options planner = {.weight_budget = budget,
+                                 .buffers = (uint32_t)buffers,
+                                 .alignment = alignment};
+  return dump_synthetic(dump, layers, weight_mib, &planner);
 }

@@ -1,4 +1,5 @@
-/* `foundry verify`: runs a reference's prompt on a Llama checkpoint and
+/* `foundry verify`: runs a reference's prompt on a Llama checkpoint through
+ * the engine (a session with every prefill row's logits) and
  * compares the prompt logits and the greedy continuation with the reference
  * outputs (expected.safetensors). Prints both relative errors and the greedy
  * agreement; exits 1 when outside the tolerance of the backend. */
@@ -24,11 +25,11 @@ void fdy_cmd_verify_help(FILE *out) {
           "greedy ids agree. Exit 0 within the tolerance, 1 outside it.\n"
           "\n"
           "options:\n"
-          "  --backend NAME   cpu (the default and, for now, the only one)\n"
-          "  --tolerance X    relative error allowed (cpu default %g)\n"
-          "  --threads T      worker threads (default: online CPUs)\n"
-          "  --context C      KV cache positions (default 1024, at most\n"
-          "                   the model's max_position_embeddings)\n",
+          "  --backend NAME   cpu (the default) or cuda\n"
+          "  --tolerance X    relative error allowed (default %g)\n"
+          "  --threads T      cpu backend threads (default: online CPUs)\n"
+          "  --context C      KV cache positions (default: the model's\n"
+          "                   max_position_embeddings, at most 4096)\n",
           FDY_LLAMA_CPU_TOLERANCE);
 }
 
@@ -108,19 +109,26 @@ int fdy_cmd_verify(int argc, char **argv) {
   if (!model_dir || !reference) {
     return fdy_cli_usage("verify", "--model and --reference are required");
   }
-  if (strcmp(backend, "cpu") != 0) {
-    return fdy_cli_usage("verify", "--backend '%s' is not supported; use cpu",
+  if (strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0) {
+    return fdy_cli_usage("verify", "--backend must be cpu or cuda, got '%s'",
                          backend);
   }
 
   int code = FDY_EXIT_FAILURE;
+  fdy_backend *engine = NULL;
   fdy_llama_model *model = NULL;
   fdy_llama_session *session = NULL;
   fdy_llama_verify_result result;
-  fdy_llama_session_options session_options = {(uint32_t)context,
-                                               (uint32_t)threads};
+  fdy_llama_session_options session_options = {.context = (uint32_t)context,
+                                               .all_logits = true};
   if (fdy_llama_open(model_dir, &model, &err) != FDY_OK ||
-      fdy_llama_session_create(model, &session_options, &session, &err) !=
+      fdy_cli_backend_create(backend, (uint32_t)threads, &engine, &err) !=
+          FDY_OK) {
+    code = fdy_cli_fail(&err);
+    goto cleanup;
+  }
+  session_options.backend = engine;
+  if (fdy_llama_session_create(model, &session_options, &session, &err) !=
           FDY_OK ||
       fdy_llama_verify(session, reference, tolerance, &result, &err) !=
           FDY_OK) {
@@ -130,7 +138,7 @@ int fdy_cmd_verify(int argc, char **argv) {
   printf("reference: %s (%" PRIu32 " prompt tokens, %" PRIu32
          " greedy tokens)\n",
          reference, result.prompt_tokens, result.greedy_tokens);
-  printf("backend: cpu, tolerance %g\n", tolerance);
+  printf("backend: %s, tolerance %g\n", backend, tolerance);
   printf("logits relative error: %.3e\n", result.logits_relative_error);
   printf("greedy logits relative error: %.3e\n", result.greedy_relative_error);
   printf("greedy agreement: %" PRIu32 "/%" PRIu32 "\n", result.greedy_matches,
@@ -144,6 +152,7 @@ int fdy_cmd_verify(int argc, char **argv) {
 
 cleanup:
   fdy_llama_session_destroy(session);
+  fdy_backend_destroy(engine);
   fdy_llama_close(model);
   return code;
 }

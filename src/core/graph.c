@@ -1,8 +1,10 @@
-/* The graph: tensors (weights, inputs, activations) and an ordered list of
- * ops, with structural validation. Every mutator validates and allocates all
+/* The graph: tensors (weights, weight views, inputs, activations, state) and
+ * an ordered list of typed ops, with structural validation (fdy_op_check on
+ * every op's operands). Every mutator validates and allocates all
  * it needs before it changes anything, so a failed call leaves the graph as it
- * was. Name lookups are linear: graphs hold hundreds of tensors, not
- * millions. */
+ * was. Tensor and op names are found through hash maps (open addressing,
+ * FNV-1a, linear probing, grown at half load), so building and checking a
+ * graph takes time linear in its size. */
 #include "foundry/graph.h"
 
 #include <inttypes.h>
@@ -19,17 +21,33 @@ typedef struct graph_tensor {
   size_t extent_count;
   fdy_extent *extents; /* paths owned */
   int64_t producer;
+  int64_t weight;  /* views: the weight, else -1 */
+  uint64_t offset; /* views: byte offset in the weight */
 } graph_tensor;
 
 typedef struct graph_op {
   char *name;
-  char *kind;
-  uint64_t param;
+  fdy_op_kind kind;
+  fdy_op_params params; /* normalized: other kinds' members zero */
   size_t read_count;
   fdy_tensor_id *reads;
   size_t write_count;
   fdy_tensor_id *writes;
 } graph_op;
+
+/* One entry of a name map; the name is borrowed from its tensor or op. */
+typedef struct name_slot {
+  uint64_t hash;
+  const char *name; /* NULL marks an empty slot */
+  uint32_t index;   /* the tensor's or op's index */
+} name_slot;
+
+/* Names to indices. No entry is ever removed (graphs only grow), so there
+ * are no tombstones. */
+typedef struct name_map {
+  name_slot *slots;
+  size_t cap; /* 0 or a power of two, at least twice the names held */
+} name_map;
 
 struct fdy_graph {
   char *name;
@@ -37,6 +55,7 @@ struct fdy_graph {
   graph_tensor *tensors;
   size_t op_count, op_cap;
   graph_op *ops;
+  name_map tensor_names, op_names;
 };
 
 const char *fdy_tensor_role_name(fdy_tensor_role role) {
@@ -47,8 +66,14 @@ const char *fdy_tensor_role_name(fdy_tensor_role role) {
     return "input";
   case FDY_TENSOR_ACTIVATION:
     return "activation";
+  case FDY_TENSOR_WEIGHT_VIEW:
+    return "weight_view";
+  case FDY_TENSOR_STATE:
+    return "state";
+  case FDY_TENSOR_ROLE_COUNT:
+    break;
   }
-  return "invalid";
+  return "unknown";
 }
 
 static char *dup_string(const char *s) {
@@ -88,7 +113,6 @@ static void free_tensor(graph_tensor *t) {
 
 static void free_op(graph_op *op) {
   free(op->name);
-  free(op->kind);
   free(op->reads);
   free(op->writes);
 }
@@ -153,6 +177,80 @@ static bool grow(void **items, size_t *cap, size_t count, size_t size) {
   return true;
 }
 
+#define FNV_OFFSET 0xcbf29ce484222325ull
+#define FNV_PRIME  0x100000001b3ull
+
+static uint64_t fnv_bytes(uint64_t h, const void *data, size_t n) {
+  const unsigned char *p = data;
+  for (size_t i = 0; i < n; i++) {
+    h ^= p[i];
+    h *= FNV_PRIME;
+  }
+  return h;
+}
+
+static uint64_t name_hash(const char *name) {
+  return fnv_bytes(FNV_OFFSET, name, strlen(name));
+}
+
+/* The index named `name` (whose hash is `hash`), or -1. */
+static int64_t map_find(const name_map *m, const char *name, uint64_t hash) {
+  if (m->cap == 0) {
+    return -1;
+  }
+  for (size_t i = (size_t)hash & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+    const name_slot *slot = &m->slots[i];
+    if (!slot->name) {
+      return -1;
+    }
+    if (slot->hash == hash && strcmp(slot->name, name) == 0) {
+      return slot->index;
+    }
+  }
+}
+
+/* Stores an entry whose name is not in the map; there is room for it. */
+static void map_put(name_map *m, name_slot entry) {
+  size_t i = (size_t)entry.hash & (m->cap - 1);
+  while (m->slots[i].name) {
+    i = (i + 1) & (m->cap - 1);
+  }
+  m->slots[i] = entry;
+}
+
+/* Makes room for `count` names at no more than half load. On failure the
+ * map is unchanged; on success it holds the same names. */
+static bool map_reserve(name_map *m, size_t count) {
+  if (count <= m->cap / 2) {
+    return true;
+  }
+  size_t cap = m->cap ? m->cap : 16;
+  while (cap / 2 < count) {
+    if (cap > SIZE_MAX / 2 / sizeof(name_slot)) {
+      return false;
+    }
+    cap *= 2;
+  }
+  name_map next = {.slots = calloc(cap, sizeof(name_slot)), .cap = cap};
+  if (!next.slots) {
+    return false;
+  }
+  for (size_t i = 0; i < m->cap; i++) {
+    if (m->slots[i].name) {
+      map_put(&next, m->slots[i]);
+    }
+  }
+  free(m->slots);
+  *m = next;
+  return true;
+}
+
+/* Adds a name whose room map_reserve made; never fails. */
+static void map_insert(name_map *m, const char *name, uint64_t hash,
+                       size_t index) {
+  map_put(m, (name_slot){.hash = hash, .name = name, .index = (uint32_t)index});
+}
+
 fdy_status fdy_graph_create(const char *name, fdy_graph **out, fdy_error *err) {
   if (!name || !out) {
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
@@ -183,6 +281,8 @@ void fdy_graph_destroy(fdy_graph *graph) {
   }
   free(graph->tensors);
   free(graph->ops);
+  free(graph->tensor_names.slots);
+  free(graph->op_names.slots);
   free(graph->name);
   free(graph);
 }
@@ -234,14 +334,26 @@ fdy_status fdy_graph_clone(const fdy_graph *graph, fdy_graph **out,
     bool ok_r, ok_w;
     *dst = *src;
     dst->name = dup_string(src->name);
-    dst->kind = dup_string(src->kind);
     dst->reads = copy_ids(src->reads, src->read_count, &ok_r);
     dst->writes = copy_ids(src->writes, src->write_count, &ok_w);
     g->op_count = i + 1;
-    if (!dst->name || !dst->kind || !ok_r || !ok_w) {
+    if (!dst->name || !ok_r || !ok_w) {
       s = oom(err);
       goto cleanup;
     }
+  }
+  if (!map_reserve(&g->tensor_names, g->tensor_count) ||
+      !map_reserve(&g->op_names, g->op_count)) {
+    s = oom(err);
+    goto cleanup;
+  }
+  for (size_t i = 0; i < g->tensor_count; i++) {
+    const char *n = g->tensors[i].name;
+    map_insert(&g->tensor_names, n, name_hash(n), i);
+  }
+  for (size_t i = 0; i < g->op_count; i++) {
+    const char *n = g->ops[i].name;
+    map_insert(&g->op_names, n, name_hash(n), i);
   }
   *out = g;
   g = NULL;
@@ -252,21 +364,11 @@ cleanup:
 }
 
 static int64_t find_tensor(const fdy_graph *g, const char *name) {
-  for (size_t i = 0; i < g->tensor_count; i++) {
-    if (strcmp(g->tensors[i].name, name) == 0) {
-      return (int64_t)i;
-    }
-  }
-  return -1;
+  return map_find(&g->tensor_names, name, name_hash(name));
 }
 
 static int64_t find_op(const fdy_graph *g, const char *name) {
-  for (size_t i = 0; i < g->op_count; i++) {
-    if (strcmp(g->ops[i].name, name) == 0) {
-      return (int64_t)i;
-    }
-  }
-  return -1;
+  return map_find(&g->op_names, name, name_hash(name));
 }
 
 /* Checks what every tensor needs (name, dtype, shape) and computes bytes. */
@@ -277,10 +379,11 @@ static fdy_status check_tensor(const fdy_graph *g, const char *name,
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
                          "a tensor needs a graph and a non-empty name");
   }
-  if (find_tensor(g, name) >= 0) {
+  int64_t dup = find_tensor(g, name);
+  if (dup >= 0) {
     fdy_status s = fdy_error_set(err, FDY_ERR_GRAPH_DUPLICATE_NAME,
                                  "tensor '%s' already exists", name);
-    set_tensor_fields(err, find_tensor(g, name), name);
+    set_tensor_fields(err, dup, name);
     return s;
   }
   fdy_status s = fdy_tensor_bytes(dtype, shape, bytes, err);
@@ -330,7 +433,7 @@ static fdy_status check_extents(const char *name, uint64_t bytes,
                           name, i, e->offset, e->length);
         goto done;
       }
-    } else {
+    } else if (e->kind != FDY_EXTENT_PADDING) {
       s = fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
                         "weight '%s' extent %zu has an invalid kind %d", name,
                         i, (int)e->kind);
@@ -387,17 +490,20 @@ static fdy_status add_tensor(fdy_graph *g, const char *name,
                     .shape = shape,
                     .bytes = bytes,
                     .extent_count = extent_count,
-                    .producer = -1};
+                    .producer = -1,
+                    .weight = -1};
   bool ok;
   t.name = dup_string(name);
   t.extents = copy_extents(extents, extent_count, &ok);
   if (!t.name || !ok ||
       !grow((void **)&g->tensors, &g->tensor_cap, g->tensor_count,
-            sizeof(*g->tensors))) {
+            sizeof(*g->tensors)) ||
+      !map_reserve(&g->tensor_names, g->tensor_count + 1)) {
     t.extent_count = ok ? t.extent_count : 0;
     free_tensor(&t);
     return oom(err);
   }
+  map_insert(&g->tensor_names, t.name, name_hash(t.name), g->tensor_count);
   g->tensors[g->tensor_count] = t;
   if (out) {
     out->v = (uint32_t)g->tensor_count;
@@ -412,6 +518,66 @@ fdy_status fdy_graph_add_weight(fdy_graph *graph, const char *name,
                                 fdy_tensor_id *out, fdy_error *err) {
   return add_tensor(graph, name, FDY_TENSOR_WEIGHT, dtype, shape, extents,
                     extent_count, out, err);
+}
+
+fdy_status fdy_graph_add_weight_view(fdy_graph *graph, const char *name,
+                                     fdy_tensor_id weight, uint64_t offset,
+                                     fdy_dtype dtype, fdy_shape shape,
+                                     fdy_tensor_id *out, fdy_error *err) {
+  if (!graph || weight.v >= graph->tensor_count ||
+      graph->tensors[weight.v].role != FDY_TENSOR_WEIGHT) {
+    fdy_status s = fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                                 "weight view '%s' needs a weight (id %" PRIu32
+                                 ") to view",
+                                 name ? name : "", weight.v);
+    set_tensor_fields(err, weight.v, name);
+    return s;
+  }
+  const graph_tensor *w = &graph->tensors[weight.v];
+  if (offset % FDY_TENSOR_ALIGNMENT != 0) {
+    fdy_status s = fdy_error_set(
+        err, FDY_ERR_INVALID_ARGUMENT,
+        "weight view '%s' at offset %" PRIu64 " of '%s' is not %d-byte aligned",
+        name ? name : "", offset, w->name, FDY_TENSOR_ALIGNMENT);
+    set_tensor_fields(err, -1, name);
+    return s;
+  }
+  uint64_t bytes = 0, end = 0;
+  fdy_status s = fdy_tensor_bytes(dtype, shape, &bytes, err);
+  if (s == FDY_OK &&
+      (__builtin_add_overflow(offset, bytes, &end) || end > w->bytes)) {
+    s = fdy_error_set(err, FDY_ERR_GRAPH_WEIGHT_SIZE,
+                      "weight view '%s' ends at byte %" PRIu64
+                      " beyond weight '%s' of %" PRIu64 " bytes",
+                      name ? name : "", end, w->name, w->bytes);
+    if (err) {
+      err->expected = w->bytes;
+      err->actual = end;
+    }
+  }
+  if (s != FDY_OK) {
+    set_tensor_fields(err, -1, name);
+    return s;
+  }
+  fdy_tensor_id id = {0};
+  s = add_tensor(graph, name, FDY_TENSOR_WEIGHT_VIEW, dtype, shape, NULL, 0,
+                 &id, err);
+  if (s != FDY_OK) {
+    return s;
+  }
+  graph->tensors[id.v].weight = weight.v;
+  graph->tensors[id.v].offset = offset;
+  if (out) {
+    *out = id;
+  }
+  return FDY_OK;
+}
+
+fdy_status fdy_graph_add_state(fdy_graph *graph, const char *name,
+                               fdy_dtype dtype, fdy_shape shape,
+                               fdy_tensor_id *out, fdy_error *err) {
+  return add_tensor(graph, name, FDY_TENSOR_STATE, dtype, shape, NULL, 0, out,
+                    err);
 }
 
 fdy_status fdy_graph_add_input(fdy_graph *graph, const char *name,
@@ -444,12 +610,77 @@ static fdy_status op_error(fdy_error *err, fdy_status kind, const char *op,
   return s;
 }
 
+/* The kind's parameters alone, every other byte zero, so that params can
+ * be hashed and compared bytewise. */
+static fdy_op_params normalized_params(fdy_op_kind kind,
+                                       const fdy_op_params *p) {
+  fdy_op_params n;
+  memset(&n, 0, sizeof n);
+  switch (kind) {
+  case FDY_OP_CHECKSUM:
+    n.checksum.passes = p->checksum.passes;
+    break;
+  case FDY_OP_RMSNORM:
+    n.rmsnorm.eps = p->rmsnorm.eps;
+    break;
+  case FDY_OP_ROPE:
+    n.rope.head_dim = p->rope.head_dim;
+    n.rope.theta = p->rope.theta;
+    n.rope.llama3 = p->rope.llama3;
+    n.rope.factor = p->rope.factor;
+    n.rope.low_freq_factor = p->rope.low_freq_factor;
+    n.rope.high_freq_factor = p->rope.high_freq_factor;
+    n.rope.original_max_position = p->rope.original_max_position;
+    break;
+  case FDY_OP_ATTENTION:
+    n.attention.heads = p->attention.heads;
+    n.attention.kv_heads = p->attention.kv_heads;
+    n.attention.head_dim = p->attention.head_dim;
+    break;
+  default:
+    break;
+  }
+  return n;
+}
+
+/* fdy_op_check on the op the description makes of the tensors' dtypes and
+ * shapes; an error names the op and keeps the operand index in ids[0]. */
+static fdy_status check_operands(const fdy_graph *g, const fdy_op_desc *desc,
+                                 fdy_error *err) {
+  if (desc->read_count > FDY_OP_MAX_INPUTS ||
+      desc->write_count > FDY_OP_MAX_OUTPUTS) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "op '%s' has %zu inputs and %zu outputs, more than an "
+                         "op can have",
+                         desc->name, desc->read_count, desc->write_count);
+  }
+  fdy_op op = {.kind = desc->kind,
+               .params = desc->params,
+               .input_count = (uint32_t)desc->read_count,
+               .output_count = (uint32_t)desc->write_count};
+  for (size_t i = 0; i < desc->read_count; i++) {
+    const graph_tensor *t = &g->tensors[desc->reads[i].v];
+    op.inputs[i] = (fdy_tensor_view){.dtype = t->dtype, .shape = t->shape};
+  }
+  for (size_t i = 0; i < desc->write_count; i++) {
+    const graph_tensor *t = &g->tensors[desc->writes[i].v];
+    op.outputs[i] = (fdy_tensor_view){.dtype = t->dtype, .shape = t->shape};
+  }
+  fdy_status s = fdy_op_check(&op, err);
+  if (s != FDY_OK) {
+    fdy_error_prefix(err, "op '%s'", desc->name);
+    if (err) {
+      snprintf(err->name, sizeof(err->name), "%s", desc->name);
+    }
+  }
+  return s;
+}
+
 fdy_status fdy_graph_add_op(fdy_graph *graph, const fdy_op_desc *desc,
                             fdy_op_id *out, fdy_error *err) {
-  if (!graph || !desc || !desc->name || desc->name[0] == '\0' || !desc->kind ||
-      desc->kind[0] == '\0') {
+  if (!graph || !desc || !desc->name || desc->name[0] == '\0') {
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                         "an op needs a graph, a non-empty name and a kind");
+                         "an op needs a graph and a non-empty name");
   }
   const char *name = desc->name;
   if ((desc->read_count > 0 && !desc->reads) ||
@@ -487,9 +718,10 @@ fdy_status fdy_graph_add_op(fdy_graph *graph, const fdy_op_desc *desc,
     }
     const graph_tensor *t = &graph->tensors[id.v];
     if (t->role != FDY_TENSOR_ACTIVATION) {
-      return op_error(err, FDY_ERR_GRAPH_ROLE, name, graph, id,
-                      t->role == FDY_TENSOR_WEIGHT ? "writes the weight"
-                                                   : "writes the input");
+      char what[48];
+      snprintf(what, sizeof what, "writes the %s",
+               fdy_tensor_role_name(t->role));
+      return op_error(err, FDY_ERR_GRAPH_ROLE, name, graph, id, what);
     }
     bool twice = false;
     for (size_t j = 0; j < i; j++) {
@@ -504,23 +736,29 @@ fdy_status fdy_graph_add_op(fdy_graph *graph, const fdy_op_desc *desc,
       return s;
     }
   }
+  fdy_status s = check_operands(graph, desc, err);
+  if (s != FDY_OK) {
+    return s;
+  }
   if (graph->op_count >= UINT32_MAX) {
     return fdy_error_set(err, FDY_ERR_OVERFLOW, "too many ops");
   }
-  graph_op op = {.param = desc->param,
+  graph_op op = {.kind = desc->kind,
+                 .params = normalized_params(desc->kind, &desc->params),
                  .read_count = desc->read_count,
                  .write_count = desc->write_count};
   bool ok_r, ok_w;
   op.name = dup_string(name);
-  op.kind = dup_string(desc->kind);
   op.reads = copy_ids(desc->reads, desc->read_count, &ok_r);
   op.writes = copy_ids(desc->writes, desc->write_count, &ok_w);
-  if (!op.name || !op.kind || !ok_r || !ok_w ||
+  if (!op.name || !ok_r || !ok_w ||
       !grow((void **)&graph->ops, &graph->op_cap, graph->op_count,
-            sizeof(*graph->ops))) {
+            sizeof(*graph->ops)) ||
+      !map_reserve(&graph->op_names, graph->op_count + 1)) {
     free_op(&op);
     return oom(err);
   }
+  map_insert(&graph->op_names, op.name, name_hash(op.name), graph->op_count);
   for (size_t i = 0; i < op.write_count; i++) {
     graph->tensors[op.writes[i].v].producer = (int64_t)graph->op_count;
   }
@@ -617,7 +855,9 @@ fdy_status fdy_graph_tensor(const fdy_graph *graph, fdy_tensor_id id,
                            .bytes = t->bytes,
                            .extent_count = t->extent_count,
                            .extents = t->extents,
-                           .producer = t->producer};
+                           .producer = t->producer,
+                           .weight = t->weight,
+                           .offset = t->offset};
   return FDY_OK;
 }
 
@@ -634,7 +874,7 @@ fdy_status fdy_graph_op(const fdy_graph *graph, fdy_op_id id, fdy_op_info *out,
   const graph_op *op = &graph->ops[id.v];
   *out = (fdy_op_info){.name = op->name,
                        .kind = op->kind,
-                       .param = op->param,
+                       .params = op->params,
                        .read_count = op->read_count,
                        .reads = op->reads,
                        .write_count = op->write_count,
@@ -672,18 +912,6 @@ fdy_status fdy_graph_weight_bytes(const fdy_graph *graph, uint64_t *out,
   return FDY_OK;
 }
 
-#define FNV_OFFSET 0xcbf29ce484222325ull
-#define FNV_PRIME  0x100000001b3ull
-
-static uint64_t fnv_bytes(uint64_t h, const void *data, size_t n) {
-  const unsigned char *p = data;
-  for (size_t i = 0; i < n; i++) {
-    h ^= p[i];
-    h *= FNV_PRIME;
-  }
-  return h;
-}
-
 /* Little-endian, so the fingerprint does not depend on the host. */
 static uint64_t fnv_u64(uint64_t h, uint64_t v) {
   unsigned char b[8];
@@ -710,13 +938,17 @@ uint64_t fdy_graph_fingerprint(const fdy_graph *graph) {
     for (uint32_t d = 0; d < t->shape.rank && d < FDY_MAX_RANK; d++) {
       h = fnv_u64(h, t->shape.dims[d]);
     }
+    h = fnv_u64(h, (uint64_t)t->weight);
+    h = fnv_u64(h, t->offset);
   }
   h = fnv_u64(h, graph->op_count);
   for (size_t o = 0; o < graph->op_count; o++) {
     const graph_op *op = &graph->ops[o];
     h = fnv_str(h, op->name);
-    h = fnv_str(h, op->kind);
-    h = fnv_u64(h, op->param);
+    h = fnv_u64(h, (uint64_t)op->kind);
+    /* params are normalized (zeroed, then the kind's fields stored); their
+     * doubles hash in the host's byte order */
+    h = fnv_bytes(h, &op->params, sizeof op->params);
     h = fnv_u64(h, op->read_count);
     for (size_t i = 0; i < op->read_count; i++) {
       h = fnv_u64(h, op->reads[i].v);
@@ -747,16 +979,17 @@ bool fdy_graph_same_structure(const fdy_graph *a, const fdy_graph *b) {
     const graph_tensor *x = &a->tensors[i];
     const graph_tensor *y = &b->tensors[i];
     if (strcmp(x->name, y->name) != 0 || x->role != y->role ||
-        x->dtype != y->dtype || !fdy_shape_equal(x->shape, y->shape)) {
+        x->dtype != y->dtype || !fdy_shape_equal(x->shape, y->shape) ||
+        x->weight != y->weight || x->offset != y->offset) {
       return false;
     }
   }
   for (size_t o = 0; o < a->op_count; o++) {
     const graph_op *x = &a->ops[o];
     const graph_op *y = &b->ops[o];
-    if (strcmp(x->name, y->name) != 0 || strcmp(x->kind, y->kind) != 0 ||
-        x->param != y->param || x->read_count != y->read_count ||
-        x->write_count != y->write_count ||
+    if (strcmp(x->name, y->name) != 0 || x->kind != y->kind ||
+        memcmp(&x->params, &y->params, sizeof x->params) != 0 ||
+        x->read_count != y->read_count || x->write_count != y->write_count ||
         !same_ids(x->reads, y->reads, x->read_count) ||
         !same_ids(x->writes, y->writes, x->write_count)) {
       return false;

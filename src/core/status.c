@@ -32,7 +32,6 @@ static const char *const status_names[FDY_STATUS_COUNT] = {
     [FDY_ERR_GRAPH_FILE_RANGE] = "graph_file_range",
     [FDY_ERR_GRAPH_ROLE] = "graph_role",
     [FDY_ERR_PLAN_UNKNOWN_ID] = "plan_unknown_id",
-    [FDY_ERR_PLAN_ZERO_ALLOCATION] = "plan_zero_allocation",
     [FDY_ERR_PLAN_DOUBLE_ALLOCATION] = "plan_double_allocation",
     [FDY_ERR_PLAN_SLOT_NOT_ALLOCATED] = "plan_slot_not_allocated",
     [FDY_ERR_PLAN_BUDGET_EXCEEDED] = "plan_budget_exceeded",
@@ -48,6 +47,9 @@ static const char *const status_names[FDY_STATUS_COUNT] = {
     [FDY_ERR_PLAN_UNSYNCHRONIZED_END] = "plan_unsynchronized_end",
     [FDY_ERR_PLAN_UNRELEASED_END] = "plan_unreleased_end",
     [FDY_ERR_PLAN_INCOMPLETE] = "plan_incomplete",
+    [FDY_ERR_PLAN_SECTION_COMMAND] = "plan_section_command",
+    [FDY_ERR_PLAN_PLACEMENT] = "plan_placement",
+    [FDY_ERR_PLAN_PLACEMENT_HAZARD] = "plan_placement_hazard",
 };
 
 const char *fdy_status_name(fdy_status status) {

@@ -1,23 +1,13 @@
 /* Greedy generation: every input is checked before any work, then the
- * prompt is prefilled as a batch and ids are decoded one at a time (argmax,
- * lowest id on ties) until max_tokens or an EOS id. The last id is returned
- * without a pass of its own, so a generation uses prompt + max_tokens - 1
- * positions. Prefill time covers the prompt's forward pass; decode time the
- * single-token passes after it. */
+ * prompt is prefilled and ids are decoded one at a time (the argmax the
+ * backend computes, lowest id on ties) until max_tokens or an EOS id. The last
+ * id is returned without a pass of its own, so a generation uses prompt +
+ * max_tokens - 1 positions. Prefill time covers the prompt's forward pass;
+ * decode time the single-token passes after it. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "infer.h"
-
-int32_t fdy_llama_argmax(const float *logits, uint32_t n) {
-  uint32_t best = 0;
-  for (uint32_t i = 1; i < n; i++) {
-    if (logits[i] > logits[best]) {
-      best = i;
-    }
-  }
-  return (int32_t)best;
-}
 
 static bool is_eos(const fdy_llama_config *c, int32_t id) {
   for (uint32_t i = 0; i < c->eos_count && i < FDY_LLAMA_MAX_EOS; i++) {
@@ -71,39 +61,34 @@ fdy_status fdy_llama_generate(fdy_llama_session *session, const int32_t *prompt,
   if (st != FDY_OK) {
     return st;
   }
-  uint32_t vocab = session->config->vocab_size;
-  float *logits = malloc(sizeof *logits * vocab);
   int32_t *ids = malloc(sizeof *ids * (max_tokens ? max_tokens : 1));
-  if (!logits || !ids) {
-    free(logits);
-    free(ids);
+  if (!ids) {
     return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   }
 
   fdy_llama_session_reset(session);
   int64_t t0 = fdy_now_ns();
-  st = fdy_llama_session_forward(session, prompt, prompt_count, NULL, logits,
-                                 err);
+  st =
+      fdy_llama_session_forward(session, prompt, prompt_count, NULL, NULL, err);
   int64_t t1 = fdy_now_ns();
   uint32_t count = 0;
   bool eos = false;
   uint32_t steps = 0;
   if (st == FDY_OK && max_tokens > 0) {
-    ids[count++] = fdy_llama_argmax(logits, vocab);
+    ids[count++] = fdy_llama_session_next(session);
     eos = is_eos(session->config, ids[0]);
     while (st == FDY_OK && count < max_tokens && (ignore_eos || !eos)) {
-      st = fdy_llama_session_forward(session, &ids[count - 1], 1, NULL, logits,
+      st = fdy_llama_session_forward(session, &ids[count - 1], 1, NULL, NULL,
                                      err);
       if (st == FDY_OK) {
         steps++;
-        ids[count] = fdy_llama_argmax(logits, vocab);
+        ids[count] = fdy_llama_session_next(session);
         eos = is_eos(session->config, ids[count]);
         count++;
       }
     }
   }
   int64_t t2 = fdy_now_ns();
-  free(logits);
   if (st != FDY_OK) {
     free(ids);
     return st;

@@ -1,130 +1,446 @@
-/* The model as a Foundry graph (see fdy_llama_graph in llama.h). Each op
- * reads exactly one weight, a U8 vector gathered from the file extents of
- * its tensors, so one decoder layer is one streamable unit. Nothing is read
- * from the files here. */
+/* The model as a Foundry graph (fdy_llama_graph in llama.h) and its plan.
+ * Weights come from the layout table (layout.h) grouped into three kinds of
+ * streamable units (the embedding, each decoder layer, the head), each a
+ * gather of file extents padded so that every tensor is an aligned view.
+ * Nothing is read from the files here. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "layout.h"
 #include "loader.h"
 
-#define LAYER_TENSORS 23 /* two norms and seven linears of three tensors */
+/* Longest tensor or op name the builder makes ("prefill.layer.4294967295.
+ * attn_residual" and the like), NUL included, with room to spare. */
+#define NAME_MAX_LEN   128
+#define PREFIX_MAX_LEN 64
 
-static fdy_extent file_extent(const fdy_st_tensor *t) {
-  fdy_extent e = {.kind = FDY_EXTENT_FILE,
-                  .path = t->path,
-                  .offset = t->file_offset,
-                  .length = t->bytes};
-  return e;
+typedef struct builder {
+  fdy_graph *g;
+  const fdy_llama_model *model;
+  const fdy_llama_config *c;
+  const fdy_llama_graph_options *options;
+  fdy_llama_tensor_spec *specs;
+  size_t spec_count;
+  fdy_tensor_id *views; /* spec index -> view */
+  fdy_tensor_id *k_cache, *v_cache;
+  fdy_status st;
+  fdy_error *err;
+} builder;
+
+static fdy_tensor_id none(void) {
+  return (fdy_tensor_id){UINT32_MAX};
 }
 
-static size_t add_linear(fdy_extent *out, size_t n,
-                         const fdy_llama_qlinear *q) {
-  out[n++] = file_extent(q->weight);
-  out[n++] = file_extent(q->scales);
-  out[n++] = file_extent(q->biases);
-  return n;
-}
-
-/* A U8 weight of the extents' total length. */
-static fdy_status add_weight(fdy_graph *g, const char *name,
-                             const fdy_extent *extents, size_t count,
-                             fdy_tensor_id *out, fdy_error *err) {
-  uint64_t bytes = 0;
-  for (size_t i = 0; i < count; i++) {
-    if (fdy_add_u64(bytes, extents[i].length, &bytes, err) != FDY_OK) {
-      return FDY_ERR_OVERFLOW;
+/* A weight named `name` gathering the specs for which `member` is true, in
+ * layout order, each at an aligned offset; one view per spec. */
+static void add_unit(builder *b, const char *name,
+                     bool (*member)(const fdy_llama_tensor_spec *, int64_t),
+                     int64_t layer) {
+  if (b->st != FDY_OK) {
+    return;
+  }
+  size_t count = 0;
+  for (size_t i = 0; i < b->spec_count; i++) {
+    count += member(&b->specs[i], layer);
+  }
+  fdy_extent *extents = calloc(2 * count + 1, sizeof(*extents));
+  size_t *members = calloc(count + 1, sizeof(size_t));
+  uint64_t *offsets = calloc(count + 1, sizeof(uint64_t));
+  if (!extents || !members || !offsets) {
+    b->st = fdy_error_set(b->err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  size_t n = 0, m = 0;
+  uint64_t at = 0;
+  for (size_t i = 0; b->st == FDY_OK && i < b->spec_count; i++) {
+    if (!member(&b->specs[i], layer)) {
+      continue;
+    }
+    uint64_t aligned = 0;
+    b->st = fdy_align_up(at, FDY_TENSOR_ALIGNMENT, &aligned, b->err);
+    if (b->st == FDY_OK && aligned > at) {
+      extents[n++] =
+          (fdy_extent){.kind = FDY_EXTENT_PADDING, .length = aligned - at};
+    }
+    const fdy_st_tensor *t = fdy_llama_model_tensor(b->model, &b->specs[i]);
+    extents[n++] = (fdy_extent){.kind = FDY_EXTENT_FILE,
+                                .path = t->path,
+                                .offset = t->file_offset,
+                                .length = t->bytes};
+    members[m] = i;
+    offsets[m++] = aligned;
+    if (b->st == FDY_OK) {
+      b->st = fdy_add_u64(aligned, t->bytes, &at, b->err);
     }
   }
-  return fdy_graph_add_weight(g, name, FDY_DTYPE_U8, FDY_SHAPE(bytes), extents,
-                              count, out, err);
+  fdy_tensor_id unit;
+  if (b->st == FDY_OK) {
+    b->st = fdy_graph_add_weight(b->g, name, FDY_DTYPE_U8, FDY_SHAPE(at),
+                                 extents, n, &unit, b->err);
+  }
+  for (size_t k = 0; b->st == FDY_OK && k < m; k++) {
+    const fdy_llama_tensor_spec *spec = &b->specs[members[k]];
+    b->st = fdy_graph_add_weight_view(b->g, spec->name, unit, offsets[k],
+                                      spec->dtype, spec->shape,
+                                      &b->views[members[k]], b->err);
+  }
+  free(extents);
+  free(members);
+  free(offsets);
 }
 
-static fdy_status add_op(fdy_graph *g, const char *name, const char *kind,
-                         uint64_t param, fdy_tensor_id a, fdy_tensor_id b,
-                         fdy_tensor_id written, fdy_error *err) {
-  fdy_tensor_id reads[2] = {a, b};
-  fdy_op_desc desc = {.name = name,
+static bool in_embed(const fdy_llama_tensor_spec *s, int64_t layer) {
+  (void)layer;
+  return s->module == FDY_LLAMA_EMBED;
+}
+
+static bool in_layer(const fdy_llama_tensor_spec *s, int64_t layer) {
+  return s->layer == layer;
+}
+
+static bool in_head(const fdy_llama_tensor_spec *s, int64_t layer) {
+  (void)layer;
+  return s->module == FDY_LLAMA_FINAL_NORM || s->module == FDY_LLAMA_LM_HEAD;
+}
+
+/* The view of part `part` of module `module` (of `layer`, or -1). */
+static fdy_tensor_id view(const builder *b, fdy_llama_module module,
+                          fdy_llama_part part, int64_t layer) {
+  for (size_t i = 0; i < b->spec_count; i++) {
+    const fdy_llama_tensor_spec *s = &b->specs[i];
+    if (s->module == module && s->part == part && s->layer == layer) {
+      return b->views[i];
+    }
+  }
+  return none();
+}
+
+static fdy_tensor_id activation(builder *b, const char *prefix,
+                                const char *name, fdy_dtype dtype,
+                                uint64_t rows, uint64_t cols) {
+  fdy_tensor_id id = none();
+  char full[NAME_MAX_LEN];
+  snprintf(full, sizeof full, "%s.%s", prefix, name);
+  if (b->st == FDY_OK) {
+    b->st = fdy_graph_add_activation(
+        b->g, full, dtype, cols ? FDY_SHAPE(rows, cols) : FDY_SHAPE(rows), &id,
+        b->err);
+  }
+  return id;
+}
+
+/* Appends op `name` (prefixed) of kind with inputs and one output. */
+static fdy_tensor_id add_op(builder *b, const char *prefix, const char *name,
+                            fdy_op_kind kind, fdy_op_params params,
+                            const fdy_tensor_id *inputs, size_t input_count,
+                            fdy_tensor_id output) {
+  char full[NAME_MAX_LEN];
+  snprintf(full, sizeof full, "%s.%s", prefix, name);
+  fdy_op_desc desc = {.name = full,
                       .kind = kind,
-                      .param = param,
-                      .reads = reads,
-                      .read_count = 2,
-                      .writes = &written,
+                      .params = params,
+                      .reads = inputs,
+                      .read_count = input_count,
+                      .writes = &output,
                       .write_count = 1};
-  fdy_op_id id;
-  return fdy_graph_add_op(g, &desc, &id, err);
+  if (b->st == FDY_OK) {
+    b->st = fdy_graph_add_op(b->g, &desc, NULL, b->err);
+  }
+  return output;
 }
 
-static fdy_status build(const fdy_llama_model *model, uint32_t context,
-                        fdy_graph *g, fdy_error *err) {
-  const fdy_llama_config *c = fdy_llama_model_config(model);
-  fdy_extent ext[LAYER_TENSORS];
-  char name[64], out_name[64];
-  fdy_tensor_id tokens, weight, hidden, next;
-  fdy_shape hidden_shape = FDY_SHAPE(context, c->hidden_size);
-  fdy_status s;
-  size_t n = add_linear(ext, 0, fdy_llama_embedding(model));
-  if ((s = fdy_graph_add_input(g, "tokens", FDY_DTYPE_I32, FDY_SHAPE(context),
-                               &tokens, err)) != FDY_OK ||
-      (s = add_weight(g, "embed", ext, n, &weight, err)) != FDY_OK ||
-      (s = fdy_graph_add_activation(g, "embed.out", FDY_DTYPE_F32, hidden_shape,
-                                    &hidden, err)) != FDY_OK ||
-      (s = add_op(g, "embed", FDY_OP_LLAMA_EMBED, 0, tokens, weight, hidden,
-                  err)) != FDY_OK) {
-    return s;
+static fdy_op_params no_params(void) {
+  fdy_op_params p;
+  memset(&p, 0, sizeof p);
+  return p;
+}
+
+static fdy_tensor_id matmul(builder *b, const char *prefix, const char *name,
+                            fdy_tensor_id step, fdy_tensor_id x,
+                            fdy_llama_module module, int64_t layer,
+                            uint64_t rows, uint64_t out_features) {
+  /* A tied LM head is the embedding used as a linear. */
+  if (module == FDY_LLAMA_LM_HEAD && b->c->tie_word_embeddings) {
+    module = FDY_LLAMA_EMBED;
   }
-  for (uint32_t i = 0; i < c->num_layers; i++) {
-    const fdy_llama_layer_weights *w = fdy_llama_layer(model, i);
-    n = 0;
-    ext[n++] = file_extent(w->input_norm);
-    n = add_linear(ext, n, &w->q);
-    n = add_linear(ext, n, &w->k);
-    n = add_linear(ext, n, &w->v);
-    n = add_linear(ext, n, &w->o);
-    ext[n++] = file_extent(w->post_norm);
-    n = add_linear(ext, n, &w->gate);
-    n = add_linear(ext, n, &w->up);
-    n = add_linear(ext, n, &w->down);
-    snprintf(name, sizeof name, "layer.%u", i);
-    snprintf(out_name, sizeof out_name, "layer.%u.out", i);
-    if ((s = add_weight(g, name, ext, n, &weight, err)) != FDY_OK ||
-        (s = fdy_graph_add_activation(g, out_name, FDY_DTYPE_F32, hidden_shape,
-                                      &next, err)) != FDY_OK ||
-        (s = add_op(g, name, FDY_OP_LLAMA_LAYER, i, weight, hidden, next,
-                    err)) != FDY_OK) {
-      return s;
+  fdy_tensor_id in[5] = {step, x, view(b, module, FDY_LLAMA_PART_PACKED, layer),
+                         view(b, module, FDY_LLAMA_PART_SCALES, layer),
+                         view(b, module, FDY_LLAMA_PART_BIASES, layer)};
+  fdy_tensor_id y =
+      activation(b, prefix, name, FDY_DTYPE_F32, rows, out_features);
+  return add_op(b, prefix, name, FDY_OP_MATMUL_Q4, no_params(), in, 5, y);
+}
+
+static fdy_tensor_id rmsnorm(builder *b, const char *prefix, const char *name,
+                             fdy_tensor_id step, fdy_tensor_id x,
+                             fdy_tensor_id weight, uint64_t rows) {
+  fdy_op_params p = no_params();
+  p.rmsnorm.eps = b->c->rms_norm_eps;
+  fdy_tensor_id in[3] = {step, x, weight};
+  fdy_tensor_id y =
+      activation(b, prefix, name, FDY_DTYPE_F32, rows, b->c->hidden_size);
+  return add_op(b, prefix, name, FDY_OP_RMSNORM, p, in, 3, y);
+}
+
+static fdy_tensor_id binary(builder *b, const char *prefix, const char *name,
+                            fdy_op_kind kind, fdy_tensor_id step,
+                            fdy_tensor_id x, fdy_tensor_id y, uint64_t rows,
+                            uint64_t cols) {
+  fdy_tensor_id in[3] = {step, x, y};
+  fdy_tensor_id out = activation(b, prefix, name, FDY_DTYPE_F32, rows, cols);
+  return add_op(b, prefix, name, kind, no_params(), in, 3, out);
+}
+
+static fdy_tensor_id rope(builder *b, const char *prefix, const char *name,
+                          fdy_tensor_id step, fdy_tensor_id x, uint64_t rows,
+                          uint64_t cols) {
+  const fdy_llama_config *c = b->c;
+  fdy_op_params p = no_params();
+  p.rope.head_dim = c->head_dim;
+  p.rope.theta = c->rope_theta;
+  p.rope.llama3 = c->rope_llama3;
+  p.rope.factor = c->rope_factor;
+  p.rope.low_freq_factor = c->rope_low_freq_factor;
+  p.rope.high_freq_factor = c->rope_high_freq_factor;
+  p.rope.original_max_position = c->rope_original_max_position;
+  fdy_tensor_id in[2] = {step, x};
+  fdy_tensor_id y = activation(b, prefix, name, FDY_DTYPE_F32, rows, cols);
+  return add_op(b, prefix, name, FDY_OP_ROPE, p, in, 2, y);
+}
+
+/* One decoder layer over `rows` rows; returns the new hidden state. */
+static fdy_tensor_id decoder_layer(builder *b, const char *prefix,
+                                   fdy_tensor_id step, fdy_tensor_id h,
+                                   uint32_t l, uint64_t rows) {
+  const fdy_llama_config *c = b->c;
+  uint64_t hidden = c->hidden_size, ffn = c->intermediate_size;
+  uint64_t q_dim = (uint64_t)c->num_heads * c->head_dim;
+  uint64_t kv_dim = (uint64_t)c->num_kv_heads * c->head_dim;
+  char p[PREFIX_MAX_LEN];
+  snprintf(p, sizeof p, "%s.layer.%u", prefix, l);
+  fdy_tensor_id x =
+      rmsnorm(b, p, "attn_norm", step, h,
+              view(b, FDY_LLAMA_INPUT_NORM, FDY_LLAMA_PART_NORM, l), rows);
+  fdy_tensor_id q =
+      matmul(b, p, "q", step, x, FDY_LLAMA_Q_PROJ, l, rows, q_dim);
+  fdy_tensor_id k =
+      matmul(b, p, "k", step, x, FDY_LLAMA_K_PROJ, l, rows, kv_dim);
+  fdy_tensor_id v =
+      matmul(b, p, "v", step, x, FDY_LLAMA_V_PROJ, l, rows, kv_dim);
+  fdy_tensor_id qr = rope(b, p, "q_rope", step, q, rows, q_dim);
+  fdy_tensor_id kr = rope(b, p, "k_rope", step, k, rows, kv_dim);
+  fdy_op_params ap = no_params();
+  ap.attention.heads = c->num_heads;
+  ap.attention.kv_heads = c->num_kv_heads;
+  ap.attention.head_dim = c->head_dim;
+  fdy_tensor_id attn_in[6] = {step, qr, kr, v, b->k_cache[l], b->v_cache[l]};
+  fdy_tensor_id attn =
+      add_op(b, p, "attention", FDY_OP_ATTENTION, ap, attn_in, 6,
+             activation(b, p, "attention", FDY_DTYPE_F32, rows, q_dim));
+  fdy_tensor_id o =
+      matmul(b, p, "o", step, attn, FDY_LLAMA_O_PROJ, l, rows, hidden);
+  fdy_tensor_id h1 =
+      binary(b, p, "attn_residual", FDY_OP_ADD, step, h, o, rows, hidden);
+  fdy_tensor_id x2 =
+      rmsnorm(b, p, "mlp_norm", step, h1,
+              view(b, FDY_LLAMA_POST_NORM, FDY_LLAMA_PART_NORM, l), rows);
+  fdy_tensor_id gate =
+      matmul(b, p, "gate", step, x2, FDY_LLAMA_GATE_PROJ, l, rows, ffn);
+  fdy_tensor_id up =
+      matmul(b, p, "up", step, x2, FDY_LLAMA_UP_PROJ, l, rows, ffn);
+  fdy_tensor_id act =
+      binary(b, p, "swiglu", FDY_OP_SWIGLU, step, gate, up, rows, ffn);
+  fdy_tensor_id down =
+      matmul(b, p, "down", step, act, FDY_LLAMA_DOWN_PROJ, l, rows, hidden);
+  return binary(b, p, "mlp_residual", FDY_OP_ADD, step, h1, down, rows, hidden);
+}
+
+/* The ops of one step over `rows` rows: embedding, layers, head. */
+static void add_step(builder *b, const char *prefix, uint64_t rows,
+                     bool all_logits, fdy_tensor_id *step,
+                     fdy_tensor_id *logits, fdy_tensor_id *next) {
+  const fdy_llama_config *c = b->c;
+  char name[NAME_MAX_LEN];
+  snprintf(name, sizeof name, "%s.step", prefix);
+  if (b->st == FDY_OK) {
+    b->st = fdy_graph_add_input(b->g, name, FDY_DTYPE_I32,
+                                FDY_SHAPE(FDY_STEP_IDS + rows), step, b->err);
+  }
+  fdy_tensor_id in[4] = {*step,
+                         view(b, FDY_LLAMA_EMBED, FDY_LLAMA_PART_PACKED, -1),
+                         view(b, FDY_LLAMA_EMBED, FDY_LLAMA_PART_SCALES, -1),
+                         view(b, FDY_LLAMA_EMBED, FDY_LLAMA_PART_BIASES, -1)};
+  fdy_tensor_id h = add_op(
+      b, prefix, "embed", FDY_OP_EMBED_Q4, no_params(), in, 4,
+      activation(b, prefix, "embed", FDY_DTYPE_F32, rows, c->hidden_size));
+  for (uint32_t l = 0; l < c->num_layers; l++) {
+    h = decoder_layer(b, prefix, *step, h, l, rows);
+  }
+  fdy_tensor_id norm = view(b, FDY_LLAMA_FINAL_NORM, FDY_LLAMA_PART_NORM, -1);
+  fdy_tensor_id last;
+  if (all_logits) {
+    fdy_tensor_id x = rmsnorm(b, prefix, "final_norm", *step, h, norm, rows);
+    *logits = matmul(b, prefix, "logits", *step, x, FDY_LLAMA_LM_HEAD, -1, rows,
+                     c->vocab_size);
+    fdy_tensor_id take[2] = {*step, *logits};
+    last = add_op(
+        b, prefix, "last_logits", FDY_OP_LAST_ROW, no_params(), take, 2,
+        activation(b, prefix, "last_logits", FDY_DTYPE_F32, 1, c->vocab_size));
+  } else {
+    if (rows > 1) {
+      fdy_tensor_id take[2] = {*step, h};
+      h = add_op(b, prefix, "last_hidden", FDY_OP_LAST_ROW, no_params(), take,
+                 2,
+                 activation(b, prefix, "last_hidden", FDY_DTYPE_F32, 1,
+                            c->hidden_size));
     }
-    hidden = next;
+    fdy_tensor_id x = rmsnorm(b, prefix, "final_norm", *step, h, norm, 1);
+    *logits = matmul(b, prefix, "logits", *step, x, FDY_LLAMA_LM_HEAD, -1, 1,
+                     c->vocab_size);
+    last = *logits;
   }
-  n = 0;
-  ext[n++] = file_extent(fdy_llama_final_norm(model));
-  n = add_linear(ext, n, fdy_llama_lm_head(model));
-  if ((s = add_weight(g, "head", ext, n, &weight, err)) != FDY_OK ||
-      (s = fdy_graph_add_activation(g, "logits", FDY_DTYPE_F32,
-                                    FDY_SHAPE(context, c->vocab_size), &next,
-                                    err)) != FDY_OK ||
-      (s = add_op(g, "head", FDY_OP_LLAMA_HEAD, 0, weight, hidden, next,
-                  err)) != FDY_OK) {
-    return s;
-  }
-  return fdy_graph_validate(g, err);
+  *next = add_op(b, prefix, "next", FDY_OP_ARGMAX, no_params(), &last, 1,
+                 activation(b, prefix, "next", FDY_DTYPE_I32, 1, 0));
 }
 
-fdy_status fdy_llama_graph(const fdy_llama_model *model, uint32_t context,
-                           fdy_graph **out, fdy_error *err) {
-  *out = NULL;
-  if (context == 0) {
+static void add_caches(builder *b) {
+  const fdy_llama_config *c = b->c;
+  uint64_t kv_dim = (uint64_t)c->num_kv_heads * c->head_dim;
+  for (uint32_t l = 0; b->st == FDY_OK && l < c->num_layers; l++) {
+    char name[NAME_MAX_LEN];
+    snprintf(name, sizeof name, "layer.%u.k_cache", l);
+    b->st = fdy_graph_add_state(b->g, name, b->options->kv_dtype,
+                                FDY_SHAPE(b->options->context, kv_dim),
+                                &b->k_cache[l], b->err);
+    snprintf(name, sizeof name, "layer.%u.v_cache", l);
+    if (b->st == FDY_OK) {
+      b->st = fdy_graph_add_state(b->g, name, b->options->kv_dtype,
+                                  FDY_SHAPE(b->options->context, kv_dim),
+                                  &b->v_cache[l], b->err);
+    }
+  }
+}
+
+static fdy_status check_options(const fdy_llama_config *c,
+                                const fdy_llama_graph_options *o,
+                                fdy_error *err) {
+  if (o->context == 0 || o->prefill_rows == 0 ||
+      o->context > c->max_position_embeddings) {
+    fdy_status st = fdy_error_set(
+        err, FDY_ERR_INVALID_ARGUMENT,
+        "a Llama graph needs a context of 1 to %u positions (the model's "
+        "max_position_embeddings) and at least one prefill row; got context "
+        "%u and %u rows",
+        c->max_position_embeddings, o->context, o->prefill_rows);
+    if (err) {
+      err->expected = c->max_position_embeddings;
+      err->actual = o->context;
+    }
+    return st;
+  }
+  if (o->kv_dtype != FDY_DTYPE_F32 && o->kv_dtype != FDY_DTYPE_F16) {
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                         "the graph context must be at least 1 position");
+                         "the KV cache dtype must be F32 or F16, not %s",
+                         fdy_dtype_name(o->kv_dtype));
   }
-  fdy_graph *g = NULL;
-  fdy_status s = fdy_graph_create("llama", &g, err);
-  if (s == FDY_OK) {
-    s = build(model, context, g, err);
-  }
-  if (s != FDY_OK) {
-    fdy_graph_destroy(g);
-    return s;
-  }
-  *out = g;
   return FDY_OK;
+}
+
+fdy_status fdy_llama_graph(const fdy_llama_model *model,
+                           const fdy_llama_graph_options *options,
+                           fdy_graph **out, fdy_llama_graph_io *io,
+                           fdy_error *err) {
+  if (out) {
+    *out = NULL;
+  }
+  if (!model || !options || !out) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "fdy_llama_graph needs a model, options and output");
+  }
+  const fdy_llama_config *c = fdy_llama_model_config(model);
+  fdy_status st = check_options(c, options, err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  builder b = {.model = model, .c = c, .options = options, .err = err};
+  b.spec_count = fdy_llama_layout_count(c);
+  b.specs = calloc(b.spec_count, sizeof(*b.specs));
+  b.views = calloc(b.spec_count, sizeof(*b.views));
+  b.k_cache = calloc(c->num_layers, sizeof(*b.k_cache));
+  b.v_cache = calloc(c->num_layers, sizeof(*b.v_cache));
+  if (!b.specs || !b.views || !b.k_cache || !b.v_cache) {
+    b.st = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  } else {
+    fdy_llama_layout(c, b.specs);
+    b.st = fdy_graph_create("llama", &b.g, err);
+  }
+  add_unit(&b, "embed", in_embed, -1);
+  for (uint32_t l = 0; b.st == FDY_OK && l < c->num_layers; l++) {
+    char name[NAME_MAX_LEN];
+    snprintf(name, sizeof name, "layer.%u", l);
+    add_unit(&b, name, in_layer, l);
+  }
+  add_unit(&b, "head", in_head, -1);
+  add_caches(&b);
+  fdy_llama_graph_io ids;
+  memset(&ids, 0, sizeof ids);
+  ids.prefill_first_op = 0;
+  add_step(&b, "prefill", options->prefill_rows, options->all_logits,
+           &ids.prefill_step, &ids.prefill_logits, &ids.prefill_next);
+  if (b.st == FDY_OK) {
+    ids.prefill_op_count = (uint32_t)fdy_graph_op_count(b.g);
+    ids.decode_first_op = ids.prefill_op_count;
+  }
+  add_step(&b, "decode", 1, false, &ids.decode_step, &ids.decode_logits,
+           &ids.decode_next);
+  if (b.st == FDY_OK) {
+    ids.decode_op_count =
+        (uint32_t)fdy_graph_op_count(b.g) - ids.decode_first_op;
+    b.st = fdy_graph_validate(b.g, err);
+  }
+  free(b.specs);
+  free(b.views);
+  free(b.k_cache);
+  free(b.v_cache);
+  if (b.st != FDY_OK) {
+    fdy_graph_destroy(b.g);
+    return b.st;
+  }
+  *out = b.g;
+  if (io) {
+    *io = ids;
+  }
+  return FDY_OK;
+}
+
+fdy_status fdy_llama_plan(const fdy_graph *graph, const fdy_llama_graph_io *io,
+                          uint64_t weight_budget, uint32_t buffers,
+                          fdy_plan **out, fdy_error *err) {
+  if (!graph || !io) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "fdy_llama_plan needs a graph and its io");
+  }
+  uint32_t total = io->prefill_op_count + io->decode_op_count;
+  fdy_op_id *ops = calloc(total ? total : 1, sizeof(*ops));
+  if (!ops) {
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  for (uint32_t i = 0; i < io->prefill_op_count; i++) {
+    ops[i].v = io->prefill_first_op + i;
+  }
+  for (uint32_t i = 0; i < io->decode_op_count; i++) {
+    ops[io->prefill_op_count + i].v = io->decode_first_op + i;
+  }
+  fdy_tensor_id prefill_out[2] = {io->prefill_logits, io->prefill_next};
+  fdy_tensor_id decode_out[2] = {io->decode_logits, io->decode_next};
+  fdy_plan_step steps[2] = {
+      {"prefill", ops, io->prefill_op_count, prefill_out, 2},
+      {"decode", ops + io->prefill_op_count, io->decode_op_count, decode_out,
+       2},
+  };
+  fdy_planner_options options = {.weight_budget = weight_budget,
+                                 .buffers = buffers};
+  fdy_status st = fdy_plan_build(graph, steps, 2, &options, out, err);
+  free(ops);
+  return st;
 }

@@ -1,6 +1,7 @@
 /* Random-weight checkpoints in exactly the MLX 4-bit layout: config.json
  * (Hugging Face fields plus "quantization"), model.safetensors (sorted
- * header, unpadded, data in model order) and model.safetensors.index.json.
+ * header, unpadded, data in the order of the layout table, layout.h) and
+ * model.safetensors.index.json.
  *
  * Every value is a pure function of (seed, tensor name, element index)
  * through the SplitMix64 mixer, so output is byte-identical for a seed and
@@ -24,6 +25,7 @@
 #include <unistd.h>
 
 #include "foundry/new_file.h"
+#include "layout.h"
 #include "loader.h"
 
 #define GOLDEN     0x9E3779B97F4A7C15ull
@@ -149,14 +151,9 @@ const char *const *fdy_llama_presets(void) {
   return preset_names;
 }
 
-typedef enum value_kind { PACKED, SCALES, BIASES, NORM } value_kind;
-
 /* How to produce one tensor's bytes. */
 typedef struct gen_tensor {
-  char name[96];
-  value_kind kind;
-  fdy_dtype dtype;
-  fdy_shape shape;
+  fdy_llama_tensor_spec spec;
   uint64_t key; /* the linear's (or norm's) key: shared by scales/biases */
   float target; /* standard deviation of the dequantized weights */
 } gen_tensor;
@@ -185,10 +182,11 @@ static float unit(uint64_t r) {
   return (float)(r >> 40) * (1.0f / 16777216.0f);
 }
 
-static uint64_t name_key(uint64_t seed, const char *name) {
+/* The key of the first len bytes of name. */
+static uint64_t name_key(uint64_t seed, const char *name, size_t len) {
   uint64_t h = 0xcbf29ce484222325ull;
-  for (const char *p = name; *p; p++) {
-    h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+  for (size_t i = 0; i < len; i++) {
+    h = (h ^ (unsigned char)name[i]) * 0x100000001b3ull;
   }
   return mix64(seed ^ mix64(h));
 }
@@ -200,15 +198,15 @@ static float scale_at(const gen_tensor *t, uint64_t i) {
 }
 
 static float value_at(const gen_tensor *t, uint64_t i) {
-  switch (t->kind) {
-  case SCALES:
+  switch (t->spec.part) {
+  case FDY_LLAMA_PART_SCALES:
     return scale_at(t, i);
-  case BIASES:
+  case FDY_LLAMA_PART_BIASES:
     return scale_at(t, i) *
            (-7.5f + 0.5f * (unit(rand_at(t->key ^ GOLDEN, i)) - 0.5f));
-  case NORM:
+  case FDY_LLAMA_PART_NORM:
     return 0.9f + 0.2f * unit(rand_at(t->key, i));
-  case PACKED:
+  case FDY_LLAMA_PART_PACKED:
     break;
   }
   return 0.0f;
@@ -225,7 +223,7 @@ static fdy_status gen_fill(void *ctx, size_t index, uint64_t offset, void *buf,
   gen_ctx *g = ctx;
   const gen_tensor *t = &g->tensors[index];
   unsigned char *out = buf;
-  if (t->kind == PACKED) {
+  if (t->spec.part == FDY_LLAMA_PART_PACKED) {
     for (uint64_t b = 0; b < len; b += 4) {
       uint64_t r = rand_at(t->key, (offset + b) / 4);
       for (int k = 0; k < 4; k++) {
@@ -235,8 +233,9 @@ static fdy_status gen_fill(void *ctx, size_t index, uint64_t offset, void *buf,
   } else {
     for (uint64_t b = 0; b < len; b += 2) {
       float v = value_at(t, (offset + b) / 2);
-      put_u16(out + b, t->dtype == FDY_DTYPE_BF16 ? fdy_llama_float_to_bf16(v)
-                                                  : fdy_llama_float_to_f16(v));
+      put_u16(out + b, t->spec.dtype == FDY_DTYPE_BF16
+                           ? fdy_llama_float_to_bf16(v)
+                           : fdy_llama_float_to_f16(v));
     }
   }
   g->done += len;
@@ -248,103 +247,37 @@ static fdy_status gen_fill(void *ctx, size_t index, uint64_t offset, void *buf,
 
 typedef struct gen_list {
   gen_tensor *items;
-  size_t count, cap;
+  size_t count;
 } gen_list;
 
-static fdy_status gen_add(gen_list *l, const char *name, value_kind kind,
-                          fdy_dtype dtype, fdy_shape shape, uint64_t key,
-                          float target, fdy_error *err) {
-  if (l->count == l->cap) {
-    size_t cap = l->cap ? l->cap * 2 : 64;
-    gen_tensor *items = realloc(l->items, cap * sizeof *items);
-    if (!items) {
-      return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
-    }
-    l->items = items;
-    l->cap = cap;
+/* Every tensor of config in layout order, keyed by seed. A linear's three
+ * tensors share its module's key, a norm is keyed by its full name; a
+ * linear's dequantized weights have a standard deviation of
+ * 1/sqrt(in_features), the embedding's and LM head's EMBED_STD. */
+static fdy_status gen_tensors(const fdy_llama_config *config, uint64_t seed,
+                              gen_list *l, fdy_error *err) {
+  size_t n = fdy_llama_layout_count(config);
+  fdy_llama_tensor_spec *specs = calloc(n, sizeof *specs);
+  l->items = calloc(n, sizeof *l->items);
+  if (!specs || !l->items) {
+    free(specs);
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   }
-  gen_tensor *t = &l->items[l->count++];
-  snprintf(t->name, sizeof t->name, "%s", name);
-  t->kind = kind;
-  t->dtype = dtype;
-  t->shape = shape;
-  t->key = key;
-  t->target = target;
+  fdy_llama_layout(config, specs);
+  for (size_t i = 0; i < n; i++) {
+    const fdy_llama_tensor_spec *s = &specs[i];
+    bool norm = s->part == FDY_LLAMA_PART_NORM;
+    bool embed = s->module == FDY_LLAMA_EMBED || s->module == FDY_LLAMA_LM_HEAD;
+    l->items[i] = (gen_tensor){
+        .spec = *s,
+        .key = name_key(seed, s->name, norm ? strlen(s->name) : s->module_len),
+        .target = norm    ? 0.0f
+                  : embed ? EMBED_STD
+                          : 1.0f / sqrtf((float)s->in_features)};
+  }
+  l->count = n;
+  free(specs);
   return FDY_OK;
-}
-
-static fdy_status gen_linear(gen_list *l, const preset *p, uint64_t seed,
-                             const char *prefix, uint32_t out, uint32_t in,
-                             float target, fdy_error *err) {
-  char name[96];
-  uint64_t key = name_key(seed, prefix);
-  fdy_status s;
-  snprintf(name, sizeof name, "%s.weight", prefix);
-  if ((s = gen_add(l, name, PACKED, FDY_DTYPE_U32, FDY_SHAPE(out, in / 8), key,
-                   target, err)) != FDY_OK) {
-    return s;
-  }
-  snprintf(name, sizeof name, "%s.scales", prefix);
-  if ((s = gen_add(l, name, SCALES, p->dtype, FDY_SHAPE(out, in / GROUP_SIZE),
-                   key, target, err)) != FDY_OK) {
-    return s;
-  }
-  snprintf(name, sizeof name, "%s.biases", prefix);
-  return gen_add(l, name, BIASES, p->dtype, FDY_SHAPE(out, in / GROUP_SIZE),
-                 key, target, err);
-}
-
-static fdy_status gen_norm(gen_list *l, const preset *p, uint64_t seed,
-                           const char *name, fdy_error *err) {
-  return gen_add(l, name, NORM, p->dtype, FDY_SHAPE(p->hidden),
-                 name_key(seed, name), 0.0f, err);
-}
-
-/* Every tensor of the preset, in model order. */
-static fdy_status gen_tensors(const preset *p, uint64_t seed, gen_list *l,
-                              fdy_error *err) {
-  uint32_t q_out = p->heads * p->head_dim, kv_out = p->kv_heads * p->head_dim;
-  float inv_hidden = 1.0f / sqrtf((float)p->hidden);
-  float inv_q = 1.0f / sqrtf((float)q_out);
-  float inv_ffn = 1.0f / sqrtf((float)p->ffn);
-  char prefix[96];
-  fdy_status s = gen_linear(l, p, seed, "model.embed_tokens", p->vocab,
-                            p->hidden, EMBED_STD, err);
-  for (uint32_t i = 0; i < p->layers && s == FDY_OK; i++) {
-    struct {
-      const char *name;
-      uint32_t out, in;
-      float target;
-    } linears[] = {
-        {"self_attn.q_proj", q_out, p->hidden, inv_hidden},
-        {"self_attn.k_proj", kv_out, p->hidden, inv_hidden},
-        {"self_attn.v_proj", kv_out, p->hidden, inv_hidden},
-        {"self_attn.o_proj", p->hidden, q_out, inv_q},
-        {"mlp.gate_proj", p->ffn, p->hidden, inv_hidden},
-        {"mlp.up_proj", p->ffn, p->hidden, inv_hidden},
-        {"mlp.down_proj", p->hidden, p->ffn, inv_ffn},
-    };
-    snprintf(prefix, sizeof prefix, "model.layers.%u.input_layernorm.weight",
-             i);
-    s = gen_norm(l, p, seed, prefix, err);
-    for (size_t k = 0; k < 7 && s == FDY_OK; k++) {
-      snprintf(prefix, sizeof prefix, "model.layers.%u.%s", i, linears[k].name);
-      s = gen_linear(l, p, seed, prefix, linears[k].out, linears[k].in,
-                     linears[k].target, err);
-    }
-    snprintf(prefix, sizeof prefix,
-             "model.layers.%u.post_attention_layernorm.weight", i);
-    if (s == FDY_OK) {
-      s = gen_norm(l, p, seed, prefix, err);
-    }
-  }
-  if (s == FDY_OK) {
-    s = gen_norm(l, p, seed, "model.norm.weight", err);
-  }
-  if (s == FDY_OK && !p->tied) {
-    s = gen_linear(l, p, seed, "lm_head", p->vocab, p->hidden, EMBED_STD, err);
-  }
-  return s;
 }
 
 static fdy_status write_json(const char *path, json_t *doc, size_t flags,
@@ -392,8 +325,8 @@ static fdy_status list_bytes(const gen_list *l, uint64_t *total,
   *total = 0;
   for (size_t i = 0; i < l->count; i++) {
     uint64_t bytes = 0;
-    fdy_status s =
-        fdy_tensor_bytes(l->items[i].dtype, l->items[i].shape, &bytes, err);
+    fdy_status s = fdy_tensor_bytes(l->items[i].spec.dtype,
+                                    l->items[i].spec.shape, &bytes, err);
     if (s == FDY_OK) {
       s = fdy_add_u64(*total, bytes, total, err);
     }
@@ -407,7 +340,7 @@ static fdy_status list_bytes(const gen_list *l, uint64_t *total,
 static json_t *index_json(const gen_list *l, uint64_t total) {
   json_t *map = json_object();
   for (size_t i = 0; map && i < l->count; i++) {
-    if (json_object_set_new(map, l->items[i].name,
+    if (json_object_set_new(map, l->items[i].spec.name,
                             json_string("model.safetensors"))) {
       json_decref(map);
       map = NULL;
@@ -420,6 +353,23 @@ static json_t *index_json(const gen_list *l, uint64_t total) {
 static const char *const files[] = {"config.json", "model.safetensors",
                                     "model.safetensors.index.json"};
 
+/* The configuration a checkpoint of preset p has, as the loader reads it. */
+static fdy_status preset_config(const preset *p, fdy_llama_config *out,
+                                fdy_error *err) {
+  json_t *doc = config_json(p);
+  char *text = doc ? json_dumps(doc, JSON_REAL_PRECISION(15)) : NULL;
+  json_decref(doc);
+  if (!text) {
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  fdy_status s = fdy_llama_config_parse(text, strlen(text), p->name, out, err);
+  free(text);
+  if (s == FDY_OK) {
+    out->scale_dtype = p->dtype;
+  }
+  return s;
+}
+
 /* Writes the three files into the existing directory dir. */
 static fdy_status write_checkpoint(const preset *p, uint64_t seed,
                                    const char *dir,
@@ -429,7 +379,11 @@ static fdy_status write_checkpoint(const preset *p, uint64_t seed,
   fdy_st_write_tensor *wt = NULL;
   json_t *config = NULL, *index = NULL;
   char path[4096];
-  fdy_status s = gen_tensors(p, seed, &list, err);
+  fdy_llama_config parsed;
+  fdy_status s = preset_config(p, &parsed, err);
+  if (s == FDY_OK) {
+    s = gen_tensors(&parsed, seed, &list, err);
+  }
   if (s != FDY_OK) {
     goto cleanup;
   }
@@ -443,9 +397,9 @@ static fdy_status write_checkpoint(const preset *p, uint64_t seed,
                .progress = progress,
                .progress_ctx = pctx};
   for (size_t i = 0; i < list.count; i++) {
-    wt[i] = (fdy_st_write_tensor){.name = list.items[i].name,
-                                  .dtype = list.items[i].dtype,
-                                  .shape = list.items[i].shape};
+    wt[i] = (fdy_st_write_tensor){.name = list.items[i].spec.name,
+                                  .dtype = list.items[i].spec.dtype,
+                                  .shape = list.items[i].spec.shape};
   }
   if ((s = list_bytes(&list, &g.total, err)) != FDY_OK) {
     goto cleanup;
@@ -507,22 +461,13 @@ fdy_status fdy_llama_preset_config(const char *preset_name,
   if (s != FDY_OK) {
     return s;
   }
-  json_t *doc = config_json(p);
-  char *text = doc ? json_dumps(doc, JSON_REAL_PRECISION(15)) : NULL;
-  json_decref(doc);
-  if (!text) {
-    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
-  }
   fdy_llama_config parsed;
-  s = fdy_llama_config_parse(text, strlen(text), p->name, &parsed, err);
-  free(text);
-  if (s != FDY_OK) {
+  if ((s = preset_config(p, &parsed, err)) != FDY_OK) {
     return s;
   }
-  parsed.scale_dtype = p->dtype;
   if (total_bytes) {
     gen_list list = {0};
-    s = gen_tensors(p, 0, &list, err);
+    s = gen_tensors(&parsed, 0, &list, err);
     if (s == FDY_OK) {
       s = list_bytes(&list, total_bytes, err);
     }

@@ -1,9 +1,9 @@
 /* Opening a checkpoint directory: config.json, then model.safetensors or
  * the shards named by model.safetensors.index.json, then the full tensor
- * inventory. The expected tensors are derived from the config (names,
- * dtypes, shapes); every one must be present exactly as expected and no
- * other tensor may exist. Errors name the offending file in err->name and
- * the tensor in the message. */
+ * inventory. The expected tensors are the layout table's for the config
+ * (layout.h: names, dtypes, shapes); every one must be present exactly as
+ * expected and no other tensor may exist. Errors name the offending file in
+ * err->name and the tensor in the message. */
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -11,39 +11,22 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "layout.h"
 #include "loader.h"
 
 #define MAX_CONFIG_BYTES ((uint64_t)16 << 20)
 #define MAX_INDEX_BYTES  ((uint64_t)100 << 20)
-#define NAME_MAX_LEN     96
 
 struct fdy_llama_model {
   char *dir;
   fdy_llama_config config;
   fdy_safetensors **shards;
   size_t shard_count;
-  fdy_llama_layer_weights *layers; /* num_layers */
-  uint64_t *layer_bytes;           /* num_layers */
-  fdy_llama_qlinear embed;
-  fdy_llama_qlinear lm_head; /* the embedding when tied */
-  const fdy_st_tensor *final_norm;
+  fdy_llama_weights weights; /* lm_head is the embedding when tied */
+  uint64_t *layer_bytes;     /* num_layers */
   size_t tensor_count;
   uint64_t total_bytes;
 };
-
-/* One tensor the config implies. */
-typedef struct expected {
-  char name[NAME_MAX_LEN];
-  bool half;       /* F16 or BF16 (the checkpoint's scale dtype) */
-  fdy_shape shape; /* dtype U32 when !half */
-  const fdy_st_tensor **slot;
-  int64_t layer; /* -1 outside decoder layers */
-} expected;
-
-typedef struct expect_list {
-  expected *items;
-  size_t count, cap;
-} expect_list;
 
 static char *join_path(const char *dir, const char *file) {
   size_t n = strlen(dir) + strlen(file) + 2;
@@ -98,110 +81,37 @@ cleanup:
   return status;
 }
 
-static fdy_status expect_add(expect_list *list, const char *name, bool half,
-                             fdy_shape shape, const fdy_st_tensor **slot,
-                             int64_t layer, fdy_error *err) {
-  if (list->count == list->cap) {
-    size_t cap = list->cap ? list->cap * 2 : 64;
-    expected *items = realloc(list->items, cap * sizeof *items);
-    if (!items) {
-      return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
-    }
-    list->items = items;
-    list->cap = cap;
+/* The expected tensors of m's config, in layout order; *out is malloc'd.
+ * Fills in every linear's dimensions. */
+static fdy_status build_expected(fdy_llama_model *m,
+                                 fdy_llama_tensor_spec **out, size_t *count,
+                                 fdy_error *err) {
+  size_t n = fdy_llama_layout_count(&m->config);
+  fdy_llama_tensor_spec *specs = calloc(n, sizeof *specs);
+  if (!specs) {
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   }
-  expected *e = &list->items[list->count++];
-  snprintf(e->name, sizeof e->name, "%s", name);
-  e->half = half;
-  e->shape = shape;
-  e->slot = slot;
-  e->layer = layer;
+  fdy_llama_layout(&m->config, specs);
+  for (size_t i = 0; i < n; i++) {
+    fdy_llama_qlinear *q = fdy_llama_weights_linear(&m->weights, &specs[i]);
+    if (q) {
+      q->out_features = specs[i].out_features;
+      q->in_features = specs[i].in_features;
+    }
+  }
+  *out = specs;
+  *count = n;
   return FDY_OK;
 }
 
-static fdy_status expect_linear(expect_list *list, const char *prefix,
-                                fdy_llama_qlinear *q, uint32_t out_features,
-                                uint32_t in_features, const fdy_llama_config *c,
-                                int64_t layer, fdy_error *err) {
-  char name[NAME_MAX_LEN];
-  q->out_features = out_features;
-  q->in_features = in_features;
-  uint64_t packed = (uint64_t)in_features * c->bits / 32;
-  uint64_t groups = in_features / c->group_size;
-  fdy_status s;
-  snprintf(name, sizeof name, "%s.weight", prefix);
-  if ((s = expect_add(list, name, false, FDY_SHAPE(out_features, packed),
-                      &q->weight, layer, err)) != FDY_OK) {
-    return s;
-  }
-  snprintf(name, sizeof name, "%s.scales", prefix);
-  if ((s = expect_add(list, name, true, FDY_SHAPE(out_features, groups),
-                      &q->scales, layer, err)) != FDY_OK) {
-    return s;
-  }
-  snprintf(name, sizeof name, "%s.biases", prefix);
-  return expect_add(list, name, true, FDY_SHAPE(out_features, groups),
-                    &q->biases, layer, err);
-}
-
-/* Every tensor the config implies, embedding scales second (they fix the
- * checkpoint's scale dtype). */
-static fdy_status build_expected(fdy_llama_model *m, expect_list *list,
-                                 fdy_error *err) {
-  const fdy_llama_config *c = &m->config;
-  uint32_t hidden = c->hidden_size, ffn = c->intermediate_size;
-  uint32_t q_out = c->num_heads * c->head_dim;
-  uint32_t kv_out = c->num_kv_heads * c->head_dim;
-  fdy_status s = expect_linear(list, "model.embed_tokens", &m->embed,
-                               c->vocab_size, hidden, c, -1, err);
-  char prefix[NAME_MAX_LEN], name[NAME_MAX_LEN];
-  for (uint32_t i = 0; i < c->num_layers && s == FDY_OK; i++) {
-    fdy_llama_layer_weights *w = &m->layers[i];
-    int64_t l = i;
-    struct {
-      const char *name;
-      fdy_llama_qlinear *q;
-      uint32_t out, in;
-    } linears[] = {
-        {"self_attn.q_proj", &w->q, q_out, hidden},
-        {"self_attn.k_proj", &w->k, kv_out, hidden},
-        {"self_attn.v_proj", &w->v, kv_out, hidden},
-        {"self_attn.o_proj", &w->o, hidden, q_out},
-        {"mlp.gate_proj", &w->gate, ffn, hidden},
-        {"mlp.up_proj", &w->up, ffn, hidden},
-        {"mlp.down_proj", &w->down, hidden, ffn},
-    };
-    snprintf(name, sizeof name, "model.layers.%u.input_layernorm.weight", i);
-    s = expect_add(list, name, true, FDY_SHAPE(hidden), &w->input_norm, l, err);
-    for (size_t k = 0; k < 7 && s == FDY_OK; k++) {
-      snprintf(prefix, sizeof prefix, "model.layers.%u.%s", i, linears[k].name);
-      s = expect_linear(list, prefix, linears[k].q, linears[k].out,
-                        linears[k].in, c, l, err);
-    }
-    snprintf(name, sizeof name,
-             "model.layers.%u.post_attention_layernorm.weight", i);
-    if (s == FDY_OK) {
-      s = expect_add(list, name, true, FDY_SHAPE(hidden), &w->post_norm, l,
-                     err);
-    }
-  }
-  if (s == FDY_OK) {
-    s = expect_add(list, "model.norm.weight", true, FDY_SHAPE(hidden),
-                   &m->final_norm, -1, err);
-  }
-  if (s == FDY_OK && !c->tie_word_embeddings) {
-    s = expect_linear(list, "lm_head", &m->lm_head, c->vocab_size, hidden, c,
-                      -1, err);
-  }
-  return s;
-}
-
 static int expected_cmp(const void *a, const void *b) {
-  return strcmp(((const expected *)a)->name, ((const expected *)b)->name);
+  return strcmp(((const fdy_llama_tensor_spec *)a)->name,
+                ((const fdy_llama_tensor_spec *)b)->name);
 }
 
-static bool is_expected(const expected *sorted, size_t n, const char *name) {
-  expected key;
+static bool is_expected(const fdy_llama_tensor_spec *sorted, size_t n,
+                        const char *name) {
+  fdy_llama_tensor_spec key;
   snprintf(key.name, sizeof key.name, "%s", name);
   return strlen(name) < sizeof key.name &&
          bsearch(&key, sorted, n, sizeof *sorted, expected_cmp) != NULL;
@@ -320,11 +230,15 @@ static fdy_status find_tensor(const fdy_llama_model *m, const char *index_path,
   return FDY_OK;
 }
 
-static fdy_status check_tensor(fdy_llama_model *m, const expected *e,
+/* The scales, biases and norms must have the checkpoint's scale dtype, which
+ * the embedding scales (checked first) fix. */
+static fdy_status check_tensor(fdy_llama_model *m,
+                               const fdy_llama_tensor_spec *e,
                                const fdy_st_tensor *t, fdy_error *err) {
-  fdy_dtype want = FDY_DTYPE_U32;
-  if (e->half) {
-    if (t == m->embed.scales &&
+  bool half = e->part != FDY_LLAMA_PART_PACKED;
+  fdy_dtype want = e->dtype;
+  if (half) {
+    if (t == m->weights.embed.scales &&
         (t->dtype == FDY_DTYPE_F16 || t->dtype == FDY_DTYPE_BF16)) {
       m->config.scale_dtype = t->dtype;
     }
@@ -334,9 +248,7 @@ static fdy_status check_tensor(fdy_llama_model *m, const expected *e,
     return fdy_llama_file_error(
         err, FDY_ERR_SCHEMA, t->path, "tensor '%s' has dtype %s, expected %s%s",
         t->name, fdy_dtype_name(t->dtype), fdy_dtype_name(want),
-        e->half ? " (F16 or BF16, as the embedding "
-                  "scales)"
-                : "");
+        half ? " (F16 or BF16, as the embedding scales)" : "");
   }
   if (!fdy_shape_equal(t->shape, e->shape)) {
     char have[96], need[96];
@@ -350,7 +262,8 @@ static fdy_status check_tensor(fdy_llama_model *m, const expected *e,
 }
 
 /* Every expected tensor present and right; then nothing else anywhere. */
-static fdy_status check_inventory(fdy_llama_model *m, expect_list *list,
+static fdy_status check_inventory(fdy_llama_model *m,
+                                  fdy_llama_tensor_spec *expected, size_t count,
                                   const char *index_path, json_t *weight_map,
                                   fdy_error *err) {
   fdy_status s = FDY_OK;
@@ -365,15 +278,15 @@ static fdy_status check_inventory(fdy_llama_model *m, expect_list *list,
       goto cleanup;
     }
   }
-  for (size_t k = 0; k < list->count; k++) {
-    expected *e = &list->items[k];
+  for (size_t k = 0; k < count; k++) {
+    const fdy_llama_tensor_spec *e = &expected[k];
     size_t shard = 0;
     const fdy_st_tensor *t = NULL;
     if ((s = find_tensor(m, index_path, weight_map, e->name, &shard, &t,
                          err)) != FDY_OK) {
       goto cleanup;
     }
-    *e->slot = t;
+    *fdy_llama_weights_slot(&m->weights, e) = t;
     if ((s = check_tensor(m, e, t, err)) != FDY_OK) {
       goto cleanup;
     }
@@ -399,12 +312,12 @@ static fdy_status check_inventory(fdy_llama_model *m, expect_list *list,
       }
     }
   }
-  if (weight_map && json_object_size(weight_map) != list->count) {
-    qsort(list->items, list->count, sizeof *list->items, expected_cmp);
+  if (weight_map && json_object_size(weight_map) != count) {
+    qsort(expected, count, sizeof *expected, expected_cmp);
     const char *key;
     json_t *value;
     json_object_foreach(weight_map, key, value) {
-      if (!is_expected(list->items, list->count, key)) {
+      if (!is_expected(expected, count, key)) {
         s = fdy_llama_file_error(err, FDY_ERR_SCHEMA, index_path,
                                  "weight_map lists unexpected tensor '%s'",
                                  key);
@@ -412,7 +325,7 @@ static fdy_status check_inventory(fdy_llama_model *m, expect_list *list,
       }
     }
   }
-  m->tensor_count = list->count;
+  m->tensor_count = count;
 cleanup:
   for (size_t i = 0; i < m->shard_count; i++) {
     free(marks[i]);
@@ -440,7 +353,8 @@ static fdy_status load_config(fdy_llama_model *m, fdy_error *err) {
 fdy_status fdy_llama_open(const char *dir, fdy_llama_model **out,
                           fdy_error *err) {
   *out = NULL;
-  expect_list list = {0};
+  fdy_llama_tensor_spec *expected = NULL;
+  size_t count = 0;
   json_t *index = NULL, *weight_map = NULL;
   char *index_path = NULL;
   fdy_status s = FDY_OK;
@@ -457,27 +371,28 @@ fdy_status fdy_llama_open(const char *dir, fdy_llama_model **out,
     goto cleanup;
   }
   uint32_t layers = m->config.num_layers;
-  m->layers = calloc(layers, sizeof *m->layers);
+  m->weights.layers = calloc(layers, sizeof *m->weights.layers);
   m->layer_bytes = calloc(layers, sizeof *m->layer_bytes);
   index_path = join_path(m->dir, "model.safetensors.index.json");
-  if (!m->layers || !m->layer_bytes || !index_path) {
+  if (!m->weights.layers || !m->layer_bytes || !index_path) {
     s = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
     goto cleanup;
   }
-  if ((s = build_expected(m, &list, err)) != FDY_OK ||
+  if ((s = build_expected(m, &expected, &count, err)) != FDY_OK ||
       (s = open_files(m, index_path, &index, &weight_map, err)) != FDY_OK ||
-      (s = check_inventory(m, &list, index_path, weight_map, err)) != FDY_OK) {
+      (s = check_inventory(m, expected, count, index_path, weight_map, err)) !=
+          FDY_OK) {
     goto cleanup;
   }
   if (m->config.tie_word_embeddings) {
-    m->lm_head = m->embed;
+    m->weights.lm_head = m->weights.embed;
   }
   *out = m;
   m = NULL;
 cleanup:
   json_decref(index);
   free(index_path);
-  free(list.items);
+  free(expected);
   fdy_llama_close(m);
   return s;
 }
@@ -490,7 +405,7 @@ void fdy_llama_close(fdy_llama_model *model) {
     fdy_safetensors_close(model->shards[i]);
   }
   free(model->shards);
-  free(model->layers);
+  free(model->weights.layers);
   free(model->layer_bytes);
   free(model->dir);
   free(model);
@@ -506,23 +421,31 @@ const char *fdy_llama_model_dir(const fdy_llama_model *model) {
 
 const fdy_llama_layer_weights *fdy_llama_layer(const fdy_llama_model *model,
                                                uint32_t layer) {
-  return layer < model->config.num_layers ? &model->layers[layer] : NULL;
+  return layer < model->config.num_layers ? &model->weights.layers[layer]
+                                          : NULL;
 }
 
 const fdy_llama_qlinear *fdy_llama_embedding(const fdy_llama_model *model) {
-  return &model->embed;
+  return &model->weights.embed;
 }
 
 const fdy_llama_qlinear *fdy_llama_lm_head(const fdy_llama_model *model) {
-  return &model->lm_head;
+  return &model->weights.lm_head;
 }
 
 const fdy_st_tensor *fdy_llama_final_norm(const fdy_llama_model *model) {
-  return model->final_norm;
+  return model->weights.final_norm;
 }
 
 size_t fdy_llama_tensor_count(const fdy_llama_model *model) {
   return model->tensor_count;
+}
+
+const fdy_st_tensor *fdy_llama_model_tensor(const fdy_llama_model *model,
+                                            const fdy_llama_tensor_spec *spec) {
+  /* The slot lookup takes a mutable table; nothing is written through it. */
+  fdy_llama_weights *w = (fdy_llama_weights *)&model->weights;
+  return *fdy_llama_weights_slot(w, spec);
 }
 
 uint64_t fdy_llama_layer_bytes(const fdy_llama_model *model, uint32_t layer) {

@@ -1,111 +1,45 @@
-/* Float32 CPU inference sessions: the KV cache, rope tables, float copies
- * of the norm weights, batch and per-thread scratch, and the worker pool,
- * all allocated at creation so that a forward pass never allocates and
- * never fails after its checks. */
-#include <math.h>
+/* Sessions: the model's graph and plan (steps "prefill" and "decode") on an
+ * executor, so that every computation is a backend op. Create builds and
+ * uploads everything; a forward pass writes the step inputs (count,
+ * position, ids) into the executor's staging, runs a step and reads the
+ * logits and the argmax back, allocating nothing. */
 #include <stdlib.h>
-#include <unistd.h>
+#include <string.h>
 
 #include "infer.h"
 
-#define DEFAULT_CONTEXT 1024u
-#define MAX_THREADS     256u
+#define DEFAULT_BUFFERS 2u
 
-/* Allocates count floats (checked), zeroed. */
-static fdy_status alloc_floats(float **out, uint64_t count, const char *what,
-                               fdy_error *err) {
-  uint64_t bytes = 0;
-  if (fdy_mul_u64(count, sizeof(float), &bytes, err) != FDY_OK ||
-      bytes > SIZE_MAX) {
-    return fdy_error_set(err, FDY_ERR_OVERFLOW,
-                         "the %s of a session does not fit in memory", what);
-  }
-  *out = calloc(1, bytes ? (size_t)bytes : 1);
-  if (!*out) {
-    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
-                         "out of memory allocating the %s (%llu bytes)", what,
-                         (unsigned long long)bytes);
-  }
-  return FDY_OK;
+static uint32_t default_context(const fdy_llama_config *c) {
+  return c->max_position_embeddings < FDY_LLAMA_DEFAULT_CONTEXT
+             ? c->max_position_embeddings
+             : FDY_LLAMA_DEFAULT_CONTEXT;
 }
 
-static fdy_status mul3(uint64_t a, uint64_t b, uint64_t c, uint64_t *out,
-                       fdy_error *err) {
-  uint64_t ab = 0;
-  fdy_status st = fdy_mul_u64(a, b, &ab, err);
-  return st != FDY_OK ? st : fdy_mul_u64(ab, c, out, err);
-}
-
-/* The loader has checked that a norm is a vector of n elements in the
- * scales' dtype (F16 or BF16, as MLX writes them). */
-static void convert_norm(const fdy_st_tensor *tensor, fdy_dtype dtype,
-                         uint32_t n, float *out) {
-  fdy_llama_halves_to_float(tensor->data, dtype, 0, n, out);
-}
-
-/* Rope inverse frequencies, with llama3 scaling when configured (the
- * transformers rule: long wavelengths divided by factor, short ones kept,
- * the band in between interpolated). */
-static double inverse_frequency(const fdy_llama_config *c, uint32_t j) {
-  double inv = 1.0 / pow(c->rope_theta, (2.0 * j) / c->head_dim);
-  if (!c->rope_llama3) {
-    return inv;
-  }
-  double old = (double)c->rope_original_max_position;
-  double low_wavelen = old / c->rope_low_freq_factor;
-  double high_wavelen = old / c->rope_high_freq_factor;
-  double wavelen = 2.0 * M_PI / inv;
-  if (wavelen < high_wavelen) {
-    return inv;
-  }
-  if (wavelen > low_wavelen) {
-    return inv / c->rope_factor;
-  }
-  double smooth = (old / wavelen - c->rope_low_freq_factor) /
-                  (c->rope_high_freq_factor - c->rope_low_freq_factor);
-  return (1.0 - smooth) * inv / c->rope_factor + smooth * inv;
-}
-
-/* fdy_llama_open has validated the config (sizes, head ratio, 4-bit groups
- * of 32, 64 or 128, F16 or BF16 scales); the kernels also need whole blocks
- * of 64 inputs. */
-static fdy_status check_config(const fdy_llama_config *c, fdy_error *err) {
-  uint32_t q_dim = c->num_heads * c->head_dim;
-  if (c->hidden_size % 64 != 0 || c->intermediate_size % 64 != 0 ||
-      q_dim % 64 != 0) {
-    return fdy_error_set(err, FDY_ERR_UNSUPPORTED,
-                         "unsupported shape: hidden %u, intermediate %u and "
-                         "heads * head_dim %u must be multiples of 64",
-                         c->hidden_size, c->intermediate_size, q_dim);
-  }
-  return FDY_OK;
+/* The device memory of the backend: the default weight budget. */
+static fdy_status device_memory(fdy_backend *b, uint64_t *out, fdy_error *err) {
+  fdy_device_caps caps;
+  memset(&caps, 0, sizeof caps);
+  fdy_status st = b->ops->capabilities(b, &caps, err);
+  *out = caps.total_memory;
+  return st;
 }
 
 fdy_status fdy_llama_session_create(const fdy_llama_model *model,
                                     const fdy_llama_session_options *options,
                                     fdy_llama_session **out, fdy_error *err) {
-  fdy_status st = FDY_OK;
-  fdy_llama_session *s = NULL;
   if (!out) {
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
                          "fdy_llama_session_create needs an output pointer");
   }
   *out = NULL;
-  if (!model) {
+  if (!model || !options || !options->backend) {
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                         "fdy_llama_session_create needs a model");
+                         "fdy_llama_session_create needs a model and a "
+                         "backend");
   }
   const fdy_llama_config *c = fdy_llama_model_config(model);
-  st = check_config(c, err);
-  if (st != FDY_OK) {
-    return st;
-  }
-  uint32_t context = options ? options->context : 0;
-  if (context == 0) {
-    context = c->max_position_embeddings < DEFAULT_CONTEXT
-                  ? c->max_position_embeddings
-                  : DEFAULT_CONTEXT;
-  }
+  uint32_t context = options->context ? options->context : default_context(c);
   if (context > c->max_position_embeddings) {
     fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
                   "context %u is above the model's max_position_embeddings "
@@ -117,132 +51,57 @@ fdy_status fdy_llama_session_create(const fdy_llama_model *model,
     }
     return FDY_ERR_INVALID_ARGUMENT;
   }
-  uint32_t threads = options ? options->threads : 0;
-  if (threads == 0) {
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    threads = online < 1             ? 1
-              : online > MAX_THREADS ? MAX_THREADS
-                                     : (uint32_t)online;
-  }
-  if (threads > MAX_THREADS) {
-    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                         "threads must be at most %u, got %u", MAX_THREADS,
-                         threads);
-  }
-
-  s = calloc(1, sizeof *s);
+  fdy_llama_session *s = calloc(1, sizeof *s);
   if (!s) {
     return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   }
   s->model = model;
   s->config = c;
   s->context = context;
-  s->threads = threads;
-  s->q_dim = c->num_heads * c->head_dim;
-  s->kv_dim = c->num_kv_heads * c->head_dim;
-  uint32_t hidden = c->hidden_size;
-  uint32_t half = c->head_dim / 2;
-  uint64_t batch =
-      context < FDY_LLAMA_MAX_BATCH ? context : FDY_LLAMA_MAX_BATCH;
-  uint32_t widest = hidden;
-  widest = c->intermediate_size > widest ? c->intermediate_size : widest;
-  widest = s->q_dim > widest ? s->q_dim : widest;
-  /* scales, biases (group >= 32) and the unpacked row, 64-byte multiples */
-  s->row_stride = (widest + 2 * (widest / 32) + 15) / 16 * 16;
-
-  uint64_t n_norms = 0, n_rope = 0, n_cache = 0;
-  st = mul3((uint64_t)c->num_layers * 2 + 1, hidden, 1, &n_norms, err);
+  s->prefill_rows = options->prefill_rows ? options->prefill_rows
+                                          : FDY_LLAMA_DEFAULT_PREFILL_ROWS;
+  s->all_logits = options->all_logits;
+  s->next = -1;
+  fdy_llama_graph_options graph_options = {.context = context,
+                                           .prefill_rows = s->prefill_rows,
+                                           .kv_dtype = options->kv_dtype,
+                                           .all_logits = options->all_logits};
+  uint64_t budget = options->weight_budget;
+  fdy_status st =
+      budget ? FDY_OK : device_memory(options->backend, &budget, err);
   if (st == FDY_OK) {
-    st = mul3(context, half, 1, &n_rope, err);
+    st = fdy_llama_graph(model, &graph_options, &s->graph, &s->io, err);
   }
   if (st == FDY_OK) {
-    st = mul3(c->num_layers, context, s->kv_dim, &n_cache, err);
+    st = fdy_llama_plan(s->graph, &s->io, budget,
+                        options->buffers ? options->buffers : DEFAULT_BUFFERS,
+                        &s->plan, err);
+  }
+  if (st == FDY_OK) {
+    st = fdy_executor_create(s->plan, s->graph, options->backend, NULL,
+                             &s->executor, err);
+  }
+  if (st == FDY_OK) {
+    s->prefill = (size_t)fdy_executor_step(s->executor, "prefill");
+    s->decode = (size_t)fdy_executor_step(s->executor, "decode");
+    s->prefill_in = fdy_executor_input(s->executor, s->io.prefill_step, NULL);
+    s->decode_in = fdy_executor_input(s->executor, s->io.decode_step, NULL);
   }
   if (st != FDY_OK) {
-    goto cleanup;
-  }
-  struct {
-    float **ptr;
-    uint64_t count;
-    const char *what;
-  } buffers[] = {
-      {&s->norms, n_norms, "norm weights"},
-      {&s->rope_cos, n_rope, "rope table"},
-      {&s->rope_sin, n_rope, "rope table"},
-      {&s->k_cache, n_cache, "key cache"},
-      {&s->v_cache, n_cache, "value cache"},
-      {&s->h, batch * hidden, "batch scratch"},
-      {&s->x, batch * hidden, "batch scratch"},
-      {&s->q, batch * s->q_dim, "batch scratch"},
-      {&s->k, batch * s->kv_dim, "batch scratch"},
-      {&s->v, batch * s->kv_dim, "batch scratch"},
-      {&s->attn, batch * s->q_dim, "batch scratch"},
-      {&s->gate, batch * c->intermediate_size, "batch scratch"},
-      {&s->up, batch * c->intermediate_size, "batch scratch"},
-      {&s->xt, batch * widest, "batch scratch"},
-      {&s->xsum, batch * (widest / 32), "batch scratch"},
-      {&s->row_scratch, (uint64_t)threads * s->row_stride, "row scratch"},
-      {&s->score_scratch, (uint64_t)threads * context, "score scratch"},
-  };
-  for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++) {
-    st = alloc_floats(buffers[i].ptr, buffers[i].count, buffers[i].what, err);
-    if (st != FDY_OK) {
-      goto cleanup;
-    }
-  }
-
-  for (uint32_t l = 0; l < c->num_layers; l++) {
-    const fdy_llama_layer_weights *w = fdy_llama_layer(model, l);
-    float *dst = s->norms + (uint64_t)l * 2 * hidden;
-    convert_norm(w->input_norm, c->scale_dtype, hidden, dst);
-    convert_norm(w->post_norm, c->scale_dtype, hidden, dst + hidden);
-  }
-  convert_norm(fdy_llama_final_norm(model), c->scale_dtype, hidden,
-               s->norms + (uint64_t)c->num_layers * 2 * hidden);
-
-  for (uint32_t j = 0; j < half; j++) {
-    double inv = inverse_frequency(c, j);
-    for (uint32_t p = 0; p < context; p++) {
-      double angle = (double)p * inv;
-      s->rope_cos[(uint64_t)p * half + j] = (float)cos(angle);
-      s->rope_sin[(uint64_t)p * half + j] = (float)sin(angle);
-    }
-  }
-
-  st = fdy_llama_pool_create(threads, &s->pool, err);
-  if (st != FDY_OK) {
-    goto cleanup;
+    fdy_llama_session_destroy(s);
+    return st;
   }
   *out = s;
-  s = NULL;
-
-cleanup:
-  fdy_llama_session_destroy(s);
-  return st;
+  return FDY_OK;
 }
 
 void fdy_llama_session_destroy(fdy_llama_session *s) {
   if (!s) {
     return;
   }
-  fdy_llama_pool_destroy(s->pool);
-  free(s->norms);
-  free(s->rope_cos);
-  free(s->rope_sin);
-  free(s->k_cache);
-  free(s->v_cache);
-  free(s->h);
-  free(s->x);
-  free(s->q);
-  free(s->k);
-  free(s->v);
-  free(s->attn);
-  free(s->gate);
-  free(s->up);
-  free(s->xt);
-  free(s->xsum);
-  free(s->row_scratch);
-  free(s->score_scratch);
+  fdy_executor_destroy(s->executor);
+  fdy_plan_destroy(s->plan);
+  fdy_graph_destroy(s->graph);
   free(s);
 }
 
@@ -254,13 +113,22 @@ uint32_t fdy_llama_session_context(const fdy_llama_session *session) {
   return session ? session->context : 0;
 }
 
-uint32_t fdy_llama_session_threads(const fdy_llama_session *session) {
-  return session ? session->threads : 0;
+fdy_executor_stats fdy_llama_session_stats(const fdy_llama_session *session) {
+  return fdy_executor_get_stats(session ? session->executor : NULL);
+}
+
+const fdy_plan *fdy_llama_session_plan(const fdy_llama_session *session) {
+  return session ? session->plan : NULL;
+}
+
+int32_t fdy_llama_session_next(const fdy_llama_session *session) {
+  return session ? session->next : -1;
 }
 
 void fdy_llama_session_reset(fdy_llama_session *session) {
   if (session) {
     session->position = 0;
+    session->next = -1;
   }
 }
 
@@ -297,6 +165,40 @@ fdy_status fdy_llama_session_check(const fdy_llama_session *s,
   return FDY_OK;
 }
 
+/* Runs one chunk of 1 to prefill_rows checked tokens at the position:
+ * the decode step for one token, else the prefill step. */
+static fdy_status run_chunk(fdy_llama_session *s, const int32_t *ids,
+                            uint32_t count, float *all_logits,
+                            float *last_logits, fdy_error *err) {
+  bool decode = count == 1 && !all_logits;
+  int32_t *in = decode ? s->decode_in : s->prefill_in;
+  in[FDY_STEP_COUNT] = (int32_t)count;
+  in[FDY_STEP_POSITION] = (int32_t)s->position;
+  memcpy(in + FDY_STEP_IDS, ids, sizeof *ids * count);
+  fdy_status st =
+      fdy_executor_run(s->executor, decode ? s->decode : s->prefill, err);
+  if (st != FDY_OK) {
+    s->failed = true;
+    return st;
+  }
+  uint64_t vocab = s->config->vocab_size;
+  const float *logits = fdy_executor_output(
+      s->executor, decode ? s->io.decode_logits : s->io.prefill_logits, NULL);
+  const int32_t *next = fdy_executor_output(
+      s->executor, decode ? s->io.decode_next : s->io.prefill_next, NULL);
+  bool rows = !decode && s->all_logits;
+  if (all_logits) {
+    memcpy(all_logits, logits, sizeof *logits * vocab * count);
+  }
+  if (last_logits) {
+    memcpy(last_logits, logits + (rows ? (uint64_t)(count - 1) * vocab : 0),
+           sizeof *logits * vocab);
+  }
+  s->next = next[0];
+  s->position += count;
+  return FDY_OK;
+}
+
 fdy_status fdy_llama_session_forward(fdy_llama_session *session,
                                      const int32_t *ids, uint32_t count,
                                      float *all_logits, float *last_logits,
@@ -306,20 +208,25 @@ fdy_status fdy_llama_session_forward(fdy_llama_session *session,
                          "fdy_llama_session_forward needs a session and at "
                          "least one token id");
   }
-  fdy_status st = fdy_llama_session_check(session, ids, count, 0, err);
-  if (st != FDY_OK) {
-    return st;
+  if (session->failed) {
+    return fdy_error_set(err, FDY_ERR_BACKEND,
+                         "the session failed earlier; create a new one");
   }
-  uint32_t vocab = session->config->vocab_size;
-  for (uint32_t done = 0; done < count;) {
-    uint32_t n =
-        count - done < FDY_LLAMA_MAX_BATCH ? count - done : FDY_LLAMA_MAX_BATCH;
+  if (all_logits && !session->all_logits) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "every row's logits need a session created with "
+                         "all_logits");
+  }
+  fdy_status st = fdy_llama_session_check(session, ids, count, 0, err);
+  uint64_t vocab = session->config->vocab_size;
+  for (uint32_t done = 0; st == FDY_OK && done < count;) {
+    uint32_t n = count - done < session->prefill_rows ? count - done
+                                                      : session->prefill_rows;
     bool last = done + n == count;
-    fdy_llama_forward_batch(session, ids + done, n,
-                            all_logits ? all_logits + (uint64_t)done * vocab
-                                       : NULL,
-                            last ? last_logits : NULL);
+    st = run_chunk(session, ids + done, n,
+                   all_logits ? all_logits + (uint64_t)done * vocab : NULL,
+                   last ? last_logits : NULL, err);
     done += n;
   }
-  return FDY_OK;
+  return st;
 }

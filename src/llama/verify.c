@@ -7,7 +7,9 @@
  * logits that choose greedy id i are the prompt's last row for i = 0 and the
  * pass over greedy_ids[i - 1] after it, so every row stays comparable even
  * after a disagreement; greedy_matches counts the leading ids whose argmax
- * agrees. Relative errors ||a - b|| / ||b|| are accumulated in double. */
+ * (computed by the backend) agrees. The session must have been created
+ * with all_logits. Relative errors ||a - b|| / ||b|| are accumulated in double.
+ */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,6 +122,11 @@ fdy_status fdy_llama_verify(fdy_llama_session *session,
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
                          "the tolerance must be a finite non-negative number");
   }
+  if (!session->all_logits) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "verification needs a session created with "
+                         "all_logits");
+  }
   uint32_t vocab = session->config->vocab_size;
   st = fdy_safetensors_open(reference_path, &ref, err);
   if (st != FDY_OK) {
@@ -209,7 +216,7 @@ fdy_status fdy_llama_verify(fdy_llama_session *session,
       }
     }
     accumulate(row, t_greedy_logits, (uint64_t)i * vocab, vocab, &diff2, &ref2);
-    agreeing = agreeing && fdy_llama_argmax(row, vocab) == greedy[i];
+    agreeing = agreeing && fdy_llama_session_next(session) == greedy[i];
     out->greedy_matches += agreeing;
   }
   out->greedy_relative_error = relative(diff2, ref2);

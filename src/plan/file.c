@@ -1,6 +1,7 @@
-/* Plan files: loading a plan JSON file, and saving one through
- * foundry/new_file.h (never over an existing file, never a partial one;
- * mode 0666 & ~umask). */
+/* Plan files: loading a plan JSON file (regular files only: opened
+ * non-blocking so that a FIFO or a device is refused at once instead of
+ * blocking), and saving one through foundry/new_file.h (never over an
+ * existing file, never a partial one; mode 0666 & ~umask). */
 #include "plan_internal.h"
 
 #include "foundry/new_file.h"
@@ -13,9 +14,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* "WHAT 'PATH': REASON" with name = path. */
 static fdy_status io_error(fdy_error *err, fdy_status kind, const char *path,
-                           const char *what, int errnum) {
-  fdy_error_set(err, kind, "%s '%s': %s", what, path, strerror(errnum));
+                           const char *what, const char *reason) {
+  fdy_error_set(err, kind, "%s '%s': %s", what, path, reason);
   if (err != NULL) {
     snprintf(err->name, sizeof(err->name), "%s", path);
   }
@@ -31,20 +33,21 @@ fdy_status fdy_plan_load(const char *path, fdy_plan **out, fdy_error *err) {
                          "plan load needs a path and an output pointer");
   }
   *out = NULL;
-  fd = open(path, O_RDONLY | O_CLOEXEC);
+  fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     st = io_error(err, errno == ENOENT ? FDY_ERR_NOT_FOUND : FDY_ERR_IO, path,
-                  "cannot open plan file", errno);
+                  "cannot open plan file", strerror(errno));
     goto cleanup;
   }
   struct stat sb;
   if (fstat(fd, &sb) != 0) {
-    st = io_error(err, FDY_ERR_IO, path, "cannot stat plan file", errno);
+    st = io_error(err, FDY_ERR_IO, path, "cannot stat plan file",
+                  strerror(errno));
     goto cleanup;
   }
   if (!S_ISREG(sb.st_mode)) {
-    st = io_error(err, FDY_ERR_IO, path, "plan file is not a regular file",
-                  EINVAL);
+    st = io_error(err, FDY_ERR_IO, path, "cannot read plan file",
+                  "not a regular file");
     goto cleanup;
   }
   size_t size = (size_t)sb.st_size;
@@ -61,7 +64,8 @@ fdy_status fdy_plan_load(const char *path, fdy_plan **out, fdy_error *err) {
       continue;
     }
     if (n < 0) {
-      st = io_error(err, FDY_ERR_IO, path, "cannot read plan file", errno);
+      st = io_error(err, FDY_ERR_IO, path, "cannot read plan file",
+                    strerror(errno));
       goto cleanup;
     }
     if (n == 0) {

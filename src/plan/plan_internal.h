@@ -8,8 +8,12 @@ struct fdy_plan {
   fdy_graph *graph; /* owned deep copy */
   uint64_t budget_bytes;
   uint32_t stream_count;
-  uint32_t slot_count;
+  uint32_t buffer_count;
+  fdy_plan_buffer *buffers;  /* buffer_count entries */
+  fdy_placement *placements; /* one per graph tensor */
   uint32_t event_count;
+  size_t section_count;
+  fdy_section sections[FDY_PLAN_MAX_SECTIONS];
   size_t command_count;
   size_t command_cap;
   fdy_command *commands;

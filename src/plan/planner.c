@@ -1,20 +1,351 @@
-/* The N-buffered streaming planner: ops run in graph order on the compute
- * stream, their weights flow through a ring of equal slots filled on the copy
- * stream. With N >= 2 slots the refill of the slot read by op k-1 is issued
- * as soon as op k is queued, so the transfer of weight k+N-1 overlaps the
- * compute of op k; with N = 1 the single slot is refilled after each op. */
+/* The planner (fdy_plan_build in plan.h): chooses per weight between
+ * resident and streamed under the weight budget, lays out the arena, state
+ * and io buffers, and emits setup, one section per step and teardown.
+ *
+ * Streaming is N-buffered: the streamed weights of a step flow through a
+ * ring of N equal slots filled on the copy stream. A slot is refilled as
+ * soon as the launch that last reads its weight is queued, the copy stream
+ * waiting for that launch's event, so with N >= 2 the transfer of later
+ * weights overlaps the compute of earlier ops and no host wait is needed
+ * before the end of the step. */
 #include "plan_internal.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#define UNUSED_WEIGHT UINT32_MAX
+
+typedef struct live_block {
+  uint64_t offset, bytes;
+  size_t last_use; /* position in the step of the last reader */
+} live_block;
+
 typedef struct planner {
+  const fdy_graph *graph;
+  const fdy_plan_step *steps;
+  size_t step_count;
+  uint64_t alignment;
+  uint32_t buffers_wanted;
+  size_t tensor_count, op_count;
+  fdy_tensor_info *tensors; /* by tensor id */
+  /* weights */
+  uint32_t *first_use;   /* weight -> global op index of first use */
+  bool *resident;        /* weight -> resident */
+  uint64_t *resident_at; /* weight -> offset in the resident buffer */
+  uint64_t resident_bytes;
+  uint64_t slot_bytes;
+  uint32_t slots;
+  /* buffer ids (FDY_NO_BUFFER when absent) */
+  uint32_t resident_buffer, first_slot, arena, state, io;
+  uint64_t arena_bytes, state_bytes, io_bytes;
+  fdy_placement *placements;
+  /* emission */
   fdy_plan *plan;
   uint32_t next_event;
   fdy_status st;
   fdy_error *err;
 } planner;
+
+static fdy_status oom(fdy_error *err) {
+  return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory planning");
+}
+
+static fdy_status align(const planner *p, uint64_t bytes, uint64_t *out) {
+  return fdy_align_up(bytes, p->alignment, out, p->err);
+}
+
+/* The weight an operand reads (itself or the weight it views), or
+ * UNUSED_WEIGHT. */
+static uint32_t weight_of(const planner *p, fdy_tensor_id id) {
+  const fdy_tensor_info *t = &p->tensors[id.v];
+  if (t->role == FDY_TENSOR_WEIGHT) {
+    return id.v;
+  }
+  if (t->role == FDY_TENSOR_WEIGHT_VIEW) {
+    return (uint32_t)t->weight;
+  }
+  return UNUSED_WEIGHT;
+}
+
+static fdy_status check_steps(planner *p) {
+  if (p->step_count == 0 || p->steps == NULL) {
+    return fdy_error_set(p->err, FDY_ERR_INVALID_ARGUMENT,
+                         "a plan needs at least one step");
+  }
+  bool *seen = calloc(p->op_count + 1, sizeof(bool));
+  if (seen == NULL) {
+    return oom(p->err);
+  }
+  fdy_status st = FDY_OK;
+  for (size_t s = 0; s < p->step_count && st == FDY_OK; s++) {
+    const fdy_plan_step *step = &p->steps[s];
+    for (size_t i = 0; i < step->op_count && st == FDY_OK; i++) {
+      uint32_t op = step->ops[i].v;
+      if (op >= p->op_count || seen[op] ||
+          (i > 0 && op <= step->ops[i - 1].v)) {
+        st = fdy_error_set(p->err, FDY_ERR_INVALID_ARGUMENT,
+                           "step '%s' lists op %u out of graph order, twice, "
+                           "or beyond the graph's %zu ops",
+                           step->name, op, p->op_count);
+      } else {
+        seen[op] = true;
+      }
+    }
+    for (size_t i = 0; i < step->output_count && st == FDY_OK; i++) {
+      uint32_t t = step->outputs[i].v;
+      fdy_tensor_role role =
+          t < p->tensor_count ? p->tensors[t].role : FDY_TENSOR_WEIGHT;
+      if (role == FDY_TENSOR_WEIGHT || role == FDY_TENSOR_WEIGHT_VIEW) {
+        st = fdy_error_set(p->err, FDY_ERR_INVALID_ARGUMENT,
+                           "step '%s' output %u is not an activation, state "
+                           "or input tensor",
+                           step->name, t);
+      }
+    }
+  }
+  free(seen);
+  return st;
+}
+
+/* ---- weights: resident or streamed
+ * ------------------------------------------ */
+
+static fdy_status choose_residency(planner *p, uint64_t budget) {
+  size_t n = p->tensor_count;
+  p->first_use = malloc((n + 1) * sizeof(uint32_t));
+  p->resident = calloc(n + 1, sizeof(bool));
+  p->resident_at = calloc(n + 1, sizeof(uint64_t));
+  if (p->first_use == NULL || p->resident == NULL || p->resident_at == NULL) {
+    return oom(p->err);
+  }
+  for (size_t t = 0; t < n; t++) {
+    p->first_use[t] = UNUSED_WEIGHT;
+  }
+  uint32_t *order = malloc((n + 1) * sizeof(uint32_t));
+  if (order == NULL) {
+    return oom(p->err);
+  }
+  size_t used = 0;
+  uint64_t total = 0, largest = 0;
+  fdy_status st = FDY_OK;
+  for (size_t o = 0; o < p->op_count && st == FDY_OK; o++) {
+    fdy_op_info op;
+    st = fdy_graph_op(p->graph, (fdy_op_id){(uint32_t)o}, &op, p->err);
+    for (size_t i = 0; st == FDY_OK && i < op.read_count; i++) {
+      uint32_t w = weight_of(p, op.reads[i]);
+      if (w == UNUSED_WEIGHT || p->first_use[w] != UNUSED_WEIGHT) {
+        continue;
+      }
+      uint64_t bytes;
+      st = align(p, p->tensors[w].bytes, &bytes);
+      if (st == FDY_OK) {
+        st = fdy_add_u64(total, bytes, &total, p->err);
+      }
+      largest = bytes > largest ? bytes : largest;
+      p->first_use[w] = (uint32_t)o;
+      order[used++] = w;
+    }
+  }
+  if (st == FDY_OK && total <= budget) {
+    for (size_t i = 0; i < used; i++) {
+      p->resident[order[i]] = true;
+    }
+  } else if (st == FDY_OK) {
+    p->slots = used < p->buffers_wanted ? (uint32_t)used : p->buffers_wanted;
+    p->slot_bytes = largest;
+    uint64_t ring = 0;
+    st = fdy_mul_u64(p->slot_bytes, p->slots, &ring, p->err);
+    if (st == FDY_OK && ring > budget) {
+      st = fdy_error_set(p->err, FDY_ERR_BUDGET,
+                         "the weight budget of %llu bytes holds neither every "
+                         "weight (%llu bytes) nor %u slots of the largest "
+                         "weight (%llu bytes); at least %llu bytes are needed",
+                         (unsigned long long)budget, (unsigned long long)total,
+                         p->slots, (unsigned long long)p->slot_bytes,
+                         (unsigned long long)ring);
+      if (p->err != NULL) {
+        p->err->expected = budget;
+        p->err->actual = ring;
+      }
+    }
+    uint64_t resident = 0;
+    for (size_t i = 0; st == FDY_OK && i < used; i++) {
+      uint64_t bytes = 0, with = 0;
+      align(p, p->tensors[order[i]].bytes, &bytes);
+      if (!__builtin_add_overflow(resident, bytes, &with) &&
+          !__builtin_add_overflow(with, ring, &with) && with <= budget) {
+        resident += bytes;
+        p->resident[order[i]] = true;
+      }
+    }
+    /* The ring shrinks to what is left to stream. */
+    uint32_t streamed = 0;
+    uint64_t streamed_largest = 0;
+    for (size_t i = 0; st == FDY_OK && i < used; i++) {
+      if (!p->resident[order[i]]) {
+        uint64_t bytes = 0;
+        align(p, p->tensors[order[i]].bytes, &bytes);
+        streamed++;
+        streamed_largest = bytes > streamed_largest ? bytes : streamed_largest;
+      }
+    }
+    p->slots = streamed < p->slots ? streamed : p->slots;
+    p->slot_bytes = streamed_largest;
+  }
+  for (size_t i = 0; st == FDY_OK && i < used; i++) {
+    uint32_t w = order[i];
+    if (p->resident[w]) {
+      uint64_t bytes = 0;
+      p->resident_at[w] = p->resident_bytes;
+      st = align(p, p->tensors[w].bytes, &bytes);
+      if (st == FDY_OK) {
+        st = fdy_add_u64(p->resident_bytes, bytes, &p->resident_bytes, p->err);
+      }
+    }
+  }
+  free(order);
+  return st;
+}
+
+/* ---- placements
+ * -------------------------------------------------------------- */
+
+/* Consecutive aligned offsets for every tensor of `role`. */
+static fdy_status place_consecutive(planner *p, fdy_tensor_role role,
+                                    uint64_t *bytes) {
+  *bytes = 0;
+  for (size_t t = 0; t < p->tensor_count; t++) {
+    if (p->tensors[t].role != role) {
+      continue;
+    }
+    uint64_t size = 0;
+    fdy_status st = align(p, p->tensors[t].bytes, &size);
+    if (st != FDY_OK) {
+      return st;
+    }
+    p->placements[t].offset = *bytes;
+    st = fdy_add_u64(*bytes, size, bytes, p->err);
+    if (st != FDY_OK) {
+      return st;
+    }
+  }
+  return FDY_OK;
+}
+
+/* Lowest aligned offset where `bytes` fit between the live blocks. */
+static uint64_t first_fit(const live_block *live, size_t count,
+                          uint64_t bytes) {
+  uint64_t offset = 0;
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (size_t i = 0; i < count; i++) {
+      const live_block *b = &live[i];
+      if (b->offset < offset + bytes && offset < b->offset + b->bytes) {
+        offset = b->offset + b->bytes;
+        moved = true;
+      }
+    }
+  }
+  return offset;
+}
+
+/* First-fit placement of one step's activations from their lifetimes. */
+static fdy_status place_step_arena(planner *p, const fdy_plan_step *step) {
+  size_t n = step->op_count;
+  size_t *last_use = malloc((p->tensor_count + 1) * sizeof(size_t));
+  live_block *live = malloc((p->tensor_count + 1) * sizeof(live_block));
+  fdy_status st = last_use && live ? FDY_OK : oom(p->err);
+  size_t live_count = 0;
+  for (size_t t = 0; st == FDY_OK && t < p->tensor_count; t++) {
+    last_use[t] = 0;
+  }
+  for (size_t j = 0; st == FDY_OK && j < n; j++) {
+    fdy_op_info op;
+    st = fdy_graph_op(p->graph, step->ops[j], &op, p->err);
+    for (size_t i = 0; st == FDY_OK && i < op.read_count; i++) {
+      last_use[op.reads[i].v] = j;
+    }
+    for (size_t i = 0; st == FDY_OK && i < op.write_count; i++) {
+      last_use[op.writes[i].v] = j;
+    }
+  }
+  for (size_t i = 0; st == FDY_OK && i < step->output_count; i++) {
+    last_use[step->outputs[i].v] = SIZE_MAX;
+  }
+  for (size_t j = 0; st == FDY_OK && j < n; j++) {
+    size_t kept = 0;
+    for (size_t i = 0; i < live_count; i++) {
+      if (live[i].last_use >= j) {
+        live[kept++] = live[i];
+      }
+    }
+    live_count = kept;
+    fdy_op_info op;
+    st = fdy_graph_op(p->graph, step->ops[j], &op, p->err);
+    for (size_t i = 0; st == FDY_OK && i < op.write_count; i++) {
+      uint32_t t = op.writes[i].v;
+      uint64_t bytes = 0, end = 0;
+      st = align(p, p->tensors[t].bytes, &bytes);
+      if (st != FDY_OK) {
+        break;
+      }
+      uint64_t offset = first_fit(live, live_count, bytes);
+      if (__builtin_add_overflow(offset, bytes, &end)) {
+        st = fdy_error_set(p->err, FDY_ERR_OVERFLOW,
+                           "the arena of step '%s' overflows 64 bits",
+                           step->name);
+        break;
+      }
+      p->placements[t] = (fdy_placement){{p->arena}, offset};
+      live[live_count++] = (live_block){offset, bytes, last_use[t]};
+      p->arena_bytes = end > p->arena_bytes ? end : p->arena_bytes;
+    }
+  }
+  free(last_use);
+  free(live);
+  return st;
+}
+
+static fdy_status place_tensors(planner *p) {
+  p->placements = malloc((p->tensor_count + 1) * sizeof(fdy_placement));
+  if (p->placements == NULL) {
+    return oom(p->err);
+  }
+  bool any_activation = false;
+  for (size_t t = 0; t < p->tensor_count; t++) {
+    p->placements[t] = (fdy_placement){{FDY_NO_BUFFER}, 0};
+    any_activation =
+        any_activation || p->tensors[t].role == FDY_TENSOR_ACTIVATION;
+  }
+  fdy_status st = place_consecutive(p, FDY_TENSOR_STATE, &p->state_bytes);
+  if (st == FDY_OK) {
+    st = place_consecutive(p, FDY_TENSOR_INPUT, &p->io_bytes);
+  }
+  /* Buffer ids: resident, slots, arena, state, io (those that exist). */
+  uint32_t next = 0;
+  p->resident_buffer = p->resident_bytes > 0 ? next++ : FDY_NO_BUFFER;
+  p->first_slot = next;
+  next += p->slots;
+  p->arena = any_activation ? next++ : FDY_NO_BUFFER;
+  p->state = p->state_bytes > 0 ? next++ : FDY_NO_BUFFER;
+  p->io = p->io_bytes > 0 ? next++ : FDY_NO_BUFFER;
+  for (size_t t = 0; t < p->tensor_count; t++) {
+    if (p->tensors[t].role == FDY_TENSOR_STATE) {
+      p->placements[t].buffer.v = p->state;
+    } else if (p->tensors[t].role == FDY_TENSOR_INPUT) {
+      p->placements[t].buffer.v = p->io;
+    }
+  }
+  for (size_t s = 0; st == FDY_OK && s < p->step_count; s++) {
+    st = place_step_arena(p, &p->steps[s]);
+  }
+  return st;
+}
+
+/* ---- emission
+ * ---------------------------------------------------------------- */
 
 static void emit(planner *p, const fdy_command *c) {
   if (p->st == FDY_OK) {
@@ -22,237 +353,370 @@ static void emit(planner *p, const fdy_command *c) {
   }
 }
 
-static uint32_t new_event(planner *p) {
-  return p->next_event++;
-}
-
-static void emit_allocate(planner *p, uint32_t slot, uint64_t bytes) {
-  fdy_command c = {.kind = FDY_CMD_ALLOCATE};
-  c.u.allocate.slot.v = slot;
-  c.u.allocate.bytes = bytes;
-  emit(p, &c);
-}
-
-static uint32_t emit_prefetch(planner *p, uint32_t weight, uint32_t slot) {
+static uint32_t emit_prefetch(planner *p, uint32_t weight, uint32_t buffer,
+                              uint64_t offset) {
   fdy_command c = {.kind = FDY_CMD_PREFETCH};
   c.u.prefetch.weight.v = weight;
-  c.u.prefetch.slot.v = slot;
+  c.u.prefetch.buffer.v = buffer;
+  c.u.prefetch.offset = offset;
   c.u.prefetch.stream = FDY_STREAM_COPY;
-  c.u.prefetch.signal.v = new_event(p);
+  c.u.prefetch.signal.v = p->next_event++;
   emit(p, &c);
   return c.u.prefetch.signal.v;
 }
 
-static void emit_wait(planner *p, uint32_t event, bool host) {
+static void emit_wait(planner *p, uint32_t event, bool host,
+                      fdy_stream_id stream) {
   fdy_command c = {.kind = FDY_CMD_WAIT};
   c.u.wait.event.v = event;
   c.u.wait.host = host;
-  c.u.wait.stream = FDY_STREAM_COMPUTE;
+  c.u.wait.stream = stream;
   emit(p, &c);
 }
 
-static uint32_t emit_launch(planner *p, uint32_t op, int64_t weight,
-                            uint32_t slot) {
-  fdy_command c = {.kind = FDY_CMD_LAUNCH};
-  c.u.launch.op.v = op;
-  c.u.launch.stream = FDY_STREAM_COMPUTE;
-  c.u.launch.signal.v = new_event(p);
-  if (weight >= 0) {
-    c.u.launch.binding_count = 1;
-    c.u.launch.bindings[0].weight.v = (uint32_t)weight;
-    c.u.launch.bindings[0].slot.v = slot;
+static uint32_t emit_copy(planner *p, fdy_command_kind kind, uint32_t tensor) {
+  fdy_command c = {.kind = kind};
+  c.u.copy.tensor.v = tensor;
+  c.u.copy.stream = FDY_STREAM_COMPUTE;
+  c.u.copy.signal.v = p->next_event++;
+  emit(p, &c);
+  return c.u.copy.signal.v;
+}
+
+static void emit_buffers(planner *p, fdy_command_kind kind) {
+  for (uint32_t b = 0; b < fdy_plan_buffer_count(p->plan); b++) {
+    fdy_command c = {.kind = kind};
+    c.u.allocate.buffer.v = b; /* allocate and release share the layout */
+    if (kind == FDY_CMD_RELEASE) {
+      c.u.release.buffer.v = b;
+    }
+    emit(p, &c);
   }
-  emit(p, &c);
-  return c.u.launch.signal.v;
 }
 
-static void emit_release(planner *p, uint32_t slot) {
-  fdy_command c = {.kind = FDY_CMD_RELEASE};
-  c.u.release.slot.v = slot;
-  emit(p, &c);
-}
-
-/* Finds the single weight op `id` reads: *weight = its id or -1. */
-static fdy_status op_weight(const fdy_graph *graph, uint32_t id,
-                            int64_t *weight, uint64_t *bytes, fdy_error *err) {
-  fdy_op_info op;
-  fdy_status st = fdy_graph_op(graph, (fdy_op_id){id}, &op, err);
-  if (st != FDY_OK) {
-    return st;
+static void emit_setup(planner *p) {
+  emit_buffers(p, FDY_CMD_ALLOCATE);
+  int64_t last = -1;
+  for (size_t w = 0; w < p->tensor_count; w++) {
+    if (p->resident[w]) {
+      last =
+          emit_prefetch(p, (uint32_t)w, p->resident_buffer, p->resident_at[w]);
+    }
   }
-  *weight = -1;
-  *bytes = 0;
-  for (size_t i = 0; i < op.read_count; i++) {
-    fdy_tensor_info info;
-    st = fdy_graph_tensor(graph, op.reads[i], &info, err);
+  if (last >= 0) {
+    emit_wait(p, (uint32_t)last, true, FDY_STREAM_COPY);
+  }
+}
+
+/* The loads of one step: each load is one transfer of a streamed weight
+ * into slot k mod N, in order. A weight read again while fewer than N
+ * loads were made since its latest load reuses it; otherwise (a tied LM
+ * head reading the embedding at the end of the step, say) it is loaded
+ * again. The same rule run twice (collect, then emit) gives the same
+ * assignment. */
+typedef struct step_loads {
+  uint32_t *weight;   /* load -> weight */
+  size_t *last_pos;   /* load -> position of its last reader in the step */
+  uint32_t *transfer; /* load -> prefetch event, UINT32_MAX until issued */
+  uint32_t *reader;   /* load -> event of its last reader's launch */
+  bool *awaited;      /* load -> the compute stream waited for it */
+  size_t count;       /* loads of the step */
+  int64_t *current;   /* weight -> its latest load, or -1 */
+  size_t assigned;    /* loads assigned so far by load_of */
+} step_loads;
+
+static void step_loads_free(step_loads *s) {
+  free(s->weight);
+  free(s->last_pos);
+  free(s->transfer);
+  free(s->reader);
+  free(s->awaited);
+  free(s->current);
+}
+
+static void step_loads_rewind(step_loads *s, size_t tensors) {
+  for (size_t t = 0; t < tensors; t++) {
+    s->current[t] = -1;
+  }
+  s->assigned = 0;
+}
+
+/* The load that serves streamed weight w at this point of the step. */
+static size_t load_of(const planner *p, step_loads *s, uint32_t w) {
+  int64_t k = s->current[w];
+  if (k >= 0 && s->assigned - (size_t)k <= p->slots) {
+    return (size_t)k;
+  }
+  s->current[w] = (int64_t)s->assigned;
+  return s->assigned++;
+}
+
+/* The streamed weights of op `op`, each once, into weights[]. */
+static size_t streamed_reads(const planner *p, const fdy_op_info *op,
+                             uint32_t weights[FDY_MAX_BINDINGS]) {
+  size_t n = 0;
+  for (size_t i = 0; i < op->read_count; i++) {
+    uint32_t w = weight_of(p, op->reads[i]);
+    bool seen = w == UNUSED_WEIGHT || p->resident[w];
+    for (size_t k = 0; k < n && !seen; k++) {
+      seen = weights[k] == w;
+    }
+    if (!seen && n < FDY_MAX_BINDINGS) {
+      weights[n++] = w;
+    }
+  }
+  return n;
+}
+
+static fdy_status collect_loads(planner *p, const fdy_plan_step *step,
+                                step_loads *s) {
+  memset(s, 0, sizeof(*s));
+  size_t cap = step->op_count * FDY_MAX_BINDINGS + 1;
+  s->weight = malloc(cap * sizeof(uint32_t));
+  s->last_pos = malloc(cap * sizeof(size_t));
+  s->transfer = malloc(cap * sizeof(uint32_t));
+  s->reader = malloc(cap * sizeof(uint32_t));
+  s->awaited = calloc(cap, sizeof(bool));
+  s->current = malloc((p->tensor_count + 1) * sizeof(int64_t));
+  if (!s->weight || !s->last_pos || !s->transfer || !s->reader || !s->awaited ||
+      !s->current) {
+    return oom(p->err);
+  }
+  step_loads_rewind(s, p->tensor_count);
+  for (size_t j = 0; j < step->op_count; j++) {
+    fdy_op_info op;
+    fdy_status st = fdy_graph_op(p->graph, step->ops[j], &op, p->err);
     if (st != FDY_OK) {
       return st;
     }
-    if (info.role != FDY_TENSOR_WEIGHT || *weight == op.reads[i].v) {
-      continue;
+    uint32_t weights[FDY_MAX_BINDINGS];
+    size_t n = streamed_reads(p, &op, weights);
+    if (n > p->slots) {
+      return fdy_error_set(p->err, FDY_ERR_INVALID_ARGUMENT,
+                           "op %u reads %zu streamed weights at once but the "
+                           "plan has %u slots",
+                           step->ops[j].v, n, p->slots);
     }
-    if (*weight >= 0) {
-      fdy_status bad = fdy_error_set(
-          err, FDY_ERR_UNSUPPORTED,
-          "op '%s' reads more than one weight; the streaming planner "
-          "streams one weight per op",
-          op.name);
-      if (err != NULL) {
-        snprintf(err->name, sizeof(err->name), "%s", op.name);
-        err->ids[0] = id;
-      }
-      return bad;
+    for (size_t b = 0; b < n; b++) {
+      size_t k = load_of(p, s, weights[b]);
+      s->weight[k] = weights[b];
+      s->last_pos[k] = j;
+      s->transfer[k] = UINT32_MAX;
     }
-    *weight = op.reads[i].v;
-    *bytes = info.bytes;
   }
+  s->count = s->assigned;
+  step_loads_rewind(s, p->tensor_count);
   return FDY_OK;
 }
 
-fdy_status fdy_plan_streaming(const fdy_graph *graph, uint64_t budget_bytes,
-                              uint32_t buffers, uint64_t alignment,
-                              fdy_plan **out, fdy_error *err) {
-  int64_t *weights = NULL;    /* op -> weight tensor, or -1 */
-  uint32_t *weighted = NULL;  /* j -> op of the j-th op with a weight */
-  uint32_t *launch_ev = NULL; /* j -> launch event of weighted op j */
-  uint32_t *pending = NULL;   /* j -> transfer event of weighted op j */
-  fdy_plan *plan = NULL;
-  fdy_status st = FDY_OK;
-  if (graph == NULL || out == NULL) {
-    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                         "the planner needs a graph and an output pointer");
+static void prefetch_load(planner *p, step_loads *s, size_t k) {
+  uint32_t slot = p->first_slot + (uint32_t)(k % p->slots);
+  if (k >= p->slots) {
+    emit_wait(p, s->reader[k - p->slots], false, FDY_STREAM_COPY);
   }
-  *out = NULL;
-  if (buffers == 0) {
-    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                         "the buffer count must be at least 1");
+  s->transfer[k] = emit_prefetch(p, s->weight[k], slot, 0);
+}
+
+static fdy_status emit_step(planner *p, const fdy_plan_step *step) {
+  step_loads s;
+  fdy_status st = collect_loads(p, step, &s);
+  if (st == FDY_OK) {
+    st = fdy_plan_begin_section(p->plan, step->name, p->err);
   }
-  if (!fdy_is_power_of_two(alignment)) {
-    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                         "the slot alignment must be a non-zero power of two, "
-                         "got %llu",
-                         (unsigned long long)alignment);
+  bool *copied = calloc(p->tensor_count + 1, sizeof(bool));
+  if (st == FDY_OK && copied == NULL) {
+    st = oom(p->err);
   }
-  st = fdy_graph_validate(graph, err);
   if (st != FDY_OK) {
+    free(copied);
+    step_loads_free(&s);
     return st;
   }
-  size_t ops = fdy_graph_op_count(graph);
-  if (ops > UINT32_MAX / 4) {
-    return fdy_error_set(err, FDY_ERR_UNSUPPORTED,
-                         "a graph of %zu ops is too large to plan", ops);
+  int64_t last = -1;
+  for (size_t k = 0; k < s.count && k < p->slots; k++) {
+    prefetch_load(p, &s, k);
   }
-  weights = calloc(ops + 1, sizeof(*weights));
-  weighted = calloc(ops + 1, sizeof(*weighted));
-  launch_ev = calloc(ops + 1, sizeof(*launch_ev));
-  pending = calloc(ops + 1, sizeof(*pending));
-  if (weights == NULL || weighted == NULL || launch_ev == NULL ||
-      pending == NULL) {
-    st = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory planning");
-    goto cleanup;
-  }
-  uint32_t weight_ops = 0;
-  uint64_t largest = 0;
-  for (uint32_t i = 0; i < ops; i++) {
-    uint64_t bytes = 0;
-    st = op_weight(graph, i, &weights[i], &bytes, err);
-    if (st != FDY_OK) {
-      goto cleanup;
+  for (size_t j = 0; p->st == FDY_OK && j < step->op_count; j++) {
+    fdy_op_info op;
+    p->st = fdy_graph_op(p->graph, step->ops[j], &op, p->err);
+    if (p->st != FDY_OK) {
+      break;
     }
-    if (weights[i] >= 0) {
-      weighted[weight_ops++] = i;
-      largest = bytes > largest ? bytes : largest;
+    fdy_command c = {.kind = FDY_CMD_LAUNCH};
+    c.u.launch.op = step->ops[j];
+    c.u.launch.stream = FDY_STREAM_COMPUTE;
+    for (size_t i = 0; i < op.read_count; i++) {
+      uint32_t t = op.reads[i].v;
+      if (p->tensors[t].role == FDY_TENSOR_INPUT && !copied[t]) {
+        copied[t] = true;
+        last = emit_copy(p, FDY_CMD_COPY_INPUT, t);
+      }
+    }
+    size_t loads[FDY_MAX_BINDINGS];
+    for (size_t i = 0; i < op.read_count; i++) {
+      uint32_t w = weight_of(p, op.reads[i]);
+      bool bound = w == UNUSED_WEIGHT;
+      for (uint32_t b = 0; b < c.u.launch.binding_count && !bound; b++) {
+        bound = c.u.launch.bindings[b].weight.v == w;
+      }
+      if (bound || c.u.launch.binding_count == FDY_MAX_BINDINGS) {
+        continue;
+      }
+      fdy_binding *b = &c.u.launch.bindings[c.u.launch.binding_count];
+      b->weight.v = w;
+      if (p->resident[w]) {
+        b->buffer.v = p->resident_buffer;
+        b->offset = p->resident_at[w];
+      } else {
+        size_t k = load_of(p, &s, w);
+        assert(k < s.count && s.transfer[k] != UINT32_MAX);
+        loads[c.u.launch.binding_count] = k;
+        b->buffer.v = p->first_slot + (uint32_t)(k % p->slots);
+        b->offset = 0;
+        if (!s.awaited[k]) {
+          s.awaited[k] = true;
+          emit_wait(p, s.transfer[k], false, FDY_STREAM_COMPUTE);
+        }
+      }
+      c.u.launch.binding_count++;
+    }
+    c.u.launch.signal.v = p->next_event++;
+    last = c.u.launch.signal.v;
+    emit(p, &c);
+    for (uint32_t b = 0; b < c.u.launch.binding_count; b++) {
+      if (p->resident[c.u.launch.bindings[b].weight.v]) {
+        continue;
+      }
+      size_t k = loads[b];
+      s.reader[k] = c.u.launch.signal.v;
+      if (s.last_pos[k] == j && k + p->slots < s.count) {
+        prefetch_load(p, &s, k + p->slots);
+      }
     }
   }
-  uint32_t slots = buffers < weight_ops ? buffers : weight_ops;
-  uint64_t slot_bytes = 0, needed = 0;
-  if (slots > FDY_PLAN_MAX_SLOTS) {
-    st = fdy_error_set(err, FDY_ERR_UNSUPPORTED,
-                       "%u slots are above the limit %u", slots,
-                       FDY_PLAN_MAX_SLOTS);
-    goto cleanup;
+  for (size_t i = 0; i < step->output_count; i++) {
+    last = emit_copy(p, FDY_CMD_COPY_OUTPUT, step->outputs[i].v);
   }
-  if (slots > 0) {
-    st = fdy_align_up(largest, alignment, &slot_bytes, err);
-    if (st == FDY_OK) {
-      st = fdy_mul_u64(slot_bytes, slots, &needed, err);
+  if (last >= 0) {
+    emit_wait(p, (uint32_t)last, true, FDY_STREAM_COMPUTE);
+  }
+  free(copied);
+  step_loads_free(&s);
+  return p->st;
+}
+
+static fdy_status create_plan(planner *p, uint64_t budget) {
+  uint32_t count = (p->resident_buffer != FDY_NO_BUFFER) + p->slots +
+                   (p->arena != FDY_NO_BUFFER) + (p->state != FDY_NO_BUFFER) +
+                   (p->io != FDY_NO_BUFFER);
+  fdy_plan_buffer *buffers = calloc(count + 1, sizeof(*buffers));
+  if (buffers == NULL) {
+    return oom(p->err);
+  }
+  if (p->resident_buffer != FDY_NO_BUFFER) {
+    buffers[p->resident_buffer] =
+        (fdy_plan_buffer){FDY_BUFFER_RESIDENT, p->resident_bytes};
+  }
+  for (uint32_t i = 0; i < p->slots; i++) {
+    buffers[p->first_slot + i] =
+        (fdy_plan_buffer){FDY_BUFFER_SLOT, p->slot_bytes};
+  }
+  if (p->arena != FDY_NO_BUFFER) {
+    buffers[p->arena] = (fdy_plan_buffer){FDY_BUFFER_ARENA, p->arena_bytes};
+  }
+  if (p->state != FDY_NO_BUFFER) {
+    buffers[p->state] = (fdy_plan_buffer){FDY_BUFFER_STATE, p->state_bytes};
+  }
+  if (p->io != FDY_NO_BUFFER) {
+    buffers[p->io] = (fdy_plan_buffer){FDY_BUFFER_IO, p->io_bytes};
+  }
+  fdy_status st = fdy_plan_create(p->graph, budget, 2, buffers, count,
+                                  FDY_PLAN_MAX_EVENTS, &p->plan, p->err);
+  free(buffers);
+  for (size_t t = 0; st == FDY_OK && t < p->tensor_count; t++) {
+    if (p->placements[t].buffer.v != FDY_NO_BUFFER) {
+      st = fdy_plan_place(p->plan, (fdy_tensor_id){(uint32_t)t},
+                          p->placements[t], p->err);
     }
-    if (st != FDY_OK) {
-      fdy_error_prefix(err, "sizing %u slots of %llu bytes", slots,
-                       (unsigned long long)largest);
-      goto cleanup;
-    }
   }
-  if (needed > budget_bytes) {
-    st = fdy_error_set(err, FDY_ERR_BUDGET,
-                       "%u slots of %llu bytes need %llu bytes, above the "
-                       "budget of %llu bytes",
-                       slots, (unsigned long long)slot_bytes,
-                       (unsigned long long)needed,
-                       (unsigned long long)budget_bytes);
-    if (err != NULL) {
-      err->expected = budget_bytes;
-      err->actual = needed;
-    }
-    goto cleanup;
+  return st;
+}
+
+static fdy_status emit_plan(planner *p) {
+  emit_setup(p);
+  for (size_t s = 0; p->st == FDY_OK && s < p->step_count; s++) {
+    p->st = emit_step(p, &p->steps[s]);
   }
-  uint32_t events = (uint32_t)(weight_ops + ops);
-  if (events > FDY_PLAN_MAX_EVENTS) {
-    st = fdy_error_set(err, FDY_ERR_UNSUPPORTED,
-                       "%u events are above the limit %u", events,
-                       FDY_PLAN_MAX_EVENTS);
-    goto cleanup;
+  if (p->st == FDY_OK) {
+    p->st = fdy_plan_begin_section(p->plan, "teardown", p->err);
   }
-  st = fdy_plan_create(graph, budget_bytes, 2, slots, events, &plan, err);
-  if (st != FDY_OK) {
-    goto cleanup;
+  emit_buffers(p, FDY_CMD_RELEASE);
+  p->plan->event_count = p->next_event;
+  return p->st;
+}
+
+fdy_status fdy_plan_build(const fdy_graph *graph, const fdy_plan_step *steps,
+                          size_t step_count, const fdy_planner_options *options,
+                          fdy_plan **out, fdy_error *err) {
+  if (out != NULL) {
+    *out = NULL;
   }
-  planner p = {.plan = plan, .st = FDY_OK, .err = err};
-  for (uint32_t s = 0; s < slots; s++) {
-    emit_allocate(&p, s, slot_bytes);
+  if (graph == NULL || options == NULL || out == NULL) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "the planner needs a graph, options and an output");
   }
-  for (uint32_t j = 0; j < slots; j++) {
-    pending[j] = emit_prefetch(&p, (uint32_t)weights[weighted[j]], j);
+  uint64_t alignment =
+      options->alignment ? options->alignment : FDY_TENSOR_ALIGNMENT;
+  if (options->buffers == 0 || !fdy_is_power_of_two(alignment) ||
+      alignment < FDY_TENSOR_ALIGNMENT) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "the planner needs at least 1 buffer (got %u) and an "
+                         "alignment that is a power of two of at least %d "
+                         "(got %llu)",
+                         options->buffers, FDY_TENSOR_ALIGNMENT,
+                         (unsigned long long)alignment);
   }
-  uint32_t j = 0; /* weighted ops launched so far */
-  uint32_t last = 0;
-  for (uint32_t i = 0; i < ops; i++) {
-    if (weights[i] < 0) {
-      last = emit_launch(&p, i, -1, 0);
-      continue;
-    }
-    uint32_t slot = j % slots;
-    emit_wait(&p, pending[j], false);
-    last = emit_launch(&p, i, weights[i], slot);
-    launch_ev[j] = last;
-    /* Refill: with one slot, the slot this op reads; with more, the slot
-     * the previous weighted op read, while this op is already queued. */
-    int64_t done_j = slots == 1 ? (int64_t)j : (int64_t)j - 1;
-    if (done_j >= 0 && (uint64_t)done_j + slots < weight_ops) {
-      uint32_t next = (uint32_t)done_j + slots;
-      emit_wait(&p, launch_ev[done_j], true);
-      pending[next] =
-          emit_prefetch(&p, (uint32_t)weights[weighted[next]], next % slots);
-    }
-    j++;
+  planner p = {.graph = graph,
+               .steps = steps,
+               .step_count = step_count,
+               .alignment = alignment,
+               .buffers_wanted = options->buffers,
+               .tensor_count = fdy_graph_tensor_count(graph),
+               .op_count = fdy_graph_op_count(graph),
+               .err = err};
+  fdy_status st = fdy_graph_validate(graph, err);
+  if (st == FDY_OK) {
+    p.tensors = calloc(p.tensor_count + 1, sizeof(fdy_tensor_info));
+    st = p.tensors ? FDY_OK : oom(err);
   }
-  if (ops > 0) {
-    emit_wait(&p, last, true);
+  for (size_t t = 0; st == FDY_OK && t < p.tensor_count; t++) {
+    st = fdy_graph_tensor(graph, (fdy_tensor_id){(uint32_t)t}, &p.tensors[t],
+                          err);
   }
-  for (uint32_t s = 0; s < slots; s++) {
-    emit_release(&p, s);
+  if (st == FDY_OK) {
+    st = check_steps(&p);
   }
-  st = p.st;
-  if (st != FDY_OK) {
-    goto cleanup;
+  if (st == FDY_OK) {
+    st = choose_residency(&p, options->weight_budget);
   }
-  *out = plan;
-  plan = NULL;
-cleanup:
-  fdy_plan_destroy(plan);
-  free(weights);
-  free(weighted);
-  free(launch_ev);
-  free(pending);
+  if (st == FDY_OK) {
+    st = place_tensors(&p);
+  }
+  if (st == FDY_OK) {
+    st = create_plan(&p, options->weight_budget);
+  }
+  if (st == FDY_OK) {
+    st = emit_plan(&p);
+  }
+  if (st == FDY_OK) {
+    *out = p.plan;
+    p.plan = NULL;
+  }
+  fdy_plan_destroy(p.plan);
+  free(p.tensors);
+  free(p.first_use);
+  free(p.resident);
+  free(p.resident_at);
+  free(p.placements);
   return st;
 }

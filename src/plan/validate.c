@@ -1,8 +1,15 @@
-/* Static plan validation: replays the commands against the execution model
- * documented in plan.h (FIFO streams, events, host and stream waits) with one
- * vector clock per stream, per signalled event and for the host, and reports
- * the first rule violation in command order. Nothing outside the validator's
- * own scratch memory is touched. */
+/* Static plan validation: replays setup, each step once and teardown
+ * against the execution model documented in plan.h (FIFO streams, events
+ * scoped to one run of a section, host and stream waits) with one vector
+ * clock per stream, per signalled event and for the host, and reports the
+ * first rule violation in command order.
+ *
+ * Memory is checked at byte granularity: every copy and launch of a run
+ * leaves an access record (buffer, byte range, read or write, tensor,
+ * event) so that a write is proven ordered after every earlier access of
+ * the bytes it overwrites, and a read proven to see the bytes its tensor's
+ * latest write left. Nothing outside the validator's own scratch memory is
+ * touched. */
 #include "plan_internal.h"
 
 #include <stdarg.h>
@@ -10,67 +17,80 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Per-slot state since its latest allocation. `pending` holds the events of
- * the transfers into it and of the launches that read it which the host has
- * not been proven to observe yet. */
-typedef struct slot_state {
+#define NONE UINT32_MAX
+
+/* One access of a run (or of setup, for resident contents). */
+typedef struct access {
+  uint64_t begin, end;
+  uint32_t event;  /* signal of the work; NONE once observed by the host */
+  uint32_t tensor; /* tensor (weight, activation, ...) the bytes belong to */
+  bool write;
+} access;
+
+typedef struct buffer_state {
   bool live;
   bool ever_allocated;
-  bool has_transfer;
-  uint64_t bytes;
-  uint32_t weight;         /* tensor of the latest transfer */
-  uint32_t transfer_event; /* event of the latest transfer */
-  uint32_t *pending;
-  size_t pending_count, pending_cap;
-} slot_state;
+  access *log; /* accesses in command order */
+  size_t log_count, log_cap;
+} buffer_state;
 
 typedef struct validator {
   const fdy_plan *plan;
   const fdy_graph *graph;
   uint32_t streams;
-  size_t tensor_count;
-  size_t op_count;
-  slot_state *slots;
+  size_t tensor_count, op_count;
+  buffer_state *buffers;
+  /* vector clocks, reset at every section */
   uint32_t *event_signal; /* event id -> signal index + 1, or 0 */
-  /* signal index -> stream, position on that stream (1-based), event id */
   uint32_t *signal_stream, *signal_seq, *signal_event;
   uint32_t *signal_clock; /* signal index -> clock (streams entries) */
   size_t signal_count;
   uint32_t *stream_clock; /* stream -> clock (streams entries) */
-  uint32_t *stream_seq;   /* signals issued on each stream */
+  uint32_t *stream_seq;
   bool *stream_used;
   uint32_t *host_clock;
-  uint32_t *issue_clock; /* scratch: clock of the work being issued */
-  int64_t *op_event;     /* op -> launch event, or -1 */
-  size_t next_op;
-  uint64_t live_bytes;
+  uint32_t *issue_clock;
+  /* per run */
+  uint32_t *tensor_write; /* tensor -> event of its latest write, or NONE */
+  bool *tensor_written;   /* tensor written in this run */
+  int64_t last_op;        /* last op launched in this run, or -1 */
+  bool *op_launched;      /* ever, for INCOMPLETE */
+  uint64_t live_weight_bytes;
+  uint64_t run_transfer_bytes;
+  const char *section; /* name of the section being replayed */
+  size_t section_index;
   fdy_plan_summary summary;
 } validator;
 
-__attribute__((format(printf, 6, 7))) static fdy_status
-fail(fdy_error *err, fdy_status kind, size_t index, int64_t id0, int64_t id1,
-     const char *fmt, ...) {
+__attribute__((format(printf, 7, 8))) static fdy_status
+fail(validator *v, fdy_error *err, fdy_status kind, size_t index, int64_t id0,
+     int64_t id1, const char *fmt, ...) {
   char text[FDY_ERROR_MESSAGE_MAX];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(text, sizeof(text), fmt, ap);
   va_end(ap);
-  fdy_error_set(err, kind, "command %zu: %s", index, text);
+  if (v->section != NULL) {
+    fdy_error_set(err, kind, "command %zu (%s): %s", index, v->section, text);
+  } else {
+    fdy_error_set(err, kind, "command %zu: %s", index, text);
+  }
   if (err != NULL) {
     err->command_index = (int64_t)index;
     err->ids[0] = id0;
     err->ids[1] = id1;
+    snprintf(err->name, sizeof(err->name), "%s",
+             v->section != NULL ? v->section : "");
   }
   return kind;
 }
 
-static fdy_status unknown_id(fdy_error *err, size_t index, const char *table,
-                             uint32_t id, uint32_t size) {
+static fdy_status unknown_id(validator *v, fdy_error *err, size_t index,
+                             const char *table, uint32_t id, uint32_t size) {
   fdy_status st =
-      fail(err, FDY_ERR_PLAN_UNKNOWN_ID, index, id, -1,
+      fail(v, err, FDY_ERR_PLAN_UNKNOWN_ID, index, id, -1,
            "%s %u is out of range (the plan has %u)", table, id, size);
   if (err != NULL) {
-    snprintf(err->name, sizeof(err->name), "%s", table);
     err->expected = size;
     err->actual = id;
   }
@@ -78,12 +98,12 @@ static fdy_status unknown_id(fdy_error *err, size_t index, const char *table,
 }
 
 static void validator_free(validator *v) {
-  if (v->slots != NULL) {
-    for (uint32_t i = 0; i < v->plan->slot_count; i++) {
-      free(v->slots[i].pending);
+  if (v->buffers != NULL) {
+    for (uint32_t i = 0; i < v->plan->buffer_count; i++) {
+      free(v->buffers[i].log);
     }
   }
-  free(v->slots);
+  free(v->buffers);
   free(v->event_signal);
   free(v->signal_stream);
   free(v->signal_seq);
@@ -94,7 +114,9 @@ static void validator_free(validator *v) {
   free(v->stream_used);
   free(v->host_clock);
   free(v->issue_clock);
-  free(v->op_event);
+  free(v->tensor_write);
+  free(v->tensor_written);
+  free(v->op_launched);
 }
 
 static fdy_status validator_init(validator *v, const fdy_plan *plan,
@@ -111,7 +133,7 @@ static fdy_status validator_init(validator *v, const fdy_plan *plan,
     return fdy_error_set(err, FDY_ERR_UNSUPPORTED,
                          "a plan of %zu commands is too large to validate", n);
   }
-  v->slots = calloc(plan->slot_count + 1, sizeof(*v->slots));
+  v->buffers = calloc(plan->buffer_count + 1, sizeof(*v->buffers));
   v->event_signal = calloc((size_t)plan->event_count + 1, sizeof(uint32_t));
   v->signal_stream = calloc(n + 1, sizeof(uint32_t));
   v->signal_seq = calloc(n + 1, sizeof(uint32_t));
@@ -122,20 +144,24 @@ static fdy_status validator_init(validator *v, const fdy_plan *plan,
   v->stream_used = calloc(s, sizeof(bool));
   v->host_clock = calloc(s, sizeof(uint32_t));
   v->issue_clock = calloc(s, sizeof(uint32_t));
-  v->op_event = malloc((v->op_count + 1) * sizeof(int64_t));
-  if (v->slots == NULL || v->event_signal == NULL || v->signal_stream == NULL ||
-      v->signal_seq == NULL || v->signal_event == NULL ||
-      v->signal_clock == NULL || v->stream_clock == NULL ||
-      v->stream_seq == NULL || v->stream_used == NULL ||
-      v->host_clock == NULL || v->issue_clock == NULL || v->op_event == NULL) {
+  v->tensor_write = calloc(v->tensor_count + 1, sizeof(uint32_t));
+  v->tensor_written = calloc(v->tensor_count + 1, sizeof(bool));
+  v->op_launched = calloc(v->op_count + 1, sizeof(bool));
+  if (v->buffers == NULL || v->event_signal == NULL ||
+      v->signal_stream == NULL || v->signal_seq == NULL ||
+      v->signal_event == NULL || v->signal_clock == NULL ||
+      v->stream_clock == NULL || v->stream_seq == NULL ||
+      v->stream_used == NULL || v->host_clock == NULL ||
+      v->issue_clock == NULL || v->tensor_write == NULL ||
+      v->tensor_written == NULL || v->op_launched == NULL) {
     return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
                          "out of memory validating a plan");
   }
-  for (size_t i = 0; i < v->op_count; i++) {
-    v->op_event[i] = -1;
-  }
   return FDY_OK;
 }
+
+/* ---- clocks
+ * ------------------------------------------------------------------ */
 
 static void clock_join(uint32_t *into, const uint32_t *from, uint32_t n) {
   for (uint32_t i = 0; i < n; i++) {
@@ -145,8 +171,12 @@ static void clock_join(uint32_t *into, const uint32_t *from, uint32_t n) {
   }
 }
 
-/* True when `clock` proves that event `event` (already signalled) completed. */
+/* True when `clock` proves that event `event` completed; NONE (an access
+ * the host observed in an earlier section) always is. */
 static bool covers(const validator *v, const uint32_t *clock, uint32_t event) {
+  if (event == NONE) {
+    return true;
+  }
   uint32_t sig = v->event_signal[event] - 1;
   return clock[v->signal_stream[sig]] >= v->signal_seq[sig];
 }
@@ -159,8 +189,7 @@ static void prepare_issue(validator *v, uint32_t stream) {
   clock_join(v->issue_clock, v->host_clock, v->streams);
 }
 
-/* Records work issued on `stream` that signals `event`: its clock is the
- * issue clock plus itself; later work on the stream is ordered after it. */
+/* Records work issued on `stream` that signals `event`. */
 static void issue_signal(validator *v, uint32_t stream, uint32_t event) {
   size_t sig = v->signal_count++;
   uint32_t *stream_clock = &v->stream_clock[(size_t)stream * v->streams];
@@ -176,179 +205,422 @@ static void issue_signal(validator *v, uint32_t stream, uint32_t event) {
   v->stream_used[stream] = true;
 }
 
-static fdy_status slot_add_pending(slot_state *slot, uint32_t event,
-                                   fdy_error *err) {
-  if (slot->pending_count == slot->pending_cap) {
-    size_t cap = slot->pending_cap == 0 ? 4 : slot->pending_cap * 2;
-    uint32_t *grown = realloc(slot->pending, cap * sizeof(uint32_t));
+/* Forgets every event and clock: a new section (one run) starts with all
+ * earlier work observed by the host. Only resident buffers keep their
+ * access logs (marked observed): what setup uploaded stays valid, while a
+ * run may rely on nothing an earlier run left in slots, the arena or io. */
+static void start_section(validator *v) {
+  for (size_t sig = 0; sig < v->signal_count; sig++) {
+    v->event_signal[v->signal_event[sig]] = 0;
+  }
+  v->signal_count = 0;
+  memset(v->stream_clock, 0,
+         (size_t)v->streams * v->streams * sizeof(uint32_t));
+  memset(v->stream_seq, 0, v->streams * sizeof(uint32_t));
+  memset(v->host_clock, 0, v->streams * sizeof(uint32_t));
+  for (uint32_t b = 0; b < v->plan->buffer_count; b++) {
+    buffer_state *buf = &v->buffers[b];
+    if (v->plan->buffers[b].cls != FDY_BUFFER_RESIDENT) {
+      buf->log_count = 0;
+    }
+    for (size_t i = 0; i < buf->log_count; i++) {
+      buf->log[i].event = NONE;
+    }
+  }
+  for (size_t t = 0; t < v->tensor_count; t++) {
+    v->tensor_write[t] = NONE;
+    v->tensor_written[t] = false;
+  }
+  v->last_op = -1;
+  v->run_transfer_bytes = 0;
+}
+
+/* ---- byte accesses
+ * ----------------------------------------------------------- */
+
+static fdy_status log_access(validator *v, uint32_t buffer, access a,
+                             fdy_error *err) {
+  buffer_state *buf = &v->buffers[buffer];
+  if (buf->log_count == buf->log_cap) {
+    size_t cap = buf->log_cap == 0 ? 16 : buf->log_cap * 2;
+    access *grown = realloc(buf->log, cap * sizeof(access));
     if (grown == NULL) {
       return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
                            "out of memory validating a plan");
     }
-    slot->pending = grown;
-    slot->pending_cap = cap;
+    buf->log = grown;
+    buf->log_cap = cap;
   }
-  slot->pending[slot->pending_count++] = event;
+  buf->log[buf->log_count++] = a;
   return FDY_OK;
 }
 
-/* Drops the pending events the host observed; returns the first one it did
- * not observe, or -1 when the slot is idle. */
-static int64_t slot_busy_event(const validator *v, slot_state *slot) {
-  size_t kept = 0;
-  for (size_t i = 0; i < slot->pending_count; i++) {
-    if (!covers(v, v->host_clock, slot->pending[i])) {
-      slot->pending[kept++] = slot->pending[i];
-    }
-  }
-  slot->pending_count = kept;
-  return kept == 0 ? -1 : (int64_t)slot->pending[0];
+static bool overlaps(const access *a, uint64_t begin, uint64_t end) {
+  return a->begin < end && begin < a->end;
 }
 
-static fdy_status check_new_event(const validator *v, size_t index,
-                                  uint32_t event, fdy_error *err) {
+/* The first earlier access of [begin, end) not ordered before the work
+ * being issued (issue_clock), or NULL. */
+static const access *unordered_access(const validator *v, uint32_t buffer,
+                                      uint64_t begin, uint64_t end) {
+  const buffer_state *buf = &v->buffers[buffer];
+  for (size_t i = 0; i < buf->log_count; i++) {
+    const access *a = &buf->log[i];
+    if (overlaps(a, begin, end) && !covers(v, v->issue_clock, a->event)) {
+      return a;
+    }
+  }
+  return NULL;
+}
+
+/* The latest write of [begin, end) by a tensor other than `tensor` after
+ * that tensor's own latest write there, or NULL. */
+static const access *clobbering_write(const validator *v, uint32_t buffer,
+                                      uint64_t begin, uint64_t end,
+                                      uint32_t tensor) {
+  const buffer_state *buf = &v->buffers[buffer];
+  for (size_t i = buf->log_count; i-- > 0;) {
+    const access *a = &buf->log[i];
+    if (!a->write || !overlaps(a, begin, end)) {
+      continue;
+    }
+    return a->tensor == tensor ? NULL : a;
+  }
+  return NULL;
+}
+
+static fdy_status check_new_event(validator *v, fdy_error *err, size_t index,
+                                  uint32_t event) {
   if (v->event_signal[event] != 0) {
-    return fail(err, FDY_ERR_PLAN_EVENT_REUSED, index, event, -1,
+    return fail(v, err, FDY_ERR_PLAN_EVENT_REUSED, index, event, -1,
                 "event %u is signalled a second time", event);
   }
   return FDY_OK;
 }
 
+static fdy_status check_stream_event(validator *v, fdy_error *err, size_t index,
+                                     uint32_t stream, uint32_t event) {
+  if (stream >= v->streams) {
+    return unknown_id(v, err, index, "stream", stream, v->streams);
+  }
+  if (event >= v->plan->event_count) {
+    return unknown_id(v, err, index, "event", event, v->plan->event_count);
+  }
+  return FDY_OK;
+}
+
+/* ---- commands
+ * ---------------------------------------------------------------- */
+
+static bool is_setup(const validator *v) {
+  return v->section_index == 0;
+}
+
+static bool is_teardown(const validator *v) {
+  return v->section_index + 1 == v->plan->section_count &&
+         v->plan->section_count > 1;
+}
+
+static bool is_step(const validator *v) {
+  return !is_setup(v) && !is_teardown(v);
+}
+
+static fdy_status misplaced_command(validator *v, fdy_error *err, size_t index,
+                                    const fdy_command *c) {
+  return fail(v, err, FDY_ERR_PLAN_SECTION_COMMAND, index, -1, -1,
+              "a %s command may not appear in section '%s'",
+              fdy_command_kind_name(c->kind), v->section);
+}
+
+static uint64_t weight_bytes_of(const fdy_plan_buffer *b) {
+  return b->cls == FDY_BUFFER_RESIDENT || b->cls == FDY_BUFFER_SLOT ? b->bytes
+                                                                    : 0;
+}
+
 static fdy_status do_allocate(validator *v, size_t index, const fdy_command *c,
                               fdy_error *err) {
-  uint32_t id = c->u.allocate.slot.v;
-  if (id >= v->plan->slot_count) {
-    return unknown_id(err, index, "slot", id, v->plan->slot_count);
+  uint32_t id = c->u.allocate.buffer.v;
+  if (!is_setup(v)) {
+    return misplaced_command(v, err, index, c);
   }
-  slot_state *slot = &v->slots[id];
-  if (slot->live) {
-    return fail(err, FDY_ERR_PLAN_DOUBLE_ALLOCATION, index, id, -1,
-                "slot %u is allocated while it is live", id);
+  if (id >= v->plan->buffer_count) {
+    return unknown_id(v, err, index, "buffer", id, v->plan->buffer_count);
   }
-  if (c->u.allocate.bytes == 0) {
-    return fail(err, FDY_ERR_PLAN_ZERO_ALLOCATION, index, id, -1,
-                "slot %u is allocated with 0 bytes", id);
+  buffer_state *buf = &v->buffers[id];
+  const fdy_plan_buffer *pb = &v->plan->buffers[id];
+  if (buf->live) {
+    return fail(v, err, FDY_ERR_PLAN_DOUBLE_ALLOCATION, index, id, -1,
+                "buffer %u is allocated while it is live", id);
   }
   uint64_t live;
   bool wrapped =
-      __builtin_add_overflow(v->live_bytes, c->u.allocate.bytes, &live);
+      __builtin_add_overflow(v->live_weight_bytes, weight_bytes_of(pb), &live);
   if (wrapped || live > v->plan->budget_bytes) {
     uint64_t shown = wrapped ? UINT64_MAX : live;
-    fdy_status st = fail(
-        err, FDY_ERR_PLAN_BUDGET_EXCEEDED, index, id, -1,
-        "allocating %llu bytes for slot %u brings live slot bytes to %s%llu, "
-        "above the budget of %llu",
-        (unsigned long long)c->u.allocate.bytes, id,
-        wrapped ? "more than " : "", (unsigned long long)shown,
-        (unsigned long long)v->plan->budget_bytes);
+    fdy_status st =
+        fail(v, err, FDY_ERR_PLAN_BUDGET_EXCEEDED, index, id, -1,
+             "allocating %llu bytes for %s buffer %u brings live weight bytes "
+             "to %s%llu, above the budget of %llu",
+             (unsigned long long)pb->bytes, fdy_buffer_class_name(pb->cls), id,
+             wrapped ? "more than " : "", (unsigned long long)shown,
+             (unsigned long long)v->plan->budget_bytes);
     if (err != NULL) {
       err->expected = v->plan->budget_bytes;
       err->actual = shown;
     }
     return st;
   }
-  v->live_bytes = live;
-  if (live > v->summary.peak_bytes) {
-    v->summary.peak_bytes = live;
+  v->live_weight_bytes = live;
+  if (live > v->summary.peak_weight_bytes) {
+    v->summary.peak_weight_bytes = live;
   }
-  if (!slot->ever_allocated) {
-    v->summary.slots++;
+  if (!buf->ever_allocated) {
+    v->summary.buffers++;
+    if (__builtin_add_overflow(v->summary.class_bytes[pb->cls], pb->bytes,
+                               &v->summary.class_bytes[pb->cls])) {
+      return fail(v, err, FDY_ERR_OVERFLOW, index, id, -1,
+                  "the %s buffers' bytes overflow 64 bits",
+                  fdy_buffer_class_name(pb->cls));
+    }
   }
-  slot->live = true;
-  slot->ever_allocated = true;
-  slot->bytes = c->u.allocate.bytes;
-  slot->has_transfer = false;
-  slot->pending_count = 0;
+  buf->live = true;
+  buf->ever_allocated = true;
+  buf->log_count = 0;
   return FDY_OK;
+}
+
+static fdy_status tensor_of(validator *v, uint32_t id, fdy_tensor_info *out,
+                            fdy_error *err) {
+  return fdy_graph_tensor(v->graph, (fdy_tensor_id){id}, out, err);
 }
 
 static fdy_status do_prefetch(validator *v, size_t index, const fdy_command *c,
                               fdy_error *err) {
   uint32_t weight = c->u.prefetch.weight.v;
-  uint32_t id = c->u.prefetch.slot.v;
+  uint32_t id = c->u.prefetch.buffer.v;
   uint32_t stream = c->u.prefetch.stream.v;
   uint32_t event = c->u.prefetch.signal.v;
+  if (is_teardown(v)) {
+    return misplaced_command(v, err, index, c);
+  }
   if (weight >= v->tensor_count) {
-    return unknown_id(err, index, "tensor", weight, (uint32_t)v->tensor_count);
+    return unknown_id(v, err, index, "tensor", weight,
+                      (uint32_t)v->tensor_count);
   }
-  if (id >= v->plan->slot_count) {
-    return unknown_id(err, index, "slot", id, v->plan->slot_count);
+  if (id >= v->plan->buffer_count) {
+    return unknown_id(v, err, index, "buffer", id, v->plan->buffer_count);
   }
-  if (stream >= v->streams) {
-    return unknown_id(err, index, "stream", stream, v->streams);
-  }
-  if (event >= v->plan->event_count) {
-    return unknown_id(err, index, "event", event, v->plan->event_count);
+  fdy_status st = check_stream_event(v, err, index, stream, event);
+  if (st != FDY_OK) {
+    return st;
   }
   fdy_tensor_info info;
-  fdy_status st =
-      fdy_graph_tensor(v->graph, (fdy_tensor_id){weight}, &info, err);
+  st = tensor_of(v, weight, &info, err);
   if (st != FDY_OK) {
     return st;
   }
   if (info.role != FDY_TENSOR_WEIGHT) {
-    st = fail(err, FDY_ERR_PLAN_NOT_A_WEIGHT, index, weight, -1,
+    st = fail(v, err, FDY_ERR_PLAN_NOT_A_WEIGHT, index, weight, -1,
               "tensor %u ('%s') is prefetched but is not a weight", weight,
               info.name);
-    if (err != NULL) {
-      snprintf(err->name, sizeof(err->name), "%s", info.name);
-    }
     return st;
   }
-  slot_state *slot = &v->slots[id];
-  if (!slot->live) {
-    return fail(err, FDY_ERR_PLAN_SLOT_NOT_ALLOCATED, index, id, -1,
-                "prefetch into slot %u, which is not allocated", id);
+  fdy_buffer_class cls = v->plan->buffers[id].cls;
+  if ((is_setup(v) && cls != FDY_BUFFER_RESIDENT) ||
+      (is_step(v) && cls != FDY_BUFFER_SLOT)) {
+    return fail(v, err, FDY_ERR_PLAN_SECTION_COMMAND, index, id, weight,
+                "a prefetch in section '%s' goes into a %s buffer (%u): setup "
+                "fills resident buffers, steps fill slots",
+                v->section, fdy_buffer_class_name(cls), id);
   }
-  if (info.bytes > slot->bytes) {
-    st = fail(err, FDY_ERR_PLAN_SLOT_TOO_SMALL, index, id, weight,
-              "weight '%s' (%llu bytes) does not fit slot %u (%llu bytes)",
-              info.name, (unsigned long long)info.bytes, id,
-              (unsigned long long)slot->bytes);
+  buffer_state *buf = &v->buffers[id];
+  if (!buf->live) {
+    return fail(v, err, FDY_ERR_PLAN_SLOT_NOT_ALLOCATED, index, id, -1,
+                "prefetch into buffer %u, which is not allocated", id);
+  }
+  uint64_t offset = c->u.prefetch.offset, end;
+  uint64_t capacity = v->plan->buffers[id].bytes;
+  if (offset % FDY_TENSOR_ALIGNMENT != 0 ||
+      __builtin_add_overflow(offset, info.bytes, &end) || end > capacity) {
+    st = fail(v, err, FDY_ERR_PLAN_SLOT_TOO_SMALL, index, id, weight,
+              "weight '%s' (%llu bytes) at offset %llu does not fit buffer %u "
+              "(%llu bytes) at an aligned offset",
+              info.name, (unsigned long long)info.bytes,
+              (unsigned long long)offset, id, (unsigned long long)capacity);
     if (err != NULL) {
-      snprintf(err->name, sizeof(err->name), "%s", info.name);
-      err->expected = slot->bytes;
-      err->actual = info.bytes;
+      err->expected = capacity;
+      err->actual =
+          offset > UINT64_MAX - info.bytes ? UINT64_MAX : offset + info.bytes;
     }
-    return st;
-  }
-  int64_t busy = slot_busy_event(v, slot);
-  if (busy >= 0) {
-    return fail(err, FDY_ERR_PLAN_SLOT_BUSY, index, id, busy,
-                "slot %u is overwritten before the host observed event %lld "
-                "of earlier work on it",
-                id, (long long)busy);
-  }
-  st = check_new_event(v, index, event, err);
-  if (st != FDY_OK) {
     return st;
   }
   prepare_issue(v, stream);
-  issue_signal(v, stream, event);
-  slot->has_transfer = true;
-  slot->weight = weight;
-  slot->transfer_event = event;
-  if (__builtin_add_overflow(v->summary.transfer_bytes, info.bytes,
-                             &v->summary.transfer_bytes)) {
-    return fail(err, FDY_ERR_OVERFLOW, index, weight, -1,
-                "total transfer bytes overflow 64 bits");
+  const access *busy = unordered_access(v, id, offset, end);
+  if (busy != NULL) {
+    return fail(v, err, FDY_ERR_PLAN_SLOT_BUSY, index, id, busy->event,
+                "buffer %u is overwritten on stream %u before event %u of "
+                "earlier work on the same bytes is ordered before it",
+                id, stream, busy->event);
   }
-  return slot_add_pending(slot, event, err);
+  st = check_new_event(v, err, index, event);
+  if (st != FDY_OK) {
+    return st;
+  }
+  issue_signal(v, stream, event);
+  uint64_t *counter =
+      is_setup(v) ? &v->summary.setup_transfer_bytes : &v->run_transfer_bytes;
+  if (__builtin_add_overflow(*counter, info.bytes, counter)) {
+    return fail(v, err, FDY_ERR_OVERFLOW, index, weight, -1,
+                "transfer bytes overflow 64 bits");
+  }
+  return log_access(v, id, (access){offset, end, event, weight, true}, err);
+}
+
+/* Where a tensor with a placement lives: buffer id and byte range. */
+static fdy_status placed_range(validator *v, fdy_error *err, size_t index,
+                               uint32_t tensor, const fdy_tensor_info *info,
+                               uint32_t *buffer, uint64_t *begin,
+                               uint64_t *end) {
+  fdy_placement p = v->plan->placements[tensor];
+  *buffer = p.buffer.v;
+  *begin = p.offset;
+  *end = p.offset + info->bytes; /* checked by check_placements */
+  if (!v->buffers[p.buffer.v].live) {
+    return fail(v, err, FDY_ERR_PLAN_SLOT_NOT_ALLOCATED, index, p.buffer.v,
+                tensor,
+                "tensor '%s' lives in buffer %u, which is not allocated",
+                info->name, p.buffer.v);
+  }
+  return FDY_OK;
+}
+
+/* A read of a placed tensor: its latest write in this run (required for
+ * activations and inputs) ordered before, and its bytes not overwritten
+ * since by another tensor. */
+static fdy_status check_placed_read(validator *v, fdy_error *err, size_t index,
+                                    uint32_t tensor,
+                                    const fdy_tensor_info *info,
+                                    uint32_t *buffer, uint64_t *begin,
+                                    uint64_t *end) {
+  fdy_status st = placed_range(v, err, index, tensor, info, buffer, begin, end);
+  if (st != FDY_OK) {
+    return st;
+  }
+  bool must_be_written = info->role != FDY_TENSOR_STATE;
+  if ((must_be_written && !v->tensor_written[tensor]) ||
+      (v->tensor_written[tensor] &&
+       !covers(v, v->issue_clock, v->tensor_write[tensor]))) {
+    st = fail(v, err, FDY_ERR_PLAN_PRODUCER_NOT_AWAITED, index, tensor,
+              info->producer,
+              "'%s' is read before its %s in this run is ordered before the "
+              "read",
+              info->name,
+              info->role == FDY_TENSOR_INPUT ? "copy_input" : "producer");
+    return st;
+  }
+  const access *clobber = clobbering_write(v, *buffer, *begin, *end, tensor);
+  if (clobber != NULL) {
+    st = fail(v, err, FDY_ERR_PLAN_PLACEMENT_HAZARD, index, tensor,
+              clobber->tensor,
+              "'%s' is read after tensor %u overwrote its bytes in buffer %u",
+              info->name, clobber->tensor, *buffer);
+    return st;
+  }
+  return FDY_OK;
+}
+
+/* A write of a placed tensor: every earlier access of its bytes ordered
+ * before the writer. */
+static fdy_status check_placed_write(validator *v, fdy_error *err, size_t index,
+                                     uint32_t tensor,
+                                     const fdy_tensor_info *info,
+                                     uint32_t *buffer, uint64_t *begin,
+                                     uint64_t *end) {
+  fdy_status st = placed_range(v, err, index, tensor, info, buffer, begin, end);
+  if (st != FDY_OK) {
+    return st;
+  }
+  const access *busy = unordered_access(v, *buffer, *begin, *end);
+  if (busy != NULL) {
+    st =
+        fail(v, err, FDY_ERR_PLAN_PLACEMENT_HAZARD, index, tensor, busy->tensor,
+             "'%s' is written while an access of tensor %u to the same "
+             "bytes (event %u) is not ordered before it",
+             info->name, busy->tensor, busy->event);
+    return st;
+  }
+  return FDY_OK;
+}
+
+static fdy_status do_copy(validator *v, size_t index, const fdy_command *c,
+                          fdy_error *err) {
+  bool input = c->kind == FDY_CMD_COPY_INPUT;
+  uint32_t tensor = c->u.copy.tensor.v;
+  uint32_t stream = c->u.copy.stream.v;
+  uint32_t event = c->u.copy.signal.v;
+  if (!is_step(v)) {
+    return misplaced_command(v, err, index, c);
+  }
+  if (tensor >= v->tensor_count) {
+    return unknown_id(v, err, index, "tensor", tensor,
+                      (uint32_t)v->tensor_count);
+  }
+  fdy_status st = check_stream_event(v, err, index, stream, event);
+  if (st != FDY_OK) {
+    return st;
+  }
+  fdy_tensor_info info;
+  st = tensor_of(v, tensor, &info, err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  bool allowed = input ? info.role == FDY_TENSOR_INPUT
+                       : v->plan->placements[tensor].buffer.v != FDY_NO_BUFFER;
+  if (!allowed) {
+    st = fail(v, err, FDY_ERR_PLAN_PLACEMENT, index, tensor, -1,
+              "%s of '%s', a %s: copy_input takes inputs, copy_output "
+              "placed tensors",
+              fdy_command_kind_name(c->kind), info.name,
+              fdy_tensor_role_name(info.role));
+    return st;
+  }
+  prepare_issue(v, stream);
+  uint32_t buffer;
+  uint64_t begin, end;
+  st = input ? check_placed_write(v, err, index, tensor, &info, &buffer, &begin,
+                                  &end)
+             : check_placed_read(v, err, index, tensor, &info, &buffer, &begin,
+                                 &end);
+  if (st != FDY_OK) {
+    return st;
+  }
+  st = check_new_event(v, err, index, event);
+  if (st != FDY_OK) {
+    return st;
+  }
+  issue_signal(v, stream, event);
+  if (input) {
+    v->tensor_written[tensor] = true;
+    v->tensor_write[tensor] = event;
+  }
+  return log_access(v, buffer, (access){begin, end, event, tensor, input}, err);
 }
 
 static fdy_status do_wait(validator *v, size_t index, const fdy_command *c,
                           fdy_error *err) {
   uint32_t event = c->u.wait.event.v;
   if (event >= v->plan->event_count) {
-    return unknown_id(err, index, "event", event, v->plan->event_count);
+    return unknown_id(v, err, index, "event", event, v->plan->event_count);
   }
   if (!c->u.wait.host && c->u.wait.stream.v >= v->streams) {
-    return unknown_id(err, index, "stream", c->u.wait.stream.v, v->streams);
+    return unknown_id(v, err, index, "stream", c->u.wait.stream.v, v->streams);
   }
   uint32_t signalled = v->event_signal[event];
   if (signalled == 0) {
-    return fail(err, FDY_ERR_PLAN_EVENT_NOT_SIGNALLED, index, event, -1,
-                "wait on event %u, which no earlier command signals", event);
+    return fail(v, err, FDY_ERR_PLAN_EVENT_NOT_SIGNALLED, index, event, -1,
+                "wait on event %u, which no earlier command of this section "
+                "signals",
+                event);
   }
   const uint32_t *clock =
       &v->signal_clock[(size_t)(signalled - 1) * v->streams];
@@ -363,20 +635,10 @@ static fdy_status do_wait(validator *v, size_t index, const fdy_command *c,
   return FDY_OK;
 }
 
-/* True when the op reads `weight` (as one of its reads). */
-static bool op_reads(const fdy_op_info *op, uint32_t tensor) {
-  for (size_t i = 0; i < op->read_count; i++) {
-    if (op->reads[i].v == tensor) {
-      return true;
-    }
-  }
-  return false;
-}
-
-static fdy_status binding_mismatch(fdy_error *err, size_t index, uint32_t op,
-                                   uint32_t weight, uint64_t want, uint64_t got,
-                                   const char *what) {
-  fdy_status st = fail(err, FDY_ERR_PLAN_BINDING_MISMATCH, index, op, weight,
+static fdy_status binding_mismatch(validator *v, fdy_error *err, size_t index,
+                                   uint32_t op, uint32_t weight, uint64_t want,
+                                   uint64_t got, const char *what) {
+  fdy_status st = fail(v, err, FDY_ERR_PLAN_BINDING_MISMATCH, index, op, weight,
                        "launch of op %u: weight %u %s", op, weight, what);
   if (err != NULL) {
     err->expected = want;
@@ -385,86 +647,113 @@ static fdy_status binding_mismatch(fdy_error *err, size_t index, uint32_t op,
   return st;
 }
 
+/* The weight an operand reads (itself or the weight it views), or NONE. */
+static uint32_t weight_of_operand(const fdy_tensor_info *info, uint32_t id) {
+  if (info->role == FDY_TENSOR_WEIGHT) {
+    return id;
+  }
+  if (info->role == FDY_TENSOR_WEIGHT_VIEW) {
+    return (uint32_t)info->weight;
+  }
+  return NONE;
+}
+
+/* Bindings are exactly the weights the op reads, each once, each where the
+ * latest transfer of that weight into the buffer put it, ordered before. */
 static fdy_status check_bindings(validator *v, size_t index,
                                  const fdy_command *c, const fdy_op_info *op,
                                  fdy_error *err) {
   uint32_t op_id = c->u.launch.op.v;
   uint32_t count = c->u.launch.binding_count;
   const fdy_binding *b = c->u.launch.bindings;
-  uint64_t weights = 0;
+  uint32_t needed[FDY_OP_MAX_INPUTS];
+  uint32_t needed_count = 0;
   for (size_t i = 0; i < op->read_count; i++) {
     fdy_tensor_info info;
-    fdy_status st = fdy_graph_tensor(v->graph, op->reads[i], &info, err);
+    fdy_status st = tensor_of(v, op->reads[i].v, &info, err);
     if (st != FDY_OK) {
       return st;
     }
-    bool seen = false;
-    for (size_t j = 0; j < i; j++) {
-      seen = seen || op->reads[j].v == op->reads[i].v;
+    uint32_t w = weight_of_operand(&info, op->reads[i].v);
+    bool seen = w == NONE;
+    for (uint32_t j = 0; j < needed_count && !seen; j++) {
+      seen = needed[j] == w;
     }
-    if (info.role == FDY_TENSOR_WEIGHT && !seen) {
-      weights++;
+    if (!seen) {
+      needed[needed_count++] = w;
     }
   }
   for (uint32_t i = 0; i < count; i++) {
-    fdy_tensor_info info;
-    fdy_status st = fdy_graph_tensor(v->graph, b[i].weight, &info, err);
-    if (st != FDY_OK) {
-      return st;
+    bool wanted = false;
+    for (uint32_t j = 0; j < needed_count; j++) {
+      wanted = wanted || needed[j] == b[i].weight.v;
     }
-    if (info.role != FDY_TENSOR_WEIGHT) {
-      st = fail(err, FDY_ERR_PLAN_NOT_A_WEIGHT, index, b[i].weight.v, op_id,
-                "launch of op %u binds tensor %u ('%s'), which is not a "
-                "weight",
-                op_id, b[i].weight.v, info.name);
-      if (err != NULL) {
-        snprintf(err->name, sizeof(err->name), "%s", info.name);
-      }
-      return st;
-    }
-    if (!op_reads(op, b[i].weight.v)) {
-      return binding_mismatch(err, index, op_id, b[i].weight.v, weights, count,
-                              "is bound but the op does not read it");
+    if (!wanted) {
+      return binding_mismatch(v, err, index, op_id, b[i].weight.v, needed_count,
+                              count, "is bound but the op does not read it");
     }
     for (uint32_t j = 0; j < i; j++) {
       if (b[j].weight.v == b[i].weight.v) {
-        return binding_mismatch(err, index, op_id, b[i].weight.v, weights,
-                                count, "is bound more than once");
+        return binding_mismatch(v, err, index, op_id, b[i].weight.v,
+                                needed_count, count, "is bound more than once");
       }
     }
   }
-  if (count != weights) {
-    for (size_t i = 0; i < op->read_count; i++) {
-      bool bound = false;
-      for (uint32_t j = 0; j < count; j++) {
-        bound = bound || b[j].weight.v == op->reads[i].v;
-      }
-      fdy_tensor_info info;
-      fdy_status st = fdy_graph_tensor(v->graph, op->reads[i], &info, err);
-      if (st != FDY_OK) {
-        return st;
-      }
-      if (!bound && info.role == FDY_TENSOR_WEIGHT) {
-        return binding_mismatch(err, index, op_id, op->reads[i].v, weights,
-                                count, "is read by the op but not bound");
-      }
+  for (uint32_t j = 0; j < needed_count; j++) {
+    bool bound = false;
+    for (uint32_t i = 0; i < count; i++) {
+      bound = bound || b[i].weight.v == needed[j];
+    }
+    if (!bound) {
+      return binding_mismatch(v, err, index, op_id, needed[j], needed_count,
+                              count, "is read by the op but not bound");
     }
   }
   for (uint32_t i = 0; i < count; i++) {
-    slot_state *slot = &v->slots[b[i].slot.v];
-    if (!slot->live) {
-      return fail(err, FDY_ERR_PLAN_SLOT_NOT_ALLOCATED, index, b[i].slot.v,
+    buffer_state *buf = &v->buffers[b[i].buffer.v];
+    if (!buf->live) {
+      return fail(v, err, FDY_ERR_PLAN_SLOT_NOT_ALLOCATED, index, b[i].buffer.v,
                   b[i].weight.v,
-                  "launch of op %u binds slot %u, which is not allocated",
-                  op_id, b[i].slot.v);
+                  "launch of op %u binds buffer %u, which is not allocated",
+                  op_id, b[i].buffer.v);
     }
-    if (!slot->has_transfer || slot->weight != b[i].weight.v) {
-      return binding_mismatch(err, index, op_id, b[i].weight.v, weights, count,
-                              "is bound to a slot whose latest transfer was "
-                              "of another weight (or none)");
+    fdy_tensor_info info;
+    fdy_status st = tensor_of(v, b[i].weight.v, &info, err);
+    if (st != FDY_OK) {
+      return st;
+    }
+    uint64_t begin = b[i].offset;
+    uint64_t end = begin + info.bytes;
+    const access *latest = NULL;
+    if (end >= begin) {
+      for (size_t k = buf->log_count; k-- > 0 && latest == NULL;) {
+        const access *a = &buf->log[k];
+        if (a->write && overlaps(a, begin, end)) {
+          latest = a;
+        }
+      }
+    }
+    if (latest == NULL || latest->tensor != b[i].weight.v ||
+        latest->begin != begin || latest->end != end) {
+      return binding_mismatch(v, err, index, op_id, b[i].weight.v,
+                              latest ? latest->begin : 0, begin,
+                              "is bound where the latest transfer put another "
+                              "weight, another offset, or nothing");
+    }
+    if (!covers(v, v->issue_clock, latest->event)) {
+      return fail(v, err, FDY_ERR_PLAN_TRANSFER_NOT_AWAITED, index,
+                  b[i].buffer.v, latest->event,
+                  "launch of op %u is not ordered after transfer event %u "
+                  "into buffer %u",
+                  op_id, latest->event, b[i].buffer.v);
     }
   }
   return FDY_OK;
+}
+
+/* True when the op's kind updates input `i` in place. */
+static bool mutates_input(fdy_op_kind kind, size_t i) {
+  return kind == FDY_OP_ATTENTION && (i == 4 || i == 5);
 }
 
 static fdy_status do_launch(validator *v, size_t index, const fdy_command *c,
@@ -472,152 +761,367 @@ static fdy_status do_launch(validator *v, size_t index, const fdy_command *c,
   uint32_t op_id = c->u.launch.op.v;
   uint32_t stream = c->u.launch.stream.v;
   uint32_t event = c->u.launch.signal.v;
+  if (!is_step(v)) {
+    return misplaced_command(v, err, index, c);
+  }
   if (op_id >= v->op_count) {
-    return unknown_id(err, index, "op", op_id, (uint32_t)v->op_count);
+    return unknown_id(v, err, index, "op", op_id, (uint32_t)v->op_count);
   }
-  if (stream >= v->streams) {
-    return unknown_id(err, index, "stream", stream, v->streams);
-  }
-  if (event >= v->plan->event_count) {
-    return unknown_id(err, index, "event", event, v->plan->event_count);
+  fdy_status st = check_stream_event(v, err, index, stream, event);
+  if (st != FDY_OK) {
+    return st;
   }
   if (c->u.launch.binding_count > FDY_MAX_BINDINGS) {
-    return fail(err, FDY_ERR_PLAN_BINDING_MISMATCH, index, op_id, -1,
+    return fail(v, err, FDY_ERR_PLAN_BINDING_MISMATCH, index, op_id, -1,
                 "launch has %u bindings, above the limit %d",
                 c->u.launch.binding_count, FDY_MAX_BINDINGS);
   }
   for (uint32_t i = 0; i < c->u.launch.binding_count; i++) {
     const fdy_binding *b = &c->u.launch.bindings[i];
     if (b->weight.v >= v->tensor_count) {
-      return unknown_id(err, index, "tensor", b->weight.v,
+      return unknown_id(v, err, index, "tensor", b->weight.v,
                         (uint32_t)v->tensor_count);
     }
-    if (b->slot.v >= v->plan->slot_count) {
-      return unknown_id(err, index, "slot", b->slot.v, v->plan->slot_count);
+    if (b->buffer.v >= v->plan->buffer_count) {
+      return unknown_id(v, err, index, "buffer", b->buffer.v,
+                        v->plan->buffer_count);
     }
   }
-  if (op_id != v->next_op) {
-    fdy_status st;
-    if (v->next_op < v->op_count) {
-      st = fail(err, FDY_ERR_PLAN_OP_ORDER, index, op_id, (int64_t)v->next_op,
-                "op %u is launched where op %zu is next in graph order", op_id,
-                v->next_op);
-    } else {
-      st = fail(err, FDY_ERR_PLAN_OP_ORDER, index, op_id, -1,
-                "op %u is launched after every op was launched", op_id);
-    }
-    return st;
+  if ((int64_t)op_id <= v->last_op) {
+    return fail(v, err, FDY_ERR_PLAN_OP_ORDER, index, op_id, v->last_op,
+                "op %u is launched after op %lld in this run: ops run in "
+                "increasing graph order, each once",
+                op_id, (long long)v->last_op);
   }
   fdy_op_info op;
-  fdy_status st = fdy_graph_op(v->graph, c->u.launch.op, &op, err);
-  if (st != FDY_OK) {
-    return st;
-  }
-  st = check_bindings(v, index, c, &op, err);
+  st = fdy_graph_op(v->graph, c->u.launch.op, &op, err);
   if (st != FDY_OK) {
     return st;
   }
   prepare_issue(v, stream);
+  st = check_bindings(v, index, c, &op, err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  access reads[FDY_OP_MAX_INPUTS + FDY_MAX_BINDINGS];
+  uint32_t read_buffers[FDY_OP_MAX_INPUTS + FDY_MAX_BINDINGS];
+  size_t read_count = 0;
   for (uint32_t i = 0; i < c->u.launch.binding_count; i++) {
     const fdy_binding *b = &c->u.launch.bindings[i];
-    uint32_t transfer = v->slots[b->slot.v].transfer_event;
-    if (!covers(v, v->issue_clock, transfer)) {
-      return fail(err, FDY_ERR_PLAN_TRANSFER_NOT_AWAITED, index, b->slot.v,
-                  transfer,
-                  "launch of op %u on stream %u is not ordered after "
-                  "transfer event %u into slot %u",
-                  op_id, stream, transfer, b->slot.v);
-    }
-  }
-  for (size_t i = 0; i < op.read_count; i++) {
     fdy_tensor_info info;
-    st = fdy_graph_tensor(v->graph, op.reads[i], &info, err);
+    st = tensor_of(v, b->weight.v, &info, err);
     if (st != FDY_OK) {
       return st;
     }
-    if (info.role != FDY_TENSOR_ACTIVATION || info.producer < 0) {
-      continue;
-    }
-    int64_t producer_event = v->op_event[info.producer];
-    if (producer_event < 0 ||
-        !covers(v, v->issue_clock, (uint32_t)producer_event)) {
-      st = fail(err, FDY_ERR_PLAN_PRODUCER_NOT_AWAITED, index, op.reads[i].v,
-                info.producer,
-                "launch of op %u on stream %u is not ordered after op %lld, "
-                "which produces '%s'",
-                op_id, stream, (long long)info.producer, info.name);
-      if (err != NULL) {
-        snprintf(err->name, sizeof(err->name), "%s", info.name);
-      }
+    read_buffers[read_count] = b->buffer.v;
+    reads[read_count++] =
+        (access){b->offset, b->offset + info.bytes, event, b->weight.v, false};
+  }
+  for (size_t i = 0; i < op.read_count; i++) {
+    fdy_tensor_info info;
+    st = tensor_of(v, op.reads[i].v, &info, err);
+    if (st != FDY_OK) {
       return st;
     }
+    if (info.role == FDY_TENSOR_WEIGHT || info.role == FDY_TENSOR_WEIGHT_VIEW) {
+      continue;
+    }
+    uint32_t buffer;
+    uint64_t begin, end;
+    st = check_placed_read(v, err, index, op.reads[i].v, &info, &buffer, &begin,
+                           &end);
+    if (st == FDY_OK && mutates_input(op.kind, i)) {
+      st = check_placed_write(v, err, index, op.reads[i].v, &info, &buffer,
+                              &begin, &end);
+    }
+    if (st != FDY_OK) {
+      return st;
+    }
+    read_buffers[read_count] = buffer;
+    reads[read_count++] =
+        (access){begin, end, event, op.reads[i].v, mutates_input(op.kind, i)};
   }
-  st = check_new_event(v, index, event, err);
+  access writes[FDY_OP_MAX_OUTPUTS];
+  uint32_t write_buffers[FDY_OP_MAX_OUTPUTS];
+  for (size_t i = 0; i < op.write_count; i++) {
+    fdy_tensor_info info;
+    st = tensor_of(v, op.writes[i].v, &info, err);
+    if (st != FDY_OK) {
+      return st;
+    }
+    uint64_t begin, end;
+    st = check_placed_write(v, err, index, op.writes[i].v, &info,
+                            &write_buffers[i], &begin, &end);
+    if (st != FDY_OK) {
+      return st;
+    }
+    writes[i] = (access){begin, end, event, op.writes[i].v, true};
+    for (size_t k = 0; k < read_count; k++) {
+      if (read_buffers[k] == write_buffers[i] &&
+          overlaps(&reads[k], begin, end)) {
+        return fail(v, err, FDY_ERR_PLAN_PLACEMENT_HAZARD, index,
+                    op.writes[i].v, reads[k].tensor,
+                    "op %u writes '%s' over the bytes of its own operand "
+                    "(tensor %u)",
+                    op_id, info.name, reads[k].tensor);
+      }
+    }
+  }
+  st = check_new_event(v, err, index, event);
   if (st != FDY_OK) {
     return st;
   }
   issue_signal(v, stream, event);
-  v->op_event[op_id] = event;
-  v->next_op++;
-  for (uint32_t i = 0; i < c->u.launch.binding_count; i++) {
-    st =
-        slot_add_pending(&v->slots[c->u.launch.bindings[i].slot.v], event, err);
-    if (st != FDY_OK) {
+  for (size_t i = 0; i < read_count && st == FDY_OK; i++) {
+    st = log_access(v, read_buffers[i], reads[i], err);
+    if (reads[i].write) {
+      v->tensor_written[reads[i].tensor] = true;
+      v->tensor_write[reads[i].tensor] = event;
+    }
+  }
+  for (size_t i = 0; i < op.write_count && st == FDY_OK; i++) {
+    st = log_access(v, write_buffers[i], writes[i], err);
+    v->tensor_written[writes[i].tensor] = true;
+    v->tensor_write[writes[i].tensor] = event;
+  }
+  v->last_op = op_id;
+  v->op_launched[op_id] = true;
+  return st;
+}
+
+static fdy_status do_release(validator *v, size_t index, const fdy_command *c,
+                             fdy_error *err) {
+  uint32_t id = c->u.release.buffer.v;
+  if (!is_teardown(v)) {
+    return misplaced_command(v, err, index, c);
+  }
+  if (id >= v->plan->buffer_count) {
+    return unknown_id(v, err, index, "buffer", id, v->plan->buffer_count);
+  }
+  buffer_state *buf = &v->buffers[id];
+  if (!buf->live) {
+    return fail(v, err, FDY_ERR_PLAN_SLOT_NOT_ALLOCATED, index, id, -1,
+                "release of buffer %u, which is not allocated", id);
+  }
+  buf->live = false;
+  v->live_weight_bytes -= weight_bytes_of(&v->plan->buffers[id]);
+  return FDY_OK;
+}
+
+/* Every event signalled in the section observed by the host. */
+static fdy_status check_section_end(validator *v, size_t index,
+                                    fdy_error *err) {
+  for (size_t sig = 0; sig < v->signal_count; sig++) {
+    uint32_t event = v->signal_event[sig];
+    if (!covers(v, v->host_clock, event)) {
+      return fail(v, err, FDY_ERR_PLAN_UNSYNCHRONIZED_END, index, event, -1,
+                  "end of section '%s': the host never observes event %u",
+                  v->section, event);
+    }
+  }
+  return FDY_OK;
+}
+
+static fdy_status check_plan_end(validator *v, fdy_error *err) {
+  size_t index = v->plan->command_count;
+  v->section = NULL;
+  for (uint32_t id = 0; id < v->plan->buffer_count; id++) {
+    if (v->buffers[id].live) {
+      return fail(v, err, FDY_ERR_PLAN_UNRELEASED_END, index, id, -1,
+                  "end of plan: buffer %u is never released", id);
+    }
+  }
+  for (size_t op = 0; op < v->op_count; op++) {
+    if (!v->op_launched[op]) {
+      fdy_status st =
+          fail(v, err, FDY_ERR_PLAN_INCOMPLETE, index, (int64_t)op, -1,
+               "end of plan: op %zu is never launched by any step", op);
+      if (err != NULL) {
+        err->expected = v->op_count;
+      }
       return st;
     }
   }
   return FDY_OK;
 }
 
-static fdy_status do_release(validator *v, size_t index, const fdy_command *c,
-                             fdy_error *err) {
-  uint32_t id = c->u.release.slot.v;
-  if (id >= v->plan->slot_count) {
-    return unknown_id(err, index, "slot", id, v->plan->slot_count);
+/* ---- static checks
+ * ----------------------------------------------------------- */
+
+static fdy_status check_sections(validator *v, fdy_error *err) {
+  const fdy_plan *p = v->plan;
+  if (p->section_count < 2 ||
+      strcmp(p->sections[p->section_count - 1].name, "teardown") != 0) {
+    return fail(v, err, FDY_ERR_PLAN_SECTION_COMMAND, p->command_count, -1, -1,
+                "a plan needs sections setup, its steps and teardown last");
   }
-  slot_state *slot = &v->slots[id];
-  if (!slot->live) {
-    return fail(err, FDY_ERR_PLAN_SLOT_NOT_ALLOCATED, index, id, -1,
-                "release of slot %u, which is not allocated", id);
+  for (size_t i = 0; i < p->section_count; i++) {
+    for (size_t j = 0; j < i; j++) {
+      if (strcmp(p->sections[i].name, p->sections[j].name) == 0) {
+        fdy_status st =
+            fail(v, err, FDY_ERR_PLAN_SECTION_COMMAND, p->sections[i].first,
+                 (int64_t)i, (int64_t)j, "section name '%s' is used twice",
+                 p->sections[i].name);
+        return st;
+      }
+    }
   }
-  int64_t busy = slot_busy_event(v, slot);
-  if (busy >= 0) {
-    return fail(err, FDY_ERR_PLAN_SLOT_BUSY, index, id, busy,
-                "slot %u is released before the host observed event %lld of "
-                "work on it",
-                id, (long long)busy);
-  }
-  slot->live = false;
-  v->live_bytes -= slot->bytes;
   return FDY_OK;
 }
 
-static fdy_status check_end(validator *v, fdy_error *err) {
-  size_t index = v->plan->command_count;
-  if (v->next_op < v->op_count) {
-    fdy_status st =
-        fail(err, FDY_ERR_PLAN_INCOMPLETE, index, (int64_t)v->next_op, -1,
-             "end of plan: op %zu and later ops never launch", v->next_op);
-    if (err != NULL) {
-      err->expected = v->op_count;
-      err->actual = v->next_op;
-    }
-    return st;
+static fdy_buffer_class class_for(fdy_tensor_role role) {
+  switch (role) {
+  case FDY_TENSOR_ACTIVATION:
+    return FDY_BUFFER_ARENA;
+  case FDY_TENSOR_STATE:
+    return FDY_BUFFER_STATE;
+  case FDY_TENSOR_INPUT:
+    return FDY_BUFFER_IO;
+  default:
+    return FDY_BUFFER_CLASS_COUNT; /* weights have no placement */
   }
-  for (size_t sig = 0; sig < v->signal_count; sig++) {
-    uint32_t event = v->signal_event[sig];
-    if (!covers(v, v->host_clock, event)) {
-      return fail(err, FDY_ERR_PLAN_UNSYNCHRONIZED_END, index, event, -1,
-                  "end of plan: the host never observes event %u", event);
+}
+
+/* State and inputs are live across a whole run (state across runs), so
+ * two of them may never share bytes. */
+static fdy_status check_persistent_overlaps(validator *v, fdy_error *err) {
+  for (size_t a = 0; a < v->tensor_count; a++) {
+    fdy_tensor_info ta;
+    fdy_status st = tensor_of(v, (uint32_t)a, &ta, err);
+    if (st != FDY_OK) {
+      return st;
     }
-  }
-  for (uint32_t id = 0; id < v->plan->slot_count; id++) {
-    if (v->slots[id].live) {
-      return fail(err, FDY_ERR_PLAN_UNRELEASED_END, index, id, -1,
-                  "end of plan: slot %u is never released", id);
+    if (ta.role != FDY_TENSOR_STATE && ta.role != FDY_TENSOR_INPUT) {
+      continue;
+    }
+    fdy_placement pa = v->plan->placements[a];
+    for (size_t b = 0; b < a; b++) {
+      fdy_tensor_info tb;
+      st = tensor_of(v, (uint32_t)b, &tb, err);
+      if (st != FDY_OK) {
+        return st;
+      }
+      fdy_placement pb = v->plan->placements[b];
+      if (tb.role != ta.role || pb.buffer.v != pa.buffer.v ||
+          pb.offset >= pa.offset + ta.bytes ||
+          pa.offset >= pb.offset + tb.bytes) {
+        continue;
+      }
+      fdy_error_set(err, FDY_ERR_PLAN_PLACEMENT_HAZARD,
+                    "%s tensors '%s' and '%s' share bytes of buffer %u",
+                    fdy_tensor_role_name(ta.role), tb.name, ta.name,
+                    pa.buffer.v);
+      if (err != NULL) {
+        err->ids[0] = (int64_t)b;
+        err->ids[1] = (int64_t)a;
+        snprintf(err->name, sizeof(err->name), "%s", ta.name);
+      }
+      return FDY_ERR_PLAN_PLACEMENT_HAZARD;
     }
   }
   return FDY_OK;
+}
+
+static fdy_status check_placements(validator *v, fdy_error *err) {
+  for (size_t t = 0; t < v->tensor_count; t++) {
+    fdy_tensor_info info;
+    fdy_status st = tensor_of(v, (uint32_t)t, &info, err);
+    if (st != FDY_OK) {
+      return st;
+    }
+    fdy_placement p = v->plan->placements[t];
+    fdy_buffer_class want = class_for(info.role);
+    bool placed = p.buffer.v != FDY_NO_BUFFER;
+    const char *problem = NULL;
+    uint64_t end = 0;
+    if (want == FDY_BUFFER_CLASS_COUNT) {
+      problem = placed ? "a weight has no placement (bindings place it)" : NULL;
+    } else if (!placed) {
+      problem = "it has no placement";
+    } else if (p.buffer.v >= v->plan->buffer_count) {
+      fdy_error_set(err, FDY_ERR_PLAN_UNKNOWN_ID,
+                    "tensor %zu ('%s') is placed in buffer %u; the plan has "
+                    "%u buffers",
+                    t, info.name, p.buffer.v, v->plan->buffer_count);
+      if (err != NULL) {
+        err->ids[0] = (int64_t)t;
+        err->ids[1] = p.buffer.v;
+        snprintf(err->name, sizeof(err->name), "%s", info.name);
+      }
+      return FDY_ERR_PLAN_UNKNOWN_ID;
+    } else if (v->plan->buffers[p.buffer.v].cls != want) {
+      problem = "its buffer is of the wrong class";
+    } else if (p.offset % FDY_TENSOR_ALIGNMENT != 0) {
+      problem = "its offset is not aligned";
+    } else if (__builtin_add_overflow(p.offset, info.bytes, &end) ||
+               end > v->plan->buffers[p.buffer.v].bytes) {
+      problem = "it does not fit its buffer";
+    }
+    if (problem != NULL) {
+      fdy_error_set(
+          err, FDY_ERR_PLAN_PLACEMENT,
+          "tensor %zu ('%s', %s, %llu bytes) at buffer %u offset "
+          "%llu: %s (it belongs in a%s %s buffer)",
+          t, info.name, fdy_tensor_role_name(info.role),
+          (unsigned long long)info.bytes, p.buffer.v,
+          (unsigned long long)p.offset, problem,
+          want == FDY_BUFFER_ARENA ? "n" : "",
+          want == FDY_BUFFER_CLASS_COUNT ? "no" : fdy_buffer_class_name(want));
+      if (err != NULL) {
+        err->ids[0] = (int64_t)t;
+        err->ids[1] = placed ? (int64_t)p.buffer.v : -1;
+        snprintf(err->name, sizeof(err->name), "%s", info.name);
+      }
+      return FDY_ERR_PLAN_PLACEMENT;
+    }
+  }
+  return check_persistent_overlaps(v, err);
+}
+
+static fdy_status run_command(validator *v, size_t i, fdy_error *err) {
+  const fdy_command *c = &v->plan->commands[i];
+  switch (c->kind) {
+  case FDY_CMD_ALLOCATE:
+    return do_allocate(v, i, c, err);
+  case FDY_CMD_PREFETCH:
+    return do_prefetch(v, i, c, err);
+  case FDY_CMD_COPY_INPUT:
+  case FDY_CMD_COPY_OUTPUT:
+    return do_copy(v, i, c, err);
+  case FDY_CMD_WAIT:
+    return do_wait(v, i, c, err);
+  case FDY_CMD_LAUNCH:
+    return do_launch(v, i, c, err);
+  case FDY_CMD_RELEASE:
+    return do_release(v, i, c, err);
+  case FDY_CMD_KIND_COUNT:
+    break;
+  }
+  return fail(v, err, FDY_ERR_INVALID_ARGUMENT, i, -1, -1,
+              "unknown command kind %d", (int)c->kind);
+}
+
+static fdy_status run_sections(validator *v, fdy_error *err) {
+  const fdy_plan *p = v->plan;
+  fdy_status st = FDY_OK;
+  for (size_t s = 0; st == FDY_OK && s < p->section_count; s++) {
+    const fdy_section *sec = &p->sections[s];
+    v->section_index = s;
+    v->section = sec->name;
+    start_section(v);
+    for (size_t i = sec->first; st == FDY_OK && i < sec->first + sec->count;
+         i++) {
+      st = run_command(v, i, err);
+    }
+    if (st == FDY_OK) {
+      st = check_section_end(v, sec->first + sec->count, err);
+    }
+    if (st == FDY_OK &&
+        v->run_transfer_bytes > v->summary.step_transfer_bytes) {
+      v->summary.step_transfer_bytes = v->run_transfer_bytes;
+    }
+  }
+  return st;
 }
 
 fdy_status fdy_plan_validate(const fdy_plan *plan, fdy_plan_summary *summary,
@@ -632,32 +1136,17 @@ fdy_status fdy_plan_validate(const fdy_plan *plan, fdy_plan_summary *summary,
     return st;
   }
   st = validator_init(&v, plan, err);
-  for (size_t i = 0; st == FDY_OK && i < plan->command_count; i++) {
-    const fdy_command *c = &plan->commands[i];
-    switch (c->kind) {
-    case FDY_CMD_ALLOCATE:
-      st = do_allocate(&v, i, c, err);
-      break;
-    case FDY_CMD_PREFETCH:
-      st = do_prefetch(&v, i, c, err);
-      break;
-    case FDY_CMD_WAIT:
-      st = do_wait(&v, i, c, err);
-      break;
-    case FDY_CMD_LAUNCH:
-      st = do_launch(&v, i, c, err);
-      break;
-    case FDY_CMD_RELEASE:
-      st = do_release(&v, i, c, err);
-      break;
-    default:
-      st = fail(err, FDY_ERR_INVALID_ARGUMENT, i, -1, -1,
-                "unknown command kind %d", (int)c->kind);
-      break;
-    }
+  if (st == FDY_OK) {
+    st = check_sections(&v, err);
   }
   if (st == FDY_OK) {
-    st = check_end(&v, err);
+    st = check_placements(&v, err);
+  }
+  if (st == FDY_OK) {
+    st = run_sections(&v, err);
+  }
+  if (st == FDY_OK) {
+    st = check_plan_end(&v, err);
   }
   if (st == FDY_OK && summary != NULL) {
     v.summary.commands = plan->command_count;

@@ -1,8 +1,10 @@
 /* Tests of the benchmark module: every option check, the statistics against
  * hand-computed values and the documented resampler, the payload generator,
- * and whole runs on the CPU backend (a report with every execution verified,
- * device and host budgets refused before the payload exists, failed runs'
- * reports, outputs raced during the run). */
+ * the checksum chain and its streaming plans, whole runs on the CPU backend
+ * (a report with every execution verified, device and host budgets refused
+ * before the payload exists, failed runs' reports, a fault injected at
+ * every backend call through the fault wrapper, outputs raced during the
+ * run), and a small run of the executor overhead benchmark. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +21,8 @@
 
 #include "bench_internal.h"
 #include "foundry/bench.h"
+#include "foundry/checksum.h"
+#include "foundry/fault.h"
 
 /* ---- helpers
  * ------------------------------------------------------------------ */
@@ -166,6 +170,7 @@ static void test_bad_buffer_lists(void **state) {
   assert_int_equal(check(&o, &err), FDY_ERR_INVALID_ARGUMENT);
   assert_int_equal(err.actual, FDY_BENCH_MAX_BUFFERS + 1);
   o.buffers[1] = FDY_BENCH_MAX_BUFFERS;
+  o.layers = FDY_BENCH_MAX_BUFFERS + 1; /* more layers than buffers */
   assert_int_equal(check(&o, &err), FDY_OK);
 
   o.buffers[2] = 1; /* 1, 64, 1 */
@@ -178,6 +183,27 @@ static void test_bad_buffer_lists(void **state) {
   for (uint32_t i = 0; i < FDY_BENCH_MAX_CONFIGS; i++) {
     o.buffers[i] = i + 1;
   }
+  assert_int_equal(check(&o, &err), FDY_OK);
+}
+
+/* As many slots as layers would keep every weight resident: refused. */
+static void test_layers_must_exceed_buffers(void **state) {
+  (void)state;
+  fdy_bench_options o;
+  fdy_error err;
+  fdy_bench_options_default(&o); /* buffers 1,2,3 */
+  o.layers = 3;
+  assert_int_equal(check(&o, &err), FDY_ERR_INVALID_ARGUMENT);
+  assert_string_equal(err.name, "--layers");
+  assert_int_equal(err.expected, 3);
+  assert_int_equal(err.actual, 3);
+  o.layers = 4;
+  assert_int_equal(check(&o, &err), FDY_OK);
+  o.buffer_count = 1;
+  o.buffers[0] = 1;
+  o.layers = 1;
+  assert_int_equal(check(&o, &err), FDY_ERR_INVALID_ARGUMENT);
+  o.layers = 2;
   assert_int_equal(check(&o, &err), FDY_OK);
 }
 
@@ -460,6 +486,132 @@ static void test_fill_layer(void **state) {
   assert_memory_not_equal(a, b, 16); /* the seed matters */
 }
 
+/* ---- the chain and its plans
+ * ----------------------------------------------------- */
+
+static void test_chain_graph(void **state) {
+  (void)state;
+  fdy_graph *g = NULL;
+  fdy_error err;
+  assert_int_equal(fdy_synthetic_graph_create(0, 64, 1, NULL, &g, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_null(g);
+  assert_int_equal(fdy_synthetic_graph_create(3, 0, 1, NULL, &g, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(fdy_synthetic_graph_create(3, 12, 1, NULL, &g, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(err.actual, 12);
+  assert_null(g);
+
+  assert_int_equal(fdy_synthetic_graph_create(3, 64, 7, NULL, &g, &err),
+                   FDY_OK);
+  assert_int_equal(fdy_graph_validate(g, &err), FDY_OK);
+  assert_int_equal(fdy_graph_op_count(g), 3);
+  fdy_tensor_id prev = {0};
+  for (uint32_t i = 0; i < 3; i++) {
+    fdy_op_info op;
+    fdy_tensor_info w, out;
+    assert_int_equal(fdy_graph_op(g, (fdy_op_id){i}, &op, &err), FDY_OK);
+    assert_int_equal(op.kind, FDY_OP_CHECKSUM);
+    assert_int_equal(op.params.checksum.passes, 7);
+    assert_int_equal(op.read_count, i == 0 ? 1 : 2);
+    assert_int_equal(fdy_graph_tensor(g, op.reads[0], &w, &err), FDY_OK);
+    assert_int_equal(w.role, FDY_TENSOR_WEIGHT);
+    assert_int_equal(w.dtype, FDY_DTYPE_U8);
+    assert_int_equal(w.bytes, 64);
+    assert_int_equal(w.extent_count, 0); /* described, not bound */
+    if (i > 0) {
+      assert_int_equal(op.reads[1].v, prev.v);
+    }
+    assert_int_equal(op.write_count, 1);
+    assert_int_equal(fdy_graph_tensor(g, op.writes[0], &out, &err), FDY_OK);
+    assert_int_equal(out.dtype, FDY_DTYPE_U64);
+    assert_int_equal(out.bytes, 8);
+    prev = op.writes[0];
+  }
+  fdy_tensor_id result;
+  assert_int_equal(fdy_synthetic_output(g, &result, &err), FDY_OK);
+  assert_int_equal(result.v, prev.v);
+  fdy_tensor_info info;
+  assert_int_equal(fdy_graph_tensor(g, result, &info, &err), FDY_OK);
+  assert_string_equal(info.name, "layer.2.out");
+  fdy_graph_destroy(g);
+
+  /* Bound to host memory: every weight has its extent. */
+  static uint64_t words[2][8];
+  const void *data[2] = {words[0], words[1]};
+  assert_int_equal(fdy_synthetic_graph_create(2, 64, 1, data, &g, &err),
+                   FDY_OK);
+  fdy_tensor_info w;
+  assert_int_equal(fdy_graph_find_tensor(g, "layer.1.weight", &result, &err),
+                   FDY_OK);
+  assert_int_equal(fdy_graph_tensor(g, result, &w, &err), FDY_OK);
+  assert_int_equal(w.extent_count, 1);
+  assert_ptr_equal(w.extents[0].host, words[1]);
+  fdy_graph_destroy(g);
+}
+
+/* A budget of N slots streams every weight through N slots, with no host
+ * wait in the step but the one after the result's copy; a budget that holds
+ * every weight keeps them all resident (why --layers must exceed the
+ * buffer counts). */
+static void test_chain_plans(void **state) {
+  (void)state;
+  const uint32_t layers = 6;
+  const uint64_t weight = 1000, slot = 1024; /* aligned to 256 */
+  fdy_graph *g = NULL;
+  fdy_error err;
+  assert_int_equal(
+      fdy_synthetic_graph_create(layers, weight, 1, NULL, &g, &err), FDY_OK);
+  fdy_tensor_id result;
+  assert_int_equal(fdy_synthetic_output(g, &result, &err), FDY_OK);
+  for (uint32_t n = 1; n <= 3; n++) {
+    fdy_planner_options po = {.weight_budget = n * slot, .buffers = n};
+    fdy_plan *plan = NULL;
+    fdy_plan_summary m;
+    assert_int_equal(fdy_synthetic_plan_build(g, &po, &plan, &err), FDY_OK);
+    assert_int_equal(fdy_plan_validate(plan, &m, &err), FDY_OK);
+    assert_int_equal(m.class_bytes[FDY_BUFFER_RESIDENT], 0);
+    assert_int_equal(m.class_bytes[FDY_BUFFER_SLOT], n * slot);
+    assert_int_equal(m.peak_weight_bytes, n * slot);
+    assert_int_equal(m.setup_transfer_bytes, 0);
+    assert_int_equal(m.step_transfer_bytes, layers * weight);
+    int64_t step = fdy_plan_find_section(plan, FDY_BENCH_STEP);
+    assert_int_equal(step, 1);
+    const fdy_section *sec = fdy_plan_section(plan, (size_t)step);
+    size_t prefetches = 0, launches = 0, host_waits = 0, outputs = 0;
+    for (size_t i = sec->first; i < sec->first + sec->count; i++) {
+      const fdy_command *c = fdy_plan_command(plan, i);
+      prefetches += c->kind == FDY_CMD_PREFETCH;
+      launches += c->kind == FDY_CMD_LAUNCH;
+      if (c->kind == FDY_CMD_WAIT && c->u.wait.host) {
+        host_waits++;
+        assert_int_equal(i, sec->first + sec->count - 1);
+      }
+      if (c->kind == FDY_CMD_COPY_OUTPUT) {
+        outputs++;
+        assert_int_equal(c->u.copy.tensor.v, result.v);
+      }
+    }
+    assert_int_equal(prefetches, layers);
+    assert_int_equal(launches, layers);
+    assert_int_equal(host_waits, 1);
+    assert_int_equal(outputs, 1);
+    fdy_plan_destroy(plan);
+  }
+  fdy_planner_options all = {.weight_budget = layers * slot, .buffers = 3};
+  fdy_plan *plan = NULL;
+  fdy_plan_summary m;
+  assert_int_equal(fdy_synthetic_plan_build(g, &all, &plan, &err), FDY_OK);
+  assert_int_equal(fdy_plan_validate(plan, &m, &err), FDY_OK);
+  assert_int_equal(m.class_bytes[FDY_BUFFER_RESIDENT], layers * slot);
+  assert_int_equal(m.step_transfer_bytes, 0);
+  fdy_plan_destroy(plan);
+  assert_int_equal(fdy_synthetic_plan_build(NULL, &all, &plan, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  fdy_graph_destroy(g);
+}
+
 /* ---- runs on the CPU backend
  * ----------------------------------------------------- */
 
@@ -598,30 +750,58 @@ static void test_cpu_run_report(void **state) {
   assert_int_equal(
       json_integer_value(json_object_get(mem, "device_slot_peak_bytes")),
       3 * FDY_MIB);
+  assert_int_equal(
+      json_integer_value(json_object_get(mem, "device_slot_total_bytes")),
+      6 * FDY_MIB);
   assert_true(json_array_size(json_object_get(r, "limitations")) > 0);
-  assert_true(json_array_size(json_object_get(r, "plans")) == 3);
+  json_t *plans = json_object_get(r, "plans");
+  assert_int_equal(json_array_size(plans), 3);
+  json_array_foreach(plans, i, x) {
+    json_int_t buffers = json_integer_value(json_object_get(x, "buffers"));
+    assert_int_equal(json_integer_value(json_object_get(x, "slots")), buffers);
+    assert_int_equal(json_integer_value(json_object_get(x, "peak_bytes")),
+                     buffers * FDY_MIB);
+    assert_int_equal(json_integer_value(json_object_get(x, "transfer_bytes")),
+                     5 * FDY_MIB);
+    assert_true(json_integer_value(json_object_get(x, "step_commands")) > 0);
+    json_t *setup = json_object_get(x, "setup");
+    assert_true(json_is_object(setup));
+    assert_true(json_integer_value(json_object_get(setup, "create_ns")) > 0);
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(setup, "device_bytes"), "slot")),
+                     buffers * FDY_MIB);
+    assert_int_equal(
+        json_integer_value(json_object_get(setup, "registered_bytes")), 0);
+  }
+  json_array_foreach(execs, i, x) {
+    json_int_t buffers = json_integer_value(json_object_get(x, "buffers"));
+    assert_int_equal(json_integer_value(json_object_get(x, "peak_slot_bytes")),
+                     buffers * FDY_MIB);
+  }
   json_decref(r);
 
   json_t *tr = load_json(f->trace);
   json_t *events = json_object_get(tr, "traceEvents");
-  bool copy = false, compute = false, counter = false;
+  bool copy = false, compute = false, result = false;
   json_array_foreach(events, i, x) {
     const char *ph = jget_str(x, "ph");
     json_int_t tid = json_integer_value(json_object_get(x, "tid"));
     copy |= strcmp(ph, "X") == 0 && tid == 2;
     compute |= strcmp(ph, "X") == 0 && tid == 3;
-    counter |= strcmp(ph, "C") == 0;
+    result |= strcmp(ph, "X") == 0 && tid == 1 &&
+              strcmp(jget_str(x, "name"), "copy_output layer.4.out") == 0;
   }
-  assert_true(copy && compute && counter);
+  assert_true(copy && compute && result);
   json_decref(tr);
 }
 
 static void test_budget_refused_before_payload(void **state) {
   run_fixture *f = *state;
-  f->o.cpu_memory_bytes = 2 * FDY_MIB; /* 3 slots of 1 MiB do not fit */
+  /* the 1 + 2 + 3 slots of 1 MiB of the three executors do not fit */
+  f->o.cpu_memory_bytes = 2 * FDY_MIB;
   assert_int_equal(run(f), FDY_ERR_BUDGET);
   assert_int_equal(f->err.expected, 2 * FDY_MIB);
-  assert_int_equal(f->err.actual, 3 * FDY_MIB);
+  assert_int_equal(f->err.actual, 6 * FDY_MIB);
   assert_false(f->hooks.payload_generated);
   json_t *r = failed_report(f->report, "budget", "device_limits");
   json_t *e = json_object_get(r, "error");
@@ -667,17 +847,17 @@ static void test_host_memory_refused_before_payload(void **state) {
 
 static void test_checksum_failure_report(void **state) {
   run_fixture *f = *state;
-  f->hooks =
-      (bench_hooks){.corrupt = true, .corrupt_sequence = 4, .corrupt_layer = 2};
+  f->hooks = (bench_hooks){.corrupt = true, .corrupt_sequence = 4};
   assert_int_equal(run(f), FDY_ERR_CHECKSUM);
-  assert_int_equal(f->err.ids[0], 2);
+  assert_int_equal(f->err.ids[0], 4); /* the last layer: the chain's result */
   assert_int_equal(f->err.command_index, 4);
   assert_int_not_equal(f->err.expected, f->err.actual);
   json_t *r = failed_report(f->report, "checksum", "rounds");
   json_t *e = json_object_get(r, "error");
   assert_int_equal(json_integer_value(json_object_get(e, "sequence")), 4);
   assert_int_equal(
-      json_integer_value(json_array_get(json_object_get(e, "ids"), 0)), 2);
+      json_integer_value(json_array_get(json_object_get(e, "ids"), 0)), 4);
+  assert_true(json_is_string(json_object_get(e, "expected")));
   json_t *execs = json_object_get(r, "executions");
   assert_int_equal(json_array_size(execs), 5);
   json_t *last = json_array_get(execs, 4);
@@ -691,55 +871,145 @@ static void test_checksum_failure_report(void **state) {
   json_decref(tr);
 }
 
-/* A backend wrapper whose launch fails at one call (tests below). */
-static const fdy_backend_ops *wrapped_ops;
-static fdy_backend_ops failing_ops;
-static int launch_calls, failing_launch_call;
-
-static fdy_status failing_launch(fdy_backend *b, fdy_backend_stream *stream,
-                                 const fdy_launch_desc *desc,
-                                 fdy_backend_event **out, fdy_error *err) {
-  if (++launch_calls == failing_launch_call) {
-    return fdy_error_set(err, FDY_ERR_BACKEND, "injected launch failure");
-  }
-  return wrapped_ops->launch(b, stream, desc, out, err);
-}
-
-static void wrap_launch(bench_hooks *hooks, fdy_backend *b) {
-  (void)hooks;
-  wrapped_ops = b->ops;
-  failing_ops = *b->ops;
-  failing_ops.launch = failing_launch;
-  b->ops = &failing_ops;
-  launch_calls = 0;
-}
-
 static off_t file_size(const char *path) {
   struct stat st;
   return stat(path, &st) == 0 ? st.st_size : -1;
 }
 
-/* A runtime failure (not a checksum) inside an execution aborts the run; the
- * report records the failing execution and the trace what ran. */
-static void test_runtime_failure_report(void **state) {
-  run_fixture *f = *state;
-  /* 5 launches per execution: call 13 is layer 2 of execution 2 */
-  failing_launch_call = 13;
-  f->hooks.after_backend = wrap_launch;
-  assert_int_equal(run(f), FDY_ERR_BACKEND);
-  assert_non_null(strstr(f->err.message, "execution 2"));
-  assert_non_null(strstr(f->err.message, "injected launch failure"));
-  json_t *r = failed_report(f->report, "backend", "rounds");
+/* The sweep's run: 3 layers through 1 and 2 buffers, one measured round. */
+static void sweep_options(run_fixture *f) {
+  f->o.layers = 3;
+  f->o.buffer_count = 2;
+  f->o.iterations = 1;
+  f->o.warmup = 0;
+  f->o.bootstrap_resamples = 10;
+}
+
+/* Checks the report of a run failed by an injected fault (call `call`, entry
+ * op) and returns its stage (static). */
+static const char *check_fault_report(run_fixture *f, uint64_t call,
+                                      const char *op) {
+  json_t *r = failed_report(f->report, "backend", NULL);
   json_t *e = json_object_get(r, "error");
-  assert_int_equal(json_integer_value(json_object_get(e, "sequence")), 2);
+  assert_string_equal(jget_str(e, "backend_op"), op);
+  static const char *const stages[] = {"backend", "executors", "rounds",
+                                       "teardown"};
+  const char *stage = jget_str(e, "stage"), *found = NULL;
+  for (size_t i = 0; i < sizeof stages / sizeof stages[0]; i++) {
+    found = strcmp(stage, stages[i]) == 0 ? stages[i] : found;
+  }
+  if (!found) {
+    print_error("call %llu (%s): stage %s\n", (unsigned long long)call, op,
+                stage);
+  }
+  assert_non_null(found);
   json_t *execs = json_object_get(r, "executions");
-  assert_int_equal(json_array_size(execs), 3);
-  json_t *last = json_array_get(execs, 2);
-  assert_string_equal(jget_str(last, "outcome"), "backend");
-  assert_string_equal(jget_str(last, "checksum"), "not_checked");
-  assert_string_equal(jget_str(json_array_get(execs, 1), "checksum"), "ok");
+  size_t count = json_array_size(execs);
+  if (strcmp(found, "rounds") == 0) {
+    /* the failed execution is the last one; those before it verified */
+    assert_int_equal(json_integer_value(json_object_get(e, "sequence")),
+                     count - 1);
+    size_t i;
+    json_t *x;
+    json_array_foreach(execs, i, x) {
+      assert_string_equal(jget_str(x, "outcome"),
+                          i + 1 < count ? "ok" : "backend");
+      assert_string_equal(jget_str(x, "checksum"),
+                          i + 1 < count ? "ok" : "not_checked");
+    }
+    assert_non_null(strstr(f->err.message, "execution "));
+    assert_true(file_size(f->trace) > 0); /* what ran is traced */
+  } else {
+    assert_true(json_is_null(json_object_get(e, "sequence")));
+    assert_int_equal(count, strcmp(found, "teardown") == 0 ? 2 : 0);
+  }
+  assert_true(json_is_null(json_object_get(r, "statistics")));
   json_decref(r);
-  assert_true(file_size(f->trace) > 0);
+  return found;
+}
+
+/* Every counted backend call of a small run, failed before and after the
+ * backend did its work, through the fault wrapper: each run fails with the
+ * injected error naming the entry, at a stage that says where, and writes
+ * its report (sanitizer builds also prove that nothing leaks), except the
+ * drain of each executor's destroy after its checked finish. */
+static void test_fault_at_every_call(void **state) {
+  run_fixture *f = *state;
+  sweep_options(f);
+  fdy_fault_options fault = {0};
+  f->hooks.fault = &fault;
+  assert_int_equal(run(f), FDY_OK);
+  uint64_t calls = f->hooks.fault_stats.calls;
+  assert_true(calls > 20);
+  assert_false(f->hooks.fault_stats.fired);
+  unlink(f->report);
+  unlink(f->trace);
+  size_t per_stage[4] = {0}, ignored = 0;
+  for (int mode = 0; mode < 2; mode++) {
+    for (uint64_t call = 1; call <= calls; call++) {
+      fault = (fdy_fault_options){.fail_at_call = call,
+                                  .mode = mode ? FDY_FAULT_AFTER_SUBMIT
+                                               : FDY_FAULT_BEFORE_SUBMIT};
+      f->hooks.fault_stats = (fdy_fault_stats){0};
+      fdy_status st = run(f);
+      if (st == FDY_OK && f->hooks.fault_stats.fired) {
+        /* the drain of fdy_executor_destroy after a successful finish,
+         * whose failure is ignored by contract (foundry/runtime.h) */
+        assert_string_equal(f->hooks.fault_stats.fired_op, "drain");
+        ignored++;
+        unlink(f->report);
+        unlink(f->trace);
+        continue;
+      }
+      if (st != FDY_ERR_BACKEND || !f->hooks.fault_stats.fired) {
+        print_error("call %llu (mode %d): %s\n", (unsigned long long)call, mode,
+                    f->err.message);
+      }
+      assert_int_equal(st, FDY_ERR_BACKEND);
+      assert_true(f->hooks.fault_stats.fired);
+      assert_string_equal(f->err.backend_op, f->hooks.fault_stats.fired_op);
+      const char *stage =
+          check_fault_report(f, call, f->hooks.fault_stats.fired_op);
+      per_stage[strcmp(stage, "backend") == 0     ? 0
+                : strcmp(stage, "executors") == 0 ? 1
+                : strcmp(stage, "rounds") == 0    ? 2
+                                                  : 3]++;
+      unlink(f->report);
+      unlink(f->trace);
+    }
+  }
+  for (int i = 0; i < 4; i++) {
+    assert_true(per_stage[i] > 0); /* every stage was reached */
+  }
+  assert_int_equal(ignored, 2 * 2); /* one per executor and mode */
+}
+
+/* A launch failure whose cleanup drain fails too: the first failure is the
+ * error, the drain's is its cleanup, in the result and the report. */
+static void test_fault_with_failing_cleanup(void **state) {
+  run_fixture *f = *state;
+  sweep_options(f);
+  fdy_fault_options fault = {.fail_drain = true};
+  f->hooks.fault = &fault;
+  /* the first call that is a launch */
+  for (uint64_t call = 1;
+       strcmp(f->hooks.fault_stats.fired_op ? f->hooks.fault_stats.fired_op
+                                            : "",
+              "launch") != 0;
+       call++) {
+    unlink(f->report);
+    unlink(f->trace);
+    fault.fail_at_call = call;
+    assert_int_not_equal(run(f), FDY_OK);
+    assert_true(call < 1000);
+  }
+  assert_int_equal(f->err.kind, FDY_ERR_BACKEND);
+  assert_string_equal(f->err.backend_op, "launch");
+  assert_int_equal(f->err.cleanup_kind, FDY_ERR_BACKEND);
+  json_t *r = failed_report(f->report, "backend", "rounds");
+  json_t *cleanup = json_object_get(json_object_get(r, "error"), "cleanup");
+  assert_string_equal(jget_str(cleanup, "kind"), "backend");
+  json_decref(r);
 }
 
 /* A trace path taken by someone else during the run: the run fails, the
@@ -807,12 +1077,105 @@ static void test_unavailable_cuda_fails_cleanly(void **state) {
   json_decref(r);
 }
 
+/* ---- the overhead benchmark
+ * ------------------------------------------------------ */
+
+static void test_overhead_options(void **state) {
+  (void)state;
+  fdy_bench_overhead_options o;
+  fdy_error err;
+  fdy_bench_overhead_options_default(&o);
+  assert_int_equal(o.ops, 1000);
+  assert_int_equal(o.op_bytes, 4096);
+  fdy_error_clear(&err);
+  assert_int_equal(fdy_bench_overhead_check_options(&o, &err), FDY_OK);
+  o.ops = FDY_BENCH_OVERHEAD_SLOTS;
+  assert_int_equal(fdy_bench_overhead_check_options(&o, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_string_equal(err.name, "--ops");
+  fdy_bench_overhead_options_default(&o);
+  o.op_bytes = 12;
+  assert_int_equal(fdy_bench_overhead_check_options(&o, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_string_equal(err.name, "--op-bytes");
+  fdy_bench_overhead_options_default(&o);
+  o.runs = 0;
+  assert_int_equal(fdy_bench_overhead_check_options(&o, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_string_equal(err.name, "--runs");
+  fdy_bench_overhead_options_default(&o);
+  o.warmup = UINT32_MAX;
+  assert_int_equal(fdy_bench_overhead_check_options(&o, &err),
+                   FDY_ERR_OVERFLOW);
+  fdy_bench_overhead_options_default(&o);
+  o.ops = UINT32_MAX;
+  o.op_bytes = UINT64_MAX - 7;
+  assert_int_equal(fdy_bench_overhead_check_options(&o, &err),
+                   FDY_ERR_OVERFLOW);
+  fdy_bench_overhead_options_default(&o);
+  o.report_path = "/nonexistent-foundry-dir/o.json";
+  assert_int_equal(fdy_bench_overhead_check_options(&o, &err),
+                   FDY_ERR_NOT_FOUND);
+  assert_int_equal(fdy_bench_overhead_check_options(NULL, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+}
+
+/* A small overhead run: four rows (fake and cpu, resident and streamed),
+ * cpu verified, in the console and the report. */
+static void test_overhead_run(void **state) {
+  run_fixture *f = *state;
+  fdy_bench_overhead_options o;
+  fdy_bench_overhead_options_default(&o);
+  o.ops = 20;
+  o.op_bytes = 512;
+  o.runs = 3;
+  o.warmup = 1;
+  o.report_path = f->report;
+  FILE *console = tmpfile();
+  assert_non_null(console);
+  o.console = console;
+  fdy_error err;
+  fdy_status st = fdy_bench_overhead(&o, &err);
+  if (st != FDY_OK) {
+    print_error("overhead failed: %s\n", err.message);
+  }
+  assert_int_equal(st, FDY_OK);
+  assert_true(ftell(console) > 0);
+  fclose(console);
+  json_t *r = load_json(f->report);
+  assert_string_equal(jget_str(r, "format"), FDY_BENCH_OVERHEAD_FORMAT);
+  assert_string_equal(jget_str(r, "status"), "ok");
+  json_t *results = json_object_get(r, "results");
+  assert_int_equal(json_array_size(results), 4);
+  size_t i;
+  json_t *x;
+  json_array_foreach(results, i, x) {
+    bool cpu = strcmp(jget_str(x, "backend"), "cpu") == 0;
+    bool streamed = strcmp(jget_str(x, "plan"), "streamed") == 0;
+    assert_true(json_is_true(json_object_get(x, "verified")) == cpu);
+    assert_int_equal(json_integer_value(json_object_get(x, "slots")),
+                     streamed ? FDY_BENCH_OVERHEAD_SLOTS : 0);
+    assert_int_equal(
+        json_integer_value(json_object_get(x, "step_transfer_bytes")),
+        streamed ? 20 * 512 : 0);
+    json_t *run = json_object_get(x, "run");
+    json_t *cycle = json_object_get(x, "create_run_destroy");
+    assert_true(json_real_value(json_object_get(run, "median_ns")) > 0);
+    assert_true(json_real_value(json_object_get(run, "per_op_ns")) > 0);
+    assert_true(json_real_value(json_object_get(cycle, "median_ns")) > 0);
+  }
+  json_decref(r);
+  /* the report is never overwritten */
+  assert_int_equal(fdy_bench_overhead(&o, &err), FDY_ERR_EXISTS);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_defaults_pass),
       cmocka_unit_test(test_zero_values_refused),
       cmocka_unit_test(test_resamples_limit),
       cmocka_unit_test(test_bad_buffer_lists),
+      cmocka_unit_test(test_layers_must_exceed_buffers),
       cmocka_unit_test(test_overflowing_sizes),
       cmocka_unit_test(test_other_values_refused),
       cmocka_unit_test(test_output_paths),
@@ -822,6 +1185,8 @@ int main(void) {
       cmocka_unit_test(test_bootstrap),
       cmocka_unit_test(test_paired_speedup),
       cmocka_unit_test(test_fill_layer),
+      cmocka_unit_test(test_chain_graph),
+      cmocka_unit_test(test_chain_plans),
       cmocka_unit_test_setup_teardown(test_cpu_run_report, traced_setup,
                                       run_teardown),
       cmocka_unit_test_setup_teardown(test_budget_refused_before_payload,
@@ -830,8 +1195,10 @@ int main(void) {
                                       run_setup, run_teardown),
       cmocka_unit_test_setup_teardown(test_checksum_failure_report,
                                       traced_setup, run_teardown),
-      cmocka_unit_test_setup_teardown(test_runtime_failure_report, traced_setup,
+      cmocka_unit_test_setup_teardown(test_fault_at_every_call, traced_setup,
                                       run_teardown),
+      cmocka_unit_test_setup_teardown(test_fault_with_failing_cleanup,
+                                      traced_setup, run_teardown),
       cmocka_unit_test_setup_teardown(test_trace_taken_during_run, traced_setup,
                                       run_teardown),
       cmocka_unit_test_setup_teardown(test_report_taken_during_run,
@@ -841,6 +1208,9 @@ int main(void) {
                                       run_setup, run_teardown),
       cmocka_unit_test_setup_teardown(test_unavailable_cuda_fails_cleanly,
                                       run_setup, run_teardown),
+      cmocka_unit_test(test_overhead_options),
+      cmocka_unit_test_setup_teardown(test_overhead_run, run_setup,
+                                      run_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

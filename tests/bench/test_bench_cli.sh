@@ -1,12 +1,13 @@
 #!/bin/sh
 # `foundry bench` end to end on the CPU backend: a small run writes a report
 # and a trace; with python3 the trace is checked (JSON, host/copy/compute
-# tracks, counters), bench_summary.py recomputes the report's statistics, and
+# tracks, the result's copy), bench_summary.py recomputes the report's
+# statistics, and
 # a tampered report fails it (also one of a single configuration);
 # trace_overlap.py measures no overlap in the 1-buffer executions and
 # refuses a truncated or foreign trace. Existing files are never
-# overwritten, a budget below the slots fails with a "failed" report, and
-# bad flags exit 2.
+# overwritten, a budget below the slots fails with a "failed" report, the
+# overhead benchmark runs small, and bad flags exit 2.
 # usage: test_bench_cli.sh FOUNDRY BENCH_SUMMARY_PY TRACE_OVERLAP_PY [PYTHON3]
 set -u
 foundry=$1
@@ -53,7 +54,7 @@ assert "host" in names[1] and "copy" in names[2] and "compute" in names[3], name
 spans = [e for e in events if e["ph"] == "X"]
 for tid in (1, 2, 3):
     assert any(e["tid"] == tid for e in spans), f"track {tid} is empty"
-assert any(e["ph"] == "C" and e["name"] == "live slot bytes" for e in events)
+assert any(e["name"] == "copy_output layer.5.out" for e in spans if e["tid"] == 1)
 for e in spans:
     assert e["dur"] >= 0 and e["ts"] >= 0, e
 execs = [e for e in spans if e["cat"] == "execution"]
@@ -126,11 +127,28 @@ assert r["memory"]["host_payload_bytes"] == 0
   expect_cmd 1 "bench_summary on a failed report" "$python" "$summary" "$work/budget.json"
 fi
 
+# The overhead benchmark: four rows, a report, never over an existing file.
+expect 0 bench --overhead --ops 20 --op-bytes 512 --runs 3 --warmup 1 --report "$work/o.json"
+contains "$out" "create+run+destroy"
+for row in "fake     resident" "fake     streamed" "cpu      resident" "cpu      streamed"; do
+  contains "$out" "$row"
+done
+[ -s "$work/o.json" ] || fail "no overhead report"
+expect 1 bench --overhead --ops 20 --report "$work/o.json"
+expect 2 bench --overhead --ops 2
+expect 2 bench --overhead --op-bytes 12
+expect 2 bench --overhead --runs 0
+expect 2 bench --overhead --layers 4
+contains "$err" "does not apply to --overhead"
+expect 2 bench --overhead extra
+
 # Usage errors: exit 2 before any work.
 expect 2 bench --backend cpu --trace "$work/x.json"
 expect 2 bench --backend cpu --report "$work/y.json" --trace "$work/y.json"
 expect 1 bench --backend cpu --report "$work/no/such/r.json"
 expect 2 bench --backend cpu --layers 0
+expect 2 bench --backend cpu --layers 3
+contains "$err" "must exceed every buffer count"
 expect 2 bench --backend cpu --layers 4294967296
 expect 2 bench --backend cpu --weight-mib 0
 expect 2 bench --backend cpu --iterations 0

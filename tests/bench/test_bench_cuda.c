@@ -1,9 +1,11 @@
 /* GPU test of the benchmark (label gpu): small runs on the CUDA backend in
  * registered and staged host mode, whose reports must hold every execution
- * verified, the three ceilings, the device memory in use and the host
- * memory accounting of the mode; --cpu-memory refused when auto chooses
- * cuda; a failure of the slot-memory probe reported as its own stage. Exits
- * 77 (skipped) without a CUDA device unless FOUNDRY_REQUIRE_CUDA=1. */
+ * verified, the three ceilings, the device memory in use with the
+ * executors and after them, each executor's setup and the host memory
+ * accounting of the mode; --cpu-memory refused when auto chooses cuda; a
+ * device allocation of executor create failed through the fault wrapper
+ * and reported as stage "executors". Exits 77 (skipped) without a CUDA
+ * device unless FOUNDRY_REQUIRE_CUDA=1. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -71,16 +73,25 @@ static void run_mode(fdy_cuda_host_mode mode) {
   json_t *mem = json_object_get(r, "memory");
   json_t *use = json_object_get(mem, "device_memory_in_use_bytes");
   assert_true(json_is_object(use));
-  /* the slots occupy at least their budget on the device, and are gone
-   * again after the rounds (allowing 16 MiB of other device allocations) */
+  /* the slots of every executor occupy at least their bytes on the device,
+   * and are gone again after the teardown (allowing 16 MiB of other device
+   * allocations) */
   json_int_t setup = json_integer_value(json_object_get(use, "after_setup"));
   json_int_t slots = json_integer_value(json_object_get(use, "with_slots"));
   json_int_t rounds = json_integer_value(json_object_get(use, "after_rounds"));
-  json_int_t budget =
-      json_integer_value(json_object_get(mem, "device_slot_budget_bytes"));
-  assert_true(budget > 0);
-  assert_true(slots - setup >= budget);
+  json_int_t total =
+      json_integer_value(json_object_get(mem, "device_slot_total_bytes"));
+  assert_int_equal(total, (1 + 2 + 3) * 8 * 1024 * 1024);
+  assert_true(slots - setup >= total);
   assert_true(rounds < setup + 16 * 1024 * 1024);
+  json_array_foreach(json_object_get(r, "plans"), i, x) {
+    json_t *plan_setup = json_object_get(x, "setup");
+    assert_true(json_integer_value(json_object_get(plan_setup, "create_ns")) >
+                0);
+    /* the bench registered the payload; the executors register nothing */
+    assert_int_equal(
+        json_integer_value(json_object_get(plan_setup, "registered_bytes")), 0);
+  }
   json_int_t payload =
       json_integer_value(json_object_get(mem, "host_payload_bytes"));
   json_int_t registered =
@@ -122,24 +133,36 @@ static void test_cpu_memory_refused_when_auto_chooses_cuda(void **state) {
   rmdir(dir);
 }
 
-/* The probe's failure stops the run before the rounds with stage
- * slot_memory; the readings it and the rounds would take stay null. */
-static void test_slot_memory_probe_failure(void **state) {
+/* The first buffer_alloc through the fault wrapper (the ceilings allocate
+ * with cudaMalloc directly) is one of the first executor's: the run stops
+ * at stage "executors" before any execution; the readings with the
+ * executors and after the rounds stay null. */
+static void test_executor_alloc_failure(void **state) {
   (void)state;
   char dir[] = "/tmp/foundry-bench-cuda-XXXXXX", report[64];
   fdy_bench_options o;
   small_cuda_options(&o, dir, report, sizeof report);
+  const char *path = o.report_path;
+  o.report_path = NULL;
+  fdy_fault_options fault = {0};
+  bench_hooks hooks = {.fault = &fault};
   fdy_error err;
-  /* the probe is the first user of buffer_alloc (the ceilings use
-   * cudaMalloc directly): its second slot fails */
-  bench_hooks hooks = {.cuda_fail_alloc_at = 2};
+  uint64_t call = 0;
+  do {
+    fault.fail_at_call = ++call;
+    assert_true(call < 1000);
+    assert_int_not_equal(bench_run_hooked(&o, &hooks, &err), FDY_OK);
+  } while (!hooks.fault_stats.fired_op ||
+           strcmp(hooks.fault_stats.fired_op, "buffer_alloc") != 0);
+  o.report_path = path;
+  hooks = (bench_hooks){.fault = &fault};
   assert_int_equal(bench_run_hooked(&o, &hooks, &err), FDY_ERR_BACKEND);
-  assert_non_null(strstr(err.message, "injected failure of buffer_alloc"));
+  assert_string_equal(err.backend_op, "buffer_alloc");
   assert_true(hooks.payload_generated);
   json_t *r = load_report(report);
   json_t *e = json_object_get(r, "error");
   assert_string_equal(json_string_value(json_object_get(e, "stage")),
-                      "slot_memory");
+                      "executors");
   assert_int_equal(json_array_size(json_object_get(r, "executions")), 0);
   json_t *use = json_object_get(json_object_get(r, "memory"),
                                 "device_memory_in_use_bytes");
@@ -174,7 +197,7 @@ int main(void) {
       cmocka_unit_test(test_registered),
       cmocka_unit_test(test_staged),
       cmocka_unit_test(test_cpu_memory_refused_when_auto_chooses_cuda),
-      cmocka_unit_test(test_slot_memory_probe_failure),
+      cmocka_unit_test(test_executor_alloc_failure),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

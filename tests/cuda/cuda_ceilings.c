@@ -56,13 +56,14 @@ static int grid_rate(fdy_backend *b, uint64_t bytes, int blocks,
   for (uint32_t r = 0; ok && r <= repeats; r++) {
     float ms = 0;
     ok = cuda_ok(fdy_cuda_checksum_enqueue(flush, flush_bytes, 1,
-                                           ctx->max_blocks, ctx->internal_dev,
-                                           ctx->internal_host, ctx->internal),
+                                           ctx->max_blocks, ctx->internal_words,
+                                           NULL, ctx->internal_sink,
+                                           ctx->internal),
                  "L2 flush kernel") &&
          cuda_ok(cudaEventRecord(e0, ctx->internal), "cudaEventRecord") &&
          cuda_ok(fdy_cuda_checksum_enqueue(data, bytes, 1, blocks,
-                                           ctx->internal_dev,
-                                           ctx->internal_host, ctx->internal),
+                                           ctx->internal_words, NULL,
+                                           ctx->internal_sink, ctx->internal),
                  "checksum kernel") &&
          cuda_ok(cudaEventRecord(e1, ctx->internal), "cudaEventRecord") &&
          cuda_ok(cudaEventSynchronize(e1), "cudaEventSynchronize") &&
@@ -88,41 +89,57 @@ static int grid_rate(fdy_backend *b, uint64_t bytes, int blocks,
 }
 
 /* Host-timed copy_to_device of bytes from pageable memory through a staged
- * backend (fill threads + staging ring), median of repeats. */
+ * backend (fill threads + staging ring), best of repeats. Returns 0, or 1
+ * with the failure printed. */
 static int staged_rate(uint64_t bytes, uint32_t repeats, double *rate) {
   fdy_error err;
   fdy_cuda_options opts = {.host_mode = FDY_CUDA_HOST_STAGED};
   fdy_backend *b = NULL;
   fdy_backend_stream *s = NULL;
   fdy_backend_buffer *buf = NULL;
+  fdy_backend_event *e = NULL;
   unsigned char *src = malloc(bytes);
   double best = 0;
-  if (src == NULL || fdy_cuda_backend_create(&opts, &b, &err) != FDY_OK ||
-      b->ops->stream_create(b, &s, &err) != FDY_OK ||
-      b->ops->buffer_alloc(b, bytes, &buf, &err) != FDY_OK) {
+  int rc = 1;
+  if (src == NULL) {
+    fprintf(stderr, "cuda_ceilings: out of memory\n");
     return 1;
+  }
+  if (fdy_cuda_backend_create(&opts, &b, &err) != FDY_OK ||
+      b->ops->stream_create(b, &s, &err) != FDY_OK ||
+      b->ops->event_create(b, &e, &err) != FDY_OK ||
+      b->ops->buffer_alloc(b, bytes, &buf, &err) != FDY_OK) {
+    fail("staged backend", &err);
+    goto cleanup;
   }
   memset(src, 0x33, bytes);
   for (uint32_t r = 0; r <= repeats; r++) {
-    fdy_backend_event *e = NULL;
     int64_t t0 = fdy_now_ns();
-    if (b->ops->copy_to_device(b, s, buf, 0, src, bytes, &e, &err) != FDY_OK ||
+    if (b->ops->copy_to_device(b, s, buf, 0, src, bytes, &err) != FDY_OK ||
+        b->ops->event_record(b, s, e, &err) != FDY_OK ||
         b->ops->host_wait(b, e, &err) != FDY_OK) {
-      return fail("staged copy", &err);
+      fail("staged copy", &err);
+      goto cleanup;
     }
     int64_t t1 = fdy_now_ns();
-    b->ops->event_release(b, e);
     double rr = (double)bytes / ((double)(t1 - t0) / 1e9);
     if (r > 0 && rr > best) {
       best = rr;
     }
   }
   *rate = best;
-  b->ops->buffer_release(b, buf);
-  b->ops->stream_destroy(b, s);
-  fdy_backend_destroy(b);
+  rc = 0;
+
+cleanup:
+  if (b != NULL) {
+    b->ops->drain(b, NULL);
+    b->ops->buffer_release(b, buf);
+    b->ops->event_destroy(b, e);
+    b->ops->stream_destroy(b, s);
+    fdy_backend_destroy(b);
+  }
   free(src);
-  return 0;
+  return rc;
 }
 
 int main(int argc, char **argv) {

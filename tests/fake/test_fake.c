@@ -1,6 +1,8 @@
-/* Unit tests of the fake backend: the call log, statistics, completion only
- * on host_wait/drain, data movement with store_data, the reference rule
- * (deferred frees), fault injection in both modes and violation counting. */
+/* Unit tests of the fake backend: the call log and statistics, completion
+ * only on host_wait/drain (per stream, through stream waits, events
+ * recorded many times), data movement in both directions and the checksum
+ * op with store_data, the reference rule (deferred frees), unsupported
+ * kinds, the workspace option and violation counting. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,9 +10,9 @@
 
 #include <cmocka.h>
 
+#include "fault/chain_scenario.h"
 #include "foundry/checksum.h"
 #include "foundry/fake.h"
-#include "foundry/graph.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -23,14 +25,9 @@ static fdy_backend *make_fake(const fdy_fake_options *options) {
   return b;
 }
 
-static void fill_random(unsigned char *p, size_t n, uint64_t seed) {
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (size_t i = 0; i < n; i++) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    p[i] = (unsigned char)(x >> 24) | 1; /* non-zero */
-  }
+static fdy_backend *make_storing(void) {
+  fdy_fake_options o = {.store_data = true};
+  return make_fake(&o);
 }
 
 static void assert_all_released(const fdy_backend *b) {
@@ -44,6 +41,38 @@ static void assert_all_released(const fdy_backend *b) {
   assert_int_equal(s.violations, 0);
 }
 
+static fdy_backend_stream *new_stream(fdy_backend *b) {
+  fdy_backend_stream *s = NULL;
+  assert_int_equal(b->ops->stream_create(b, &s, NULL), FDY_OK);
+  return s;
+}
+
+static fdy_backend_buffer *new_buffer(fdy_backend *b, uint64_t bytes) {
+  fdy_backend_buffer *buf = NULL;
+  assert_int_equal(b->ops->buffer_alloc(b, bytes, &buf, NULL), FDY_OK);
+  return buf;
+}
+
+static fdy_backend_event *new_event(fdy_backend *b) {
+  fdy_backend_event *e = NULL;
+  assert_int_equal(b->ops->event_create(b, &e, NULL), FDY_OK);
+  return e;
+}
+
+static void record(fdy_backend *b, fdy_backend_stream *s,
+                   fdy_backend_event *e) {
+  assert_int_equal(b->ops->event_record(b, s, e, NULL), FDY_OK);
+}
+
+static void to_device(fdy_backend *b, fdy_backend_stream *s,
+                      fdy_backend_buffer *dst, uint64_t offset, const void *src,
+                      uint64_t bytes) {
+  assert_int_equal(b->ops->copy_to_device(b, s, dst, offset, src, bytes, NULL),
+                   FDY_OK);
+}
+
+/* ---- basics -------------------------------------------------------------- */
+
 static void test_defaults_and_capabilities(void **state) {
   (void)state;
   fdy_backend *b = make_fake(NULL);
@@ -55,17 +84,30 @@ static void test_defaults_and_capabilities(void **state) {
   assert_int_equal(caps.max_allocation, 16 * FDY_GIB);
   assert_int_equal(caps.alignment, 256);
   assert_string_equal(caps.name, "fake");
-  assert_true(b->ops->supports_op(b, FDY_OP_SYNTHETIC_CHECKSUM));
-  assert_true(b->ops->supports_op(b, "llama.decoder_layer"));
-  assert_int_equal(fdy_fake_call_count(b), 3);
+  for (int k = 0; k < FDY_OP_KIND_COUNT; k++) {
+    fdy_op op = {.kind = (fdy_op_kind)k};
+    assert_true(b->ops->supports_op(b, &op));
+  }
+  fdy_op add = {.kind = FDY_OP_ADD};
+  assert_int_equal(b->ops->workspace_bytes(b, &add), 0);
+  assert_int_equal(fdy_fake_call_count(b), 2 + FDY_OP_KIND_COUNT);
   const fdy_fake_call *c = fdy_fake_call_at(b, 0);
   assert_int_equal(c->number, 1);
   assert_string_equal(c->op, "capabilities");
   assert_int_equal(c->status, FDY_OK);
   assert_int_equal(c->handle, -1);
-  assert_null(fdy_fake_call_at(b, 3));
-  assert_int_equal(fdy_fake_count_calls(b, "supports_op"), 2);
-  assert_int_equal(fdy_fake_get_stats(b).calls, 3);
+  assert_int_equal(c->stream, -1);
+  assert_int_equal(c->op_kind, -1);
+  c = fdy_fake_call_at(b, 1 + FDY_OP_ARGMAX);
+  assert_string_equal(c->op, "supports_op");
+  assert_int_equal(c->op_kind, FDY_OP_ARGMAX);
+  c = fdy_fake_call_at(b, 1 + FDY_OP_KIND_COUNT);
+  assert_string_equal(c->op, "workspace_bytes");
+  assert_int_equal(c->op_kind, FDY_OP_ADD);
+  assert_null(fdy_fake_call_at(b, 2 + FDY_OP_KIND_COUNT));
+  assert_int_equal(fdy_fake_count_calls(b, "supports_op"), FDY_OP_KIND_COUNT);
+  assert_int_equal(fdy_fake_count_calls(b, NULL), 0);
+  assert_int_equal(fdy_fake_get_stats(b).calls, 2 + FDY_OP_KIND_COUNT);
   fdy_backend_destroy(b);
   fdy_backend_destroy(NULL);
 }
@@ -79,9 +121,11 @@ static void test_bad_options(void **state) {
                    FDY_ERR_INVALID_ARGUMENT);
   assert_int_equal(err.kind, FDY_ERR_INVALID_ARGUMENT);
   assert_null(b);
-  o = (fdy_fake_options){.fail_mode = (fdy_fake_fail_mode)7};
+  o = (fdy_fake_options){.unsupported_kinds =
+                             FDY_FAKE_KIND_BIT(FDY_OP_KIND_COUNT)};
   assert_int_equal(fdy_fake_backend_create(&o, &b, &err),
                    FDY_ERR_INVALID_ARGUMENT);
+  assert_null(b);
   assert_int_equal(fdy_fake_backend_create(NULL, NULL, &err),
                    FDY_ERR_INVALID_ARGUMENT);
 }
@@ -90,11 +134,11 @@ static void test_buffer_log_and_stats(void **state) {
   (void)state;
   fdy_backend *b = make_fake(NULL);
   fdy_error err;
-  fdy_backend_buffer *x = NULL, *y = NULL;
-  assert_int_equal(b->ops->buffer_alloc(b, 1000, &x, &err), FDY_OK);
-  assert_int_equal(b->ops->buffer_alloc(b, 24, &y, &err), FDY_OK);
+  fdy_backend_buffer *x = new_buffer(b, 1000);
+  fdy_backend_buffer *y = new_buffer(b, 24);
   fdy_fake_stats s = fdy_fake_get_stats(b);
   assert_int_equal(s.live_buffers, 2);
+  assert_int_equal(s.buffer_allocs, 2);
   assert_int_equal(s.buffer_bytes, 1024);
   assert_int_equal(s.peak_buffer_bytes, 1024);
   const fdy_fake_call *c0 = fdy_fake_call_at(b, 0);
@@ -117,7 +161,10 @@ static void test_buffer_log_and_stats(void **state) {
   assert_all_released(b);
   assert_int_equal(b->ops->buffer_alloc(b, 0, &x, &err),
                    FDY_ERR_INVALID_ARGUMENT);
-  assert_int_equal(fdy_fake_get_stats(b).violations, 1);
+  assert_string_equal(err.backend_op, "buffer_alloc");
+  s = fdy_fake_get_stats(b);
+  assert_int_equal(s.violations, 1);
+  assert_int_equal(s.buffer_allocs, 2);
   fdy_backend_destroy(b);
 }
 
@@ -136,65 +183,89 @@ static void test_device_memory_limits(void **state) {
   assert_int_equal(b->ops->buffer_alloc(b, 1, &z, &err), FDY_ERR_BACKEND);
   assert_int_equal(err.kind, FDY_ERR_BACKEND);
   assert_int_equal(err.expected, 4 * FDY_MIB);
+  assert_string_equal(err.backend_op, "buffer_alloc");
   assert_int_equal(fdy_fake_call_at(b, 3)->status, FDY_ERR_BACKEND);
+  assert_int_equal(fdy_fake_get_stats(b).buffer_allocs, 2);
   b->ops->buffer_release(b, x);
   b->ops->buffer_release(b, y);
   assert_all_released(b);
   fdy_backend_destroy(b);
 }
 
-/* Copies and launches stay pending until a host wait or a drain; host_wait
- * completes the awaited work and everything submitted before it. */
+/* ---- completion and data ------------------------------------------------- */
+
+/* A gather of two copies, a chained checksum launch after a stream wait and
+ * a copy back: nothing moves until the host waits, and a host wait on the
+ * copy stream's event completes the copies only. */
 static void test_completion_and_data(void **state) {
   (void)state;
-  fdy_fake_options o = {.store_data = true};
-  fdy_backend *b = make_fake(&o);
+  fdy_backend *b = make_storing();
   fdy_error err;
   enum { N = 1000 };
-  unsigned char *data = malloc(N);
-  fill_random(data, N, 7);
-  fdy_backend_stream *copy = NULL, *compute = NULL;
-  fdy_backend_buffer *buf = NULL;
-  fdy_backend_event *e1 = NULL, *e2 = NULL, *e3 = NULL;
-  assert_int_equal(b->ops->stream_create(b, &copy, &err), FDY_OK);
-  assert_int_equal(b->ops->stream_create(b, &compute, &err), FDY_OK);
-  assert_int_equal(b->ops->buffer_alloc(b, 1024, &buf, &err), FDY_OK);
-  /* A gather: two copies at different offsets. */
-  assert_int_equal(
-      b->ops->copy_to_device(b, copy, buf, 0, data, 600, &e1, &err), FDY_OK);
-  assert_int_equal(
-      b->ops->copy_to_device(b, copy, buf, 600, data + 600, N - 600, &e2, &err),
-      FDY_OK);
-  assert_int_equal(b->ops->stream_wait(b, compute, e2, &err), FDY_OK);
+  unsigned char *data = chain_random_bytes(N, 7);
+  assert_non_null(data);
+  const uint64_t prev_value = 0x1234567890ABCDEFull;
   uint64_t result = 0;
-  fdy_launch_desc desc = {.kind = FDY_OP_SYNTHETIC_CHECKSUM,
-                          .weight_count = 1,
-                          .weights = {{.buffer = buf, .bytes = N}},
-                          .result = &result};
-  assert_int_equal(b->ops->launch(b, compute, &desc, &e3, &err), FDY_OK);
+  fdy_backend_stream *copy = new_stream(b), *compute = new_stream(b);
+  fdy_backend_buffer *buf = new_buffer(b, 1024);
+  fdy_backend_buffer *words = new_buffer(b, 512); /* prev at 0, out at 256 */
+  fdy_backend_event *copied = new_event(b), *done = new_event(b);
+  to_device(b, copy, buf, 0, data, 600);
+  to_device(b, copy, buf, 600, data + 600, N - 600);
+  to_device(b, copy, words, 0, &prev_value, sizeof(prev_value));
+  record(b, copy, copied);
+  assert_int_equal(b->ops->stream_wait(b, compute, copied, &err), FDY_OK);
+  fdy_tensor_view prev = chain_view(words, 0, FDY_DTYPE_U64, 1);
+  fdy_op op = chain_checksum_op(buf, N, &prev,
+                                chain_view(words, 256, FDY_DTYPE_U64, 1), 1);
+  assert_int_equal(b->ops->launch(b, compute, &op, &err), FDY_OK);
+  assert_int_equal(
+      b->ops->copy_to_host(b, compute, &result, words, 256, 8, &err), FDY_OK);
+  record(b, compute, done);
+
   fdy_fake_stats s = fdy_fake_get_stats(b);
-  assert_int_equal(s.pending_work, 3);
-  assert_int_equal(s.live_events, 3);
-  assert_int_equal(result, 0);
-  fdy_event_times t;
-  assert_int_equal(b->ops->event_times(b, e3, &t, &err),
+  assert_int_equal(s.pending_work, 5);
+  assert_int_equal(s.copies_to_device, 3);
+  assert_int_equal(s.bytes_to_device, N + 8);
+  assert_int_equal(s.copies_to_host, 1);
+  assert_int_equal(s.bytes_to_host, 8);
+  assert_int_equal(s.launches, 1);
+  assert_int_equal(s.launches_by_kind[FDY_OP_CHECKSUM], 1);
+  assert_int_equal(s.event_records, 2);
+  assert_int_equal(s.stream_waits, 1);
+  int64_t t = 0;
+  assert_int_equal(b->ops->event_time(b, done, &t, &err),
                    FDY_ERR_INVALID_ARGUMENT);
 
-  assert_int_equal(b->ops->host_wait(b, e1, &err), FDY_OK);
+  assert_int_equal(b->ops->host_wait(b, copied, &err), FDY_OK);
   assert_int_equal(fdy_fake_get_stats(b).pending_work, 2);
   assert_int_equal(result, 0);
-  assert_int_equal(b->ops->host_wait(b, e3, &err), FDY_OK);
+  int64_t t_copied = 0;
+  assert_int_equal(b->ops->event_time(b, copied, &t_copied, &err), FDY_OK);
+  assert_int_equal(b->ops->host_wait(b, done, &err), FDY_OK);
   assert_int_equal(fdy_fake_get_stats(b).pending_work, 0);
-  assert_int_equal(result, fdy_checksum(data, N));
-  assert_int_equal(b->ops->event_times(b, e3, &t, &err), FDY_OK);
-  assert_true(t.start_ns <= t.end_ns);
-  /* Waiting again on a completed event is fine. */
-  assert_int_equal(b->ops->host_wait(b, e1, &err), FDY_OK);
+  assert_int_equal(result,
+                   fdy_checksum(data, N) + prev_value * FDY_CHAIN_PRIME);
+  assert_int_equal(b->ops->event_time(b, done, &t, &err), FDY_OK);
+  assert_true(t_copied > 0 && t_copied <= t);
+  /* waiting again on a completed recording is fine */
+  assert_int_equal(b->ops->host_wait(b, copied, &err), FDY_OK);
+  assert_int_equal(fdy_fake_get_stats(b).host_waits, 3);
 
-  b->ops->event_release(b, e1);
-  b->ops->event_release(b, e2);
-  b->ops->event_release(b, e3);
+  /* the launch is logged with its stream, kind, input bytes and output */
+  size_t i = 0;
+  while (strcmp(fdy_fake_call_at(b, i)->op, "launch") != 0) {
+    i++;
+  }
+  const fdy_fake_call *c = fdy_fake_call_at(b, i);
+  assert_int_equal(c->op_kind, FDY_OP_CHECKSUM);
+  assert_int_equal(c->bytes, N + 8);
+  assert_true(c->stream >= 0 && c->handle >= 0);
+
+  b->ops->event_destroy(b, copied);
+  b->ops->event_destroy(b, done);
   b->ops->buffer_release(b, buf);
+  b->ops->buffer_release(b, words);
   b->ops->stream_destroy(b, copy);
   b->ops->stream_destroy(b, compute);
   assert_all_released(b);
@@ -203,182 +274,199 @@ static void test_completion_and_data(void **state) {
   fdy_backend_destroy(b);
 }
 
-/* The reference rule: a buffer (and an event) released while a launch
- * reading it is pending stays alive until that launch completes. */
+/* Streams complete independently: a host wait on one stream's event does
+ * not complete another stream's work it was not ordered after. */
+static void test_streams_independent(void **state) {
+  (void)state;
+  fdy_backend *b = make_storing();
+  unsigned char x[64] = {1}, y[64] = {2};
+  fdy_backend_stream *s1 = new_stream(b), *s2 = new_stream(b);
+  fdy_backend_buffer *buf = new_buffer(b, 512);
+  fdy_backend_event *e1 = new_event(b), *e2 = new_event(b);
+  to_device(b, s1, buf, 0, x, sizeof(x));
+  record(b, s1, e1);
+  to_device(b, s2, buf, 256, y, sizeof(y));
+  record(b, s2, e2);
+  assert_int_equal(b->ops->host_wait(b, e2, NULL), FDY_OK);
+  assert_int_equal(fdy_fake_get_stats(b).pending_work, 1);
+  assert_int_equal(b->ops->host_wait(b, e1, NULL), FDY_OK);
+  assert_int_equal(fdy_fake_get_stats(b).pending_work, 0);
+  unsigned char back[64];
+  assert_int_equal(b->ops->copy_to_host(b, s1, back, buf, 256, 64, NULL),
+                   FDY_OK);
+  assert_int_equal(b->ops->drain(b, NULL), FDY_OK);
+  assert_memory_equal(back, y, 64);
+  /* an event recorded on a stream with nothing pending is complete */
+  record(b, s2, e2);
+  int64_t t = 0;
+  assert_int_equal(b->ops->event_time(b, e2, &t, NULL), FDY_OK);
+  b->ops->event_destroy(b, e1);
+  b->ops->event_destroy(b, e2);
+  b->ops->buffer_release(b, buf);
+  b->ops->stream_destroy(b, s1);
+  b->ops->stream_destroy(b, s2);
+  assert_all_released(b);
+  fdy_backend_destroy(b);
+}
+
+/* One event recorded again and again: a stream wait orders after the
+ * recording current at the wait, a host wait completes the current one. */
+static void test_event_rerecorded(void **state) {
+  (void)state;
+  fdy_backend *b = make_storing();
+  unsigned char a[64] = {3}, c[64] = {4};
+  fdy_backend_stream *s1 = new_stream(b), *s2 = new_stream(b);
+  fdy_backend_buffer *buf = new_buffer(b, 512);
+  fdy_backend_event *e = new_event(b), *f = new_event(b);
+  to_device(b, s1, buf, 0, a, sizeof(a)); /* A */
+  record(b, s1, e);                       /* e = after A */
+  assert_int_equal(b->ops->stream_wait(b, s2, e, NULL), FDY_OK);
+  to_device(b, s1, buf, 0, c, sizeof(c)); /* C, after the wait */
+  record(b, s1, e);                       /* e = after C */
+  unsigned char back[64] = {0};
+  assert_int_equal(b->ops->copy_to_host(b, s2, back, buf, 0, 64, NULL), FDY_OK);
+  record(b, s2, f);
+  /* s2's copy waits for A only: C is still pending afterwards */
+  assert_int_equal(b->ops->host_wait(b, f, NULL), FDY_OK);
+  assert_int_equal(fdy_fake_get_stats(b).pending_work, 1);
+  assert_memory_equal(back, a, 64);
+  assert_int_equal(b->ops->host_wait(b, e, NULL), FDY_OK);
+  assert_int_equal(fdy_fake_get_stats(b).pending_work, 0);
+  b->ops->event_destroy(b, e);
+  b->ops->event_destroy(b, f);
+  b->ops->buffer_release(b, buf);
+  b->ops->stream_destroy(b, s1);
+  b->ops->stream_destroy(b, s2);
+  assert_all_released(b);
+  fdy_backend_destroy(b);
+}
+
+/* Kinds other than the checksum write nothing, with store_data too. */
+static void test_other_kinds_write_nothing(void **state) {
+  (void)state;
+  fdy_backend *b = make_storing();
+  fdy_backend_stream *s = new_stream(b);
+  fdy_backend_buffer *buf = new_buffer(b, 1024);
+  fdy_op op = {.kind = FDY_OP_ADD, .input_count = 3, .output_count = 1};
+  op.inputs[0] = chain_view(buf, 0, FDY_DTYPE_I32, 2);
+  op.inputs[1] = (fdy_tensor_view){.buffer = buf,
+                                   .offset = 256,
+                                   .dtype = FDY_DTYPE_F32,
+                                   .shape = {2, {1, 4}}};
+  op.inputs[2] = op.inputs[1];
+  op.inputs[2].offset = 512;
+  op.outputs[0] = op.inputs[1];
+  op.outputs[0].offset = 768;
+  assert_int_equal(b->ops->launch(b, s, &op, NULL), FDY_OK);
+  unsigned char back[16];
+  assert_int_equal(b->ops->copy_to_host(b, s, back, buf, 768, 16, NULL),
+                   FDY_OK);
+  assert_int_equal(b->ops->drain(b, NULL), FDY_OK);
+  for (int i = 0; i < 16; i++) {
+    assert_int_equal(back[i], 0xA5);
+  }
+  assert_int_equal(fdy_fake_get_stats(b).launches_by_kind[FDY_OP_ADD], 1);
+  b->ops->buffer_release(b, buf);
+  b->ops->stream_destroy(b, s);
+  assert_all_released(b);
+  fdy_backend_destroy(b);
+}
+
+/* The reference rule: a buffer released while a launch reading it is
+ * pending keeps its memory until that launch completes. */
 static void test_deferred_free(void **state) {
   (void)state;
-  fdy_fake_options o = {.store_data = true};
-  fdy_backend *b = make_fake(&o);
-  fdy_error err;
+  fdy_backend *b = make_storing();
   unsigned char data[256];
-  fill_random(data, sizeof(data), 3);
-  fdy_backend_stream *st = NULL;
-  fdy_backend_buffer *buf = NULL;
-  fdy_backend_event *copied = NULL, *ran = NULL;
-  assert_int_equal(b->ops->stream_create(b, &st, &err), FDY_OK);
-  assert_int_equal(b->ops->buffer_alloc(b, 256, &buf, &err), FDY_OK);
-  assert_int_equal(
-      b->ops->copy_to_device(b, st, buf, 0, data, sizeof(data), &copied, &err),
-      FDY_OK);
+  for (int i = 0; i < 256; i++) {
+    data[i] = (unsigned char)(i * 7 + 1);
+  }
   uint64_t result = 0;
-  fdy_launch_desc desc = {.kind = FDY_OP_SYNTHETIC_CHECKSUM,
-                          .weight_count = 1,
-                          .weights = {{.buffer = buf, .bytes = 256}},
-                          .result = &result};
-  assert_int_equal(b->ops->launch(b, st, &desc, &ran, &err), FDY_OK);
+  fdy_backend_stream *s = new_stream(b);
+  fdy_backend_buffer *buf = new_buffer(b, 256);
+  fdy_backend_buffer *out = new_buffer(b, 256);
+  fdy_backend_event *ran = new_event(b);
+  to_device(b, s, buf, 0, data, sizeof(data));
+  fdy_op op = chain_checksum_op(buf, 256, NULL,
+                                chain_view(out, 0, FDY_DTYPE_U64, 1), 1);
+  assert_int_equal(b->ops->launch(b, s, &op, NULL), FDY_OK);
+  assert_int_equal(b->ops->copy_to_host(b, s, &result, out, 0, 8, NULL),
+                   FDY_OK);
+  record(b, s, ran);
   b->ops->buffer_release(b, buf);
-  b->ops->event_release(b, copied);
-  fdy_fake_stats s = fdy_fake_get_stats(b);
-  assert_int_equal(s.live_buffers, 1);
-  assert_int_equal(s.buffer_bytes, 256);
-  assert_int_equal(s.live_events, 2);
-  assert_int_equal(s.deferred_frees, 0);
-  assert_int_equal(b->ops->host_wait(b, ran, &err), FDY_OK);
-  s = fdy_fake_get_stats(b);
-  assert_int_equal(s.live_buffers, 0);
-  assert_int_equal(s.deferred_frees, 1);
-  assert_int_equal(s.live_events, 1);
+  b->ops->buffer_release(b, out);
+  fdy_fake_stats st = fdy_fake_get_stats(b);
+  assert_int_equal(st.live_buffers, 2);
+  assert_int_equal(st.buffer_bytes, 512);
+  assert_int_equal(st.deferred_frees, 0);
+  assert_int_equal(b->ops->host_wait(b, ran, NULL), FDY_OK);
+  st = fdy_fake_get_stats(b);
+  assert_int_equal(st.live_buffers, 0);
+  assert_int_equal(st.deferred_frees, 2);
   assert_int_equal(result, fdy_checksum(data, sizeof(data)));
-  b->ops->event_release(b, ran);
-  b->ops->stream_destroy(b, st);
+  b->ops->event_destroy(b, ran);
+  b->ops->stream_destroy(b, s);
   assert_all_released(b);
   fdy_backend_destroy(b);
 }
 
-static void test_fail_before_submit(void **state) {
-  (void)state;
-  /* calls: 1 stream_create, 2 buffer_alloc, 3 copy_to_device */
-  fdy_fake_options o = {.fail_at_call = 3,
-                        .fail_mode = FDY_FAKE_FAIL_BEFORE_SUBMIT};
-  fdy_backend *b = make_fake(&o);
-  fdy_error err;
-  unsigned char data[64] = {1};
-  fdy_backend_stream *st = NULL;
-  fdy_backend_buffer *buf = NULL;
-  fdy_backend_event *ev = NULL;
-  assert_int_equal(b->ops->stream_create(b, &st, &err), FDY_OK);
-  assert_int_equal(b->ops->buffer_alloc(b, 64, &buf, &err), FDY_OK);
-  assert_int_equal(
-      b->ops->copy_to_device(b, st, buf, 0, data, sizeof(data), &ev, &err),
-      FDY_ERR_BACKEND);
-  assert_int_equal(err.kind, FDY_ERR_BACKEND);
-  assert_null(ev);
-  assert_int_equal(fdy_fake_get_stats(b).pending_work, 0);
-  assert_int_equal(fdy_fake_call_at(b, 2)->status, FDY_ERR_BACKEND);
-  /* Only call 3 fails. */
-  assert_int_equal(
-      b->ops->copy_to_device(b, st, buf, 0, data, sizeof(data), &ev, &err),
-      FDY_OK);
-  assert_int_equal(b->ops->drain(b, &err), FDY_OK);
-  b->ops->event_release(b, ev);
-  b->ops->buffer_release(b, buf);
-  b->ops->stream_destroy(b, st);
-  assert_all_released(b);
-  fdy_backend_destroy(b);
-}
+/* ---- options ------------------------------------------------------------- */
 
-static void test_fail_after_submit(void **state) {
+static void test_unsupported_kinds(void **state) {
   (void)state;
-  /* calls: 1 stream_create, 2 buffer_alloc, 3 launch */
-  fdy_fake_options o = {.fail_at_call = 3,
-                        .fail_mode = FDY_FAKE_FAIL_AFTER_SUBMIT,
-                        .store_data = true};
+  fdy_fake_options o = {.unsupported_kinds =
+                            FDY_FAKE_KIND_BIT(FDY_OP_CHECKSUM) |
+                            FDY_FAKE_KIND_BIT(FDY_OP_ATTENTION)};
   fdy_backend *b = make_fake(&o);
   fdy_error err;
-  fdy_backend_stream *st = NULL;
-  fdy_backend_buffer *buf = NULL;
-  fdy_backend_event *ev = NULL;
-  assert_int_equal(b->ops->stream_create(b, &st, &err), FDY_OK);
-  assert_int_equal(b->ops->buffer_alloc(b, 64, &buf, &err), FDY_OK);
-  uint64_t result = 0;
-  fdy_launch_desc desc = {.kind = FDY_OP_SYNTHETIC_CHECKSUM,
-                          .weight_count = 1,
-                          .weights = {{.buffer = buf, .bytes = 64}},
-                          .result = &result};
-  assert_int_equal(b->ops->launch(b, st, &desc, &ev, &err), FDY_ERR_BACKEND);
-  assert_null(ev);
-  fdy_fake_stats s = fdy_fake_get_stats(b);
-  assert_int_equal(s.pending_work, 1);
-  assert_int_equal(s.live_events, 1); /* held by the work, not the caller */
-  b->ops->buffer_release(b, buf);
-  assert_int_equal(fdy_fake_get_stats(b).live_buffers, 1);
-  assert_int_equal(b->ops->drain(b, &err), FDY_OK);
-  s = fdy_fake_get_stats(b);
-  assert_int_equal(s.drains, 1);
-  assert_int_equal(s.deferred_frees, 1);
-  b->ops->stream_destroy(b, st);
-  assert_all_released(b);
-  fdy_backend_destroy(b);
-}
-
-static void test_fail_host_wait_after_submit(void **state) {
-  (void)state;
-  /* calls: 1 stream_create, 2 buffer_alloc, 3 copy, 4 host_wait */
-  fdy_fake_options o = {.fail_at_call = 4,
-                        .fail_mode = FDY_FAKE_FAIL_AFTER_SUBMIT};
-  fdy_backend *b = make_fake(&o);
-  fdy_error err;
-  unsigned char data[8] = {9};
-  fdy_backend_stream *st = NULL;
-  fdy_backend_buffer *buf = NULL;
-  fdy_backend_event *ev = NULL;
-  assert_int_equal(b->ops->stream_create(b, &st, &err), FDY_OK);
-  assert_int_equal(b->ops->buffer_alloc(b, 8, &buf, &err), FDY_OK);
-  assert_int_equal(b->ops->copy_to_device(b, st, buf, 0, data, 8, &ev, &err),
-                   FDY_OK);
-  assert_int_equal(b->ops->host_wait(b, ev, &err), FDY_ERR_BACKEND);
-  assert_int_equal(fdy_fake_get_stats(b).pending_work, 0);
-  b->ops->event_release(b, ev);
-  b->ops->buffer_release(b, buf);
-  b->ops->stream_destroy(b, st);
-  assert_all_released(b);
-  fdy_backend_destroy(b);
-}
-
-static void test_fail_drain(void **state) {
-  (void)state;
-  fdy_fake_options o = {.fail_drain = true};
-  fdy_backend *b = make_fake(&o);
-  fdy_error err;
-  unsigned char data[8] = {9};
-  fdy_backend_stream *st = NULL;
-  fdy_backend_buffer *buf = NULL;
-  fdy_backend_event *ev = NULL;
-  assert_int_equal(b->ops->stream_create(b, &st, &err), FDY_OK);
-  assert_int_equal(b->ops->buffer_alloc(b, 8, &buf, &err), FDY_OK);
-  assert_int_equal(b->ops->copy_to_device(b, st, buf, 0, data, 8, &ev, &err),
-                   FDY_OK);
-  assert_int_equal(b->ops->drain(b, &err), FDY_ERR_BACKEND);
-  assert_int_equal(err.kind, FDY_ERR_BACKEND);
-  fdy_fake_stats s = fdy_fake_get_stats(b);
-  assert_int_equal(s.pending_work, 0);
-  assert_int_equal(s.drains, 1);
-  b->ops->event_release(b, ev);
-  b->ops->buffer_release(b, buf);
-  b->ops->stream_destroy(b, st);
-  assert_all_released(b);
-  fdy_backend_destroy(b);
-}
-
-static void test_unsupported_kind(void **state) {
-  (void)state;
-  char kind[] = "llama.decoder_layer";
-  fdy_fake_options o = {.unsupported_kind = kind};
-  fdy_backend *b = make_fake(&o);
-  kind[0] = 'X'; /* the backend keeps its own copy */
-  fdy_error err;
-  assert_false(b->ops->supports_op(b, "llama.decoder_layer"));
-  assert_true(b->ops->supports_op(b, FDY_OP_SYNTHETIC_CHECKSUM));
+  fdy_op attention = {.kind = FDY_OP_ATTENTION};
+  fdy_op add = {.kind = FDY_OP_ADD};
+  assert_false(b->ops->supports_op(b, &attention));
+  assert_true(b->ops->supports_op(b, &add));
   assert_int_equal(fdy_fake_call_at(b, 0)->status, FDY_ERR_UNSUPPORTED);
-  fdy_backend_stream *st = NULL;
-  fdy_backend_event *ev = NULL;
-  assert_int_equal(b->ops->stream_create(b, &st, &err), FDY_OK);
-  fdy_launch_desc desc = {.kind = "llama.decoder_layer"};
-  assert_int_equal(b->ops->launch(b, st, &desc, &ev, &err),
-                   FDY_ERR_UNSUPPORTED);
-  assert_null(ev);
-  b->ops->stream_destroy(b, st);
+  fdy_backend_stream *s = new_stream(b);
+  fdy_backend_buffer *buf = new_buffer(b, 512);
+  fdy_op op = chain_checksum_op(buf, 256, NULL,
+                                chain_view(buf, 256, FDY_DTYPE_U64, 1), 1);
+  assert_int_equal(b->ops->launch(b, s, &op, &err), FDY_ERR_UNSUPPORTED);
+  assert_string_equal(err.backend_op, "launch");
+  fdy_fake_stats st = fdy_fake_get_stats(b);
+  assert_int_equal(st.launches, 0);
+  assert_int_equal(st.pending_work, 0);
+  b->ops->buffer_release(b, buf);
+  b->ops->stream_destroy(b, s);
   assert_all_released(b);
+  fdy_backend_destroy(b);
+}
+
+/* workspace_bytes asks for scratch; a launch must bring that much. */
+static void test_workspace(void **state) {
+  (void)state;
+  fdy_fake_options o = {.workspace_bytes = 1000};
+  fdy_backend *b = make_fake(&o);
+  fdy_error err;
+  fdy_backend_stream *s = new_stream(b);
+  fdy_backend_buffer *buf = new_buffer(b, 512);
+  fdy_backend_buffer *scratch = new_buffer(b, 1024);
+  fdy_op op = chain_checksum_op(buf, 256, NULL,
+                                chain_view(buf, 256, FDY_DTYPE_U64, 1), 1);
+  assert_int_equal(b->ops->workspace_bytes(b, &op), 1000);
+  assert_int_equal(b->ops->launch(b, s, &op, &err), FDY_ERR_INVALID_ARGUMENT);
+  op.workspace = chain_view(scratch, 0, FDY_DTYPE_U8, 999);
+  assert_int_equal(b->ops->launch(b, s, &op, &err), FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(fdy_fake_get_stats(b).violations, 2);
+  op.workspace = chain_view(scratch, 0, FDY_DTYPE_U8, 1000);
+  assert_int_equal(b->ops->launch(b, s, &op, &err), FDY_OK);
+  /* the workspace is referenced by the pending launch too */
+  b->ops->buffer_release(b, scratch);
+  assert_int_equal(fdy_fake_get_stats(b).live_buffers, 2);
+  assert_int_equal(b->ops->drain(b, &err), FDY_OK);
+  assert_int_equal(fdy_fake_get_stats(b).deferred_frees, 1);
+  b->ops->buffer_release(b, buf);
+  b->ops->stream_destroy(b, s);
+  fdy_fake_stats st = fdy_fake_get_stats(b);
+  assert_int_equal(st.violations, 2);
+  assert_int_equal(st.live_buffers, 0);
   fdy_backend_destroy(b);
 }
 
@@ -390,16 +478,67 @@ static void test_host_registration(void **state) {
   fdy_backend_host *h = NULL;
   assert_int_equal(b->ops->host_register(b, data, sizeof(data), &h, &err),
                    FDY_OK);
-  assert_int_equal(fdy_fake_get_stats(b).live_hosts, 1);
+  fdy_fake_stats s = fdy_fake_get_stats(b);
+  assert_int_equal(s.live_hosts, 1);
+  assert_int_equal(s.host_registrations, 1);
   assert_int_equal(fdy_fake_call_at(b, 0)->bytes, sizeof(data));
   b->ops->host_unregister(b, h);
   assert_int_equal(b->ops->host_register(b, NULL, 4, &h, &err),
                    FDY_ERR_INVALID_ARGUMENT);
-  fdy_fake_stats s = fdy_fake_get_stats(b);
+  s = fdy_fake_get_stats(b);
   assert_int_equal(s.live_hosts, 0);
+  assert_int_equal(s.host_registrations, 1);
   assert_int_equal(s.violations, 1);
   fdy_backend_destroy(b);
 }
+
+/* A chain run many rounds: every object is made before the first round,
+ * and each round adds one launch per op and no allocation. */
+static void test_rounds_allocate_nothing(void **state) {
+  (void)state;
+  enum { LAYERS = 3, ROUNDS = 20 };
+  unsigned char *data[LAYERS];
+  for (int i = 0; i < LAYERS; i++) {
+    data[i] = chain_random_bytes(2048, 90 + (uint64_t)i);
+  }
+  chain_spec spec = {.layers = LAYERS,
+                     .layer_bytes = 2048,
+                     .data = (const unsigned char *const *)data,
+                     .slots = 2,
+                     .rounds = ROUNDS,
+                     .register_host = true};
+  fdy_backend *b = make_storing();
+  fdy_error err;
+  uint64_t result = 0;
+  assert_int_equal(chain_run(b, &spec, &result, &err), FDY_OK);
+  assert_int_equal(result, chain_expected(&spec));
+  fdy_fake_stats s = fdy_fake_get_stats(b);
+  assert_int_equal(s.launches, LAYERS * ROUNDS);
+  assert_int_equal(s.buffer_allocs, 3);
+  assert_int_equal(s.streams_created, 2);
+  assert_int_equal(s.events_created, 5);
+  assert_int_equal(s.host_registrations, LAYERS + 1);
+  assert_int_equal(s.copies_to_host, ROUNDS);
+  assert_all_released(b);
+  /* every allocation, registration and creation came before the first
+   * launch */
+  size_t first_launch = 0;
+  while (strcmp(fdy_fake_call_at(b, first_launch)->op, "launch") != 0) {
+    first_launch++;
+  }
+  for (size_t i = first_launch; i < fdy_fake_call_count(b); i++) {
+    const char *op = fdy_fake_call_at(b, i)->op;
+    assert_true(
+        strcmp(op, "buffer_alloc") != 0 && strcmp(op, "host_register") != 0 &&
+        strcmp(op, "event_create") != 0 && strcmp(op, "stream_create") != 0);
+  }
+  fdy_backend_destroy(b);
+  for (int i = 0; i < LAYERS; i++) {
+    free(data[i]);
+  }
+}
+
+/* ---- violations ---------------------------------------------------------- */
 
 /* Misuse is caught on tombstones, counted, and never touches freed memory. */
 static void test_violations(void **state) {
@@ -407,48 +546,79 @@ static void test_violations(void **state) {
   fdy_backend *b = make_fake(NULL);
   fdy_error err;
   unsigned char data[8] = {1};
-  fdy_backend_stream *st = NULL;
-  fdy_backend_buffer *buf = NULL;
-  fdy_backend_event *ev = NULL;
-  assert_int_equal(b->ops->stream_create(b, &st, &err), FDY_OK);
-  assert_int_equal(b->ops->buffer_alloc(b, 8, &buf, &err), FDY_OK);
-  assert_int_equal(b->ops->copy_to_device(b, st, buf, 4, data, 8, &ev, &err),
-                   FDY_ERR_INVALID_ARGUMENT); /* out of range */
-  assert_int_equal(b->ops->copy_to_device(b, st, buf, 0, data, 8, &ev, &err),
-                   FDY_OK);
-  b->ops->event_release(b, ev);
-  assert_int_equal(b->ops->host_wait(b, ev, &err), FDY_ERR_INVALID_ARGUMENT);
-  b->ops->event_release(b, ev);
+  fdy_backend_stream *s = new_stream(b);
+  fdy_backend_buffer *buf = new_buffer(b, 512);
+  fdy_backend_event *e = new_event(b), *never = new_event(b);
+  uint64_t v = 0;
+  /* 1: a copy out of range */
+  assert_int_equal(b->ops->copy_to_device(b, s, buf, 508, data, 8, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_string_equal(err.backend_op, "copy_to_device");
+  /* 2, 3: waits on an event never recorded */
+  assert_int_equal(b->ops->host_wait(b, never, &err), FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(b->ops->stream_wait(b, s, never, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  /* 4: an op that fails fdy_op_check (data not whole words) */
+  fdy_op bad = chain_checksum_op(buf, 7, NULL,
+                                 chain_view(buf, 256, FDY_DTYPE_U64, 1), 1);
+  assert_int_equal(b->ops->launch(b, s, &bad, &err), FDY_ERR_INVALID_ARGUMENT);
+  assert_string_equal(err.backend_op, "launch");
+  /* 5: a view at an offset that is not a multiple of the alignment */
+  fdy_op misaligned = chain_checksum_op(
+      buf, 8, NULL, chain_view(buf, 264, FDY_DTYPE_U64, 1), 1);
+  assert_int_equal(b->ops->launch(b, s, &misaligned, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  /* 6: a view outside its buffer */
+  fdy_op outside = chain_checksum_op(buf, 512, NULL,
+                                     chain_view(buf, 512, FDY_DTYPE_U64, 1), 1);
+  assert_int_equal(b->ops->launch(b, s, &outside, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(fdy_fake_get_stats(b).launches, 0);
+  /* pending work and a pending recording */
+  to_device(b, s, buf, 0, data, 8);
+  record(b, s, e);
+  /* 7: an event destroyed while its recording is pending */
+  b->ops->event_destroy(b, e);
+  /* 8: a host wait on the destroyed event */
+  assert_int_equal(b->ops->host_wait(b, e, &err), FDY_ERR_INVALID_ARGUMENT);
+  /* 9: destroyed twice */
+  b->ops->event_destroy(b, e);
   b->ops->buffer_release(b, buf);
+  /* 10: released twice */
   b->ops->buffer_release(b, buf);
-  b->ops->stream_destroy(b, st); /* with pending work */
-  fdy_fake_stats s = fdy_fake_get_stats(b);
-  assert_int_equal(s.violations, 5);
-  assert_int_equal(s.live_streams, 0);
+  /* 11: a copy into the released buffer */
+  assert_int_equal(b->ops->copy_to_host(b, s, &v, buf, 0, 8, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  /* 12: a stream destroyed with pending work */
+  b->ops->stream_destroy(b, s);
+  /* 13: a launch on the destroyed stream */
+  assert_int_equal(b->ops->launch(b, s, &bad, &err), FDY_ERR_INVALID_ARGUMENT);
+  fdy_fake_stats st = fdy_fake_get_stats(b);
+  assert_int_equal(st.violations, 13);
+  assert_int_equal(st.live_streams, 0);
+  assert_int_equal(st.live_buffers, 1); /* the copy still holds it */
   assert_int_equal(b->ops->drain(b, &err), FDY_OK);
-  s = fdy_fake_get_stats(b);
-  assert_int_equal(s.pending_work, 0);
-  assert_int_equal(s.live_buffers, 0);
-  assert_int_equal(s.live_events, 0);
+  st = fdy_fake_get_stats(b);
+  assert_int_equal(st.pending_work, 0);
+  assert_int_equal(st.live_buffers, 0);
+  assert_int_equal(st.deferred_frees, 1);
+  b->ops->event_destroy(b, never);
+  assert_int_equal(fdy_fake_get_stats(b).live_events, 0);
   fdy_backend_destroy(b);
 }
 
-/* Destroy drains and frees whatever the caller left behind. */
+/* Destroy completes and frees whatever the caller left behind. */
 static void test_destroy_with_outstanding_work(void **state) {
   (void)state;
-  fdy_fake_options o = {.store_data = true};
-  fdy_backend *b = make_fake(&o);
-  fdy_error err;
+  fdy_backend *b = make_storing();
   unsigned char data[16] = {5};
-  fdy_backend_stream *st = NULL;
-  fdy_backend_buffer *buf = NULL;
-  fdy_backend_event *ev = NULL;
+  fdy_backend_stream *s = new_stream(b);
+  fdy_backend_buffer *buf = new_buffer(b, 16);
+  fdy_backend_event *e = new_event(b);
   fdy_backend_host *h = NULL;
-  assert_int_equal(b->ops->stream_create(b, &st, &err), FDY_OK);
-  assert_int_equal(b->ops->buffer_alloc(b, 16, &buf, &err), FDY_OK);
-  assert_int_equal(b->ops->host_register(b, data, 16, &h, &err), FDY_OK);
-  assert_int_equal(b->ops->copy_to_device(b, st, buf, 0, data, 16, &ev, &err),
-                   FDY_OK);
+  assert_int_equal(b->ops->host_register(b, data, 16, &h, NULL), FDY_OK);
+  to_device(b, s, buf, 0, data, 16);
+  record(b, s, e);
   fdy_backend_destroy(b);
 }
 
@@ -459,13 +629,14 @@ int main(void) {
       cmocka_unit_test(test_buffer_log_and_stats),
       cmocka_unit_test(test_device_memory_limits),
       cmocka_unit_test(test_completion_and_data),
+      cmocka_unit_test(test_streams_independent),
+      cmocka_unit_test(test_event_rerecorded),
+      cmocka_unit_test(test_other_kinds_write_nothing),
       cmocka_unit_test(test_deferred_free),
-      cmocka_unit_test(test_fail_before_submit),
-      cmocka_unit_test(test_fail_after_submit),
-      cmocka_unit_test(test_fail_host_wait_after_submit),
-      cmocka_unit_test(test_fail_drain),
-      cmocka_unit_test(test_unsupported_kind),
+      cmocka_unit_test(test_unsupported_kinds),
+      cmocka_unit_test(test_workspace),
       cmocka_unit_test(test_host_registration),
+      cmocka_unit_test(test_rounds_allocate_nothing),
       cmocka_unit_test(test_violations),
       cmocka_unit_test(test_destroy_with_outstanding_work),
   };

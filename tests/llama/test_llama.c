@@ -4,8 +4,11 @@
  * of the right kind naming the file and the tensor or field; make-model
  * output opens, is byte-identical for a seed, never overwrites and matches
  * the preset's computed configuration and size (the real-shape presets are
- * checked without writing); the model graph gathers file extents and plans
- * as a validated 2-buffer stream. */
+ * checked without writing); the model graph: one weight unit per decoder
+ * layer plus the embedding and the head, each a gather of file extents
+ * padded so that every tensor view is aligned, the KV caches, the prefill
+ * and decode ops, and bad options refused; its plan keeps everything
+ * resident when the budget allows and streams the layers otherwise. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,7 +25,6 @@
 #include <unistd.h>
 
 #include "foundry/llama.h"
-#include "foundry/llama_session.h"
 #include "foundry/plan.h"
 #include "foundry/safetensors.h"
 
@@ -199,50 +201,638 @@ static void test_fixtures_open(void **state) {
   fdy_llama_close(NULL);
 }
 
+/* ---- the model as a graph -------------------------------------------------
+ */
+
+static fdy_tensor_info tensor_at(const fdy_graph *g, fdy_tensor_id id) {
+  fdy_tensor_info info;
+  fdy_error err;
+  assert_int_equal(fdy_graph_tensor(g, id, &info, &err), FDY_OK);
+  return info;
+}
+
+static fdy_tensor_id tensor_named(const fdy_graph *g, const char *name) {
+  fdy_tensor_id id = {UINT32_MAX};
+  fdy_error err;
+  fdy_status st = fdy_graph_find_tensor(g, name, &id, &err);
+  if (st != FDY_OK) {
+    print_error("no tensor %s\n", name);
+  }
+  assert_int_equal(st, FDY_OK);
+  return id;
+}
+
+static fdy_op_info op_at(const fdy_graph *g, uint32_t index) {
+  fdy_op_info op;
+  fdy_error err;
+  assert_int_equal(fdy_graph_op(g, (fdy_op_id){index}, &op, &err), FDY_OK);
+  return op;
+}
+
+static fdy_op_info op_named(const fdy_graph *g, const char *name) {
+  for (uint32_t i = 0; i < fdy_graph_op_count(g); i++) {
+    fdy_op_info op = op_at(g, i);
+    if (strcmp(op.name, name) == 0) {
+      return op;
+    }
+  }
+  print_error("no op %s\n", name);
+  fail();
+  return op_at(g, 0);
+}
+
+/* Bytes of all file extents of the graph's weights. */
+static uint64_t file_extent_bytes(const fdy_graph *g) {
+  uint64_t sum = 0;
+  for (uint32_t i = 0; i < fdy_graph_tensor_count(g); i++) {
+    fdy_tensor_info info = tensor_at(g, (fdy_tensor_id){i});
+    for (size_t k = 0; info.role == FDY_TENSOR_WEIGHT && k < info.extent_count;
+         k++) {
+      if (info.extents[k].kind == FDY_EXTENT_FILE) {
+        sum += info.extents[k].length;
+      }
+    }
+  }
+  return sum;
+}
+
+/* The checkpoint tensors of one weight unit, in layout order. */
+typedef struct unit_tensors {
+  const fdy_st_tensor *t[32];
+  size_t count;
+} unit_tensors;
+
+static void add_linear(unit_tensors *u, const fdy_llama_qlinear *l) {
+  u->t[u->count++] = l->weight;
+  u->t[u->count++] = l->scales;
+  u->t[u->count++] = l->biases;
+}
+
+/* input norm, q, k, v, o, post norm, gate, up, down */
+static unit_tensors layer_tensors(const fdy_llama_model *m, uint32_t layer) {
+  const fdy_llama_layer_weights *l = fdy_llama_layer(m, layer);
+  unit_tensors u = {.count = 0};
+  u.t[u.count++] = l->input_norm;
+  add_linear(&u, &l->q);
+  add_linear(&u, &l->k);
+  add_linear(&u, &l->v);
+  add_linear(&u, &l->o);
+  u.t[u.count++] = l->post_norm;
+  add_linear(&u, &l->gate);
+  add_linear(&u, &l->up);
+  add_linear(&u, &l->down);
+  return u;
+}
+
+/* Checks weight `name`: a U8 gather of exactly u's file extents in order,
+ * each at a FDY_TENSOR_ALIGNMENT offset after padding shorter than the
+ * alignment, and one view per tensor, in the same order, named, typed and
+ * shaped like the tensor, at its extent's offset. Returns the padding
+ * bytes. */
+static uint64_t expect_unit(const fdy_graph *g, const char *name,
+                            const unit_tensors *u) {
+  fdy_tensor_id id = tensor_named(g, name);
+  fdy_tensor_info unit = tensor_at(g, id);
+  assert_int_equal(unit.role, FDY_TENSOR_WEIGHT);
+  assert_int_equal(unit.dtype, FDY_DTYPE_U8);
+  uint64_t at = 0, padding = 0;
+  size_t files = 0;
+  for (size_t k = 0; k < unit.extent_count; k++) {
+    const fdy_extent *e = &unit.extents[k];
+    if (e->kind == FDY_EXTENT_PADDING) {
+      assert_true(e->length > 0 && e->length < FDY_TENSOR_ALIGNMENT);
+      padding += e->length;
+      at += e->length;
+      continue;
+    }
+    assert_int_equal(e->kind, FDY_EXTENT_FILE);
+    assert_true(files < u->count);
+    const fdy_st_tensor *t = u->t[files++];
+    assert_int_equal(at % FDY_TENSOR_ALIGNMENT, 0);
+    assert_string_equal(e->path, t->path);
+    assert_int_equal(e->offset, t->file_offset);
+    assert_int_equal(e->length, t->bytes);
+    fdy_tensor_info view = tensor_at(g, tensor_named(g, t->name));
+    assert_int_equal(view.role, FDY_TENSOR_WEIGHT_VIEW);
+    assert_int_equal(view.weight, id.v);
+    assert_int_equal(view.offset, at);
+    assert_int_equal(view.dtype, t->dtype);
+    assert_true(fdy_shape_equal(view.shape, t->shape));
+    assert_int_equal(view.bytes, t->bytes);
+    at += e->length;
+    assert_true(at <= unit.bytes);
+  }
+  assert_int_equal(files, u->count);
+  assert_int_equal(at, unit.bytes);
+  /* the unit's views, in tensor order, are u's tensors in layout order */
+  size_t seen = 0;
+  for (uint32_t i = 0; i < fdy_graph_tensor_count(g); i++) {
+    fdy_tensor_info view = tensor_at(g, (fdy_tensor_id){i});
+    if (view.role == FDY_TENSOR_WEIGHT_VIEW && view.weight == id.v) {
+      assert_true(seen < u->count);
+      assert_string_equal(view.name, u->t[seen++]->name);
+    }
+  }
+  assert_int_equal(seen, u->count);
+  return padding;
+}
+
+/* The kinds of one step's ops: the embedding, 15 per decoder layer and the
+ * head (the last row first when a multi-row step takes the last row's
+ * logits only; last row after the LM head when every row has logits). */
+static size_t step_kinds(uint32_t layers, uint32_t rows, bool all_logits,
+                         fdy_op_kind *out) {
+  static const fdy_op_kind layer[15] = {
+      FDY_OP_RMSNORM, FDY_OP_MATMUL_Q4, FDY_OP_MATMUL_Q4, FDY_OP_MATMUL_Q4,
+      FDY_OP_ROPE,    FDY_OP_ROPE,      FDY_OP_ATTENTION, FDY_OP_MATMUL_Q4,
+      FDY_OP_ADD,     FDY_OP_RMSNORM,   FDY_OP_MATMUL_Q4, FDY_OP_MATMUL_Q4,
+      FDY_OP_SWIGLU,  FDY_OP_MATMUL_Q4, FDY_OP_ADD};
+  size_t n = 0;
+  out[n++] = FDY_OP_EMBED_Q4;
+  for (uint32_t l = 0; l < layers; l++) {
+    memcpy(out + n, layer, sizeof layer);
+    n += 15;
+  }
+  if (!all_logits && rows > 1) {
+    out[n++] = FDY_OP_LAST_ROW;
+  }
+  out[n++] = FDY_OP_RMSNORM;
+  out[n++] = FDY_OP_MATMUL_Q4;
+  if (all_logits) {
+    out[n++] = FDY_OP_LAST_ROW;
+  }
+  out[n++] = FDY_OP_ARGMAX;
+  return n;
+}
+
+/* Ops [first, first + count) are one step `prefix` over `rows` rows with
+ * step tensor `step`: their kinds, names, the step tensor they read, the
+ * rows of every decoder layer's output and the caches each attention
+ * appends to. */
+static void expect_step(const fdy_graph *g, const fdy_llama_config *c,
+                        const char *prefix, uint32_t first, uint32_t count,
+                        fdy_tensor_id step, uint32_t rows, bool all_logits) {
+  fdy_op_kind kinds[16 * 8 + 8];
+  assert_true(c->num_layers <= 8);
+  size_t n = step_kinds(c->num_layers, rows, all_logits, kinds);
+  assert_int_equal(count, n);
+  size_t prefix_len = strlen(prefix);
+  uint32_t attention = 0;
+  for (uint32_t i = 0; i < count; i++) {
+    fdy_op_info op = op_at(g, first + i);
+    assert_int_equal(op.kind, kinds[i]);
+    assert_memory_equal(op.name, prefix, prefix_len);
+    assert_int_equal(op.name[prefix_len], '.');
+    if (op.kind != FDY_OP_ARGMAX) {
+      assert_int_equal(op.reads[0].v, step.v);
+    }
+    bool in_layer = i > 0 && i <= 15 * c->num_layers;
+    fdy_tensor_info out = tensor_at(g, op.writes[0]);
+    if (i == 0 || in_layer) {
+      assert_int_equal(out.role, FDY_TENSOR_ACTIVATION);
+      assert_int_equal(out.shape.dims[0], rows);
+    }
+    if (op.kind == FDY_OP_ATTENTION) {
+      char name[64];
+      snprintf(name, sizeof name, "layer.%u.k_cache", attention);
+      assert_int_equal(op.reads[4].v, tensor_named(g, name).v);
+      snprintf(name, sizeof name, "layer.%u.v_cache", attention);
+      assert_int_equal(op.reads[5].v, tensor_named(g, name).v);
+      assert_int_equal(op.params.attention.heads, c->num_heads);
+      assert_int_equal(op.params.attention.kv_heads, c->num_kv_heads);
+      attention++;
+    }
+  }
+  assert_int_equal(attention, c->num_layers);
+}
+
+static void expect_io_tensor(const fdy_graph *g, fdy_tensor_id id,
+                             fdy_tensor_role role, fdy_dtype dtype,
+                             fdy_shape shape) {
+  fdy_tensor_info info = tensor_at(g, id);
+  assert_int_equal(info.role, role);
+  assert_int_equal(info.dtype, dtype);
+  assert_true(fdy_shape_equal(info.shape, shape));
+}
+
+/* Everything a graph of model m with options o must hold. */
+static void expect_graph(const fdy_llama_model *m, const fdy_graph *g,
+                         const fdy_llama_graph_io *io,
+                         const fdy_llama_graph_options *o) {
+  const fdy_llama_config *c = fdy_llama_model_config(m);
+  fdy_error err;
+  assert_int_equal(fdy_graph_validate(g, &err), FDY_OK);
+  /* weights: embed, layer.<i>, head, and nothing else */
+  unit_tensors embed = {.count = 0}, head = {.count = 0};
+  add_linear(&embed, fdy_llama_embedding(m));
+  head.t[head.count++] = fdy_llama_final_norm(m);
+  if (!c->tie_word_embeddings) {
+    add_linear(&head, fdy_llama_lm_head(m));
+  }
+  expect_unit(g, "embed", &embed);
+  for (uint32_t l = 0; l < c->num_layers; l++) {
+    char name[32];
+    snprintf(name, sizeof name, "layer.%u", l);
+    unit_tensors u = layer_tensors(m, l);
+    expect_unit(g, name, &u);
+  }
+  expect_unit(g, "head", &head);
+  uint32_t units = 0, views = 0, states = 0;
+  for (uint32_t i = 0; i < fdy_graph_tensor_count(g); i++) {
+    fdy_tensor_info info = tensor_at(g, (fdy_tensor_id){i});
+    units += info.role == FDY_TENSOR_WEIGHT;
+    views += info.role == FDY_TENSOR_WEIGHT_VIEW;
+    states += info.role == FDY_TENSOR_STATE;
+    if (info.role == FDY_TENSOR_WEIGHT_VIEW) {
+      fdy_tensor_info unit =
+          tensor_at(g, (fdy_tensor_id){(uint32_t)info.weight});
+      assert_int_equal(info.offset % FDY_TENSOR_ALIGNMENT, 0);
+      assert_true(info.offset + info.bytes <= unit.bytes);
+    }
+  }
+  assert_int_equal(units, c->num_layers + 2);
+  assert_int_equal(views, fdy_llama_tensor_count(m));
+  assert_int_equal(file_extent_bytes(g), fdy_llama_total_bytes(m));
+  /* the KV caches: state of the KV dtype, [context, kv_heads * head_dim] */
+  assert_int_equal(states, 2 * c->num_layers);
+  for (uint32_t l = 0; l < c->num_layers; l++) {
+    for (int kv = 0; kv < 2; kv++) {
+      char name[32];
+      snprintf(name, sizeof name, "layer.%u.%s", l, kv ? "v_cache" : "k_cache");
+      expect_io_tensor(
+          g, tensor_named(g, name), FDY_TENSOR_STATE, o->kv_dtype,
+          FDY_SHAPE(o->context, (uint64_t)c->num_kv_heads * c->head_dim));
+    }
+  }
+  /* the steps: prefill ops, then decode ops, covering the graph */
+  assert_int_equal(io->prefill_first_op, 0);
+  assert_int_equal(io->decode_first_op, io->prefill_op_count);
+  assert_int_equal(io->prefill_op_count + io->decode_op_count,
+                   fdy_graph_op_count(g));
+  expect_step(g, c, "prefill", io->prefill_first_op, io->prefill_op_count,
+              io->prefill_step, o->prefill_rows, o->all_logits);
+  expect_step(g, c, "decode", io->decode_first_op, io->decode_op_count,
+              io->decode_step, 1, false);
+  expect_io_tensor(g, io->prefill_step, FDY_TENSOR_INPUT, FDY_DTYPE_I32,
+                   FDY_SHAPE(FDY_STEP_IDS + o->prefill_rows));
+  expect_io_tensor(g, io->decode_step, FDY_TENSOR_INPUT, FDY_DTYPE_I32,
+                   FDY_SHAPE(FDY_STEP_IDS + 1));
+  expect_io_tensor(
+      g, io->prefill_logits, FDY_TENSOR_ACTIVATION, FDY_DTYPE_F32,
+      FDY_SHAPE(o->all_logits ? o->prefill_rows : 1, c->vocab_size));
+  expect_io_tensor(g, io->decode_logits, FDY_TENSOR_ACTIVATION, FDY_DTYPE_F32,
+                   FDY_SHAPE(1, c->vocab_size));
+  expect_io_tensor(g, io->prefill_next, FDY_TENSOR_ACTIVATION, FDY_DTYPE_I32,
+                   FDY_SHAPE(1));
+  expect_io_tensor(g, io->decode_next, FDY_TENSOR_ACTIVATION, FDY_DTYPE_I32,
+                   FDY_SHAPE(1));
+  /* the LM head: the embedding's views when tied, the head's own else */
+  const fdy_llama_qlinear *lm = fdy_llama_lm_head(m);
+  const char *logits_ops[2] = {"prefill.logits", "decode.logits"};
+  for (int s = 0; s < 2; s++) {
+    fdy_op_info op = op_named(g, logits_ops[s]);
+    assert_int_equal(op.kind, FDY_OP_MATMUL_Q4);
+    assert_int_equal(op.reads[2].v, tensor_named(g, lm->weight->name).v);
+    assert_int_equal(op.reads[3].v, tensor_named(g, lm->scales->name).v);
+    assert_int_equal(op.reads[4].v, tensor_named(g, lm->biases->name).v);
+    fdy_tensor_info w = tensor_at(g, op.reads[2]);
+    fdy_tensor_info unit = tensor_at(g, (fdy_tensor_id){(uint32_t)w.weight});
+    assert_string_equal(unit.name, c->tie_word_embeddings ? "embed" : "head");
+  }
+  /* a layer's matmul reads its own views: layer 1's q projection */
+  if (c->num_layers > 1) {
+    fdy_op_info q = op_named(g, "decode.layer.1.q");
+    assert_int_equal(q.reads[2].v,
+                     tensor_named(g, fdy_llama_layer(m, 1)->q.weight->name).v);
+  }
+}
+
 static void test_graph(void **state) {
   (void)state;
   fdy_error err;
   fdy_llama_model *m = NULL;
-  fdy_graph *g = NULL;
   assert_int_equal(fdy_llama_open(fixture[0], &m, &err), FDY_OK);
-  assert_int_equal(fdy_llama_graph(m, 0, &g, &err), FDY_ERR_INVALID_ARGUMENT);
-  assert_int_equal(fdy_llama_graph(m, 64, &g, &err), FDY_OK);
-  assert_int_equal(fdy_graph_op_count(g), 1 + 2 + 1);
-  uint64_t weights = 0, extent_sum = 0;
-  assert_int_equal(fdy_graph_weight_bytes(g, &weights, &err), FDY_OK);
-  const fdy_llama_qlinear *e = fdy_llama_embedding(m);
-  uint64_t embed = e->weight->bytes + e->scales->bytes + e->biases->bytes;
-  /* tied: the head gathers the embedding's ranges again */
-  assert_int_equal(weights, fdy_llama_total_bytes(m) + embed);
-  for (size_t i = 0; i < fdy_graph_tensor_count(g); i++) {
-    fdy_tensor_info info;
-    assert_int_equal(
-        fdy_graph_tensor(g, (fdy_tensor_id){(uint32_t)i}, &info, &err), FDY_OK);
-    if (info.role != FDY_TENSOR_WEIGHT) {
-      continue;
-    }
-    for (size_t k = 0; k < info.extent_count; k++) {
-      assert_int_equal(info.extents[k].kind, FDY_EXTENT_FILE);
-      assert_non_null(strstr(info.extents[k].path, "model.safetensors"));
-      extent_sum += info.extents[k].length;
+  const fdy_llama_config *c = fdy_llama_model_config(m);
+  const fdy_llama_graph_options cases[] = {
+      {.context = 64, .prefill_rows = 8, .kv_dtype = FDY_DTYPE_F32},
+      {.context = 17,
+       .prefill_rows = 5,
+       .kv_dtype = FDY_DTYPE_F16,
+       .all_logits = true},
+      {.context = 1, .prefill_rows = 1, .kv_dtype = FDY_DTYPE_F32},
+      {.context = c->max_position_embeddings,
+       .prefill_rows = 64,
+       .kv_dtype = FDY_DTYPE_F16},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    fdy_graph *g = NULL;
+    fdy_llama_graph_io io;
+    memset(&io, 0xff, sizeof io);
+    assert_int_equal(fdy_llama_graph(m, &cases[i], &g, &io, &err), FDY_OK);
+    expect_graph(m, g, &io, &cases[i]);
+    fdy_graph_destroy(g);
+  }
+  /* io is optional; the graph owns its paths, so the model may go first */
+  fdy_graph *g = NULL;
+  assert_int_equal(fdy_llama_graph(m, &cases[0], &g, NULL, &err), FDY_OK);
+  fdy_llama_close(m);
+  fdy_tensor_info embed = tensor_at(g, tensor_named(g, "embed"));
+  assert_true(strstr(embed.extents[0].path, "/model.safetensors") != NULL);
+  fdy_graph_destroy(g);
+}
+
+static void expect_valid(const fdy_plan *plan, fdy_plan_summary *summary) {
+  fdy_error err;
+  fdy_status st = fdy_plan_validate(plan, summary, &err);
+  if (st != FDY_OK) {
+    print_error("%s\n", err.message);
+  }
+  assert_int_equal(st, FDY_OK);
+}
+
+/* The untied variant: the head unit holds the final norm and lm_head, and
+ * the logits read lm_head's views. */
+static void test_graph_untied(void **state) {
+  (void)state;
+  char dir[600];
+  snprintf(dir, sizeof dir, "%s/llama3-micro-untied-g32/model", data_root);
+  fdy_error err;
+  fdy_llama_model *m = NULL;
+  assert_int_equal(fdy_llama_open(dir, &m, &err), FDY_OK);
+  assert_false(fdy_llama_model_config(m)->tie_word_embeddings);
+  fdy_llama_graph_options o = {.context = 32, .prefill_rows = 4};
+  fdy_graph *g = NULL;
+  fdy_llama_graph_io io;
+  assert_int_equal(fdy_llama_graph(m, &o, &g, &io, &err), FDY_OK);
+  expect_graph(m, g, &io, &o);
+  fdy_tensor_info head = tensor_at(g, tensor_named(g, "head"));
+  fdy_tensor_info embed = tensor_at(g, tensor_named(g, "embed"));
+  assert_true(head.bytes >= embed.bytes);
+  /* two slots of the largest unit: every unit streams */
+  uint64_t largest = 0;
+  for (uint32_t i = 0; i < fdy_graph_tensor_count(g); i++) {
+    fdy_tensor_info info = tensor_at(g, (fdy_tensor_id){i});
+    if (info.role == FDY_TENSOR_WEIGHT && info.bytes > largest) {
+      largest = info.bytes;
     }
   }
-  assert_int_equal(extent_sum, weights);
-  for (uint32_t i = 0; i < 4; i++) {
-    fdy_op_info op;
-    assert_int_equal(fdy_graph_op(g, (fdy_op_id){i}, &op, &err), FDY_OK);
-    const char *kind = i == 0   ? FDY_OP_LLAMA_EMBED
-                       : i == 3 ? FDY_OP_LLAMA_HEAD
-                                : FDY_OP_LLAMA_LAYER;
-    assert_string_equal(op.kind, kind);
-    if (i == 1 || i == 2) {
-      assert_int_equal(op.param, i - 1);
-      fdy_tensor_info w;
-      assert_int_equal(fdy_graph_tensor(g, op.reads[0], &w, &err), FDY_OK);
-      assert_int_equal(w.extent_count, 23);
-      assert_int_equal(w.bytes, fdy_llama_layer_bytes(m, i - 1));
+  fdy_plan *plan = NULL;
+  fdy_plan_summary sum;
+  assert_int_equal(fdy_llama_plan(g, &io, 2 * largest, 2, &plan, &err), FDY_OK);
+  expect_valid(plan, &sum);
+  assert_int_equal(sum.class_bytes[FDY_BUFFER_RESIDENT], 0);
+  assert_int_equal(sum.class_bytes[FDY_BUFFER_SLOT], 2 * largest);
+  fdy_plan_destroy(plan);
+  fdy_graph_destroy(g);
+  fdy_llama_close(m);
+}
+
+/* Bad options: nothing built, *out NULL, the kind (and for the context the
+ * limit and the value). */
+static void test_graph_bad_options(void **state) {
+  (void)state;
+  fdy_error err;
+  fdy_llama_model *m = NULL;
+  assert_int_equal(fdy_llama_open(fixture[0], &m, &err), FDY_OK);
+  uint32_t limit = fdy_llama_model_config(m)->max_position_embeddings;
+  const struct {
+    fdy_llama_graph_options o;
+    bool context;
+  } cases[] = {
+      {{.context = 0, .prefill_rows = 8}, true},
+      {{.context = limit + 1, .prefill_rows = 8}, true},
+      {{.context = 64, .prefill_rows = 0}, false},
+      {{.context = 64, .prefill_rows = 8, .kv_dtype = FDY_DTYPE_BF16}, false},
+      {{.context = 64, .prefill_rows = 8, .kv_dtype = FDY_DTYPE_I32}, false},
+      {{.context = 64, .prefill_rows = 8, .kv_dtype = FDY_DTYPE_COUNT}, false},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    fdy_graph *g = (fdy_graph *)(uintptr_t)1;
+    assert_int_equal(fdy_llama_graph(m, &cases[i].o, &g, NULL, &err),
+                     FDY_ERR_INVALID_ARGUMENT);
+    assert_int_equal(err.kind, FDY_ERR_INVALID_ARGUMENT);
+    assert_null(g);
+    if (cases[i].context) {
+      assert_int_equal(err.expected, limit);
+      assert_int_equal(err.actual, cases[i].o.context);
     }
   }
+  fdy_graph *g = NULL;
+  assert_int_equal(fdy_llama_graph(m, NULL, &g, NULL, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(fdy_llama_graph(NULL, &cases[0].o, &g, NULL, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  fdy_llama_close(m);
+}
+
+/* A one-layer checkpoint whose tensors are not multiples of the alignment
+ * (hidden 64, group 32, vocab 40: 128-byte norms, 160-byte embedding
+ * scales), written from the micro fixture's config. */
+static void write_padded_checkpoint(char *dir, size_t cap) {
+  snprintf(dir, cap, "/tmp/fdy_llama_padded_XXXXXX");
+  assert_non_null(mkdtemp(dir));
+  const uint64_t hidden = 64, ffn = 96, vocab = 40, q = 64, kv = 32;
+  char src[1024], path[1024];
+  path_in(src, sizeof src, fixture[0], "config.json");
+  json_t *config = json_load_file(src, 0, NULL);
+  assert_non_null(config);
+  json_t *quant = json_pack("{s:i, s:i}", "group_size", 32, "bits", 4);
+  json_t *sizes =
+      json_pack("{s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:O, s:O}", "vocab_size",
+                (json_int_t)vocab, "hidden_size", (json_int_t)hidden,
+                "intermediate_size", (json_int_t)ffn, "num_hidden_layers", 1,
+                "num_attention_heads", 2, "num_key_value_heads", 1, "head_dim",
+                32, "quantization", quant, "quantization_config", quant);
+  assert_non_null(sizes);
+  assert_int_equal(json_object_update(config, sizes), 0);
+  json_decref(sizes);
+  json_decref(quant);
+  path_in(path, sizeof path, dir, "config.json");
+  assert_int_equal(json_dump_file(config, path, 0), 0);
+  json_decref(config);
+
+  const struct {
+    const char *name;
+    uint64_t out, in; /* in 0: a norm of `out` */
+  } modules[] = {
+      {"model.embed_tokens", vocab, hidden},
+      {"model.layers.0.input_layernorm", hidden, 0},
+      {"model.layers.0.self_attn.q_proj", q, hidden},
+      {"model.layers.0.self_attn.k_proj", kv, hidden},
+      {"model.layers.0.self_attn.v_proj", kv, hidden},
+      {"model.layers.0.self_attn.o_proj", hidden, q},
+      {"model.layers.0.post_attention_layernorm", hidden, 0},
+      {"model.layers.0.mlp.gate_proj", ffn, hidden},
+      {"model.layers.0.mlp.up_proj", ffn, hidden},
+      {"model.layers.0.mlp.down_proj", hidden, ffn},
+      {"model.norm", hidden, 0},
+  };
+  enum { MODULES = sizeof modules / sizeof modules[0] };
+  static char names[3 * MODULES][96];
+  static uint16_t zeros[4096];
+  fdy_st_write_tensor tensors[3 * MODULES];
+  size_t n = 0;
+  for (size_t i = 0; i < MODULES; i++) {
+    static const char *const parts[3] = {"weight", "scales", "biases"};
+    for (int p = 0; p < (modules[i].in ? 3 : 1); p++) {
+      snprintf(names[n], sizeof names[n], "%s.%s", modules[i].name, parts[p]);
+      fdy_shape shape = !modules[i].in ? FDY_SHAPE(modules[i].out)
+                        : p == 0
+                            ? FDY_SHAPE(modules[i].out, modules[i].in / 8)
+                            : FDY_SHAPE(modules[i].out, modules[i].in / 32);
+      tensors[n] = (fdy_st_write_tensor){
+          .name = names[n],
+          .dtype = modules[i].in && p == 0 ? FDY_DTYPE_U32 : FDY_DTYPE_F16,
+          .shape = shape,
+          .data = zeros};
+      n++;
+    }
+  }
+  fdy_error err;
+  path_in(path, sizeof path, dir, "model.safetensors");
+  assert_int_equal(fdy_safetensors_write(path, tensors, n, &err), FDY_OK);
+}
+
+static void test_graph_padding(void **state) {
+  (void)state;
+  char dir[256];
+  write_padded_checkpoint(dir, sizeof dir);
+  fdy_error err;
+  fdy_llama_model *m = NULL;
+  fdy_status st = fdy_llama_open(dir, &m, &err);
+  if (st != FDY_OK) {
+    print_error("%s\n", err.message);
+  }
+  assert_int_equal(st, FDY_OK);
+  assert_int_equal(fdy_llama_embedding(m)->scales->bytes, 160);
+  fdy_llama_graph_options o = {.context = 16, .prefill_rows = 4};
+  fdy_graph *g = NULL;
+  fdy_llama_graph_io io;
+  assert_int_equal(fdy_llama_graph(m, &o, &g, &io, &err), FDY_OK);
+  expect_graph(m, g, &io, &o);
+  unit_tensors embed = {.count = 0}, layer = layer_tensors(m, 0);
+  add_linear(&embed, fdy_llama_embedding(m));
+  /* embedding: 1280 + 160 (+96 padding) + 160 */
+  assert_int_equal(expect_unit(g, "embed", &embed), 96);
+  assert_true(expect_unit(g, "layer.0", &layer) > 0);
+  fdy_graph_destroy(g);
+  fdy_llama_close(m);
+  remove_dir(dir);
+}
+
+/* ---- the plan ------------------------------------------------------------ */
+
+/* The weight units' bytes rounded up to the alignment. */
+static uint64_t aligned_bytes(const fdy_graph *g, const char *name) {
+  uint64_t bytes = tensor_at(g, tensor_named(g, name)).bytes;
+  return (bytes + FDY_TENSOR_ALIGNMENT - 1) / FDY_TENSOR_ALIGNMENT *
+         FDY_TENSOR_ALIGNMENT;
+}
+
+/* Counts the prefetches of weight `name` in section `section`. */
+static uint32_t prefetches(const fdy_plan *plan, const char *section,
+                           const char *name) {
+  const fdy_graph *g = fdy_plan_graph(plan);
+  int64_t s = fdy_plan_find_section(plan, section);
+  assert_true(s >= 0);
+  const fdy_section *sec = fdy_plan_section(plan, (size_t)s);
+  fdy_tensor_id id = tensor_named(g, name);
+  uint32_t count = 0;
+  for (size_t i = sec->first; i < sec->first + sec->count; i++) {
+    const fdy_command *cmd = fdy_plan_command(plan, i);
+    count += cmd->kind == FDY_CMD_PREFETCH && cmd->u.prefetch.weight.v == id.v;
+  }
+  return count;
+}
+
+/* Resident for a large budget, layers streamed through 2 slots of the
+ * largest unit for a small one, the embedding and head resident too when
+ * the budget also holds them, and FDY_ERR_BUDGET naming the minimum below
+ * two slots. Every plan validates. */
+static void test_graph_plans(void **state) {
+  (void)state;
+  fdy_error err;
+  fdy_llama_model *m = NULL;
+  fdy_graph *g = NULL;
+  fdy_plan *plan = NULL;
+  fdy_llama_graph_io io;
+  assert_int_equal(fdy_llama_open(fixture[0], &m, &err), FDY_OK);
+  const fdy_llama_config *c = fdy_llama_model_config(m);
+  assert_int_equal(c->num_layers, 2);
+  fdy_llama_graph_options o = {.context = 64, .prefill_rows = 8};
+  assert_int_equal(fdy_llama_graph(m, &o, &g, &io, &err), FDY_OK);
+  uint64_t layer = aligned_bytes(g, "layer.0"),
+           embed = aligned_bytes(g, "embed"), head = aligned_bytes(g, "head");
+  assert_int_equal(aligned_bytes(g, "layer.1"), layer);
+  assert_true(embed < layer && head < layer);
+  uint64_t all = embed + 2 * layer + head;
+  static const char *const units[4] = {"embed", "layer.0", "layer.1", "head"};
+
+  /* everything fits: one resident buffer uploaded by setup */
+  fdy_plan_summary sum;
+  assert_int_equal(fdy_llama_plan(g, &io, all, 2, &plan, &err), FDY_OK);
+  expect_valid(plan, &sum);
+  assert_int_equal(fdy_plan_check_graph(plan, g, &err), FDY_OK);
+  assert_true(fdy_plan_find_section(plan, "prefill") > 0);
+  assert_true(fdy_plan_find_section(plan, "decode") > 0);
+  assert_int_equal(sum.ops, fdy_graph_op_count(g));
+  assert_int_equal(sum.class_bytes[FDY_BUFFER_RESIDENT], all);
+  assert_int_equal(sum.class_bytes[FDY_BUFFER_SLOT], 0);
+  assert_int_equal(sum.step_transfer_bytes, 0);
+  assert_true(sum.class_bytes[FDY_BUFFER_STATE] >=
+              2ull * 2 * 64 * c->num_kv_heads * c->head_dim * 4);
+  for (int u = 0; u < 4; u++) {
+    assert_int_equal(prefetches(plan, "setup", units[u]), 1);
+    assert_int_equal(prefetches(plan, "prefill", units[u]), 0);
+    assert_int_equal(prefetches(plan, "decode", units[u]), 0);
+  }
+  fdy_plan_destroy(plan);
+  plan = NULL;
+
+  /* room for the embedding and the head besides one slot: they stay
+   * resident and the layers stream through the slot */
+  uint64_t budget = embed + head + layer;
+  assert_int_equal(fdy_llama_plan(g, &io, budget, 1, &plan, &err), FDY_OK);
+  expect_valid(plan, &sum);
+  assert_int_equal(sum.class_bytes[FDY_BUFFER_RESIDENT], embed + head);
+  assert_int_equal(sum.class_bytes[FDY_BUFFER_SLOT], layer);
+  assert_true(sum.peak_weight_bytes <= budget);
+  assert_int_equal(sum.step_transfer_bytes, 2 * layer);
+  for (int u = 0; u < 4; u++) {
+    bool streamed = u == 1 || u == 2;
+    assert_int_equal(prefetches(plan, "setup", units[u]), !streamed);
+    assert_int_equal(prefetches(plan, "prefill", units[u]), streamed);
+    assert_int_equal(prefetches(plan, "decode", units[u]), streamed);
+  }
+  fdy_plan_destroy(plan);
+  plan = NULL;
+
+  /* one byte short of two slots */
+  assert_int_equal(fdy_llama_plan(g, &io, 2 * layer - 1, 2, &plan, &err),
+                   FDY_ERR_BUDGET);
+  assert_int_equal(err.kind, FDY_ERR_BUDGET);
+  assert_null(plan);
+  assert_int_equal(err.expected, 2 * layer - 1);
+  assert_int_equal(err.actual, 2 * layer);
+  assert_int_equal(fdy_llama_plan(g, &io, 2 * layer, 0, &plan, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(fdy_llama_plan(g, NULL, 2 * layer, 2, &plan, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+
+  /* two slots of a layer and nothing else: everything streams, the tied
+   * embedding (read first and again by the LM head) included */
+  assert_int_equal(fdy_llama_plan(g, &io, 2 * layer, 2, &plan, &err), FDY_OK);
+  expect_valid(plan, &sum);
+  assert_int_equal(sum.class_bytes[FDY_BUFFER_RESIDENT], 0);
+  assert_int_equal(sum.class_bytes[FDY_BUFFER_SLOT], 2 * layer);
+  assert_true(sum.peak_weight_bytes <= 2 * layer);
+  assert_true(sum.step_transfer_bytes >= all);
+  for (int u = 0; u < 4; u++) {
+    assert_int_equal(prefetches(plan, "setup", units[u]), 0);
+    assert_true(prefetches(plan, "prefill", units[u]) >= 1);
+    assert_true(prefetches(plan, "decode", units[u]) >= 1);
+  }
+  fdy_plan_destroy(plan);
   fdy_graph_destroy(g);
   fdy_llama_close(m);
 }
@@ -326,59 +916,6 @@ static void test_f32_norm_rejected(void **state) {
     expect_open_error(dir, FDY_ERR_SCHEMA, "/model.safetensors", norms[k]);
     remove_dir(dir);
   }
-}
-
-/* The model graph at the context a session uses plans as a 2-buffer stream:
- * two slots of the largest weight (a decoder layer), which the static
- * validation accepts within exactly that budget. */
-static void test_graph_plans(void **state) {
-  (void)state;
-  fdy_error err;
-  fdy_llama_model *m = NULL;
-  fdy_llama_session *session = NULL;
-  fdy_graph *g = NULL;
-  fdy_plan *plan = NULL;
-  const uint64_t alignment = 256;
-  assert_int_equal(fdy_llama_open(fixture[0], &m, &err), FDY_OK);
-  assert_int_equal(fdy_llama_session_create(m, NULL, &session, &err), FDY_OK);
-  uint32_t context = fdy_llama_session_context(session);
-  assert_int_equal(context, 1024);
-  fdy_llama_session_destroy(session);
-  assert_int_equal(fdy_llama_graph(m, context, &g, &err), FDY_OK);
-
-  const fdy_llama_config *c = fdy_llama_model_config(m);
-  uint64_t largest = 0;
-  for (uint32_t i = 0; i < c->num_layers; i++) {
-    uint64_t b = fdy_llama_layer_bytes(m, i);
-    largest = b > largest ? b : largest;
-  }
-  const fdy_llama_qlinear *e = fdy_llama_embedding(m);
-  uint64_t embed = e->weight->bytes + e->scales->bytes + e->biases->bytes;
-  uint64_t head = embed + fdy_llama_final_norm(m)->bytes; /* tied */
-  assert_true(embed < largest && head < largest);
-  assert_int_equal(largest % alignment, 0); /* slots need no padding */
-  uint64_t weights = 0;
-  assert_int_equal(fdy_graph_weight_bytes(g, &weights, &err), FDY_OK);
-
-  assert_int_equal(
-      fdy_plan_streaming(g, 2 * largest - 1, 2, alignment, &plan, &err),
-      FDY_ERR_BUDGET);
-  assert_null(plan);
-  assert_int_equal(err.expected, 2 * largest - 1);
-  assert_int_equal(err.actual, 2 * largest);
-  assert_int_equal(
-      fdy_plan_streaming(g, 2 * largest, 2, alignment, &plan, &err), FDY_OK);
-  fdy_plan_summary summary;
-  assert_int_equal(fdy_plan_validate(plan, &summary, &err), FDY_OK);
-  assert_int_equal(summary.ops, c->num_layers + 2);
-  assert_int_equal(summary.slots, 2);
-  assert_int_equal(summary.peak_bytes, 2 * largest);
-  assert_int_equal(summary.transfer_bytes, weights);
-  assert_int_equal(summary.streams, 2);
-  assert_int_equal(fdy_plan_check_graph(plan, g, &err), FDY_OK);
-  fdy_plan_destroy(plan);
-  fdy_graph_destroy(g);
-  fdy_llama_close(m);
 }
 
 /* ---- bad safetensors --------------------------------------------------- */
@@ -713,6 +1250,38 @@ static void expect_same_config(const fdy_llama_config *a,
   assert_int_equal(a->scale_dtype, b->scale_dtype);
 }
 
+/* A scale or bias (F16 or BF16, little-endian, possibly unaligned) as a
+ * double, decoded here independently of the library. */
+static double half_at(const fdy_st_tensor *t, uint64_t index) {
+  const unsigned char *p = (const unsigned char *)t->data + 2 * index;
+  uint16_t h = (uint16_t)(p[0] | p[1] << 8);
+  if (t->dtype == FDY_DTYPE_BF16) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+  }
+  assert_int_equal(t->dtype, FDY_DTYPE_F16);
+  int e = (h >> 10) & 31, mantissa = h & 1023;
+  assert_int_not_equal(e, 31);
+  double v = e == 0 ? ldexp(mantissa, -24) : ldexp(1024 + mantissa, e - 25);
+  return h & 0x8000 ? -v : v;
+}
+
+/* Element (row, i) of a quantized linear in the MLX layout: nibbles low
+ * first, w = scale * q + bias per group. */
+static double dequantized(const fdy_llama_qlinear *l, uint32_t group,
+                          uint32_t row, uint32_t i) {
+  const unsigned char *packed = l->weight->data;
+  uint64_t word = ((uint64_t)row * l->in_features + i) / 8;
+  const unsigned char *w = packed + 4 * word;
+  uint32_t bits = (uint32_t)w[0] | (uint32_t)w[1] << 8 | (uint32_t)w[2] << 16 |
+                  (uint32_t)w[3] << 24;
+  uint32_t q = (bits >> (4 * (i % 8))) & 0xf;
+  uint64_t g = (uint64_t)row * (l->in_features / group) + i / group;
+  return half_at(l->scales, g) * q + half_at(l->biases, g);
+}
+
 static void test_make_model(void **state) {
   (void)state;
   char root[] = "/tmp/fdy_make_model_XXXXXX";
@@ -748,26 +1317,26 @@ static void test_make_model(void **state) {
       assert_ptr_not_equal(fdy_llama_lm_head(m)->weight,
                            fdy_llama_embedding(m)->weight);
       assert_string_equal(fdy_llama_lm_head(m)->weight->name, "lm_head.weight");
-      fdy_graph *g = NULL;
-      uint64_t weights = 0;
-      assert_int_equal(fdy_llama_graph(m, 16, &g, &err), FDY_OK);
-      assert_int_equal(fdy_graph_weight_bytes(g, &weights, &err), FDY_OK);
-      assert_int_equal(weights, fdy_llama_total_bytes(m));
-      fdy_graph_destroy(g);
     } else {
       assert_true(cfg->tie_word_embeddings);
       assert_int_equal(cfg->scale_dtype, FDY_DTYPE_F16);
     }
+    /* the graph of what make-model wrote */
+    fdy_llama_graph_options o = {.context = 16, .prefill_rows = 4};
+    fdy_graph *g = NULL;
+    fdy_llama_graph_io io;
+    assert_int_equal(fdy_llama_graph(m, &o, &g, &io, &err), FDY_OK);
+    expect_graph(m, g, &io, &o);
+    fdy_graph_destroy(g);
     /* dequantized weights are realistic: |w| small, not all zero */
-    float row[2048];
-    const fdy_llama_layer_weights *l = fdy_llama_layer(m, 0);
-    fdy_llama_dequantize_row(&l->q, cfg->scale_dtype, 3, row);
+    const fdy_llama_qlinear *q = &fdy_llama_layer(m, 0)->q;
     double sq = 0;
-    for (uint32_t i = 0; i < l->q.in_features; i++) {
-      sq += (double)row[i] * row[i];
+    for (uint32_t i = 0; i < q->in_features; i++) {
+      double w = dequantized(q, cfg->group_size, 3, i);
+      sq += w * w;
     }
-    double rms = sqrt(sq / l->q.in_features);
-    double target = 1.0 / sqrt((double)l->q.in_features);
+    double rms = sqrt(sq / q->in_features);
+    double target = 1.0 / sqrt((double)q->in_features);
     assert_true(rms > 0.5 * target && rms < 2.0 * target);
     fdy_llama_close(m);
     remove_dir(a);
@@ -981,6 +1550,9 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fixtures_open),
       cmocka_unit_test(test_graph),
+      cmocka_unit_test(test_graph_untied),
+      cmocka_unit_test(test_graph_bad_options),
+      cmocka_unit_test(test_graph_padding),
       cmocka_unit_test(test_graph_plans),
       cmocka_unit_test(test_variant_fixtures_open),
       cmocka_unit_test(test_f32_norm_rejected),

@@ -31,7 +31,7 @@ contains "$err" "foundry: error:"
 expect 2 generate --model "$model" --prompt-ids "" --max-tokens 4
 expect 2 generate --model "$model" --prompt-ids 1,,2 --max-tokens 4
 expect 2 generate --model "$model" --prompt-ids 1,-2 --max-tokens 4
-expect 1 generate --model "$model" --prompt-ids 1,2,3 --max-tokens 1023
+expect 1 generate --model "$model" --prompt-ids 1,2,3 --max-tokens 4095
 contains "$err" "context"
 # the positions used are prompt + max-tokens - 1: with context 10 and a
 # prompt of 3, 8 new ids fit exactly and 9 do not
@@ -60,7 +60,12 @@ expect 1 verify --model "$model" --reference "$reference" --context 16
 expect 2 verify --model "$model" --reference "$reference" --tolerance -1
 expect 2 verify --model "$model" --reference "$reference" --tolerance abc
 expect 2 verify --model "$model"
-expect 2 verify --model "$model" --reference "$reference" --backend cuda
+expect 2 verify --model "$model" --reference "$reference" --backend metal
+if [ ! -e /dev/nvidia0 ]; then
+  # without a GPU, cuda is a clear failure, not a usage error
+  expect 1 verify --model "$model" --reference "$reference" --backend cuda
+  contains "$err" "cuda"
+fi
 expect 1 verify --model "$model" --reference /nonexistent.safetensors
 
 # the tiny fixture and the generated variants (untied, plain rope, BF16,
@@ -74,7 +79,7 @@ for fixture in llama3-tiny:24 llama3-micro-untied-g32:8 \
   contains "$out" "verify: passed"
 done
 
-# without --context the default (1024) is clamped to the model's
+# without --context the default (4096) is clamped to the model's
 # max_position_embeddings (512 for the mha fixture); above it is an error
 mha=$data/llama3-micro-mha-g128/model
 expect 0 generate --model "$mha" --prompt-ids 1,2,3 --max-tokens 2 --json

@@ -1,26 +1,38 @@
 /* The CPU backend: the backend contract implemented on the host with
- * pthreads, so the whole system runs without a GPU.
+ * pthreads, so the whole system runs without a GPU, and the reference
+ * implementation of every op (kernels.c, matmul_q4.c) on one thread pool
+ * (pool.c).
  *
- * Each stream is a worker thread draining a FIFO queue of work items (copy,
- * launch, wait). One backend mutex guards every piece of shared state: the
- * queues, reference counts, the memory budget and event completion; each
- * event has its own condition variable that is broadcast when it completes,
- * and `idle` is broadcast when no submitted work is left. Workers drop the
- * mutex while they copy or checksum, so streams run concurrently.
+ * Each stream is a worker thread draining a FIFO of items: copy to device,
+ * copy to host, launch, record, wait. One backend mutex guards all shared
+ * state: the queues, reference counts, the memory budget and event
+ * progress; each event has a condition variable broadcast when a recording
+ * of it completes, and `idle` is broadcast when no submitted item is left.
+ * Workers drop the mutex while they copy or run an op, so streams run
+ * concurrently; ops of several streams take turns on the pool.
  *
- * Reference rule: every object (buffer, event) is reference counted; the
- * caller holds one reference, and each queued work item holds one on every
- * buffer and event it touches, so a buffer released while queued work still
- * reads it stays alive (and counted against the budget) until that work
- * completed. Launch results are kept in their event and written to the
- * caller's result word by host_wait or drain, on the caller's thread, once
- * they observe the launch complete. All live objects are also on a list so
- * destroy frees whatever the caller did not release. */
+ * Events are created once and recorded many times: event_record bumps the
+ * event's generation and queues a record item carrying it; the item
+ * completes that recording (with its fdy_now_ns time) once everything
+ * queued before it on its stream completed. stream_wait and host_wait wait
+ * for the generation current when they are called, so a later recording
+ * does not delay them. A wait is satisfied once that recording, or a later
+ * one, completed: exact whenever an event's recordings complete in the
+ * order they were made (recorded on one stream, or each new recording
+ * ordered after the previous one).
+ *
+ * Reference rule: buffers and events are reference counted; the caller
+ * holds one reference, and each queued item holds one on every buffer and
+ * event it touches, so a buffer released while queued work still uses it
+ * stays alive (and counted against the budget) until that work completed.
+ * All live objects are also on lists so that destroy frees whatever the
+ * caller did not release. Completed items go to a free list and are
+ * reused, so steady-state submission does not allocate. */
 #include "foundry/cpu.h"
 
-#include "foundry/checksum.h"
-#include "foundry/graph.h"
 #include "handle_list.h"
+#include "kernels.h"
+#include "pool.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -32,25 +44,22 @@
 
 #define CPU_DEFAULT_ALIGNMENT 64
 
-/* Intrusive list node; the first member of every tracked object. */
 typedef struct cpu_backend cpu_backend;
 
 struct fdy_backend_buffer {
   fdy_list_node node;
   uint32_t refs;
-  void *data;
+  unsigned char *data;
   uint64_t bytes;
 };
 
 struct fdy_backend_event {
   fdy_list_node node;
   uint32_t refs;
-  bool done;
-  pthread_cond_t completed; /* broadcast when done becomes true */
-  int64_t start_ns, end_ns;
-  uint64_t *result; /* launch: caller's result word, or NULL */
-  uint64_t value;   /* launch: the result once done */
-  struct fdy_backend_event *unpublished_next;
+  uint64_t recorded;       /* recordings made (the current one's generation) */
+  uint64_t completed;      /* highest generation completed */
+  int64_t completed_ns;    /* fdy_now_ns when `completed` completed */
+  pthread_cond_t progress; /* broadcast when `completed` grows */
 };
 
 struct fdy_backend_host {
@@ -59,34 +68,36 @@ struct fdy_backend_host {
   uint64_t bytes;
 };
 
-typedef enum cpu_work_kind {
-  CPU_WORK_COPY = 0,
-  CPU_WORK_LAUNCH,
-  CPU_WORK_WAIT,
-} cpu_work_kind;
+typedef enum cpu_item_kind {
+  CPU_COPY_TO_DEVICE = 0,
+  CPU_COPY_TO_HOST,
+  CPU_LAUNCH,
+  CPU_RECORD,
+  CPU_WAIT,
+} cpu_item_kind;
 
-typedef struct cpu_work {
-  struct cpu_work *next;
-  cpu_work_kind kind;
-  fdy_backend_event *signal; /* copy, launch: completes with the work */
-  fdy_backend_event *wait;   /* wait: the event the stream waits for */
-  /* copy */
-  fdy_backend_buffer *dst;
-  uint64_t dst_offset;
-  const void *src;
+typedef struct cpu_item {
+  struct cpu_item *next;
+  cpu_item_kind kind;
+  /* record, wait */
+  fdy_backend_event *event;
+  uint64_t generation;
+  /* copies */
+  fdy_backend_buffer *buffer;
+  uint64_t offset;
+  const void *src; /* to device */
+  void *dst;       /* to host */
   uint64_t bytes;
-  /* launch: weights[0] is checksummed, all are kept alive */
-  uint32_t weight_count;
-  fdy_backend_buffer *weights[FDY_MAX_LAUNCH_WEIGHTS];
-  uint64_t weight_bytes[FDY_MAX_LAUNCH_WEIGHTS];
-} cpu_work;
+  /* launch: every view's buffer holds a reference */
+  fdy_op op;
+} cpu_item;
 
 struct fdy_backend_stream {
   fdy_list_node node;
   cpu_backend *owner;
   pthread_t thread;
-  pthread_cond_t work; /* signalled when work arrives or stop is set */
-  cpu_work *head, *tail;
+  pthread_cond_t work; /* signalled when an item arrives or stop is set */
+  cpu_item *head, *tail;
   bool stop;
 };
 
@@ -94,13 +105,15 @@ struct cpu_backend {
   fdy_backend base;
   pthread_mutex_t mu;
   pthread_cond_t idle; /* broadcast when pending drops to 0 */
-  uint64_t pending;    /* submitted work items not yet completed */
+  uint64_t pending;    /* submitted items not yet completed */
   fdy_budget budget;
   uint64_t alignment;
-  uint32_t compute_passes;
+  fdy_cpu_pool *pool;
+  cpu_item *free_items;                          /* completed, for reuse */
   fdy_list_node buffers, events, streams, hosts; /* list heads */
-  fdy_backend_event *unpublished; /* launches whose result is not written */
 };
+
+static const fdy_backend_ops cpu_ops;
 
 static cpu_backend *cpu_of(fdy_backend *b) {
   return (cpu_backend *)b;
@@ -124,7 +137,16 @@ static fdy_status cpu_fail(fdy_error *err, fdy_status kind, const char *op,
   return kind;
 }
 
-/* ---- reference counting (callers hold b->mu) ------------------------------
+/* Marks an error another module filled as this entry's failure. */
+static fdy_status cpu_tag(fdy_error *err, fdy_status kind, const char *op) {
+  if (err != NULL) {
+    snprintf(err->backend_op, sizeof err->backend_op, "%s", op);
+    fdy_error_prefix(err, "cpu %s", op);
+  }
+  return kind;
+}
+
+/* ---- reference counting and items (callers hold b->mu) -------------------
  */
 
 static void buffer_free_locked(cpu_backend *b, fdy_backend_buffer *buf) {
@@ -135,80 +157,107 @@ static void buffer_free_locked(cpu_backend *b, fdy_backend_buffer *buf) {
 }
 
 static void buffer_unref_locked(cpu_backend *b, fdy_backend_buffer *buf) {
-  if (--buf->refs == 0) {
+  if (buf != NULL && --buf->refs == 0) {
     buffer_free_locked(b, buf);
   }
 }
 
 static void event_free_locked(fdy_backend_event *e) {
   fdy_list_unlink(&e->node);
-  pthread_cond_destroy(&e->completed);
+  pthread_cond_destroy(&e->progress);
   free(e);
 }
 
 static void event_unref_locked(fdy_backend_event *e) {
-  if (--e->refs == 0) {
+  if (e != NULL && --e->refs == 0) {
     event_free_locked(e);
   }
 }
 
-/* Writes the result of every completed launch not yet published. */
-static void publish_locked(cpu_backend *b) {
-  fdy_backend_event **link = &b->unpublished;
-  while (*link != NULL) {
-    fdy_backend_event *e = *link;
-    if (e->done) {
-      *e->result = e->value;
-      *link = e->unpublished_next;
-      e->unpublished_next = NULL;
-      event_unref_locked(e);
-    } else {
-      link = &e->unpublished_next;
-    }
+/* Calls fn on every buffer a launch item references. */
+static void launch_buffers(cpu_item *item,
+                           void (*fn)(cpu_backend *, fdy_backend_buffer *),
+                           cpu_backend *b) {
+  for (uint32_t i = 0; i < item->op.input_count; i++) {
+    fn(b, item->op.inputs[i].buffer);
+  }
+  for (uint32_t i = 0; i < item->op.output_count; i++) {
+    fn(b, item->op.outputs[i].buffer);
+  }
+  fn(b, item->op.workspace.buffer);
+}
+
+static void buffer_ref_locked(cpu_backend *b, fdy_backend_buffer *buf) {
+  (void)b;
+  if (buf != NULL) {
+    buf->refs++;
+  }
+}
+
+static cpu_item *item_get_locked(cpu_backend *b) {
+  cpu_item *item = b->free_items;
+  if (item != NULL) {
+    b->free_items = item->next;
+    memset(item, 0, sizeof *item);
+    return item;
+  }
+  return calloc(1, sizeof *item);
+}
+
+/* Drops the item's references and puts it on the free list. */
+static void item_complete_locked(cpu_backend *b, cpu_item *item) {
+  event_unref_locked(item->event);
+  buffer_unref_locked(b, item->buffer);
+  if (item->kind == CPU_LAUNCH) {
+    launch_buffers(item, buffer_unref_locked, b);
+  }
+  item->next = b->free_items;
+  b->free_items = item;
+  if (--b->pending == 0) {
+    pthread_cond_broadcast(&b->idle);
   }
 }
 
 /* ---- worker ----------------------------------------------------------------
  */
 
-static uint64_t work_run(const cpu_backend *b, const cpu_work *w) {
-  if (w->kind == CPU_WORK_COPY) {
-    if (w->bytes > 0) {
-      memcpy((unsigned char *)w->dst->data + w->dst_offset, w->src, w->bytes);
-    }
-    return 0;
-  }
-  /* Read through a volatile pointer so no pass can be optimized away. */
-  const void *volatile data = w->weights[0]->data;
-  uint64_t result = 0;
-  for (uint32_t pass = 0; pass < b->compute_passes; pass++) {
-    result = fdy_checksum(data, w->weight_bytes[0]);
-  }
-  return result;
+static void *view_data(const fdy_tensor_view *v) {
+  return v->buffer->data + v->offset;
 }
 
-static void work_complete_locked(cpu_backend *b, cpu_work *w, int64_t start,
-                                 int64_t end, uint64_t value) {
-  if (w->signal != NULL) {
-    w->signal->start_ns = start;
-    w->signal->end_ns = end;
-    w->signal->value = value;
-    w->signal->done = true;
-    pthread_cond_broadcast(&w->signal->completed);
-    event_unref_locked(w->signal);
+static void launch_run(cpu_backend *b, const fdy_op *op) {
+  fdy_cpu_args args = {.op = op};
+  for (uint32_t i = 0; i < op->input_count; i++) {
+    args.inputs[i] = view_data(&op->inputs[i]);
   }
-  if (w->wait != NULL) {
-    event_unref_locked(w->wait);
+  for (uint32_t i = 0; i < op->output_count; i++) {
+    args.outputs[i] = view_data(&op->outputs[i]);
   }
-  if (w->dst != NULL) {
-    buffer_unref_locked(b, w->dst);
+  if (op->workspace.buffer != NULL) {
+    args.workspace = view_data(&op->workspace);
   }
-  for (uint32_t i = 0; i < w->weight_count; i++) {
-    buffer_unref_locked(b, w->weights[i]);
-  }
-  free(w);
-  if (--b->pending == 0) {
-    pthread_cond_broadcast(&b->idle);
+  fdy_cpu_op_run(b->pool, &args);
+}
+
+/* Runs an item that does not wait; called without b->mu. */
+static void item_run(cpu_backend *b, cpu_item *item) {
+  switch (item->kind) {
+  case CPU_COPY_TO_DEVICE:
+    if (item->bytes > 0) {
+      memcpy(item->buffer->data + item->offset, item->src, item->bytes);
+    }
+    break;
+  case CPU_COPY_TO_HOST:
+    if (item->bytes > 0) {
+      memcpy(item->dst, item->buffer->data + item->offset, item->bytes);
+    }
+    break;
+  case CPU_LAUNCH:
+    launch_run(b, &item->op);
+    break;
+  case CPU_RECORD:
+  case CPU_WAIT:
+    break;
   }
 }
 
@@ -220,41 +269,45 @@ static void *worker_main(void *arg) {
     while (s->head == NULL && !s->stop) {
       pthread_cond_wait(&s->work, &b->mu);
     }
-    cpu_work *w = s->head;
-    if (w == NULL) {
+    cpu_item *item = s->head;
+    if (item == NULL) {
       break;
     }
-    int64_t start = 0, end = 0;
-    uint64_t value = 0;
-    if (w->kind == CPU_WORK_WAIT) {
-      while (!w->wait->done) {
-        pthread_cond_wait(&w->wait->completed, &b->mu);
+    if (item->kind == CPU_WAIT) {
+      while (item->event->completed < item->generation) {
+        pthread_cond_wait(&item->event->progress, &b->mu);
+      }
+    } else if (item->kind == CPU_RECORD) {
+      fdy_backend_event *e = item->event;
+      if (item->generation > e->completed) {
+        e->completed = item->generation;
+        e->completed_ns = fdy_now_ns();
+        pthread_cond_broadcast(&e->progress);
       }
     } else {
-      start = fdy_now_ns();
       pthread_mutex_unlock(&b->mu);
-      value = work_run(b, w);
-      end = fdy_now_ns();
+      item_run(b, item);
       pthread_mutex_lock(&b->mu);
     }
-    s->head = w->next;
+    s->head = item->next;
     if (s->head == NULL) {
       s->tail = NULL;
     }
-    work_complete_locked(b, w, start, end, value);
+    item_complete_locked(b, item);
   }
   pthread_mutex_unlock(&b->mu);
   return NULL;
 }
 
-static void enqueue_locked(cpu_backend *b, fdy_backend_stream *s, cpu_work *w) {
-  w->next = NULL;
+static void enqueue_locked(cpu_backend *b, fdy_backend_stream *s,
+                           cpu_item *item) {
+  item->next = NULL;
   if (s->tail != NULL) {
-    s->tail->next = w;
+    s->tail->next = item;
   } else {
-    s->head = w;
+    s->head = item;
   }
-  s->tail = w;
+  s->tail = item;
   b->pending++;
   pthread_cond_signal(&s->work);
 }
@@ -263,21 +316,6 @@ static void drain_locked(cpu_backend *b) {
   while (b->pending > 0) {
     pthread_cond_wait(&b->idle, &b->mu);
   }
-}
-
-/* Creates an event with refs references, linked into b's list. */
-static fdy_backend_event *event_new_locked(cpu_backend *b, uint32_t refs) {
-  fdy_backend_event *e = calloc(1, sizeof *e);
-  if (e == NULL) {
-    return NULL;
-  }
-  if (pthread_cond_init(&e->completed, NULL) != 0) {
-    free(e);
-    return NULL;
-  }
-  e->refs = refs;
-  fdy_list_push(&b->events, &e->node);
-  return e;
 }
 
 /* ---- entries
@@ -303,9 +341,21 @@ static fdy_status cpu_capabilities(fdy_backend *base, fdy_device_caps *out,
   return FDY_OK;
 }
 
-static bool cpu_supports_op(fdy_backend *base, const char *kind) {
-  (void)base;
-  return kind != NULL && strcmp(kind, FDY_OP_SYNTHETIC_CHECKSUM) == 0;
+static bool cpu_supports_op(fdy_backend *base, const fdy_op *op) {
+  cpu_backend *b = cpu_of(base);
+  return op != NULL && fdy_cpu_op_supported(op, fdy_cpu_pool_threads(b->pool));
+}
+
+/* UINT64_MAX when the op is not supported (no workspace can be that big). */
+static uint64_t cpu_workspace_bytes(fdy_backend *base, const fdy_op *op) {
+  cpu_backend *b = cpu_of(base);
+  uint64_t bytes = 0;
+  if (!cpu_supports_op(base, op) ||
+      fdy_cpu_op_workspace(op, fdy_cpu_pool_threads(b->pool), &bytes, NULL) !=
+          FDY_OK) {
+    return UINT64_MAX;
+  }
+  return bytes;
 }
 
 static fdy_status cpu_buffer_alloc(fdy_backend *base, uint64_t bytes,
@@ -328,10 +378,7 @@ static fdy_status cpu_buffer_alloc(fdy_backend *base, uint64_t bytes,
   st = fdy_budget_reserve(&b->budget, bytes, err);
   pthread_mutex_unlock(&b->mu);
   if (st != FDY_OK) {
-    if (err != NULL) {
-      snprintf(err->backend_op, sizeof err->backend_op, "buffer_alloc");
-      fdy_error_prefix(err, "cpu buffer_alloc");
-    }
+    cpu_tag(err, st, "buffer_alloc");
     goto cleanup;
   }
   reserved = true;
@@ -370,9 +417,6 @@ cleanup:
 
 static void cpu_buffer_release(fdy_backend *base, fdy_backend_buffer *buffer) {
   cpu_backend *b = cpu_of(base);
-  if (buffer == NULL) {
-    return;
-  }
   pthread_mutex_lock(&b->mu);
   buffer_unref_locked(b, buffer);
   pthread_mutex_unlock(&b->mu);
@@ -480,161 +524,295 @@ static void cpu_stream_destroy(fdy_backend *base, fdy_backend_stream *stream) {
   free(stream);
 }
 
-static fdy_status cpu_copy_to_device(fdy_backend *base,
-                                     fdy_backend_stream *stream,
-                                     fdy_backend_buffer *dst,
-                                     uint64_t dst_offset, const void *src,
-                                     uint64_t bytes, fdy_backend_event **out,
-                                     fdy_error *err) {
+static fdy_status cpu_event_create(fdy_backend *base, fdy_backend_event **out,
+                                   fdy_error *err) {
   cpu_backend *b = cpu_of(base);
-  uint64_t end = 0;
   if (out == NULL) {
-    return cpu_fail(err, FDY_ERR_INVALID_ARGUMENT, "copy_to_device",
+    return cpu_fail(err, FDY_ERR_INVALID_ARGUMENT, "event_create",
                     "out is NULL");
   }
   *out = NULL;
-  if (stream == NULL || dst == NULL || (src == NULL && bytes > 0)) {
-    return cpu_fail(err, FDY_ERR_INVALID_ARGUMENT, "copy_to_device",
-                    "NULL stream, buffer or source");
-  }
-  if (__builtin_add_overflow(dst_offset, bytes, &end) || end > dst->bytes) {
-    fdy_status st = cpu_fail(
-        err, FDY_ERR_INVALID_ARGUMENT, "copy_to_device",
-        "copy of %llu bytes at offset %llu exceeds the buffer's %llu bytes",
-        (unsigned long long)bytes, (unsigned long long)dst_offset,
-        (unsigned long long)dst->bytes);
-    if (err != NULL) {
-      err->expected = dst->bytes;
-      err->actual = bytes;
-    }
-    return st;
-  }
-  cpu_work *w = calloc(1, sizeof *w);
-  if (w == NULL) {
-    return cpu_fail(err, FDY_ERR_OUT_OF_MEMORY, "copy_to_device",
-                    "cannot allocate a work item");
-  }
-  pthread_mutex_lock(&b->mu);
-  fdy_backend_event *e = event_new_locked(b, 2); /* caller + work */
+  fdy_backend_event *e = calloc(1, sizeof *e);
   if (e == NULL) {
-    pthread_mutex_unlock(&b->mu);
-    free(w);
-    return cpu_fail(err, FDY_ERR_OUT_OF_MEMORY, "copy_to_device",
+    return cpu_fail(err, FDY_ERR_OUT_OF_MEMORY, "event_create",
                     "cannot allocate an event");
   }
-  w->kind = CPU_WORK_COPY;
-  w->signal = e;
-  w->dst = dst;
-  dst->refs++;
-  w->dst_offset = dst_offset;
-  w->src = src;
-  w->bytes = bytes;
-  enqueue_locked(b, stream, w);
+  int rc = pthread_cond_init(&e->progress, NULL);
+  if (rc != 0) {
+    free(e);
+    return cpu_fail(err, FDY_ERR_BACKEND, "event_create",
+                    "pthread_cond_init failed: %s", strerror(rc));
+  }
+  e->refs = 1;
+  pthread_mutex_lock(&b->mu);
+  fdy_list_push(&b->events, &e->node);
   pthread_mutex_unlock(&b->mu);
   *out = e;
   return FDY_OK;
 }
 
-static fdy_status cpu_launch(fdy_backend *base, fdy_backend_stream *stream,
-                             const fdy_launch_desc *desc,
-                             fdy_backend_event **out, fdy_error *err) {
+/* Drops the caller's reference: queued items that use the event keep it. */
+static void cpu_event_destroy(fdy_backend *base, fdy_backend_event *event) {
   cpu_backend *b = cpu_of(base);
-  if (out == NULL) {
-    return cpu_fail(err, FDY_ERR_INVALID_ARGUMENT, "launch", "out is NULL");
-  }
-  *out = NULL;
-  if (stream == NULL || desc == NULL) {
-    return cpu_fail(err, FDY_ERR_INVALID_ARGUMENT, "launch",
-                    "NULL stream or descriptor");
-  }
-  if (!cpu_supports_op(base, desc->kind)) {
-    fdy_status st = cpu_fail(err, FDY_ERR_UNSUPPORTED, "launch",
-                             "op kind \"%s\" is not supported",
-                             desc->kind != NULL ? desc->kind : "(null)");
-    if (err != NULL) {
-      err->ids[0] = desc->op_index;
-      snprintf(err->name, sizeof err->name, "%s",
-               desc->kind != NULL ? desc->kind : "");
-    }
-    return st;
-  }
-  if (desc->weight_count != 1) {
-    fdy_status st =
-        cpu_fail(err, FDY_ERR_INVALID_ARGUMENT, "launch",
-                 "op %u: synthetic.checksum binds exactly 1 weight, got %u",
-                 desc->op_index, desc->weight_count);
-    if (err != NULL) {
-      err->ids[0] = desc->op_index;
-      err->expected = 1;
-      err->actual = desc->weight_count;
-    }
-    return st;
-  }
-  for (uint32_t i = 0; i < desc->weight_count; i++) {
-    const fdy_launch_weight *lw = &desc->weights[i];
-    if (lw->buffer == NULL || lw->bytes > lw->buffer->bytes) {
-      fdy_status st =
-          cpu_fail(err, FDY_ERR_INVALID_ARGUMENT, "launch",
-                   "op %u: weight %u is unbound or larger than its buffer",
-                   desc->op_index, i);
-      if (err != NULL) {
-        err->ids[0] = desc->op_index;
-        err->expected = lw->buffer != NULL ? lw->buffer->bytes : 0;
-        err->actual = lw->bytes;
-      }
-      return st;
-    }
-  }
-  cpu_work *w = calloc(1, sizeof *w);
-  if (w == NULL) {
-    return cpu_fail(err, FDY_ERR_OUT_OF_MEMORY, "launch",
-                    "cannot allocate a work item");
+  pthread_mutex_lock(&b->mu);
+  event_unref_locked(event);
+  pthread_mutex_unlock(&b->mu);
+}
+
+/* Queues an item with an event reference (record, wait). */
+static fdy_status queue_event_item(cpu_backend *b, fdy_backend_stream *stream,
+                                   fdy_backend_event *event, cpu_item_kind kind,
+                                   const char *op, fdy_error *err) {
+  if (stream == NULL || event == NULL) {
+    return cpu_fail(err, FDY_ERR_INVALID_ARGUMENT, op, "NULL stream or event");
   }
   pthread_mutex_lock(&b->mu);
-  /* caller + work, + the unpublished list when there is a result word */
-  fdy_backend_event *e = event_new_locked(b, desc->result != NULL ? 3 : 2);
-  if (e == NULL) {
+  if (kind == CPU_WAIT &&
+      (event->recorded == 0 || event->completed >= event->recorded)) {
+    /* nothing to wait for: the current recording (if any) completed */
     pthread_mutex_unlock(&b->mu);
-    free(w);
-    return cpu_fail(err, FDY_ERR_OUT_OF_MEMORY, "launch",
-                    "cannot allocate an event");
+    return FDY_OK;
   }
-  w->kind = CPU_WORK_LAUNCH;
-  w->signal = e;
-  w->weight_count = desc->weight_count;
-  for (uint32_t i = 0; i < desc->weight_count; i++) {
-    w->weights[i] = desc->weights[i].buffer;
-    w->weights[i]->refs++;
-    w->weight_bytes[i] = desc->weights[i].bytes;
+  cpu_item *item = item_get_locked(b);
+  if (item == NULL) {
+    pthread_mutex_unlock(&b->mu);
+    return cpu_fail(err, FDY_ERR_OUT_OF_MEMORY, op,
+                    "cannot allocate a work item");
   }
-  if (desc->result != NULL) {
-    e->result = desc->result;
-    e->unpublished_next = b->unpublished;
-    b->unpublished = e;
+  if (kind == CPU_RECORD) {
+    event->recorded++;
   }
-  enqueue_locked(b, stream, w);
+  item->kind = kind;
+  item->event = event;
+  item->generation = event->recorded;
+  event->refs++;
+  enqueue_locked(b, stream, item);
   pthread_mutex_unlock(&b->mu);
-  *out = e;
   return FDY_OK;
+}
+
+static fdy_status cpu_event_record(fdy_backend *base,
+                                   fdy_backend_stream *stream,
+                                   fdy_backend_event *event, fdy_error *err) {
+  return queue_event_item(cpu_of(base), stream, event, CPU_RECORD,
+                          "event_record", err);
 }
 
 static fdy_status cpu_stream_wait(fdy_backend *base, fdy_backend_stream *stream,
                                   fdy_backend_event *event, fdy_error *err) {
-  cpu_backend *b = cpu_of(base);
-  if (stream == NULL || event == NULL) {
-    return cpu_fail(err, FDY_ERR_INVALID_ARGUMENT, "stream_wait",
-                    "NULL stream or event");
+  return queue_event_item(cpu_of(base), stream, event, CPU_WAIT, "stream_wait",
+                          err);
+}
+
+/* Queues a copy between host memory (src for CPU_COPY_TO_DEVICE, dst for
+ * CPU_COPY_TO_HOST) and [offset, offset + bytes) of buffer, which must lie
+ * inside it. */
+static fdy_status queue_copy(cpu_backend *b, fdy_backend_stream *stream,
+                             cpu_item_kind kind, fdy_backend_buffer *buffer,
+                             uint64_t offset, const void *src, void *dst,
+                             uint64_t bytes, const char *op, fdy_error *err) {
+  uint64_t end = 0;
+  bool host_missing = kind == CPU_COPY_TO_DEVICE ? src == NULL : dst == NULL;
+  if (stream == NULL || buffer == NULL || (host_missing && bytes > 0)) {
+    return cpu_fail(err, FDY_ERR_INVALID_ARGUMENT, op,
+                    "NULL stream, buffer or host pointer");
   }
-  cpu_work *w = calloc(1, sizeof *w);
-  if (w == NULL) {
-    return cpu_fail(err, FDY_ERR_OUT_OF_MEMORY, "stream_wait",
+  if (__builtin_add_overflow(offset, bytes, &end) || end > buffer->bytes) {
+    fdy_status st = cpu_fail(
+        err, FDY_ERR_INVALID_ARGUMENT, op,
+        "copy of %llu bytes at offset %llu exceeds the buffer's %llu bytes",
+        (unsigned long long)bytes, (unsigned long long)offset,
+        (unsigned long long)buffer->bytes);
+    if (err != NULL) {
+      err->expected = buffer->bytes;
+      err->actual = end < offset ? UINT64_MAX : end;
+    }
+    return st;
+  }
+  pthread_mutex_lock(&b->mu);
+  cpu_item *item = item_get_locked(b);
+  if (item == NULL) {
+    pthread_mutex_unlock(&b->mu);
+    return cpu_fail(err, FDY_ERR_OUT_OF_MEMORY, op,
                     "cannot allocate a work item");
   }
-  w->kind = CPU_WORK_WAIT;
+  item->kind = kind;
+  item->buffer = buffer;
+  item->offset = offset;
+  item->src = src;
+  item->dst = dst;
+  item->bytes = bytes;
+  buffer->refs++;
+  enqueue_locked(b, stream, item);
+  pthread_mutex_unlock(&b->mu);
+  return FDY_OK;
+}
+
+static fdy_status cpu_copy_to_device(fdy_backend *base,
+                                     fdy_backend_stream *stream,
+                                     fdy_backend_buffer *dst,
+                                     uint64_t dst_offset, const void *src,
+                                     uint64_t bytes, fdy_error *err) {
+  return queue_copy(cpu_of(base), stream, CPU_COPY_TO_DEVICE, dst, dst_offset,
+                    src, NULL, bytes, "copy_to_device", err);
+}
+
+static fdy_status cpu_copy_to_host(fdy_backend *base,
+                                   fdy_backend_stream *stream, void *dst,
+                                   fdy_backend_buffer *src, uint64_t src_offset,
+                                   uint64_t bytes, fdy_error *err) {
+  return queue_copy(cpu_of(base), stream, CPU_COPY_TO_HOST, src, src_offset,
+                    NULL, dst, bytes, "copy_to_host", err);
+}
+
+/* View `index` of a launch (inputs, then outputs, then the workspace as
+ * index input_count + output_count) must have a buffer, start at a multiple
+ * of `align` and lie inside the buffer. */
+static fdy_status check_view(const fdy_tensor_view *v, int64_t index,
+                             uint64_t align, uint64_t bytes, fdy_error *err) {
+  uint64_t end = 0;
+  if (v->buffer == NULL) {
+    fdy_status st = cpu_fail(err, FDY_ERR_INVALID_ARGUMENT, "launch",
+                             "operand %lld has no buffer", (long long)index);
+    if (err != NULL) {
+      err->ids[0] = index;
+    }
+    return st;
+  }
+  if (v->offset % align != 0) {
+    fdy_status st =
+        cpu_fail(err, FDY_ERR_INVALID_ARGUMENT, "launch",
+                 "operand %lld starts at offset %llu, not a multiple of %llu",
+                 (long long)index, (unsigned long long)v->offset,
+                 (unsigned long long)align);
+    if (err != NULL) {
+      err->ids[0] = index;
+      err->expected = align;
+      err->actual = v->offset;
+    }
+    return st;
+  }
+  if (__builtin_add_overflow(v->offset, bytes, &end) ||
+      end > v->buffer->bytes) {
+    fdy_status st = cpu_fail(
+        err, FDY_ERR_INVALID_ARGUMENT, "launch",
+        "operand %lld (%llu bytes at offset %llu) exceeds its buffer's %llu "
+        "bytes",
+        (long long)index, (unsigned long long)bytes,
+        (unsigned long long)v->offset, (unsigned long long)v->buffer->bytes);
+    if (err != NULL) {
+      err->ids[0] = index;
+      err->expected = v->buffer->bytes;
+      err->actual = end < v->offset ? UINT64_MAX : end;
+    }
+    return st;
+  }
+  return FDY_OK;
+}
+
+/* The alignment of a view: the backend's (the contract), at least its
+ * element size, and 8 bytes for what the kernels read or write as 64-bit
+ * words (the checksum's data, the workspace). */
+static uint64_t view_alignment(const cpu_backend *b, uint64_t element) {
+  return b->alignment > element ? b->alignment : element;
+}
+
+/* Every operand in bounds and aligned; the workspace at least `need`
+ * bytes. Returns the workspace view the launch keeps (none when need is
+ * 0). */
+static fdy_status check_views(const cpu_backend *b, const fdy_op *op,
+                              uint64_t need, fdy_tensor_view *workspace,
+                              fdy_error *err) {
+  uint32_t operands = op->input_count + op->output_count;
+  for (uint32_t i = 0; i < operands; i++) {
+    const fdy_tensor_view *v = i < op->input_count
+                                   ? &op->inputs[i]
+                                   : &op->outputs[i - op->input_count];
+    uint64_t bytes = 0;
+    fdy_tensor_bytes(v->dtype, v->shape, &bytes, NULL); /* op was checked */
+    uint64_t element = op->kind == FDY_OP_CHECKSUM && i == 0
+                           ? sizeof(uint64_t)
+                           : fdy_dtype_size(v->dtype);
+    fdy_status st = check_view(v, i, view_alignment(b, element), bytes, err);
+    if (st != FDY_OK) {
+      return st;
+    }
+  }
+  *workspace = (fdy_tensor_view){0};
+  if (need == 0) {
+    return FDY_OK;
+  }
+  const fdy_tensor_view *w = &op->workspace;
+  uint64_t given = 0;
+  if (w->buffer == NULL ||
+      fdy_tensor_bytes(w->dtype, w->shape, &given, NULL) != FDY_OK ||
+      given < need) {
+    fdy_status st =
+        cpu_fail(err, FDY_ERR_INVALID_ARGUMENT, "launch",
+                 "the %s op needs a workspace of %llu bytes, got "
+                 "%llu",
+                 fdy_op_kind_name(op->kind), (unsigned long long)need,
+                 (unsigned long long)given);
+    if (err != NULL) {
+      err->ids[0] = operands;
+      err->expected = need;
+      err->actual = given;
+      snprintf(err->name, sizeof err->name, "workspace");
+    }
+    return st;
+  }
+  fdy_status st =
+      check_view(w, operands, view_alignment(b, sizeof(uint64_t)), given, err);
+  if (st == FDY_OK) {
+    *workspace = *w;
+  }
+  return st;
+}
+
+static fdy_status cpu_launch(fdy_backend *base, fdy_backend_stream *stream,
+                             const fdy_op *op, fdy_error *err) {
+  cpu_backend *b = cpu_of(base);
+  uint32_t threads = fdy_cpu_pool_threads(b->pool);
+  if (stream == NULL || op == NULL) {
+    return cpu_fail(err, FDY_ERR_INVALID_ARGUMENT, "launch",
+                    "NULL stream or op");
+  }
+  fdy_status st = fdy_op_check(op, err);
+  if (st != FDY_OK) {
+    return cpu_tag(err, st, "launch");
+  }
+  if (!fdy_cpu_op_supported(op, threads)) {
+    st = cpu_fail(err, FDY_ERR_UNSUPPORTED, "launch",
+                  "this %s op exceeds the backend's limits (dimensions "
+                  "below 2^31, tensors below 2^40 elements)",
+                  fdy_op_kind_name(op->kind));
+    if (err != NULL) {
+      snprintf(err->name, sizeof err->name, "%s", fdy_op_kind_name(op->kind));
+    }
+    return st;
+  }
+  uint64_t need = 0;
+  fdy_tensor_view workspace;
+  st = fdy_cpu_op_workspace(op, threads, &need, err);
+  if (st != FDY_OK) {
+    return cpu_tag(err, st, "launch");
+  }
+  st = check_views(b, op, need, &workspace, err);
+  if (st != FDY_OK) {
+    return st;
+  }
   pthread_mutex_lock(&b->mu);
-  w->wait = event;
-  event->refs++;
-  enqueue_locked(b, stream, w);
+  cpu_item *item = item_get_locked(b);
+  if (item == NULL) {
+    pthread_mutex_unlock(&b->mu);
+    return cpu_fail(err, FDY_ERR_OUT_OF_MEMORY, "launch",
+                    "cannot allocate a work item");
+  }
+  item->kind = CPU_LAUNCH;
+  item->op = *op;
+  item->op.workspace = workspace;
+  launch_buffers(item, buffer_ref_locked, b);
+  enqueue_locked(b, stream, item);
   pthread_mutex_unlock(&b->mu);
   return FDY_OK;
 }
@@ -646,41 +824,33 @@ static fdy_status cpu_host_wait(fdy_backend *base, fdy_backend_event *event,
     return cpu_fail(err, FDY_ERR_INVALID_ARGUMENT, "host_wait", "NULL event");
   }
   pthread_mutex_lock(&b->mu);
-  while (!event->done) {
-    pthread_cond_wait(&event->completed, &b->mu);
+  uint64_t generation = event->recorded;
+  while (event->completed < generation) {
+    pthread_cond_wait(&event->progress, &b->mu);
   }
-  publish_locked(b);
   pthread_mutex_unlock(&b->mu);
   return FDY_OK;
 }
 
-static fdy_status cpu_event_times(fdy_backend *base, fdy_backend_event *event,
-                                  fdy_event_times *out, fdy_error *err) {
+static fdy_status cpu_event_time(fdy_backend *base, fdy_backend_event *event,
+                                 int64_t *out_ns, fdy_error *err) {
   cpu_backend *b = cpu_of(base);
-  if (event == NULL || out == NULL) {
-    return cpu_fail(err, FDY_ERR_INVALID_ARGUMENT, "event_times",
+  if (event == NULL || out_ns == NULL) {
+    return cpu_fail(err, FDY_ERR_INVALID_ARGUMENT, "event_time",
                     "NULL event or output");
   }
   pthread_mutex_lock(&b->mu);
-  bool done = event->done;
-  fdy_event_times times = {event->start_ns, event->end_ns};
+  uint64_t recorded = event->recorded;
+  bool done = recorded > 0 && event->completed >= recorded;
+  int64_t ns = event->completed_ns;
   pthread_mutex_unlock(&b->mu);
   if (!done) {
-    return cpu_fail(err, FDY_ERR_INVALID_ARGUMENT, "event_times",
-                    "the event has not completed");
+    return cpu_fail(err, FDY_ERR_INVALID_ARGUMENT, "event_time",
+                    recorded == 0 ? "the event was never recorded"
+                                  : "the event's recording has not completed");
   }
-  *out = times;
+  *out_ns = ns;
   return FDY_OK;
-}
-
-static void cpu_event_release(fdy_backend *base, fdy_backend_event *event) {
-  cpu_backend *b = cpu_of(base);
-  if (event == NULL) {
-    return;
-  }
-  pthread_mutex_lock(&b->mu);
-  event_unref_locked(event);
-  pthread_mutex_unlock(&b->mu);
 }
 
 static fdy_status cpu_drain(fdy_backend *base, fdy_error *err) {
@@ -688,19 +858,13 @@ static fdy_status cpu_drain(fdy_backend *base, fdy_error *err) {
   cpu_backend *b = cpu_of(base);
   pthread_mutex_lock(&b->mu);
   drain_locked(b);
-  publish_locked(b);
   pthread_mutex_unlock(&b->mu);
   return FDY_OK;
 }
 
-/* Drains, joins every worker and frees every object, released or not.
- * Results of launches never observed by host_wait or drain before destroy
- * are not written: their result words may no longer be valid. */
+/* Drains, joins every worker and frees every object, released or not. */
 static void cpu_destroy(fdy_backend *base) {
   cpu_backend *b = cpu_of(base);
-  if (b == NULL) {
-    return;
-  }
   pthread_mutex_lock(&b->mu);
   drain_locked(b);
   pthread_mutex_unlock(&b->mu);
@@ -714,11 +878,16 @@ static void cpu_destroy(fdy_backend *base) {
   while (b->buffers.next != &b->buffers) {
     buffer_free_locked(b, (fdy_backend_buffer *)b->buffers.next);
   }
-  b->unpublished = NULL;
   while (b->events.next != &b->events) {
     event_free_locked((fdy_backend_event *)b->events.next);
   }
+  while (b->free_items != NULL) {
+    cpu_item *item = b->free_items;
+    b->free_items = item->next;
+    free(item);
+  }
   pthread_mutex_unlock(&b->mu);
+  fdy_cpu_pool_destroy(b->pool);
   pthread_cond_destroy(&b->idle);
   pthread_mutex_destroy(&b->mu);
   free(b);
@@ -728,18 +897,22 @@ static const fdy_backend_ops cpu_ops = {
     .name = "cpu",
     .capabilities = cpu_capabilities,
     .supports_op = cpu_supports_op,
+    .workspace_bytes = cpu_workspace_bytes,
     .buffer_alloc = cpu_buffer_alloc,
     .buffer_release = cpu_buffer_release,
     .host_register = cpu_host_register,
     .host_unregister = cpu_host_unregister,
     .stream_create = cpu_stream_create,
     .stream_destroy = cpu_stream_destroy,
+    .event_create = cpu_event_create,
+    .event_destroy = cpu_event_destroy,
+    .event_record = cpu_event_record,
     .copy_to_device = cpu_copy_to_device,
+    .copy_to_host = cpu_copy_to_host,
     .launch = cpu_launch,
     .stream_wait = cpu_stream_wait,
     .host_wait = cpu_host_wait,
-    .event_times = cpu_event_times,
-    .event_release = cpu_event_release,
+    .event_time = cpu_event_time,
     .drain = cpu_drain,
     .destroy = cpu_destroy,
 };
@@ -754,17 +927,24 @@ static fdy_status default_memory(uint64_t *out, fdy_error *err) {
   uint64_t total = 0;
   if (fdy_mul_u64((uint64_t)pages, (uint64_t)page_size, &total, err) !=
       FDY_OK) {
-    return FDY_ERR_OVERFLOW;
+    return cpu_tag(err, FDY_ERR_OVERFLOW, "create");
   }
   *out = total / 2;
   return FDY_OK;
+}
+
+static uint32_t online_cpus(void) {
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  return online < 1                     ? 1
+         : online > FDY_CPU_MAX_THREADS ? FDY_CPU_MAX_THREADS
+                                        : (uint32_t)online;
 }
 
 fdy_status fdy_cpu_backend_create(const fdy_cpu_options *options,
                                   fdy_backend **out, fdy_error *err) {
   fdy_cpu_options opts = {0};
   cpu_backend *b = NULL;
-  bool mutex_ready = false;
+  bool mutex_ready = false, idle_ready = false;
   fdy_status st = FDY_OK;
   if (out == NULL) {
     return cpu_fail(err, FDY_ERR_INVALID_ARGUMENT, "create", "out is NULL");
@@ -785,8 +965,18 @@ fdy_status fdy_cpu_backend_create(const fdy_cpu_options *options,
     }
     return st;
   }
-  if (opts.compute_passes == 0) {
-    opts.compute_passes = 1;
+  if (opts.threads > FDY_CPU_MAX_THREADS) {
+    st = cpu_fail(err, FDY_ERR_INVALID_ARGUMENT, "create",
+                  "threads must be at most %u, got %u", FDY_CPU_MAX_THREADS,
+                  opts.threads);
+    if (err != NULL) {
+      err->expected = FDY_CPU_MAX_THREADS;
+      err->actual = opts.threads;
+    }
+    return st;
+  }
+  if (opts.threads == 0) {
+    opts.threads = online_cpus();
   }
   if (opts.memory_bytes == 0) {
     st = default_memory(&opts.memory_bytes, err);
@@ -813,11 +1003,16 @@ fdy_status fdy_cpu_backend_create(const fdy_cpu_options *options,
                   "pthread_cond_init failed: %s", strerror(rc));
     goto cleanup;
   }
+  idle_ready = true;
+  st = fdy_cpu_pool_create(opts.threads, &b->pool, err);
+  if (st != FDY_OK) {
+    cpu_tag(err, st, "create");
+    goto cleanup;
+  }
   b->base.ops = &cpu_ops;
   b->base.self = b;
   b->budget = fdy_budget_make(FDY_SPACE_DEVICE, opts.memory_bytes);
   b->alignment = opts.alignment;
-  b->compute_passes = opts.compute_passes;
   fdy_list_init(&b->buffers);
   fdy_list_init(&b->events);
   fdy_list_init(&b->streams);
@@ -826,9 +1021,19 @@ fdy_status fdy_cpu_backend_create(const fdy_cpu_options *options,
   return FDY_OK;
 
 cleanup:
+  if (idle_ready) {
+    pthread_cond_destroy(&b->idle);
+  }
   if (mutex_ready) {
     pthread_mutex_destroy(&b->mu);
   }
   free(b);
   return st;
+}
+
+uint32_t fdy_cpu_backend_threads(const fdy_backend *backend) {
+  if (backend == NULL || backend->ops != &cpu_ops) {
+    return 0;
+  }
+  return fdy_cpu_pool_threads(((const cpu_backend *)backend)->pool);
 }

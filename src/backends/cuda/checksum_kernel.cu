@@ -1,24 +1,30 @@
-/* The synthetic.checksum kernel: exactly fdy_checksum (include/foundry/
- * checksum.h) over a device range, at close to memory bandwidth.
+/* The checksum op's kernel: fdy_checksum (include/foundry/checksum.h) over
+ * a device range, at close to memory bandwidth, chained with the previous
+ * result: out = fdy_checksum(data) + prev * FDY_CHAIN_PRIME, all in device
+ * memory.
  *
  * Each thread walks 16-byte pairs of words in a grid-stride loop, UNROLL
  * (4) independent 16-byte loads in flight per iteration (the remainder too),
  * and keeps the position keys (i + 1) * POSITION_KEY as running sums so the
  * only multiply per word is the mix. Partial sums (mod 2^64) are reduced with
  * warp shuffles, then across the block's warps in shared memory, and each block
- * adds its sum to the launch's device word with one atomicAdd. The last block
- * to finish (counted with an acq_rel atomic add) moves the sum into
- * the launch's mapped host words and zeroes the device words; the host applies
- * fdy_checksum_finish.
+ * adds its sum to the stream's device word with one atomicAdd. The last block
+ * to finish (counted with an acq_rel atomic add) takes the sum, zeroes the
+ * words for the stream's next launch, applies the final mixing
+ * (fdy_checksum_finish, written again below for the device) and writes the
+ * chained result; prev is loaded by every block before it counts itself, so
+ * its latency hides behind the count (docs/tuning-log.md, entries 4-5).
  *
- * compute_passes: the slot is read `passes` times. The loads are volatile
- * inline PTX, so no pass can be merged or dropped, and every later pass's
- * partial sum is compared with the first one's (diff), so every pass's
- * arithmetic is live too. The result is the first pass's sum; a disagreement
- * (data changed under the kernel) is reported through the diff word. */
+ * passes: the data is read `passes` times. The loads are volatile inline
+ * PTX, so no pass can be merged or dropped, and every later pass's partial
+ * sum is compared with the first one's (diff), so every pass's arithmetic
+ * is live too. The result is the first pass's; a disagreement (the data
+ * changed under the kernel) complements the output, so a chain check
+ * catches it. */
 #include "cuda_internal.h"
 
 #include "foundry/checksum.h"
+#include "foundry/ops.h"
 
 #define WARPS (FDY_CUDA_CHECKSUM_THREADS / 32)
 
@@ -106,11 +112,23 @@ thread_pass(const unsigned char *data, unsigned long long bytes,
   return s;
 }
 
+/* fdy_checksum_finish: the final mixing of a complete sum of n bytes. */
+static __device__ __forceinline__ unsigned long long
+finish(unsigned long long sum, unsigned long long n) {
+  unsigned long long z = sum ^ n;
+  z ^= z >> 33;
+  z *= FDY_CHECKSUM_MIX_KEY;
+  z ^= z >> 33;
+  z *= FDY_CHECKSUM_FINAL_KEY;
+  z ^= z >> 33;
+  return z;
+}
+
 __global__ void __launch_bounds__(FDY_CUDA_CHECKSUM_THREADS,
                                   FDY_CUDA_CHECKSUM_MIN_BLOCKS)
     checksum_kernel(const unsigned char *data, unsigned long long bytes,
-                    unsigned int passes, fdy_cuda_result_dev *dev,
-                    fdy_cuda_result_host *host) {
+                    unsigned int passes, fdy_cuda_checksum_words *words,
+                    const unsigned long long *prev, unsigned long long *out) {
   __shared__ unsigned long long warp_sum[WARPS];
   __shared__ unsigned long long warp_diff[WARPS];
   const unsigned long long tid =
@@ -143,25 +161,32 @@ __global__ void __launch_bounds__(FDY_CUDA_CHECKSUM_THREADS,
   if (lane != 0) {
     return;
   }
-  atomicAdd(&dev->sum, sum);
+  /* Issued now, used only by the last block: its latency overlaps the
+   * atomics below. prev was written by earlier work in stream order. */
+  const unsigned long long p = prev != NULL ? *prev : 0ull;
+  atomicAdd(&words->sum, sum);
   if (diff != 0) {
-    atomicOr(&dev->diff, 1ull);
+    atomicOr(&words->diff, 1ull);
   }
   /* Counting this block done is one acq_rel atomic: release orders the sum
    * above before the count, acquire lets the last block see every other
    * block's sum (docs/tuning-log.md, entry 5: 0.3 us less than a fence, a
-   * relaxed count and a second fence). No __threadfence_system: the host
-   * reads the mapped words only after it observed the kernel's completion
-   * event, which makes all of the kernel's writes visible to it (entry 4). */
+   * relaxed count and a second fence). The result goes to device memory
+   * only; later work on the stream sees it after the kernel completed. */
   unsigned int done_before;
   asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;"
                : "=r"(done_before)
-               : "l"(&dev->blocks_done)
+               : "l"(&words->blocks_done)
                : "memory");
   if (done_before == gridDim.x - 1) {
-    host->sum = atomicExch(&dev->sum, 0ull);
-    host->diff = atomicExch(&dev->diff, 0ull);
-    atomicExch(&dev->blocks_done, 0u);
+    unsigned long long total = atomicExch(&words->sum, 0ull);
+    unsigned long long disagreed = atomicExch(&words->diff, 0ull);
+    atomicExch(&words->blocks_done, 0u);
+    unsigned long long r = finish(total, bytes);
+    if (disagreed != 0) {
+      r = ~r;
+    }
+    *out = r + p * FDY_CHAIN_PRIME;
   }
 }
 
@@ -186,8 +211,9 @@ extern "C" cudaError_t fdy_cuda_checksum_occupancy(int *blocks_per_sm) {
 
 extern "C" cudaError_t
 fdy_cuda_checksum_enqueue(const void *data, uint64_t bytes, uint32_t passes,
-                          int max_blocks, fdy_cuda_result_dev *dev,
-                          fdy_cuda_result_host *host, cudaStream_t stream) {
+                          int max_blocks, fdy_cuda_checksum_words *words,
+                          const uint64_t *prev, uint64_t *out,
+                          cudaStream_t stream) {
   /* A block per 4 pairs per thread is enough for small inputs. */
   const uint64_t per_block = (uint64_t)FDY_CUDA_CHECKSUM_THREADS * 16 * 4;
   uint64_t want = bytes / per_block + 1;
@@ -196,7 +222,8 @@ fdy_cuda_checksum_enqueue(const void *data, uint64_t bytes, uint32_t passes,
     blocks = 1;
   }
   checksum_kernel<<<blocks, FDY_CUDA_CHECKSUM_THREADS, 0, stream>>>(
-      (const unsigned char *)data, bytes, passes < 1 ? 1 : passes, dev, host);
+      (const unsigned char *)data, bytes, passes < 1 ? 1 : passes, words,
+      (const unsigned long long *)prev, (unsigned long long *)out);
   return cudaGetLastError();
 }
 

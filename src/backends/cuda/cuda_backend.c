@@ -1,24 +1,24 @@
 /* The CUDA backend: the backend contract over the CUDA runtime.
  *
- * Slots are cudaMalloc allocations; each runtime stream is a non-blocking
- * CUDA stream; every copy and launch records a start and an end CUDA event
- * (with timing), and its fdy_backend_event carries them. Host payloads are
- * copied straight from registered (page-locked) memory, or through the
- * staging ring (cuda_staging.c) in staged mode and for unregistered memory.
+ * Buffers are cudaMalloc allocations; each backend stream is a non-blocking
+ * CUDA stream with its own set of checksum words (a slot of a pool
+ * allocated at creation, so creating a stream allocates no device memory);
+ * each backend event is one CUDA event (with timing), recorded with
+ * cudaEventRecord as often as the caller likes. Copies and launches only
+ * enqueue: nothing is tracked per submission, so a recorded step costs the
+ * host no more than its CUDA calls.
  *
- * Work records and references: every accepted copy or launch is an event
- * object on the pending list. It holds one reference on every buffer it
- * touches and one on itself; the caller holds another on the event. A sweep
- * (in host_wait, drain, buffer_release and when result slots run out) queries
- * the end event of pending work; completed work drops its references,
- * publishes its launch result and frees its result slot. So a buffer released
- * while work still reads it is freed (cudaFree) only once that work completed.
+ * Host memory is copied straight from and to registered (page-locked)
+ * memory, or through the staging ring (cuda_staging.c) in staged mode and
+ * for memory that is not registered.
  *
- * Results: each launch gets a result slot (device words plus mapped
- * page-locked host words, from a fixed pool). The kernel's last block writes
- * the sum into the host words; the sweep that observes the launch complete
- * applies fdy_checksum_finish and stores it into desc->result, which is no
- * later than host_wait or drain observing the event.
+ * Reference rule: a buffer released while work submitted since the last
+ * drain may use it is retired instead of freed: the internal stream waits
+ * for every stream (one reusable join event), then records the buffer's
+ * fence event; the buffer is freed (cudaFree) once the fence completed, as
+ * seen by a sweep in a later release, host_wait or drain. Streams are
+ * synchronized before they are destroyed, so no work hides on a stream that
+ * is gone.
  *
  * Timestamps: at creation a calibration event is recorded on an idle stream
  * and synchronized; its host time is taken as the midpoint of fdy_now_ns()
@@ -29,16 +29,15 @@
  * 0.5 us resolution; its 24-bit mantissa adds about 1 us of rounding per 10 s
  * since creation, and the GPU and host clocks may drift apart by a few ppm.
  *
- * The runtime calls the backend from one thread at a time (backend.h), so
- * the backend's own state needs no lock; only the staging fill threads run
- * beside the caller. Every CUDA call is checked and a failure becomes an
- * fdy_error with the CUDA error's name and string, except in cleanup paths
- * (release, destroy, unwinding after a failure), which cannot report one and
- * pass the call's result to fdy_cuda_ignore instead. */
+ * The executor calls the backend from one thread at a time (backend.h), so
+ * the backend's own state needs no lock; only the staging fill threads and
+ * CUDA's host-function thread run beside the caller, on staging buffers
+ * only. Every CUDA call is checked and a failure becomes an fdy_error with
+ * the CUDA error's name and string, except in cleanup paths (release,
+ * destroy, unwinding after a failure), which cannot report one and pass the
+ * call's result to fdy_cuda_ignore instead. */
 #include "cuda_internal.h"
 
-#include "foundry/checksum.h"
-#include "foundry/graph.h"
 #include "handle_list.h"
 
 #include <math.h>
@@ -49,16 +48,16 @@
 #include <unistd.h>
 
 #define CUDA_ALIGNMENT               256
-#define CUDA_RESULT_SLOTS            4096 /* slot 0 is reserved for internal launches */
+#define CUDA_WORD_SETS               1024 /* set 0 is the internal stream's */
 #define CUDA_DEFAULT_STAGING_BYTES   (16 * FDY_MIB)
 #define CUDA_DEFAULT_STAGING_BUFFERS 4
 #define CUDA_CALIBRATION_TRIES       5
 
 struct fdy_backend_buffer {
-  fdy_list_node node;
-  uint32_t refs;
+  fdy_list_node node; /* on buffers, or on retired once released */
   void *data;
   uint64_t bytes;
+  cudaEvent_t fence; /* retired: completes once no earlier work remains */
 };
 
 struct fdy_backend_host {
@@ -69,28 +68,19 @@ struct fdy_backend_host {
    * (registered mode): all of it, or only its whole pages when an edge page
    * was already pinned; empty when pin_begin == pin_end */
   uintptr_t pin_begin, pin_end;
+  bool read_only; /* pinned with cudaHostRegisterReadOnly */
 };
 
 struct fdy_backend_stream {
   fdy_list_node node;
   cudaStream_t stream;
+  uint32_t words; /* index of its checksum word set */
 };
 
-/* One accepted copy or launch, and the handle the caller gets for it. */
 struct fdy_backend_event {
-  fdy_list_node node; /* on the backend's list of live events */
-  uint32_t refs;      /* caller + pending */
-  cudaEvent_t start, end;
-  bool pending; /* on the pending list: completion not yet observed */
-  bool tracked; /* end was recorded, so completion can be queried */
-  struct fdy_backend_event *pending_next;
-  uint32_t buffer_count;
-  fdy_backend_buffer *buffers[FDY_MAX_LAUNCH_WEIGHTS];
-  /* launch */
-  uint32_t op_index;
-  int32_t result_slot; /* -1 for copies */
-  uint64_t *result;    /* caller's result word, or NULL */
-  uint64_t bytes;      /* checksummed bytes */
+  fdy_list_node node;
+  cudaEvent_t event;
+  bool recorded;
 };
 
 typedef struct cuda_backend {
@@ -102,19 +92,13 @@ typedef struct cuda_backend {
   uint32_t copy_engines;
   cudaEvent_t calib;
   int64_t calib_host_ns;
-  fdy_list_node buffers, events, streams, hosts;
-  fdy_backend_event *pending;        /* work whose completion is not observed */
-  fdy_backend_event *free_events;    /* released records, CUDA events kept */
-  fdy_cuda_result_dev *result_dev;   /* CUDA_RESULT_SLOTS */
-  fdy_cuda_result_host *result_host; /* CUDA_RESULT_SLOTS, mapped */
-  uint32_t *free_slots;
-  uint32_t free_slot_count;
+  cudaEvent_t join; /* recorded on each stream to fence a release */
+  fdy_list_node buffers, retired, events, streams, hosts;
+  fdy_cuda_checksum_words *words; /* CUDA_WORD_SETS on the device */
+  uint32_t *free_words;           /* indices of unused word sets */
+  uint32_t free_word_count;
   fdy_cuda_staging *staging;
-  uint64_t alloc_calls, copy_calls, launch_calls;
-  /* first error seen by a sweep outside host_wait/drain, reported by the
-   * next host_wait or drain */
-  fdy_status deferred;
-  fdy_error deferred_err;
+  bool submitted; /* copies or launches since the last successful drain */
 } cuda_backend;
 
 static const fdy_backend_ops cuda_ops;
@@ -155,12 +139,6 @@ void fdy_cuda_ignore(cudaError_t rc) {
   cudaGetLastError();
 }
 
-static fdy_status injected(fdy_error *err, const char *op, uint64_t call) {
-  return fdy_cuda_fail(err, FDY_ERR_BACKEND, op,
-                       "injected failure of %s at call %llu", op,
-                       (unsigned long long)call);
-}
-
 static fdy_status set_device(cuda_backend *b, fdy_error *err, const char *op) {
   return fdy_cuda_check(cudaSetDevice(b->ctx.device), err, op, "cudaSetDevice");
 }
@@ -191,200 +169,64 @@ static void keep_first(fdy_status *first, fdy_status st, const fdy_error *local,
   }
 }
 
-/* ---- references and completion ---------------------------------------------
+/* ---- buffers and the reference rule ---------------------------------------
  */
 
 static void buffer_free(fdy_backend_buffer *buf) {
   fdy_list_unlink(&buf->node);
+  if (buf->fence != NULL) {
+    fdy_cuda_ignore(cudaEventDestroy(buf->fence));
+  }
   fdy_cuda_ignore(cudaFree(buf->data));
   free(buf);
 }
 
-static void buffer_unref(fdy_backend_buffer *buf) {
-  if (--buf->refs == 0) {
+/* Frees the retired buffers whose fence completed; with `wait`, all of
+ * them. A fence that reports an error frees its buffer too (the work before
+ * it is over, one way or the other). */
+static void sweep_retired(cuda_backend *b, bool wait) {
+  fdy_list_node *n = b->retired.next;
+  while (n != &b->retired) {
+    fdy_backend_buffer *buf = (fdy_backend_buffer *)n;
+    n = n->next;
+    cudaError_t rc =
+        wait ? cudaEventSynchronize(buf->fence) : cudaEventQuery(buf->fence);
+    if (rc == cudaErrorNotReady) {
+      cudaGetLastError();
+      continue;
+    }
+    fdy_cuda_ignore(rc);
     buffer_free(buf);
   }
 }
 
-static void event_destroy(fdy_backend_event *e) {
-  if (e->start != NULL) {
-    fdy_cuda_ignore(cudaEventDestroy(e->start));
+/* Records buf's fence on the internal stream after it waited for every
+ * stream's work submitted so far. */
+static cudaError_t fence_after_all(cuda_backend *b, fdy_backend_buffer *buf) {
+  cudaError_t rc =
+      cudaEventCreateWithFlags(&buf->fence, cudaEventDisableTiming);
+  if (rc != cudaSuccess) {
+    buf->fence = NULL;
+    return rc;
   }
-  if (e->end != NULL) {
-    fdy_cuda_ignore(cudaEventDestroy(e->end));
-  }
-  free(e);
-}
-
-/* Recycles a record whose last reference went away. */
-static void event_unref(cuda_backend *b, fdy_backend_event *e) {
-  if (--e->refs == 0) {
-    fdy_list_unlink(&e->node);
-    e->pending_next = b->free_events;
-    b->free_events = e;
-  }
-}
-
-/* A record with two references (caller + pending) and both CUDA events. */
-static fdy_status event_new(cuda_backend *b, const char *op,
-                            fdy_backend_event **out, fdy_error *err) {
-  fdy_backend_event *e = b->free_events;
-  if (e != NULL) {
-    b->free_events = e->pending_next;
-    cudaEvent_t start = e->start, end = e->end;
-    memset(e, 0, sizeof *e);
-    e->start = start;
-    e->end = end;
-  } else {
-    e = calloc(1, sizeof *e);
-    if (e == NULL) {
-      return fdy_cuda_fail(err, FDY_ERR_OUT_OF_MEMORY, op,
-                           "cannot allocate an event");
+  for (fdy_list_node *n = b->streams.next; n != &b->streams; n = n->next) {
+    cudaStream_t s = ((fdy_backend_stream *)n)->stream;
+    rc = cudaEventRecord(b->join, s);
+    if (rc == cudaSuccess) {
+      rc = cudaStreamWaitEvent(b->ctx.internal, b->join, 0);
     }
-    fdy_status st =
-        fdy_cuda_check(cudaEventCreate(&e->start), err, op, "cudaEventCreate");
-    if (st == FDY_OK) {
-      st = fdy_cuda_check(cudaEventCreate(&e->end), err, op, "cudaEventCreate");
-    }
-    if (st != FDY_OK) {
-      event_destroy(e);
-      return st;
+    if (rc != cudaSuccess) {
+      return rc;
     }
   }
-  e->refs = 2;
-  e->result_slot = -1;
-  fdy_list_push(&b->events, &e->node);
-  *out = e;
-  return FDY_OK;
+  return cudaEventRecord(buf->fence, b->ctx.internal);
 }
 
-static void defer_error(cuda_backend *b, fdy_status st, const fdy_error *err) {
-  if (b->deferred == FDY_OK) {
-    b->deferred = st;
-    b->deferred_err = *err;
+/* Waits for every stream (cleanup: errors are dropped). */
+static void synchronize_streams(cuda_backend *b) {
+  for (fdy_list_node *n = b->streams.next; n != &b->streams; n = n->next) {
+    fdy_cuda_ignore(cudaStreamSynchronize(((fdy_backend_stream *)n)->stream));
   }
-}
-
-/* Ends work e: rc is the outcome of its end event. Publishes its result
- * when it succeeded; returns the error otherwise. Untracked work (it failed
- * while or before being submitted, so the caller got no handle and already
- * has the error) has no outcome to report, and rc is not looked at. */
-static fdy_status work_finish(cuda_backend *b, fdy_backend_event *e,
-                              cudaError_t rc, fdy_error *err) {
-  fdy_status st = FDY_OK;
-  if (e->tracked) {
-    st = fdy_cuda_check(rc, err,
-                        e->result_slot >= 0 ? "launch" : "copy_to_device",
-                        "the submitted work");
-  }
-  if (st == FDY_OK && e->tracked && e->result_slot >= 0) {
-    const fdy_cuda_result_host *h = &b->result_host[e->result_slot];
-    if (h->diff != 0) {
-      st = fdy_cuda_fail(err, FDY_ERR_BACKEND, "launch",
-                         "op %u: the compute passes over the slot "
-                         "disagreed (the data changed during the kernel)",
-                         e->op_index);
-      if (err != NULL) {
-        err->ids[0] = e->op_index;
-      }
-    } else if (e->result != NULL) {
-      *e->result = fdy_checksum_finish(h->sum, e->bytes);
-    }
-  }
-  if (e->result_slot >= 0) {
-    b->free_slots[b->free_slot_count++] = (uint32_t)e->result_slot;
-    e->result_slot = -1;
-  }
-  for (uint32_t i = 0; i < e->buffer_count; i++) {
-    buffer_unref(e->buffers[i]);
-  }
-  e->buffer_count = 0;
-  e->pending = false;
-  event_unref(b, e);
-  return st;
-}
-
-/* Finishes every pending record whose completion can be observed now; with
- * `all`, every pending record (after a drain synchronized everything).
- * Returns the first error. */
-static fdy_status sweep(cuda_backend *b, bool all, fdy_error *err) {
-  fdy_status first = FDY_OK;
-  fdy_backend_event **link = &b->pending;
-  while (*link != NULL) {
-    fdy_backend_event *e = *link;
-    cudaError_t rc = cudaSuccess;
-    if (e->tracked) {
-      rc = all ? cudaEventSynchronize(e->end) : cudaEventQuery(e->end);
-    } else if (!all) {
-      link = &e->pending_next;
-      continue;
-    }
-    if (rc == cudaErrorNotReady) {
-      cudaGetLastError();
-      link = &e->pending_next;
-      continue;
-    }
-    *link = e->pending_next;
-    e->pending_next = NULL;
-    fdy_error local;
-    keep_first(&first, work_finish(b, e, rc, &local), &local, err);
-  }
-  return first;
-}
-
-/* A sweep whose errors are kept for the next host_wait or drain. */
-static void sweep_quietly(cuda_backend *b) {
-  fdy_error e;
-  fdy_status st = sweep(b, false, &e);
-  if (st != FDY_OK) {
-    defer_error(b, st, &e);
-  }
-}
-
-static fdy_status take_deferred(cuda_backend *b, fdy_error *err) {
-  fdy_status st = b->deferred;
-  if (st != FDY_OK) {
-    if (err != NULL) {
-      *err = b->deferred_err;
-    }
-    b->deferred = FDY_OK;
-  }
-  return st;
-}
-
-static void pending_push(cuda_backend *b, fdy_backend_event *e) {
-  e->pending = true;
-  e->pending_next = b->pending;
-  b->pending = e;
-}
-
-/* Ends the submission of work e (from event_new, its buffers referenced) on
- * stream s; st is the outcome so far and submitted whether any of its DMA or
- * kernel was queued. Records its end event and returns e in *out, tracked
- * and pending. On failure the caller gets no handle and loses its
- * reference: queued work stays pending, untracked, so that its buffers live
- * until a drain; work that queued nothing is finished at once. */
-static fdy_status work_accept(cuda_backend *b, fdy_backend_event *e,
-                              cudaStream_t s, const char *op, fdy_status st,
-                              bool submitted, fdy_backend_event **out,
-                              fdy_error *err) {
-  if (st == FDY_OK) {
-    st = fdy_cuda_check(cudaEventRecord(e->end, s), err, op,
-                        "cudaEventRecord (end)");
-  }
-  if (st != FDY_OK) {
-    e->refs = 1;
-    if (submitted) {
-      pending_push(b, e);
-    } else {
-      work_finish(b, e, cudaSuccess, NULL);
-    }
-    return st;
-  }
-  e->tracked = true;
-  pending_push(b, e);
-  *out = e;
-  return FDY_OK;
 }
 
 /* ---- entries ---------------------------------------------------------------
@@ -420,9 +262,9 @@ static fdy_status cuda_capabilities(fdy_backend *base, fdy_device_caps *out,
   return FDY_OK;
 }
 
-static bool cuda_supports_op(fdy_backend *base, const char *kind) {
+static bool cuda_supports_op(fdy_backend *base, const fdy_op *op) {
   (void)base;
-  return kind != NULL && strcmp(kind, FDY_OP_SYNTHETIC_CHECKSUM) == 0;
+  return op != NULL && op->kind == FDY_OP_CHECKSUM;
 }
 
 static fdy_status cuda_buffer_alloc(fdy_backend *base, uint64_t bytes,
@@ -433,14 +275,10 @@ static fdy_status cuda_buffer_alloc(fdy_backend *base, uint64_t bytes,
                          "out is NULL");
   }
   *out = NULL;
-  uint64_t call = ++b->alloc_calls;
   if (bytes == 0 || bytes > SIZE_MAX) {
     return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "buffer_alloc",
                          "a buffer of %llu bytes was requested",
                          (unsigned long long)bytes);
-  }
-  if (b->opts.fail_alloc_at == call) {
-    return injected(err, "buffer_alloc", call);
   }
   fdy_status st = set_device(b, err, "buffer_alloc");
   if (st != FDY_OK) {
@@ -460,7 +298,6 @@ static fdy_status cuda_buffer_alloc(fdy_backend *base, uint64_t bytes,
     }
     return st;
   }
-  buf->refs = 1;
   buf->bytes = bytes;
   fdy_list_push(&b->buffers, &buf->node);
   *out = buf;
@@ -473,8 +310,21 @@ static void cuda_buffer_release(fdy_backend *base, fdy_backend_buffer *buffer) {
     return;
   }
   fdy_cuda_ignore(cudaSetDevice(b->ctx.device));
-  buffer_unref(buffer);
-  sweep_quietly(b);
+  fdy_list_unlink(&buffer->node);
+  if (b->submitted) {
+    cudaError_t rc = fence_after_all(b, buffer);
+    if (rc == cudaSuccess) {
+      fdy_list_push(&b->retired, &buffer->node);
+      sweep_retired(b, false);
+      return;
+    }
+    /* no fence: wait here for whatever may still use the buffer */
+    fdy_cuda_ignore(rc);
+    synchronize_streams(b);
+    fdy_cuda_ignore(cudaStreamSynchronize(b->ctx.internal));
+  }
+  buffer_free(buffer);
+  sweep_retired(b, false);
 }
 
 static fdy_backend_host *find_host(cuda_backend *b, const void *ptr,
@@ -490,24 +340,65 @@ static fdy_backend_host *find_host(cuda_backend *b, const void *ptr,
   return NULL;
 }
 
-/* In registered mode the range is page-locked with cudaHostRegister (read-
- * only mappings are retried with cudaHostRegisterReadOnly), which pins every
- * page the range touches. When a page at an edge is already pinned (an
- * adjacent registration shares it), only the whole pages inside the range
- * are pinned, and copies stage the partial edge pages (under a page each).
- * In staged mode the range is only recorded: every copy is staged anyway, so
- * the mode measures copies from pageable memory. */
-static cudaError_t pin(uintptr_t begin, uintptr_t end) {
-  void *p = (void *)begin;
-  cudaError_t rc =
-      cudaHostRegister(p, (size_t)(end - begin), cudaHostRegisterDefault);
-  if (rc == cudaErrorInvalidValue || rc == cudaErrorNotSupported) {
-    cudaGetLastError();
-    rc = cudaHostRegister(p, (size_t)(end - begin), cudaHostRegisterReadOnly);
+/* True when a page of [begin, end) belongs to a private, read-only mapping
+ * of a file. cudaHostRegisterReadOnly does not return on those (seen with
+ * driver 580.159.04 on Linux 6.18: MAP_PRIVATE | PROT_READ of an ext4 file,
+ * populated or not), while shared file mappings, tmpfs and anonymous memory
+ * register in well under a millisecond. Without /proc it says false. */
+static bool private_file_mapping(uintptr_t begin, uintptr_t end) {
+  FILE *maps = fopen("/proc/self/maps", "r");
+  if (maps == NULL) {
+    return false;
   }
-  return rc;
+  char line[4352]; /* start-end perms offset dev inode path (PATH_MAX) */
+  bool found = false;
+  while (!found && fgets(line, sizeof line, maps) != NULL) {
+    unsigned long lo = 0, hi = 0, inode = 0;
+    char perms[5] = "";
+    if (sscanf(line, "%lx-%lx %4s %*s %*s %lu", &lo, &hi, perms, &inode) == 4 &&
+        lo < end && hi > begin) {
+      found = perms[1] != 'w' && perms[3] == 'p' && inode != 0;
+    }
+  }
+  fclose(maps);
+  return found;
 }
 
+/* Page-locks [begin, end): writable when it can, else read-only (a read-only
+ * shared file mapping, say), which is tried after any failure but "already
+ * registered", except on a private read-only file mapping (*refused is set
+ * then; see private_file_mapping). Returns the first attempt's error when
+ * the second is not made or fails. */
+static cudaError_t pin(uintptr_t begin, uintptr_t end, bool *read_only,
+                       bool *refused) {
+  void *p = (void *)begin;
+  *read_only = false;
+  cudaError_t rc =
+      cudaHostRegister(p, (size_t)(end - begin), cudaHostRegisterDefault);
+  if (rc == cudaSuccess || rc == cudaErrorHostMemoryAlreadyRegistered) {
+    return rc;
+  }
+  cudaGetLastError();
+  if (private_file_mapping(begin, end)) {
+    *refused = true;
+    return rc;
+  }
+  cudaError_t ro =
+      cudaHostRegister(p, (size_t)(end - begin), cudaHostRegisterReadOnly);
+  if (ro == cudaSuccess) {
+    *read_only = true;
+    return ro;
+  }
+  cudaGetLastError();
+  return ro == cudaErrorHostMemoryAlreadyRegistered ? ro : rc;
+}
+
+/* In registered mode the range is page-locked (pin), which pins every page
+ * the range touches. When a page at an edge is already pinned (an adjacent
+ * registration shares it), only the whole pages inside the range are
+ * pinned, and copies stage the partial edge pages (under a page each). In
+ * staged mode the range is only recorded: every copy is staged anyway, so
+ * the mode measures copies from pageable memory. */
 static fdy_status cuda_host_register(fdy_backend *base, const void *ptr,
                                      uint64_t bytes, fdy_backend_host **out,
                                      fdy_error *err) {
@@ -533,12 +424,21 @@ static fdy_status cuda_host_register(fdy_backend *base, const void *ptr,
   if (b->opts.host_mode == FDY_CUDA_HOST_REGISTERED) {
     uintptr_t page = (uintptr_t)b->page_bytes;
     uintptr_t begin = (uintptr_t)ptr, end = begin + (uintptr_t)bytes;
-    cudaError_t rc = pin(begin, end);
+    bool refused = false;
+    cudaError_t rc = pin(begin, end, &h->read_only, &refused);
     if (rc == cudaErrorHostMemoryAlreadyRegistered) {
       cudaGetLastError();
       begin = (begin + page - 1) & ~(page - 1);
       end &= ~(page - 1);
-      rc = end > begin ? pin(begin, end) : cudaSuccess;
+      rc = end > begin ? pin(begin, end, &h->read_only, &refused) : cudaSuccess;
+    }
+    if (refused) {
+      free(h);
+      return fdy_cuda_fail(err, FDY_ERR_UNSUPPORTED, "host_register",
+                           "a private read-only file mapping cannot be "
+                           "page-locked (cudaHostRegisterReadOnly does not "
+                           "return on one); map the file MAP_SHARED, or copy "
+                           "from it unregistered (staged)");
     }
     if (rc != cudaSuccess) {
       free(h);
@@ -567,44 +467,6 @@ static void cuda_host_unregister(fdy_backend *base, fdy_backend_host *host) {
   free(host);
 }
 
-/* Queues the copy of [src, src + bytes) to `to`: the part inside a
- * registration's pinned pages straight, the rest through the staging ring. */
-static fdy_status copy_pieces(cuda_backend *b, cudaStream_t s,
-                              unsigned char *to, const void *src,
-                              uint64_t bytes, bool *submitted, fdy_error *err) {
-  const char *op = "copy_to_device";
-  uintptr_t p0 = (uintptr_t)src, p1 = p0 + (uintptr_t)bytes;
-  uintptr_t d0 = p0, d1 = p0; /* the direct part */
-  const fdy_backend_host *h = find_host(b, src, bytes);
-  if (h != NULL && h->pin_end > h->pin_begin) {
-    d0 = p0 > h->pin_begin ? p0 : h->pin_begin;
-    d1 = p1 < h->pin_end ? p1 : h->pin_end;
-  }
-  bool any = false;
-  fdy_status st = FDY_OK;
-  *submitted = false;
-  if (d1 <= d0) {
-    return fdy_cuda_staging_copy(b->staging, s, to, src, bytes, submitted, err);
-  }
-  if (d0 > p0) {
-    st = fdy_cuda_staging_copy(b->staging, s, to, src, d0 - p0, &any, err);
-    *submitted = any;
-  }
-  if (st == FDY_OK) {
-    st = fdy_cuda_check(cudaMemcpyAsync(to + (d0 - p0), (const void *)d0,
-                                        (size_t)(d1 - d0),
-                                        cudaMemcpyHostToDevice, s),
-                        err, op, "cudaMemcpyAsync");
-    *submitted = *submitted || st == FDY_OK;
-  }
-  if (st == FDY_OK && p1 > d1) {
-    st = fdy_cuda_staging_copy(b->staging, s, to + (d1 - p0), (const void *)d1,
-                               p1 - d1, &any, err);
-    *submitted = *submitted || any;
-  }
-  return st;
-}
-
 static fdy_status cuda_stream_create(fdy_backend *base,
                                      fdy_backend_stream **out, fdy_error *err) {
   cuda_backend *b = cuda_of(base);
@@ -613,6 +475,11 @@ static fdy_status cuda_stream_create(fdy_backend *base,
                          "out is NULL");
   }
   *out = NULL;
+  if (b->free_word_count == 0) {
+    return fdy_cuda_fail(err, FDY_ERR_BACKEND, "stream_create",
+                         "at most %d streams can be live at once",
+                         CUDA_WORD_SETS - 1);
+  }
   fdy_status st = set_device(b, err, "stream_create");
   if (st != FDY_OK) {
     return st;
@@ -629,12 +496,24 @@ static fdy_status cuda_stream_create(fdy_backend *base,
     free(s);
     return st;
   }
+  /* The set's last user left it zeroed; zeroing it again in stream order
+   * costs nothing and does not rely on that. */
+  s->words = b->free_words[b->free_word_count - 1];
+  st = fdy_cuda_check(
+      cudaMemsetAsync(&b->words[s->words], 0, sizeof *b->words, s->stream), err,
+      "stream_create", "cudaMemsetAsync of its words");
+  if (st != FDY_OK) {
+    fdy_cuda_ignore(cudaStreamDestroy(s->stream));
+    free(s);
+    return st;
+  }
+  b->free_word_count--;
   fdy_list_push(&b->streams, &s->node);
   *out = s;
   return FDY_OK;
 }
 
-/* Work still queued on the stream completes; its records stay queryable. */
+/* Work still queued on the stream completes first. */
 static void cuda_stream_destroy(fdy_backend *base, fdy_backend_stream *stream) {
   cuda_backend *b = cuda_of(base);
   if (stream == NULL) {
@@ -642,197 +521,255 @@ static void cuda_stream_destroy(fdy_backend *base, fdy_backend_stream *stream) {
   }
   fdy_cuda_ignore(cudaSetDevice(b->ctx.device));
   fdy_list_unlink(&stream->node);
+  fdy_cuda_ignore(cudaStreamSynchronize(stream->stream));
   fdy_cuda_ignore(cudaStreamDestroy(stream->stream));
+  b->free_words[b->free_word_count++] = stream->words;
   free(stream);
+}
+
+static fdy_status cuda_event_create(fdy_backend *base, fdy_backend_event **out,
+                                    fdy_error *err) {
+  cuda_backend *b = cuda_of(base);
+  if (out == NULL) {
+    return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "event_create",
+                         "out is NULL");
+  }
+  *out = NULL;
+  fdy_status st = set_device(b, err, "event_create");
+  if (st != FDY_OK) {
+    return st;
+  }
+  fdy_backend_event *e = calloc(1, sizeof *e);
+  if (e == NULL) {
+    return fdy_cuda_fail(err, FDY_ERR_OUT_OF_MEMORY, "event_create",
+                         "cannot allocate an event");
+  }
+  st = fdy_cuda_check(cudaEventCreate(&e->event), err, "event_create",
+                      "cudaEventCreate");
+  if (st != FDY_OK) {
+    free(e);
+    return st;
+  }
+  fdy_list_push(&b->events, &e->node);
+  *out = e;
+  return FDY_OK;
+}
+
+static void cuda_event_destroy(fdy_backend *base, fdy_backend_event *event) {
+  cuda_backend *b = cuda_of(base);
+  if (event == NULL) {
+    return;
+  }
+  fdy_cuda_ignore(cudaSetDevice(b->ctx.device));
+  fdy_list_unlink(&event->node);
+  fdy_cuda_ignore(cudaEventDestroy(event->event));
+  free(event);
+}
+
+static fdy_status cuda_event_record(fdy_backend *base,
+                                    fdy_backend_stream *stream,
+                                    fdy_backend_event *event, fdy_error *err) {
+  cuda_backend *b = cuda_of(base);
+  if (stream == NULL || event == NULL) {
+    return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "event_record",
+                         "NULL stream or event");
+  }
+  fdy_status st = set_device(b, err, "event_record");
+  if (st == FDY_OK) {
+    st = fdy_cuda_check(cudaEventRecord(event->event, stream->stream), err,
+                        "event_record", "cudaEventRecord");
+  }
+  event->recorded = event->recorded || st == FDY_OK;
+  return st;
+}
+
+/* Queues a copy between device memory dev and host memory [host, host +
+ * bytes) on s: straight from or to the part inside a registration's pinned
+ * pages (writable pages when copying to the host), through the staging ring
+ * for the rest. */
+static fdy_status copy_direct(cudaStream_t s, unsigned char *dev,
+                              uintptr_t host, uint64_t bytes, bool to_host,
+                              fdy_error *err) {
+  cudaError_t rc = to_host
+                       ? cudaMemcpyAsync((void *)host, dev, (size_t)bytes,
+                                         cudaMemcpyDeviceToHost, s)
+                       : cudaMemcpyAsync(dev, (const void *)host, (size_t)bytes,
+                                         cudaMemcpyHostToDevice, s);
+  return fdy_cuda_check(rc, err, to_host ? "copy_to_host" : "copy_to_device",
+                        "cudaMemcpyAsync");
+}
+
+static fdy_status copy_staged(cuda_backend *b, cudaStream_t s,
+                              unsigned char *dev, uintptr_t host,
+                              uint64_t bytes, bool to_host, fdy_error *err) {
+  return to_host ? fdy_cuda_staging_copy_to_host(b->staging, s, (void *)host,
+                                                 dev, bytes, err)
+                 : fdy_cuda_staging_copy(b->staging, s, dev, (const void *)host,
+                                         bytes, err);
+}
+
+static fdy_status copy_pieces(cuda_backend *b, cudaStream_t s,
+                              unsigned char *dev, const void *host,
+                              uint64_t bytes, bool to_host, fdy_error *err) {
+  uintptr_t p0 = (uintptr_t)host, p1 = p0 + (uintptr_t)bytes;
+  uintptr_t d0 = p0, d1 = p0; /* the direct part */
+  const fdy_backend_host *h = find_host(b, host, bytes);
+  if (h != NULL && h->pin_end > h->pin_begin && !(to_host && h->read_only)) {
+    d0 = p0 > h->pin_begin ? p0 : h->pin_begin;
+    d1 = p1 < h->pin_end ? p1 : h->pin_end;
+  }
+  if (d1 <= d0) {
+    return copy_staged(b, s, dev, p0, bytes, to_host, err);
+  }
+  fdy_status st = FDY_OK;
+  if (d0 > p0) {
+    st = copy_staged(b, s, dev, p0, d0 - p0, to_host, err);
+  }
+  if (st == FDY_OK) {
+    st = copy_direct(s, dev + (d0 - p0), d0, d1 - d0, to_host, err);
+  }
+  if (st == FDY_OK && p1 > d1) {
+    st = copy_staged(b, s, dev + (d1 - p0), d1, p1 - d1, to_host, err);
+  }
+  return st;
+}
+
+/* Checks a copy's arguments; op names the entry. */
+static fdy_status check_copy(const char *op, const fdy_backend_stream *stream,
+                             const fdy_backend_buffer *buffer, const void *host,
+                             uint64_t offset, uint64_t bytes, fdy_error *err) {
+  uint64_t end = 0;
+  if (stream == NULL || buffer == NULL || (host == NULL && bytes > 0)) {
+    return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, op,
+                         "NULL stream, buffer or host memory");
+  }
+  if (__builtin_add_overflow(offset, bytes, &end) || end > buffer->bytes) {
+    fdy_status st = fdy_cuda_fail(
+        err, FDY_ERR_INVALID_ARGUMENT, op,
+        "copy of %llu bytes at offset %llu exceeds the buffer's %llu bytes",
+        (unsigned long long)bytes, (unsigned long long)offset,
+        (unsigned long long)buffer->bytes);
+    if (err != NULL) {
+      err->expected = buffer->bytes;
+      err->actual = bytes;
+    }
+    return st;
+  }
+  return FDY_OK;
 }
 
 static fdy_status cuda_copy_to_device(fdy_backend *base,
                                       fdy_backend_stream *stream,
                                       fdy_backend_buffer *dst,
                                       uint64_t dst_offset, const void *src,
-                                      uint64_t bytes, fdy_backend_event **out,
-                                      fdy_error *err) {
+                                      uint64_t bytes, fdy_error *err) {
   cuda_backend *b = cuda_of(base);
   const char *op = "copy_to_device";
-  uint64_t end = 0;
-  if (out == NULL) {
-    return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, op, "out is NULL");
+  fdy_status st = check_copy(op, stream, dst, src, dst_offset, bytes, err);
+  if (st == FDY_OK) {
+    st = set_device(b, err, op);
   }
-  *out = NULL;
-  uint64_t call = ++b->copy_calls;
-  if (stream == NULL || dst == NULL || (src == NULL && bytes > 0)) {
-    return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, op,
-                         "NULL stream, buffer or source");
+  if (st != FDY_OK || bytes == 0) {
+    return st;
   }
-  if (__builtin_add_overflow(dst_offset, bytes, &end) || end > dst->bytes) {
+  b->submitted = true;
+  return copy_pieces(b, stream->stream, (unsigned char *)dst->data + dst_offset,
+                     src, bytes, false, err);
+}
+
+static fdy_status cuda_copy_to_host(fdy_backend *base,
+                                    fdy_backend_stream *stream, void *dst,
+                                    fdy_backend_buffer *src,
+                                    uint64_t src_offset, uint64_t bytes,
+                                    fdy_error *err) {
+  cuda_backend *b = cuda_of(base);
+  const char *op = "copy_to_host";
+  fdy_status st = check_copy(op, stream, src, dst, src_offset, bytes, err);
+  if (st == FDY_OK) {
+    st = set_device(b, err, op);
+  }
+  if (st != FDY_OK || bytes == 0) {
+    return st;
+  }
+  b->submitted = true;
+  return copy_pieces(b, stream->stream, (unsigned char *)src->data + src_offset,
+                     dst, bytes, true, err);
+}
+
+/* The device address of view v (role names it in errors): it lies inside
+ * its buffer at an aligned offset and has at least min_bytes. */
+static fdy_status launch_view(const fdy_tensor_view *v, const char *role,
+                              uint64_t min_bytes, unsigned char **address,
+                              uint64_t *bytes, fdy_error *err) {
+  uint64_t n = 0, end = 0;
+  if (v->buffer == NULL ||
+      fdy_tensor_bytes(v->dtype, v->shape, &n, NULL) != FDY_OK ||
+      n < min_bytes || v->offset % CUDA_ALIGNMENT != 0 ||
+      __builtin_add_overflow(v->offset, n, &end) || end > v->buffer->bytes) {
     fdy_status st = fdy_cuda_fail(
-        err, FDY_ERR_INVALID_ARGUMENT, op,
-        "copy of %llu bytes at offset %llu exceeds the buffer's %llu bytes",
-        (unsigned long long)bytes, (unsigned long long)dst_offset,
-        (unsigned long long)dst->bytes);
+        err, FDY_ERR_INVALID_ARGUMENT, "launch",
+        "checksum op: the %s view is unbound, too small, not at a multiple "
+        "of %d bytes or outside its buffer",
+        role, CUDA_ALIGNMENT);
     if (err != NULL) {
-      err->expected = dst->bytes;
-      err->actual = bytes;
+      err->expected = v->buffer != NULL ? v->buffer->bytes : 0;
+      err->actual = end;
+      snprintf(err->name, sizeof err->name, "%s",
+               fdy_op_kind_name(FDY_OP_CHECKSUM));
     }
     return st;
   }
-  if (b->opts.fail_copy_at == call) {
-    return injected(err, op, call);
-  }
-  fdy_status st = set_device(b, err, op);
-  if (st != FDY_OK) {
-    return st;
-  }
-  fdy_backend_event *e = NULL;
-  st = event_new(b, op, &e, err);
-  if (st != FDY_OK) {
-    return st;
-  }
-  e->buffers[0] = dst;
-  e->buffer_count = 1;
-  dst->refs++;
-  cudaStream_t s = stream->stream;
-  bool submitted = false;
-  st = fdy_cuda_check(cudaEventRecord(e->start, s), err, op,
-                      "cudaEventRecord (start)");
-  if (st == FDY_OK && bytes > 0) {
-    st = copy_pieces(b, s, (unsigned char *)dst->data + dst_offset, src, bytes,
-                     &submitted, err);
-  }
-  if (st == FDY_OK && b->opts.fail_copy_submitted_at == call) {
-    st = injected(err, op, call);
-  }
-  return work_accept(b, e, s, op, st, submitted, out, err);
-}
-
-static fdy_status launch_invalid(fdy_error *err, const fdy_launch_desc *desc,
-                                 fdy_status kind, uint64_t expected,
-                                 uint64_t actual, const char *fmt, ...)
-    __attribute__((format(printf, 6, 7)));
-
-static fdy_status launch_invalid(fdy_error *err, const fdy_launch_desc *desc,
-                                 fdy_status kind, uint64_t expected,
-                                 uint64_t actual, const char *fmt, ...) {
-  char message[FDY_ERROR_MESSAGE_MAX];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(message, sizeof message, fmt, ap);
-  va_end(ap);
-  fdy_cuda_fail(err, kind, "launch", "op %u: %s", desc->op_index, message);
-  if (err != NULL) {
-    err->ids[0] = desc->op_index;
-    err->expected = expected;
-    err->actual = actual;
-    snprintf(err->name, sizeof err->name, "%s",
-             desc->kind != NULL ? desc->kind : "");
-  }
-  return kind;
-}
-
-/* A free result slot, sweeping (and at worst waiting for the oldest pending
- * launch) when the pool is exhausted. */
-static fdy_status take_result_slot(cuda_backend *b, uint32_t *out,
-                                   fdy_error *err) {
-  if (b->free_slot_count == 0) {
-    sweep_quietly(b);
-  }
-  while (b->free_slot_count == 0) {
-    fdy_backend_event *oldest = NULL;
-    for (fdy_backend_event *e = b->pending; e != NULL; e = e->pending_next) {
-      if (e->result_slot >= 0 && e->tracked) {
-        oldest = e;
-      }
-    }
-    if (oldest == NULL) {
-      return fdy_cuda_fail(err, FDY_ERR_BACKEND, "launch",
-                           "every result slot is held by untracked work; "
-                           "drain first");
-    }
-    /* A failure here is returned again by the sweep's cudaEventQuery, which
-     * finishes the launch (freeing its slot) and keeps the error. */
-    fdy_cuda_ignore(cudaEventSynchronize(oldest->end));
-    sweep_quietly(b);
-  }
-  *out = b->free_slots[--b->free_slot_count];
+  *address = (unsigned char *)v->buffer->data + v->offset;
+  *bytes = n;
   return FDY_OK;
 }
 
 static fdy_status cuda_launch(fdy_backend *base, fdy_backend_stream *stream,
-                              const fdy_launch_desc *desc,
-                              fdy_backend_event **out, fdy_error *err) {
+                              const fdy_op *op, fdy_error *err) {
   cuda_backend *b = cuda_of(base);
-  if (out == NULL) {
+  if (stream == NULL || op == NULL) {
     return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "launch",
-                         "out is NULL");
+                         "NULL stream or op");
   }
-  *out = NULL;
-  uint64_t call = ++b->launch_calls;
-  if (stream == NULL || desc == NULL) {
+  if (!cuda_supports_op(base, op)) {
+    fdy_status st = fdy_cuda_fail(err, FDY_ERR_UNSUPPORTED, "launch",
+                                  "op kind %s is not supported",
+                                  fdy_op_kind_name(op->kind));
+    if (err != NULL) {
+      snprintf(err->name, sizeof err->name, "%s", fdy_op_kind_name(op->kind));
+    }
+    return st;
+  }
+  if (op->input_count < 1 || op->input_count > 2 || op->output_count != 1) {
     return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "launch",
-                         "NULL stream or descriptor");
+                         "checksum op: %u inputs and %u outputs, expected 1 "
+                         "or 2 and 1",
+                         op->input_count, op->output_count);
   }
-  if (!cuda_supports_op(base, desc->kind)) {
-    return launch_invalid(err, desc, FDY_ERR_UNSUPPORTED, 0, 0,
-                          "op kind \"%s\" is not supported",
-                          desc->kind != NULL ? desc->kind : "(null)");
+  unsigned char *data = NULL, *prev = NULL, *out = NULL;
+  uint64_t bytes = 0, word = 0;
+  fdy_status st = launch_view(&op->inputs[0], "data", 0, &data, &bytes, err);
+  if (st == FDY_OK && op->input_count == 2) {
+    st = launch_view(&op->inputs[1], "prev", sizeof(uint64_t), &prev, &word,
+                     err);
   }
-  if (desc->weight_count != 1) {
-    return launch_invalid(err, desc, FDY_ERR_INVALID_ARGUMENT, 1,
-                          desc->weight_count,
-                          "synthetic.checksum binds exactly 1 weight, got %u",
-                          desc->weight_count);
-  }
-  const fdy_launch_weight *lw = &desc->weights[0];
-  if (lw->buffer == NULL || lw->bytes > lw->buffer->bytes) {
-    return launch_invalid(err, desc, FDY_ERR_INVALID_ARGUMENT,
-                          lw->buffer != NULL ? lw->buffer->bytes : 0, lw->bytes,
-                          "weight 0 is unbound or larger than its buffer");
-  }
-  if (b->opts.fail_launch_at == call) {
-    return injected(err, "launch", call);
-  }
-  fdy_status st = set_device(b, err, "launch");
-  if (st != FDY_OK) {
-    return st;
-  }
-  uint32_t slot = 0;
-  st = take_result_slot(b, &slot, err);
-  if (st != FDY_OK) {
-    return st;
-  }
-  fdy_backend_event *e = NULL;
-  st = event_new(b, "launch", &e, err);
-  if (st != FDY_OK) {
-    b->free_slots[b->free_slot_count++] = slot;
-    return st;
-  }
-  e->result_slot = (int32_t)slot;
-  e->op_index = desc->op_index;
-  e->result = desc->result; /* published only once tracked work completed */
-  e->bytes = lw->bytes;
-  e->buffers[0] = lw->buffer;
-  e->buffer_count = 1;
-  lw->buffer->refs++;
-  cudaStream_t s = stream->stream;
-  bool submitted = false;
-  st = fdy_cuda_check(cudaEventRecord(e->start, s), err, "launch",
-                      "cudaEventRecord (start)");
   if (st == FDY_OK) {
-    st = fdy_cuda_check(fdy_cuda_checksum_enqueue(
-                            lw->buffer->data, lw->bytes, b->opts.compute_passes,
-                            b->ctx.max_blocks, &b->result_dev[slot],
-                            &b->result_host[slot], s),
-                        err, "launch", "the checksum kernel launch");
-    submitted = st == FDY_OK;
+    st =
+        launch_view(&op->outputs[0], "out", sizeof(uint64_t), &out, &word, err);
   }
-  if (st == FDY_OK && b->opts.fail_launch_submitted_at == call) {
-    st = injected(err, "launch", call);
+  if (st == FDY_OK) {
+    st = set_device(b, err, "launch");
   }
-  st = work_accept(b, e, s, "launch", st, submitted, out, err);
-  if (st != FDY_OK && err != NULL) {
-    err->ids[0] = desc->op_index;
+  if (st != FDY_OK) {
+    return st;
   }
-  return st;
+  b->submitted = true;
+  return fdy_cuda_check(
+      fdy_cuda_checksum_enqueue(data, bytes, op->params.checksum.passes,
+                                b->ctx.max_blocks, &b->words[stream->words],
+                                (const uint64_t *)prev, (uint64_t *)out,
+                                stream->stream),
+      err, "launch", "the checksum kernel launch");
 }
 
 static fdy_status cuda_stream_wait(fdy_backend *base,
@@ -847,8 +784,8 @@ static fdy_status cuda_stream_wait(fdy_backend *base,
   if (st != FDY_OK) {
     return st;
   }
-  return fdy_cuda_check(cudaStreamWaitEvent(stream->stream, event->end, 0), err,
-                        "stream_wait", "cudaStreamWaitEvent");
+  return fdy_cuda_check(cudaStreamWaitEvent(stream->stream, event->event, 0),
+                        err, "stream_wait", "cudaStreamWaitEvent");
 }
 
 static fdy_status cuda_host_wait(fdy_backend *base, fdy_backend_event *event,
@@ -859,110 +796,75 @@ static fdy_status cuda_host_wait(fdy_backend *base, fdy_backend_event *event,
                          "NULL event");
   }
   fdy_status st = set_device(b, err, "host_wait");
-  if (st != FDY_OK) {
-    return st;
-  }
-  if (event->pending) {
-    st = fdy_cuda_check(cudaEventSynchronize(event->end), err, "host_wait",
+  if (st == FDY_OK) {
+    st = fdy_cuda_check(cudaEventSynchronize(event->event), err, "host_wait",
                         "cudaEventSynchronize");
-    if (st != FDY_OK) {
-      return st;
-    }
   }
-  st = sweep(b, false, err);
-  if (st != FDY_OK) {
-    return st;
-  }
-  return take_deferred(b, err);
+  sweep_retired(b, false);
+  return st;
 }
 
-static int64_t to_host_ns(const cuda_backend *b, float ms) {
-  return b->calib_host_ns + (int64_t)llround((double)ms * 1e6);
-}
-
-static fdy_status cuda_event_times(fdy_backend *base, fdy_backend_event *event,
-                                   fdy_event_times *out, fdy_error *err) {
+static fdy_status cuda_event_time(fdy_backend *base, fdy_backend_event *event,
+                                  int64_t *out_ns, fdy_error *err) {
   cuda_backend *b = cuda_of(base);
-  if (event == NULL || out == NULL) {
-    return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "event_times",
+  if (event == NULL || out_ns == NULL) {
+    return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "event_time",
                          "NULL event or output");
   }
-  if (!event->tracked) {
-    return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "event_times",
-                         "the event has no device timestamps");
+  if (!event->recorded) {
+    return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "event_time",
+                         "the event was never recorded");
   }
-  const cudaError_t done = cudaEventQuery(event->end);
-  if (done == cudaErrorNotReady) {
-    cudaGetLastError();
-    return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "event_times",
-                         "the event has not completed");
-  }
-  if (done != cudaSuccess) {
-    return fdy_cuda_check(done, err, "event_times", "cudaEventQuery");
-  }
-  float start_ms = 0, end_ms = 0;
-  fdy_status st =
-      fdy_cuda_check(cudaEventElapsedTime(&start_ms, b->calib, event->start),
-                     err, "event_times", "cudaEventElapsedTime (start)");
-  if (st == FDY_OK) {
-    st = fdy_cuda_check(cudaEventElapsedTime(&end_ms, b->calib, event->end),
-                        err, "event_times", "cudaEventElapsedTime (end)");
-  }
+  fdy_status st = set_device(b, err, "event_time");
   if (st != FDY_OK) {
     return st;
   }
-  out->start_ns = to_host_ns(b, start_ms);
-  out->end_ns = to_host_ns(b, end_ms);
-  if (out->end_ns < out->start_ns) {
-    out->end_ns = out->start_ns;
+  const cudaError_t done = cudaEventQuery(event->event);
+  if (done == cudaErrorNotReady) {
+    cudaGetLastError();
+    return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "event_time",
+                         "the event's recording has not completed");
   }
-  return FDY_OK;
+  float ms = 0;
+  st = fdy_cuda_check(done, err, "event_time", "cudaEventQuery");
+  if (st == FDY_OK) {
+    st = fdy_cuda_check(cudaEventElapsedTime(&ms, b->calib, event->event), err,
+                        "event_time", "cudaEventElapsedTime");
+  }
+  if (st == FDY_OK) {
+    *out_ns = b->calib_host_ns + (int64_t)llround((double)ms * 1e6);
+  }
+  return st;
 }
 
-static void cuda_event_release(fdy_backend *base, fdy_backend_event *event) {
-  if (event == NULL) {
-    return;
-  }
-  event_unref(cuda_of(base), event);
-}
-
-/* Synchronizes every stream of the backend, then finishes every pending
- * record (publishing results). After a failure it still finishes them all,
- * so the caller can release everything; it returns the first error. */
+/* Synchronizes every stream of the backend and the internal one, then
+ * frees every retired buffer. After a failure it still does all of it, so
+ * the caller can release everything; it returns the first error. */
 static fdy_status cuda_drain(fdy_backend *base, fdy_error *err) {
   cuda_backend *b = cuda_of(base);
   fdy_status first = set_device(b, err, "drain");
   fdy_error local;
-  bool untracked = false;
-  for (fdy_backend_event *e = b->pending; e != NULL; e = e->pending_next) {
-    untracked = untracked || !e->tracked;
-  }
   for (fdy_list_node *n = b->streams.next; n != &b->streams; n = n->next) {
     fdy_status st =
         fdy_cuda_check(cudaStreamSynchronize(((fdy_backend_stream *)n)->stream),
                        &local, "drain", "cudaStreamSynchronize");
     keep_first(&first, st, &local, err);
   }
-  if (untracked) {
-    /* untracked work has no end event, and its stream may be destroyed */
-    fdy_status st = fdy_cuda_check(cudaDeviceSynchronize(), &local, "drain",
-                                   "cudaDeviceSynchronize");
-    keep_first(&first, st, &local, err);
+  fdy_status st = fdy_cuda_check(cudaStreamSynchronize(b->ctx.internal), &local,
+                                 "drain", "cudaStreamSynchronize");
+  keep_first(&first, st, &local, err);
+  sweep_retired(b, true);
+  if (first == FDY_OK) {
+    b->submitted = false;
   }
-  keep_first(&first, sweep(b, true, &local), &local, err);
-  keep_first(&first, take_deferred(b, &local), &local, err);
   return first;
 }
 
-/* Drains and frees every object, released or not. Results of launches never
- * observed before destroy are written by the drain. */
+/* Drains and frees every object, released or not. */
 static void cuda_destroy(fdy_backend *base) {
   cuda_backend *b = cuda_of(base);
-  if (b == NULL) {
-    return;
-  }
   fdy_cuda_ignore(cudaSetDevice(b->ctx.device));
-  if (b->pending != NULL) {
+  if (b->ctx.internal != NULL) {
     cuda_drain(base, NULL);
   }
   while (b->streams.next != &b->streams) {
@@ -974,15 +876,11 @@ static void cuda_destroy(fdy_backend *base) {
   while (b->buffers.next != &b->buffers) {
     buffer_free((fdy_backend_buffer *)b->buffers.next);
   }
-  while (b->events.next != &b->events) {
-    fdy_backend_event *e = (fdy_backend_event *)b->events.next;
-    fdy_list_unlink(&e->node);
-    event_destroy(e);
+  while (b->retired.next != &b->retired) {
+    buffer_free((fdy_backend_buffer *)b->retired.next);
   }
-  while (b->free_events != NULL) {
-    fdy_backend_event *e = b->free_events;
-    b->free_events = e->pending_next;
-    event_destroy(e);
+  while (b->events.next != &b->events) {
+    cuda_event_destroy(base, (fdy_backend_event *)b->events.next);
   }
   fdy_cuda_staging_destroy(b->staging);
   if (b->ctx.internal != NULL) {
@@ -992,9 +890,11 @@ static void cuda_destroy(fdy_backend *base) {
   if (b->calib != NULL) {
     fdy_cuda_ignore(cudaEventDestroy(b->calib));
   }
-  fdy_cuda_ignore(cudaFree(b->result_dev));
-  fdy_cuda_ignore(cudaFreeHost(b->result_host));
-  free(b->free_slots);
+  if (b->join != NULL) {
+    fdy_cuda_ignore(cudaEventDestroy(b->join));
+  }
+  fdy_cuda_ignore(cudaFree(b->words));
+  free(b->free_words);
   free(b);
 }
 
@@ -1008,12 +908,15 @@ static const fdy_backend_ops cuda_ops = {
     .host_unregister = cuda_host_unregister,
     .stream_create = cuda_stream_create,
     .stream_destroy = cuda_stream_destroy,
+    .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy,
+    .event_record = cuda_event_record,
     .copy_to_device = cuda_copy_to_device,
+    .copy_to_host = cuda_copy_to_host,
     .launch = cuda_launch,
     .stream_wait = cuda_stream_wait,
     .host_wait = cuda_host_wait,
-    .event_times = cuda_event_times,
-    .event_release = cuda_event_release,
+    .event_time = cuda_event_time,
     .drain = cuda_drain,
     .destroy = cuda_destroy,
 };
@@ -1142,9 +1045,6 @@ fdy_status fdy_cuda_backend_create(const fdy_cuda_options *options,
   if (opts.staging_buffers == 0) {
     opts.staging_buffers = CUDA_DEFAULT_STAGING_BUFFERS;
   }
-  if (opts.compute_passes == 0) {
-    opts.compute_passes = 1;
-  }
   int count = fdy_cuda_device_count();
   if (count == 0) {
     return fdy_cuda_fail(err, FDY_ERR_UNSUPPORTED, "create",
@@ -1172,6 +1072,7 @@ fdy_status fdy_cuda_backend_create(const fdy_cuda_options *options,
   long page = sysconf(_SC_PAGESIZE);
   b->page_bytes = page > 0 ? (uint64_t)page : 4096;
   fdy_list_init(&b->buffers);
+  fdy_list_init(&b->retired);
   fdy_list_init(&b->events);
   fdy_list_init(&b->streams);
   fdy_list_init(&b->hosts);
@@ -1205,43 +1106,41 @@ fdy_status fdy_cuda_backend_create(const fdy_cuda_options *options,
     b->ctx.internal = NULL;
     goto cleanup;
   }
-  st = fdy_cuda_check(cudaMalloc((void **)&b->result_dev,
-                                 CUDA_RESULT_SLOTS * sizeof *b->result_dev),
-                      err, "create", "cudaMalloc of the result slots");
+  st = fdy_cuda_check(
+      cudaMalloc((void **)&b->words, CUDA_WORD_SETS * sizeof *b->words), err,
+      "create", "cudaMalloc of the checksum words");
   if (st != FDY_OK) {
-    b->result_dev = NULL;
+    b->words = NULL;
     goto cleanup;
   }
   /* On the internal stream, so that the warm-up's synchronize below also
    * orders it before any launch (a cudaMemset on the legacy default stream
    * is not ordered with the non-blocking streams the launches use). */
-  st = fdy_cuda_check(cudaMemsetAsync(b->result_dev, 0,
-                                      CUDA_RESULT_SLOTS * sizeof *b->result_dev,
+  st = fdy_cuda_check(cudaMemsetAsync(b->words, 0,
+                                      CUDA_WORD_SETS * sizeof *b->words,
                                       b->ctx.internal),
-                      err, "create", "cudaMemsetAsync of the result slots");
+                      err, "create", "cudaMemsetAsync of the checksum words");
   if (st != FDY_OK) {
     goto cleanup;
   }
-  st = fdy_cuda_check(cudaHostAlloc((void **)&b->result_host,
-                                    CUDA_RESULT_SLOTS * sizeof *b->result_host,
-                                    cudaHostAllocMapped),
-                      err, "create", "cudaHostAlloc of the result words");
-  if (st != FDY_OK) {
-    b->result_host = NULL;
-    goto cleanup;
-  }
-  memset(b->result_host, 0, CUDA_RESULT_SLOTS * sizeof *b->result_host);
-  b->free_slots = malloc(CUDA_RESULT_SLOTS * sizeof *b->free_slots);
-  if (b->free_slots == NULL) {
+  b->free_words = malloc(CUDA_WORD_SETS * sizeof *b->free_words);
+  if (b->free_words == NULL) {
     st = fdy_cuda_fail(err, FDY_ERR_OUT_OF_MEMORY, "create",
-                       "cannot allocate the result slot list");
+                       "cannot allocate the word set list");
     goto cleanup;
   }
-  for (uint32_t i = CUDA_RESULT_SLOTS - 1; i >= 1; i--) {
-    b->free_slots[b->free_slot_count++] = i;
+  for (uint32_t i = CUDA_WORD_SETS - 1; i >= 1; i--) {
+    b->free_words[b->free_word_count++] = i;
   }
-  b->ctx.internal_dev = &b->result_dev[0];
-  b->ctx.internal_host = &b->result_host[0];
+  b->ctx.internal_words = &b->words[0];
+  b->ctx.internal_sink = (uint64_t *)&b->words[0].sink;
+  st =
+      fdy_cuda_check(cudaEventCreateWithFlags(&b->join, cudaEventDisableTiming),
+                     err, "create", "cudaEventCreateWithFlags (join)");
+  if (st != FDY_OK) {
+    b->join = NULL;
+    goto cleanup;
+  }
 
   st = fdy_cuda_staging_create(opts.staging_bytes, opts.staging_buffers,
                                fill_parts(), &b->staging, err);
@@ -1251,9 +1150,9 @@ fdy_status fdy_cuda_backend_create(const fdy_cuda_options *options,
   /* Warm-up: loads the kernel module (lazy loading) now, so that device
    * memory in use does not change at the first launch. */
   st = fdy_cuda_check(
-      fdy_cuda_checksum_enqueue(b->result_dev, 0, 1, b->ctx.max_blocks,
-                                b->ctx.internal_dev, b->ctx.internal_host,
-                                b->ctx.internal),
+      fdy_cuda_checksum_enqueue(b->words, 0, 1, b->ctx.max_blocks,
+                                b->ctx.internal_words, NULL,
+                                b->ctx.internal_sink, b->ctx.internal),
       err, "create", "the warm-up checksum launch");
   if (st == FDY_OK) {
     st = fdy_cuda_check(cudaStreamSynchronize(b->ctx.internal), err, "create",

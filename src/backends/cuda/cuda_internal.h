@@ -34,17 +34,17 @@ void fdy_cuda_ignore(cudaError_t rc);
 /* ---- backend state the measurement helpers use (cuda_backend.c) -----------
  */
 
-typedef struct fdy_cuda_result_dev fdy_cuda_result_dev;
-typedef struct fdy_cuda_result_host fdy_cuda_result_host;
+typedef struct fdy_cuda_checksum_words fdy_cuda_checksum_words;
 
 typedef struct fdy_cuda_ctx {
   int device;
   int max_blocks;        /* checksum grid for large inputs */
   uint64_t l2_bytes;     /* L2 cache size */
-  cudaStream_t internal; /* calibration, warm-up, measurements */
-  /* result words of slot 0, reserved for internal synchronous launches */
-  fdy_cuda_result_dev *internal_dev;
-  fdy_cuda_result_host *internal_host;
+  cudaStream_t internal; /* warm-up, measurements, release fences */
+  /* the word set of the internal stream, and its sink word, where
+   * launches whose result nobody reads write it */
+  fdy_cuda_checksum_words *internal_words;
+  uint64_t *internal_sink;
 } fdy_cuda_ctx;
 
 /* *out = the state of b when b is a CUDA backend, and makes its device
@@ -67,31 +67,38 @@ fdy_status fdy_cuda_staging_create(uint64_t buffer_bytes, uint32_t buffers,
 /* Waits for every DMA out of the ring, then frees it; NULL is a no-op. */
 void fdy_cuda_staging_destroy(fdy_cuda_staging *s);
 /* Copies bytes from pageable src to device dst on stream, chunk by chunk:
- * waits until the next staging buffer's previous DMA completed (its event),
- * fills it on the fill threads, queues its DMA and records its event. Returns
- * once the last chunk is queued, so filling chunk i + 1 overlaps the DMA of
- * chunk i. *submitted is set when any DMA was queued (also on failure). */
+ * waits until the next staging buffer's previous use completed (its event),
+ * fills it on the fill threads, queues its DMA and records its event.
+ * Returns once the last chunk is queued, so filling chunk i + 1 overlaps the
+ * DMA of chunk i. On failure some chunks may be queued (drain waits). */
 fdy_status fdy_cuda_staging_copy(fdy_cuda_staging *s, cudaStream_t stream,
                                  void *dst, const void *src, uint64_t bytes,
-                                 bool *submitted, fdy_error *err);
+                                 fdy_error *err);
+/* Copies bytes from device src to pageable host dst in stream order, chunk
+ * by chunk: waits until the next staging buffer's previous use completed,
+ * queues the DMA into it, then a host function (cudaLaunchHostFunc) that
+ * copies it to dst, and records its event. Returns once the last chunk is
+ * queued; dst holds the bytes once the stream passed them. On failure some
+ * chunks may be queued (drain waits). */
+fdy_status fdy_cuda_staging_copy_to_host(fdy_cuda_staging *s,
+                                         cudaStream_t stream, void *dst,
+                                         const void *src, uint64_t bytes,
+                                         fdy_error *err);
 
 /* ---- checksum kernel (checksum_kernel.cu) ---------------------------------
  */
 
-/* Device words of one checksum launch. Zero before the launch; the kernel's
- * last block reads them, writes the host words and zeroes them again, so a
- * slot is ready for its next launch as soon as the previous one completed. */
-struct fdy_cuda_result_dev {
+/* Device words of the launches of one stream (launches on one stream run
+ * one after the other, so they share them). Zero before a launch; the
+ * kernel's blocks add into sum and diff and count themselves in
+ * blocks_done, and the last block zeroes them again, so the stream's next
+ * launch finds them ready. */
+struct fdy_cuda_checksum_words {
   unsigned long long sum;  /* sum of term_i mod 2^64 over the first pass */
   unsigned long long diff; /* non-zero when a later pass disagreed */
+  unsigned long long sink; /* output of internal launches (not read) */
   unsigned int blocks_done;
-  unsigned int pad[3];
-};
-
-/* Host words one launch delivers (page-locked, mapped). */
-struct fdy_cuda_result_host {
-  uint64_t sum;  /* the unfinished sum; fdy_checksum_finish(sum, bytes) */
-  uint64_t diff; /* non-zero when passes disagreed */
+  unsigned int pad;
 };
 
 /* Threads per block of the checksum kernel, and the resident blocks per SM
@@ -107,14 +114,16 @@ struct fdy_cuda_result_host {
 /* Most resident blocks of the checksum kernel per multiprocessor. */
 cudaError_t fdy_cuda_checksum_occupancy(int *blocks_per_sm);
 
-/* Enqueues the checksum kernel over data[0, bytes) on stream: `passes` reads
- * (>= 1), `max_blocks` the grid size for large inputs; dev and host are the
- * launch's result words (host: a device-accessible mapped pointer). Returns
- * the launch error (cudaGetLastError after the launch). */
+/* Enqueues the checksum op on stream: *out = fdy_checksum(data[0, bytes))
+ * + *prev * FDY_CHAIN_PRIME (prev NULL: 0), in device memory. `passes`
+ * reads of data (>= 1; when they disagree the output is complemented, so a
+ * chain check fails), `max_blocks` the grid size for large inputs, words
+ * the stream's word set. data must be 16-byte aligned. Returns the launch
+ * error (cudaGetLastError after the launch). */
 cudaError_t fdy_cuda_checksum_enqueue(const void *data, uint64_t bytes,
                                       uint32_t passes, int max_blocks,
-                                      fdy_cuda_result_dev *dev,
-                                      fdy_cuda_result_host *host,
+                                      fdy_cuda_checksum_words *words,
+                                      const uint64_t *prev, uint64_t *out,
                                       cudaStream_t stream);
 
 /* Fills bytes at data with non-zero pseudo-random bytes derived from seed. */

@@ -121,8 +121,8 @@ static fdy_status flush_l2(const measure *m, fdy_error *err) {
   }
   return fdy_cuda_check(
       fdy_cuda_checksum_enqueue(m->flush, m->flush_bytes, 1, m->ctx->max_blocks,
-                                m->ctx->internal_dev, m->ctx->internal_host,
-                                m->ctx->internal),
+                                m->ctx->internal_words, NULL,
+                                m->ctx->internal_sink, m->ctx->internal),
       err, m->op, "the L2 flush kernel launch");
 }
 
@@ -190,8 +190,8 @@ static fdy_status enqueue_d2d(const measure *m, fdy_error *err) {
 static fdy_status enqueue_checksum(const measure *m, fdy_error *err) {
   return fdy_cuda_check(
       fdy_cuda_checksum_enqueue(m->input, m->bytes, 1, m->ctx->max_blocks,
-                                m->ctx->internal_dev, m->ctx->internal_host,
-                                m->ctx->internal),
+                                m->ctx->internal_words, NULL,
+                                m->ctx->internal_sink, m->ctx->internal),
       err, m->op, "the checksum kernel launch");
 }
 

@@ -1,10 +1,13 @@
-/* The staging ring of the CUDA backend: copies from pageable host memory go
- * through a few page-locked buffers. Each chunk is filled by the caller and
- * a few fill threads (memcpy of one part each), then moved to the device
- * with cudaMemcpyAsync; an event recorded after that DMA guards the buffer's
- * reuse. The ring is used round-robin by every stream; the host waits on a
- * buffer's event before refilling it, so at most `buffers` chunks are in
- * flight. */
+/* The staging ring of the CUDA backend: copies between pageable host memory
+ * and the device go through a few page-locked buffers. On the way in, each
+ * chunk is filled by the caller and a few fill threads (memcpy of one part
+ * each), then moved to the device with cudaMemcpyAsync. On the way out, the
+ * DMA into the buffer is followed on the stream by a host function
+ * (cudaLaunchHostFunc, run by a CUDA thread) that copies it to its
+ * destination. Either way an event recorded after the buffer's last use
+ * guards its reuse. The ring is used round-robin by every stream; the host
+ * waits on a buffer's event before using it again, so at most `buffers`
+ * chunks are in flight. */
 #include "cuda_internal.h"
 
 #include <pthread.h>
@@ -14,13 +17,21 @@
 /* Chunks below this are filled by the caller alone. */
 #define STAGING_PARALLEL_MIN ((uint64_t)1 << 20)
 
+/* One chunk on its way out: the host function's argument. */
+typedef struct staging_out {
+  void *dst;
+  const void *src; /* the staging buffer */
+  size_t bytes;
+} staging_out;
+
 struct fdy_cuda_staging {
   uint64_t buffer_bytes;
   uint32_t count; /* buffers */
   uint32_t next;  /* buffer the next chunk goes to */
   void **buffers;
-  cudaEvent_t *ready; /* recorded after the buffer's latest DMA */
+  cudaEvent_t *ready; /* recorded after the buffer's latest use */
   bool *used;         /* ready[i] was recorded at least once */
+  staging_out *out;   /* per buffer: its chunk on the way out */
   /* fill threads: part p (1 .. parts - 1) of the current job */
   uint32_t parts;
   uint32_t threads_started;
@@ -128,9 +139,10 @@ fdy_status fdy_cuda_staging_create(uint64_t buffer_bytes, uint32_t buffers,
   s->buffers = calloc(buffers, sizeof *s->buffers);
   s->ready = calloc(buffers, sizeof *s->ready);
   s->used = calloc(buffers, sizeof *s->used);
+  s->out = calloc(buffers, sizeof *s->out);
   s->threads = calloc(parts, sizeof *s->threads);
   if (s->buffers == NULL || s->ready == NULL || s->used == NULL ||
-      s->threads == NULL) {
+      s->out == NULL || s->threads == NULL) {
     st = fdy_cuda_fail(err, FDY_ERR_OUT_OF_MEMORY, "create",
                        "cannot allocate the staging ring");
     goto cleanup;
@@ -204,52 +216,116 @@ void fdy_cuda_staging_destroy(fdy_cuda_staging *s) {
   pthread_cond_destroy(&s->go);
   pthread_mutex_destroy(&s->mu);
   free(s->threads);
+  free(s->out);
   free(s->used);
   free(s->ready);
   free(s->buffers);
   free(s);
 }
 
+/* Waits until buffer s->next may be used again (its last use completed). */
+static fdy_status take_buffer(fdy_cuda_staging *s, const char *op,
+                              uint32_t *out, fdy_error *err) {
+  uint32_t i = s->next;
+  if (s->used[i]) {
+    fdy_status st = fdy_cuda_check(cudaEventSynchronize(s->ready[i]), err, op,
+                                   "cudaEventSynchronize on a staging buffer");
+    if (st != FDY_OK) {
+      return st;
+    }
+  }
+  *out = i;
+  return FDY_OK;
+}
+
+/* Records buffer i's event after its work on stream (st: the outcome of
+ * queuing that work) and moves to the next buffer. When the event cannot be
+ * recorded, the buffer's work cannot be tracked: the host waits for it here
+ * and the record's error is the one reported. */
+static fdy_status release_buffer(fdy_cuda_staging *s, cudaStream_t stream,
+                                 uint32_t i, fdy_status st, const char *op,
+                                 fdy_error *err) {
+  fdy_error local;
+  fdy_status rec = fdy_cuda_check(cudaEventRecord(s->ready[i], stream), &local,
+                                  op, "cudaEventRecord after a staging use");
+  if (rec != FDY_OK) {
+    fdy_cuda_ignore(cudaStreamSynchronize(stream));
+    s->used[i] = false;
+    if (err != NULL) {
+      *err = local;
+    }
+    return rec;
+  }
+  s->used[i] = true;
+  s->next = (i + 1) % s->count;
+  return st;
+}
+
 fdy_status fdy_cuda_staging_copy(fdy_cuda_staging *s, cudaStream_t stream,
                                  void *dst, const void *src, uint64_t bytes,
-                                 bool *submitted, fdy_error *err) {
+                                 fdy_error *err) {
+  const char *op = "copy_to_device";
   const unsigned char *from = src;
   unsigned char *to = dst;
-  *submitted = false;
   for (uint64_t done = 0; done < bytes;) {
     uint64_t n =
         bytes - done < s->buffer_bytes ? bytes - done : s->buffer_bytes;
-    uint32_t i = s->next;
-    fdy_status st = FDY_OK;
-    if (s->used[i]) {
-      st = fdy_cuda_check(cudaEventSynchronize(s->ready[i]), err,
-                          "copy_to_device",
-                          "cudaEventSynchronize on a staging buffer");
-      if (st != FDY_OK) {
-        return st;
-      }
+    uint32_t i = 0;
+    fdy_status st = take_buffer(s, op, &i, err);
+    if (st != FDY_OK) {
+      return st;
     }
     fill(s, s->buffers[i], from + done, n);
     st = fdy_cuda_check(cudaMemcpyAsync(to + done, s->buffers[i], (size_t)n,
                                         cudaMemcpyHostToDevice, stream),
-                        err, "copy_to_device",
-                        "cudaMemcpyAsync from a staging buffer");
+                        err, op, "cudaMemcpyAsync from a staging buffer");
     if (st != FDY_OK) {
       return st;
     }
-    *submitted = true;
-    st =
-        fdy_cuda_check(cudaEventRecord(s->ready[i], stream), err,
-                       "copy_to_device", "cudaEventRecord after a staging DMA");
+    st = release_buffer(s, stream, i, st, op, err);
     if (st != FDY_OK) {
-      /* The buffer's DMA cannot be tracked: wait for it here (the record's
-       * error is the one reported). */
-      fdy_cuda_ignore(cudaStreamSynchronize(stream));
-      s->used[i] = false;
       return st;
     }
-    s->used[i] = true;
-    s->next = (i + 1) % s->count;
+    done += n;
+  }
+  return FDY_OK;
+}
+
+static void CUDART_CB copy_out(void *arg) {
+  const staging_out *o = arg;
+  memcpy(o->dst, o->src, o->bytes);
+}
+
+fdy_status fdy_cuda_staging_copy_to_host(fdy_cuda_staging *s,
+                                         cudaStream_t stream, void *dst,
+                                         const void *src, uint64_t bytes,
+                                         fdy_error *err) {
+  const char *op = "copy_to_host";
+  const unsigned char *from = src;
+  unsigned char *to = dst;
+  for (uint64_t done = 0; done < bytes;) {
+    uint64_t n =
+        bytes - done < s->buffer_bytes ? bytes - done : s->buffer_bytes;
+    uint32_t i = 0;
+    fdy_status st = take_buffer(s, op, &i, err);
+    if (st != FDY_OK) {
+      return st;
+    }
+    st = fdy_cuda_check(cudaMemcpyAsync(s->buffers[i], from + done, (size_t)n,
+                                        cudaMemcpyDeviceToHost, stream),
+                        err, op, "cudaMemcpyAsync into a staging buffer");
+    if (st != FDY_OK) {
+      return st;
+    }
+    s->out[i] = (staging_out){
+        .dst = to + done, .src = s->buffers[i], .bytes = (size_t)n};
+    st = fdy_cuda_check(cudaLaunchHostFunc(stream, copy_out, &s->out[i]), err,
+                        op, "cudaLaunchHostFunc");
+    /* the DMA into buffer i is queued either way: guard the buffer */
+    st = release_buffer(s, stream, i, st, op, err);
+    if (st != FDY_OK) {
+      return st;
+    }
     done += n;
   }
   return FDY_OK;

@@ -1,19 +1,31 @@
 /* The fake backend (include/foundry/fake.h): a test double of the backend
- * contract. Every call is logged; submitted work (copies, launches) waits in
- * one FIFO queue and completes only on host_wait (everything up to the awaited
- * event) or drain. Handles are never freed before the backend is destroyed:
- * a released handle stays as a tombstone, so a caller that uses it is caught
- * and counted as a violation instead of touching freed memory. Buffer memory
- * (store_data) is freed as soon as no caller reference and no pending work
- * holds it; a free postponed by pending work is counted as deferred. */
+ * contract. Every call is logged. Each stream keeps its own FIFO queue of
+ * pending items: copies, launches, and the waits stream_wait inserts (a wait
+ * names the recording it waits for: a stream and a sequence number). Work is
+ * never run at submission: host_wait completes a recording's stream up to
+ * the recorded item, completing first, at each wait it meets, the stream it
+ * waits for; drain completes every queue. Sequence numbers are global and
+ * increasing, so a wait always names earlier items and this terminates.
+ *
+ * Handles are never freed before the backend is destroyed: a released one
+ * stays as a tombstone, so a caller that uses it is caught and counted as a
+ * violation instead of touching freed memory. Buffer memory (store_data) is
+ * freed as soon as no caller reference and no pending work holds it; a free
+ * postponed by pending work is counted as deferred. */
 #include "foundry/fake.h"
 
 #include "foundry/checksum.h"
-#include "foundry/graph.h"
 
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
+
+_Static_assert(FDY_OP_KIND_COUNT <= 32,
+               "unsupported_kinds is a 32-bit mask of op kinds");
+
+#define FAKE_POISON    0xA5
+#define FAKE_MAX_VIEWS (FDY_OP_MAX_INPUTS + FDY_OP_MAX_OUTPUTS + 1)
+#define ID_OF(handle)  ((handle) != NULL ? (handle)->id : -1)
 
 struct fdy_backend_buffer {
   int64_t id;
@@ -21,47 +33,56 @@ struct fdy_backend_buffer {
   unsigned char *data; /* store_data only */
   bool held;           /* the caller's reference is not released yet */
   bool alive;          /* memory still held */
-  uint32_t work_refs;  /* pending work items using it */
+  uint32_t work_refs;  /* views of pending work items using it */
 };
 
-struct fdy_backend_event {
-  int64_t id;
-  bool held;
-  bool alive;
-  bool complete;
-  uint64_t work_seq; /* sequence number of the work that completes it */
-  fdy_event_times times;
-};
+typedef enum fake_work_kind {
+  FAKE_COPY_TO_DEVICE,
+  FAKE_COPY_TO_HOST,
+  FAKE_LAUNCH,
+  FAKE_WAIT,
+} fake_work_kind;
+
+typedef struct fake_work {
+  fake_work_kind kind;
+  uint64_t seq;
+  /* copies */
+  fdy_backend_buffer *buffer;
+  uint64_t offset;
+  const void *src; /* to device */
+  void *dst;       /* to host */
+  uint64_t bytes;
+  /* launch: a copy of the op, and the bytes of its first input */
+  fdy_op op;
+  uint64_t data_bytes;
+  /* wait: the recording waited for */
+  struct fdy_backend_stream *wait_stream;
+  uint64_t wait_seq;
+} fake_work;
 
 struct fdy_backend_stream {
   int64_t id;
   bool alive;
-  uint64_t pending; /* pending work items on this stream */
+  uint64_t last_seq;     /* of the last item submitted to it, 0 = none */
+  uint64_t pending_work; /* copies and launches among its pending items */
+  fake_work *items;      /* pending items are items[head .. count) */
+  size_t head, count, cap;
+};
+
+struct fdy_backend_event {
+  int64_t id;
+  bool alive;
+  bool recorded;
+  bool complete; /* the current recording was observed complete */
+  fdy_backend_stream *stream;
+  uint64_t seq; /* the recording: stream's items up to seq */
+  int64_t time_ns;
 };
 
 struct fdy_backend_host {
   int64_t id;
   bool alive;
 };
-
-typedef enum fake_work_kind {
-  FAKE_WORK_COPY,
-  FAKE_WORK_LAUNCH,
-} fake_work_kind;
-
-typedef struct fake_work {
-  fake_work_kind kind;
-  uint64_t seq;
-  fdy_backend_stream *stream;
-  fdy_backend_event *event;
-  uint32_t buffer_count;
-  fdy_backend_buffer *buffers[FDY_MAX_LAUNCH_WEIGHTS];
-  uint64_t bytes[FDY_MAX_LAUNCH_WEIGHTS]; /* bytes used of each buffer */
-  uint64_t dst_offset;                    /* copies */
-  const void *src;                        /* copies */
-  bool checksum;                          /* launches of synthetic.checksum */
-  uint64_t *result;                       /* launches, may be NULL */
-} fake_work;
 
 typedef struct ptr_array {
   void **items;
@@ -71,18 +92,14 @@ typedef struct ptr_array {
 typedef struct fake_backend {
   fdy_backend base;
   fdy_device_caps caps;
-  uint64_t fail_at_call;
-  fdy_fake_fail_mode fail_mode;
   bool store_data;
-  bool fail_drain;
-  char *unsupported_kind;
+  uint32_t unsupported_kinds;
+  uint64_t workspace_bytes;
   fdy_fake_call *log;
   size_t log_count, log_cap;
   int64_t next_id;
   uint64_t next_seq;
   ptr_array buffers, events, streams, hosts;
-  fake_work *work; /* pending work is work[work_head .. work_count) */
-  size_t work_head, work_count, work_cap;
   fdy_fake_stats stats;
 } fake_backend;
 
@@ -112,19 +129,12 @@ static bool ptr_array_push(ptr_array *a, void *item) {
   return true;
 }
 
-static void ptr_array_free(ptr_array *a) {
-  for (size_t i = 0; i < a->count; i++) {
-    free(a->items[i]);
-  }
-  free(a->items);
-  a->items = NULL;
-  a->count = a->cap = 0;
-}
+/* ---- the call log -------------------------------------------------------- */
 
 /* Logs the start of a call and returns its number. A log entry that cannot
  * be stored (host out of memory) is dropped; the call still counts. */
 static uint64_t call_begin(fake_backend *f, const char *op, uint64_t bytes,
-                           int64_t handle) {
+                           int64_t handle, int64_t stream) {
   uint64_t number = ++f->stats.calls;
   if (f->log_count == f->log_cap) {
     size_t cap = f->log_cap ? f->log_cap * 2 : 64;
@@ -139,7 +149,9 @@ static uint64_t call_begin(fake_backend *f, const char *op, uint64_t bytes,
                                            .op = op,
                                            .status = FDY_OK,
                                            .bytes = bytes,
-                                           .handle = handle};
+                                           .handle = handle,
+                                           .stream = stream,
+                                           .op_kind = -1};
   return number;
 }
 
@@ -150,7 +162,8 @@ static fdy_fake_call *call_entry(fake_backend *f, uint64_t number) {
   return NULL;
 }
 
-/* Records the outcome of call `number` and returns status. */
+/* Records the outcome of call `number` (and the handle it created, when
+ * handle >= 0) and returns status. */
 static fdy_status call_end(fake_backend *f, uint64_t number, fdy_status status,
                            int64_t handle) {
   fdy_fake_call *entry = call_entry(f, number);
@@ -163,16 +176,11 @@ static fdy_status call_end(fake_backend *f, uint64_t number, fdy_status status,
   return status;
 }
 
-static bool injected(const fake_backend *f, uint64_t number) {
-  return f->fail_at_call != 0 && f->fail_at_call == number;
-}
-
-static fdy_status fail_injected(fake_backend *f, uint64_t number,
-                                const char *op, fdy_error *err) {
-  fdy_error_set(err, FDY_ERR_BACKEND,
-                "fake backend: injected failure of %s at call %llu", op,
-                (unsigned long long)number);
-  return call_end(f, number, FDY_ERR_BACKEND, -1);
+static void call_set_kind(fake_backend *f, uint64_t number, fdy_op_kind kind) {
+  fdy_fake_call *entry = call_entry(f, number);
+  if (entry) {
+    entry->op_kind = (int)kind;
+  }
 }
 
 static fdy_status fail_violation(fake_backend *f, uint64_t number,
@@ -181,7 +189,29 @@ static fdy_status fail_violation(fake_backend *f, uint64_t number,
   f->stats.violations++;
   fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT, "fake backend: %s: %s", op,
                 what);
+  if (err) {
+    strcpy(err->backend_op, op);
+  }
   return call_end(f, number, FDY_ERR_INVALID_ARGUMENT, -1);
+}
+
+/* A violation in an entry that returns no status. */
+static void note_violation(fake_backend *f, uint64_t number) {
+  f->stats.violations++;
+  call_end(f, number, FDY_ERR_INVALID_ARGUMENT, -1);
+}
+
+static fdy_status fail_out_of_memory(fake_backend *f, uint64_t number,
+                                     const char *op, fdy_error *err) {
+  fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "fake backend: %s: out of memory",
+                op);
+  return call_end(f, number, FDY_ERR_OUT_OF_MEMORY, -1);
+}
+
+/* ---- completion ---------------------------------------------------------- */
+
+static bool buffer_usable(const fdy_backend_buffer *buffer) {
+  return buffer && buffer->held;
 }
 
 static void buffer_free_memory(fake_backend *f, fdy_backend_buffer *buffer,
@@ -196,138 +226,199 @@ static void buffer_free_memory(fake_backend *f, fdy_backend_buffer *buffer,
   }
 }
 
-static void event_drop(fake_backend *f, fdy_backend_event *event) {
-  if (event->alive && !event->held && event->complete) {
-    event->alive = false;
-    f->stats.live_events--;
+static void buffer_unref_work(fake_backend *f, fdy_backend_buffer *buffer) {
+  buffer->work_refs--;
+  if (buffer->alive && !buffer->held && buffer->work_refs == 0) {
+    buffer_free_memory(f, buffer, true);
   }
 }
 
-static uint64_t launch_value(const fake_work *w) {
-  uint64_t value = 0;
-  for (uint32_t i = 0; i < w->buffer_count; i++) {
-    value += fdy_checksum(w->buffers[i]->data, w->bytes[i]);
+/* The views of op that name a buffer: inputs, outputs, then the workspace
+ * when it has one. Counts are within bounds (checked by the caller). */
+static size_t op_views(const fdy_op *op, const fdy_tensor_view **views) {
+  size_t n = 0;
+  for (uint32_t i = 0; i < op->input_count; i++) {
+    views[n++] = &op->inputs[i];
   }
-  return value;
+  for (uint32_t i = 0; i < op->output_count; i++) {
+    views[n++] = &op->outputs[i];
+  }
+  if (op->workspace.buffer) {
+    views[n++] = &op->workspace;
+  }
+  return n;
 }
 
-/* Runs the oldest pending work item and drops its references. */
-static void complete_front(fake_backend *f) {
-  fake_work *w = &f->work[f->work_head++];
-  if (f->store_data && w->kind == FAKE_WORK_COPY) {
-    memcpy(w->buffers[0]->data + w->dst_offset, w->src, w->bytes[0]);
+/* Writes fdy_checksum(data) + prev * FDY_CHAIN_PRIME into the output. */
+static void run_checksum(const fake_work *w) {
+  const fdy_op *op = &w->op;
+  const fdy_tensor_view *data = &op->inputs[0];
+  uint64_t value =
+      fdy_checksum(data->buffer->data + data->offset, w->data_bytes);
+  if (op->input_count > 1) {
+    uint64_t prev;
+    memcpy(&prev, op->inputs[1].buffer->data + op->inputs[1].offset,
+           sizeof(prev));
+    value += prev * FDY_CHAIN_PRIME;
   }
-  if (w->kind == FAKE_WORK_LAUNCH && w->result) {
-    *w->result = f->store_data && w->checksum ? launch_value(w) : 0;
-  }
-  for (uint32_t i = 0; i < w->buffer_count; i++) {
-    fdy_backend_buffer *buffer = w->buffers[i];
-    buffer->work_refs--;
-    if (buffer->alive && !buffer->held && buffer->work_refs == 0) {
-      buffer_free_memory(f, buffer, true);
+  memcpy(op->outputs[0].buffer->data + op->outputs[0].offset, &value,
+         sizeof(value));
+}
+
+/* Runs a copy or launch item and drops its references. */
+static void run_work(fake_backend *f, fdy_backend_stream *s, fake_work *w) {
+  if (w->kind == FAKE_LAUNCH) {
+    if (f->store_data && w->op.kind == FDY_OP_CHECKSUM) {
+      run_checksum(w);
     }
+    const fdy_tensor_view *views[FAKE_MAX_VIEWS];
+    size_t n = op_views(&w->op, views);
+    for (size_t i = 0; i < n; i++) {
+      buffer_unref_work(f, views[i]->buffer);
+    }
+  } else {
+    if (f->store_data && w->kind == FAKE_COPY_TO_DEVICE) {
+      memcpy(w->buffer->data + w->offset, w->src, w->bytes);
+    } else if (f->store_data) {
+      memcpy(w->dst, w->buffer->data + w->offset, w->bytes);
+    }
+    buffer_unref_work(f, w->buffer);
   }
-  w->event->complete = true;
-  w->event->times.end_ns = fdy_now_ns();
-  event_drop(f, w->event);
-  w->stream->pending--;
+  s->pending_work--;
   f->stats.pending_work--;
-  if (f->work_head == f->work_count) {
-    f->work_head = f->work_count = 0;
-  }
 }
 
-static void complete_through(fake_backend *f, uint64_t seq) {
-  while (f->work_head < f->work_count && f->work[f->work_head].seq <= seq) {
-    complete_front(f);
+/* Completes the items of s with a sequence number up to seq, in order; a
+ * wait first completes what it waits for. */
+static void complete_through(fake_backend *f, fdy_backend_stream *s,
+                             uint64_t seq) {
+  while (s->head < s->count && s->items[s->head].seq <= seq) {
+    fake_work *w = &s->items[s->head];
+    if (w->kind == FAKE_WAIT) {
+      complete_through(f, w->wait_stream, w->wait_seq);
+    } else {
+      run_work(f, s, w);
+    }
+    s->head++;
+  }
+  if (s->head == s->count) {
+    s->head = s->count = 0;
   }
 }
 
 static void complete_all(fake_backend *f) {
-  while (f->work_head < f->work_count) {
-    complete_front(f);
+  for (size_t i = 0; i < f->streams.count; i++) {
+    complete_through(f, f->streams.items[i], UINT64_MAX);
   }
 }
 
-/* Queues w (buffers, stream and event already set) and takes its
- * references; the event is new and held only when returned to the caller. */
-static fdy_status submit(fake_backend *f, fake_work *w, bool hand_out,
-                         fdy_backend_event **out, fdy_error *err) {
-  if (f->work_count == f->work_cap) {
-    size_t cap = f->work_cap ? f->work_cap * 2 : 64;
-    fake_work *work = realloc(f->work, cap * sizeof(*work));
-    if (!work) {
-      return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
-                           "fake backend: out of host memory");
+/* True when nothing up to the event's recording is pending. */
+static bool recording_done(const fdy_backend_event *e) {
+  const fdy_backend_stream *s = e->stream;
+  return s->head == s->count || s->items[s->head].seq > e->seq;
+}
+
+/* Marks recordings that completed, with the time they were observed. */
+static void refresh_events(fake_backend *f) {
+  int64_t now = fdy_now_ns();
+  for (size_t i = 0; i < f->events.count; i++) {
+    fdy_backend_event *e = f->events.items[i];
+    if (e->alive && e->recorded && !e->complete && recording_done(e)) {
+      e->complete = true;
+      e->time_ns = now;
     }
-    f->work = work;
-    f->work_cap = cap;
   }
-  fdy_backend_event *event = calloc(1, sizeof(*event));
-  if (!event || !ptr_array_push(&f->events, event)) {
-    free(event);
-    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
-                         "fake backend: out of host memory");
-  }
-  event->id = f->next_id++;
-  event->held = hand_out;
-  event->alive = true;
-  event->work_seq = ++f->next_seq;
-  event->times.start_ns = fdy_now_ns();
-  f->stats.live_events++;
-  w->seq = event->work_seq;
-  w->event = event;
-  for (uint32_t i = 0; i < w->buffer_count; i++) {
-    w->buffers[i]->work_refs++;
-  }
-  w->stream->pending++;
-  f->stats.pending_work++;
-  f->work[f->work_count++] = *w;
-  if (hand_out) {
-    *out = event;
-  }
-  return FDY_OK;
 }
 
-/* ---- entries ---------------------------------------------------------------
- */
+/* Appends w to s (w->seq assigned here). */
+static bool stream_push(fake_backend *f, fdy_backend_stream *s,
+                        const fake_work *w) {
+  if (s->count == s->cap) {
+    size_t cap = s->cap ? s->cap * 2 : 16;
+    fake_work *items = realloc(s->items, cap * sizeof(*items));
+    if (!items) {
+      return false;
+    }
+    s->items = items;
+    s->cap = cap;
+  }
+  s->items[s->count] = *w;
+  s->items[s->count].seq = ++f->next_seq;
+  s->last_seq = s->items[s->count].seq;
+  s->count++;
+  return true;
+}
+
+/* Queues a copy or launch on s and takes its buffer references. */
+static bool submit(fake_backend *f, fdy_backend_stream *s, const fake_work *w) {
+  if (!stream_push(f, s, w)) {
+    return false;
+  }
+  if (w->kind == FAKE_LAUNCH) {
+    const fdy_tensor_view *views[FAKE_MAX_VIEWS];
+    size_t n = op_views(&w->op, views);
+    for (size_t i = 0; i < n; i++) {
+      views[i]->buffer->work_refs++;
+    }
+  } else {
+    w->buffer->work_refs++;
+  }
+  s->pending_work++;
+  f->stats.pending_work++;
+  return true;
+}
+
+/* ---- entries ------------------------------------------------------------- */
 
 static fdy_status fake_capabilities(fdy_backend *b, fdy_device_caps *out,
                                     fdy_error *err) {
   fake_backend *f = fake_of(b);
-  uint64_t n = call_begin(f, "capabilities", 0, -1);
+  uint64_t n = call_begin(f, "capabilities", 0, -1, -1);
   if (!out) {
     return fail_violation(f, n, "capabilities", "NULL output", err);
-  }
-  if (injected(f, n)) {
-    return fail_injected(f, n, "capabilities", err);
   }
   *out = f->caps;
   return call_end(f, n, FDY_OK, -1);
 }
 
-static bool fake_supports_op(fdy_backend *b, const char *kind) {
+static bool kind_supported(const fake_backend *f, fdy_op_kind kind) {
+  return (unsigned)kind < FDY_OP_KIND_COUNT &&
+         (f->unsupported_kinds & FDY_FAKE_KIND_BIT(kind)) == 0;
+}
+
+static bool fake_supports_op(fdy_backend *b, const fdy_op *op) {
   fake_backend *f = fake_of(b);
-  uint64_t n = call_begin(f, "supports_op", 0, -1);
-  bool ok = kind && kind[0] &&
-            !(f->unsupported_kind && strcmp(kind, f->unsupported_kind) == 0);
+  uint64_t n = call_begin(f, "supports_op", 0, -1, -1);
+  if (!op) {
+    note_violation(f, n);
+    return false;
+  }
+  call_set_kind(f, n, op->kind);
+  bool ok = kind_supported(f, op->kind);
   call_end(f, n, ok ? FDY_OK : FDY_ERR_UNSUPPORTED, -1);
   return ok;
+}
+
+static uint64_t fake_workspace_bytes(fdy_backend *b, const fdy_op *op) {
+  fake_backend *f = fake_of(b);
+  uint64_t n = call_begin(f, "workspace_bytes", 0, -1, -1);
+  if (!op) {
+    note_violation(f, n);
+    return 0;
+  }
+  call_set_kind(f, n, op->kind);
+  return f->workspace_bytes;
 }
 
 static fdy_status fake_buffer_alloc(fdy_backend *b, uint64_t bytes,
                                     fdy_backend_buffer **out, fdy_error *err) {
   fake_backend *f = fake_of(b);
-  uint64_t n = call_begin(f, "buffer_alloc", bytes, -1);
+  uint64_t n = call_begin(f, "buffer_alloc", bytes, -1, -1);
   if (!out || bytes == 0) {
     return fail_violation(f, n, "buffer_alloc", "zero bytes or NULL output",
                           err);
   }
-  /* Both fail modes look the same here: an allocation that fails after it
-   * was made is undone inside the backend. */
-  if (injected(f, n)) {
-    return fail_injected(f, n, "buffer_alloc", err);
-  }
+  *out = NULL;
   uint64_t total;
   if (bytes > f->caps.max_allocation ||
       __builtin_add_overflow(f->stats.buffer_bytes, bytes, &total) ||
@@ -342,6 +433,7 @@ static fdy_status fake_buffer_alloc(fdy_backend *b, uint64_t bytes,
     if (err) {
       err->expected = f->caps.total_memory;
       err->actual = bytes;
+      strcpy(err->backend_op, "buffer_alloc");
     }
     return call_end(f, n, FDY_ERR_BACKEND, -1);
   }
@@ -351,13 +443,10 @@ static fdy_status fake_buffer_alloc(fdy_backend *b, uint64_t bytes,
       !ptr_array_push(&f->buffers, buffer)) {
     free(buffer);
     free(data);
-    fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
-                  "fake backend: out of host memory for %llu bytes",
-                  (unsigned long long)bytes);
-    return call_end(f, n, FDY_ERR_OUT_OF_MEMORY, -1);
+    return fail_out_of_memory(f, n, "buffer_alloc", err);
   }
   if (data) {
-    memset(data, 0xA5, bytes); /* poison: bytes never copied show up */
+    memset(data, FAKE_POISON, bytes);
   }
   buffer->id = f->next_id++;
   buffer->bytes = bytes;
@@ -365,6 +454,7 @@ static fdy_status fake_buffer_alloc(fdy_backend *b, uint64_t bytes,
   buffer->held = true;
   buffer->alive = true;
   f->stats.live_buffers++;
+  f->stats.buffer_allocs++;
   f->stats.buffer_bytes = total;
   if (total > f->stats.peak_buffer_bytes) {
     f->stats.peak_buffer_bytes = total;
@@ -376,13 +466,12 @@ static fdy_status fake_buffer_alloc(fdy_backend *b, uint64_t bytes,
 static void fake_buffer_release(fdy_backend *b, fdy_backend_buffer *buffer) {
   fake_backend *f = fake_of(b);
   uint64_t n = call_begin(f, "buffer_release", buffer ? buffer->bytes : 0,
-                          buffer ? buffer->id : -1);
+                          ID_OF(buffer), -1);
   if (!buffer) {
     return;
   }
   if (!buffer->held) {
-    f->stats.violations++;
-    call_end(f, n, FDY_ERR_INVALID_ARGUMENT, -1);
+    note_violation(f, n);
     return;
   }
   buffer->held = false;
@@ -395,36 +484,33 @@ static fdy_status fake_host_register(fdy_backend *b, const void *ptr,
                                      uint64_t bytes, fdy_backend_host **out,
                                      fdy_error *err) {
   fake_backend *f = fake_of(b);
-  uint64_t n = call_begin(f, "host_register", bytes, -1);
+  uint64_t n = call_begin(f, "host_register", bytes, -1, -1);
   if (!ptr || bytes == 0 || !out) {
     return fail_violation(f, n, "host_register",
                           "NULL memory, zero bytes or NULL output", err);
   }
-  if (injected(f, n)) {
-    return fail_injected(f, n, "host_register", err);
-  }
+  *out = NULL;
   fdy_backend_host *host = calloc(1, sizeof(*host));
   if (!host || !ptr_array_push(&f->hosts, host)) {
     free(host);
-    fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "fake backend: out of memory");
-    return call_end(f, n, FDY_ERR_OUT_OF_MEMORY, -1);
+    return fail_out_of_memory(f, n, "host_register", err);
   }
   host->id = f->next_id++;
   host->alive = true;
   f->stats.live_hosts++;
+  f->stats.host_registrations++;
   *out = host;
   return call_end(f, n, FDY_OK, host->id);
 }
 
 static void fake_host_unregister(fdy_backend *b, fdy_backend_host *host) {
   fake_backend *f = fake_of(b);
-  uint64_t n = call_begin(f, "host_unregister", 0, host ? host->id : -1);
+  uint64_t n = call_begin(f, "host_unregister", 0, ID_OF(host), -1);
   if (!host) {
     return;
   }
   if (!host->alive) {
-    f->stats.violations++;
-    call_end(f, n, FDY_ERR_INVALID_ARGUMENT, -1);
+    note_violation(f, n);
     return;
   }
   host->alive = false;
@@ -434,35 +520,34 @@ static void fake_host_unregister(fdy_backend *b, fdy_backend_host *host) {
 static fdy_status fake_stream_create(fdy_backend *b, fdy_backend_stream **out,
                                      fdy_error *err) {
   fake_backend *f = fake_of(b);
-  uint64_t n = call_begin(f, "stream_create", 0, -1);
+  uint64_t n = call_begin(f, "stream_create", 0, -1, -1);
   if (!out) {
     return fail_violation(f, n, "stream_create", "NULL output", err);
   }
-  if (injected(f, n)) {
-    return fail_injected(f, n, "stream_create", err);
-  }
+  *out = NULL;
   fdy_backend_stream *stream = calloc(1, sizeof(*stream));
   if (!stream || !ptr_array_push(&f->streams, stream)) {
     free(stream);
-    fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "fake backend: out of memory");
-    return call_end(f, n, FDY_ERR_OUT_OF_MEMORY, -1);
+    return fail_out_of_memory(f, n, "stream_create", err);
   }
   stream->id = f->next_id++;
   stream->alive = true;
   f->stats.live_streams++;
+  f->stats.streams_created++;
   *out = stream;
   return call_end(f, n, FDY_OK, stream->id);
 }
 
+/* A stream destroyed with pending work is a violation; the work still
+ * completes on a later host_wait or drain. */
 static void fake_stream_destroy(fdy_backend *b, fdy_backend_stream *stream) {
   fake_backend *f = fake_of(b);
-  uint64_t n = call_begin(f, "stream_destroy", 0, stream ? stream->id : -1);
+  uint64_t n = call_begin(f, "stream_destroy", 0, ID_OF(stream), -1);
   if (!stream) {
     return;
   }
-  if (!stream->alive || stream->pending > 0) {
-    f->stats.violations++;
-    call_end(f, n, FDY_ERR_INVALID_ARGUMENT, -1);
+  if (!stream->alive || stream->pending_work > 0) {
+    note_violation(f, n);
     if (!stream->alive) {
       return;
     }
@@ -471,171 +556,278 @@ static void fake_stream_destroy(fdy_backend *b, fdy_backend_stream *stream) {
   f->stats.live_streams--;
 }
 
+static fdy_status fake_event_create(fdy_backend *b, fdy_backend_event **out,
+                                    fdy_error *err) {
+  fake_backend *f = fake_of(b);
+  uint64_t n = call_begin(f, "event_create", 0, -1, -1);
+  if (!out) {
+    return fail_violation(f, n, "event_create", "NULL output", err);
+  }
+  *out = NULL;
+  fdy_backend_event *event = calloc(1, sizeof(*event));
+  if (!event || !ptr_array_push(&f->events, event)) {
+    free(event);
+    return fail_out_of_memory(f, n, "event_create", err);
+  }
+  event->id = f->next_id++;
+  event->alive = true;
+  f->stats.live_events++;
+  f->stats.events_created++;
+  *out = event;
+  return call_end(f, n, FDY_OK, event->id);
+}
+
+/* An event destroyed while its recording is pending is a violation. */
+static void fake_event_destroy(fdy_backend *b, fdy_backend_event *event) {
+  fake_backend *f = fake_of(b);
+  uint64_t n = call_begin(f, "event_destroy", 0, ID_OF(event), -1);
+  if (!event) {
+    return;
+  }
+  if (!event->alive) {
+    note_violation(f, n);
+    return;
+  }
+  if (event->recorded && !recording_done(event)) {
+    note_violation(f, n);
+  }
+  event->alive = false;
+  f->stats.live_events--;
+}
+
+static fdy_status fake_event_record(fdy_backend *b, fdy_backend_stream *stream,
+                                    fdy_backend_event *event, fdy_error *err) {
+  fake_backend *f = fake_of(b);
+  uint64_t n = call_begin(f, "event_record", 0, ID_OF(event), ID_OF(stream));
+  if (!stream || !stream->alive || !event || !event->alive) {
+    return fail_violation(f, n, "event_record", "bad stream or event", err);
+  }
+  event->recorded = true;
+  event->stream = stream;
+  event->seq = stream->last_seq;
+  event->complete = recording_done(event);
+  event->time_ns = event->complete ? fdy_now_ns() : 0;
+  f->stats.event_records++;
+  return call_end(f, n, FDY_OK, -1);
+}
+
+/* Checks a copy's stream, buffer and range; the log entry is number n. */
+static fdy_status check_copy(fake_backend *f, uint64_t n, const char *op,
+                             const fdy_backend_stream *stream,
+                             const fdy_backend_buffer *buffer, const void *host,
+                             uint64_t offset, uint64_t bytes, fdy_error *err) {
+  uint64_t end;
+  if (!stream || !stream->alive || !buffer_usable(buffer) || !host ||
+      bytes == 0 || __builtin_add_overflow(offset, bytes, &end) ||
+      end > buffer->bytes) {
+    return fail_violation(f, n, op, "bad stream, buffer, host memory or range",
+                          err);
+  }
+  return FDY_OK;
+}
+
 static fdy_status fake_copy_to_device(fdy_backend *b,
                                       fdy_backend_stream *stream,
                                       fdy_backend_buffer *dst,
                                       uint64_t dst_offset, const void *src,
-                                      uint64_t bytes, fdy_backend_event **out,
-                                      fdy_error *err) {
+                                      uint64_t bytes, fdy_error *err) {
   fake_backend *f = fake_of(b);
-  uint64_t n = call_begin(f, "copy_to_device", bytes, -1);
-  uint64_t end;
-  if (!stream || !stream->alive || !dst || !dst->held || !src || !out ||
-      bytes == 0 || __builtin_add_overflow(dst_offset, bytes, &end) ||
-      end > dst->bytes) {
-    return fail_violation(f, n, "copy_to_device",
-                          "bad stream, buffer, source or range", err);
-  }
-  bool fail = injected(f, n);
-  if (fail && f->fail_mode == FDY_FAKE_FAIL_BEFORE_SUBMIT) {
-    return fail_injected(f, n, "copy_to_device", err);
-  }
-  fake_work w = {.kind = FAKE_WORK_COPY,
-                 .stream = stream,
-                 .buffer_count = 1,
-                 .buffers = {dst},
-                 .bytes = {bytes},
-                 .dst_offset = dst_offset,
-                 .src = src};
-  fdy_status st = submit(f, &w, !fail, out, err);
+  uint64_t n =
+      call_begin(f, "copy_to_device", bytes, ID_OF(dst), ID_OF(stream));
+  fdy_status st = check_copy(f, n, "copy_to_device", stream, dst, src,
+                             dst_offset, bytes, err);
   if (st != FDY_OK) {
-    return call_end(f, n, st, -1);
+    return st;
   }
-  if (fail) {
-    fail_injected(f, n, "copy_to_device", err);
-    return call_end(f, n, FDY_ERR_BACKEND, w.event->id);
+  fake_work w = {.kind = FAKE_COPY_TO_DEVICE,
+                 .buffer = dst,
+                 .offset = dst_offset,
+                 .src = src,
+                 .bytes = bytes};
+  if (!submit(f, stream, &w)) {
+    return fail_out_of_memory(f, n, "copy_to_device", err);
   }
-  return call_end(f, n, FDY_OK, w.event->id);
+  f->stats.copies_to_device++;
+  f->stats.bytes_to_device += bytes;
+  return call_end(f, n, FDY_OK, -1);
+}
+
+static fdy_status fake_copy_to_host(fdy_backend *b, fdy_backend_stream *stream,
+                                    void *dst, fdy_backend_buffer *src,
+                                    uint64_t src_offset, uint64_t bytes,
+                                    fdy_error *err) {
+  fake_backend *f = fake_of(b);
+  uint64_t n = call_begin(f, "copy_to_host", bytes, ID_OF(src), ID_OF(stream));
+  fdy_status st = check_copy(f, n, "copy_to_host", stream, src, dst, src_offset,
+                             bytes, err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  fake_work w = {.kind = FAKE_COPY_TO_HOST,
+                 .buffer = src,
+                 .offset = src_offset,
+                 .dst = dst,
+                 .bytes = bytes};
+  if (!submit(f, stream, &w)) {
+    return fail_out_of_memory(f, n, "copy_to_host", err);
+  }
+  f->stats.copies_to_host++;
+  f->stats.bytes_to_host += bytes;
+  return call_end(f, n, FDY_OK, -1);
+}
+
+/* Bytes of a view when it lies in a usable buffer at an aligned offset. */
+static bool view_ok(const fake_backend *f, const fdy_tensor_view *v,
+                    uint64_t *bytes) {
+  uint64_t end;
+  return buffer_usable(v->buffer) &&
+         fdy_tensor_bytes(v->dtype, v->shape, bytes, NULL) == FDY_OK &&
+         v->offset % f->caps.alignment == 0 &&
+         !__builtin_add_overflow(v->offset, *bytes, &end) &&
+         end <= v->buffer->bytes;
 }
 
 static fdy_status fake_launch(fdy_backend *b, fdy_backend_stream *stream,
-                              const fdy_launch_desc *desc,
-                              fdy_backend_event **out, fdy_error *err) {
+                              const fdy_op *op, fdy_error *err) {
   fake_backend *f = fake_of(b);
-  uint64_t total = 0;
-  bool ok = stream && stream->alive && desc && desc->kind && out &&
-            desc->weight_count <= FDY_MAX_LAUNCH_WEIGHTS;
-  for (uint32_t i = 0; ok && i < desc->weight_count; i++) {
-    const fdy_launch_weight *wt = &desc->weights[i];
-    ok = wt->buffer && wt->buffer->held && wt->bytes <= wt->buffer->bytes;
-    total += ok ? wt->bytes : 0;
+  uint64_t n = call_begin(f, "launch", 0, -1, ID_OF(stream));
+  if (!stream || !stream->alive || !op) {
+    return fail_violation(f, n, "launch", "bad stream or NULL op", err);
   }
-  uint64_t n = call_begin(f, "launch", total, -1);
-  if (!ok) {
-    return fail_violation(f, n, "launch", "bad stream, descriptor or weight",
-                          err);
+  call_set_kind(f, n, op->kind);
+  if (op->input_count > FDY_OP_MAX_INPUTS ||
+      op->output_count > FDY_OP_MAX_OUTPUTS) {
+    return fail_violation(f, n, "launch", "too many operands", err);
   }
-  if (f->unsupported_kind && strcmp(desc->kind, f->unsupported_kind) == 0) {
+  fdy_error local;
+  if (fdy_op_check(op, &local) != FDY_OK) {
+    f->stats.violations++;
+    if (err) {
+      *err = local;
+      fdy_error_prefix(err, "fake backend: launch");
+      strcpy(err->backend_op, "launch");
+    }
+    return call_end(f, n, FDY_ERR_INVALID_ARGUMENT, -1);
+  }
+  if (!kind_supported(f, op->kind)) {
     fdy_error_set(err, FDY_ERR_UNSUPPORTED,
-                  "fake backend: op kind %s is not supported", desc->kind);
+                  "fake backend: op kind %s is not supported",
+                  fdy_op_kind_name(op->kind));
+    if (err) {
+      strcpy(err->backend_op, "launch");
+    }
     return call_end(f, n, FDY_ERR_UNSUPPORTED, -1);
   }
-  bool fail = injected(f, n);
-  if (fail && f->fail_mode == FDY_FAKE_FAIL_BEFORE_SUBMIT) {
-    return fail_injected(f, n, "launch", err);
+  const fdy_tensor_view *views[FAKE_MAX_VIEWS];
+  size_t count = op_views(op, views);
+  uint64_t input_bytes = 0, data_bytes = 0;
+  for (size_t i = 0; i < count; i++) {
+    uint64_t bytes = 0;
+    if (!view_ok(f, views[i], &bytes)) {
+      return fail_violation(
+          f, n, "launch",
+          "a view is unbound, released, misaligned or outside its buffer", err);
+    }
+    if (i < op->input_count) {
+      input_bytes += bytes;
+    }
+    if (i == 0) {
+      data_bytes = bytes;
+    }
   }
-  fake_work w = {.kind = FAKE_WORK_LAUNCH,
-                 .stream = stream,
-                 .buffer_count = desc->weight_count,
-                 .checksum = strcmp(desc->kind, FDY_OP_SYNTHETIC_CHECKSUM) == 0,
-                 .result = desc->result};
-  for (uint32_t i = 0; i < desc->weight_count; i++) {
-    w.buffers[i] = desc->weights[i].buffer;
-    w.bytes[i] = desc->weights[i].bytes;
+  uint64_t workspace = 0;
+  if (f->workspace_bytes > 0 &&
+      (!op->workspace.buffer ||
+       fdy_tensor_bytes(op->workspace.dtype, op->workspace.shape, &workspace,
+                        NULL) != FDY_OK ||
+       workspace < f->workspace_bytes)) {
+    return fail_violation(f, n, "launch",
+                          "the workspace is smaller than workspace_bytes", err);
   }
-  fdy_status st = submit(f, &w, !fail, out, err);
-  if (st != FDY_OK) {
-    return call_end(f, n, st, -1);
+  fdy_fake_call *entry = call_entry(f, n);
+  if (entry) {
+    entry->bytes = input_bytes;
+    entry->handle = op->output_count > 0 ? op->outputs[0].buffer->id : -1;
   }
-  if (fail) {
-    fail_injected(f, n, "launch", err);
-    return call_end(f, n, FDY_ERR_BACKEND, w.event->id);
+  fake_work w = {.kind = FAKE_LAUNCH, .op = *op, .data_bytes = data_bytes};
+  if (!submit(f, stream, &w)) {
+    return fail_out_of_memory(f, n, "launch", err);
   }
-  return call_end(f, n, FDY_OK, w.event->id);
+  f->stats.launches++;
+  f->stats.launches_by_kind[op->kind]++;
+  return call_end(f, n, FDY_OK, -1);
+}
+
+/* Checks that event has a recording to wait for. */
+static bool waitable(const fdy_backend_event *event) {
+  return event && event->alive && event->recorded;
 }
 
 static fdy_status fake_stream_wait(fdy_backend *b, fdy_backend_stream *stream,
                                    fdy_backend_event *event, fdy_error *err) {
   fake_backend *f = fake_of(b);
-  uint64_t n = call_begin(f, "stream_wait", 0, event ? event->id : -1);
-  if (!stream || !stream->alive || !event || !event->held) {
-    return fail_violation(f, n, "stream_wait", "bad stream or event", err);
+  uint64_t n = call_begin(f, "stream_wait", 0, ID_OF(event), ID_OF(stream));
+  if (!stream || !stream->alive || !waitable(event)) {
+    return fail_violation(f, n, "stream_wait",
+                          "bad stream, or an event destroyed or never "
+                          "recorded",
+                          err);
   }
-  /* One FIFO queue for all work already orders the event first. */
-  if (injected(f, n)) {
-    return fail_injected(f, n, "stream_wait", err);
+  /* Nothing to wait for when the recording completed or is this stream's
+   * own (its queue is in order already). */
+  if (event->stream != stream && !recording_done(event)) {
+    fake_work w = {.kind = FAKE_WAIT,
+                   .wait_stream = event->stream,
+                   .wait_seq = event->seq};
+    if (!stream_push(f, stream, &w)) {
+      return fail_out_of_memory(f, n, "stream_wait", err);
+    }
   }
+  f->stats.stream_waits++;
   return call_end(f, n, FDY_OK, -1);
 }
 
 static fdy_status fake_host_wait(fdy_backend *b, fdy_backend_event *event,
                                  fdy_error *err) {
   fake_backend *f = fake_of(b);
-  uint64_t n = call_begin(f, "host_wait", 0, event ? event->id : -1);
-  if (!event || !event->held) {
-    return fail_violation(f, n, "host_wait", "bad event", err);
+  uint64_t n = call_begin(f, "host_wait", 0, ID_OF(event), -1);
+  if (!waitable(event)) {
+    return fail_violation(f, n, "host_wait",
+                          "an event destroyed or never recorded", err);
   }
-  bool fail = injected(f, n);
-  if (fail && f->fail_mode == FDY_FAKE_FAIL_BEFORE_SUBMIT) {
-    return fail_injected(f, n, "host_wait", err);
-  }
-  complete_through(f, event->work_seq);
-  if (fail) {
-    return fail_injected(f, n, "host_wait", err);
-  }
+  complete_through(f, event->stream, event->seq);
+  refresh_events(f);
+  f->stats.host_waits++;
   return call_end(f, n, FDY_OK, -1);
 }
 
-static fdy_status fake_event_times(fdy_backend *b, fdy_backend_event *event,
-                                   fdy_event_times *out, fdy_error *err) {
+static fdy_status fake_event_time(fdy_backend *b, fdy_backend_event *event,
+                                  int64_t *out_ns, fdy_error *err) {
   fake_backend *f = fake_of(b);
-  uint64_t n = call_begin(f, "event_times", 0, event ? event->id : -1);
-  if (!event || !event->held || !out) {
-    return fail_violation(f, n, "event_times", "bad event or NULL output", err);
-  }
-  if (injected(f, n)) {
-    return fail_injected(f, n, "event_times", err);
+  uint64_t n = call_begin(f, "event_time", 0, ID_OF(event), -1);
+  if (!event || !event->alive || !out_ns) {
+    return fail_violation(f, n, "event_time", "bad event or NULL output", err);
   }
   if (!event->complete) {
     fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                  "fake backend: event_times of an incomplete event");
+                  "fake backend: event_time of an event whose recording "
+                  "was not observed complete");
+    if (err) {
+      strcpy(err->backend_op, "event_time");
+    }
     return call_end(f, n, FDY_ERR_INVALID_ARGUMENT, -1);
   }
-  *out = event->times;
+  *out_ns = event->time_ns;
   return call_end(f, n, FDY_OK, -1);
 }
 
-static void fake_event_release(fdy_backend *b, fdy_backend_event *event) {
-  fake_backend *f = fake_of(b);
-  uint64_t n = call_begin(f, "event_release", 0, event ? event->id : -1);
-  if (!event) {
-    return;
-  }
-  if (!event->held) {
-    f->stats.violations++;
-    call_end(f, n, FDY_ERR_INVALID_ARGUMENT, -1);
-    return;
-  }
-  event->held = false;
-  event_drop(f, event);
-}
-
 static fdy_status fake_drain(fdy_backend *b, fdy_error *err) {
+  (void)err;
   fake_backend *f = fake_of(b);
-  uint64_t n = call_begin(f, "drain", 0, -1);
-  bool fail = injected(f, n);
-  if (fail && f->fail_mode == FDY_FAKE_FAIL_BEFORE_SUBMIT) {
-    return fail_injected(f, n, "drain", err);
-  }
+  uint64_t n = call_begin(f, "drain", 0, -1, -1);
   complete_all(f);
+  refresh_events(f);
   f->stats.drains++;
-  if (fail) {
-    return fail_injected(f, n, "drain", err);
-  }
-  if (f->fail_drain) {
-    fdy_error_set(err, FDY_ERR_BACKEND, "fake backend: drain told to fail");
-    return call_end(f, n, FDY_ERR_BACKEND, -1);
-  }
   return call_end(f, n, FDY_OK, -1);
 }
 
@@ -645,14 +837,24 @@ static void fake_destroy(fdy_backend *b) {
   for (size_t i = 0; i < f->buffers.count; i++) {
     fdy_backend_buffer *buffer = f->buffers.items[i];
     free(buffer->data);
+    free(buffer);
   }
-  ptr_array_free(&f->buffers);
-  ptr_array_free(&f->events);
-  ptr_array_free(&f->streams);
-  ptr_array_free(&f->hosts);
-  free(f->work);
+  for (size_t i = 0; i < f->streams.count; i++) {
+    fdy_backend_stream *stream = f->streams.items[i];
+    free(stream->items);
+    free(stream);
+  }
+  for (size_t i = 0; i < f->events.count; i++) {
+    free(f->events.items[i]);
+  }
+  for (size_t i = 0; i < f->hosts.count; i++) {
+    free(f->hosts.items[i]);
+  }
+  free(f->buffers.items);
+  free(f->streams.items);
+  free(f->events.items);
+  free(f->hosts.items);
   free(f->log);
-  free(f->unsupported_kind);
   free(f);
 }
 
@@ -660,24 +862,27 @@ static const fdy_backend_ops fake_ops = {
     .name = "fake",
     .capabilities = fake_capabilities,
     .supports_op = fake_supports_op,
+    .workspace_bytes = fake_workspace_bytes,
     .buffer_alloc = fake_buffer_alloc,
     .buffer_release = fake_buffer_release,
     .host_register = fake_host_register,
     .host_unregister = fake_host_unregister,
     .stream_create = fake_stream_create,
     .stream_destroy = fake_stream_destroy,
+    .event_create = fake_event_create,
+    .event_destroy = fake_event_destroy,
+    .event_record = fake_event_record,
     .copy_to_device = fake_copy_to_device,
+    .copy_to_host = fake_copy_to_host,
     .launch = fake_launch,
     .stream_wait = fake_stream_wait,
     .host_wait = fake_host_wait,
-    .event_times = fake_event_times,
-    .event_release = fake_event_release,
+    .event_time = fake_event_time,
     .drain = fake_drain,
     .destroy = fake_destroy,
 };
 
-/* ---- public
- * ------------------------------------------------------------------ */
+/* ---- public -------------------------------------------------------------- */
 
 fdy_status fdy_fake_backend_create(const fdy_fake_options *options,
                                    fdy_backend **out, fdy_error *err) {
@@ -693,24 +898,16 @@ fdy_status fdy_fake_backend_create(const fdy_fake_options *options,
                          "fake backend: alignment %llu is not a power of two",
                          (unsigned long long)o->caps.alignment);
   }
-  if (o->fail_mode != FDY_FAKE_FAIL_BEFORE_SUBMIT &&
-      o->fail_mode != FDY_FAKE_FAIL_AFTER_SUBMIT) {
+  if ((o->unsupported_kinds >> FDY_OP_KIND_COUNT) != 0) {
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                         "fake backend: unknown fail mode %d",
-                         (int)o->fail_mode);
+                         "fake backend: unsupported_kinds 0x%x names a kind "
+                         "that does not exist",
+                         (unsigned)o->unsupported_kinds);
   }
   fake_backend *f = calloc(1, sizeof(*f));
   if (!f) {
     return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
                          "fake backend: out of memory");
-  }
-  if (o->unsupported_kind) {
-    f->unsupported_kind = strdup(o->unsupported_kind);
-    if (!f->unsupported_kind) {
-      free(f);
-      return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
-                           "fake backend: out of memory");
-    }
   }
   f->base.ops = &fake_ops;
   f->base.self = f;
@@ -728,10 +925,9 @@ fdy_status fdy_fake_backend_create(const fdy_fake_options *options,
   if (f->caps.alignment == 0) {
     f->caps.alignment = 256;
   }
-  f->fail_at_call = o->fail_at_call;
-  f->fail_mode = o->fail_mode;
   f->store_data = o->store_data;
-  f->fail_drain = o->fail_drain;
+  f->unsupported_kinds = o->unsupported_kinds;
+  f->workspace_bytes = o->workspace_bytes;
   *out = &f->base;
   return FDY_OK;
 }

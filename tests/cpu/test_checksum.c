@@ -1,4 +1,4 @@
-/* Tests of the synthetic.checksum function against an independent, naive
+/* Tests of the synthetic checksum function against an independent, naive
  * reimplementation of the formula documented in checksum.h. */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,5 +1,6 @@
-/* Reference implementation of the synthetic.checksum function
- * (definition in include/foundry/checksum.h). */
+/* The synthetic checksum (definition in include/foundry/checksum.h), part of
+ * the CPU backend: its CHECKSUM op and the benchmark's expected values
+ * compute exactly this. */
 #include "foundry/checksum.h"
 
 #include <string.h>

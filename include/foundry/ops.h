@@ -1,0 +1,161 @@
+/* Foundry ops: the fixed set of op kinds every backend implements, their
+ * typed parameters, and the tensor views they read and write.
+ *
+ * An op is a kind, typed parameters and its operands: inputs and outputs,
+ * each a view (buffer, byte offset, dtype, shape) of contiguous row-major
+ * memory. The operand order of every kind is fixed (table below) and
+ * checked by fdy_op_check before anything runs; backends answer
+ * supports_op for an op whose views carry no buffers yet.
+ *
+ * Row-wise kinds read the active row count and the first position from a
+ * small I32 "step" tensor in device memory (layout FDY_STEP_*), so one
+ * recorded launch serves any prompt chunk: such an op processes
+ * min(step[FDY_STEP_COUNT], rows of its output) rows and leaves the other
+ * rows untouched. Activations are F32.
+ *
+ * Step values are data, read when the op runs and never checked at launch:
+ * a count below 0 counts as 0; a row whose token id lies outside the table
+ * (EMBED_Q4) or whose position lies outside the cache (ATTENTION, which
+ * then does not append it) is written as NaN. No step value makes an op
+ * read or write outside its views.
+ *
+ * Kinds and operands (T rows, H hidden, I in features, O out features,
+ * G = I / group quantization groups, S = F16 or BF16):
+ *   CHECKSUM      in: data U8 [n] (n a multiple of 8), [prev U64 [1]]
+ *                 out: U64 [1] = fdy_checksum(data) + prev * FDY_CHAIN_PRIME
+ *                 (mod 2^64; prev = 0 when absent). params.checksum.
+ *   EMBED_Q4      in: step, table U32 [V, H/8], scales S [V, H/g],
+ *                 biases S [V, H/g]; out: F32 [T, H]: row t is the
+ *                 dequantized row of id step[FDY_STEP_IDS + t].
+ *   RMSNORM       in: step, x F32 [T, n], weight S [n]; out F32 [T, n].
+ *                 params.rmsnorm.eps.
+ *   MATMUL_Q4     in: step, x F32 [T, I], weight U32 [O, I/8],
+ *                 scales S [O, G], biases S [O, G]; out: F32 [T, O],
+ *                 y = x W^T with w = scale * q + bias per group of I/G
+ *                 (32, 64 or 128), q the nibbles low first (the MLX
+ *                 affine layout).
+ *   ROPE          in: step, x F32 [T, heads * head_dim]; out: the same
+ *                 shape, rotated in split halves (pairs j, j + head_dim/2)
+ *                 at positions step[FDY_STEP_POSITION] + t. params.rope.
+ *   ATTENTION     in: step, q F32 [T, heads * d], k F32 [T, kv * d],
+ *                 v F32 [T, kv * d], k_cache C [context, kv * d],
+ *                 v_cache C [context, kv * d] (C = F32 or F16, both alike);
+ *                 out: F32 [T, heads * d]. Appends k and v at positions
+ *                 p0 + t (p0 = step[FDY_STEP_POSITION]; the caches are
+ *                 read and written in place), then causal attention of
+ *                 each query row over positions 0..p0 + t with scale
+ *                 1/sqrt(d); query head h reads kv head h / (heads / kv).
+ *                 params.attention.
+ *   SWIGLU        in: step, gate F32 [T, n], up F32 [T, n]; out F32 [T, n]
+ *                 = silu(gate) * up.
+ *   ADD           in: step, a F32 [T, n], b F32 [T, n]; out F32 [T, n].
+ *   LAST_ROW      in: step, x F32 [T, n]; out: F32 [1, n] = row
+ *                 min(step[FDY_STEP_COUNT], T) - 1 of x (nothing written
+ *                 when the count is 0 or less).
+ *   ARGMAX        in: x F32 [R, n]; out: I32 [R], the index of each row's
+ *                 largest value, the lowest index on ties; NaN loses to
+ *                 every number (index 0 when all are NaN).
+ *
+ * Determinism: a kind's result depends only on its operands' values and
+ * shapes: not on thread counts, on the memory class a view lives in, or on
+ * which backend variant runs (chosen from shapes only). No float atomics in
+ * reductions. */
+#ifndef FOUNDRY_OPS_H
+#define FOUNDRY_OPS_H
+
+#include "foundry/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum fdy_op_kind {
+  FDY_OP_CHECKSUM = 0,
+  FDY_OP_EMBED_Q4,
+  FDY_OP_RMSNORM,
+  FDY_OP_MATMUL_Q4,
+  FDY_OP_ROPE,
+  FDY_OP_ATTENTION,
+  FDY_OP_SWIGLU,
+  FDY_OP_ADD,
+  FDY_OP_LAST_ROW,
+  FDY_OP_ARGMAX,
+  FDY_OP_KIND_COUNT
+} fdy_op_kind;
+
+/* Stable lowercase name ("matmul_q4"), "unknown" out of range. */
+const char *fdy_op_kind_name(fdy_op_kind kind);
+/* Inverse of fdy_op_kind_name; FDY_ERR_UNSUPPORTED for an unknown name. */
+fdy_status fdy_op_kind_parse(const char *name, fdy_op_kind *out,
+                             fdy_error *err);
+
+/* Layout of the I32 step tensor: [count, position, ids...]. */
+#define FDY_STEP_COUNT    0
+#define FDY_STEP_POSITION 1
+#define FDY_STEP_IDS      2
+
+/* Multiplier of the checksum chain (the 64-bit FNV prime). */
+#define FDY_CHAIN_PRIME 0x100000001b3ull
+
+/* Typed parameters; only the member of the op's kind is meaningful. */
+typedef union fdy_op_params {
+  struct {
+    uint32_t passes; /* reads of data per launch (result unchanged); 0 = 1 */
+  } checksum;
+  struct {
+    double eps;
+  } rmsnorm;
+  struct {
+    uint32_t head_dim;
+    double theta;
+    bool llama3; /* llama3 frequency scaling with the fields below */
+    double factor, low_freq_factor, high_freq_factor;
+    uint32_t original_max_position;
+  } rope;
+  struct {
+    uint32_t heads, kv_heads, head_dim;
+  } attention;
+} fdy_op_params;
+
+#define FDY_OP_MAX_INPUTS  6
+#define FDY_OP_MAX_OUTPUTS 1
+
+typedef struct fdy_backend_buffer fdy_backend_buffer;
+
+/* A contiguous row-major tensor in a backend buffer. */
+typedef struct fdy_tensor_view {
+  fdy_backend_buffer *buffer; /* NULL while only the shape is known */
+  uint64_t offset;            /* bytes from the buffer's start */
+  fdy_dtype dtype;
+  fdy_shape shape;
+} fdy_tensor_view;
+
+/* One op ready to launch. workspace is scratch the backend asked for
+ * (workspace_bytes); its contents are undefined between launches. */
+typedef struct fdy_op {
+  fdy_op_kind kind;
+  fdy_op_params params;
+  uint32_t input_count, output_count;
+  fdy_tensor_view inputs[FDY_OP_MAX_INPUTS];
+  fdy_tensor_view outputs[FDY_OP_MAX_OUTPUTS];
+  fdy_tensor_view workspace; /* U8 [bytes]; buffer NULL when none */
+} fdy_op;
+
+/* Checks an op against its kind's table: operand counts, dtypes, ranks,
+ * non-zero dimensions and the shape relations above, and its parameters
+ * (group 32/64/128, head counts dividing, eps >= 0, ...). Buffers and
+ * offsets are not looked at. Errors: FDY_ERR_INVALID_ARGUMENT with ids[0] =
+ * the operand index (inputs first, then outputs) or -1 for a parameter or
+ * an operand count (expected/actual = the counts), name = the kind's name,
+ * and a message naming the kind and the operand; FDY_ERR_OVERFLOW (ids[0]
+ * set) when an operand's byte size does not fit 64 bits. */
+fdy_status fdy_op_check(const fdy_op *op, fdy_error *err);
+
+/* Rope inverse frequency of pair j (llama3 scaling when params say so):
+ * the one definition every backend uses. */
+double fdy_rope_inverse_frequency(const fdy_op_params *params, uint32_t j);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,641 @@
+/* The CPU backend's op kernels: which ops it runs, the workspace each needs,
+ * and every kind of include/foundry/ops.h except MATMUL_Q4 (matmul_q4.c).
+ *
+ * The float arithmetic is the float32 forward pass's, unchanged, so the
+ * engine reproduces it bitwise: RMSNorm sums squares in double and scales by
+ * the float (float)(1 / sqrt(mean + eps)); rope angles are (double)pos * inv
+ * with cos and sin rounded to float; attention dots with 8 accumulators,
+ * exponentiates in float and sums the weights in double; SwiGLU is
+ * g / (1 + exp(-g)) * up. Each op splits its work across the pool in items
+ * whose results do not depend on which thread runs them: rows, (row, head)
+ * pairs, fixed-size chunks of elements; reductions across chunks (checksum,
+ * argmax) combine per-chunk results in chunk order.
+ *
+ * Step values are data: a count below 0 counts as 0 rows; a row whose token
+ * id lies outside the table (EMBED_Q4) or whose position lies outside the
+ * cache (ATTENTION) is written as NaN and nothing is read or written out of
+ * bounds (ATTENTION does not append it). */
+#include "kernels.h"
+
+#include "foundry/checksum.h"
+
+#include <math.h>
+#include <string.h>
+
+#define CHECKSUM_CHUNK_WORDS (1u << 16) /* 512 KiB per item */
+#define ARGMAX_CHUNK         (1u << 14) /* values per item */
+#define ELEMENT_CHUNK        (1u << 14) /* elements per item */
+#define MAX_ELEMENTS         ((uint64_t)1 << 40)
+
+/* One chunk's argmax (or a row's, once merged). */
+typedef struct argmax_best {
+  float value;
+  uint32_t index;
+} argmax_best;
+
+static uint64_t ceil_div(uint64_t a, uint64_t b) {
+  return a / b + (a % b != 0);
+}
+
+/* Rows of `rows` an op processes: step[FDY_STEP_COUNT] clamped to [0, rows]. */
+static uint32_t active_rows(const int32_t *step, uint64_t rows) {
+  int32_t count = step[FDY_STEP_COUNT];
+  if (count <= 0) {
+    return 0;
+  }
+  return (uint64_t)count < rows ? (uint32_t)count : (uint32_t)rows;
+}
+
+static void fill_nan(float *out, uint64_t n) {
+  for (uint64_t i = 0; i < n; i++) {
+    out[i] = NAN;
+  }
+}
+
+/* ---- which ops, and their workspace -------------------------------------- */
+
+static const fdy_tensor_view *view_at(const fdy_op *op, uint32_t i) {
+  return i < op->input_count ? &op->inputs[i]
+                             : &op->outputs[i - op->input_count];
+}
+
+/* Float stride of one thread's attention scores, in bytes. */
+static fdy_status score_stride(const fdy_op *op, uint64_t *out,
+                               fdy_error *err) {
+  uint64_t bytes = 0;
+  fdy_status st =
+      fdy_mul_u64(op->inputs[4].shape.dims[0], sizeof(float), &bytes, err);
+  return st == FDY_OK ? fdy_align_up(bytes, FDY_CPU_WORKSPACE_ALIGN, out, err)
+                      : st;
+}
+
+fdy_status fdy_cpu_op_workspace(const fdy_op *op, uint32_t threads,
+                                uint64_t *out, fdy_error *err) {
+  uint64_t bytes = 0;
+  fdy_status st = FDY_OK;
+  switch (op->kind) {
+  case FDY_OP_CHECKSUM:
+    bytes = ceil_div(op->inputs[0].shape.dims[0] / 8, CHECKSUM_CHUNK_WORDS) *
+            sizeof(uint64_t);
+    break;
+  case FDY_OP_MATMUL_Q4: {
+    fdy_cpu_matmul_layout l;
+    st = fdy_cpu_matmul_layout_of(op, threads, &l, err);
+    bytes = l.total;
+    break;
+  }
+  case FDY_OP_ATTENTION: {
+    uint64_t stride = 0;
+    st = score_stride(op, &stride, err);
+    if (st == FDY_OK) {
+      st = fdy_mul_u64(stride, threads, &bytes, err);
+    }
+    break;
+  }
+  case FDY_OP_ARGMAX:
+    st = fdy_mul_u64(op->inputs[0].shape.dims[0],
+                     ceil_div(op->inputs[0].shape.dims[1], ARGMAX_CHUNK) *
+                         sizeof(argmax_best),
+                     &bytes, err);
+    break;
+  default:
+    break;
+  }
+  if (st == FDY_OK) {
+    *out = bytes;
+  }
+  return st;
+}
+
+bool fdy_cpu_op_supported(const fdy_op *op, uint32_t threads) {
+  if (fdy_op_check(op, NULL) != FDY_OK) {
+    return false;
+  }
+  for (uint32_t i = 0; i < op->input_count + op->output_count; i++) {
+    const fdy_tensor_view *v = view_at(op, i);
+    uint64_t elements = 0;
+    fdy_shape_elements(v->shape, &elements, NULL);
+    if (elements > MAX_ELEMENTS) {
+      return false;
+    }
+    for (uint32_t d = 0; d < v->shape.rank; d++) {
+      bool bytes = op->kind == FDY_OP_CHECKSUM && i == 0;
+      if (!bytes && v->shape.dims[d] > INT32_MAX) {
+        return false;
+      }
+    }
+  }
+  if (op->kind == FDY_OP_ATTENTION &&
+      op->inputs[1].shape.dims[0] * op->params.attention.heads > UINT32_MAX) {
+    return false;
+  }
+  uint64_t bytes = 0;
+  return fdy_cpu_op_workspace(op, threads, &bytes, NULL) == FDY_OK;
+}
+
+/* ---- checksum -------------------------------------------------------------
+ */
+
+typedef struct checksum_job {
+  const uint64_t *words;
+  uint64_t count;
+  uint64_t *partial; /* one sum per item */
+} checksum_job;
+
+static void checksum_task(void *ctx, uint32_t begin, uint32_t end,
+                          uint32_t thread) {
+  (void)thread;
+  const checksum_job *job = ctx;
+  for (uint32_t item = begin; item < end; item++) {
+    uint64_t first = (uint64_t)item * CHECKSUM_CHUNK_WORDS;
+    uint64_t left = job->count - first;
+    job->partial[item] = fdy_checksum_partial(
+        job->words, first,
+        left < CHECKSUM_CHUNK_WORDS ? left : CHECKSUM_CHUNK_WORDS);
+  }
+}
+
+static void run_checksum(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
+  const fdy_op *op = a->op;
+  uint64_t n = op->inputs[0].shape.dims[0];
+  checksum_job job = {a->inputs[0], n / 8, (uint64_t *)a->workspace};
+  uint32_t items = (uint32_t)ceil_div(job.count, CHECKSUM_CHUNK_WORDS);
+  uint32_t passes = op->params.checksum.passes ? op->params.checksum.passes : 1;
+  for (uint32_t pass = 0; pass < passes; pass++) {
+    fdy_cpu_pool_run(pool, items, 1, checksum_task, &job);
+  }
+  uint64_t sum = 0;
+  for (uint32_t i = 0; i < items; i++) {
+    sum += job.partial[i];
+  }
+  uint64_t prev = op->input_count == 2 ? *(const uint64_t *)a->inputs[1] : 0;
+  *(uint64_t *)a->outputs[0] =
+      fdy_checksum_finish(sum, n) + prev * FDY_CHAIN_PRIME;
+}
+
+/* ---- embedding -------------------------------------------------------------
+ */
+
+typedef struct embed_job {
+  const int32_t *ids;
+  const unsigned char *table;
+  const void *scales, *biases;
+  fdy_dtype dtype;
+  uint64_t vocab;
+  uint32_t hidden, group, groups;
+  float *out;
+} embed_job;
+
+/* Row t is the dequantized table row of id t (fdy_llama_dequantize_row). */
+static void embed_task(void *ctx, uint32_t begin, uint32_t end,
+                       uint32_t thread) {
+  (void)thread;
+  const embed_job *job = ctx;
+  uint32_t group = job->group;
+  for (uint32_t t = begin; t < end; t++) {
+    int32_t id = job->ids[t];
+    float *out = job->out + (uint64_t)t * job->hidden;
+    if (id < 0 || (uint64_t)id >= job->vocab) {
+      fill_nan(out, job->hidden);
+      continue;
+    }
+    const unsigned char *words =
+        job->table + (uint64_t)id * (job->hidden / 8) * 4;
+    uint64_t first = (uint64_t)id * job->groups;
+    for (uint32_t g = 0; g < job->groups; g++) {
+      float scale = fdy_cpu_half_at(job->scales, job->dtype, first + g);
+      float bias = fdy_cpu_half_at(job->biases, job->dtype, first + g);
+      float *o = out + (uint64_t)g * group;
+      const unsigned char *w = words + (uint64_t)g * (group / 8) * 4;
+      for (uint32_t k = 0; k < group / 8; k++) {
+        const unsigned char *b = w + 4 * k;
+        uint32_t word = (uint32_t)b[0] | (uint32_t)b[1] << 8 |
+                        (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+        for (uint32_t j = 0; j < 8; j++) {
+          o[8 * k + j] = scale * (float)((word >> (4 * j)) & 0xfu) + bias;
+        }
+      }
+    }
+  }
+}
+
+static void run_embed(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
+  const fdy_op *op = a->op;
+  const int32_t *step = a->inputs[0];
+  embed_job job = {
+      .ids = step + FDY_STEP_IDS,
+      .table = a->inputs[1],
+      .scales = a->inputs[2],
+      .biases = a->inputs[3],
+      .dtype = op->inputs[2].dtype,
+      .vocab = op->inputs[1].shape.dims[0],
+      .hidden = (uint32_t)op->outputs[0].shape.dims[1],
+      .groups = (uint32_t)op->inputs[2].shape.dims[1],
+      .out = a->outputs[0],
+  };
+  job.group = job.hidden / job.groups;
+  fdy_cpu_pool_run(pool, active_rows(step, op->outputs[0].shape.dims[0]), 1,
+                   embed_task, &job);
+}
+
+/* ---- rmsnorm --------------------------------------------------------------
+ */
+
+typedef struct rmsnorm_job {
+  const float *x;
+  const void *weight;
+  fdy_dtype dtype;
+  uint32_t n;
+  double eps;
+  float *out;
+} rmsnorm_job;
+
+static void rmsnorm_task(void *ctx, uint32_t begin, uint32_t end,
+                         uint32_t thread) {
+  (void)thread;
+  const rmsnorm_job *job = ctx;
+  uint32_t n = job->n;
+  for (uint32_t t = begin; t < end; t++) {
+    const float *x = job->x + (uint64_t)t * n;
+    float *out = job->out + (uint64_t)t * n;
+    double sum = 0.0;
+    for (uint32_t i = 0; i < n; i++) {
+      sum += (double)x[i] * (double)x[i];
+    }
+    float inv = (float)(1.0 / sqrt(sum / n + job->eps));
+    float weight[64];
+    for (uint32_t i0 = 0; i0 < n; i0 += 64) {
+      uint32_t count = n - i0 < 64 ? n - i0 : 64;
+      fdy_cpu_halves_to_float(job->weight, job->dtype, i0, count, weight);
+      for (uint32_t k = 0; k < count; k++) {
+        out[i0 + k] = x[i0 + k] * inv * weight[k];
+      }
+    }
+  }
+}
+
+static void run_rmsnorm(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
+  const fdy_op *op = a->op;
+  rmsnorm_job job = {
+      .x = a->inputs[1],
+      .weight = a->inputs[2],
+      .dtype = op->inputs[2].dtype,
+      .n = (uint32_t)op->inputs[1].shape.dims[1],
+      .eps = op->params.rmsnorm.eps,
+      .out = a->outputs[0],
+  };
+  fdy_cpu_pool_run(pool, active_rows(a->inputs[0], op->inputs[1].shape.dims[0]),
+                   1, rmsnorm_task, &job);
+}
+
+/* ---- rope -------------------------------------------------------------------
+ */
+
+typedef struct rope_job {
+  const fdy_op_params *params;
+  const float *x;
+  float *out;
+  int64_t position; /* of row 0 */
+  uint32_t width, heads, head_dim;
+} rope_job;
+
+static void rope_task(void *ctx, uint32_t begin, uint32_t end,
+                      uint32_t thread) {
+  (void)thread;
+  const rope_job *job = ctx;
+  uint32_t half = job->head_dim / 2;
+  for (uint32_t t = begin; t < end; t++) {
+    double position = (double)(job->position + t);
+    const float *x = job->x + (uint64_t)t * job->width;
+    float *out = job->out + (uint64_t)t * job->width;
+    for (uint32_t j = 0; j < half; j++) {
+      double angle = position * fdy_rope_inverse_frequency(job->params, j);
+      float c = (float)cos(angle);
+      float s = (float)sin(angle);
+      for (uint32_t h = 0; h < job->heads; h++) {
+        uint64_t at = (uint64_t)h * job->head_dim + j;
+        float x0 = x[at];
+        float x1 = x[at + half];
+        out[at] = x0 * c - x1 * s;
+        out[at + half] = x1 * c + x0 * s;
+      }
+    }
+  }
+}
+
+static void run_rope(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
+  const fdy_op *op = a->op;
+  const int32_t *step = a->inputs[0];
+  rope_job job = {
+      .params = &op->params,
+      .x = a->inputs[1],
+      .out = a->outputs[0],
+      .position = step[FDY_STEP_POSITION],
+      .width = (uint32_t)op->inputs[1].shape.dims[1],
+      .head_dim = op->params.rope.head_dim,
+  };
+  job.heads = job.width / job.head_dim;
+  fdy_cpu_pool_run(pool, active_rows(step, op->inputs[1].shape.dims[0]), 1,
+                   rope_task, &job);
+}
+
+/* ---- attention ------------------------------------------------------------
+ */
+
+typedef struct attention_job {
+  const float *q;
+  const void *k_cache, *v_cache; /* float, or F16 bits */
+  bool f16;
+  const float *f16_table;
+  float *out;
+  uint32_t heads, group, d; /* group: query heads per kv head */
+  uint64_t q_dim, kv_dim, context;
+  int64_t position; /* of row 0 */
+  unsigned char *scores;
+  uint64_t score_stride; /* bytes */
+} attention_job;
+
+static float dot(const float *a, const float *b, uint32_t n) {
+  float acc[8] = {0};
+  uint32_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (uint32_t j = 0; j < 8; j++) {
+      acc[j] += a[i + j] * b[i + j];
+    }
+  }
+  for (; i < n; i++) {
+    acc[0] += a[i] * b[i];
+  }
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) +
+         ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+/* dot with b stored as F16 bits, converted exactly through table. */
+static float dot_f16(const float *a, const uint16_t *b, uint32_t n,
+                     const float *table) {
+  float acc[8] = {0};
+  uint32_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (uint32_t j = 0; j < 8; j++) {
+      acc[j] += a[i + j] * table[b[i + j]];
+    }
+  }
+  for (; i < n; i++) {
+    acc[0] += a[i] * table[b[i]];
+  }
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) +
+         ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+/* Query head `head` of row t over positions 0..last of the cache. */
+static void attend(const attention_job *job, uint32_t t, uint32_t head,
+                   float *scores) {
+  uint32_t d = job->d;
+  float *out = job->out + (uint64_t)t * job->q_dim + (uint64_t)head * d;
+  int64_t position = job->position + t;
+  if (position < 0 || (uint64_t)position >= job->context) {
+    fill_nan(out, d);
+    return;
+  }
+  uint32_t last = (uint32_t)position;
+  uint64_t kv_at = (uint64_t)(head / job->group) * d;
+  float scale = (float)(1.0 / sqrt((double)d));
+  const float *q = job->q + (uint64_t)t * job->q_dim + (uint64_t)head * d;
+  float max = -INFINITY;
+  for (uint32_t p = 0; p <= last; p++) {
+    uint64_t at = kv_at + (uint64_t)p * job->kv_dim;
+    float s = job->f16 ? dot_f16(q, (const uint16_t *)job->k_cache + at, d,
+                                 job->f16_table)
+                       : dot(q, (const float *)job->k_cache + at, d);
+    scores[p] = s * scale;
+    max = scores[p] > max ? scores[p] : max;
+  }
+  double sum = 0.0;
+  for (uint32_t p = 0; p <= last; p++) {
+    scores[p] = expf(scores[p] - max);
+    sum += scores[p];
+  }
+  float inv = (float)(1.0 / sum);
+  memset(out, 0, sizeof *out * d);
+  for (uint32_t p = 0; p <= last; p++) {
+    uint64_t at = kv_at + (uint64_t)p * job->kv_dim;
+    float w = scores[p] * inv;
+    if (job->f16) {
+      const uint16_t *vp = (const uint16_t *)job->v_cache + at;
+      for (uint32_t j = 0; j < d; j++) {
+        out[j] += w * job->f16_table[vp[j]];
+      }
+    } else {
+      const float *vp = (const float *)job->v_cache + at;
+      for (uint32_t j = 0; j < d; j++) {
+        out[j] += w * vp[j];
+      }
+    }
+  }
+}
+
+static void attention_task(void *ctx, uint32_t begin, uint32_t end,
+                           uint32_t thread) {
+  const attention_job *job = ctx;
+  float *scores = (float *)(job->scores + thread * job->score_stride);
+  for (uint32_t item = begin; item < end; item++) {
+    attend(job, item / job->heads, item % job->heads, scores);
+  }
+}
+
+/* Stores row src of n values into cache row `row` (F16: rounded). */
+static void append(void *cache, bool f16, uint64_t row, const float *src,
+                   uint64_t n) {
+  if (f16) {
+    uint16_t *dst = (uint16_t *)cache + row * n;
+    for (uint64_t i = 0; i < n; i++) {
+      dst[i] = fdy_cpu_float_to_f16(src[i]);
+    }
+  } else {
+    memcpy((float *)cache + row * n, src, sizeof(float) * n);
+  }
+}
+
+static void run_attention(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
+  const fdy_op *op = a->op;
+  const int32_t *step = a->inputs[0];
+  uint32_t rows = active_rows(step, op->inputs[1].shape.dims[0]);
+  attention_job job = {
+      .q = a->inputs[1],
+      .k_cache = a->inputs[4],
+      .v_cache = a->inputs[5],
+      .f16 = op->inputs[4].dtype == FDY_DTYPE_F16,
+      .out = a->outputs[0],
+      .heads = op->params.attention.heads,
+      .group = op->params.attention.heads / op->params.attention.kv_heads,
+      .d = op->params.attention.head_dim,
+      .q_dim = op->inputs[1].shape.dims[1],
+      .kv_dim = op->inputs[2].shape.dims[1],
+      .context = op->inputs[4].shape.dims[0],
+      .position = step[FDY_STEP_POSITION],
+      .scores = a->workspace,
+  };
+  if (job.f16) {
+    job.f16_table = fdy_cpu_f16_table();
+  }
+  /* The launch computed the stride already; it cannot fail here. */
+  score_stride(op, &job.score_stride, NULL);
+  for (uint32_t t = 0; t < rows; t++) {
+    int64_t position = job.position + t;
+    if (position >= 0 && (uint64_t)position < job.context) {
+      const float *k = (const float *)a->inputs[2] + (uint64_t)t * job.kv_dim;
+      const float *v = (const float *)a->inputs[3] + (uint64_t)t * job.kv_dim;
+      append(a->inputs[4], job.f16, (uint64_t)position, k, job.kv_dim);
+      append(a->inputs[5], job.f16, (uint64_t)position, v, job.kv_dim);
+    }
+  }
+  fdy_cpu_pool_run(pool, rows * job.heads, 1, attention_task, &job);
+}
+
+/* ---- element-wise kinds -----------------------------------------------------
+ */
+
+typedef struct elementwise_job {
+  fdy_op_kind kind;
+  const float *a, *b; /* b: SWIGLU's up, ADD's b; unused by LAST_ROW */
+  float *out;
+  uint64_t count;
+} elementwise_job;
+
+static void elementwise_task(void *ctx, uint32_t begin, uint32_t end,
+                             uint32_t thread) {
+  (void)thread;
+  const elementwise_job *job = ctx;
+  uint64_t first = (uint64_t)begin * ELEMENT_CHUNK;
+  uint64_t stop = (uint64_t)end * ELEMENT_CHUNK;
+  stop = stop < job->count ? stop : job->count;
+  switch (job->kind) {
+  case FDY_OP_SWIGLU:
+    for (uint64_t i = first; i < stop; i++) {
+      float g = job->a[i];
+      job->out[i] = g / (1.0f + expf(-g)) * job->b[i];
+    }
+    break;
+  case FDY_OP_ADD:
+    for (uint64_t i = first; i < stop; i++) {
+      job->out[i] = job->a[i] + job->b[i];
+    }
+    break;
+  default: /* LAST_ROW: a copy */
+    memcpy(job->out + first, job->a + first, sizeof(float) * (stop - first));
+    break;
+  }
+}
+
+static void run_elementwise(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
+  const fdy_op *op = a->op;
+  uint64_t n = op->inputs[1].shape.dims[1];
+  uint32_t rows = active_rows(a->inputs[0], op->inputs[1].shape.dims[0]);
+  elementwise_job job = {op->kind, a->inputs[1], NULL, a->outputs[0], 0};
+  if (op->kind == FDY_OP_LAST_ROW) {
+    if (rows == 0) {
+      return;
+    }
+    job.a += (uint64_t)(rows - 1) * n;
+    job.count = n;
+  } else {
+    job.b = a->inputs[2];
+    job.count = rows * n;
+  }
+  fdy_cpu_pool_run(pool, (uint32_t)ceil_div(job.count, ELEMENT_CHUNK), 1,
+                   elementwise_task, &job);
+}
+
+/* ---- argmax -----------------------------------------------------------------
+ */
+
+typedef struct argmax_job {
+  const float *x;
+  uint64_t n;
+  uint32_t chunks; /* per row */
+  argmax_best *best;
+} argmax_job;
+
+/* Whether value a beats the best value b: larger, and NaN loses to any
+ * number. Ties keep the earlier index. */
+static bool beats(float a, float b) {
+  return a > b || (isnan(b) && !isnan(a));
+}
+
+static void argmax_task(void *ctx, uint32_t begin, uint32_t end,
+                        uint32_t thread) {
+  (void)thread;
+  const argmax_job *job = ctx;
+  for (uint32_t item = begin; item < end; item++) {
+    uint64_t row = item / job->chunks;
+    uint64_t first = (uint64_t)(item % job->chunks) * ARGMAX_CHUNK;
+    uint64_t stop =
+        first + ARGMAX_CHUNK < job->n ? first + ARGMAX_CHUNK : job->n;
+    const float *x = job->x + row * job->n;
+    uint64_t best = first;
+    for (uint64_t i = first + 1; i < stop; i++) {
+      if (beats(x[i], x[best])) {
+        best = i;
+      }
+    }
+    job->best[item] = (argmax_best){x[best], (uint32_t)best};
+  }
+}
+
+static void run_argmax(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
+  const fdy_op *op = a->op;
+  uint64_t rows = op->inputs[0].shape.dims[0];
+  argmax_job job = {
+      .x = a->inputs[0],
+      .n = op->inputs[0].shape.dims[1],
+      .best = (argmax_best *)a->workspace,
+  };
+  job.chunks = (uint32_t)ceil_div(job.n, ARGMAX_CHUNK);
+  fdy_cpu_pool_run(pool, (uint32_t)(rows * job.chunks), 1, argmax_task, &job);
+  int32_t *out = a->outputs[0];
+  for (uint64_t r = 0; r < rows; r++) {
+    argmax_best best = job.best[r * job.chunks];
+    for (uint32_t c = 1; c < job.chunks; c++) {
+      argmax_best next = job.best[r * job.chunks + c];
+      if (beats(next.value, best.value)) {
+        best = next;
+      }
+    }
+    out[r] = (int32_t)best.index;
+  }
+}
+
+void fdy_cpu_op_run(fdy_cpu_pool *pool, const fdy_cpu_args *args) {
+  switch (args->op->kind) {
+  case FDY_OP_CHECKSUM:
+    run_checksum(pool, args);
+    break;
+  case FDY_OP_EMBED_Q4:
+    run_embed(pool, args);
+    break;
+  case FDY_OP_RMSNORM:
+    run_rmsnorm(pool, args);
+    break;
+  case FDY_OP_MATMUL_Q4:
+    fdy_cpu_matmul_q4(
+        pool, args,
+        active_rows(args->inputs[0], args->op->inputs[1].shape.dims[0]));
+    break;
+  case FDY_OP_ROPE:
+    run_rope(pool, args);
+    break;
+  case FDY_OP_ATTENTION:
+    run_attention(pool, args);
+    break;
+  case FDY_OP_SWIGLU:
+  case FDY_OP_ADD:
+  case FDY_OP_LAST_ROW:
+    run_elementwise(pool, args);
+    break;
+  case FDY_OP_ARGMAX:
+    run_argmax(pool, args);
+    break;
+  case FDY_OP_KIND_COUNT:
+    break;
+  }
+}

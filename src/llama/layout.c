@@ -1,0 +1,209 @@
+/* The Llama MLX 4-bit layout table (see layout.h): one row per module, in
+ * layout order, with its name, where it occurs, its dimensions in terms of
+ * the configuration and the field of the loaded weights it fills. Every
+ * expected tensor is derived from these rows. */
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "layout.h"
+
+/* A dimension taken from the configuration. */
+typedef enum dim {
+  DIM_NONE, /* a norm has no input dimension */
+  DIM_HIDDEN,
+  DIM_FFN,   /* intermediate_size */
+  DIM_Q,     /* num_heads * head_dim */
+  DIM_KV,    /* num_kv_heads * head_dim */
+  DIM_VOCAB, /* vocab_size */
+} dim;
+
+/* Where a module occurs. */
+typedef enum scope {
+  GLOBAL,    /* once */
+  PER_LAYER, /* once per decoder layer, named model.layers.N.NAME */
+  UNTIED,    /* once, only when the embeddings are untied */
+} scope;
+
+typedef struct module_row {
+  const char *name;
+  scope scope;
+  dim out, in;  /* a linear (out, in); a norm (out) when in is DIM_NONE */
+  size_t field; /* offset of the fdy_llama_qlinear (linear) or of the tensor
+                   pointer (norm) in fdy_llama_layer_weights (PER_LAYER)
+                   or fdy_llama_weights */
+} module_row;
+
+#define IN_LAYER(f) offsetof(fdy_llama_layer_weights, f)
+#define IN_MODEL(f) offsetof(fdy_llama_weights, f)
+
+static const module_row rows[FDY_LLAMA_MODULE_COUNT] = {
+    [FDY_LLAMA_EMBED] = {"model.embed_tokens", GLOBAL, DIM_VOCAB, DIM_HIDDEN,
+                         IN_MODEL(embed)},
+    [FDY_LLAMA_INPUT_NORM] = {"input_layernorm", PER_LAYER, DIM_HIDDEN,
+                              DIM_NONE, IN_LAYER(input_norm)},
+    [FDY_LLAMA_Q_PROJ] = {"self_attn.q_proj", PER_LAYER, DIM_Q, DIM_HIDDEN,
+                          IN_LAYER(q)},
+    [FDY_LLAMA_K_PROJ] = {"self_attn.k_proj", PER_LAYER, DIM_KV, DIM_HIDDEN,
+                          IN_LAYER(k)},
+    [FDY_LLAMA_V_PROJ] = {"self_attn.v_proj", PER_LAYER, DIM_KV, DIM_HIDDEN,
+                          IN_LAYER(v)},
+    [FDY_LLAMA_O_PROJ] = {"self_attn.o_proj", PER_LAYER, DIM_HIDDEN, DIM_Q,
+                          IN_LAYER(o)},
+    [FDY_LLAMA_POST_NORM] = {"post_attention_layernorm", PER_LAYER, DIM_HIDDEN,
+                             DIM_NONE, IN_LAYER(post_norm)},
+    [FDY_LLAMA_GATE_PROJ] = {"mlp.gate_proj", PER_LAYER, DIM_FFN, DIM_HIDDEN,
+                             IN_LAYER(gate)},
+    [FDY_LLAMA_UP_PROJ] = {"mlp.up_proj", PER_LAYER, DIM_FFN, DIM_HIDDEN,
+                           IN_LAYER(up)},
+    [FDY_LLAMA_DOWN_PROJ] = {"mlp.down_proj", PER_LAYER, DIM_HIDDEN, DIM_FFN,
+                             IN_LAYER(down)},
+    [FDY_LLAMA_FINAL_NORM] = {"model.norm", GLOBAL, DIM_HIDDEN, DIM_NONE,
+                              IN_MODEL(final_norm)},
+    [FDY_LLAMA_LM_HEAD] = {"lm_head", UNTIED, DIM_VOCAB, DIM_HIDDEN,
+                           IN_MODEL(lm_head)},
+};
+
+static uint32_t dim_of(const fdy_llama_config *c, dim d) {
+  switch (d) {
+  case DIM_HIDDEN:
+    return c->hidden_size;
+  case DIM_FFN:
+    return c->intermediate_size;
+  case DIM_Q:
+    return c->num_heads * c->head_dim;
+  case DIM_KV:
+    return c->num_kv_heads * c->head_dim;
+  case DIM_VOCAB:
+    return c->vocab_size;
+  case DIM_NONE:
+    break;
+  }
+  return 0;
+}
+
+static bool present(const fdy_llama_config *c, const module_row *r) {
+  return r->scope != UNTIED || !c->tie_word_embeddings;
+}
+
+/* Tensors per occurrence: a linear's three parts or one norm vector. */
+static size_t part_count(const module_row *r) {
+  return r->in == DIM_NONE ? 1 : 3;
+}
+
+/* Fills s as part `part` of module m in layer (-1 outside the layers); a
+ * norm's features stay 0. */
+static void set_spec(fdy_llama_tensor_spec *s, fdy_llama_module m,
+                     int64_t layer, fdy_llama_part part, fdy_dtype dtype,
+                     fdy_shape shape) {
+  static const char *const suffix[] = {[FDY_LLAMA_PART_PACKED] = "weight",
+                                       [FDY_LLAMA_PART_SCALES] = "scales",
+                                       [FDY_LLAMA_PART_BIASES] = "biases",
+                                       [FDY_LLAMA_PART_NORM] = "weight"};
+  if (layer >= 0) {
+    snprintf(s->name, sizeof s->name, "model.layers.%lld.%s.%s",
+             (long long)layer, rows[m].name, suffix[part]);
+  } else {
+    snprintf(s->name, sizeof s->name, "%s.%s", rows[m].name, suffix[part]);
+  }
+  s->module_len = strlen(s->name) - strlen(suffix[part]) - 1;
+  s->module = m;
+  s->part = part;
+  s->dtype = dtype;
+  s->shape = shape;
+  s->layer = layer;
+  s->out_features = 0;
+  s->in_features = 0;
+}
+
+/* Writes the tensors of module m in layer (or -1) to out; returns how
+ * many. */
+static size_t emit(const fdy_llama_config *c, fdy_llama_module m, int64_t layer,
+                   fdy_llama_tensor_spec *out) {
+  const module_row *r = &rows[m];
+  uint32_t out_dim = dim_of(c, r->out);
+  if (r->in == DIM_NONE) {
+    set_spec(out, m, layer, FDY_LLAMA_PART_NORM, c->scale_dtype,
+             FDY_SHAPE(out_dim));
+    return 1;
+  }
+  uint32_t in_dim = dim_of(c, r->in);
+  uint64_t packed = (uint64_t)in_dim * c->bits / 32;
+  uint64_t groups = in_dim / c->group_size;
+  set_spec(&out[0], m, layer, FDY_LLAMA_PART_PACKED, FDY_DTYPE_U32,
+           FDY_SHAPE(out_dim, packed));
+  set_spec(&out[1], m, layer, FDY_LLAMA_PART_SCALES, c->scale_dtype,
+           FDY_SHAPE(out_dim, groups));
+  set_spec(&out[2], m, layer, FDY_LLAMA_PART_BIASES, c->scale_dtype,
+           FDY_SHAPE(out_dim, groups));
+  for (size_t k = 0; k < 3; k++) {
+    out[k].out_features = out_dim;
+    out[k].in_features = in_dim;
+  }
+  return 3;
+}
+
+size_t fdy_llama_layout_count(const fdy_llama_config *config) {
+  size_t n = 0;
+  for (size_t m = 0; m < FDY_LLAMA_MODULE_COUNT; m++) {
+    const module_row *r = &rows[m];
+    if (present(config, r)) {
+      n += part_count(r) * (r->scope == PER_LAYER ? config->num_layers : 1);
+    }
+  }
+  return n;
+}
+
+void fdy_llama_layout(const fdy_llama_config *config,
+                      fdy_llama_tensor_spec *out) {
+  size_t n = 0;
+  for (size_t m = 0; m < FDY_LLAMA_MODULE_COUNT; m++) {
+    if (rows[m].scope != PER_LAYER) {
+      if (present(config, &rows[m])) {
+        n += emit(config, (fdy_llama_module)m, -1, out + n);
+      }
+      continue;
+    }
+    /* a run of per-layer rows is one layer's unit, repeated per layer */
+    size_t end = m;
+    while (end < FDY_LLAMA_MODULE_COUNT && rows[end].scope == PER_LAYER) {
+      end++;
+    }
+    for (uint32_t l = 0; l < config->num_layers; l++) {
+      for (size_t k = m; k < end; k++) {
+        n += emit(config, (fdy_llama_module)k, l, out + n);
+      }
+    }
+    m = end - 1;
+  }
+}
+
+/* The field spec's module fills: a qlinear or a norm's tensor pointer. */
+static void *field(fdy_llama_weights *w, const fdy_llama_tensor_spec *spec) {
+  const module_row *r = &rows[spec->module];
+  char *base =
+      r->scope == PER_LAYER ? (char *)&w->layers[spec->layer] : (char *)w;
+  return base + r->field;
+}
+
+fdy_llama_qlinear *fdy_llama_weights_linear(fdy_llama_weights *w,
+                                            const fdy_llama_tensor_spec *spec) {
+  return spec->part == FDY_LLAMA_PART_NORM ? NULL : field(w, spec);
+}
+
+const fdy_st_tensor **
+fdy_llama_weights_slot(fdy_llama_weights *w,
+                       const fdy_llama_tensor_spec *spec) {
+  fdy_llama_qlinear *q = fdy_llama_weights_linear(w, spec);
+  switch (spec->part) {
+  case FDY_LLAMA_PART_PACKED:
+    return &q->weight;
+  case FDY_LLAMA_PART_SCALES:
+    return &q->scales;
+  case FDY_LLAMA_PART_BIASES:
+    return &q->biases;
+  case FDY_LLAMA_PART_NORM:
+    break;
+  }
+  return field(w, spec);
+}

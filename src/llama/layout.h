@@ -1,0 +1,99 @@
+/* The Llama MLX 4-bit checkpoint layout, written once: which tensors a
+ * configuration implies (names, dtypes, shapes, decoder layer) and which
+ * field of the loaded weights each one fills. The loader's validation, the
+ * make-model writer and the graph builder all enumerate it.
+ *
+ * Order: the embedding; then per decoder layer the tensors of one streamable
+ * unit, in the order the layer uses them (input norm, q, k, v, o, post
+ * norm, gate, up, down; a linear contributes its packed weight, scales and
+ * biases); then the final norm and, when the embeddings are untied, the LM
+ * head. Private to src/llama. */
+#ifndef FOUNDRY_LLAMA_LAYOUT_H
+#define FOUNDRY_LLAMA_LAYOUT_H
+
+#include "foundry/llama.h"
+
+/* Room for any tensor name the layout produces, NUL included. */
+#define FDY_LLAMA_NAME_MAX 96
+
+/* The modules of a checkpoint in layout order. INPUT_NORM to DOWN_PROJ
+ * repeat once per decoder layer; the others occur once. */
+typedef enum fdy_llama_module {
+  FDY_LLAMA_EMBED,      /* model.embed_tokens: linear (vocab, hidden) */
+  FDY_LLAMA_INPUT_NORM, /* model.layers.N.input_layernorm: norm (hidden) */
+  FDY_LLAMA_Q_PROJ,     /* ...self_attn.q_proj: (heads * head_dim, hidden) */
+  FDY_LLAMA_K_PROJ,     /* ...self_attn.k_proj: (kv_heads * head_dim, hidden) */
+  FDY_LLAMA_V_PROJ,     /* ...self_attn.v_proj: (kv_heads * head_dim, hidden) */
+  FDY_LLAMA_O_PROJ,     /* ...self_attn.o_proj: (hidden, heads * head_dim) */
+  FDY_LLAMA_POST_NORM,  /* ...post_attention_layernorm: norm (hidden) */
+  FDY_LLAMA_GATE_PROJ,  /* ...mlp.gate_proj: (intermediate, hidden) */
+  FDY_LLAMA_UP_PROJ,    /* ...mlp.up_proj: (intermediate, hidden) */
+  FDY_LLAMA_DOWN_PROJ,  /* ...mlp.down_proj: (hidden, intermediate) */
+  FDY_LLAMA_FINAL_NORM, /* model.norm: norm (hidden) */
+  FDY_LLAMA_LM_HEAD,    /* lm_head: linear (vocab, hidden), untied only */
+  FDY_LLAMA_MODULE_COUNT
+} fdy_llama_module;
+
+/* What one tensor holds. A linear W (out, in) is three tensors. */
+typedef enum fdy_llama_part {
+  FDY_LLAMA_PART_PACKED, /* NAME.weight: U32 (out, in * bits / 32) nibbles */
+  FDY_LLAMA_PART_SCALES, /* NAME.scales: scale dtype (out, in / group_size) */
+  FDY_LLAMA_PART_BIASES, /* NAME.biases: scale dtype (out, in / group_size) */
+  FDY_LLAMA_PART_NORM,   /* NAME.weight: scale dtype (hidden) */
+} fdy_llama_part;
+
+/* One tensor a configuration implies. */
+typedef struct fdy_llama_tensor_spec {
+  char name[FDY_LLAMA_NAME_MAX]; /* "model.layers.3.self_attn.q_proj.scales" */
+  size_t module_len; /* name[0, module_len) is the module's name, without the
+                        ".weight"/".scales"/".biases" suffix */
+  fdy_llama_module module;
+  fdy_llama_part part;
+  fdy_dtype dtype; /* U32 for PACKED, else the config's scale_dtype */
+  fdy_shape shape;
+  int64_t layer;         /* decoder layer, or -1 outside the layers */
+  uint32_t out_features; /* of the linear (0 for a norm) */
+  uint32_t in_features;  /* of the linear (0 for a norm) */
+} fdy_llama_tensor_spec;
+
+/* A checkpoint's tensors as the loader holds them. Every tensor pointer
+ * borrows from the open safetensors files; layers is owned by whoever
+ * holds the struct. */
+typedef struct fdy_llama_weights {
+  fdy_llama_qlinear embed;
+  fdy_llama_layer_weights *layers; /* num_layers */
+  const fdy_st_tensor *final_norm; /* (hidden) */
+  fdy_llama_qlinear lm_head;       /* untied only; the loader copies the
+                                      embedding here when tied */
+} fdy_llama_weights;
+
+/* The number of tensors a checkpoint of config holds: 23 per decoder layer,
+ * 4 global ones and 3 more when the embeddings are untied. config must be
+ * one fdy_llama_config_parse accepted (its limits keep every count, name and
+ * dimension in range). */
+size_t fdy_llama_layout_count(const fdy_llama_config *config);
+
+/* Writes the fdy_llama_layout_count(config) tensors of config into
+ * out[0 .. count), in layout order (see the top of this file). Cannot fail;
+ * config as for fdy_llama_layout_count. */
+void fdy_llama_layout(const fdy_llama_config *config,
+                      fdy_llama_tensor_spec *out);
+
+/* The linear that spec is part of in w (&w->layers[spec->layer].q for a
+ * q_proj tensor, &w->embed, ...), or NULL for a norm. spec->layer must be
+ * below the number of layers w->layers holds. */
+fdy_llama_qlinear *fdy_llama_weights_linear(fdy_llama_weights *w,
+                                            const fdy_llama_tensor_spec *spec);
+
+/* The tensor pointer in w that spec fills (w->layers[spec->layer].q.scales,
+ * w->final_norm, ...); never NULL. Same precondition. */
+const fdy_st_tensor **fdy_llama_weights_slot(fdy_llama_weights *w,
+                                             const fdy_llama_tensor_spec *spec);
+
+/* The loaded tensor of an open model that spec names (the embedding's for
+ * the LM head of a tied model); spec from fdy_llama_layout of the model's
+ * config. */
+const fdy_st_tensor *fdy_llama_model_tensor(const fdy_llama_model *model,
+                                            const fdy_llama_tensor_spec *spec);
+
+#endif

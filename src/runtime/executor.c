@@ -1,0 +1,1204 @@
+/* The executor (include/foundry/runtime.h): preflight checks that touch no
+ * backend state, then everything a plan's life needs acquired once
+ * (streams, events, file mappings, host registrations, staging, buffers by
+ * running setup, per-stream workspaces, every launch resolved to an fdy_op
+ * of tensor views), so that a run of a step only walks its commands and
+ * issues backend calls. Every handle sits in a table indexed by its plan
+ * id, so one cleanup path (drain, then release everything) serves destroy
+ * and every failure alike. Backend errors are decorated with the failing
+ * command and backend entry; a failure of the cleanup drain goes to
+ * cleanup_kind. */
+#include "foundry/runtime.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define STAGING_ALIGNMENT 4096
+
+typedef struct ex_mapping {
+  const char *path; /* owned by the graph */
+  void *base;
+  uint64_t size;
+} ex_mapping;
+
+/* One host-to-device copy of a prefetch (one per non-padding extent). */
+typedef struct ex_copy {
+  const void *src;
+  uint64_t offset; /* from the weight's first byte */
+  uint64_t bytes;
+} ex_copy;
+
+/* A plan command resolved to what its backend calls need. */
+typedef struct ex_command {
+  size_t first_copy, copy_count; /* prefetch */
+  void *host;                    /* copy_input / copy_output staging */
+  uint64_t offset, bytes;        /* copy_input / copy_output placement */
+  fdy_op *op;                    /* launch */
+} ex_command;
+
+/* Host staging of one input or output tensor. */
+typedef struct ex_staging {
+  void *data;
+  uint64_t bytes;
+  bool input, output;
+} ex_staging;
+
+struct fdy_executor {
+  const fdy_plan *plan;
+  const fdy_graph *graph; /* the graph whose extents are copied */
+  fdy_backend *b;
+  const fdy_backend_ops *ops;
+  bool collect;
+  bool registers_host;
+  bool failed;
+  bool finished;
+  uint32_t stream_count, buffer_count, event_count;
+  size_t command_count, tensor_count;
+  fdy_backend_stream **streams;
+  fdy_backend_buffer **buffers;   /* by plan buffer id */
+  fdy_backend_buffer **workspace; /* by stream, NULL when not needed */
+  uint64_t *workspace_bytes;      /* by stream */
+  fdy_backend_event **events;     /* by plan event id */
+  fdy_backend_event **starts;     /* timings: by command */
+  ex_mapping *maps;
+  size_t map_count;
+  fdy_backend_host **hosts; /* registrations */
+  size_t host_count, host_cap;
+  ex_staging *staging; /* by tensor id */
+  ex_copy *copies;
+  size_t copy_count;
+  ex_command *cmds;
+  fdy_op *launch_ops;
+  fdy_command_timing *timings;
+  size_t timing_count;
+  fdy_executor_stats stats;
+};
+
+/* Turns a failed backend call into the executor's error: kind as the
+ * backend reported it, plus the command and the entry. */
+static fdy_status backend_failed(fdy_error *e, fdy_status status,
+                                 int64_t command_index, const char *op) {
+  if (e->kind != status) {
+    e->kind = status;
+  }
+  e->command_index = command_index;
+  snprintf(e->backend_op, sizeof(e->backend_op), "%s", op);
+  if (command_index >= 0) {
+    fdy_error_prefix(e, "command %lld: backend %s failed",
+                     (long long)command_index, op);
+  } else {
+    fdy_error_prefix(e, "backend %s failed", op);
+  }
+  return status;
+}
+
+static fdy_status oom(fdy_error *e) {
+  return fdy_error_set(e, FDY_ERR_OUT_OF_MEMORY, "executor: out of memory");
+}
+
+static fdy_status tensor_info(const fdy_graph *graph, uint32_t id,
+                              fdy_tensor_info *out, fdy_error *e) {
+  return fdy_graph_tensor(graph, (fdy_tensor_id){id}, out, e);
+}
+
+/* ---- preflight
+ * --------------------------------------------------------------- */
+
+static fdy_status check_ops_table(const fdy_backend *b, fdy_error *e) {
+  const fdy_backend_ops *o = b->ops;
+  const struct {
+    const char *name;
+    bool present;
+  } required[] = {
+      {"capabilities", o->capabilities != NULL},
+      {"supports_op", o->supports_op != NULL},
+      {"buffer_alloc", o->buffer_alloc != NULL},
+      {"buffer_release", o->buffer_release != NULL},
+      {"stream_create", o->stream_create != NULL},
+      {"stream_destroy", o->stream_destroy != NULL},
+      {"event_create", o->event_create != NULL},
+      {"event_destroy", o->event_destroy != NULL},
+      {"event_record", o->event_record != NULL},
+      {"copy_to_device", o->copy_to_device != NULL},
+      {"copy_to_host", o->copy_to_host != NULL},
+      {"launch", o->launch != NULL},
+      {"stream_wait", o->stream_wait != NULL},
+      {"host_wait", o->host_wait != NULL},
+      {"drain", o->drain != NULL},
+  };
+  for (size_t i = 0; i < sizeof(required) / sizeof(required[0]); i++) {
+    if (!required[i].present) {
+      fdy_error_set(e, FDY_ERR_UNSUPPORTED,
+                    "backend %s lacks the required entry %s",
+                    o->name ? o->name : "?", required[i].name);
+      snprintf(e->backend_op, sizeof(e->backend_op), "%s", required[i].name);
+      return FDY_ERR_UNSUPPORTED;
+    }
+  }
+  return FDY_OK;
+}
+
+/* The caller's graph must be the plan's graph with extents: same tensors
+ * (a weight of another size is GRAPH_WEIGHT_SIZE) and same structure. */
+static fdy_status check_graph_matches(const fdy_graph *planned,
+                                      const fdy_graph *given, fdy_error *e) {
+  size_t count = fdy_graph_tensor_count(planned);
+  if (count != fdy_graph_tensor_count(given) ||
+      fdy_graph_op_count(planned) != fdy_graph_op_count(given)) {
+    fdy_error_set(e, FDY_ERR_INVALID_ARGUMENT,
+                  "the graph has %zu tensors and %zu ops, the plan's graph "
+                  "%zu and %zu",
+                  fdy_graph_tensor_count(given), fdy_graph_op_count(given),
+                  count, fdy_graph_op_count(planned));
+    e->expected = count;
+    e->actual = fdy_graph_tensor_count(given);
+    return FDY_ERR_INVALID_ARGUMENT;
+  }
+  for (size_t i = 0; i < count; i++) {
+    fdy_tensor_info p, g;
+    fdy_status st = tensor_info(planned, (uint32_t)i, &p, e);
+    if (st == FDY_OK) {
+      st = tensor_info(given, (uint32_t)i, &g, e);
+    }
+    if (st != FDY_OK) {
+      return st;
+    }
+    if (p.role == FDY_TENSOR_WEIGHT && g.role == FDY_TENSOR_WEIGHT &&
+        p.bytes != g.bytes) {
+      fdy_error_set(e, FDY_ERR_GRAPH_WEIGHT_SIZE,
+                    "weight %s has %llu bytes, the plan expects %llu", g.name,
+                    (unsigned long long)g.bytes, (unsigned long long)p.bytes);
+      e->ids[0] = (int64_t)i;
+      e->expected = p.bytes;
+      e->actual = g.bytes;
+      snprintf(e->name, sizeof(e->name), "%s", g.name);
+      return FDY_ERR_GRAPH_WEIGHT_SIZE;
+    }
+  }
+  if (!fdy_graph_same_structure(planned, given)) {
+    return fdy_error_set(e, FDY_ERR_INVALID_ARGUMENT,
+                         "the graph's structure differs from the plan's graph");
+  }
+  return FDY_OK;
+}
+
+static fdy_status weight_error(fdy_error *e, fdy_status kind, size_t command,
+                               uint32_t tensor, const char *name) {
+  e->command_index = (int64_t)command;
+  e->ids[0] = tensor;
+  if (name) {
+    snprintf(e->name, sizeof(e->name), "%s", name);
+  }
+  return kind;
+}
+
+/* A prefetched weight must be bound: extents present, summing to exactly its
+ * bytes, host memory non-NULL, files holding the whole range. */
+static fdy_status check_weight_bound(const fdy_graph *graph, size_t command,
+                                     uint32_t tensor, fdy_error *e) {
+  fdy_tensor_info info;
+  fdy_status st = tensor_info(graph, tensor, &info, e);
+  if (st != FDY_OK) {
+    return st;
+  }
+  if (info.extent_count == 0) {
+    fdy_error_set(e, FDY_ERR_NOT_FOUND,
+                  "command %zu prefetches weight %s, which is not bound to "
+                  "host memory or a file",
+                  command, info.name);
+    return weight_error(e, FDY_ERR_NOT_FOUND, command, tensor, info.name);
+  }
+  uint64_t sum = 0;
+  for (size_t k = 0; k < info.extent_count; k++) {
+    const fdy_extent *x = &info.extents[k];
+    if (__builtin_add_overflow(sum, x->length, &sum)) {
+      fdy_error_set(e, FDY_ERR_OVERFLOW, "extents of weight %s overflow",
+                    info.name);
+      return weight_error(e, FDY_ERR_OVERFLOW, command, tensor, info.name);
+    }
+    if (x->kind == FDY_EXTENT_HOST && !x->host) {
+      fdy_error_set(e, FDY_ERR_NOT_FOUND,
+                    "weight %s has an extent without host memory", info.name);
+      return weight_error(e, FDY_ERR_NOT_FOUND, command, tensor, info.name);
+    }
+    if (x->kind == FDY_EXTENT_FILE) {
+      struct stat sb;
+      uint64_t end;
+      if (!x->path || stat(x->path, &sb) != 0) {
+        int code = errno;
+        fdy_status kind = code == ENOENT ? FDY_ERR_NOT_FOUND : FDY_ERR_IO;
+        fdy_error_set(e, kind, "weight %s: cannot stat %s: %s", info.name,
+                      x->path ? x->path : "(null)", strerror(code));
+        return weight_error(e, kind, command, tensor, x->path);
+      }
+      if (__builtin_add_overflow(x->offset, x->length, &end) ||
+          !S_ISREG(sb.st_mode) || (uint64_t)sb.st_size < end) {
+        fdy_error_set(e, FDY_ERR_GRAPH_FILE_RANGE,
+                      "weight %s: %s is not a regular file of at least %llu "
+                      "bytes",
+                      info.name, x->path, (unsigned long long)end);
+        e->expected = end;
+        e->actual = (uint64_t)sb.st_size;
+        return weight_error(e, FDY_ERR_GRAPH_FILE_RANGE, command, tensor,
+                            x->path);
+      }
+    }
+  }
+  if (sum != info.bytes) {
+    fdy_error_set(e, FDY_ERR_GRAPH_WEIGHT_SIZE,
+                  "weight %s is bound to %llu bytes, it has %llu", info.name,
+                  (unsigned long long)sum, (unsigned long long)info.bytes);
+    e->expected = info.bytes;
+    e->actual = sum;
+    return weight_error(e, FDY_ERR_GRAPH_WEIGHT_SIZE, command, tensor,
+                        info.name);
+  }
+  return FDY_OK;
+}
+
+/* The op of graph op `id` with dtypes and shapes (no buffers yet). */
+static fdy_status op_of(const fdy_graph *graph, uint32_t id, fdy_op *out,
+                        fdy_op_info *info, fdy_error *e) {
+  fdy_status st = fdy_graph_op(graph, (fdy_op_id){id}, info, e);
+  if (st != FDY_OK) {
+    return st;
+  }
+  memset(out, 0, sizeof(*out));
+  out->kind = info->kind;
+  out->params = info->params;
+  out->input_count = (uint32_t)info->read_count;
+  out->output_count = (uint32_t)info->write_count;
+  for (size_t i = 0; i < info->read_count + info->write_count; i++) {
+    bool input = i < info->read_count;
+    fdy_tensor_id t =
+        input ? info->reads[i] : info->writes[i - info->read_count];
+    fdy_tensor_info ti;
+    st = fdy_graph_tensor(graph, t, &ti, e);
+    if (st != FDY_OK) {
+      return st;
+    }
+    fdy_tensor_view view = {.dtype = ti.dtype, .shape = ti.shape};
+    if (input) {
+      out->inputs[i] = view;
+    } else {
+      out->outputs[i - info->read_count] = view;
+    }
+  }
+  return FDY_OK;
+}
+
+static fdy_status check_ops_supported(const fdy_graph *graph, fdy_backend *b,
+                                      fdy_error *e) {
+  size_t count = fdy_graph_op_count(graph);
+  for (size_t i = 0; i < count; i++) {
+    fdy_op op;
+    fdy_op_info info;
+    fdy_status st = op_of(graph, (uint32_t)i, &op, &info, e);
+    if (st != FDY_OK) {
+      return st;
+    }
+    if (!b->ops->supports_op(b, &op)) {
+      fdy_error_set(e, FDY_ERR_UNSUPPORTED,
+                    "backend %s does not support op %s (kind %s) with these "
+                    "dtypes and shapes",
+                    b->ops->name, info.name, fdy_op_kind_name(op.kind));
+      e->ids[0] = (int64_t)i;
+      snprintf(e->name, sizeof(e->name), "%s", info.name);
+      snprintf(e->backend_op, sizeof(e->backend_op), "supports_op");
+      return FDY_ERR_UNSUPPORTED;
+    }
+  }
+  return FDY_OK;
+}
+
+static fdy_status check_device_limits(const fdy_plan *plan, fdy_backend *b,
+                                      fdy_error *e) {
+  fdy_device_caps caps;
+  memset(&caps, 0, sizeof(caps));
+  fdy_status st = b->ops->capabilities(b, &caps, e);
+  if (st != FDY_OK) {
+    return backend_failed(e, st, -1, "capabilities");
+  }
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < fdy_plan_buffer_count(plan); i++) {
+    const fdy_plan_buffer *buf = fdy_plan_buffer_at(plan, i);
+    if (caps.max_allocation != 0 && buf->bytes > caps.max_allocation) {
+      fdy_error_set(e, FDY_ERR_BUDGET,
+                    "%s buffer %u needs %llu bytes, above the device's "
+                    "largest allocation of %llu bytes",
+                    fdy_buffer_class_name(buf->cls), i,
+                    (unsigned long long)buf->bytes,
+                    (unsigned long long)caps.max_allocation);
+      e->ids[0] = i;
+      e->expected = caps.max_allocation;
+      e->actual = buf->bytes;
+      return FDY_ERR_BUDGET;
+    }
+    if (__builtin_add_overflow(total, buf->bytes, &total)) {
+      total = UINT64_MAX;
+    }
+  }
+  if (total > caps.total_memory) {
+    fdy_error_set(e, FDY_ERR_BUDGET,
+                  "the plan's buffers need %llu bytes, above the %llu bytes "
+                  "of device memory of %s",
+                  (unsigned long long)total,
+                  (unsigned long long)caps.total_memory, caps.name);
+    e->expected = caps.total_memory;
+    e->actual = total;
+    return FDY_ERR_BUDGET;
+  }
+  return FDY_OK;
+}
+
+/* Checks in order of cost: arguments, the backend table, the graph, plan
+ * validation, weight bindings (none of these call the backend), then the
+ * backend's queries (supports_op, capabilities). */
+static fdy_status preflight(const fdy_plan *plan, const fdy_graph *graph,
+                            fdy_backend *b, const fdy_graph **effective,
+                            fdy_error *e) {
+  if (!plan || !b || !b->ops) {
+    return fdy_error_set(e, FDY_ERR_INVALID_ARGUMENT,
+                         "executor: NULL plan or backend");
+  }
+  fdy_status st = check_ops_table(b, e);
+  if (st != FDY_OK) {
+    return st;
+  }
+  const fdy_graph *planned = fdy_plan_graph(plan);
+  if (graph && graph != planned) {
+    st = check_graph_matches(planned, graph, e);
+    if (st != FDY_OK) {
+      return st;
+    }
+  } else {
+    graph = planned;
+  }
+  st = fdy_plan_validate(plan, NULL, e);
+  if (st != FDY_OK) {
+    return st;
+  }
+  size_t count = fdy_plan_command_count(plan);
+  for (size_t i = 0; i < count; i++) {
+    const fdy_command *c = fdy_plan_command(plan, i);
+    if (c->kind == FDY_CMD_PREFETCH) {
+      st = check_weight_bound(graph, i, c->u.prefetch.weight.v, e);
+      if (st != FDY_OK) {
+        return st;
+      }
+    }
+  }
+  st = check_ops_supported(graph, b, e);
+  if (st != FDY_OK) {
+    return st;
+  }
+  st = check_device_limits(plan, b, e);
+  if (st != FDY_OK) {
+    return st;
+  }
+  *effective = graph;
+  return FDY_OK;
+}
+
+fdy_status fdy_executor_preflight(const fdy_plan *plan, const fdy_graph *graph,
+                                  fdy_backend *backend, fdy_error *err) {
+  fdy_error e;
+  fdy_error_clear(&e);
+  const fdy_graph *effective = NULL;
+  fdy_status st = preflight(plan, graph, backend, &effective, &e);
+  if (err) {
+    *err = e;
+  }
+  return st;
+}
+
+/* ---- host memory: mappings, registrations, staging
+ * ---------------------------- */
+
+static const ex_mapping *find_mapping(const fdy_executor *x, const char *path) {
+  for (size_t i = 0; i < x->map_count; i++) {
+    if (strcmp(x->maps[i].path, path) == 0) {
+      return &x->maps[i];
+    }
+  }
+  return NULL;
+}
+
+static fdy_status map_error(fdy_error *e, fdy_status kind, const char *path,
+                            uint64_t size, uint64_t need) {
+  fdy_error_set(e, kind, "%s holds %llu bytes, a weight needs %llu", path,
+                (unsigned long long)size, (unsigned long long)need);
+  e->expected = need;
+  e->actual = size;
+  snprintf(e->name, sizeof(e->name), "%s", path);
+  return kind;
+}
+
+static fdy_status register_host(fdy_executor *x, const void *ptr,
+                                uint64_t bytes, fdy_error *e) {
+  if (!x->registers_host || x->ops->host_register == NULL || bytes == 0) {
+    return FDY_OK;
+  }
+  if (x->host_count == x->host_cap) {
+    size_t cap = x->host_cap ? x->host_cap * 2 : 16;
+    fdy_backend_host **grown = realloc(x->hosts, cap * sizeof(*grown));
+    if (grown == NULL) {
+      return oom(e);
+    }
+    x->hosts = grown;
+    x->host_cap = cap;
+  }
+  fdy_backend_host *host = NULL;
+  fdy_status st = x->ops->host_register(x->b, ptr, bytes, &host, e);
+  if (st != FDY_OK) {
+    return backend_failed(e, st, -1, "host_register");
+  }
+  x->hosts[x->host_count++] = host;
+  x->stats.registered_bytes += bytes;
+  return FDY_OK;
+}
+
+static fdy_status map_file(fdy_executor *x, const char *path, uint64_t need,
+                           fdy_error *e) {
+  const ex_mapping *have = find_mapping(x, path);
+  if (have) {
+    return have->size < need
+               ? map_error(e, FDY_ERR_GRAPH_FILE_RANGE, path, have->size, need)
+               : FDY_OK;
+  }
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  struct stat sb;
+  if (fd < 0 || fstat(fd, &sb) != 0) {
+    int code = errno;
+    if (fd >= 0) {
+      close(fd);
+    }
+    fdy_error_set(e, FDY_ERR_IO, "cannot open %s: %s", path, strerror(code));
+    snprintf(e->name, sizeof(e->name), "%s", path);
+    return FDY_ERR_IO;
+  }
+  uint64_t size = (uint64_t)sb.st_size;
+  if (!S_ISREG(sb.st_mode) || size < need || size == 0) {
+    close(fd);
+    return map_error(e, FDY_ERR_GRAPH_FILE_RANGE, path, size, need);
+  }
+  void *base = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+  int code = errno;
+  close(fd);
+  if (base == MAP_FAILED) {
+    fdy_error_set(e, FDY_ERR_IO, "cannot map %s: %s", path, strerror(code));
+    snprintf(e->name, sizeof(e->name), "%s", path);
+    return FDY_ERR_IO;
+  }
+  x->maps[x->map_count++] =
+      (ex_mapping){.path = path, .base = base, .size = size};
+  x->stats.mapped_bytes += size;
+  return register_host(x, base, size, e);
+}
+
+/* Maps every file a prefetched weight reads (once per path), registers
+ * mappings and host extents, and resolves every prefetch into copies. */
+static fdy_status prepare_weights(fdy_executor *x, fdy_error *e) {
+  size_t extents = 0;
+  for (size_t i = 0; i < x->command_count; i++) {
+    const fdy_command *c = fdy_plan_command(x->plan, i);
+    fdy_tensor_info info;
+    if (c->kind != FDY_CMD_PREFETCH) {
+      continue;
+    }
+    fdy_status st = tensor_info(x->graph, c->u.prefetch.weight.v, &info, e);
+    if (st != FDY_OK) {
+      return st;
+    }
+    extents += info.extent_count;
+  }
+  x->maps = calloc(extents + 1, sizeof(*x->maps));
+  x->copies = calloc(extents + 1, sizeof(*x->copies));
+  if (!x->maps || !x->copies) {
+    return oom(e);
+  }
+  /* Host extents are registered once per distinct pointer. */
+  for (size_t i = 0; i < x->command_count; i++) {
+    const fdy_command *c = fdy_plan_command(x->plan, i);
+    if (c->kind != FDY_CMD_PREFETCH) {
+      continue;
+    }
+    fdy_tensor_info info;
+    fdy_status st = tensor_info(x->graph, c->u.prefetch.weight.v, &info, e);
+    ex_command *rc = &x->cmds[i];
+    rc->first_copy = x->copy_count;
+    uint64_t at = 0;
+    for (size_t k = 0; st == FDY_OK && k < info.extent_count; k++) {
+      const fdy_extent *ext = &info.extents[k];
+      const void *src = NULL;
+      if (ext->kind == FDY_EXTENT_FILE) {
+        st = map_file(x, ext->path, ext->offset + ext->length, e);
+        if (st == FDY_OK) {
+          src = (const unsigned char *)find_mapping(x, ext->path)->base +
+                ext->offset;
+        }
+      } else if (ext->kind == FDY_EXTENT_HOST) {
+        src = ext->host;
+        bool seen = false;
+        for (size_t j = 0; j < x->copy_count && !seen; j++) {
+          seen = x->copies[j].src == src;
+        }
+        if (!seen) {
+          st = register_host(x, src, ext->length, e);
+        }
+      }
+      if (st == FDY_OK && src != NULL) {
+        x->copies[x->copy_count++] = (ex_copy){src, at, ext->length};
+        rc->copy_count++;
+      }
+      at += ext->length;
+    }
+    if (st != FDY_OK) {
+      e->command_index = (int64_t)i;
+      return st;
+    }
+  }
+  return FDY_OK;
+}
+
+/* Page-aligned host staging for every tensor a step copies in or out. */
+static fdy_status prepare_staging(fdy_executor *x, fdy_error *e) {
+  x->staging = calloc(x->tensor_count + 1, sizeof(*x->staging));
+  if (!x->staging) {
+    return oom(e);
+  }
+  for (size_t i = 0; i < x->command_count; i++) {
+    const fdy_command *c = fdy_plan_command(x->plan, i);
+    if (c->kind != FDY_CMD_COPY_INPUT && c->kind != FDY_CMD_COPY_OUTPUT) {
+      continue;
+    }
+    uint32_t t = c->u.copy.tensor.v;
+    ex_staging *s = &x->staging[t];
+    if (s->data == NULL) {
+      fdy_tensor_info info;
+      fdy_status st = tensor_info(x->graph, t, &info, e);
+      if (st != FDY_OK) {
+        return st;
+      }
+      uint64_t bytes = 0;
+      st = fdy_align_up(info.bytes, STAGING_ALIGNMENT, &bytes, e);
+      if (st != FDY_OK) {
+        return st;
+      }
+      if (bytes > SIZE_MAX ||
+          posix_memalign(&s->data, STAGING_ALIGNMENT, (size_t)bytes) != 0) {
+        s->data = NULL;
+        return oom(e);
+      }
+      memset(s->data, 0, (size_t)bytes);
+      s->bytes = info.bytes;
+      x->stats.staging_bytes += bytes;
+      st = register_host(x, s->data, bytes, e);
+      if (st != FDY_OK) {
+        return st;
+      }
+    }
+    s->input = s->input || c->kind == FDY_CMD_COPY_INPUT;
+    s->output = s->output || c->kind == FDY_CMD_COPY_OUTPUT;
+    fdy_placement p = fdy_plan_placement(x->plan, c->u.copy.tensor);
+    x->cmds[i].host = s->data;
+    x->cmds[i].offset = p.offset;
+    x->cmds[i].bytes = s->bytes;
+  }
+  return FDY_OK;
+}
+
+/* ---- resolving launches
+ * ------------------------------------------------------ */
+
+/* The view of operand tensor t of a launch: its placement, or where the
+ * launch's binding puts its weight. */
+static fdy_status resolve_view(fdy_executor *x, const fdy_command *c,
+                               fdy_tensor_id t, fdy_tensor_view *view,
+                               fdy_error *e) {
+  fdy_tensor_info info;
+  fdy_status st = fdy_graph_tensor(x->graph, t, &info, e);
+  if (st != FDY_OK) {
+    return st;
+  }
+  if (info.role == FDY_TENSOR_WEIGHT || info.role == FDY_TENSOR_WEIGHT_VIEW) {
+    uint32_t weight =
+        info.role == FDY_TENSOR_WEIGHT ? t.v : (uint32_t)info.weight;
+    for (uint32_t i = 0; i < c->u.launch.binding_count; i++) {
+      const fdy_binding *b = &c->u.launch.bindings[i];
+      if (b->weight.v == weight) {
+        view->buffer = x->buffers[b->buffer.v];
+        view->offset = b->offset + info.offset;
+        return FDY_OK;
+      }
+    }
+    return fdy_error_set(e, FDY_ERR_PLAN_BINDING_MISMATCH,
+                         "no binding for weight %u", weight);
+  }
+  fdy_placement p = fdy_plan_placement(x->plan, t);
+  view->buffer = x->buffers[p.buffer.v];
+  view->offset = p.offset;
+  return FDY_OK;
+}
+
+/* Every launch of the steps as an op of views, and each stream's workspace
+ * sized for the largest op it runs. Needs the buffers (after setup). */
+static fdy_status resolve_launches(fdy_executor *x, fdy_error *e) {
+  size_t launches = 0;
+  for (size_t i = 0; i < x->command_count; i++) {
+    launches += fdy_plan_command(x->plan, i)->kind == FDY_CMD_LAUNCH;
+  }
+  x->launch_ops = calloc(launches + 1, sizeof(fdy_op));
+  if (!x->launch_ops) {
+    return oom(e);
+  }
+  size_t n = 0;
+  for (size_t i = 0; i < x->command_count; i++) {
+    const fdy_command *c = fdy_plan_command(x->plan, i);
+    if (c->kind != FDY_CMD_LAUNCH) {
+      continue;
+    }
+    fdy_op *op = &x->launch_ops[n++];
+    fdy_op_info info;
+    fdy_status st = op_of(x->graph, c->u.launch.op.v, op, &info, e);
+    for (size_t k = 0; st == FDY_OK && k < info.read_count; k++) {
+      st = resolve_view(x, c, info.reads[k], &op->inputs[k], e);
+    }
+    for (size_t k = 0; st == FDY_OK && k < info.write_count; k++) {
+      st = resolve_view(x, c, info.writes[k], &op->outputs[k], e);
+    }
+    if (st != FDY_OK) {
+      e->command_index = (int64_t)i;
+      return st;
+    }
+    x->cmds[i].op = op;
+    uint64_t need =
+        x->ops->workspace_bytes ? x->ops->workspace_bytes(x->b, op) : 0;
+    uint32_t s = c->u.launch.stream.v;
+    if (need > x->workspace_bytes[s]) {
+      x->workspace_bytes[s] = need;
+    }
+  }
+  for (uint32_t s = 0; s < x->stream_count; s++) {
+    if (x->workspace_bytes[s] == 0) {
+      continue;
+    }
+    fdy_status st =
+        x->ops->buffer_alloc(x->b, x->workspace_bytes[s], &x->workspace[s], e);
+    if (st != FDY_OK) {
+      x->workspace[s] = NULL;
+      fdy_error_prefix(e, "workspace of stream %u (%llu bytes)", s,
+                       (unsigned long long)x->workspace_bytes[s]);
+      return backend_failed(e, st, -1, "buffer_alloc");
+    }
+    x->stats.workspace_bytes += x->workspace_bytes[s];
+  }
+  for (size_t i = 0; i < x->command_count; i++) {
+    const fdy_command *c = fdy_plan_command(x->plan, i);
+    if (c->kind == FDY_CMD_LAUNCH) {
+      uint32_t s = c->u.launch.stream.v;
+      x->cmds[i].op->workspace = (fdy_tensor_view){
+          .buffer = x->workspace[s],
+          .dtype = FDY_DTYPE_U8,
+          .shape =
+              FDY_SHAPE(x->workspace_bytes[s] ? x->workspace_bytes[s] : 1)};
+      if (x->workspace[s] == NULL) {
+        x->cmds[i].op->workspace.buffer = NULL;
+      }
+    }
+  }
+  return FDY_OK;
+}
+
+/* ---- issuing commands
+ * -------------------------------------------------------- */
+
+static fdy_status record(fdy_executor *x, size_t index, uint32_t stream,
+                         uint32_t event, fdy_error *e) {
+  fdy_status st =
+      x->ops->event_record(x->b, x->streams[stream], x->events[event], e);
+  return st == FDY_OK ? FDY_OK
+                      : backend_failed(e, st, (int64_t)index, "event_record");
+}
+
+static int32_t command_stream(const fdy_command *c) {
+  switch (c->kind) {
+  case FDY_CMD_PREFETCH:
+    return (int32_t)c->u.prefetch.stream.v;
+  case FDY_CMD_COPY_INPUT:
+  case FDY_CMD_COPY_OUTPUT:
+    return (int32_t)c->u.copy.stream.v;
+  case FDY_CMD_LAUNCH:
+    return (int32_t)c->u.launch.stream.v;
+  case FDY_CMD_WAIT:
+    return c->u.wait.host ? -1 : (int32_t)c->u.wait.stream.v;
+  default:
+    return -1;
+  }
+}
+
+static uint32_t command_signal(const fdy_command *c) {
+  switch (c->kind) {
+  case FDY_CMD_PREFETCH:
+    return c->u.prefetch.signal.v;
+  case FDY_CMD_COPY_INPUT:
+  case FDY_CMD_COPY_OUTPUT:
+    return c->u.copy.signal.v;
+  case FDY_CMD_LAUNCH:
+    return c->u.launch.signal.v;
+  default:
+    return UINT32_MAX;
+  }
+}
+
+static fdy_status run_command(fdy_executor *x, size_t index, fdy_error *e) {
+  const fdy_command *c = fdy_plan_command(x->plan, index);
+  const ex_command *rc = &x->cmds[index];
+  fdy_backend *b = x->b;
+  int32_t stream = command_stream(c);
+  fdy_status st = FDY_OK;
+  if (x->starts != NULL && x->starts[index] != NULL) {
+    st = x->ops->event_record(b, x->streams[stream], x->starts[index], e);
+    if (st != FDY_OK) {
+      return backend_failed(e, st, (int64_t)index, "event_record");
+    }
+  }
+  switch (c->kind) {
+  case FDY_CMD_ALLOCATE: {
+    uint32_t id = c->u.allocate.buffer.v;
+    const fdy_plan_buffer *pb = fdy_plan_buffer_at(x->plan, id);
+    st = x->ops->buffer_alloc(b, pb->bytes, &x->buffers[id], e);
+    if (st != FDY_OK) {
+      x->buffers[id] = NULL;
+      fdy_error_prefix(e, "%s buffer %u (%llu bytes)",
+                       fdy_buffer_class_name(pb->cls), id,
+                       (unsigned long long)pb->bytes);
+      e->ids[0] = id;
+      e->actual = pb->bytes;
+      return backend_failed(e, st, (int64_t)index, "buffer_alloc");
+    }
+    x->stats.class_bytes[pb->cls] += pb->bytes;
+    return FDY_OK;
+  }
+  case FDY_CMD_RELEASE: {
+    uint32_t id = c->u.release.buffer.v;
+    x->ops->buffer_release(b, x->buffers[id]);
+    x->buffers[id] = NULL;
+    return FDY_OK;
+  }
+  case FDY_CMD_PREFETCH: {
+    fdy_backend_buffer *dst = x->buffers[c->u.prefetch.buffer.v];
+    for (size_t k = 0; k < rc->copy_count; k++) {
+      const ex_copy *cp = &x->copies[rc->first_copy + k];
+      st = x->ops->copy_to_device(b, x->streams[stream], dst,
+                                  c->u.prefetch.offset + cp->offset, cp->src,
+                                  cp->bytes, e);
+      if (st != FDY_OK) {
+        return backend_failed(e, st, (int64_t)index, "copy_to_device");
+      }
+    }
+    break;
+  }
+  case FDY_CMD_COPY_INPUT: {
+    fdy_placement p = fdy_plan_placement(x->plan, c->u.copy.tensor);
+    st = x->ops->copy_to_device(b, x->streams[stream], x->buffers[p.buffer.v],
+                                rc->offset, rc->host, rc->bytes, e);
+    if (st != FDY_OK) {
+      return backend_failed(e, st, (int64_t)index, "copy_to_device");
+    }
+    break;
+  }
+  case FDY_CMD_COPY_OUTPUT: {
+    fdy_placement p = fdy_plan_placement(x->plan, c->u.copy.tensor);
+    st = x->ops->copy_to_host(b, x->streams[stream], rc->host,
+                              x->buffers[p.buffer.v], rc->offset, rc->bytes, e);
+    if (st != FDY_OK) {
+      return backend_failed(e, st, (int64_t)index, "copy_to_host");
+    }
+    break;
+  }
+  case FDY_CMD_LAUNCH:
+    st = x->ops->launch(b, x->streams[stream], rc->op, e);
+    if (st != FDY_OK) {
+      return backend_failed(e, st, (int64_t)index, "launch");
+    }
+    break;
+  case FDY_CMD_WAIT: {
+    fdy_backend_event *event = x->events[c->u.wait.event.v];
+    if (c->u.wait.host) {
+      st = x->ops->host_wait(b, event, e);
+      return st == FDY_OK ? FDY_OK
+                          : backend_failed(e, st, (int64_t)index, "host_wait");
+    }
+    st = x->ops->stream_wait(b, x->streams[stream], event, e);
+    return st == FDY_OK ? FDY_OK
+                        : backend_failed(e, st, (int64_t)index, "stream_wait");
+  }
+  case FDY_CMD_KIND_COUNT:
+    break;
+  }
+  return record(x, index, (uint32_t)stream, command_signal(c), e);
+}
+
+/* Runs the commands of section s; timings when collecting. */
+static fdy_status run_section(fdy_executor *x, size_t s, fdy_error *e) {
+  const fdy_section *sec = fdy_plan_section(x->plan, s);
+  x->timing_count = 0;
+  for (size_t i = sec->first; i < sec->first + sec->count; i++) {
+    int64_t begin = x->collect ? fdy_now_ns() : 0;
+    fdy_status st = run_command(x, i, e);
+    if (st != FDY_OK) {
+      return st;
+    }
+    if (x->collect) {
+      const fdy_command *c = fdy_plan_command(x->plan, i);
+      x->timings[x->timing_count++] =
+          (fdy_command_timing){.command_index = (uint32_t)i,
+                               .kind = c->kind,
+                               .stream = command_stream(c),
+                               .host_begin_ns = begin,
+                               .host_end_ns = fdy_now_ns(),
+                               .device_start_ns = -1,
+                               .device_end_ns = -1};
+    }
+  }
+  if (!x->collect || x->ops->event_time == NULL) {
+    return FDY_OK;
+  }
+  for (size_t k = 0; k < x->timing_count; k++) {
+    fdy_command_timing *t = &x->timings[k];
+    const fdy_command *c = fdy_plan_command(x->plan, t->command_index);
+    uint32_t signal = command_signal(c);
+    if (signal == UINT32_MAX) {
+      continue;
+    }
+    fdy_status st = x->ops->event_time(x->b, x->starts[t->command_index],
+                                       &t->device_start_ns, e);
+    if (st == FDY_OK) {
+      st = x->ops->event_time(x->b, x->events[signal], &t->device_end_ns, e);
+    }
+    if (st != FDY_OK) {
+      return backend_failed(e, st, (int64_t)t->command_index, "event_time");
+    }
+  }
+  return FDY_OK;
+}
+
+/* ---- life cycle
+ * -------------------------------------------------------------- */
+
+/* Drains (when asked) and releases every handle. A failed drain is recorded
+ * in the cleanup fields of e when the executor already failed. */
+static void release_all(fdy_executor *x, bool drain, fdy_error *e) {
+  if (drain && x->ops != NULL) {
+    fdy_error ce;
+    fdy_error_clear(&ce);
+    fdy_status st = x->ops->drain(x->b, &ce);
+    if (st != FDY_OK && e != NULL) {
+      e->cleanup_kind = st;
+      snprintf(e->cleanup_message, sizeof(e->cleanup_message),
+               "drain after the failure failed: %.200s", ce.message);
+    }
+  }
+  for (uint32_t i = 0; x->events && i < x->event_count; i++) {
+    if (x->events[i]) {
+      x->ops->event_destroy(x->b, x->events[i]);
+      x->events[i] = NULL;
+    }
+  }
+  for (size_t i = 0; x->starts && i < x->command_count; i++) {
+    if (x->starts[i]) {
+      x->ops->event_destroy(x->b, x->starts[i]);
+      x->starts[i] = NULL;
+    }
+  }
+  for (uint32_t i = 0; x->buffers && i < x->buffer_count; i++) {
+    if (x->buffers[i]) {
+      x->ops->buffer_release(x->b, x->buffers[i]);
+      x->buffers[i] = NULL;
+    }
+  }
+  for (uint32_t i = 0; x->workspace && i < x->stream_count; i++) {
+    if (x->workspace[i]) {
+      x->ops->buffer_release(x->b, x->workspace[i]);
+      x->workspace[i] = NULL;
+    }
+  }
+  for (uint32_t i = 0; x->streams && i < x->stream_count; i++) {
+    if (x->streams[i]) {
+      x->ops->stream_destroy(x->b, x->streams[i]);
+      x->streams[i] = NULL;
+    }
+  }
+  for (size_t i = 0; i < x->host_count; i++) {
+    x->ops->host_unregister(x->b, x->hosts[i]);
+  }
+  x->host_count = 0;
+  for (size_t i = 0; i < x->map_count; i++) {
+    munmap(x->maps[i].base, (size_t)x->maps[i].size);
+  }
+  x->map_count = 0;
+}
+
+static void free_executor(fdy_executor *x) {
+  if (x->staging) {
+    for (size_t t = 0; t < x->tensor_count; t++) {
+      free(x->staging[t].data);
+    }
+  }
+  free(x->staging);
+  free(x->streams);
+  free(x->buffers);
+  free(x->workspace);
+  free(x->workspace_bytes);
+  free(x->events);
+  free(x->starts);
+  free(x->maps);
+  free(x->hosts);
+  free(x->copies);
+  free(x->cmds);
+  free(x->launch_ops);
+  free(x->timings);
+  free(x);
+}
+
+/* Marks the executor failed after draining and releasing everything. */
+static fdy_status fail_executor(fdy_executor *x, fdy_status st, fdy_error *e) {
+  release_all(x, true, e);
+  x->failed = true;
+  return st;
+}
+
+static fdy_status create_handles(fdy_executor *x, fdy_error *e) {
+  x->streams = calloc(x->stream_count + 1, sizeof(*x->streams));
+  x->buffers = calloc(x->buffer_count + 1, sizeof(*x->buffers));
+  x->workspace = calloc(x->stream_count + 1, sizeof(*x->workspace));
+  x->workspace_bytes = calloc(x->stream_count + 1, sizeof(uint64_t));
+  x->events = calloc(x->event_count + 1, sizeof(*x->events));
+  x->cmds = calloc(x->command_count + 1, sizeof(*x->cmds));
+  if (x->collect) {
+    x->starts = calloc(x->command_count + 1, sizeof(*x->starts));
+    x->timings = calloc(x->command_count + 1, sizeof(*x->timings));
+  }
+  if (!x->streams || !x->buffers || !x->workspace || !x->workspace_bytes ||
+      !x->events || !x->cmds || (x->collect && (!x->starts || !x->timings))) {
+    return oom(e);
+  }
+  for (uint32_t i = 0; i < x->stream_count; i++) {
+    fdy_status st = x->ops->stream_create(x->b, &x->streams[i], e);
+    if (st != FDY_OK) {
+      x->streams[i] = NULL;
+      fdy_error_prefix(e, "plan stream %u", i);
+      return backend_failed(e, st, -1, "stream_create");
+    }
+  }
+  for (uint32_t i = 0; i < x->event_count; i++) {
+    fdy_status st = x->ops->event_create(x->b, &x->events[i], e);
+    if (st != FDY_OK) {
+      x->events[i] = NULL;
+      return backend_failed(e, st, -1, "event_create");
+    }
+  }
+  for (size_t i = 0; x->collect && i < x->command_count; i++) {
+    const fdy_command *c = fdy_plan_command(x->plan, i);
+    if (command_signal(c) == UINT32_MAX) {
+      continue;
+    }
+    fdy_status st = x->ops->event_create(x->b, &x->starts[i], e);
+    if (st != FDY_OK) {
+      x->starts[i] = NULL;
+      return backend_failed(e, st, (int64_t)i, "event_create");
+    }
+  }
+  return FDY_OK;
+}
+
+fdy_status fdy_executor_create(const fdy_plan *plan, const fdy_graph *graph,
+                               fdy_backend *backend,
+                               const fdy_executor_options *options,
+                               fdy_executor **out, fdy_error *err) {
+  fdy_error e;
+  fdy_error_clear(&e);
+  if (out == NULL) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "executor create needs an output pointer");
+  }
+  *out = NULL;
+  int64_t begin = fdy_now_ns();
+  const fdy_graph *effective = NULL;
+  fdy_status st = preflight(plan, graph, backend, &effective, &e);
+  if (st != FDY_OK) {
+    if (err) {
+      *err = e;
+    }
+    return st;
+  }
+  fdy_executor *x = calloc(1, sizeof(*x));
+  if (x == NULL) {
+    return oom(err);
+  }
+  x->plan = plan;
+  x->graph = effective;
+  x->b = backend;
+  x->ops = backend->ops;
+  x->collect = options != NULL && options->collect_timings;
+  x->registers_host = options == NULL || !options->skip_host_registration;
+  x->stream_count = fdy_plan_stream_count(plan);
+  x->buffer_count = fdy_plan_buffer_count(plan);
+  x->event_count = fdy_plan_event_count(plan);
+  x->command_count = fdy_plan_command_count(plan);
+  x->tensor_count = fdy_graph_tensor_count(effective);
+  st = create_handles(x, &e);
+  if (st == FDY_OK) {
+    st = prepare_weights(x, &e);
+  }
+  if (st == FDY_OK) {
+    st = prepare_staging(x, &e);
+  }
+  int64_t upload = fdy_now_ns();
+  if (st == FDY_OK) {
+    st = run_section(x, 0, &e);
+  }
+  if (st == FDY_OK) {
+    x->stats.upload_ns = fdy_now_ns() - upload;
+    st = resolve_launches(x, &e);
+  }
+  if (st != FDY_OK) {
+    release_all(x, true, &e);
+    free_executor(x);
+    if (err) {
+      *err = e;
+    }
+    return st;
+  }
+  fdy_plan_summary summary;
+  if (fdy_plan_validate(plan, &summary, NULL) == FDY_OK) {
+    x->stats.setup_transfer_bytes = summary.setup_transfer_bytes;
+  }
+  x->stats.setup_ns = fdy_now_ns() - begin;
+  *out = x;
+  return FDY_OK;
+}
+
+fdy_status fdy_executor_finish(fdy_executor *x, fdy_error *err) {
+  fdy_error e;
+  fdy_error_clear(&e);
+  if (x == NULL || x->failed || x->finished) {
+    return FDY_OK;
+  }
+  x->finished = true;
+  size_t teardown = fdy_plan_section_count(x->plan) - 1;
+  fdy_status st = run_section(x, teardown, &e);
+  if (st == FDY_OK) {
+    st = x->ops->drain(x->b, &e);
+    if (st != FDY_OK) {
+      backend_failed(&e, st, -1, "drain");
+    }
+  }
+  if (st != FDY_OK) {
+    fail_executor(x, st, &e);
+    if (err) {
+      *err = e;
+    }
+  }
+  return st;
+}
+
+void fdy_executor_destroy(fdy_executor *x) {
+  if (x == NULL) {
+    return;
+  }
+  fdy_executor_finish(x, NULL);
+  release_all(x, true, NULL);
+  free_executor(x);
+}
+
+void *fdy_executor_input(fdy_executor *x, fdy_tensor_id tensor,
+                         uint64_t *bytes) {
+  if (x == NULL || tensor.v >= x->tensor_count || !x->staging[tensor.v].input) {
+    if (bytes) {
+      *bytes = 0;
+    }
+    return NULL;
+  }
+  if (bytes) {
+    *bytes = x->staging[tensor.v].bytes;
+  }
+  return x->staging[tensor.v].data;
+}
+
+const void *fdy_executor_output(const fdy_executor *x, fdy_tensor_id tensor,
+                                uint64_t *bytes) {
+  if (x == NULL || tensor.v >= x->tensor_count ||
+      !x->staging[tensor.v].output) {
+    if (bytes) {
+      *bytes = 0;
+    }
+    return NULL;
+  }
+  if (bytes) {
+    *bytes = x->staging[tensor.v].bytes;
+  }
+  return x->staging[tensor.v].data;
+}
+
+int64_t fdy_executor_step(const fdy_executor *x, const char *name) {
+  int64_t s = x ? fdy_plan_find_section(x->plan, name) : -1;
+  if (s <= 0 || (size_t)s + 1 >= fdy_plan_section_count(x->plan)) {
+    return -1;
+  }
+  return s;
+}
+
+fdy_status fdy_executor_run(fdy_executor *x, size_t step, fdy_error *err) {
+  if (x == NULL || x->failed || x->finished || step == 0 ||
+      step + 1 >= fdy_plan_section_count(x->plan)) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "executor run needs a live executor and a step "
+                         "section (got section %zu%s)",
+                         step, x && x->failed ? " of a failed executor" : "");
+  }
+  fdy_error e;
+  fdy_error_clear(&e);
+  /* Outputs are poisoned (all bits set: NaN for floats, -1 for integers)
+   * so that a run that fails to copy one out can never pass for a result. */
+  for (size_t t = 0; t < x->tensor_count; t++) {
+    if (x->staging[t].output) {
+      memset(x->staging[t].data, 0xff, (size_t)x->staging[t].bytes);
+    }
+  }
+  fdy_status st = run_section(x, step, &e);
+  if (st != FDY_OK) {
+    fail_executor(x, st, &e);
+    if (err) {
+      *err = e;
+    }
+  }
+  return st;
+}
+
+const fdy_command_timing *fdy_executor_timings(const fdy_executor *x,
+                                               size_t *count) {
+  if (x == NULL || !x->collect) {
+    if (count) {
+      *count = 0;
+    }
+    return NULL;
+  }
+  if (count) {
+    *count = x->timing_count;
+  }
+  return x->timings;
+}
+
+fdy_executor_stats fdy_executor_get_stats(const fdy_executor *x) {
+  fdy_executor_stats none;
+  memset(&none, 0, sizeof(none));
+  return x ? x->stats : none;
+}

@@ -1,0 +1,1004 @@
+/* Every op kind of the CPU backend against a straightforward float64
+ * reference written here, on random non-zero data with outputs poisoned
+ * (NaN) before each run, checked by relative error ||out - ref|| / ||ref||.
+ * Every op runs on backends of 1, 2, 3 and 5 threads, whose outputs (and
+ * in-place updated caches) must be bitwise identical; rows beyond the step
+ * count stay poisoned. Also: argmax ties, the checksum chain, F16 KV
+ * caches, a 1-row matmul equal to the same row of a 7-row one, step values
+ * outside the table or cache, supports_op and the workspace contract. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "foundry/checksum.h"
+#include "foundry/cpu.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define THREAD_COUNTS 4
+static const uint32_t thread_counts[THREAD_COUNTS] = {1, 2, 3, 5};
+
+typedef struct fixture {
+  fdy_backend *backend[THREAD_COUNTS];
+  fdy_backend_stream *stream[THREAD_COUNTS];
+  fdy_backend_event *done[THREAD_COUNTS];
+} fixture;
+
+static fixture fx;
+
+static int setup(void **state) {
+  (void)state;
+  for (int k = 0; k < THREAD_COUNTS; k++) {
+    fdy_cpu_options opts = {.memory_bytes = 256u << 20,
+                            .threads = thread_counts[k]};
+    if (fdy_cpu_backend_create(&opts, &fx.backend[k], NULL) != FDY_OK) {
+      return -1;
+    }
+    fdy_backend *b = fx.backend[k];
+    if (b->ops->stream_create(b, &fx.stream[k], NULL) != FDY_OK ||
+        b->ops->event_create(b, &fx.done[k], NULL) != FDY_OK) {
+      return -1;
+    }
+  }
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  for (int k = 0; k < THREAD_COUNTS; k++) {
+    fdy_backend_destroy(fx.backend[k]);
+  }
+  return 0;
+}
+
+/* ---- data ------------------------------------------------------------------
+ */
+
+static uint64_t rng_state = 0x243F6A8885A308D3ull;
+
+static uint64_t next_u64(void) {
+  uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* Uniform in [-1, 1], never 0. */
+static float rand_float(void) {
+  float f;
+  do {
+    f = (float)((int64_t)(next_u64() >> 40) - (1 << 23)) / (float)(1 << 23);
+  } while (f == 0.0f);
+  return f;
+}
+
+static float rand_range(float lo, float hi) {
+  return lo + (hi - lo) * (rand_float() + 1.0f) / 2.0f;
+}
+
+static float *random_floats(uint64_t n) {
+  float *p = malloc(n * sizeof *p);
+  assert_non_null(p);
+  for (uint64_t i = 0; i < n; i++) {
+    p[i] = rand_float();
+  }
+  return p;
+}
+
+static uint32_t *random_words(uint64_t n) {
+  uint32_t *p = malloc(n * sizeof *p);
+  assert_non_null(p);
+  for (uint64_t i = 0; i < n; i++) {
+    p[i] = (uint32_t)next_u64();
+  }
+  return p;
+}
+
+/* A quiet NaN with a payload, unlike the NaN the kernels write. */
+static const uint32_t poison_bits = 0x7fc5a5a5u;
+
+/* n 32-bit words of poison (NaN as a float). */
+static void *poisoned(uint64_t words) {
+  uint32_t *p = malloc(words * sizeof *p);
+  assert_non_null(p);
+  for (uint64_t i = 0; i < words; i++) {
+    p[i] = poison_bits;
+  }
+  return p;
+}
+
+static bool is_poison(const void *p, uint64_t words) {
+  const uint32_t *w = p;
+  for (uint64_t i = 0; i < words; i++) {
+    if (w[i] != poison_bits) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* Half values decoded independently of the backend. */
+static double f16_value(uint16_t h) {
+  int e = (h >> 10) & 31, m = h & 1023;
+  double v = e == 0 ? ldexp(m, -24) : ldexp(1024 + m, e - 25);
+  return h & 0x8000 ? -v : v;
+}
+
+static double bf16_value(uint16_t h) {
+  uint32_t bits = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+static double half_value(uint16_t h, fdy_dtype dtype) {
+  return dtype == FDY_DTYPE_BF16 ? bf16_value(h) : f16_value(h);
+}
+
+/* Finite float to F16 bits, nearest even, through double arithmetic. */
+static uint16_t f16_bits(float f) {
+  double x = fabs((double)f);
+  uint16_t sign = signbit(f) ? 0x8000 : 0;
+  if (x == 0.0) {
+    return sign;
+  }
+  int e = 0;
+  frexp(x, &e);
+  int exponent = e - 1 < -14 ? -14 : e - 1;
+  double quantum = ldexp(1.0, exponent - 10);
+  double r = nearbyint(x / quantum) * quantum;
+  if (r > 65504.0) {
+    return sign | 0x7c00;
+  }
+  if (r < ldexp(1.0, -14)) {
+    return sign | (uint16_t)(r / ldexp(1.0, -24));
+  }
+  frexp(r, &e);
+  uint16_t mantissa = (uint16_t)((r / ldexp(1.0, e - 1) - 1.0) * 1024);
+  return sign | (uint16_t)((e - 1 + 15) << 10) | mantissa;
+}
+
+static uint16_t half_bits(float f, fdy_dtype dtype) {
+  if (dtype == FDY_DTYPE_BF16) {
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    return (uint16_t)(bits >> 16);
+  }
+  return f16_bits(f);
+}
+
+/* n halves in [lo, hi]. */
+static uint16_t *random_halves(uint64_t n, fdy_dtype dtype, float lo,
+                               float hi) {
+  uint16_t *p = malloc(n * sizeof *p);
+  assert_non_null(p);
+  for (uint64_t i = 0; i < n; i++) {
+    p[i] = half_bits(rand_range(lo, hi), dtype);
+  }
+  return p;
+}
+
+/* ||got - ref|| / ||ref|| over n values. */
+static double relative_error(const float *got, const double *ref, uint64_t n) {
+  double diff = 0.0, norm = 0.0;
+  for (uint64_t i = 0; i < n; i++) {
+    double d = (double)got[i] - ref[i];
+    diff += d * d;
+    norm += ref[i] * ref[i];
+  }
+  assert_true(norm > 0.0);
+  return sqrt(diff / norm);
+}
+
+static void expect_close(const float *got, const double *ref, uint64_t n,
+                         double bound) {
+  double e = relative_error(got, ref, n);
+  if (!(e <= bound)) {
+    print_error("relative error %.3g above %.3g\n", e, bound);
+    fail();
+  }
+}
+
+static double *doubles(uint64_t n) {
+  double *p = calloc(n, sizeof *p);
+  assert_non_null(p);
+  return p;
+}
+
+/* ---- running an op ----------------------------------------------------------
+ */
+
+static fdy_tensor_view view(fdy_dtype dtype, fdy_shape shape) {
+  fdy_tensor_view v = {.dtype = dtype, .shape = shape};
+  return v;
+}
+
+static uint64_t view_bytes(const fdy_tensor_view *v) {
+  uint64_t bytes = 0;
+  assert_int_equal(fdy_tensor_bytes(v->dtype, v->shape, &bytes, NULL), FDY_OK);
+  return bytes;
+}
+
+static fdy_tensor_view *operand(fdy_op *op, uint32_t i) {
+  return i < op->input_count ? &op->inputs[i]
+                             : &op->outputs[i - op->input_count];
+}
+
+/* Runs op on backend k with every operand (inputs, then outputs) copied
+ * from data[i] into one buffer at 256-byte aligned, non-zero offsets, the
+ * workspace after them, and copied back afterwards (so caches updated in
+ * place come back too). */
+static void run_on(int k, const fdy_op *op_in, void **data) {
+  fdy_backend *b = fx.backend[k];
+  fdy_backend_stream *s = fx.stream[k];
+  fdy_op op = *op_in;
+  uint32_t n = op.input_count + op.output_count;
+  uint64_t offsets[8];
+  uint64_t at = 256;
+  for (uint32_t i = 0; i < n; i++) {
+    offsets[i] = at;
+    at += (view_bytes(operand(&op, i)) + 255) / 256 * 256;
+  }
+  uint64_t need = b->ops->workspace_bytes(b, &op);
+  uint64_t total = at + need;
+  fdy_backend_buffer *buf = NULL;
+  assert_int_equal(b->ops->buffer_alloc(b, total, &buf, NULL), FDY_OK);
+  for (uint32_t i = 0; i < n; i++) {
+    operand(&op, i)->buffer = buf;
+    operand(&op, i)->offset = offsets[i];
+    assert_int_equal(b->ops->copy_to_device(b, s, buf, offsets[i], data[i],
+                                            view_bytes(operand(&op, i)), NULL),
+                     FDY_OK);
+  }
+  if (need > 0) {
+    op.workspace = (fdy_tensor_view){buf, at, FDY_DTYPE_U8, FDY_SHAPE(need)};
+  }
+  fdy_error err;
+  fdy_status st = b->ops->launch(b, s, &op, &err);
+  if (st != FDY_OK) {
+    print_error("launch: %s\n", err.message);
+  }
+  assert_int_equal(st, FDY_OK);
+  for (uint32_t i = 0; i < n; i++) {
+    assert_int_equal(b->ops->copy_to_host(b, s, data[i], buf, offsets[i],
+                                          view_bytes(operand(&op, i)), NULL),
+                     FDY_OK);
+  }
+  b->ops->buffer_release(b, buf); /* the queued work keeps it alive */
+  assert_int_equal(b->ops->event_record(b, s, fx.done[k], NULL), FDY_OK);
+  assert_int_equal(b->ops->host_wait(b, fx.done[k], NULL), FDY_OK);
+}
+
+/* Runs op on every backend from the same operands; data[] ends up with the
+ * 1-thread results, and every other thread count must match them bitwise. */
+static void run_everywhere(const fdy_op *op_in, void **data) {
+  fdy_op op = *op_in;
+  uint32_t n = op.input_count + op.output_count;
+  void *initial[8], *work[8];
+  uint64_t bytes[8];
+  assert_true(fdy_op_check(&op, NULL) == FDY_OK);
+  for (uint32_t i = 0; i < n; i++) {
+    bytes[i] = view_bytes(operand(&op, i));
+    initial[i] = malloc(bytes[i]);
+    work[i] = malloc(bytes[i]);
+    assert_non_null(initial[i]);
+    assert_non_null(work[i]);
+    memcpy(initial[i], data[i], bytes[i]);
+  }
+  for (int k = 0; k < THREAD_COUNTS; k++) {
+    assert_true(fx.backend[k]->ops->supports_op(fx.backend[k], &op));
+    for (uint32_t i = 0; i < n; i++) {
+      memcpy(work[i], initial[i], bytes[i]);
+    }
+    run_on(k, &op, work);
+    for (uint32_t i = 0; i < n; i++) {
+      if (k == 0) {
+        memcpy(data[i], work[i], bytes[i]);
+      } else if (memcmp(data[i], work[i], bytes[i]) != 0) {
+        print_error("operand %u differs with %u threads\n", i,
+                    thread_counts[k]);
+        fail();
+      }
+    }
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    free(initial[i]);
+    free(work[i]);
+  }
+}
+
+/* A step tensor [count, position, ids...] of 2 + ids elements. */
+static int32_t *make_step(int32_t count, int32_t position, uint32_t ids) {
+  int32_t *step = calloc(FDY_STEP_IDS + ids, sizeof *step);
+  assert_non_null(step);
+  step[FDY_STEP_COUNT] = count;
+  step[FDY_STEP_POSITION] = position;
+  return step;
+}
+
+/* ---- checksum -------------------------------------------------------------
+ */
+
+static void test_checksum(void **state) {
+  (void)state;
+  const uint64_t sizes[] = {8, 4096, 3 * (512u << 10) + 24};
+  for (size_t c = 0; c < 3; c++) {
+    uint64_t n = sizes[c];
+    uint32_t *data = random_words((n + 3) / 4);
+    uint64_t prev = next_u64(), out = ~0ull;
+    fdy_op op = {.kind = FDY_OP_CHECKSUM, .input_count = 2, .output_count = 1};
+    op.inputs[0] = view(FDY_DTYPE_U8, FDY_SHAPE(n));
+    op.inputs[1] = view(FDY_DTYPE_U64, FDY_SHAPE(1));
+    op.outputs[0] = view(FDY_DTYPE_U64, FDY_SHAPE(1));
+    op.params.checksum.passes = (uint32_t)c + 1;
+    void *chain[] = {data, &prev, &out};
+    run_everywhere(&op, chain);
+    uint64_t expected = fdy_checksum(data, n) + prev * FDY_CHAIN_PRIME;
+    assert_true(out == expected);
+    assert_true(out != fdy_checksum(data, n));
+
+    op.input_count = 1;
+    op.outputs[0] = op.inputs[1];
+    out = ~0ull;
+    void *first[] = {data, &out};
+    run_everywhere(&op, first);
+    assert_true(out == fdy_checksum(data, n));
+    free(data);
+  }
+}
+
+/* ---- embedding ------------------------------------------------------------
+ */
+
+static void embed_case(uint32_t hidden, uint32_t group, fdy_dtype dtype) {
+  const uint32_t vocab = 50, rows = 6;
+  uint32_t groups = hidden / group;
+  uint32_t *table = random_words((uint64_t)vocab * hidden / 8);
+  uint16_t *scales =
+      random_halves((uint64_t)vocab * groups, dtype, 0.01f, 0.02f);
+  uint16_t *biases =
+      random_halves((uint64_t)vocab * groups, dtype, -0.2f, -0.1f);
+  int32_t *step = make_step(4, 0, rows);
+  int32_t ids[6] = {7, 0, vocab - 1, 7, 3, 3};
+  memcpy(step + FDY_STEP_IDS, ids, sizeof ids);
+  float *out = poisoned((uint64_t)rows * hidden);
+  fdy_op op = {.kind = FDY_OP_EMBED_Q4, .input_count = 4, .output_count = 1};
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(FDY_STEP_IDS + rows));
+  op.inputs[1] = view(FDY_DTYPE_U32, FDY_SHAPE(vocab, hidden / 8));
+  op.inputs[2] = view(dtype, FDY_SHAPE(vocab, groups));
+  op.inputs[3] = view(dtype, FDY_SHAPE(vocab, groups));
+  op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, hidden));
+  void *data[] = {step, table, scales, biases, out};
+  run_everywhere(&op, data);
+
+  double *ref = doubles((uint64_t)4 * hidden);
+  for (uint32_t t = 0; t < 4; t++) {
+    uint64_t id = (uint64_t)ids[t];
+    for (uint32_t i = 0; i < hidden; i++) {
+      uint32_t q = (table[id * hidden / 8 + i / 8] >> (4 * (i % 8))) & 0xf;
+      uint64_t g = id * groups + i / group;
+      ref[(uint64_t)t * hidden + i] =
+          half_value(scales[g], dtype) * q + half_value(biases[g], dtype);
+    }
+  }
+  expect_close(out, ref, (uint64_t)4 * hidden, 1e-6);
+  assert_true(is_poison(out + 4 * hidden, 2 * (uint64_t)hidden));
+
+  /* ids outside the table give NaN rows */
+  step[FDY_STEP_COUNT] = 3;
+  step[FDY_STEP_IDS + 0] = -1;
+  step[FDY_STEP_IDS + 1] = (int32_t)vocab;
+  step[FDY_STEP_IDS + 2] = 0;
+  float *bad = poisoned((uint64_t)rows * hidden);
+  data[4] = bad;
+  run_everywhere(&op, data);
+  for (uint32_t i = 0; i < 2 * hidden; i++) {
+    assert_true(isnan(bad[i]));
+    assert_false(is_poison(&bad[i], 1));
+  }
+  assert_memory_equal(bad + 2 * hidden, out + hidden, sizeof(float) * hidden);
+  assert_true(is_poison(bad + 3 * hidden, 3 * (uint64_t)hidden));
+  free(bad);
+  free(ref);
+  free(table);
+  free(scales);
+  free(biases);
+  free(step);
+  free(out);
+}
+
+static void test_embed(void **state) {
+  (void)state;
+  embed_case(256, 32, FDY_DTYPE_F16);
+  embed_case(256, 64, FDY_DTYPE_BF16);
+  embed_case(256, 128, FDY_DTYPE_F16);
+  embed_case(96, 32, FDY_DTYPE_BF16);
+}
+
+/* ---- rmsnorm --------------------------------------------------------------
+ */
+
+static void rmsnorm_case(fdy_dtype dtype, int32_t count) {
+  const uint32_t rows = 7, n = 320;
+  const double eps = 1e-5;
+  int32_t *step = make_step(count, 3, 0);
+  float *x = random_floats((uint64_t)rows * n);
+  uint16_t *weight = random_halves(n, dtype, 0.5f, 1.5f);
+  float *out = poisoned((uint64_t)rows * n);
+  fdy_op op = {.kind = FDY_OP_RMSNORM, .input_count = 3, .output_count = 1};
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, n));
+  op.inputs[2] = view(dtype, FDY_SHAPE(n));
+  op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, n));
+  op.params.rmsnorm.eps = eps;
+  void *data[] = {step, x, weight, out};
+  run_everywhere(&op, data);
+  uint32_t active = count < 0                ? 0
+                    : (uint32_t)count > rows ? rows
+                                             : (uint32_t)count;
+  double *ref = doubles((uint64_t)rows * n);
+  for (uint32_t t = 0; t < active; t++) {
+    double sum = 0.0;
+    for (uint32_t i = 0; i < n; i++) {
+      sum += (double)x[t * n + i] * x[t * n + i];
+    }
+    double inv = 1.0 / sqrt(sum / n + eps);
+    for (uint32_t i = 0; i < n; i++) {
+      ref[t * n + i] = x[t * n + i] * inv * half_value(weight[i], dtype);
+    }
+  }
+  if (active > 0) {
+    expect_close(out, ref, (uint64_t)active * n, 1e-6);
+  }
+  assert_true(
+      is_poison(out + (uint64_t)active * n, (uint64_t)(rows - active) * n));
+  free(ref);
+  free(step);
+  free(x);
+  free(weight);
+  free(out);
+}
+
+static void test_rmsnorm(void **state) {
+  (void)state;
+  rmsnorm_case(FDY_DTYPE_F16, 5);
+  rmsnorm_case(FDY_DTYPE_BF16, 7);
+  rmsnorm_case(FDY_DTYPE_BF16, 100); /* clamped to the rows */
+  rmsnorm_case(FDY_DTYPE_F16, 0);
+  rmsnorm_case(FDY_DTYPE_F16, -3);
+}
+
+/* ---- matmul ---------------------------------------------------------------
+ */
+
+typedef struct matmul_data {
+  uint32_t rows, in, out, group;
+  fdy_dtype dtype;
+  int32_t *step;
+  float *x;
+  uint32_t *weight;
+  uint16_t *scales, *biases;
+  float *y;
+} matmul_data;
+
+static fdy_op matmul_op(const matmul_data *m) {
+  fdy_op op = {.kind = FDY_OP_MATMUL_Q4, .input_count = 5, .output_count = 1};
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(m->rows, m->in));
+  op.inputs[2] = view(FDY_DTYPE_U32, FDY_SHAPE(m->out, m->in / 8));
+  op.inputs[3] = view(m->dtype, FDY_SHAPE(m->out, m->in / m->group));
+  op.inputs[4] = view(m->dtype, FDY_SHAPE(m->out, m->in / m->group));
+  op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(m->rows, m->out));
+  return op;
+}
+
+static void matmul_run(matmul_data *m) {
+  fdy_op op = matmul_op(m);
+  void *data[] = {m->step, m->x, m->weight, m->scales, m->biases, m->y};
+  run_everywhere(&op, data);
+}
+
+static void matmul_case(uint32_t in, uint32_t group, fdy_dtype dtype,
+                        int32_t count) {
+  const uint32_t rows = 7, out = 300;
+  uint32_t groups = in / group;
+  matmul_data m = {
+      .rows = rows, .in = in, .out = out, .group = group, .dtype = dtype};
+  m.step = make_step(count, 0, 0);
+  m.x = random_floats((uint64_t)rows * in);
+  m.weight = random_words((uint64_t)out * in / 8);
+  /* MLX-like: w = scale * q + bias centred on zero */
+  m.scales = random_halves((uint64_t)out * groups, dtype, 0.01f, 0.02f);
+  m.biases = malloc((uint64_t)out * groups * sizeof *m.biases);
+  assert_non_null(m.biases);
+  for (uint64_t g = 0; g < (uint64_t)out * groups; g++) {
+    float s = (float)half_value(m.scales[g], dtype);
+    m.biases[g] = half_bits(-7.5f * s * rand_range(0.8f, 1.2f), dtype);
+  }
+  m.y = poisoned((uint64_t)rows * out);
+  matmul_run(&m);
+
+  uint32_t active = (uint32_t)count < rows ? (uint32_t)count : rows;
+  double *ref = doubles((uint64_t)active * out);
+  for (uint32_t o = 0; o < out; o++) {
+    for (uint32_t i = 0; i < in; i++) {
+      uint32_t q =
+          (m.weight[(uint64_t)o * in / 8 + i / 8] >> (4 * (i % 8))) & 0xf;
+      uint64_t g = (uint64_t)o * groups + i / group;
+      double w =
+          half_value(m.scales[g], dtype) * q + half_value(m.biases[g], dtype);
+      for (uint32_t t = 0; t < active; t++) {
+        ref[(uint64_t)t * out + o] += (double)m.x[(uint64_t)t * in + i] * w;
+      }
+    }
+  }
+  expect_close(m.y, ref, (uint64_t)active * out, 2e-6);
+  assert_true(
+      is_poison(m.y + (uint64_t)active * out, (uint64_t)(rows - active) * out));
+
+  /* Each row alone (the packed one-row path) gives the same bits. */
+  matmul_data one = m;
+  one.rows = 1;
+  one.step = make_step(1, 0, 0);
+  one.y = poisoned(out);
+  for (uint32_t t = 0; t < active; t++) {
+    one.x = m.x + (uint64_t)t * in;
+    matmul_run(&one);
+    assert_memory_equal(one.y, m.y + (uint64_t)t * out, sizeof(float) * out);
+  }
+  free(one.step);
+  free(one.y);
+  free(ref);
+  free(m.step);
+  free(m.x);
+  free(m.weight);
+  free(m.scales);
+  free(m.biases);
+  free(m.y);
+}
+
+static void test_matmul(void **state) {
+  (void)state;
+  matmul_case(256, 32, FDY_DTYPE_F16, 7);
+  matmul_case(256, 64, FDY_DTYPE_BF16, 7);
+  matmul_case(512, 128, FDY_DTYPE_F16, 5);
+  matmul_case(256, 64, FDY_DTYPE_F16, 1);
+  matmul_case(96, 32, FDY_DTYPE_BF16, 6); /* a short last block */
+  matmul_case(160, 32, FDY_DTYPE_F16, 7);
+}
+
+/* ---- rope -----------------------------------------------------------------
+ */
+
+/* The inverse frequencies written out again from the llama3 rule. */
+static double reference_inverse_frequency(const fdy_op_params *p, uint32_t j) {
+  double inv = pow(p->rope.theta, -(2.0 * j) / p->rope.head_dim);
+  if (!p->rope.llama3) {
+    return inv;
+  }
+  double wavelen = 2.0 * M_PI / inv;
+  double low = p->rope.original_max_position / p->rope.low_freq_factor;
+  double high = p->rope.original_max_position / p->rope.high_freq_factor;
+  if (wavelen < high) {
+    return inv;
+  }
+  if (wavelen > low) {
+    return inv / p->rope.factor;
+  }
+  double smooth =
+      (p->rope.original_max_position / wavelen - p->rope.low_freq_factor) /
+      (p->rope.high_freq_factor - p->rope.low_freq_factor);
+  return (1.0 - smooth) * inv / p->rope.factor + smooth * inv;
+}
+
+static void rope_case(bool llama3, uint32_t heads, int32_t position) {
+  const uint32_t rows = 5, d = 64;
+  uint32_t width = heads * d;
+  int32_t *step = make_step(4, position, 0);
+  float *x = random_floats((uint64_t)rows * width);
+  float *out = poisoned((uint64_t)rows * width);
+  fdy_op op = {.kind = FDY_OP_ROPE, .input_count = 2, .output_count = 1};
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, width));
+  op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, width));
+  op.params.rope.head_dim = d;
+  op.params.rope.theta = 500000.0;
+  op.params.rope.llama3 = llama3;
+  op.params.rope.factor = 32.0;
+  op.params.rope.low_freq_factor = 1.0;
+  op.params.rope.high_freq_factor = 4.0;
+  op.params.rope.original_max_position = 8192;
+  void *data[] = {step, x, out};
+  run_everywhere(&op, data);
+  double *ref = doubles(4 * (uint64_t)width);
+  for (uint32_t t = 0; t < 4; t++) {
+    for (uint32_t j = 0; j < d / 2; j++) {
+      double angle =
+          (position + t) * reference_inverse_frequency(&op.params, j);
+      for (uint32_t h = 0; h < heads; h++) {
+        uint64_t at = (uint64_t)t * width + h * d + j;
+        double x0 = x[at], x1 = x[at + d / 2];
+        ref[at] = x0 * cos(angle) - x1 * sin(angle);
+        ref[at + d / 2] = x1 * cos(angle) + x0 * sin(angle);
+      }
+    }
+  }
+  expect_close(out, ref, 4 * (uint64_t)width, 1e-6);
+  assert_true(is_poison(out + 4 * (uint64_t)width, width));
+  free(ref);
+  free(step);
+  free(x);
+  free(out);
+}
+
+static void test_rope(void **state) {
+  (void)state;
+  rope_case(false, 4, 0);
+  rope_case(false, 2, 37);
+  rope_case(true, 8, 1000);
+  rope_case(true, 2, 5);
+}
+
+/* ---- attention ------------------------------------------------------------
+ */
+
+typedef struct attention_case {
+  uint32_t heads, kv_heads, d, context, rows;
+  int32_t count, position;
+  fdy_dtype cache;
+} attention_case;
+
+/* Cache element i as a double. */
+static double cache_value(const void *cache, fdy_dtype dtype, uint64_t i) {
+  return dtype == FDY_DTYPE_F16 ? f16_value(((const uint16_t *)cache)[i])
+                                : ((const float *)cache)[i];
+}
+
+/* Cache row r holds exactly src (F16: rounded to nearest even). */
+static bool cache_row_is(const void *cache, fdy_dtype dtype, uint64_t r,
+                         const float *src, uint64_t n) {
+  for (uint64_t i = 0; i < n; i++) {
+    bool same = dtype == FDY_DTYPE_F16
+                    ? ((const uint16_t *)cache)[r * n + i] == f16_bits(src[i])
+                    : memcmp((const float *)cache + r * n + i, &src[i],
+                             sizeof(float)) == 0;
+    if (!same) {
+      return false;
+    }
+  }
+  return true;
+}
+
+static void run_attention_case(const attention_case *c) {
+  uint32_t q_dim = c->heads * c->d, kv_dim = c->kv_heads * c->d;
+  uint64_t esize = c->cache == FDY_DTYPE_F16 ? 2 : 4;
+  uint64_t cache_words = (uint64_t)c->context * kv_dim * esize / 4;
+  int32_t *step = make_step(c->count, c->position, 0);
+  float *q = random_floats((uint64_t)c->rows * q_dim);
+  float *k = random_floats((uint64_t)c->rows * kv_dim);
+  float *v = random_floats((uint64_t)c->rows * kv_dim);
+  void *kc = poisoned(cache_words), *vc = poisoned(cache_words);
+  /* positions before the step's hold earlier tokens */
+  for (uint64_t i = 0; i < (uint64_t)c->position * kv_dim; i++) {
+    if (c->cache == FDY_DTYPE_F16) {
+      ((uint16_t *)kc)[i] = f16_bits(rand_float());
+      ((uint16_t *)vc)[i] = f16_bits(rand_float());
+    } else {
+      ((float *)kc)[i] = rand_float();
+      ((float *)vc)[i] = rand_float();
+    }
+  }
+  void *kc0 = malloc(cache_words * 4);
+  assert_non_null(kc0);
+  memcpy(kc0, kc, cache_words * 4);
+  float *out = poisoned((uint64_t)c->rows * q_dim);
+  fdy_op op = {.kind = FDY_OP_ATTENTION, .input_count = 6, .output_count = 1};
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(c->rows, q_dim));
+  op.inputs[2] = view(FDY_DTYPE_F32, FDY_SHAPE(c->rows, kv_dim));
+  op.inputs[3] = view(FDY_DTYPE_F32, FDY_SHAPE(c->rows, kv_dim));
+  op.inputs[4] = view(c->cache, FDY_SHAPE(c->context, kv_dim));
+  op.inputs[5] = view(c->cache, FDY_SHAPE(c->context, kv_dim));
+  op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(c->rows, q_dim));
+  op.params.attention.heads = c->heads;
+  op.params.attention.kv_heads = c->kv_heads;
+  op.params.attention.head_dim = c->d;
+  void *data[] = {step, q, k, v, kc, vc, out};
+  run_everywhere(&op, data);
+
+  uint32_t active = (uint32_t)c->count;
+  uint32_t valid = c->position + active <= c->context
+                       ? active
+                       : c->context - (uint32_t)c->position;
+  /* the caches: earlier rows kept, new rows appended, the rest untouched */
+  assert_memory_equal(kc, kc0, (uint64_t)c->position * kv_dim * esize);
+  for (uint32_t t = 0; t < valid; t++) {
+    uint64_t p = (uint64_t)c->position + t;
+    assert_true(
+        cache_row_is(kc, c->cache, p, k + (uint64_t)t * kv_dim, kv_dim));
+    assert_true(
+        cache_row_is(vc, c->cache, p, v + (uint64_t)t * kv_dim, kv_dim));
+  }
+  uint64_t end = ((uint64_t)c->position + valid) * kv_dim * esize / 4;
+  assert_true(is_poison((uint32_t *)kc + end, cache_words - end));
+  assert_true(is_poison((uint32_t *)vc + end, cache_words - end));
+
+  double *ref = doubles((uint64_t)valid * q_dim);
+  double *scores = doubles(c->context);
+  for (uint32_t t = 0; t < valid; t++) {
+    uint32_t last = (uint32_t)c->position + t;
+    for (uint32_t h = 0; h < c->heads; h++) {
+      uint64_t kv_at = (uint64_t)(h / (c->heads / c->kv_heads)) * c->d;
+      const float *qh = q + (uint64_t)t * q_dim + (uint64_t)h * c->d;
+      double max = -INFINITY, sum = 0.0;
+      for (uint32_t p = 0; p <= last; p++) {
+        double s = 0.0;
+        for (uint32_t j = 0; j < c->d; j++) {
+          s += qh[j] * cache_value(kc, c->cache, p * kv_dim + kv_at + j);
+        }
+        scores[p] = s / sqrt((double)c->d);
+        max = scores[p] > max ? scores[p] : max;
+      }
+      for (uint32_t p = 0; p <= last; p++) {
+        scores[p] = exp(scores[p] - max);
+        sum += scores[p];
+      }
+      double *o = ref + (uint64_t)t * q_dim + (uint64_t)h * c->d;
+      for (uint32_t p = 0; p <= last; p++) {
+        for (uint32_t j = 0; j < c->d; j++) {
+          o[j] += scores[p] / sum *
+                  cache_value(vc, c->cache, p * kv_dim + kv_at + j);
+        }
+      }
+    }
+  }
+  expect_close(out, ref, (uint64_t)valid * q_dim, 1e-6);
+  /* rows beyond the cache are NaN, rows beyond the count untouched */
+  for (uint64_t i = (uint64_t)valid * q_dim; i < (uint64_t)active * q_dim;
+       i++) {
+    assert_true(isnan(out[i]));
+    assert_false(is_poison(&out[i], 1));
+  }
+  assert_true(is_poison(out + (uint64_t)active * q_dim,
+                        (uint64_t)(c->rows - active) * q_dim));
+  free(scores);
+  free(ref);
+  free(kc0);
+  free(step);
+  free(q);
+  free(k);
+  free(v);
+  free(kc);
+  free(vc);
+  free(out);
+}
+
+static void test_attention(void **state) {
+  (void)state;
+  const attention_case cases[] = {
+      /* GQA 8/2, prefill at position 9, one row beyond the count */
+      {8, 2, 64, 64, 6, 5, 9, FDY_DTYPE_F32},
+      {8, 2, 64, 64, 6, 5, 9, FDY_DTYPE_F16},
+      /* MHA, prefill from 0, an odd head_dim */
+      {4, 4, 36, 32, 7, 7, 0, FDY_DTYPE_F32},
+      {4, 4, 36, 32, 7, 7, 0, FDY_DTYPE_F16},
+      /* decode */
+      {8, 2, 64, 64, 1, 1, 40, FDY_DTYPE_F32},
+      {8, 2, 64, 64, 1, 1, 40, FDY_DTYPE_F16},
+      /* the last two rows fall outside the cache */
+      {4, 2, 32, 16, 5, 4, 14, FDY_DTYPE_F32},
+      {4, 2, 32, 16, 5, 4, 14, FDY_DTYPE_F16},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    run_attention_case(&cases[i]);
+  }
+}
+
+/* ---- swiglu, add, last_row ------------------------------------------------
+ */
+
+static void test_swiglu_and_add(void **state) {
+  (void)state;
+  const uint32_t rows = 6, n = 5000;
+  const uint32_t active = 5;
+  fdy_op_kind kinds[] = {FDY_OP_SWIGLU, FDY_OP_ADD};
+  for (int k = 0; k < 2; k++) {
+    int32_t *step = make_step((int32_t)active, 0, 0);
+    float *a = random_floats((uint64_t)rows * n);
+    float *b = random_floats((uint64_t)rows * n);
+    float *out = poisoned((uint64_t)rows * n);
+    fdy_op op = {.kind = kinds[k], .input_count = 3, .output_count = 1};
+    op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+    op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, n));
+    op.inputs[2] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, n));
+    op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, n));
+    void *data[] = {step, a, b, out};
+    run_everywhere(&op, data);
+    double *ref = doubles((uint64_t)active * n);
+    for (uint64_t i = 0; i < (uint64_t)active * n; i++) {
+      double g = a[i];
+      ref[i] = kinds[k] == FDY_OP_ADD ? g + b[i] : g / (1.0 + exp(-g)) * b[i];
+    }
+    expect_close(out, ref, (uint64_t)active * n, 1e-6);
+    assert_true(is_poison(out + (uint64_t)active * n, n));
+    free(ref);
+    free(step);
+    free(a);
+    free(b);
+    free(out);
+  }
+}
+
+static void test_last_row(void **state) {
+  (void)state;
+  const uint32_t rows = 6, n = 20000;
+  const int32_t counts[] = {4, 1, 6, 9, 0, -2};
+  float *x = random_floats((uint64_t)rows * n);
+  for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+    int32_t *step = make_step(counts[c], 7, 0);
+    float *out = poisoned(n);
+    fdy_op op = {.kind = FDY_OP_LAST_ROW, .input_count = 2, .output_count = 1};
+    op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+    op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, n));
+    op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(1, n));
+    void *data[] = {step, x, out};
+    run_everywhere(&op, data);
+    if (counts[c] <= 0) {
+      assert_true(is_poison(out, n));
+    } else {
+      uint32_t last = (uint32_t)counts[c] < rows ? (uint32_t)counts[c] : rows;
+      assert_memory_equal(out, x + (uint64_t)(last - 1) * n, sizeof(float) * n);
+    }
+    free(step);
+    free(out);
+  }
+  free(x);
+}
+
+/* ---- argmax ---------------------------------------------------------------
+ */
+
+static void test_argmax(void **state) {
+  (void)state;
+  const uint32_t rows = 4, n = 40000;
+  float *x = random_floats((uint64_t)rows * n);
+  /* row 1: ties across chunks (the lowest index wins) */
+  x[n + 20000] = 2.0f;
+  x[n + 5000] = 2.0f;
+  x[n + 39999] = 2.0f;
+  /* row 2: NaN first, ties inside one chunk */
+  x[2 * n + 0] = NAN;
+  x[2 * n + 9] = 3.0f;
+  x[2 * n + 7] = 3.0f;
+  /* row 3: all equal */
+  for (uint32_t i = 0; i < n; i++) {
+    x[3 * n + i] = 0.5f;
+  }
+  int32_t *out = poisoned(rows);
+  fdy_op op = {.kind = FDY_OP_ARGMAX, .input_count = 1, .output_count = 1};
+  op.inputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, n));
+  op.outputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(rows));
+  void *data[] = {x, out};
+  run_everywhere(&op, data);
+  uint32_t best = 0;
+  for (uint32_t i = 1; i < n; i++) {
+    best = x[i] > x[best] ? i : best;
+  }
+  assert_int_equal(out[0], best);
+  assert_int_equal(out[1], 5000);
+  assert_int_equal(out[2], 7);
+  assert_int_equal(out[3], 0);
+  free(x);
+  free(out);
+}
+
+/* ---- supports_op and workspace --------------------------------------------
+ */
+
+static void test_supports_op(void **state) {
+  (void)state;
+  fdy_backend *b = fx.backend[0];
+  matmul_data m = {
+      .rows = 1, .in = 256, .out = 64, .group = 64, .dtype = FDY_DTYPE_F16};
+  fdy_op op = matmul_op(&m);
+  assert_true(b->ops->supports_op(b, &op));
+  op.inputs[1].dtype = FDY_DTYPE_F16;
+  assert_false(b->ops->supports_op(b, &op));
+  op = matmul_op(&m);
+  op.inputs[3].dtype = FDY_DTYPE_F32;
+  op.inputs[4].dtype = FDY_DTYPE_F32;
+  assert_false(b->ops->supports_op(b, &op));
+  assert_int_equal(b->ops->workspace_bytes(b, &op), UINT64_MAX);
+
+  fdy_op norm = {.kind = FDY_OP_RMSNORM, .input_count = 3, .output_count = 1};
+  norm.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  norm.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(1, 64));
+  norm.inputs[2] = view(FDY_DTYPE_F32, FDY_SHAPE(64));
+  norm.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(1, 64));
+  assert_false(b->ops->supports_op(b, &norm));
+  norm.inputs[2].dtype = FDY_DTYPE_BF16;
+  assert_true(b->ops->supports_op(b, &norm));
+
+  fdy_op sum = {.kind = FDY_OP_CHECKSUM, .input_count = 1, .output_count = 1};
+  sum.inputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(16));
+  sum.outputs[0] = view(FDY_DTYPE_U64, FDY_SHAPE(1));
+  assert_false(b->ops->supports_op(b, &sum));
+  sum.inputs[0] = view(FDY_DTYPE_U8, FDY_SHAPE((uint64_t)1 << 33));
+  assert_true(b->ops->supports_op(b, &sum)); /* bytes beyond 2^31 are fine */
+
+  fdy_op top = {.kind = FDY_OP_ARGMAX, .input_count = 1, .output_count = 1};
+  top.inputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(1, (uint64_t)1 << 31));
+  top.outputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(1));
+  assert_false(b->ops->supports_op(b, &top));
+  assert_false(b->ops->supports_op(b, NULL));
+}
+
+static void test_workspace(void **state) {
+  (void)state;
+  matmul_data m = {
+      .rows = 4, .in = 256, .out = 64, .group = 64, .dtype = FDY_DTYPE_F16};
+  fdy_op op = matmul_op(&m);
+  uint64_t one = fx.backend[0]->ops->workspace_bytes(fx.backend[0], &op);
+  uint64_t five = fx.backend[3]->ops->workspace_bytes(fx.backend[3], &op);
+  assert_true(one > 0);
+  assert_true(five > one); /* per-thread row scratch */
+
+  fdy_op add = {.kind = FDY_OP_ADD, .input_count = 3, .output_count = 1};
+  add.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  add.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(2, 8));
+  add.inputs[2] = add.inputs[1];
+  add.outputs[0] = add.inputs[1];
+  assert_int_equal(fx.backend[0]->ops->workspace_bytes(fx.backend[0], &add), 0);
+
+  /* A launch with a workspace one byte short, or none, is refused. */
+  fdy_backend *b = fx.backend[1];
+  uint64_t need = b->ops->workspace_bytes(b, &op);
+  fdy_backend_buffer *buf = NULL;
+  assert_int_equal(b->ops->buffer_alloc(b, 1 << 20, &buf, NULL), FDY_OK);
+  uint64_t at = 0;
+  for (uint32_t i = 0; i < op.input_count + op.output_count; i++) {
+    operand(&op, i)->buffer = buf;
+    operand(&op, i)->offset = at;
+    at += (view_bytes(operand(&op, i)) + 255) / 256 * 256;
+  }
+  op.workspace = (fdy_tensor_view){buf, at, FDY_DTYPE_U8, FDY_SHAPE(need - 1)};
+  fdy_error err;
+  assert_int_equal(b->ops->launch(b, fx.stream[1], &op, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(err.expected, need);
+  assert_int_equal(err.actual, need - 1);
+  assert_string_equal(err.backend_op, "launch");
+  op.workspace = (fdy_tensor_view){0};
+  assert_int_equal(b->ops->launch(b, fx.stream[1], &op, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(err.expected, need);
+  assert_int_equal(err.actual, 0);
+  /* enough, but past the buffer's end, or misaligned */
+  uint64_t late = ((1 << 20) - need + 64) / 64 * 64;
+  op.workspace = (fdy_tensor_view){buf, late, FDY_DTYPE_U8, FDY_SHAPE(need)};
+  assert_int_equal(b->ops->launch(b, fx.stream[1], &op, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(err.expected, 1 << 20);
+  op.workspace = (fdy_tensor_view){buf, at + 8, FDY_DTYPE_U8, FDY_SHAPE(need)};
+  assert_int_equal(b->ops->launch(b, fx.stream[1], &op, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(err.expected, 64);
+  assert_int_equal(err.actual, at + 8);
+  b->ops->buffer_release(b, buf);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_checksum),       cmocka_unit_test(test_embed),
+      cmocka_unit_test(test_rmsnorm),        cmocka_unit_test(test_matmul),
+      cmocka_unit_test(test_rope),           cmocka_unit_test(test_attention),
+      cmocka_unit_test(test_swiglu_and_add), cmocka_unit_test(test_last_row),
+      cmocka_unit_test(test_argmax),         cmocka_unit_test(test_supports_op),
+      cmocka_unit_test(test_workspace),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}

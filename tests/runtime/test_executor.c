@@ -1,0 +1,414 @@
+/* Executor tests: a streamed checksum chain and a Llama checkpoint run
+ * through plans on the fake backend (call accounting: nothing allocated or
+ * registered after create, one launch per planned op), on the CPU backend
+ * (results), and through the fault wrapper (every backend call of create
+ * and of a Llama decode step failed, before and after submitting: a clear
+ * error, everything drained and released). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "foundry/checksum.h"
+#include "foundry/cpu.h"
+#include "foundry/fake.h"
+#include "foundry/fault.h"
+#include "foundry/llama.h"
+#include "foundry/runtime.h"
+
+#define CHAIN_LAYERS 5
+#define CHAIN_BYTES  4096u
+
+/* ---- the checksum chain
+ * ------------------------------------------------------ */
+
+typedef struct chain {
+  unsigned char data[CHAIN_LAYERS][CHAIN_BYTES];
+  fdy_graph *graph;
+  fdy_plan *plan;
+  fdy_tensor_id out;
+  uint64_t expected;
+} chain;
+
+/* Weights of host extents, each op checksumming its weight into the chain;
+ * streamed through `buffers` slots (a budget of exactly those slots). */
+static void chain_make(chain *c, uint32_t buffers) {
+  fdy_error err;
+  memset(c, 0, sizeof(*c));
+  assert_int_equal(fdy_graph_create("chain", &c->graph, &err), FDY_OK);
+  fdy_tensor_id prev = {0};
+  fdy_op_id ops[CHAIN_LAYERS];
+  for (uint32_t i = 0; i < CHAIN_LAYERS; i++) {
+    for (uint32_t k = 0; k < CHAIN_BYTES; k++) {
+      c->data[i][k] = (unsigned char)(k * 7 + i * 13 + 1);
+    }
+    char name[32];
+    fdy_tensor_id w, out;
+    fdy_extent e = {
+        .kind = FDY_EXTENT_HOST, .host = c->data[i], .length = CHAIN_BYTES};
+    snprintf(name, sizeof name, "w%u", i);
+    assert_int_equal(fdy_graph_add_weight(c->graph, name, FDY_DTYPE_U8,
+                                          FDY_SHAPE(CHAIN_BYTES), &e, 1, &w,
+                                          &err),
+                     FDY_OK);
+    snprintf(name, sizeof name, "out%u", i);
+    assert_int_equal(fdy_graph_add_activation(c->graph, name, FDY_DTYPE_U64,
+                                              FDY_SHAPE(1), &out, &err),
+                     FDY_OK);
+    fdy_tensor_id reads[2] = {w, prev};
+    snprintf(name, sizeof name, "op%u", i);
+    fdy_op_desc d = {.name = name,
+                     .kind = FDY_OP_CHECKSUM,
+                     .reads = reads,
+                     .read_count = i ? 2 : 1,
+                     .writes = &out,
+                     .write_count = 1};
+    assert_int_equal(fdy_graph_add_op(c->graph, &d, &ops[i], &err), FDY_OK);
+    prev = out;
+    c->expected =
+        fdy_checksum(c->data[i], CHAIN_BYTES) + c->expected * FDY_CHAIN_PRIME;
+  }
+  c->out = prev;
+  fdy_plan_step step = {"pass", ops, CHAIN_LAYERS, &c->out, 1};
+  fdy_planner_options po = {.weight_budget = (uint64_t)buffers * CHAIN_BYTES,
+                            .buffers = buffers};
+  assert_int_equal(fdy_plan_build(c->graph, &step, 1, &po, &c->plan, &err),
+                   FDY_OK);
+}
+
+static void chain_free(chain *c) {
+  fdy_plan_destroy(c->plan);
+  fdy_graph_destroy(c->graph);
+}
+
+static uint64_t chain_result(const fdy_executor *x, const chain *c) {
+  uint64_t bytes = 0;
+  const uint64_t *out = fdy_executor_output(x, c->out, &bytes);
+  assert_non_null(out);
+  assert_int_equal(bytes, sizeof(uint64_t));
+  return *out;
+}
+
+static void test_chain_on_cpu(void **state) {
+  (void)state;
+  for (uint32_t buffers = 1; buffers <= 3; buffers++) {
+    chain c;
+    chain_make(&c, buffers);
+    fdy_error err;
+    fdy_backend *b = NULL;
+    fdy_executor *x = NULL;
+    assert_int_equal(fdy_cpu_backend_create(NULL, &b, &err), FDY_OK);
+    assert_int_equal(fdy_executor_create(c.plan, NULL, b, NULL, &x, &err),
+                     FDY_OK);
+    int64_t step = fdy_executor_step(x, "pass");
+    assert_true(step > 0);
+    for (int run = 0; run < 3; run++) {
+      assert_int_equal(fdy_executor_run(x, (size_t)step, &err), FDY_OK);
+      assert_true(chain_result(x, &c) == c.expected);
+    }
+    /* A changed weight shows in the next run: weights stream every run. */
+    c.data[2][5] ^= 0x40;
+    uint64_t changed = 0;
+    for (uint32_t i = 0; i < CHAIN_LAYERS; i++) {
+      changed =
+          fdy_checksum(c.data[i], CHAIN_BYTES) + changed * FDY_CHAIN_PRIME;
+    }
+    assert_int_equal(fdy_executor_run(x, (size_t)step, &err), FDY_OK);
+    assert_true(chain_result(x, &c) == changed);
+    assert_int_equal(fdy_executor_finish(x, &err), FDY_OK);
+    fdy_executor_destroy(x);
+    fdy_backend_destroy(b);
+    chain_free(&c);
+  }
+}
+
+static void test_chain_on_fake_allocates_nothing_per_run(void **state) {
+  (void)state;
+  chain c;
+  chain_make(&c, 2);
+  fdy_error err;
+  fdy_backend *b = NULL;
+  fdy_executor *x = NULL;
+  fdy_fake_options fo = {.store_data = true};
+  assert_int_equal(fdy_fake_backend_create(&fo, &b, &err), FDY_OK);
+  assert_int_equal(fdy_executor_create(c.plan, NULL, b, NULL, &x, &err),
+                   FDY_OK);
+  fdy_fake_stats before = fdy_fake_get_stats(b);
+  size_t step = (size_t)fdy_executor_step(x, "pass");
+  for (int run = 0; run < 10; run++) {
+    assert_int_equal(fdy_executor_run(x, step, &err), FDY_OK);
+    assert_true(chain_result(x, &c) == c.expected);
+  }
+  fdy_fake_stats after = fdy_fake_get_stats(b);
+  assert_int_equal(after.buffer_allocs, before.buffer_allocs);
+  assert_int_equal(after.host_registrations, before.host_registrations);
+  assert_int_equal(after.events_created, before.events_created);
+  assert_int_equal(after.streams_created, before.streams_created);
+  assert_int_equal(after.launches - before.launches, 10 * CHAIN_LAYERS);
+  assert_int_equal(after.copies_to_device - before.copies_to_device,
+                   10 * CHAIN_LAYERS);
+  fdy_executor_destroy(x);
+  fdy_fake_stats end = fdy_fake_get_stats(b);
+  assert_int_equal(end.live_buffers, 0);
+  assert_int_equal(end.live_events, 0);
+  assert_int_equal(end.live_streams, 0);
+  assert_int_equal(end.live_hosts, 0);
+  assert_int_equal(end.violations, 0);
+  fdy_backend_destroy(b);
+  chain_free(&c);
+}
+
+static void test_preflight_refusals(void **state) {
+  (void)state;
+  chain c;
+  chain_make(&c, 2);
+  fdy_error err;
+  fdy_backend *b = NULL;
+  fdy_executor *x = NULL;
+  /* An op kind the backend does not support: refused before any call
+   * that allocates. */
+  fdy_fake_options fo = {.unsupported_kinds = 1u << FDY_OP_CHECKSUM};
+  assert_int_equal(fdy_fake_backend_create(&fo, &b, &err), FDY_OK);
+  assert_int_equal(fdy_executor_create(c.plan, NULL, b, NULL, &x, &err),
+                   FDY_ERR_UNSUPPORTED);
+  assert_null(x);
+  assert_string_equal(err.backend_op, "supports_op");
+  assert_int_equal(fdy_fake_get_stats(b).buffer_allocs, 0);
+  fdy_backend_destroy(b);
+  /* Buffers above the device's memory: FDY_ERR_BUDGET. */
+  fdy_fake_options small = {.caps = {.total_memory = CHAIN_BYTES}};
+  assert_int_equal(fdy_fake_backend_create(&small, &b, &err), FDY_OK);
+  assert_int_equal(fdy_executor_create(c.plan, NULL, b, NULL, &x, &err),
+                   FDY_ERR_BUDGET);
+  assert_int_equal(err.expected, CHAIN_BYTES);
+  assert_int_equal(fdy_fake_get_stats(b).buffer_allocs, 0);
+  fdy_backend_destroy(b);
+  /* A plan whose weights are described, not bound. */
+  fdy_graph *described = NULL;
+  assert_int_equal(fdy_graph_create("chain", &described, &err), FDY_OK);
+  fdy_plan *plan = NULL;
+  {
+    fdy_tensor_id w, out;
+    assert_int_equal(fdy_graph_add_weight(described, "w", FDY_DTYPE_U8,
+                                          FDY_SHAPE(CHAIN_BYTES), NULL, 0, &w,
+                                          &err),
+                     FDY_OK);
+    assert_int_equal(fdy_graph_add_activation(described, "out", FDY_DTYPE_U64,
+                                              FDY_SHAPE(1), &out, &err),
+                     FDY_OK);
+    fdy_op_id op;
+    fdy_op_desc d = {.name = "op",
+                     .kind = FDY_OP_CHECKSUM,
+                     .reads = &w,
+                     .read_count = 1,
+                     .writes = &out,
+                     .write_count = 1};
+    assert_int_equal(fdy_graph_add_op(described, &d, &op, &err), FDY_OK);
+    fdy_plan_step step = {"pass", &op, 1, &out, 1};
+    fdy_planner_options po = {.weight_budget = CHAIN_BYTES, .buffers = 1};
+    assert_int_equal(fdy_plan_build(described, &step, 1, &po, &plan, &err),
+                     FDY_OK);
+  }
+  assert_int_equal(fdy_fake_backend_create(NULL, &b, &err), FDY_OK);
+  assert_int_equal(fdy_executor_create(plan, NULL, b, NULL, &x, &err),
+                   FDY_ERR_NOT_FOUND);
+  assert_string_equal(err.name, "w");
+  assert_true(err.command_index >= 0);
+  /* The caller's graph must have the plan's structure. */
+  assert_int_equal(fdy_executor_create(plan, c.graph, b, NULL, &x, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  fdy_backend_destroy(b);
+  fdy_plan_destroy(plan);
+  fdy_graph_destroy(described);
+  chain_free(&c);
+}
+
+static void test_run_refusals(void **state) {
+  (void)state;
+  chain c;
+  chain_make(&c, 1);
+  fdy_error err;
+  fdy_backend *b = NULL;
+  fdy_executor *x = NULL;
+  assert_int_equal(fdy_fake_backend_create(NULL, &b, &err), FDY_OK);
+  assert_int_equal(fdy_executor_create(c.plan, NULL, b, NULL, &x, &err),
+                   FDY_OK);
+  /* setup (0) and teardown (last) are not steps */
+  assert_int_equal(fdy_executor_run(x, 0, &err), FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(
+      fdy_executor_run(x, fdy_plan_section_count(c.plan) - 1, &err),
+      FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(fdy_executor_step(x, "setup"), -1);
+  assert_int_equal(fdy_executor_step(x, "nothing"), -1);
+  /* no step copies a weight in */
+  uint64_t bytes = 1;
+  assert_null(fdy_executor_input(x, (fdy_tensor_id){0}, &bytes));
+  assert_int_equal(bytes, 0);
+  fdy_executor_destroy(x);
+  fdy_backend_destroy(b);
+  chain_free(&c);
+}
+
+/* ---- Llama through the executor
+ * ---------------------------------------------- */
+
+typedef struct llama_case {
+  fdy_llama_model *model;
+  fdy_graph *graph;
+  fdy_llama_graph_io io;
+  fdy_plan *plan;
+} llama_case;
+
+static void llama_make(llama_case *l) {
+  char dir[1024];
+  fdy_error err;
+  snprintf(dir, sizeof dir, "%s/llama3-micro/model",
+           getenv("FOUNDRY_TEST_DATA"));
+  memset(l, 0, sizeof(*l));
+  assert_int_equal(fdy_llama_open(dir, &l->model, &err), FDY_OK);
+  fdy_llama_graph_options go = {.context = 64, .prefill_rows = 8};
+  assert_int_equal(fdy_llama_graph(l->model, &go, &l->graph, &l->io, &err),
+                   FDY_OK);
+  assert_int_equal(fdy_llama_plan(l->graph, &l->io, FDY_GIB, 2, &l->plan, &err),
+                   FDY_OK);
+}
+
+static void llama_free(llama_case *l) {
+  fdy_plan_destroy(l->plan);
+  fdy_graph_destroy(l->graph);
+  fdy_llama_close(l->model);
+}
+
+/* Writes one decode token at `position` into the step input. */
+static void set_decode(fdy_executor *x, const llama_case *l, int32_t id,
+                       int32_t position) {
+  uint64_t bytes = 0;
+  int32_t *in = fdy_executor_input(x, l->io.decode_step, &bytes);
+  assert_non_null(in);
+  assert_int_equal(bytes, 3 * sizeof(int32_t));
+  in[FDY_STEP_COUNT] = 1;
+  in[FDY_STEP_POSITION] = position;
+  in[FDY_STEP_IDS] = id;
+}
+
+static void test_llama_decode_on_fake(void **state) {
+  (void)state;
+  llama_case l;
+  llama_make(&l);
+  fdy_error err;
+  fdy_backend *b = NULL;
+  fdy_executor *x = NULL;
+  assert_int_equal(fdy_fake_backend_create(NULL, &b, &err), FDY_OK);
+  assert_int_equal(fdy_executor_create(l.plan, l.graph, b, NULL, &x, &err),
+                   FDY_OK);
+  fdy_fake_stats before = fdy_fake_get_stats(b);
+  size_t decode = (size_t)fdy_executor_step(x, "decode");
+  for (int32_t i = 0; i < 100; i++) {
+    set_decode(x, &l, i % 7, i % 64);
+    assert_int_equal(fdy_executor_run(x, decode, &err), FDY_OK);
+  }
+  fdy_fake_stats after = fdy_fake_get_stats(b);
+  assert_int_equal(after.launches - before.launches,
+                   100 * (uint64_t)l.io.decode_op_count);
+  assert_int_equal(after.buffer_allocs, before.buffer_allocs);
+  assert_int_equal(after.host_registrations, before.host_registrations);
+  assert_int_equal(after.events_created, before.events_created);
+  /* one step input in, logits and next id out, per run */
+  assert_int_equal(after.copies_to_device - before.copies_to_device, 100);
+  assert_int_equal(after.copies_to_host - before.copies_to_host, 200);
+  fdy_executor_destroy(x);
+  assert_int_equal(fdy_fake_get_stats(b).live_buffers, 0);
+  assert_int_equal(fdy_fake_get_stats(b).violations, 0);
+  fdy_backend_destroy(b);
+  llama_free(&l);
+}
+
+/* Every counted backend call of executor create, then of one decode step,
+ * failed in both modes on the CPU backend: the error names the entry,
+ * nothing is left acquired, and a failed executor refuses to run. */
+static void test_llama_fault_sweep(void **state) {
+  (void)state;
+  llama_case l;
+  llama_make(&l);
+  fdy_error err;
+  fdy_backend *cpu = NULL;
+  fdy_cpu_options co = {.threads = 2};
+  assert_int_equal(fdy_cpu_backend_create(&co, &cpu, &err), FDY_OK);
+  /* Count the calls of create and of one decode run. */
+  fdy_backend *counting = NULL;
+  fdy_executor *x = NULL;
+  assert_int_equal(fdy_fault_backend_create(cpu, NULL, &counting, &err),
+                   FDY_OK);
+  assert_int_equal(
+      fdy_executor_create(l.plan, l.graph, counting, NULL, &x, &err), FDY_OK);
+  uint64_t create_calls = fdy_fault_get_stats(counting).calls;
+  size_t decode = (size_t)fdy_executor_step(x, "decode");
+  set_decode(x, &l, 3, 0);
+  assert_int_equal(fdy_executor_run(x, decode, &err), FDY_OK);
+  uint64_t decode_calls = fdy_fault_get_stats(counting).calls - create_calls;
+  assert_true(decode_calls >= l.io.decode_op_count);
+  fdy_executor_destroy(x);
+  fdy_backend_destroy(counting);
+
+  for (int mode = 0; mode < 2; mode++) {
+    for (uint64_t n = 1; n <= create_calls + decode_calls; n++) {
+      fdy_fault_options fo = {.fail_at_call = n, .mode = (fdy_fault_mode)mode};
+      fdy_backend *faulty = NULL;
+      assert_int_equal(fdy_fault_backend_create(cpu, &fo, &faulty, &err),
+                       FDY_OK);
+      x = NULL;
+      fdy_status st =
+          fdy_executor_create(l.plan, l.graph, faulty, NULL, &x, &err);
+      if (n <= create_calls) {
+        assert_int_equal(st, FDY_ERR_BACKEND);
+        assert_null(x);
+        assert_true(err.backend_op[0] != '\0');
+      } else {
+        assert_int_equal(st, FDY_OK);
+        set_decode(x, &l, 3, 0);
+        assert_int_equal(fdy_executor_run(x, decode, &err), FDY_ERR_BACKEND);
+        assert_true(err.backend_op[0] != '\0');
+        assert_true(err.command_index >= 0);
+        assert_true(fdy_fault_get_stats(faulty).fired);
+        assert_int_equal(fdy_executor_run(x, decode, &err),
+                         FDY_ERR_INVALID_ARGUMENT);
+        fdy_executor_destroy(x);
+      }
+      fdy_backend_destroy(faulty);
+    }
+  }
+  /* The CPU backend is whole afterwards: a clean run still gives the same
+   * next id as a fresh one. */
+  assert_int_equal(fdy_executor_create(l.plan, l.graph, cpu, NULL, &x, &err),
+                   FDY_OK);
+  set_decode(x, &l, 3, 0);
+  assert_int_equal(fdy_executor_run(x, decode, &err), FDY_OK);
+  const int32_t *next = fdy_executor_output(x, l.io.decode_next, NULL);
+  assert_non_null(next);
+  assert_true(next[0] >= 0 &&
+              (uint32_t)next[0] < fdy_llama_model_config(l.model)->vocab_size);
+  fdy_executor_destroy(x);
+  fdy_backend_destroy(cpu);
+  llama_free(&l);
+}
+
+int main(void) {
+  if (getenv("FOUNDRY_TEST_DATA") == NULL) {
+    fprintf(stderr, "FOUNDRY_TEST_DATA is not set\n");
+    return 1;
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_chain_on_cpu),
+      cmocka_unit_test(test_chain_on_fake_allocates_nothing_per_run),
+      cmocka_unit_test(test_preflight_refusals),
+      cmocka_unit_test(test_run_refusals),
+      cmocka_unit_test(test_llama_decode_on_fake),
+      cmocka_unit_test(test_llama_fault_sweep),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
