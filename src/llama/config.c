@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "foundry/input.h"
 #include "loader.h"
 
 #define MAX_DIM    (1u << 20)
@@ -336,6 +337,13 @@ fdy_status fdy_llama_config_parse(const char *json, size_t len,
                                   fdy_error *err) {
   parse_ctx p = {path, err};
   json_error_t jerr;
+  if (fdy_json_check_text(json, len, err) != FDY_OK) {
+    fdy_error_prefix(err, "%s", path);
+    if (err) {
+      snprintf(err->name, sizeof err->name, "%s", path);
+    }
+    return FDY_ERR_PARSE;
+  }
   json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
   if (!root) {
     fdy_llama_file_error(err, FDY_ERR_PARSE, path,

@@ -6,6 +6,8 @@
  * documented in docs/plan-format.md. */
 #include "plan_internal.h"
 
+#include "foundry/input.h"
+
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdarg.h>
@@ -852,6 +854,10 @@ fdy_status fdy_plan_from_json(const char *text, size_t length, fdy_plan **out,
                          "plan decoding needs text and an output pointer");
   }
   *out = NULL;
+  if (fdy_json_check_text(text, length, err) != FDY_OK) {
+    fdy_error_prefix(err, "plan JSON");
+    return FDY_ERR_PARSE;
+  }
   root = json_loadb(text == NULL ? "" : text, length, JSON_REJECT_DUPLICATES,
                     &jerr);
   if (root == NULL) {

@@ -2,11 +2,12 @@
 # `foundry plan`: dump then check the default plan, refuse to overwrite,
 # give the written file the umask's mode, reject a plan with one release
 # removed and a truncated file, and reject bad options with exit 2.
-# usage: test_plan.sh FOUNDRY [PYTHON3]   (without PYTHON3 the checks that
-# edit a plan with python are skipped)
+# usage: test_plan.sh FOUNDRY TEST_DATA_DIR [PYTHON3]   (without PYTHON3 the
+# checks that edit a plan with python are skipped)
 set -u
 foundry=$1
-python=${2:-}
+data=$2
+python=${3:-}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 work=$dir
@@ -53,6 +54,15 @@ size=$(wc -c <"$dir/b3.json")
 head -c $((size / 2)) "$dir/b3.json" >"$dir/truncated.json"
 expect 1 plan --check "$dir/truncated.json"
 expect 1 plan --check "$dir/missing.json"
+# A FIFO (no writer) or a directory fails at once instead of blocking.
+mkfifo "$dir/fifo.json"
+expect_cmd 1 "plan --check on a FIFO" timeout 20 "$foundry" plan --check "$dir/fifo.json"
+contains "$err" "not a regular file"
+expect 1 plan --check "$dir"
+contains "$err" "not a regular file"
+# A NUL byte after a number is not JSON (jansson 2.14 would skip it).
+expect 1 plan --check "$data/bad/plan-nul-after-number.json"
+contains "$err" "NUL byte at line 3"
 if [ -n "$python" ]; then
   "$python" - "$dir/b3.json" "$dir/no-release.json" <<'PY'
 import json, sys

@@ -67,6 +67,19 @@ expect 1 inspect "$work/q"
 contains "$err" "unsupported quantization"
 contains "$err" "quantization.bits"
 
+# a FIFO given as config.json, the index or the shard fails at once
+for f in config.json model.safetensors.index.json model.safetensors; do
+  rm -rf "$work/fifo"
+  mkdir "$work/fifo"
+  cp "$work/a/config.json" "$work/a/model.safetensors" \
+    "$work/a/model.safetensors.index.json" "$work/fifo/"
+  rm "$work/fifo/$f"
+  mkfifo "$work/fifo/$f"
+  expect_cmd 1 "inspect with a FIFO as $f" timeout 20 "$foundry" inspect \
+    "$work/fifo"
+  contains "$err" "$f' is not a regular file"
+done
+
 expect 0 help make-model
 contains "$out" "--preset"
 expect 0 help inspect

@@ -62,6 +62,10 @@ expect 2 verify --model "$model" --reference "$reference" --tolerance abc
 expect 2 verify --model "$model"
 expect 2 verify --model "$model" --reference "$reference" --backend cuda
 expect 1 verify --model "$model" --reference /nonexistent.safetensors
+mkfifo "$work/fifo.safetensors"
+expect_cmd 1 "verify with a FIFO as the reference" timeout 20 "$foundry" \
+  verify --model "$model" --reference "$work/fifo.safetensors"
+contains "$err" "not a regular file"
 
 # the tiny fixture and the generated variants (untied, plain rope, BF16,
 # group 32; one kv head per head, group 128), each against its reference
