@@ -6,7 +6,7 @@
  * at most FDY_SAFETENSORS_MAX_HEADER and inside the file; header is a JSON
  * object (jansson; no NUL byte anywhere, fdy_json_check_text) of name ->
  * {dtype, shape, data_offsets} plus an optional "__metadata__" object of
- * strings; known dtype; shape of non-negative
+ * strings, or null; known dtype; shape of non-negative
  * integers; data_offsets [begin, end] relative to the first byte after the
  * header, begin <= end, end inside the file, end - begin equal to the
  * dtype/shape size; no two tensors' ranges overlap. Data may be unaligned and

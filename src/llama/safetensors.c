@@ -120,11 +120,16 @@ static bool json_u64(const json_t *v, uint64_t *out) {
   return true;
 }
 
+/* "__metadata__": an object of strings, or null (MLX writes null, and the
+ * reference reader accepts it). */
 static fdy_status parse_metadata(const fdy_safetensors *st, json_t *meta,
                                  fdy_error *err) {
+  if (json_is_null(meta)) {
+    return FDY_OK;
+  }
   if (!json_is_object(meta)) {
     return fdy_llama_file_error(err, FDY_ERR_FORMAT, st->path,
-                                "__metadata__ is not an object");
+                                "__metadata__ is neither an object nor null");
   }
   const char *key;
   json_t *value;
