@@ -62,12 +62,16 @@ typedef struct fdy_llama_layer_weights {
 /* Parses and checks a config.json document of len bytes (path is used in
  * messages only): model_type "llama"; sizes; rope_theta; rope_scaling of
  * type llama3 or none; tie_word_embeddings (default false); rms_norm_eps;
- * eos_token_id as an integer or a list; quantization with group_size 32, 64
- * or 128 and bits 4. A valid value Foundry does not handle (other bits or
- * group sizes, rope scaling types, model types, ...) is FDY_ERR_UNSUPPORTED
- * with a message "PATH: unsupported quantization: field
- * 'quantization.bits' is 3; ...". Invalid JSON is
- * FDY_ERR_PARSE (line/column set); a missing field, a wrong type or an
+ * eos_token_id as an integer or a list; quantization with mode "affine"
+ * (absent or null = affine), no per-layer override (an object or boolean
+ * under a module's path), group_size 32, 64 or 128 and bits 4, checked in
+ * that order. A valid value Foundry does not handle (another mode such as
+ * mxfp4 or nvfp4, an override, other bits or group sizes, rope scaling
+ * types, model types, ...) is FDY_ERR_UNSUPPORTED with err->name the field
+ * ("quantization.mode", "quantization.model.layers.0.mlp.down_proj") and a
+ * message "PATH: unsupported quantization: field 'quantization.bits' is 3;
+ * ...". Invalid JSON (a NUL byte included) is FDY_ERR_PARSE (line/column
+ * set); a missing field, a wrong type or an
  * inconsistent value is FDY_ERR_SCHEMA with err->name the field
  * ("quantization.bits"). scale_dtype is set to F16; the loader replaces it
  * with the dtype the checkpoint's scales have. */

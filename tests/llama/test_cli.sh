@@ -66,6 +66,11 @@ sed 's/"bits": 4/"bits": 3/' "$work/a/config.json" >"$work/q/config.json"
 expect 1 inspect "$work/q"
 contains "$err" "unsupported quantization"
 contains "$err" "quantization.bits"
+sed 's/"bits": 4/"bits": 4, "mode": "mxfp4"/' "$work/a/config.json" \
+  >"$work/q/config.json"
+expect 1 inspect "$work/q"
+contains "$err" "quantization.mode"
+contains "$err" "mxfp4"
 
 # a FIFO given as config.json, the index or the shard fails at once
 for f in config.json model.safetensors.index.json model.safetensors; do
