@@ -22,11 +22,31 @@ int fdy_cli_fail(const fdy_error *err) {
 int fdy_cli_usage(const char *command, const char *fmt, ...) {
   va_list args;
   va_start(args, fmt);
-  fprintf(stderr, "foundry %s: ", command);
+  fprintf(stderr, "foundry %s: error: ", command);
   vfprintf(stderr, fmt, args);
   fprintf(stderr, "\nTry 'foundry help %s'.\n", command);
   va_end(args);
   return FDY_EXIT_USAGE;
+}
+
+int fdy_cli_check_arguments(const char *command, int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
+    if (eq && eq[1] == '\0') {
+      return fdy_cli_usage(command, "%.*s needs a non-empty value",
+                           (int)(eq - arg), arg);
+    }
+    if (arg[0] != '\0') {
+      continue;
+    }
+    if (i > 1 && strncmp(argv[i - 1], "--", 2) == 0 &&
+        strchr(argv[i - 1], '=') == NULL) {
+      return fdy_cli_usage(command, "%s needs a non-empty value", argv[i - 1]);
+    }
+    return fdy_cli_usage(command, "argument %d is empty", i);
+  }
+  return FDY_EXIT_OK;
 }
 
 fdy_status fdy_cli_parse_uint(const char *flag, const char *text, uint64_t min,

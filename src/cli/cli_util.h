@@ -1,7 +1,7 @@
 /* Shared helpers of the CLI commands: error reporting and strict number
  * parsing. Messages go to stderr as "foundry: error: ..." (failures, exit 1)
- * or "foundry COMMAND: ..." plus a hint to `foundry help COMMAND` (usage
- * errors, exit 2). */
+ * or "foundry COMMAND: error: ..." plus a hint to `foundry help COMMAND`
+ * (usage errors, exit 2). */
 #ifndef FOUNDRY_CLI_UTIL_H
 #define FOUNDRY_CLI_UTIL_H
 
@@ -16,10 +16,17 @@ enum { FDY_EXIT_OK = 0, FDY_EXIT_FAILURE = 1, FDY_EXIT_USAGE = 2 };
  * "foundry: error: ..." and returns FDY_EXIT_FAILURE. */
 int fdy_cli_fail(const fdy_error *err);
 
-/* Prints "foundry COMMAND: <message>" and the help hint; returns
+/* Prints "foundry COMMAND: error: <message>" and the help hint; returns
  * FDY_EXIT_USAGE. */
 int fdy_cli_usage(const char *command, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* The one check of every command's arguments before its own parsing: none
+ * may be empty, so that an empty path (`inspect ""`, `--model ""`,
+ * `--out=`) is a usage error instead of opening "/config.json" or the
+ * like. argv[0] is the command name. Returns FDY_EXIT_OK, or prints the
+ * usage error and returns FDY_EXIT_USAGE. */
+int fdy_cli_check_arguments(const char *command, int argc, char **argv);
 
 /* Parses a decimal integer in [min, max] for flag; on failure fills err with
  * FDY_ERR_INVALID_ARGUMENT naming the flag ("--layers must be an integer

@@ -66,7 +66,7 @@ static int usage(const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(message, sizeof message, fmt, ap);
   va_end(ap);
-  return fdy_cli_usage("bench", "error: %s", message);
+  return fdy_cli_usage("bench", "%s", message);
 }
 
 static fdy_status parse_u32(const char *flag, const char *text, uint32_t *out,

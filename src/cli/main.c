@@ -123,5 +123,6 @@ int main(int argc, char **argv) {
       return FDY_EXIT_OK;
     }
   }
-  return entry->run(argc - 1, argv + 1);
+  int code = fdy_cli_check_arguments(name, argc - 1, argv + 1);
+  return code != FDY_EXIT_OK ? code : entry->run(argc - 1, argv + 1);
 }
