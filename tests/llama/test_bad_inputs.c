@@ -118,6 +118,21 @@ static fdy_status read_with(const char *reader, const char *path,
     fdy_safetensors_close(st);
     return s;
   }
+  if (strcmp(reader, "reference") == 0) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/llama3-micro/model", data_root);
+    fdy_llama_model *m = NULL;
+    fdy_llama_session *session = NULL;
+    fdy_llama_session_options options = {16, 1};
+    assert_int_equal(fdy_llama_open(dir, &m, err), FDY_OK);
+    assert_int_equal(fdy_llama_session_create(m, &options, &session, err),
+                     FDY_OK);
+    fdy_llama_verify_result result;
+    fdy_status s = fdy_llama_verify(session, path, 1e-4, &result, err);
+    fdy_llama_session_destroy(session);
+    fdy_llama_close(m);
+    return s;
+  }
   fail_msg("unknown reader '%s' in the manifest", reader);
   return FDY_STATUS_COUNT;
 }

@@ -62,6 +62,11 @@ expect 2 verify --model "$model" --reference "$reference" --tolerance abc
 expect 2 verify --model "$model"
 expect 2 verify --model "$model" --reference "$reference" --backend cuda
 expect 1 verify --model "$model" --reference /nonexistent.safetensors
+# a reference without greedy ids is refused, not "0/0" passed
+expect 1 verify --model "$model" \
+  --reference "$data/bad/reference-no-greedy.safetensors"
+contains "$err" "greedy_ids"
+[ -s "$out" ] && fail "a refused reference printed results: $(cat "$out")"
 mkfifo "$work/fifo.safetensors"
 expect_cmd 1 "verify with a FIFO as the reference" timeout 20 "$foundry" \
   verify --model "$model" --reference "$work/fifo.safetensors"
