@@ -154,6 +154,13 @@ int64_t bench_origin_ns(const bench_state *s);
 /* "all" or "last_measured": which executions the trace holds. */
 const char *bench_trace_scope(const bench_state *s);
 
+/* A JSON string of text that may not be UTF-8 (paths, argv, messages that
+ * quote them, device names): fdy_utf8_sanitize replaces each invalid byte
+ * by U+FFFD, since jansson refuses such strings; null for NULL. Every
+ * string of the report and the trace that Foundry did not write itself
+ * goes through it. A new reference, NULL when out of memory. */
+json_t *bench_json_text(const char *s);
+
 /* The report of a finished or failed run (status = the run's status, err its
  * error when failed). Returns a new reference. */
 json_t *bench_report_json(const bench_state *s, fdy_status status,

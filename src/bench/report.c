@@ -16,8 +16,18 @@
 /* ---- JSON helpers
  * ------------------------------------------------------------ */
 
+json_t *bench_json_text(const char *s) {
+  if (!s) {
+    return json_null();
+  }
+  char *text = fdy_utf8_sanitize(s);
+  json_t *j = text ? json_string(text) : NULL;
+  free(text);
+  return j;
+}
+
 static json_t *jstr(const char *s) {
-  return s ? json_string(s) : json_null();
+  return bench_json_text(s);
 }
 
 static json_t *jreal(double x) {
@@ -80,7 +90,7 @@ static json_t *cpu_model(void) {
         colon++;
       }
       line[strcspn(line, "\n")] = '\0';
-      model = json_string(colon);
+      model = jstr(colon);
     }
   }
   fclose(f);
@@ -101,7 +111,7 @@ static json_t *environment_json(const bench_state *s) {
   json_t *dev = json_null();
   if (s->have_caps) {
     dev = json_object();
-    json_object_set_new(dev, "name", json_string(s->caps.name));
+    json_object_set_new(dev, "name", jstr(s->caps.name));
     json_object_set_new(dev, "total_memory_bytes", jint(s->caps.total_memory));
     json_object_set_new(dev, "free_memory_bytes", jint(s->caps.free_memory));
     json_object_set_new(dev, "max_allocation_bytes",
@@ -124,9 +134,9 @@ static json_t *environment_json(const bench_state *s) {
                           : json_null());
   struct utsname u;
   if (uname(&u) == 0) {
-    json_object_set_new(host, "os", json_string(u.sysname));
-    json_object_set_new(host, "os_release", json_string(u.release));
-    json_object_set_new(host, "machine", json_string(u.machine));
+    json_object_set_new(host, "os", jstr(u.sysname));
+    json_object_set_new(host, "os_release", jstr(u.release));
+    json_object_set_new(host, "machine", jstr(u.machine));
   }
   json_object_set_new(o, "host", host);
   return o;
@@ -493,7 +503,7 @@ static json_t *error_json(const bench_state *s, const fdy_error *err) {
   const bench_execution *failed = failed_execution(s);
   json_t *e = json_object();
   json_object_set_new(e, "kind", json_string(fdy_status_name(err->kind)));
-  json_object_set_new(e, "message", json_string(err->message));
+  json_object_set_new(e, "message", jstr(err->message));
   json_object_set_new(e, "stage", jstr(s->stage));
   json_object_set_new(e, "sequence",
                       failed ? jint(failed->sequence) : json_null());
@@ -511,7 +521,7 @@ static json_t *error_json(const bench_state *s, const fdy_error *err) {
     json_object_set_new(e, "expected", jint(err->expected));
     json_object_set_new(e, "actual", jint(err->actual));
   }
-  json_object_set_new(e, "backend_op", json_string(err->backend_op));
+  json_object_set_new(e, "backend_op", jstr(err->backend_op));
   json_object_set_new(e, "payload_generated", json_boolean(s->payload));
   return e;
 }
@@ -541,7 +551,7 @@ json_t *bench_report_json(const bench_state *s, fdy_status status,
   json_t *trace = json_null();
   if (s->opt->trace_path) {
     trace = json_object();
-    json_object_set_new(trace, "path", json_string(s->opt->trace_path));
+    json_object_set_new(trace, "path", jstr(s->opt->trace_path));
     json_object_set_new(trace, "executions", json_string(bench_trace_scope(s)));
   }
   json_object_set_new(r, "trace", trace);

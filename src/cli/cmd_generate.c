@@ -39,14 +39,17 @@ static int print_json(const char *model_dir, uint32_t prompt_count,
   for (uint32_t i = 0; ids && i < gen->count; i++) {
     json_array_append_new(ids, json_integer(gen->ids[i]));
   }
+  /* the directory as given may not be UTF-8, which jansson refuses */
+  char *model = fdy_utf8_sanitize(model_dir);
   json_t *root = json_pack(
       "{s:s, s:s, s:I, s:I, s:I, s:o, s:b, s:f, s:f, s:f, s:f}", "model",
-      model_dir, "backend", "cpu", "threads", (json_int_t)threads, "context",
-      (json_int_t)context, "prompt_tokens", (json_int_t)prompt_count, "ids",
-      ids, "stopped_at_eos", gen->stopped_at_eos, "prefill_seconds",
+      model ? model : "", "backend", "cpu", "threads", (json_int_t)threads,
+      "context", (json_int_t)context, "prompt_tokens", (json_int_t)prompt_count,
+      "ids", ids, "stopped_at_eos", gen->stopped_at_eos, "prefill_seconds",
       gen->prefill_seconds, "prefill_tokens_per_second",
       gen->prefill_tokens_per_second, "decode_seconds", gen->decode_seconds,
       "decode_tokens_per_second", gen->decode_tokens_per_second);
+  free(model);
   char *text = root ? json_dumps(root, JSON_COMPACT) : NULL;
   json_decref(root);
   if (!text) {

@@ -111,6 +111,28 @@ PY
   contains "$err" "overlap.measured_speedup"
 fi
 
+# Output paths that are not UTF-8: the report keeps them (each bad byte
+# replaced by U+FFFD), and the trace names its report the same way.
+tiny="--backend cpu --layers 2 --weight-mib 1 --iterations 2 --warmup 0 --bootstrap-resamples 10 --buffers 1"
+report=$(printf '%s/r\377.json' "$work")
+trace=$(printf '%s/t\377.json' "$work")
+replacement=$(printf '\357\277\275')
+# shellcheck disable=SC2086
+expect 0 bench $tiny --report "$report" --trace "$trace"
+contains "$report" "\"report_path\": \"$work/r$replacement.json\""
+contains "$report" "\"trace_path\": \"$work/t$replacement.json\""
+contains "$report" "\"path\": \"$work/t$replacement.json\""
+contains "$trace" "\"report\": \"$work/r$replacement.json\""
+if [ -n "$python" ]; then
+  expect_cmd 0 "report with replaced paths" "$python" -c '
+import json, sys
+r = json.load(open(sys.argv[1], "rb"))
+assert r["parameters"]["report_path"].endswith("r\ufffd.json"), r["parameters"]
+assert r["trace"]["path"].endswith("t\ufffd.json"), r["trace"]
+assert any(a.endswith("r\ufffd.json") for a in r["invocation"]["argv"])
+' "$report"
+fi
+
 # A budget below the slots fails (exit 1) and still writes a failed report.
 # shellcheck disable=SC2086
 expect 1 bench $small --cpu-memory 2MiB --report "$work/budget.json"

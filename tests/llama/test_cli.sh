@@ -72,6 +72,18 @@ expect 1 inspect "$work/q"
 contains "$err" "quantization.mode"
 contains "$err" "mxfp4"
 
+# a directory whose name is not UTF-8: the JSON outputs replace the bad byte
+# by U+FFFD instead of failing
+bad=$(printf '%s/m\377x' "$work")
+replacement=$(printf 'm\357\277\275x')
+cp -r "$work/a" "$bad"
+expect 0 inspect --json "$bad"
+contains "$out" "\"model\": \"$work/$replacement\""
+expect 0 generate --model "$bad" --prompt-ids 1,2 --max-tokens 2 --json
+contains "$out" "\"model\":\"$work/$replacement\""
+expect 0 inspect "$bad"
+rm -rf "$bad"
+
 # a FIFO given as config.json, the index or the shard fails at once
 for f in config.json model.safetensors.index.json model.safetensors; do
   rm -rf "$work/fifo"
