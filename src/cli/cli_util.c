@@ -49,18 +49,28 @@ int fdy_cli_check_arguments(const char *command, int argc, char **argv) {
   return FDY_EXIT_OK;
 }
 
-fdy_status fdy_cli_parse_uint(const char *flag, const char *text, uint64_t min,
-                              uint64_t max, uint64_t *out, fdy_error *err) {
-  const char *p = text;
-  bool ok = p && *p >= '0' && *p <= '9';
+/* The len bytes at p as a decimal number: at least one digit, digits only,
+ * within 64 bits (leading zeros do not count). */
+static bool parse_digits(const char *p, size_t len, uint64_t *out) {
   uint64_t value = 0;
-  for (; ok && *p; p++) {
-    if (*p < '0' || *p > '9' || __builtin_mul_overflow(value, 10, &value) ||
-        __builtin_add_overflow(value, (uint64_t)(*p - '0'), &value)) {
-      ok = false;
+  if (len == 0) {
+    return false;
+  }
+  for (size_t i = 0; i < len; i++) {
+    if (p[i] < '0' || p[i] > '9' || __builtin_mul_overflow(value, 10, &value) ||
+        __builtin_add_overflow(value, (uint64_t)(p[i] - '0'), &value)) {
+      return false;
     }
   }
-  if (!ok || value < min || value > max) {
+  *out = value;
+  return true;
+}
+
+fdy_status fdy_cli_parse_uint(const char *flag, const char *text, uint64_t min,
+                              uint64_t max, uint64_t *out, fdy_error *err) {
+  uint64_t value = 0;
+  if (!text || !parse_digits(text, strlen(text), &value) || value < min ||
+      value > max) {
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
                          "%s must be an integer from %llu to %llu, got '%s'",
                          flag, (unsigned long long)min, (unsigned long long)max,
@@ -70,45 +80,71 @@ fdy_status fdy_cli_parse_uint(const char *flag, const char *text, uint64_t min,
   return FDY_OK;
 }
 
-fdy_status fdy_cli_parse_ids(const char *flag, const char *text, int32_t **out,
-                             uint32_t *count, fdy_error *err) {
+fdy_status fdy_cli_parse_list(const char *flag, const char *text, uint64_t min,
+                              uint64_t max, uint64_t **out, uint32_t *count,
+                              fdy_error *err) {
   *out = NULL;
   *count = 0;
-  if (!text || !*text) {
-    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                         "%s needs at least one id", flag);
+  if (!text) {
+    text = "";
   }
-  uint32_t n = 1;
+  size_t n = 1;
   for (const char *p = text; *p; p++) {
     n += *p == ',';
   }
-  int32_t *ids = malloc(sizeof *ids * n);
-  if (!ids) {
+  if (n > UINT32_MAX) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "%s: '%.40s...' has too many items", flag, text);
+  }
+  uint64_t *values = malloc(sizeof *values * n);
+  if (!values) {
     return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   }
   const char *p = text;
-  for (uint32_t i = 0; i < n; i++) {
+  for (size_t i = 0; i < n; i++) {
     const char *end = strchr(p, ',');
     size_t len = end ? (size_t)(end - p) : strlen(p);
-    char item[16];
-    uint64_t value = 0;
-    if (len == 0 || len >= sizeof item) {
-      free(ids);
-      return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                           "%s: item %u is not an id in '%s'", flag, i + 1,
-                           text);
+    if (!parse_digits(p, len, &values[i]) || values[i] < min ||
+        values[i] > max) {
+      free(values);
+      fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                    "%s: item %zu ('%.*s') of '%s' is not an integer from "
+                    "%llu to %llu",
+                    flag, i + 1, (int)(len < 64 ? len : 64), p, text,
+                    (unsigned long long)min, (unsigned long long)max);
+      if (err) {
+        err->ids[0] = (int64_t)i;
+        snprintf(err->name, sizeof err->name, "%s", flag);
+      }
+      return FDY_ERR_INVALID_ARGUMENT;
     }
-    memcpy(item, p, len);
-    item[len] = '\0';
-    if (fdy_cli_parse_uint(flag, item, 0, INT32_MAX, &value, err) != FDY_OK) {
-      free(ids);
-      return err ? err->kind : FDY_ERR_INVALID_ARGUMENT;
-    }
-    ids[i] = (int32_t)value;
     p += len + 1;
   }
+  *out = values;
+  *count = (uint32_t)n;
+  return FDY_OK;
+}
+
+fdy_status fdy_cli_parse_ids(const char *flag, const char *text, int32_t **out,
+                             uint32_t *count, fdy_error *err) {
+  uint64_t *values = NULL;
+  *out = NULL;
+  fdy_status st =
+      fdy_cli_parse_list(flag, text, 0, INT32_MAX, &values, count, err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  int32_t *ids = malloc(sizeof *ids * *count);
+  if (!ids) {
+    free(values);
+    *count = 0;
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  for (uint32_t i = 0; i < *count; i++) {
+    ids[i] = (int32_t)values[i];
+  }
+  free(values);
   *out = ids;
-  *count = n;
   return FDY_OK;
 }
 

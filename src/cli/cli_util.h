@@ -34,7 +34,19 @@ int fdy_cli_check_arguments(const char *command, int argc, char **argv);
 fdy_status fdy_cli_parse_uint(const char *flag, const char *text, uint64_t min,
                               uint64_t max, uint64_t *out, fdy_error *err);
 
-/* Parses a comma-separated list of int32 ids ("1,2,3"); *out is malloc'd. */
+/* The one parser of comma-separated integer lists ("1,2,3"): each item is
+ * decimal digits only (no sign, space or empty item; leading zeros allowed
+ * at any length) from min to max. *out is malloc'd with *count >= 1 values.
+ * Every failure is FDY_ERR_INVALID_ARGUMENT with one message naming the
+ * item and the list ("--prompt-ids: item 2 (' 2') of '1, 2' is not an
+ * integer from 0 to 2147483647"), err->ids[0] = the item's index from 0 and
+ * err->name = flag; or FDY_ERR_OUT_OF_MEMORY. */
+fdy_status fdy_cli_parse_list(const char *flag, const char *text, uint64_t min,
+                              uint64_t max, uint64_t **out, uint32_t *count,
+                              fdy_error *err);
+
+/* fdy_cli_parse_list of token ids (0 to INT32_MAX) as int32; *out is
+ * malloc'd. */
 fdy_status fdy_cli_parse_ids(const char *flag, const char *text, int32_t **out,
                              uint32_t *count, fdy_error *err);
 

@@ -79,40 +79,28 @@ static fdy_status parse_u32(const char *flag, const char *text, uint32_t *out,
   return st;
 }
 
-/* "1,2,3" into options->buffers; range and distinctness are checked by
- * fdy_bench_check_options. */
+/* "1,2,3" into options->buffers (fdy_cli_parse_list); range and
+ * distinctness are checked by fdy_bench_check_options. */
 static fdy_status parse_buffers(const char *text, fdy_bench_options *o,
                                 fdy_error *err) {
+  uint64_t *values = NULL;
   uint32_t n = 0;
-  const char *p = text;
-  for (;;) {
-    const char *end = strchr(p, ',');
-    size_t len = end ? (size_t)(end - p) : strlen(p);
-    char item[24];
-    if (len == 0 || len >= sizeof item) {
-      return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                           "--buffers: item %" PRIu32 " of '%s' is not a "
-                           "buffer count",
-                           n + 1, text);
-    }
-    if (n == FDY_BENCH_MAX_CONFIGS) {
-      return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                           "--buffers takes at most %d buffer counts",
-                           FDY_BENCH_MAX_CONFIGS);
-    }
-    memcpy(item, p, len);
-    item[len] = '\0';
-    fdy_status st = parse_u32("--buffers", item, &o->buffers[n], err);
-    if (st != FDY_OK) {
-      return st;
-    }
-    n++;
-    if (!end) {
-      break;
-    }
-    p = end + 1;
+  fdy_status st =
+      fdy_cli_parse_list("--buffers", text, 0, UINT32_MAX, &values, &n, err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  if (n > FDY_BENCH_MAX_CONFIGS) {
+    free(values);
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "--buffers takes at most %d buffer counts",
+                         FDY_BENCH_MAX_CONFIGS);
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    o->buffers[i] = (uint32_t)values[i];
   }
   o->buffer_count = n;
+  free(values);
   return FDY_OK;
 }
 

@@ -163,6 +163,8 @@ expect 2 bench --backend cpu --buffers 1,1
 expect 2 bench --backend cpu --buffers 0,2
 expect 2 bench --backend cpu --buffers 1,,3
 expect 2 bench --backend cpu --buffers one
+expect 2 bench --backend cpu --buffers "1, 2"
+contains "$err" "item 2 (' 2') of '1, 2'"
 expect 2 bench --backend cpu --buffers 65
 expect 2 bench --backend cpu --buffers 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17
 expect 2 bench --backend cpu --weight-mib 18446744073709551615

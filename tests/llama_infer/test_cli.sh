@@ -31,6 +31,14 @@ contains "$err" "foundry: error:"
 expect 2 generate --model "$model" --prompt-ids "" --max-tokens 4
 expect 2 generate --model "$model" --prompt-ids 1,,2 --max-tokens 4
 expect 2 generate --model "$model" --prompt-ids 1,-2 --max-tokens 4
+# one parser, one message naming the item and the list; an item's length
+# does not matter (15, 16 or 30 characters with leading zeros)
+expect 2 generate --model "$model" --prompt-ids "1, 2" --max-tokens 4
+contains "$err" "item 2 (' 2') of '1, 2'"
+expect 2 generate --model "$model" --prompt-ids 1,2147483648 --max-tokens 4
+contains "$err" "item 2 ('2147483648') of '1,2147483648'"
+expect 0 generate --model "$model" --max-tokens 1 \
+  --prompt-ids 000000000000001,0000000000000001,000000000000000000000000000001
 expect 1 generate --model "$model" --prompt-ids 1,2,3 --max-tokens 1023
 contains "$err" "context"
 # the positions used are prompt + max-tokens - 1: with context 10 and a
