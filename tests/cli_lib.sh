@@ -6,6 +6,10 @@
 #   expect_cmd CODE DESCRIPTION COMMAND...
 #                         the same for any COMMAND (python, a script), the
 #                         failure named by DESCRIPTION
+#   expect_full ARGS...   runs "$foundry" ARGS with stdout on /dev/full
+#                         (stderr in $err) and counts a failure unless it
+#                         exits 1 saying that writing stdout failed; skipped
+#                         where /dev/full does not exist
 #   contains FILE TEXT    counts a failure unless FILE contains TEXT
 #   fail MESSAGE          counts a failure
 out=$work/stdout
@@ -37,6 +41,19 @@ expect_cmd() {
   if [ "$actual" -ne "$code" ]; then
     fail "$what exited $actual, expected $code"
     cat "$out" "$err" >&2
+  fi
+}
+
+expect_full() {
+  [ -w /dev/full ] || return 0
+  "$foundry" "$@" >/dev/full 2>"$err"
+  actual=$?
+  if [ "$actual" -ne 1 ]; then
+    fail "foundry $* >/dev/full exited $actual, expected 1"
+    cat "$err" >&2
+  elif ! grep -q "^foundry: error: writing to standard output failed" "$err"; then
+    fail "foundry $* >/dev/full did not report the failed write:"
+    cat "$err" >&2
   fi
 }
 

@@ -29,6 +29,22 @@ int fdy_cli_usage(const char *command, const char *fmt, ...) {
   return FDY_EXIT_USAGE;
 }
 
+int fdy_cli_finish_stdout(int code) {
+  static bool reported;
+  errno = 0;
+  const bool flushed = fflush(stdout) == 0;
+  const int errnum = errno;
+  if (flushed && !ferror(stdout)) {
+    return code;
+  }
+  if (!reported) {
+    reported = true;
+    fprintf(stderr, "foundry: error: writing to standard output failed: %s\n",
+            !flushed && errnum ? strerror(errnum) : "an earlier write failed");
+  }
+  return code == FDY_EXIT_OK ? FDY_EXIT_FAILURE : code;
+}
+
 int fdy_cli_check_arguments(const char *command, int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];

@@ -21,6 +21,14 @@ int fdy_cli_fail(const fdy_error *err);
 int fdy_cli_usage(const char *command, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* The last step of every command (main applies it to each command's exit
+ * code, and a command may call it early to stop at a failed write): flushes
+ * stdout and checks its error flag. When writing failed, prints "foundry:
+ * error: writing to standard output failed: REASON" (once per process) and
+ * returns FDY_EXIT_FAILURE in place of FDY_EXIT_OK; otherwise returns
+ * code. */
+int fdy_cli_finish_stdout(int code);
+
 /* The one check of every command's arguments before its own parsing: none
  * may be empty, so that an empty path (`inspect ""`, `--model ""`,
  * `--out=`) is a usage error instead of opening "/config.json" or the

@@ -54,8 +54,8 @@ void fdy_cmd_bench_help(FILE *out) {
           "\n"
           "exit status: 0 success; 1 the run failed (the report, if asked\n"
           "for, is still written with status \"failed\"), or an output file\n"
-          "already exists (never overwritten) or its directory is missing;\n"
-          "2 usage error.\n");
+          "already exists (never overwritten) or its directory is missing,\n"
+          "or standard output could not be written; 2 usage error.\n");
 }
 
 static int usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

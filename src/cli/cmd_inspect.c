@@ -101,11 +101,12 @@ static int print_json(const fdy_llama_model *m) {
   }
   int rc = json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(15));
   json_decref(doc);
-  if (rc != 0 || fputc('\n', stdout) == EOF || fflush(stdout) != 0) {
-    fprintf(stderr, "foundry: error: writing to stdout failed\n");
+  if (rc != 0 && !ferror(stdout)) {
+    fprintf(stderr, "foundry: error: cannot encode the JSON output\n");
     return FDY_EXIT_FAILURE;
   }
-  return FDY_EXIT_OK;
+  fputc('\n', stdout);
+  return FDY_EXIT_OK; /* main checks the writes (fdy_cli_finish_stdout) */
 }
 
 int fdy_cmd_inspect(int argc, char **argv) {

@@ -80,14 +80,11 @@ static int write_stdout(const fdy_plan *plan) {
   if (fdy_plan_to_json(plan, &json, &err) != FDY_OK) {
     return fdy_cli_fail(&err);
   }
-  bool ok = fputs(json, stdout) >= 0 && fputc('\n', stdout) != EOF &&
-            fflush(stdout) == 0;
+  fputs(json, stdout);
+  fputc('\n', stdout);
   free(json);
-  if (!ok) {
-    fprintf(stderr, "foundry: error: writing the plan to stdout failed\n");
-    return FDY_EXIT_FAILURE;
-  }
-  return FDY_EXIT_OK;
+  /* stop here, before the summary, when the plan was not written */
+  return fdy_cli_finish_stdout(FDY_EXIT_OK);
 }
 
 static int dump_plan(const char *path, uint64_t layers, uint64_t weight_mib,

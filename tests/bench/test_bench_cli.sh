@@ -133,6 +133,12 @@ assert any(a.endswith("r\ufffd.json") for a in r["invocation"]["argv"])
 ' "$report"
 fi
 
+# A full stdout fails the run's console (exit 1); the report is still
+# written (the measurements are sound).
+# shellcheck disable=SC2086
+expect_full bench $tiny --report "$work/full.json"
+[ -s "$work/full.json" ] || fail "no report after a full stdout"
+
 # A budget below the slots fails (exit 1) and still writes a failed report.
 # shellcheck disable=SC2086
 expect 1 bench $small --cpu-memory 2MiB --report "$work/budget.json"

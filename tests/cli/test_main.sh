@@ -38,6 +38,13 @@ contains "$out" "usage: foundry help [COMMAND]"
 expect 0 help --help
 contains "$out" "usage: foundry help [COMMAND]"
 
+# Output that cannot be written (stdout on /dev/full) fails every command.
+expect_full --help
+expect_full --version
+expect_full help
+expect_full help plan
+expect_full plan --help
+
 # An empty argument, a path above all, is a usage error of every command
 # (it would otherwise open "/config.json" or write "/.tmp..."), also as
 # --flag=.

@@ -49,6 +49,11 @@ grep -q 'valid, ' "$out" && fail "the summary of a dump to stdout went into the 
 contains "$err" "plan: valid, "
 ls "$dir" | grep -q '\.tmp\.' && fail "a temporary file was left behind: $(ls "$dir")"
 
+# A full stdout fails the check and the dump (before the summary).
+expect_full plan --check "$dir/b1.json"
+expect_full plan --dump - --layers 2 --weight-mib 1 --budget 8MiB
+grep -q "valid" "$err" && fail "a dump to a full stdout printed its summary"
+
 # Broken files.
 size=$(wc -c <"$dir/b3.json")
 head -c $((size / 2)) "$dir/b3.json" >"$dir/truncated.json"

@@ -72,6 +72,10 @@ expect 1 inspect "$work/q"
 contains "$err" "quantization.mode"
 contains "$err" "mxfp4"
 
+# a full stdout fails inspect, text and JSON
+expect_full inspect "$work/a"
+expect_full inspect --json "$work/a"
+
 # a directory whose name is not UTF-8: the JSON outputs replace the bad byte
 # by U+FFFD instead of failing
 bad=$(printf '%s/m\377x' "$work")

@@ -25,6 +25,11 @@ expect 0 generate --model "$model" --prompt-ids "$prompt" --max-tokens 4 \
 contains "$out" '"ids":[850,433,850,274]'
 contains "$out" '"decode_tokens_per_second"'
 
+# a full stdout fails generate (text and JSON) and verify
+expect_full generate --model "$model" --prompt-ids 1,2 --max-tokens 2
+expect_full generate --model "$model" --prompt-ids 1,2 --max-tokens 2 --json
+expect_full verify --model "$model" --reference "$reference"
+
 # generate: bad input, clear errors before any work
 expect 1 generate --model "$model" --prompt-ids 1,1024,2 --max-tokens 4
 contains "$err" "foundry: error:"
