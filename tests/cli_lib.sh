@@ -11,6 +11,11 @@
 #                         exits 1 saying that writing stdout failed; skipped
 #                         where /dev/full does not exist
 #   contains FILE TEXT    counts a failure unless FILE contains TEXT
+#   unwritable_dir        prints a directory where no file can be created:
+#                         $work/ro (mode 0555) for a user, /sys for root (who
+#                         may write anywhere else), nothing when neither
+#                         refuses
+#   long_name N           prints a file name of N bytes
 #   fail MESSAGE          counts a failure
 out=$work/stdout
 err=$work/stderr
@@ -55,6 +60,20 @@ expect_full() {
     fail "foundry $* >/dev/full did not report the failed write:"
     cat "$err" >&2
   fi
+}
+
+unwritable_dir() {
+  mkdir -p "$work/ro" && chmod 555 "$work/ro"
+  if ! (: >"$work/ro/probe") 2>/dev/null; then
+    echo "$work/ro"
+  elif rm -f "$work/ro/probe" && ! (: >/sys/foundry-probe) 2>/dev/null &&
+    [ -d /sys ]; then
+    echo /sys
+  fi
+}
+
+long_name() {
+  printf "%${1}s" "" | tr ' ' n
 }
 
 contains() {

@@ -160,9 +160,12 @@ void fdy_bench_options_default(fdy_bench_options *options);
  * iterations within 32 bits and the payload and slot sizes within 64 bits
  * (FDY_ERR_OVERFLOW), a known backend and host mode, a non-negative device,
  * cpu_memory_bytes with backend cuda; then the outputs: trace without
- * report, the same file for both, an empty name or one ending in '/', an
- * existing file (FDY_ERR_EXISTS), a missing directory (FDY_ERR_NOT_FOUND),
- * each with name = the path. Creates nothing. */
+ * report, the same file for both, then each as fdy_new_file_check proves
+ * it writable now: an empty name, one ending in '/' or longer than NAME_MAX,
+ * an existing file (FDY_ERR_EXISTS), a missing directory
+ * (FDY_ERR_NOT_FOUND), a directory where no file can be created
+ * (FDY_ERR_IO), each with name = the path. Leaves nothing behind (the
+ * check creates a temporary file beside each output and removes it). */
 fdy_status fdy_bench_check_options(const fdy_bench_options *options,
                                    fdy_error *err);
 

@@ -138,8 +138,11 @@ fdy_status fdy_llama_graph(const fdy_llama_model *model, uint32_t context,
 
 /* Writes a random-weight checkpoint in exactly the MLX layout (config.json,
  * model.safetensors, model.safetensors.index.json) into a new directory
- * out_dir (FDY_ERR_EXISTS if it exists; nothing left behind on failure),
- * deterministic for (preset, seed). Presets: "llama-3.2-1b", "llama-3.2-3b",
+ * out_dir (FDY_ERR_EXISTS if it exists, FDY_ERR_NOT_FOUND if its parent
+ * does not, FDY_ERR_IO if nothing can be created there: all before any
+ * work; nothing left behind on failure), deterministic for (preset, seed).
+ * The directory gets mode 0777 & ~umask (and the parent's default ACL),
+ * the files 0666 & ~umask. Presets: "llama-3.2-1b", "llama-3.2-3b",
  * "llama-3.1-8b" (real shapes) and "tiny", "micro" (tests). */
 fdy_status fdy_llama_make_model(const char *preset, uint64_t seed,
                                 const char *out_dir, fdy_error *err);

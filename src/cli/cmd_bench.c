@@ -1,8 +1,8 @@
 /* `foundry bench`: parses the flags into fdy_bench_options and runs the
  * streaming benchmark (src/bench). Usage errors (bad flags, and the flag
  * combinations fdy_bench_check_options refuses before any work) exit 2; an
- * existing output file or a missing directory, like every failure of the run
- * itself, exits 1, as for `foundry plan`. */
+ * existing output file, a missing or unwritable directory, like every
+ * failure of the run itself, exits 1, as for `foundry plan`. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -54,7 +54,8 @@ void fdy_cmd_bench_help(FILE *out) {
           "\n"
           "exit status: 0 success; 1 the run failed (the report, if asked\n"
           "for, is still written with status \"failed\"), or an output file\n"
-          "already exists (never overwritten) or its directory is missing,\n"
+          "already exists (never overwritten) or its directory is missing\n"
+          "or unwritable (all checked before any work),\n"
           "or standard output could not be written; 2 usage error.\n");
 }
 
@@ -248,7 +249,8 @@ int fdy_cmd_bench(int argc, char **argv) {
     return usage("--host-mode applies to the cuda backend only");
   }
   fdy_status checked = fdy_bench_check_options(&o, &err);
-  if (checked == FDY_ERR_EXISTS || checked == FDY_ERR_NOT_FOUND) {
+  if (checked == FDY_ERR_EXISTS || checked == FDY_ERR_NOT_FOUND ||
+      checked == FDY_ERR_IO) {
     fprintf(stderr, "foundry bench: error: %s\n", err.message);
     return FDY_EXIT_FAILURE;
   }

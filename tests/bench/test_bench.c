@@ -9,6 +9,7 @@
 
 #include <cmocka.h>
 
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -764,6 +765,66 @@ static void test_report_taken_during_run(void **state) {
   assert_int_equal(access(f->trace, F_OK), -1);
 }
 
+/* A directory where no file can be created: 0555 for a user, /sys for root
+ * (who may write anywhere else); NULL when neither refuses. */
+static const char *unwritable_dir(const tmpdir *t, char *buf, size_t cap) {
+  snprintf(buf, cap, "%s/ro", t->path);
+  assert_int_equal(mkdir(buf, 0555), 0);
+  char probe[256];
+  snprintf(probe, sizeof probe, "%s/probe", buf);
+  FILE *f = fopen(probe, "wx");
+  if (!f) {
+    return buf;
+  }
+  fclose(f);
+  unlink(probe);
+  f = fopen("/sys/foundry-bench-probe", "wx");
+  if (f) {
+    fclose(f);
+    unlink("/sys/foundry-bench-probe");
+    return NULL;
+  }
+  return errno == ENOENT ? NULL : "/sys";
+}
+
+/* The outputs are proven writable before any work: an unwritable directory
+ * (report or trace) fails the check and the run before the payload. A legal
+ * name of 250 bytes works (its temporary fits NAME_MAX); one above NAME_MAX
+ * is refused up front. */
+static void test_outputs_checked_before_work(void **state) {
+  run_fixture *f = *state;
+  char ro[128], report[300], trace[300];
+  const char *dir = unwritable_dir(&f->dir, ro, sizeof ro);
+  if (dir) {
+    snprintf(report, sizeof report, "%s/r.json", dir);
+    f->o.report_path = report;
+    assert_int_equal(check(&f->o, &f->err), FDY_ERR_IO);
+    assert_string_equal(f->err.name, report);
+    assert_int_equal(run(f), FDY_ERR_IO);
+    assert_false(f->hooks.payload_generated);
+    f->o.report_path = f->report;
+    snprintf(trace, sizeof trace, "%s/t.json", dir);
+    f->o.trace_path = trace;
+    assert_int_equal(run(f), FDY_ERR_IO);
+    assert_string_equal(f->err.name, trace);
+    assert_false(f->hooks.payload_generated);
+    assert_int_equal(access(f->report, F_OK), -1);
+  } else {
+    print_message("no unwritable directory here; skipping that check\n");
+  }
+  f->o.trace_path = NULL;
+  int n = snprintf(report, sizeof report, "%s/", f->dir.path);
+  memset(report + n, 'r', 256);
+  report[n + 256] = '\0';
+  f->o.report_path = report;
+  assert_int_equal(check(&f->o, &f->err), FDY_ERR_INVALID_ARGUMENT);
+  report[n + 250] = '\0';
+  f->o.buffer_count = 1;
+  f->o.iterations = 1;
+  assert_int_equal(run(f), FDY_OK);
+  json_decref(load_json(report));
+}
+
 static void test_staged_on_cpu_refused(void **state) {
   (void)state;
   fdy_bench_options o;
@@ -836,6 +897,8 @@ int main(void) {
                                       run_teardown),
       cmocka_unit_test_setup_teardown(test_report_taken_during_run,
                                       traced_setup, run_teardown),
+      cmocka_unit_test_setup_teardown(test_outputs_checked_before_work,
+                                      run_setup, run_teardown),
       cmocka_unit_test(test_staged_on_cpu_refused),
       cmocka_unit_test_setup_teardown(test_staged_refused_when_auto_chooses_cpu,
                                       run_setup, run_teardown),

@@ -36,7 +36,7 @@ cp "$work/r.json" "$work/before.json"
 # shellcheck disable=SC2086
 expect 1 bench $small --report "$work/r.json"
 cmp -s "$work/r.json" "$work/before.json" || fail "existing report was modified"
-grep -q "foundry bench: error: .*already exists" "$err" || fail "message: $(cat "$err")"
+grep -q "foundry bench: error: .*refusing to overwrite" "$err" || fail "message: $(cat "$err")"
 # shellcheck disable=SC2086
 expect 1 bench $small --report "$work/new.json" --trace "$work/t.json"
 [ -e "$work/new.json" ] && fail "a refused run wrote a report"
@@ -153,6 +153,29 @@ assert r["memory"]["host_payload_bytes"] == 0
 ' "$work/budget.json"
   expect_cmd 1 "bench_summary on a failed report" "$python" "$summary" "$work/budget.json"
 fi
+
+# Outputs are checked before any work: an unwritable directory (for the
+# report or the trace) fails at once (exit 1) and writes nothing; a legal
+# name of 250 bytes works.
+ro=$(unwritable_dir)
+if [ -n "$ro" ]; then
+  # shellcheck disable=SC2086
+  expect 1 bench $small --report "$ro/r.json"
+  contains "$err" "cannot create a temporary file next to '$ro/r.json'"
+  # shellcheck disable=SC2086
+  expect 1 bench $small --report "$work/ro-ok.json" --trace "$ro/t.json"
+  contains "$err" "--trace"
+  [ -e "$work/ro-ok.json" ] && fail "a refused run wrote its report"
+  [ -s "$out" ] && fail "a refused run printed results: $(cat "$out")"
+else
+  echo "cli bench: no unwritable directory here, skipping that check"
+fi
+name=$(long_name 250)
+# shellcheck disable=SC2086
+expect 0 bench $tiny --report "$work/$name"
+[ -s "$work/$name" ] || fail "no report with a 250-byte name"
+# shellcheck disable=SC2086
+expect 2 bench $tiny --report "$work/${name}xxxxxx"
 
 # Usage errors: exit 2 before any work.
 expect 2 bench --backend cpu --trace "$work/x.json"

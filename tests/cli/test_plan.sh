@@ -32,6 +32,17 @@ grep -q "valid, .* 48 ops, 3 slots" "$out" || fail "summary of the default plan 
   fail "dump under umask 077"
 [ "$(mode "$dir/m077.json")" = "-rw-------" ] || fail "mode under umask 077: $(mode "$dir/m077.json")"
 
+# A legal 250-byte name works (the temporary beside it fits NAME_MAX).
+name=$(long_name 250)
+expect 0 plan --dump "$dir/$name" --layers 2 --weight-mib 1 --budget 8MiB
+expect 0 plan --check "$dir/$name"
+expect 1 plan --dump "$dir/${name}xxxxxx" --layers 2 --weight-mib 1 --budget 8MiB
+ro=$(unwritable_dir)
+if [ -n "$ro" ]; then
+  expect 1 plan --dump "$ro/p.json" --layers 2 --weight-mib 1 --budget 8MiB
+  contains "$err" "cannot create a temporary file next to"
+fi
+
 # Never overwrite.
 cp "$dir/default.json" "$dir/before.json"
 expect 1 plan --dump "$dir/default.json" --layers 2

@@ -41,6 +41,28 @@ contains "$err" "already exists"
 cmp -s "$work/before" "$work/a/model.safetensors" ||
   fail "make-model touched an existing checkpoint"
 
+# the directory follows the umask like the files in it; a 250-byte name
+# works and an unwritable parent fails before any work
+(umask 077 && "$foundry" make-model --preset micro --seed 1 \
+  --out "$work/private") 2>/dev/null || fail "make-model under umask 077"
+[ "$(ls -ld "$work/private" | cut -c1-10)" = "drwx------" ] ||
+  fail "directory mode under umask 077: $(ls -ld "$work/private")"
+[ "$(ls -l "$work/private/config.json" | cut -c1-10)" = "-rw-------" ] ||
+  fail "file mode under umask 077: $(ls -l "$work/private/config.json")"
+(umask 022 && "$foundry" make-model --preset micro --seed 1 \
+  --out "$work/shared") 2>/dev/null || fail "make-model under umask 022"
+[ "$(ls -ld "$work/shared" | cut -c1-10)" = "drwxr-xr-x" ] ||
+  fail "directory mode under umask 022: $(ls -ld "$work/shared")"
+name=$(long_name 250)
+expect 0 make-model --preset micro --seed 1 --out "$work/$name"
+expect 0 inspect "$work/$name"
+ro=$(unwritable_dir)
+if [ -n "$ro" ]; then
+  expect 1 make-model --preset micro --seed 1 --out "$ro/m"
+  contains "$err" "cannot create a temporary directory next to"
+fi
+ls "$work" | grep -q '\.tmp\.' && fail "make-model left a temporary: $(ls "$work")"
+
 # usage errors
 expect 2 make-model --preset nope --seed 1 --out "$work/x"
 expect 2 make-model --preset tiny --out "$work/x"

@@ -829,7 +829,8 @@ static void test_make_model(void **state) {
   assert_int_equal(fdy_llama_make_model("huge", 1, bad, &err),
                    FDY_ERR_INVALID_ARGUMENT);
   snprintf(bad, sizeof bad, "%s/missing/parent", root);
-  assert_int_equal(fdy_llama_make_model("micro", 1, bad, &err), FDY_ERR_IO);
+  assert_int_equal(fdy_llama_make_model("micro", 1, bad, &err),
+                   FDY_ERR_NOT_FOUND);
   assert_int_equal(rmdir(root), 0); /* nothing left behind */
   assert_non_null(fdy_llama_presets()[0]);
 }
