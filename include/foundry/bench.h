@@ -125,6 +125,12 @@ typedef enum fdy_bench_backend {
 /* "auto", "cpu", "cuda". */
 const char *fdy_bench_backend_name(fdy_bench_backend backend);
 
+/* The outputs a run put in place. */
+typedef struct fdy_bench_written {
+  bool report; /* the report is at options->report_path */
+  bool trace;  /* the trace is at options->trace_path */
+} fdy_bench_written;
+
 /* Every flag of `foundry bench`. Strings are borrowed for the call. */
 typedef struct fdy_bench_options {
   fdy_bench_backend backend;    /* --backend (auto) */
@@ -183,8 +189,13 @@ fdy_status fdy_bench_check_options(const fdy_bench_options *options,
  * the two appear together or not at all. Neither file is ever overwritten
  * (temporary file + link). On the cpu backend (also when auto chose it),
  * host_mode staged is FDY_ERR_INVALID_ARGUMENT, as cpu_memory_bytes is on
- * cuda. */
-fdy_status fdy_bench_run(const fdy_bench_options *options, fdy_error *err);
+ * cuda. A trace that could not be written leaves the report's "trace" null
+ * and its error stage "outputs". *written (may be NULL) says which files
+ * this run put in place, on success and on failure: a caller names the
+ * report only when it is this run's, never a file another process created
+ * at its path meanwhile. */
+fdy_status fdy_bench_run(const fdy_bench_options *options,
+                         fdy_bench_written *written, fdy_error *err);
 
 #ifdef __cplusplus
 }

@@ -132,13 +132,16 @@ typedef struct bench_state {
   bool have_stats;
   bench_config_stats stats[FDY_BENCH_MAX_CONFIGS];
   bench_overlap overlap;
+  bool trace_written;   /* the trace is in place (write_outputs) */
+  bool report_written;  /* the report is in place (write_outputs) */
   const char *stage;    /* what the run was doing when it stopped */
   int64_t started_unix; /* time(NULL) at the start */
 } bench_state;
 
 /* fdy_bench_run with test hooks (NULL: none). */
 fdy_status bench_run_hooked(const fdy_bench_options *options,
-                            bench_hooks *hooks, fdy_error *err);
+                            bench_hooks *hooks, fdy_bench_written *written,
+                            fdy_error *err);
 
 /* Bootstrap streams of configuration k (see foundry/bench.h): 3k for the
  * median, 3k + 1 for the mean, 3k + 2 for the paired speedup. */

@@ -548,8 +548,8 @@ json_t *bench_report_json(const bench_state *s, fdy_status status,
   json_object_set_new(r, "statistics", statistics_json(s));
   json_object_set_new(r, "memory", memory_json(s));
   json_object_set_new(r, "limitations", limitations_json(s));
-  json_t *trace = json_null();
-  if (s->opt->trace_path) {
+  json_t *trace = json_null(); /* also when the trace could not be written */
+  if (s->opt->trace_path && s->trace_written) {
     trace = json_object();
     json_object_set_new(trace, "path", jstr(s->opt->trace_path));
     json_object_set_new(trace, "executions", json_string(bench_trace_scope(s)));

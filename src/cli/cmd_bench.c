@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli_util.h"
 #include "commands.h"
@@ -257,13 +256,14 @@ int fdy_cmd_bench(int argc, char **argv) {
   if (checked != FDY_OK) {
     return usage("%s", err.message);
   }
-  if (fdy_bench_run(&o, &err) != FDY_OK) {
+  fdy_bench_written written;
+  if (fdy_bench_run(&o, &written, &err) != FDY_OK) {
     fprintf(stderr, "foundry bench: error: %s\n",
             err.message[0] ? err.message : "unknown failure");
     if (err.cleanup_kind != FDY_OK) {
       fprintf(stderr, "foundry bench: error: %s\n", err.cleanup_message);
     }
-    if (o.report_path && access(o.report_path, F_OK) == 0) {
+    if (written.report) { /* not a file someone else put at the path */
       fprintf(stderr, "foundry bench: the report %s records the failure\n",
               o.report_path);
     }

@@ -275,7 +275,10 @@ static void test_output_paths(void **state) {
   o.trace_path = report;
   assert_int_equal(check(&o, &err), FDY_ERR_EXISTS);
   assert_string_equal(err.name, report);
-  assert_int_equal(fdy_bench_run(&o, &err), FDY_ERR_EXISTS);
+  fdy_bench_written written = {true, true};
+  assert_int_equal(fdy_bench_run(&o, &written, &err), FDY_ERR_EXISTS);
+  assert_false(written.report);
+  assert_false(written.trace);
   assert_int_equal(access(trace, F_OK), -1); /* nothing was written */
   char buf[32] = "";
   f = fopen(report, "r");
@@ -471,6 +474,7 @@ typedef struct run_fixture {
   char *report, *trace;
   fdy_bench_options o;
   bench_hooks hooks;
+  fdy_bench_written written;
   fdy_error err;
 } run_fixture;
 
@@ -503,7 +507,7 @@ static int run_teardown(void **state) {
 }
 
 static fdy_status run(run_fixture *f) {
-  return bench_run_hooked(&f->o, &f->hooks, &f->err);
+  return bench_run_hooked(&f->o, &f->hooks, &f->written, &f->err);
 }
 
 /* Loads the report of a failed run and checks its status, error kind and,
@@ -533,6 +537,7 @@ static void test_cpu_run_report(void **state) {
     print_error("run failed: %s\n", f->err.message);
   }
   assert_int_equal(st, FDY_OK);
+  assert_true(f->written.report && f->written.trace);
   assert_true(f->hooks.payload_generated);
   assert_true(ftell(console) > 0);
   fclose(console);
@@ -744,13 +749,20 @@ static void test_runtime_failure_report(void **state) {
 }
 
 /* A trace path taken by someone else during the run: the run fails, the
- * report says so, the other file is left alone. */
+ * report says so at the documented stage "outputs" and names no trace (it
+ * was never written), the other file is left alone. */
 static void test_trace_taken_during_run(void **state) {
   run_fixture *f = *state;
   f->hooks.create_before_outputs = f->trace;
   assert_int_equal(run(f), FDY_ERR_EXISTS);
   assert_string_equal(f->err.name, f->trace);
-  json_decref(failed_report(f->report, "exists", NULL));
+  assert_true(f->written.report);
+  assert_false(f->written.trace);
+  json_t *r = failed_report(f->report, "exists", "outputs");
+  assert_true(json_is_null(json_object_get(r, "trace")));
+  assert_string_equal(jget_str(json_object_get(r, "parameters"), "trace_path"),
+                      f->trace);
+  json_decref(r);
   assert_int_equal(file_size(f->trace), 0);
 }
 
@@ -761,6 +773,8 @@ static void test_report_taken_during_run(void **state) {
   f->hooks.create_before_outputs = f->report;
   assert_int_equal(run(f), FDY_ERR_EXISTS);
   assert_string_equal(f->err.name, f->report);
+  assert_false(f->written.report); /* the file there is not this run's */
+  assert_false(f->written.trace);
   assert_int_equal(file_size(f->report), 0);
   assert_int_equal(access(f->trace, F_OK), -1);
 }
@@ -831,7 +845,8 @@ static void test_staged_on_cpu_refused(void **state) {
   small_options(&o);
   o.host_mode = FDY_CUDA_HOST_STAGED;
   fdy_error err;
-  assert_int_equal(bench_run_hooked(&o, NULL, &err), FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(bench_run_hooked(&o, NULL, NULL, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
   assert_non_null(strstr(err.message, "cuda backend only"));
 }
 

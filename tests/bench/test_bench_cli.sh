@@ -177,6 +177,38 @@ expect 0 bench $tiny --report "$work/$name"
 # shellcheck disable=SC2086
 expect 2 bench $tiny --report "$work/${name}xxxxxx"
 
+# Another process creates the report path while the run goes on: the run
+# fails (exit 1), the other file stays, and the message does not claim that
+# it records the failure. The file is made once the first round was
+# measured (after the up-front checks); a run that ends first skips this.
+race=$work/race.json
+"$foundry" bench --backend cpu --layers 2 --weight-mib 1 --iterations 3000 \
+  --warmup 0 --bootstrap-resamples 10 --buffers 1 --progress \
+  --report "$race" >/dev/null 2>"$work/race.err" &
+pid=$!
+tries=0
+while ! grep -q "measured round" "$work/race.err" && [ "$tries" -lt 1200 ]; do
+  sleep 0.05
+  tries=$((tries + 1))
+done
+if (set -C && echo theirs >"$race") 2>/dev/null; then
+  wait "$pid"
+  code=$?
+  [ "$code" -eq 1 ] || fail "a run whose report path was taken exited $code"
+  grep -q "refusing to overwrite" "$work/race.err" ||
+    fail "race message: $(tail -3 "$work/race.err")"
+  grep -q "records the failure" "$work/race.err" &&
+    fail "the message claims another process's file: $(tail -3 "$work/race.err")"
+  [ "$(cat "$race")" = theirs ] || fail "the other process's report changed"
+else
+  wait "$pid"
+  echo "cli bench: the run ended before the report path was taken, skipping"
+fi
+# A failed run's own report is named as recording the failure.
+# shellcheck disable=SC2086
+expect 1 bench $small --cpu-memory 2MiB --report "$work/own.json"
+contains "$err" "the report $work/own.json records the failure"
+
 # Usage errors: exit 2 before any work.
 expect 2 bench --backend cpu --trace "$work/x.json"
 expect 2 bench --backend cpu --report "$work/y.json" --trace "$work/y.json"

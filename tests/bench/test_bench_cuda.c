@@ -48,7 +48,7 @@ static void run_mode(fdy_cuda_host_mode mode) {
   o.host_mode = mode;
   fdy_error err;
   bench_hooks hooks = {0};
-  fdy_status st = bench_run_hooked(&o, &hooks, &err);
+  fdy_status st = bench_run_hooked(&o, &hooks, NULL, &err);
   if (st != FDY_OK) {
     print_error("cuda bench failed: %s\n", err.message);
   }
@@ -109,7 +109,7 @@ static void test_cpu_memory_refused_when_auto_chooses_cuda(void **state) {
   o.cpu_memory_bytes = FDY_GIB;
   fdy_error err;
   bench_hooks hooks = {0};
-  assert_int_equal(bench_run_hooked(&o, &hooks, &err),
+  assert_int_equal(bench_run_hooked(&o, &hooks, NULL, &err),
                    FDY_ERR_INVALID_ARGUMENT);
   assert_non_null(strstr(err.message, "auto chose cuda"));
   assert_false(hooks.payload_generated);
@@ -133,7 +133,7 @@ static void test_slot_memory_probe_failure(void **state) {
   /* the probe is the first user of buffer_alloc (the ceilings use
    * cudaMalloc directly): its second slot fails */
   bench_hooks hooks = {.cuda_fail_alloc_at = 2};
-  assert_int_equal(bench_run_hooked(&o, &hooks, &err), FDY_ERR_BACKEND);
+  assert_int_equal(bench_run_hooked(&o, &hooks, NULL, &err), FDY_ERR_BACKEND);
   assert_non_null(strstr(err.message, "injected failure of buffer_alloc"));
   assert_true(hooks.payload_generated);
   json_t *r = load_report(report);
