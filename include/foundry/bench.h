@@ -162,6 +162,12 @@ typedef enum fdy_bench_backend {
 /* "auto", "cpu", "cuda". */
 const char *fdy_bench_backend_name(fdy_bench_backend backend);
 
+/* The outputs a run (fdy_bench_run, fdy_bench_overhead) put in place. */
+typedef struct fdy_bench_written {
+  bool report; /* the report is at options->report_path */
+  bool trace;  /* the trace is at options->trace_path */
+} fdy_bench_written;
+
 /* Every flag of `foundry bench`. Strings are borrowed for the call. */
 typedef struct fdy_bench_options {
   fdy_bench_backend backend;    /* --backend (auto) */
@@ -201,9 +207,12 @@ void fdy_bench_options_default(fdy_bench_options *options);
  * as layers the planner keeps every weight resident and nothing streams),
  * a known backend and host mode, a non-negative device, cpu_memory_bytes
  * with backend cuda; then the outputs: trace without report, the same file
- * for both, an empty name or one ending in '/', an existing file
- * (FDY_ERR_EXISTS), a missing directory (FDY_ERR_NOT_FOUND), each with
- * name = the path. Creates nothing. */
+ * for both, then each as fdy_new_file_check proves it writable now: an
+ * empty name, one ending in '/' or longer than NAME_MAX, an existing file
+ * (FDY_ERR_EXISTS), a missing directory (FDY_ERR_NOT_FOUND), a directory
+ * where no file can be created (FDY_ERR_IO), each with name = the path.
+ * Leaves nothing behind (the check creates a temporary file beside each
+ * output and removes it). */
 fdy_status fdy_bench_check_options(const fdy_bench_options *options,
                                    fdy_error *err);
 
@@ -224,8 +233,14 @@ fdy_status fdy_bench_check_options(const fdy_bench_options *options,
  * report cannot be written, the trace is removed again, so the two appear
  * together or not at all. Neither file is ever overwritten (temporary file
  * + link). On the cpu backend (also when auto chose it), host_mode staged
- * is FDY_ERR_INVALID_ARGUMENT, as cpu_memory_bytes is on cuda. */
-fdy_status fdy_bench_run(const fdy_bench_options *options, fdy_error *err);
+ * is FDY_ERR_INVALID_ARGUMENT, as cpu_memory_bytes is on cuda. A trace
+ * that could not be written leaves the report's "trace" null and its
+ * error stage "outputs". *written (may be NULL) says which files this run
+ * put in place, on success and on failure: a caller names the report only
+ * when it is this run's, never a file another process created at its path
+ * meanwhile. */
+fdy_status fdy_bench_run(const fdy_bench_options *options,
+                         fdy_bench_written *written, fdy_error *err);
 
 /* ---- executor overhead -----------------------------------------------------
  */
@@ -251,12 +266,12 @@ typedef struct fdy_bench_overhead_options {
 
 void fdy_bench_overhead_options_default(fdy_bench_overhead_options *options);
 
-/* Checks without side effects, each FDY_ERR_INVALID_ARGUMENT with name =
- * the flag unless said otherwise: ops > FDY_BENCH_OVERHEAD_SLOTS, op_bytes
- * a positive multiple of 8, runs > 0, warmup + runs within 32 bits and
- * ops x op_bytes within 64 bits (FDY_ERR_OVERFLOW); the report path as for
- * fdy_bench_check_options (FDY_ERR_EXISTS, FDY_ERR_NOT_FOUND, name = the
- * path). */
+/* Checks that leave nothing behind, each FDY_ERR_INVALID_ARGUMENT with
+ * name = the flag unless said otherwise: ops > FDY_BENCH_OVERHEAD_SLOTS,
+ * op_bytes a positive multiple of 8, runs > 0, warmup + runs within 32 bits
+ * and ops x op_bytes within 64 bits (FDY_ERR_OVERFLOW); the report path
+ * proven writable as for fdy_bench_check_options (FDY_ERR_EXISTS,
+ * FDY_ERR_NOT_FOUND, FDY_ERR_IO, name = the path). */
 fdy_status
 fdy_bench_overhead_check_options(const fdy_bench_overhead_options *options,
                                  fdy_error *err);
@@ -273,9 +288,11 @@ fdy_bench_overhead_check_options(const fdy_bench_overhead_options *options,
  * chain's expected result. Prints the table on console, writes the report
  * (format FDY_BENCH_OVERHEAD_FORMAT; also for a failed run) when asked.
  * Errors: fdy_bench_overhead_check_options, then backend and executor
- * failures, FDY_ERR_CHECKSUM for a wrong cpu result. */
+ * failures, FDY_ERR_CHECKSUM for a wrong cpu result. *written (may be
+ * NULL; trace is always false) says whether this run put the report in
+ * place, on success and on failure, as for fdy_bench_run. */
 fdy_status fdy_bench_overhead(const fdy_bench_overhead_options *options,
-                              fdy_error *err);
+                              fdy_bench_written *written, fdy_error *err);
 
 #ifdef __cplusplus
 }

@@ -244,6 +244,20 @@ typedef struct fdy_stream_id {
   uint32_t v;
 } fdy_stream_id;
 
+/* ---- text ------------------------------------------------------------------
+ */
+
+/* True when the NUL-terminated s is well-formed UTF-8 (RFC 3629: no overlong
+ * forms, no surrogates, nothing above U+10FFFF). NULL is false. */
+bool fdy_utf8_valid(const char *s);
+/* A malloc'd copy of s in which every byte that does not belong to a
+ * well-formed UTF-8 sequence is replaced by U+FFFD (EF BF BD), one per byte;
+ * well-formed text is copied unchanged. The one way text that Foundry did
+ * not make (paths, argv, messages quoting them) goes into JSON output, since
+ * jansson refuses invalid UTF-8. NULL when s is NULL or out of memory; the
+ * caller frees. */
+char *fdy_utf8_sanitize(const char *s);
+
 /* ---- monotonic time
  * ---------------------------------------------------------- */
 

@@ -64,12 +64,16 @@ typedef struct fdy_llama_layer_weights {
 /* Parses and checks a config.json document of len bytes (path is used in
  * messages only): model_type "llama"; sizes; rope_theta; rope_scaling of
  * type llama3 or none; tie_word_embeddings (default false); rms_norm_eps;
- * eos_token_id as an integer or a list; quantization with group_size 32, 64
- * or 128 and bits 4. A valid value Foundry does not handle (other bits or
- * group sizes, rope scaling types, model types, ...) is FDY_ERR_UNSUPPORTED
- * with a message "PATH: unsupported quantization: field
- * 'quantization.bits' is 3; ...". Invalid JSON is
- * FDY_ERR_PARSE (line/column set); a missing field, a wrong type or an
+ * eos_token_id as an integer or a list; quantization with mode "affine"
+ * (absent or null = affine), no per-layer override (an object or boolean
+ * under a module's path), group_size 32, 64 or 128 and bits 4, checked in
+ * that order. A valid value Foundry does not handle (another mode such as
+ * mxfp4 or nvfp4, an override, other bits or group sizes, rope scaling
+ * types, model types, ...) is FDY_ERR_UNSUPPORTED with err->name the field
+ * ("quantization.mode", "quantization.model.layers.0.mlp.down_proj") and a
+ * message "PATH: unsupported quantization: field 'quantization.bits' is 3;
+ * ...". Invalid JSON (a NUL byte included) is FDY_ERR_PARSE (line/column
+ * set); a missing field, a wrong type or an
  * inconsistent value is FDY_ERR_SCHEMA with err->name the field
  * ("quantization.bits"). scale_dtype is set to F16; the loader replaces it
  * with the dtype the checkpoint's scales have. */
@@ -157,8 +161,11 @@ fdy_status fdy_llama_plan(const fdy_graph *graph, const fdy_llama_graph_io *io,
 
 /* Writes a random-weight checkpoint in exactly the MLX layout (config.json,
  * model.safetensors, model.safetensors.index.json) into a new directory
- * out_dir (FDY_ERR_EXISTS if it exists; nothing left behind on failure),
- * deterministic for (preset, seed). Presets: "llama-3.2-1b", "llama-3.2-3b",
+ * out_dir (FDY_ERR_EXISTS if it exists, FDY_ERR_NOT_FOUND if its parent
+ * does not, FDY_ERR_IO if nothing can be created there: all before any
+ * work; nothing left behind on failure), deterministic for (preset, seed).
+ * The directory gets mode 0777 & ~umask (and the parent's default ACL),
+ * the files 0666 & ~umask. Presets: "llama-3.2-1b", "llama-3.2-3b",
  * "llama-3.1-8b" (real shapes) and "tiny", "micro" (tests). */
 fdy_status fdy_llama_make_model(const char *preset, uint64_t seed,
                                 const char *out_dir, fdy_error *err);

@@ -121,9 +121,9 @@ typedef struct fdy_llama_verify_result {
  * with the reference's greedy ids so every row stays comparable;
  * greedy_matches counts the leading ids whose argmax agrees. passed: both
  * relative errors <= tolerance and all N ids agree. A reference whose
- * tensors, dtypes, shapes, vocab or ids do not match the model:
- * FDY_ERR_SCHEMA (err->name = the tensor); T + N - 1 above the context:
- * FDY_ERR_CONTEXT; a negative or non-finite tolerance:
+ * tensors, dtypes, shapes, vocab or ids do not match the model, or with
+ * T = 0 or N = 0: FDY_ERR_SCHEMA (err->name = the tensor); T + N - 1 above the
+ * context: FDY_ERR_CONTEXT; a negative or non-finite tolerance:
  * FDY_ERR_INVALID_ARGUMENT; all before any work. Outside the tolerance: FDY_OK
  * with passed = false. The session is reset and left after the last pass. */
 fdy_status fdy_llama_verify(fdy_llama_session *session,

@@ -1,10 +1,12 @@
 /* safetensors files: a strict reader (memory-mapped, nothing read until
  * needed) and a writer in the layout MLX uses.
  *
- * Reader checks: file at least 8 bytes; header length (u64 little-endian)
+ * Reader checks: a regular file (foundry/input.h: a FIFO or a directory
+ * fails at once) of at least 8 bytes; header length (u64 little-endian)
  * at most FDY_SAFETENSORS_MAX_HEADER and inside the file; header is a JSON
- * object (jansson) of name -> {dtype, shape, data_offsets} plus an optional
- * "__metadata__" object of strings; known dtype; shape of non-negative
+ * object (jansson; no NUL byte anywhere, fdy_json_check_text) of name ->
+ * {dtype, shape, data_offsets} plus an optional "__metadata__" object of
+ * strings, or null; known dtype; shape of non-negative
  * integers; data_offsets [begin, end] relative to the first byte after the
  * header, begin <= end, end inside the file, end - begin equal to the
  * dtype/shape size; no two tensors' ranges overlap. Data may be unaligned and

@@ -146,13 +146,16 @@ typedef struct bench_state {
   bool have_stats;
   bench_config_stats stats[FDY_BENCH_MAX_CONFIGS];
   bench_overlap overlap;
+  bool trace_written;   /* the trace is in place (write_outputs) */
+  bool report_written;  /* the report is in place (write_outputs) */
   const char *stage;    /* what the run was doing when it stopped */
   int64_t started_unix; /* time(NULL) at the start */
 } bench_state;
 
 /* fdy_bench_run with test hooks (NULL: none). */
 fdy_status bench_run_hooked(const fdy_bench_options *options,
-                            bench_hooks *hooks, fdy_error *err);
+                            bench_hooks *hooks, fdy_bench_written *written,
+                            fdy_error *err);
 
 /* Bootstrap streams of configuration k (see foundry/bench.h): 3k for the
  * median, 3k + 1 for the mean, 3k + 2 for the paired speedup. */
@@ -167,6 +170,13 @@ static inline uint64_t bench_stream(uint32_t k, int which) {
 int64_t bench_origin_ns(const bench_state *s);
 /* "all" or "last_measured": which executions the trace holds. */
 const char *bench_trace_scope(const bench_state *s);
+
+/* A JSON string of text that may not be UTF-8 (paths, argv, messages that
+ * quote them, device names): fdy_utf8_sanitize replaces each invalid byte
+ * by U+FFFD, since jansson refuses such strings; null for NULL. Every
+ * string of the report and the trace that Foundry did not write itself
+ * goes through it. A new reference, NULL when out of memory. */
+json_t *bench_json_text(const char *s);
 
 /* The report of a finished or failed run (status = the run's status, err its
  * error when failed). Returns a new reference. */
@@ -190,8 +200,10 @@ json_t *bench_error_json(const fdy_error *err);
 /* Writes doc (stolen; NULL means out of memory) as indented JSON to path
  * through foundry/new_file.h: never over an existing file. */
 fdy_status bench_write_json(const char *path, json_t *doc, fdy_error *err);
-/* An output path is usable: not empty, nothing there yet, directory
- * present (see fdy_bench_check_options). */
+/* An output path could be written now, before any work: fdy_new_file_check
+ * (a name within NAME_MAX, not taken, in an existing directory where a file
+ * can be created; it creates its temporary and removes it), the error
+ * prefixed with flag (see fdy_bench_check_options). */
 fdy_status bench_check_output(const char *flag, const char *path,
                               fdy_error *err);
 

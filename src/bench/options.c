@@ -1,16 +1,15 @@
 /* Options of `foundry bench` and `foundry bench --overhead`: defaults,
  * names and every check that needs no backend (fdy_bench_check_options,
  * fdy_bench_overhead_check_options), in the order bench.h documents. */
-#include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "bench_internal.h"
+#include "foundry/new_file.h"
 
 const char *fdy_bench_backend_name(fdy_bench_backend backend) {
   switch (backend) {
@@ -108,32 +107,11 @@ static fdy_status canonical_path(const char *path, char **out, fdy_error *err) {
 
 fdy_status bench_check_output(const char *flag, const char *path,
                               fdy_error *err) {
-  if (path[0] == '\0' || path[strlen(path) - 1] == '/') {
-    return named_error(err, FDY_ERR_INVALID_ARGUMENT, path,
-                       "%s needs a file name, got '%s'", flag, path);
-  }
-  struct stat sb;
-  if (lstat(path, &sb) == 0) {
-    return named_error(err, FDY_ERR_EXISTS, path,
-                       "%s: '%s' already exists; refusing to overwrite it",
-                       flag, path);
-  }
-  char *dir = NULL;
-  fdy_status st = directory_of(path, &dir, err);
+  fdy_status st = fdy_new_file_check(path, err);
   if (st != FDY_OK) {
-    return st;
+    fdy_error_prefix(err, "%s", flag);
   }
-  int rc = stat(dir, &sb);
-  int errnum = errno;
-  bool is_dir = rc == 0 && S_ISDIR(sb.st_mode);
-  free(dir);
-  if (!is_dir) {
-    return named_error(err, FDY_ERR_NOT_FOUND, path,
-                       "%s: the directory of '%s' does not exist%s", flag, path,
-                       rc == 0 ? " (not a directory)"
-                               : (errnum == ENOENT ? "" : " or is unreadable"));
-  }
-  return FDY_OK;
+  return st;
 }
 
 static fdy_status check_paths(const fdy_bench_options *o, fdy_error *err) {

@@ -364,9 +364,12 @@ static void print_table(const overhead_state *s, FILE *out) {
 }
 
 fdy_status fdy_bench_overhead(const fdy_bench_overhead_options *options,
-                              fdy_error *err) {
+                              fdy_bench_written *written, fdy_error *err) {
   fdy_error e;
   fdy_error_clear(&e);
+  if (written) {
+    *written = (fdy_bench_written){0};
+  }
   fdy_status st = fdy_bench_overhead_check_options(options, &e);
   if (st != FDY_OK) {
     if (err) {
@@ -389,6 +392,9 @@ fdy_status fdy_bench_overhead(const fdy_bench_overhead_options *options,
     fdy_error_clear(&we);
     fdy_status wst =
         bench_write_json(options->report_path, report_json(&s, st, &e), &we);
+    if (written) {
+      written->report = wst == FDY_OK;
+    }
     if (st == FDY_OK && wst != FDY_OK) {
       st = wst;
       e = we;

@@ -18,8 +18,18 @@
 /* ---- JSON helpers
  * ------------------------------------------------------------ */
 
+json_t *bench_json_text(const char *s) {
+  if (!s) {
+    return json_null();
+  }
+  char *text = fdy_utf8_sanitize(s);
+  json_t *j = text ? json_string(text) : NULL;
+  free(text);
+  return j;
+}
+
 static json_t *jstr(const char *s) {
-  return s ? json_string(s) : json_null();
+  return bench_json_text(s);
 }
 
 static json_t *jreal(double x) {
@@ -82,7 +92,7 @@ static json_t *cpu_model(void) {
         colon++;
       }
       line[strcspn(line, "\n")] = '\0';
-      model = json_string(colon);
+      model = jstr(colon);
     }
   }
   fclose(f);
@@ -112,9 +122,9 @@ json_t *bench_host_json(void) {
                           : json_null());
   struct utsname u;
   if (uname(&u) == 0) {
-    json_object_set_new(host, "os", json_string(u.sysname));
-    json_object_set_new(host, "os_release", json_string(u.release));
-    json_object_set_new(host, "machine", json_string(u.machine));
+    json_object_set_new(host, "os", jstr(u.sysname));
+    json_object_set_new(host, "os_release", jstr(u.release));
+    json_object_set_new(host, "machine", jstr(u.machine));
   }
   return host;
 }
@@ -127,7 +137,7 @@ static json_t *environment_json(const bench_state *s) {
   json_t *dev = json_null();
   if (s->have_caps) {
     dev = json_object();
-    json_object_set_new(dev, "name", json_string(s->caps.name));
+    json_object_set_new(dev, "name", jstr(s->caps.name));
     json_object_set_new(dev, "total_memory_bytes", jint(s->caps.total_memory));
     json_object_set_new(dev, "free_memory_bytes", jint(s->caps.free_memory));
     json_object_set_new(dev, "max_allocation_bytes",
@@ -550,7 +560,7 @@ static json_t *limitations_json(const bench_state *s) {
 json_t *bench_error_json(const fdy_error *err) {
   json_t *e = json_object();
   json_object_set_new(e, "kind", json_string(fdy_status_name(err->kind)));
-  json_object_set_new(e, "message", json_string(err->message));
+  json_object_set_new(e, "message", jstr(err->message));
   json_object_set_new(e, "command_index",
                       err->command_index >= 0 ? json_integer(err->command_index)
                                               : json_null());
@@ -565,13 +575,13 @@ json_t *bench_error_json(const fdy_error *err) {
     json_object_set_new(e, "expected", jint(err->expected));
     json_object_set_new(e, "actual", jint(err->actual));
   }
-  json_object_set_new(e, "backend_op", json_string(err->backend_op));
+  json_object_set_new(e, "backend_op", jstr(err->backend_op));
   json_t *cleanup = json_null();
   if (err->cleanup_kind != FDY_OK) {
     cleanup = json_object();
     json_object_set_new(cleanup, "kind",
                         json_string(fdy_status_name(err->cleanup_kind)));
-    json_object_set_new(cleanup, "message", json_string(err->cleanup_message));
+    json_object_set_new(cleanup, "message", jstr(err->cleanup_message));
   }
   json_object_set_new(e, "cleanup", cleanup);
   return e;
@@ -626,10 +636,10 @@ json_t *bench_report_json(const bench_state *s, fdy_status status,
   json_object_set_new(r, "statistics", statistics_json(s));
   json_object_set_new(r, "memory", memory_json(s));
   json_object_set_new(r, "limitations", limitations_json(s));
-  json_t *trace = json_null();
-  if (s->opt->trace_path) {
+  json_t *trace = json_null(); /* also when the trace could not be written */
+  if (s->opt->trace_path && s->trace_written) {
     trace = json_object();
-    json_object_set_new(trace, "path", json_string(s->opt->trace_path));
+    json_object_set_new(trace, "path", jstr(s->opt->trace_path));
     json_object_set_new(trace, "executions", json_string(bench_trace_scope(s)));
   }
   json_object_set_new(r, "trace", trace);

@@ -693,6 +693,7 @@ static fdy_status write_outputs(bench_state *s, fdy_status status,
   fdy_status trace_st = FDY_OK;
   if (o->trace_path) {
     trace_st = bench_write_json(o->trace_path, bench_trace_json(s), &trace_err);
+    s->trace_written = trace_st == FDY_OK;
   }
   const bool record_trace_failure = status == FDY_OK && trace_st != FDY_OK;
   fdy_status st = bench_write_json(
@@ -701,11 +702,13 @@ static fdy_status write_outputs(bench_state *s, fdy_status status,
                         record_trace_failure ? &trace_err : err),
       werr);
   if (st != FDY_OK) {
-    if (o->trace_path && trace_st == FDY_OK) {
+    if (s->trace_written) {
       unlink(o->trace_path);
+      s->trace_written = false;
     }
     return st;
   }
+  s->report_written = true;
   if (trace_st != FDY_OK) {
     *werr = trace_err;
     return trace_st;
@@ -752,9 +755,13 @@ static void state_free(bench_state *s, bench_hooks *hooks) {
 }
 
 fdy_status bench_run_hooked(const fdy_bench_options *options,
-                            bench_hooks *hooks, fdy_error *err) {
+                            bench_hooks *hooks, fdy_bench_written *written,
+                            fdy_error *err) {
   fdy_error e;
   fdy_error_clear(&e);
+  if (written) {
+    *written = (fdy_bench_written){0};
+  }
   fdy_status st = fdy_bench_check_options(options, &e);
   if (st != FDY_OK) {
     if (err) {
@@ -800,7 +807,7 @@ fdy_status bench_run_hooked(const fdy_bench_options *options,
     st = compute_statistics(&s, &e);
   }
   if (st == FDY_OK) {
-    s.stage = "complete";
+    s.stage = "outputs"; /* what is left to fail: writing the trace */
     if (options->console) {
       bench_print_summary(&s, options->console);
     }
@@ -822,6 +829,9 @@ fdy_status bench_run_hooked(const fdy_bench_options *options,
     snprintf(e.cleanup_message, sizeof e.cleanup_message,
              "writing the report or trace failed too: %.200s", we.message);
   }
+  if (written) {
+    *written = (fdy_bench_written){s.report_written, s.trace_written};
+  }
   state_free(&s, hooks);
   if (err) {
     *err = e;
@@ -829,6 +839,7 @@ fdy_status bench_run_hooked(const fdy_bench_options *options,
   return st;
 }
 
-fdy_status fdy_bench_run(const fdy_bench_options *options, fdy_error *err) {
-  return bench_run_hooked(options, NULL, err);
+fdy_status fdy_bench_run(const fdy_bench_options *options,
+                         fdy_bench_written *written, fdy_error *err) {
+  return bench_run_hooked(options, NULL, written, err);
 }

@@ -27,7 +27,7 @@ static json_t *metadata(const char *what, int tid, const char *name) {
     json_object_set_new(e, "tid", json_integer(tid));
   }
   json_t *args = json_object();
-  json_object_set_new(args, "name", json_string(name));
+  json_object_set_new(args, "name", bench_json_text(name));
   json_object_set_new(e, "args", args);
   return e;
 }
@@ -52,7 +52,7 @@ static double us(int64_t ns, int64_t origin) {
 static json_t *span(const char *name, const char *cat, int tid, int64_t begin,
                     int64_t end, int64_t origin, json_t *args) {
   json_t *e = json_object();
-  json_object_set_new(e, "name", json_string(name));
+  json_object_set_new(e, "name", bench_json_text(name));
   json_object_set_new(e, "cat", json_string(cat));
   json_object_set_new(e, "ph", json_string("X"));
   json_object_set_new(e, "pid", json_integer(1));
@@ -172,7 +172,7 @@ json_t *bench_trace_json(const bench_state *s) {
   json_object_set_new(doc, "displayTimeUnit", json_string("ms"));
   json_t *other = json_object();
   json_object_set_new(other, "format", json_string(FDY_BENCH_REPORT_FORMAT));
-  json_object_set_new(other, "report", json_string(s->opt->report_path));
+  json_object_set_new(other, "report", bench_json_text(s->opt->report_path));
   json_object_set_new(other, "executions", json_string(bench_trace_scope(s)));
   json_object_set_new(doc, "otherData", other);
   return doc;

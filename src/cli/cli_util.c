@@ -25,25 +25,71 @@ int fdy_cli_fail(const fdy_error *err) {
 int fdy_cli_usage(const char *command, const char *fmt, ...) {
   va_list args;
   va_start(args, fmt);
-  fprintf(stderr, "foundry %s: ", command);
+  fprintf(stderr, "foundry %s: error: ", command);
   vfprintf(stderr, fmt, args);
   fprintf(stderr, "\nTry 'foundry help %s'.\n", command);
   va_end(args);
   return FDY_EXIT_USAGE;
 }
 
-fdy_status fdy_cli_parse_uint(const char *flag, const char *text, uint64_t min,
-                              uint64_t max, uint64_t *out, fdy_error *err) {
-  const char *p = text;
-  bool ok = p && *p >= '0' && *p <= '9';
+int fdy_cli_finish_stdout(int code) {
+  static bool reported;
+  errno = 0;
+  const bool flushed = fflush(stdout) == 0;
+  const int errnum = errno;
+  if (flushed && !ferror(stdout)) {
+    return code;
+  }
+  if (!reported) {
+    reported = true;
+    fprintf(stderr, "foundry: error: writing to standard output failed: %s\n",
+            !flushed && errnum ? strerror(errnum) : "an earlier write failed");
+  }
+  return code == FDY_EXIT_OK ? FDY_EXIT_FAILURE : code;
+}
+
+int fdy_cli_check_arguments(const char *command, int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
+    if (eq && eq[1] == '\0') {
+      return fdy_cli_usage(command, "%.*s needs a non-empty value",
+                           (int)(eq - arg), arg);
+    }
+    if (arg[0] != '\0') {
+      continue;
+    }
+    if (i > 1 && strncmp(argv[i - 1], "--", 2) == 0 &&
+        strchr(argv[i - 1], '=') == NULL) {
+      return fdy_cli_usage(command, "%s needs a non-empty value", argv[i - 1]);
+    }
+    return fdy_cli_usage(command, "argument %d is empty", i);
+  }
+  return FDY_EXIT_OK;
+}
+
+/* The len bytes at p as a decimal number: at least one digit, digits only,
+ * within 64 bits (leading zeros do not count). */
+static bool parse_digits(const char *p, size_t len, uint64_t *out) {
   uint64_t value = 0;
-  for (; ok && *p; p++) {
-    if (*p < '0' || *p > '9' || __builtin_mul_overflow(value, 10, &value) ||
-        __builtin_add_overflow(value, (uint64_t)(*p - '0'), &value)) {
-      ok = false;
+  if (len == 0) {
+    return false;
+  }
+  for (size_t i = 0; i < len; i++) {
+    if (p[i] < '0' || p[i] > '9' || __builtin_mul_overflow(value, 10, &value) ||
+        __builtin_add_overflow(value, (uint64_t)(p[i] - '0'), &value)) {
+      return false;
     }
   }
-  if (!ok || value < min || value > max) {
+  *out = value;
+  return true;
+}
+
+fdy_status fdy_cli_parse_uint(const char *flag, const char *text, uint64_t min,
+                              uint64_t max, uint64_t *out, fdy_error *err) {
+  uint64_t value = 0;
+  if (!text || !parse_digits(text, strlen(text), &value) || value < min ||
+      value > max) {
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
                          "%s must be an integer from %llu to %llu, got '%s'",
                          flag, (unsigned long long)min, (unsigned long long)max,
@@ -53,45 +99,71 @@ fdy_status fdy_cli_parse_uint(const char *flag, const char *text, uint64_t min,
   return FDY_OK;
 }
 
-fdy_status fdy_cli_parse_ids(const char *flag, const char *text, int32_t **out,
-                             uint32_t *count, fdy_error *err) {
+fdy_status fdy_cli_parse_list(const char *flag, const char *text, uint64_t min,
+                              uint64_t max, uint64_t **out, uint32_t *count,
+                              fdy_error *err) {
   *out = NULL;
   *count = 0;
-  if (!text || !*text) {
-    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                         "%s needs at least one id", flag);
+  if (!text) {
+    text = "";
   }
-  uint32_t n = 1;
+  size_t n = 1;
   for (const char *p = text; *p; p++) {
     n += *p == ',';
   }
-  int32_t *ids = malloc(sizeof *ids * n);
-  if (!ids) {
+  if (n > UINT32_MAX) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "%s: '%.40s...' has too many items", flag, text);
+  }
+  uint64_t *values = malloc(sizeof *values * n);
+  if (!values) {
     return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   }
   const char *p = text;
-  for (uint32_t i = 0; i < n; i++) {
+  for (size_t i = 0; i < n; i++) {
     const char *end = strchr(p, ',');
     size_t len = end ? (size_t)(end - p) : strlen(p);
-    char item[16];
-    uint64_t value = 0;
-    if (len == 0 || len >= sizeof item) {
-      free(ids);
-      return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                           "%s: item %u is not an id in '%s'", flag, i + 1,
-                           text);
+    if (!parse_digits(p, len, &values[i]) || values[i] < min ||
+        values[i] > max) {
+      free(values);
+      fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                    "%s: item %zu ('%.*s') of '%s' is not an integer from "
+                    "%llu to %llu",
+                    flag, i + 1, (int)(len < 64 ? len : 64), p, text,
+                    (unsigned long long)min, (unsigned long long)max);
+      if (err) {
+        err->ids[0] = (int64_t)i;
+        snprintf(err->name, sizeof err->name, "%s", flag);
+      }
+      return FDY_ERR_INVALID_ARGUMENT;
     }
-    memcpy(item, p, len);
-    item[len] = '\0';
-    if (fdy_cli_parse_uint(flag, item, 0, INT32_MAX, &value, err) != FDY_OK) {
-      free(ids);
-      return err ? err->kind : FDY_ERR_INVALID_ARGUMENT;
-    }
-    ids[i] = (int32_t)value;
     p += len + 1;
   }
+  *out = values;
+  *count = (uint32_t)n;
+  return FDY_OK;
+}
+
+fdy_status fdy_cli_parse_ids(const char *flag, const char *text, int32_t **out,
+                             uint32_t *count, fdy_error *err) {
+  uint64_t *values = NULL;
+  *out = NULL;
+  fdy_status st =
+      fdy_cli_parse_list(flag, text, 0, INT32_MAX, &values, count, err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  int32_t *ids = malloc(sizeof *ids * *count);
+  if (!ids) {
+    free(values);
+    *count = 0;
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  for (uint32_t i = 0; i < *count; i++) {
+    ids[i] = (int32_t)values[i];
+  }
+  free(values);
   *out = ids;
-  *count = n;
   return FDY_OK;
 }
 

@@ -1,7 +1,7 @@
 /* Shared helpers of the CLI commands: error reporting and strict number
  * parsing. Messages go to stderr as "foundry: error: ..." (failures, exit 1)
- * or "foundry COMMAND: ..." plus a hint to `foundry help COMMAND` (usage
- * errors, exit 2). */
+ * or "foundry COMMAND: error: ..." plus a hint to `foundry help COMMAND`
+ * (usage errors, exit 2). */
 #ifndef FOUNDRY_CLI_UTIL_H
 #define FOUNDRY_CLI_UTIL_H
 
@@ -17,10 +17,25 @@ enum { FDY_EXIT_OK = 0, FDY_EXIT_FAILURE = 1, FDY_EXIT_USAGE = 2 };
  * "foundry: error: ..." and returns FDY_EXIT_FAILURE. */
 int fdy_cli_fail(const fdy_error *err);
 
-/* Prints "foundry COMMAND: <message>" and the help hint; returns
+/* Prints "foundry COMMAND: error: <message>" and the help hint; returns
  * FDY_EXIT_USAGE. */
 int fdy_cli_usage(const char *command, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* The last step of every command (main applies it to each command's exit
+ * code, and a command may call it early to stop at a failed write): flushes
+ * stdout and checks its error flag. When writing failed, prints "foundry:
+ * error: writing to standard output failed: REASON" (once per process) and
+ * returns FDY_EXIT_FAILURE in place of FDY_EXIT_OK; otherwise returns
+ * code. */
+int fdy_cli_finish_stdout(int code);
+
+/* The one check of every command's arguments before its own parsing: none
+ * may be empty, so that an empty path (`inspect ""`, `--model ""`,
+ * `--out=`) is a usage error instead of opening "/config.json" or the
+ * like. argv[0] is the command name. Returns FDY_EXIT_OK, or prints the
+ * usage error and returns FDY_EXIT_USAGE. */
+int fdy_cli_check_arguments(const char *command, int argc, char **argv);
 
 /* Parses a decimal integer in [min, max] for flag; on failure fills err with
  * FDY_ERR_INVALID_ARGUMENT naming the flag ("--layers must be an integer
@@ -28,7 +43,19 @@ int fdy_cli_usage(const char *command, const char *fmt, ...)
 fdy_status fdy_cli_parse_uint(const char *flag, const char *text, uint64_t min,
                               uint64_t max, uint64_t *out, fdy_error *err);
 
-/* Parses a comma-separated list of int32 ids ("1,2,3"); *out is malloc'd. */
+/* The one parser of comma-separated integer lists ("1,2,3"): each item is
+ * decimal digits only (no sign, space or empty item; leading zeros allowed
+ * at any length) from min to max. *out is malloc'd with *count >= 1 values.
+ * Every failure is FDY_ERR_INVALID_ARGUMENT with one message naming the
+ * item and the list ("--prompt-ids: item 2 (' 2') of '1, 2' is not an
+ * integer from 0 to 2147483647"), err->ids[0] = the item's index from 0 and
+ * err->name = flag; or FDY_ERR_OUT_OF_MEMORY. */
+fdy_status fdy_cli_parse_list(const char *flag, const char *text, uint64_t min,
+                              uint64_t max, uint64_t **out, uint32_t *count,
+                              fdy_error *err);
+
+/* fdy_cli_parse_list of token ids (0 to INT32_MAX) as int32; *out is
+ * malloc'd. */
 fdy_status fdy_cli_parse_ids(const char *flag, const char *text, int32_t **out,
                              uint32_t *count, fdy_error *err);
 

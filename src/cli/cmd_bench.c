@@ -2,16 +2,15 @@
  * streaming benchmark (src/bench), or with --overhead parses its own flags
  * into fdy_bench_overhead_options and measures the executor's host cost.
  * Usage errors (bad flags, and the flag combinations the options checks
- * refuse before any work) exit 2; an existing output file or a missing
- * directory, like every failure of the run itself, exits 1, as for
- * `foundry plan`. */
+ * refuse before any work) exit 2; an existing output file, a missing or
+ * unwritable directory, like every failure of the run itself, exits 1, as
+ * for `foundry plan`. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli_util.h"
 #include "commands.h"
@@ -69,8 +68,9 @@ void fdy_cmd_bench_help(FILE *out) {
       "\n"
       "exit status: 0 success; 1 the run failed (the report, if asked\n"
       "for, is still written with status \"failed\"), or an output file\n"
-      "already exists (never overwritten) or its directory is missing;\n"
-      "2 usage error.\n");
+      "already exists (never overwritten) or its directory is missing\n"
+      "or unwritable (all checked before any work),\n"
+      "or standard output could not be written; 2 usage error.\n");
 }
 
 static int usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -81,7 +81,7 @@ static int usage(const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(message, sizeof message, fmt, ap);
   va_end(ap);
-  return fdy_cli_usage("bench", "error: %s", message);
+  return fdy_cli_usage("bench", "%s", message);
 }
 
 static fdy_status parse_u32(const char *flag, const char *text, uint32_t *out,
@@ -94,61 +94,54 @@ static fdy_status parse_u32(const char *flag, const char *text, uint32_t *out,
   return st;
 }
 
-/* "1,2,3" into options->buffers; range and distinctness are checked by
- * fdy_bench_check_options. */
+/* "1,2,3" into options->buffers (fdy_cli_parse_list); range and
+ * distinctness are checked by fdy_bench_check_options. */
 static fdy_status parse_buffers(const char *text, fdy_bench_options *o,
                                 fdy_error *err) {
+  uint64_t *values = NULL;
   uint32_t n = 0;
-  const char *p = text;
-  for (;;) {
-    const char *end = strchr(p, ',');
-    size_t len = end ? (size_t)(end - p) : strlen(p);
-    char item[24];
-    if (len == 0 || len >= sizeof item) {
-      return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                           "--buffers: item %" PRIu32 " of '%s' is not a "
-                           "buffer count",
-                           n + 1, text);
-    }
-    if (n == FDY_BENCH_MAX_CONFIGS) {
-      return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                           "--buffers takes at most %d buffer counts",
-                           FDY_BENCH_MAX_CONFIGS);
-    }
-    memcpy(item, p, len);
-    item[len] = '\0';
-    fdy_status st = parse_u32("--buffers", item, &o->buffers[n], err);
-    if (st != FDY_OK) {
-      return st;
-    }
-    n++;
-    if (!end) {
-      break;
-    }
-    p = end + 1;
+  fdy_status st =
+      fdy_cli_parse_list("--buffers", text, 0, UINT32_MAX, &values, &n, err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  if (n > FDY_BENCH_MAX_CONFIGS) {
+    free(values);
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "--buffers takes at most %d buffer counts",
+                         FDY_BENCH_MAX_CONFIGS);
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    o->buffers[i] = (uint32_t)values[i];
   }
   o->buffer_count = n;
+  free(values);
   return FDY_OK;
 }
 
-/* Prints a failed run's errors; exit status 1. */
-static int run_failed(const fdy_error *err, const char *report_path) {
+/* Prints a failed run's errors; exit status 1. written_report is the
+ * report's path when this run put it in place (fdy_bench_written), else
+ * NULL: a file another process created at the path is never named as
+ * recording the failure. */
+static int run_failed(const fdy_error *err, const char *written_report) {
   fprintf(stderr, "foundry bench: error: %s\n",
           err->message[0] ? err->message : "unknown failure");
   if (err->cleanup_kind != FDY_OK) {
     fprintf(stderr, "foundry bench: error: %s\n", err->cleanup_message);
   }
-  if (report_path && access(report_path, F_OK) == 0) {
+  if (written_report) {
     fprintf(stderr, "foundry bench: the report %s records the failure\n",
-            report_path);
+            written_report);
   }
   return FDY_EXIT_FAILURE;
 }
 
-/* An option check's refusal: exit 1 for an existing output file or a
- * missing directory, else a usage error. */
+/* An option check's refusal: exit 1 for an existing output file, a
+ * missing directory or one where no file can be created, else a usage
+ * error. */
 static int refused(fdy_status checked, const fdy_error *err) {
-  if (checked == FDY_ERR_EXISTS || checked == FDY_ERR_NOT_FOUND) {
+  if (checked == FDY_ERR_EXISTS || checked == FDY_ERR_NOT_FOUND ||
+      checked == FDY_ERR_IO) {
     fprintf(stderr, "foundry bench: error: %s\n", err->message);
     return FDY_EXIT_FAILURE;
   }
@@ -232,8 +225,9 @@ static int bench_overhead(int argc, char **argv) {
   if (checked != FDY_OK) {
     return refused(checked, &err);
   }
-  if (fdy_bench_overhead(&o, &err) != FDY_OK) {
-    return run_failed(&err, o.report_path);
+  fdy_bench_written written;
+  if (fdy_bench_overhead(&o, &written, &err) != FDY_OK) {
+    return run_failed(&err, written.report ? o.report_path : NULL);
   }
   return FDY_EXIT_OK;
 }
@@ -390,8 +384,9 @@ int fdy_cmd_bench(int argc, char **argv) {
   if (checked != FDY_OK) {
     return refused(checked, &err);
   }
-  if (fdy_bench_run(&o, &err) != FDY_OK) {
-    return run_failed(&err, o.report_path);
+  fdy_bench_written written;
+  if (fdy_bench_run(&o, &written, &err) != FDY_OK) {
+    return run_failed(&err, written.report ? o.report_path : NULL);
   }
   return FDY_EXIT_OK;
 }

@@ -58,9 +58,11 @@ static int print_json(const run_info *run, uint32_t prompt_count,
                 (json_int_t)bytes[FDY_BUFFER_STATE], "activations",
                 (json_int_t)bytes[FDY_BUFFER_ARENA], "workspace",
                 (json_int_t)run->stats.workspace_bytes);
+  /* the directory as given may not be UTF-8, which jansson refuses */
+  char *model = fdy_utf8_sanitize(run->model_dir);
   json_t *root = json_pack(
       "{s:s, s:s, s:I, s:I, s:I, s:o, s:b, s:f, s:f, s:f, s:f, s:f, s:o}",
-      "model", run->model_dir, "backend", run->backend, "threads",
+      "model", model ? model : "", "backend", run->backend, "threads",
       (json_int_t)run->threads, "context", (json_int_t)run->context,
       "prompt_tokens", (json_int_t)prompt_count, "ids", ids, "stopped_at_eos",
       gen->stopped_at_eos, "setup_seconds", (double)run->stats.setup_ns * 1e-9,
@@ -68,6 +70,7 @@ static int print_json(const run_info *run, uint32_t prompt_count,
       gen->prefill_tokens_per_second, "decode_seconds", gen->decode_seconds,
       "decode_tokens_per_second", gen->decode_tokens_per_second, "device_bytes",
       memory);
+  free(model);
   char *text = root ? json_dumps(root, JSON_COMPACT) : NULL;
   json_decref(root);
   if (!text) {

@@ -61,6 +61,8 @@ static void print_text(const fdy_llama_model *m) {
 
 static int print_json(const fdy_llama_model *m) {
   const fdy_llama_config *c = fdy_llama_model_config(m);
+  /* the directory as given may not be UTF-8, which jansson refuses */
+  char *model = fdy_utf8_sanitize(fdy_llama_model_dir(m));
   json_t *eos = json_array(), *layers = json_array(), *rope = json_null();
   for (uint32_t i = 0; eos && i < c->eos_count; i++) {
     json_array_append_new(eos, json_integer(c->eos_ids[i]));
@@ -79,7 +81,7 @@ static int print_json(const fdy_llama_model *m) {
   json_t *doc = json_pack(
       "{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:o, s:b, s:f, "
       "s:i, s:o, s:{s:i, s:i, s:s}, s:I, s:o, s:I}",
-      "model", fdy_llama_model_dir(m), "vocab_size", (json_int_t)c->vocab_size,
+      "model", model ? model : "", "vocab_size", (json_int_t)c->vocab_size,
       "hidden_size", (json_int_t)c->hidden_size, "intermediate_size",
       (json_int_t)c->intermediate_size, "num_layers", (json_int_t)c->num_layers,
       "num_heads", (json_int_t)c->num_heads, "num_kv_heads",
@@ -92,17 +94,19 @@ static int print_json(const fdy_llama_model *m) {
       "scale_dtype", fdy_dtype_name(c->scale_dtype), "tensor_count",
       (json_int_t)fdy_llama_tensor_count(m), "layer_bytes", layers,
       "total_bytes", (json_int_t)fdy_llama_total_bytes(m));
+  free(model);
   if (!doc) {
     fprintf(stderr, "foundry: error: out of memory\n");
     return FDY_EXIT_FAILURE;
   }
   int rc = json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(15));
   json_decref(doc);
-  if (rc != 0 || fputc('\n', stdout) == EOF || fflush(stdout) != 0) {
-    fprintf(stderr, "foundry: error: writing to stdout failed\n");
+  if (rc != 0 && !ferror(stdout)) {
+    fprintf(stderr, "foundry: error: cannot encode the JSON output\n");
     return FDY_EXIT_FAILURE;
   }
-  return FDY_EXIT_OK;
+  fputc('\n', stdout);
+  return FDY_EXIT_OK; /* main checks the writes (fdy_cli_finish_stdout) */
 }
 
 int fdy_cmd_inspect(int argc, char **argv) {

@@ -1,6 +1,7 @@
 /* `foundry plan`: exports the plan fdy_plan_build makes of a workload's
  * graph as JSON (--dump; the workload is the benchmark's synthetic checksum
- * chain) or loads and statically validates a plan file (--check). */
+ * chain, or a Llama checkpoint with --model) or loads and statically
+ * validates a plan file (--check). */
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "foundry/bench.h"
+#include "foundry/llama_session.h"
 #include "foundry/plan.h"
 
 #define DEFAULT_LAYERS     48
@@ -17,14 +19,20 @@
 #define DEFAULT_BUFFERS    3
 #define DEFAULT_BUDGET     "4GiB"
 #define DEFAULT_ALIGNMENT  FDY_TENSOR_ALIGNMENT
+/* Bounds that refuse absurd chains before any work: a plan of a million
+ * layers is a few million commands to build and validate. */
+#define MAX_LAYERS  65536u
+#define MAX_BUFFERS 4096u
 
 void fdy_cmd_plan_help(FILE *out) {
   fprintf(
       out,
       "usage: foundry plan --dump PATH [options]\n"
+      "       foundry plan --dump PATH --model DIR [options]\n"
       "       foundry plan --check PATH\n"
       "\n"
-      "--dump writes the plan of a synthetic chain of checksum layers as\n"
+      "--dump writes the plan of a synthetic chain of checksum layers, or\n"
+      "with --model of a Llama checkpoint (steps prefill and decode), as\n"
       "JSON (PATH '-' is standard output; an existing file is never\n"
       "overwritten): the weights that fit the budget next to B slots stay\n"
       "resident, the others stream through the slots (all resident when\n"
@@ -34,14 +42,19 @@ void fdy_cmd_plan_help(FILE *out) {
       "the summary goes to stdout, or to stderr when the plan does.\n"
       "\n"
       "options for --dump:\n"
-      "  --layers N         layers in the chain (default %d)\n"
+      "  --layers N         layers in the chain, 1 to %u (default %d)\n"
       "  --weight-mib M     weight bytes per layer in MiB (default %d)\n"
-      "  --buffers B        slots for streamed weights (default %d)\n"
-      "  --budget SIZE      weight budget, e.g. 4GiB (default %s)\n"
-      "  --alignment BYTES  buffer offset and size alignment, a power of\n"
+      "  --model DIR        plan this Llama checkpoint instead of a chain\n"
+      "  --context C        with --model: KV cache positions (default: the\n"
+      "                     model's max_position_embeddings, at most 4096)\n"
+      "  --buffers B        slots for streamed weights, 1 to %u (default %d)\n"
+      "  --budget SIZE      weight budget, e.g. 4GiB (default %s; with\n"
+      "                     --model: every weight resident)\n"
+      "  --alignment BYTES  chain: buffer offset and size alignment, a power "
+      "of\n"
       "                     two of at least %d (default %d)\n",
-      DEFAULT_LAYERS, DEFAULT_WEIGHT_MIB, DEFAULT_BUFFERS, DEFAULT_BUDGET,
-      FDY_TENSOR_ALIGNMENT, DEFAULT_ALIGNMENT);
+      MAX_LAYERS, DEFAULT_LAYERS, DEFAULT_WEIGHT_MIB, MAX_BUFFERS,
+      DEFAULT_BUFFERS, DEFAULT_BUDGET, FDY_TENSOR_ALIGNMENT, DEFAULT_ALIGNMENT);
 }
 
 static void print_summary(FILE *out, const char *label, const fdy_plan *plan,
@@ -89,14 +102,11 @@ static int write_stdout(const fdy_plan *plan) {
   if (fdy_plan_to_json(plan, &json, &err) != FDY_OK) {
     return fdy_cli_fail(&err);
   }
-  bool ok = fputs(json, stdout) >= 0 && fputc('\n', stdout) != EOF &&
-            fflush(stdout) == 0;
+  fputs(json, stdout);
+  fputc('\n', stdout);
   free(json);
-  if (!ok) {
-    fprintf(stderr, "foundry: error: writing the plan to stdout failed\n");
-    return FDY_EXIT_FAILURE;
-  }
-  return FDY_EXIT_OK;
+  /* stop here, before the summary, when the plan was not written */
+  return fdy_cli_finish_stdout(FDY_EXIT_OK);
 }
 
 /* Validates the plan, writes it to path ('-': stdout) and prints its
@@ -146,6 +156,67 @@ static int dump_synthetic(const char *path, uint64_t layers,
   return code;
 }
 
+/* Sum of the aligned sizes of every weight: a budget that keeps them all
+ * resident. */
+static fdy_status all_resident_budget(const fdy_graph *graph,
+                                      uint64_t alignment, uint64_t *out,
+                                      fdy_error *err) {
+  uint64_t total = 0;
+  for (size_t t = 0; t < fdy_graph_tensor_count(graph); t++) {
+    fdy_tensor_info info;
+    uint64_t bytes = 0;
+    fdy_status st =
+        fdy_graph_tensor(graph, (fdy_tensor_id){(uint32_t)t}, &info, err);
+    if (st == FDY_OK && info.role == FDY_TENSOR_WEIGHT) {
+      st = fdy_align_up(info.bytes, alignment, &bytes, err);
+      if (st == FDY_OK) {
+        st = fdy_add_u64(total, bytes, &total, err);
+      }
+    }
+    if (st != FDY_OK) {
+      return st;
+    }
+  }
+  *out = total;
+  return FDY_OK;
+}
+
+/* The plan of a Llama checkpoint: steps prefill (the default rows) and
+ * decode; budget 0 keeps every weight resident. */
+static int dump_model(const char *path, const char *dir, uint32_t context,
+                      uint64_t budget, uint32_t buffers) {
+  fdy_error err;
+  fdy_llama_model *model = NULL;
+  fdy_graph *graph = NULL;
+  fdy_plan *plan = NULL;
+  fdy_llama_graph_io io;
+  int code = FDY_EXIT_FAILURE;
+  fdy_status st = fdy_llama_open(dir, &model, &err);
+  if (st == FDY_OK) {
+    const fdy_llama_config *c = fdy_llama_model_config(model);
+    uint32_t limit = c->max_position_embeddings;
+    fdy_llama_graph_options options = {
+        .context = context ? context
+                   : limit < FDY_LLAMA_DEFAULT_CONTEXT
+                       ? limit
+                       : FDY_LLAMA_DEFAULT_CONTEXT,
+        .prefill_rows = FDY_LLAMA_DEFAULT_PREFILL_ROWS,
+        .kv_dtype = FDY_DTYPE_F32};
+    st = fdy_llama_graph(model, &options, &graph, &io, &err);
+  }
+  if (st == FDY_OK && budget == 0) {
+    st = all_resident_budget(graph, FDY_TENSOR_ALIGNMENT, &budget, &err);
+  }
+  if (st == FDY_OK) {
+    st = fdy_llama_plan(graph, &io, budget, buffers, &plan, &err);
+  }
+  code = st == FDY_OK ? dump_plan(path, plan) : fdy_cli_fail(&err);
+  fdy_plan_destroy(plan);
+  fdy_graph_destroy(graph);
+  fdy_llama_close(model);
+  return code;
+}
+
 int fdy_cmd_plan(int argc, char **argv) {
   enum {
     OPT_DUMP = 256,
@@ -154,7 +225,9 @@ int fdy_cmd_plan(int argc, char **argv) {
     OPT_WEIGHT,
     OPT_BUFFERS,
     OPT_BUDGET,
-    OPT_ALIGNMENT
+    OPT_ALIGNMENT,
+    OPT_MODEL,
+    OPT_CONTEXT
   };
   static const struct option options[] = {
       {"dump", required_argument, NULL, OPT_DUMP},
@@ -164,9 +237,13 @@ int fdy_cmd_plan(int argc, char **argv) {
       {"buffers", required_argument, NULL, OPT_BUFFERS},
       {"budget", required_argument, NULL, OPT_BUDGET},
       {"alignment", required_argument, NULL, OPT_ALIGNMENT},
+      {"model", required_argument, NULL, OPT_MODEL},
+      {"context", required_argument, NULL, OPT_CONTEXT},
       {NULL, 0, NULL, 0},
   };
-  const char *dump = NULL, *check = NULL;
+  const char *dump = NULL, *check = NULL, *model = NULL;
+  uint64_t context = 0;
+  bool budget_given = false, chain_option_seen = false;
   uint64_t layers = DEFAULT_LAYERS, weight_mib = DEFAULT_WEIGHT_MIB;
   uint64_t buffers = DEFAULT_BUFFERS, alignment = DEFAULT_ALIGNMENT;
   uint64_t budget = 4 * FDY_GIB;
@@ -186,16 +263,16 @@ int fdy_cmd_plan(int argc, char **argv) {
       break;
     case OPT_LAYERS:
       status =
-          fdy_cli_parse_uint("--layers", optarg, 1, UINT32_MAX, &layers, &err);
-      dump_option_seen = true;
+          fdy_cli_parse_uint("--layers", optarg, 1, MAX_LAYERS, &layers, &err);
+      dump_option_seen = chain_option_seen = true;
       break;
     case OPT_WEIGHT:
       status = fdy_cli_parse_uint("--weight-mib", optarg, 1, UINT32_MAX,
                                   &weight_mib, &err);
-      dump_option_seen = true;
+      dump_option_seen = chain_option_seen = true;
       break;
     case OPT_BUFFERS:
-      status = fdy_cli_parse_uint("--buffers", optarg, 1, UINT32_MAX, &buffers,
+      status = fdy_cli_parse_uint("--buffers", optarg, 1, MAX_BUFFERS, &buffers,
                                   &err);
       dump_option_seen = true;
       break;
@@ -207,7 +284,7 @@ int fdy_cmd_plan(int argc, char **argv) {
         status = fdy_error_set(&err, FDY_ERR_INVALID_ARGUMENT,
                                "--budget must be positive");
       }
-      dump_option_seen = true;
+      dump_option_seen = budget_given = true;
       break;
     case OPT_ALIGNMENT:
       status = fdy_cli_parse_uint("--alignment", optarg, FDY_TENSOR_ALIGNMENT,
@@ -217,6 +294,15 @@ int fdy_cmd_plan(int argc, char **argv) {
             fdy_error_set(&err, FDY_ERR_INVALID_ARGUMENT,
                           "--alignment must be a power of two, got %s", optarg);
       }
+      dump_option_seen = chain_option_seen = true;
+      break;
+    case OPT_MODEL:
+      model = optarg;
+      dump_option_seen = true;
+      break;
+    case OPT_CONTEXT:
+      status = fdy_cli_parse_uint("--context", optarg, 1, UINT32_MAX, &context,
+                                  &err);
       dump_option_seen = true;
       break;
     case ':':
@@ -240,6 +326,18 @@ int fdy_cmd_plan(int argc, char **argv) {
       return fdy_cli_usage("plan", "--check takes no planner options");
     }
     return check_plan(check);
+  }
+  if (model != NULL) {
+    if (chain_option_seen) {
+      return fdy_cli_usage("plan", "--layers, --weight-mib and --alignment "
+                                   "describe the chain; --model plans a "
+                                   "checkpoint");
+    }
+    return dump_model(dump, model, (uint32_t)context, budget_given ? budget : 0,
+                      (uint32_t)buffers);
+  }
+  if (context != 0) {
+    return fdy_cli_usage("plan", "--context needs --model");
   }
   fdy_planner_options planner = {.weight_budget = budget,
                                  .buffers = (uint32_t)buffers,

@@ -94,7 +94,8 @@ static int run_help(int argc, char **argv) {
   return FDY_EXIT_OK;
 }
 
-int main(int argc, char **argv) {
+/* Dispatches; every exit code goes through fdy_cli_finish_stdout. */
+static int run(int argc, char **argv) {
   if (argc < 2) {
     print_usage(stderr);
     return FDY_EXIT_USAGE;
@@ -123,5 +124,10 @@ int main(int argc, char **argv) {
       return FDY_EXIT_OK;
     }
   }
-  return entry->run(argc - 1, argv + 1);
+  int code = fdy_cli_check_arguments(name, argc - 1, argv + 1);
+  return code != FDY_EXIT_OK ? code : entry->run(argc - 1, argv + 1);
+}
+
+int main(int argc, char **argv) {
+  return fdy_cli_finish_stdout(run(argc, argv));
 }

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,40 +25,138 @@ static void release(fdy_new_file *f) {
   *f = (fdy_new_file){.fd = -1};
 }
 
-fdy_status fdy_new_file_open(fdy_new_file *f, const char *path,
-                             fdy_error *err) {
-  *f = (fdy_new_file){.fd = -1};
-  if (path == NULL || path[0] == '\0') {
-    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                         "a new file needs a non-empty path");
+/* The checks before any temporary: a file name (not empty, not ending in
+ * '/', at most NAME_MAX bytes) that does not exist yet. */
+static fdy_status check_target(const char *path, fdy_error *err) {
+  const size_t len = path == NULL ? 0 : strlen(path);
+  if (len == 0 || path[len - 1] == '/') {
+    fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                  "a new file needs a path that ends in a name, got '%s'",
+                  path == NULL ? "" : path);
+    if (err != NULL && path != NULL) {
+      snprintf(err->name, sizeof err->name, "%s", path);
+    }
+    return FDY_ERR_INVALID_ARGUMENT;
+  }
+  const char *slash = strrchr(path, '/');
+  const char *base = slash ? slash + 1 : path;
+  if (strlen(base) > NAME_MAX) {
+    return file_error(err, FDY_ERR_INVALID_ARGUMENT, "cannot create", path,
+                      ENAMETOOLONG);
   }
   struct stat sb;
   if (lstat(path, &sb) == 0) {
     return file_error(err, FDY_ERR_EXISTS, "refusing to overwrite", path,
                       EEXIST);
   }
-  const size_t size = strlen(path) + 48; /* ".tmp." and two numbers */
+  if (errno != ENOENT) {
+    const int errnum = errno;
+    return file_error(err, errnum == ENOTDIR ? FDY_ERR_NOT_FOUND : FDY_ERR_IO,
+                      "cannot create", path, errnum);
+  }
+  return FDY_OK;
+}
+
+/* "DIR/BASE.tmp.PID.N" for path "DIR/BASE", BASE shortened so that the name
+ * fits NAME_MAX; buf holds strlen(path) + TEMP_EXTRA bytes. */
+#define TEMP_EXTRA 48
+static void temp_name(const char *path, char *buf, size_t cap) {
+  static unsigned counter;
+  char suffix[TEMP_EXTRA];
+  const int n = snprintf(suffix, sizeof suffix, ".tmp.%ld.%u", (long)getpid(),
+                         __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
+  const char *slash = strrchr(path, '/');
+  const size_t dir_len = slash ? (size_t)(slash - path) + 1 : 0;
+  size_t base_len = strlen(path) - dir_len;
+  if (base_len + (size_t)n > NAME_MAX) {
+    base_len = NAME_MAX - (size_t)n;
+  }
+  snprintf(buf, cap, "%.*s%s", (int)(dir_len + base_len), path, suffix);
+}
+
+/* Creates the temporary beside path with make (a file or a directory),
+ * retrying names that exist; returns the errno of the last attempt or 0. */
+static int create_temp(const char *path, char *temp, size_t cap,
+                       int (*make)(const char *temp, void *ctx), void *ctx) {
+  for (int attempt = 0; attempt < 100; attempt++) {
+    temp_name(path, temp, cap);
+    if (make(temp, ctx) == 0) {
+      return 0;
+    }
+    if (errno != EEXIST) {
+      break;
+    }
+  }
+  return errno;
+}
+
+static int make_file(const char *temp, void *ctx) {
+  int *fd = ctx;
+  *fd = open(temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  return *fd < 0 ? -1 : 0;
+}
+
+static int make_dir(const char *temp, void *ctx) {
+  (void)ctx;
+  return mkdir(temp, 0777);
+}
+
+static fdy_status temp_error(fdy_error *err, const char *what, const char *path,
+                             int errnum) {
+  return file_error(err, errnum == ENOENT ? FDY_ERR_NOT_FOUND : FDY_ERR_IO,
+                    what, path, errnum);
+}
+
+fdy_status fdy_new_file_open(fdy_new_file *f, const char *path,
+                             fdy_error *err) {
+  *f = (fdy_new_file){.fd = -1};
+  fdy_status st = check_target(path, err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  const size_t size = strlen(path) + TEMP_EXTRA;
   f->path = strdup(path);
   f->temp = malloc(size);
   if (f->path == NULL || f->temp == NULL) {
     release(f);
     return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   }
-  static unsigned counter;
-  for (int attempt = 0; attempt < 100 && f->fd < 0; attempt++) {
-    snprintf(f->temp, size, "%s.tmp.%ld.%u", path, (long)getpid(),
-             __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
-    f->fd = open(f->temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (f->fd < 0 && errno != EEXIST) {
-      break;
-    }
-  }
-  if (f->fd < 0) {
-    const int errnum = errno;
+  const int errnum = create_temp(path, f->temp, size, make_file, &f->fd);
+  if (errnum != 0) {
     release(f);
-    return file_error(err, errnum == ENOENT ? FDY_ERR_NOT_FOUND : FDY_ERR_IO,
-                      "cannot create a temporary file next to", path, errnum);
+    return temp_error(err, "cannot create a temporary file next to", path,
+                      errnum);
   }
+  return FDY_OK;
+}
+
+fdy_status fdy_new_file_check(const char *path, fdy_error *err) {
+  fdy_new_file f;
+  fdy_status st = fdy_new_file_open(&f, path, err);
+  if (st == FDY_OK) {
+    fdy_new_file_discard(&f);
+  }
+  return st;
+}
+
+fdy_status fdy_new_dir_temp(const char *path, char **temp, fdy_error *err) {
+  *temp = NULL;
+  fdy_status st = check_target(path, err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  const size_t size = strlen(path) + TEMP_EXTRA;
+  char *name = malloc(size);
+  if (name == NULL) {
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  const int errnum = create_temp(path, name, size, make_dir, NULL);
+  if (errnum != 0) {
+    free(name);
+    return temp_error(err, "cannot create a temporary directory next to", path,
+                      errnum);
+  }
+  *temp = name;
   return FDY_OK;
 }
 

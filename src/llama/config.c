@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "foundry/input.h"
 #include "loader.h"
 
 #define MAX_DIM    (1u << 20)
@@ -204,6 +205,40 @@ static fdy_status parse_token_ids(const parse_ctx *p, json_t *root,
   return FDY_OK;
 }
 
+/* quantization.mode (absent or null = affine, the only supported mode), then
+ * per-layer overrides: mixed-precision recipes put an object (or false for
+ * a layer left unquantized) under the module's path inside "quantization".
+ * Both come before group_size and bits so that the error names the real
+ * reason (an nvfp4 checkpoint has groups of 16). */
+static fdy_status check_quantization_mode(const parse_ctx *p, json_t *q) {
+  json_t *mode = json_object_get(q, "mode");
+  if (mode && !json_is_null(mode)) {
+    if (!json_is_string(mode)) {
+      return field_error(p, FDY_ERR_SCHEMA, "quantization.mode",
+                         "must be a string");
+    }
+    if (strcmp(json_string_value(mode), "affine") != 0) {
+      return unsupported_error(p, "quantization", "quantization.mode",
+                               "is '%.40s'; only affine quantization is "
+                               "supported",
+                               json_string_value(mode));
+    }
+  }
+  const char *key;
+  json_t *value;
+  json_object_foreach(q, key, value) {
+    if (json_is_object(value) || json_is_boolean(value)) {
+      char field[FDY_ERROR_NAME_MAX];
+      snprintf(field, sizeof field, "quantization.%s", key);
+      return unsupported_error(p, "quantization", field,
+                               "is a per-layer override; mixed-precision "
+                               "checkpoints (one quantization per module) "
+                               "are not supported");
+    }
+  }
+  return FDY_OK;
+}
+
 static fdy_status parse_quantization(const parse_ctx *p, json_t *root,
                                      fdy_llama_config *c) {
   json_t *q = json_object_get(root, "quantization");
@@ -215,6 +250,9 @@ static fdy_status parse_quantization(const parse_ctx *p, json_t *root,
     return field_error(p, FDY_ERR_SCHEMA, "quantization", "must be an object");
   }
   fdy_status s;
+  if ((s = check_quantization_mode(p, q)) != FDY_OK) {
+    return s;
+  }
   if ((s = get_uint(p, q, "group_size", "quantization.group_size", true, 0, 0,
                     UINT32_MAX, &c->group_size)) != FDY_OK ||
       (s = get_uint(p, q, "bits", "quantization.bits", true, 0, 0, UINT32_MAX,
@@ -336,6 +374,13 @@ fdy_status fdy_llama_config_parse(const char *json, size_t len,
                                   fdy_error *err) {
   parse_ctx p = {path, err};
   json_error_t jerr;
+  if (fdy_json_check_text(json, len, err) != FDY_OK) {
+    fdy_error_prefix(err, "%s", path);
+    if (err) {
+      snprintf(err->name, sizeof err->name, "%s", path);
+    }
+    return FDY_ERR_PARSE;
+  }
   json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
   if (!root) {
     fdy_llama_file_error(err, FDY_ERR_PARSE, path,

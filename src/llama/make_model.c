@@ -497,24 +497,20 @@ fdy_status fdy_llama_make_model_ex(const char *preset_name, uint64_t seed,
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
                          "the output directory path is empty or too long");
   }
-  char target[3072], tmp[3100];
+  char target[3072];
   snprintf(target, sizeof target, "%.*s", (int)n, out_dir);
   struct stat sb;
   if (lstat(target, &sb) == 0) {
     return fdy_llama_file_error(err, FDY_ERR_EXISTS, target,
                                 "already exists; refusing to overwrite");
   }
-  snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", target);
-  if (!mkdtemp(tmp)) {
-    return fdy_llama_file_error(err, FDY_ERR_IO, target,
-                                "cannot create a directory beside it: %s",
-                                strerror(errno));
+  /* mode 0777 & ~umask, like the files in it; checked before any work */
+  char *tmp = NULL;
+  s = fdy_new_dir_temp(target, &tmp, err);
+  if (s != FDY_OK) {
+    return s;
   }
   s = write_checkpoint(p, seed, tmp, progress, ctx, err);
-  if (s == FDY_OK && chmod(tmp, 0755) != 0) {
-    s = fdy_llama_file_error(err, FDY_ERR_IO, tmp, "chmod: %s",
-                             strerror(errno));
-  }
   if (s == FDY_OK &&
       renameat2(AT_FDCWD, tmp, AT_FDCWD, target, RENAME_NOREPLACE) != 0) {
     s = fdy_llama_file_error(
@@ -524,6 +520,7 @@ fdy_status fdy_llama_make_model_ex(const char *preset_name, uint64_t seed,
   if (s != FDY_OK) {
     remove_tree(tmp);
   }
+  free(tmp);
   return s;
 }
 

@@ -4,13 +4,12 @@
  * (layout.h: names, dtypes, shapes); every one must be present exactly as
  * expected and no other tensor may exist. Errors name the offending file in
  * err->name and the tensor in the message. */
-#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
+#include "foundry/input.h"
 #include "layout.h"
 #include "loader.h"
 
@@ -37,48 +36,11 @@ static char *join_path(const char *dir, const char *file) {
   return p;
 }
 
-/* Reads a whole (small) file; *out is malloc'd. FDY_ERR_NOT_FOUND when
- * absent. */
+/* Reads a whole (small) regular file; *out is malloc'd. FDY_ERR_NOT_FOUND
+ * when absent. */
 static fdy_status read_file(const char *path, uint64_t limit, char **out,
                             size_t *len, fdy_error *err) {
-  *out = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    return fdy_llama_file_error(
-        err, errno == ENOENT ? FDY_ERR_NOT_FOUND : FDY_ERR_IO, path,
-        "cannot open: %s", strerror(errno));
-  }
-  fdy_status status = FDY_OK;
-  struct stat sb;
-  char *buf = NULL;
-  if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    status = fdy_llama_file_error(err, FDY_ERR_IO, path,
-                                  "not a readable regular file");
-    goto cleanup;
-  }
-  if ((uint64_t)sb.st_size > limit) {
-    status = fdy_llama_file_error(err, FDY_ERR_FORMAT, path,
-                                  "larger than %llu bytes",
-                                  (unsigned long long)limit);
-    goto cleanup;
-  }
-  size_t n = (size_t)sb.st_size;
-  buf = malloc(n ? n : 1);
-  if (!buf) {
-    status = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
-    goto cleanup;
-  }
-  if (fread(buf, 1, n, f) != n) {
-    status = fdy_llama_file_error(err, FDY_ERR_IO, path, "read failed");
-    goto cleanup;
-  }
-  *out = buf;
-  *len = n;
-  buf = NULL;
-cleanup:
-  free(buf);
-  fclose(f);
-  return status;
+  return fdy_input_read(path, "checkpoint file", limit, out, len, err);
 }
 
 /* The expected tensors of m's config, in layout order; *out is malloc'd.
@@ -184,6 +146,15 @@ static fdy_status open_files(fdy_llama_model *m, const char *index_path,
     return s;
   }
   json_error_t jerr;
+  s = fdy_json_check_text(text, len, err);
+  if (s != FDY_OK) {
+    free(text);
+    fdy_error_prefix(err, "%s", index_path);
+    if (err) {
+      snprintf(err->name, sizeof err->name, "%s", index_path);
+    }
+    return s;
+  }
   *index = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
   free(text);
   if (!*index) {

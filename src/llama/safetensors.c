@@ -2,16 +2,15 @@
  * its JSON header (see safetensors.h for every rule) and serves tensor views
  * into the mapping. Nothing beyond the header is read at open. */
 #include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
+#include "foundry/input.h"
 #include "loader.h"
 
 struct fdy_safetensors {
@@ -121,11 +120,16 @@ static bool json_u64(const json_t *v, uint64_t *out) {
   return true;
 }
 
+/* "__metadata__": an object of strings, or null (MLX writes null, and the
+ * reference reader accepts it). */
 static fdy_status parse_metadata(const fdy_safetensors *st, json_t *meta,
                                  fdy_error *err) {
+  if (json_is_null(meta)) {
+    return FDY_OK;
+  }
   if (!json_is_object(meta)) {
     return fdy_llama_file_error(err, FDY_ERR_FORMAT, st->path,
-                                "__metadata__ is not an object");
+                                "__metadata__ is neither an object nor null");
   }
   const char *key;
   json_t *value;
@@ -250,8 +254,16 @@ static fdy_status check_overlaps(const fdy_safetensors *st, fdy_error *err) {
 static fdy_status parse_header(fdy_safetensors *st, uint64_t header_len,
                                fdy_error *err) {
   json_error_t jerr;
-  json_t *root = json_loadb((const char *)st->map + 8, (size_t)header_len,
-                            JSON_REJECT_DUPLICATES, &jerr);
+  const char *text = (const char *)st->map + 8;
+  if (fdy_json_check_text(text, (size_t)header_len, err) != FDY_OK) {
+    fdy_error_prefix(err, "%s: header", st->path);
+    if (err) {
+      snprintf(err->name, sizeof err->name, "%s", st->path);
+    }
+    return FDY_ERR_PARSE;
+  }
+  json_t *root =
+      json_loadb(text, (size_t)header_len, JSON_REJECT_DUPLICATES, &jerr);
   if (!root) {
     fdy_llama_file_error(err, FDY_ERR_PARSE, st->path,
                          "header is not valid JSON (line %d, column %d): %s",
@@ -320,19 +332,10 @@ fdy_status fdy_safetensors_open(const char *path, fdy_safetensors **out,
     status = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
     goto cleanup;
   }
-  fd = open(path, O_RDONLY | O_CLOEXEC);
-  struct stat sb;
-  if (fd < 0 || fstat(fd, &sb) != 0) {
-    status = fdy_llama_file_error(
-        err, errno == ENOENT ? FDY_ERR_NOT_FOUND : FDY_ERR_IO, path,
-        "cannot open: %s", strerror(errno));
+  status = fdy_input_open(path, "safetensors file", &fd, &st->size, err);
+  if (status != FDY_OK) {
     goto cleanup;
   }
-  if (!S_ISREG(sb.st_mode)) {
-    status = fdy_llama_file_error(err, FDY_ERR_IO, path, "not a regular file");
-    goto cleanup;
-  }
-  st->size = (uint64_t)sb.st_size;
   if (st->size < 8) {
     status = fdy_llama_file_error(err, FDY_ERR_FORMAT, path,
                                   "truncated: %llu bytes, shorter than the "

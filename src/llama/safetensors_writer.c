@@ -74,10 +74,10 @@ static fdy_status build_header(const fdy_st_write_tensor *tensors, size_t count,
     const fdy_st_write_tensor *t = &tensors[i];
     uint64_t bytes = 0, end = 0;
     if (!t->name || !*t->name || strcmp(t->name, "__metadata__") == 0 ||
-        json_object_get(root, t->name)) {
+        !fdy_utf8_valid(t->name) || json_object_get(root, t->name)) {
       status = fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                             "tensor %zu has an empty, reserved or duplicate "
-                             "name '%s'",
+                             "tensor %zu has an empty, reserved, duplicate or "
+                             "not UTF-8 name '%s'",
                              i, t->name ? t->name : "");
       goto cleanup;
     }

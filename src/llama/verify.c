@@ -155,6 +155,10 @@ fdy_status fdy_llama_verify(fdy_llama_session *session,
     st = schema_error(err, "prompt_ids", reference_path, "is empty");
     goto cleanup;
   }
+  if (greedy_count == 0) {
+    st = schema_error(err, "greedy_ids", reference_path, "is empty");
+    goto cleanup;
+  }
   if (t_logits->shape.dims[0] != prompt_count) {
     st = schema_error(err, "logits", reference_path,
                       "must have one row per prompt id");

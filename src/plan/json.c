@@ -8,6 +8,8 @@
  * mutators and does not validate the plan. */
 #include "plan_internal.h"
 
+#include "foundry/input.h"
+
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
@@ -1260,26 +1262,6 @@ static fdy_status check_format_version(const json_t *root, fdy_error *err) {
 
 /* A NUL byte is never part of a plan; jansson would accept one right after
  * a number. */
-static fdy_status reject_nul(const char *text, size_t length, fdy_error *err) {
-  const char *nul = memchr(text, '\0', length);
-  if (nul == NULL) {
-    return FDY_OK;
-  }
-  int64_t line = 1, column = 1;
-  for (const char *p = text; p < nul; p++) {
-    column = *p == '\n' ? 1 : column + 1;
-    line += *p == '\n';
-  }
-  fdy_error_set(err, FDY_ERR_PARSE,
-                "plan JSON: line %lld, column %lld: NUL byte in the document",
-                (long long)line, (long long)column);
-  if (err != NULL) {
-    err->line = line;
-    err->column = column;
-  }
-  return FDY_ERR_PARSE;
-}
-
 static fdy_status decode_plan(const json_t *root, fdy_plan **out,
                               fdy_error *err) {
   static const char *const keys[] = {"format",  "version",    "budget_bytes",
@@ -1337,14 +1319,13 @@ fdy_status fdy_plan_from_json(const char *text, size_t length, fdy_plan **out,
                          "plan decoding needs text and an output pointer");
   }
   *out = NULL;
-  if (text == NULL) {
-    text = "";
+  if (fdy_json_check_text(text, length, err) != FDY_OK) {
+    fdy_error_prefix(err, "plan JSON");
+    return FDY_ERR_PARSE;
   }
-  fdy_status st = reject_nul(text, length, err);
-  if (st != FDY_OK) {
-    return st;
-  }
-  json_t *root = json_loadb(text, length, JSON_REJECT_DUPLICATES, &jerr);
+  fdy_status st = FDY_OK;
+  json_t *root = json_loadb(text == NULL ? "" : text, length,
+                            JSON_REJECT_DUPLICATES, &jerr);
   if (root == NULL) {
     st = fdy_error_set(err, FDY_ERR_PARSE, "plan JSON: line %d, column %d: %s",
                        jerr.line, jerr.column, jerr.text);

@@ -3,14 +3,16 @@
  * the checksum chain and its streaming plans, whole runs on the CPU backend
  * (a report with every execution verified, device and host budgets refused
  * before the payload exists, failed runs' reports, a fault injected at
- * every backend call through the fault wrapper, outputs raced during the
- * run), and a small run of the executor overhead benchmark. */
+ * every backend call through the fault wrapper, outputs proven writable
+ * before any work and raced during the run), and a small run of the
+ * executor overhead benchmark. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 
 #include <cmocka.h>
 
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -300,7 +302,10 @@ static void test_output_paths(void **state) {
   o.trace_path = report;
   assert_int_equal(check(&o, &err), FDY_ERR_EXISTS);
   assert_string_equal(err.name, report);
-  assert_int_equal(fdy_bench_run(&o, &err), FDY_ERR_EXISTS);
+  fdy_bench_written written = {true, true};
+  assert_int_equal(fdy_bench_run(&o, &written, &err), FDY_ERR_EXISTS);
+  assert_false(written.report);
+  assert_false(written.trace);
   assert_int_equal(access(trace, F_OK), -1); /* nothing was written */
   char buf[32] = "";
   f = fopen(report, "r");
@@ -622,6 +627,7 @@ typedef struct run_fixture {
   char *report, *trace;
   fdy_bench_options o;
   bench_hooks hooks;
+  fdy_bench_written written;
   fdy_error err;
 } run_fixture;
 
@@ -654,7 +660,7 @@ static int run_teardown(void **state) {
 }
 
 static fdy_status run(run_fixture *f) {
-  return bench_run_hooked(&f->o, &f->hooks, &f->err);
+  return bench_run_hooked(&f->o, &f->hooks, &f->written, &f->err);
 }
 
 /* Loads the report of a failed run and checks its status, error kind and,
@@ -684,6 +690,7 @@ static void test_cpu_run_report(void **state) {
     print_error("run failed: %s\n", f->err.message);
   }
   assert_int_equal(st, FDY_OK);
+  assert_true(f->written.report && f->written.trace);
   assert_true(f->hooks.payload_generated);
   assert_true(ftell(console) > 0);
   fclose(console);
@@ -1013,13 +1020,20 @@ static void test_fault_with_failing_cleanup(void **state) {
 }
 
 /* A trace path taken by someone else during the run: the run fails, the
- * report says so, the other file is left alone. */
+ * report says so at the documented stage "outputs" and names no trace (it
+ * was never written), the other file is left alone. */
 static void test_trace_taken_during_run(void **state) {
   run_fixture *f = *state;
   f->hooks.create_before_outputs = f->trace;
   assert_int_equal(run(f), FDY_ERR_EXISTS);
   assert_string_equal(f->err.name, f->trace);
-  json_decref(failed_report(f->report, "exists", NULL));
+  assert_true(f->written.report);
+  assert_false(f->written.trace);
+  json_t *r = failed_report(f->report, "exists", "outputs");
+  assert_true(json_is_null(json_object_get(r, "trace")));
+  assert_string_equal(jget_str(json_object_get(r, "parameters"), "trace_path"),
+                      f->trace);
+  json_decref(r);
   assert_int_equal(file_size(f->trace), 0);
 }
 
@@ -1030,8 +1044,78 @@ static void test_report_taken_during_run(void **state) {
   f->hooks.create_before_outputs = f->report;
   assert_int_equal(run(f), FDY_ERR_EXISTS);
   assert_string_equal(f->err.name, f->report);
+  assert_false(f->written.report); /* the file there is not this run's */
+  assert_false(f->written.trace);
   assert_int_equal(file_size(f->report), 0);
   assert_int_equal(access(f->trace, F_OK), -1);
+}
+
+/* A directory where no file can be created: 0555 for a user, /sys for root
+ * (who may write anywhere else); NULL when neither refuses. */
+static const char *unwritable_dir(const tmpdir *t, char *buf, size_t cap) {
+  snprintf(buf, cap, "%s/ro", t->path);
+  assert_int_equal(mkdir(buf, 0555), 0);
+  char probe[256];
+  snprintf(probe, sizeof probe, "%s/probe", buf);
+  FILE *f = fopen(probe, "wx");
+  if (!f) {
+    return buf;
+  }
+  fclose(f);
+  unlink(probe);
+  f = fopen("/sys/foundry-bench-probe", "wx");
+  if (f) {
+    fclose(f);
+    unlink("/sys/foundry-bench-probe");
+    return NULL;
+  }
+  return errno == ENOENT ? NULL : "/sys";
+}
+
+/* The outputs are proven writable before any work: an unwritable directory
+ * (report or trace) fails the check and the run before the payload. A legal
+ * name of 250 bytes works (its temporary fits NAME_MAX); one above NAME_MAX
+ * is refused up front. */
+static void test_outputs_checked_before_work(void **state) {
+  run_fixture *f = *state;
+  char ro[128], report[300], trace[300];
+  const char *dir = unwritable_dir(&f->dir, ro, sizeof ro);
+  if (dir) {
+    snprintf(report, sizeof report, "%s/r.json", dir);
+    f->o.report_path = report;
+    assert_int_equal(check(&f->o, &f->err), FDY_ERR_IO);
+    assert_string_equal(f->err.name, report);
+    assert_int_equal(run(f), FDY_ERR_IO);
+    assert_false(f->hooks.payload_generated);
+    f->o.report_path = f->report;
+    snprintf(trace, sizeof trace, "%s/t.json", dir);
+    f->o.trace_path = trace;
+    assert_int_equal(run(f), FDY_ERR_IO);
+    assert_string_equal(f->err.name, trace);
+    assert_false(f->hooks.payload_generated);
+    assert_int_equal(access(f->report, F_OK), -1);
+    /* the overhead benchmark's report is proven writable the same way */
+    fdy_bench_overhead_options ov;
+    fdy_bench_overhead_options_default(&ov);
+    snprintf(report, sizeof report, "%s/o.json", dir);
+    ov.report_path = report;
+    assert_int_equal(fdy_bench_overhead_check_options(&ov, &f->err),
+                     FDY_ERR_IO);
+    assert_string_equal(f->err.name, report);
+  } else {
+    print_message("no unwritable directory here; skipping that check\n");
+  }
+  f->o.trace_path = NULL;
+  int n = snprintf(report, sizeof report, "%s/", f->dir.path);
+  memset(report + n, 'r', 256);
+  report[n + 256] = '\0';
+  f->o.report_path = report;
+  assert_int_equal(check(&f->o, &f->err), FDY_ERR_INVALID_ARGUMENT);
+  report[n + 250] = '\0';
+  f->o.buffer_count = 1;
+  f->o.iterations = 1;
+  assert_int_equal(run(f), FDY_OK);
+  json_decref(load_json(report));
 }
 
 static void test_staged_on_cpu_refused(void **state) {
@@ -1040,7 +1124,8 @@ static void test_staged_on_cpu_refused(void **state) {
   small_options(&o);
   o.host_mode = FDY_CUDA_HOST_STAGED;
   fdy_error err;
-  assert_int_equal(bench_run_hooked(&o, NULL, &err), FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(bench_run_hooked(&o, NULL, NULL, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
   assert_non_null(strstr(err.message, "cuda backend only"));
 }
 
@@ -1135,11 +1220,14 @@ static void test_overhead_run(void **state) {
   assert_non_null(console);
   o.console = console;
   fdy_error err;
-  fdy_status st = fdy_bench_overhead(&o, &err);
+  fdy_bench_written written = {false, true};
+  fdy_status st = fdy_bench_overhead(&o, &written, &err);
   if (st != FDY_OK) {
     print_error("overhead failed: %s\n", err.message);
   }
   assert_int_equal(st, FDY_OK);
+  assert_true(written.report);
+  assert_false(written.trace);
   assert_true(ftell(console) > 0);
   fclose(console);
   json_t *r = load_json(f->report);
@@ -1165,8 +1253,9 @@ static void test_overhead_run(void **state) {
     assert_true(json_real_value(json_object_get(cycle, "median_ns")) > 0);
   }
   json_decref(r);
-  /* the report is never overwritten */
-  assert_int_equal(fdy_bench_overhead(&o, &err), FDY_ERR_EXISTS);
+  /* the report is never overwritten, and the one there is not this run's */
+  assert_int_equal(fdy_bench_overhead(&o, &written, &err), FDY_ERR_EXISTS);
+  assert_false(written.report);
 }
 
 int main(void) {
@@ -1203,6 +1292,8 @@ int main(void) {
                                       run_teardown),
       cmocka_unit_test_setup_teardown(test_report_taken_during_run,
                                       traced_setup, run_teardown),
+      cmocka_unit_test_setup_teardown(test_outputs_checked_before_work,
+                                      run_setup, run_teardown),
       cmocka_unit_test(test_staged_on_cpu_refused),
       cmocka_unit_test_setup_teardown(test_staged_refused_when_auto_chooses_cpu,
                                       run_setup, run_teardown),

@@ -37,7 +37,7 @@ cp "$work/r.json" "$work/before.json"
 # shellcheck disable=SC2086
 expect 1 bench $small --report "$work/r.json"
 cmp -s "$work/r.json" "$work/before.json" || fail "existing report was modified"
-grep -q "foundry bench: error: .*already exists" "$err" || fail "message: $(cat "$err")"
+grep -q "foundry bench: error: .*refusing to overwrite" "$err" || fail "message: $(cat "$err")"
 # shellcheck disable=SC2086
 expect 1 bench $small --report "$work/new.json" --trace "$work/t.json"
 [ -e "$work/new.json" ] && fail "a refused run wrote a report"
@@ -112,6 +112,34 @@ PY
   contains "$err" "overlap.measured_speedup"
 fi
 
+# Output paths that are not UTF-8: the report keeps them (each bad byte
+# replaced by U+FFFD), and the trace names its report the same way.
+tiny="--backend cpu --layers 2 --weight-mib 1 --iterations 2 --warmup 0 --bootstrap-resamples 10 --buffers 1"
+report=$(printf '%s/r\377.json' "$work")
+trace=$(printf '%s/t\377.json' "$work")
+replacement=$(printf '\357\277\275')
+# shellcheck disable=SC2086
+expect 0 bench $tiny --report "$report" --trace "$trace"
+contains "$report" "\"report_path\": \"$work/r$replacement.json\""
+contains "$report" "\"trace_path\": \"$work/t$replacement.json\""
+contains "$report" "\"path\": \"$work/t$replacement.json\""
+contains "$trace" "\"report\": \"$work/r$replacement.json\""
+if [ -n "$python" ]; then
+  expect_cmd 0 "report with replaced paths" "$python" -c '
+import json, sys
+r = json.load(open(sys.argv[1], "rb"))
+assert r["parameters"]["report_path"].endswith("r\ufffd.json"), r["parameters"]
+assert r["trace"]["path"].endswith("t\ufffd.json"), r["trace"]
+assert any(a.endswith("r\ufffd.json") for a in r["invocation"]["argv"])
+' "$report"
+fi
+
+# A full stdout fails the run's console (exit 1); the report is still
+# written (the measurements are sound).
+# shellcheck disable=SC2086
+expect_full bench $tiny --report "$work/full.json"
+[ -s "$work/full.json" ] || fail "no report after a full stdout"
+
 # A budget below the slots fails (exit 1) and still writes a failed report.
 # shellcheck disable=SC2086
 expect 1 bench $small --cpu-memory 2MiB --report "$work/budget.json"
@@ -142,6 +170,65 @@ expect 2 bench --overhead --layers 4
 contains "$err" "does not apply to --overhead"
 expect 2 bench --overhead extra
 
+# Outputs are checked before any work: an unwritable directory (for the
+# report or the trace) fails at once (exit 1) and writes nothing; a legal
+# name of 250 bytes works.
+ro=$(unwritable_dir)
+if [ -n "$ro" ]; then
+  # shellcheck disable=SC2086
+  expect 1 bench $small --report "$ro/r.json"
+  contains "$err" "cannot create a temporary file next to '$ro/r.json'"
+  # shellcheck disable=SC2086
+  expect 1 bench $small --report "$work/ro-ok.json" --trace "$ro/t.json"
+  contains "$err" "--trace"
+  [ -e "$work/ro-ok.json" ] && fail "a refused run wrote its report"
+  [ -s "$out" ] && fail "a refused run printed results: $(cat "$out")"
+  expect 1 bench --overhead --ops 20 --op-bytes 512 --runs 3 --warmup 1 \
+    --report "$ro/o.json"
+  contains "$err" "cannot create a temporary file next to '$ro/o.json'"
+  [ -s "$out" ] && fail "a refused overhead run printed results: $(cat "$out")"
+else
+  echo "cli bench: no unwritable directory here, skipping that check"
+fi
+name=$(long_name 250)
+# shellcheck disable=SC2086
+expect 0 bench $tiny --report "$work/$name"
+[ -s "$work/$name" ] || fail "no report with a 250-byte name"
+# shellcheck disable=SC2086
+expect 2 bench $tiny --report "$work/${name}xxxxxx"
+
+# Another process creates the report path while the run goes on: the run
+# fails (exit 1), the other file stays, and the message does not claim that
+# it records the failure. The file is made once the first round was
+# measured (after the up-front checks); a run that ends first skips this.
+race=$work/race.json
+"$foundry" bench --backend cpu --layers 2 --weight-mib 1 --iterations 3000 \
+  --warmup 0 --bootstrap-resamples 10 --buffers 1 --progress \
+  --report "$race" >/dev/null 2>"$work/race.err" &
+pid=$!
+tries=0
+while ! grep -q "measured round" "$work/race.err" && [ "$tries" -lt 1200 ]; do
+  sleep 0.05
+  tries=$((tries + 1))
+done
+if (set -C && echo theirs >"$race") 2>/dev/null; then
+  wait "$pid"
+  code=$?
+  [ "$code" -eq 1 ] || fail "a run whose report path was taken exited $code"
+  grep -q "refusing to overwrite" "$work/race.err" ||
+    fail "race message: $(tail -3 "$work/race.err")"
+  grep -q "records the failure" "$work/race.err" &&
+    fail "the message claims another process's file: $(tail -3 "$work/race.err")"
+  [ "$(cat "$race")" = theirs ] || fail "the other process's report changed"
+else
+  wait "$pid"
+  echo "cli bench: the run ended before the report path was taken, skipping"
+fi
+# A failed run's own report is named as recording the failure.
+# shellcheck disable=SC2086
+expect 1 bench $small --cpu-memory 2MiB --report "$work/own.json"
+contains "$err" "the report $work/own.json records the failure"
+
 # Usage errors: exit 2 before any work.
 expect 2 bench --backend cpu --trace "$work/x.json"
 expect 2 bench --backend cpu --report "$work/y.json" --trace "$work/y.json"
@@ -159,6 +246,8 @@ expect 2 bench --backend cpu --buffers 1,1
 expect 2 bench --backend cpu --buffers 0,2
 expect 2 bench --backend cpu --buffers 1,,3
 expect 2 bench --backend cpu --buffers one
+expect 2 bench --backend cpu --buffers "1, 2"
+contains "$err" "item 2 (' 2') of '1, 2'"
 expect 2 bench --backend cpu --buffers 65
 expect 2 bench --backend cpu --buffers 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17
 expect 2 bench --backend cpu --weight-mib 18446744073709551615

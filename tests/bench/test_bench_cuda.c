@@ -50,7 +50,7 @@ static void run_mode(fdy_cuda_host_mode mode) {
   o.host_mode = mode;
   fdy_error err;
   bench_hooks hooks = {0};
-  fdy_status st = bench_run_hooked(&o, &hooks, &err);
+  fdy_status st = bench_run_hooked(&o, &hooks, NULL, &err);
   if (st != FDY_OK) {
     print_error("cuda bench failed: %s\n", err.message);
   }
@@ -120,7 +120,7 @@ static void test_cpu_memory_refused_when_auto_chooses_cuda(void **state) {
   o.cpu_memory_bytes = FDY_GIB;
   fdy_error err;
   bench_hooks hooks = {0};
-  assert_int_equal(bench_run_hooked(&o, &hooks, &err),
+  assert_int_equal(bench_run_hooked(&o, &hooks, NULL, &err),
                    FDY_ERR_INVALID_ARGUMENT);
   assert_non_null(strstr(err.message, "auto chose cuda"));
   assert_false(hooks.payload_generated);
@@ -151,13 +151,17 @@ static void test_executor_alloc_failure(void **state) {
   do {
     fault.fail_at_call = ++call;
     assert_true(call < 1000);
-    assert_int_not_equal(bench_run_hooked(&o, &hooks, &err), FDY_OK);
+    assert_int_not_equal(bench_run_hooked(&o, &hooks, NULL, &err), FDY_OK);
   } while (!hooks.fault_stats.fired_op ||
            strcmp(hooks.fault_stats.fired_op, "buffer_alloc") != 0);
   o.report_path = path;
   hooks = (bench_hooks){.fault = &fault};
-  assert_int_equal(bench_run_hooked(&o, &hooks, &err), FDY_ERR_BACKEND);
+  fdy_bench_written written = {false, true};
+  assert_int_equal(bench_run_hooked(&o, &hooks, &written, &err),
+                   FDY_ERR_BACKEND);
   assert_string_equal(err.backend_op, "buffer_alloc");
+  assert_true(written.report); /* this run's failed report */
+  assert_false(written.trace);
   assert_true(hooks.payload_generated);
   json_t *r = load_report(report);
   json_t *e = json_object_get(r, "error");

@@ -38,4 +38,35 @@ contains "$out" "usage: foundry help [COMMAND]"
 expect 0 help --help
 contains "$out" "usage: foundry help [COMMAND]"
 
+# Output that cannot be written (stdout on /dev/full) fails every command.
+expect_full --help
+expect_full --version
+expect_full help
+expect_full help plan
+expect_full plan --help
+
+# An empty argument, a path above all, is a usage error of every command
+# (it would otherwise open "/config.json" or write "/.tmp..."), also as
+# --flag=.
+cd "$dir" || exit 1
+expect 2 inspect ""
+contains "$err" "argument 1 is empty"
+expect 2 inspect --json ""
+expect 2 generate --model "" --prompt-ids 1 --max-tokens 1
+contains "$err" "--model needs a non-empty value"
+expect 2 generate --model= --prompt-ids 1 --max-tokens 1
+contains "$err" "--model needs a non-empty value"
+expect 2 verify --model "" --reference x.safetensors
+expect 2 verify --model m --reference ""
+contains "$err" "--reference needs a non-empty value"
+expect 2 make-model --preset tiny --seed 1 --out ""
+expect 2 make-model --preset tiny --seed 1 --out=
+expect 2 plan --dump ""
+expect 2 plan --check ""
+expect 2 bench --backend cpu --report ""
+contains "$err" "foundry bench: error: --report needs a non-empty value"
+expect 2 bench --backend cpu --report r.json --trace ""
+[ -z "$(ls -A "$dir" | grep -v '^std')" ] ||
+  fail "an empty-path usage error wrote something: $(ls -A "$dir")"
+
 finish "cli main"

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -340,6 +341,46 @@ static void test_budget(void **state) {
   assert_string_equal(fdy_memory_space_name(FDY_SPACE_DEVICE), "device");
 }
 
+static void test_utf8(void **state) {
+  (void)state;
+  static const char *const valid[] = {"",
+                                      "plain/ascii.json",
+                                      "caf\xc3\xa9",
+                                      "\xe2\x82\xac",
+                                      "\xf0\x9f\x98\x80",
+                                      "\xef\xbf\xbd",
+                                      "\xf4\x8f\xbf\xbf"};
+  for (size_t i = 0; i < sizeof valid / sizeof valid[0]; i++) {
+    assert_true(fdy_utf8_valid(valid[i]));
+    char *copy = fdy_utf8_sanitize(valid[i]);
+    assert_string_equal(copy, valid[i]);
+    free(copy);
+  }
+  static const struct {
+    const char *in, *out;
+  } invalid[] = {
+      {"a\xff"
+       "b",
+       "a\xef\xbf\xbd"
+       "b"},                                    /* never a UTF-8 byte */
+      {"\xc3", "\xef\xbf\xbd"},                 /* truncated */
+      {"\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd"}, /* overlong '/' */
+      {"\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* surrogate */
+      {"\xf4\x90\x80\x80",
+       "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* > U+10FFFF */
+      {"x\x80y\xe2\x82", "x\xef\xbf\xbdy\xef\xbf\xbd\xef\xbf\xbd"},
+  };
+  for (size_t i = 0; i < sizeof invalid / sizeof invalid[0]; i++) {
+    assert_false(fdy_utf8_valid(invalid[i].in));
+    char *copy = fdy_utf8_sanitize(invalid[i].in);
+    assert_string_equal(copy, invalid[i].out);
+    assert_true(fdy_utf8_valid(copy));
+    free(copy);
+  }
+  assert_false(fdy_utf8_valid(NULL));
+  assert_null(fdy_utf8_sanitize(NULL));
+}
+
 static void test_time_version_build_info(void **state) {
   (void)state;
   int64_t a = fdy_now_ns();
@@ -374,6 +415,7 @@ int main(void) {
       cmocka_unit_test(test_dtypes),
       cmocka_unit_test(test_shapes),
       cmocka_unit_test(test_budget),
+      cmocka_unit_test(test_utf8),
       cmocka_unit_test(test_time_version_build_info),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

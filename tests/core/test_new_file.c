@@ -4,6 +4,8 @@
 #include <stddef.h>
 
 #include <cmocka.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,6 +147,133 @@ static void test_discard_leaves_nothing(void **state) {
   scratch_remove(&s);
 }
 
+/* A name of n bytes ("nnn...") in the scratch directory. */
+static void long_name(const scratch *s, size_t n, char *out, size_t cap) {
+  int len = snprintf(out, cap, "%s/", s->dir);
+  assert_true(len > 0 && (size_t)len + n < cap);
+  memset(out + len, 'n', n);
+  out[len + n] = '\0';
+}
+
+/* Any legal name works: the temporary beside it is shortened to fit
+ * NAME_MAX. A name above NAME_MAX is refused before anything is created. */
+static void test_long_names(void **state) {
+  (void)state;
+  scratch s;
+  scratch_make(&s);
+  fdy_error err;
+  char path[512];
+  static const size_t ok[] = {250, 255};
+  for (size_t i = 0; i < 2; i++) {
+    long_name(&s, ok[i], path, sizeof path);
+    assert_int_equal(fdy_new_file_check(path, &err), FDY_OK);
+    assert_int_equal(fdy_write_new_text_file(path, "x", &err), FDY_OK);
+    assert_string_equal(read_all(path), "x\n");
+  }
+  assert_int_equal(entries(&s), 2);
+  long_name(&s, 256, path, sizeof path);
+  assert_int_equal(fdy_new_file_check(path, &err), FDY_ERR_INVALID_ARGUMENT);
+  /* err->name holds the path's first FDY_ERROR_NAME_MAX - 1 bytes */
+  assert_int_equal(strncmp(err.name, path, sizeof err.name - 1), 0);
+  assert_int_equal(fdy_write_new_text_file(path, "x", &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  char *temp = NULL;
+  assert_int_equal(fdy_new_dir_temp(path, &temp, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_null(temp);
+  assert_int_equal(entries(&s), 2);
+  scratch_remove(&s);
+}
+
+/* A directory where no file can be created: 0555 for a user, and for root
+ * (who may write anywhere) /sys, where nobody may create a file; NULL when
+ * neither refuses. */
+static const char *unwritable_dir(const scratch *s, char *buf, size_t cap) {
+  snprintf(buf, cap, "%s/ro", s->dir);
+  assert_int_equal(mkdir(buf, 0555), 0);
+  char probe[256];
+  snprintf(probe, sizeof probe, "%s/probe", buf);
+  int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) {
+    return buf;
+  }
+  close(fd);
+  unlink(probe);
+  fd = open("/sys/fdy-new-file-probe", O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0 && errno != ENOENT) {
+    return "/sys";
+  }
+  if (fd >= 0) {
+    close(fd);
+    unlink("/sys/fdy-new-file-probe");
+  }
+  return NULL;
+}
+
+static void test_check(void **state) {
+  (void)state;
+  scratch s;
+  scratch_make(&s);
+  fdy_error err;
+  assert_int_equal(fdy_new_file_check(s.path, &err), FDY_OK);
+  assert_int_equal(entries(&s), 0); /* the probe is gone */
+  char missing[160];
+  snprintf(missing, sizeof missing, "%s/no/file", s.dir);
+  assert_int_equal(fdy_new_file_check(missing, &err), FDY_ERR_NOT_FOUND);
+  assert_string_equal(err.name, missing);
+  char ends[160];
+  snprintf(ends, sizeof ends, "%s/", s.dir);
+  assert_int_equal(fdy_new_file_check(ends, &err), FDY_ERR_INVALID_ARGUMENT);
+  char ro[160], path[192];
+  const char *dir = unwritable_dir(&s, ro, sizeof ro);
+  if (dir) {
+    snprintf(path, sizeof path, "%s/out.json", dir);
+    assert_int_equal(fdy_new_file_check(path, &err), FDY_ERR_IO);
+    assert_int_equal(err.kind, FDY_ERR_IO);
+    assert_string_equal(err.name, path);
+    char *temp = NULL;
+    assert_int_equal(fdy_new_dir_temp(path, &temp, &err), FDY_ERR_IO);
+    assert_null(temp);
+  } else {
+    print_message("no unwritable directory here; skipping that check\n");
+  }
+  assert_int_equal(rmdir(ro), 0);
+  assert_int_equal(fdy_write_new_text_file(s.path, "x", &err), FDY_OK);
+  assert_int_equal(fdy_new_file_check(s.path, &err), FDY_ERR_EXISTS);
+  scratch_remove(&s);
+}
+
+/* The temporary directory follows the umask, as files do. */
+static void test_temp_dir(void **state) {
+  (void)state;
+  scratch s;
+  scratch_make(&s);
+  fdy_error err;
+  char *temp = NULL;
+  mode_t old = umask(027);
+  fdy_status st = fdy_new_dir_temp(s.path, &temp, &err);
+  umask(old);
+  assert_int_equal(st, FDY_OK);
+  assert_int_equal(strncmp(temp, s.path, strlen(s.path)), 0);
+  assert_int_equal(strncmp(temp + strlen(s.path), ".tmp.", 5), 0);
+  struct stat sb;
+  assert_int_equal(stat(temp, &sb), 0);
+  assert_true(S_ISDIR(sb.st_mode));
+  assert_int_equal(sb.st_mode & 0777, 0750);
+  assert_int_equal(rmdir(temp), 0);
+  free(temp);
+  char path[512];
+  long_name(&s, 255, path, sizeof path);
+  assert_int_equal(fdy_new_dir_temp(path, &temp, &err), FDY_OK);
+  assert_int_equal(rmdir(temp), 0);
+  free(temp);
+  assert_int_equal(mkdir(s.path, 0700), 0);
+  assert_int_equal(fdy_new_dir_temp(s.path, &temp, &err), FDY_ERR_EXISTS);
+  assert_null(temp);
+  assert_int_equal(entries(&s), 1);
+  scratch_remove(&s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_text_file_written_once),
@@ -152,6 +281,9 @@ int main(void) {
       cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_commit_race),
       cmocka_unit_test(test_discard_leaves_nothing),
+      cmocka_unit_test(test_long_names),
+      cmocka_unit_test(test_check),
+      cmocka_unit_test(test_temp_dir),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -41,6 +41,28 @@ contains "$err" "already exists"
 cmp -s "$work/before" "$work/a/model.safetensors" ||
   fail "make-model touched an existing checkpoint"
 
+# the directory follows the umask like the files in it; a 250-byte name
+# works and an unwritable parent fails before any work
+(umask 077 && "$foundry" make-model --preset micro --seed 1 \
+  --out "$work/private") 2>/dev/null || fail "make-model under umask 077"
+[ "$(ls -ld "$work/private" | cut -c1-10)" = "drwx------" ] ||
+  fail "directory mode under umask 077: $(ls -ld "$work/private")"
+[ "$(ls -l "$work/private/config.json" | cut -c1-10)" = "-rw-------" ] ||
+  fail "file mode under umask 077: $(ls -l "$work/private/config.json")"
+(umask 022 && "$foundry" make-model --preset micro --seed 1 \
+  --out "$work/shared") 2>/dev/null || fail "make-model under umask 022"
+[ "$(ls -ld "$work/shared" | cut -c1-10)" = "drwxr-xr-x" ] ||
+  fail "directory mode under umask 022: $(ls -ld "$work/shared")"
+name=$(long_name 250)
+expect 0 make-model --preset micro --seed 1 --out "$work/$name"
+expect 0 inspect "$work/$name"
+ro=$(unwritable_dir)
+if [ -n "$ro" ]; then
+  expect 1 make-model --preset micro --seed 1 --out "$ro/m"
+  contains "$err" "cannot create a temporary directory next to"
+fi
+ls "$work" | grep -q '\.tmp\.' && fail "make-model left a temporary: $(ls "$work")"
+
 # usage errors
 expect 2 make-model --preset nope --seed 1 --out "$work/x"
 expect 2 make-model --preset tiny --out "$work/x"
@@ -66,6 +88,40 @@ sed 's/"bits": 4/"bits": 3/' "$work/a/config.json" >"$work/q/config.json"
 expect 1 inspect "$work/q"
 contains "$err" "unsupported quantization"
 contains "$err" "quantization.bits"
+sed 's/"bits": 4/"bits": 4, "mode": "mxfp4"/' "$work/a/config.json" \
+  >"$work/q/config.json"
+expect 1 inspect "$work/q"
+contains "$err" "quantization.mode"
+contains "$err" "mxfp4"
+
+# a full stdout fails inspect, text and JSON
+expect_full inspect "$work/a"
+expect_full inspect --json "$work/a"
+
+# a directory whose name is not UTF-8: the JSON outputs replace the bad byte
+# by U+FFFD instead of failing
+bad=$(printf '%s/m\377x' "$work")
+replacement=$(printf 'm\357\277\275x')
+cp -r "$work/a" "$bad"
+expect 0 inspect --json "$bad"
+contains "$out" "\"model\": \"$work/$replacement\""
+expect 0 generate --model "$bad" --prompt-ids 1,2 --max-tokens 2 --json
+contains "$out" "\"model\":\"$work/$replacement\""
+expect 0 inspect "$bad"
+rm -rf "$bad"
+
+# a FIFO given as config.json, the index or the shard fails at once
+for f in config.json model.safetensors.index.json model.safetensors; do
+  rm -rf "$work/fifo"
+  mkdir "$work/fifo"
+  cp "$work/a/config.json" "$work/a/model.safetensors" \
+    "$work/a/model.safetensors.index.json" "$work/fifo/"
+  rm "$work/fifo/$f"
+  mkfifo "$work/fifo/$f"
+  expect_cmd 1 "inspect with a FIFO as $f" timeout 20 "$foundry" inspect \
+    "$work/fifo"
+  contains "$err" "$f' is not a regular file"
+done
 
 expect 0 help make-model
 contains "$out" "--preset"

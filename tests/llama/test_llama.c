@@ -1130,6 +1130,36 @@ static void cfg_bits(json_t *c) {
   json_object_set_new(json_object_get(c, "quantization"), "bits",
                       json_integer(3));
 }
+static void cfg_mode(json_t *c) {
+  json_object_set_new(json_object_get(c, "quantization"), "mode",
+                      json_string("mxfp4"));
+}
+/* nvfp4 has groups of 16: the mode, not the group size, is the reason */
+static void cfg_mode_nvfp4(json_t *c) {
+  json_t *q = json_object_get(c, "quantization");
+  json_object_set_new(q, "mode", json_string("nvfp4"));
+  json_object_set_new(q, "group_size", json_integer(16));
+}
+static void cfg_mode_affine(json_t *c) {
+  json_object_set_new(json_object_get(c, "quantization"), "mode",
+                      json_string("affine"));
+}
+static void cfg_mode_null(json_t *c) {
+  json_object_set_new(json_object_get(c, "quantization"), "mode", json_null());
+}
+static void cfg_mode_type(json_t *c) {
+  json_object_set_new(json_object_get(c, "quantization"), "mode",
+                      json_integer(1));
+}
+static void cfg_override(json_t *c) {
+  json_object_set_new(json_object_get(c, "quantization"),
+                      "model.layers.0.mlp.down_proj",
+                      json_pack("{s:i, s:i}", "group_size", 64, "bits", 8));
+}
+static void cfg_unquantized_layer(json_t *c) {
+  json_object_set_new(json_object_get(c, "quantization"), "lm_head",
+                      json_false());
+}
 static void cfg_missing(json_t *c) {
   json_object_del(c, "hidden_size");
 }
@@ -1168,6 +1198,13 @@ static void test_bad_config(void **state) {
        "unsupported quantization: field 'quantization.group_size' is 48"},
       {cfg_bits, FDY_ERR_UNSUPPORTED, "quantization.bits",
        "unsupported quantization: field 'quantization.bits' is 3; only 4-bit"},
+      {cfg_mode, FDY_ERR_UNSUPPORTED, "quantization.mode", "'mxfp4'"},
+      {cfg_mode_nvfp4, FDY_ERR_UNSUPPORTED, "quantization.mode", "'nvfp4'"},
+      {cfg_mode_type, FDY_ERR_SCHEMA, "quantization.mode", NULL},
+      {cfg_override, FDY_ERR_UNSUPPORTED,
+       "quantization.model.layers.0.mlp.down_proj", NULL},
+      {cfg_unquantized_layer, FDY_ERR_UNSUPPORTED, "quantization.lm_head",
+       NULL},
       {cfg_missing, FDY_ERR_SCHEMA, "hidden_size", NULL},
       {cfg_type, FDY_ERR_SCHEMA, "num_hidden_layers", NULL},
       {cfg_eos_type, FDY_ERR_SCHEMA, "eos_token_id", NULL},
@@ -1185,6 +1222,18 @@ static void test_bad_config(void **state) {
     copy_fixture(dir, sizeof dir, 0);
     edit_config(dir, cases[i].edit);
     expect_open_error(dir, cases[i].kind, cases[i].name, cases[i].mention);
+    remove_dir(dir);
+  }
+  /* "mode": "affine" (what mlx-lm writes) and null are the default */
+  static const config_edit accepted[] = {cfg_mode_affine, cfg_mode_null};
+  for (size_t i = 0; i < 2; i++) {
+    char dir[256];
+    copy_fixture(dir, sizeof dir, 0);
+    edit_config(dir, accepted[i]);
+    fdy_error err;
+    fdy_llama_model *m = NULL;
+    assert_int_equal(fdy_llama_open(dir, &m, &err), FDY_OK);
+    fdy_llama_close(m);
     remove_dir(dir);
   }
   char dir[256], path[1024];
@@ -1349,7 +1398,8 @@ static void test_make_model(void **state) {
   assert_int_equal(fdy_llama_make_model("huge", 1, bad, &err),
                    FDY_ERR_INVALID_ARGUMENT);
   snprintf(bad, sizeof bad, "%s/missing/parent", root);
-  assert_int_equal(fdy_llama_make_model("micro", 1, bad, &err), FDY_ERR_IO);
+  assert_int_equal(fdy_llama_make_model("micro", 1, bad, &err),
+                   FDY_ERR_NOT_FOUND);
   assert_int_equal(rmdir(root), 0); /* nothing left behind */
   assert_non_null(fdy_llama_presets()[0]);
 }

@@ -25,12 +25,25 @@ expect 0 generate --model "$model" --prompt-ids "$prompt" --max-tokens 4 \
 contains "$out" '"ids":[850,433,850,274]'
 contains "$out" '"decode_tokens_per_second"'
 
+# a full stdout fails generate (text and JSON) and verify
+expect_full generate --model "$model" --prompt-ids 1,2 --max-tokens 2
+expect_full generate --model "$model" --prompt-ids 1,2 --max-tokens 2 --json
+expect_full verify --model "$model" --reference "$reference"
+
 # generate: bad input, clear errors before any work
 expect 1 generate --model "$model" --prompt-ids 1,1024,2 --max-tokens 4
 contains "$err" "foundry: error:"
 expect 2 generate --model "$model" --prompt-ids "" --max-tokens 4
 expect 2 generate --model "$model" --prompt-ids 1,,2 --max-tokens 4
 expect 2 generate --model "$model" --prompt-ids 1,-2 --max-tokens 4
+# one parser, one message naming the item and the list; an item's length
+# does not matter (15, 16 or 30 characters with leading zeros)
+expect 2 generate --model "$model" --prompt-ids "1, 2" --max-tokens 4
+contains "$err" "item 2 (' 2') of '1, 2'"
+expect 2 generate --model "$model" --prompt-ids 1,2147483648 --max-tokens 4
+contains "$err" "item 2 ('2147483648') of '1,2147483648'"
+expect 0 generate --model "$model" --max-tokens 1 \
+  --prompt-ids 000000000000001,0000000000000001,000000000000000000000000000001
 expect 1 generate --model "$model" --prompt-ids 1,2,3 --max-tokens 4095
 contains "$err" "context"
 # the positions used are prompt + max-tokens - 1: with context 10 and a
@@ -67,6 +80,15 @@ if [ ! -e /dev/nvidia0 ]; then
   contains "$err" "cuda"
 fi
 expect 1 verify --model "$model" --reference /nonexistent.safetensors
+# a reference without greedy ids is refused, not "0/0" passed
+expect 1 verify --model "$model" \
+  --reference "$data/bad/reference-no-greedy.safetensors"
+contains "$err" "greedy_ids"
+[ -s "$out" ] && fail "a refused reference printed results: $(cat "$out")"
+mkfifo "$work/fifo.safetensors"
+expect_cmd 1 "verify with a FIFO as the reference" timeout 20 "$foundry" \
+  verify --model "$model" --reference "$work/fifo.safetensors"
+contains "$err" "not a regular file"
 
 # the tiny fixture and the generated variants (untied, plain rope, BF16,
 # group 32; one kv head per head, group 128), each against its reference

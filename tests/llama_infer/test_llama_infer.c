@@ -1097,20 +1097,23 @@ static void test_bad_session_options(void **state) {
 
 /* Writes a reference whose tensors are the fixture's, with one changed. */
 typedef enum bad_reference {
-  BAD_VOCAB,   /* logits rows one wider than the vocabulary */
-  BAD_MISSING, /* no greedy_logits */
-  BAD_DTYPE,   /* prompt_ids as F32 */
-  BAD_ID,      /* a prompt id outside the vocabulary */
-  BAD_ROWS,    /* logits with one row fewer than prompt_ids */
+  BAD_VOCAB,     /* logits rows one wider than the vocabulary */
+  BAD_MISSING,   /* no greedy_logits */
+  BAD_DTYPE,     /* prompt_ids as F32 */
+  BAD_ID,        /* a prompt id outside the vocabulary */
+  BAD_ROWS,      /* logits with one row fewer than prompt_ids */
+  BAD_NO_PROMPT, /* no prompt ids (and no logits rows) */
+  BAD_NO_GREEDY, /* no greedy ids: nothing to agree on ("0/0") */
 } bad_reference;
 
 static void write_bad_reference(bad_reference kind, const char *path,
                                 uint32_t vocab) {
   reference ref = load_reference("llama3-micro");
-  uint32_t t = ref.prompt_count, n = ref.greedy_count;
+  uint32_t t = kind == BAD_NO_PROMPT ? 0 : ref.prompt_count;
+  uint32_t n = kind == BAD_NO_GREEDY ? 0 : ref.greedy_count;
   uint32_t width = kind == BAD_VOCAB ? vocab + 1 : vocab;
-  float *logits = calloc((size_t)t * width, sizeof *logits);
-  float *greedy_logits = calloc((size_t)n * width, sizeof *greedy_logits);
+  float *logits = calloc((size_t)t * width + 1, sizeof *logits);
+  float *greedy_logits = calloc((size_t)n * width + 1, sizeof *greedy_logits);
   assert_true(logits && greedy_logits);
   for (size_t i = 0; i < (size_t)t * width; i++) {
     logits[i] = (float)(rng_next() % 1000) / 100.0f - 5.0f;
@@ -1159,9 +1162,12 @@ static void test_bad_references(void **state) {
       {BAD_DTYPE, "dtype.safetensors", "prompt_ids"},
       {BAD_ID, "id.safetensors", "prompt_ids"},
       {BAD_ROWS, "rows.safetensors", "logits"},
+      {BAD_NO_PROMPT, "no-prompt.safetensors", "prompt_ids"},
+      {BAD_NO_GREEDY, "no-greedy.safetensors", "greedy_ids"},
   };
-  const char *files[5];
-  for (size_t i = 0; i < 5; i++) {
+  enum { CASES = sizeof cases / sizeof cases[0] };
+  const char *files[CASES];
+  for (size_t i = 0; i < CASES; i++) {
     char path[128];
     snprintf(path, sizeof path, "%s/%s", dir, cases[i].file);
     files[i] = cases[i].file;
@@ -1179,7 +1185,7 @@ static void test_bad_references(void **state) {
     }
     assert_int_equal(fdy_llama_session_position(session), 0);
   }
-  remove_dir(dir, files, 5);
+  remove_dir(dir, files, CASES);
 
   /* a reference longer than the context */
   o.context = 16;

@@ -1,0 +1,168 @@
+/* Reading input files and checking JSON text (include/foundry/input.h). */
+#include "foundry/input.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Sets err to kind with the formatted message and name = path. */
+static fdy_status path_error(fdy_error *err, fdy_status kind, const char *path,
+                             const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static fdy_status path_error(fdy_error *err, fdy_status kind, const char *path,
+                             const char *fmt, ...) {
+  char message[FDY_ERROR_MESSAGE_MAX];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(message, sizeof message, fmt, ap);
+  va_end(ap);
+  fdy_error_set(err, kind, "%s", message);
+  if (err != NULL) {
+    snprintf(err->name, sizeof err->name, "%s", path);
+  }
+  return kind;
+}
+
+static const char *file_type(mode_t mode) {
+  if (S_ISDIR(mode)) {
+    return "a directory";
+  }
+  if (S_ISFIFO(mode)) {
+    return "a FIFO";
+  }
+  if (S_ISCHR(mode)) {
+    return "a character device";
+  }
+  if (S_ISBLK(mode)) {
+    return "a block device";
+  }
+  if (S_ISSOCK(mode)) {
+    return "a socket";
+  }
+  return "not a file";
+}
+
+fdy_status fdy_input_open(const char *path, const char *what, int *fd,
+                          uint64_t *size, fdy_error *err) {
+  *fd = -1;
+  if (path == NULL || path[0] == '\0') {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "reading %s needs a non-empty path", what);
+  }
+  /* O_NONBLOCK: opening a FIFO without a writer returns at once. */
+  int f = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (f < 0) {
+    const int errnum = errno;
+    return path_error(err, errnum == ENOENT ? FDY_ERR_NOT_FOUND : FDY_ERR_IO,
+                      path, "cannot open %s '%s': %s", what, path,
+                      strerror(errnum));
+  }
+  struct stat sb;
+  if (fstat(f, &sb) != 0) {
+    const int errnum = errno;
+    close(f);
+    return path_error(err, FDY_ERR_IO, path, "cannot stat %s '%s': %s", what,
+                      path, strerror(errnum));
+  }
+  if (!S_ISREG(sb.st_mode)) {
+    close(f);
+    return path_error(err, FDY_ERR_IO, path,
+                      "%s '%s' is not a regular file (%s)", what, path,
+                      file_type(sb.st_mode));
+  }
+  const int flags = fcntl(f, F_GETFL);
+  if (flags < 0 || fcntl(f, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    const int errnum = errno;
+    close(f);
+    return path_error(err, FDY_ERR_IO, path, "cannot open %s '%s': %s", what,
+                      path, strerror(errnum));
+  }
+  *fd = f;
+  *size = (uint64_t)sb.st_size;
+  return FDY_OK;
+}
+
+fdy_status fdy_input_read(const char *path, const char *what, uint64_t limit,
+                          char **text, size_t *len, fdy_error *err) {
+  *text = NULL;
+  *len = 0;
+  int fd = -1;
+  uint64_t size = 0;
+  fdy_status st = fdy_input_open(path, what, &fd, &size, err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  char *buf = NULL;
+  if (size > limit || size >= SIZE_MAX) {
+    path_error(err, FDY_ERR_FORMAT, path, "%s '%s' is larger than %llu bytes",
+               what, path, (unsigned long long)limit);
+    if (err != NULL) {
+      err->expected = limit;
+      err->actual = size;
+    }
+    st = FDY_ERR_FORMAT;
+    goto cleanup;
+  }
+  buf = malloc((size_t)size + 1);
+  if (buf == NULL) {
+    st = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
+                       "out of memory reading %s '%s' (%llu bytes)", what, path,
+                       (unsigned long long)size);
+    goto cleanup;
+  }
+  size_t done = 0;
+  while (done < (size_t)size) {
+    ssize_t n = read(fd, buf + done, (size_t)size - done);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n < 0) {
+      st = path_error(err, FDY_ERR_IO, path, "cannot read %s '%s': %s", what,
+                      path, strerror(errno));
+      goto cleanup;
+    }
+    if (n == 0) {
+      break; /* the file shrank; the parser sees what is there */
+    }
+    done += (size_t)n;
+  }
+  buf[done] = '\0';
+  *text = buf;
+  *len = done;
+  buf = NULL;
+cleanup:
+  free(buf);
+  close(fd);
+  return st;
+}
+
+fdy_status fdy_json_check_text(const char *text, size_t len, fdy_error *err) {
+  const char *nul = len > 0 ? memchr(text, '\0', len) : NULL;
+  if (nul == NULL) {
+    return FDY_OK;
+  }
+  int64_t line = 1, column = 1;
+  for (const char *p = text; p < nul; p++) {
+    if (*p == '\n') {
+      line++;
+      column = 1;
+    } else {
+      column++;
+    }
+  }
+  fdy_error_set(err, FDY_ERR_PARSE,
+                "NUL byte at line %lld, column %lld (JSON text cannot contain "
+                "one)",
+                (long long)line, (long long)column);
+  if (err != NULL) {
+    err->line = line;
+    err->column = column;
+  }
+  return FDY_ERR_PARSE;
+}

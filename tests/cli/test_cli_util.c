@@ -1,0 +1,113 @@
+/* The CLI's shared parsers (src/cli/cli_util.h): integers, and the one
+ * parser of comma-separated lists, whose every failure names the item (its
+ * index in ids[0]) and the list. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli_util.h"
+
+static void test_uint(void **state) {
+  (void)state;
+  fdy_error err;
+  uint64_t v = 0;
+  assert_int_equal(
+      fdy_cli_parse_uint("--n", "0000000000000000000042", 0, 100, &v, &err),
+      FDY_OK);
+  assert_int_equal(v, 42);
+  static const char *const bad[] = {"",   "-1", "+1",  " 1",
+                                    "1 ", "1x", "101", "99999999999999999999"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    assert_int_equal(fdy_cli_parse_uint("--n", bad[i], 0, 100, &v, &err),
+                     FDY_ERR_INVALID_ARGUMENT);
+  }
+}
+
+static void test_list(void **state) {
+  (void)state;
+  fdy_error err;
+  uint64_t *v = NULL;
+  uint32_t n = 0;
+  /* 15 and 16 characters, and longer: the same path */
+  assert_int_equal(fdy_cli_parse_list("--ids",
+                                      "000000000000001,0000000000000001,"
+                                      "00000000000000000000000000000000007",
+                                      0, INT32_MAX, &v, &n, &err),
+                   FDY_OK);
+  assert_int_equal(n, 3);
+  assert_int_equal(v[0], 1);
+  assert_int_equal(v[1], 1);
+  assert_int_equal(v[2], 7);
+  free(v);
+  static const struct {
+    const char *text;
+    int64_t item;
+  } bad[] = {
+      {"1, 2", 1},       {"1,,2", 1},
+      {"", 0},           {"1,", 1},
+      {",1", 0},         {"1,-2", 1},
+      {"x", 0},          {"1,2,2147483648", 2},
+      {"1,2,3,4,5 ", 4}, {"12345678901234567890", 0},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    v = (uint64_t *)&n;
+    n = 9;
+    assert_int_equal(
+        fdy_cli_parse_list("--ids", bad[i].text, 0, INT32_MAX, &v, &n, &err),
+        FDY_ERR_INVALID_ARGUMENT);
+    assert_null(v);
+    assert_int_equal(n, 0);
+    assert_int_equal(err.kind, FDY_ERR_INVALID_ARGUMENT);
+    assert_int_equal(err.ids[0], bad[i].item);
+    assert_string_equal(err.name, "--ids");
+  }
+}
+
+static void test_ids(void **state) {
+  (void)state;
+  fdy_error err;
+  int32_t *ids = NULL;
+  uint32_t n = 0;
+  assert_int_equal(
+      fdy_cli_parse_ids("--prompt-ids", "5,0,2147483647", &ids, &n, &err),
+      FDY_OK);
+  assert_int_equal(n, 3);
+  assert_int_equal(ids[0], 5);
+  assert_int_equal(ids[1], 0);
+  assert_int_equal(ids[2], INT32_MAX);
+  free(ids);
+  assert_int_equal(fdy_cli_parse_ids("--prompt-ids", "1, 2", &ids, &n, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_null(ids);
+  assert_int_equal(err.ids[0], 1);
+}
+
+static void test_empty_arguments(void **state) {
+  (void)state;
+  char *ok[] = {"inspect", "--json", "dir", NULL};
+  assert_int_equal(fdy_cli_check_arguments("inspect", 3, ok), FDY_EXIT_OK);
+  char *empty_value[] = {"verify", "--model", "", NULL};
+  assert_int_equal(fdy_cli_check_arguments("verify", 3, empty_value),
+                   FDY_EXIT_USAGE);
+  char *empty_eq[] = {"verify", "--model=", NULL};
+  assert_int_equal(fdy_cli_check_arguments("verify", 2, empty_eq),
+                   FDY_EXIT_USAGE);
+  char *empty_positional[] = {"inspect", "", NULL};
+  assert_int_equal(fdy_cli_check_arguments("inspect", 2, empty_positional),
+                   FDY_EXIT_USAGE);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_uint),
+      cmocka_unit_test(test_list),
+      cmocka_unit_test(test_ids),
+      cmocka_unit_test(test_empty_arguments),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
