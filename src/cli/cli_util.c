@@ -92,6 +92,58 @@ fdy_status fdy_cli_parse_ids(const char *flag, const char *text, int32_t **out,
   return FDY_OK;
 }
 
+fdy_status fdy_cli_read_file(const char *path, char **out, size_t *len,
+                             fdy_error *err) {
+  *out = NULL;
+  *len = 0;
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    return fdy_error_set(err, errno == ENOENT ? FDY_ERR_NOT_FOUND : FDY_ERR_IO,
+                         "cannot open '%s': %s", path, strerror(errno));
+  }
+  fdy_status status = FDY_OK;
+  char *buf = NULL;
+  size_t n = 0, cap = 0;
+  for (;;) {
+    if (cap - n < 4096) {
+      cap = cap ? cap * 2 : 65536;
+      char *grown = realloc(buf, cap);
+      if (!grown) {
+        status = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+        goto cleanup;
+      }
+      buf = grown;
+    }
+    size_t got = fread(buf + n, 1, cap - n - 1, f);
+    n += got;
+    if (got == 0) {
+      break;
+    }
+  }
+  if (ferror(f)) {
+    status = fdy_error_set(err, FDY_ERR_IO, "cannot read '%s': %s", path,
+                           strerror(errno));
+    goto cleanup;
+  }
+  buf[n] = '\0';
+  *out = buf;
+  *len = n;
+  buf = NULL;
+cleanup:
+  free(buf);
+  fclose(f);
+  return status;
+}
+
+int fdy_cli_finish_stdout(void) {
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    fprintf(stderr, "foundry: error: cannot write standard output: %s\n",
+            strerror(errno));
+    return FDY_EXIT_FAILURE;
+  }
+  return FDY_EXIT_OK;
+}
+
 bool fdy_cli_stderr_is_tty(void) {
   return isatty(STDERR_FILENO) == 1;
 }

@@ -6,6 +6,7 @@
 #define FOUNDRY_CLI_UTIL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "foundry/core.h"
@@ -30,6 +31,16 @@ fdy_status fdy_cli_parse_uint(const char *flag, const char *text, uint64_t min,
 /* Parses a comma-separated list of int32 ids ("1,2,3"); *out is malloc'd. */
 fdy_status fdy_cli_parse_ids(const char *flag, const char *text, int32_t **out,
                              uint32_t *count, fdy_error *err);
+
+/* Reads the whole file at path as raw bytes; *out is malloc'd with a NUL
+ * after the *len bytes. FDY_ERR_NOT_FOUND / FDY_ERR_IO name the path. */
+fdy_status fdy_cli_read_file(const char *path, char **out, size_t *len,
+                             fdy_error *err);
+
+/* Flushes stdout; FDY_EXIT_OK, or FDY_EXIT_FAILURE after printing
+ * "foundry: error: cannot write standard output: ..." (a full disk,
+ * /dev/full, a closed pipe). */
+int fdy_cli_finish_stdout(void);
 
 /* True when stderr is a terminal (progress output). */
 bool fdy_cli_stderr_is_tty(void);

@@ -1,7 +1,8 @@
-/* `foundry generate`: greedy Llama generation from prompt token ids on the
- * float32 CPU path. Prints the generated ids and the prefill and decode
- * speeds, as text or (--json) one JSON object. Bad ids, an empty prompt and
- * more tokens than the context holds are reported before any work. */
+/* `foundry generate`: greedy Llama generation from prompt token ids or a
+ * text prompt (prompt.c) on the float32 CPU path. Prints the generated ids
+ * (the text for a text prompt) and the prefill and decode speeds, as text
+ * or (--json) one JSON object. Bad ids, an empty prompt and more tokens
+ * than the context holds are reported before any work. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -12,18 +13,25 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "foundry/llama_session.h"
+#include "prompt.h"
 
 void fdy_cmd_generate_help(FILE *out) {
   fprintf(out,
-          "usage: foundry generate --model DIR --prompt-ids 1,2,3 "
-          "--max-tokens N [options]\n"
+          "usage: foundry generate --model DIR (--prompt TEXT | "
+          "--prompt-file PATH |\n"
+          "                        --prompt-ids 1,2,3) --max-tokens N "
+          "[options]\n"
           "\n"
-          "Prefills the prompt ids on a Llama MLX 4-bit checkpoint, then\n"
+          "Prefills the prompt on a Llama MLX 4-bit checkpoint, then\n"
           "decodes up to N ids greedily, stopping after an EOS id from\n"
-          "config.json. Prints the generated ids and the prefill and decode\n"
-          "speed in tokens/s.\n"
+          "config.json. Prints the generated ids (the text, for a text\n"
+          "prompt) and the prefill and decode speed in tokens/s.\n"
           "\n"
           "options:\n"
+          "  --prompt TEXT    text, encoded as BOS + its ids\n"
+          "  --prompt-file PATH  the same from a file's raw bytes\n"
+          "  --tokenizer FILE a tokenizer.json or tiktoken file instead of\n"
+          "                   the model directory's\n"
           "  --backend NAME   cpu (the default and, for now, the only one)\n"
           "  --threads T      worker threads (default: online CPUs)\n"
           "  --context C      KV cache positions (default 1024, at most\n"
@@ -59,12 +67,14 @@ static int print_json(const char *model_dir, uint32_t prompt_count,
 }
 
 static void print_text(uint32_t prompt_count, const fdy_llama_generation *gen,
-                       uint32_t threads) {
-  printf("ids:");
-  for (uint32_t i = 0; i < gen->count; i++) {
-    printf("%s%" PRId32, i ? "," : " ", gen->ids[i]);
+                       uint32_t threads, bool ids) {
+  if (ids) {
+    printf("ids:");
+    for (uint32_t i = 0; i < gen->count; i++) {
+      printf("%s%" PRId32, i ? "," : " ", gen->ids[i]);
+    }
+    printf("\n");
   }
-  printf("\n");
   printf("generated %" PRIu32 " ids%s\n", gen->count,
          gen->stopped_at_eos ? ", stopped at EOS" : "");
   printf("prefill: %" PRIu32 " tokens in %.3f s, %.2f tokens/s\n", prompt_count,
@@ -84,7 +94,10 @@ int fdy_cmd_generate(int argc, char **argv) {
     OPT_THREADS,
     OPT_CONTEXT,
     OPT_IGNORE_EOS,
-    OPT_JSON
+    OPT_JSON,
+    OPT_TEXT,
+    OPT_TEXT_FILE,
+    OPT_TOKENIZER
   };
   static const struct option options[] = {
       {"model", required_argument, NULL, OPT_MODEL},
@@ -95,9 +108,13 @@ int fdy_cmd_generate(int argc, char **argv) {
       {"context", required_argument, NULL, OPT_CONTEXT},
       {"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
       {"json", no_argument, NULL, OPT_JSON},
+      {"prompt", required_argument, NULL, OPT_TEXT},
+      {"prompt-file", required_argument, NULL, OPT_TEXT_FILE},
+      {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
       {NULL, 0, NULL, 0},
   };
   const char *model_dir = NULL, *prompt_text = NULL, *backend = "cpu";
+  const char *text = NULL, *text_file = NULL, *tokenizer_path = NULL;
   uint64_t max_tokens = 0, threads = 0, context = 0;
   bool have_max = false, ignore_eos = false, json = false;
   fdy_error err;
@@ -134,6 +151,15 @@ int fdy_cmd_generate(int argc, char **argv) {
     case OPT_JSON:
       json = true;
       break;
+    case OPT_TEXT:
+      text = optarg;
+      break;
+    case OPT_TEXT_FILE:
+      text_file = optarg;
+      break;
+    case OPT_TOKENIZER:
+      tokenizer_path = optarg;
+      break;
     case ':':
       return fdy_cli_usage("generate", "%s needs a value", argv[optind - 1]);
     default:
@@ -146,9 +172,11 @@ int fdy_cmd_generate(int argc, char **argv) {
   if (optind < argc) {
     return fdy_cli_usage("generate", "unexpected argument '%s'", argv[optind]);
   }
-  if (!model_dir || !prompt_text || !have_max) {
-    return fdy_cli_usage("generate",
-                         "--model, --prompt-ids and --max-tokens are required");
+  if (!model_dir || !have_max ||
+      (prompt_text != NULL) + (text != NULL) + (text_file != NULL) != 1) {
+    return fdy_cli_usage("generate", "--model, --max-tokens and one of "
+                                     "--prompt, --prompt-file and --prompt-ids "
+                                     "are required");
   }
   if (strcmp(backend, "cpu") != 0) {
     return fdy_cli_usage("generate", "--backend '%s' is not supported; use cpu",
@@ -156,12 +184,20 @@ int fdy_cmd_generate(int argc, char **argv) {
   }
   int32_t *prompt = NULL;
   uint32_t prompt_count = 0;
-  if (fdy_cli_parse_ids("--prompt-ids", prompt_text, &prompt, &prompt_count,
-                        &err) != FDY_OK) {
+  if (prompt_text && fdy_cli_parse_ids("--prompt-ids", prompt_text, &prompt,
+                                       &prompt_count, &err) != FDY_OK) {
     return fdy_cli_usage("generate", "%s", err.message);
   }
 
   int code = FDY_EXIT_FAILURE;
+  fdy_tokenizer *tok = NULL;
+  if (!prompt_text && (fdy_cli_open_tokenizer(model_dir, tokenizer_path, &tok,
+                                              &err) != FDY_OK ||
+                       fdy_cli_prompt_ids(tok, text, text_file, &prompt,
+                                          &prompt_count, &err) != FDY_OK)) {
+    code = fdy_cli_fail(&err);
+    goto cleanup;
+  }
   fdy_llama_model *model = NULL;
   fdy_llama_session *session = NULL;
   fdy_llama_generation gen = {0};
@@ -180,15 +216,19 @@ int fdy_cmd_generate(int argc, char **argv) {
   if (json) {
     code =
         print_json(model_dir, prompt_count, &gen, used_threads, used_context);
+  } else if (tok && fdy_cli_print_generated(tok, gen.ids, gen.count, stdout,
+                                            &err) != FDY_OK) {
+    code = fdy_cli_fail(&err);
   } else {
-    print_text(prompt_count, &gen, used_threads);
-    code = FDY_EXIT_OK;
+    print_text(prompt_count, &gen, used_threads, !tok);
+    code = fdy_cli_finish_stdout();
   }
 
 cleanup:
   fdy_llama_generation_free(&gen);
   fdy_llama_session_destroy(session);
   fdy_llama_close(model);
+  fdy_tokenizer_destroy(tok);
   free(prompt);
   return code;
 }
