@@ -257,10 +257,9 @@ static fdy_status define_error(const hf_file *f, const fdy_tokenizer *tok,
                        other);
   case TOK_ID_RANGE:
     return entry_error(f, FDY_ERR_SCHEMA, entry,
-                       "id %lld is out of range: the file has %u tokens",
-                       (long long)id, tok->capacity);
-  case TOK_EMPTY:
-    return entry_error(f, FDY_ERR_SCHEMA, entry, "is empty");
+                       "id %lld is out of range: the file has %u tokens, so "
+                       "ids are 0 to %u (one is missing or wrong)",
+                       (long long)id, tok->capacity, tok->capacity - 1);
   case TOK_NO_MEMORY:
     return fdy_error_set(f->err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   case TOK_TOO_LARGE:
@@ -582,7 +581,7 @@ fdy_status fdy_tokenizer_load_hf(const char *tokenizer_json_path,
     goto cleanup;
   }
   tok->ignore_merges = ignore_merges;
-  s = tok_finish(tok, "id", pattern, err);
+  s = tok_finish(tok, pattern, err);
   if (s == FDY_OK && config_path) {
     hf_file c = {config_path, err};
     s = read_config(&c, tok);

@@ -93,8 +93,10 @@ static fdy_status parse_line(fdy_tokenizer *tok, const parser *p, uint32_t line,
     }
     rank = rank * 10 + (uint64_t)(*c - '0');
     if (rank >= ranks) {
-      return line_error(p, line, "rank out of range: the file has %u ranks",
-                        ranks);
+      return line_error(p, line,
+                        "rank out of range: the file has %u ranks, so they "
+                        "are 0 to %u (one is missing or wrong)",
+                        ranks, ranks - 1);
     }
   }
   size_t n = 0;
@@ -114,8 +116,6 @@ static fdy_status parse_line(fdy_tokenizer *tok, const parser *p, uint32_t line,
     return line_error(p, line,
                       "duplicate token: rank %d (line %u) has the same bytes",
                       other, p->line_of[other]);
-  case TOK_EMPTY:
-    return line_error(p, line, "empty token");
   case TOK_NO_MEMORY:
     return fdy_error_set(p->err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   case TOK_ID_RANGE:
@@ -213,7 +213,7 @@ fdy_status fdy_tokenizer_load_tiktoken(const char *path, fdy_tokenizer **out,
     }
   }
   tok->ignore_merges = true; /* tiktoken emits a piece that is a token */
-  status = tok_finish(tok, "rank", TOK_LLAMA3_PATTERN, err);
+  status = tok_finish(tok, TOK_LLAMA3_PATTERN, err);
   if (status != FDY_OK) {
     goto cleanup;
   }

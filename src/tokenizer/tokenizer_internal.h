@@ -73,12 +73,11 @@ typedef enum tok_define_result {
   TOK_DUPLICATE_ID,    /* *other = the id again */
   TOK_DUPLICATE_BYTES, /* *other = the id that has these bytes */
   TOK_ID_RANGE,        /* id >= capacity */
-  TOK_EMPTY,           /* len == 0 */
   TOK_NO_MEMORY,
   TOK_TOO_LARGE, /* the arena would pass 4 GiB */
 } tok_define_result;
 
-/* Defines id as bytes (copied). Ordinary tokens enter the map; special
+/* Defines id as len > 0 bytes (copied). Ordinary tokens enter the map; special
  * tokens do not (their bytes may equal an ordinary token's). The rank of an
  * ordinary token starts as TOK_NO_RANK. */
 tok_define_result tok_define(fdy_tokenizer *tok, uint32_t id, const char *bytes,
@@ -87,15 +86,13 @@ tok_define_result tok_define(fdy_tokenizer *tok, uint32_t id, const char *bytes,
 /* The id of the ordinary token with these bytes, or -1. */
 int32_t tok_lookup(const fdy_tokenizer *tok, const char *bytes, size_t len);
 
-/* Completes a loaded tokenizer: count = capacity, every id defined (else
- * FDY_ERR_FORMAT naming the first missing id in err->ids[0] with message
- * "<source>: <what> <id> is missing"), the 256 single-byte tokens present
- * (FDY_ERR_FORMAT, err->ids[0] = the byte), the pre-tokenizer pattern and
- * the specials compiled (a pattern PCRE2 rejects: FDY_ERR_UNSUPPORTED), bos
- * and eos defaulted from <|begin_of_text|> / <|end_of_text|> when still
- * -1. what names an id in messages ("rank", "id"). */
-fdy_status tok_finish(fdy_tokenizer *tok, const char *what, const char *pattern,
-                      fdy_error *err);
+/* Completes a tokenizer whose capacity ids are all defined (the loaders
+ * define capacity distinct ids below capacity, so none is missing): count
+ * = capacity, the 256 single-byte tokens present (else FDY_ERR_FORMAT,
+ * err->ids[0] = the byte), the pre-tokenizer pattern and the specials
+ * compiled (a pattern PCRE2 rejects: FDY_ERR_UNSUPPORTED), bos and eos
+ * defaulted from <|begin_of_text|> / <|end_of_text|> when still -1. */
+fdy_status tok_finish(fdy_tokenizer *tok, const char *pattern, fdy_error *err);
 
 /* The id of the special token spelled by these bytes, or -1 (after
  * tok_finish). */

@@ -84,9 +84,6 @@ tok_define_result tok_define(fdy_tokenizer *tok, uint32_t id, const char *bytes,
   if (id >= tok->capacity) {
     return TOK_ID_RANGE;
   }
-  if (len == 0) {
-    return TOK_EMPTY;
-  }
   if (tok->tokens[id].len != 0) {
     *other = (int32_t)id;
     return TOK_DUPLICATE_ID;
@@ -234,20 +231,8 @@ cleanup:
   return status;
 }
 
-fdy_status tok_finish(fdy_tokenizer *tok, const char *what, const char *pattern,
-                      fdy_error *err) {
+fdy_status tok_finish(fdy_tokenizer *tok, const char *pattern, fdy_error *err) {
   tok->count = tok->capacity;
-  for (uint32_t id = 0; id < tok->count; id++) {
-    if (tok->tokens[id].len == 0) {
-      fdy_error_set(err, FDY_ERR_FORMAT, "%s: %s %u is missing", tok->source,
-                    what, id);
-      if (err) {
-        err->ids[0] = id;
-        snprintf(err->name, sizeof err->name, "%s", tok->source);
-      }
-      return FDY_ERR_FORMAT;
-    }
-  }
   for (int b = 0; b < 256; b++) {
     if (tok->byte_ids[b] < 0) {
       fdy_error_set(err, FDY_ERR_FORMAT,
