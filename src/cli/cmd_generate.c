@@ -190,6 +190,11 @@ int fdy_cmd_generate(int argc, char **argv) {
   }
 
   int code = FDY_EXIT_FAILURE;
+  fdy_llama_model *model = NULL;
+  fdy_llama_session *session = NULL;
+  fdy_llama_generation gen = {0};
+  fdy_llama_session_options session_options = {(uint32_t)context,
+                                               (uint32_t)threads};
   fdy_tokenizer *tok = NULL;
   if (!prompt_text && (fdy_cli_open_tokenizer(model_dir, tokenizer_path, &tok,
                                               &err) != FDY_OK ||
@@ -198,11 +203,6 @@ int fdy_cmd_generate(int argc, char **argv) {
     code = fdy_cli_fail(&err);
     goto cleanup;
   }
-  fdy_llama_model *model = NULL;
-  fdy_llama_session *session = NULL;
-  fdy_llama_generation gen = {0};
-  fdy_llama_session_options session_options = {(uint32_t)context,
-                                               (uint32_t)threads};
   if (fdy_llama_open(model_dir, &model, &err) != FDY_OK ||
       fdy_llama_session_create(model, &session_options, &session, &err) !=
           FDY_OK ||
