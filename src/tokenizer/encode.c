@@ -22,9 +22,8 @@ typedef struct part {
 } part;
 
 typedef struct candidate {
-  uint32_t rank;
-  uint32_t left; /* start of the pair's left part */
-  uint32_t end;  /* end of the pair's right part */
+  uint64_t key; /* rank << 32 | start of the pair's left part */
+  uint32_t end; /* end of the pair's right part */
   int32_t id;
 } candidate;
 
@@ -105,13 +104,9 @@ static fdy_status merge_short(fdy_tokenizer *tok, const char *piece, uint32_t n,
   return FDY_OK;
 }
 
-static inline bool before(const candidate *a, const candidate *b) {
-  return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
 static void heap_push(candidate *heap, size_t *size, candidate c) {
   size_t i = (*size)++;
-  while (i > 0 && before(&c, &heap[(i - 1) / 2])) {
+  while (i > 0 && c.key < heap[(i - 1) / 2].key) {
     heap[i] = heap[(i - 1) / 2];
     i = (i - 1) / 2;
   }
@@ -127,10 +122,10 @@ static candidate heap_pop(candidate *heap, size_t *size) {
     if (child >= *size) {
       break;
     }
-    if (child + 1 < *size && before(&heap[child + 1], &heap[child])) {
-      child++;
+    if (child + 1 < *size) {
+      child += heap[child + 1].key < heap[child].key;
     }
-    if (!before(&heap[child], &last)) {
+    if (heap[child].key >= last.key) {
       break;
     }
     heap[i] = heap[child];
@@ -150,7 +145,7 @@ static void push_pair(const fdy_tokenizer *tok, const char *piece,
   int32_t id = -1;
   uint32_t rank = pair_rank(tok, piece, left, end, &id);
   if (rank != TOK_NO_RANK) {
-    heap_push(heap, size, (candidate){rank, left, end, id});
+    heap_push(heap, size, (candidate){(uint64_t)rank << 32 | left, end, id});
   }
 }
 
@@ -199,21 +194,22 @@ static fdy_status merge_long(fdy_tokenizer *tok, const char *piece, uint32_t n,
   }
   while (size > 0) {
     candidate c = heap_pop(heap, &size);
-    uint32_t right = next[c.left];
-    if (ids[c.left] < 0 || right >= n || next[right] != c.end) {
+    uint32_t left = (uint32_t)c.key;
+    uint32_t right = next[left];
+    if (ids[left] < 0 || right >= n || next[right] != c.end) {
       continue; /* stale: one of its parts merged since */
     }
-    ids[c.left] = c.id;
+    ids[left] = c.id;
     ids[right] = -1;
-    next[c.left] = c.end;
+    next[left] = c.end;
     if (c.end < n) {
-      prev[c.end] = c.left;
+      prev[c.end] = left;
     }
-    if (c.left > 0) {
-      push_pair(tok, piece, heap, &size, prev[c.left], c.end);
+    if (left > 0) {
+      push_pair(tok, piece, heap, &size, prev[left], c.end);
     }
     if (c.end < n) {
-      push_pair(tok, piece, heap, &size, c.left, next[c.end]);
+      push_pair(tok, piece, heap, &size, left, next[c.end]);
     }
   }
   for (uint32_t i = 0; i < n; i = next[i]) {

@@ -8,6 +8,7 @@
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <string.h>
 
 #include "foundry/tokenizer.h"
 
@@ -83,8 +84,48 @@ typedef enum tok_define_result {
 tok_define_result tok_define(fdy_tokenizer *tok, uint32_t id, const char *bytes,
                              size_t len, bool special, int32_t *other);
 
-/* The id of the ordinary token with these bytes, or -1. */
-int32_t tok_lookup(const fdy_tokenizer *tok, const char *bytes, size_t len);
+/* A 64-bit hash of a short byte string (8 bytes per step). */
+static inline uint64_t tok_hash(const char *p, size_t n) {
+  const uint64_t k = 0x9E3779B97F4A7C15ull;
+  uint64_t h = k ^ (uint64_t)n;
+  while (n >= 8) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 31;
+    p += 8;
+    n -= 8;
+  }
+  if (n > 0) {
+    uint64_t w = 0;
+    memcpy(&w, p, n);
+    h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 31;
+  }
+  h *= 0x94D049BB133111EBull;
+  return h ^ (h >> 29);
+}
+
+/* The id of the ordinary token with these bytes, or -1 (inline: the
+ * merge loops call it for every candidate pair). */
+static inline int32_t tok_lookup(const fdy_tokenizer *tok, const char *bytes,
+                                 size_t len) {
+  uint64_t h = tok_hash(bytes, len);
+  uint32_t tag = (uint32_t)(h >> 32);
+  for (uint32_t i = (uint32_t)h & tok->map_mask;; i = (i + 1) & tok->map_mask) {
+    uint64_t slot = tok->map[i];
+    if (slot == 0) {
+      return -1;
+    }
+    if ((uint32_t)(slot >> 32) == tag) {
+      uint32_t id = (uint32_t)slot - 1;
+      const tok_entry *e = &tok->tokens[id];
+      if (e->len == len && memcmp(tok->arena + e->offset, bytes, len) == 0) {
+        return (int32_t)id;
+      }
+    }
+  }
+}
 
 /* Completes a tokenizer whose capacity ids are all defined (the loaders
  * define capacity distinct ids below capacity, so none is missing): count

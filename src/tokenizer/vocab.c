@@ -9,28 +9,6 @@
 
 #include "tokenizer_internal.h"
 
-/* A 64-bit hash of a short byte string (8 bytes per step). */
-static uint64_t hash_bytes(const char *p, size_t n) {
-  const uint64_t k = 0x9E3779B97F4A7C15ull;
-  uint64_t h = k ^ (uint64_t)n;
-  while (n >= 8) {
-    uint64_t w;
-    memcpy(&w, p, 8);
-    h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 31;
-    p += 8;
-    n -= 8;
-  }
-  if (n > 0) {
-    uint64_t w = 0;
-    memcpy(&w, p, n);
-    h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 31;
-  }
-  h *= 0x94D049BB133111EBull;
-  return h ^ (h >> 29);
-}
-
 fdy_status tok_create(const char *source, uint32_t capacity,
                       fdy_tokenizer **out, fdy_error *err) {
   *out = NULL;
@@ -59,24 +37,6 @@ fdy_status tok_create(const char *source, uint32_t capacity,
   tok->map_mask = (uint32_t)(slots - 1);
   *out = tok;
   return FDY_OK;
-}
-
-int32_t tok_lookup(const fdy_tokenizer *tok, const char *bytes, size_t len) {
-  uint64_t h = hash_bytes(bytes, len);
-  uint32_t tag = (uint32_t)(h >> 32);
-  for (uint32_t i = (uint32_t)h & tok->map_mask;; i = (i + 1) & tok->map_mask) {
-    uint64_t slot = tok->map[i];
-    if (slot == 0) {
-      return -1;
-    }
-    if ((uint32_t)(slot >> 32) == tag) {
-      uint32_t id = (uint32_t)slot - 1;
-      const tok_entry *e = &tok->tokens[id];
-      if (e->len == len && memcmp(tok->arena + e->offset, bytes, len) == 0) {
-        return (int32_t)id;
-      }
-    }
-  }
 }
 
 tok_define_result tok_define(fdy_tokenizer *tok, uint32_t id, const char *bytes,
@@ -118,7 +78,7 @@ tok_define_result tok_define(fdy_tokenizer *tok, uint32_t id, const char *bytes,
     return TOK_DEFINED;
   }
   /* The map has room: at most capacity of its 2 * capacity slots fill. */
-  uint64_t h = hash_bytes(bytes, len);
+  uint64_t h = tok_hash(bytes, len);
   uint32_t i = (uint32_t)h & tok->map_mask;
   while (tok->map[i] != 0) {
     i = (i + 1) & tok->map_mask;
