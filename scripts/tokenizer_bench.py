@@ -7,8 +7,9 @@ Encoding built from the ranks file, as tokenizer_crosscheck.py does) and
 `foundry tokenize --bench N` (which times only the encoding, after
 loading). Each measurement is repeated and the best of the rounds kept.
 The texts are the test corpus (tests/data/tokenizer/corpus: code, many
-scripts, emoji, long pieces) and its English and code files alone, each
-repeated to about --mb megabytes. Writes a JSON report and prints a table.
+scripts, emoji, long pieces), its English and code files, and its file of
+long pieces (runs of 300 to 3,000 bytes without a break), each repeated to
+about --mb megabytes. Writes a JSON report and prints a table.
 
 usage: tokenizer_bench.py --foundry BUILD/foundry [--report OUT.json]
                           [--mb 4] [--rounds 5] [--core 0]
@@ -29,6 +30,7 @@ from tokenizer_crosscheck import DATA, RANKS, corpus, tiktoken_encoding  # noqa
 TEXTS = {
     "corpus": None,  # every file
     "english+code": ("english.txt", "code_c.txt", "code_python_crlf.txt"),
+    "long pieces": ("long_pieces.txt",),
 }
 
 
