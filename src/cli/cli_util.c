@@ -3,6 +3,7 @@
 
 #include "foundry/cpu.h"
 #include "foundry/cuda.h"
+#include "foundry/input.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -48,11 +49,26 @@ int fdy_cli_finish_stdout(int code) {
   return code == FDY_EXIT_OK ? FDY_EXIT_FAILURE : code;
 }
 
+/* Flags whose value is text, where the empty text is a value like any
+ * other (tokenize ""); every other flag names a path, a number or a
+ * choice. */
+static bool takes_text(const char *flag, size_t len) {
+  static const char *const text_flags[] = {"--text", "--ids", "--prompt",
+                                           "--system"};
+  for (size_t k = 0; k < sizeof text_flags / sizeof *text_flags; k++) {
+    if (strlen(text_flags[k]) == len &&
+        strncmp(flag, text_flags[k], len) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
 int fdy_cli_check_arguments(const char *command, int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
     const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
-    if (eq && eq[1] == '\0') {
+    if (eq && eq[1] == '\0' && !takes_text(arg, (size_t)(eq - arg))) {
       return fdy_cli_usage(command, "%.*s needs a non-empty value",
                            (int)(eq - arg), arg);
     }
@@ -61,6 +77,9 @@ int fdy_cli_check_arguments(const char *command, int argc, char **argv) {
     }
     if (i > 1 && strncmp(argv[i - 1], "--", 2) == 0 &&
         strchr(argv[i - 1], '=') == NULL) {
+      if (takes_text(argv[i - 1], strlen(argv[i - 1]))) {
+        continue;
+      }
       return fdy_cli_usage(command, "%s needs a non-empty value", argv[i - 1]);
     }
     return fdy_cli_usage(command, "argument %d is empty", i);
@@ -165,6 +184,11 @@ fdy_status fdy_cli_parse_ids(const char *flag, const char *text, int32_t **out,
   free(values);
   *out = ids;
   return FDY_OK;
+}
+
+fdy_status fdy_cli_read_file(const char *path, char **out, size_t *len,
+                             fdy_error *err) {
+  return fdy_input_read(path, "file", UINT64_MAX, out, len, err);
 }
 
 bool fdy_cli_stderr_is_tty(void) {

@@ -6,6 +6,7 @@
 #define FOUNDRY_CLI_UTIL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "foundry/backend.h"
@@ -33,7 +34,8 @@ int fdy_cli_finish_stdout(int code);
 /* The one check of every command's arguments before its own parsing: none
  * may be empty, so that an empty path (`inspect ""`, `--model ""`,
  * `--out=`) is a usage error instead of opening "/config.json" or the
- * like. argv[0] is the command name. Returns FDY_EXIT_OK, or prints the
+ * like. Only the values of text flags (--text, --ids, --prompt, --system)
+ * may be empty. argv[0] is the command name. Returns FDY_EXIT_OK, or prints the
  * usage error and returns FDY_EXIT_USAGE. */
 int fdy_cli_check_arguments(const char *command, int argc, char **argv);
 
@@ -68,6 +70,12 @@ fdy_status fdy_cli_backend_create(const char *name, uint32_t threads,
 /* Parses a KV cache dtype flag value: "f32" or "f16". */
 fdy_status fdy_cli_parse_kv_dtype(const char *text, fdy_dtype *out,
                                   fdy_error *err);
+
+/* Reads the whole regular file at path as raw bytes (foundry/input.h);
+ * *out is malloc'd with a NUL after the *len bytes. FDY_ERR_NOT_FOUND /
+ * FDY_ERR_IO name the path. */
+fdy_status fdy_cli_read_file(const char *path, char **out, size_t *len,
+                             fdy_error *err);
 
 /* True when stderr is a terminal (progress output). */
 bool fdy_cli_stderr_is_tty(void);

@@ -1,8 +1,9 @@
-/* `foundry generate`: greedy Llama generation from prompt token ids through
- * the engine (a session's plan on the chosen backend). Prints the generated
- * ids, the prefill and decode speeds and the device memory per class, as
- * text or (--json) one JSON object. Bad ids, an empty prompt and more
- * tokens than the context holds are reported before any work. */
+/* `foundry generate`: greedy Llama generation from prompt token ids or a
+ * text prompt (prompt.c) through the engine (a session's plan on the chosen
+ * backend). Prints the generated ids (the text for a text prompt), the
+ * prefill and decode speeds and the device memory per class, as text or
+ * (--json) one JSON object. Bad ids, an empty prompt and more tokens than
+ * the context holds are reported before any work. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -14,6 +15,7 @@
 #include "commands.h"
 #include "foundry/cpu.h"
 #include "foundry/llama_session.h"
+#include "prompt.h"
 
 void fdy_cmd_generate_help(FILE *out) {
   fprintf(out,
@@ -26,6 +28,10 @@ void fdy_cmd_generate_help(FILE *out) {
           "speed in tokens/s.\n"
           "\n"
           "options:\n"
+          "  --prompt TEXT    text, encoded as BOS + its ids\n"
+          "  --prompt-file PATH  the same from a file's raw bytes\n"
+          "  --tokenizer FILE a tokenizer.json or tiktoken file instead of\n"
+          "                   the model directory's\n"
           "  --backend NAME   cpu (the default) or cuda\n"
           "  --threads T      cpu backend threads (default: online CPUs)\n"
           "  --context C      KV cache positions (default: the model's\n"
@@ -83,12 +89,14 @@ static int print_json(const run_info *run, uint32_t prompt_count,
 }
 
 static void print_text(const run_info *run, uint32_t prompt_count,
-                       const fdy_llama_generation *gen) {
-  printf("ids:");
-  for (uint32_t i = 0; i < gen->count; i++) {
-    printf("%s%" PRId32, i ? "," : " ", gen->ids[i]);
+                       const fdy_llama_generation *gen, bool ids) {
+  if (ids) {
+    printf("ids:");
+    for (uint32_t i = 0; i < gen->count; i++) {
+      printf("%s%" PRId32, i ? "," : " ", gen->ids[i]);
+    }
+    printf("\n");
   }
-  printf("\n");
   printf("generated %" PRIu32 " ids%s\n", gen->count,
          gen->stopped_at_eos ? ", stopped at EOS" : "");
   printf("prefill: %" PRIu32 " tokens in %.3f s, %.2f tokens/s\n", prompt_count,
@@ -120,7 +128,10 @@ int fdy_cmd_generate(int argc, char **argv) {
     OPT_CONTEXT,
     OPT_KV_DTYPE,
     OPT_IGNORE_EOS,
-    OPT_JSON
+    OPT_JSON,
+    OPT_TEXT,
+    OPT_TEXT_FILE,
+    OPT_TOKENIZER
   };
   static const struct option options[] = {
       {"model", required_argument, NULL, OPT_MODEL},
@@ -132,9 +143,13 @@ int fdy_cmd_generate(int argc, char **argv) {
       {"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
       {"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
       {"json", no_argument, NULL, OPT_JSON},
+      {"prompt", required_argument, NULL, OPT_TEXT},
+      {"prompt-file", required_argument, NULL, OPT_TEXT_FILE},
+      {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
       {NULL, 0, NULL, 0},
   };
   const char *model_dir = NULL, *prompt_text = NULL, *backend = "cpu";
+  const char *text = NULL, *text_file = NULL, *tokenizer_path = NULL;
   uint64_t max_tokens = 0, threads = 0, context = 0;
   bool have_max = false, ignore_eos = false, json = false;
   fdy_dtype kv_dtype = FDY_DTYPE_F32;
@@ -175,6 +190,15 @@ int fdy_cmd_generate(int argc, char **argv) {
     case OPT_JSON:
       json = true;
       break;
+    case OPT_TEXT:
+      text = optarg;
+      break;
+    case OPT_TEXT_FILE:
+      text_file = optarg;
+      break;
+    case OPT_TOKENIZER:
+      tokenizer_path = optarg;
+      break;
     case ':':
       return fdy_cli_usage("generate", "%s needs a value", argv[optind - 1]);
     default:
@@ -187,9 +211,11 @@ int fdy_cmd_generate(int argc, char **argv) {
   if (optind < argc) {
     return fdy_cli_usage("generate", "unexpected argument '%s'", argv[optind]);
   }
-  if (!model_dir || !prompt_text || !have_max) {
-    return fdy_cli_usage("generate",
-                         "--model, --prompt-ids and --max-tokens are required");
+  if (!model_dir || !have_max ||
+      (prompt_text != NULL) + (text != NULL) + (text_file != NULL) != 1) {
+    return fdy_cli_usage("generate", "--model, --max-tokens and one of "
+                                     "--prompt, --prompt-file and --prompt-ids "
+                                     "are required");
   }
   if (strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0) {
     return fdy_cli_usage("generate", "--backend must be cpu or cuda, got '%s'",
@@ -197,8 +223,8 @@ int fdy_cmd_generate(int argc, char **argv) {
   }
   int32_t *prompt = NULL;
   uint32_t prompt_count = 0;
-  if (fdy_cli_parse_ids("--prompt-ids", prompt_text, &prompt, &prompt_count,
-                        &err) != FDY_OK) {
+  if (prompt_text && fdy_cli_parse_ids("--prompt-ids", prompt_text, &prompt,
+                                       &prompt_count, &err) != FDY_OK) {
     return fdy_cli_usage("generate", "%s", err.message);
   }
 
@@ -209,6 +235,14 @@ int fdy_cmd_generate(int argc, char **argv) {
   fdy_llama_generation gen = {0};
   fdy_llama_session_options session_options = {.context = (uint32_t)context,
                                                .kv_dtype = kv_dtype};
+  fdy_tokenizer *tok = NULL;
+  if (!prompt_text && (fdy_cli_open_tokenizer(model_dir, tokenizer_path, &tok,
+                                              &err) != FDY_OK ||
+                       fdy_cli_prompt_ids(tok, text, text_file, &prompt,
+                                          &prompt_count, &err) != FDY_OK)) {
+    code = fdy_cli_fail(&err);
+    goto cleanup;
+  }
   if (fdy_llama_open(model_dir, &model, &err) != FDY_OK ||
       fdy_cli_backend_create(backend, (uint32_t)threads, &engine, &err) !=
           FDY_OK) {
@@ -230,8 +264,11 @@ int fdy_cmd_generate(int argc, char **argv) {
                   .stats = fdy_llama_session_stats(session)};
   if (json) {
     code = print_json(&run, prompt_count, &gen);
+  } else if (tok && fdy_cli_print_generated(tok, gen.ids, gen.count, stdout,
+                                            &err) != FDY_OK) {
+    code = fdy_cli_fail(&err);
   } else {
-    print_text(&run, prompt_count, &gen);
+    print_text(&run, prompt_count, &gen, !tok);
     code = FDY_EXIT_OK;
   }
 
@@ -240,6 +277,7 @@ cleanup:
   fdy_llama_session_destroy(session);
   fdy_backend_destroy(engine);
   fdy_llama_close(model);
+  fdy_tokenizer_destroy(tok);
   free(prompt);
   return code;
 }

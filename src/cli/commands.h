@@ -24,4 +24,10 @@ void fdy_cmd_generate_help(FILE *out);
 int fdy_cmd_verify(int argc, char **argv);
 void fdy_cmd_verify_help(FILE *out);
 
+int fdy_cmd_tokenize(int argc, char **argv);
+void fdy_cmd_tokenize_help(FILE *out);
+
+int fdy_cmd_detokenize(int argc, char **argv);
+void fdy_cmd_detokenize_help(FILE *out);
+
 #endif

@@ -1,0 +1,116 @@
+/* Finding a tokenizer: in a model directory (tokenizer.json with its
+ * tokenizer_config.json, else a tiktoken tokenizer.model) or as a file
+ * whose format is told by its first byte. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "tokenizer_internal.h"
+
+static char *join(const char *dir, const char *file) {
+  size_t n = strlen(dir) + strlen(file) + 2;
+  char *p = malloc(n);
+  if (p) {
+    snprintf(p, n, "%s/%s", dir, file);
+  }
+  return p;
+}
+
+static bool is_file(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* True when the first non-blank byte of the file is '{'. */
+static fdy_status looks_like_json(const char *path, bool *json,
+                                  fdy_error *err) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    fdy_error_set(err, errno == ENOENT ? FDY_ERR_NOT_FOUND : FDY_ERR_IO,
+                  "%s: cannot open: %s", path, strerror(errno));
+    if (err) {
+      snprintf(err->name, sizeof err->name, "%s", path);
+    }
+    return err ? err->kind : FDY_ERR_IO;
+  }
+  int c;
+  do {
+    c = getc(f);
+  } while (c == ' ' || c == '\t' || c == '\r' || c == '\n');
+  fclose(f);
+  *json = c == '{';
+  return FDY_OK;
+}
+
+/* path/tokenizer.json (+ path/tokenizer_config.json when present). */
+static fdy_status open_hf(const char *json_path, const char *dir,
+                          fdy_tokenizer **out, fdy_error *err) {
+  char *config = join(dir, "tokenizer_config.json");
+  if (!config) {
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  fdy_status s = fdy_tokenizer_load_hf(
+      json_path, is_file(config) ? config : NULL, out, err);
+  free(config);
+  return s;
+}
+
+fdy_status fdy_tokenizer_open(const char *path, fdy_tokenizer **out,
+                              fdy_error *err) {
+  *out = NULL;
+  struct stat sb;
+  if (stat(path, &sb) != 0) {
+    fdy_error_set(err, errno == ENOENT ? FDY_ERR_NOT_FOUND : FDY_ERR_IO,
+                  "%s: cannot open: %s", path, strerror(errno));
+    if (err) {
+      snprintf(err->name, sizeof err->name, "%s", path);
+    }
+    return err ? err->kind : FDY_ERR_IO;
+  }
+  fdy_status s = FDY_OK;
+  if (!S_ISDIR(sb.st_mode)) {
+    bool json = false;
+    s = looks_like_json(path, &json, err);
+    if (s != FDY_OK) {
+      return s;
+    }
+    if (!json) {
+      return fdy_tokenizer_load_tiktoken(path, out, err);
+    }
+    char *copy = strdup(path);
+    if (!copy) {
+      return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    char *slash = strrchr(copy, '/');
+    const char *dir = ".";
+    if (slash) {
+      *slash = '\0';
+      dir = slash == copy ? "/" : copy;
+    }
+    s = open_hf(path, dir, out, err);
+    free(copy);
+    return s;
+  }
+  char *json_path = join(path, "tokenizer.json");
+  char *model_path = join(path, "tokenizer.model");
+  if (!json_path || !model_path) {
+    s = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  } else if (is_file(json_path)) {
+    s = open_hf(json_path, path, out, err);
+  } else if (is_file(model_path)) {
+    s = fdy_tokenizer_load_tiktoken(model_path, out, err);
+  } else {
+    s = fdy_error_set(err, FDY_ERR_NOT_FOUND,
+                      "%s: no tokenizer: neither tokenizer.json nor "
+                      "tokenizer.model is there",
+                      path);
+    if (err) {
+      snprintf(err->name, sizeof err->name, "%s", path);
+    }
+  }
+  free(json_path);
+  free(model_path);
+  return s;
+}

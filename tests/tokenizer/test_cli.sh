@@ -1,0 +1,145 @@
+#!/bin/sh
+# End-to-end tests of `foundry tokenize`, `foundry detokenize` and
+# `foundry generate --prompt`: the README vector, every corpus file against
+# tiktoken's ids and back byte for byte, invalid UTF-8, special-token
+# spellings as text, a model directory's tokenizer, usage errors (exit 2),
+# failures (exit 1, naming the file and line), write errors on stdout, and
+# (with python3) a tokenizer.json written from the ranks giving the same ids.
+# usage: test_cli.sh FOUNDRY_BINARY [PYTHON3]
+set -u
+foundry=$1
+python=${2:-}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/../cli_lib.sh"
+data=$FOUNDRY_TEST_DATA/tokenizer
+ranks=$data/llama3-tokenizer.model
+micro=$FOUNDRY_TEST_DATA/llama3-micro-untied-g32/model
+
+# the README test vector (BOS here; EOS is 128001)
+expect 0 tokenize --tokenizer "$ranks" --text "This is a test sentence." --bos
+contains "$out" "128000,2028,374,264,1296,11914,13"
+expect 0 tokenize --tokenizer "$ranks" --text "This is a test sentence." --json
+contains "$out" '{"ids": [2028, 374, 264, 1296, 11914, 13]}'
+expect 0 detokenize --tokenizer "$ranks" --ids 128000,2028,374,264,1296,11914,13,128001
+printf '<|begin_of_text|>This is a test sentence.<|end_of_text|>' >"$work/want"
+cmp -s "$out" "$work/want" || fail "detokenize of the README vector"
+
+# every corpus file: tiktoken's ids, and back to the same bytes
+for file in "$data"/corpus/*; do
+  name=$(basename "$file")
+  ids=$data/expected/${name%.*}.ids
+  expect 0 tokenize --tokenizer "$ranks" --file "$file"
+  cmp -s "$out" "$ids" || fail "tokenize $name differs from tiktoken's ids"
+  expect 0 detokenize --tokenizer "$ranks" --file "$ids"
+  cmp -s "$out" "$file" || fail "detokenize $name is not the original"
+done
+
+# invalid UTF-8 round-trips byte for byte
+printf 'ok\377\376 \344\270 end\200' >"$work/bad.txt"
+expect 0 tokenize --tokenizer "$ranks" --file "$work/bad.txt"
+cp "$out" "$work/bad.ids"
+expect 0 detokenize --tokenizer "$ranks" --file "$work/bad.ids"
+cmp -s "$out" "$work/bad.txt" || fail "invalid UTF-8 did not round-trip"
+
+# special-token spellings in user text stay text
+expect 0 tokenize --tokenizer "$ranks" --text "<|eot_id|>"
+grep -q '128009' "$out" && fail "tokenize turned <|eot_id|> text into the special id"
+# empty text: no ids
+expect 0 tokenize --tokenizer "$ranks" --text ""
+[ "$(cat "$out")" = "" ] || fail "empty text gave ids"
+expect 0 detokenize --tokenizer "$ranks" --ids ""
+[ -s "$out" ] && fail "no ids gave bytes"
+
+# a model directory's tokenizer.model
+mkdir "$work/model"
+cp "$data/tiny.tiktoken" "$work/model/tokenizer.model"
+expect 0 tokenize --model "$work/model" --text " thing"
+contains "$out" "32,256,261"
+expect 0 tokenize --model "$data/tiny" --text " thing" --bos
+contains "$out" "263,32,256,261"
+
+# usage errors
+expect 2 tokenize --text hi
+expect 2 tokenize --model "$work/model" --tokenizer "$ranks" --text hi
+expect 2 tokenize --tokenizer "$ranks" --text hi --file "$work/bad.txt"
+expect 2 tokenize --tokenizer "$ranks"
+expect 2 tokenize --tokenizer "$ranks" --text hi --frobnicate
+expect 2 tokenize --tokenizer "$ranks" --text hi --bench 0
+expect 2 tokenize --tokenizer "$ranks" --text hi extra
+expect 2 detokenize --tokenizer "$ranks" --ids 1,x
+expect 2 detokenize --tokenizer "$ranks"
+contains "$err" "foundry help detokenize"
+
+# failures name the file (and the line)
+expect 1 tokenize --tokenizer "$work/missing.model" --text hi
+contains "$err" "foundry: error:"
+contains "$err" "missing.model"
+expect 1 tokenize --tokenizer "$ranks" --file "$work/missing.txt"
+contains "$err" "missing.txt"
+head -c 1000 "$data/tiny.tiktoken" >"$work/cut.model"
+printf 'QUJD' >>"$work/cut.model"
+expect 1 tokenize --tokenizer "$work/cut.model" --text hi
+contains "$err" "cut.model:"
+head -c 5000 "$data/tiny/tokenizer.json" >"$work/tokenizer.json"
+expect 1 tokenize --tokenizer "$work/tokenizer.json" --text hi
+contains "$err" "tokenizer.json: not valid JSON"
+expect 1 tokenize --model "$work" --text hi
+contains "$err" "tokenizer.json"
+mkdir "$work/empty"
+expect 1 tokenize --model "$work/empty" --text hi
+contains "$err" "neither tokenizer.json nor tokenizer.model"
+expect 1 detokenize --tokenizer "$ranks" --ids 128256
+contains "$err" "128256"
+printf '1,2,x\n' >"$work/x.ids"
+expect 1 detokenize --tokenizer "$ranks" --file "$work/x.ids"
+contains "$err" "x.ids"
+if [ -w /dev/full ]; then
+  "$foundry" tokenize --tokenizer "$ranks" --text hi >/dev/full 2>"$err"
+  [ $? -eq 1 ] || fail "tokenize to /dev/full did not exit 1"
+  contains "$err" "writing to standard output failed"
+  "$foundry" detokenize --tokenizer "$ranks" --ids 1,2 >/dev/full 2>"$err"
+  [ $? -eq 1 ] || fail "detokenize to /dev/full did not exit 1"
+fi
+
+# the benchmark mode prints its throughput
+expect 0 tokenize --tokenizer "$ranks" --file "$data/corpus/english.txt" --bench 3
+contains "$out" '"mb_per_second"'
+
+# generate from a text prompt (a bytes-only tokenizer: 512 ids, as micro)
+expect 0 generate --model "$micro" --tokenizer "$data/bytes.tiktoken" \
+  --prompt "Hello" --max-tokens 4 --ignore-eos
+contains "$out" "prefill: 6 tokens"
+grep -q '^ids:' "$out" && fail "generate --prompt printed ids instead of text"
+printf 'Hello' >"$work/prompt.txt"
+expect 0 generate --model "$micro" --tokenizer "$data/bytes.tiktoken" \
+  --prompt-file "$work/prompt.txt" --max-tokens 4 --ignore-eos --json
+contains "$out" '"prompt_tokens":6'
+expect 0 generate --model "$micro" --prompt-ids 256,72 --max-tokens 2
+contains "$out" "ids:"
+expect 2 generate --model "$micro" --prompt hi --prompt-ids 1 --max-tokens 2
+expect 1 generate --model "$micro" --prompt hi --max-tokens 2
+contains "$err" "no tokenizer"
+expect 1 generate --model "$micro" --tokenizer "$ranks" --prompt hi \
+  --max-tokens 2
+contains "$err" "128000"
+
+expect 0 help tokenize
+contains "$out" "--bos"
+expect 0 help detokenize
+contains "$out" "--ids"
+
+# a tokenizer.json written from the ranks gives tiktoken's ids too
+if [ -n "$python" ]; then
+  src=$FOUNDRY_SOURCE_DIR/scripts
+  expect_cmd 0 "make_tokenizer_json.py" "$python" "$src/make_tokenizer_json.py" \
+    "$ranks" "$work/hf"
+  expect_cmd 0 "tokenizer_crosscheck.py with tokenizer.json" "$python" \
+    "$src/tokenizer_crosscheck.py" --no-tiktoken --foundry "$foundry" \
+    --tokenizer "$work/hf/tokenizer.json"
+  contains "$out" "13 passed, 0 failed"
+  expect 0 tokenize --model "$work/hf" --text "This is a test sentence." --bos
+  contains "$out" "128000,2028,374,264,1296,11914,13"
+fi
+
+finish cli_tokenizer

@@ -1,0 +1,889 @@
+/* Tests of the tokenizer: the README test vector; every corpus file
+ * (tests/data/tokenizer/corpus) encodes to the ids tiktoken gave
+ * (expected/NAME.ids) and decodes back byte for byte; random bytes (mostly
+ * invalid UTF-8) round-trip; invalid bytes become single-byte tokens;
+ * special tokens only on request; the streaming decoder never hands out
+ * half a character; the tiny tiktoken file and the tokenizer.json written
+ * from it encode alike; every kind of bad tiktoken file, tokenizer.json and
+ * tokenizer_config.json gives one error of the right kind naming the file
+ * and the line or entry; a model directory's tokenizer is found. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "foundry/tokenizer.h"
+#include <cmocka.h>
+#include <dirent.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *data_root;
+static fdy_tokenizer *llama3; /* the Llama 3 ranks, loaded once */
+
+static void data_path(char *out, size_t cap, const char *name) {
+  snprintf(out, cap, "%s/tokenizer/%s", data_root, name);
+}
+
+static char *read_all(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = malloc((size_t)n + 1);
+  assert_non_null(buf);
+  assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  buf[n] = '\0';
+  *len = (size_t)n;
+  return buf;
+}
+
+static void write_all(const char *path, const void *data, size_t len) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(data, 1, len, f), len);
+  assert_int_equal(fclose(f), 0);
+}
+
+static void encode(fdy_tokenizer *tok, const char *text, size_t len,
+                   unsigned flags, fdy_tokens *out) {
+  fdy_error err;
+  out->count = 0;
+  if (fdy_tokenizer_encode(tok, text, len, flags, out, &err) != FDY_OK) {
+    fail_msg("encode failed: %s", err.message);
+  }
+}
+
+/* decode(ids) == text */
+static void assert_decodes_to(const fdy_tokenizer *tok, const fdy_tokens *ids,
+                              const char *text, size_t len) {
+  char *bytes = NULL;
+  size_t n = 0;
+  fdy_error err;
+  assert_int_equal(
+      fdy_tokenizer_decode(tok, ids->ids, ids->count, &bytes, &n, &err),
+      FDY_OK);
+  assert_int_equal(n, len);
+  assert_memory_equal(bytes, text, len);
+  free(bytes);
+}
+
+static void test_readme_vector(void **state) {
+  (void)state;
+  const char *text = "This is a test sentence.";
+  const int32_t expected[] = {128000, 2028, 374, 264, 1296, 11914, 13, 128001};
+  fdy_tokens ids = {0};
+  fdy_error err;
+  assert_int_equal(fdy_tokens_push(&ids, fdy_tokenizer_bos(llama3), &err),
+                   FDY_OK);
+  assert_int_equal(
+      fdy_tokenizer_encode(llama3, text, strlen(text), 0, &ids, &err), FDY_OK);
+  assert_int_equal(fdy_tokens_push(&ids, fdy_tokenizer_eos(llama3), &err),
+                   FDY_OK);
+  assert_int_equal(ids.count, 8);
+  assert_memory_equal(ids.ids, expected, sizeof expected);
+  assert_int_equal(fdy_tokenizer_vocab_size(llama3), 128256);
+  assert_int_equal(fdy_tokenizer_special_id(llama3, "<|eot_id|>"), 128009);
+  assert_int_equal(fdy_tokenizer_special_id(llama3, "<|eom_id|>"), 128008);
+  assert_int_equal(
+      fdy_tokenizer_special_id(llama3, "<|reserved_special_token_247|>"),
+      128255);
+  assert_int_equal(fdy_tokenizer_special_id(llama3, "<|nope|>"), -1);
+  assert_true(fdy_tokenizer_is_special(llama3, 128000));
+  assert_false(fdy_tokenizer_is_special(llama3, 2028));
+  assert_false(fdy_tokenizer_is_special(llama3, 128256));
+  assert_null(fdy_tokenizer_chat_template(llama3));
+  assert_int_equal(fdy_tokenizer_encode(llama3, "x", 1, 4, &ids, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  fdy_tokens_free(&ids);
+}
+
+/* "1,2,3\n" into ids. */
+static void parse_ids(const char *text, fdy_tokens *out) {
+  fdy_error err;
+  out->count = 0;
+  for (const char *p = text; *p && *p != '\n';) {
+    char *end = NULL;
+    long v = strtol(p, &end, 10);
+    assert_true(end > p);
+    assert_int_equal(fdy_tokens_push(out, (int32_t)v, &err), FDY_OK);
+    p = *end == ',' ? end + 1 : end;
+  }
+}
+
+static void test_corpus(void **state) {
+  (void)state;
+  char dir[1024];
+  data_path(dir, sizeof dir, "corpus");
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  fdy_tokens ids = {0}, expected = {0};
+  int files = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') {
+      continue;
+    }
+    char path[2048], ids_path[2048], stem[256];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    snprintf(stem, sizeof stem, "%s", e->d_name);
+    *strrchr(stem, '.') = '\0';
+    snprintf(ids_path, sizeof ids_path, "%s/tokenizer/expected/%s.ids",
+             data_root, stem);
+    size_t len = 0, ids_len = 0;
+    char *text = read_all(path, &len);
+    char *ids_text = read_all(ids_path, &ids_len);
+    parse_ids(ids_text, &expected);
+    encode(llama3, text, len, 0, &ids);
+    if (ids.count != expected.count ||
+        memcmp(ids.ids, expected.ids, ids.count * sizeof *ids.ids) != 0) {
+      fail_msg("%s: ids differ from tiktoken's", e->d_name);
+    }
+    assert_decodes_to(llama3, &ids, text, len);
+    free(text);
+    free(ids_text);
+    files++;
+  }
+  closedir(d);
+  assert_true(files >= 12);
+  fdy_tokens_free(&ids);
+  fdy_tokens_free(&expected);
+}
+
+static void test_random_bytes_round_trip(void **state) {
+  (void)state;
+  /* Any bytes round-trip: random bytes, and random mixes of valid
+   * characters, broken sequences and ASCII. */
+  static const char *const pieces[] = {"a",
+                                       " ",
+                                       "\n",
+                                       "\r\n",
+                                       "'LL",
+                                       "12345",
+                                       "\xc3\xa9",
+                                       "\xe4\xb8\xad",
+                                       "\xf0\x9f\x98\x80",
+                                       "\xe2\x80\x8d",
+                                       "\xff",
+                                       "\xc3",
+                                       "\xe4\xb8",
+                                       "\x80",
+                                       "\xed\xa0\x80",
+                                       "<|eot_id|>",
+                                       "\t\t",
+                                       "\xc0\xaf",
+                                       "\xf4\x90\x80\x80"};
+  const size_t npieces = sizeof pieces / sizeof pieces[0];
+  uint64_t seed = 13;
+  char text[4096];
+  fdy_tokens ids = {0};
+  for (int round = 0; round < 300; round++) {
+    size_t len = 0;
+    while (len < sizeof text - 8) {
+      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+      uint32_t r = (uint32_t)(seed >> 33);
+      if (round % 2 == 0) {
+        text[len++] = (char)r;
+      } else {
+        const char *p = pieces[r % npieces];
+        memcpy(text + len, p, strlen(p));
+        len += strlen(p);
+      }
+      if (r % 97 == 0) {
+        break;
+      }
+    }
+    encode(llama3, text, len, 0, &ids);
+    assert_decodes_to(llama3, &ids, text, len);
+    for (size_t i = 0; i < ids.count; i++) {
+      assert_false(fdy_tokenizer_is_special(llama3, ids.ids[i]));
+    }
+  }
+  fdy_tokens_free(&ids);
+}
+
+static int32_t byte_id(const fdy_tokenizer *tok, unsigned char b) {
+  fdy_tokens ids = {0};
+  encode((fdy_tokenizer *)tok, (const char *)&b, 1, 0, &ids);
+  assert_int_equal(ids.count, 1);
+  int32_t id = ids.ids[0];
+  fdy_tokens_free(&ids);
+  return id;
+}
+
+static void test_invalid_utf8(void **state) {
+  (void)state;
+  fdy_tokens ids = {0}, a = {0}, b = {0};
+  /* The valid text around an invalid byte encodes as if split there. */
+  encode(llama3, "hello", 5, 0, &a);
+  encode(llama3, " world", 6, 0, &b);
+  encode(llama3, "hello\xff world", 12, 0, &ids);
+  assert_int_equal(ids.count, a.count + 1 + b.count);
+  assert_memory_equal(ids.ids, a.ids, a.count * sizeof *a.ids);
+  assert_int_equal(ids.ids[a.count], byte_id(llama3, 0xff));
+  assert_memory_equal(ids.ids + a.count + 1, b.ids, b.count * sizeof *b.ids);
+  /* A truncated character: one token per byte. */
+  encode(llama3, "\xe4\xb8", 2, 0, &ids);
+  assert_int_equal(ids.count, 2);
+  assert_int_equal(ids.ids[0], byte_id(llama3, 0xe4));
+  assert_int_equal(ids.ids[1], byte_id(llama3, 0xb8));
+  /* A surrogate and an overlong encoding are invalid too. */
+  encode(llama3, "\xed\xa0\x80\xc0\xaf", 5, 0, &ids);
+  assert_int_equal(ids.count, 5);
+  /* Empty text: no ids. */
+  encode(llama3, "", 0, 0, &ids);
+  assert_int_equal(ids.count, 0);
+  fdy_tokens_free(&ids);
+  fdy_tokens_free(&a);
+  fdy_tokens_free(&b);
+}
+
+static void test_special_tokens(void **state) {
+  (void)state;
+  const char *text = "hi<|eot_id|>there<|begin_of_text|><|nope|>";
+  fdy_tokens ids = {0}, plain = {0};
+  encode(llama3, text, strlen(text), 0, &plain);
+  for (size_t i = 0; i < plain.count; i++) {
+    assert_false(fdy_tokenizer_is_special(llama3, plain.ids[i]));
+  }
+  assert_decodes_to(llama3, &plain, text, strlen(text));
+  encode(llama3, text, strlen(text), FDY_ENCODE_SPECIAL, &ids);
+  int specials = 0;
+  for (size_t i = 0; i < ids.count; i++) {
+    specials += fdy_tokenizer_is_special(llama3, ids.ids[i]);
+  }
+  assert_int_equal(specials, 2);
+  assert_int_equal(ids.ids[1], 128009);
+  assert_int_equal(ids.ids[3], 128000);
+  assert_decodes_to(llama3, &ids, text, strlen(text));
+  encode(llama3, "<|eot_id|>", 10, FDY_ENCODE_SPECIAL, &ids);
+  assert_int_equal(ids.count, 1);
+  assert_int_equal(ids.ids[0], 128009);
+  fdy_tokens_free(&ids);
+  fdy_tokens_free(&plain);
+}
+
+/* True when b[0..n) is whole UTF-8 characters. */
+static bool whole_characters(const unsigned char *b, size_t n) {
+  for (size_t i = 0; i < n;) {
+    size_t k = b[i] < 0x80 ? 1 : b[i] < 0xE0 ? 2 : b[i] < 0xF0 ? 3 : 4;
+    if (i + k > n) {
+      return false;
+    }
+    i += k;
+  }
+  return true;
+}
+
+static void test_stream(void **state) {
+  (void)state;
+  fdy_token_stream *stream = NULL;
+  fdy_error err;
+  assert_int_equal(fdy_token_stream_create(llama3, &stream, &err), FDY_OK);
+  const char *text = NULL;
+  size_t len = 0;
+  /* The euro sign as three single-byte tokens: nothing until complete. */
+  const unsigned char euro[] = {0xE2, 0x82, 0xAC};
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(fdy_token_stream_push(stream, byte_id(llama3, euro[i]),
+                                           &text, &len, &err),
+                     FDY_OK);
+    assert_int_equal(len, i < 2 ? 0 : 3);
+  }
+  assert_memory_equal(text, euro, 3);
+  /* A byte that can never start a character comes out at once. */
+  assert_int_equal(
+      fdy_token_stream_push(stream, byte_id(llama3, 0xFF), &text, &len, &err),
+      FDY_OK);
+  assert_int_equal(len, 1);
+  /* A lead byte followed by ASCII: both out, no waiting. */
+  assert_int_equal(
+      fdy_token_stream_push(stream, byte_id(llama3, 0xE2), &text, &len, &err),
+      FDY_OK);
+  assert_int_equal(len, 0);
+  assert_int_equal(
+      fdy_token_stream_push(stream, byte_id(llama3, 'a'), &text, &len, &err),
+      FDY_OK);
+  assert_int_equal(len, 2);
+  /* An incomplete character at the end comes out at finish. */
+  assert_int_equal(
+      fdy_token_stream_push(stream, byte_id(llama3, 0xF0), &text, &len, &err),
+      FDY_OK);
+  assert_int_equal(len, 0);
+  assert_int_equal(fdy_token_stream_push(stream, 999999, &text, &len, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  fdy_token_stream_finish(stream, &text, &len);
+  assert_int_equal(len, 1);
+  assert_int_equal((unsigned char)text[0], 0xF0);
+
+  /* Every corpus-like text: chunks are whole characters and add up to
+   * decode's bytes. */
+  char path[1024];
+  data_path(path, sizeof path, "corpus/emoji.txt");
+  size_t n = 0;
+  char *emoji = read_all(path, &n);
+  fdy_tokens ids = {0};
+  encode(llama3, emoji, n, 0, &ids);
+  char *joined = malloc(n);
+  assert_non_null(joined);
+  size_t at = 0;
+  for (size_t i = 0; i < ids.count; i++) {
+    assert_int_equal(
+        fdy_token_stream_push(stream, ids.ids[i], &text, &len, &err), FDY_OK);
+    assert_true(whole_characters((const unsigned char *)text, len));
+    memcpy(joined + at, text, len);
+    at += len;
+  }
+  fdy_token_stream_finish(stream, &text, &len);
+  assert_int_equal(len, 0);
+  assert_int_equal(at, n);
+  assert_memory_equal(joined, emoji, n);
+  free(joined);
+  free(emoji);
+  fdy_tokens_free(&ids);
+  fdy_token_stream_destroy(stream);
+  fdy_token_stream_destroy(NULL);
+}
+
+static void test_decode_errors(void **state) {
+  (void)state;
+  const int32_t ids[] = {2028, -1};
+  char *out = (char *)"unchanged";
+  size_t len = 7;
+  fdy_error err;
+  assert_int_equal(fdy_tokenizer_decode(llama3, ids, 2, &out, &len, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_null(out);
+  assert_int_equal(err.ids[0], -1);
+  assert_int_equal(err.ids[1], 1);
+  const char *bytes = NULL;
+  assert_int_equal(
+      fdy_tokenizer_token_bytes(llama3, 128256, &bytes, &len, &err),
+      FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(err.ids[0], 128256);
+  assert_int_equal(
+      fdy_tokenizer_token_bytes(llama3, 128009, &bytes, &len, &err), FDY_OK);
+  assert_int_equal(len, 10);
+  assert_memory_equal(bytes, "<|eot_id|>", 10);
+}
+
+/* ---- the tiny fixture: tiktoken and tokenizer.json alike ------------- */
+
+static void test_tiny_json_matches_tiktoken(void **state) {
+  (void)state;
+  char path[1024], json_path[1024], config_path[1024];
+  data_path(path, sizeof path, "tiny.tiktoken");
+  data_path(json_path, sizeof json_path, "tiny/tokenizer.json");
+  data_path(config_path, sizeof config_path, "tiny/tokenizer_config.json");
+  fdy_tokenizer *tik = NULL, *hf = NULL;
+  fdy_error err;
+  assert_int_equal(fdy_tokenizer_load_tiktoken(path, &tik, &err), FDY_OK);
+  assert_int_equal(fdy_tokenizer_load_hf(json_path, config_path, &hf, &err),
+                   FDY_OK);
+  const char *text = "the thing, then the ring; nothing in 'the' THE\xff";
+  fdy_tokens a = {0}, b = {0};
+  encode(tik, text, strlen(text), 0, &a);
+  encode(hf, text, strlen(text), 0, &b);
+  assert_int_equal(a.count, b.count);
+  assert_memory_equal(a.ids, b.ids,
+                      a.count *
+                          sizeof *a.ids); /* "th" (rank 256) merges before " t"
+                                             (258), then "in" before "ng". */
+  encode(tik, " thing", 6, 0, &a);
+  const int32_t expected[] = {32, 256, 261};
+  assert_int_equal(a.count, 3);
+  assert_memory_equal(a.ids, expected, sizeof expected);
+  assert_int_equal(fdy_tokenizer_vocab_size(hf), 263 + 256);
+  assert_int_equal(fdy_tokenizer_bos(hf), 263);
+  assert_int_equal(fdy_tokenizer_eos(hf), 263 + 9); /* eos_token eot_id */
+  assert_int_equal(fdy_tokenizer_eos(tik), 263 + 1);
+  assert_non_null(fdy_tokenizer_chat_template(hf));
+  assert_string_equal(fdy_tokenizer_source(hf), json_path);
+  fdy_tokens_free(&a);
+  fdy_tokens_free(&b);
+  fdy_tokenizer_destroy(tik);
+  fdy_tokenizer_destroy(hf);
+  fdy_tokenizer_destroy(NULL);
+}
+
+/* ---- bad tiktoken files ------------------------------------------------ */
+
+static char work[256];
+
+/* Writes text as work/name and returns the path (static buffer). */
+static const char *scratch_file(const char *name, const char *text,
+                                size_t len) {
+  static char path[512];
+  snprintf(path, sizeof path, "%s/%s", work, name);
+  write_all(path, text, len);
+  return path;
+}
+
+/* The tiny ranks with line `line` (1-based) replaced by `with` (NULL:
+ * removed), or with `extra` appended. */
+static char *tiny_ranks(int line, const char *with, const char *extra) {
+  char path[1024];
+  size_t len = 0;
+  data_path(path, sizeof path, "tiny.tiktoken");
+  char *text = read_all(path, &len);
+  size_t cap = len + 256;
+  char *out = malloc(cap);
+  assert_non_null(out);
+  size_t at = 0;
+  int n = 0;
+  for (char *p = text; *p;) {
+    char *nl = strchr(p, '\n');
+    n++;
+    if (n == line) {
+      if (with) {
+        at += (size_t)snprintf(out + at, cap - at, "%s\n", with);
+      }
+    } else {
+      memcpy(out + at, p, (size_t)(nl - p + 1));
+      at += (size_t)(nl - p + 1);
+    }
+    p = nl + 1;
+  }
+  at += (size_t)snprintf(out + at, cap - at, "%s", extra ? extra : "");
+  free(text);
+  return out;
+}
+
+static void expect_tiktoken_error(const char *text, size_t len, fdy_status kind,
+                                  int64_t line) {
+  const char *path = scratch_file("bad.tiktoken", text, len);
+  fdy_tokenizer *tok = (fdy_tokenizer *)&tok;
+  fdy_error err;
+  assert_int_equal(fdy_tokenizer_load_tiktoken(path, &tok, &err), kind);
+  assert_null(tok);
+  assert_string_equal(err.name, path);
+  assert_int_equal(err.line, line);
+  assert_non_null(strstr(err.message, path));
+}
+
+static void test_bad_tiktoken(void **state) {
+  (void)state;
+  struct {
+    int line;
+    const char *with, *extra;
+    int64_t error_line;
+  } cases[] = {
+      {2, "AQ=x 1", NULL, 2},     /* bad base64 character */
+      {2, "AQ= 1", NULL, 2},      /* bad base64 length */
+      {2, "AR== 1", NULL, 2},     /* non-zero padding bits */
+      {3, "Ag==", NULL, 3},       /* missing rank */
+      {3, "Ag== ", NULL, 3},      /* empty rank */
+      {3, "Ag== 2x", NULL, 3},    /* not a number */
+      {3, "Ag== -2", NULL, 3},    /* not a number */
+      {4, "Aw== 1", NULL, 4},     /* duplicate rank */
+      {4, "Ag== 3", NULL, 4},     /* duplicate token */
+      {4, "Aw== 99999", NULL, 4}, /* rank out of range */
+      {4, " 3", NULL, 4},         /* empty token */
+      {0, NULL, "dGhl", 264},     /* truncated last line */
+      {0, NULL, "dGhl 26", 264},  /* truncated rank: a duplicate */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *text = tiny_ranks(cases[i].line, cases[i].with, cases[i].extra);
+    expect_tiktoken_error(text, strlen(text), FDY_ERR_FORMAT,
+                          cases[i].error_line);
+    free(text);
+  } /* Rank 262 missing: 263 ranks, one of them 263. */
+  char *text = tiny_ranks(263, "bmc= 263", NULL);
+  expect_tiktoken_error(text, strlen(text), FDY_ERR_FORMAT, 263);
+  free(text);
+  text = tiny_ranks(1, "YWJj 0", NULL); /* byte 0 has no token */
+  expect_tiktoken_error(text, strlen(text), FDY_ERR_FORMAT, -1);
+  free(text);
+  expect_tiktoken_error("", 0, FDY_ERR_FORMAT, -1);
+  expect_tiktoken_error("\n\n", 2, FDY_ERR_FORMAT, -1);
+
+  fdy_tokenizer *tok = NULL;
+  fdy_error err;
+  assert_int_equal(
+      fdy_tokenizer_load_tiktoken("/nonexistent/tokenizer.model", &tok, &err),
+      FDY_ERR_NOT_FOUND);
+  assert_string_equal(err.name, "/nonexistent/tokenizer.model");
+  assert_int_equal(fdy_tokenizer_load_tiktoken(work, &tok, &err), FDY_ERR_IO);
+  assert_null(tok);
+}
+
+/* ---- bad tokenizer.json and tokenizer_config.json ---------------------- */
+
+typedef void (*json_edit)(json_t *root);
+
+static json_t *tiny_json(const char *name) {
+  char path[1024];
+  data_path(path, sizeof path, name);
+  json_error_t jerr;
+  json_t *root = json_load_file(path, 0, &jerr);
+  assert_non_null(root);
+  return root;
+}
+
+static json_t *model_of(json_t *root) {
+  return json_object_get(root, "model");
+}
+
+static void set_type_wordpiece(json_t *r) {
+  json_object_set_new(model_of(r), "type", json_string("WordPiece"));
+}
+static void set_type_number(json_t *r) {
+  json_object_set_new(model_of(r), "type", json_integer(3));
+}
+static void drop_model(json_t *r) {
+  json_object_del(r, "model");
+}
+static void set_vocab_array(json_t *r) {
+  json_object_set_new(model_of(r), "vocab", json_array());
+}
+static void set_vocab_id_string(json_t *r) {
+  json_object_set_new(json_object_get(model_of(r), "vocab"), "th",
+                      json_string("256"));
+}
+static void set_vocab_id_negative(json_t *r) {
+  json_object_set_new(json_object_get(model_of(r), "vocab"), "th",
+                      json_integer(-1));
+}
+static void set_vocab_duplicate_id(json_t *r) {
+  json_object_set_new(json_object_get(model_of(r), "vocab"), "th",
+                      json_integer(257));
+}
+static void set_vocab_id_range(json_t *r) {
+  json_object_set_new(json_object_get(model_of(r), "vocab"), "th",
+                      json_integer(100000));
+}
+static void set_vocab_bad_alphabet(json_t *r) {
+  json_t *vocab = json_object_get(model_of(r), "vocab");
+  json_object_del(vocab, "th");
+  json_object_set_new(vocab, "t h", json_integer(256));
+}
+static void set_merges_object(json_t *r) {
+  json_object_set_new(model_of(r), "merges", json_object());
+}
+static void set_merge_unknown(json_t *r) {
+  json_array_set_new(json_object_get(model_of(r), "merges"), 0,
+                     json_string("tq h"));
+}
+static void set_merge_no_token(json_t *r) {
+  json_array_set_new(json_object_get(model_of(r), "merges"), 0,
+                     json_string("q q"));
+}
+static void set_merge_three(json_t *r) {
+  json_array_set_new(json_object_get(model_of(r), "merges"), 0,
+                     json_string("t h e"));
+}
+static void set_merge_number(json_t *r) {
+  json_array_set_new(json_object_get(model_of(r), "merges"), 0,
+                     json_integer(5));
+}
+static void set_merges_not_adjacent(json_t *r) {
+  json_array_append_new(json_object_get(model_of(r), "merges"),
+                        json_string("t h"));
+}
+static void set_normalizer(json_t *r) {
+  json_object_set_new(r, "normalizer", json_pack("{s:s}", "type", "NFC"));
+}
+static void set_pre_tokenizer_bytelevel(json_t *r) {
+  json_object_set_new(r, "pre_tokenizer",
+                      json_pack("{s:s, s:b, s:b}", "type", "ByteLevel",
+                                "add_prefix_space", 0, "use_regex", 1));
+}
+static void set_bad_regex(json_t *r) {
+  json_t *split = json_array_get(
+      json_object_get(json_object_get(r, "pre_tokenizer"), "pretokenizers"), 0);
+  json_object_set_new(json_object_get(split, "pattern"), "Regex",
+                      json_string("(unclosed"));
+}
+static void set_byte_fallback(json_t *r) {
+  json_object_set_new(model_of(r), "byte_fallback", json_true());
+}
+static void set_added_not_special(json_t *r) {
+  json_object_set_new(json_array_get(json_object_get(r, "added_tokens"), 3),
+                      "special", json_false());
+}
+static void set_added_lstrip(json_t *r) {
+  json_object_set_new(json_array_get(json_object_get(r, "added_tokens"), 3),
+                      "lstrip", json_true());
+}
+static void set_added_content_number(json_t *r) {
+  json_object_set_new(json_array_get(json_object_get(r, "added_tokens"), 3),
+                      "content", json_integer(1));
+}
+static void drop_added_token(json_t *r) {
+  json_array_remove(json_object_get(r, "added_tokens"), 3);
+}
+static void set_added_id_range(json_t *r) {
+  json_object_set_new(json_array_get(json_object_get(r, "added_tokens"), 3),
+                      "id", json_integer(519));
+}
+static void drop_byte_token(json_t *r) {
+  json_t *vocab = json_object_get(model_of(r), "vocab");
+  json_object_del(vocab, "!");
+  json_object_set_new(vocab, "!!", json_integer(33));
+}
+static void set_ignore_merges_string(json_t *r) {
+  json_object_set_new(model_of(r), "ignore_merges", json_string("yes"));
+}
+
+static void expect_json_error(json_edit edit, fdy_status kind,
+                              const char *entry) {
+  json_t *root = tiny_json("tiny/tokenizer.json");
+  edit(root);
+  char path[512];
+  snprintf(path, sizeof path, "%s/tokenizer.json", work);
+  assert_int_equal(json_dump_file(root, path, JSON_COMPACT), 0);
+  json_decref(root);
+  fdy_tokenizer *tok = (fdy_tokenizer *)&tok;
+  fdy_error err;
+  assert_int_equal(fdy_tokenizer_load_hf(path, NULL, &tok, &err), kind);
+  assert_null(tok);
+  assert_string_equal(err.name, entry);
+  assert_non_null(strstr(err.message, path));
+}
+
+static void test_bad_tokenizer_json(void **state) {
+  (void)state;
+  struct {
+    json_edit edit;
+    fdy_status kind;
+    const char *entry;
+  } cases[] = {
+      {set_type_wordpiece, FDY_ERR_UNSUPPORTED, "model.type"},
+      {set_type_number, FDY_ERR_SCHEMA, "model.type"},
+      {drop_model, FDY_ERR_SCHEMA, "model"},
+      {set_vocab_array, FDY_ERR_SCHEMA, "model.vocab"},
+      {set_vocab_id_string, FDY_ERR_SCHEMA, "model.vocab[\"th\"]"},
+      {set_vocab_id_negative, FDY_ERR_SCHEMA, "model.vocab[\"th\"]"},
+      /* the later entry with id 257 is the duplicate */
+      {set_vocab_duplicate_id, FDY_ERR_SCHEMA, "model.vocab[\"the\"]"},
+      {set_vocab_id_range, FDY_ERR_SCHEMA, "model.vocab[\"th\"]"},
+      {set_vocab_bad_alphabet, FDY_ERR_SCHEMA, "model.vocab[\"t h\"]"},
+      {set_merges_object, FDY_ERR_SCHEMA, "model.merges"},
+      {set_merge_unknown, FDY_ERR_SCHEMA, "model.merges[0]"},
+      {set_merge_no_token, FDY_ERR_SCHEMA, "model.merges[0]"},
+      {set_merge_three, FDY_ERR_SCHEMA, "model.merges[0]"},
+      {set_merge_number, FDY_ERR_SCHEMA, "model.merges[0]"},
+      {set_merges_not_adjacent, FDY_ERR_UNSUPPORTED, "model.merges[8]"},
+      {set_normalizer, FDY_ERR_UNSUPPORTED, "normalizer"},
+      {set_pre_tokenizer_bytelevel, FDY_ERR_UNSUPPORTED, "pre_tokenizer"},
+      {set_byte_fallback, FDY_ERR_UNSUPPORTED, "model.byte_fallback"},
+      {set_added_not_special, FDY_ERR_UNSUPPORTED, "added_tokens[3]"},
+      {set_added_lstrip, FDY_ERR_UNSUPPORTED, "added_tokens[3]"},
+      {set_added_content_number, FDY_ERR_SCHEMA, "added_tokens[3]"},
+      {set_ignore_merges_string, FDY_ERR_SCHEMA, "model.ignore_merges"},
+      /* an id missing shows as one out of range */
+      {drop_added_token, FDY_ERR_SCHEMA, "added_tokens[254]"},
+      {set_added_id_range, FDY_ERR_SCHEMA, "added_tokens[3]"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    expect_json_error(cases[i].edit, cases[i].kind, cases[i].entry);
+  } /* Errors found after the entries: a missing byte, a regex PCRE2
+     * rejects; they name the file. */
+  char path[512];
+  snprintf(path, sizeof path, "%s/tokenizer.json", work);
+  json_edit whole_file[] = {drop_byte_token, set_bad_regex};
+  fdy_status kinds[] = {FDY_ERR_FORMAT, FDY_ERR_UNSUPPORTED};
+  for (size_t i = 0; i < 2; i++) {
+    json_t *root = tiny_json("tiny/tokenizer.json");
+    whole_file[i](root);
+    assert_int_equal(json_dump_file(root, path, JSON_COMPACT), 0);
+    json_decref(root);
+    fdy_tokenizer *tok = NULL;
+    fdy_error err;
+    assert_int_equal(fdy_tokenizer_load_hf(path, NULL, &tok, &err), kinds[i]);
+    assert_string_equal(err.name, path);
+  }
+  /* Truncated JSON: a parse error with its line. */
+  char tiny[1024];
+  data_path(tiny, sizeof tiny, "tiny/tokenizer.json");
+  size_t len = 0;
+  char *text = read_all(tiny, &len);
+  scratch_file("tokenizer.json", text, len / 2);
+  free(text);
+  fdy_tokenizer *tok = NULL;
+  fdy_error err;
+  assert_int_equal(fdy_tokenizer_load_hf(path, NULL, &tok, &err),
+                   FDY_ERR_PARSE);
+  assert_true(err.line > 1);
+  assert_string_equal(err.name, path);
+  scratch_file("tokenizer.json", "[1, 2]", 6);
+  assert_int_equal(fdy_tokenizer_load_hf(path, NULL, &tok, &err),
+                   FDY_ERR_SCHEMA);
+  assert_null(tok);
+}
+
+static void set_bos_unknown(json_t *r) {
+  json_object_set_new(r, "bos_token", json_string("<s>"));
+}
+static void set_eos_number(json_t *r) {
+  json_object_set_new(r, "eos_token", json_integer(2));
+}
+static void set_bos_object(json_t *r) {
+  json_object_set_new(r, "bos_token",
+                      json_pack("{s:s}", "content", "<|end_of_text|>"));
+}
+static void set_decoder_mismatch(json_t *r) {
+  json_object_set_new(
+      json_object_get(json_object_get(r, "added_tokens_decoder"), "263"),
+      "content", json_string("<|other|>"));
+}
+static void set_decoder_bad_id(json_t *r) {
+  json_object_set_new(json_object_get(r, "added_tokens_decoder"), "12x",
+                      json_pack("{s:s}", "content", "a"));
+}
+static void set_chat_template_list(json_t *r) {
+  json_object_set_new(r, "chat_template", json_array());
+}
+
+static void test_bad_config(void **state) {
+  (void)state;
+  char json_path[1024], path[512];
+  data_path(json_path, sizeof json_path, "tiny/tokenizer.json");
+  snprintf(path, sizeof path, "%s/tokenizer_config.json", work);
+  struct {
+    json_edit edit;
+    fdy_status kind;
+    const char *entry;
+  } cases[] = {
+      {set_bos_unknown, FDY_ERR_SCHEMA, "bos_token"},
+      {set_eos_number, FDY_ERR_SCHEMA, "eos_token"},
+      {set_decoder_mismatch, FDY_ERR_SCHEMA, "added_tokens_decoder[\"263\"]"},
+      {set_decoder_bad_id, FDY_ERR_SCHEMA, "added_tokens_decoder[\"12x\"]"},
+      {set_chat_template_list, FDY_ERR_UNSUPPORTED, "chat_template"},
+  };
+  fdy_tokenizer *tok = NULL;
+  fdy_error err;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    json_t *root = tiny_json("tiny/tokenizer_config.json");
+    cases[i].edit(root);
+    assert_int_equal(json_dump_file(root, path, JSON_COMPACT), 0);
+    json_decref(root);
+    assert_int_equal(fdy_tokenizer_load_hf(json_path, path, &tok, &err),
+                     cases[i].kind);
+    assert_null(tok);
+    assert_string_equal(err.name, cases[i].entry);
+    assert_non_null(strstr(err.message, path));
+  }
+  json_t *root = tiny_json("tiny/tokenizer_config.json");
+  set_bos_object(root);
+  assert_int_equal(json_dump_file(root, path, JSON_COMPACT), 0);
+  json_decref(root);
+  assert_int_equal(fdy_tokenizer_load_hf(json_path, path, &tok, &err), FDY_OK);
+  assert_int_equal(fdy_tokenizer_bos(tok), 264);
+  fdy_tokenizer_destroy(tok);
+}
+
+/* ---- finding the tokenizer -------------------------------------------- */
+
+static void copy_file(const char *from, const char *to) {
+  size_t len = 0;
+  char *text = read_all(from, &len);
+  write_all(to, text, len);
+  free(text);
+}
+
+static void test_open(void **state) {
+  (void)state;
+  char dir[512], tiny[1024], json_path[1024], config_path[1024], dst[1024];
+  snprintf(dir, sizeof dir, "%s/model", work);
+  assert_int_equal(mkdir(dir, 0700), 0);
+  data_path(tiny, sizeof tiny, "tiny.tiktoken");
+  data_path(json_path, sizeof json_path, "tiny/tokenizer.json");
+  data_path(config_path, sizeof config_path, "tiny/tokenizer_config.json");
+  fdy_tokenizer *tok = NULL;
+  fdy_error err;
+  /* Nothing there. */
+  assert_int_equal(fdy_tokenizer_open(dir, &tok, &err), FDY_ERR_NOT_FOUND);
+  assert_non_null(strstr(err.message, "tokenizer.json"));
+  assert_non_null(strstr(err.message, "tokenizer.model"));
+  /* A tiktoken tokenizer.model. */
+  snprintf(dst, sizeof dst, "%s/tokenizer.model", dir);
+  copy_file(tiny, dst);
+  assert_int_equal(fdy_tokenizer_open(dir, &tok, &err), FDY_OK);
+  assert_string_equal(fdy_tokenizer_source(tok), dst);
+  fdy_tokenizer_destroy(tok);
+  /* tokenizer.json wins, with its config beside it. */
+  snprintf(dst, sizeof dst, "%s/tokenizer.json", dir);
+  copy_file(json_path, dst);
+  assert_int_equal(fdy_tokenizer_open(dir, &tok, &err), FDY_OK);
+  assert_string_equal(fdy_tokenizer_source(tok), dst);
+  assert_null(fdy_tokenizer_chat_template(tok));
+  fdy_tokenizer_destroy(tok);
+  snprintf(dst, sizeof dst, "%s/tokenizer_config.json", dir);
+  copy_file(config_path, dst);
+  assert_int_equal(fdy_tokenizer_open(dir, &tok, &err), FDY_OK);
+  assert_non_null(fdy_tokenizer_chat_template(tok));
+  assert_int_equal(fdy_tokenizer_eos(tok), 263 + 9);
+  fdy_tokenizer_destroy(tok);
+  /* A file: told by its first byte. */
+  assert_int_equal(fdy_tokenizer_open(json_path, &tok, &err), FDY_OK);
+  assert_non_null(fdy_tokenizer_chat_template(tok));
+  fdy_tokenizer_destroy(tok);
+  assert_int_equal(fdy_tokenizer_open(tiny, &tok, &err), FDY_OK);
+  assert_int_equal(fdy_tokenizer_vocab_size(tok), 263 + 256);
+  fdy_tokenizer_destroy(tok);
+  assert_int_equal(fdy_tokenizer_open("/nonexistent", &tok, &err),
+                   FDY_ERR_NOT_FOUND);
+  assert_null(tok);
+  const char *names[] = {"tokenizer.model", "tokenizer.json",
+                         "tokenizer_config.json"};
+  for (int i = 0; i < 3; i++) {
+    snprintf(dst, sizeof dst, "%s/%s", dir, names[i]);
+    unlink(dst);
+  }
+  assert_int_equal(rmdir(dir), 0);
+}
+
+static int remove_work(void **state) {
+  (void)state;
+  const char *names[] = {"bad.tiktoken", "tokenizer.json",
+                         "tokenizer_config.json"};
+  for (int i = 0; i < 3; i++) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", work, names[i]);
+    unlink(path);
+  }
+  return rmdir(work);
+}
+
+int main(void) {
+  data_root = getenv("FOUNDRY_TEST_DATA");
+  if (!data_root) {
+    fprintf(stderr, "FOUNDRY_TEST_DATA is not set\n");
+    return 1;
+  }
+  char ranks[1024];
+  data_path(ranks, sizeof ranks, "llama3-tokenizer.model");
+  fdy_error err;
+  if (fdy_tokenizer_load_tiktoken(ranks, &llama3, &err) != FDY_OK) {
+    fprintf(stderr, "%s\n", err.message);
+    return 1;
+  }
+  snprintf(work, sizeof work, "/tmp/fdy_tokenizer_test_XXXXXX");
+  if (!mkdtemp(work)) {
+    return 1;
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_readme_vector),
+      cmocka_unit_test(test_corpus),
+      cmocka_unit_test(test_random_bytes_round_trip),
+      cmocka_unit_test(test_invalid_utf8),
+      cmocka_unit_test(test_special_tokens),
+      cmocka_unit_test(test_stream),
+      cmocka_unit_test(test_decode_errors),
+      cmocka_unit_test(test_tiny_json_matches_tiktoken),
+      cmocka_unit_test(test_bad_tiktoken),
+      cmocka_unit_test(test_bad_tokenizer_json),
+      cmocka_unit_test(test_bad_config),
+      cmocka_unit_test(test_open),
+  };
+  int failed = cmocka_run_group_tests(tests, NULL, remove_work);
+  fdy_tokenizer_destroy(llama3);
+  return failed;
+}
