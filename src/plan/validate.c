@@ -238,9 +238,25 @@ static void start_section(validator *v) {
 /* ---- byte accesses
  * ----------------------------------------------------------- */
 
+/* Logs an access. A write was proven ordered after every earlier access of
+ * its bytes (or failed), so the earlier accesses that lie wholly inside it
+ * can never decide a later check (what is ordered after the write is
+ * ordered after them; what is not fails against the write itself): they
+ * are dropped, which keeps a log as long as the live tensors of its buffer
+ * and validation linear in the plan's length. */
 static fdy_status log_access(validator *v, uint32_t buffer, access a,
                              fdy_error *err) {
   buffer_state *buf = &v->buffers[buffer];
+  if (a.write) {
+    size_t kept = 0;
+    for (size_t i = 0; i < buf->log_count; i++) {
+      const access *old = &buf->log[i];
+      if (old->begin < a.begin || old->end > a.end) {
+        buf->log[kept++] = *old;
+      }
+    }
+    buf->log_count = kept;
+  }
   if (buf->log_count == buf->log_cap) {
     size_t cap = buf->log_cap == 0 ? 16 : buf->log_cap * 2;
     access *grown = realloc(buf->log, cap * sizeof(access));

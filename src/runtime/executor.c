@@ -362,7 +362,7 @@ static fdy_status check_device_limits(const fdy_plan *plan, fdy_backend *b,
  * backend's queries (supports_op, capabilities). */
 static fdy_status preflight(const fdy_plan *plan, const fdy_graph *graph,
                             fdy_backend *b, const fdy_graph **effective,
-                            fdy_error *e) {
+                            fdy_plan_summary *summary, fdy_error *e) {
   if (!plan || !b || !b->ops) {
     return fdy_error_set(e, FDY_ERR_INVALID_ARGUMENT,
                          "executor: NULL plan or backend");
@@ -380,7 +380,7 @@ static fdy_status preflight(const fdy_plan *plan, const fdy_graph *graph,
   } else {
     graph = planned;
   }
-  st = fdy_plan_validate(plan, NULL, e);
+  st = fdy_plan_validate(plan, summary, e);
   if (st != FDY_OK) {
     return st;
   }
@@ -411,7 +411,8 @@ fdy_status fdy_executor_preflight(const fdy_plan *plan, const fdy_graph *graph,
   fdy_error e;
   fdy_error_clear(&e);
   const fdy_graph *effective = NULL;
-  fdy_status st = preflight(plan, graph, backend, &effective, &e);
+  fdy_plan_summary summary;
+  fdy_status st = preflight(plan, graph, backend, &effective, &summary, &e);
   if (err) {
     *err = e;
   }
@@ -701,16 +702,15 @@ static fdy_status resolve_launches(fdy_executor *x, fdy_error *e) {
   }
   for (size_t i = 0; i < x->command_count; i++) {
     const fdy_command *c = fdy_plan_command(x->plan, i);
-    if (c->kind == FDY_CMD_LAUNCH) {
-      uint32_t s = c->u.launch.stream.v;
-      x->cmds[i].op->workspace = (fdy_tensor_view){
-          .buffer = x->workspace[s],
-          .dtype = FDY_DTYPE_U8,
-          .shape =
-              FDY_SHAPE(x->workspace_bytes[s] ? x->workspace_bytes[s] : 1)};
-      if (x->workspace[s] == NULL) {
-        x->cmds[i].op->workspace.buffer = NULL;
-      }
+    if (c->kind != FDY_CMD_LAUNCH) {
+      continue;
+    }
+    uint32_t s = c->u.launch.stream.v;
+    if (x->workspace[s] != NULL) {
+      x->cmds[i].op->workspace =
+          (fdy_tensor_view){.buffer = x->workspace[s],
+                            .dtype = FDY_DTYPE_U8,
+                            .shape = FDY_SHAPE(x->workspace_bytes[s])};
     }
   }
   return FDY_OK;
@@ -1032,7 +1032,8 @@ fdy_status fdy_executor_create(const fdy_plan *plan, const fdy_graph *graph,
   *out = NULL;
   int64_t begin = fdy_now_ns();
   const fdy_graph *effective = NULL;
-  fdy_status st = preflight(plan, graph, backend, &effective, &e);
+  fdy_plan_summary summary;
+  fdy_status st = preflight(plan, graph, backend, &effective, &summary, &e);
   if (st != FDY_OK) {
     if (err) {
       *err = e;
@@ -1077,10 +1078,7 @@ fdy_status fdy_executor_create(const fdy_plan *plan, const fdy_graph *graph,
     }
     return st;
   }
-  fdy_plan_summary summary;
-  if (fdy_plan_validate(plan, &summary, NULL) == FDY_OK) {
-    x->stats.setup_transfer_bytes = summary.setup_transfer_bytes;
-  }
+  x->stats.setup_transfer_bytes = summary.setup_transfer_bytes;
   x->stats.setup_ns = fdy_now_ns() - begin;
   *out = x;
   return FDY_OK;
