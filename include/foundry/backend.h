@@ -20,6 +20,16 @@
  * work; `drain` then waits for everything. No entry may exit or abort on a
  * device error.
  *
+ * Failed work: work a backend accepted may fail later, e.g. a copy from
+ * caller memory that cannot be read (a file mapping whose file was
+ * truncated: FDY_ERR_IO, backend_op "copy_to_device"; host memory is read
+ * with fdy_host_copy, foundry/host_copy.h). host_wait on an event recorded
+ * after the failed work, on its stream or on a stream ordered after it by
+ * stream_wait, returns that error; work ordered after it is skipped or runs
+ * harmlessly. drain returns the error unless a host_wait returned it, and
+ * clears it: later work runs again. A backend may report a failure sooner
+ * (from the entry that submitted the work, or from any host_wait).
+ *
  * Thread-safety: the executor calls a backend from one thread at a time. */
 #ifndef FOUNDRY_BACKEND_H
 #define FOUNDRY_BACKEND_H
@@ -99,7 +109,8 @@ typedef struct fdy_backend_ops {
    * completed. */
   fdy_status (*stream_wait)(fdy_backend *b, fdy_backend_stream *stream,
                             fdy_backend_event *event, fdy_error *err);
-  /* Blocks the host until the event's current recording completed. */
+  /* Blocks the host until the event's current recording completed; returns
+   * the failure of work the recording followed (failed work, above). */
   fdy_status (*host_wait)(fdy_backend *b, fdy_backend_event *event,
                           fdy_error *err);
   /* Optional: the host-clock time (fdy_now_ns scale, as well as the
@@ -109,7 +120,8 @@ typedef struct fdy_backend_ops {
                            int64_t *out_ns, fdy_error *err);
 
   /* Waits for all submitted work on every stream. Safe to call at any time,
-   * also after failures. */
+   * also after failures. Returns a failure of work that no host_wait
+   * returned, and clears it (failed work, above). */
   fdy_status (*drain)(fdy_backend *b, fdy_error *err);
   /* Frees the backend; outstanding work is drained first. */
   void (*destroy)(fdy_backend *b);

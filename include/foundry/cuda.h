@@ -18,6 +18,13 @@
  * never returns on one (driver 580 on Linux 6.18); copies from it work
  * unregistered (staged). Map weight files MAP_SHARED to pin them.
  *
+ * A file truncated while mapped: staged copies read the caller's memory
+ * on host threads with fdy_host_copy, so copy_to_device fails at once with
+ * FDY_ERR_IO. Direct DMA from a registration's pinned pages does not go
+ * through the CPU and is not covered: the pages stay pinned after the
+ * truncation, so no fault is expected (the device would read the file's
+ * former contents), but this is the driver's matter and was not observed.
+ *
  * Releases: a buffer released while submitted work may still use it is
  * freed once every stream passed the point of the release (an event fence
  * observed by a later release, host_wait or drain); drain frees every

@@ -35,9 +35,12 @@
  * Reference rule: a buffer released while pending work uses it keeps its
  * memory until that work completed (a deferred free, counted).
  *
- * The fake never fails on its own (except for its device memory limit and
- * host memory exhaustion): faults come from the fault wrapper
- * (foundry/fault.h). Not thread-safe, like every backend (backend.h). */
+ * The fake never fails on its own (except for its device memory limit,
+ * host memory exhaustion, and a store_data copy from or to caller memory
+ * that cannot be read or written, such as a truncated file mapping: every
+ * host_wait returns FDY_ERR_IO until drain reports and clears it, as
+ * backend.h says): faults come from the fault wrapper (foundry/fault.h).
+ * Not thread-safe, like every backend (backend.h). */
 #ifndef FOUNDRY_FAKE_H
 #define FOUNDRY_FAKE_H
 

@@ -124,8 +124,10 @@ typedef struct fdy_llama_verify_result {
  * tensors, dtypes, shapes, vocab or ids do not match the model, or with
  * T = 0 or N = 0: FDY_ERR_SCHEMA (err->name = the tensor); T + N - 1 above the
  * context: FDY_ERR_CONTEXT; a negative or non-finite tolerance:
- * FDY_ERR_INVALID_ARGUMENT; all before any work. Outside the tolerance: FDY_OK
- * with passed = false. The session is reset and left after the last pass. */
+ * FDY_ERR_INVALID_ARGUMENT; all before any work. A reference truncated (or
+ * whose storage fails) while verify runs: FDY_ERR_IO (err->name = its
+ * path), the session unharmed. Outside the tolerance: FDY_OK with passed =
+ * false. The session is reset and left after the last pass. */
 fdy_status fdy_llama_verify(fdy_llama_session *session,
                             const char *reference_path, double tolerance,
                             fdy_llama_verify_result *out, fdy_error *err);

@@ -11,7 +11,9 @@
  * header, begin <= end, end inside the file, end - begin equal to the
  * dtype/shape size; no two tensors' ranges overlap. Data may be unaligned and
  * in any order. Errors name the file (err->name) and the tensor in the
- * message. Thread-safe for concurrent readers once opened. */
+ * message. The header is read at open with fdy_host_copy (a file truncated
+ * meanwhile: FDY_ERR_IO). Thread-safe for concurrent readers once
+ * opened. */
 #ifndef FOUNDRY_SAFETENSORS_H
 #define FOUNDRY_SAFETENSORS_H
 
@@ -32,7 +34,9 @@ typedef struct fdy_st_tensor {
   fdy_shape shape;
   uint64_t file_offset; /* absolute byte offset of the data in the file */
   uint64_t bytes;
-  const void *data; /* into the read-only mapping; possibly unaligned */
+  const void *data; /* into the read-only mapping; possibly unaligned; read
+                       it with fdy_host_copy (foundry/host_copy.h): a file
+                       truncated after open raises SIGBUS on a plain read */
   const char *path; /* the file it lives in */
 } fdy_st_tensor;
 

@@ -1,6 +1,8 @@
 /* The strict safetensors reader: maps a file read-only, parses and checks
  * its JSON header (see safetensors.h for every rule) and serves tensor views
- * into the mapping. Nothing beyond the header is read at open. */
+ * into the mapping. Nothing beyond the header is read at open; the header
+ * is copied out with fdy_host_copy, so a file truncated meanwhile fails
+ * with FDY_ERR_IO instead of SIGBUS. */
 #include <errno.h>
 #include <jansson.h>
 #include <stdarg.h>
@@ -10,6 +12,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "foundry/host_copy.h"
 #include "foundry/input.h"
 #include "loader.h"
 
@@ -251,10 +254,22 @@ static fdy_status check_overlaps(const fdy_safetensors *st, fdy_error *err) {
   return status;
 }
 
-static fdy_status parse_header(fdy_safetensors *st, uint64_t header_len,
-                               fdy_error *err) {
+/* Copies bytes [offset, offset + bytes) of the header region out of the
+ * mapping; FDY_ERR_IO naming the file when it shrank below them. */
+static fdy_status read_header(const fdy_safetensors *st, uint64_t offset,
+                              uint64_t bytes, void *dst, fdy_error *err) {
+  fdy_status status =
+      fdy_host_copy(dst, (const unsigned char *)st->map + offset, bytes, err);
+  if (status != FDY_OK && err) {
+    fdy_error_prefix(err, "%s: header", st->path);
+    snprintf(err->name, sizeof err->name, "%s", st->path);
+  }
+  return status;
+}
+
+static fdy_status parse_header(fdy_safetensors *st, const char *text,
+                               uint64_t header_len, fdy_error *err) {
   json_error_t jerr;
-  const char *text = (const char *)st->map + 8;
   if (fdy_json_check_text(text, (size_t)header_len, err) != FDY_OK) {
     fdy_error_prefix(err, "%s: header", st->path);
     if (err) {
@@ -327,6 +342,7 @@ fdy_status fdy_safetensors_open(const char *path, fdy_safetensors **out,
   *out = NULL;
   int fd = -1;
   fdy_status status = FDY_OK;
+  char *header = NULL;
   fdy_safetensors *st = calloc(1, sizeof *st);
   if (!st || !(st->path = strdup(path))) {
     status = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
@@ -355,10 +371,14 @@ fdy_status fdy_safetensors_open(const char *path, fdy_safetensors **out,
                                   strerror(errno));
     goto cleanup;
   }
-  const unsigned char *b = st->map;
+  unsigned char length[8];
+  status = read_header(st, 0, sizeof length, length, err);
+  if (status != FDY_OK) {
+    goto cleanup;
+  }
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; i--) {
-    header_len = header_len << 8 | b[i];
+    header_len = header_len << 8 | length[i];
   }
   if (header_len > FDY_SAFETENSORS_MAX_HEADER || header_len > st->size - 8) {
     status = fdy_llama_file_error(
@@ -376,13 +396,22 @@ fdy_status fdy_safetensors_open(const char *path, fdy_safetensors **out,
     }
     goto cleanup;
   }
-  status = parse_header(st, header_len, err);
+  header = malloc(header_len ? (size_t)header_len : 1);
+  if (!header) {
+    status = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+    goto cleanup;
+  }
+  status = read_header(st, 8, header_len, header, err);
+  if (status == FDY_OK) {
+    status = parse_header(st, header, header_len, err);
+  }
   if (status != FDY_OK) {
     goto cleanup;
   }
   *out = st;
   st = NULL;
 cleanup:
+  free(header);
   if (fd >= 0) {
     close(fd);
   }

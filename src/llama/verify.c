@@ -9,12 +9,17 @@
  * after a disagreement; greedy_matches counts the leading ids whose argmax
  * (computed by the backend) agrees. The session must have been created
  * with all_logits. Relative errors ||a - b|| / ||b|| are accumulated in double.
- */
+ *
+ * The reference's tensors are read out of its mapping with fdy_host_copy
+ * (the ids at once, the logits a row at a time as they are compared), so a
+ * reference truncated while verify runs fails with FDY_ERR_IO naming it
+ * instead of killing the process with SIGBUS. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "foundry/host_copy.h"
 #include "infer.h"
 
 static fdy_status schema_error(fdy_error *err, const char *tensor,
@@ -59,10 +64,18 @@ static fdy_status find_tensor(const fdy_safetensors *st, const char *name,
   return FDY_OK;
 }
 
-static float float_at(const fdy_st_tensor *t, uint64_t i) {
-  float v;
-  memcpy(&v, (const unsigned char *)t->data + 4 * i, sizeof v);
-  return v;
+/* Copies bytes [offset, offset + bytes) of tensor t out of the reference's
+ * mapping into dst; FDY_ERR_IO (name = the file) when the file shrank
+ * below them or its storage failed since it was opened. */
+static fdy_status read_reference(const fdy_st_tensor *t, uint64_t offset,
+                                 uint64_t bytes, void *dst, fdy_error *err) {
+  fdy_status st =
+      fdy_host_copy(dst, (const unsigned char *)t->data + offset, bytes, err);
+  if (st != FDY_OK && err) {
+    fdy_error_prefix(err, "%s: tensor '%s'", t->path, t->name);
+    snprintf(err->name, sizeof err->name, "%s", t->path);
+  }
+  return st;
 }
 
 static fdy_status read_ids(const fdy_st_tensor *t, uint32_t vocab,
@@ -72,7 +85,10 @@ static fdy_status read_ids(const fdy_st_tensor *t, uint32_t vocab,
   if (!*out) {
     return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   }
-  memcpy(*out, t->data, sizeof **out * n);
+  fdy_status st = read_reference(t, 0, sizeof **out * n, *out, err);
+  if (st != FDY_OK) {
+    return st;
+  }
   for (uint32_t i = 0; i < n; i++) {
     if ((*out)[i] < 0 || (uint32_t)(*out)[i] >= vocab) {
       char what[96];
@@ -85,16 +101,27 @@ static fdy_status read_ids(const fdy_st_tensor *t, uint32_t vocab,
   return FDY_OK;
 }
 
-/* Adds row i of ref against ours to the squared sums. */
-static void accumulate(const float *ours, const fdy_st_tensor *ref,
-                       uint64_t first, uint64_t n, double *diff2,
-                       double *ref2) {
-  for (uint64_t j = 0; j < n; j++) {
-    double b = float_at(ref, first + j);
-    double d = (double)ours[j] - b;
-    *diff2 += d * d;
-    *ref2 += b * b;
+/* Adds `rows` rows of vocab logits of ours against rows first, first + 1,
+ * ... of ref (each read into ref_row) to the squared sums. */
+static fdy_status accumulate(const float *ours, const fdy_st_tensor *ref,
+                             uint64_t first, uint64_t rows, uint32_t vocab,
+                             float *ref_row, double *diff2, double *ref2,
+                             fdy_error *err) {
+  uint64_t row_bytes = sizeof *ref_row * vocab;
+  for (uint64_t r = 0; r < rows; r++) {
+    fdy_status st =
+        read_reference(ref, (first + r) * row_bytes, row_bytes, ref_row, err);
+    if (st != FDY_OK) {
+      return st;
+    }
+    for (uint32_t j = 0; j < vocab; j++) {
+      double b = ref_row[j];
+      double d = (double)ours[r * vocab + j] - b;
+      *diff2 += d * d;
+      *ref2 += b * b;
+    }
   }
+  return FDY_OK;
 }
 
 static double relative(double diff2, double ref2) {
@@ -112,6 +139,7 @@ fdy_status fdy_llama_verify(fdy_llama_session *session,
   int32_t *prompt = NULL;
   int32_t *greedy = NULL;
   float *logits = NULL;
+  float *ref_row = NULL;
   if (!session || !reference_path || !out) {
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
                          "fdy_llama_verify needs a session, a reference path "
@@ -185,7 +213,8 @@ fdy_status fdy_llama_verify(fdy_llama_session *session,
     goto cleanup;
   }
   logits = malloc(sizeof *logits * (uint64_t)prompt_count * vocab);
-  if (!logits) {
+  ref_row = malloc(sizeof *ref_row * vocab);
+  if (!logits || !ref_row) {
     st = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
                        "out of memory for %u rows of logits", prompt_count);
     goto cleanup;
@@ -198,8 +227,11 @@ fdy_status fdy_llama_verify(fdy_llama_session *session,
     goto cleanup;
   }
   double diff2 = 0.0, ref2 = 0.0;
-  accumulate(logits, t_logits, 0, (uint64_t)prompt_count * vocab, &diff2,
-             &ref2);
+  st = accumulate(logits, t_logits, 0, prompt_count, vocab, ref_row, &diff2,
+                  &ref2, err);
+  if (st != FDY_OK) {
+    goto cleanup;
+  }
   out->logits_relative_error = relative(diff2, ref2);
 
   /* the last prompt row chooses the first greedy id; reuse row 0 after it */
@@ -219,7 +251,11 @@ fdy_status fdy_llama_verify(fdy_llama_session *session,
         goto cleanup;
       }
     }
-    accumulate(row, t_greedy_logits, (uint64_t)i * vocab, vocab, &diff2, &ref2);
+    st = accumulate(row, t_greedy_logits, i, 1, vocab, ref_row, &diff2, &ref2,
+                    err);
+    if (st != FDY_OK) {
+      goto cleanup;
+    }
     agreeing = agreeing && fdy_llama_session_next(session) == greedy[i];
     out->greedy_matches += agreeing;
   }
@@ -231,6 +267,7 @@ fdy_status fdy_llama_verify(fdy_llama_session *session,
                 out->greedy_matches == greedy_count;
 
 cleanup:
+  free(ref_row);
   free(logits);
   free(prompt);
   free(greedy);

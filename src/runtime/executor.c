@@ -7,7 +7,9 @@
  * id, so one cleanup path (drain, then release everything) serves destroy
  * and every failure alike. Backend errors are decorated with the failing
  * command and backend entry; a failure of the cleanup drain goes to
- * cleanup_kind. */
+ * cleanup_kind. An I/O failure names a mapped weight file that shrank
+ * (backends read mappings with fdy_host_copy, which turns the SIGBUS of a
+ * truncated file into FDY_ERR_IO). */
 #include "foundry/runtime.h"
 
 #include <errno.h>
@@ -968,8 +970,29 @@ static void free_executor(fdy_executor *x) {
   free(x);
 }
 
+/* An I/O failure while weight files are mapped: names the first mapped file
+ * that is now shorter than its mapping (name, expected = bytes mapped,
+ * actual = bytes now), the likely cause of a failed copy from it. */
+static void name_shrunk_file(const fdy_executor *x, fdy_status st,
+                             fdy_error *e) {
+  for (size_t i = 0; st == FDY_ERR_IO && i < x->map_count; i++) {
+    const ex_mapping *m = &x->maps[i];
+    struct stat sb;
+    if (stat(m->path, &sb) == 0 && (uint64_t)sb.st_size < m->size) {
+      fdy_error_prefix(e, "weight file %s shrank from %llu to %llu bytes",
+                       m->path, (unsigned long long)m->size,
+                       (unsigned long long)sb.st_size);
+      snprintf(e->name, sizeof(e->name), "%s", m->path);
+      e->expected = m->size;
+      e->actual = (uint64_t)sb.st_size;
+      return;
+    }
+  }
+}
+
 /* Marks the executor failed after draining and releasing everything. */
 static fdy_status fail_executor(fdy_executor *x, fdy_status st, fdy_error *e) {
+  name_shrunk_file(x, st, e);
   release_all(x, true, e);
   x->failed = true;
   return st;
@@ -1071,6 +1094,7 @@ fdy_status fdy_executor_create(const fdy_plan *plan, const fdy_graph *graph,
     st = resolve_launches(x, &e);
   }
   if (st != FDY_OK) {
+    name_shrunk_file(x, st, &e);
     release_all(x, true, &e);
     free_executor(x);
     if (err) {

@@ -3,8 +3,11 @@
  * CHECKSUM op, events created once and recorded many times, stream and
  * host waits (each for the recording current when it was called), event
  * times, ordering across streams, the reference rule for released buffers,
- * drain/destroy with pending work, and rejection of bad arguments (copies
- * and views outside their buffer never crash). */
+ * drain/destroy with pending work, rejection of bad arguments (copies
+ * and views outside their buffer never crash), and copies from and to a
+ * file mapping whose file was truncated: FDY_ERR_IO at host_wait or drain,
+ * the stream's later work skipped (across stream waits too), the backend
+ * usable again after drain. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +16,7 @@
 
 #include "foundry/checksum.h"
 #include "foundry/cpu.h"
+#include "shrunk_mapping.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -826,6 +830,158 @@ static void test_concurrent_streams(void **state) {
   fdy_backend_destroy(b);
 }
 
+/* ---- failed work: copies from and to a truncated file mapping ----------- */
+
+/* A copy from the mapped page that is gone is accepted and fails when it
+ * runs: host_wait reports FDY_ERR_IO from copy_to_device (until drain), the
+ * stream's later copy is skipped, and after drain the same stream copies
+ * good memory again. */
+static void test_copy_from_truncated_mapping(void **state) {
+  (void)state;
+  shrunk_mapping m;
+  assert_int_equal(shrunk_make(&m, false), 0);
+  size_t page = m.page;
+  fdy_backend *b = make_cpu(64 * FDY_MIB, 2);
+  fdy_backend_stream *s = make_stream(b);
+  fdy_backend_event *e = make_event(b);
+  fdy_backend_buffer *buf = make_buffer(b, 3 * page);
+  unsigned char *zeros = calloc(1, page);
+  unsigned char *good = random_bytes(page, 7);
+  unsigned char *out = malloc(3 * page);
+  assert_non_null(zeros);
+  assert_non_null(out);
+  fdy_error err;
+  assert_int_equal(
+      b->ops->copy_to_device(b, s, buf, 2 * page, zeros, page, &err), FDY_OK);
+  assert_int_equal(b->ops->copy_to_device(b, s, buf, 0, m.map, page, &err),
+                   FDY_OK);
+  assert_int_equal(
+      b->ops->copy_to_device(b, s, buf, page, m.map + page, page, &err),
+      FDY_OK);
+  assert_int_equal(
+      b->ops->copy_to_device(b, s, buf, 2 * page, good, page, &err), FDY_OK);
+  assert_int_equal(b->ops->event_record(b, s, e, &err), FDY_OK);
+  fdy_error_clear(&err);
+  assert_int_equal(b->ops->host_wait(b, e, &err), FDY_ERR_IO);
+  assert_int_equal(err.kind, FDY_ERR_IO);
+  assert_string_equal(err.backend_op, "copy_to_device");
+  assert_int_equal(b->ops->host_wait(b, e, NULL), FDY_ERR_IO);
+  /* reported by host_wait already */
+  assert_int_equal(b->ops->drain(b, &err), FDY_OK);
+  /* the copy after the failure was skipped */
+  assert_int_equal(b->ops->copy_to_host(b, s, out, buf, 0, 3 * page, &err),
+                   FDY_OK);
+  record_and_wait(b, s, e);
+  for (size_t i = 0; i < page; i++) {
+    assert_int_equal(out[i], shrunk_pattern(i));
+  }
+  assert_memory_equal(out + 2 * page, zeros, page);
+  /* the stream runs work again */
+  assert_int_equal(
+      b->ops->copy_to_device(b, s, buf, 2 * page, good, page, &err), FDY_OK);
+  assert_int_equal(b->ops->copy_to_host(b, s, out, buf, 2 * page, page, &err),
+                   FDY_OK);
+  record_and_wait(b, s, e);
+  assert_memory_equal(out, good, page);
+  free(out);
+  free(good);
+  free(zeros);
+  b->ops->buffer_release(b, buf);
+  b->ops->event_destroy(b, e);
+  b->ops->stream_destroy(b, s);
+  fdy_backend_destroy(b);
+  shrunk_remove(&m);
+}
+
+/* A stream that waits on the event of a failed stream fails too, whether
+ * the event completed before stream_wait was called or after: its launch
+ * is skipped and host_wait on its own event reports the failure. */
+static void test_failure_crosses_stream_waits(void **state) {
+  (void)state;
+  shrunk_mapping m;
+  assert_int_equal(shrunk_make(&m, false), 0);
+  fdy_backend *b = make_cpu(64 * FDY_MIB, 2);
+  fdy_backend_stream *copy = make_stream(b), *compute = make_stream(b);
+  fdy_backend_event *copied = make_event(b), *done = make_event(b);
+  uint64_t n = 4096, ws_bytes = 0;
+  fdy_backend_buffer *data = make_buffer(b, n), *sum = make_buffer(b, 64);
+  fdy_backend_buffer *ws = checksum_workspace(b, n, &ws_bytes);
+  checksum_views v = {
+      .data = data, .n = n, .out = sum, .ws = ws, .ws_bytes = ws_bytes};
+  fdy_op op = checksum_op(&v);
+  uint64_t untouched = 0x0123456789abcdefull, result = 0;
+  fdy_error err;
+  for (int completed_first = 0; completed_first < 2; completed_first++) {
+    assert_int_equal(b->ops->copy_to_device(b, compute, sum, 0, &untouched,
+                                            sizeof untouched, &err),
+                     FDY_OK);
+    record_and_wait(b, compute, done);
+    assert_int_equal(
+        b->ops->copy_to_device(b, copy, data, 0, m.map + m.page, n, &err),
+        FDY_OK);
+    assert_int_equal(b->ops->event_record(b, copy, copied, &err), FDY_OK);
+    if (completed_first) {
+      assert_int_equal(b->ops->host_wait(b, copied, &err), FDY_ERR_IO);
+    }
+    assert_int_equal(b->ops->stream_wait(b, compute, copied, &err), FDY_OK);
+    assert_int_equal(b->ops->launch(b, compute, &op, &err), FDY_OK);
+    assert_int_equal(b->ops->event_record(b, compute, done, &err), FDY_OK);
+    fdy_error_clear(&err);
+    assert_int_equal(b->ops->host_wait(b, done, &err), FDY_ERR_IO);
+    assert_string_equal(err.backend_op, "copy_to_device");
+    assert_int_equal(b->ops->drain(b, &err), FDY_OK);
+    /* the checksum did not run */
+    assert_int_equal(
+        b->ops->copy_to_host(b, compute, &result, sum, 0, sizeof result, &err),
+        FDY_OK);
+    record_and_wait(b, compute, done);
+    assert_true(result == untouched);
+  }
+  b->ops->buffer_release(b, ws);
+  b->ops->buffer_release(b, sum);
+  b->ops->buffer_release(b, data);
+  b->ops->event_destroy(b, done);
+  b->ops->event_destroy(b, copied);
+  b->ops->stream_destroy(b, compute);
+  b->ops->stream_destroy(b, copy);
+  fdy_backend_destroy(b);
+  shrunk_remove(&m);
+}
+
+/* A failure no host_wait observed is drain's to report, once; copies into
+ * a truncated writable mapping fail the same way (copy_to_host). */
+static void test_drain_reports_failed_work(void **state) {
+  (void)state;
+  shrunk_mapping m;
+  assert_int_equal(shrunk_make(&m, true), 0);
+  fdy_backend *b = make_cpu(64 * FDY_MIB, 1);
+  fdy_backend_stream *s = make_stream(b);
+  fdy_backend_event *e = make_event(b);
+  fdy_backend_buffer *buf = make_buffer(b, m.page);
+  fdy_error err;
+  assert_int_equal(
+      b->ops->copy_to_device(b, s, buf, 0, m.map + 2 * m.page, m.page, &err),
+      FDY_OK);
+  fdy_error_clear(&err);
+  assert_int_equal(b->ops->drain(b, &err), FDY_ERR_IO);
+  assert_string_equal(err.backend_op, "copy_to_device");
+  assert_int_equal(b->ops->drain(b, &err), FDY_OK);
+  assert_int_equal(
+      b->ops->copy_to_host(b, s, m.map + m.page, buf, 0, m.page, &err), FDY_OK);
+  fdy_error_clear(&err);
+  assert_int_equal(b->ops->drain(b, &err), FDY_ERR_IO);
+  assert_int_equal(err.kind, FDY_ERR_IO);
+  assert_string_equal(err.backend_op, "copy_to_host");
+  /* good memory after the drain */
+  assert_int_equal(b->ops->copy_to_host(b, s, m.map, buf, 0, 64, &err), FDY_OK);
+  record_and_wait(b, s, e);
+  b->ops->buffer_release(b, buf);
+  b->ops->event_destroy(b, e);
+  b->ops->stream_destroy(b, s);
+  fdy_backend_destroy(b);
+  shrunk_remove(&m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_create_and_caps),
@@ -844,6 +1000,9 @@ int main(void) {
       cmocka_unit_test(test_bad_launches),
       cmocka_unit_test(test_host_register),
       cmocka_unit_test(test_concurrent_streams),
+      cmocka_unit_test(test_copy_from_truncated_mapping),
+      cmocka_unit_test(test_failure_crosses_stream_waits),
+      cmocka_unit_test(test_drain_reports_failed_work),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

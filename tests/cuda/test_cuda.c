@@ -8,8 +8,10 @@
  * that chain through the fault backend (every counted call failed before
  * and after submitting: the failure comes back, device memory returns to
  * its level and the backend still works), bad inputs, and the measurement
- * helpers. Exits 77 (skipped) without a CUDA device unless
- * FOUNDRY_REQUIRE_CUDA=1. */
+ * helpers, and staged copies from a file mapping whose file was truncated
+ * (FDY_ERR_IO from copy_to_device, on the caller's part and on the fill
+ * threads' parts; the backend still works). Exits 77 (skipped) without a
+ * CUDA device unless FOUNDRY_REQUIRE_CUDA=1. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,6 +23,7 @@
 #include "foundry/cpu.h"
 #include "foundry/cuda.h"
 #include "foundry/fault.h"
+#include "shrunk_mapping.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -264,6 +267,51 @@ static void test_staging_ring_reuse(void **state) {
   fdy_backend_destroy(b);
   free(back);
   free(data);
+}
+
+/* Staged copies read the caller's memory on the host: from a mapping whose
+ * file shrank they fail with FDY_ERR_IO at once, whether the fault is in
+ * the caller's part of a chunk or in a fill thread's (chunks of at least
+ * 1 MiB are split), and the backend copies good memory afterwards. */
+static void test_staged_copy_from_truncated_mapping(void **state) {
+  (void)state;
+  shrunk_mapping m;
+  size_t pages = (size_t)(8u << 20) / (size_t)sysconf(_SC_PAGESIZE);
+  /* half kept: the caller's part of an 8 MiB chunk (at most half of it)
+   * reads, the fill threads' parts beyond it fault */
+  assert_int_equal(shrunk_make_pages(&m, pages, pages / 2, false), 0);
+  fdy_cuda_options staged = {.host_mode = FDY_CUDA_HOST_STAGED,
+                             .staging_bytes = 8u << 20,
+                             .staging_buffers = 2};
+  fdy_backend *b = make_backend(&staged);
+  const fdy_backend_ops *o = b->ops;
+  fdy_backend_stream *s = NULL;
+  fdy_backend_buffer *buf = NULL;
+  fdy_error err;
+  assert_int_equal(o->stream_create(b, &s, &err), FDY_OK);
+  assert_int_equal(o->buffer_alloc(b, 8u << 20, &buf, &err), FDY_OK);
+  uint64_t kept = (uint64_t)m.kept * m.page;
+  /* a small copy (the caller alone), then a whole chunk (in parts) */
+  const uint64_t sizes[2] = {4096, 8u << 20};
+  for (int i = 0; i < 2; i++) {
+    const unsigned char *src = i == 0 ? m.map + kept : m.map;
+    fdy_error_clear(&err);
+    assert_int_equal(o->copy_to_device(b, s, buf, 0, src, sizes[i], &err),
+                     FDY_ERR_IO);
+    assert_int_equal(err.kind, FDY_ERR_IO);
+    assert_string_equal(err.backend_op, "copy_to_device");
+    assert_int_equal(o->drain(b, &err), FDY_OK);
+  }
+  o->buffer_release(b, buf);
+  o->stream_destroy(b, s);
+  unsigned char *data = random_bytes(4096, 5), *back = malloc(4096);
+  assert_non_null(back);
+  round_trip(b, data, back, 4096);
+  assert_memory_equal(back, data, 4096);
+  free(back);
+  free(data);
+  fdy_backend_destroy(b);
+  shrunk_remove(&m);
 }
 
 /* Two registrations of adjacent ranges that share a page both succeed (only
@@ -700,6 +748,7 @@ int main(void) {
       cmocka_unit_test(test_passes_same_result),
       cmocka_unit_test(test_wrong_position_fails),
       cmocka_unit_test(test_staging_ring_reuse),
+      cmocka_unit_test(test_staged_copy_from_truncated_mapping),
       cmocka_unit_test(test_adjacent_registrations),
       cmocka_unit_test(test_read_only_mappings),
       cmocka_unit_test(test_release_while_in_flight),

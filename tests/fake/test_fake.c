@@ -2,7 +2,9 @@
  * only on host_wait/drain (per stream, through stream waits, events
  * recorded many times), data movement in both directions and the checksum
  * op with store_data, the reference rule (deferred frees), unsupported
- * kinds, the workspace option and violation counting. */
+ * kinds, the workspace option, violation counting, and store_data copies
+ * from and to a truncated file mapping (FDY_ERR_IO at host_wait or drain,
+ * the backend usable after drain). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +15,7 @@
 #include "fault/chain_scenario.h"
 #include "foundry/checksum.h"
 #include "foundry/fake.h"
+#include "shrunk_mapping.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -622,6 +625,49 @@ static void test_destroy_with_outstanding_work(void **state) {
   fdy_backend_destroy(b);
 }
 
+/* A copy from the page of a mapping whose file is gone fails when it
+ * completes: host_wait returns FDY_ERR_IO (copy_to_device) until a drain,
+ * which does not report it again; a failure no host_wait saw is drain's
+ * (copy_to_host into the gone page); good copies work after drain. */
+static void test_truncated_mapping(void **state) {
+  (void)state;
+  shrunk_mapping m;
+  assert_int_equal(shrunk_make(&m, true), 0);
+  fdy_backend *b = make_storing();
+  fdy_backend_stream *s = new_stream(b);
+  fdy_backend_buffer *buf = new_buffer(b, 64);
+  fdy_backend_event *e = new_event(b);
+  fdy_error err;
+  to_device(b, s, buf, 0, m.map + m.page, 64);
+  record(b, s, e);
+  fdy_error_clear(&err);
+  assert_int_equal(b->ops->host_wait(b, e, &err), FDY_ERR_IO);
+  assert_int_equal(err.kind, FDY_ERR_IO);
+  assert_string_equal(err.backend_op, "copy_to_device");
+  assert_int_equal(b->ops->host_wait(b, e, NULL), FDY_ERR_IO);
+  assert_int_equal(b->ops->drain(b, &err), FDY_OK);
+  assert_int_equal(
+      b->ops->copy_to_host(b, s, m.map + 2 * m.page, buf, 0, 64, NULL), FDY_OK);
+  fdy_error_clear(&err);
+  assert_int_equal(b->ops->drain(b, &err), FDY_ERR_IO);
+  assert_string_equal(err.backend_op, "copy_to_host");
+  assert_int_equal(b->ops->drain(b, &err), FDY_OK);
+  unsigned char good[64], back[64];
+  memset(good, 0x3c, sizeof good);
+  to_device(b, s, buf, 0, good, sizeof good);
+  assert_int_equal(b->ops->copy_to_host(b, s, back, buf, 0, sizeof back, NULL),
+                   FDY_OK);
+  record(b, s, e);
+  assert_int_equal(b->ops->host_wait(b, e, NULL), FDY_OK);
+  assert_memory_equal(back, good, sizeof good);
+  b->ops->event_destroy(b, e);
+  b->ops->buffer_release(b, buf);
+  b->ops->stream_destroy(b, s);
+  assert_all_released(b);
+  fdy_backend_destroy(b);
+  shrunk_remove(&m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_defaults_and_capabilities),
@@ -639,6 +685,7 @@ int main(void) {
       cmocka_unit_test(test_rounds_allocate_nothing),
       cmocka_unit_test(test_violations),
       cmocka_unit_test(test_destroy_with_outstanding_work),
+      cmocka_unit_test(test_truncated_mapping),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,8 +9,10 @@
  * a generation uses and the default context; every bad input (ids outside
  * the vocabulary, empty prompts, context overflow, bad options, bad
  * references) with the session left unchanged; a backend failure in a
- * forward pass (the fault wrapper) failing the session for good; and a
- * session on the fake backend, checked by its call accounting. */
+ * forward pass (the fault wrapper) failing the session for good; a
+ * checkpoint shard and a reference truncated while in use (FDY_ERR_IO
+ * naming the file, no SIGBUS); and a session on the fake backend, checked
+ * by its call accounting. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "foundry/cpu.h"
@@ -172,16 +175,14 @@ static int32_t argmax(const float *row, uint32_t n) {
   return (int32_t)best;
 }
 
-/* A temporary directory with a copy of a fixture's model whose config has
- * eos_token_id replaced by eos. */
-static void model_copy_with_eos(const char *fixture, int32_t eos, char *out,
-                                size_t cap) {
+/* A temporary directory with a copy of a fixture's model. */
+static void model_copy(const char *fixture, char *out, size_t cap) {
   snprintf(out, cap, "/tmp/foundry-infer-XXXXXX");
   assert_non_null(mkdtemp(out));
   char src[512], dst[600];
-  static const char *const files[] = {"model.safetensors",
+  static const char *const files[] = {"config.json", "model.safetensors",
                                       "model.safetensors.index.json"};
-  for (size_t i = 0; i < 2; i++) {
+  for (size_t i = 0; i < 3; i++) {
     snprintf(src, sizeof src, "%s/%s/model/%s", data_dir(), fixture, files[i]);
     snprintf(dst, sizeof dst, "%s/%s", out, files[i]);
     FILE *in = fopen(src, "rb");
@@ -196,6 +197,14 @@ static void model_copy_with_eos(const char *fixture, int32_t eos, char *out,
     fclose(in);
     assert_int_equal(fclose(to), 0);
   }
+}
+
+/* A temporary directory with a copy of a fixture's model whose config has
+ * eos_token_id replaced by eos. */
+static void model_copy_with_eos(const char *fixture, int32_t eos, char *out,
+                                size_t cap) {
+  model_copy(fixture, out, cap);
+  char src[512], dst[600];
   snprintf(src, sizeof src, "%s/%s/model/config.json", data_dir(), fixture);
   json_t *config = json_load_file(src, 0, NULL);
   assert_non_null(config);
@@ -1307,6 +1316,136 @@ static void test_backend_failure(void **state) {
   fdy_llama_close(model);
 }
 
+/* ---- files truncated while in use --------------------------------------- */
+
+/* Session options on cpu that keep the embedding and head resident and
+ * stream the layers through one slot (as test_streamed_equals_resident). */
+static fdy_llama_session_options streamed_options(const fdy_llama_model *model,
+                                                  fdy_backend *cpu) {
+  fdy_llama_session_options o = {
+      .backend = cpu, .context = 64, .prefill_rows = 16};
+  fdy_llama_session *resident = make_session(model, &o);
+  const fdy_graph *g = fdy_plan_graph(fdy_llama_session_plan(resident));
+  uint64_t layer = 0;
+  for (uint32_t i = 0; i < fdy_graph_tensor_count(g); i++) {
+    fdy_tensor_info info;
+    assert_int_equal(fdy_graph_tensor(g, (fdy_tensor_id){i}, &info, NULL),
+                     FDY_OK);
+    layer = strcmp(info.name, "layer.0") == 0 ? info.bytes : layer;
+  }
+  o.weight_budget =
+      fdy_llama_session_stats(resident).class_bytes[FDY_BUFFER_RESIDENT] -
+      layer;
+  o.buffers = 1;
+  fdy_llama_session_destroy(resident);
+  return o;
+}
+
+/* The checkpoint's shard truncated under a session that streams layers:
+ * the next forward fails with FDY_ERR_IO naming the shard and how it
+ * shrank (the streamed copy's SIGBUS caught), the session refuses further
+ * forwards, and everything is released (the sanitizer build checks). */
+static void test_truncated_shard(void **state) {
+  (void)state;
+  char dir[64], shard[128];
+  model_copy("llama3-micro", dir, sizeof dir);
+  snprintf(shard, sizeof shard, "%s/model.safetensors", dir);
+  fdy_llama_model *model = NULL;
+  fdy_error err;
+  assert_int_equal(fdy_llama_open(dir, &model, &err), FDY_OK);
+  fdy_backend *cpu = cpu_backend(2);
+  fdy_llama_session_options o = streamed_options(model, cpu);
+  fdy_llama_session *s = make_session(model, &o);
+  assert_true(fdy_llama_session_stats(s).class_bytes[FDY_BUFFER_SLOT] > 0);
+  int32_t prompt[5] = {5, 900, 17, 3, 250};
+  assert_int_equal(fdy_llama_session_forward(s, prompt, 5, NULL, NULL, &err),
+                   FDY_OK);
+  struct stat sb;
+  assert_int_equal(stat(shard, &sb), 0);
+  assert_int_equal(truncate(shard, sb.st_size / 2), 0);
+  fdy_error_clear(&err);
+  assert_int_equal(fdy_llama_session_forward(s, prompt, 1, NULL, NULL, &err),
+                   FDY_ERR_IO);
+  print_message("%s\n", err.message);
+  assert_int_equal(err.kind, FDY_ERR_IO);
+  assert_string_equal(err.name, shard);
+  assert_int_equal(err.expected, (uint64_t)sb.st_size);
+  assert_int_equal(err.actual, (uint64_t)(sb.st_size / 2));
+  assert_true(err.command_index >= 0);
+  assert_int_equal(err.cleanup_kind, FDY_OK);
+  assert_int_equal(fdy_llama_session_forward(s, prompt, 1, NULL, NULL, &err),
+                   FDY_ERR_BACKEND);
+  fdy_llama_session_destroy(s);
+  fdy_llama_close(model);
+  fdy_backend_destroy(cpu);
+  remove_model_copy(dir);
+}
+
+/* The reference that truncating_host_wait truncates, and the table it
+ * forwards to. */
+static const char *truncate_on_wait;
+static const fdy_backend_ops *unhooked;
+
+static fdy_status truncating_host_wait(fdy_backend *b, fdy_backend_event *e,
+                                       fdy_error *err) {
+  if (truncate_on_wait != NULL) {
+    assert_int_equal(truncate(truncate_on_wait, 0), 0);
+    truncate_on_wait = NULL;
+  }
+  return unhooked->host_wait(b, e, err);
+}
+
+/* A reference truncated while verify runs (by the CPU backend's host_wait,
+ * hooked in a copy of its table: after verify opened the reference and read
+ * its ids, before it reads the logits): FDY_ERR_IO naming the reference;
+ * the session is unharmed. */
+static void test_truncated_reference(void **state) {
+  (void)state;
+  fdy_llama_model *model = open_fixture("llama3-micro");
+  fdy_backend *cpu = cpu_backend(2);
+  fdy_backend_ops hooked = *cpu->ops;
+  hooked.host_wait = truncating_host_wait;
+  unhooked = cpu->ops;
+  cpu->ops = &hooked;
+  fdy_llama_session_options o = {
+      .backend = cpu, .context = 64, .all_logits = true};
+  fdy_llama_session *s = make_session(model, &o);
+  char source[512], dir[64], path[128];
+  fixture_path(source, sizeof source, "llama3-micro", "expected.safetensors");
+  snprintf(dir, sizeof dir, "/tmp/foundry-ref-XXXXXX");
+  assert_non_null(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/expected.safetensors", dir);
+  FILE *in = fopen(source, "rb"), *to = fopen(path, "wb");
+  assert_non_null(in);
+  assert_non_null(to);
+  char buf[65536];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, in)) > 0) {
+    assert_int_equal(fwrite(buf, 1, n, to), n);
+  }
+  fclose(in);
+  assert_int_equal(fclose(to), 0);
+  fdy_llama_verify_result result;
+  fdy_error err;
+  truncate_on_wait = path;
+  fdy_error_clear(&err);
+  assert_int_equal(fdy_llama_verify(s, path, 1e-4, &result, &err), FDY_ERR_IO);
+  print_message("%s\n", err.message);
+  assert_null(truncate_on_wait);
+  assert_int_equal(err.kind, FDY_ERR_IO);
+  assert_string_equal(err.name, path);
+  assert_false(result.passed);
+  int32_t prompt[3] = {5, 900, 17};
+  assert_int_equal(fdy_llama_session_forward(s, prompt, 3, NULL, NULL, &err),
+                   FDY_OK);
+  fdy_llama_session_destroy(s);
+  cpu->ops = unhooked;
+  fdy_backend_destroy(cpu);
+  fdy_llama_close(model);
+  assert_int_equal(unlink(path), 0);
+  assert_int_equal(rmdir(dir), 0);
+}
+
 /* Commands of `kind` in the plan's section `name`. */
 static uint64_t section_commands(const fdy_plan *plan, const char *name,
                                  fdy_command_kind kind) {
@@ -1415,6 +1554,8 @@ int main(void) {
       cmocka_unit_test(test_bad_session_options),
       cmocka_unit_test(test_bad_references),
       cmocka_unit_test(test_backend_failure),
+      cmocka_unit_test(test_truncated_shard),
+      cmocka_unit_test(test_truncated_reference),
       cmocka_unit_test(test_fake_backend),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -27,8 +27,17 @@
  * stays alive (and counted against the budget) until that work completed.
  * All live objects are also on lists so that destroy frees whatever the
  * caller did not release. Completed items go to a free list and are
- * reused, so steady-state submission does not allocate. */
+ * reused, so steady-state submission does not allocate.
+ *
+ * Failures of submitted work (backend.h): copies to and from caller memory
+ * go through fdy_host_copy, so a file mapping whose file shrank fails the
+ * copy with FDY_ERR_IO instead of killing the process. The copy's stream
+ * fails: its later copies and launches are skipped, its records complete
+ * their events as failed, and a stream that waits on a failed event fails
+ * too. The backend keeps the first failure (b->failure) for host_wait and
+ * drain; drain clears it. */
 #include "foundry/cpu.h"
+#include "foundry/host_copy.h"
 
 #include "handle_list.h"
 #include "kernels.h"
@@ -59,6 +68,7 @@ struct fdy_backend_event {
   uint64_t recorded;       /* recordings made (the current one's generation) */
   uint64_t completed;      /* highest generation completed */
   int64_t completed_ns;    /* fdy_now_ns when `completed` completed */
+  bool failed;             /* `completed` followed failed work */
   pthread_cond_t progress; /* broadcast when `completed` grows */
 };
 
@@ -99,6 +109,7 @@ struct fdy_backend_stream {
   pthread_cond_t work; /* signalled when an item arrives or stop is set */
   cpu_item *head, *tail;
   bool stop;
+  bool failed; /* work on it failed: later copies and launches are skipped */
 };
 
 struct cpu_backend {
@@ -111,6 +122,8 @@ struct cpu_backend {
   fdy_cpu_pool *pool;
   cpu_item *free_items;                          /* completed, for reuse */
   fdy_list_node buffers, events, streams, hosts; /* list heads */
+  fdy_error failure;     /* first failure of work since the last drain */
+  bool failure_reported; /* a host_wait returned it */
 };
 
 static const fdy_backend_ops cpu_ops;
@@ -239,19 +252,19 @@ static void launch_run(cpu_backend *b, const fdy_op *op) {
   fdy_cpu_op_run(b->pool, &args);
 }
 
-/* Runs an item that does not wait; called without b->mu. */
-static void item_run(cpu_backend *b, cpu_item *item) {
+/* Runs an item that does not wait; called without b->mu. Copies fail with
+ * FDY_ERR_IO when caller memory cannot be read or written. */
+static fdy_status item_run(cpu_backend *b, cpu_item *item, fdy_error *err) {
+  fdy_status st = FDY_OK;
   switch (item->kind) {
   case CPU_COPY_TO_DEVICE:
-    if (item->bytes > 0) {
-      memcpy(item->buffer->data + item->offset, item->src, item->bytes);
-    }
-    break;
+    st = fdy_host_copy(item->buffer->data + item->offset, item->src,
+                       item->bytes, err);
+    return st == FDY_OK ? st : cpu_tag(err, st, "copy_to_device");
   case CPU_COPY_TO_HOST:
-    if (item->bytes > 0) {
-      memcpy(item->dst, item->buffer->data + item->offset, item->bytes);
-    }
-    break;
+    st = fdy_host_copy(item->dst, item->buffer->data + item->offset,
+                       item->bytes, err);
+    return st == FDY_OK ? st : cpu_tag(err, st, "copy_to_host");
   case CPU_LAUNCH:
     launch_run(b, &item->op);
     break;
@@ -259,11 +272,38 @@ static void item_run(cpu_backend *b, cpu_item *item) {
   case CPU_WAIT:
     break;
   }
+  return st;
+}
+
+/* Work on s failed with *error: s skips its later work; the backend keeps
+ * the first failure. */
+static void stream_fail_locked(cpu_backend *b, fdy_backend_stream *s,
+                               const fdy_error *error) {
+  s->failed = true;
+  if (b->failure.kind == FDY_OK) {
+    b->failure = *error;
+  }
+}
+
+/* Forgets a failure once drain reported it: every stream runs work again. */
+static void failure_clear_locked(cpu_backend *b) {
+  if (b->failure.kind == FDY_OK) {
+    return;
+  }
+  fdy_error_clear(&b->failure);
+  b->failure_reported = false;
+  for (fdy_list_node *n = b->streams.next; n != &b->streams; n = n->next) {
+    ((fdy_backend_stream *)n)->failed = false;
+  }
+  for (fdy_list_node *n = b->events.next; n != &b->events; n = n->next) {
+    ((fdy_backend_event *)n)->failed = false;
+  }
 }
 
 static void *worker_main(void *arg) {
   fdy_backend_stream *s = arg;
   cpu_backend *b = s->owner;
+  fdy_error error;
   pthread_mutex_lock(&b->mu);
   for (;;) {
     while (s->head == NULL && !s->stop) {
@@ -277,17 +317,22 @@ static void *worker_main(void *arg) {
       while (item->event->completed < item->generation) {
         pthread_cond_wait(&item->event->progress, &b->mu);
       }
+      s->failed = s->failed || item->event->failed;
     } else if (item->kind == CPU_RECORD) {
       fdy_backend_event *e = item->event;
       if (item->generation > e->completed) {
         e->completed = item->generation;
         e->completed_ns = fdy_now_ns();
+        e->failed = s->failed;
         pthread_cond_broadcast(&e->progress);
       }
-    } else {
+    } else if (!s->failed) {
       pthread_mutex_unlock(&b->mu);
-      item_run(b, item);
+      fdy_status st = item_run(b, item, &error);
       pthread_mutex_lock(&b->mu);
+      if (st != FDY_OK) {
+        stream_fail_locked(b, s, &error);
+      }
     }
     s->head = item->next;
     if (s->head == NULL) {
@@ -567,9 +612,10 @@ static fdy_status queue_event_item(cpu_backend *b, fdy_backend_stream *stream,
     return cpu_fail(err, FDY_ERR_INVALID_ARGUMENT, op, "NULL stream or event");
   }
   pthread_mutex_lock(&b->mu);
-  if (kind == CPU_WAIT &&
+  if (kind == CPU_WAIT && !event->failed &&
       (event->recorded == 0 || event->completed >= event->recorded)) {
-    /* nothing to wait for: the current recording (if any) completed */
+    /* nothing to wait for: the current recording (if any) completed; a
+     * failed one is queued so that the stream fails in its order */
     pthread_mutex_unlock(&b->mu);
     return FDY_OK;
   }
@@ -828,8 +874,16 @@ static fdy_status cpu_host_wait(fdy_backend *base, fdy_backend_event *event,
   while (event->completed < generation) {
     pthread_cond_wait(&event->progress, &b->mu);
   }
+  fdy_status st = FDY_OK;
+  if (event->failed) {
+    st = b->failure.kind;
+    b->failure_reported = true;
+    if (err != NULL) {
+      *err = b->failure;
+    }
+  }
   pthread_mutex_unlock(&b->mu);
-  return FDY_OK;
+  return st;
 }
 
 static fdy_status cpu_event_time(fdy_backend *base, fdy_backend_event *event,
@@ -853,13 +907,18 @@ static fdy_status cpu_event_time(fdy_backend *base, fdy_backend_event *event,
   return FDY_OK;
 }
 
+/* Reports a failure no host_wait reported, and clears it. */
 static fdy_status cpu_drain(fdy_backend *base, fdy_error *err) {
-  (void)err;
   cpu_backend *b = cpu_of(base);
   pthread_mutex_lock(&b->mu);
   drain_locked(b);
+  fdy_status st = b->failure_reported ? FDY_OK : b->failure.kind;
+  if (st != FDY_OK && err != NULL) {
+    *err = b->failure;
+  }
+  failure_clear_locked(b);
   pthread_mutex_unlock(&b->mu);
-  return FDY_OK;
+  return st;
 }
 
 /* Drains, joins every worker and frees every object, released or not. */

@@ -7,10 +7,15 @@
  * destination. Either way an event recorded after the buffer's last use
  * guards its reuse. The ring is used round-robin by every stream; the host
  * waits on a buffer's event before using it again, so at most `buffers`
- * chunks are in flight. */
+ * chunks are in flight. Filling reads the caller's memory with
+ * fdy_host_copy, so a truncated file mapping fails the copy with FDY_ERR_IO
+ * (nothing of the chunk is queued) instead of killing the process. */
 #include "cuda_internal.h"
 
+#include "foundry/host_copy.h"
+
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,6 +50,7 @@ struct fdy_cuda_staging {
   unsigned char *job_dst;
   const unsigned char *job_src;
   uint64_t job_bytes;
+  fdy_error job_error; /* first failed part of the job (kind FDY_OK: none) */
 };
 
 typedef struct fill_arg {
@@ -79,10 +85,14 @@ static void *fill_main(void *arg) {
     uint64_t bytes = s->job_bytes, begin = 0, end = 0;
     pthread_mutex_unlock(&s->mu);
     part_range(bytes, s->parts, a.part, &begin, &end);
-    if (end > begin) {
-      memcpy(dst + begin, src + begin, end - begin);
-    }
+    fdy_error error;
+    fdy_status st = end > begin ? fdy_host_copy(dst + begin, src + begin,
+                                                end - begin, &error)
+                                : FDY_OK;
     pthread_mutex_lock(&s->mu);
+    if (st != FDY_OK && s->job_error.kind == FDY_OK) {
+      s->job_error = error;
+    }
     if (--s->remaining == 0) {
       pthread_cond_signal(&s->done);
     }
@@ -91,28 +101,45 @@ static void *fill_main(void *arg) {
   return NULL;
 }
 
-static void fill(fdy_cuda_staging *s, void *dst, const void *src,
-                 uint64_t bytes) {
+/* Tags a failed fill as the failure of copy_to_device. */
+static fdy_status fill_status(fdy_status st, fdy_error *err) {
+  if (st != FDY_OK && err != NULL) {
+    fdy_error_prefix(err, "cuda copy_to_device");
+    snprintf(err->backend_op, sizeof err->backend_op, "copy_to_device");
+  }
+  return st;
+}
+
+/* FDY_ERR_IO (backend_op copy_to_device) when src cannot be read. */
+static fdy_status fill(fdy_cuda_staging *s, void *dst, const void *src,
+                       uint64_t bytes, fdy_error *err) {
   if (s->threads_started == 0 || bytes < STAGING_PARALLEL_MIN) {
-    memcpy(dst, src, bytes);
-    return;
+    return fill_status(fdy_host_copy(dst, src, bytes, err), err);
   }
   pthread_mutex_lock(&s->mu);
   s->job_dst = dst;
   s->job_src = src;
   s->job_bytes = bytes;
   s->remaining = s->threads_started;
+  fdy_error_clear(&s->job_error);
   s->generation++;
   pthread_cond_broadcast(&s->go);
   pthread_mutex_unlock(&s->mu);
   uint64_t begin = 0, end = 0;
   part_range(bytes, s->parts, 0, &begin, &end);
-  memcpy(dst, src, end);
+  fdy_status st = fdy_host_copy(dst, src, end, err);
   pthread_mutex_lock(&s->mu);
   while (s->remaining > 0) {
     pthread_cond_wait(&s->done, &s->mu);
   }
+  if (st == FDY_OK && s->job_error.kind != FDY_OK) {
+    st = s->job_error.kind;
+    if (err != NULL) {
+      *err = s->job_error;
+    }
+  }
   pthread_mutex_unlock(&s->mu);
+  return fill_status(st, err);
 }
 
 fdy_status fdy_cuda_staging_create(uint64_t buffer_bytes, uint32_t buffers,
@@ -275,7 +302,10 @@ fdy_status fdy_cuda_staging_copy(fdy_cuda_staging *s, cudaStream_t stream,
     if (st != FDY_OK) {
       return st;
     }
-    fill(s, s->buffers[i], from + done, n);
+    st = fill(s, s->buffers[i], from + done, n, err);
+    if (st != FDY_OK) {
+      return st;
+    }
     st = fdy_cuda_check(cudaMemcpyAsync(to + done, s->buffers[i], (size_t)n,
                                         cudaMemcpyHostToDevice, stream),
                         err, op, "cudaMemcpyAsync from a staging buffer");

@@ -11,12 +11,19 @@
  * stays as a tombstone, so a caller that uses it is caught and counted as a
  * violation instead of touching freed memory. Buffer memory (store_data) is
  * freed as soon as no caller reference and no pending work holds it; a free
- * postponed by pending work is counted as deferred. */
+ * postponed by pending work is counted as deferred.
+ *
+ * Copies move bytes with fdy_host_copy: one from or to caller memory that
+ * cannot be read or written (a truncated file mapping) keeps its failure,
+ * which every host_wait returns until a drain reports (unless a host_wait
+ * did) and clears it. */
 #include "foundry/fake.h"
 
 #include "foundry/checksum.h"
+#include "foundry/host_copy.h"
 
 #include <assert.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -101,6 +108,8 @@ typedef struct fake_backend {
   uint64_t next_seq;
   ptr_array buffers, events, streams, hosts;
   fdy_fake_stats stats;
+  fdy_error failure;     /* first failed copy since the last drain */
+  bool failure_reported; /* a host_wait returned it */
 } fake_backend;
 
 static const fdy_backend_ops fake_ops;
@@ -277,10 +286,19 @@ static void run_work(fake_backend *f, fdy_backend_stream *s, fake_work *w) {
       buffer_unref_work(f, views[i]->buffer);
     }
   } else {
-    if (f->store_data && w->kind == FAKE_COPY_TO_DEVICE) {
-      memcpy(w->buffer->data + w->offset, w->src, w->bytes);
+    fdy_error error;
+    fdy_status st = FDY_OK;
+    bool to_device = w->kind == FAKE_COPY_TO_DEVICE;
+    if (f->store_data && to_device) {
+      st = fdy_host_copy(w->buffer->data + w->offset, w->src, w->bytes, &error);
     } else if (f->store_data) {
-      memcpy(w->dst, w->buffer->data + w->offset, w->bytes);
+      st = fdy_host_copy(w->dst, w->buffer->data + w->offset, w->bytes, &error);
+    }
+    if (st != FDY_OK && f->failure.kind == FDY_OK) {
+      const char *op = to_device ? "copy_to_device" : "copy_to_host";
+      fdy_error_prefix(&error, "fake backend: %s", op);
+      snprintf(error.backend_op, sizeof error.backend_op, "%s", op);
+      f->failure = error;
     }
     buffer_unref_work(f, w->buffer);
   }
@@ -798,7 +816,13 @@ static fdy_status fake_host_wait(fdy_backend *b, fdy_backend_event *event,
   complete_through(f, event->stream, event->seq);
   refresh_events(f);
   f->stats.host_waits++;
-  return call_end(f, n, FDY_OK, -1);
+  if (f->failure.kind != FDY_OK) {
+    f->failure_reported = true;
+    if (err) {
+      *err = f->failure;
+    }
+  }
+  return call_end(f, n, f->failure.kind, -1);
 }
 
 static fdy_status fake_event_time(fdy_backend *b, fdy_backend_event *event,
@@ -822,13 +846,18 @@ static fdy_status fake_event_time(fdy_backend *b, fdy_backend_event *event,
 }
 
 static fdy_status fake_drain(fdy_backend *b, fdy_error *err) {
-  (void)err;
   fake_backend *f = fake_of(b);
   uint64_t n = call_begin(f, "drain", 0, -1, -1);
   complete_all(f);
   refresh_events(f);
   f->stats.drains++;
-  return call_end(f, n, FDY_OK, -1);
+  fdy_status st = f->failure_reported ? FDY_OK : f->failure.kind;
+  if (st != FDY_OK && err) {
+    *err = f->failure;
+  }
+  fdy_error_clear(&f->failure);
+  f->failure_reported = false;
+  return call_end(f, n, st, -1);
 }
 
 static void fake_destroy(fdy_backend *b) {
