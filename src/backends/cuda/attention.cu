@@ -5,9 +5,10 @@
  *    the step's rows whose position lies in the cache.
  * 2. attention: block (t, h) runs query head h of row t over cache
  *    positions 0..p0 + t (it reads rows the append kernel wrote, hence the
- *    second launch), 128 threads: each warp takes every fourth position and
- *    dots q (in shared memory) with its key row, lanes striding over the
- *    head dimension (coalesced), a butterfly summing them; the scores,
+ *    second launch), 128 threads: each warp takes every fourth position,
+ *    four positions at a time, and dots q (in shared memory) with their key
+ *    rows, lanes striding over the head dimension (coalesced), a butterfly
+ *    summing each; the scores,
  *    scaled by (float)(1 / sqrt(d)), are kept in shared memory (context
  *    floats; supports_op refuses a context that does not fit). Then the
  *    block's maximum, exp(score - max) in float summed in double (a fixed
@@ -22,9 +23,10 @@
 #include "cuda_device.h"
 #include "cuda_internal.h"
 
-#define APPEND_THREADS    256
-#define ATTENTION_THREADS 128
-#define ATTENTION_WARPS   (ATTENTION_THREADS / 32)
+#define APPEND_THREADS      256
+#define ATTENTION_THREADS   128
+#define ATTENTION_WARPS     (ATTENTION_THREADS / 32)
+#define ATTENTION_POSITIONS 4 /* key rows a warp dots at once */
 
 static __device__ __forceinline__ float cache_at(const void *cache, bool f16,
                                                  unsigned long long i) {
@@ -98,17 +100,37 @@ __global__ void __launch_bounds__(ATTENTION_THREADS)
 
   const float scale = (float)(1.0 / sqrt((double)d));
   float max = -CUDART_INF_F;
-  for (unsigned int pp = warp; pp <= last; pp += ATTENTION_WARPS) {
-    const unsigned long long base = pp * kv_dim + kv_at;
-    float dot = 0.0f;
+  /* warp w scores positions w, w + 4, ...: ATTENTION_POSITIONS of them at
+   * once, so that their loads are in flight together */
+  for (unsigned int p0 = warp; p0 <= last;
+       p0 += ATTENTION_WARPS * ATTENTION_POSITIONS) {
+    float dot[ATTENTION_POSITIONS];
+#pragma unroll
+    for (int u = 0; u < ATTENTION_POSITIONS; u++) {
+      dot[u] = 0.0f;
+    }
     for (unsigned int j = lane; j < d; j += 32) {
-      dot = fmaf(qs[j], cache_at(k_cache, f16, base + j), dot);
+      const float qj = qs[j];
+#pragma unroll
+      for (int u = 0; u < ATTENTION_POSITIONS; u++) {
+        const unsigned int pp = p0 + u * ATTENTION_WARPS;
+        if (pp <= last) {
+          dot[u] =
+              fmaf(qj, cache_at(k_cache, f16, pp * kv_dim + kv_at + j), dot[u]);
+        }
+      }
     }
-    const float s = fdy_warp_sum(dot) * scale;
-    if (lane == 0) {
-      scores[pp] = s;
+#pragma unroll
+    for (int u = 0; u < ATTENTION_POSITIONS; u++) {
+      const unsigned int pp = p0 + u * ATTENTION_WARPS;
+      if (pp <= last) { /* the same for every lane */
+        const float s = fdy_warp_sum(dot[u]) * scale;
+        if (lane == 0) {
+          scores[pp] = s;
+        }
+        max = fmaxf(max, s);
+      }
     }
-    max = fmaxf(max, s);
   }
   if (lane == 0) {
     warp_max[warp] = max;
@@ -130,7 +152,7 @@ __global__ void __launch_bounds__(ATTENTION_THREADS)
 
   for (unsigned int j = threadIdx.x; j < d; j += blockDim.x) {
     float acc = 0.0f;
-#pragma unroll 4
+#pragma unroll 8
     for (unsigned int pp = 0; pp <= last; pp++) {
       acc = fmaf(scores[pp] * inv,
                  cache_at(v_cache, f16, pp * kv_dim + kv_at + j), acc);
