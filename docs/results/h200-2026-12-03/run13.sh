@@ -8,6 +8,11 @@
 # on every fixture, the CUDA contract and bench tests, then test_cuda_ops
 # under compute-sanitizer memcheck on the fixture shapes
 # (FOUNDRY_CUDA_OPS_SMALL=1: the llama-3.2-3b shapes are skipped there).
+# memcheck runs with --report-api-errors no: sessions register their
+# read-only weight mappings, whose first (writable) cudaHostRegister fails
+# by design before the read-only one succeeds (cuda_backend.c, pin), and
+# memcheck would count each such failure as an error; a kernel launch that
+# fails still fails the test.
 cd "$(dirname "$0")/../../.."
 export LD_LIBRARY_PATH=$PWD/build-gpu-run/lib:$LD_LIBRARY_PATH
 export FOUNDRY_TEST_DATA=$PWD/tests/data
@@ -39,8 +44,11 @@ FOUNDRY_REQUIRE_CUDA=1 $b/test_cuda 2>&1 | tail -3; echo "test_cuda rc=${PIPESTA
 FOUNDRY_REQUIRE_CUDA=1 $b/test_bench_cuda 2>&1 | tail -2; echo "test_bench_cuda rc=${PIPESTATUS[0]}"
 
 echo "=== compute-sanitizer memcheck test_cuda_ops (fixture shapes)"
+api=""
+compute-sanitizer --help 2>&1 | grep -q -- --report-api-errors && api="--report-api-errors no"
+echo "api errors option: ${api:-(none)}"
 FOUNDRY_REQUIRE_CUDA=1 FOUNDRY_CUDA_OPS_SMALL=1 timeout 270 compute-sanitizer \
-  --tool memcheck --leak-check full $b/test_cuda_ops > "$OUT/memcheck13.txt" 2>&1
+  --tool memcheck --leak-check full $api $b/test_cuda_ops > "$OUT/memcheck13.txt" 2>&1
 echo "memcheck rc=$?"
 grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED' "$OUT/memcheck13.txt"
 grep -E '^=========' "$OUT/memcheck13.txt" | head -30
