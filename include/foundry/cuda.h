@@ -1,9 +1,21 @@
 /* The CUDA backend: buffers are cudaMalloc allocations, each backend stream
  * is a non-blocking CUDA stream, each backend event one CUDA event created
- * once and recorded many times, and ops run as kernels: FDY_OP_CHECKSUM for
- * now (supports_op refuses every other kind). Launches read and write
- * device memory only; nothing is written to host memory except by
- * copy_to_host.
+ * once and recorded many times, and ops run as kernels: every kind of
+ * ops.h, float32 arithmetic throughout, deterministic (a result depends on
+ * the operands' values and shapes only). supports_op refuses a dimension of
+ * 2^31 or more (the checksum's byte count aside), a one-row MATMUL_Q4 whose
+ * input row does not fit a block's shared memory (about 57,000 features on
+ * an H200), an ATTENTION whose cache context does not (about 58,000
+ * positions), and rope with head_dim above 512. No op needs a workspace
+ * (workspace_bytes is NULL). Row counts and positions are read from the
+ * step tensor by the kernels when they run, so a recorded launch serves any
+ * step. Launches read and write device memory only; nothing is written to
+ * host memory except by copy_to_host. A launch refuses an op that fails
+ * fdy_op_check (its error, backend_op "launch"), FDY_ERR_UNSUPPORTED (name
+ * = the kind) beyond the limits above, and FDY_ERR_INVALID_ARGUMENT for a
+ * view without a buffer, outside it or not at a multiple of 256 bytes
+ * (ids[0] = the operand, expected = the buffer's bytes, actual = the
+ * view's end).
  *
  * Host memory: copies to and from memory registered with host_register are
  * direct DMA (registered mode). Memory that is not registered, and all host

@@ -10,7 +10,8 @@
  * its level and the backend still works), bad inputs, and the measurement
  * helpers, and staged copies from a file mapping whose file was truncated
  * (FDY_ERR_IO from copy_to_device, on the caller's part and on the fill
- * threads' parts; the backend still works). Exits 77 (skipped) without a
+ * threads' parts; the backend still works). (Every other op kind against
+ * the CPU backend: test_cuda_ops.c.) Exits 77 (skipped) without a
  * CUDA device unless FOUNDRY_REQUIRE_CUDA=1. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -128,12 +129,19 @@ static void test_capabilities(void **state) {
   assert_int_equal(caps.alignment, 256);
   assert_true(caps.copy_engines >= 1);
   assert_true(caps.concurrent_copy_compute);
-  fdy_op checksum = {.kind = FDY_OP_CHECKSUM};
-  fdy_op add = {.kind = FDY_OP_ADD};
+  fdy_op checksum = chain_checksum_op(NULL, 1024, NULL,
+                                      chain_view(NULL, 0, FDY_DTYPE_U64, 1), 1);
   assert_true(b->ops->supports_op(b, &checksum));
-  assert_false(b->ops->supports_op(b, &add));
+  fdy_op add = {.kind = FDY_OP_ADD};
+  assert_false(b->ops->supports_op(b, &add)); /* fails fdy_op_check */
+  add = (fdy_op){.kind = FDY_OP_ADD, .input_count = 3, .output_count = 1};
+  add.inputs[0] = chain_view(NULL, 0, FDY_DTYPE_I32, 2);
+  add.inputs[1] =
+      (fdy_tensor_view){.dtype = FDY_DTYPE_F32, .shape = FDY_SHAPE(4, 8)};
+  add.inputs[2] = add.outputs[0] = add.inputs[1];
+  assert_true(b->ops->supports_op(b, &add));
   assert_false(b->ops->supports_op(b, NULL));
-  assert_null(b->ops->workspace_bytes);
+  assert_null(b->ops->workspace_bytes); /* no op needs one */
   int rv = 0, dv = 0;
   fdy_cuda_versions(&rv, &dv);
   assert_true(rv >= 12000);
@@ -499,8 +507,20 @@ static void test_bad_inputs(void **state) {
   fdy_op op = chain_checksum_op(buf, 256, NULL,
                                 chain_view(buf, 256, FDY_DTYPE_U64, 1), 1);
   fdy_op add = {.kind = FDY_OP_ADD};
-  assert_int_equal(o->launch(b, s, &add, &err), FDY_ERR_UNSUPPORTED);
+  assert_int_equal(o->launch(b, s, &add, &err), FDY_ERR_INVALID_ARGUMENT);
   assert_string_equal(err.name, "add");
+  assert_string_equal(err.backend_op, "launch");
+  /* rope beyond the kernel's pairs: a valid op the backend refuses */
+  fdy_op rope = {.kind = FDY_OP_ROPE, .input_count = 2, .output_count = 1};
+  rope.inputs[0] = chain_view(buf, 0, FDY_DTYPE_I32, 2);
+  rope.inputs[1] = (fdy_tensor_view){
+      .buffer = buf, .dtype = FDY_DTYPE_F32, .shape = FDY_SHAPE(1, 1024)};
+  rope.outputs[0] = rope.inputs[1];
+  rope.params.rope.head_dim = 1024;
+  rope.params.rope.theta = 10000.0;
+  assert_false(o->supports_op(b, &rope));
+  assert_int_equal(o->launch(b, s, &rope, &err), FDY_ERR_UNSUPPORTED);
+  assert_string_equal(err.name, "rope");
   assert_string_equal(err.backend_op, "launch");
   assert_int_equal(o->launch(b, s, NULL, &err), FDY_ERR_INVALID_ARGUMENT);
   assert_int_equal(o->launch(b, NULL, &op, &err), FDY_ERR_INVALID_ARGUMENT);
@@ -514,6 +534,8 @@ static void test_bad_inputs(void **state) {
   bad = op;
   bad.inputs[0].shape = FDY_SHAPE(4096 + 8);
   assert_int_equal(o->launch(b, s, &bad, &err), FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(err.ids[0], 0);
+  assert_int_equal(err.actual, 4096 + 8);
   bad = op;
   bad.inputs[0].buffer = NULL;
   assert_int_equal(o->launch(b, s, &bad, &err), FDY_ERR_INVALID_ARGUMENT);

@@ -6,7 +6,10 @@
  * each backend event is one CUDA event (with timing), recorded with
  * cudaEventRecord as often as the caller likes. Copies and launches only
  * enqueue: nothing is tracked per submission, so a recorded step costs the
- * host no more than its CUDA calls.
+ * host no more than its CUDA calls. A launch checks the op (fdy_op_check,
+ * supports_op in cuda_ops.c), resolves its views to device addresses and
+ * enqueues its kernels (checksum_kernel.cu; every other kind through
+ * fdy_cuda_op_enqueue in ops_kernels.cu).
  *
  * Host memory is copied straight from and to registered (page-locked)
  * memory, or through the staging ring (cuda_staging.c) in staged mode and
@@ -263,8 +266,7 @@ static fdy_status cuda_capabilities(fdy_backend *base, fdy_device_caps *out,
 }
 
 static bool cuda_supports_op(fdy_backend *base, const fdy_op *op) {
-  (void)base;
-  return op != NULL && op->kind == FDY_OP_CHECKSUM;
+  return fdy_cuda_op_supported(&cuda_of(base)->ctx, op);
 }
 
 static fdy_status cuda_buffer_alloc(fdy_backend *base, uint64_t bytes,
@@ -696,34 +698,40 @@ static fdy_status cuda_copy_to_host(fdy_backend *base,
                      dst, bytes, true, err);
 }
 
-/* The device address of view v (role names it in errors): it lies inside
- * its buffer at an aligned offset and has at least min_bytes. */
-static fdy_status launch_view(const fdy_tensor_view *v, const char *role,
-                              uint64_t min_bytes, unsigned char **address,
-                              uint64_t *bytes, fdy_error *err) {
+/* The device address of operand `index` of op (inputs, then the output):
+ * the view has a buffer and lies inside it at an offset that is a multiple
+ * of CUDA_ALIGNMENT. Errors: FDY_ERR_INVALID_ARGUMENT with ids[0] = index,
+ * expected = the buffer's bytes, actual = the view's end, name = the kind. */
+static fdy_status launch_view(const fdy_op *op, uint32_t index,
+                              unsigned char **address, fdy_error *err) {
+  const fdy_tensor_view *v = index < op->input_count
+                                 ? &op->inputs[index]
+                                 : &op->outputs[index - op->input_count];
   uint64_t n = 0, end = 0;
   if (v->buffer == NULL ||
       fdy_tensor_bytes(v->dtype, v->shape, &n, NULL) != FDY_OK ||
-      n < min_bytes || v->offset % CUDA_ALIGNMENT != 0 ||
+      v->offset % CUDA_ALIGNMENT != 0 ||
       __builtin_add_overflow(v->offset, n, &end) || end > v->buffer->bytes) {
     fdy_status st = fdy_cuda_fail(
         err, FDY_ERR_INVALID_ARGUMENT, "launch",
-        "checksum op: the %s view is unbound, too small, not at a multiple "
-        "of %d bytes or outside its buffer",
-        role, CUDA_ALIGNMENT);
+        "%s op: operand %u is unbound, not at a multiple of %d bytes or "
+        "outside its buffer",
+        fdy_op_kind_name(op->kind), index, CUDA_ALIGNMENT);
     if (err != NULL) {
+      err->ids[0] = index;
       err->expected = v->buffer != NULL ? v->buffer->bytes : 0;
       err->actual = end;
-      snprintf(err->name, sizeof err->name, "%s",
-               fdy_op_kind_name(FDY_OP_CHECKSUM));
+      snprintf(err->name, sizeof err->name, "%s", fdy_op_kind_name(op->kind));
     }
     return st;
   }
   *address = (unsigned char *)v->buffer->data + v->offset;
-  *bytes = n;
   return FDY_OK;
 }
 
+/* Checks the op (fdy_op_check, then supports_op), resolves every view, and
+ * enqueues the op's kernels: the checksum with the stream's word set, every
+ * other kind through fdy_cuda_op_enqueue. */
 static fdy_status cuda_launch(fdy_backend *base, fdy_backend_stream *stream,
                               const fdy_op *op, fdy_error *err) {
   cuda_backend *b = cuda_of(base);
@@ -731,31 +739,27 @@ static fdy_status cuda_launch(fdy_backend *base, fdy_backend_stream *stream,
     return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "launch",
                          "NULL stream or op");
   }
-  if (!cuda_supports_op(base, op)) {
-    fdy_status st = fdy_cuda_fail(err, FDY_ERR_UNSUPPORTED, "launch",
-                                  "op kind %s is not supported",
-                                  fdy_op_kind_name(op->kind));
+  fdy_status st = fdy_op_check(op, err);
+  if (st != FDY_OK) {
+    if (err != NULL) {
+      snprintf(err->backend_op, sizeof err->backend_op, "launch");
+    }
+    return st;
+  }
+  if (!fdy_cuda_op_supported(&b->ctx, op)) {
+    st = fdy_cuda_fail(err, FDY_ERR_UNSUPPORTED, "launch",
+                       "this %s op exceeds the backend's limits (dimensions "
+                       "below 2^31, shared memory, grid size, rope pairs)",
+                       fdy_op_kind_name(op->kind));
     if (err != NULL) {
       snprintf(err->name, sizeof err->name, "%s", fdy_op_kind_name(op->kind));
     }
     return st;
   }
-  if (op->input_count < 1 || op->input_count > 2 || op->output_count != 1) {
-    return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "launch",
-                         "checksum op: %u inputs and %u outputs, expected 1 "
-                         "or 2 and 1",
-                         op->input_count, op->output_count);
-  }
-  unsigned char *data = NULL, *prev = NULL, *out = NULL;
-  uint64_t bytes = 0, word = 0;
-  fdy_status st = launch_view(&op->inputs[0], "data", 0, &data, &bytes, err);
-  if (st == FDY_OK && op->input_count == 2) {
-    st = launch_view(&op->inputs[1], "prev", sizeof(uint64_t), &prev, &word,
-                     err);
-  }
-  if (st == FDY_OK) {
-    st =
-        launch_view(&op->outputs[0], "out", sizeof(uint64_t), &out, &word, err);
+  unsigned char *address[FDY_OP_MAX_INPUTS + FDY_OP_MAX_OUTPUTS] = {NULL};
+  for (uint32_t i = 0; st == FDY_OK && i < op->input_count + op->output_count;
+       i++) {
+    st = launch_view(op, i, &address[i], err);
   }
   if (st == FDY_OK) {
     st = set_device(b, err, "launch");
@@ -764,12 +768,27 @@ static fdy_status cuda_launch(fdy_backend *base, fdy_backend_stream *stream,
     return st;
   }
   b->submitted = true;
-  return fdy_cuda_check(
-      fdy_cuda_checksum_enqueue(data, bytes, op->params.checksum.passes,
-                                b->ctx.max_blocks, &b->words[stream->words],
-                                (const uint64_t *)prev, (uint64_t *)out,
-                                stream->stream),
-      err, "launch", "the checksum kernel launch");
+  cudaError_t rc = cudaSuccess;
+  if (op->kind == FDY_OP_CHECKSUM) {
+    bool chained = op->input_count == 2;
+    rc = fdy_cuda_checksum_enqueue(
+        address[0], op->inputs[0].shape.dims[0], op->params.checksum.passes,
+        b->ctx.max_blocks, &b->words[stream->words],
+        chained ? (const uint64_t *)address[1] : NULL,
+        (uint64_t *)address[op->input_count], stream->stream);
+  } else {
+    fdy_cuda_op_args args = {.op = op, .sm_count = b->ctx.sm_count};
+    for (uint32_t i = 0; i < op->input_count; i++) {
+      args.in[i] = address[i];
+    }
+    args.out = address[op->input_count];
+    rc = fdy_cuda_op_enqueue(&args, stream->stream);
+  }
+  st = fdy_cuda_check(rc, err, "launch", "the kernel launch");
+  if (st != FDY_OK && err != NULL) {
+    snprintf(err->name, sizeof err->name, "%s", fdy_op_kind_name(op->kind));
+  }
+  return st;
 }
 
 static fdy_status cuda_stream_wait(fdy_backend *base,
@@ -1098,6 +1117,8 @@ fdy_status fdy_cuda_backend_create(const fdy_cuda_options *options,
     goto cleanup;
   }
   b->ctx.max_blocks = prop.multiProcessorCount * (per_sm > 0 ? per_sm : 1);
+  b->ctx.sm_count = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
+  b->ctx.smem_optin = prop.sharedMemPerBlockOptin;
 
   st = fdy_cuda_check(
       cudaStreamCreateWithFlags(&b->ctx.internal, cudaStreamNonBlocking), err,
@@ -1157,6 +1178,10 @@ fdy_status fdy_cuda_backend_create(const fdy_cuda_options *options,
   if (st == FDY_OK) {
     st = fdy_cuda_check(cudaStreamSynchronize(b->ctx.internal), err, "create",
                         "cudaStreamSynchronize (warm-up)");
+  }
+  if (st == FDY_OK) {
+    st = fdy_cuda_check(fdy_cuda_ops_prepare(b->ctx.smem_optin), err, "create",
+                        "loading the op kernels");
   }
   if (st != FDY_OK) {
     goto cleanup;

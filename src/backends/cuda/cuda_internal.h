@@ -1,7 +1,8 @@
 /* Internal interface of the CUDA backend, shared by its host-side C files
- * (cuda_backend.c, cuda_staging.c, cuda_measure.c) and the kernel file
- * (checksum_kernel.cu). Not installed; nothing outside src/backends/cuda
- * includes it. */
+ * (cuda_backend.c, cuda_ops.c, cuda_staging.c, cuda_measure.c) and the
+ * kernel files (checksum_kernel.cu, ops_kernels.cu, matmul_q4.cu,
+ * attention.cu). Not installed; nothing outside src/backends/cuda includes
+ * it. */
 #ifndef FOUNDRY_CUDA_INTERNAL_H
 #define FOUNDRY_CUDA_INTERNAL_H
 
@@ -39,6 +40,8 @@ typedef struct fdy_cuda_checksum_words fdy_cuda_checksum_words;
 typedef struct fdy_cuda_ctx {
   int device;
   int max_blocks;        /* checksum grid for large inputs */
+  int sm_count;          /* multiprocessors */
+  uint64_t smem_optin;   /* dynamic shared memory one block may use */
   uint64_t l2_bytes;     /* L2 cache size */
   cudaStream_t internal; /* warm-up, measurements, release fences */
   /* the word set of the internal stream, and its sink word, where
@@ -129,6 +132,52 @@ cudaError_t fdy_cuda_checksum_enqueue(const void *data, uint64_t bytes,
 /* Fills bytes at data with non-zero pseudo-random bytes derived from seed. */
 cudaError_t fdy_cuda_fill_enqueue(void *data, uint64_t bytes, uint64_t seed,
                                   cudaStream_t stream);
+
+/* ---- op kernels (cuda_ops.c, ops_kernels.cu, matmul_q4.cu, attention.cu)
+ */
+
+/* Most rope pairs (head_dim / 2): the rope kernel takes its inverse
+ * frequencies, computed on the host, as a kernel parameter. */
+#define FDY_CUDA_ROPE_MAX_PAIRS 256
+/* Rows of x per block of the tiled MATMUL_Q4 kernel; its grid has
+ * ceil(rows / FDY_CUDA_GEMM_ROWS) blocks in y, at most 65535. */
+#define FDY_CUDA_GEMM_ROWS  64
+#define FDY_CUDA_MAX_GRID_Y 65535u
+
+/* Whether the kernels run op (not NULL): it passes fdy_op_check, every
+ * dimension is below 2^31 (the checksum's byte count aside), and the
+ * launch fits the device (shared memory, grid limits, rope pairs). */
+bool fdy_cuda_op_supported(const fdy_cuda_ctx *ctx, const fdy_op *op);
+
+/* A supported op other than CHECKSUM whose views resolved to device
+ * addresses: in[i] is op->inputs[i], out the output. */
+typedef struct fdy_cuda_op_args {
+  const fdy_op *op;
+  void *in[FDY_OP_MAX_INPUTS];
+  void *out;
+  int sm_count; /* sizes persistent grids (results do not depend on it) */
+} fdy_cuda_op_args;
+
+/* Dynamic shared memory bytes a launch of op needs (0 when none). */
+uint64_t fdy_cuda_op_shared_bytes(const fdy_op *op);
+uint64_t fdy_cuda_matmul_q4_shared_bytes(const fdy_op *op);
+uint64_t fdy_cuda_attention_shared_bytes(const fdy_op *op);
+
+/* Loads every op kernel (so device memory in use does not change at a
+ * first launch) and lets those with dynamic shared memory use up to
+ * smem_optin bytes. Called once by backend create. */
+cudaError_t fdy_cuda_ops_prepare(uint64_t smem_optin);
+cudaError_t fdy_cuda_matmul_q4_prepare(uint64_t smem_optin);
+cudaError_t fdy_cuda_attention_prepare(uint64_t smem_optin);
+
+/* Enqueues the kernels of the op on stream; returns the launch error
+ * (cudaGetLastError after the launches). Step values are read by the
+ * kernels, never here. */
+cudaError_t fdy_cuda_op_enqueue(const fdy_cuda_op_args *a, cudaStream_t stream);
+cudaError_t fdy_cuda_matmul_q4_enqueue(const fdy_cuda_op_args *a,
+                                       cudaStream_t stream);
+cudaError_t fdy_cuda_attention_enqueue(const fdy_cuda_op_args *a,
+                                       cudaStream_t stream);
 
 #ifdef __cplusplus
 }

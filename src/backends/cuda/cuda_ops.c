@@ -1,0 +1,53 @@
+/* Which ops the CUDA backend runs: every kind of include/foundry/ops.h with
+ * the dtypes fdy_op_check allows, every dimension below 2^31 (the
+ * checksum's byte count aside; kernels index rows and features with 32-bit
+ * integers), and launches that fit the device: the dynamic shared memory of
+ * the one-row MATMUL_Q4 kernel (x and its group sums) and of ATTENTION (q
+ * and one score per cache position) within what a block may use, grid
+ * dimensions within CUDA's limits, and at most FDY_CUDA_ROPE_MAX_PAIRS rope
+ * pairs. No kind needs a workspace. */
+#include "cuda_internal.h"
+
+#include <stdint.h>
+
+static const fdy_tensor_view *view_at(const fdy_op *op, uint32_t i) {
+  return i < op->input_count ? &op->inputs[i]
+                             : &op->outputs[i - op->input_count];
+}
+
+static bool dims_fit(const fdy_op *op) {
+  for (uint32_t i = 0; i < op->input_count + op->output_count; i++) {
+    const fdy_tensor_view *v = view_at(op, i);
+    for (uint32_t d = 0; d < v->shape.rank; d++) {
+      bool bytes = op->kind == FDY_OP_CHECKSUM && i == 0;
+      if (!bytes && v->shape.dims[d] > INT32_MAX) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+bool fdy_cuda_op_supported(const fdy_cuda_ctx *ctx, const fdy_op *op) {
+  if (op == NULL || fdy_op_check(op, NULL) != FDY_OK || !dims_fit(op)) {
+    return false;
+  }
+  if (fdy_cuda_op_shared_bytes(op) > ctx->smem_optin) {
+    return false;
+  }
+  switch (op->kind) {
+  case FDY_OP_MATMUL_Q4: {
+    uint64_t rows = op->inputs[1].shape.dims[0];
+    return (rows + FDY_CUDA_GEMM_ROWS - 1) / FDY_CUDA_GEMM_ROWS <=
+           FDY_CUDA_MAX_GRID_Y;
+  }
+  case FDY_OP_ROPE:
+    return op->params.rope.head_dim / 2 <= FDY_CUDA_ROPE_MAX_PAIRS;
+  case FDY_OP_ATTENTION:
+    /* one block per (row, head) */
+    return op->inputs[1].shape.dims[0] * op->params.attention.heads <=
+           INT32_MAX;
+  default:
+    return true;
+  }
+}

@@ -1,0 +1,1103 @@
+/* The CUDA backend's op kernels against the CPU backend's (the reference),
+ * label gpu. Every op runs on both backends through the backend contract
+ * (one buffer per op, operands copied in at 256-byte aligned offsets,
+ * launch, everything copied back) from the same random non-zero operands,
+ * with outputs poisoned (a NaN with a payload) before each run. Results are
+ * compared by relative error ||gpu - cpu|| / ||cpu||: ELEMENT_BOUND for
+ * element-wise kinds, REDUCTION_BOUND for RMSNorm, MATMUL_Q4 and
+ * ATTENTION, bitwise for EMBED_Q4, LAST_ROW, ARGMAX and the KV caches that
+ * ATTENTION appends to. Rows at or beyond the step's count must stay
+ * poisoned on the GPU; rows whose id or position lies outside the table or
+ * cache must be NaN on both. Every comparison prints its measured error.
+ *
+ * Shapes: those of the four fixtures in tests/data (prefill of 64 rows and
+ * decode of 1, positions > 0, F32 and F16 KV caches, group 32/64/128, F16
+ * and BF16 scales), odd shapes (a count below and above the rows, widths
+ * that are not multiples of 4 or of 64 outputs), and those of
+ * llama-3.2-3b (hidden 3072, heads 24/8, head_dim 128, ffn 8192, the LM
+ * head GEMV over vocab 128256; group 64 F16 and group 32 BF16), which
+ * FOUNDRY_CUDA_OPS_SMALL=1 skips (for compute-sanitizer runs).
+ *
+ * End to end: fdy_llama_verify through a session on the CUDA backend for
+ * every fixture (F32 KV cache within VERIFY_BOUND, F16 within
+ * F16_KV_BOUND, greedy ids identical), and the logits of CPU and CUDA
+ * sessions on a 64-token prompt of the tiny fixture and 8 teacher-forced
+ * decode steps (within REDUCTION_BOUND; the device argmax must agree with
+ * the CPU's wherever the CPU's top-2 margin exceeds twice the largest
+ * logit difference).
+ *
+ * Exits 77 (skipped) without a CUDA device unless FOUNDRY_REQUIRE_CUDA=1. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "foundry/cpu.h"
+#include "foundry/cuda.h"
+#include "foundry/llama_session.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Float32 kernels on both sides; element-wise results differ at most by
+ * expf's last bit, sums by their order. */
+#define ELEMENT_BOUND   1e-5
+#define REDUCTION_BOUND 1e-4
+/* fdy_llama_verify on CUDA: float32 like the CPU (FDY_LLAMA_CPU_TOLERANCE);
+ * with an F16 KV cache, the CPU backend's F16 bound
+ * (tests/llama_infer/test_llama_infer.c). */
+#define VERIFY_BOUND 1e-4
+#define F16_KV_BOUND 2e-3
+
+typedef struct side {
+  const char *name;
+  fdy_backend *b;
+  fdy_backend_stream *s;
+  fdy_backend_event *done;
+} side;
+
+static side cpu = {.name = "cpu"}, gpu = {.name = "cuda"};
+
+static int setup(void **state) {
+  (void)state;
+  fdy_error err;
+  fdy_cpu_options opts = {.memory_bytes = 2 * FDY_GIB};
+  if (fdy_cpu_backend_create(&opts, &cpu.b, &err) != FDY_OK ||
+      fdy_cuda_backend_create(NULL, &gpu.b, &err) != FDY_OK) {
+    fprintf(stderr, "setup: %s\n", err.message);
+    return -1;
+  }
+  side *sides[] = {&cpu, &gpu};
+  for (int i = 0; i < 2; i++) {
+    fdy_backend *b = sides[i]->b;
+    if (b->ops->stream_create(b, &sides[i]->s, &err) != FDY_OK ||
+        b->ops->event_create(b, &sides[i]->done, &err) != FDY_OK) {
+      fprintf(stderr, "setup: %s\n", err.message);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  fdy_backend_destroy(cpu.b);
+  fdy_backend_destroy(gpu.b);
+  return 0;
+}
+
+static bool small_shapes(void) {
+  const char *v = getenv("FOUNDRY_CUDA_OPS_SMALL");
+  return v != NULL && strcmp(v, "1") == 0;
+}
+
+/* ---- data ------------------------------------------------------------------
+ */
+
+static uint64_t rng_state = 0x243F6A8885A308D3ull;
+
+static uint64_t next_u64(void) {
+  uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* Uniform in [-1, 1], never 0. */
+static float rand_float(void) {
+  float f;
+  do {
+    f = (float)((int64_t)(next_u64() >> 40) - (1 << 23)) / (float)(1 << 23);
+  } while (f == 0.0f);
+  return f;
+}
+
+static void *checked_malloc(uint64_t bytes) {
+  void *p = malloc(bytes);
+  assert_non_null(p);
+  return p;
+}
+
+static float *random_floats(uint64_t n) {
+  float *p = checked_malloc(n * sizeof *p);
+  for (uint64_t i = 0; i < n; i++) {
+    p[i] = rand_float();
+  }
+  return p;
+}
+
+static uint32_t *random_words(uint64_t n) {
+  uint32_t *p = checked_malloc(n * sizeof *p);
+  for (uint64_t i = 0; i < n; i++) {
+    p[i] = (uint32_t)next_u64();
+  }
+  return p;
+}
+
+/* Halves of sign `negative` with a random mantissa in [2^e, 2^(e + 1)):
+ * exact bit patterns, no float conversion needed. */
+static uint16_t *random_halves(uint64_t n, fdy_dtype dtype, bool negative,
+                               int e) {
+  uint16_t *p = checked_malloc(n * sizeof *p);
+  uint16_t sign = negative ? 0x8000u : 0;
+  for (uint64_t i = 0; i < n; i++) {
+    uint64_t r = next_u64();
+    p[i] = dtype == FDY_DTYPE_BF16
+               ? (uint16_t)(sign | (uint16_t)(e + 127) << 7 | (r & 0x7fu))
+               : (uint16_t)(sign | (uint16_t)(e + 15) << 10 | (r & 0x3ffu));
+  }
+  return p;
+}
+
+/* A quiet NaN with a payload, unlike the NaN either backend writes. */
+static const uint32_t poison_bits = 0x7fc5a5a5u;
+
+static void *poisoned(uint64_t words) {
+  uint32_t *p = checked_malloc(words * sizeof *p);
+  for (uint64_t i = 0; i < words; i++) {
+    p[i] = poison_bits;
+  }
+  return p;
+}
+
+static bool is_poison(const void *p, uint64_t words) {
+  const uint32_t *w = p;
+  for (uint64_t i = 0; i < words; i++) {
+    if (w[i] != poison_bits) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* Every value NaN and none the poison (written as NaN). */
+static bool written_nan(const float *p, uint64_t n) {
+  for (uint64_t i = 0; i < n; i++) {
+    if (!isnan(p[i]) || is_poison(&p[i], 1)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+static int32_t *make_step(int32_t count, int32_t position, uint32_t ids) {
+  int32_t *step = calloc(FDY_STEP_IDS + ids, sizeof *step);
+  assert_non_null(step);
+  step[FDY_STEP_COUNT] = count;
+  step[FDY_STEP_POSITION] = position;
+  return step;
+}
+
+static uint32_t active_rows(int32_t count, uint32_t rows) {
+  return count <= 0 ? 0 : (uint32_t)count < rows ? (uint32_t)count : rows;
+}
+
+/* ---- running an op on both backends ----------------------------------------
+ */
+
+static fdy_tensor_view view(fdy_dtype dtype, fdy_shape shape) {
+  fdy_tensor_view v = {.dtype = dtype, .shape = shape};
+  return v;
+}
+
+static uint64_t view_bytes(const fdy_tensor_view *v) {
+  uint64_t bytes = 0;
+  assert_int_equal(fdy_tensor_bytes(v->dtype, v->shape, &bytes, NULL), FDY_OK);
+  return bytes;
+}
+
+static fdy_tensor_view *operand(fdy_op *op, uint32_t i) {
+  return i < op->input_count ? &op->inputs[i]
+                             : &op->outputs[i - op->input_count];
+}
+
+/* Runs op on side x with every operand copied from data[i] into one buffer
+ * at 256-byte aligned offsets (the workspace after them), and copies every
+ * operand back into data[i] (caches updated in place come back too). */
+static void run_on(side *x, const fdy_op *op_in, void **data) {
+  fdy_backend *b = x->b;
+  fdy_op op = *op_in;
+  uint32_t n = op.input_count + op.output_count;
+  uint64_t offsets[FDY_OP_MAX_INPUTS + FDY_OP_MAX_OUTPUTS];
+  uint64_t at = 256;
+  for (uint32_t i = 0; i < n; i++) {
+    offsets[i] = at;
+    at += (view_bytes(operand(&op, i)) + 255) / 256 * 256;
+  }
+  if (!b->ops->supports_op(b, &op)) {
+    print_error("%s does not support the %s op\n", x->name,
+                fdy_op_kind_name(op.kind));
+    fail();
+  }
+  uint64_t need = b->ops->workspace_bytes ? b->ops->workspace_bytes(b, &op) : 0;
+  fdy_error err;
+  fdy_backend_buffer *buf = NULL;
+  assert_int_equal(b->ops->buffer_alloc(b, at + need, &buf, &err), FDY_OK);
+  for (uint32_t i = 0; i < n; i++) {
+    operand(&op, i)->buffer = buf;
+    operand(&op, i)->offset = offsets[i];
+    assert_int_equal(b->ops->copy_to_device(b, x->s, buf, offsets[i], data[i],
+                                            view_bytes(operand(&op, i)), &err),
+                     FDY_OK);
+  }
+  if (need > 0) {
+    op.workspace = (fdy_tensor_view){buf, at, FDY_DTYPE_U8, FDY_SHAPE(need)};
+  }
+  fdy_status st = b->ops->launch(b, x->s, &op, &err);
+  if (st != FDY_OK) {
+    print_error("%s launch: %s\n", x->name, err.message);
+  }
+  assert_int_equal(st, FDY_OK);
+  for (uint32_t i = 0; i < n; i++) {
+    assert_int_equal(b->ops->copy_to_host(b, x->s, data[i], buf, offsets[i],
+                                          view_bytes(operand(&op, i)), &err),
+                     FDY_OK);
+  }
+  b->ops->buffer_release(b, buf); /* the queued work keeps it alive */
+  assert_int_equal(b->ops->event_record(b, x->s, x->done, &err), FDY_OK);
+  st = b->ops->host_wait(b, x->done, &err);
+  if (st != FDY_OK) {
+    print_error("%s: %s\n", x->name, err.message);
+  }
+  assert_int_equal(st, FDY_OK);
+}
+
+/* The operands of one op after a run on each backend. */
+typedef struct results {
+  uint32_t n;
+  void *cpu[FDY_OP_MAX_INPUTS + FDY_OP_MAX_OUTPUTS];
+  void *gpu[FDY_OP_MAX_INPUTS + FDY_OP_MAX_OUTPUTS];
+} results;
+
+static results run_both(const fdy_op *op_in, void **data) {
+  fdy_op op = *op_in;
+  results r = {.n = op.input_count + op.output_count};
+  assert_int_equal(fdy_op_check(&op, NULL), FDY_OK);
+  for (uint32_t i = 0; i < r.n; i++) {
+    uint64_t bytes = view_bytes(operand(&op, i));
+    r.cpu[i] = checked_malloc(bytes);
+    r.gpu[i] = checked_malloc(bytes);
+    memcpy(r.cpu[i], data[i], bytes);
+    memcpy(r.gpu[i], data[i], bytes);
+  }
+  run_on(&cpu, &op, r.cpu);
+  run_on(&gpu, &op, r.gpu);
+  return r;
+}
+
+static void free_results(results *r) {
+  for (uint32_t i = 0; i < r->n; i++) {
+    free(r->cpu[i]);
+    free(r->gpu[i]);
+  }
+}
+
+/* ---- comparisons ------------------------------------------------------------
+ */
+
+/* ||gpu - cpu|| / ||cpu|| over n values, printed; fails above bound (or on
+ * any NaN where the CPU has a number). */
+static void expect_close(const char *what, const float *ref, const float *got,
+                         uint64_t n, double bound) {
+  double diff = 0.0, norm = 0.0, largest = 0.0;
+  for (uint64_t i = 0; i < n; i++) {
+    double d = (double)got[i] - (double)ref[i];
+    diff += d * d;
+    norm += (double)ref[i] * ref[i];
+    if (!(fabs(d) <= largest)) {
+      largest = fabs(d);
+    }
+  }
+  double e = sqrt(diff / norm);
+  print_message("  %-58s rel %.3e max|d| %.3e (bound %.0e)\n", what, e, largest,
+                bound);
+  assert_true(norm > 0.0);
+  if (!(e <= bound)) {
+    print_error("%s: relative error %.3g above %.3g\n", what, e, bound);
+    fail();
+  }
+}
+
+/* Bitwise equal; prints the number of differing 32-bit words. */
+static void expect_same(const char *what, const void *ref, const void *got,
+                        uint64_t bytes) {
+  const unsigned char *a = ref, *b = got;
+  uint64_t differ = 0;
+  for (uint64_t i = 0; i < bytes; i += 4) {
+    differ += memcmp(a + i, b + i, bytes - i < 4 ? bytes - i : 4) != 0;
+  }
+  print_message("  %-58s %llu of %llu words differ (bound 0)\n", what,
+                (unsigned long long)differ, (unsigned long long)(bytes / 4));
+  assert_int_equal(differ, 0);
+}
+
+/* GPU rows [active, rows) of width n still poisoned (printed when there
+ * are any). */
+static void expect_untouched(const char *what, const float *got,
+                             uint32_t active, uint32_t rows, uint64_t n) {
+  if (active == rows) {
+    return;
+  }
+  bool kept =
+      is_poison(got + (uint64_t)active * n, (uint64_t)(rows - active) * n);
+  print_message("  %-58s rows %u..%u %s\n", what, active, rows - 1,
+                kept ? "untouched" : "WRITTEN");
+  assert_true(kept);
+}
+
+/* ---- the shapes
+ * ---------------------------------------------------------------
+ */
+
+typedef struct model_shape {
+  const char *name;
+  uint32_t hidden, heads, kv_heads, head_dim, ffn, vocab, group;
+  fdy_dtype dtype;  /* scales, biases and norm weights */
+  bool llama3;      /* rope scaling */
+  uint32_t context; /* KV cache positions of the attention cases */
+  int32_t prefill_position, decode_position;
+} model_shape;
+
+static const model_shape fixture_shapes[] = {
+    {"llama3-micro", 256, 8, 2, 32, 512, 1024, 64, FDY_DTYPE_F16, true, 512, 37,
+     300},
+    {"llama3-tiny", 768, 6, 2, 128, 2048, 2048, 64, FDY_DTYPE_F16, true, 1024,
+     100, 777},
+    {"llama3-micro-untied-g32", 256, 8, 2, 32, 128, 512, 32, FDY_DTYPE_BF16,
+     false, 512, 5, 400},
+    {"llama3-micro-mha-g128", 256, 8, 8, 32, 128, 512, 128, FDY_DTYPE_F16, true,
+     512, 64, 511},
+};
+
+static const model_shape llama32_3b = {
+    "llama-3.2-3b", 3072, 24,   8,   128, 8192, 128256, 64,
+    FDY_DTYPE_F16,  true, 4096, 200, 3000};
+
+/* A 4-bit matrix of `out` rows of `in` features (MLX layout). */
+typedef struct q4_matrix {
+  uint32_t out, in, group;
+  fdy_dtype dtype;
+  uint32_t *words;
+  uint16_t *scales, *biases;
+} q4_matrix;
+
+/* Scales in [2^-7, 2^-6), biases in (-2^-3, -2^-4]: w = s q + b spans
+ * about [-0.12, 0.17], centred near 0 like MLX's. */
+static q4_matrix q4_random(uint32_t out, uint32_t in, uint32_t group,
+                           fdy_dtype dtype) {
+  uint64_t groups = (uint64_t)out * (in / group);
+  q4_matrix m = {out,
+                 in,
+                 group,
+                 dtype,
+                 random_words((uint64_t)out * in / 8),
+                 random_halves(groups, dtype, false, -7),
+                 random_halves(groups, dtype, true, -4)};
+  return m;
+}
+
+static void q4_free(q4_matrix *m) {
+  free(m->words);
+  free(m->scales);
+  free(m->biases);
+}
+
+/* ---- embed ------------------------------------------------------------------
+ */
+
+static void embed_case(const char *label, const q4_matrix *table, uint32_t rows,
+                       int32_t count) {
+  uint32_t vocab = table->out, hidden = table->in;
+  int32_t *step = make_step(count, 0, rows);
+  for (uint32_t t = 0; t < rows; t++) {
+    step[FDY_STEP_IDS + t] = (int32_t)(next_u64() % vocab);
+  }
+  step[FDY_STEP_IDS] = (int32_t)vocab - 1;
+  uint32_t active = active_rows(count, rows);
+  if (active >= 3) { /* rows 1 and 2: ids outside the table */
+    step[FDY_STEP_IDS + 1] = -1;
+    step[FDY_STEP_IDS + 2] = (int32_t)vocab;
+  }
+  float *out = poisoned((uint64_t)rows * hidden);
+  fdy_op op = {.kind = FDY_OP_EMBED_Q4, .input_count = 4, .output_count = 1};
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(FDY_STEP_IDS + rows));
+  op.inputs[1] = view(FDY_DTYPE_U32, FDY_SHAPE(vocab, hidden / 8));
+  op.inputs[2] = view(table->dtype, FDY_SHAPE(vocab, hidden / table->group));
+  op.inputs[3] = op.inputs[2];
+  op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, hidden));
+  void *data[] = {step, table->words, table->scales, table->biases, out};
+  results r = run_both(&op, data);
+  const float *c = r.cpu[4], *g = r.gpu[4];
+  char what[160];
+  snprintf(what, sizeof what, "embed %s [%u x %u] g%u %s, %u rows, count %d",
+           label, vocab, hidden, table->group, fdy_dtype_name(table->dtype),
+           rows, count);
+  if (active >= 3) {
+    /* NaN bits differ between the backends: compare the other rows */
+    print_message("  %-58s rows 1..2 (ids -1, %u) NaN on both\n", what, vocab);
+    assert_true(written_nan(g + hidden, 2 * (uint64_t)hidden));
+    assert_true(written_nan(c + hidden, 2 * (uint64_t)hidden));
+    memcpy((float *)r.gpu[4] + hidden, c + hidden, sizeof(float) * 2 * hidden);
+  }
+  if (active > 0) {
+    expect_same(what, c, g, sizeof(float) * active * hidden);
+  }
+  expect_untouched(what, g, active, rows, hidden);
+  free_results(&r);
+  free(step);
+  free(out);
+}
+
+/* ---- rmsnorm ----------------------------------------------------------------
+ */
+
+static void rmsnorm_case(const char *label, uint32_t rows, int32_t count,
+                         uint32_t n, fdy_dtype dtype) {
+  int32_t *step = make_step(count, 3, 0);
+  float *x = random_floats((uint64_t)rows * n);
+  uint16_t *weight = random_halves(n, dtype, false, -1);
+  float *out = poisoned((uint64_t)rows * n);
+  fdy_op op = {.kind = FDY_OP_RMSNORM, .input_count = 3, .output_count = 1};
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, n));
+  op.inputs[2] = view(dtype, FDY_SHAPE(n));
+  op.outputs[0] = op.inputs[1];
+  op.params.rmsnorm.eps = 1e-5;
+  void *data[] = {step, x, weight, out};
+  results r = run_both(&op, data);
+  uint32_t active = active_rows(count, rows);
+  char what[160];
+  snprintf(what, sizeof what, "rmsnorm %s [%u x %u] %s, count %d", label, rows,
+           n, fdy_dtype_name(dtype), count);
+  if (active > 0) {
+    expect_close(what, r.cpu[3], r.gpu[3], (uint64_t)active * n,
+                 REDUCTION_BOUND);
+  }
+  expect_untouched(what, r.gpu[3], active, rows, n);
+  free_results(&r);
+  free(step);
+  free(x);
+  free(weight);
+  free(out);
+}
+
+/* ---- matmul -----------------------------------------------------------------
+ */
+
+static void matmul_case(const char *label, const q4_matrix *w, uint32_t rows,
+                        int32_t count) {
+  int32_t *step = make_step(count, 0, 0);
+  float *x = random_floats((uint64_t)rows * w->in);
+  float *y = poisoned((uint64_t)rows * w->out);
+  fdy_op op = {.kind = FDY_OP_MATMUL_Q4, .input_count = 5, .output_count = 1};
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, w->in));
+  op.inputs[2] = view(FDY_DTYPE_U32, FDY_SHAPE(w->out, w->in / 8));
+  op.inputs[3] = view(w->dtype, FDY_SHAPE(w->out, w->in / w->group));
+  op.inputs[4] = op.inputs[3];
+  op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, w->out));
+  void *data[] = {step, x, w->words, w->scales, w->biases, y};
+  results r = run_both(&op, data);
+  uint32_t active = active_rows(count, rows);
+  char what[160];
+  snprintf(what, sizeof what, "matmul_q4 %s [%u x %u] x [%u x %u]^T g%u %s, %d",
+           label, rows, w->in, w->out, w->in, w->group,
+           fdy_dtype_name(w->dtype), count);
+  if (active > 0) {
+    expect_close(what, r.cpu[5], r.gpu[5], (uint64_t)active * w->out,
+                 REDUCTION_BOUND);
+  }
+  expect_untouched(what, r.gpu[5], active, rows, w->out);
+  free_results(&r);
+  free(step);
+  free(x);
+  free(y);
+}
+
+/* ---- rope -------------------------------------------------------------------
+ */
+
+static void rope_case(const char *label, uint32_t rows, int32_t count,
+                      int32_t position, uint32_t heads, uint32_t head_dim,
+                      bool llama3) {
+  uint32_t width = heads * head_dim;
+  int32_t *step = make_step(count, position, 0);
+  float *x = random_floats((uint64_t)rows * width);
+  float *out = poisoned((uint64_t)rows * width);
+  fdy_op op = {.kind = FDY_OP_ROPE, .input_count = 2, .output_count = 1};
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, width));
+  op.outputs[0] = op.inputs[1];
+  op.params.rope.head_dim = head_dim;
+  op.params.rope.theta = 500000.0;
+  op.params.rope.llama3 = llama3;
+  op.params.rope.factor = 32.0;
+  op.params.rope.low_freq_factor = 1.0;
+  op.params.rope.high_freq_factor = 4.0;
+  op.params.rope.original_max_position = 8192;
+  void *data[] = {step, x, out};
+  results r = run_both(&op, data);
+  uint32_t active = active_rows(count, rows);
+  char what[160];
+  snprintf(what, sizeof what, "rope %s [%u x %u] d%u %s at %d, count %d", label,
+           rows, width, head_dim, llama3 ? "llama3" : "plain", position, count);
+  if (active > 0) {
+    expect_close(what, r.cpu[2], r.gpu[2], (uint64_t)active * width,
+                 ELEMENT_BOUND);
+  }
+  expect_untouched(what, r.gpu[2], active, rows, width);
+  free_results(&r);
+  free(step);
+  free(x);
+  free(out);
+}
+
+/* ---- attention --------------------------------------------------------------
+ */
+
+typedef struct attention_case {
+  uint32_t heads, kv_heads, d, context, rows;
+  int32_t count, position;
+  fdy_dtype cache;
+} attention_case;
+
+static void run_attention_case(const char *label, const attention_case *c) {
+  uint32_t q_dim = c->heads * c->d, kv_dim = c->kv_heads * c->d;
+  uint64_t esize = c->cache == FDY_DTYPE_F16 ? 2 : 4;
+  uint64_t cache_words = (uint64_t)c->context * kv_dim * esize / 4;
+  int32_t *step = make_step(c->count, c->position, 0);
+  float *q = random_floats((uint64_t)c->rows * q_dim);
+  float *k = random_floats((uint64_t)c->rows * kv_dim);
+  float *v = random_floats((uint64_t)c->rows * kv_dim);
+  void *kc = poisoned(cache_words), *vc = poisoned(cache_words);
+  /* positions before the step's hold earlier tokens (F16: halves in
+   * [-1, 1) built from bits) */
+  uint64_t before = c->position > 0 ? (uint64_t)c->position * kv_dim : 0;
+  if (before > (uint64_t)c->context * kv_dim) {
+    before = (uint64_t)c->context * kv_dim;
+  }
+  for (uint64_t i = 0; i < before; i++) {
+    if (c->cache == FDY_DTYPE_F16) {
+      uint64_t r = next_u64();
+      uint16_t h = (uint16_t)((r & 0x8000u) | (uint16_t)(10 + r % 5) << 10 |
+                              ((r >> 16) & 0x3ffu));
+      ((uint16_t *)kc)[i] = h;
+      ((uint16_t *)vc)[i] = (uint16_t)(h ^ ((r >> 32) & 0x83ffu));
+    } else {
+      ((float *)kc)[i] = rand_float();
+      ((float *)vc)[i] = rand_float();
+    }
+  }
+  float *out = poisoned((uint64_t)c->rows * q_dim);
+  fdy_op op = {.kind = FDY_OP_ATTENTION, .input_count = 6, .output_count = 1};
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(c->rows, q_dim));
+  op.inputs[2] = view(FDY_DTYPE_F32, FDY_SHAPE(c->rows, kv_dim));
+  op.inputs[3] = op.inputs[2];
+  op.inputs[4] = view(c->cache, FDY_SHAPE(c->context, kv_dim));
+  op.inputs[5] = op.inputs[4];
+  op.outputs[0] = op.inputs[1];
+  op.params.attention.heads = c->heads;
+  op.params.attention.kv_heads = c->kv_heads;
+  op.params.attention.head_dim = c->d;
+  void *data[] = {step, q, k, v, kc, vc, out};
+  results r = run_both(&op, data);
+
+  uint32_t active = active_rows(c->count, c->rows);
+  uint32_t valid = 0; /* rows whose position lies in the cache */
+  while (valid < active && (int64_t)c->position + valid < (int64_t)c->context) {
+    valid++;
+  }
+  char what[200];
+  snprintf(what, sizeof what,
+           "attention %s %u/%u heads d%u, %s cache of %u, [%u rows] at %d, "
+           "count %d",
+           label, c->heads, c->kv_heads, c->d, fdy_dtype_name(c->cache),
+           c->context, c->rows, c->position, c->count);
+  if (valid > 0) {
+    expect_close(what, r.cpu[6], r.gpu[6], (uint64_t)valid * q_dim,
+                 REDUCTION_BOUND);
+  }
+  const float *g = r.gpu[6];
+  assert_true(written_nan(g + (uint64_t)valid * q_dim,
+                          (uint64_t)(active - valid) * q_dim));
+  expect_untouched(what, g, active, c->rows, q_dim);
+  snprintf(what, sizeof what, "  k cache after the append (%s)",
+           fdy_dtype_name(c->cache));
+  expect_same(what, r.cpu[4], r.gpu[4], cache_words * 4);
+  snprintf(what, sizeof what, "  v cache after the append (%s)",
+           fdy_dtype_name(c->cache));
+  expect_same(what, r.cpu[5], r.gpu[5], cache_words * 4);
+  free_results(&r);
+  free(step);
+  free(q);
+  free(k);
+  free(v);
+  free(kc);
+  free(vc);
+  free(out);
+}
+
+/* ---- swiglu, add, last_row, argmax ------------------------------------------
+ */
+
+static void binary_case(fdy_op_kind kind, const char *label, uint32_t rows,
+                        int32_t count, uint32_t n) {
+  int32_t *step = make_step(count, 0, 0);
+  float *a = random_floats((uint64_t)rows * n);
+  float *b = random_floats((uint64_t)rows * n);
+  for (uint64_t i = 0; i < (uint64_t)rows * n; i++) {
+    a[i] *= 8.0f; /* gate values over the whole range of silu */
+  }
+  float *out = poisoned((uint64_t)rows * n);
+  fdy_op op = {.kind = kind, .input_count = 3, .output_count = 1};
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, n));
+  op.inputs[2] = op.inputs[1];
+  op.outputs[0] = op.inputs[1];
+  void *data[] = {step, a, b, out};
+  results r = run_both(&op, data);
+  uint32_t active = active_rows(count, rows);
+  char what[160];
+  snprintf(what, sizeof what, "%s %s [%u x %u], count %d",
+           fdy_op_kind_name(kind), label, rows, n, count);
+  if (active > 0) {
+    expect_close(what, r.cpu[3], r.gpu[3], (uint64_t)active * n, ELEMENT_BOUND);
+  }
+  if (kind == FDY_OP_ADD && active > 0) {
+    expect_same(what, r.cpu[3], r.gpu[3], sizeof(float) * active * n);
+  }
+  expect_untouched(what, r.gpu[3], active, rows, n);
+  free_results(&r);
+  free(step);
+  free(a);
+  free(b);
+  free(out);
+}
+
+static void last_row_case(const char *label, uint32_t rows, int32_t count,
+                          uint32_t n) {
+  int32_t *step = make_step(count, 7, 0);
+  float *x = random_floats((uint64_t)rows * n);
+  float *out = poisoned(n);
+  fdy_op op = {.kind = FDY_OP_LAST_ROW, .input_count = 2, .output_count = 1};
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, n));
+  op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(1, n));
+  void *data[] = {step, x, out};
+  results r = run_both(&op, data);
+  char what[160];
+  snprintf(what, sizeof what, "last_row %s [%u x %u], count %d", label, rows, n,
+           count);
+  uint32_t active = active_rows(count, rows);
+  expect_same(what, r.cpu[2], r.gpu[2], sizeof(float) * n);
+  if (active == 0) {
+    assert_true(is_poison(r.gpu[2], n));
+  } else {
+    assert_memory_equal(r.gpu[2], x + (uint64_t)(active - 1) * n,
+                        sizeof(float) * n);
+  }
+  free_results(&r);
+  free(step);
+  free(x);
+  free(out);
+}
+
+/* Row 0 random; row 1 ties across the row (lowest index wins); row 2 NaN
+ * first and ties; row 3 all equal; row 4 all NaN; row 5 +0 and -0 ties
+ * below NaNs and -inf; further rows random. */
+static void argmax_case(const char *label, uint32_t rows, uint32_t n) {
+  float *x = random_floats((uint64_t)rows * n);
+  if (rows >= 6) {
+    x[n + n / 2] = 2.0f;
+    x[n + n / 7] = 2.0f;
+    x[n + n - 1] = 2.0f;
+    x[2 * n + 0] = NAN;
+    x[2 * n + n - 2] = 3.0f;
+    x[2 * n + 9] = 3.0f;
+    for (uint32_t i = 0; i < n; i++) {
+      x[3 * n + i] = 0.5f;
+      x[4 * n + i] = NAN;
+      x[5 * n + i] = i % 3 == 0 ? NAN : -INFINITY;
+    }
+    x[5 * n + n / 3 + 1] = -0.0f;
+    x[5 * n + n - 1] = 0.0f;
+  }
+  int32_t *out = poisoned(rows);
+  fdy_op op = {.kind = FDY_OP_ARGMAX, .input_count = 1, .output_count = 1};
+  op.inputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, n));
+  op.outputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(rows));
+  void *data[] = {x, out};
+  results r = run_both(&op, data);
+  char what[160];
+  snprintf(what, sizeof what, "argmax %s [%u x %u]", label, rows, n);
+  expect_same(what, r.cpu[1], r.gpu[1], sizeof(int32_t) * rows);
+  if (rows >= 6) {
+    const int32_t *g = r.gpu[1];
+    assert_int_equal(g[1], n / 7);
+    assert_int_equal(g[2], 9);
+    assert_int_equal(g[3], 0);
+    assert_int_equal(g[4], 0);
+    assert_int_equal(g[5], n / 3 + 1);
+  }
+  free_results(&r);
+  free(x);
+  free(out);
+}
+
+/* ---- every op on one model's shapes
+ * -------------------------------------------
+ */
+
+/* Prefill (64 rows, 50 active, and all 64) and decode (1 row) of every op
+ * of a decoder layer and the head; matmuls with group `group` and `dtype`
+ * (the model's unless overridden). */
+static void model_ops(const model_shape *m, bool lm_head_prefill) {
+  const uint32_t prefill = 64;
+  const int32_t partial = 50;
+  print_message("%s: hidden %u, heads %u/%u, head_dim %u, ffn %u, vocab %u, "
+                "g%u %s\n",
+                m->name, m->hidden, m->heads, m->kv_heads, m->head_dim, m->ffn,
+                m->vocab, m->group, fdy_dtype_name(m->dtype));
+  uint32_t q_dim = m->heads * m->head_dim, kv_dim = m->kv_heads * m->head_dim;
+
+  q4_matrix embed = q4_random(m->vocab, m->hidden, m->group, m->dtype);
+  embed_case(m->name, &embed, prefill, partial);
+  embed_case(m->name, &embed, 1, 1);
+  rmsnorm_case(m->name, prefill, partial, m->hidden, m->dtype);
+  rmsnorm_case(m->name, 1, 1, m->hidden, m->dtype);
+
+  const struct {
+    const char *name;
+    uint32_t out, in;
+  } projections[] = {
+      {"q", q_dim, m->hidden},     {"k/v", kv_dim, m->hidden},
+      {"o", m->hidden, q_dim},     {"gate/up", m->ffn, m->hidden},
+      {"down", m->hidden, m->ffn},
+  };
+  for (size_t i = 0; i < sizeof projections / sizeof projections[0]; i++) {
+    q4_matrix w =
+        q4_random(projections[i].out, projections[i].in, m->group, m->dtype);
+    char label[96];
+    snprintf(label, sizeof label, "%s %s", m->name, projections[i].name);
+    matmul_case(label, &w, prefill, partial);
+    matmul_case(label, &w, 1, 1);
+    q4_free(&w);
+  }
+  char head[96];
+  snprintf(head, sizeof head, "%s lm_head (the tied embedding)", m->name);
+  matmul_case(head, &embed, 1, 1);
+  if (lm_head_prefill) {
+    matmul_case(head, &embed, prefill, prefill);
+  }
+  q4_free(&embed);
+
+  rope_case(m->name, prefill, partial, m->prefill_position, m->heads,
+            m->head_dim, m->llama3);
+  rope_case(m->name, prefill, partial, m->prefill_position, m->kv_heads,
+            m->head_dim, m->llama3);
+  rope_case(m->name, 1, 1, m->decode_position, m->heads, m->head_dim,
+            m->llama3);
+
+  const fdy_dtype caches[] = {FDY_DTYPE_F32, FDY_DTYPE_F16};
+  for (int i = 0; i < 2; i++) {
+    attention_case prefill_case = {
+        m->heads, m->kv_heads, m->head_dim,         m->context,
+        prefill,  partial,     m->prefill_position, caches[i]};
+    attention_case decode_case = {m->heads,           m->kv_heads, m->head_dim,
+                                  m->context,         1,           1,
+                                  m->decode_position, caches[i]};
+    run_attention_case(m->name, &prefill_case);
+    run_attention_case(m->name, &decode_case);
+  }
+
+  binary_case(FDY_OP_SWIGLU, m->name, prefill, partial, m->ffn);
+  binary_case(FDY_OP_SWIGLU, m->name, 1, 1, m->ffn);
+  binary_case(FDY_OP_ADD, m->name, prefill, partial, m->hidden);
+  binary_case(FDY_OP_ADD, m->name, 1, 1, m->hidden);
+  last_row_case(m->name, prefill, partial, m->hidden);
+  last_row_case(m->name, prefill, partial, m->vocab);
+  argmax_case(m->name, 1, m->vocab);
+  argmax_case(m->name, 6, m->vocab);
+}
+
+static void test_fixture_shapes(void **state) {
+  (void)state;
+  for (size_t i = 0; i < sizeof fixture_shapes / sizeof fixture_shapes[0];
+       i++) {
+    model_ops(&fixture_shapes[i], true);
+  }
+}
+
+/* llama-3.2-3b: every op as above (the LM head as a GEMV only), then the
+ * projections again with group 32 BF16 scales. */
+static void test_llama32_3b_shapes(void **state) {
+  (void)state;
+  if (small_shapes()) {
+    skip();
+  }
+  model_ops(&llama32_3b, false);
+  const model_shape *m = &llama32_3b;
+  q4_matrix q =
+      q4_random(m->heads * m->head_dim, m->hidden, 32, FDY_DTYPE_BF16);
+  matmul_case("llama-3.2-3b q", &q, 64, 64);
+  matmul_case("llama-3.2-3b q", &q, 1, 1);
+  q4_free(&q);
+  q4_matrix down = q4_random(m->hidden, m->ffn, 32, FDY_DTYPE_BF16);
+  matmul_case("llama-3.2-3b down", &down, 64, 64);
+  matmul_case("llama-3.2-3b down", &down, 1, 1);
+  q4_free(&down);
+  q4_matrix head = q4_random(m->vocab, m->hidden, 32, FDY_DTYPE_BF16);
+  matmul_case("llama-3.2-3b lm_head", &head, 1, 1);
+  embed_case("llama-3.2-3b", &head, 8, 8);
+  q4_free(&head);
+}
+
+/* Shapes off the models' grid: counts of 0, below 0 and above the rows,
+ * widths that are not multiples of 4, outputs not a multiple of 64, inputs
+ * not a multiple of 64 (group 32), a single-row GEMV with a count of 0,
+ * attention over a cache whose end cuts the step, odd head_dim. */
+static void test_odd_shapes(void **state) {
+  (void)state;
+  q4_matrix w96 = q4_random(300, 96, 32, FDY_DTYPE_BF16);
+  matmul_case("in 96 out 300", &w96, 7, 6);
+  matmul_case("in 96 out 300", &w96, 7, 100);
+  matmul_case("in 96 out 300", &w96, 1, 1);
+  matmul_case("in 96 out 300", &w96, 7, 0);
+  matmul_case("in 96 out 300", &w96, 1, 0);
+  q4_free(&w96);
+  q4_matrix w160 = q4_random(77, 160, 32, FDY_DTYPE_F16);
+  matmul_case("in 160 out 77", &w160, 65, 65);
+  matmul_case("in 160 out 77", &w160, 130, 129);
+  matmul_case("in 160 out 77", &w160, 1, 1);
+  q4_free(&w160);
+  q4_matrix w512 = q4_random(130, 512, 128, FDY_DTYPE_F16);
+  matmul_case("in 512 out 130 g128", &w512, 3, 2);
+  matmul_case("in 512 out 130 g128", &w512, 1, 1);
+  q4_free(&w512);
+
+  q4_matrix table = q4_random(50, 96, 32, FDY_DTYPE_F16);
+  embed_case("vocab 50", &table, 6, 4);
+  embed_case("vocab 50", &table, 6, -1);
+  q4_free(&table);
+
+  rmsnorm_case("odd", 7, 5, 321, FDY_DTYPE_BF16);
+  rmsnorm_case("odd", 7, 100, 320, FDY_DTYPE_F16);
+  rmsnorm_case("odd", 7, 0, 320, FDY_DTYPE_F16);
+  rope_case("odd", 5, 4, 0, 3, 36, false);
+  rope_case("odd", 5, 9, 37, 2, 64, true);
+  binary_case(FDY_OP_SWIGLU, "odd", 6, 5, 4999);
+  binary_case(FDY_OP_ADD, "odd", 6, 5, 4999);
+  binary_case(FDY_OP_ADD, "odd", 6, -2, 5000);
+  last_row_case("odd", 6, 4, 20001);
+  last_row_case("odd", 6, 9, 20000);
+  last_row_case("odd", 6, 0, 20000);
+  argmax_case("odd", 6, 40001);
+  argmax_case("odd", 3, 7);
+
+  const attention_case cases[] = {
+      /* MHA, an odd head_dim, prefill from 0 */
+      {4, 4, 36, 32, 7, 7, 0, FDY_DTYPE_F32},
+      {4, 4, 36, 32, 7, 7, 0, FDY_DTYPE_F16},
+      /* the last two rows fall outside the cache */
+      {4, 2, 32, 16, 5, 4, 14, FDY_DTYPE_F32},
+      {4, 2, 32, 16, 5, 4, 14, FDY_DTYPE_F16},
+      /* head_dim above the block's threads */
+      {2, 1, 256, 40, 3, 3, 30, FDY_DTYPE_F32},
+      /* a count of 0 */
+      {8, 2, 64, 64, 6, 0, 9, FDY_DTYPE_F32},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    run_attention_case("odd", &cases[i]);
+  }
+}
+
+/* ---- end to end
+ * ----------------------------------------------------------------
+ */
+
+static const char *const fixtures[] = {"llama3-micro", "llama3-tiny",
+                                       "llama3-micro-untied-g32",
+                                       "llama3-micro-mha-g128"};
+
+static void fixture_path(char *buf, size_t cap, const char *fixture,
+                         const char *leaf) {
+  const char *dir = getenv("FOUNDRY_TEST_DATA");
+  snprintf(buf, cap, "%s/%s/%s", dir ? dir : "tests/data", fixture, leaf);
+}
+
+static fdy_llama_model *open_fixture(const char *fixture) {
+  char dir[512];
+  fixture_path(dir, sizeof dir, fixture, "model");
+  fdy_llama_model *model = NULL;
+  fdy_error err;
+  fdy_status st = fdy_llama_open(dir, &model, &err);
+  if (st != FDY_OK) {
+    print_error("open %s: %s\n", dir, err.message);
+  }
+  assert_int_equal(st, FDY_OK);
+  return model;
+}
+
+static fdy_llama_session *make_session(const fdy_llama_model *model,
+                                       const fdy_llama_session_options *o) {
+  fdy_llama_session *session = NULL;
+  fdy_error err;
+  fdy_status st = fdy_llama_session_create(model, o, &session, &err);
+  if (st != FDY_OK) {
+    print_error("session: %s\n", err.message);
+  }
+  assert_int_equal(st, FDY_OK);
+  return session;
+}
+
+static void test_verify_fixtures(void **state) {
+  (void)state;
+  const fdy_dtype kv[] = {FDY_DTYPE_F32, FDY_DTYPE_F16};
+  const double bound[] = {VERIFY_BOUND, F16_KV_BOUND};
+  for (size_t f = 0; f < sizeof fixtures / sizeof fixtures[0]; f++) {
+    fdy_llama_model *model = open_fixture(fixtures[f]);
+    char path[512];
+    fixture_path(path, sizeof path, fixtures[f], "expected.safetensors");
+    for (int k = 0; k < 2; k++) {
+      fdy_llama_session_options o = {
+          .backend = gpu.b, .kv_dtype = kv[k], .all_logits = true};
+      fdy_llama_session *session = make_session(model, &o);
+      fdy_llama_verify_result res;
+      fdy_error err;
+      fdy_status st = fdy_llama_verify(session, path, bound[k], &res, &err);
+      if (st != FDY_OK) {
+        print_error("verify %s: %s\n", fixtures[f], err.message);
+      }
+      assert_int_equal(st, FDY_OK);
+      print_message("  verify %-26s cuda, %s KV: logits %.3e greedy %.3e "
+                    "agreement %u/%u (bound %.0e)\n",
+                    fixtures[f], fdy_dtype_name(kv[k]),
+                    res.logits_relative_error, res.greedy_relative_error,
+                    res.greedy_matches, res.greedy_tokens, bound[k]);
+      assert_true(res.prompt_tokens > 0 && res.greedy_tokens > 0);
+      assert_true(res.logits_relative_error <= bound[k]);
+      assert_true(res.greedy_relative_error <= bound[k]);
+      assert_int_equal(res.greedy_matches, res.greedy_tokens);
+      assert_true(res.passed);
+      fdy_llama_session_destroy(session);
+    }
+    fdy_llama_close(model);
+  }
+}
+
+/* The largest and second largest logits of a row. */
+static double top2_margin(const float *row, uint32_t n, int32_t *best) {
+  uint32_t a = 0;
+  for (uint32_t i = 1; i < n; i++) {
+    a = row[i] > row[a] ? i : a;
+  }
+  double second = -INFINITY;
+  for (uint32_t i = 0; i < n; i++) {
+    if (i != a && row[i] > second) {
+      second = row[i];
+    }
+  }
+  *best = (int32_t)a;
+  return (double)row[a] - second;
+}
+
+static double max_abs_diff(const float *a, const float *b, uint64_t n) {
+  double m = 0.0;
+  for (uint64_t i = 0; i < n; i++) {
+    double d = fabs((double)a[i] - (double)b[i]);
+    m = d > m || isnan(d) ? d : m;
+  }
+  return m;
+}
+
+/* The tiny fixture on a 64-token prompt (one prefill run of 64 rows), then
+ * 8 decode steps teacher-forced with the CPU's greedy ids: every logit row
+ * of CUDA within REDUCTION_BOUND of the CPU's, and the device argmax equal
+ * to the CPU's wherever the CPU's top-2 margin exceeds twice the largest
+ * logit difference. */
+static void test_logits_against_cpu(void **state) {
+  (void)state;
+  const uint32_t prompt = 64, steps = 8;
+  fdy_llama_model *model = open_fixture("llama3-tiny");
+  uint32_t vocab = fdy_llama_model_config(model)->vocab_size;
+  int32_t ids[64];
+  for (uint32_t i = 0; i < prompt; i++) {
+    ids[i] = (int32_t)(next_u64() % vocab);
+  }
+  fdy_llama_session_options o = {
+      .backend = cpu.b, .context = 256, .all_logits = true};
+  fdy_llama_session *on_cpu = make_session(model, &o);
+  o.backend = gpu.b;
+  fdy_llama_session *on_gpu = make_session(model, &o);
+  uint64_t total = (uint64_t)prompt * vocab;
+  float *a = poisoned(total), *b = poisoned(total);
+  fdy_error err;
+  assert_int_equal(
+      fdy_llama_session_forward(on_cpu, ids, prompt, a, NULL, &err), FDY_OK);
+  assert_int_equal(
+      fdy_llama_session_forward(on_gpu, ids, prompt, b, NULL, &err), FDY_OK);
+  expect_close("llama3-tiny, 64-token prompt: every row's logits", a, b, total,
+               REDUCTION_BOUND);
+  uint32_t rows_same = 0;
+  for (uint32_t t = 0; t < prompt; t++) {
+    int32_t ca = 0, cb = 0;
+    top2_margin(a + (uint64_t)t * vocab, vocab, &ca);
+    top2_margin(b + (uint64_t)t * vocab, vocab, &cb);
+    rows_same += ca == cb;
+  }
+  print_message("  rows whose argmax agrees: %u/%u\n", rows_same, prompt);
+  for (uint32_t s = 0; s < steps; s++) {
+    int32_t next = fdy_llama_session_next(on_cpu);
+    int32_t next_gpu = fdy_llama_session_next(on_gpu);
+    const float *row_a = s == 0 ? a + (uint64_t)(prompt - 1) * vocab : a;
+    const float *row_b = s == 0 ? b + (uint64_t)(prompt - 1) * vocab : b;
+    int32_t best = 0;
+    double margin = top2_margin(row_a, vocab, &best);
+    double diff = max_abs_diff(row_a, row_b, vocab);
+    print_message("  step %u: cpu id %d, cuda id %d, cpu top-2 margin %.3e, "
+                  "max|d| %.3e\n",
+                  s, next, next_gpu, margin, diff);
+    assert_int_equal(next, best);
+    if (margin > 2.0 * diff) {
+      assert_int_equal(next_gpu, next);
+    }
+    assert_int_equal(fdy_llama_session_forward(on_cpu, &next, 1, NULL, a, &err),
+                     FDY_OK);
+    assert_int_equal(fdy_llama_session_forward(on_gpu, &next, 1, NULL, b, &err),
+                     FDY_OK);
+    char what[96];
+    snprintf(what, sizeof what, "llama3-tiny, decode step %u at position %u", s,
+             prompt + s);
+    expect_close(what, a, b, vocab, REDUCTION_BOUND);
+  }
+  fdy_llama_session_destroy(on_cpu);
+  fdy_llama_session_destroy(on_gpu);
+  free(a);
+  free(b);
+  fdy_llama_close(model);
+}
+
+int main(void) {
+  if (fdy_cuda_device_count() == 0) {
+    const char *req = getenv("FOUNDRY_REQUIRE_CUDA");
+    if (req != NULL && strcmp(req, "1") == 0) {
+      fprintf(stderr,
+              "test_cuda_ops: FOUNDRY_REQUIRE_CUDA=1 but no CUDA device\n");
+      return 1;
+    }
+    fprintf(stderr, "test_cuda_ops: no CUDA device, skipping\n");
+    return 77;
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_odd_shapes),
+      cmocka_unit_test(test_fixture_shapes),
+      cmocka_unit_test(test_llama32_3b_shapes),
+      cmocka_unit_test(test_verify_fixtures),
+      cmocka_unit_test(test_logits_against_cpu),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
