@@ -24,6 +24,9 @@ void fdy_cmd_generate_help(FILE *out);
 int fdy_cmd_verify(int argc, char **argv);
 void fdy_cmd_verify_help(FILE *out);
 
+int fdy_cmd_infer_bench(int argc, char **argv);
+void fdy_cmd_infer_bench_help(FILE *out);
+
 int fdy_cmd_tokenize(int argc, char **argv);
 void fdy_cmd_tokenize_help(FILE *out);
 

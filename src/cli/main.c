@@ -31,6 +31,8 @@ static const command_entry commands[] = {
      fdy_cmd_detokenize_help},
     {"verify", "compare a model's outputs with a reference", fdy_cmd_verify,
      fdy_cmd_verify_help},
+    {"infer-bench", "measure Llama inference end to end (report)",
+     fdy_cmd_infer_bench, fdy_cmd_infer_bench_help},
     {"make-model", "write a random-weight Llama checkpoint", fdy_cmd_make_model,
      fdy_cmd_make_model_help},
 };

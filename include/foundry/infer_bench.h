@@ -1,0 +1,91 @@
+/* `foundry infer-bench`: end-to-end Llama inference measured the way a user
+ * runs it (docs/infer-bench.md). One session is created once (setup reported
+ * apart); each execution resets it, prefills the prompt and decodes
+ * gen_tokens greedy ids with EOS ignored (fdy_llama_generate). warmup
+ * executions are discarded, iterations measured. The console summary and
+ * the JSON report (format FDY_INFER_REPORT_FORMAT) give the end-to-end
+ * median with a bootstrap interval (foundry/bench.h statistics), prefill
+ * time and tokens/s, time to first token, decode tokens/s, device memory
+ * per class and the achieved decode bandwidth against the device-memory
+ * bandwidth measured in the same run.
+ *
+ * Prompt ids of the protocol (reproduced by scripts/torch_baseline.py):
+ * a SplitMix64 (foundry/bench.h) whose initial state is
+ * fdy_bench_stream_seed(seed, FDY_INFER_PROMPT_STREAM); each id is
+ * next() % vocab_size, drawn again while it is the BOS id or an EOS id of
+ * config.json. */
+#ifndef FOUNDRY_INFER_BENCH_H
+#define FOUNDRY_INFER_BENCH_H
+
+#include <stdio.h>
+
+#include "foundry/llama_session.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FDY_INFER_REPORT_FORMAT  "foundry.infer.report"
+#define FDY_INFER_REPORT_VERSION 1
+#define FDY_INFER_PROTOCOL       "token-ids-512x128-v1"
+#define FDY_INFER_PROMPT_TOKENS  512u
+#define FDY_INFER_GEN_TOKENS     128u
+/* Stream of the prompt ids (the bootstrap of the end-to-end median uses
+ * stream 0). */
+#define FDY_INFER_PROMPT_STREAM ((uint64_t)2 << 32)
+/* Bytes of each buffer of the device-to-device ceiling (cuda). */
+#define FDY_INFER_CEILING_BYTES ((uint64_t)512 << 20)
+
+/* The protocol's prompt: count ids from seed (rule above). */
+void fdy_infer_prompt_ids(const fdy_llama_config *config, uint64_t seed,
+                          int32_t *ids, uint32_t count);
+
+/* Weight bytes one decode token reads: over the launches of the plan's
+ * step "decode", the bytes of every weight and weight view the op reads,
+ * one row of the table for an embedding lookup. FDY_ERR_NOT_FOUND when the
+ * plan has no step "decode". */
+fdy_status fdy_infer_decode_weight_bytes(const fdy_plan *plan, uint64_t *out,
+                                         fdy_error *err);
+
+/* Everything `foundry infer-bench` was given. Borrowed for the call. */
+typedef struct fdy_infer_options {
+  const fdy_llama_model *model;
+  const char *model_dir;    /* --model, recorded */
+  fdy_backend *backend;     /* runs the session (cpu or cuda) */
+  const char *backend_name; /* "cpu" or "cuda", recorded */
+  const int32_t *prompt;    /* the prompt ids */
+  uint32_t prompt_count;    /* > 0 */
+  const char *prompt_file;  /* their file, or NULL: from seed */
+  uint64_t seed;            /* prompt (without a file) and bootstrap */
+  uint32_t gen_tokens;      /* > 0: ids generated per execution */
+  uint32_t warmup;          /* discarded executions */
+  uint32_t iterations;      /* > 0: measured executions */
+  uint32_t context;         /* KV positions; 0 = prompt + gen_tokens */
+  uint32_t bootstrap_resamples;
+  const char *report_path; /* required: never overwritten */
+  int argc;                /* invocation recorded in the report */
+  char *const *argv;
+  FILE *console; /* summary; NULL = none */
+  bool progress; /* a line per execution on stderr */
+} fdy_infer_options;
+
+/* Checks that leave nothing behind: prompt_count, gen_tokens and iterations
+ * positive, warmup + iterations within 32 bits (FDY_ERR_INVALID_ARGUMENT,
+ * name = the flag), then the report path as fdy_bench_check_options does
+ * (FDY_ERR_EXISTS, FDY_ERR_NOT_FOUND, FDY_ERR_IO, name = the path). */
+fdy_status fdy_infer_check_options(const fdy_infer_options *options,
+                                   fdy_error *err);
+
+/* Creates one session on options->backend, measures the ceiling (cuda), runs
+ * the executions, prints the summary and writes the report (also, with status
+ * "failed" and the error, for a failure after the checks). *written (may be
+ * NULL) says whether this run put the report in place. Errors:
+ * fdy_infer_check_options, the prompt's ids against the vocabulary and the
+ * context, and whatever the session reports. */
+fdy_status fdy_infer_bench_run(const fdy_infer_options *options, bool *written,
+                               fdy_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

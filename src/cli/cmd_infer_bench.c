@@ -1,0 +1,243 @@
+/* `foundry infer-bench`: end-to-end Llama inference benchmark
+ * (foundry/infer_bench.h, docs/infer-bench.md). Parses the flags, checks
+ * the report path before any work, opens the model and the backend, builds
+ * the prompt (from --seed or --prompt-file) and runs the benchmark. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_util.h"
+#include "commands.h"
+#include "foundry/infer_bench.h"
+
+void fdy_cmd_infer_bench_help(FILE *out) {
+  fprintf(out,
+          "usage: foundry infer-bench --model DIR --report PATH [options]\n"
+          "\n"
+          "Measures Llama inference end to end with protocol %s: %u\n"
+          "prompt ids from --seed, then %u greedy ids with EOS ignored;\n"
+          "2 warmup and 10 measured executions (session reset + prefill +\n"
+          "decode) on one session created once. Prints the end-to-end\n"
+          "median with a bootstrap interval, prefill and decode speed, time\n"
+          "to first token, device memory and the achieved decode bandwidth,\n"
+          "and writes a JSON report (%s version %d; never overwritten).\n"
+          "\n"
+          "options:\n"
+          "  --backend NAME      cpu (the default) or cuda\n"
+          "  --threads T         cpu backend threads (default: online CPUs)\n"
+          "  --seed S            prompt ids and bootstrap (default 0)\n"
+          "  --prompt-file PATH  prompt ids from a file (comma-separated)\n"
+          "  --prompt-tokens N   prompt ids from the seed (default %u)\n"
+          "  --gen-tokens N      ids generated per execution (default %u)\n"
+          "  --warmup N          discarded executions (default 2)\n"
+          "  --iterations N      measured executions (default 10)\n"
+          "  --context C         KV cache positions (default: prompt +\n"
+          "                      generated ids)\n"
+          "\n"
+          "exit status: 0 success, 1 failure (model, backend, an existing\n"
+          "report), 2 usage error.\n",
+          FDY_INFER_PROTOCOL, FDY_INFER_PROMPT_TOKENS, FDY_INFER_GEN_TOKENS,
+          FDY_INFER_REPORT_FORMAT, FDY_INFER_REPORT_VERSION,
+          FDY_INFER_PROMPT_TOKENS, FDY_INFER_GEN_TOKENS);
+}
+
+/* Reads comma-separated ids (surrounding whitespace and newlines
+ * allowed) from path. */
+static fdy_status read_prompt_file(const char *path, int32_t **ids,
+                                   uint32_t *count, fdy_error *err) {
+  char *text = NULL;
+  size_t len = 0;
+  fdy_status st = fdy_cli_read_file(path, &text, &len, err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  while (len > 0 && strchr(" \t\r\n", text[len - 1])) {
+    text[--len] = '\0';
+  }
+  size_t start = strspn(text, " \t\r\n");
+  st = fdy_cli_parse_ids("--prompt-file", text + start, ids, count, err);
+  free(text);
+  return st;
+}
+
+int fdy_cmd_infer_bench(int argc, char **argv) {
+  enum {
+    OPT_MODEL = 256,
+    OPT_BACKEND,
+    OPT_THREADS,
+    OPT_REPORT,
+    OPT_SEED,
+    OPT_PROMPT_FILE,
+    OPT_PROMPT_TOKENS,
+    OPT_GEN_TOKENS,
+    OPT_WARMUP,
+    OPT_ITERATIONS,
+    OPT_CONTEXT
+  };
+  static const struct option options[] = {
+      {"model", required_argument, NULL, OPT_MODEL},
+      {"backend", required_argument, NULL, OPT_BACKEND},
+      {"threads", required_argument, NULL, OPT_THREADS},
+      {"report", required_argument, NULL, OPT_REPORT},
+      {"seed", required_argument, NULL, OPT_SEED},
+      {"prompt-file", required_argument, NULL, OPT_PROMPT_FILE},
+      {"prompt-tokens", required_argument, NULL, OPT_PROMPT_TOKENS},
+      {"gen-tokens", required_argument, NULL, OPT_GEN_TOKENS},
+      {"warmup", required_argument, NULL, OPT_WARMUP},
+      {"iterations", required_argument, NULL, OPT_ITERATIONS},
+      {"context", required_argument, NULL, OPT_CONTEXT},
+      {NULL, 0, NULL, 0},
+  };
+  const char *model_dir = NULL, *backend = "cpu", *report = NULL;
+  const char *prompt_file = NULL;
+  uint64_t threads = 0, seed = 0, prompt_tokens = FDY_INFER_PROMPT_TOKENS;
+  uint64_t gen_tokens = FDY_INFER_GEN_TOKENS, warmup = 2, iterations = 10;
+  uint64_t context = 0;
+  bool have_prompt_tokens = false;
+  fdy_error err;
+  optind = 1;
+  opterr = 0;
+  int opt;
+  while ((opt = getopt_long(argc, argv, ":", options, NULL)) != -1) {
+    fdy_status status = FDY_OK;
+    switch (opt) {
+    case OPT_MODEL:
+      model_dir = optarg;
+      break;
+    case OPT_BACKEND:
+      backend = optarg;
+      break;
+    case OPT_THREADS:
+      status = fdy_cli_parse_uint("--threads", optarg, 1, 256, &threads, &err);
+      break;
+    case OPT_REPORT:
+      report = optarg;
+      break;
+    case OPT_SEED:
+      status = fdy_cli_parse_uint("--seed", optarg, 0, UINT64_MAX, &seed, &err);
+      break;
+    case OPT_PROMPT_FILE:
+      prompt_file = optarg;
+      break;
+    case OPT_PROMPT_TOKENS:
+      status = fdy_cli_parse_uint("--prompt-tokens", optarg, 1, UINT32_MAX,
+                                  &prompt_tokens, &err);
+      have_prompt_tokens = true;
+      break;
+    case OPT_GEN_TOKENS:
+      status = fdy_cli_parse_uint("--gen-tokens", optarg, 1, UINT32_MAX,
+                                  &gen_tokens, &err);
+      break;
+    case OPT_WARMUP:
+      status = fdy_cli_parse_uint("--warmup", optarg, 0, UINT32_MAX / 2,
+                                  &warmup, &err);
+      break;
+    case OPT_ITERATIONS:
+      status = fdy_cli_parse_uint("--iterations", optarg, 1, UINT32_MAX / 2,
+                                  &iterations, &err);
+      break;
+    case OPT_CONTEXT:
+      status = fdy_cli_parse_uint("--context", optarg, 1, UINT32_MAX, &context,
+                                  &err);
+      break;
+    case ':':
+      return fdy_cli_usage("infer-bench", "%s needs a value", argv[optind - 1]);
+    default:
+      return fdy_cli_usage("infer-bench", "unknown option '%s'",
+                           argv[optind - 1]);
+    }
+    if (status != FDY_OK) {
+      return fdy_cli_usage("infer-bench", "%s", err.message);
+    }
+  }
+  if (optind < argc) {
+    return fdy_cli_usage("infer-bench", "unexpected argument '%s'",
+                         argv[optind]);
+  }
+  if (!model_dir || !report) {
+    return fdy_cli_usage("infer-bench", "--model and --report are required");
+  }
+  if (strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0) {
+    return fdy_cli_usage("infer-bench",
+                         "--backend must be cpu or cuda, got '%s'", backend);
+  }
+  if (prompt_file && have_prompt_tokens) {
+    return fdy_cli_usage("infer-bench",
+                         "--prompt-file and --prompt-tokens exclude each "
+                         "other");
+  }
+  if (strcmp(backend, "cpu") != 0 && threads) {
+    return fdy_cli_usage("infer-bench", "--threads applies to the cpu backend");
+  }
+
+  fdy_infer_options o = {.model_dir = model_dir,
+                         .backend_name = backend,
+                         .prompt_count = (uint32_t)prompt_tokens,
+                         .prompt_file = prompt_file,
+                         .seed = seed,
+                         .gen_tokens = (uint32_t)gen_tokens,
+                         .warmup = (uint32_t)warmup,
+                         .iterations = (uint32_t)iterations,
+                         .context = (uint32_t)context,
+                         .bootstrap_resamples = 10000,
+                         .report_path = report,
+                         .argc = argc,
+                         .argv = argv,
+                         .console = stdout,
+                         .progress = fdy_cli_stderr_is_tty()};
+  fdy_status checked = fdy_infer_check_options(&o, &err);
+  if (checked != FDY_OK) {
+    return checked == FDY_ERR_INVALID_ARGUMENT
+               ? fdy_cli_usage("infer-bench", "%s", err.message)
+               : fdy_cli_fail(&err);
+  }
+  int code = FDY_EXIT_FAILURE;
+  fdy_llama_model *model = NULL;
+  fdy_backend *engine = NULL;
+  int32_t *prompt = NULL;
+  uint32_t prompt_count = 0;
+  if ((prompt_file &&
+       read_prompt_file(prompt_file, &prompt, &prompt_count, &err) != FDY_OK) ||
+      fdy_llama_open(model_dir, &model, &err) != FDY_OK ||
+      fdy_cli_backend_create(backend, (uint32_t)threads, &engine, &err) !=
+          FDY_OK) {
+    code = fdy_cli_fail(&err);
+    goto cleanup;
+  }
+  if (!prompt_file) {
+    prompt_count = (uint32_t)prompt_tokens;
+    prompt = malloc(sizeof *prompt * prompt_count);
+    if (!prompt) {
+      fdy_error_set(&err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+      code = fdy_cli_fail(&err);
+      goto cleanup;
+    }
+    fdy_infer_prompt_ids(fdy_llama_model_config(model), seed, prompt,
+                         prompt_count);
+  }
+  o.model = model;
+  o.backend = engine;
+  o.prompt = prompt;
+  o.prompt_count = prompt_count;
+  bool written = false;
+  if (fdy_infer_bench_run(&o, &written, &err) != FDY_OK) {
+    code = fdy_cli_fail(&err);
+    if (written) {
+      fprintf(stderr,
+              "foundry infer-bench: the report %s records the "
+              "failure\n",
+              report);
+    }
+    goto cleanup;
+  }
+  printf("report: %s\n", report);
+  code = FDY_EXIT_OK;
+
+cleanup:
+  free(prompt);
+  fdy_backend_destroy(engine);
+  fdy_llama_close(model);
+  return code;
+}
