@@ -132,6 +132,49 @@ fdy_status fdy_llama_verify(fdy_llama_session *session,
                             const char *reference_path, double tolerance,
                             fdy_llama_verify_result *out, fdy_error *err);
 
+/* ---- backend against backend -------------------------------------------- */
+
+/* Relative logits error allowed between two backends (issue #10's
+ * criterion for the CUDA backend against the CPU backend). */
+#define FDY_LLAMA_BACKEND_TOLERANCE 2e-2
+
+/* One teacher-forced step of fdy_llama_compare. */
+typedef struct fdy_llama_compare_step {
+  int32_t reference_id; /* the reference's argmax (fed to both next) */
+  int32_t id;           /* the session's argmax (fdy_llama_session_next) */
+  double margin;        /* reference top-1 minus top-2 logit */
+  double max_abs_diff;  /* largest |logit - reference logit| */
+  bool must_agree;      /* margin > 2 * max_abs_diff */
+} fdy_llama_compare_step;
+
+typedef struct fdy_llama_compare_result {
+  uint32_t prompt_tokens;
+  double logits_relative_error; /* ||logits - ref|| / ||ref|| over the
+                                   prompt's rows */
+  uint32_t step_count;
+  fdy_llama_compare_step *steps; /* malloc'd; fdy_llama_compare_free */
+  double max_abs_diff;           /* over every step */
+  bool logits_ok;                /* relative error <= tolerance */
+  bool steps_ok;                 /* every step that must agree does */
+} fdy_llama_compare_result;
+
+void fdy_llama_compare_free(fdy_llama_compare_result *result);
+
+/* Runs the prompt on both sessions (each created with all_logits, on the
+ * same model or two of the same shape) and compares every prompt row's
+ * logits, then `steps` greedy steps teacher-forced with the reference's
+ * ids: step 0 is the prompt's last row, step k the pass over the
+ * reference's id of step k - 1. Both sessions are reset first. Errors:
+ * sessions without all_logits or of different vocabularies, an empty
+ * prompt, a negative or non-finite tolerance (FDY_ERR_INVALID_ARGUMENT),
+ * prompt + steps - 1 above a context (FDY_ERR_CONTEXT), and the sessions'
+ * failures. On failure *out is zeroed. */
+fdy_status fdy_llama_compare(fdy_llama_session *session,
+                             fdy_llama_session *reference,
+                             const int32_t *prompt, uint32_t prompt_count,
+                             uint32_t steps, double tolerance,
+                             fdy_llama_compare_result *out, fdy_error *err);
+
 #ifdef __cplusplus
 }
 #endif

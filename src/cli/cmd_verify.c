@@ -2,7 +2,9 @@
  * the engine (a session with every prefill row's logits) and
  * compares the prompt logits and the greedy continuation with the reference
  * outputs (expected.safetensors). Prints both relative errors and the greedy
- * agreement; exits 1 when outside the tolerance of the backend. */
+ * agreement; exits 1 when outside the tolerance of the backend. With
+ * --against, compares one backend with another on a prompt from --seed
+ * instead (fdy_llama_compare) and prints a row per greedy step. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
@@ -12,11 +14,14 @@
 
 #include "cli_util.h"
 #include "commands.h"
+#include "foundry/infer_bench.h"
 #include "foundry/llama_session.h"
 
 void fdy_cmd_verify_help(FILE *out) {
   fprintf(out,
           "usage: foundry verify --model DIR --reference expected.safetensors "
+          "[options]\n"
+          "       foundry verify --model DIR --against cpu [--backend cuda] "
           "[options]\n"
           "\n"
           "Runs the reference's prompt_ids, compares the logits at every\n"
@@ -29,8 +34,17 @@ void fdy_cmd_verify_help(FILE *out) {
           "  --tolerance X    relative error allowed (default %g)\n"
           "  --threads T      cpu backend threads (default: online CPUs)\n"
           "  --context C      KV cache positions (default: the model's\n"
-          "                   max_position_embeddings, at most 4096)\n",
-          FDY_LLAMA_CPU_TOLERANCE);
+          "                   max_position_embeddings, at most 4096)\n"
+          "\n"
+          "--against NAME compares --backend with backend NAME (cpu or\n"
+          "cuda) on a prompt of --prompt-tokens ids (default 64) from --seed\n"
+          "(the infer-bench rule): the prompt's logits within --tolerance\n"
+          "(default %g), then --steps greedy steps (default 16) teacher-\n"
+          "forced with NAME's ids, printing per step NAME's top-2 margin,\n"
+          "the largest absolute logit difference and both ids. Every step\n"
+          "whose margin exceeds twice its difference must pick the same id.\n"
+          "  --against-threads T  threads of a cpu --against backend\n",
+          FDY_LLAMA_CPU_TOLERANCE, FDY_LLAMA_BACKEND_TOLERANCE);
 }
 
 static fdy_status parse_tolerance(const char *text, double *out,
@@ -47,6 +61,95 @@ static fdy_status parse_tolerance(const char *text, double *out,
   return FDY_OK;
 }
 
+/* What --against runs. */
+typedef struct against_run {
+  const char *model_dir, *backend, *against;
+  uint32_t threads, against_threads, context, prompt_tokens, steps;
+  uint64_t seed;
+  double tolerance;
+} against_run;
+
+static void print_comparison(const against_run *r,
+                             const fdy_llama_compare_result *c) {
+  printf("backend %s against %s: %" PRIu32 " prompt ids (seed %" PRIu64
+         "), tolerance %g\n",
+         r->backend, r->against, c->prompt_tokens, r->seed, r->tolerance);
+  printf("logits relative error: %.3e (%s)\n", c->logits_relative_error,
+         c->logits_ok ? "ok" : "FAILED");
+  printf("step  %s-id  %s-id  margin  max-abs-diff  must-agree  agree\n",
+         r->against, r->backend);
+  for (uint32_t k = 0; k < c->step_count; k++) {
+    const fdy_llama_compare_step *s = &c->steps[k];
+    printf("%4" PRIu32 "  %" PRId32 "  %" PRId32 "  %.4e  %.4e  %s  %s\n", k,
+           s->reference_id, s->id, s->margin, s->max_abs_diff,
+           s->must_agree ? "yes" : "no",
+           s->id == s->reference_id ? "yes" : "no");
+  }
+  printf("largest absolute logit difference: %.4e\n", c->max_abs_diff);
+  printf("greedy steps: %s\n", c->steps_ok ? "ok" : "FAILED");
+  printf("verify: %s\n", c->logits_ok && c->steps_ok ? "passed" : "FAILED");
+}
+
+static int run_against(const against_run *r) {
+  int code = FDY_EXIT_FAILURE;
+  fdy_error err;
+  fdy_llama_model *model = NULL;
+  fdy_backend *engines[2] = {NULL, NULL};
+  fdy_llama_session *sessions[2] = {NULL, NULL};
+  int32_t *prompt = NULL;
+  fdy_llama_compare_result result = {0};
+  uint64_t context =
+      r->context ? r->context : (uint64_t)r->prompt_tokens + r->steps;
+  fdy_status st = fdy_llama_open(r->model_dir, &model, &err);
+  if (st == FDY_OK && !r->context &&
+      context > fdy_llama_model_config(model)->max_position_embeddings) {
+    context = fdy_llama_model_config(model)->max_position_embeddings;
+  }
+  const char *names[2] = {r->backend, r->against};
+  uint32_t threads[2] = {r->threads, r->against_threads};
+  for (int i = 0; st == FDY_OK && i < 2; i++) {
+    st = fdy_cli_backend_create(names[i], threads[i], &engines[i], &err);
+    fdy_llama_session_options o = {.backend = engines[i],
+                                   .context = (uint32_t)context,
+                                   .all_logits = true};
+    if (st == FDY_OK) {
+      st = fdy_llama_session_create(model, &o, &sessions[i], &err);
+    }
+  }
+  if (st == FDY_OK) {
+    prompt = malloc(sizeof *prompt * r->prompt_tokens);
+    if (!prompt) {
+      st = fdy_error_set(&err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+  }
+  if (st == FDY_OK) {
+    fdy_infer_prompt_ids(fdy_llama_model_config(model), r->seed, prompt,
+                         r->prompt_tokens);
+    st = fdy_llama_compare(sessions[0], sessions[1], prompt, r->prompt_tokens,
+                           r->steps, r->tolerance, &result, &err);
+  }
+  if (st != FDY_OK) {
+    code = fdy_cli_fail(&err);
+  } else {
+    print_comparison(r, &result);
+    code = result.logits_ok && result.steps_ok ? FDY_EXIT_OK : FDY_EXIT_FAILURE;
+    if (code != FDY_EXIT_OK) {
+      fprintf(stderr,
+              "foundry: error: %s differs from %s beyond the "
+              "criteria\n",
+              r->backend, r->against);
+    }
+  }
+  fdy_llama_compare_free(&result);
+  free(prompt);
+  for (int i = 0; i < 2; i++) {
+    fdy_llama_session_destroy(sessions[i]);
+    fdy_backend_destroy(engines[i]);
+  }
+  fdy_llama_close(model);
+  return code;
+}
+
 int fdy_cmd_verify(int argc, char **argv) {
   enum {
     OPT_MODEL = 256,
@@ -54,7 +157,12 @@ int fdy_cmd_verify(int argc, char **argv) {
     OPT_BACKEND,
     OPT_TOLERANCE,
     OPT_THREADS,
-    OPT_CONTEXT
+    OPT_CONTEXT,
+    OPT_AGAINST,
+    OPT_AGAINST_THREADS,
+    OPT_PROMPT_TOKENS,
+    OPT_STEPS,
+    OPT_SEED
   };
   static const struct option options[] = {
       {"model", required_argument, NULL, OPT_MODEL},
@@ -63,11 +171,19 @@ int fdy_cmd_verify(int argc, char **argv) {
       {"tolerance", required_argument, NULL, OPT_TOLERANCE},
       {"threads", required_argument, NULL, OPT_THREADS},
       {"context", required_argument, NULL, OPT_CONTEXT},
+      {"against", required_argument, NULL, OPT_AGAINST},
+      {"against-threads", required_argument, NULL, OPT_AGAINST_THREADS},
+      {"prompt-tokens", required_argument, NULL, OPT_PROMPT_TOKENS},
+      {"steps", required_argument, NULL, OPT_STEPS},
+      {"seed", required_argument, NULL, OPT_SEED},
       {NULL, 0, NULL, 0},
   };
   const char *model_dir = NULL, *reference = NULL, *backend = "cpu";
-  double tolerance = FDY_LLAMA_CPU_TOLERANCE;
-  uint64_t threads = 0, context = 0;
+  const char *against = NULL;
+  double tolerance = -1.0;
+  uint64_t threads = 0, context = 0, against_threads = 0, prompt_tokens = 64;
+  uint64_t steps = 16, seed = 0;
+  bool compare_flag = false;
   fdy_error err;
   optind = 1;
   opterr = 0;
@@ -94,6 +210,28 @@ int fdy_cmd_verify(int argc, char **argv) {
       status = fdy_cli_parse_uint("--context", optarg, 1, UINT32_MAX, &context,
                                   &err);
       break;
+    case OPT_AGAINST:
+      against = optarg;
+      break;
+    case OPT_AGAINST_THREADS:
+      status = fdy_cli_parse_uint("--against-threads", optarg, 1, 256,
+                                  &against_threads, &err);
+      compare_flag = true;
+      break;
+    case OPT_PROMPT_TOKENS:
+      status = fdy_cli_parse_uint("--prompt-tokens", optarg, 1, UINT32_MAX / 2,
+                                  &prompt_tokens, &err);
+      compare_flag = true;
+      break;
+    case OPT_STEPS:
+      status = fdy_cli_parse_uint("--steps", optarg, 1, UINT32_MAX / 2, &steps,
+                                  &err);
+      compare_flag = true;
+      break;
+    case OPT_SEED:
+      status = fdy_cli_parse_uint("--seed", optarg, 0, UINT64_MAX, &seed, &err);
+      compare_flag = true;
+      break;
     case ':':
       return fdy_cli_usage("verify", "%s needs a value", argv[optind - 1]);
     default:
@@ -106,12 +244,40 @@ int fdy_cmd_verify(int argc, char **argv) {
   if (optind < argc) {
     return fdy_cli_usage("verify", "unexpected argument '%s'", argv[optind]);
   }
-  if (!model_dir || !reference) {
-    return fdy_cli_usage("verify", "--model and --reference are required");
+  if (!model_dir || (reference != NULL) == (against != NULL)) {
+    return fdy_cli_usage("verify",
+                         "--model and one of --reference and --against are "
+                         "required");
   }
-  if (strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0) {
-    return fdy_cli_usage("verify", "--backend must be cpu or cuda, got '%s'",
-                         backend);
+  if (compare_flag && !against) {
+    return fdy_cli_usage("verify", "--against-threads, --prompt-tokens, "
+                                   "--steps and --seed need --against");
+  }
+  const char *bad =
+      strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0 ? backend
+      : against && strcmp(against, "cpu") != 0 && strcmp(against, "cuda") != 0
+          ? against
+          : NULL;
+  if (bad) {
+    return fdy_cli_usage("verify", "backends are cpu or cuda, got '%s'", bad);
+  }
+  if (against) {
+    against_run r = {.model_dir = model_dir,
+                     .backend = backend,
+                     .against = against,
+                     .threads = (uint32_t)threads,
+                     .against_threads = (uint32_t)against_threads,
+                     .context = (uint32_t)context,
+                     .prompt_tokens = (uint32_t)prompt_tokens,
+                     .steps = (uint32_t)steps,
+                     .seed = seed,
+                     .tolerance = tolerance >= 0.0
+                                      ? tolerance
+                                      : FDY_LLAMA_BACKEND_TOLERANCE};
+    return run_against(&r);
+  }
+  if (tolerance < 0.0) {
+    tolerance = FDY_LLAMA_CPU_TOLERANCE;
   }
 
   int code = FDY_EXIT_FAILURE;
