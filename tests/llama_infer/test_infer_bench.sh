@@ -3,12 +3,17 @@
 # on the llama3-tiny fixture (CPU backend, small shapes): exit codes (0 ok,
 # 1 failure, 2 usage), the report's fields and their consistency (checked
 # with python3 when given), a report never overwritten, and the comparison
-# of a backend with itself (errors exactly 0) at different thread counts.
-# usage: test_infer_bench.sh FOUNDRY_BINARY TEST_DATA_DIR [PYTHON3]
+# of a backend with itself (errors exactly 0) at different thread counts;
+# with python3, the pure-Python parts of the peers' scripts: the prompt rule
+# of scripts/torch_baseline.py against the report's ids, its dequantizer
+# (numpy, when present) against scripts/make_reference_fixture.py's on a
+# make-model tiny checkpoint, and scripts/compare_reports.py.
+# usage: test_infer_bench.sh FOUNDRY_BINARY TEST_DATA_DIR SCRIPTS [PYTHON3]
 set -u
 foundry=$1
 data=$2
-python=${3:-}
+scripts=$3
+python=${4:-}
 model=$data/llama3-tiny/model
 work=$(mktemp -d)
 trap 'chmod -R u+w "$work"; rm -rf "$work"' EXIT
@@ -80,6 +85,55 @@ a, b = (json.load(open(p)) for p in sys.argv[1:])
 assert a["protocol"]["prompt_ids"] == b["protocol"]["prompt_ids"]
 assert a["generated_ids"] == b["generated_ids"]
 PY
+fi
+
+if [ -n "$python" ]; then
+  expect_cmd 0 "compare_reports.py" "$python" "$scripts/compare_reports.py" \
+    "$work/r.json" "$work/r2.json"
+  contains "$out" "same prompt ids: yes"
+  contains "$out" "agree with report 1 for the first 5 of 5"
+  expect_cmd 2 "compare_reports.py with one report" "$python" \
+    "$scripts/compare_reports.py" "$work/r.json"
+  expect_cmd 1 "compare_reports.py on a non-report" "$python" \
+    "$scripts/compare_reports.py" "$work/r.json" "$model/config.json"
+  : >"$work/t.json"
+  expect_cmd 1 "torch_baseline.py over an existing report" "$python" \
+    "$scripts/torch_baseline.py" --model "$model" --report "$work/t.json"
+  expect 0 make-model --preset tiny --seed 5 --out "$work/tiny"
+  expect_cmd 0 "prompt rule and dequantizer" "$python" - "$scripts" \
+    "$work/r.json" "$model/config.json" "$work/tiny" <<'PY'
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+import torch_baseline as tb
+import make_reference_fixture as ref
+report = json.load(open(sys.argv[2]))
+config = json.load(open(sys.argv[3]))
+assert tb.prompt_ids(config, 7, 12) == report["protocol"]["prompt_ids"]
+try:
+    import numpy as np
+except ImportError:
+    print("numpy missing: dequantizer check skipped")
+    sys.exit(0)
+d = sys.argv[4]
+cfg = json.load(open(os.path.join(d, "config.json")))
+path = os.path.join(d, "model.safetensors")
+tensors = ref.read_safetensors(path)
+group = cfg["quantization"]["group_size"]
+checked = 0
+for prefix in ("model.layers.0.self_attn.k_proj", "model.layers.1.mlp.down_proj"):
+    _, shape, raw = tensors[prefix + ".weight"]
+    packed = np.frombuffer(raw, dtype="<u4").reshape(shape).astype(np.int64)
+    halves = [np.array(ref.decode_halves(tensors[prefix + k][0], tensors[prefix + k][2]),
+                       dtype=np.float64).reshape(tensors[prefix + k][1])
+              for k in (".scales", ".biases")]
+    ours = tb.dequantize(packed, halves[0], halves[1], group, np.arange(0, 32, 4))
+    want = np.array(ref.dequantize(tensors, prefix))
+    assert ours.shape == want.shape, (ours.shape, want.shape)
+    assert np.array_equal(ours, want), prefix
+    checked += 1
+print("dequantizer agrees on", checked, "tensors")
+PY
+  "$python" -c "import numpy" 2>/dev/null && contains "$out" "agrees on 2 tensors"
 fi
 
 # --prompt-file: the ids of the file
