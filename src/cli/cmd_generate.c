@@ -250,10 +250,12 @@ int fdy_cmd_generate(int argc, char **argv) {
     goto cleanup;
   }
   session_options.backend = engine;
+  fdy_llama_generate_options generate_options = {
+      .max_tokens = (uint32_t)max_tokens, .ignore_eos = ignore_eos};
   if (fdy_llama_session_create(model, &session_options, &session, &err) !=
           FDY_OK ||
-      fdy_llama_generate(session, prompt, prompt_count, (uint32_t)max_tokens,
-                         ignore_eos, &gen, &err) != FDY_OK) {
+      fdy_llama_generate(session, prompt, prompt_count, &generate_options, &gen,
+                         &err) != FDY_OK) {
     code = fdy_cli_fail(&err);
     goto cleanup;
   }
