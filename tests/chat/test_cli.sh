@@ -1,11 +1,15 @@
 #!/bin/sh
-# End-to-end tests of `foundry generate --chat` on a make-model
-# micro-llama3-vocab checkpoint (the real 128,256-id vocabulary, random
-# weights) with the shared Llama 3 tokenizer: the exact ids of a system +
-# user turn, the context it needs and refused chat templates.
+# End-to-end tests of `foundry generate --chat` and `foundry chat` on a
+# make-model micro-llama3-vocab checkpoint (the real 128,256-id vocabulary,
+# random weights) with the shared Llama 3 tokenizer: the exact ids of a
+# system + user turn, answers streamed to stdout and speeds on stderr, a
+# conversation's answers equal to generate's, the refusal at context + 1,
+# refused chat templates, usage errors and write errors; then (with
+# python3) a chat driven through a pseudo-terminal: test_chat_pty.py.
 # usage: test_cli.sh FOUNDRY_BINARY [PYTHON3]
 set -u
 foundry=$1
+python=${2:-}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 . "$(dirname "$0")/../cli_lib.sh"
@@ -76,5 +80,95 @@ contains "$err" "ChatML"
 contains "$err" "Llama 3"
 expect 0 generate --model "$model" --tokenizer "$work/chatml/tokenizer.json" \
   --prompt Hello --max-tokens 1 --json
+expect 1 chat --model "$model" --tokenizer "$work/chatml/tokenizer.json"
+contains "$err" "ChatML"
+
+# ---- chat --------------------------------------------------------------------
+
+# two turns from a pipe: each answer on stdout, the speeds on stderr and no
+# prompt (stdin is not a terminal); blank lines are skipped and the last
+# line needs no newline
+printf 'Hello\n\n  \nHow are you?' >"$work/two.txt"
+expect_cmd 0 "chat with two turns" "$foundry" chat --model "$model" \
+  --system "Answer briefly." --max-tokens 6 --threads 2 <"$work/two.txt"
+[ "$(wc -l <"$out")" -eq 2 ] || fail "chat printed $(wc -l <"$out") lines"
+[ "$(grep -c 'tokens/s' "$err")" -eq 2 ] || fail "chat did not report 2 speeds"
+grep -q '^> ' "$err" && fail "chat prompted without a terminal"
+# the first answer is generate's, the second continues the conversation
+head -n 1 "$out" | cmp -s - "$work/generated.txt" ||
+  fail "the first answer differs from generate --chat's"
+contains "$err" "prompt 19 tokens"
+contains "$err" "--max-tokens reached"
+# the second turn prefills only the end of the first answer, <|eot_id|>,
+# the message and the header: 1 + 1 + 3 + 5 + 1 + 4 ("\n\nHow are you?"
+# is 5 ids)
+contains "$err" "prompt 15 tokens"
+
+# EOF at once: nothing to say, exit 0
+expect_cmd 0 "chat with no input" "$foundry" chat --model "$model" </dev/null
+[ -s "$out" ] && fail "chat without input printed: $(cat "$out")"
+
+# a turn needing context + 1 positions is refused and the conversation goes
+# on (a shorter turn still fits: without the system message 11 ids)
+printf 'Hello\n' >"$work/hello.in"
+expect_cmd 0 "chat beyond the context" "$foundry" chat --model "$model" \
+  --system "Answer briefly." --context 18 <"$work/hello.in"
+contains "$err" "too long for the context"
+contains "$err" "needs 19 positions"
+[ -s "$out" ] && fail "a refused turn printed: $(cat "$out")"
+printf 'Hello there, how are you doing today?\nHello\n' >"$work/two.in"
+expect_cmd 0 "chat after a refused turn" "$foundry" chat --model "$model" \
+  --context 18 --max-tokens 2 <"$work/two.in"
+contains "$err" "too long for the context"
+contains "$err" "prompt 11 tokens"
+[ "$(wc -l <"$out")" -eq 1 ] || fail "chat after a refusal: $(cat "$out")"
+# a turn that fills the context exactly: one id, then every turn refused
+printf 'Hello\nHi\n' >"$work/fill.in"
+expect_cmd 0 "chat filling the context" "$foundry" chat --model "$model" \
+  --system "Answer briefly." --context 19 <"$work/fill.in"
+contains "$err" "[1 token; prompt 19 tokens"
+contains "$err" "the context is full"
+contains "$err" "needs 12 positions, but 19 of the context's 19 are used"
+
+# usage errors and failures
+expect 2 chat
+expect 2 chat --model "$model" extra
+expect 2 chat --model "$model" --max-tokens 0
+expect 2 chat --model "$model" --backend metal
+expect 2 chat --model "$model" --kv-dtype f64
+expect 2 chat --model "$model" --bogus
+expect 1 chat --model "$work/missing"
+mkdir "$work/no-tokenizer"
+cp "$model/config.json" "$model/model.safetensors" \
+  "$model/model.safetensors.index.json" "$work/no-tokenizer/"
+expect 1 chat --model "$work/no-tokenizer" </dev/null
+contains "$err" "tokenizer"
+if [ ! -e /dev/nvidia0 ]; then
+  # without a GPU, cuda is a clear failure, not a usage error
+  expect_cmd 1 "chat on cuda without a GPU" "$foundry" chat \
+    --model "$model" --backend cuda <"$work/hello.in"
+  contains "$err" "cuda"
+fi
+# a full stdout ends the chat with an error
+if [ -w /dev/full ]; then
+  "$foundry" chat --model "$model" --max-tokens 2 <"$work/hello.in" \
+    >/dev/full 2>"$err"
+  [ $? -eq 1 ] || fail "chat to /dev/full did not exit 1"
+  contains "$err" "writing to standard output failed"
+fi
+expect 0 help chat
+contains "$out" "--system"
+contains "$out" "--max-tokens"
+expect 0 help generate
+contains "$out" "--chat"
+
+# ---- a terminal ------------------------------------------------------------
+
+if [ -n "$python" ]; then
+  expect_cmd 0 "test_chat_pty.py" "$python" "$(dirname "$0")/test_chat_pty.py" \
+    "$foundry" "$model"
+else
+  echo "python3 not found: the pseudo-terminal checks are skipped"
+fi
 
 finish cli_chat
