@@ -130,6 +130,45 @@ contains "$err" "[1 token; prompt 19 tokens"
 contains "$err" "the context is full"
 contains "$err" "needs 12 positions, but 19 of the context's 19 are used"
 
+# an answer stops at an EOS id of config.json. The random model never
+# produced one in a search of thousands of seeds and prompts, so the stop is
+# forced: a copy of the checkpoint lists, in place of 128001, the first id
+# of its greedy answer that differs from the answer's first id (the stop at
+# <|eot_id|> itself, from the tokenizer's stop ids, is checked through the
+# library in test_chat.c)
+expect 0 generate --model "$model" --chat --system "Answer briefly." \
+  --prompt Hello --max-tokens 16 --ignore-eos --json
+ids=$(sed 's/.*"ids":\[\([0-9,]*\)\].*/\1/' "$out" | tr ',' ' ')
+set -- $ids
+first=$1
+n=0
+stop=
+for id in $ids; do
+  n=$((n + 1))
+  if [ "$id" != "$first" ]; then
+    stop=$id
+    break
+  fi
+done
+if [ -z "$stop" ]; then
+  fail "the greedy answer repeats one id: $ids"
+else
+  mkdir "$work/eos"
+  for f in model.safetensors model.safetensors.index.json tokenizer.model; do
+    ln -s "$model/$f" "$work/eos/$f"
+  done
+  sed "s/^    128001,\$/    $stop,/" "$model/config.json" >"$work/eos/config.json"
+  contains "$work/eos/config.json" "$stop,"
+  expect 0 generate --model "$work/eos" --chat --system "Answer briefly." \
+    --prompt Hello --max-tokens 16 --json
+  contains "$out" '"stopped_at_eos":true'
+  contains "$out" "$stop],"
+  expect_cmd 0 "chat stopping at EOS" "$foundry" chat --model "$work/eos" \
+    --system "Answer briefly." --max-tokens 16 <"$work/hello.in"
+  contains "$err" "[$n tokens, "
+  grep -q "max-tokens reached" "$err" && fail "chat did not stop at EOS"
+fi
+
 # usage errors and failures
 expect 2 chat
 expect 2 chat --model "$model" extra
@@ -137,6 +176,11 @@ expect 2 chat --model "$model" --max-tokens 0
 expect 2 chat --model "$model" --backend metal
 expect 2 chat --model "$model" --kv-dtype f64
 expect 2 chat --model "$model" --bogus
+expect 2 chat --model ""
+# an empty system message is a message
+expect_cmd 0 "chat with an empty system message" "$foundry" chat \
+  --model "$model" --system "" --max-tokens 1 <"$work/hello.in"
+contains "$err" "prompt 16 tokens"
 expect 1 chat --model "$work/missing"
 mkdir "$work/no-tokenizer"
 cp "$model/config.json" "$model/model.safetensors" \
