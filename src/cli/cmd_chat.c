@@ -78,7 +78,9 @@ static fdy_status read_line(line_reader *r, const sigset_t *wait_mask,
                             line_result *result, const char **line, size_t *n,
                             fdy_error *err) {
   for (;;) {
-    char *nl = memchr(r->buf + r->start, '\n', r->len - r->start);
+    char *nl = r->len > r->start
+                   ? memchr(r->buf + r->start, '\n', r->len - r->start)
+                   : NULL;
     if (nl || (r->eof && r->start < r->len)) {
       size_t end = nl ? (size_t)(nl - r->buf) : r->len;
       *line = r->buf + r->start;
@@ -97,9 +99,11 @@ static fdy_status read_line(line_reader *r, const sigset_t *wait_mask,
       *result = LINE_INTERRUPTED;
       return FDY_OK;
     }
-    memmove(r->buf, r->buf + r->start, r->len - r->start);
-    r->len -= r->start;
-    r->start = 0;
+    if (r->start > 0) {
+      memmove(r->buf, r->buf + r->start, r->len - r->start);
+      r->len -= r->start;
+      r->start = 0;
+    }
     if (r->len == r->cap) {
       size_t cap = r->cap ? 2 * r->cap : 4096;
       char *grown = cap > r->cap ? realloc(r->buf, cap) : NULL;
