@@ -166,7 +166,9 @@ fdy_status fdy_llama_plan(const fdy_graph *graph, const fdy_llama_graph_io *io,
  * work; nothing left behind on failure), deterministic for (preset, seed).
  * The directory gets mode 0777 & ~umask (and the parent's default ACL),
  * the files 0666 & ~umask. Presets: "llama-3.2-1b", "llama-3.2-3b",
- * "llama-3.1-8b" (real shapes) and "tiny", "micro" (tests). */
+ * "llama-3.1-8b" (real shapes) and "tiny", "micro", "micro-untied",
+ * "micro-llama3-vocab" (tests; the last has the real Llama 3 vocabulary,
+ * BOS and EOS ids on 2 layers of hidden size 64). */
 fdy_status fdy_llama_make_model(const char *preset, uint64_t seed,
                                 const char *out_dir, fdy_error *err);
 /* Progress of fdy_llama_make_model_ex: bytes of tensor data written so far

@@ -77,7 +77,9 @@ int32_t fdy_llama_session_next(const fdy_llama_session *session);
 typedef struct fdy_llama_generation {
   int32_t *ids; /* generated ids (malloc'd; fdy_llama_generation_free) */
   uint32_t count;
-  bool stopped_at_eos; /* the last id is an EOS id */
+  bool stopped_at_eos; /* the last id is a stop id (an EOS id of the config
+                          or one of the options' stop_ids) */
+  bool interrupted;    /* on_token returned false for the last id */
   double prefill_seconds, decode_seconds;
   /* prompt tokens / prefill_seconds; single-token passes after the prefill
    * (count - 1) / decode_seconds, 0 when there were none */
@@ -86,19 +88,41 @@ typedef struct fdy_llama_generation {
 
 void fdy_llama_generation_free(fdy_llama_generation *generation);
 
-/* Greedy generation: resets the session, prefills the prompt, then decodes
- * up to max_tokens ids (argmax, lowest id on ties), stopping after an EOS id
- * of the config unless ignore_eos. The positions used are prompt_count +
- * max_tokens - 1 (the last id is returned, never fed back; prompt_count
- * when max_tokens is 0). Before any work (session unchanged): an empty
- * prompt or an id outside the vocabulary FDY_ERR_INVALID_ARGUMENT, more
- * positions than the context FDY_ERR_CONTEXT (err->expected = the context,
- * err->actual = the positions needed). On success *out owns ids; on
- * failure *out is zeroed. */
+/* Receives each generated id as soon as the backend has computed it, before
+ * the next pass (so that a caller can print it while generation goes on);
+ * returning false stops the generation after this id. */
+typedef bool (*fdy_llama_token_fn)(void *ctx, int32_t id);
+
+typedef struct fdy_llama_generate_options {
+  uint32_t max_tokens; /* ids to generate at most */
+  bool ignore_eos;     /* decode max_tokens ids even after a stop id */
+  bool keep_context;   /* prefill at the session's position, after what it
+                          holds (the next turn of a conversation), instead
+                          of resetting the session first */
+  /* ids to stop after besides config.json's eos_token_id list (a
+   * tokenizer's <|eot_id|>: fdy_tokenizer_stop_ids); NULL when 0 */
+  const int32_t *stop_ids;
+  uint32_t stop_count;
+  fdy_llama_token_fn on_token; /* may be NULL */
+  void *ctx;                   /* passed to on_token */
+} fdy_llama_generate_options;
+
+/* Greedy generation: resets the session (unless keep_context), prefills the
+ * prompt, then decodes up to max_tokens ids (argmax, lowest id on ties),
+ * stopping after a stop id (an EOS id of the config or of stop_ids) unless
+ * ignore_eos, and after an id for which on_token returned false. The
+ * positions used are prompt_count + max_tokens - 1 after the starting
+ * position (0, or the session's with keep_context): the last id is returned,
+ * never fed back (prompt_count when max_tokens is 0). Before any work
+ * (session unchanged): no options, an empty prompt or an id outside the
+ * vocabulary FDY_ERR_INVALID_ARGUMENT, more positions than the context
+ * FDY_ERR_CONTEXT (err->expected = the context, err->actual = the positions
+ * needed, the starting position included). On success *out owns ids; on
+ * failure *out is zeroed (on_token may have seen ids by then). */
 fdy_status fdy_llama_generate(fdy_llama_session *session, const int32_t *prompt,
-                              uint32_t prompt_count, uint32_t max_tokens,
-                              bool ignore_eos, fdy_llama_generation *out,
-                              fdy_error *err);
+                              uint32_t prompt_count,
+                              const fdy_llama_generate_options *options,
+                              fdy_llama_generation *out, fdy_error *err);
 
 /* ---- reference verification --------------------------------------------- */
 

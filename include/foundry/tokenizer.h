@@ -78,6 +78,15 @@ int32_t fdy_tokenizer_eos(const fdy_tokenizer *tok);
 bool fdy_tokenizer_is_special(const fdy_tokenizer *tok, int32_t id);
 /* The id of the special token spelled name ("<|eot_id|>"), or -1. */
 int32_t fdy_tokenizer_special_id(const fdy_tokenizer *tok, const char *name);
+/* The most ids fdy_tokenizer_stop_ids writes. */
+#define FDY_TOKENIZER_MAX_STOP 2
+/* The ids that end a generated text in this vocabulary: the EOS
+ * (fdy_tokenizer_eos) and <|eot_id|> (the end of a chat message), those
+ * the tokenizer has, each once, in that order. Returns how many were
+ * written to ids. Generation stops after these besides config.json's
+ * eos_token_id list, which may lack them. */
+uint32_t fdy_tokenizer_stop_ids(const fdy_tokenizer *tok,
+                                int32_t ids[FDY_TOKENIZER_MAX_STOP]);
 /* tokenizer_config.json's chat_template, or NULL (owned by tok). */
 const char *fdy_tokenizer_chat_template(const fdy_tokenizer *tok);
 /* The file the tokenizer was loaded from (owned by tok). */

@@ -1,7 +1,8 @@
 /* `foundry generate`: greedy Llama generation from prompt token ids or a
- * text prompt (prompt.c) through the engine (a session's plan on the chosen
- * backend). Prints the generated ids (the text for a text prompt), the
- * prefill and decode speeds and the device memory per class, as text or
+ * text prompt (prompt.c; with --chat through the Llama 3 chat template)
+ * through the engine (a session's plan on the chosen backend). Prints the
+ * generated ids, or for a text prompt the text while it is generated, then
+ * the prefill and decode speeds and the device memory per class; or
  * (--json) one JSON object. Bad ids, an empty prompt and more tokens than
  * the context holds are reported before any work. */
 #include <getopt.h>
@@ -13,23 +14,32 @@
 
 #include "cli_util.h"
 #include "commands.h"
+#include "foundry/chat.h"
 #include "foundry/cpu.h"
 #include "foundry/llama_session.h"
 #include "prompt.h"
 
 void fdy_cmd_generate_help(FILE *out) {
   fprintf(out,
-          "usage: foundry generate --model DIR --prompt-ids 1,2,3 "
-          "--max-tokens N [options]\n"
+          "usage: foundry generate --model DIR (--prompt-ids 1,2,3 | --prompt "
+          "TEXT |\n"
+          "                        --prompt-file PATH) --max-tokens N "
+          "[options]\n"
           "\n"
-          "Prefills the prompt ids on a Llama MLX 4-bit checkpoint, then\n"
-          "decodes up to N ids greedily, stopping after an EOS id from\n"
-          "config.json. Prints the generated ids and the prefill and decode\n"
-          "speed in tokens/s.\n"
+          "Prefills the prompt on a Llama MLX 4-bit checkpoint, then decodes\n"
+          "up to N ids greedily, stopping after an EOS id from config.json\n"
+          "(and, for a text prompt, the tokenizer's EOS and <|eot_id|>).\n"
+          "Prints the generated ids, or the text of a text prompt as it is\n"
+          "generated, then the prefill and decode speed in tokens/s.\n"
           "\n"
           "options:\n"
+          "  --prompt-ids IDS token ids, decimal, separated by commas\n"
           "  --prompt TEXT    text, encoded as BOS + its ids\n"
           "  --prompt-file PATH  the same from a file's raw bytes\n"
+          "  --chat           apply the Llama 3 Instruct chat template to the\n"
+          "                   text: a user message, then the assistant's\n"
+          "                   header\n"
+          "  --system TEXT    with --chat: a system message first\n"
           "  --tokenizer FILE a tokenizer.json or tiktoken file instead of\n"
           "                   the model directory's\n"
           "  --backend NAME   cpu (the default) or cuda\n"
@@ -50,12 +60,22 @@ typedef struct run_info {
   fdy_executor_stats stats;
 } run_info;
 
-static int print_json(const run_info *run, uint32_t prompt_count,
-                      const fdy_llama_generation *gen) {
-  json_t *ids = json_array();
-  for (uint32_t i = 0; ids && i < gen->count; i++) {
-    json_array_append_new(ids, json_integer(gen->ids[i]));
+/* A JSON array of ids, or NULL when out of memory. */
+static json_t *json_ids(const int32_t *ids, uint32_t count) {
+  json_t *array = json_array();
+  for (uint32_t i = 0; array && i < count; i++) {
+    if (json_array_append_new(array, json_integer(ids[i]))) {
+      json_decref(array);
+      array = NULL;
+    }
   }
+  return array;
+}
+
+static int print_json(const run_info *run, const int32_t *prompt,
+                      uint32_t prompt_count, const fdy_llama_generation *gen) {
+  json_t *ids = json_ids(gen->ids, gen->count);
+  json_t *prompt_ids = json_ids(prompt, prompt_count);
   const uint64_t *bytes = run->stats.class_bytes;
   json_t *memory =
       json_pack("{s:I, s:I, s:I, s:I, s:I}", "weights_resident",
@@ -67,12 +87,14 @@ static int print_json(const run_info *run, uint32_t prompt_count,
   /* the directory as given may not be UTF-8, which jansson refuses */
   char *model = fdy_utf8_sanitize(run->model_dir);
   json_t *root = json_pack(
-      "{s:s, s:s, s:I, s:I, s:I, s:o, s:b, s:f, s:f, s:f, s:f, s:f, s:o}",
+      "{s:s, s:s, s:I, s:I, s:I, s:o, s:o, s:b, s:f, s:f, s:f, s:f, s:f, "
+      "s:o}",
       "model", model ? model : "", "backend", run->backend, "threads",
       (json_int_t)run->threads, "context", (json_int_t)run->context,
-      "prompt_tokens", (json_int_t)prompt_count, "ids", ids, "stopped_at_eos",
-      gen->stopped_at_eos, "setup_seconds", (double)run->stats.setup_ns * 1e-9,
-      "prefill_seconds", gen->prefill_seconds, "prefill_tokens_per_second",
+      "prompt_tokens", (json_int_t)prompt_count, "prompt_ids", prompt_ids,
+      "ids", ids, "stopped_at_eos", gen->stopped_at_eos, "setup_seconds",
+      (double)run->stats.setup_ns * 1e-9, "prefill_seconds",
+      gen->prefill_seconds, "prefill_tokens_per_second",
       gen->prefill_tokens_per_second, "decode_seconds", gen->decode_seconds,
       "decode_tokens_per_second", gen->decode_tokens_per_second, "device_bytes",
       memory);
@@ -118,6 +140,43 @@ static void print_text(const run_info *run, uint32_t prompt_count,
          fdy_format_bytes(bytes[FDY_BUFFER_ARENA], act, sizeof act));
 }
 
+/* The prompt's ids from text (text, else the file at text_file): BOS +
+ * the text, or with chat the Llama 3 template of a user message (after a
+ * system message when system is not NULL) on session. */
+static fdy_status text_prompt(fdy_tokenizer *tok, fdy_llama_session *session,
+                              bool chat, const char *system, const char *text,
+                              const char *text_file, int32_t **ids,
+                              uint32_t *count, fdy_error *err) {
+  if (!chat) {
+    return fdy_cli_prompt_ids(tok, text, text_file, ids, count, err);
+  }
+  char *file = NULL;
+  size_t len = text ? strlen(text) : 0;
+  fdy_chat *conversation = NULL;
+  fdy_tokens tokens = {0};
+  fdy_chat_options options = {.system = system};
+  fdy_status s = text ? FDY_OK : fdy_cli_read_file(text_file, &file, &len, err);
+  if (s == FDY_OK) {
+    s = fdy_chat_create(session, tok, &options, &conversation, err);
+  }
+  if (s == FDY_OK) {
+    s = fdy_chat_prompt(conversation, text ? text : file, len, &tokens, err);
+  }
+  if (s == FDY_OK && tokens.count > UINT32_MAX) {
+    s = fdy_error_set(err, FDY_ERR_OVERFLOW, "the prompt has %zu ids",
+                      tokens.count);
+  }
+  if (s == FDY_OK) {
+    *ids = tokens.ids;
+    *count = (uint32_t)tokens.count;
+    tokens = (fdy_tokens){0};
+  }
+  fdy_tokens_free(&tokens);
+  fdy_chat_destroy(conversation);
+  free(file);
+  return s;
+}
+
 int fdy_cmd_generate(int argc, char **argv) {
   enum {
     OPT_MODEL = 256,
@@ -131,7 +190,9 @@ int fdy_cmd_generate(int argc, char **argv) {
     OPT_JSON,
     OPT_TEXT,
     OPT_TEXT_FILE,
-    OPT_TOKENIZER
+    OPT_TOKENIZER,
+    OPT_CHAT,
+    OPT_SYSTEM
   };
   static const struct option options[] = {
       {"model", required_argument, NULL, OPT_MODEL},
@@ -146,12 +207,15 @@ int fdy_cmd_generate(int argc, char **argv) {
       {"prompt", required_argument, NULL, OPT_TEXT},
       {"prompt-file", required_argument, NULL, OPT_TEXT_FILE},
       {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
+      {"chat", no_argument, NULL, OPT_CHAT},
+      {"system", required_argument, NULL, OPT_SYSTEM},
       {NULL, 0, NULL, 0},
   };
   const char *model_dir = NULL, *prompt_text = NULL, *backend = "cpu";
   const char *text = NULL, *text_file = NULL, *tokenizer_path = NULL;
+  const char *system = NULL;
   uint64_t max_tokens = 0, threads = 0, context = 0;
-  bool have_max = false, ignore_eos = false, json = false;
+  bool have_max = false, ignore_eos = false, json = false, chat = false;
   fdy_dtype kv_dtype = FDY_DTYPE_F32;
   fdy_error err;
   optind = 1;
@@ -199,6 +263,12 @@ int fdy_cmd_generate(int argc, char **argv) {
     case OPT_TOKENIZER:
       tokenizer_path = optarg;
       break;
+    case OPT_CHAT:
+      chat = true;
+      break;
+    case OPT_SYSTEM:
+      system = optarg;
+      break;
     case ':':
       return fdy_cli_usage("generate", "%s needs a value", argv[optind - 1]);
     default:
@@ -216,6 +286,14 @@ int fdy_cmd_generate(int argc, char **argv) {
     return fdy_cli_usage("generate", "--model, --max-tokens and one of "
                                      "--prompt, --prompt-file and --prompt-ids "
                                      "are required");
+  }
+  if (chat && prompt_text) {
+    return fdy_cli_usage("generate", "--chat applies the chat template to "
+                                     "text: give --prompt or --prompt-file, "
+                                     "not --prompt-ids");
+  }
+  if (system && !chat) {
+    return fdy_cli_usage("generate", "--system needs --chat");
   }
   if (strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0) {
     return fdy_cli_usage("generate", "--backend must be cpu or cuda, got '%s'",
@@ -236,10 +314,12 @@ int fdy_cmd_generate(int argc, char **argv) {
   fdy_llama_session_options session_options = {.context = (uint32_t)context,
                                                .kv_dtype = kv_dtype};
   fdy_tokenizer *tok = NULL;
-  if (!prompt_text && (fdy_cli_open_tokenizer(model_dir, tokenizer_path, &tok,
-                                              &err) != FDY_OK ||
-                       fdy_cli_prompt_ids(tok, text, text_file, &prompt,
-                                          &prompt_count, &err) != FDY_OK)) {
+  fdy_cli_printer printer = {0};
+  int32_t stop[FDY_TOKENIZER_MAX_STOP];
+  fdy_llama_generate_options generate_options = {
+      .max_tokens = (uint32_t)max_tokens, .ignore_eos = ignore_eos};
+  if (!prompt_text &&
+      fdy_cli_open_tokenizer(model_dir, tokenizer_path, &tok, &err) != FDY_OK) {
     code = fdy_cli_fail(&err);
     goto cleanup;
   }
@@ -252,9 +332,32 @@ int fdy_cmd_generate(int argc, char **argv) {
   session_options.backend = engine;
   if (fdy_llama_session_create(model, &session_options, &session, &err) !=
           FDY_OK ||
-      fdy_llama_generate(session, prompt, prompt_count, (uint32_t)max_tokens,
-                         ignore_eos, &gen, &err) != FDY_OK) {
+      (tok && text_prompt(tok, session, chat, system, text, text_file, &prompt,
+                          &prompt_count, &err) != FDY_OK)) {
     code = fdy_cli_fail(&err);
+    goto cleanup;
+  }
+  if (tok) {
+    /* text ends at the tokenizer's EOS and <|eot_id|> too, printed while it
+     * is generated (JSON prints ids) */
+    generate_options.stop_ids = stop;
+    generate_options.stop_count = fdy_tokenizer_stop_ids(tok, stop);
+    if (!json &&
+        fdy_cli_printer_init(&printer, tok, stdout, NULL, &err) != FDY_OK) {
+      code = fdy_cli_fail(&err);
+      goto cleanup;
+    }
+    generate_options.on_token = json ? NULL : fdy_cli_printer_token;
+    generate_options.ctx = &printer;
+  }
+  if (fdy_llama_generate(session, prompt, prompt_count, &generate_options, &gen,
+                         &err) != FDY_OK ||
+      (printer.stream && fdy_cli_printer_finish(&printer, &err) != FDY_OK)) {
+    code = fdy_cli_fail(&err);
+    goto cleanup;
+  }
+  if (ferror(stdout)) {
+    code = fdy_cli_finish_stdout(FDY_EXIT_OK);
     goto cleanup;
   }
   run_info run = {.model_dir = model_dir,
@@ -263,16 +366,14 @@ int fdy_cmd_generate(int argc, char **argv) {
                   .context = fdy_llama_session_context(session),
                   .stats = fdy_llama_session_stats(session)};
   if (json) {
-    code = print_json(&run, prompt_count, &gen);
-  } else if (tok && fdy_cli_print_generated(tok, gen.ids, gen.count, stdout,
-                                            &err) != FDY_OK) {
-    code = fdy_cli_fail(&err);
+    code = print_json(&run, prompt, prompt_count, &gen);
   } else {
     print_text(&run, prompt_count, &gen, !tok);
     code = FDY_EXIT_OK;
   }
 
 cleanup:
+  fdy_cli_printer_destroy(&printer);
   fdy_llama_generation_free(&gen);
   fdy_llama_session_destroy(session);
   fdy_backend_destroy(engine);

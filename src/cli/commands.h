@@ -21,6 +21,9 @@ void fdy_cmd_make_model_help(FILE *out);
 int fdy_cmd_generate(int argc, char **argv);
 void fdy_cmd_generate_help(FILE *out);
 
+int fdy_cmd_chat(int argc, char **argv);
+void fdy_cmd_chat_help(FILE *out);
+
 int fdy_cmd_verify(int argc, char **argv);
 void fdy_cmd_verify_help(FILE *out);
 

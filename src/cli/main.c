@@ -25,6 +25,8 @@ static const command_entry commands[] = {
      fdy_cmd_inspect_help},
     {"generate", "greedy Llama generation from a prompt", fdy_cmd_generate,
      fdy_cmd_generate_help},
+    {"chat", "talk with a Llama 3 Instruct checkpoint", fdy_cmd_chat,
+     fdy_cmd_chat_help},
     {"tokenize", "text to Llama 3 token ids", fdy_cmd_tokenize,
      fdy_cmd_tokenize_help},
     {"detokenize", "Llama 3 token ids to text", fdy_cmd_detokenize,

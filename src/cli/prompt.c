@@ -54,26 +54,51 @@ cleanup:
   return s;
 }
 
-fdy_status fdy_cli_print_generated(const fdy_tokenizer *tok, const int32_t *ids,
-                                   uint32_t count, FILE *out, fdy_error *err) {
-  fdy_token_stream *stream = NULL;
-  fdy_status s = fdy_token_stream_create(tok, &stream, err);
+fdy_status fdy_cli_printer_init(fdy_cli_printer *p, const fdy_tokenizer *tok,
+                                FILE *out, volatile sig_atomic_t *interrupt,
+                                fdy_error *err) {
+  *p = (fdy_cli_printer){.tok = tok, .out = out, .interrupt = interrupt};
+  return fdy_token_stream_create(tok, &p->stream, err);
+}
+
+bool fdy_cli_printer_token(void *ctx, int32_t id) {
+  fdy_cli_printer *p = ctx;
+  if (!fdy_tokenizer_is_special(p->tok, id)) {
+    const char *text = NULL;
+    size_t len = 0;
+    p->status = fdy_token_stream_push(p->stream, id, &text, &len, &p->err);
+    if (p->status != FDY_OK) {
+      return false;
+    }
+    if (len > 0) {
+      fwrite(text, 1, len, p->out);
+      fflush(p->out);
+    }
+  }
+  if (p->interrupt && *p->interrupt) {
+    *p->interrupt = 0;
+    p->interrupted = true;
+  }
+  return !p->interrupted && !ferror(p->out);
+}
+
+fdy_status fdy_cli_printer_finish(fdy_cli_printer *p, fdy_error *err) {
   const char *text = NULL;
   size_t len = 0;
-  for (uint32_t i = 0; s == FDY_OK && i < count; i++) {
-    if (fdy_tokenizer_is_special(tok, ids[i])) {
-      continue;
-    }
-    s = fdy_token_stream_push(stream, ids[i], &text, &len, err);
-    if (s == FDY_OK) {
-      fwrite(text, 1, len, out);
-    }
+  fdy_token_stream_finish(p->stream, &text, &len);
+  fwrite(text, 1, len, p->out);
+  fputc('\n', p->out);
+  fflush(p->out);
+  fdy_status s = p->status;
+  if (s != FDY_OK && err) {
+    *err = p->err;
   }
-  if (s == FDY_OK) {
-    fdy_token_stream_finish(stream, &text, &len);
-    fwrite(text, 1, len, out);
-    fputc('\n', out);
-  }
-  fdy_token_stream_destroy(stream);
+  p->status = FDY_OK;
+  p->interrupted = false;
   return s;
+}
+
+void fdy_cli_printer_destroy(fdy_cli_printer *p) {
+  fdy_token_stream_destroy(p->stream);
+  p->stream = NULL;
 }

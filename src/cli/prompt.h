@@ -1,9 +1,12 @@
 /* Text prompts for the CLI: the tokenizer a command uses (an explicit file,
  * else the one in the model directory), a prompt turned into BOS + ids, and
- * generated ids written as text through the streaming decoder. */
+ * generated ids written as text, through the streaming decoder, while they
+ * are generated. */
 #ifndef FOUNDRY_CLI_PROMPT_H
 #define FOUNDRY_CLI_PROMPT_H
 
+#include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -24,11 +27,35 @@ fdy_status fdy_cli_prompt_ids(fdy_tokenizer *tok, const char *text,
                               const char *path, int32_t **ids, uint32_t *count,
                               fdy_error *err);
 
-/* Writes the text of ids to out through a streaming decoder, leaving out
- * special tokens (EOS), then a newline. Write errors are left to the
- * caller (ferror on out). An id outside the vocabulary:
- * FDY_ERR_INVALID_ARGUMENT. */
-fdy_status fdy_cli_print_generated(const fdy_tokenizer *tok, const int32_t *ids,
-                                   uint32_t count, FILE *out, fdy_error *err);
+/* Writes generated ids as text while they are generated: the token
+ * callback fdy_cli_printer_token decodes each id through a streaming
+ * decoder, leaving out special ids (EOS, <|eot_id|>), writes the bytes that
+ * complete UTF-8 characters at once and flushes. It asks generation to stop
+ * when writing fails (left to ferror(out) and fdy_cli_finish_stdout), when
+ * an id is outside the tokenizer's vocabulary (kept in status and err), or
+ * when *interrupt is set (a signal handler's flag; cleared then). */
+typedef struct fdy_cli_printer {
+  const fdy_tokenizer *tok;
+  fdy_token_stream *stream;
+  FILE *out;
+  volatile sig_atomic_t *interrupt; /* may be NULL */
+  bool interrupted;                 /* stopped for *interrupt */
+  fdy_status status;                /* the first decoding failure */
+  fdy_error err;
+} fdy_cli_printer;
+
+/* Starts a printer on out; interrupt may be NULL. Destroy it with
+ * fdy_cli_printer_destroy (also after a failure). */
+fdy_status fdy_cli_printer_init(fdy_cli_printer *p, const fdy_tokenizer *tok,
+                                FILE *out, volatile sig_atomic_t *interrupt,
+                                fdy_error *err);
+/* A fdy_llama_token_fn; ctx is the printer. */
+bool fdy_cli_printer_token(void *ctx, int32_t id);
+/* Ends a text: writes what the decoder held back and a newline, flushes,
+ * and makes the printer ready for the next text. Returns the first
+ * decoding failure (copied to err) or FDY_OK; write failures are left to
+ * ferror(out). */
+fdy_status fdy_cli_printer_finish(fdy_cli_printer *p, fdy_error *err);
+void fdy_cli_printer_destroy(fdy_cli_printer *p);
 
 #endif

@@ -134,18 +134,31 @@ static const preset presets[] = {
      1,
      {2, 0, 0},
      1},
+    /* the real Llama 3 vocabulary and EOS ids on tiny layers: for tests of
+     * text, the tokenizer and the chat template (4.6 MB) */
+    {"micro-llama3-vocab",
+     2,
+     64,
+     2,
+     1,
+     32,
+     128,
+     128256,
+     true,
+     true,
+     32.0,
+     FDY_DTYPE_F16,
+     128000,
+     {128001, 128008, 128009},
+     3},
 };
 
 #define PRESET_COUNT (sizeof presets / sizeof presets[0])
 #define GROUP_SIZE   64u
 
-static const char *const preset_names[PRESET_COUNT + 1] = {"llama-3.2-1b",
-                                                           "llama-3.2-3b",
-                                                           "llama-3.1-8b",
-                                                           "tiny",
-                                                           "micro",
-                                                           "micro-untied",
-                                                           NULL};
+static const char *const preset_names[PRESET_COUNT + 1] = {
+    "llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b",       "tiny",
+    "micro",        "micro-untied", "micro-llama3-vocab", NULL};
 
 const char *const *fdy_llama_presets(void) {
   return preset_names;
@@ -449,7 +462,8 @@ static fdy_status find_preset(const char *name, const preset **out,
   }
   return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
                        "unknown preset '%s' (llama-3.2-1b, llama-3.2-3b, "
-                       "llama-3.1-8b, tiny, micro, micro-untied)",
+                       "llama-3.1-8b, tiny, micro, micro-untied, "
+                       "micro-llama3-vocab)",
                        name ? name : "");
 }
 

@@ -327,6 +327,19 @@ int32_t fdy_tokenizer_special_id(const fdy_tokenizer *tok, const char *name) {
   return tok_special_lookup(tok, name, strlen(name));
 }
 
+uint32_t fdy_tokenizer_stop_ids(const fdy_tokenizer *tok,
+                                int32_t ids[FDY_TOKENIZER_MAX_STOP]) {
+  uint32_t n = 0;
+  if (tok->eos >= 0) {
+    ids[n++] = tok->eos;
+  }
+  int32_t eot = fdy_tokenizer_special_id(tok, "<|eot_id|>");
+  if (eot >= 0 && eot != tok->eos) {
+    ids[n++] = eot;
+  }
+  return n;
+}
+
 const char *fdy_tokenizer_chat_template(const fdy_tokenizer *tok) {
   return tok->chat_template;
 }

@@ -18,7 +18,7 @@ expect 0 --version
 grep -q '^foundry [0-9]' "$out" || fail "--version does not print the version"
 expect 2 help frobnicate
 contains "$err" "unknown command 'frobnicate'"
-for command in plan bench inspect generate verify make-model; do
+for command in plan bench inspect generate chat verify make-model; do
   expect 0 help "$command"
   contains "$out" "usage: foundry $command"
   expect 0 "$command" --help

@@ -1335,8 +1335,9 @@ static void test_make_model(void **state) {
   (void)state;
   char root[] = "/tmp/fdy_make_model_XXXXXX";
   assert_non_null(mkdtemp(root));
-  static const char *const presets[] = {"micro", "tiny", "micro-untied"};
-  for (int p = 0; p < 3; p++) {
+  static const char *const presets[] = {"micro", "tiny", "micro-untied",
+                                        "micro-llama3-vocab"};
+  for (int p = 0; p < 4; p++) {
     char a[256], b[256], c[256];
     snprintf(a, sizeof a, "%s/%s-a", root, presets[p]);
     snprintf(b, sizeof b, "%s/%s-b/", root, presets[p]);
@@ -1369,6 +1370,16 @@ static void test_make_model(void **state) {
     } else {
       assert_true(cfg->tie_word_embeddings);
       assert_int_equal(cfg->scale_dtype, FDY_DTYPE_F16);
+    }
+    if (p == 3) {
+      /* the real Llama 3 vocabulary, BOS and EOS ids on tiny layers */
+      assert_int_equal(cfg->vocab_size, 128256);
+      assert_int_equal(cfg->bos_id, 128000);
+      assert_int_equal(cfg->eos_count, 3);
+      assert_int_equal(cfg->eos_ids[0], 128001);
+      assert_int_equal(cfg->eos_ids[1], 128008);
+      assert_int_equal(cfg->eos_ids[2], 128009);
+      assert_int_equal(cfg->hidden_size, 64);
     }
     /* the graph of what make-model wrote */
     fdy_llama_graph_options o = {.context = 16, .prefill_rows = 4};

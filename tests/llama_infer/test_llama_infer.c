@@ -95,6 +95,16 @@ static fdy_llama_session *make_session(const fdy_llama_model *model,
   return session;
 }
 
+/* fdy_llama_generate with only max_tokens and ignore_eos set. */
+static fdy_status generate_ids(fdy_llama_session *session,
+                               const int32_t *prompt, uint32_t count,
+                               uint32_t max_tokens, bool ignore_eos,
+                               fdy_llama_generation *out, fdy_error *err) {
+  fdy_llama_generate_options o = {.max_tokens = max_tokens,
+                                  .ignore_eos = ignore_eos};
+  return fdy_llama_generate(session, prompt, count, &o, out, err);
+}
+
 /* The fixture's expected.safetensors tensors, copied out. */
 typedef struct reference {
   int32_t *prompt;
@@ -499,8 +509,8 @@ static void test_generate_matches_reference(void **state) {
   fdy_llama_session *session = make_session(model, &o);
   fdy_llama_generation gen;
   fdy_error err;
-  assert_int_equal(fdy_llama_generate(session, ref.prompt, ref.prompt_count,
-                                      ref.greedy_count, true, &gen, &err),
+  assert_int_equal(generate_ids(session, ref.prompt, ref.prompt_count,
+                                ref.greedy_count, true, &gen, &err),
                    FDY_OK);
   assert_int_equal(gen.count, ref.greedy_count);
   assert_memory_equal(gen.ids, ref.greedy, sizeof *gen.ids * gen.count);
@@ -791,17 +801,17 @@ static void test_generate_eos(void **state) {
   fdy_llama_session *session = make_session(model, &o);
   fdy_llama_generation gen;
 
-  assert_int_equal(fdy_llama_generate(session, ref.prompt, ref.prompt_count, 12,
-                                      false, &gen, &err),
+  assert_int_equal(generate_ids(session, ref.prompt, ref.prompt_count, 12,
+                                false, &gen, &err),
                    FDY_OK);
   assert_int_equal(gen.count, 4);
   assert_memory_equal(gen.ids, ref.greedy, sizeof *gen.ids * 4);
   assert_true(gen.stopped_at_eos);
   fdy_llama_generation_free(&gen);
 
-  assert_int_equal(fdy_llama_generate(session, ref.prompt, ref.prompt_count, 12,
-                                      true, &gen, &err),
-                   FDY_OK);
+  assert_int_equal(
+      generate_ids(session, ref.prompt, ref.prompt_count, 12, true, &gen, &err),
+      FDY_OK);
   assert_int_equal(gen.count, 12);
   assert_memory_equal(gen.ids, ref.greedy, sizeof *gen.ids * 12);
   assert_false(gen.stopped_at_eos);
@@ -811,6 +821,170 @@ static void test_generate_eos(void **state) {
   fdy_backend_destroy(cpu);
   fdy_llama_close(model);
   remove_model_copy(dir);
+  free_reference(&ref);
+}
+
+/* Stop ids given by the caller (a tokenizer's <|eot_id|>) stop generation
+ * like the config's EOS ids, without changing the config. */
+static void test_generate_stop_ids(void **state) {
+  (void)state;
+  reference ref = load_reference("llama3-micro");
+  fdy_llama_model *model = open_fixture("llama3-micro");
+  fdy_backend *cpu = cpu_backend(2);
+  fdy_llama_session_options so = {.backend = cpu};
+  fdy_llama_session *session = make_session(model, &so);
+  int32_t stop[2] = {-5, ref.greedy[3]};
+  for (uint32_t i = 0; i < 3; i++) {
+    assert_int_not_equal(ref.greedy[i], stop[1]);
+  }
+  fdy_llama_generate_options o = {
+      .max_tokens = 12, .stop_ids = stop, .stop_count = 2};
+  fdy_llama_generation gen;
+  fdy_error err;
+  assert_int_equal(
+      fdy_llama_generate(session, ref.prompt, ref.prompt_count, &o, &gen, &err),
+      FDY_OK);
+  assert_int_equal(gen.count, 4);
+  assert_memory_equal(gen.ids, ref.greedy, sizeof *gen.ids * 4);
+  assert_true(gen.stopped_at_eos);
+  assert_false(gen.interrupted);
+  fdy_llama_generation_free(&gen);
+  o.ignore_eos = true;
+  assert_int_equal(
+      fdy_llama_generate(session, ref.prompt, ref.prompt_count, &o, &gen, &err),
+      FDY_OK);
+  assert_int_equal(gen.count, 12);
+  assert_false(gen.stopped_at_eos);
+  fdy_llama_generation_free(&gen);
+  /* stop ids without their array are a programmer error, reported */
+  o.stop_ids = NULL;
+  assert_int_equal(
+      fdy_llama_generate(session, ref.prompt, ref.prompt_count, &o, &gen, &err),
+      FDY_ERR_INVALID_ARGUMENT);
+  assert_null(gen.ids);
+  assert_int_equal(fdy_llama_generate(session, ref.prompt, ref.prompt_count,
+                                      NULL, &gen, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  fdy_llama_session_destroy(session);
+  fdy_backend_destroy(cpu);
+  fdy_llama_close(model);
+  free_reference(&ref);
+}
+
+/* What the token callback of a generation saw. */
+typedef struct seen_ids {
+  int32_t ids[32];
+  uint32_t count;
+  uint32_t stop_after; /* returns false for this id (1-based); 0 = never */
+  const fdy_llama_session *session;
+  uint32_t positions[32]; /* the session's position when each id came */
+} seen_ids;
+
+static bool see_id(void *ctx, int32_t id) {
+  seen_ids *seen = ctx;
+  assert_true(seen->count < 32);
+  seen->positions[seen->count] = fdy_llama_session_position(seen->session);
+  seen->ids[seen->count++] = id;
+  return seen->count != seen->stop_after;
+}
+
+/* The callback gets every id as it is produced, before the next pass (the
+ * position has not moved past it yet); returning false stops after that
+ * id, which is returned and not fed back. */
+static void test_generate_callback(void **state) {
+  (void)state;
+  reference ref = load_reference("llama3-micro");
+  fdy_llama_model *model = open_fixture("llama3-micro");
+  fdy_backend *cpu = cpu_backend(2);
+  fdy_llama_session_options so = {.backend = cpu};
+  fdy_llama_session *session = make_session(model, &so);
+  seen_ids seen = {.session = session};
+  fdy_llama_generate_options o = {
+      .max_tokens = 8, .ignore_eos = true, .on_token = see_id, .ctx = &seen};
+  fdy_llama_generation gen;
+  fdy_error err;
+  assert_int_equal(
+      fdy_llama_generate(session, ref.prompt, ref.prompt_count, &o, &gen, &err),
+      FDY_OK);
+  assert_int_equal(seen.count, 8);
+  assert_int_equal(gen.count, 8);
+  assert_memory_equal(seen.ids, ref.greedy, sizeof *seen.ids * 8);
+  for (uint32_t i = 0; i < 8; i++) {
+    assert_int_equal(seen.positions[i], ref.prompt_count + i);
+  }
+  assert_false(gen.interrupted);
+  fdy_llama_generation_free(&gen);
+
+  seen = (seen_ids){.session = session, .stop_after = 3};
+  assert_int_equal(
+      fdy_llama_generate(session, ref.prompt, ref.prompt_count, &o, &gen, &err),
+      FDY_OK);
+  assert_int_equal(gen.count, 3);
+  assert_int_equal(seen.count, 3);
+  assert_memory_equal(gen.ids, ref.greedy, sizeof *gen.ids * 3);
+  assert_true(gen.interrupted);
+  assert_false(gen.stopped_at_eos);
+  assert_int_equal(fdy_llama_session_position(session), ref.prompt_count + 2);
+  fdy_llama_generation_free(&gen);
+  fdy_llama_session_destroy(session);
+  fdy_backend_destroy(cpu);
+  fdy_llama_close(model);
+  free_reference(&ref);
+}
+
+/* keep_context continues at the session's position: a second prompt after
+ * a first generation gives the ids that a fresh session gives for the
+ * whole history (first prompt, the fed ids, second prompt); the context
+ * check counts the positions already used. */
+static void test_generate_keep_context(void **state) {
+  (void)state;
+  reference ref = load_reference("llama3-micro");
+  fdy_llama_model *model = open_fixture("llama3-micro");
+  fdy_backend *cpu = cpu_backend(2);
+  uint32_t t = ref.prompt_count;
+  fdy_llama_session_options so = {.backend = cpu, .context = 2 * t + 8};
+  fdy_llama_session *a = make_session(model, &so);
+  fdy_llama_session *b = make_session(model, &so);
+  fdy_llama_generation first, second, whole;
+  fdy_error err;
+  assert_int_equal(generate_ids(a, ref.prompt, t, 4, true, &first, &err),
+                   FDY_OK);
+  assert_int_equal(fdy_llama_session_position(a), t + 3);
+  /* the second prompt: the first generation's last id, then the prompt */
+  int32_t *next = malloc(sizeof *next * (t + 1));
+  int32_t *all = malloc(sizeof *all * (2 * t + 4));
+  assert_non_null(next);
+  assert_non_null(all);
+  next[0] = first.ids[3];
+  memcpy(next + 1, ref.prompt, sizeof *next * t);
+  memcpy(all, ref.prompt, sizeof *all * t);
+  memcpy(all + t, first.ids, sizeof *all * 4);
+  memcpy(all + t + 4, ref.prompt, sizeof *all * t);
+  /* t + 3 used, t + 1 more and 5 fed ids: one position too many */
+  fdy_llama_generate_options o = {
+      .max_tokens = 6, .ignore_eos = true, .keep_context = true};
+  assert_int_equal(fdy_llama_generate(a, next, t + 1, &o, &second, &err),
+                   FDY_ERR_CONTEXT);
+  assert_int_equal(err.expected, 2 * t + 8);
+  assert_int_equal(err.actual, 2 * t + 9);
+  assert_int_equal(fdy_llama_session_position(a), t + 3);
+  o.max_tokens = 5;
+  assert_int_equal(fdy_llama_generate(a, next, t + 1, &o, &second, &err),
+                   FDY_OK);
+  assert_int_equal(fdy_llama_session_position(a), 2 * t + 8);
+  assert_int_equal(generate_ids(b, all, 2 * t + 4, 5, true, &whole, &err),
+                   FDY_OK);
+  assert_int_equal(second.count, 5);
+  assert_memory_equal(second.ids, whole.ids, sizeof *whole.ids * 5);
+  fdy_llama_generation_free(&first);
+  fdy_llama_generation_free(&second);
+  fdy_llama_generation_free(&whole);
+  free(next);
+  free(all);
+  fdy_llama_session_destroy(a);
+  fdy_llama_session_destroy(b);
+  fdy_backend_destroy(cpu);
+  fdy_llama_close(model);
   free_reference(&ref);
 }
 
@@ -842,7 +1016,7 @@ static void test_context_overflow(void **state) {
   /* generate checks before any work too: 6 new ids need T + 5 positions */
   fdy_llama_generation gen;
   assert_int_equal(
-      fdy_llama_generate(a, ref.prompt, ref.prompt_count, 6, true, &gen, &err),
+      generate_ids(a, ref.prompt, ref.prompt_count, 6, true, &gen, &err),
       FDY_ERR_CONTEXT);
   assert_int_equal(err.expected, context);
   assert_int_equal(err.actual, context + 1);
@@ -866,7 +1040,7 @@ static void test_context_overflow(void **state) {
   /* a whole generation exactly filling the context is allowed: the fifth
    * id is returned without a pass of its own */
   assert_int_equal(
-      fdy_llama_generate(a, ref.prompt, ref.prompt_count, 5, true, &gen, &err),
+      generate_ids(a, ref.prompt, ref.prompt_count, 5, true, &gen, &err),
       FDY_OK);
   assert_int_equal(gen.count, 5);
   assert_memory_equal(gen.ids, ref.greedy, sizeof *gen.ids * 5);
@@ -893,29 +1067,29 @@ static void test_generate_context_boundary(void **state) {
   int32_t prompt[3] = {968, 278, 546};
   fdy_llama_generation gen;
   fdy_error err;
-  assert_int_equal(fdy_llama_generate(session, prompt, 3, 9, true, &gen, &err),
+  assert_int_equal(generate_ids(session, prompt, 3, 9, true, &gen, &err),
                    FDY_ERR_CONTEXT);
   assert_int_equal(err.kind, FDY_ERR_CONTEXT);
   assert_int_equal(err.expected, 10);
   assert_int_equal(err.actual, 11);
   assert_null(gen.ids);
   assert_int_equal(fdy_llama_session_position(session), 0);
-  assert_int_equal(fdy_llama_generate(session, prompt, 3, 8, true, &gen, &err),
+  assert_int_equal(generate_ids(session, prompt, 3, 8, true, &gen, &err),
                    FDY_OK);
   assert_int_equal(gen.count, 8);
   assert_int_equal(fdy_llama_session_position(session), 10);
   fdy_llama_generation_free(&gen);
   /* no new ids: the prompt alone, which may fill the context */
   int32_t full[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
-  assert_int_equal(fdy_llama_generate(session, full, 10, 0, true, &gen, &err),
+  assert_int_equal(generate_ids(session, full, 10, 0, true, &gen, &err),
                    FDY_OK);
   assert_int_equal(gen.count, 0);
   fdy_llama_generation_free(&gen);
-  assert_int_equal(fdy_llama_generate(session, full, 10, 1, true, &gen, &err),
+  assert_int_equal(generate_ids(session, full, 10, 1, true, &gen, &err),
                    FDY_OK);
   assert_int_equal(gen.count, 1);
   fdy_llama_generation_free(&gen);
-  assert_int_equal(fdy_llama_generate(session, full, 10, 2, true, &gen, &err),
+  assert_int_equal(generate_ids(session, full, 10, 2, true, &gen, &err),
                    FDY_ERR_CONTEXT);
   assert_int_equal(err.actual, 11);
   fdy_llama_session_destroy(session);
@@ -1003,7 +1177,7 @@ static void test_invalid_ids(void **state) {
   assert_int_equal(fdy_llama_session_next(session), next);
 
   fdy_llama_generation gen;
-  assert_int_equal(fdy_llama_generate(session, bad, 3, 4, false, &gen, &err),
+  assert_int_equal(generate_ids(session, bad, 3, 4, false, &gen, &err),
                    FDY_ERR_INVALID_ARGUMENT);
   assert_int_equal(err.ids[0], 1);
   assert_null(gen.ids);
@@ -1023,11 +1197,11 @@ static void test_empty_prompt(void **state) {
   fdy_error err;
   int32_t ids[1] = {3};
   fdy_llama_generation gen;
-  assert_int_equal(fdy_llama_generate(session, ids, 0, 4, false, &gen, &err),
+  assert_int_equal(generate_ids(session, ids, 0, 4, false, &gen, &err),
                    FDY_ERR_INVALID_ARGUMENT);
   assert_int_equal(err.kind, FDY_ERR_INVALID_ARGUMENT);
   assert_null(gen.ids);
-  assert_int_equal(fdy_llama_generate(session, NULL, 0, 4, false, &gen, &err),
+  assert_int_equal(generate_ids(session, NULL, 0, 4, false, &gen, &err),
                    FDY_ERR_INVALID_ARGUMENT);
   assert_int_equal(fdy_llama_session_forward(session, ids, 0, NULL, NULL, &err),
                    FDY_ERR_INVALID_ARGUMENT);
@@ -1294,7 +1468,7 @@ static void test_backend_failure(void **state) {
           fdy_llama_session_forward(s, prompt, 3, NULL, NULL, &err),
           FDY_ERR_BACKEND);
       fdy_llama_generation gen;
-      assert_int_equal(fdy_llama_generate(s, prompt, 7, 2, true, &gen, &err),
+      assert_int_equal(generate_ids(s, prompt, 7, 2, true, &gen, &err),
                        FDY_ERR_BACKEND);
       assert_null(gen.ids);
       fdy_llama_verify_result result;
@@ -1546,6 +1720,9 @@ int main(void) {
       cmocka_unit_test(test_streamed_equals_resident),
       cmocka_unit_test(test_f16_kv_cache),
       cmocka_unit_test(test_generate_eos),
+      cmocka_unit_test(test_generate_stop_ids),
+      cmocka_unit_test(test_generate_callback),
+      cmocka_unit_test(test_generate_keep_context),
       cmocka_unit_test(test_context_overflow),
       cmocka_unit_test(test_generate_context_boundary),
       cmocka_unit_test(test_default_context),

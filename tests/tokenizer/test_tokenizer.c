@@ -95,6 +95,11 @@ static void test_readme_vector(void **state) {
       fdy_tokenizer_special_id(llama3, "<|reserved_special_token_247|>"),
       128255);
   assert_int_equal(fdy_tokenizer_special_id(llama3, "<|nope|>"), -1);
+  /* generation stops after <|end_of_text|> and <|eot_id|> */
+  int32_t stop[FDY_TOKENIZER_MAX_STOP];
+  assert_int_equal(fdy_tokenizer_stop_ids(llama3, stop), 2);
+  assert_int_equal(stop[0], 128001);
+  assert_int_equal(stop[1], 128009);
   assert_true(fdy_tokenizer_is_special(llama3, 128000));
   assert_false(fdy_tokenizer_is_special(llama3, 2028));
   assert_false(fdy_tokenizer_is_special(llama3, 128256));
@@ -403,6 +408,13 @@ static void test_tiny_json_matches_tiktoken(void **state) {
   assert_int_equal(fdy_tokenizer_bos(hf), 263);
   assert_int_equal(fdy_tokenizer_eos(hf), 263 + 9); /* eos_token eot_id */
   assert_int_equal(fdy_tokenizer_eos(tik), 263 + 1);
+  /* eos_token <|eot_id|> is listed once; tiktoken has both */
+  int32_t stop[FDY_TOKENIZER_MAX_STOP];
+  assert_int_equal(fdy_tokenizer_stop_ids(hf, stop), 1);
+  assert_int_equal(stop[0], 263 + 9);
+  assert_int_equal(fdy_tokenizer_stop_ids(tik, stop), 2);
+  assert_int_equal(stop[0], 263 + 1);
+  assert_int_equal(stop[1], 263 + 9);
   assert_non_null(fdy_tokenizer_chat_template(hf));
   assert_string_equal(fdy_tokenizer_source(hf), json_path);
   fdy_tokens_free(&a);

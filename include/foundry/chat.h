@@ -1,0 +1,104 @@
+/* Llama 3 Instruct conversations: the chat template (messages to token ids
+ * through a tokenizer) and a conversation on a session that keeps the KV
+ * cache across turns, so that a turn prefills only its own new ids.
+ *
+ * The template (docs/llama.md, "Chat"): BOS first; each message is
+ * <|start_header_id|>ROLE<|end_header_id|> "\n\n" TEXT <|eot_id|> with TEXT
+ * stripped of leading and trailing whitespace (Python's str.strip(), as the
+ * templates' `| trim` does) and encoded as plain text, so special-token
+ * spellings in it stay text; the answer follows
+ * <|start_header_id|>assistant<|end_header_id|> "\n\n".
+ *
+ * Thread-safety: a chat uses its session and tokenizer; one thread at a
+ * time uses the three. */
+#ifndef FOUNDRY_CHAT_H
+#define FOUNDRY_CHAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "foundry/core.h"
+#include "foundry/llama_session.h"
+#include "foundry/tokenizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct fdy_chat fdy_chat;
+
+typedef struct fdy_chat_options {
+  const char *system;  /* the system message (copied), written before the
+                          first user message; NULL for none ("" is an empty
+                          one) */
+  uint32_t max_tokens; /* ids per answer at most; 0 = until a stop id or the
+                          context is full */
+} fdy_chat_options;
+
+/* A conversation on session with the Llama 3 Instruct template and the
+ * stop ids (fdy_tokenizer_stop_ids) of tok. The session and the tokenizer
+ * must outlive the chat; the first turn resets the session. The template is
+ * taken from tok: a tokenizer_config.json chat_template must be a Llama 3
+ * Instruct template (recognised by its <|start_header_id|>,
+ * <|end_header_id|> and <|eot_id|>: Llama 3, 3.1, 3.2 and 3.3 Instruct);
+ * without one (a tiktoken file, a base model) the Llama 3 template is used
+ * when tok has its special tokens. Errors: another template
+ * FDY_ERR_UNSUPPORTED (err->name "chat_template"; the message names the
+ * kind of template and quotes its start), a missing BOS or special token
+ * FDY_ERR_UNSUPPORTED (err->name its spelling), no session or tokenizer
+ * FDY_ERR_INVALID_ARGUMENT, FDY_ERR_OUT_OF_MEMORY. *out is NULL on
+ * failure. */
+fdy_status fdy_chat_create(fdy_llama_session *session, fdy_tokenizer *tok,
+                           const fdy_chat_options *options, fdy_chat **out,
+                           fdy_error *err);
+/* Frees the chat (not its session or tokenizer); NULL is a no-op. */
+void fdy_chat_destroy(fdy_chat *chat);
+
+/* Appends to out the ids that fdy_chat_turn would prefill for the user
+ * message text (len bytes, any bytes): on the first turn BOS and the system
+ * message when there is one; on a later turn the end of the previous
+ * answer (its last id, which generation returns but never feeds, unless it
+ * is a stop id, then <|eot_id|>: every answer ends with <|eot_id|> in the
+ * cache, whatever stopped it); then the user message and the assistant
+ * header. The chat is unchanged. Errors as fdy_tokenizer_encode's; out
+ * keeps its earlier ids on failure. */
+fdy_status fdy_chat_prompt(fdy_chat *chat, const char *text, size_t len,
+                           fdy_tokens *out, fdy_error *err);
+
+typedef enum fdy_chat_stop {
+  FDY_CHAT_STOP_EOS,         /* the model produced a stop id */
+  FDY_CHAT_STOP_MAX_TOKENS,  /* options.max_tokens ids */
+  FDY_CHAT_STOP_CONTEXT,     /* every position of the context is used */
+  FDY_CHAT_STOP_INTERRUPTED, /* on_token returned false */
+} fdy_chat_stop;
+
+typedef struct fdy_chat_answer {
+  uint32_t prompt_tokens; /* ids prefilled for the turn */
+  uint32_t count;         /* ids generated, a final stop id included */
+  fdy_chat_stop stop;
+  double prefill_seconds, decode_seconds;
+  /* prompt_tokens / prefill_seconds; (count - 1) / decode_seconds, 0 for
+   * an answer of one id */
+  double prefill_tokens_per_second, decode_tokens_per_second;
+} fdy_chat_answer;
+
+/* One turn: the ids of fdy_chat_prompt(text) are prefilled after what the
+ * session holds, then the answer is decoded greedily, each id handed to
+ * on_token (may be NULL; returning false stops the answer after that id)
+ * as soon as it is computed, until a stop id, max_tokens ids or the end of
+ * the context. A turn whose prompt does not fit in what is left of the
+ * context is refused before any work: FDY_ERR_CONTEXT (err->expected = the
+ * context, err->actual = the positions the conversation would need); the
+ * chat is unchanged and a shorter message may still fit. An answer that
+ * fills the context stops there (FDY_CHAT_STOP_CONTEXT); every later turn
+ * is then refused. Other errors are those of fdy_llama_generate (ids
+ * outside the model's vocabulary leave the chat unchanged; a backend
+ * failure fails the session and so the chat). *out is zeroed on failure. */
+fdy_status fdy_chat_turn(fdy_chat *chat, const char *text, size_t len,
+                         fdy_llama_token_fn on_token, void *ctx,
+                         fdy_chat_answer *out, fdy_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,365 @@
+/* `foundry chat`: an interactive conversation with a Llama 3 Instruct
+ * checkpoint. Each line of standard input is a user turn; the answer is
+ * streamed to standard output as it is generated and its speed follows on
+ * standard error, so standard output holds only the answers. The KV cache
+ * is kept across turns (foundry/chat.h), so a turn prefills only its own
+ * ids.
+ *
+ * Signals: SIGINT is blocked in every thread but is let through while the
+ * main thread generates or waits for input (pselect), so a Ctrl-C always
+ * reaches the main thread there. During an answer it stops the answer and
+ * keeps the conversation; at the prompt a first Ctrl-C drops the line being
+ * typed and a second one in a row exits with 0, as EOF does. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/select.h>
+#include <unistd.h>
+
+#include "cli_util.h"
+#include "commands.h"
+#include "foundry/chat.h"
+#include "prompt.h"
+
+void fdy_cmd_chat_help(FILE *out) {
+  fprintf(out,
+          "usage: foundry chat --model DIR [options]\n"
+          "\n"
+          "Talks with a Llama 3 Instruct MLX 4-bit checkpoint. Each line of\n"
+          "standard input is a message; the answer is printed to standard\n"
+          "output as it is generated, then its speed to standard error. The\n"
+          "conversation stays in the KV cache, so a message costs only its\n"
+          "own tokens. Ctrl-C stops an answer; Ctrl-C twice at the prompt or\n"
+          "Ctrl-D (end of input) exits. A message that does not fit in the\n"
+          "rest of the context is refused and the conversation goes on.\n"
+          "\n"
+          "options:\n"
+          "  --tokenizer FILE a tokenizer.json or tiktoken file instead of\n"
+          "                   the model directory's\n"
+          "  --system TEXT    a system message before the first one\n"
+          "  --max-tokens N   tokens per answer at most (default: until the\n"
+          "                   end of the answer or of the context)\n"
+          "  --backend NAME   cpu (the default) or cuda\n"
+          "  --threads T      cpu backend threads (default: online CPUs)\n"
+          "  --context C      KV cache positions for the whole conversation\n"
+          "                   (default: the model's max_position_embeddings,\n"
+          "                   at most 4096)\n"
+          "  --kv-dtype D     KV cache dtype: f32 (default) or f16\n");
+}
+
+/* Set by SIGINT, cleared by whoever acts on it. */
+static volatile sig_atomic_t interrupted;
+
+static void on_interrupt(int sig) {
+  (void)sig;
+  interrupted = 1;
+}
+
+/* Lines of a file descriptor, read as they come. */
+typedef struct line_reader {
+  int fd;
+  char *buf;
+  size_t start, len, cap; /* bytes [start, len) are not handed out yet */
+  bool eof;
+} line_reader;
+
+typedef enum line_result { LINE_OK, LINE_EOF, LINE_INTERRUPTED } line_result;
+
+/* The next line, without its newline, in *line (n bytes, valid until the
+ * next call); the last line may lack a newline. Waits for input in
+ * pselect with wait_mask (SIGINT let through): a SIGINT while waiting
+ * drops what was read of the line and gives LINE_INTERRUPTED. */
+static fdy_status read_line(line_reader *r, const sigset_t *wait_mask,
+                            line_result *result, const char **line, size_t *n,
+                            fdy_error *err) {
+  for (;;) {
+    char *nl = r->len > r->start
+                   ? memchr(r->buf + r->start, '\n', r->len - r->start)
+                   : NULL;
+    if (nl || (r->eof && r->start < r->len)) {
+      size_t end = nl ? (size_t)(nl - r->buf) : r->len;
+      *line = r->buf + r->start;
+      *n = end - r->start;
+      r->start = nl ? end + 1 : end;
+      *result = LINE_OK;
+      return FDY_OK;
+    }
+    if (r->eof) {
+      *result = LINE_EOF;
+      return FDY_OK;
+    }
+    if (interrupted) {
+      interrupted = 0;
+      r->start = r->len = 0;
+      *result = LINE_INTERRUPTED;
+      return FDY_OK;
+    }
+    if (r->start > 0) {
+      memmove(r->buf, r->buf + r->start, r->len - r->start);
+      r->len -= r->start;
+      r->start = 0;
+    }
+    if (r->len == r->cap) {
+      size_t cap = r->cap ? 2 * r->cap : 4096;
+      char *grown = cap > r->cap ? realloc(r->buf, cap) : NULL;
+      if (!grown) {
+        return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
+                             "out of memory reading a line of %zu bytes",
+                             r->len);
+      }
+      r->buf = grown;
+      r->cap = cap;
+    }
+    fd_set in;
+    FD_ZERO(&in);
+    FD_SET(r->fd, &in);
+    if (pselect(r->fd + 1, &in, NULL, NULL, NULL, wait_mask) < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      return fdy_error_set(err, FDY_ERR_IO, "waiting for standard input: %s",
+                           strerror(errno));
+    }
+    ssize_t got = read(r->fd, r->buf + r->len, r->cap - r->len);
+    if (got < 0 && errno != EINTR && errno != EAGAIN) {
+      return fdy_error_set(err, FDY_ERR_IO, "reading standard input: %s",
+                           strerror(errno));
+    }
+    r->eof = got == 0;
+    r->len += got > 0 ? (size_t)got : 0;
+  }
+}
+
+static bool blank(const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (!strchr(" \t\r\n\v\f", s[i]) || s[i] == '\0') {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* The line on standard error after an answer. */
+static void print_answer_stats(const fdy_chat_answer *a) {
+  static const char *const why[] = {
+      [FDY_CHAT_STOP_EOS] = "",
+      [FDY_CHAT_STOP_MAX_TOKENS] = ", --max-tokens reached",
+      [FDY_CHAT_STOP_CONTEXT] = ", the context is full: start a new chat "
+                                "or use a larger --context to go on",
+      [FDY_CHAT_STOP_INTERRUPTED] = ", interrupted",
+  };
+  if (a->count > 1) {
+    fprintf(stderr, "[%" PRIu32 " tokens, %.1f tokens/s", a->count,
+            a->decode_tokens_per_second);
+  } else {
+    fprintf(stderr, "[%" PRIu32 " token", a->count);
+  }
+  fprintf(stderr, "; prompt %" PRIu32 " tokens, %.1f tokens/s%s]\n",
+          a->prompt_tokens, a->prefill_tokens_per_second, why[a->stop]);
+}
+
+/* The conversation: one turn per line until EOF or a second Ctrl-C at the
+ * prompt. A turn refused for the context is reported and skipped. */
+static int converse(fdy_chat *chat, fdy_cli_printer *printer,
+                    const sigset_t *wait_mask, const sigset_t *sigint) {
+  line_reader reader = {.fd = STDIN_FILENO};
+  bool tty = isatty(STDIN_FILENO);
+  bool armed = false; /* a Ctrl-C at the prompt: another one exits */
+  int code = FDY_EXIT_OK;
+  fdy_error err;
+  if (tty) {
+    fprintf(stderr, "Ctrl-C stops an answer; Ctrl-D exits.\n");
+  }
+  for (;;) {
+    if (tty) {
+      fputs("> ", stderr);
+    }
+    line_result result;
+    const char *line = NULL;
+    size_t n = 0;
+    if (read_line(&reader, wait_mask, &result, &line, &n, &err) != FDY_OK) {
+      code = fdy_cli_fail(&err);
+      break;
+    }
+    if (result == LINE_EOF || (result == LINE_INTERRUPTED && armed)) {
+      if (tty) {
+        fputc('\n', stderr);
+      }
+      break;
+    }
+    if (result == LINE_INTERRUPTED) {
+      fprintf(stderr, "\n(Ctrl-C again or Ctrl-D exits)\n");
+      armed = true;
+      continue;
+    }
+    armed = false;
+    if (blank(line, n)) {
+      continue;
+    }
+    fdy_chat_answer answer;
+    pthread_sigmask(SIG_SETMASK, wait_mask, NULL);
+    fdy_status st = fdy_chat_turn(chat, line, n, fdy_cli_printer_token, printer,
+                                  &answer, &err);
+    pthread_sigmask(SIG_BLOCK, sigint, NULL);
+    if (st == FDY_ERR_CONTEXT) {
+      fprintf(stderr, "foundry chat: %s\n", err.message);
+      continue;
+    }
+    if (st != FDY_OK || fdy_cli_printer_finish(printer, &err) != FDY_OK) {
+      code = fdy_cli_fail(&err);
+      break;
+    }
+    if (ferror(stdout)) {
+      code = fdy_cli_finish_stdout(FDY_EXIT_OK);
+      break;
+    }
+    print_answer_stats(&answer);
+  }
+  free(reader.buf);
+  return code;
+}
+
+int fdy_cmd_chat(int argc, char **argv) {
+  enum {
+    OPT_MODEL = 256,
+    OPT_TOKENIZER,
+    OPT_SYSTEM,
+    OPT_MAX,
+    OPT_BACKEND,
+    OPT_THREADS,
+    OPT_CONTEXT,
+    OPT_KV_DTYPE
+  };
+  static const struct option options[] = {
+      {"model", required_argument, NULL, OPT_MODEL},
+      {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
+      {"system", required_argument, NULL, OPT_SYSTEM},
+      {"max-tokens", required_argument, NULL, OPT_MAX},
+      {"backend", required_argument, NULL, OPT_BACKEND},
+      {"threads", required_argument, NULL, OPT_THREADS},
+      {"context", required_argument, NULL, OPT_CONTEXT},
+      {"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
+      {NULL, 0, NULL, 0},
+  };
+  const char *model_dir = NULL, *tokenizer_path = NULL, *system = NULL;
+  const char *backend = "cpu";
+  uint64_t max_tokens = 0, threads = 0, context = 0;
+  fdy_dtype kv_dtype = FDY_DTYPE_F32;
+  fdy_error err;
+  optind = 1;
+  opterr = 0;
+  int opt;
+  while ((opt = getopt_long(argc, argv, ":", options, NULL)) != -1) {
+    fdy_status status = FDY_OK;
+    switch (opt) {
+    case OPT_MODEL:
+      model_dir = optarg;
+      break;
+    case OPT_TOKENIZER:
+      tokenizer_path = optarg;
+      break;
+    case OPT_SYSTEM:
+      system = optarg;
+      break;
+    case OPT_MAX:
+      status = fdy_cli_parse_uint("--max-tokens", optarg, 1, UINT32_MAX,
+                                  &max_tokens, &err);
+      break;
+    case OPT_BACKEND:
+      backend = optarg;
+      break;
+    case OPT_THREADS:
+      status = fdy_cli_parse_uint("--threads", optarg, 1, 256, &threads, &err);
+      break;
+    case OPT_CONTEXT:
+      status = fdy_cli_parse_uint("--context", optarg, 1, UINT32_MAX, &context,
+                                  &err);
+      break;
+    case OPT_KV_DTYPE:
+      status = fdy_cli_parse_kv_dtype(optarg, &kv_dtype, &err);
+      break;
+    case ':':
+      return fdy_cli_usage("chat", "%s needs a value", argv[optind - 1]);
+    default:
+      return fdy_cli_usage("chat", "unknown option '%s'", argv[optind - 1]);
+    }
+    if (status != FDY_OK) {
+      return fdy_cli_usage("chat", "%s", err.message);
+    }
+  }
+  if (optind < argc) {
+    return fdy_cli_usage("chat", "unexpected argument '%s'", argv[optind]);
+  }
+  if (!model_dir) {
+    return fdy_cli_usage("chat", "--model is required");
+  }
+  if (strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0) {
+    return fdy_cli_usage("chat", "--backend must be cpu or cuda, got '%s'",
+                         backend);
+  }
+
+  /* Threads started from here on (the backend's) block SIGINT. A Ctrl-C
+   * while loading stays pending and ends the process (default action) when
+   * the main thread lets it through after loading. */
+  sigset_t sigint, original, wait_mask;
+  sigemptyset(&sigint);
+  sigaddset(&sigint, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigint, &original);
+  wait_mask = original;
+  sigdelset(&wait_mask, SIGINT);
+  struct sigaction previous;
+  bool handled = false;
+
+  int code = FDY_EXIT_FAILURE;
+  fdy_tokenizer *tok = NULL;
+  fdy_llama_model *model = NULL;
+  fdy_backend *engine = NULL;
+  fdy_llama_session *session = NULL;
+  fdy_chat *chat = NULL;
+  fdy_cli_printer printer = {0};
+  fdy_llama_session_options session_options = {.context = (uint32_t)context,
+                                               .kv_dtype = kv_dtype};
+  fdy_chat_options chat_options = {.system = system,
+                                   .max_tokens = (uint32_t)max_tokens};
+  if (fdy_cli_open_tokenizer(model_dir, tokenizer_path, &tok, &err) != FDY_OK ||
+      fdy_llama_open(model_dir, &model, &err) != FDY_OK ||
+      fdy_cli_backend_create(backend, (uint32_t)threads, &engine, &err) !=
+          FDY_OK) {
+    code = fdy_cli_fail(&err);
+    goto cleanup;
+  }
+  session_options.backend = engine;
+  if (fdy_llama_session_create(model, &session_options, &session, &err) !=
+          FDY_OK ||
+      fdy_chat_create(session, tok, &chat_options, &chat, &err) != FDY_OK ||
+      fdy_cli_printer_init(&printer, tok, stdout, &interrupted, &err) !=
+          FDY_OK) {
+    code = fdy_cli_fail(&err);
+    goto cleanup;
+  }
+  pthread_sigmask(SIG_SETMASK, &original, NULL); /* a pending Ctrl-C ends */
+  struct sigaction action = {.sa_handler = on_interrupt};
+  sigemptyset(&action.sa_mask);
+  pthread_sigmask(SIG_BLOCK, &sigint, NULL);
+  sigaction(SIGINT, &action, &previous);
+  handled = true;
+  code = converse(chat, &printer, &wait_mask, &sigint);
+
+cleanup:
+  if (handled) {
+    sigaction(SIGINT, &previous, NULL);
+  }
+  pthread_sigmask(SIG_SETMASK, &original, NULL);
+  fdy_cli_printer_destroy(&printer);
+  fdy_chat_destroy(chat);
+  fdy_llama_session_destroy(session);
+  fdy_backend_destroy(engine);
+  fdy_llama_close(model);
+  fdy_tokenizer_destroy(tok);
+  return code;
+}
