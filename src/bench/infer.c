@@ -426,9 +426,11 @@ static fdy_status run_executions(infer_state *s, fdy_error *err) {
   s->same_ids = true;
   for (uint32_t i = 0; i < total; i++) {
     fdy_llama_generation gen;
+    fdy_llama_generate_options go = {.max_tokens = o->gen_tokens,
+                                     .ignore_eos = true};
     int64_t t0 = fdy_now_ns();
     fdy_status st = fdy_llama_generate(s->session, o->prompt, o->prompt_count,
-                                       o->gen_tokens, true, &gen, err);
+                                       &go, &gen, err);
     int64_t t1 = fdy_now_ns();
     if (st != FDY_OK) {
       return st;
