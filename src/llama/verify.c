@@ -1,6 +1,6 @@
 /* Verification against reference outputs (expected.safetensors: prompt_ids
  * I32 [T], logits F32 [T, vocab], greedy_ids I32 [N], greedy_logits F32
- * [N, vocab]).
+ * [N, vocab]), read and checked by reference.c before anything runs.
  *
  * The prompt runs as one prefill; its logits are compared with `logits`.
  * The greedy continuation is teacher-forced with the reference's ids: the
@@ -16,73 +16,12 @@
 #include <string.h>
 
 #include "infer.h"
-
-static fdy_status schema_error(fdy_error *err, const char *tensor,
-                               const char *path, const char *what) {
-  fdy_error_set(err, FDY_ERR_SCHEMA, "%s: tensor '%s' %s", path, tensor, what);
-  if (err) {
-    snprintf(err->name, sizeof err->name, "%s", tensor);
-  }
-  return FDY_ERR_SCHEMA;
-}
-
-/* Finds name with dtype and rank; dims[1] must equal vocab for rank 2. */
-static fdy_status find_tensor(const fdy_safetensors *st, const char *name,
-                              fdy_dtype dtype, uint32_t rank, uint32_t vocab,
-                              const fdy_st_tensor **out, fdy_error *err) {
-  const char *path = fdy_safetensors_path(st);
-  if (fdy_safetensors_find(st, name, out, NULL) != FDY_OK) {
-    return schema_error(err, name, path, "is missing");
-  }
-  const fdy_st_tensor *t = *out;
-  if (t->dtype != dtype || t->shape.rank != rank) {
-    char what[96];
-    snprintf(what, sizeof what, "must be %s of rank %u", fdy_dtype_name(dtype),
-             rank);
-    return schema_error(err, name, path, what);
-  }
-  if (rank == 2 && t->shape.dims[1] != vocab) {
-    char what[128];
-    snprintf(what, sizeof what,
-             "has rows of %llu logits but the model's vocabulary is %u",
-             (unsigned long long)t->shape.dims[1], vocab);
-    schema_error(err, name, path, what);
-    if (err) {
-      err->expected = vocab;
-      err->actual = t->shape.dims[1];
-    }
-    return FDY_ERR_SCHEMA;
-  }
-  if (t->shape.dims[0] > UINT32_MAX / 2) {
-    return schema_error(err, name, path, "is too long");
-  }
-  return FDY_OK;
-}
+#include "reference.h"
 
 static float float_at(const fdy_st_tensor *t, uint64_t i) {
   float v;
   memcpy(&v, (const unsigned char *)t->data + 4 * i, sizeof v);
   return v;
-}
-
-static fdy_status read_ids(const fdy_st_tensor *t, uint32_t vocab,
-                           const char *path, int32_t **out, fdy_error *err) {
-  uint32_t n = (uint32_t)t->shape.dims[0];
-  *out = malloc(sizeof **out * (n ? n : 1));
-  if (!*out) {
-    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
-  }
-  memcpy(*out, t->data, sizeof **out * n);
-  for (uint32_t i = 0; i < n; i++) {
-    if ((*out)[i] < 0 || (uint32_t)(*out)[i] >= vocab) {
-      char what[96];
-      snprintf(what, sizeof what,
-               "holds id %d at %u, outside the model's vocabulary", (*out)[i],
-               i);
-      return schema_error(err, t->name, path, what);
-    }
-  }
-  return FDY_OK;
 }
 
 /* Adds row i of ref against ours to the squared sums. */
@@ -108,9 +47,7 @@ fdy_status fdy_llama_verify(fdy_llama_session *session,
                             const char *reference_path, double tolerance,
                             fdy_llama_verify_result *out, fdy_error *err) {
   fdy_status st = FDY_OK;
-  fdy_safetensors *ref = NULL;
-  int32_t *prompt = NULL;
-  int32_t *greedy = NULL;
+  fdy_llama_reference ref = {0};
   float *logits = NULL;
   if (!session || !reference_path || !out) {
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
@@ -128,54 +65,14 @@ fdy_status fdy_llama_verify(fdy_llama_session *session,
                          "all_logits");
   }
   uint32_t vocab = session->config->vocab_size;
-  st = fdy_safetensors_open(reference_path, &ref, err);
+  st = fdy_llama_reference_open(reference_path, vocab, &ref, err);
   if (st != FDY_OK) {
     goto cleanup;
   }
-  const fdy_st_tensor *t_prompt = NULL, *t_logits = NULL, *t_greedy = NULL,
-                      *t_greedy_logits = NULL;
-  st = find_tensor(ref, "prompt_ids", FDY_DTYPE_I32, 1, vocab, &t_prompt, err);
-  if (st == FDY_OK) {
-    st = find_tensor(ref, "logits", FDY_DTYPE_F32, 2, vocab, &t_logits, err);
-  }
-  if (st == FDY_OK) {
-    st =
-        find_tensor(ref, "greedy_ids", FDY_DTYPE_I32, 1, vocab, &t_greedy, err);
-  }
-  if (st == FDY_OK) {
-    st = find_tensor(ref, "greedy_logits", FDY_DTYPE_F32, 2, vocab,
-                     &t_greedy_logits, err);
-  }
-  if (st != FDY_OK) {
-    goto cleanup;
-  }
-  uint32_t prompt_count = (uint32_t)t_prompt->shape.dims[0];
-  uint32_t greedy_count = (uint32_t)t_greedy->shape.dims[0];
-  if (prompt_count == 0) {
-    st = schema_error(err, "prompt_ids", reference_path, "is empty");
-    goto cleanup;
-  }
-  if (greedy_count == 0) {
-    st = schema_error(err, "greedy_ids", reference_path, "is empty");
-    goto cleanup;
-  }
-  if (t_logits->shape.dims[0] != prompt_count) {
-    st = schema_error(err, "logits", reference_path,
-                      "must have one row per prompt id");
-    goto cleanup;
-  }
-  if (t_greedy_logits->shape.dims[0] != greedy_count) {
-    st = schema_error(err, "greedy_logits", reference_path,
-                      "must have one row per greedy id");
-    goto cleanup;
-  }
-  st = read_ids(t_prompt, vocab, reference_path, &prompt, err);
-  if (st == FDY_OK) {
-    st = read_ids(t_greedy, vocab, reference_path, &greedy, err);
-  }
-  if (st != FDY_OK) {
-    goto cleanup;
-  }
+  uint32_t prompt_count = ref.prompt_count;
+  uint32_t greedy_count = ref.greedy_count;
+  const int32_t *prompt = ref.prompt_ids;
+  const int32_t *greedy = ref.greedy_ids;
   uint32_t saved = session->position;
   session->position = 0;
   st = fdy_llama_session_check(session, prompt, prompt_count,
@@ -198,7 +95,7 @@ fdy_status fdy_llama_verify(fdy_llama_session *session,
     goto cleanup;
   }
   double diff2 = 0.0, ref2 = 0.0;
-  accumulate(logits, t_logits, 0, (uint64_t)prompt_count * vocab, &diff2,
+  accumulate(logits, ref.logits, 0, (uint64_t)prompt_count * vocab, &diff2,
              &ref2);
   out->logits_relative_error = relative(diff2, ref2);
 
@@ -219,7 +116,8 @@ fdy_status fdy_llama_verify(fdy_llama_session *session,
         goto cleanup;
       }
     }
-    accumulate(row, t_greedy_logits, (uint64_t)i * vocab, vocab, &diff2, &ref2);
+    accumulate(row, ref.greedy_logits, (uint64_t)i * vocab, vocab, &diff2,
+               &ref2);
     agreeing = agreeing && fdy_llama_session_next(session) == greedy[i];
     out->greedy_matches += agreeing;
   }
@@ -232,8 +130,6 @@ fdy_status fdy_llama_verify(fdy_llama_session *session,
 
 cleanup:
   free(logits);
-  free(prompt);
-  free(greedy);
-  fdy_safetensors_close(ref);
+  fdy_llama_reference_close(&ref);
   return st;
 }
