@@ -9,47 +9,35 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "foundry/tokenizer.h"
+#include "fuzz_common.h"
+
+#define TARGET "fuzz_tokenizer"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-static char dir[64];
-
-static void write_file(const char *path, const uint8_t *data, size_t size) {
-  FILE *f = fopen(path, "wb");
-  if (!f || fwrite(data, 1, size, f) != size || fclose(f) != 0) {
-    abort(); /* the fuzzer's own temporary directory must work */
-  }
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size == 0) {
     return 0;
   }
-  if (!dir[0]) {
-    snprintf(dir, sizeof dir, "/tmp/fuzz_tokenizer_XXXXXX");
-    if (!mkdtemp(dir)) {
-      abort();
-    }
-  }
-  char model[128], json[128], config[128];
-  snprintf(model, sizeof model, "%s/tokenizer.model", dir);
-  snprintf(json, sizeof json, "%s/tokenizer.json", dir);
-  snprintf(config, sizeof config, "%s/tokenizer_config.json", dir);
+  char model[512], json[512], config[512];
+  snprintf(model, sizeof model, "%s", fuzz_path(TARGET, "tokenizer.model"));
+  snprintf(json, sizeof json, "%s", fuzz_path(TARGET, "tokenizer.json"));
+  snprintf(config, sizeof config, "%s",
+           fuzz_path(TARGET, "tokenizer_config.json"));
   fdy_tokenizer *tok = NULL;
   fdy_error err;
   const uint8_t *rest = data + 1;
   size_t n = size - 1;
   if (data[0] % 2 == 0) {
-    write_file(model, rest, n);
+    fuzz_write_file(model, rest, n);
     (void)fdy_tokenizer_load_tiktoken(model, &tok, &err);
   } else {
     const uint8_t *nul = memchr(rest, 0, n);
     size_t first = nul ? (size_t)(nul - rest) : n;
-    write_file(json, rest, first);
-    write_file(config, nul ? nul + 1 : rest, nul ? n - first - 1 : 0);
+    fuzz_write_file(json, rest, first);
+    fuzz_write_file(config, nul ? nul + 1 : rest, nul ? n - first - 1 : 0);
     (void)fdy_tokenizer_load_hf(json, nul ? config : NULL, &tok, &err);
   }
   if (tok) {

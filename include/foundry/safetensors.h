@@ -4,7 +4,8 @@
  * Reader checks: a regular file (foundry/input.h: a FIFO or a directory
  * fails at once) of at least 8 bytes; header length (u64 little-endian)
  * at most FDY_SAFETENSORS_MAX_HEADER and inside the file; header is a JSON
- * object (jansson; no NUL byte anywhere, fdy_json_check_text) of name ->
+ * object (jansson; no NUL byte anywhere, fdy_json_check_text) of name (not
+ * empty, so that every file read can be written back) ->
  * {dtype, shape, data_offsets} plus an optional "__metadata__" object of
  * strings, or null; known dtype; shape of non-negative
  * integers; data_offsets [begin, end] relative to the first byte after the

@@ -238,7 +238,7 @@ static fdy_status check_inventory(fdy_llama_model *m,
                                   const char *index_path, json_t *weight_map,
                                   fdy_error *err) {
   fdy_status s = FDY_OK;
-  bool **marks = calloc(m->shard_count, sizeof *marks);
+  bool **marks = calloc(m->shard_count ? m->shard_count : 1, sizeof *marks);
   if (!marks) {
     return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   }

@@ -314,6 +314,11 @@ static fdy_status parse_header(fdy_safetensors *st, const char *text,
       }
       continue;
     }
+    if (key[0] == '\0') {
+      status = fdy_llama_file_error(err, FDY_ERR_FORMAT, st->path,
+                                    "a tensor has an empty name");
+      goto cleanup;
+    }
     fdy_st_tensor *t = &st->tensors[st->count];
     t->name = strdup(key);
     if (!t->name) {

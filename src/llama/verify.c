@@ -1,6 +1,6 @@
 /* Verification against reference outputs (expected.safetensors: prompt_ids
  * I32 [T], logits F32 [T, vocab], greedy_ids I32 [N], greedy_logits F32
- * [N, vocab]).
+ * [N, vocab]), read and checked by reference.c before anything runs.
  *
  * The prompt runs as one prefill; its logits are compared with `logits`.
  * The greedy continuation is teacher-forced with the reference's ids: the
@@ -9,11 +9,7 @@
  * after a disagreement; greedy_matches counts the leading ids whose argmax
  * (computed by the backend) agrees. The session must have been created
  * with all_logits. Relative errors ||a - b|| / ||b|| are accumulated in double.
- *
- * The reference's tensors are read out of its mapping with fdy_host_copy
- * (the ids at once, the logits a row at a time as they are compared), so a
- * reference truncated while verify runs fails with FDY_ERR_IO naming it
- * instead of killing the process with SIGBUS. */
+ */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,97 +17,26 @@
 
 #include "foundry/host_copy.h"
 #include "infer.h"
-
-static fdy_status schema_error(fdy_error *err, const char *tensor,
-                               const char *path, const char *what) {
-  fdy_error_set(err, FDY_ERR_SCHEMA, "%s: tensor '%s' %s", path, tensor, what);
-  if (err) {
-    snprintf(err->name, sizeof err->name, "%s", tensor);
-  }
-  return FDY_ERR_SCHEMA;
-}
-
-/* Finds name with dtype and rank; dims[1] must equal vocab for rank 2. */
-static fdy_status find_tensor(const fdy_safetensors *st, const char *name,
-                              fdy_dtype dtype, uint32_t rank, uint32_t vocab,
-                              const fdy_st_tensor **out, fdy_error *err) {
-  const char *path = fdy_safetensors_path(st);
-  if (fdy_safetensors_find(st, name, out, NULL) != FDY_OK) {
-    return schema_error(err, name, path, "is missing");
-  }
-  const fdy_st_tensor *t = *out;
-  if (t->dtype != dtype || t->shape.rank != rank) {
-    char what[96];
-    snprintf(what, sizeof what, "must be %s of rank %u", fdy_dtype_name(dtype),
-             rank);
-    return schema_error(err, name, path, what);
-  }
-  if (rank == 2 && t->shape.dims[1] != vocab) {
-    char what[128];
-    snprintf(what, sizeof what,
-             "has rows of %llu logits but the model's vocabulary is %u",
-             (unsigned long long)t->shape.dims[1], vocab);
-    schema_error(err, name, path, what);
-    if (err) {
-      err->expected = vocab;
-      err->actual = t->shape.dims[1];
-    }
-    return FDY_ERR_SCHEMA;
-  }
-  if (t->shape.dims[0] > UINT32_MAX / 2) {
-    return schema_error(err, name, path, "is too long");
-  }
-  return FDY_OK;
-}
-
-/* Copies bytes [offset, offset + bytes) of tensor t out of the reference's
- * mapping into dst; FDY_ERR_IO (name = the file) when the file shrank
- * below them or its storage failed since it was opened. */
-static fdy_status read_reference(const fdy_st_tensor *t, uint64_t offset,
-                                 uint64_t bytes, void *dst, fdy_error *err) {
-  fdy_status st =
-      fdy_host_copy(dst, (const unsigned char *)t->data + offset, bytes, err);
-  if (st != FDY_OK && err) {
-    fdy_error_prefix(err, "%s: tensor '%s'", t->path, t->name);
-    snprintf(err->name, sizeof err->name, "%s", t->path);
-  }
-  return st;
-}
-
-static fdy_status read_ids(const fdy_st_tensor *t, uint32_t vocab,
-                           const char *path, int32_t **out, fdy_error *err) {
-  uint32_t n = (uint32_t)t->shape.dims[0];
-  *out = malloc(sizeof **out * (n ? n : 1));
-  if (!*out) {
-    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
-  }
-  fdy_status st = read_reference(t, 0, sizeof **out * n, *out, err);
-  if (st != FDY_OK) {
-    return st;
-  }
-  for (uint32_t i = 0; i < n; i++) {
-    if ((*out)[i] < 0 || (uint32_t)(*out)[i] >= vocab) {
-      char what[96];
-      snprintf(what, sizeof what,
-               "holds id %d at %u, outside the model's vocabulary", (*out)[i],
-               i);
-      return schema_error(err, t->name, path, what);
-    }
-  }
-  return FDY_OK;
-}
+#include "reference.h"
 
 /* Adds `rows` rows of vocab logits of ours against rows first, first + 1,
- * ... of ref (each read into ref_row) to the squared sums. */
+ * ... of ref to the squared sums. Each reference row is read into ref_row
+ * through the guarded host copy, so a reference truncated while mapped is
+ * FDY_ERR_IO naming the file. */
 static fdy_status accumulate(const float *ours, const fdy_st_tensor *ref,
                              uint64_t first, uint64_t rows, uint32_t vocab,
                              float *ref_row, double *diff2, double *ref2,
                              fdy_error *err) {
   uint64_t row_bytes = sizeof *ref_row * vocab;
   for (uint64_t r = 0; r < rows; r++) {
-    fdy_status st =
-        read_reference(ref, (first + r) * row_bytes, row_bytes, ref_row, err);
+    fdy_status st = fdy_host_copy(
+        ref_row, (const unsigned char *)ref->data + (first + r) * row_bytes,
+        row_bytes, err);
     if (st != FDY_OK) {
+      if (err) {
+        fdy_error_prefix(err, "%s: tensor '%s'", ref->path, ref->name);
+        snprintf(err->name, sizeof err->name, "%s", ref->path);
+      }
       return st;
     }
     for (uint32_t j = 0; j < vocab; j++) {
@@ -135,9 +60,7 @@ fdy_status fdy_llama_verify(fdy_llama_session *session,
                             const char *reference_path, double tolerance,
                             fdy_llama_verify_result *out, fdy_error *err) {
   fdy_status st = FDY_OK;
-  fdy_safetensors *ref = NULL;
-  int32_t *prompt = NULL;
-  int32_t *greedy = NULL;
+  fdy_llama_reference ref = {0};
   float *logits = NULL;
   float *ref_row = NULL;
   if (!session || !reference_path || !out) {
@@ -156,54 +79,14 @@ fdy_status fdy_llama_verify(fdy_llama_session *session,
                          "all_logits");
   }
   uint32_t vocab = session->config->vocab_size;
-  st = fdy_safetensors_open(reference_path, &ref, err);
+  st = fdy_llama_reference_open(reference_path, vocab, &ref, err);
   if (st != FDY_OK) {
     goto cleanup;
   }
-  const fdy_st_tensor *t_prompt = NULL, *t_logits = NULL, *t_greedy = NULL,
-                      *t_greedy_logits = NULL;
-  st = find_tensor(ref, "prompt_ids", FDY_DTYPE_I32, 1, vocab, &t_prompt, err);
-  if (st == FDY_OK) {
-    st = find_tensor(ref, "logits", FDY_DTYPE_F32, 2, vocab, &t_logits, err);
-  }
-  if (st == FDY_OK) {
-    st =
-        find_tensor(ref, "greedy_ids", FDY_DTYPE_I32, 1, vocab, &t_greedy, err);
-  }
-  if (st == FDY_OK) {
-    st = find_tensor(ref, "greedy_logits", FDY_DTYPE_F32, 2, vocab,
-                     &t_greedy_logits, err);
-  }
-  if (st != FDY_OK) {
-    goto cleanup;
-  }
-  uint32_t prompt_count = (uint32_t)t_prompt->shape.dims[0];
-  uint32_t greedy_count = (uint32_t)t_greedy->shape.dims[0];
-  if (prompt_count == 0) {
-    st = schema_error(err, "prompt_ids", reference_path, "is empty");
-    goto cleanup;
-  }
-  if (greedy_count == 0) {
-    st = schema_error(err, "greedy_ids", reference_path, "is empty");
-    goto cleanup;
-  }
-  if (t_logits->shape.dims[0] != prompt_count) {
-    st = schema_error(err, "logits", reference_path,
-                      "must have one row per prompt id");
-    goto cleanup;
-  }
-  if (t_greedy_logits->shape.dims[0] != greedy_count) {
-    st = schema_error(err, "greedy_logits", reference_path,
-                      "must have one row per greedy id");
-    goto cleanup;
-  }
-  st = read_ids(t_prompt, vocab, reference_path, &prompt, err);
-  if (st == FDY_OK) {
-    st = read_ids(t_greedy, vocab, reference_path, &greedy, err);
-  }
-  if (st != FDY_OK) {
-    goto cleanup;
-  }
+  uint32_t prompt_count = ref.prompt_count;
+  uint32_t greedy_count = ref.greedy_count;
+  const int32_t *prompt = ref.prompt_ids;
+  const int32_t *greedy = ref.greedy_ids;
   uint32_t saved = session->position;
   session->position = 0;
   st = fdy_llama_session_check(session, prompt, prompt_count,
@@ -227,7 +110,7 @@ fdy_status fdy_llama_verify(fdy_llama_session *session,
     goto cleanup;
   }
   double diff2 = 0.0, ref2 = 0.0;
-  st = accumulate(logits, t_logits, 0, prompt_count, vocab, ref_row, &diff2,
+  st = accumulate(logits, ref.logits, 0, prompt_count, vocab, ref_row, &diff2,
                   &ref2, err);
   if (st != FDY_OK) {
     goto cleanup;
@@ -251,7 +134,7 @@ fdy_status fdy_llama_verify(fdy_llama_session *session,
         goto cleanup;
       }
     }
-    st = accumulate(row, t_greedy_logits, i, 1, vocab, ref_row, &diff2, &ref2,
+    st = accumulate(row, ref.greedy_logits, i, 1, vocab, ref_row, &diff2, &ref2,
                     err);
     if (st != FDY_OK) {
       goto cleanup;
@@ -267,10 +150,8 @@ fdy_status fdy_llama_verify(fdy_llama_session *session,
                 out->greedy_matches == greedy_count;
 
 cleanup:
-  free(ref_row);
   free(logits);
-  free(prompt);
-  free(greedy);
-  fdy_safetensors_close(ref);
+  free(ref_row);
+  fdy_llama_reference_close(&ref);
   return st;
 }

@@ -4,10 +4,10 @@
  * host waits (each for the recording current when it was called), event
  * times, ordering across streams, the reference rule for released buffers,
  * drain/destroy with pending work, rejection of bad arguments (copies
- * and views outside their buffer never crash), and copies from and to a
- * file mapping whose file was truncated: FDY_ERR_IO at host_wait or drain,
- * the stream's later work skipped (across stream waits too), the backend
- * usable again after drain. */
+ * and views outside their buffer never crash), copies from and to a file
+ * mapping whose file was truncated (FDY_ERR_IO at host_wait or drain, the
+ * stream's later work skipped, across stream waits too, the backend usable
+ * again after drain), and threads that cannot start. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +18,7 @@
 #include "foundry/cpu.h"
 #include "shrunk_mapping.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -982,6 +983,42 @@ static void test_drain_reports_failed_work(void **state) {
   shrunk_remove(&m);
 }
 
+/* A thread that cannot start fails with FDY_ERR_BACKEND (not out of
+ * memory) naming the thread, leaves nothing behind, and the backend works
+ * once threads start again. The failure comes from outside the backend:
+ * the process's default thread stack (glibc's pthread_setattr_default_np)
+ * is made larger than any address space. */
+static void test_thread_start_failure(void **state) {
+  (void)state;
+  pthread_attr_t normal, huge;
+  assert_int_equal(pthread_getattr_default_np(&normal), 0);
+  assert_int_equal(pthread_attr_init(&huge), 0);
+  assert_int_equal(pthread_attr_setstacksize(&huge, (size_t)1 << 62), 0);
+  fdy_backend *b = make_cpu(1 << 20, 1); /* no pool workers */
+  assert_int_equal(pthread_setattr_default_np(&huge), 0);
+
+  fdy_error err;
+  fdy_backend_stream *s = (fdy_backend_stream *)(uintptr_t)1;
+  assert_int_equal(b->ops->stream_create(b, &s, &err), FDY_ERR_BACKEND);
+  assert_null(s);
+  assert_string_equal(err.backend_op, "stream_create");
+  fdy_cpu_options opts = {.memory_bytes = 1 << 20, .threads = 4};
+  fdy_backend *pooled = (fdy_backend *)(uintptr_t)1;
+  assert_int_equal(fdy_cpu_backend_create(&opts, &pooled, &err),
+                   FDY_ERR_BACKEND);
+  assert_null(pooled);
+  assert_string_equal(err.backend_op, "create");
+
+  assert_int_equal(pthread_setattr_default_np(&normal), 0);
+  s = make_stream(b);
+  b->ops->stream_destroy(b, s);
+  fdy_backend_destroy(b);
+  pooled = make_cpu(1 << 20, 4);
+  fdy_backend_destroy(pooled);
+  pthread_attr_destroy(&huge);
+  pthread_attr_destroy(&normal);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_create_and_caps),
@@ -1003,6 +1040,7 @@ int main(void) {
       cmocka_unit_test(test_copy_from_truncated_mapping),
       cmocka_unit_test(test_failure_crosses_stream_waits),
       cmocka_unit_test(test_drain_reports_failed_work),
+      cmocka_unit_test(test_thread_start_failure),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

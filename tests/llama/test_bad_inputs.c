@@ -1,13 +1,16 @@
 /* Bad inputs for every reader: the corpus of tests/data/bad (MANIFEST names
- * the reader and the status of each file), and FIFOs, directories and
- * devices given as a plan, config.json, index, shard or reference, which
- * must fail at once (an alarm turns a blocked open into a failure). */
+ * the reader and the status of each file), the fuzzers' seed corpora of
+ * fuzz/corpus (valid seeds accepted, bad ones refused), and FIFOs,
+ * directories and devices given as a plan, config.json, index, shard or
+ * reference, which must fail at once (an alarm turns a blocked open into a
+ * failure). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <dirent.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +28,11 @@ static const char *data_root;
 
 static const char *const model_files[] = {"config.json", "model.safetensors",
                                           "model.safetensors.index.json"};
+
+/* The shards copy_micro adds, as fuzz/fuzz_index.c makes them: layer 0 and
+ * the embedding in the first, the rest in the second. */
+static const char *const shard_files[] = {"model-00001-of-00002.safetensors",
+                                          "model-00002-of-00002.safetensors"};
 
 static char *read_all(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
@@ -52,7 +60,36 @@ static void copy_file(const char *from, const char *to) {
   free(data);
 }
 
-/* A fresh directory holding a copy of the llama3-micro checkpoint. */
+/* Writes the tensors of dir/model.safetensors split into shard_files. */
+static void write_shards(const char *dir) {
+  char path[1024];
+  fdy_safetensors *st = NULL;
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  assert_int_equal(fdy_safetensors_open(path, &st, NULL), FDY_OK);
+  size_t n = fdy_safetensors_count(st), counts[2] = {0, 0};
+  fdy_st_write_tensor *parts[2] = {calloc(n, sizeof(fdy_st_write_tensor)),
+                                   calloc(n, sizeof(fdy_st_write_tensor))};
+  assert_non_null(parts[0]);
+  assert_non_null(parts[1]);
+  for (size_t i = 0; i < n; i++) {
+    const fdy_st_tensor *t = fdy_safetensors_at(st, i);
+    int which = strstr(t->name, "layers.0.") == NULL &&
+                strstr(t->name, "embed_tokens") == NULL;
+    parts[which][counts[which]++] = (fdy_st_write_tensor){
+        .name = t->name, .dtype = t->dtype, .shape = t->shape, .data = t->data};
+  }
+  for (int w = 0; w < 2; w++) {
+    snprintf(path, sizeof path, "%s/%s", dir, shard_files[w]);
+    assert_int_equal(fdy_safetensors_write(path, parts[w], counts[w], NULL),
+                     FDY_OK);
+    free(parts[w]);
+  }
+  fdy_safetensors_close(st);
+}
+
+/* A fresh directory holding a copy of the llama3-micro checkpoint and the
+ * same tensors in two shards (shard_files), which its index does not
+ * name. */
 static void copy_micro(char *dir, size_t cap) {
   snprintf(dir, cap, "/tmp/fdy_bad_inputs_XXXXXX");
   assert_non_null(mkdtemp(dir));
@@ -63,6 +100,7 @@ static void copy_micro(char *dir, size_t cap) {
     snprintf(dst, sizeof dst, "%s/%s", dir, model_files[i]);
     copy_file(src, dst);
   }
+  write_shards(dir);
 }
 
 static void remove_micro(const char *dir) {
@@ -71,6 +109,10 @@ static void remove_micro(const char *dir) {
     snprintf(path, sizeof path, "%s/%s", dir, model_files[i]);
     unlink(path);
     rmdir(path); /* a test may have put a directory there */
+  }
+  for (int i = 0; i < 2; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, shard_files[i]);
+    assert_int_equal(unlink(path), 0);
   }
   assert_int_equal(rmdir(dir), 0);
 }
@@ -180,6 +222,51 @@ static void test_corpus(void **state) {
   assert_true(cases > 0);
 }
 
+/* fuzz/corpus/TARGET of the readers fuzzed from here: each "valid-*" seed
+ * is accepted and each "bad-*" seed refused with an error, so that the
+ * seeds stay what their names say. */
+static void test_fuzz_seeds(void **state) {
+  (void)state;
+  const char *root = getenv("FOUNDRY_SOURCE_DIR");
+  if (root == NULL) {
+    skip();
+  }
+  static const char *const readers[] = {"safetensors", "config", "index",
+                                        "reference"};
+  for (size_t r = 0; r < sizeof readers / sizeof readers[0]; r++) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/fuzz/corpus/%s", root, readers[r]);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    size_t counts[2] = {0, 0};
+    for (struct dirent *e = readdir(d); e != NULL; e = readdir(d)) {
+      if (e->d_name[0] == '.') {
+        continue;
+      }
+      bool valid = strncmp(e->d_name, "valid-", 6) == 0;
+      if (!valid && strncmp(e->d_name, "bad-", 4) != 0) {
+        fail_msg("%s/%s is named neither valid-* nor bad-*", dir, e->d_name);
+      }
+      char path[2048];
+      snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+      fdy_error err;
+      fdy_error_clear(&err);
+      fdy_status got = read_with(readers[r], path, &err);
+      if ((got == FDY_OK) != valid) {
+        fail_msg("%s %s: got %s: %s", readers[r], e->d_name,
+                 fdy_status_name(got), err.message);
+      }
+      if (!valid) {
+        assert_int_equal(err.kind, got);
+        assert_true(err.message[0] != '\0');
+      }
+      counts[valid]++;
+    }
+    closedir(d);
+    assert_true(counts[0] >= 5 && counts[1] >= 2);
+  }
+}
+
 /* Replaces dir/file by a FIFO (mode "fifo") or a directory ("dir"). */
 static void make_special(const char *dir, const char *file, const char *mode,
                          char *path, size_t cap) {
@@ -270,6 +357,7 @@ int main(void) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_corpus),
+      cmocka_unit_test(test_fuzz_seeds),
       cmocka_unit_test(test_special_checkpoint_files),
       cmocka_unit_test(test_special_plan_and_reference),
   };

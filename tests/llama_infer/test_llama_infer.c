@@ -444,10 +444,10 @@ static void test_verify_micro(void **state) {
   verify_fixture("llama3-micro", 0, FDY_DTYPE_F32, FDY_LLAMA_CPU_TOLERANCE);
 }
 
-/* The sanitizer build (unoptimized) stays on the micro fixtures to stay
+/* The sanitizer builds (unoptimized) stay on the micro fixtures to stay
  * fast. */
 static bool sanitized(void) {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   return true;
 #else
   return false;

@@ -533,7 +533,9 @@ static fdy_status cpu_stream_create(fdy_backend *base, fdy_backend_stream **out,
   rc = pthread_create(&s->thread, NULL, worker_main, s);
   if (rc != 0) {
     st = cpu_fail(err, FDY_ERR_BACKEND, "stream_create",
-                  "pthread_create failed: %s", strerror(rc));
+                  "cannot start the stream's worker thread: pthread_create "
+                  "failed: %s",
+                  strerror(rc));
     goto cleanup;
   }
   pthread_mutex_lock(&b->mu);

@@ -44,6 +44,8 @@ struct fdy_cuda_staging {
   pthread_mutex_t mu;
   pthread_cond_t go;   /* a new job or stop */
   pthread_cond_t done; /* remaining reached 0 */
+  /* which of the three were initialized (only those are destroyed) */
+  bool mu_ready, go_ready, done_ready;
   uint64_t generation;
   uint32_t remaining;
   bool stop;
@@ -160,9 +162,23 @@ fdy_status fdy_cuda_staging_create(uint64_t buffer_bytes, uint32_t buffers,
   s->buffer_bytes = buffer_bytes;
   s->count = buffers;
   s->parts = parts;
-  pthread_mutex_init(&s->mu, NULL);
-  pthread_cond_init(&s->go, NULL);
-  pthread_cond_init(&s->done, NULL);
+  int rc = pthread_mutex_init(&s->mu, NULL);
+  s->mu_ready = rc == 0;
+  if (rc == 0) {
+    rc = pthread_cond_init(&s->go, NULL);
+    s->go_ready = rc == 0;
+  }
+  if (rc == 0) {
+    rc = pthread_cond_init(&s->done, NULL);
+    s->done_ready = rc == 0;
+  }
+  if (rc != 0) {
+    st = fdy_cuda_fail(err, FDY_ERR_BACKEND, "create",
+                       "cannot set up the staging fill threads: %s failed: %s",
+                       s->mu_ready ? "pthread_cond_init" : "pthread_mutex_init",
+                       strerror(rc));
+    goto cleanup;
+  }
   s->buffers = calloc(buffers, sizeof *s->buffers);
   s->ready = calloc(buffers, sizeof *s->ready);
   s->used = calloc(buffers, sizeof *s->used);
@@ -199,10 +215,13 @@ fdy_status fdy_cuda_staging_create(uint64_t buffer_bytes, uint32_t buffers,
     }
     a->s = s;
     a->part = p;
-    if (pthread_create(&s->threads[p - 1], NULL, fill_main, a) != 0) {
+    rc = pthread_create(&s->threads[p - 1], NULL, fill_main, a);
+    if (rc != 0) {
       free(a);
       st = fdy_cuda_fail(err, FDY_ERR_BACKEND, "create",
-                         "cannot start a staging fill thread");
+                         "cannot start staging fill thread %u of %u: "
+                         "pthread_create failed: %s",
+                         p, parts - 1, strerror(rc));
       goto cleanup;
     }
     s->threads_started++;
@@ -219,12 +238,14 @@ void fdy_cuda_staging_destroy(fdy_cuda_staging *s) {
   if (s == NULL) {
     return;
   }
-  pthread_mutex_lock(&s->mu);
-  s->stop = true;
-  pthread_cond_broadcast(&s->go);
-  pthread_mutex_unlock(&s->mu);
-  for (uint32_t i = 0; i < s->threads_started; i++) {
-    pthread_join(s->threads[i], NULL);
+  if (s->threads_started > 0) { /* threads start after every init */
+    pthread_mutex_lock(&s->mu);
+    s->stop = true;
+    pthread_cond_broadcast(&s->go);
+    pthread_mutex_unlock(&s->mu);
+    for (uint32_t i = 0; i < s->threads_started; i++) {
+      pthread_join(s->threads[i], NULL);
+    }
   }
   /* Creation fills the arrays only once all of them were allocated. */
   bool arrays = s->buffers != NULL && s->ready != NULL && s->used != NULL;
@@ -239,9 +260,15 @@ void fdy_cuda_staging_destroy(fdy_cuda_staging *s) {
       fdy_cuda_ignore(cudaFreeHost(s->buffers[i]));
     }
   }
-  pthread_cond_destroy(&s->done);
-  pthread_cond_destroy(&s->go);
-  pthread_mutex_destroy(&s->mu);
+  if (s->done_ready) {
+    pthread_cond_destroy(&s->done);
+  }
+  if (s->go_ready) {
+    pthread_cond_destroy(&s->go);
+  }
+  if (s->mu_ready) {
+    pthread_mutex_destroy(&s->mu);
+  }
   free(s->threads);
   free(s->out);
   free(s->used);
