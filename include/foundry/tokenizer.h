@@ -31,7 +31,8 @@ typedef struct fdy_tokenizer fdy_tokenizer;
  * pre-tokenizer regex and the 256 Llama 3 special tokens after the n ranks
  * (ids n..n+255, <|begin_of_text|> first; Llama 3 has n = 128000). Errors
  * name the file in err->name and, for a bad line, its 1-based number in
- * err->line: FDY_ERR_IO/NOT_FOUND (cannot read), FDY_ERR_FORMAT (bad
+ * err->line: FDY_ERR_IO/NOT_FOUND (cannot read, or not a regular file: a
+ * FIFO fails at once), FDY_ERR_FORMAT (larger than 1 GiB, bad
  * base64, an empty token, a missing or non-numeric rank, a duplicate rank
  * or token, a rank below n missing, no ranks, a byte without a
  * single-byte token), FDY_ERR_OUT_OF_MEMORY. On failure *out is NULL. */
@@ -45,9 +46,11 @@ fdy_status fdy_tokenizer_load_tiktoken(const char *path, fdy_tokenizer **out,
  * duplicate ids or tokens, merges of unknown tokens, unsupported
  * normalizers, pre-tokenizers or model options are errors naming the file
  * in the message and the entry in err->name ("model.merges[17]"): FDY_ERR_PARSE
- * (not JSON; err->line/column set), FDY_ERR_SCHEMA (wrong structure),
+ * (not JSON, a NUL byte included; err->line/column set, err->name the
+ * file), FDY_ERR_SCHEMA (wrong structure),
  * FDY_ERR_UNSUPPORTED (valid but not a byte-level BPE Foundry handles),
- * FDY_ERR_IO/NOT_FOUND, FDY_ERR_OUT_OF_MEMORY. On failure *out is NULL. */
+ * FDY_ERR_IO/NOT_FOUND (as for tiktoken), FDY_ERR_FORMAT (larger than 1 GiB),
+ * FDY_ERR_OUT_OF_MEMORY. On failure *out is NULL. */
 fdy_status fdy_tokenizer_load_hf(const char *tokenizer_json_path,
                                  const char *config_path, fdy_tokenizer **out,
                                  fdy_error *err);
@@ -57,7 +60,9 @@ fdy_status fdy_tokenizer_load_hf(const char *tokenizer_json_path,
  * tiktoken tokenizer.model; neither is FDY_ERR_NOT_FOUND naming both. A
  * file: a tokenizer.json when its first non-blank byte is '{' (with the
  * tokenizer_config.json of its directory when present), else a tiktoken
- * ranks file. Errors as for the two loaders above. */
+ * ranks file. A file present under one of these names but not a regular
+ * file (a FIFO, a directory) is FDY_ERR_IO naming it, at once. Errors as
+ * for the two loaders above. */
 fdy_status fdy_tokenizer_open(const char *path, fdy_tokenizer **out,
                               fdy_error *err);
 

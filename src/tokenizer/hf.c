@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "foundry/input.h"
 #include "tokenizer_internal.h"
 
 typedef struct hf_file {
@@ -41,7 +42,15 @@ static fdy_status load_json(const hf_file *f, json_t **out) {
   size_t len = 0;
   *out = NULL;
   fdy_status status = tok_read_file(f->path, &text, &len, f->err);
+  if (status == FDY_OK && fdy_json_check_text(text, len, f->err) != FDY_OK) {
+    fdy_error_prefix(f->err, "%s", f->path);
+    if (f->err) {
+      snprintf(f->err->name, sizeof f->err->name, "%s", f->path);
+    }
+    status = FDY_ERR_PARSE;
+  }
   if (status != FDY_OK) {
+    free(text);
     return status;
   }
   json_error_t jerr;

@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "foundry/input.h"
 #include "tokenizer_internal.h"
 
 static char *join(const char *dir, const char *file) {
@@ -18,22 +20,33 @@ static char *join(const char *dir, const char *file) {
   return p;
 }
 
-static bool is_file(const char *path) {
+/* Present in any form: a FIFO or a directory under a tokenizer file's name
+ * is used, and its loader fails at once naming it (fdy_input_read), rather
+ * than being taken for an absent file. */
+static bool exists(const char *path) {
   struct stat sb;
-  return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+  return stat(path, &sb) == 0;
 }
 
-/* True when the first non-blank byte of the file is '{'. */
+/* True when the first non-blank byte of the file is '{'. The file must be
+ * a regular one (fdy_input_open: a FIFO fails at once). */
 static fdy_status looks_like_json(const char *path, bool *json,
                                   fdy_error *err) {
-  FILE *f = fopen(path, "rb");
+  int fd = -1;
+  uint64_t size = 0;
+  fdy_status s = fdy_input_open(path, "tokenizer file", &fd, &size, err);
+  if (s != FDY_OK) {
+    return s;
+  }
+  FILE *f = fdopen(fd, "rb");
   if (!f) {
-    fdy_error_set(err, errno == ENOENT ? FDY_ERR_NOT_FOUND : FDY_ERR_IO,
-                  "%s: cannot open: %s", path, strerror(errno));
+    close(fd);
+    fdy_error_set(err, FDY_ERR_IO, "%s: cannot read: %s", path,
+                  strerror(errno));
     if (err) {
       snprintf(err->name, sizeof err->name, "%s", path);
     }
-    return err ? err->kind : FDY_ERR_IO;
+    return FDY_ERR_IO;
   }
   int c;
   do {
@@ -52,7 +65,7 @@ static fdy_status open_hf(const char *json_path, const char *dir,
     return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   }
   fdy_status s = fdy_tokenizer_load_hf(
-      json_path, is_file(config) ? config : NULL, out, err);
+      json_path, exists(config) ? config : NULL, out, err);
   free(config);
   return s;
 }
@@ -97,9 +110,9 @@ fdy_status fdy_tokenizer_open(const char *path, fdy_tokenizer **out,
   char *model_path = join(path, "tokenizer.model");
   if (!json_path || !model_path) {
     s = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
-  } else if (is_file(json_path)) {
+  } else if (exists(json_path)) {
     s = open_hf(json_path, path, out, err);
-  } else if (is_file(model_path)) {
+  } else if (exists(model_path)) {
     s = fdy_tokenizer_load_tiktoken(model_path, out, err);
   } else {
     s = fdy_error_set(err, FDY_ERR_NOT_FOUND,

@@ -140,9 +140,11 @@ fdy_status tok_finish(fdy_tokenizer *tok, const char *pattern, fdy_error *err);
 int32_t tok_special_lookup(const fdy_tokenizer *tok, const char *bytes,
                            size_t len);
 
-/* Reads a whole file (at most TOK_MAX_FILE_BYTES); *out is malloc'd with a
- * NUL after the len bytes. FDY_ERR_NOT_FOUND / FDY_ERR_IO / FDY_ERR_FORMAT
- * (too large), each naming path in the message and err->name. */
+/* Reads a whole regular file (at most TOK_MAX_FILE_BYTES) through
+ * fdy_input_read, so that a FIFO, a device or a directory fails at once;
+ * *out is malloc'd with a NUL after the len bytes. FDY_ERR_NOT_FOUND /
+ * FDY_ERR_IO / FDY_ERR_FORMAT (too large: expected = the limit, actual =
+ * the size), each naming path in the message and err->name. */
 fdy_status tok_read_file(const char *path, char **out, size_t *len,
                          fdy_error *err);
 

@@ -1,12 +1,11 @@
 /* The tokenizer's vocabulary: the dense id table, the byte arena, the hash
  * map from token bytes to ids, completion of a loaded tokenizer (regexes,
  * BOS/EOS), the properties of the public API and fdy_tokens. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
+#include "foundry/input.h"
 #include "tokenizer_internal.h"
 
 fdy_status tok_create(const char *source, uint32_t capacity,
@@ -230,51 +229,8 @@ fdy_status tok_finish(fdy_tokenizer *tok, const char *pattern, fdy_error *err) {
 
 fdy_status tok_read_file(const char *path, char **out, size_t *len,
                          fdy_error *err) {
-  *out = NULL;
-  *len = 0;
-  fdy_status status = FDY_OK;
-  char *buf = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    status =
-        fdy_error_set(err, errno == ENOENT ? FDY_ERR_NOT_FOUND : FDY_ERR_IO,
-                      "%s: cannot open: %s", path, strerror(errno));
-    goto cleanup;
-  }
-  struct stat sb;
-  if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    status =
-        fdy_error_set(err, FDY_ERR_IO, "%s: not a readable regular file", path);
-    goto cleanup;
-  }
-  if ((uint64_t)sb.st_size > TOK_MAX_FILE_BYTES) {
-    status = fdy_error_set(err, FDY_ERR_FORMAT, "%s: larger than %llu bytes",
-                           path, (unsigned long long)TOK_MAX_FILE_BYTES);
-    goto cleanup;
-  }
-  size_t n = (size_t)sb.st_size;
-  buf = malloc(n + 1);
-  if (!buf) {
-    status = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
-    goto cleanup;
-  }
-  if (fread(buf, 1, n, f) != n) {
-    status = fdy_error_set(err, FDY_ERR_IO, "%s: read failed", path);
-    goto cleanup;
-  }
-  buf[n] = '\0';
-  *out = buf;
-  *len = n;
-  buf = NULL;
-cleanup:
-  if (status != FDY_OK && err) {
-    snprintf(err->name, sizeof err->name, "%s", path);
-  }
-  free(buf);
-  if (f) {
-    fclose(f);
-  }
-  return status;
+  return fdy_input_read(path, "tokenizer file", TOK_MAX_FILE_BYTES, out, len,
+                        err);
 }
 
 void fdy_tokenizer_destroy(fdy_tokenizer *tok) {

@@ -1,9 +1,9 @@
 /* Bad inputs for every reader: the corpus of tests/data/bad (MANIFEST names
  * the reader and the status of each file), the fuzzers' seed corpora of
  * fuzz/corpus (valid seeds accepted, bad ones refused), and FIFOs,
- * directories and devices given as a plan, config.json, index, shard or
- * reference, which must fail at once (an alarm turns a blocked open into a
- * failure). */
+ * directories and devices given as a plan, config.json, index, shard,
+ * reference or tokenizer file, which must fail at once (an alarm turns a
+ * blocked open into a failure). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,6 +23,7 @@
 #include "foundry/llama_session.h"
 #include "foundry/plan.h"
 #include "foundry/safetensors.h"
+#include "foundry/tokenizer.h"
 
 static const char *data_root;
 
@@ -178,6 +179,16 @@ static fdy_status read_with(const char *reader, const char *path,
     fdy_llama_session_destroy(session);
     fdy_backend_destroy(cpu);
     fdy_llama_close(m);
+    return s;
+  }
+  if (strcmp(reader, "tokenizer") == 0 || strcmp(reader, "tok_config") == 0) {
+    char json[1024];
+    snprintf(json, sizeof json, "%s/tokenizer/tiny/tokenizer.json", data_root);
+    bool config = strcmp(reader, "tok_config") == 0;
+    fdy_tokenizer *tok = NULL;
+    fdy_status s = fdy_tokenizer_load_hf(config ? json : path,
+                                         config ? path : NULL, &tok, err);
+    fdy_tokenizer_destroy(tok);
     return s;
   }
   fail_msg("unknown reader '%s' in the manifest", reader);
@@ -350,6 +361,30 @@ static void test_special_plan_and_reference(void **state) {
   assert_int_equal(rmdir(dir), 0);
 }
 
+/* Tokenizer files as a FIFO, given directly or found in a model directory:
+ * FDY_ERR_IO naming the FIFO, without blocking. */
+static void test_special_tokenizer_files(void **state) {
+  (void)state;
+  char dir[] = "/tmp/fdy_bad_tokenizer_XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char fifo[256], json[1024];
+  snprintf(fifo, sizeof fifo, "%s/tokenizer.json", dir);
+  snprintf(json, sizeof json, "%s/tokenizer/tiny/tokenizer.json", data_root);
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  fdy_error err;
+  fdy_tokenizer *tok = NULL;
+  alarm(20);
+  expect_io_named(fdy_tokenizer_load_tiktoken(fifo, &tok, &err), &err, fifo);
+  expect_io_named(fdy_tokenizer_load_hf(fifo, NULL, &tok, &err), &err, fifo);
+  expect_io_named(fdy_tokenizer_load_hf(json, fifo, &tok, &err), &err, fifo);
+  expect_io_named(fdy_tokenizer_open(fifo, &tok, &err), &err, fifo);
+  expect_io_named(fdy_tokenizer_open(dir, &tok, &err), &err, fifo);
+  alarm(0);
+  assert_null(tok);
+  unlink(fifo);
+  assert_int_equal(rmdir(dir), 0);
+}
+
 int main(void) {
   data_root = getenv("FOUNDRY_TEST_DATA");
   if (!data_root) {
@@ -360,6 +395,7 @@ int main(void) {
       cmocka_unit_test(test_fuzz_seeds),
       cmocka_unit_test(test_special_checkpoint_files),
       cmocka_unit_test(test_special_plan_and_reference),
+      cmocka_unit_test(test_special_tokenizer_files),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

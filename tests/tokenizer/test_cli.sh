@@ -89,6 +89,17 @@ contains "$err" "tokenizer.json"
 mkdir "$work/empty"
 expect 1 tokenize --model "$work/empty" --text hi
 contains "$err" "neither tokenizer.json nor tokenizer.model"
+# a FIFO given as the tokenizer, or as the tokenizer.json it names, fails
+# at once instead of blocking
+mkfifo "$work/fifo.model"
+expect_cmd 1 "tokenize with a FIFO as --tokenizer" timeout 20 "$foundry" \
+  tokenize --tokenizer "$work/fifo.model" --text hi
+contains "$err" "fifo.model' is not a regular file"
+mkdir "$work/fifo"
+mkfifo "$work/fifo/tokenizer.json"
+expect_cmd 1 "tokenize with a FIFO as tokenizer.json" timeout 20 \
+  "$foundry" tokenize --model "$work/fifo" --text hi
+contains "$err" "tokenizer.json' is not a regular file"
 expect 1 detokenize --tokenizer "$ranks" --ids 128256
 contains "$err" "128256"
 printf '1,2,x\n' >"$work/x.ids"
