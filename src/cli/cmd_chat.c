@@ -179,7 +179,7 @@ static int converse(fdy_chat *chat, fdy_cli_printer *printer,
     if (tty) {
       fputs("> ", stderr);
     }
-    line_result result;
+    line_result result = LINE_EOF;
     const char *line = NULL;
     size_t n = 0;
     if (read_line(&reader, wait_mask, &result, &line, &n, &err) != FDY_OK) {
