@@ -214,8 +214,9 @@ fdy_status fdy_cli_backend_create(const char *name, uint32_t threads,
                        "--backend must be cpu or cuda, got '%s'", name);
 }
 
-fdy_status fdy_cli_parse_kv_dtype(const char *text, fdy_dtype *out,
-                                  fdy_error *err) {
+/* "f32" or "f16" as a KV cache dtype. */
+static fdy_status parse_kv_dtype(const char *text, fdy_dtype *out,
+                                 fdy_error *err) {
   if (strcmp(text, "f32") == 0) {
     *out = FDY_DTYPE_F32;
     return FDY_OK;
@@ -226,4 +227,29 @@ fdy_status fdy_cli_parse_kv_dtype(const char *text, fdy_dtype *out,
   }
   return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
                        "--kv-dtype must be f32 or f16, got '%s'", text);
+}
+
+fdy_status fdy_cli_session_flag(int opt, const char *arg,
+                                fdy_cli_session_flags *flags, bool *handled,
+                                fdy_error *err) {
+  *handled = true;
+  switch (opt) {
+  case FDY_CLI_OPT_BACKEND:
+    if (strcmp(arg, "cpu") != 0 && strcmp(arg, "cuda") != 0) {
+      return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                           "--backend must be cpu or cuda, got '%s'", arg);
+    }
+    flags->backend = arg;
+    return FDY_OK;
+  case FDY_CLI_OPT_THREADS:
+    return fdy_cli_parse_uint("--threads", arg, 1, 256, &flags->threads, err);
+  case FDY_CLI_OPT_CONTEXT:
+    return fdy_cli_parse_uint("--context", arg, 1, UINT32_MAX, &flags->context,
+                              err);
+  case FDY_CLI_OPT_KV_DTYPE:
+    return parse_kv_dtype(arg, &flags->kv_dtype, err);
+  default:
+    *handled = false;
+    return FDY_OK;
+  }
 }

@@ -67,9 +67,34 @@ fdy_status fdy_cli_parse_ids(const char *flag, const char *text, int32_t **out,
 fdy_status fdy_cli_backend_create(const char *name, uint32_t threads,
                                   fdy_backend **out, fdy_error *err);
 
-/* Parses a KV cache dtype flag value: "f32" or "f16". */
-fdy_status fdy_cli_parse_kv_dtype(const char *text, fdy_dtype *out,
-                                  fdy_error *err);
+/* The flags of a Llama session that generate, chat, verify and infer-bench
+ * share, parsed once here: --backend cpu|cuda, --threads T (1..256),
+ * --context C (>= 1) and --kv-dtype f32|f16. A command lists the ones it
+ * takes in its option table under the FDY_CLI_OPT_* values. */
+typedef struct fdy_cli_session_flags {
+  const char *backend; /* "cpu" or "cuda" */
+  uint64_t threads;    /* 0 = the backend's default */
+  uint64_t context;    /* 0 = the session's default */
+  fdy_dtype kv_dtype;
+} fdy_cli_session_flags;
+
+#define FDY_CLI_SESSION_FLAGS_DEFAULT                                          \
+  { .backend = "cpu", .kv_dtype = FDY_DTYPE_F32 }
+
+enum {
+  FDY_CLI_OPT_BACKEND = 0x1000,
+  FDY_CLI_OPT_THREADS,
+  FDY_CLI_OPT_CONTEXT,
+  FDY_CLI_OPT_KV_DTYPE
+};
+
+/* Parses option opt into flags when it is one of the FDY_CLI_OPT_* values
+ * (*handled set to true), else leaves flags alone (*handled false). A bad
+ * value, a --backend other than cpu or cuda included, is
+ * FDY_ERR_INVALID_ARGUMENT naming the flag: a usage error. */
+fdy_status fdy_cli_session_flag(int opt, const char *arg,
+                                fdy_cli_session_flags *flags, bool *handled,
+                                fdy_error *err);
 
 /* Reads the whole regular file at path as raw bytes (foundry/input.h);
  * *out is malloc'd with a NUL after the *len bytes. FDY_ERR_NOT_FOUND /

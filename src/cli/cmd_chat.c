@@ -230,26 +230,21 @@ int fdy_cmd_chat(int argc, char **argv) {
     OPT_TOKENIZER,
     OPT_SYSTEM,
     OPT_MAX,
-    OPT_BACKEND,
-    OPT_THREADS,
-    OPT_CONTEXT,
-    OPT_KV_DTYPE
   };
   static const struct option options[] = {
       {"model", required_argument, NULL, OPT_MODEL},
       {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
       {"system", required_argument, NULL, OPT_SYSTEM},
       {"max-tokens", required_argument, NULL, OPT_MAX},
-      {"backend", required_argument, NULL, OPT_BACKEND},
-      {"threads", required_argument, NULL, OPT_THREADS},
-      {"context", required_argument, NULL, OPT_CONTEXT},
-      {"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
+      {"backend", required_argument, NULL, FDY_CLI_OPT_BACKEND},
+      {"threads", required_argument, NULL, FDY_CLI_OPT_THREADS},
+      {"context", required_argument, NULL, FDY_CLI_OPT_CONTEXT},
+      {"kv-dtype", required_argument, NULL, FDY_CLI_OPT_KV_DTYPE},
       {NULL, 0, NULL, 0},
   };
   const char *model_dir = NULL, *tokenizer_path = NULL, *system = NULL;
-  const char *backend = "cpu";
-  uint64_t max_tokens = 0, threads = 0, context = 0;
-  fdy_dtype kv_dtype = FDY_DTYPE_F32;
+  uint64_t max_tokens = 0;
+  fdy_cli_session_flags session_flags = FDY_CLI_SESSION_FLAGS_DEFAULT;
   fdy_error err;
   optind = 1;
   opterr = 0;
@@ -270,23 +265,17 @@ int fdy_cmd_chat(int argc, char **argv) {
       status = fdy_cli_parse_uint("--max-tokens", optarg, 1, UINT32_MAX,
                                   &max_tokens, &err);
       break;
-    case OPT_BACKEND:
-      backend = optarg;
-      break;
-    case OPT_THREADS:
-      status = fdy_cli_parse_uint("--threads", optarg, 1, 256, &threads, &err);
-      break;
-    case OPT_CONTEXT:
-      status = fdy_cli_parse_uint("--context", optarg, 1, UINT32_MAX, &context,
-                                  &err);
-      break;
-    case OPT_KV_DTYPE:
-      status = fdy_cli_parse_kv_dtype(optarg, &kv_dtype, &err);
-      break;
     case ':':
       return fdy_cli_usage("chat", "%s needs a value", argv[optind - 1]);
-    default:
-      return fdy_cli_usage("chat", "unknown option '%s'", argv[optind - 1]);
+    default: {
+      bool handled = false;
+      status =
+          fdy_cli_session_flag(opt, optarg, &session_flags, &handled, &err);
+      if (!handled) {
+        return fdy_cli_usage("chat", "unknown option '%s'", argv[optind - 1]);
+      }
+      break;
+    }
     }
     if (status != FDY_OK) {
       return fdy_cli_usage("chat", "%s", err.message);
@@ -297,10 +286,6 @@ int fdy_cmd_chat(int argc, char **argv) {
   }
   if (!model_dir) {
     return fdy_cli_usage("chat", "--model is required");
-  }
-  if (strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0) {
-    return fdy_cli_usage("chat", "--backend must be cpu or cuda, got '%s'",
-                         backend);
   }
 
   /* Threads started from here on (the backend's) block SIGINT. A Ctrl-C
@@ -322,14 +307,16 @@ int fdy_cmd_chat(int argc, char **argv) {
   fdy_llama_session *session = NULL;
   fdy_chat *chat = NULL;
   fdy_cli_printer printer = {0};
-  fdy_llama_session_options session_options = {.context = (uint32_t)context,
-                                               .kv_dtype = kv_dtype};
+  fdy_llama_session_options session_options = {
+      .context = (uint32_t)session_flags.context,
+      .kv_dtype = session_flags.kv_dtype};
   fdy_chat_options chat_options = {.system = system,
                                    .max_tokens = (uint32_t)max_tokens};
   if (fdy_cli_open_tokenizer(model_dir, tokenizer_path, &tok, &err) != FDY_OK ||
       fdy_llama_open(model_dir, &model, &err) != FDY_OK ||
-      fdy_cli_backend_create(backend, (uint32_t)threads, &engine, &err) !=
-          FDY_OK) {
+      fdy_cli_backend_create(session_flags.backend,
+                             (uint32_t)session_flags.threads, &engine,
+                             &err) != FDY_OK) {
     code = fdy_cli_fail(&err);
     goto cleanup;
   }

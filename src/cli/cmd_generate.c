@@ -182,10 +182,6 @@ int fdy_cmd_generate(int argc, char **argv) {
     OPT_MODEL = 256,
     OPT_PROMPT,
     OPT_MAX,
-    OPT_BACKEND,
-    OPT_THREADS,
-    OPT_CONTEXT,
-    OPT_KV_DTYPE,
     OPT_IGNORE_EOS,
     OPT_JSON,
     OPT_TEXT,
@@ -198,10 +194,10 @@ int fdy_cmd_generate(int argc, char **argv) {
       {"model", required_argument, NULL, OPT_MODEL},
       {"prompt-ids", required_argument, NULL, OPT_PROMPT},
       {"max-tokens", required_argument, NULL, OPT_MAX},
-      {"backend", required_argument, NULL, OPT_BACKEND},
-      {"threads", required_argument, NULL, OPT_THREADS},
-      {"context", required_argument, NULL, OPT_CONTEXT},
-      {"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
+      {"backend", required_argument, NULL, FDY_CLI_OPT_BACKEND},
+      {"threads", required_argument, NULL, FDY_CLI_OPT_THREADS},
+      {"context", required_argument, NULL, FDY_CLI_OPT_CONTEXT},
+      {"kv-dtype", required_argument, NULL, FDY_CLI_OPT_KV_DTYPE},
       {"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
       {"json", no_argument, NULL, OPT_JSON},
       {"prompt", required_argument, NULL, OPT_TEXT},
@@ -211,12 +207,12 @@ int fdy_cmd_generate(int argc, char **argv) {
       {"system", required_argument, NULL, OPT_SYSTEM},
       {NULL, 0, NULL, 0},
   };
-  const char *model_dir = NULL, *prompt_text = NULL, *backend = "cpu";
+  const char *model_dir = NULL, *prompt_text = NULL;
   const char *text = NULL, *text_file = NULL, *tokenizer_path = NULL;
   const char *system = NULL;
-  uint64_t max_tokens = 0, threads = 0, context = 0;
+  uint64_t max_tokens = 0;
+  fdy_cli_session_flags session_flags = FDY_CLI_SESSION_FLAGS_DEFAULT;
   bool have_max = false, ignore_eos = false, json = false, chat = false;
-  fdy_dtype kv_dtype = FDY_DTYPE_F32;
   fdy_error err;
   optind = 1;
   opterr = 0;
@@ -234,19 +230,6 @@ int fdy_cmd_generate(int argc, char **argv) {
       status = fdy_cli_parse_uint("--max-tokens", optarg, 1, UINT32_MAX,
                                   &max_tokens, &err);
       have_max = true;
-      break;
-    case OPT_BACKEND:
-      backend = optarg;
-      break;
-    case OPT_THREADS:
-      status = fdy_cli_parse_uint("--threads", optarg, 1, 256, &threads, &err);
-      break;
-    case OPT_CONTEXT:
-      status = fdy_cli_parse_uint("--context", optarg, 1, UINT32_MAX, &context,
-                                  &err);
-      break;
-    case OPT_KV_DTYPE:
-      status = fdy_cli_parse_kv_dtype(optarg, &kv_dtype, &err);
       break;
     case OPT_IGNORE_EOS:
       ignore_eos = true;
@@ -271,8 +254,16 @@ int fdy_cmd_generate(int argc, char **argv) {
       break;
     case ':':
       return fdy_cli_usage("generate", "%s needs a value", argv[optind - 1]);
-    default:
-      return fdy_cli_usage("generate", "unknown option '%s'", argv[optind - 1]);
+    default: {
+      bool handled = false;
+      status =
+          fdy_cli_session_flag(opt, optarg, &session_flags, &handled, &err);
+      if (!handled) {
+        return fdy_cli_usage("generate", "unknown option '%s'",
+                             argv[optind - 1]);
+      }
+      break;
+    }
     }
     if (status != FDY_OK) {
       return fdy_cli_usage("generate", "%s", err.message);
@@ -295,10 +286,6 @@ int fdy_cmd_generate(int argc, char **argv) {
   if (system && !chat) {
     return fdy_cli_usage("generate", "--system needs --chat");
   }
-  if (strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0) {
-    return fdy_cli_usage("generate", "--backend must be cpu or cuda, got '%s'",
-                         backend);
-  }
   int32_t *prompt = NULL;
   uint32_t prompt_count = 0;
   if (prompt_text && fdy_cli_parse_ids("--prompt-ids", prompt_text, &prompt,
@@ -311,8 +298,9 @@ int fdy_cmd_generate(int argc, char **argv) {
   fdy_llama_model *model = NULL;
   fdy_llama_session *session = NULL;
   fdy_llama_generation gen = {0};
-  fdy_llama_session_options session_options = {.context = (uint32_t)context,
-                                               .kv_dtype = kv_dtype};
+  fdy_llama_session_options session_options = {
+      .context = (uint32_t)session_flags.context,
+      .kv_dtype = session_flags.kv_dtype};
   fdy_tokenizer *tok = NULL;
   fdy_cli_printer printer = {0};
   int32_t stop[FDY_TOKENIZER_MAX_STOP];
@@ -324,8 +312,9 @@ int fdy_cmd_generate(int argc, char **argv) {
     goto cleanup;
   }
   if (fdy_llama_open(model_dir, &model, &err) != FDY_OK ||
-      fdy_cli_backend_create(backend, (uint32_t)threads, &engine, &err) !=
-          FDY_OK) {
+      fdy_cli_backend_create(session_flags.backend,
+                             (uint32_t)session_flags.threads, &engine,
+                             &err) != FDY_OK) {
     code = fdy_cli_fail(&err);
     goto cleanup;
   }
@@ -361,7 +350,7 @@ int fdy_cmd_generate(int argc, char **argv) {
     goto cleanup;
   }
   run_info run = {.model_dir = model_dir,
-                  .backend = backend,
+                  .backend = session_flags.backend,
                   .threads = fdy_cpu_backend_threads(engine),
                   .context = fdy_llama_session_context(session),
                   .stats = fdy_llama_session_stats(session)};

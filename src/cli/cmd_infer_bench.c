@@ -65,8 +65,6 @@ static fdy_status read_prompt_file(const char *path, int32_t **ids,
 int fdy_cmd_infer_bench(int argc, char **argv) {
   enum {
     OPT_MODEL = 256,
-    OPT_BACKEND,
-    OPT_THREADS,
     OPT_REPORT,
     OPT_SEED,
     OPT_PROMPT_FILE,
@@ -74,12 +72,11 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
     OPT_GEN_TOKENS,
     OPT_WARMUP,
     OPT_ITERATIONS,
-    OPT_CONTEXT
   };
   static const struct option options[] = {
       {"model", required_argument, NULL, OPT_MODEL},
-      {"backend", required_argument, NULL, OPT_BACKEND},
-      {"threads", required_argument, NULL, OPT_THREADS},
+      {"backend", required_argument, NULL, FDY_CLI_OPT_BACKEND},
+      {"threads", required_argument, NULL, FDY_CLI_OPT_THREADS},
       {"report", required_argument, NULL, OPT_REPORT},
       {"seed", required_argument, NULL, OPT_SEED},
       {"prompt-file", required_argument, NULL, OPT_PROMPT_FILE},
@@ -87,14 +84,14 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
       {"gen-tokens", required_argument, NULL, OPT_GEN_TOKENS},
       {"warmup", required_argument, NULL, OPT_WARMUP},
       {"iterations", required_argument, NULL, OPT_ITERATIONS},
-      {"context", required_argument, NULL, OPT_CONTEXT},
+      {"context", required_argument, NULL, FDY_CLI_OPT_CONTEXT},
       {NULL, 0, NULL, 0},
   };
-  const char *model_dir = NULL, *backend = "cpu", *report = NULL;
+  const char *model_dir = NULL, *report = NULL;
+  fdy_cli_session_flags session_flags = FDY_CLI_SESSION_FLAGS_DEFAULT;
   const char *prompt_file = NULL;
-  uint64_t threads = 0, seed = 0, prompt_tokens = FDY_INFER_PROMPT_TOKENS;
+  uint64_t seed = 0, prompt_tokens = FDY_INFER_PROMPT_TOKENS;
   uint64_t gen_tokens = FDY_INFER_GEN_TOKENS, warmup = 2, iterations = 10;
-  uint64_t context = 0;
   bool have_prompt_tokens = false;
   fdy_error err;
   optind = 1;
@@ -105,12 +102,6 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
     switch (opt) {
     case OPT_MODEL:
       model_dir = optarg;
-      break;
-    case OPT_BACKEND:
-      backend = optarg;
-      break;
-    case OPT_THREADS:
-      status = fdy_cli_parse_uint("--threads", optarg, 1, 256, &threads, &err);
       break;
     case OPT_REPORT:
       report = optarg;
@@ -138,15 +129,18 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
       status = fdy_cli_parse_uint("--iterations", optarg, 1, UINT32_MAX / 2,
                                   &iterations, &err);
       break;
-    case OPT_CONTEXT:
-      status = fdy_cli_parse_uint("--context", optarg, 1, UINT32_MAX, &context,
-                                  &err);
-      break;
     case ':':
       return fdy_cli_usage("infer-bench", "%s needs a value", argv[optind - 1]);
-    default:
-      return fdy_cli_usage("infer-bench", "unknown option '%s'",
-                           argv[optind - 1]);
+    default: {
+      bool handled = false;
+      status =
+          fdy_cli_session_flag(opt, optarg, &session_flags, &handled, &err);
+      if (!handled) {
+        return fdy_cli_usage("infer-bench", "unknown option '%s'",
+                             argv[optind - 1]);
+      }
+      break;
+    }
     }
     if (status != FDY_OK) {
       return fdy_cli_usage("infer-bench", "%s", err.message);
@@ -159,28 +153,24 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
   if (!model_dir || !report) {
     return fdy_cli_usage("infer-bench", "--model and --report are required");
   }
-  if (strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0) {
-    return fdy_cli_usage("infer-bench",
-                         "--backend must be cpu or cuda, got '%s'", backend);
-  }
   if (prompt_file && have_prompt_tokens) {
     return fdy_cli_usage("infer-bench",
                          "--prompt-file and --prompt-tokens exclude each "
                          "other");
   }
-  if (strcmp(backend, "cpu") != 0 && threads) {
+  if (strcmp(session_flags.backend, "cpu") != 0 && session_flags.threads) {
     return fdy_cli_usage("infer-bench", "--threads applies to the cpu backend");
   }
 
   fdy_infer_options o = {.model_dir = model_dir,
-                         .backend_name = backend,
+                         .backend_name = session_flags.backend,
                          .prompt_count = (uint32_t)prompt_tokens,
                          .prompt_file = prompt_file,
                          .seed = seed,
                          .gen_tokens = (uint32_t)gen_tokens,
                          .warmup = (uint32_t)warmup,
                          .iterations = (uint32_t)iterations,
-                         .context = (uint32_t)context,
+                         .context = (uint32_t)session_flags.context,
                          .bootstrap_resamples = 10000,
                          .report_path = report,
                          .argc = argc,
@@ -201,8 +191,9 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
   if ((prompt_file &&
        read_prompt_file(prompt_file, &prompt, &prompt_count, &err) != FDY_OK) ||
       fdy_llama_open(model_dir, &model, &err) != FDY_OK ||
-      fdy_cli_backend_create(backend, (uint32_t)threads, &engine, &err) !=
-          FDY_OK) {
+      fdy_cli_backend_create(session_flags.backend,
+                             (uint32_t)session_flags.threads, &engine,
+                             &err) != FDY_OK) {
     code = fdy_cli_fail(&err);
     goto cleanup;
   }

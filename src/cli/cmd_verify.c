@@ -154,10 +154,7 @@ int fdy_cmd_verify(int argc, char **argv) {
   enum {
     OPT_MODEL = 256,
     OPT_REFERENCE,
-    OPT_BACKEND,
     OPT_TOLERANCE,
-    OPT_THREADS,
-    OPT_CONTEXT,
     OPT_AGAINST,
     OPT_AGAINST_THREADS,
     OPT_PROMPT_TOKENS,
@@ -167,10 +164,10 @@ int fdy_cmd_verify(int argc, char **argv) {
   static const struct option options[] = {
       {"model", required_argument, NULL, OPT_MODEL},
       {"reference", required_argument, NULL, OPT_REFERENCE},
-      {"backend", required_argument, NULL, OPT_BACKEND},
+      {"backend", required_argument, NULL, FDY_CLI_OPT_BACKEND},
       {"tolerance", required_argument, NULL, OPT_TOLERANCE},
-      {"threads", required_argument, NULL, OPT_THREADS},
-      {"context", required_argument, NULL, OPT_CONTEXT},
+      {"threads", required_argument, NULL, FDY_CLI_OPT_THREADS},
+      {"context", required_argument, NULL, FDY_CLI_OPT_CONTEXT},
       {"against", required_argument, NULL, OPT_AGAINST},
       {"against-threads", required_argument, NULL, OPT_AGAINST_THREADS},
       {"prompt-tokens", required_argument, NULL, OPT_PROMPT_TOKENS},
@@ -178,10 +175,11 @@ int fdy_cmd_verify(int argc, char **argv) {
       {"seed", required_argument, NULL, OPT_SEED},
       {NULL, 0, NULL, 0},
   };
-  const char *model_dir = NULL, *reference = NULL, *backend = "cpu";
+  const char *model_dir = NULL, *reference = NULL;
+  fdy_cli_session_flags session_flags = FDY_CLI_SESSION_FLAGS_DEFAULT;
   const char *against = NULL;
   double tolerance = -1.0;
-  uint64_t threads = 0, context = 0, against_threads = 0, prompt_tokens = 64;
+  uint64_t against_threads = 0, prompt_tokens = 64;
   uint64_t steps = 16, seed = 0;
   bool compare_flag = false;
   fdy_error err;
@@ -197,18 +195,8 @@ int fdy_cmd_verify(int argc, char **argv) {
     case OPT_REFERENCE:
       reference = optarg;
       break;
-    case OPT_BACKEND:
-      backend = optarg;
-      break;
     case OPT_TOLERANCE:
       status = parse_tolerance(optarg, &tolerance, &err);
-      break;
-    case OPT_THREADS:
-      status = fdy_cli_parse_uint("--threads", optarg, 1, 256, &threads, &err);
-      break;
-    case OPT_CONTEXT:
-      status = fdy_cli_parse_uint("--context", optarg, 1, UINT32_MAX, &context,
-                                  &err);
       break;
     case OPT_AGAINST:
       against = optarg;
@@ -234,8 +222,15 @@ int fdy_cmd_verify(int argc, char **argv) {
       break;
     case ':':
       return fdy_cli_usage("verify", "%s needs a value", argv[optind - 1]);
-    default:
-      return fdy_cli_usage("verify", "unknown option '%s'", argv[optind - 1]);
+    default: {
+      bool handled = false;
+      status =
+          fdy_cli_session_flag(opt, optarg, &session_flags, &handled, &err);
+      if (!handled) {
+        return fdy_cli_usage("verify", "unknown option '%s'", argv[optind - 1]);
+      }
+      break;
+    }
     }
     if (status != FDY_OK) {
       return fdy_cli_usage("verify", "%s", err.message);
@@ -253,21 +248,17 @@ int fdy_cmd_verify(int argc, char **argv) {
     return fdy_cli_usage("verify", "--against-threads, --prompt-tokens, "
                                    "--steps and --seed need --against");
   }
-  const char *bad =
-      strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0 ? backend
-      : against && strcmp(against, "cpu") != 0 && strcmp(against, "cuda") != 0
-          ? against
-          : NULL;
-  if (bad) {
-    return fdy_cli_usage("verify", "backends are cpu or cuda, got '%s'", bad);
+  if (against && strcmp(against, "cpu") != 0 && strcmp(against, "cuda") != 0) {
+    return fdy_cli_usage("verify", "--against must be cpu or cuda, got '%s'",
+                         against);
   }
   if (against) {
     against_run r = {.model_dir = model_dir,
-                     .backend = backend,
+                     .backend = session_flags.backend,
                      .against = against,
-                     .threads = (uint32_t)threads,
+                     .threads = (uint32_t)session_flags.threads,
                      .against_threads = (uint32_t)against_threads,
-                     .context = (uint32_t)context,
+                     .context = (uint32_t)session_flags.context,
                      .prompt_tokens = (uint32_t)prompt_tokens,
                      .steps = (uint32_t)steps,
                      .seed = seed,
@@ -285,11 +276,12 @@ int fdy_cmd_verify(int argc, char **argv) {
   fdy_llama_model *model = NULL;
   fdy_llama_session *session = NULL;
   fdy_llama_verify_result result;
-  fdy_llama_session_options session_options = {.context = (uint32_t)context,
-                                               .all_logits = true};
+  fdy_llama_session_options session_options = {
+      .context = (uint32_t)session_flags.context, .all_logits = true};
   if (fdy_llama_open(model_dir, &model, &err) != FDY_OK ||
-      fdy_cli_backend_create(backend, (uint32_t)threads, &engine, &err) !=
-          FDY_OK) {
+      fdy_cli_backend_create(session_flags.backend,
+                             (uint32_t)session_flags.threads, &engine,
+                             &err) != FDY_OK) {
     code = fdy_cli_fail(&err);
     goto cleanup;
   }
@@ -304,7 +296,7 @@ int fdy_cmd_verify(int argc, char **argv) {
   printf("reference: %s (%" PRIu32 " prompt tokens, %" PRIu32
          " greedy tokens)\n",
          reference, result.prompt_tokens, result.greedy_tokens);
-  printf("backend: %s, tolerance %g\n", backend, tolerance);
+  printf("backend: %s, tolerance %g\n", session_flags.backend, tolerance);
   printf("logits relative error: %.3e\n", result.logits_relative_error);
   printf("greedy logits relative error: %.3e\n", result.greedy_relative_error);
   printf("greedy agreement: %" PRIu32 "/%" PRIu32 "\n", result.greedy_matches,
