@@ -4,7 +4,7 @@
  * ops.h, float32 arithmetic throughout, deterministic (a result depends on
  * the operands' values and shapes only). supports_op refuses a dimension of
  * 2^31 or more (the checksum's byte count aside), a one-row MATMUL_Q4 whose
- * input row does not fit a block's shared memory (about 57,000 features on
+ * input row does not fit a block's shared memory (about 50,000 features on
  * an H200), an ATTENTION whose cache context does not (about 58,000
  * positions), and rope with head_dim above 512. No op needs a workspace
  * (workspace_bytes is NULL). Row counts and positions are read from the

@@ -16,7 +16,10 @@
  * that are not multiples of 4 or of 64 outputs), and those of
  * llama-3.2-3b (hidden 3072, heads 24/8, head_dim 128, ffn 8192, the LM
  * head GEMV over vocab 128256; group 64 F16 and group 32 BF16), which
- * FOUNDRY_CUDA_OPS_SMALL=1 skips (for compute-sanitizer runs).
+ * FOUNDRY_CUDA_OPS_SMALL=1 skips (for compute-sanitizer runs). The decode
+ * GEMV alone at every llama-3.2-3b projection (LM head included) with
+ * groups 32, 64 and 128 and F16 and BF16 scales, and at widths around its
+ * work item (FOUNDRY_CUDA_OPS_SMALL=1 keeps only the small ones).
  *
  * End to end: fdy_llama_verify through a session on the CUDA backend for
  * every fixture (F32 KV cache within VERIFY_BOUND, F16 within
@@ -856,6 +859,69 @@ static void test_llama32_3b_shapes(void **state) {
   q4_free(&head);
 }
 
+/* The decode GEMV (one row of x) at every projection shape of
+ * llama-3.2-3b (q/o, k/v, gate/up, down, the LM head) with every group size
+ * and both scale dtypes, and at widths around its item of 4 chunks per lane
+ * (4096 inputs): one chunk past it, a single chunk, fewer rows than warps;
+ * and the widest one-row x that supports_op accepts. */
+static void test_gemv_shapes(void **state) {
+  (void)state;
+  const struct {
+    const char *name;
+    uint32_t out, in;
+    bool large; /* skipped with FOUNDRY_CUDA_OPS_SMALL=1 */
+  } shapes[] = {
+      {"llama-3.2-3b q/o", 3072, 3072, true},
+      {"llama-3.2-3b k/v", 1024, 3072, true},
+      {"llama-3.2-3b gate/up", 8192, 3072, true},
+      {"llama-3.2-3b down", 3072, 8192, true},
+      {"llama-3.2-3b lm_head", 128256, 3072, true},
+      {"in 4224 out 1000", 1000, 4224, false},
+      {"in 4096 out 3", 3, 4096, false},
+      {"in 128 out 1", 1, 128, false},
+  };
+  const uint32_t groups[] = {32, 64, 128};
+  const fdy_dtype dtypes[] = {FDY_DTYPE_F16, FDY_DTYPE_BF16};
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    if (shapes[i].large && small_shapes()) {
+      continue;
+    }
+    for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
+      for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++) {
+        q4_matrix w =
+            q4_random(shapes[i].out, shapes[i].in, groups[g], dtypes[d]);
+        matmul_case(shapes[i].name, &w, 1, 1);
+        q4_free(&w);
+      }
+    }
+  }
+  /* x of one row lives in shared memory, 4.625 bytes per input (227 KiB a
+   * block on an H200: about 50,000 inputs); the tiled kernel has no such
+   * limit */
+  fdy_op wide = {.kind = FDY_OP_MATMUL_Q4, .input_count = 5, .output_count = 1};
+  wide.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  wide.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(1, 65536));
+  wide.inputs[2] = view(FDY_DTYPE_U32, FDY_SHAPE(16, 65536 / 8));
+  wide.inputs[3] = view(FDY_DTYPE_F16, FDY_SHAPE(16, 65536 / 64));
+  wide.inputs[4] = wide.inputs[3];
+  wide.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(1, 16));
+  assert_false(gpu.b->ops->supports_op(gpu.b, &wide));
+  wide.inputs[1].shape = FDY_SHAPE(2, 65536);
+  wide.outputs[0].shape = FDY_SHAPE(2, 16);
+  assert_true(gpu.b->ops->supports_op(gpu.b, &wide));
+  wide.inputs[1].shape = FDY_SHAPE(1, 40960);
+  wide.inputs[2].shape = FDY_SHAPE(16, 40960 / 8);
+  wide.inputs[3].shape = FDY_SHAPE(16, 40960 / 64);
+  wide.inputs[4] = wide.inputs[3];
+  wide.outputs[0].shape = FDY_SHAPE(1, 16);
+  assert_true(gpu.b->ops->supports_op(gpu.b, &wide));
+
+  q4_matrix one_chunk = q4_random(70, 32, 32, FDY_DTYPE_BF16);
+  matmul_case("in 32 out 70", &one_chunk, 1, 1);
+  matmul_case("in 32 out 70", &one_chunk, 1, -3);
+  q4_free(&one_chunk);
+}
+
 /* Shapes off the models' grid: counts of 0, below 0 and above the rows,
  * widths that are not multiples of 4, outputs not a multiple of 64, inputs
  * not a multiple of 64 (group 32), a single-row GEMV with a count of 0,
@@ -1094,6 +1160,7 @@ int main(void) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_odd_shapes),
+      cmocka_unit_test(test_gemv_shapes),
       cmocka_unit_test(test_fixture_shapes),
       cmocka_unit_test(test_llama32_3b_shapes),
       cmocka_unit_test(test_verify_fixtures),

@@ -2,15 +2,30 @@
  * of 8 nibbles, low first; w = s * q + b per group of 32, 64 or 128 inputs,
  * s and b F16 or BF16). Two kernels, chosen from the shape of x alone:
  *
- * - x of one row (decode): a matrix-vector kernel, one warp per output row
- *   on a persistent grid. The block first stores x in shared memory in an
- *   order where lane l's nibble j of word 32c + l sits at 256c + 32j + l
- *   (conflict-free reads) and the sums of x over each group. A lane then
- *   walks words l, l + 32, ... of the weight row (each warp load reads 128
- *   contiguous bytes; 4 loads in flight per lane), adds s * (q . x) per
- *   word, and the bias terms b_g * sum(x_g) over groups g = l, l + 32, ...;
- *   a butterfly sums the lanes. y = sum_g s_g (q_g . x_g) + b_g sum(x_g) is
- *   the CPU backend's formulation (src/backends/cpu/matmul_q4.c).
+ * - x of one row (decode): a matrix-vector kernel that streams the weights
+ *   at memory speed. A warp computes one output row at a time, walking the
+ *   row in 16-byte chunks (32 nibbles, 32 inputs): lane l takes chunks l,
+ *   l + 32, ..., so each warp load reads 512 contiguous bytes, and a lane
+ *   keeps GEMV_SPAN chunks (with their scales and biases) in flight while
+ *   it computes the previous ones (two register stages, the next item
+ *   loaded before the current one is used). Warps take rows o, o + W, ...
+ *   (W the warps of the grid, at most GEMV_BLOCKS_SM blocks per
+ *   multiprocessor, so every multiprocessor has work even at 1024 rows).
+ *   The weights are read with ld.global.nc.L1::no_allocate so that they do
+ *   not evict x from L1. Each block first stores x in shared memory, a
+ *   chunk per 36 floats (32 and 4 of padding: 16-byte reads of the 8 lanes
+ *   of a quarter warp hit distinct banks), prescaled for the nibble trick
+ *   below, and the sum of x over each chunk.
+ *   A nibble at bits 4j..4j+3 of a word (j < 4) becomes a float without a
+ *   shift: (word & 0xf << 4j) | 0x4b000000 is the float 2^23 + q 16^j, so
+ *   subtracting 2^23 gives q 16^j exactly, and x was stored times 16^-j,
+ *   so their product is q x exactly (the high half of the word, shifted
+ *   down by 16, is read the same way). Per chunk the lane adds
+ *   s (q . x) + b sum(x): the CPU backend's formulation y = sum_g s_g (q_g .
+ *   x_g) + b_g sum(x_g) (src/backends/cpu/matmul_q4.c) with each group's
+ *   terms split by chunks; a butterfly sums the lanes. The prescaling by
+ *   16^-j is exact unless x * 16^-3 is subnormal (|x| < 2^-114), where the
+ *   product loses bits far below any other term's rounding.
  * - x of several rows (prefill): a tiled kernel, a block per 64 rows of x
  *   times 64 outputs, 256 threads of 4 x 4 outputs each. Per step of 32
  *   inputs the block stages the x tile (transposed) and the weight tile
@@ -19,18 +34,19 @@
  *
  * Both read the row count from the step tensor when they run (rows at or
  * beyond it are neither read nor written). Every output element is summed
- * in an order fixed by the shapes, so results are deterministic; the two
- * kernels sum in different orders, so a row of a 1-row op and the same row
- * of a many-row op may differ in the last bits (both within float rounding
- * of the CPU's). */
+ * in an order fixed by the shapes (the GEMV's by the input width: which
+ * warp computes a row does not change its order), so results are
+ * deterministic; the two kernels sum in different orders, so a row of a
+ * 1-row op and the same row of a many-row op may differ in the last bits
+ * (both within float rounding of the CPU's). */
 #include "cuda_device.h"
 #include "cuda_internal.h"
 
-#define GEMV_THREADS   256
+#define GEMV_THREADS   128
 #define GEMV_WARPS     (GEMV_THREADS / 32)
-#define GEMV_UNROLL    4   /* weight words in flight per lane */
-#define GEMV_BLOCKS_SM 4   /* persistent blocks per multiprocessor */
-#define GEMV_CHUNK     256 /* inputs of 32 words, one per lane */
+#define GEMV_BLOCKS_SM 6  /* resident blocks per multiprocessor (registers) */
+#define GEMV_SPAN      4  /* 16-byte chunks per lane per item */
+#define GEMV_STRIDE    36 /* shared floats per chunk: 32 inputs + padding */
 
 #define GEMM_BM      FDY_CUDA_GEMM_ROWS /* rows of x per block */
 #define GEMM_BN      64                 /* outputs per block */
@@ -41,81 +57,178 @@
 /* ---- matrix-vector ----------------------------------------------------------
  */
 
-static __host__ __device__ __forceinline__ unsigned int
-padded_inputs(unsigned int in) {
-  return (in + GEMV_CHUNK - 1) / GEMV_CHUNK * GEMV_CHUNK;
+/* One item of a warp's work: GEMV_SPAN chunks of one weight row per lane
+ * (chunk part * 32 * GEMV_SPAN + 32 u + lane), with the raw halves of their
+ * scales and biases; chunks past the row are zero and never used. */
+typedef struct gemv_stage {
+  uint4 q[GEMV_SPAN];
+  unsigned short s[GEMV_SPAN], b[GEMV_SPAN];
+} gemv_stage;
+
+/* A weight chunk that is read once: not allocated in L1. */
+static __device__ __forceinline__ uint4 load_streamed(const uint4 *p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
 }
 
-/* Shared position of input i = 256c + 8l + j: 256c + 32j + l. */
-static __device__ __forceinline__ unsigned int gemv_position(unsigned int i) {
-  return (i & ~(GEMV_CHUNK - 1u)) | ((i & 7u) << 5) | ((i >> 3) & 31u);
+static __device__ __forceinline__ float half_bits(unsigned short h, bool bf16) {
+  return bf16 ? __uint_as_float((unsigned int)h << 16)
+              : __half2float(__ushort_as_half(h));
 }
 
-__global__ void __launch_bounds__(GEMV_THREADS)
-    gemv_q4_kernel(const int32_t *step, const float *x, const uint32_t *weight,
+/* Nibble j (< 4) of word times 16^j, exactly. */
+static __device__ __forceinline__ float scaled_nibble(uint32_t word, int j) {
+  return __uint_as_float((word & (0xfu << (4 * j))) | 0x4b000000u) - 8388608.0f;
+}
+
+/* q . x over one word: its 8 nibbles against the prescaled inputs
+ * xp[0..7]. */
+static __device__ __forceinline__ float word_dot(uint32_t word,
+                                                 const float *xp) {
+  const float4 lo = *(const float4 *)xp;
+  const float4 hi = *(const float4 *)(xp + 4);
+  const uint32_t high = word >> 16;
+  float d0 = scaled_nibble(word, 0) * lo.x;
+  float d1 = scaled_nibble(high, 0) * hi.x;
+  d0 = fmaf(scaled_nibble(word, 1), lo.y, d0);
+  d1 = fmaf(scaled_nibble(high, 1), hi.y, d1);
+  d0 = fmaf(scaled_nibble(word, 2), lo.z, d0);
+  d1 = fmaf(scaled_nibble(high, 2), hi.z, d1);
+  d0 = fmaf(scaled_nibble(word, 3), lo.w, d0);
+  d1 = fmaf(scaled_nibble(high, 3), hi.w, d1);
+  return d0 + d1;
+}
+
+/* The geometry of one launch, the same for every warp. */
+typedef struct gemv_geometry {
+  unsigned int chunks;      /* 16-byte chunks per weight row: in / 32 */
+  unsigned int parts;       /* items per row */
+  unsigned int group_shift; /* chunk c lies in group c >> group_shift */
+} gemv_geometry;
+
+static __device__ __forceinline__ void
+gemv_load(const uint4 *weight, const uint16_t *scales, const uint16_t *biases,
+          const gemv_geometry *g, unsigned int row, unsigned int part,
+          unsigned int lane, gemv_stage *st) {
+  const uint4 *w_row = weight + (unsigned long long)row * g->chunks;
+  const unsigned long long groups = g->chunks >> g->group_shift;
+  const unsigned short *s_row =
+      (const unsigned short *)scales + (unsigned long long)row * groups;
+  const unsigned short *b_row =
+      (const unsigned short *)biases + (unsigned long long)row * groups;
+#pragma unroll
+  for (int u = 0; u < GEMV_SPAN; u++) {
+    const unsigned int c = (part * GEMV_SPAN + u) * 32 + lane;
+    if (c < g->chunks) {
+      st->q[u] = load_streamed(w_row + c);
+      st->s[u] = __ldg(s_row + (c >> g->group_shift));
+      st->b[u] = __ldg(b_row + (c >> g->group_shift));
+    } else {
+      st->q[u] = make_uint4(0u, 0u, 0u, 0u);
+      st->s[u] = 0;
+      st->b[u] = 0;
+    }
+  }
+}
+
+static __device__ __forceinline__ float
+gemv_compute(const float *xs, const float *xsum, const gemv_geometry *g,
+             unsigned int part, unsigned int lane, bool bf16,
+             const gemv_stage *st, float acc) {
+#pragma unroll
+  for (int u = 0; u < GEMV_SPAN; u++) {
+    const unsigned int c = (part * GEMV_SPAN + u) * 32 + lane;
+    if (c < g->chunks) {
+      const float *xc = xs + c * GEMV_STRIDE;
+      const float d =
+          (word_dot(st->q[u].x, xc) + word_dot(st->q[u].y, xc + 8)) +
+          (word_dot(st->q[u].z, xc + 16) + word_dot(st->q[u].w, xc + 24));
+      acc = fmaf(half_bits(st->s[u], bf16), d, acc);
+      acc = fmaf(half_bits(st->b[u], bf16), xsum[c], acc);
+    }
+  }
+  return acc;
+}
+
+/* After the last part of a row: the warp's sum, written by lane 0. */
+static __device__ __forceinline__ float
+gemv_finish(const gemv_geometry *g, unsigned int part, unsigned int row,
+            unsigned int lane, float acc, float *y) {
+  if (part + 1 < g->parts) {
+    return acc;
+  }
+  acc = fdy_warp_sum(acc);
+  if (lane == 0) {
+    y[row] = acc;
+  }
+  return 0.0f;
+}
+
+__global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_SM)
+    gemv_q4_kernel(const int32_t *step, const float *x, const uint4 *weight,
                    const uint16_t *scales, const uint16_t *biases, bool bf16,
-                   unsigned int in, unsigned int out, unsigned int group,
+                   unsigned int in, unsigned int out, unsigned int group_shift,
                    float *y) {
-  extern __shared__ float shared[];
+  extern __shared__ __align__(16) float shared[];
   if (fdy_active_rows(step, 1) == 0) {
     return;
   }
-  const unsigned int groups = in / group;
-  const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  float *xs = shared;
-  float *xsum = shared + padded_inputs(in);
-  for (unsigned int i = threadIdx.x; i < in; i += blockDim.x) {
-    xs[gemv_position(i)] = x[i];
+  const unsigned int lane = threadIdx.x % 32;
+  const unsigned int first = blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
+  const unsigned int warps = gridDim.x * GEMV_WARPS;
+  gemv_geometry g;
+  g.chunks = in / 32;
+  g.parts = (g.chunks + 32 * GEMV_SPAN - 1) / (32 * GEMV_SPAN);
+  g.group_shift = group_shift;
+  const unsigned int rows = first < out ? (out - 1 - first) / warps + 1 : 0;
+  const unsigned int items = rows * g.parts;
+  /* the first item's loads go out before x is staged */
+  gemv_stage a, b;
+  if (items > 0) {
+    gemv_load(weight, scales, biases, &g, first, 0, lane, &a);
   }
-  for (unsigned int g = warp; g < groups; g += GEMV_WARPS) {
-    const float *xg = x + (unsigned long long)g * group;
+  float *xs = shared;
+  float *xsum = shared + g.chunks * GEMV_STRIDE;
+  const float4 *x4 = (const float4 *)x;
+  for (unsigned int k4 = threadIdx.x; k4 < in / 4; k4 += blockDim.x) {
+    float4 v = x4[k4];
+    v.y *= 0.0625f;
+    v.z *= 0.00390625f;
+    v.w *= 0.000244140625f;
+    *(float4 *)(xs + (k4 / 8) * GEMV_STRIDE + (k4 % 8) * 4) = v;
+  }
+  for (unsigned int c = threadIdx.x; c < g.chunks; c += blockDim.x) {
     float s = 0.0f;
-    for (unsigned int k = lane; k < group; k += 32) {
-      s += xg[k];
+    for (unsigned int k = 0; k < 32; k++) {
+      s += x[32 * c + k];
     }
-    s = fdy_warp_sum(s);
-    if (lane == 0) {
-      xsum[g] = s;
-    }
+    xsum[c] = s;
   }
   __syncthreads();
-  const unsigned int words = in / 8;
-  const unsigned int words_per_group = group / 8;
-  for (unsigned int o = blockIdx.x * GEMV_WARPS + warp; o < out;
-       o += gridDim.x * GEMV_WARPS) {
-    const uint32_t *row = weight + (unsigned long long)o * words;
-    const uint16_t *s_row = scales + (unsigned long long)o * groups;
-    const uint16_t *b_row = biases + (unsigned long long)o * groups;
-    float acc = 0.0f;
-    for (unsigned int w0 = lane; w0 < words; w0 += 32 * GEMV_UNROLL) {
-      uint32_t q[GEMV_UNROLL];
-#pragma unroll
-      for (int u = 0; u < GEMV_UNROLL; u++) {
-        const unsigned int w = w0 + 32u * u;
-        q[u] = w < words ? __ldg(row + w) : 0u;
-      }
-#pragma unroll
-      for (int u = 0; u < GEMV_UNROLL; u++) {
-        const unsigned int w = w0 + 32u * u;
-        if (w < words) {
-          /* w = 32c + lane: chunk c's inputs start at 256c */
-          const float *xp = xs + (w - lane) * 8 + lane;
-          float d = 0.0f;
-#pragma unroll
-          for (int j = 0; j < 8; j++) {
-            d = fmaf(fdy_nibble(q[u], j), xp[32 * j], d);
-          }
-          acc = fmaf(fdy_half_at(s_row, bf16, w / words_per_group), d, acc);
-        }
-      }
+  float acc = 0.0f;
+  for (unsigned int t = 0; t < items; t += 2) {
+    const unsigned int row_a = first + (t / g.parts) * warps;
+    const unsigned int part_a = t % g.parts;
+    if (t + 1 < items) {
+      gemv_load(weight, scales, biases, &g, first + ((t + 1) / g.parts) * warps,
+                (t + 1) % g.parts, lane, &b);
     }
-    for (unsigned int g = lane; g < groups; g += 32) {
-      acc = fmaf(fdy_half_at(b_row, bf16, g), xsum[g], acc);
+    acc = gemv_compute(xs, xsum, &g, part_a, lane, bf16, &a, acc);
+    acc = gemv_finish(&g, part_a, row_a, lane, acc, y);
+    if (t + 1 >= items) {
+      break;
     }
-    acc = fdy_warp_sum(acc);
-    if (lane == 0) {
-      y[o] = acc;
+    const unsigned int row_b = first + ((t + 1) / g.parts) * warps;
+    const unsigned int part_b = (t + 1) % g.parts;
+    if (t + 2 < items) {
+      gemv_load(weight, scales, biases, &g, first + ((t + 2) / g.parts) * warps,
+                (t + 2) % g.parts, lane, &a);
     }
+    acc = gemv_compute(xs, xsum, &g, part_b, lane, bf16, &b, acc);
+    acc = gemv_finish(&g, part_b, row_b, lane, acc, y);
   }
 }
 
@@ -229,9 +342,8 @@ extern "C" uint64_t fdy_cuda_matmul_q4_shared_bytes(const fdy_op *op) {
   if (op->inputs[1].shape.dims[0] != 1) {
     return 0;
   }
-  const unsigned int in = (unsigned int)op->inputs[1].shape.dims[1];
-  const uint64_t groups = op->inputs[3].shape.dims[1];
-  return ((uint64_t)padded_inputs(in) + groups) * sizeof(float);
+  const uint64_t chunks = op->inputs[1].shape.dims[1] / 32;
+  return chunks * (GEMV_STRIDE + 1) * sizeof(float);
 }
 
 extern "C" cudaError_t fdy_cuda_matmul_q4_prepare(uint64_t smem_optin) {
@@ -266,9 +378,11 @@ extern "C" cudaError_t fdy_cuda_matmul_q4_enqueue(const fdy_cuda_op_args *a,
     if (blocks > cap) {
       blocks = cap;
     }
+    const unsigned int group_shift = group == 32 ? 0 : group == 64 ? 1 : 2;
     gemv_q4_kernel<<<(unsigned int)blocks, GEMV_THREADS,
                      (size_t)fdy_cuda_matmul_q4_shared_bytes(op), stream>>>(
-        step, x, weight, scales, biases, bf16, in, out, group, y);
+        step, x, (const uint4 *)weight, scales, biases, bf16, in, out,
+        group_shift, y);
   } else {
     const dim3 grid((out + GEMM_BN - 1) / GEMM_BN,
                     (rows + GEMM_BM - 1) / GEMM_BM);
