@@ -6,7 +6,7 @@
  * 2^31 or more (the checksum's byte count aside), a one-row MATMUL_Q4 whose
  * input row does not fit a block's shared memory (about 57,000 features on
  * an H200), an ATTENTION whose tiles do not (a head_dim above about 440 for
- * prefill; for decode, one row, a cache above about 4 million positions at
+ * prefill; for decode, one row, a cache above about 1 million positions at
  * head_dim 128), and rope with head_dim above 512. A one-row ATTENTION
  * needs a workspace (workspace_bytes: its chunks' partial results, about
  * heads x (head_dim + 2) x 4 bytes per 16 to 8,192 cache positions); a

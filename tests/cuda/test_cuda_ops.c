@@ -719,8 +719,9 @@ static void test_attention_workspace_refused(void **state) {
   op.inputs[5] = op.inputs[4];
   op.outputs[0] = op.inputs[1];
   uint64_t need = b->ops->workspace_bytes(b, &op);
-  /* 7 chunks of 16 positions x 4 heads x (m, l and 64 floats) */
-  assert_int_equal(need, 7 * 4 * (2 + 64) * sizeof(float));
+  /* 7 chunks of 16 positions x 4 heads: (m, l), then 64 floats */
+  assert_int_equal(need,
+                   7 * 4 * 2 * sizeof(float) + 7 * 4 * 64 * sizeof(float));
   fdy_error err;
   fdy_backend_buffer *buf = NULL;
   const uint64_t bytes = 1 << 20;

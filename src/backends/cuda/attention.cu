@@ -19,7 +19,8 @@
  *    partial output go to the op's workspace at the chunk's index.
  *    combine: block h reads the chunks of head h: M = max m_c, w_c =
  *    expf(m_c - M), L = sum of l_c w_c in double (fixed tree), and output
- *    element j = (sum over c in chunk order of w_c o_c[j]) * (float)(1 / L).
+ *    element j = (sum of w_c o_c[j]) * (float)(1 / L), warp w summing
+ *    chunks w, w + 4, ... in order, then the four warps' sums in order.
  *    The grid's y extent follows the multiprocessor count; the chunk size
  *    and every order of addition follow the shapes only.
  * 2b. prefill (several rows): flash attention. Block (tile, head) runs
@@ -52,7 +53,7 @@
 #define DECODE_GROUP      4   /* query heads of one kv head per block */
 #define DECODE_INFLIGHT   4   /* key or value rows a warp loads at once */
 #define DECODE_MIN_CHUNK  16  /* positions, a power of two */
-#define DECODE_MAX_CHUNKS 512 /* chunks of a full cache */
+#define DECODE_MAX_CHUNKS 128 /* chunks of a full cache */
 #define DECODE_BLOCKS_SM  8   /* decode blocks per multiprocessor */
 
 #define PREFILL_Q       32               /* query rows of a block */
@@ -154,8 +155,9 @@ __global__ void __launch_bounds__(APPEND_THREADS)
 /* ---- decode: chunks, then combine ----------------------------------------
  */
 
-/* The decode variant's workspace: (m, l) per chunk and head, then the
- * partial outputs, d floats per chunk and head. */
+/* The decode variant's workspace: (m, l) per chunk and head, then (at a
+ * multiple of 16 bytes) the partial outputs, 4 ceil(d / 4) floats per chunk
+ * and head (zero past d). */
 typedef struct decode_partials {
   float2 *ml;
   float *o;
@@ -165,7 +167,7 @@ typedef struct decode_partials {
  * (DECODE_GROUP x d4), the warps' partial outputs (ATTENTION_WARPS x
  * DECODE_GROUP x d4), then the chunk's scores (DECODE_GROUP x chunk
  * floats). */
-__global__ void __launch_bounds__(ATTENTION_THREADS)
+__global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
     decode_kernel(const int32_t *step, const float *q, const void *k_cache,
                   const void *v_cache, bool f16, bool vec, unsigned int heads,
                   unsigned int group, unsigned int slices, unsigned int d,
@@ -310,22 +312,24 @@ __global__ void __launch_bounds__(ATTENTION_THREADS)
     }
     __syncthreads();
     const float *wo = (const float *)warp_out;
-    for (unsigned int i = threadIdx.x; i < gn * d; i += blockDim.x) {
-      const unsigned int g = i / d, j = i % d;
+    for (unsigned int i = threadIdx.x; i < gn * d4 * 4; i += blockDim.x) {
+      const unsigned int g = i / (d4 * 4), j = i % (d4 * 4);
       float o = 0.0f;
       for (unsigned int w = 0; w < ATTENTION_WARPS; w++) {
         o += wo[(w * DECODE_GROUP + g) * d4 * 4 + j];
       }
-      partials.o[((unsigned long long)c * heads + h0 + g) * d + j] = o;
+      partials.o[((unsigned long long)c * heads + h0 + g) * d4 * 4 + j] = o;
     }
     __syncthreads(); /* scores and warp_out are reused by the next chunk */
   }
 }
 
+/* Shared memory: the warps' sums (ATTENTION_WARPS x ceil(d / 4) float4). */
 __global__ void __launch_bounds__(ATTENTION_THREADS)
     combine_kernel(const int32_t *step, unsigned int heads, unsigned int d,
                    unsigned long long context, unsigned int chunk,
                    decode_partials partials, float *out) {
+  extern __shared__ float4 combine_shared[];
   __shared__ float weight[DECODE_MAX_CHUNKS];
   __shared__ float warp_m[ATTENTION_WARPS];
   __shared__ double sum_scratch[ATTENTION_WARPS];
@@ -364,12 +368,26 @@ __global__ void __launch_bounds__(ATTENTION_THREADS)
   }
   sum = fdy_block_sum_double(sum, sum_scratch); /* also publishes weight */
   const float inv = (float)(1.0 / sum);
+  /* warp w sums chunks w, w + 4, ..., lanes on 4 elements; then the
+   * warps' sums in warp order */
+  const unsigned int d4 = (d + 3) / 4, lane = threadIdx.x % 32,
+                     warp = threadIdx.x / 32;
+  const float4 *partial4 = (const float4 *)partials.o;
+  for (unsigned int j4 = lane; j4 < d4; j4 += 32) {
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+    for (unsigned int c = warp; c < chunks; c += ATTENTION_WARPS) {
+      acc = axpy4(weight[c],
+                  partial4[((unsigned long long)c * heads + h) * d4 + j4], acc);
+    }
+    combine_shared[warp * d4 + j4] = acc;
+  }
+  __syncthreads();
+  const float *warp_sum = (const float *)combine_shared;
   for (unsigned int j = threadIdx.x; j < d; j += blockDim.x) {
-    float acc = 0.0f;
-#pragma unroll 4
-    for (unsigned int c = 0; c < chunks; c++) {
-      acc = fmaf(weight[c],
-                 partials.o[((unsigned long long)c * heads + h) * d + j], acc);
+    float acc = warp_sum[j];
+    for (unsigned int w = 1; w < ATTENTION_WARPS; w++) {
+      acc += warp_sum[w * d4 * 4 + j];
     }
     o[j] = acc * inv;
   }
@@ -586,10 +604,19 @@ static uint64_t decode_chunks(const attention_shape *s) {
   return (s->context + s->chunk - 1) / s->chunk;
 }
 
+/* Bytes of the decode workspace's (m, l) pairs, a multiple of 16. */
+static uint64_t decode_ml_bytes(const attention_shape *s) {
+  return (decode_chunks(s) * s->heads * sizeof(float2) + 15) / 16 * 16;
+}
+
+static uint64_t combine_shared_bytes(const attention_shape *s) {
+  return ATTENTION_WARPS * (uint64_t)((s->d + 3) / 4) * sizeof(float4);
+}
+
 extern "C" uint64_t fdy_cuda_attention_shared_bytes(const fdy_op *op) {
   const attention_shape s = shape_of(op);
   const uint64_t d4 = (s.d + 3) / 4;
-  if (s.rows == 1) {
+  if (s.rows == 1) { /* the decode kernel's; the combine needs less */
     return (DECODE_GROUP + ATTENTION_WARPS * DECODE_GROUP) * d4 *
                sizeof(float4) +
            (uint64_t)DECODE_GROUP * s.chunk * sizeof(float);
@@ -606,7 +633,8 @@ extern "C" uint64_t fdy_cuda_attention_workspace_bytes(const fdy_op *op) {
   if (s.rows != 1) {
     return 0;
   }
-  return decode_chunks(&s) * s.heads * (sizeof(float2) + s.d * sizeof(float));
+  return decode_ml_bytes(&s) +
+         decode_chunks(&s) * s.heads * ((s.d + 3) / 4) * sizeof(float4);
 }
 
 extern "C" bool fdy_cuda_attention_grid_fits(const fdy_op *op) {
@@ -617,6 +645,7 @@ extern "C" bool fdy_cuda_attention_grid_fits(const fdy_op *op) {
 
 extern "C" cudaError_t fdy_cuda_attention_prepare(uint64_t smem_optin) {
   const void *dynamic[] = {(const void *)decode_kernel,
+                           (const void *)combine_kernel,
                            (const void *)prefill_kernel};
   for (size_t i = 0; i < sizeof dynamic / sizeof dynamic[0]; i++) {
     const cudaError_t rc = cudaFuncSetAttribute(
@@ -626,16 +655,8 @@ extern "C" cudaError_t fdy_cuda_attention_prepare(uint64_t smem_optin) {
       return rc;
     }
   }
-  const void *fixed[] = {(const void *)append_kernel,
-                         (const void *)combine_kernel};
-  for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
-    struct cudaFuncAttributes attributes;
-    const cudaError_t rc = cudaFuncGetAttributes(&attributes, fixed[i]);
-    if (rc != cudaSuccess) {
-      return rc;
-    }
-  }
-  return cudaSuccess;
+  struct cudaFuncAttributes attributes;
+  return cudaFuncGetAttributes(&attributes, append_kernel);
 }
 
 static cudaError_t launch_decode(const fdy_cuda_op_args *a,
@@ -645,7 +666,7 @@ static cudaError_t launch_decode(const fdy_cuda_op_args *a,
   const uint64_t chunks = decode_chunks(s);
   decode_partials partials;
   partials.ml = (float2 *)a->workspace;
-  partials.o = (float *)(partials.ml + chunks * s->heads);
+  partials.o = (float *)((unsigned char *)a->workspace + decode_ml_bytes(s));
   /* the y extent only sets how many chunks a block takes in turn */
   const uint64_t x = (uint64_t)s->kv_heads * s->slices;
   const uint64_t target = (uint64_t)DECODE_BLOCKS_SM * a->sm_count;
@@ -660,8 +681,9 @@ static cudaError_t launch_decode(const fdy_cuda_op_args *a,
   if (rc != cudaSuccess) {
     return rc;
   }
-  combine_kernel<<<s->heads, ATTENTION_THREADS, 0, stream>>>(
-      step, s->heads, s->d, s->context, s->chunk, partials, (float *)a->out);
+  combine_kernel<<<s->heads, ATTENTION_THREADS, (size_t)combine_shared_bytes(s),
+                   stream>>>(step, s->heads, s->d, s->context, s->chunk,
+                             partials, (float *)a->out);
   return cudaGetLastError();
 }
 
