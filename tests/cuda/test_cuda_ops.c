@@ -17,6 +17,10 @@
  * llama-3.2-3b (hidden 3072, heads 24/8, head_dim 128, ffn 8192, the LM
  * head GEMV over vocab 128256; group 64 F16 and group 32 BF16), which
  * FOUNDRY_CUDA_OPS_SMALL=1 skips (for compute-sanitizer runs).
+ * ATTENTION's two variants also run over decode positions and prefill
+ * counts (test_attention_positions: both sides of the decode chunks, the
+ * cache's last position, a cache of 70,000 positions) and its decode
+ * workspace is required (test_attention_workspace_refused).
  *
  * End to end: fdy_llama_verify through a session on the CUDA backend for
  * every fixture (F32 KV cache within VERIFY_BOUND, F16 within
