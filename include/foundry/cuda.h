@@ -5,9 +5,13 @@
  * the operands' values and shapes only). supports_op refuses a dimension of
  * 2^31 or more (the checksum's byte count aside), a one-row MATMUL_Q4 whose
  * input row does not fit a block's shared memory (about 50,000 features on
- * an H200), an ATTENTION whose cache context does not (about 58,000
- * positions), and rope with head_dim above 512. No op needs a workspace
- * (workspace_bytes is NULL). Row counts and positions are read from the
+ * an H200), an ATTENTION whose tiles do not (a head_dim above about 440 for
+ * prefill; for decode, one row, a cache above about 1 million positions at
+ * head_dim 128), and rope with head_dim above 512. A one-row ATTENTION
+ * needs a workspace (workspace_bytes: its chunks' partial results, about
+ * heads x (head_dim + 2) x 4 bytes per 16 to 8,192 cache positions); a
+ * launch without it fails with FDY_ERR_INVALID_ARGUMENT (ids[0] = the
+ * operand count, name "workspace"). Row counts and positions are read from the
  * step tensor by the kernels when they run, so a recorded launch serves any
  * step. Launches read and write device memory only; nothing is written to
  * host memory except by copy_to_host. A launch refuses an op that fails

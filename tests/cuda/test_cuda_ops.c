@@ -20,6 +20,10 @@
  * GEMV alone at every llama-3.2-3b projection (LM head included) with
  * groups 32, 64 and 128 and F16 and BF16 scales, and at widths around its
  * work item (FOUNDRY_CUDA_OPS_SMALL=1 keeps only the small ones).
+ * ATTENTION's two variants also run over decode positions and prefill
+ * counts (test_attention_positions: both sides of the decode chunks, the
+ * cache's last position, a cache of 70,000 positions) and its decode
+ * workspace is required (test_attention_workspace_refused).
  *
  * End to end: fdy_llama_verify through a session on the CUDA backend for
  * every fixture (F32 KV cache within VERIFY_BOUND, F16 within
@@ -644,6 +648,131 @@ static void run_attention_case(const char *label, const attention_case *c) {
   free(out);
 }
 
+/* Decode (one row) at positions that start, end and straddle the decode
+ * chunks (16 positions from a cache of 4096) up to the cache's last, and
+ * prefill (512 rows) of counts 1, 7, 64 and 512 from position 0 and from
+ * mid-cache, both cache dtypes, in m's head shape. */
+static void attention_sweep(const model_shape *m) {
+  static const int32_t decode_positions[] = {0, 1, 15, 16, 63, 64, 639, 4095};
+  static const int32_t prefill_counts[] = {1, 7, 64, 512};
+  static const int32_t prefill_positions[] = {0, 1000};
+  const uint32_t context = 4096;
+  const fdy_dtype caches[] = {FDY_DTYPE_F32, FDY_DTYPE_F16};
+  for (int i = 0; i < 2; i++) {
+    for (size_t p = 0; p < sizeof decode_positions / sizeof decode_positions[0];
+         p++) {
+      attention_case c = {
+          m->heads, m->kv_heads, m->head_dim,         context,
+          1,        1,           decode_positions[p], caches[i]};
+      run_attention_case(m->name, &c);
+    }
+    for (size_t n = 0; n < sizeof prefill_counts / sizeof prefill_counts[0];
+         n++) {
+      for (size_t p = 0;
+           p < sizeof prefill_positions / sizeof prefill_positions[0]; p++) {
+        attention_case c = {
+            m->heads, m->kv_heads,       m->head_dim,          context,
+            512,      prefill_counts[n], prefill_positions[p], caches[i]};
+        run_attention_case(m->name, &c);
+      }
+    }
+  }
+}
+
+/* The two attention variants over the positions and counts of
+ * attention_sweep: the fixtures' head shapes, then llama-3.2-3b's (24/8
+ * heads, head_dim 128; skipped by FOUNDRY_CUDA_OPS_SMALL=1), then a
+ * decode of the last position of a cache of 70,000 positions (above the
+ * ~58,000 that the previous kernel's shared memory held). */
+static void test_attention_positions(void **state) {
+  (void)state;
+  attention_sweep(&fixture_shapes[0]); /* 8/2 heads, head_dim 32 */
+  attention_sweep(&fixture_shapes[1]); /* 6/2 heads, head_dim 128 */
+  attention_sweep(&fixture_shapes[3]); /* MHA 8/8, head_dim 32 */
+  if (small_shapes()) {
+    return;
+  }
+  attention_sweep(&llama32_3b);
+  const fdy_dtype caches[] = {FDY_DTYPE_F32, FDY_DTYPE_F16};
+  for (int i = 0; i < 2; i++) {
+    attention_case c = {llama32_3b.heads,
+                        llama32_3b.kv_heads,
+                        llama32_3b.head_dim,
+                        70000,
+                        1,
+                        1,
+                        69999,
+                        caches[i]};
+    run_attention_case("long cache", &c);
+  }
+}
+
+/* The one-row ATTENTION needs its workspace: without one, or with one too
+ * small, the launch fails with FDY_ERR_INVALID_ARGUMENT naming it, and
+ * queues nothing. A prefill whose tiles do not fit a block's shared memory
+ * (head_dim 1024) is not supported, and its launch says so. */
+static void test_attention_workspace_refused(void **state) {
+  (void)state;
+  fdy_backend *b = gpu.b;
+  fdy_op op = {.kind = FDY_OP_ATTENTION, .input_count = 6, .output_count = 1};
+  op.params.attention.heads = 4;
+  op.params.attention.kv_heads = 2;
+  op.params.attention.head_dim = 64;
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(1, 256));
+  op.inputs[2] = view(FDY_DTYPE_F32, FDY_SHAPE(1, 128));
+  op.inputs[3] = op.inputs[2];
+  op.inputs[4] = view(FDY_DTYPE_F32, FDY_SHAPE(100, 128));
+  op.inputs[5] = op.inputs[4];
+  op.outputs[0] = op.inputs[1];
+  uint64_t need = b->ops->workspace_bytes(b, &op);
+  /* 7 chunks of 16 positions x 4 heads: (m, l), then 64 floats */
+  assert_int_equal(need,
+                   7 * 4 * 2 * sizeof(float) + 7 * 4 * 64 * sizeof(float));
+  fdy_error err;
+  fdy_backend_buffer *buf = NULL;
+  const uint64_t bytes = 1 << 20;
+  assert_int_equal(b->ops->buffer_alloc(b, bytes, &buf, &err), FDY_OK);
+  for (uint32_t i = 0; i < 7; i++) { /* 64 KiB apart, the workspace after */
+    operand(&op, i)->buffer = buf;
+    operand(&op, i)->offset = (uint64_t)i << 16;
+  }
+  assert_int_equal(b->ops->launch(b, gpu.s, &op, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_string_equal(err.name, "workspace");
+  assert_int_equal(err.ids[0], 7);
+  assert_int_equal(err.expected, need);
+  assert_int_equal(err.actual, 0);
+  print_message("  no workspace: %s\n", err.message);
+  op.workspace =
+      (fdy_tensor_view){buf, 7 << 16, FDY_DTYPE_U8, FDY_SHAPE(need - 4)};
+  assert_int_equal(b->ops->launch(b, gpu.s, &op, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(err.actual, need - 4);
+  op.workspace.shape = FDY_SHAPE(need);
+  op.workspace.offset = bytes - 256; /* reaches past the buffer */
+  assert_int_equal(b->ops->launch(b, gpu.s, &op, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_string_equal(err.name, "workspace");
+  b->ops->buffer_release(b, buf);
+  assert_int_equal(b->ops->drain(b, &err), FDY_OK);
+
+  fdy_op wide = op;
+  wide.params.attention.head_dim = 1024;
+  wide.workspace = (fdy_tensor_view){0};
+  wide.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(8, 4096));
+  wide.inputs[2] = view(FDY_DTYPE_F32, FDY_SHAPE(8, 2048));
+  wide.inputs[3] = wide.inputs[2];
+  wide.inputs[4] = view(FDY_DTYPE_F32, FDY_SHAPE(100, 2048));
+  wide.inputs[5] = wide.inputs[4];
+  wide.outputs[0] = wide.inputs[1];
+  assert_int_equal(fdy_op_check(&wide, NULL), FDY_OK);
+  assert_false(b->ops->supports_op(b, &wide));
+  assert_int_equal(b->ops->workspace_bytes(b, &wide), UINT64_MAX);
+  assert_int_equal(b->ops->launch(b, gpu.s, &wide, &err), FDY_ERR_UNSUPPORTED);
+  assert_string_equal(err.name, "attention");
+}
+
 /* ---- swiglu, add, last_row, argmax ------------------------------------------
  */
 
@@ -1161,6 +1290,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_odd_shapes),
       cmocka_unit_test(test_gemv_shapes),
+      cmocka_unit_test(test_attention_workspace_refused),
+      cmocka_unit_test(test_attention_positions),
       cmocka_unit_test(test_fixture_shapes),
       cmocka_unit_test(test_llama32_3b_shapes),
       cmocka_unit_test(test_verify_fixtures),

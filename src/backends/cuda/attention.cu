@@ -1,38 +1,68 @@
-/* ATTENTION on CUDA: two kernels in stream order.
+/* ATTENTION on CUDA: the append kernel, then one of two variants chosen
+ * from the shapes alone (the rows of q), in stream order.
  *
  * 1. append: block t stores rows t of k and v at cache position p0 + t
  *    (F32 copied, F16 rounded to nearest even like the CPU backend), for
  *    the step's rows whose position lies in the cache.
- * 2. attention: block (t, h) runs query head h of row t over cache
- *    positions 0..p0 + t (it reads rows the append kernel wrote, hence the
- *    second launch), 128 threads: each warp takes every fourth position,
- *    four positions at a time, and dots q (in shared memory) with their key
- *    rows, lanes striding over the head dimension (coalesced), a butterfly
- *    summing each; the scores,
- *    scaled by (float)(1 / sqrt(d)), are kept in shared memory (context
- *    floats; supports_op refuses a context that does not fit). Then the
- *    block's maximum, exp(score - max) in float summed in double (a fixed
- *    tree), and each output element j is one thread's sequential sum over
- *    positions of (e_p / sum) * v_p[j], loads coalesced across threads.
- *    A row whose position lies outside the cache is NaN. This is the CPU
- *    backend's arithmetic (src/backends/cpu/kernels.c) up to the order of
- *    the dot products' additions and fused multiply-adds.
+ * 2a. decode (q has one row): flash-decoding. The positions 0..p are cut
+ *    into chunks of decode_chunk(context) positions (a power of two from
+ *    16, so that a full cache has at most DECODE_MAX_CHUNKS chunks). Block
+ *    (kv head, slice, y) takes chunks y, y + gridDim.y, ... for up to
+ *    DECODE_GROUP query heads of that kv head, which share its K and V
+ *    loads: each warp dots DECODE_INFLIGHT key rows at once with the
+ *    heads' q (lanes on 4 consecutive elements: one 16-byte F32 or 8-byte
+ *    F16 load, coalesced), a butterfly summing each dot, times
+ *    (float)(1 / sqrt(d)); then per head the chunk's maximum m, e =
+ *    expf(score - m) and their float sum l (lanes, then a butterfly), and
+ *    the unnormalized sum of e * v over the chunk's positions (each warp
+ *    its positions, the warps' sums added in warp order). m, l and the
+ *    partial output go to the op's workspace at the chunk's index.
+ *    combine: block h reads the chunks of head h: M = max m_c, w_c =
+ *    expf(m_c - M), L = sum of l_c w_c in double (fixed tree), and output
+ *    element j = (sum of w_c o_c[j]) * (float)(1 / L), warp w summing
+ *    chunks w, w + 4, ... in order, then the four warps' sums in order.
+ *    The grid's y extent follows the multiprocessor count; the chunk size
+ *    and every order of addition follow the shapes only.
+ * 2b. prefill (several rows): flash attention. Block (tile, head) runs
+ *    PREFILL_Q query rows of one head over key/value tiles of PREFILL_KV
+ *    positions staged in shared memory: scores S = q k * scale (causal
+ *    mask: a key position after the row's is -inf), an online softmax in
+ *    float with the row sums in double (m_new = max(m, tile max), alpha =
+ *    expf(m - m_new), p = expf(s - m_new), l = l alpha + sum p), and the
+ *    output accumulator O = O alpha + P V in shared memory; finally O /
+ *    l. Tiles run from the last (most positions) to the first.
  *
- * Rows at or beyond the step's count are neither read nor written; the
- * count and p0 are read by the kernels when they run. */
+ * Against the CPU backend (src/backends/cpu/kernels.c: exp(score - max) in
+ * float summed in double, sequential float sums over positions): every
+ * weight here is the CPU's up to a few roundings (expf of a shifted score
+ * times one or a few expf rescales, each within 2 ulp), and the sums over
+ * positions are shorter (chunks, tiles) than the CPU's sequential ones, so
+ * the relative difference stays near the CPU's own rounding error (see
+ * docs/tuning-log.md, "flash attention").
+ *
+ * A row whose position lies outside the cache is NaN. Rows at or beyond
+ * the step's count are neither read nor written; the count and p0 are read
+ * by the kernels when they run. */
 #include "cuda_device.h"
 #include "cuda_internal.h"
 
-#define APPEND_THREADS      256
-#define ATTENTION_THREADS   128
-#define ATTENTION_WARPS     (ATTENTION_THREADS / 32)
-#define ATTENTION_POSITIONS 4 /* key rows a warp dots at once */
+#define APPEND_THREADS    256
+#define ATTENTION_THREADS 128
+#define ATTENTION_WARPS   (ATTENTION_THREADS / 32)
 
-static __device__ __forceinline__ float cache_at(const void *cache, bool f16,
-                                                 unsigned long long i) {
-  return f16 ? __half2float(__ushort_as_half(((const uint16_t *)cache)[i]))
-             : ((const float *)cache)[i];
-}
+#define DECODE_GROUP      4   /* query heads of one kv head per block */
+#define DECODE_INFLIGHT   4   /* key or value rows a warp loads at once */
+#define DECODE_MIN_CHUNK  16  /* positions, a power of two */
+#define DECODE_MAX_CHUNKS 128 /* chunks of a full cache */
+#define DECODE_BLOCKS_SM  8   /* decode blocks per multiprocessor */
+
+#define PREFILL_Q       32               /* query rows of a block */
+#define PREFILL_KV      32               /* positions of a key/value tile */
+#define PREFILL_S_WIDTH (PREFILL_KV + 4) /* floats of a row of S */
+
+/* The prefill kernel's thread layouts are written for these values. */
+static_assert(ATTENTION_THREADS == 128 && PREFILL_Q == 32 && PREFILL_KV == 32,
+              "prefill thread layout");
 
 static __device__ __forceinline__ void
 cache_store(void *cache, bool f16, unsigned long long i, float v) {
@@ -43,6 +73,65 @@ cache_store(void *cache, bool f16, unsigned long long i, float v) {
   }
 }
 
+static __device__ __forceinline__ float cache_at(const void *cache, bool f16,
+                                                 unsigned long long i) {
+  return f16 ? __half2float(__ushort_as_half(((const uint16_t *)cache)[i]))
+             : ((const float *)cache)[i];
+}
+
+/* Elements 4 j4 .. 4 j4 + 3 of the d elements at `at` of a cache, zero
+ * past d. vec (d a multiple of 4, so `at` is too): one 16-byte F32 or
+ * 8-byte F16 load. */
+static __device__ __forceinline__ float4 load4(const void *cache, bool f16,
+                                               bool vec, unsigned long long at,
+                                               unsigned int j4,
+                                               unsigned int d) {
+  const unsigned int j = 4 * j4;
+  if (vec) {
+    if (f16) {
+      const uint2 w = *(const uint2 *)((const uint16_t *)cache + at + j);
+      const float2 lo = __half22float2(
+          __halves2half2(__ushort_as_half((unsigned short)(w.x & 0xffffu)),
+                         __ushort_as_half((unsigned short)(w.x >> 16))));
+      const float2 hi = __half22float2(
+          __halves2half2(__ushort_as_half((unsigned short)(w.y & 0xffffu)),
+                         __ushort_as_half((unsigned short)(w.y >> 16))));
+      return make_float4(lo.x, lo.y, hi.x, hi.y);
+    }
+    return *(const float4 *)((const float *)cache + at + j);
+  }
+  return make_float4(j < d ? cache_at(cache, f16, at + j) : 0.0f,
+                     j + 1 < d ? cache_at(cache, f16, at + j + 1) : 0.0f,
+                     j + 2 < d ? cache_at(cache, f16, at + j + 2) : 0.0f,
+                     j + 3 < d ? cache_at(cache, f16, at + j + 3) : 0.0f);
+}
+
+static __device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
+  acc = fmaf(a.x, b.x, acc);
+  acc = fmaf(a.y, b.y, acc);
+  acc = fmaf(a.z, b.z, acc);
+  return fmaf(a.w, b.w, acc);
+}
+
+static __device__ __forceinline__ float4 axpy4(float a, float4 x, float4 y) {
+  return make_float4(fmaf(a, x.x, y.x), fmaf(a, x.y, y.y), fmaf(a, x.z, y.z),
+                     fmaf(a, x.w, y.w));
+}
+
+static __device__ __forceinline__ float warp_max(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  }
+  return v;
+}
+
+/* The position of row t, or -1 when it lies outside the cache. */
+static __device__ __forceinline__ long long
+row_position(const int32_t *step, unsigned int t, unsigned long long context) {
+  const long long p = (long long)step[FDY_STEP_POSITION] + t;
+  return p < 0 || (unsigned long long)p >= context ? -1 : p;
+}
+
 __global__ void __launch_bounds__(APPEND_THREADS)
     append_kernel(const int32_t *step, const float *k, const float *v,
                   void *k_cache, void *v_cache, bool f16, unsigned int kv_dim,
@@ -51,8 +140,8 @@ __global__ void __launch_bounds__(APPEND_THREADS)
   if (t >= fdy_active_rows(step, rows)) {
     return;
   }
-  const long long p = (long long)step[FDY_STEP_POSITION] + t;
-  if (p < 0 || (unsigned long long)p >= context) {
+  const long long p = row_position(step, t, context);
+  if (p < 0) {
     return;
   }
   const unsigned long long src = (unsigned long long)t * kv_dim;
@@ -63,142 +152,559 @@ __global__ void __launch_bounds__(APPEND_THREADS)
   }
 }
 
-/* Shared memory: ATTENTION_WARPS doubles (the sum's scratch), as many
- * floats (the warps' maxima), q (d floats), the scores (context floats). */
-__global__ void __launch_bounds__(ATTENTION_THREADS)
-    attention_kernel(const int32_t *step, const float *q, const void *k_cache,
-                     const void *v_cache, bool f16, unsigned int heads,
-                     unsigned int group, unsigned int d, unsigned int rows,
-                     unsigned long long context, float *out) {
-  extern __shared__ double shared[];
-  double *sum_scratch = shared;
-  float *warp_max = (float *)(shared + ATTENTION_WARPS);
-  float *qs = warp_max + ATTENTION_WARPS;
-  float *scores = qs + d;
-  const unsigned int t = blockIdx.x / heads, h = blockIdx.x % heads;
-  if (t >= fdy_active_rows(step, rows)) {
+/* ---- decode: chunks, then combine ----------------------------------------
+ */
+
+/* The decode variant's workspace: (m, l) per chunk and head, then (at a
+ * multiple of 16 bytes) the partial outputs, 4 ceil(d / 4) floats per chunk
+ * and head (zero past d). */
+typedef struct decode_partials {
+  float2 *ml;
+  float *o;
+} decode_partials;
+
+/* Shared memory, float4 units of d4 = ceil(d / 4): q of the block's heads
+ * (DECODE_GROUP x d4), the warps' partial outputs (ATTENTION_WARPS x
+ * DECODE_GROUP x d4), then the chunk's scores (DECODE_GROUP x chunk
+ * floats). */
+__global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
+    decode_kernel(const int32_t *step, const float *q, const void *k_cache,
+                  const void *v_cache, bool f16, bool vec, unsigned int heads,
+                  unsigned int group, unsigned int slices, unsigned int d,
+                  unsigned long long context, unsigned int chunk,
+                  decode_partials partials) {
+  extern __shared__ float4 decode_shared[];
+  const unsigned int d4 = (d + 3) / 4;
+  float4 *qs = decode_shared;
+  float4 *warp_out = qs + DECODE_GROUP * d4;
+  float *scores = (float *)(warp_out + ATTENTION_WARPS * DECODE_GROUP * d4);
+  if (fdy_active_rows(step, 1) == 0) {
     return;
   }
+  const long long last = row_position(step, 0, context);
+  if (last < 0) {
+    return; /* the combine writes NaN */
+  }
+  const unsigned int kv_head = blockIdx.x / slices;
+  const unsigned int g0 = (blockIdx.x % slices) * DECODE_GROUP;
+  const unsigned int gn = min((unsigned int)DECODE_GROUP, group - g0);
+  const unsigned int h0 = kv_head * group + g0;
   const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const unsigned long long q_dim = (unsigned long long)heads * d;
   const unsigned long long kv_dim = (unsigned long long)(heads / group) * d;
-  float *o = out + t * q_dim + (unsigned long long)h * d;
-  const long long p = (long long)step[FDY_STEP_POSITION] + t;
-  if (p < 0 || (unsigned long long)p >= context) {
+  const unsigned long long kv_at = (unsigned long long)kv_head * d;
+  for (unsigned int i = threadIdx.x; i < DECODE_GROUP * d4 * 4;
+       i += blockDim.x) {
+    const unsigned int g = i / (d4 * 4), j = i % (d4 * 4);
+    ((float *)qs)[i] =
+        g < gn && j < d ? q[(unsigned long long)(h0 + g) * d + j] : 0.0f;
+  }
+  __syncthreads();
+
+  const float scale = (float)(1.0 / sqrt((double)d));
+  const unsigned int chunks = (unsigned int)(last / chunk) + 1;
+  for (unsigned int c = blockIdx.y; c < chunks; c += gridDim.y) {
+    const unsigned long long begin = (unsigned long long)c * chunk;
+    const unsigned int n =
+        (unsigned int)min((unsigned long long)chunk, last + 1 - begin);
+    /* scores: warp w dots positions w, w + 4, ..., DECODE_INFLIGHT at once */
+    for (unsigned int base = warp; base < n;
+         base += ATTENTION_WARPS * DECODE_INFLIGHT) {
+      float dot[DECODE_INFLIGHT][DECODE_GROUP];
+#pragma unroll
+      for (int u = 0; u < DECODE_INFLIGHT; u++) {
+#pragma unroll
+        for (int g = 0; g < DECODE_GROUP; g++) {
+          dot[u][g] = 0.0f;
+        }
+      }
+      for (unsigned int j4 = lane; j4 < d4; j4 += 32) {
+        float4 key[DECODE_INFLIGHT];
+#pragma unroll
+        for (int u = 0; u < DECODE_INFLIGHT; u++) {
+          const unsigned int pp = base + u * ATTENTION_WARPS;
+          key[u] = pp < n ? load4(k_cache, f16, vec,
+                                  (begin + pp) * kv_dim + kv_at, j4, d)
+                          : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int g = 0; g < DECODE_GROUP; g++) {
+          if (g < gn) {
+            const float4 qv = qs[g * d4 + j4];
+#pragma unroll
+            for (int u = 0; u < DECODE_INFLIGHT; u++) {
+              dot[u][g] = dot4(qv, key[u], dot[u][g]);
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < DECODE_INFLIGHT; u++) {
+        const unsigned int pp = base + u * ATTENTION_WARPS;
+        if (pp < n) { /* the same for every lane */
+#pragma unroll
+          for (int g = 0; g < DECODE_GROUP; g++) {
+            if (g < gn) {
+              const float s = fdy_warp_sum(dot[u][g]) * scale;
+              if (lane == 0) {
+                scores[g * chunk + pp] = s;
+              }
+            }
+          }
+        }
+      }
+    }
+    __syncthreads();
+    /* warp g: head g's maximum, weights and their sum */
+    if (warp < gn) {
+      float *s = scores + warp * chunk;
+      float m = -CUDART_INF_F;
+      for (unsigned int i = lane; i < n; i += 32) {
+        m = fmaxf(m, s[i]);
+      }
+      m = warp_max(m);
+      float l = 0.0f;
+      for (unsigned int i = lane; i < n; i += 32) {
+        const float e = expf(s[i] - m);
+        s[i] = e;
+        l += e;
+      }
+      l = fdy_warp_sum(l);
+      if (lane == 0) {
+        partials.ml[(unsigned long long)c * heads + h0 + warp] =
+            make_float2(m, l);
+      }
+    }
+    __syncthreads();
+    /* the weighted values: warp w its positions, lanes on 4 elements */
+    for (unsigned int j4 = lane; j4 < d4; j4 += 32) {
+      float4 acc[DECODE_GROUP];
+#pragma unroll
+      for (int g = 0; g < DECODE_GROUP; g++) {
+        acc[g] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+      for (unsigned int base = warp; base < n;
+           base += ATTENTION_WARPS * DECODE_INFLIGHT) {
+        float4 value[DECODE_INFLIGHT];
+#pragma unroll
+        for (int u = 0; u < DECODE_INFLIGHT; u++) {
+          const unsigned int pp = base + u * ATTENTION_WARPS;
+          value[u] = pp < n ? load4(v_cache, f16, vec,
+                                    (begin + pp) * kv_dim + kv_at, j4, d)
+                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int u = 0; u < DECODE_INFLIGHT; u++) {
+          const unsigned int pp = base + u * ATTENTION_WARPS;
+          if (pp < n) {
+#pragma unroll
+            for (int g = 0; g < DECODE_GROUP; g++) {
+              if (g < gn) {
+                acc[g] = axpy4(scores[g * chunk + pp], value[u], acc[g]);
+              }
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int g = 0; g < DECODE_GROUP; g++) {
+        warp_out[(warp * DECODE_GROUP + g) * d4 + j4] = acc[g];
+      }
+    }
+    __syncthreads();
+    const float *wo = (const float *)warp_out;
+    for (unsigned int i = threadIdx.x; i < gn * d4 * 4; i += blockDim.x) {
+      const unsigned int g = i / (d4 * 4), j = i % (d4 * 4);
+      float o = 0.0f;
+      for (unsigned int w = 0; w < ATTENTION_WARPS; w++) {
+        o += wo[(w * DECODE_GROUP + g) * d4 * 4 + j];
+      }
+      partials.o[((unsigned long long)c * heads + h0 + g) * d4 * 4 + j] = o;
+    }
+    __syncthreads(); /* scores and warp_out are reused by the next chunk */
+  }
+}
+
+/* Shared memory: the warps' sums (ATTENTION_WARPS x ceil(d / 4) float4). */
+__global__ void __launch_bounds__(ATTENTION_THREADS)
+    combine_kernel(const int32_t *step, unsigned int heads, unsigned int d,
+                   unsigned long long context, unsigned int chunk,
+                   decode_partials partials, float *out) {
+  extern __shared__ float4 combine_shared[];
+  __shared__ float weight[DECODE_MAX_CHUNKS];
+  __shared__ float warp_m[ATTENTION_WARPS];
+  __shared__ double sum_scratch[ATTENTION_WARPS];
+  if (fdy_active_rows(step, 1) == 0) {
+    return;
+  }
+  const unsigned int h = blockIdx.x;
+  float *o = out + (unsigned long long)h * d;
+  const long long last = row_position(step, 0, context);
+  if (last < 0) {
     for (unsigned int j = threadIdx.x; j < d; j += blockDim.x) {
       o[j] = CUDART_NAN_F;
     }
     return;
   }
-  const unsigned int last = (unsigned int)p;
-  const unsigned long long kv_at = (unsigned long long)(h / group) * d;
-  const float *qh = q + t * q_dim + (unsigned long long)h * d;
-  for (unsigned int j = threadIdx.x; j < d; j += blockDim.x) {
-    qs[j] = qh[j];
+  const unsigned int chunks = (unsigned int)(last / chunk) + 1;
+  float m = -CUDART_INF_F;
+  for (unsigned int c = threadIdx.x; c < chunks; c += blockDim.x) {
+    m = fmaxf(m, partials.ml[(unsigned long long)c * heads + h].x);
+  }
+  m = warp_max(m);
+  if (threadIdx.x % 32 == 0) {
+    warp_m[threadIdx.x / 32] = m;
   }
   __syncthreads();
+  m = warp_m[0];
+  for (unsigned int w = 1; w < ATTENTION_WARPS; w++) {
+    m = fmaxf(m, warp_m[w]);
+  }
+  double sum = 0.0;
+  for (unsigned int c = threadIdx.x; c < chunks; c += blockDim.x) {
+    const float2 ml = partials.ml[(unsigned long long)c * heads + h];
+    const float w = expf(ml.x - m);
+    weight[c] = w;
+    sum += (double)ml.y * w;
+  }
+  sum = fdy_block_sum_double(sum, sum_scratch); /* also publishes weight */
+  const float inv = (float)(1.0 / sum);
+  /* warp w sums chunks w, w + 4, ..., lanes on 4 elements; then the
+   * warps' sums in warp order */
+  const unsigned int d4 = (d + 3) / 4, lane = threadIdx.x % 32,
+                     warp = threadIdx.x / 32;
+  const float4 *partial4 = (const float4 *)partials.o;
+  for (unsigned int j4 = lane; j4 < d4; j4 += 32) {
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+    for (unsigned int c = warp; c < chunks; c += ATTENTION_WARPS) {
+      acc = axpy4(weight[c],
+                  partial4[((unsigned long long)c * heads + h) * d4 + j4], acc);
+    }
+    combine_shared[warp * d4 + j4] = acc;
+  }
+  __syncthreads();
+  const float *warp_sum = (const float *)combine_shared;
+  for (unsigned int j = threadIdx.x; j < d; j += blockDim.x) {
+    float acc = warp_sum[j];
+    for (unsigned int w = 1; w < ATTENTION_WARPS; w++) {
+      acc += warp_sum[w * d4 * 4 + j];
+    }
+    o[j] = acc * inv;
+  }
+}
+
+/* ---- prefill: flash attention over tiles ----------------------------------
+ */
+
+/* Shared memory: the rows' sums (PREFILL_Q doubles), S (PREFILL_Q x
+ * PREFILL_S_WIDTH floats), the rows' maxima and rescales (PREFILL_Q floats
+ * each), q and the key tile (rows of d + 1 floats: no bank conflicts when
+ * threads read one element of different rows), the value tile and the
+ * output accumulator (rows of d floats). */
+__global__ void __launch_bounds__(ATTENTION_THREADS)
+    prefill_kernel(const int32_t *step, const float *q, const void *k_cache,
+                   const void *v_cache, bool f16, bool vec, unsigned int heads,
+                   unsigned int group, unsigned int d, unsigned int rows,
+                   unsigned long long context, float *out) {
+  extern __shared__ double prefill_shared[];
+  double *row_l = prefill_shared;
+  float *S = (float *)(row_l + PREFILL_Q);
+  float *row_m = S + PREFILL_Q * PREFILL_S_WIDTH;
+  float *row_alpha = row_m + PREFILL_Q;
+  float *Qs = row_alpha + PREFILL_Q;
+  float *Ks = Qs + PREFILL_Q * (d + 1);
+  float *Vs = Ks + PREFILL_KV * (d + 1);
+  float *Os = Vs + PREFILL_KV * d;
+
+  const unsigned int tiles = (rows + PREFILL_Q - 1) / PREFILL_Q;
+  const unsigned int tile = tiles - 1 - blockIdx.x / heads;
+  const unsigned int h = blockIdx.x % heads;
+  const unsigned int active = fdy_active_rows(step, rows);
+  const unsigned int r0 = tile * PREFILL_Q;
+  if (r0 >= active) {
+    return;
+  }
+  const unsigned int nr = min((unsigned int)PREFILL_Q, active - r0);
+  const long long p0 = (long long)step[FDY_STEP_POSITION] + r0;
+  /* the last key position read (-1: every row lies outside the cache) */
+  const long long last =
+      p0 >= (long long)context ? -1 : min(p0 + nr - 1, (long long)context - 1);
+  const unsigned long long q_dim = (unsigned long long)heads * d;
+  const unsigned long long kv_dim = (unsigned long long)(heads / group) * d;
+  const unsigned long long kv_at = (unsigned long long)(h / group) * d;
+  const unsigned int d4 = (d + 3) / 4;
+  const unsigned int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+
+  for (unsigned int i = tid; i < PREFILL_Q * d; i += blockDim.x) {
+    const unsigned int r = i / d, j = i % d;
+    Qs[r * (d + 1) + j] =
+        r < nr ? q[(r0 + r) * q_dim + (unsigned long long)h * d + j] : 0.0f;
+    Os[i] = 0.0f;
+  }
+  for (unsigned int r = tid; r < PREFILL_Q; r += blockDim.x) {
+    row_l[r] = 0.0;
+    row_m[r] = -CUDART_INF_F;
+  }
 
   const float scale = (float)(1.0 / sqrt((double)d));
-  float max = -CUDART_INF_F;
-  /* warp w scores positions w, w + 4, ...: ATTENTION_POSITIONS of them at
-   * once, so that their loads are in flight together */
-  for (unsigned int p0 = warp; p0 <= last;
-       p0 += ATTENTION_WARPS * ATTENTION_POSITIONS) {
-    float dot[ATTENTION_POSITIONS];
+  for (long long kv0 = 0; kv0 <= last; kv0 += PREFILL_KV) {
+    __syncthreads(); /* the previous tile is used up; the first: Qs, Os */
+    for (unsigned int i = tid; i < PREFILL_KV * d4; i += blockDim.x) {
+      const unsigned int c = i / d4, j4 = i % d4;
+      const long long p = kv0 + c;
+      const unsigned long long at = (unsigned long long)p * kv_dim + kv_at;
+      const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      const float4 kk = p <= last ? load4(k_cache, f16, vec, at, j4, d) : zero;
+      const float4 vv = p <= last ? load4(v_cache, f16, vec, at, j4, d) : zero;
+      const float ke[4] = {kk.x, kk.y, kk.z, kk.w};
+      const float ve[4] = {vv.x, vv.y, vv.z, vv.w};
 #pragma unroll
-    for (int u = 0; u < ATTENTION_POSITIONS; u++) {
-      dot[u] = 0.0f;
+      for (int e = 0; e < 4; e++) {
+        if (4 * j4 + e < d) {
+          Ks[c * (d + 1) + 4 * j4 + e] = ke[e];
+          Vs[c * d + 4 * j4 + e] = ve[e];
+        }
+      }
     }
+    __syncthreads();
+    { /* S: thread (rg, cg) scores rows rg, rg + 16 x columns cg + 8 i */
+      const unsigned int rg = tid / 8, cg = tid % 8;
+      float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+      for (unsigned int k = 0; k < d; k++) {
+        const float q0 = Qs[rg * (d + 1) + k];
+        const float q1 = Qs[(rg + 16) * (d + 1) + k];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+          const float kk = Ks[(cg + 8 * i) * (d + 1) + k];
+          acc[0][i] = fmaf(q0, kk, acc[0][i]);
+          acc[1][i] = fmaf(q1, kk, acc[1][i]);
+        }
+      }
+#pragma unroll
+      for (int a = 0; a < 2; a++) {
+        const unsigned int r = rg + 16 * a;
+        const long long row_p = p0 + r;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+          const long long p = kv0 + cg + 8 * i;
+          const bool seen =
+              r < nr && row_p >= 0 && row_p < (long long)context && p <= row_p;
+          S[r * PREFILL_S_WIDTH + cg + 8 * i] =
+              seen ? acc[a][i] * scale : -CUDART_INF_F;
+        }
+      }
+    }
+    __syncthreads();
+    { /* online softmax: four threads per row, eight columns each */
+      const unsigned int r = tid / 4, part = tid % 4;
+      float *s = S + r * PREFILL_S_WIDTH + part * 8;
+      float m_tile = -CUDART_INF_F;
+#pragma unroll
+      for (int i = 0; i < 8; i++) {
+        m_tile = fmaxf(m_tile, s[i]);
+      }
+      m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, 1));
+      m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, 2));
+      const float m_old = row_m[r];
+      const float m_new = fmaxf(m_old, m_tile);
+      const bool none = m_new == -CUDART_INF_F; /* nothing seen yet */
+      float sum = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 8; i++) {
+        const float p = none ? 0.0f : expf(s[i] - m_new);
+        s[i] = p;
+        sum += p;
+      }
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      __syncwarp(); /* every lane read row_m before it changes */
+      if (part == 0) {
+        const float alpha = none ? 1.0f : expf(m_old - m_new);
+        row_alpha[r] = alpha;
+        row_m[r] = m_new;
+        row_l[r] = row_l[r] * alpha + sum;
+      }
+    }
+    __syncthreads();
+    /* O = O alpha + P V: warp w rows w + 4 i, lanes on columns */
     for (unsigned int j = lane; j < d; j += 32) {
-      const float qj = qs[j];
+      float acc[PREFILL_Q / ATTENTION_WARPS];
 #pragma unroll
-      for (int u = 0; u < ATTENTION_POSITIONS; u++) {
-        const unsigned int pp = p0 + u * ATTENTION_WARPS;
-        if (pp <= last) {
-          dot[u] =
-              fmaf(qj, cache_at(k_cache, f16, pp * kv_dim + kv_at + j), dot[u]);
+      for (int i = 0; i < PREFILL_Q / ATTENTION_WARPS; i++) {
+        const unsigned int r = warp + ATTENTION_WARPS * i;
+        acc[i] = Os[r * d + j] * row_alpha[r];
+      }
+      for (unsigned int c = 0; c < PREFILL_KV; c += 4) {
+        const float v0 = Vs[c * d + j], v1 = Vs[(c + 1) * d + j];
+        const float v2 = Vs[(c + 2) * d + j], v3 = Vs[(c + 3) * d + j];
+#pragma unroll
+        for (int i = 0; i < PREFILL_Q / ATTENTION_WARPS; i++) {
+          const unsigned int r = warp + ATTENTION_WARPS * i;
+          const float4 p = *(const float4 *)&S[r * PREFILL_S_WIDTH + c];
+          acc[i] = fmaf(p.x, v0, acc[i]);
+          acc[i] = fmaf(p.y, v1, acc[i]);
+          acc[i] = fmaf(p.z, v2, acc[i]);
+          acc[i] = fmaf(p.w, v3, acc[i]);
         }
       }
-    }
 #pragma unroll
-    for (int u = 0; u < ATTENTION_POSITIONS; u++) {
-      const unsigned int pp = p0 + u * ATTENTION_WARPS;
-      if (pp <= last) { /* the same for every lane */
-        const float s = fdy_warp_sum(dot[u]) * scale;
-        if (lane == 0) {
-          scores[pp] = s;
-        }
-        max = fmaxf(max, s);
+      for (int i = 0; i < PREFILL_Q / ATTENTION_WARPS; i++) {
+        Os[(warp + ATTENTION_WARPS * i) * d + j] = acc[i];
       }
     }
-  }
-  if (lane == 0) {
-    warp_max[warp] = max;
   }
   __syncthreads();
-  max = warp_max[0];
-  for (unsigned int w = 1; w < ATTENTION_WARPS; w++) {
-    max = fmaxf(max, warp_max[w]);
+  for (unsigned int i = tid; i < nr * d; i += blockDim.x) {
+    const unsigned int r = i / d, j = i % d;
+    const long long row_p = p0 + r;
+    float *o = out + (r0 + r) * q_dim + (unsigned long long)h * d + j;
+    *o = row_p >= 0 && row_p < (long long)context
+             ? Os[r * d + j] * (float)(1.0 / row_l[r])
+             : CUDART_NAN_F;
   }
+}
 
-  double sum = 0.0;
-  for (unsigned int pp = threadIdx.x; pp <= last; pp += blockDim.x) {
-    const float e = expf(scores[pp] - max);
-    scores[pp] = e;
-    sum += e;
-  }
-  sum = fdy_block_sum_double(sum, sum_scratch);
-  const float inv = (float)(1.0 / sum);
+/* ---- shapes and launches ------------------------------------------------
+ */
 
-  for (unsigned int j = threadIdx.x; j < d; j += blockDim.x) {
-    float acc = 0.0f;
-#pragma unroll 8
-    for (unsigned int pp = 0; pp <= last; pp++) {
-      acc = fmaf(scores[pp] * inv,
-                 cache_at(v_cache, f16, pp * kv_dim + kv_at + j), acc);
-    }
-    o[j] = acc;
+typedef struct attention_shape {
+  unsigned int heads, kv_heads, group, d, rows, kv_dim;
+  unsigned long long context;
+  bool f16, vec;
+  unsigned int chunk, slices; /* the decode variant's */
+} attention_shape;
+
+/* Positions per decode chunk: the smallest power of two from
+ * DECODE_MIN_CHUNK that cuts a full cache into at most DECODE_MAX_CHUNKS. */
+static unsigned int decode_chunk(unsigned long long context) {
+  unsigned long long chunk = DECODE_MIN_CHUNK;
+  while ((context + chunk - 1) / chunk > DECODE_MAX_CHUNKS) {
+    chunk *= 2;
   }
+  return (unsigned int)chunk;
+}
+
+static attention_shape shape_of(const fdy_op *op) {
+  attention_shape s;
+  s.heads = op->params.attention.heads;
+  s.kv_heads = op->params.attention.kv_heads;
+  s.group = s.heads / s.kv_heads;
+  s.d = op->params.attention.head_dim;
+  s.rows = (unsigned int)op->inputs[1].shape.dims[0];
+  s.kv_dim = (unsigned int)op->inputs[2].shape.dims[1];
+  s.context = op->inputs[4].shape.dims[0];
+  s.f16 = op->inputs[4].dtype == FDY_DTYPE_F16;
+  s.vec = s.d % 4 == 0;
+  s.chunk = decode_chunk(s.context);
+  s.slices = (s.group + DECODE_GROUP - 1) / DECODE_GROUP;
+  return s;
+}
+
+static uint64_t decode_chunks(const attention_shape *s) {
+  return (s->context + s->chunk - 1) / s->chunk;
+}
+
+/* Bytes of the decode workspace's (m, l) pairs, a multiple of 16. */
+static uint64_t decode_ml_bytes(const attention_shape *s) {
+  return (decode_chunks(s) * s->heads * sizeof(float2) + 15) / 16 * 16;
+}
+
+static uint64_t combine_shared_bytes(const attention_shape *s) {
+  return ATTENTION_WARPS * (uint64_t)((s->d + 3) / 4) * sizeof(float4);
 }
 
 extern "C" uint64_t fdy_cuda_attention_shared_bytes(const fdy_op *op) {
-  const uint64_t context = op->inputs[4].shape.dims[0];
-  return ATTENTION_WARPS * (sizeof(double) + sizeof(float)) +
-         ((uint64_t)op->params.attention.head_dim + context) * sizeof(float);
+  const attention_shape s = shape_of(op);
+  const uint64_t d4 = (s.d + 3) / 4;
+  if (s.rows == 1) { /* the decode kernel's; the combine needs less */
+    return (DECODE_GROUP + ATTENTION_WARPS * DECODE_GROUP) * d4 *
+               sizeof(float4) +
+           (uint64_t)DECODE_GROUP * s.chunk * sizeof(float);
+  }
+  return PREFILL_Q * sizeof(double) +
+         (PREFILL_Q * (PREFILL_S_WIDTH + 2) +
+          (uint64_t)(PREFILL_Q + PREFILL_KV) * (s.d + 1) +
+          (uint64_t)(PREFILL_Q + PREFILL_KV) * s.d) *
+             sizeof(float);
+}
+
+extern "C" uint64_t fdy_cuda_attention_workspace_bytes(const fdy_op *op) {
+  const attention_shape s = shape_of(op);
+  if (s.rows != 1) {
+    return 0;
+  }
+  return decode_ml_bytes(&s) +
+         decode_chunks(&s) * s.heads * ((s.d + 3) / 4) * sizeof(float4);
+}
+
+extern "C" bool fdy_cuda_attention_grid_fits(const fdy_op *op) {
+  const attention_shape s = shape_of(op);
+  const uint64_t tiles = (s.rows + PREFILL_Q - 1) / PREFILL_Q;
+  return s.rows == 1 || tiles * s.heads <= INT32_MAX;
 }
 
 extern "C" cudaError_t fdy_cuda_attention_prepare(uint64_t smem_optin) {
-  cudaError_t rc = cudaFuncSetAttribute(
-      attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-      (int)smem_optin);
-  if (rc == cudaSuccess) {
-    struct cudaFuncAttributes attributes;
-    rc = cudaFuncGetAttributes(&attributes, append_kernel);
+  const void *dynamic[] = {(const void *)decode_kernel,
+                           (const void *)combine_kernel,
+                           (const void *)prefill_kernel};
+  for (size_t i = 0; i < sizeof dynamic / sizeof dynamic[0]; i++) {
+    const cudaError_t rc = cudaFuncSetAttribute(
+        dynamic[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
+        (int)smem_optin);
+    if (rc != cudaSuccess) {
+      return rc;
+    }
   }
-  return rc;
+  struct cudaFuncAttributes attributes;
+  return cudaFuncGetAttributes(&attributes, append_kernel);
 }
 
-extern "C" cudaError_t fdy_cuda_attention_enqueue(const fdy_cuda_op_args *a,
-                                                  cudaStream_t stream) {
-  const fdy_op *op = a->op;
-  const unsigned int heads = op->params.attention.heads;
-  const unsigned int group = heads / op->params.attention.kv_heads;
-  const unsigned int d = op->params.attention.head_dim;
-  const unsigned int rows = (unsigned int)op->inputs[1].shape.dims[0];
-  const unsigned int kv_dim = (unsigned int)op->inputs[2].shape.dims[1];
-  const unsigned long long context = op->inputs[4].shape.dims[0];
-  const bool f16 = op->inputs[4].dtype == FDY_DTYPE_F16;
+static cudaError_t launch_decode(const fdy_cuda_op_args *a,
+                                 const attention_shape *s,
+                                 cudaStream_t stream) {
   const int32_t *step = (const int32_t *)a->in[0];
-  append_kernel<<<rows, APPEND_THREADS, 0, stream>>>(
-      step, (const float *)a->in[2], (const float *)a->in[3], a->in[4],
-      a->in[5], f16, kv_dim, rows, context);
+  const uint64_t chunks = decode_chunks(s);
+  decode_partials partials;
+  partials.ml = (float2 *)a->workspace;
+  partials.o = (float *)((unsigned char *)a->workspace + decode_ml_bytes(s));
+  /* the y extent only sets how many chunks a block takes in turn */
+  const uint64_t x = (uint64_t)s->kv_heads * s->slices;
+  const uint64_t target = (uint64_t)DECODE_BLOCKS_SM * a->sm_count;
+  const uint64_t y_fit = target > x ? target / x : 1;
+  const dim3 grid((unsigned int)x,
+                  (unsigned int)(y_fit < chunks ? y_fit : chunks));
+  decode_kernel<<<grid, ATTENTION_THREADS,
+                  (size_t)fdy_cuda_attention_shared_bytes(a->op), stream>>>(
+      step, (const float *)a->in[1], a->in[4], a->in[5], s->f16, s->vec,
+      s->heads, s->group, s->slices, s->d, s->context, s->chunk, partials);
   cudaError_t rc = cudaGetLastError();
   if (rc != cudaSuccess) {
     return rc;
   }
-  attention_kernel<<<rows * heads, ATTENTION_THREADS,
-                     (size_t)fdy_cuda_attention_shared_bytes(op), stream>>>(
-      step, (const float *)a->in[1], a->in[4], a->in[5], f16, heads, group, d,
-      rows, context, (float *)a->out);
+  combine_kernel<<<s->heads, ATTENTION_THREADS, (size_t)combine_shared_bytes(s),
+                   stream>>>(step, s->heads, s->d, s->context, s->chunk,
+                             partials, (float *)a->out);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t fdy_cuda_attention_enqueue(const fdy_cuda_op_args *a,
+                                                  cudaStream_t stream) {
+  const attention_shape s = shape_of(a->op);
+  const int32_t *step = (const int32_t *)a->in[0];
+  append_kernel<<<s.rows, APPEND_THREADS, 0, stream>>>(
+      step, (const float *)a->in[2], (const float *)a->in[3], a->in[4],
+      a->in[5], s.f16, s.kv_dim, s.rows, s.context);
+  cudaError_t rc = cudaGetLastError();
+  if (rc != cudaSuccess) {
+    return rc;
+  }
+  if (s.rows == 1) {
+    return launch_decode(a, &s, stream);
+  }
+  const unsigned int tiles = (s.rows + PREFILL_Q - 1) / PREFILL_Q;
+  prefill_kernel<<<tiles * s.heads, ATTENTION_THREADS,
+                   (size_t)fdy_cuda_attention_shared_bytes(a->op), stream>>>(
+      step, (const float *)a->in[1], a->in[4], a->in[5], s.f16, s.vec, s.heads,
+      s.group, s.d, s.rows, s.context, (float *)a->out);
   return cudaGetLastError();
 }

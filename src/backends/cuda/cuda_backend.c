@@ -269,6 +269,13 @@ static bool cuda_supports_op(fdy_backend *base, const fdy_op *op) {
   return fdy_cuda_op_supported(&cuda_of(base)->ctx, op);
 }
 
+/* UINT64_MAX when the op is not supported (no workspace can be that big). */
+static uint64_t cuda_workspace_bytes(fdy_backend *base, const fdy_op *op) {
+  return op != NULL && cuda_supports_op(base, op)
+             ? fdy_cuda_op_workspace_bytes(op)
+             : UINT64_MAX;
+}
+
 static fdy_status cuda_buffer_alloc(fdy_backend *base, uint64_t bytes,
                                     fdy_backend_buffer **out, fdy_error *err) {
   cuda_backend *b = cuda_of(base);
@@ -729,6 +736,43 @@ static fdy_status launch_view(const fdy_op *op, uint32_t index,
   return FDY_OK;
 }
 
+/* The device address of op's workspace when the op needs one (NULL when
+ * not): at least fdy_cuda_op_workspace_bytes, inside its buffer, at a
+ * multiple of CUDA_ALIGNMENT. Errors: FDY_ERR_INVALID_ARGUMENT with ids[0]
+ * = input_count + output_count, expected = the bytes needed, actual = the
+ * bytes given, name "workspace". */
+static fdy_status launch_workspace(const fdy_op *op, unsigned char **address,
+                                   fdy_error *err) {
+  const uint64_t need = fdy_cuda_op_workspace_bytes(op);
+  const fdy_tensor_view *w = &op->workspace;
+  uint64_t given = 0, end = 0;
+  *address = NULL;
+  if (need == 0) {
+    return FDY_OK;
+  }
+  if (w->buffer == NULL ||
+      fdy_tensor_bytes(w->dtype, w->shape, &given, NULL) != FDY_OK ||
+      given < need || w->offset % CUDA_ALIGNMENT != 0 ||
+      __builtin_add_overflow(w->offset, given, &end) ||
+      end > w->buffer->bytes) {
+    fdy_status st = fdy_cuda_fail(
+        err, FDY_ERR_INVALID_ARGUMENT, "launch",
+        "the %s op needs a workspace of %llu bytes at a multiple of %d bytes "
+        "inside its buffer, got %llu",
+        fdy_op_kind_name(op->kind), (unsigned long long)need, CUDA_ALIGNMENT,
+        (unsigned long long)given);
+    if (err != NULL) {
+      err->ids[0] = op->input_count + op->output_count;
+      err->expected = need;
+      err->actual = given;
+      snprintf(err->name, sizeof err->name, "workspace");
+    }
+    return st;
+  }
+  *address = (unsigned char *)w->buffer->data + w->offset;
+  return FDY_OK;
+}
+
 /* Checks the op (fdy_op_check, then supports_op), resolves every view, and
  * enqueues the op's kernels: the checksum with the stream's word set, every
  * other kind through fdy_cuda_op_enqueue. */
@@ -761,6 +805,10 @@ static fdy_status cuda_launch(fdy_backend *base, fdy_backend_stream *stream,
        i++) {
     st = launch_view(op, i, &address[i], err);
   }
+  unsigned char *workspace = NULL;
+  if (st == FDY_OK) {
+    st = launch_workspace(op, &workspace, err);
+  }
   if (st == FDY_OK) {
     st = set_device(b, err, "launch");
   }
@@ -777,7 +825,8 @@ static fdy_status cuda_launch(fdy_backend *base, fdy_backend_stream *stream,
         chained ? (const uint64_t *)address[1] : NULL,
         (uint64_t *)address[op->input_count], stream->stream);
   } else {
-    fdy_cuda_op_args args = {.op = op, .sm_count = b->ctx.sm_count};
+    fdy_cuda_op_args args = {
+        .op = op, .workspace = workspace, .sm_count = b->ctx.sm_count};
     for (uint32_t i = 0; i < op->input_count; i++) {
       args.in[i] = address[i];
     }
@@ -921,6 +970,7 @@ static const fdy_backend_ops cuda_ops = {
     .name = "cuda",
     .capabilities = cuda_capabilities,
     .supports_op = cuda_supports_op,
+    .workspace_bytes = cuda_workspace_bytes,
     .buffer_alloc = cuda_buffer_alloc,
     .buffer_release = cuda_buffer_release,
     .host_register = cuda_host_register,

@@ -155,13 +155,20 @@ typedef struct fdy_cuda_op_args {
   const fdy_op *op;
   void *in[FDY_OP_MAX_INPUTS];
   void *out;
-  int sm_count; /* sizes persistent grids (results do not depend on it) */
+  void *workspace; /* fdy_cuda_op_workspace_bytes of scratch, or NULL */
+  int sm_count;    /* sizes persistent grids (results do not depend on it) */
 } fdy_cuda_op_args;
 
 /* Dynamic shared memory bytes a launch of op needs (0 when none). */
 uint64_t fdy_cuda_op_shared_bytes(const fdy_op *op);
 uint64_t fdy_cuda_matmul_q4_shared_bytes(const fdy_op *op);
 uint64_t fdy_cuda_attention_shared_bytes(const fdy_op *op);
+/* Device scratch bytes a launch of op needs in its workspace (0 when none):
+ * the partial results of ATTENTION's one-row (decode) variant. */
+uint64_t fdy_cuda_op_workspace_bytes(const fdy_op *op);
+uint64_t fdy_cuda_attention_workspace_bytes(const fdy_op *op);
+/* Whether the grid of an ATTENTION launch fits CUDA's limits. */
+bool fdy_cuda_attention_grid_fits(const fdy_op *op);
 
 /* Loads every op kernel (so device memory in use does not change at a
  * first launch) and lets those with dynamic shared memory use up to

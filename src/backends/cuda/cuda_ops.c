@@ -2,10 +2,11 @@
  * the dtypes fdy_op_check allows, every dimension below 2^31 (the
  * checksum's byte count aside; kernels index rows and features with 32-bit
  * integers), and launches that fit the device: the dynamic shared memory of
- * the one-row MATMUL_Q4 kernel (x and its group sums) and of ATTENTION (q
- * and one score per cache position) within what a block may use, grid
- * dimensions within CUDA's limits, and at most FDY_CUDA_ROPE_MAX_PAIRS rope
- * pairs. No kind needs a workspace. */
+ * the one-row MATMUL_Q4 kernel (x and its group sums) and of ATTENTION (a
+ * decode chunk's scores, or a prefill tile's q, keys, values and output)
+ * within what a block may use, grid dimensions within CUDA's limits, and at
+ * most FDY_CUDA_ROPE_MAX_PAIRS rope pairs. The workspace of an op: the
+ * one-row ATTENTION's partial results (attention.cu); other ops need none. */
 #include "cuda_internal.h"
 
 #include <stdint.h>
@@ -44,10 +45,13 @@ bool fdy_cuda_op_supported(const fdy_cuda_ctx *ctx, const fdy_op *op) {
   case FDY_OP_ROPE:
     return op->params.rope.head_dim / 2 <= FDY_CUDA_ROPE_MAX_PAIRS;
   case FDY_OP_ATTENTION:
-    /* one block per (row, head) */
-    return op->inputs[1].shape.dims[0] * op->params.attention.heads <=
-           INT32_MAX;
+    return fdy_cuda_attention_grid_fits(op);
   default:
     return true;
   }
+}
+
+uint64_t fdy_cuda_op_workspace_bytes(const fdy_op *op) {
+  return op->kind == FDY_OP_ATTENTION ? fdy_cuda_attention_workspace_bytes(op)
+                                      : 0;
 }
