@@ -349,6 +349,11 @@ static int time_op(fdy_cuda_ctx *ctx, const options *o, const bench_op *b,
     free(host);
   }
   fdy_cuda_op_args args = {.op = op, .sm_count = ctx->sm_count};
+  const uint64_t workspace_bytes = fdy_cuda_op_workspace_bytes(op);
+  void *workspace = NULL;
+  ok = ok && (workspace_bytes == 0 ||
+              cuda_ok(cudaMalloc(&workspace, workspace_bytes), "cudaMalloc"));
+  args.workspace = workspace;
   for (uint32_t i = 0; i < op->input_count; i++) {
     args.in[i] = dev[i];
   }
@@ -397,6 +402,7 @@ static int time_op(fdy_cuda_ctx *ctx, const options *o, const bench_op *b,
     cudaEventDestroy(e1);
   }
   cudaStreamSynchronize(ctx->internal);
+  cudaFree(workspace);
   for (uint32_t i = 0; i < n; i++) {
     cudaFree(dev[i]);
   }
