@@ -7,7 +7,8 @@
  * cudaEventRecord as often as the caller likes. Copies and launches only
  * enqueue: nothing is tracked per submission, so a recorded step costs the
  * host no more than its CUDA calls. A launch checks the op (fdy_op_check,
- * supports_op in cuda_ops.c), resolves its views to device addresses and
+ * supports_op in cuda_ops.c), resolves its views (and the workspace of a
+ * MATMUL_Q4 of several rows) to device addresses and
  * enqueues its kernels (checksum_kernel.cu; every other kind through
  * fdy_cuda_op_enqueue in ops_kernels.cu).
  *
@@ -267,6 +268,11 @@ static fdy_status cuda_capabilities(fdy_backend *base, fdy_device_caps *out,
 
 static bool cuda_supports_op(fdy_backend *base, const fdy_op *op) {
   return fdy_cuda_op_supported(&cuda_of(base)->ctx, op);
+}
+
+static uint64_t cuda_workspace_bytes(fdy_backend *base, const fdy_op *op) {
+  (void)base;
+  return fdy_cuda_op_workspace_bytes(op);
 }
 
 static fdy_status cuda_buffer_alloc(fdy_backend *base, uint64_t bytes,
@@ -729,6 +735,40 @@ static fdy_status launch_view(const fdy_op *op, uint32_t index,
   return FDY_OK;
 }
 
+/* The device address of the op's workspace when it needs one (NULL when
+ * not): a view of at least fdy_cuda_op_workspace_bytes(op) bytes inside its
+ * buffer at a multiple of CUDA_ALIGNMENT. Errors: FDY_ERR_INVALID_ARGUMENT
+ * with expected = the bytes needed, actual = the view's bytes (0 when it
+ * has no buffer), name = the kind. */
+static fdy_status launch_workspace(const fdy_op *op, unsigned char **address,
+                                   fdy_error *err) {
+  const uint64_t need = fdy_cuda_op_workspace_bytes(op);
+  const fdy_tensor_view *v = &op->workspace;
+  *address = NULL;
+  if (need == 0) {
+    return FDY_OK;
+  }
+  uint64_t n = 0, end = 0;
+  const bool bound = v->buffer != NULL &&
+                     fdy_tensor_bytes(v->dtype, v->shape, &n, NULL) == FDY_OK;
+  if (!bound || n < need || v->offset % CUDA_ALIGNMENT != 0 ||
+      __builtin_add_overflow(v->offset, n, &end) || end > v->buffer->bytes) {
+    fdy_status st = fdy_cuda_fail(
+        err, FDY_ERR_INVALID_ARGUMENT, "launch",
+        "%s op: its workspace is unbound, smaller than the %llu bytes it "
+        "needs, not at a multiple of %d bytes or outside its buffer",
+        fdy_op_kind_name(op->kind), (unsigned long long)need, CUDA_ALIGNMENT);
+    if (err != NULL) {
+      err->expected = need;
+      err->actual = bound ? n : 0;
+      snprintf(err->name, sizeof err->name, "%s", fdy_op_kind_name(op->kind));
+    }
+    return st;
+  }
+  *address = (unsigned char *)v->buffer->data + v->offset;
+  return FDY_OK;
+}
+
 /* Checks the op (fdy_op_check, then supports_op), resolves every view, and
  * enqueues the op's kernels: the checksum with the stream's word set, every
  * other kind through fdy_cuda_op_enqueue. */
@@ -761,6 +801,10 @@ static fdy_status cuda_launch(fdy_backend *base, fdy_backend_stream *stream,
        i++) {
     st = launch_view(op, i, &address[i], err);
   }
+  unsigned char *workspace = NULL;
+  if (st == FDY_OK) {
+    st = launch_workspace(op, &workspace, err);
+  }
   if (st == FDY_OK) {
     st = set_device(b, err, "launch");
   }
@@ -777,7 +821,8 @@ static fdy_status cuda_launch(fdy_backend *base, fdy_backend_stream *stream,
         chained ? (const uint64_t *)address[1] : NULL,
         (uint64_t *)address[op->input_count], stream->stream);
   } else {
-    fdy_cuda_op_args args = {.op = op, .sm_count = b->ctx.sm_count};
+    fdy_cuda_op_args args = {
+        .op = op, .workspace = workspace, .sm_count = b->ctx.sm_count};
     for (uint32_t i = 0; i < op->input_count; i++) {
       args.in[i] = address[i];
     }
@@ -921,6 +966,7 @@ static const fdy_backend_ops cuda_ops = {
     .name = "cuda",
     .capabilities = cuda_capabilities,
     .supports_op = cuda_supports_op,
+    .workspace_bytes = cuda_workspace_bytes,
     .buffer_alloc = cuda_buffer_alloc,
     .buffer_release = cuda_buffer_release,
     .host_register = cuda_host_register,

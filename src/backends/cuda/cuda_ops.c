@@ -5,7 +5,8 @@
  * the one-row MATMUL_Q4 kernel (x and its group sums) and of ATTENTION (q
  * and one score per cache position) within what a block may use, grid
  * dimensions within CUDA's limits, and at most FDY_CUDA_ROPE_MAX_PAIRS rope
- * pairs. No kind needs a workspace. */
+ * pairs. MATMUL_Q4 with several rows of x is the one kind that needs a
+ * workspace (x in F16, partial sums). */
 #include "cuda_internal.h"
 
 #include <stdint.h>
@@ -50,4 +51,11 @@ bool fdy_cuda_op_supported(const fdy_cuda_ctx *ctx, const fdy_op *op) {
   default:
     return true;
   }
+}
+
+uint64_t fdy_cuda_op_workspace_bytes(const fdy_op *op) {
+  if (op->kind == FDY_OP_MATMUL_Q4 && op->inputs[1].shape.dims[0] != 1) {
+    return fdy_cuda_matmul_q4_mma_workspace_bytes(op);
+  }
+  return 0;
 }
