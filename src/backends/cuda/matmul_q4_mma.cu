@@ -124,7 +124,7 @@ static __device__ __forceinline__ void commit_copies(void) {
 
 /* Waits until at most MMA_STAGES - 2 groups of copies are in flight. */
 static __device__ __forceinline__ void wait_copies(void) {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(MMA_STAGES - 2));
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(MMA_STAGES - 2) : "memory");
 }
 
 static __device__ __forceinline__ void load_a(unsigned int address,
@@ -334,7 +334,7 @@ __global__ void __launch_bounds__(MMA_THREADS, 1)
       }
     }
   }
-  asm volatile("cp.async.wait_group 0;\n" ::);
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 
   /* c0, c1: row g, outputs 2t, 2t + 1; c2, c3: row g + 8 */
   const bool pairs = d.out % 2 == 0;
