@@ -31,7 +31,8 @@ void fdy_cmd_verify_help(FILE *out) {
           "\n"
           "options:\n"
           "  --backend NAME   cpu (the default) or cuda\n"
-          "  --tolerance X    relative error allowed (default %g)\n"
+          "  --tolerance X    relative error allowed (default %g on cpu,\n"
+          "                   %g on cuda, whose prefill multiplies in F16)\n"
           "  --threads T      cpu backend threads (default: online CPUs)\n"
           "  --context C      KV cache positions (default: the model's\n"
           "                   max_position_embeddings, at most 4096)\n"
@@ -44,7 +45,8 @@ void fdy_cmd_verify_help(FILE *out) {
           "the largest absolute logit difference and both ids. Every step\n"
           "whose margin exceeds twice its difference must pick the same id.\n"
           "  --against-threads T  threads of a cpu --against backend\n",
-          FDY_LLAMA_CPU_TOLERANCE, FDY_LLAMA_BACKEND_TOLERANCE);
+          FDY_LLAMA_CPU_TOLERANCE, FDY_LLAMA_BACKEND_TOLERANCE,
+          FDY_LLAMA_BACKEND_TOLERANCE);
 }
 
 static fdy_status parse_tolerance(const char *text, double *out,
@@ -268,7 +270,9 @@ int fdy_cmd_verify(int argc, char **argv) {
     return run_against(&r);
   }
   if (tolerance < 0.0) {
-    tolerance = FDY_LLAMA_CPU_TOLERANCE;
+    tolerance = strcmp(session_flags.backend, "cuda") == 0
+                    ? FDY_LLAMA_BACKEND_TOLERANCE
+                    : FDY_LLAMA_CPU_TOLERANCE;
   }
 
   int code = FDY_EXIT_FAILURE;

@@ -141,7 +141,9 @@ static void test_capabilities(void **state) {
   add.inputs[2] = add.outputs[0] = add.inputs[1];
   assert_true(b->ops->supports_op(b, &add));
   assert_false(b->ops->supports_op(b, NULL));
-  /* only the one-row ATTENTION needs a workspace (test_cuda_ops) */
+  /* the one-row ATTENTION and MATMUL_Q4 of several rows need a workspace
+   * (test_cuda_ops); unsupported ops report UINT64_MAX */
+  assert_int_equal(b->ops->workspace_bytes(b, &checksum), 0);
   assert_int_equal(b->ops->workspace_bytes(b, &add), 0);
   assert_int_equal(b->ops->workspace_bytes(b, NULL), UINT64_MAX);
   int rv = 0, dv = 0;

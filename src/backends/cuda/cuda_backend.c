@@ -7,7 +7,8 @@
  * cudaEventRecord as often as the caller likes. Copies and launches only
  * enqueue: nothing is tracked per submission, so a recorded step costs the
  * host no more than its CUDA calls. A launch checks the op (fdy_op_check,
- * supports_op in cuda_ops.c), resolves its views to device addresses and
+ * supports_op in cuda_ops.c), resolves its views (and the workspace of a
+ * MATMUL_Q4 of several rows) to device addresses and
  * enqueues its kernels (checksum_kernel.cu; every other kind through
  * fdy_cuda_op_enqueue in ops_kernels.cu).
  *

@@ -1,8 +1,8 @@
 /* Internal interface of the CUDA backend, shared by its host-side C files
  * (cuda_backend.c, cuda_ops.c, cuda_staging.c, cuda_measure.c) and the
  * kernel files (checksum_kernel.cu, ops_kernels.cu, matmul_q4.cu,
- * attention.cu). Not installed; nothing outside src/backends/cuda includes
- * it. */
+ * matmul_q4_mma.cu, attention.cu). Not installed; nothing outside
+ * src/backends/cuda includes it. */
 #ifndef FOUNDRY_CUDA_INTERNAL_H
 #define FOUNDRY_CUDA_INTERNAL_H
 
@@ -139,9 +139,10 @@ cudaError_t fdy_cuda_fill_enqueue(void *data, uint64_t bytes, uint64_t seed,
 /* Most rope pairs (head_dim / 2): the rope kernel takes its inverse
  * frequencies, computed on the host, as a kernel parameter. */
 #define FDY_CUDA_ROPE_MAX_PAIRS 256
-/* Rows of x per block of the tiled MATMUL_Q4 kernel; its grid has
- * ceil(rows / FDY_CUDA_GEMM_ROWS) blocks in y, at most 65535. */
-#define FDY_CUDA_GEMM_ROWS  64
+/* Rows of x per block of the tensor-core MATMUL_Q4 kernel (several rows of
+ * x); its grid has ceil(rows / FDY_CUDA_GEMM_ROWS) blocks in y, at most
+ * 65535. */
+#define FDY_CUDA_GEMM_ROWS  128
 #define FDY_CUDA_MAX_GRID_Y 65535u
 
 /* Whether the kernels run op (not NULL): it passes fdy_op_check, every
@@ -162,11 +163,15 @@ typedef struct fdy_cuda_op_args {
 /* Dynamic shared memory bytes a launch of op needs (0 when none). */
 uint64_t fdy_cuda_op_shared_bytes(const fdy_op *op);
 uint64_t fdy_cuda_matmul_q4_shared_bytes(const fdy_op *op);
+uint64_t fdy_cuda_matmul_q4_mma_shared_bytes(const fdy_op *op);
 uint64_t fdy_cuda_attention_shared_bytes(const fdy_op *op);
-/* Device scratch bytes a launch of op needs in its workspace (0 when none):
- * the partial results of ATTENTION's one-row (decode) variant. */
+/* Device scratch bytes a launch of a supported op needs in op->workspace
+ * (0 when none; from the op's shapes only): the partial results of
+ * ATTENTION's one-row (decode) variant; MATMUL_Q4 with several rows of x
+ * keeps x in F16 there, and partial sums when it splits the inputs. */
 uint64_t fdy_cuda_op_workspace_bytes(const fdy_op *op);
 uint64_t fdy_cuda_attention_workspace_bytes(const fdy_op *op);
+uint64_t fdy_cuda_matmul_q4_mma_workspace_bytes(const fdy_op *op);
 /* Whether the grid of an ATTENTION launch fits CUDA's limits. */
 bool fdy_cuda_attention_grid_fits(const fdy_op *op);
 
@@ -175,6 +180,7 @@ bool fdy_cuda_attention_grid_fits(const fdy_op *op);
  * smem_optin bytes. Called once by backend create. */
 cudaError_t fdy_cuda_ops_prepare(uint64_t smem_optin);
 cudaError_t fdy_cuda_matmul_q4_prepare(uint64_t smem_optin);
+cudaError_t fdy_cuda_matmul_q4_mma_prepare(uint64_t smem_optin);
 cudaError_t fdy_cuda_attention_prepare(uint64_t smem_optin);
 
 /* Enqueues the kernels of the op on stream; returns the launch error
@@ -183,6 +189,10 @@ cudaError_t fdy_cuda_attention_prepare(uint64_t smem_optin);
 cudaError_t fdy_cuda_op_enqueue(const fdy_cuda_op_args *a, cudaStream_t stream);
 cudaError_t fdy_cuda_matmul_q4_enqueue(const fdy_cuda_op_args *a,
                                        cudaStream_t stream);
+/* MATMUL_Q4 with several rows of x on the tensor cores
+ * (matmul_q4_mma.cu). */
+cudaError_t fdy_cuda_matmul_q4_mma_enqueue(const fdy_cuda_op_args *a,
+                                           cudaStream_t stream);
 cudaError_t fdy_cuda_attention_enqueue(const fdy_cuda_op_args *a,
                                        cudaStream_t stream);
 

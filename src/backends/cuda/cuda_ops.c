@@ -6,7 +6,9 @@
  * decode chunk's scores, or a prefill tile's q, keys, values and output)
  * within what a block may use, grid dimensions within CUDA's limits, and at
  * most FDY_CUDA_ROPE_MAX_PAIRS rope pairs. The workspace of an op: the
- * one-row ATTENTION's partial results (attention.cu); other ops need none. */
+ * one-row ATTENTION's partial results (attention.cu), and MATMUL_Q4 of
+ * several rows (x in F16, partial sums: matmul_q4_mma.cu); other ops need
+ * none. */
 #include "cuda_internal.h"
 
 #include <stdint.h>
@@ -52,6 +54,11 @@ bool fdy_cuda_op_supported(const fdy_cuda_ctx *ctx, const fdy_op *op) {
 }
 
 uint64_t fdy_cuda_op_workspace_bytes(const fdy_op *op) {
-  return op->kind == FDY_OP_ATTENTION ? fdy_cuda_attention_workspace_bytes(op)
-                                      : 0;
+  if (op->kind == FDY_OP_ATTENTION) {
+    return fdy_cuda_attention_workspace_bytes(op);
+  }
+  if (op->kind == FDY_OP_MATMUL_Q4 && op->inputs[1].shape.dims[0] != 1) {
+    return fdy_cuda_matmul_q4_mma_workspace_bytes(op);
+  }
+  return 0;
 }

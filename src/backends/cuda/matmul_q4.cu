@@ -26,19 +26,14 @@
  *   terms split by chunks; a butterfly sums the lanes. The prescaling by
  *   16^-j is exact unless x * 16^-3 is subnormal (|x| < 2^-114), where the
  *   product loses bits far below any other term's rounding.
- * - x of several rows (prefill): a tiled kernel, a block per 64 rows of x
- *   times 64 outputs, 256 threads of 4 x 4 outputs each. Per step of 32
- *   inputs the block stages the x tile (transposed) and the weight tile
- *   dequantized to floats (fmaf(s, q, b)) in shared memory; each output is
- *   one thread's sequential sum over the inputs.
+ * - x of several rows (prefill): F16 tensor-core tiles with F32 sums
+ *   (matmul_q4_mma.cu), within about 1e-3 of the float result.
  *
  * Both read the row count from the step tensor when they run (rows at or
  * beyond it are neither read nor written). Every output element is summed
- * in an order fixed by the shapes (the GEMV's by the input width: which
- * warp computes a row does not change its order), so results are
- * deterministic; the two kernels sum in different orders, so a row of a
- * 1-row op and the same row of a many-row op may differ in the last bits
- * (both within float rounding of the CPU's). */
+ * in an order fixed by the shapes, so results are deterministic; a row of
+ * a 1-row op (float) and the same row of a many-row op (F16 products) are
+ * not bitwise equal. */
 #include "cuda_device.h"
 #include "cuda_internal.h"
 
@@ -47,12 +42,6 @@
 #define GEMV_BLOCKS_SM 6  /* resident blocks per multiprocessor (registers) */
 #define GEMV_SPAN      4  /* 16-byte chunks per lane per item */
 #define GEMV_STRIDE    36 /* shared floats per chunk: 32 inputs + padding */
-
-#define GEMM_BM      FDY_CUDA_GEMM_ROWS /* rows of x per block */
-#define GEMM_BN      64                 /* outputs per block */
-#define GEMM_BK      32                 /* inputs per step: 4 words */
-#define GEMM_PAD     4                  /* keeps 16-byte rows, spreads banks */
-#define GEMM_THREADS 256
 
 /* ---- matrix-vector ----------------------------------------------------------
  */
@@ -232,115 +221,12 @@ __global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_SM)
   }
 }
 
-/* ---- tiled matrix-matrix
- * ------------------------------------------------------
- */
-
-__global__ void __launch_bounds__(GEMM_THREADS)
-    gemm_q4_kernel(const int32_t *step, const float *x, const uint32_t *weight,
-                   const uint16_t *scales, const uint16_t *biases, bool bf16,
-                   unsigned int rows, unsigned int in, unsigned int out,
-                   unsigned int group, bool vec4, float *y) {
-  __shared__ __align__(16) float xs[GEMM_BK][GEMM_BM + GEMM_PAD];
-  __shared__ __align__(16) float ws[GEMM_BK][GEMM_BN + GEMM_PAD];
-  const unsigned int active = fdy_active_rows(step, rows);
-  const unsigned int t0 = blockIdx.y * GEMM_BM, o0 = blockIdx.x * GEMM_BN;
-  if (t0 >= active) {
-    return;
-  }
-  const unsigned int tid = threadIdx.x;
-  const unsigned int tx = tid % 16, ty = tid / 16; /* 4 x 4 outputs each */
-  const unsigned int words = in / 8, groups = in / group;
-  /* the weight word this thread dequantizes per step */
-  const unsigned int wo = tid % GEMM_BN, wk = tid / GEMM_BN;
-  const bool w_valid = o0 + wo < out;
-  const unsigned long long w_row = (unsigned long long)(o0 + wo);
-  float acc[4][4];
-#pragma unroll
-  for (int i = 0; i < 4; i++) {
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-      acc[i][j] = 0.0f;
-    }
-  }
-  for (unsigned int k0 = 0; k0 < in; k0 += GEMM_BK) {
-    /* x tile: 64 rows x 8 float4, two per thread, zero past the count */
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-      const unsigned int f = tid + r * GEMM_THREADS;
-      const unsigned int row = f / 8, k4 = f % 8;
-      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (t0 + row < active) {
-        v = *(const float4 *)(x + (unsigned long long)(t0 + row) * in + k0 +
-                              4 * k4);
-      }
-      xs[4 * k4 + 0][row] = v.x;
-      xs[4 * k4 + 1][row] = v.y;
-      xs[4 * k4 + 2][row] = v.z;
-      xs[4 * k4 + 3][row] = v.w;
-    }
-    /* weight tile: one word per thread; k0 is a multiple of 32, so its 32
-     * inputs lie in group k0 / group */
-    if (w_valid) {
-      const uint32_t q = __ldg(weight + w_row * words + k0 / 8 + wk);
-      const unsigned long long g = w_row * groups + k0 / group;
-      const float s = fdy_half_at(scales, bf16, g);
-      const float b = fdy_half_at(biases, bf16, g);
-#pragma unroll
-      for (int j = 0; j < 8; j++) {
-        ws[8 * wk + j][wo] = fmaf(s, fdy_nibble(q, j), b);
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < 8; j++) {
-        ws[8 * wk + j][wo] = 0.0f;
-      }
-    }
-    __syncthreads();
-#pragma unroll 8
-    for (int k = 0; k < GEMM_BK; k++) {
-      const float4 a = *(const float4 *)&xs[k][ty * 4];
-      const float4 b = *(const float4 *)&ws[k][tx * 4];
-      const float av[4] = {a.x, a.y, a.z, a.w};
-      const float bv[4] = {b.x, b.y, b.z, b.w};
-#pragma unroll
-      for (int i = 0; i < 4; i++) {
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-          acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
-        }
-      }
-    }
-    __syncthreads();
-  }
-  const unsigned int o = o0 + tx * 4;
-#pragma unroll
-  for (int i = 0; i < 4; i++) {
-    const unsigned int t = t0 + ty * 4 + i;
-    if (t >= active || o >= out) {
-      continue;
-    }
-    float *yr = y + (unsigned long long)t * out;
-    if (vec4) {
-      *(float4 *)(yr + o) =
-          make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
-      continue;
-    }
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-      if (o + j < out) {
-        yr[o + j] = acc[i][j];
-      }
-    }
-  }
-}
-
 /* ---- host side ------------------------------------------------------------
  */
 
 extern "C" uint64_t fdy_cuda_matmul_q4_shared_bytes(const fdy_op *op) {
   if (op->inputs[1].shape.dims[0] != 1) {
-    return 0;
+    return fdy_cuda_matmul_q4_mma_shared_bytes(op);
   }
   const uint64_t chunks = op->inputs[1].shape.dims[1] / 32;
   return chunks * (GEMV_STRIDE + 1) * sizeof(float);
@@ -350,11 +236,7 @@ extern "C" cudaError_t fdy_cuda_matmul_q4_prepare(uint64_t smem_optin) {
   cudaError_t rc = cudaFuncSetAttribute(
       gemv_q4_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
       (int)smem_optin);
-  if (rc == cudaSuccess) {
-    struct cudaFuncAttributes attributes;
-    rc = cudaFuncGetAttributes(&attributes, gemm_q4_kernel);
-  }
-  return rc;
+  return rc == cudaSuccess ? fdy_cuda_matmul_q4_mma_prepare(smem_optin) : rc;
 }
 
 extern "C" cudaError_t fdy_cuda_matmul_q4_enqueue(const fdy_cuda_op_args *a,
@@ -384,11 +266,7 @@ extern "C" cudaError_t fdy_cuda_matmul_q4_enqueue(const fdy_cuda_op_args *a,
         step, x, (const uint4 *)weight, scales, biases, bf16, in, out,
         group_shift, y);
   } else {
-    const dim3 grid((out + GEMM_BN - 1) / GEMM_BN,
-                    (rows + GEMM_BM - 1) / GEMM_BM);
-    gemm_q4_kernel<<<grid, GEMM_THREADS, 0, stream>>>(
-        step, x, weight, scales, biases, bf16, rows, in, out, group,
-        out % 4 == 0, y);
+    return fdy_cuda_matmul_q4_mma_enqueue(a, stream);
   }
   return cudaGetLastError();
 }

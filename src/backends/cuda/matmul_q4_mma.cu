@@ -1,0 +1,526 @@
+/* MATMUL_Q4 for x of several rows (prefill) on the tensor cores: y = x W^T
+ * with MLX affine 4-bit weights (w = s * q + b per group of 32, 64 or 128
+ * inputs), as F16 products with F32 accumulation (mma.sync m16n8k16).
+ *
+ * 1. half_rows_kernel, a block per active row of x: the row's largest |x|
+ *    gives a power of two 2^e that brings it into [2^14, 2^15), so no value
+ *    overflows F16 (65504) and none is lost to subnormals whatever the
+ *    activations' range; the row x 2^e is rounded to F16 into the
+ *    workspace (xh) and 2^-e kept (yscale). Within each block of 64 inputs
+ *    xh stores input k = 16t + 8c + 4i + j at 16j + 8c + 2t + i (t, j in
+ *    0..3, c, i in 0..1): the order in which a thread of the mma meets the
+ *    nibbles of its two weight words (below), padded with zeros to a
+ *    multiple of 64.
+ * 2. mma_q4_kernel, a block of 8 warps (2 x 4) per 128 rows x BN outputs
+ *    (BN = 32 NT, NT = 4 or 3 n8-tiles per warp) and per split of the
+ *    inputs: 4 stages of cp.async (zero-filled past the active rows, the
+ *    outputs and the inputs) bring 64 inputs of xh (16 KB, 16-byte chunks
+ *    XOR-swizzled by row so ldmatrix is conflict-free) and BN rows of 8
+ *    weight words. Lane (g, t) = (lane / 4, lane % 4) reads words 2t and
+ *    2t + 1 of its weight row once per 64 inputs; for k-step j the pairs
+ *    (nibble j, nibble j + 4) of each word become half2 values exactly
+ *    ((w >> 4j) & 0x000f000f | 0x64006400 is 1024 + q; minus 1024) and
+ *    w = s * q + b is one F16 fma (rounded once; the scales and biases of
+ *    the group, read a step ahead, are F16 exactly or BF16 rounded to
+ *    F16). These are the mma's B fragments for the permuted order of step
+ *    1, and ldmatrix reads the matching A fragments.
+ * 3. With one split the kernel writes y = acc 2^-e; with several, each
+ *    split writes its partial sums to the workspace and sum_splits_kernel
+ *    adds them in split order, then scales.
+ *
+ * Tile width and split are chosen from the op's shapes only (rows, outputs,
+ * inputs), for MMA_TARGET_BLOCKS multiprocessors (the H200's 132), so every
+ * output element is summed in the same order on every device and run:
+ * results are deterministic, with no atomics. Rows at or beyond the step's
+ * count are neither read nor written.
+ *
+ * Precision: x and w rounded to F16 (relative 2^-11 each) with exact
+ * products and F32 sums give a relative error of about 4e-4 against the
+ * float CPU backend on uncorrelated data. A dequantized weight whose
+ * |s * q + b| exceeds 65504 becomes infinite (no MLX checkpoint has
+ * weights near that size). */
+#include "cuda_device.h"
+#include "cuda_internal.h"
+
+#define MMA_THREADS       256
+#define MMA_BM            FDY_CUDA_GEMM_ROWS /* rows of x per block: 128 */
+#define MMA_BK            64                 /* inputs per stage */
+#define MMA_STAGES        4
+#define MMA_A_BYTES       (MMA_BM * MMA_BK * 2) /* one stage of xh */
+#define MMA_ROW_BYTES     32                    /* one stage of a weight row */
+#define MMA_TARGET_BLOCKS 132 /* blocks that fill the H200 (one per SM) */
+#define MMA_MAX_SPLIT     8
+#define MMA_ALIGN         256ull /* workspace parts start at this alignment */
+
+/* ---- step 1: rows of x to F16 ----------------------------------------------
+ */
+
+__global__ void __launch_bounds__(MMA_THREADS)
+    half_rows_kernel(const int32_t *step, const float *x, unsigned int rows,
+                     unsigned int in, unsigned int in64, __half *xh,
+                     float *yscale) {
+  __shared__ float warp_max[MMA_THREADS / 32];
+  const unsigned int row = blockIdx.x;
+  if (row >= fdy_active_rows(step, rows)) {
+    return;
+  }
+  const float *xr = x + (unsigned long long)row * in;
+  float m = 0.0f;
+  for (unsigned int k = threadIdx.x; k < in; k += blockDim.x) {
+    m = fmaxf(m, fabsf(xr[k]));
+  }
+  for (int offset = 16; offset > 0; offset /= 2) {
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
+  }
+  if (threadIdx.x % 32 == 0) {
+    warp_max[threadIdx.x / 32] = m;
+  }
+  __syncthreads();
+  m = 0.0f;
+  for (unsigned int w = 0; w < MMA_THREADS / 32; w++) {
+    m = fmaxf(m, warp_max[w]);
+  }
+  /* m = f 2^ex with f in [0.5, 1): x 2^(15 - ex) peaks in [2^14, 2^15) */
+  int shift = 0;
+  if (m > 0.0f && m <= CUDART_MAX_NORMAL_F) {
+    int ex = 0;
+    frexpf(m, &ex);
+    shift = min(15 - ex, 126);
+  }
+  const float up = ldexpf(1.0f, shift);
+  if (threadIdx.x == 0) {
+    yscale[row] = ldexpf(1.0f, -shift);
+  }
+  __half2 *out = (__half2 *)(xh + (unsigned long long)row * in64);
+  for (unsigned int p2 = threadIdx.x; p2 < in64 / 2; p2 += blockDim.x) {
+    /* positions 2 p2 and 2 p2 + 1: i = 0 and 1 of (j, c, t) */
+    const unsigned int p = 2 * p2, base = p & ~63u, q = p & 63u;
+    const unsigned int j = q / 16, c = (q / 8) % 2, t = (q / 2) % 4;
+    const unsigned int k = base + 16 * t + 8 * c + j;
+    const float lo = k < in ? xr[k] * up : 0.0f;
+    const float hi = k + 4 < in ? xr[k + 4] * up : 0.0f;
+    out[p2] = __floats2half2_rn(lo, hi);
+  }
+}
+
+/* ---- step 2: the tensor-core tiles
+ * -------------------------------------------
+ */
+
+static __device__ __forceinline__ unsigned int shared_address(const void *p) {
+  return (unsigned int)__cvta_generic_to_shared(p);
+}
+
+/* 16 bytes from global to shared, zeros where valid is false. */
+static __device__ __forceinline__ void copy16(unsigned int dst, const void *src,
+                                              bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
+               "l"(src), "r"(valid ? 16 : 0));
+}
+
+static __device__ __forceinline__ void commit_copies(void) {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+
+/* Waits until at most MMA_STAGES - 2 groups of copies are in flight. */
+static __device__ __forceinline__ void wait_copies(void) {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(MMA_STAGES - 2) : "memory");
+}
+
+static __device__ __forceinline__ void load_a(unsigned int address,
+                                              uint32_t a[4]) {
+  asm volatile(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+      : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+      : "r"(address));
+}
+
+static __device__ __forceinline__ void
+mma_16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Nibbles j and j + 4 of word (in bits 0-3 and 16-19 of v) as the half2
+ * s * q + b, each rounded once. */
+static __device__ __forceinline__ uint32_t dequantize_pair(uint32_t v,
+                                                           uint32_t s2,
+                                                           uint32_t b2) {
+  const uint32_t biased = (v & 0x000f000fu) | 0x64006400u; /* 1024 + q */
+  uint32_t q, w;
+  asm("sub.rn.f16x2 %0, %1, %2;\n" : "=r"(q) : "r"(biased), "r"(0x64006400u));
+  asm("fma.rn.f16x2 %0, %1, %2, %3;\n" : "=r"(w) : "r"(q), "r"(s2), "r"(b2));
+  return w;
+}
+
+/* A scale or bias (F16 or BF16 bits) as a half2 of two equal F16 values. */
+static __device__ __forceinline__ uint32_t half2_of(uint16_t bits, bool bf16) {
+  uint16_t h = bits;
+  if (bf16) {
+    h = __half_as_ushort(
+        __float2half_rn(__uint_as_float((uint32_t)bits << 16)));
+  }
+  return (uint32_t)h | (uint32_t)h << 16;
+}
+
+/* The shared address of the buffer of stage kb. */
+static __device__ __forceinline__ unsigned int
+stage_buffer(unsigned int base, unsigned int kb, int nt) {
+  return base + (kb % MMA_STAGES) * (MMA_A_BYTES + 32 * nt * MMA_ROW_BYTES);
+}
+
+/* The launch of one op: what the kernels need besides the pointers. */
+typedef struct mma_dims {
+  unsigned int rows, in, out, group;
+  unsigned int in64;   /* in rounded up to 64 */
+  unsigned int blocks; /* k-blocks of 64 inputs */
+  unsigned int split;  /* input ranges summed separately */
+} mma_dims;
+
+/* Copies stage kb into the shared buffer at `buffer`: 128 rows of 64
+ * inputs of xh (4 chunks per thread, zeros past the active rows) and BN =
+ * 32 NT weight rows of 8 words (2 chunks per row, zeros past the outputs
+ * and the inputs). */
+template <int NT>
+static __device__ __forceinline__ void
+issue_stage(unsigned int buffer, unsigned int kb, unsigned int row0,
+            unsigned int active, unsigned int n0, const __half *xh,
+            const uint32_t *weight, const mma_dims *d) {
+  const unsigned int tid = threadIdx.x, words = d->in / 8;
+#pragma unroll
+  for (int i = 0; i < MMA_BM * 8 / MMA_THREADS; i++) {
+    const unsigned int chunk = tid + i * MMA_THREADS;
+    const unsigned int r = chunk / 8, c = chunk % 8;
+    const bool valid = row0 + r < active;
+    const __half *src = xh + (valid ? (unsigned long long)(row0 + r) * d->in64 +
+                                          kb * MMA_BK + c * 8
+                                    : 0);
+    copy16(buffer + r * 128 + ((c ^ (r % 8)) << 4), src, valid);
+  }
+  if (tid < 64 * NT) {
+    const unsigned int r = tid / 2, h = tid % 2;
+    const bool valid = n0 + r < d->out && kb * 8 + 4 * h < words;
+    const uint32_t *src =
+        weight +
+        (valid ? (unsigned long long)(n0 + r) * words + kb * 8 + 4 * h : 0);
+    copy16(buffer + MMA_A_BYTES + r * MMA_ROW_BYTES + h * 16, src, valid);
+  }
+}
+
+/* The group scale and bias (bits) of stage kb for weight rows n[nt]
+ * (zeros past the outputs and the groups). */
+template <int NT>
+static __device__ __forceinline__ void
+load_scales(unsigned int kb, const unsigned int n[NT], const uint16_t *scales,
+            const uint16_t *biases, const mma_dims *d, uint16_t s[NT],
+            uint16_t b[NT]) {
+  const unsigned int groups = d->in / d->group;
+  const unsigned int gi = (kb * MMA_BK + 16 * (threadIdx.x % 4)) / d->group;
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++) {
+    const bool valid = n[nt] < d->out && gi < groups;
+    const unsigned long long at = (unsigned long long)n[nt] * groups + gi;
+    s[nt] = valid ? __ldg(scales + at) : (uint16_t)0;
+    b[nt] = valid ? __ldg(biases + at) : (uint16_t)0;
+  }
+}
+
+template <int NT>
+__global__ void __launch_bounds__(MMA_THREADS, 1)
+    mma_q4_kernel(const int32_t *step, const __half *xh, const float *yscale,
+                  const uint32_t *weight, const uint16_t *scales,
+                  const uint16_t *biases, bool bf16, mma_dims d, float *y,
+                  float *partial) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const unsigned int active = fdy_active_rows(step, d.rows);
+  const unsigned int row0 = blockIdx.y * MMA_BM, n0 = blockIdx.x * 32 * NT;
+  if (row0 >= active) {
+    return;
+  }
+  const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const unsigned int wm = warp / 4, wn = warp % 4; /* 2 x 4 warps */
+  const unsigned int g = lane / 4, t = lane % 4;
+  const unsigned int kb_begin =
+      (unsigned int)((unsigned long long)d.blocks * blockIdx.z / d.split);
+  const unsigned int kb_end =
+      (unsigned int)((unsigned long long)d.blocks * (blockIdx.z + 1) / d.split);
+  const unsigned int base = shared_address(smem);
+
+  float acc[4][NT][4];
+#pragma unroll
+  for (int mt = 0; mt < 4; mt++) {
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        acc[mt][nt][e] = 0.0f;
+      }
+    }
+  }
+
+  /* ldmatrix: lane l gives row l % 16 of its m16 tile, chunk 2j + l / 16 */
+  const unsigned int a_row = wm * 64 + lane % 16;
+  unsigned int a_chunk[4];
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    a_chunk[j] = ((2 * j + lane / 16) ^ (a_row % 8)) << 4;
+  }
+  unsigned int n[NT]; /* this lane's weight rows */
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++) {
+    n[nt] = n0 + wn * 8 * NT + nt * 8 + g;
+  }
+  const unsigned int b_offset =
+      MMA_A_BYTES + (wn * 8 * NT + g) * MMA_ROW_BYTES + 8 * t;
+
+#pragma unroll
+  for (int s = 0; s < MMA_STAGES - 1; s++) {
+    if (kb_begin + s < kb_end) {
+      issue_stage<NT>(stage_buffer(base, kb_begin + s, NT), kb_begin + s, row0,
+                      active, n0, xh, weight, &d);
+    }
+    commit_copies();
+  }
+  uint16_t s_next[NT], b_next[NT];
+  load_scales<NT>(kb_begin, n, scales, biases, &d, s_next, b_next);
+
+  for (unsigned int kb = kb_begin; kb < kb_end; kb++) {
+    uint32_t s2[NT], b2[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+      s2[nt] = half2_of(s_next[nt], bf16);
+      b2[nt] = half2_of(b_next[nt], bf16);
+    }
+    if (kb + 1 < kb_end) {
+      load_scales<NT>(kb + 1, n, scales, biases, &d, s_next, b_next);
+    }
+    wait_copies();
+    __syncthreads(); /* stage kb landed; buffer (kb - 1) % S is free */
+    if (kb + MMA_STAGES - 1 < kb_end) {
+      const unsigned int next = kb + MMA_STAGES - 1;
+      issue_stage<NT>(stage_buffer(base, next, NT), next, row0, active, n0, xh,
+                      weight, &d);
+    }
+    commit_copies();
+
+    const unsigned int buffer = stage_buffer(base, kb, NT);
+    uint2 wq[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+      asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n"
+                   : "=r"(wq[nt].x), "=r"(wq[nt].y)
+                   : "r"(buffer + b_offset + nt * 8 * MMA_ROW_BYTES));
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      uint32_t a[4][4];
+#pragma unroll
+      for (int mt = 0; mt < 4; mt++) {
+        load_a(buffer + (a_row + mt * 16) * 128 + a_chunk[j], a[mt]);
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; nt++) {
+        const uint32_t b0 =
+            dequantize_pair(wq[nt].x >> (4 * j), s2[nt], b2[nt]);
+        const uint32_t b1 =
+            dequantize_pair(wq[nt].y >> (4 * j), s2[nt], b2[nt]);
+#pragma unroll
+        for (int mt = 0; mt < 4; mt++) {
+          mma_16816(acc[mt][nt], a[mt], b0, b1);
+        }
+      }
+    }
+  }
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+
+  /* c0, c1: row g, outputs 2t, 2t + 1; c2, c3: row g + 8 */
+  const bool pairs = d.out % 2 == 0;
+  float *dst = d.split == 1
+                   ? y
+                   : partial + (unsigned long long)blockIdx.z * d.rows * d.out;
+#pragma unroll
+  for (int mt = 0; mt < 4; mt++) {
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+      const unsigned int r = row0 + wm * 64 + mt * 16 + g + 8 * half;
+      if (r >= active) {
+        continue;
+      }
+      const float scale = d.split == 1 ? yscale[r] : 1.0f;
+      float *yr = dst + (unsigned long long)r * d.out;
+#pragma unroll
+      for (int nt = 0; nt < NT; nt++) {
+        const unsigned int o = n0 + wn * 8 * NT + nt * 8 + 2 * t;
+        const float v0 = acc[mt][nt][2 * half] * scale;
+        const float v1 = acc[mt][nt][2 * half + 1] * scale;
+        if (pairs && o < d.out) {
+          *(float2 *)(yr + o) = make_float2(v0, v1);
+        } else {
+          if (o < d.out) {
+            yr[o] = v0;
+          }
+          if (o + 1 < d.out) {
+            yr[o + 1] = v1;
+          }
+        }
+      }
+    }
+  }
+}
+
+/* ---- step 3: the splits in order --------------------------------------------
+ */
+
+__global__ void __launch_bounds__(MMA_THREADS)
+    sum_splits_kernel(const int32_t *step, const float *partial,
+                      const float *yscale, mma_dims d, float *y) {
+  const unsigned long long active = fdy_active_rows(step, d.rows);
+  const unsigned long long n = active * d.out;
+  const unsigned long long stride = (unsigned long long)d.rows * d.out;
+  for (unsigned long long i =
+           (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+       i < n; i += (unsigned long long)gridDim.x * blockDim.x) {
+    float sum = partial[i];
+    for (unsigned int z = 1; z < d.split; z++) {
+      sum += partial[z * stride + i];
+    }
+    y[i] = sum * yscale[i / d.out];
+  }
+}
+
+/* ---- host side
+ * ---------------------------------------------------------------
+ */
+
+static uint64_t ceil_div(uint64_t a, uint64_t b) {
+  return (a + b - 1) / b;
+}
+
+static uint64_t aligned(uint64_t bytes) {
+  return ceil_div(bytes, MMA_ALIGN) * MMA_ALIGN;
+}
+
+/* The launch shape of an op: NT (4 or 3 n8-tiles per warp) and the split,
+ * from the shapes alone. Of the two widths, the one whose waves of
+ * MMA_TARGET_BLOCKS blocks take the least time (waves x work per block;
+ * ties to the wider tile); a split when the tiles alone fill under half
+ * the target, up to MMA_MAX_SPLIT and 4 k-blocks per split. */
+typedef struct mma_config {
+  int nt;
+  mma_dims d;
+} mma_config;
+
+static mma_config config_of(const fdy_op *op) {
+  mma_config best;
+  mma_dims d;
+  d.rows = (unsigned int)op->inputs[1].shape.dims[0];
+  d.in = (unsigned int)op->inputs[1].shape.dims[1];
+  d.out = (unsigned int)op->outputs[0].shape.dims[1];
+  d.group = d.in / (unsigned int)op->inputs[3].shape.dims[1];
+  d.in64 = (unsigned int)ceil_div(d.in, MMA_BK) * MMA_BK;
+  d.blocks = d.in64 / MMA_BK;
+  uint64_t best_cost = UINT64_MAX;
+  const int widths[2] = {4, 3};
+  for (int i = 0; i < 2; i++) {
+    const uint64_t tiles =
+        ceil_div(d.out, 32ull * widths[i]) * ceil_div(d.rows, MMA_BM);
+    uint64_t split = 1;
+    if (2 * tiles < MMA_TARGET_BLOCKS) {
+      split = MMA_TARGET_BLOCKS / tiles;
+      split = split > MMA_MAX_SPLIT ? MMA_MAX_SPLIT : split;
+      const uint64_t most = d.blocks / 4 > 0 ? d.blocks / 4 : 1;
+      split = split > most ? most : split;
+    }
+    /* waves x (inputs per block x outputs per block) */
+    const uint64_t cost = ceil_div(tiles * split, MMA_TARGET_BLOCKS) *
+                          ceil_div(d.blocks, split) * widths[i];
+    if (cost < best_cost) {
+      best_cost = cost;
+      best.nt = widths[i];
+      best.d = d;
+      best.d.split = (unsigned int)split;
+    }
+  }
+  return best;
+}
+
+static uint64_t shared_bytes_of(int nt) {
+  return (uint64_t)MMA_STAGES * (MMA_A_BYTES + 32ull * nt * MMA_ROW_BYTES);
+}
+
+extern "C" uint64_t fdy_cuda_matmul_q4_mma_shared_bytes(const fdy_op *op) {
+  return shared_bytes_of(config_of(op).nt);
+}
+
+/* Workspace: xh (rows x in64 halves), yscale (rows floats), then the
+ * partial sums when split (split x rows x out floats). */
+extern "C" uint64_t fdy_cuda_matmul_q4_mma_workspace_bytes(const fdy_op *op) {
+  const mma_config c = config_of(op);
+  uint64_t bytes =
+      aligned(2ull * c.d.rows * c.d.in64) + aligned(4ull * c.d.rows);
+  if (c.d.split > 1) {
+    bytes += 4ull * c.d.split * c.d.rows * c.d.out;
+  }
+  return bytes;
+}
+
+extern "C" cudaError_t fdy_cuda_matmul_q4_mma_prepare(uint64_t smem_optin) {
+  cudaError_t rc = cudaFuncSetAttribute(
+      mma_q4_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      (int)(smem_optin < shared_bytes_of(4) ? smem_optin : shared_bytes_of(4)));
+  if (rc == cudaSuccess) {
+    rc = cudaFuncSetAttribute(
+        mma_q4_kernel<3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        (int)(smem_optin < shared_bytes_of(3) ? smem_optin
+                                              : shared_bytes_of(3)));
+  }
+  const void *kernels[] = {(const void *)half_rows_kernel,
+                           (const void *)sum_splits_kernel};
+  for (size_t i = 0; rc == cudaSuccess && i < 2; i++) {
+    struct cudaFuncAttributes attributes;
+    rc = cudaFuncGetAttributes(&attributes, kernels[i]);
+  }
+  return rc;
+}
+
+extern "C" cudaError_t fdy_cuda_matmul_q4_mma_enqueue(const fdy_cuda_op_args *a,
+                                                      cudaStream_t stream) {
+  const fdy_op *op = a->op;
+  const mma_config c = config_of(op);
+  const mma_dims d = c.d;
+  const int32_t *step = (const int32_t *)a->in[0];
+  unsigned char *ws = (unsigned char *)a->workspace;
+  __half *xh = (__half *)ws;
+  float *yscale = (float *)(ws + aligned(2ull * d.rows * d.in64));
+  float *partial =
+      d.split > 1 ? (float *)((unsigned char *)yscale + aligned(4ull * d.rows))
+                  : NULL;
+  half_rows_kernel<<<d.rows, MMA_THREADS, 0, stream>>>(
+      step, (const float *)a->in[1], d.rows, d.in, d.in64, xh, yscale);
+  const dim3 grid((unsigned int)ceil_div(d.out, 32ull * c.nt),
+                  (unsigned int)ceil_div(d.rows, MMA_BM), d.split);
+  const bool bf16 = op->inputs[3].dtype == FDY_DTYPE_BF16;
+  const uint32_t *weight = (const uint32_t *)a->in[2];
+  const uint16_t *scales = (const uint16_t *)a->in[3];
+  const uint16_t *biases = (const uint16_t *)a->in[4];
+  float *y = (float *)a->out;
+  if (c.nt == 4) {
+    mma_q4_kernel<4><<<grid, MMA_THREADS, shared_bytes_of(4), stream>>>(
+        step, xh, yscale, weight, scales, biases, bf16, d, y, partial);
+  } else {
+    mma_q4_kernel<3><<<grid, MMA_THREADS, shared_bytes_of(3), stream>>>(
+        step, xh, yscale, weight, scales, biases, bf16, d, y, partial);
+  }
+  if (d.split > 1) {
+    const uint64_t n = (uint64_t)d.rows * d.out;
+    uint64_t blocks = ceil_div(n, MMA_THREADS);
+    const uint64_t cap = (uint64_t)a->sm_count * 8;
+    blocks = blocks > cap ? cap : blocks;
+    sum_splits_kernel<<<(unsigned int)blocks, MMA_THREADS, 0, stream>>>(
+        step, partial, yscale, d, y);
+  }
+  return cudaGetLastError();
+}
