@@ -34,7 +34,7 @@ if [ -n "$python" ]; then
   expect_cmd 0 "report consistency" "$python" - "$work/r.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
-assert r["format"] == "foundry.infer.report" and r["version"] == 1, r
+assert r["format"] == "foundry.infer.report" and r["version"] == 2, r
 assert r["status"] == "ok" and r["error"] is None
 assert r["implementation"] == "foundry" and r["backend"] == "cpu"
 assert r["build"]["git_commit"] and "git_dirty" in r["build"]
