@@ -188,6 +188,7 @@ typedef struct infer_state {
   /* weight bytes copied from the host: by setup (resident), by each run of
    * the steps (streamed), and the largest streamed copy */
   uint64_t resident_weight_bytes, streamed_decode_bytes;
+  uint64_t streamed_bytes; /* the distinct weights that are streamed */
   uint64_t streamed_prefill_bytes, largest_streamed_bytes;
   json_t *resident_units, *streamed_units; /* names of the weights */
   bool have_in_use; /* cuda: memory in use with the session created */
@@ -317,7 +318,7 @@ static json_t *weights_json(const infer_state *s) {
   json_object_set_new(
       w, "buffers", jint(o->buffers ? o->buffers : FDY_LLAMA_DEFAULT_BUFFERS));
   json_object_set_new(w, "resident_bytes", jint(s->resident_weight_bytes));
-  json_object_set_new(w, "streamed_bytes", jint(s->streamed_decode_bytes));
+  json_object_set_new(w, "streamed_bytes", jint(s->streamed_bytes));
   json_object_set_new(w, "streamed_bytes_per_decode_token",
                       jint(s->streamed_decode_bytes));
   json_object_set_new(w, "streamed_bytes_per_prefill_run",
@@ -749,8 +750,12 @@ static fdy_status statistics(infer_state *s, fdy_error *err) {
   return st;
 }
 
-/* The names of the weights that the plan's section prefetches, in order. */
-static json_t *prefetched_units(const fdy_plan *plan, const char *section) {
+/* The distinct weights that the plan's section prefetches, in order of
+ * their first copy: their names (a new array) and their bytes (bytes may be
+ * NULL). */
+static json_t *prefetched_units(const fdy_plan *plan, const char *section,
+                                uint64_t *bytes) {
+  uint64_t sum = 0;
   int64_t index = fdy_plan_find_section(plan, section);
   json_t *names = json_array();
   if (index < 0 || !names) {
@@ -760,11 +765,22 @@ static json_t *prefetched_units(const fdy_plan *plan, const char *section) {
   for (size_t i = sec->first; i < sec->first + sec->count; i++) {
     const fdy_command *c = fdy_plan_command(plan, i);
     fdy_tensor_info t;
-    if (c->kind == FDY_CMD_PREFETCH &&
+    if (c->kind != FDY_CMD_PREFETCH ||
         fdy_graph_tensor(fdy_plan_graph(plan), c->u.prefetch.weight, &t,
-                         NULL) == FDY_OK) {
-      json_array_append_new(names, bench_json_text(t.name));
+                         NULL) != FDY_OK) {
+      continue;
     }
+    bool seen = false;
+    for (size_t k = 0; k < json_array_size(names) && !seen; k++) {
+      seen = strcmp(json_string_value(json_array_get(names, k)), t.name) == 0;
+    }
+    if (!seen) {
+      json_array_append_new(names, bench_json_text(t.name));
+      sum += t.bytes;
+    }
+  }
+  if (bytes) {
+    *bytes = sum;
   }
   return names;
 }
@@ -795,8 +811,8 @@ static fdy_status describe_plan(infer_state *s, fdy_error *err) {
   if (largest_prefill > s->largest_streamed_bytes) {
     s->largest_streamed_bytes = largest_prefill;
   }
-  s->resident_units = prefetched_units(plan, "setup");
-  s->streamed_units = prefetched_units(plan, "decode");
+  s->resident_units = prefetched_units(plan, "setup", NULL);
+  s->streamed_units = prefetched_units(plan, "decode", &s->streamed_bytes);
   return st;
 }
 
