@@ -11,6 +11,8 @@ import json
 import sys
 
 FORMAT = "foundry.infer.report"
+# version 2 (foundry infer-bench since streaming) only adds fields
+VERSIONS = (1, 2)
 
 # (label, path in the report, unit scale, unit)
 ROWS = [
@@ -42,8 +44,9 @@ def get(report, path):
 def load(path):
     with open(path) as f:
         r = json.load(f)
-    if r.get("format") != FORMAT or r.get("version") != 1:
-        raise SystemExit("error: %s is not a %s version 1" % (path, FORMAT))
+    if r.get("format") != FORMAT or r.get("version") not in VERSIONS:
+        raise SystemExit("error: %s is not a %s of version %s" % (
+            path, FORMAT, " or ".join(map(str, VERSIONS))))
     if r.get("status") != "ok":
         raise SystemExit("error: %s records a failed run: %s" % (path, r.get("error")))
     return r

@@ -6,8 +6,13 @@
  * the JSON report (format FDY_INFER_REPORT_FORMAT) give the end-to-end
  * median with a bootstrap interval (foundry/bench.h statistics), prefill
  * time and tokens/s, time to first token, decode tokens/s, device memory
- * per class and the achieved decode bandwidth against the device-memory
- * bandwidth measured in the same run.
+ * per class, the achieved decode bandwidth against the device-memory
+ * bandwidth measured in the same run, the weights resident and streamed
+ * under the weight budget with the bytes streamed per decode token, host
+ * memory, and (cuda, weights streamed) decode tokens/s against the bound
+ * of the host-to-device ceiling measured in the same run. With a trace
+ * path, one more (unmeasured) execution on a session that times every
+ * command is written as a Chrome trace.
  *
  * Prompt ids of the protocol (reproduced by scripts/torch_baseline.py):
  * a SplitMix64 (foundry/bench.h) whose initial state is
@@ -26,7 +31,7 @@ extern "C" {
 #endif
 
 #define FDY_INFER_REPORT_FORMAT  "foundry.infer.report"
-#define FDY_INFER_REPORT_VERSION 1
+#define FDY_INFER_REPORT_VERSION 2
 #define FDY_INFER_PROTOCOL       "token-ids-512x128-v1"
 #define FDY_INFER_PROMPT_TOKENS  512u
 #define FDY_INFER_GEN_TOKENS     128u
@@ -47,6 +52,16 @@ void fdy_infer_prompt_ids(const fdy_llama_config *config, uint64_t seed,
 fdy_status fdy_infer_decode_weight_bytes(const fdy_plan *plan, uint64_t *out,
                                          fdy_error *err);
 
+/* Weight bytes the plan's section `section` copies from the host (its
+ * prefetch commands) into *bytes, and the largest single copy into
+ * *largest (may be NULL): for a step ("prefill", "decode") the weights it
+ * streams, every run; for "setup" the resident weights. Both 0 when the
+ * section copies none. FDY_ERR_NOT_FOUND when the plan has no such
+ * section. */
+fdy_status fdy_infer_copied_weight_bytes(const fdy_plan *plan,
+                                         const char *section, uint64_t *bytes,
+                                         uint64_t *largest, fdy_error *err);
+
 /* Everything `foundry infer-bench` was given. Borrowed for the call. */
 typedef struct fdy_infer_options {
   const fdy_llama_model *model;
@@ -61,8 +76,13 @@ typedef struct fdy_infer_options {
   uint32_t warmup;          /* discarded executions */
   uint32_t iterations;      /* > 0: measured executions */
   uint32_t context;         /* KV positions; 0 = prompt + gen_tokens */
+  uint64_t weight_budget;   /* device bytes for weights; 0 = the device's
+                               memory (everything resident when it fits) */
+  uint32_t buffers;         /* slots of streamed weights; 0 = the default */
+  uint32_t prefill_rows;    /* tokens per prefill run; 0 = the default */
   uint32_t bootstrap_resamples;
   const char *report_path; /* required: never overwritten */
+  const char *trace_path;  /* NULL = no trace; never overwritten */
   int argc;                /* invocation recorded in the report */
   char *const *argv;
   FILE *console; /* summary; NULL = none */
@@ -71,17 +91,24 @@ typedef struct fdy_infer_options {
 
 /* Checks that leave nothing behind: prompt_count, gen_tokens and iterations
  * positive, warmup + iterations within 32 bits (FDY_ERR_INVALID_ARGUMENT,
- * name = the flag), then the report path as fdy_bench_check_options does
- * (FDY_ERR_EXISTS, FDY_ERR_NOT_FOUND, FDY_ERR_IO, name = the path). */
+ * name = the flag), a trace path naming another file than the report
+ * (FDY_ERR_INVALID_ARGUMENT), then the report and trace paths as
+ * fdy_bench_check_options does (FDY_ERR_EXISTS, FDY_ERR_NOT_FOUND,
+ * FDY_ERR_IO, name = the path). */
 fdy_status fdy_infer_check_options(const fdy_infer_options *options,
                                    fdy_error *err);
 
-/* Creates one session on options->backend, measures the ceiling (cuda), runs
- * the executions, prints the summary and writes the report (also, with status
- * "failed" and the error, for a failure after the checks). *written (may be
+/* Creates one session on options->backend, measures the ceilings (cuda:
+ * device bandwidth; host-to-device from pinned memory when weights are
+ * streamed), runs the executions, and with a trace path replaces the
+ * session by one that collects timings and runs one more execution, the
+ * same ids, for the trace. Prints the summary and writes the trace and the
+ * report (the report also, with status "failed" and the error, for a
+ * failure after the checks; the trace only on success). *written (may be
  * NULL) says whether this run put the report in place. Errors:
  * fdy_infer_check_options, the prompt's ids against the vocabulary and the
- * context, and whatever the session reports. */
+ * context, and whatever the session reports (an impossible weight budget:
+ * FDY_ERR_BUDGET with expected = the budget, actual = the least one). */
 fdy_status fdy_infer_bench_run(const fdy_infer_options *options, bool *written,
                                fdy_error *err);
 

@@ -18,20 +18,29 @@ typedef struct fdy_llama_session fdy_llama_session;
 
 /* Default KV cache positions: max_position_embeddings, capped here. */
 #define FDY_LLAMA_DEFAULT_CONTEXT 4096u
-/* Default tokens per prefill run. */
-#define FDY_LLAMA_DEFAULT_PREFILL_ROWS 64u
+/* Default tokens per prefill run, capped at the context: a prompt of up to
+ * 512 tokens is one run of the prefill step. */
+#define FDY_LLAMA_DEFAULT_PREFILL_ROWS 512u
+/* Default slots for streamed weights (when the budget streams any). */
+#define FDY_LLAMA_DEFAULT_BUFFERS 2u
 
 typedef struct fdy_llama_session_options {
   fdy_backend *backend;   /* runs every op; required, outlives the session */
   uint32_t context;       /* KV cache positions; 0 = the model's
                              max_position_embeddings capped at
                              FDY_LLAMA_DEFAULT_CONTEXT */
-  uint32_t prefill_rows;  /* tokens per prefill run; 0 = the default */
+  uint32_t prefill_rows;  /* tokens per prefill run; 0 = the smaller of
+                             FDY_LLAMA_DEFAULT_PREFILL_ROWS and the
+                             context */
   fdy_dtype kv_dtype;     /* F32 (the zero value) or F16 */
   bool all_logits;        /* prefill returns every row's logits (verify) */
   uint64_t weight_budget; /* device bytes for weights; 0 = the device's
                              memory (everything resident when it fits) */
-  uint32_t buffers;       /* slots for streamed weights; 0 = 2 */
+  uint32_t buffers;       /* slots for streamed weights; 0 =
+                             FDY_LLAMA_DEFAULT_BUFFERS */
+  bool collect_timings;   /* the executor times every command of each run
+                             (fdy_llama_session_timings; traces): host work
+                             per command, so not for measured runs */
 } fdy_llama_session_options;
 
 /* A session: the model's graph, its plan (steps "prefill" and "decode")
@@ -57,6 +66,14 @@ uint32_t fdy_llama_session_context(const fdy_llama_session *session);
 fdy_executor_stats fdy_llama_session_stats(const fdy_llama_session *session);
 /* The session's plan (e.g. to save it). */
 const fdy_plan *fdy_llama_session_plan(const fdy_llama_session *session);
+/* Tokens per prefill run, default resolved. */
+uint32_t fdy_llama_session_prefill_rows(const fdy_llama_session *session);
+/* The per-command timings of the session's latest executor run (one run of
+ * the step "prefill" or "decode": a forward of up to prefill_rows tokens
+ * is one run) for a session created with collect_timings, else NULL (and
+ * *count 0). Valid until the next forward or destroy. */
+const fdy_command_timing *
+fdy_llama_session_timings(const fdy_llama_session *session, size_t *count);
 /* Forgets every position (the KV cache is overwritten as it refills). */
 void fdy_llama_session_reset(fdy_llama_session *session);
 /* Appends count tokens at the current position: runs of the prefill step

@@ -184,6 +184,16 @@ json_t *bench_report_json(const bench_state *s, fdy_status status,
                           const fdy_error *err);
 /* The Chrome Trace Event document of the kept execution timings. */
 json_t *bench_trace_json(const bench_state *s);
+/* Chrome Trace Event pieces (new references) of process 1: a metadata
+ * ("M") event `what` ("process_name", "thread_name") naming thread tid (0:
+ * the process) `name`; the sort index of thread tid (its id); a complete
+ * ("X") event from begin to end (fdy_now_ns clock) in microseconds since
+ * origin, args stolen. */
+json_t *bench_trace_metadata(const char *what, int tid, const char *name);
+json_t *bench_trace_sort_index(int tid);
+json_t *bench_trace_span(const char *name, const char *cat, int tid,
+                         int64_t begin, int64_t end, int64_t origin,
+                         json_t *args);
 /* Prints the console summary of a successful run. */
 void bench_print_summary(const bench_state *s, FILE *out);
 
@@ -206,5 +216,10 @@ fdy_status bench_write_json(const char *path, json_t *doc, fdy_error *err);
  * prefixed with flag (see fdy_bench_check_options). */
 fdy_status bench_check_output(const char *flag, const char *path,
                               fdy_error *err);
+/* --trace and --report name different files, also when spelled
+ * differently ("a/x.json", "./a/x.json"): else FDY_ERR_INVALID_ARGUMENT
+ * (name = the trace path). */
+fdy_status bench_check_distinct(const char *report_path, const char *trace_path,
+                                fdy_error *err);
 
 #endif

@@ -1,11 +1,13 @@
 /* `foundry infer-bench` (foundry/infer_bench.h): the protocol's prompt, the
- * weight bytes of a decode token, the executions on one session, their
- * statistics, the console summary and the report. */
+ * weight bytes of a decode token and the bytes its plan streams, the
+ * executions on one session, their statistics, the ceilings, the traced
+ * execution and its Chrome trace, the console summary and the report. */
 #include <inttypes.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "bench_internal.h"
@@ -78,6 +80,35 @@ fdy_status fdy_infer_decode_weight_bytes(const fdy_plan *plan, uint64_t *out,
   return FDY_OK;
 }
 
+fdy_status fdy_infer_copied_weight_bytes(const fdy_plan *plan,
+                                         const char *section, uint64_t *bytes,
+                                         uint64_t *largest, fdy_error *err) {
+  *bytes = 0;
+  if (largest) {
+    *largest = 0;
+  }
+  int64_t index = fdy_plan_find_section(plan, section);
+  if (index < 0) {
+    return fdy_error_set(err, FDY_ERR_NOT_FOUND,
+                         "the plan has no section \"%s\"", section);
+  }
+  const fdy_section *sec = fdy_plan_section(plan, (size_t)index);
+  const fdy_graph *g = fdy_plan_graph(plan);
+  for (size_t i = sec->first; i < sec->first + sec->count; i++) {
+    const fdy_command *c = fdy_plan_command(plan, i);
+    fdy_tensor_info t;
+    if (c->kind != FDY_CMD_PREFETCH ||
+        fdy_graph_tensor(g, c->u.prefetch.weight, &t, NULL) != FDY_OK) {
+      continue;
+    }
+    *bytes += t.bytes;
+    if (largest && t.bytes > *largest) {
+      *largest = t.bytes;
+    }
+  }
+  return FDY_OK;
+}
+
 fdy_status fdy_infer_check_options(const fdy_infer_options *o, fdy_error *err) {
   const char *zero = o->prompt_count == 0 ? "--prompt-tokens"
                      : o->gen_tokens == 0 ? "--gen-tokens"
@@ -107,13 +138,41 @@ fdy_status fdy_infer_check_options(const fdy_infer_options *o, fdy_error *err) {
   if (!o->report_path) {
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT, "--report is required");
   }
-  return bench_check_output("--report", o->report_path, err);
+  fdy_status st = o->trace_path
+                      ? bench_check_distinct(o->report_path, o->trace_path, err)
+                      : FDY_OK;
+  if (st == FDY_OK) {
+    st = bench_check_output("--report", o->report_path, err);
+  }
+  if (st == FDY_OK && o->trace_path) {
+    st = bench_check_output("--trace", o->trace_path, err);
+  }
+  return st;
 }
 
 /* One execution's times (seconds) and ids. */
 typedef struct infer_execution {
   double total, prefill, decode, decode_tps;
 } infer_execution;
+
+/* One executor run of the traced execution: a forward of `tokens` ids. */
+typedef struct trace_run {
+  uint32_t tokens;
+  int64_t begin_ns, end_ns; /* fdy_now_ns around the forward */
+  size_t first, count;      /* its timings: infer_trace.timings[first..] */
+} trace_run;
+
+/* The traced execution: every run's command timings, and its ids. */
+typedef struct infer_trace {
+  trace_run *runs;
+  size_t run_count;
+  fdy_command_timing *timings;
+  size_t timing_count, timing_cap;
+  int32_t *ids;
+  uint32_t id_count;
+  bool same_ids; /* the ids of the measured executions */
+  bool written;  /* the trace file is in place */
+} infer_trace;
 
 typedef struct infer_state {
   const fdy_infer_options *opt;
@@ -123,10 +182,19 @@ typedef struct infer_state {
   fdy_llama_session *session;
   fdy_executor_stats setup;
   uint32_t context;
+  uint32_t prefill_rows;
+  uint64_t budget; /* the plan's weight budget, default resolved */
   uint64_t decode_weight_bytes;
+  /* weight bytes copied from the host: by setup (resident), by each run of
+   * the steps (streamed), and the largest streamed copy */
+  uint64_t resident_weight_bytes, streamed_decode_bytes;
+  uint64_t streamed_bytes; /* the distinct weights that are streamed */
+  uint64_t streamed_prefill_bytes, largest_streamed_bytes;
+  json_t *resident_units, *streamed_units; /* names of the weights */
   bool have_in_use; /* cuda: memory in use with the session created */
   uint64_t in_use_bytes;
-  bench_ceiling d2d, read;
+  uint64_t peak_rss_bytes; /* after the measured executions */
+  bench_ceiling d2d, read, h2d;
   uint32_t done; /* executions finished, warmup first */
   infer_execution *runs;
   int32_t *first_ids; /* the first execution's ids */
@@ -136,6 +204,7 @@ typedef struct infer_state {
   fdy_bench_stats total;
   fdy_bench_interval total_ci;
   double prefill_median, decode_median, decode_tps_median;
+  infer_trace trace;
   const char *stage;
 } infer_state;
 
@@ -179,12 +248,14 @@ static json_t *protocol_json(const infer_state *s) {
   json_object_set_new(p, "iterations", jint(o->iterations));
   json_object_set_new(p, "bootstrap_resamples", jint(o->bootstrap_resamples));
   json_object_set_new(p, "context", jint(s->context));
+  json_object_set_new(p, "prefill_rows", jint(s->prefill_rows));
   json_object_set_new(p, "prompt_ids", ids_json(o->prompt, o->prompt_count));
   json_object_set_new(
       p, "execution",
-      json_string("session reset + prefill of the prompt + gen_tokens - 1 "
-                  "single-token decode passes (fdy_llama_generate); setup "
-                  "(session creation) outside"));
+      json_string("session reset + prefill of the prompt (runs of up to "
+                  "prefill_rows ids) + gen_tokens - 1 single-token decode "
+                  "passes (fdy_llama_generate); setup (session creation) "
+                  "outside"));
   return p;
 }
 
@@ -232,6 +303,52 @@ static json_t *memory_json(const infer_state *s) {
   return m;
 }
 
+static json_t *units_json(json_t *units) {
+  return units ? json_incref(units) : json_null();
+}
+
+static json_t *weights_json(const infer_state *s) {
+  const fdy_infer_options *o = s->opt;
+  const uint64_t *b = s->setup.class_bytes;
+  json_t *w = json_object();
+  json_object_set_new(w, "budget_bytes", jint(s->budget));
+  json_object_set_new(
+      w, "budget_source",
+      json_string(o->weight_budget ? "--weight-budget" : "device memory"));
+  json_object_set_new(
+      w, "buffers", jint(o->buffers ? o->buffers : FDY_LLAMA_DEFAULT_BUFFERS));
+  json_object_set_new(w, "resident_bytes", jint(s->resident_weight_bytes));
+  json_object_set_new(w, "streamed_bytes", jint(s->streamed_bytes));
+  json_object_set_new(w, "streamed_bytes_per_decode_token",
+                      jint(s->streamed_decode_bytes));
+  json_object_set_new(w, "streamed_bytes_per_prefill_run",
+                      jint(s->streamed_prefill_bytes));
+  json_object_set_new(w, "largest_streamed_bytes",
+                      jint(s->largest_streamed_bytes));
+  json_object_set_new(w, "device_resident_bytes", jint(b[FDY_BUFFER_RESIDENT]));
+  json_object_set_new(w, "device_slot_bytes", jint(b[FDY_BUFFER_SLOT]));
+  json_object_set_new(w, "resident_units", units_json(s->resident_units));
+  json_object_set_new(w, "streamed_units", units_json(s->streamed_units));
+  return w;
+}
+
+static json_t *host_memory_json(const infer_state *s) {
+  json_t *h = json_object();
+  json_object_set_new(h, "peak_rss_bytes",
+                      s->peak_rss_bytes ? jint(s->peak_rss_bytes)
+                                        : json_null());
+  json_object_set_new(h, "mapped_bytes", jint(s->setup.mapped_bytes));
+  json_object_set_new(h, "registered_bytes", jint(s->setup.registered_bytes));
+  json_object_set_new(h, "staging_bytes", jint(s->setup.staging_bytes));
+  json_object_set_new(
+      h, "note",
+      json_string("peak_rss: getrusage maximum resident set of the process "
+                  "after the measured executions; mapped: checkpoint files "
+                  "mapped by the executor; registered: host memory "
+                  "registered with the backend (pinned on cuda)"));
+  return h;
+}
+
 static json_t *ceiling_json(const bench_ceiling *c, const char *method) {
   if (!c->available) {
     return json_null();
@@ -241,6 +358,43 @@ static json_t *ceiling_json(const bench_ceiling *c, const char *method) {
   json_object_set_new(o, "bytes", jint(c->bytes));
   json_object_set_new(o, "repeats", jint(c->repeats));
   json_object_set_new(o, "bytes_per_second", jreal(c->bytes_per_second));
+  return o;
+}
+
+/* Decode tokens/s that streaming allows: the host-to-device ceiling over
+ * the bytes streamed per token. */
+static double streaming_bound(const infer_state *s) {
+  return s->h2d.bytes_per_second / (double)s->streamed_decode_bytes;
+}
+
+static const char *streaming_note(const infer_state *s) {
+  if (s->streamed_decode_bytes == 0) {
+    return "every weight is resident: nothing is streamed per token";
+  }
+  if (!s->h2d.available) {
+    return "the host-to-device ceiling is measured on the cuda backend only";
+  }
+  return "bound = h2d ceiling / streamed bytes per decode token; fraction = "
+         "median decode tokens/s / bound";
+}
+
+static json_t *streaming_json(const infer_state *s) {
+  bool bound = s->h2d.available && s->streamed_decode_bytes > 0;
+  json_t *o = json_object();
+  json_object_set_new(o, "streamed_bytes_per_decode_token",
+                      jint(s->streamed_decode_bytes));
+  json_object_set_new(
+      o, "h2d",
+      ceiling_json(&s->h2d, "fdy_cuda_measure_h2d from registered (pinned) "
+                            "host memory, one copy of the largest streamed "
+                            "weight"));
+  json_object_set_new(o, "decode_tokens_per_second_bound",
+                      bound ? jreal(streaming_bound(s)) : json_null());
+  json_object_set_new(o, "fraction_of_bound",
+                      bound && s->have_stats
+                          ? jreal(s->decode_tps_median / streaming_bound(s))
+                          : json_null());
+  json_object_set_new(o, "note", json_string(streaming_note(s)));
   return o;
 }
 
@@ -343,14 +497,65 @@ static json_t *report_json(const infer_state *s, fdy_status status,
   json_object_set_new(r, "setup_seconds",
                       jreal((double)s->setup.setup_ns * 1e-9));
   json_object_set_new(r, "memory", memory_json(s));
+  json_object_set_new(r, "weights", weights_json(s));
+  json_object_set_new(r, "host_memory", host_memory_json(s));
   json_object_set_new(r, "bandwidth", bandwidth_json(s));
+  json_object_set_new(r, "streaming", streaming_json(s));
   json_object_set_new(r, "executions", executions_json(s));
   json_object_set_new(r, "statistics", statistics_json(s));
   json_object_set_new(r, "generated_ids",
                       ids_json(s->first_ids, s->first_count));
   json_object_set_new(r, "ids_identical_across_executions",
                       s->first_ids ? json_boolean(s->same_ids) : json_null());
+  json_object_set_new(r, "trace",
+                      s->trace.written ? bench_json_text(s->opt->trace_path)
+                                       : json_null());
   return r;
+}
+
+/* The weights under the budget, and host memory. */
+static void print_weights(const infer_state *s, FILE *out) {
+  const fdy_infer_options *o = s->opt;
+  char budget[32], resident[32], streamed[32], slots[32];
+  fprintf(out,
+          "weights: %s resident, %s streamed per decode token through %s of "
+          "slots (budget %s%s, %" PRIu32 " buffers; %" PRIu32
+          " prefill rows)\n",
+          fdy_format_bytes(s->resident_weight_bytes, resident, sizeof resident),
+          fdy_format_bytes(s->streamed_decode_bytes, streamed, sizeof streamed),
+          fdy_format_bytes(s->setup.class_bytes[FDY_BUFFER_SLOT], slots,
+                           sizeof slots),
+          fdy_format_bytes(s->budget, budget, sizeof budget),
+          o->weight_budget ? "" : ": the device's memory",
+          o->buffers ? o->buffers : FDY_LLAMA_DEFAULT_BUFFERS, s->prefill_rows);
+  char rss[32], mapped[32], registered[32];
+  fprintf(out,
+          "host memory: peak RSS %s, checkpoint mapped %s, registered "
+          "with the backend %s\n",
+          fdy_format_bytes(s->peak_rss_bytes, rss, sizeof rss),
+          fdy_format_bytes(s->setup.mapped_bytes, mapped, sizeof mapped),
+          fdy_format_bytes(s->setup.registered_bytes, registered,
+                           sizeof registered));
+}
+
+/* Decode against the bound of the host-to-device ceiling. */
+static void print_streaming(const infer_state *s, FILE *out) {
+  if (s->streamed_decode_bytes == 0) {
+    return;
+  }
+  if (!s->h2d.available) {
+    fprintf(out, "streaming: host-to-device ceiling not measured on this "
+                 "backend\n");
+    return;
+  }
+  fprintf(out,
+          "streaming: host-to-device %.1f GB/s (pinned, same run) / %.1f MB "
+          "per token = %.1f tokens/s bound; decode %.1f tokens/s = %.1f%% "
+          "of it\n",
+          s->h2d.bytes_per_second * 1e-9,
+          (double)s->streamed_decode_bytes * 1e-6, streaming_bound(s),
+          s->decode_tps_median,
+          100.0 * s->decode_tps_median / streaming_bound(s));
 }
 
 static void print_summary(const infer_state *s, FILE *out) {
@@ -379,6 +584,7 @@ static void print_summary(const infer_state *s, FILE *out) {
                            sizeof w),
           fdy_format_bytes(b[FDY_BUFFER_STATE], kv, sizeof kv),
           fdy_format_bytes(b[FDY_BUFFER_ARENA], act, sizeof act));
+  print_weights(s, out);
   fprintf(out, "decode bandwidth: %s per token x %.1f tokens/s = %.1f GB/s",
           fdy_format_bytes(s->decode_weight_bytes, rd, sizeof rd),
           s->decode_tps_median, achieved_bandwidth(s) * 1e-9);
@@ -393,8 +599,46 @@ static void print_summary(const infer_state *s, FILE *out) {
   } else {
     fprintf(out, " (device bandwidth not measured on this backend)\n");
   }
+  print_streaming(s, out);
   fprintf(out, "generated ids identical across executions: %s\n",
           s->same_ids ? "yes" : "NO");
+}
+
+/* The host-to-device ceiling: copies of the largest streamed weight's
+ * bytes from page-locked host memory (registered with the backend, as the
+ * executor registers the checkpoint's mappings). */
+static fdy_status measure_h2d(infer_state *s, fdy_error *err) {
+  fdy_backend *b = s->opt->backend;
+  bench_ceiling c = {.available = true,
+                     .bytes = s->largest_streamed_bytes,
+                     .repeats = INFER_CEILING_REPEATS};
+  void *host = NULL;
+  if (c.bytes > SIZE_MAX || posix_memalign(&host, 4096, (size_t)c.bytes)) {
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
+                         "out of memory for the host-to-device ceiling's "
+                         "%" PRIu64 " bytes",
+                         c.bytes);
+  }
+  memset(host, 0x5a, (size_t)c.bytes);
+  fdy_backend_host *registration = NULL;
+  fdy_status st =
+      b->ops->host_register
+          ? b->ops->host_register(b, host, c.bytes, &registration, err)
+          : FDY_OK;
+  if (st == FDY_OK) {
+    st = fdy_cuda_measure_h2d(b, host, c.bytes, c.repeats, &c.bytes_per_second,
+                              err);
+  }
+  if (registration) {
+    b->ops->host_unregister(b, registration);
+  }
+  free(host);
+  if (st != FDY_OK) {
+    fdy_error_prefix(err, "measuring the host-to-device ceiling");
+    return st;
+  }
+  s->h2d = c;
+  return FDY_OK;
 }
 
 static fdy_status measure_ceilings(infer_state *s, fdy_error *err) {
@@ -415,6 +659,9 @@ static fdy_status measure_ceilings(infer_state *s, fdy_error *err) {
                                  &c.bytes_per_second, err);
   if (st == FDY_OK) {
     s->read = c;
+  }
+  if (st == FDY_OK && s->streamed_decode_bytes > 0) {
+    st = measure_h2d(s, err);
   }
   return st;
 }
@@ -503,6 +750,387 @@ static fdy_status statistics(infer_state *s, fdy_error *err) {
   return st;
 }
 
+/* The distinct weights that the plan's section prefetches, in order of
+ * their first copy: their names (a new array) and their bytes (bytes may be
+ * NULL). */
+static json_t *prefetched_units(const fdy_plan *plan, const char *section,
+                                uint64_t *bytes) {
+  uint64_t sum = 0;
+  int64_t index = fdy_plan_find_section(plan, section);
+  json_t *names = json_array();
+  if (index < 0 || !names) {
+    return names;
+  }
+  const fdy_section *sec = fdy_plan_section(plan, (size_t)index);
+  for (size_t i = sec->first; i < sec->first + sec->count; i++) {
+    const fdy_command *c = fdy_plan_command(plan, i);
+    fdy_tensor_info t;
+    if (c->kind != FDY_CMD_PREFETCH ||
+        fdy_graph_tensor(fdy_plan_graph(plan), c->u.prefetch.weight, &t,
+                         NULL) != FDY_OK) {
+      continue;
+    }
+    bool seen = false;
+    for (size_t k = 0; k < json_array_size(names) && !seen; k++) {
+      seen = strcmp(json_string_value(json_array_get(names, k)), t.name) == 0;
+    }
+    if (!seen) {
+      json_array_append_new(names, bench_json_text(t.name));
+      sum += t.bytes;
+    }
+  }
+  if (bytes) {
+    *bytes = sum;
+  }
+  return names;
+}
+
+/* What the plan of the session keeps resident and streams. */
+static fdy_status describe_plan(infer_state *s, fdy_error *err) {
+  const fdy_plan *plan = fdy_llama_session_plan(s->session);
+  s->context = fdy_llama_session_context(s->session);
+  s->prefill_rows = fdy_llama_session_prefill_rows(s->session);
+  s->budget = fdy_plan_budget(plan);
+  s->setup = fdy_llama_session_stats(s->session);
+  uint64_t largest_prefill = 0;
+  fdy_status st =
+      fdy_infer_decode_weight_bytes(plan, &s->decode_weight_bytes, err);
+  if (st == FDY_OK) {
+    st = fdy_infer_copied_weight_bytes(plan, "setup", &s->resident_weight_bytes,
+                                       NULL, err);
+  }
+  if (st == FDY_OK) {
+    st =
+        fdy_infer_copied_weight_bytes(plan, "decode", &s->streamed_decode_bytes,
+                                      &s->largest_streamed_bytes, err);
+  }
+  if (st == FDY_OK) {
+    st = fdy_infer_copied_weight_bytes(
+        plan, "prefill", &s->streamed_prefill_bytes, &largest_prefill, err);
+  }
+  if (largest_prefill > s->largest_streamed_bytes) {
+    s->largest_streamed_bytes = largest_prefill;
+  }
+  s->resident_units = prefetched_units(plan, "setup", NULL);
+  s->streamed_units = prefetched_units(plan, "decode", &s->streamed_bytes);
+  return st;
+}
+
+static fdy_llama_session_options
+session_options(const infer_state *s, uint64_t context, bool timings) {
+  const fdy_infer_options *o = s->opt;
+  return (fdy_llama_session_options){.backend = o->backend,
+                                     .context = (uint32_t)context,
+                                     .prefill_rows = o->prefill_rows,
+                                     .weight_budget = o->weight_budget,
+                                     .buffers = o->buffers,
+                                     .collect_timings = timings};
+}
+
+/* Appends the timings of the session's latest run as run `tokens`. */
+static fdy_status record_run(infer_state *s, uint32_t tokens, int64_t begin,
+                             int64_t end, fdy_error *err) {
+  infer_trace *t = &s->trace;
+  size_t count = 0;
+  const fdy_command_timing *timings =
+      fdy_llama_session_timings(s->session, &count);
+  if (t->timing_count + count > t->timing_cap) {
+    size_t cap = 2 * (t->timing_count + count);
+    fdy_command_timing *grown = realloc(t->timings, sizeof *grown * cap);
+    if (!grown) {
+      return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    t->timings = grown;
+    t->timing_cap = cap;
+  }
+  if (count) {
+    memcpy(t->timings + t->timing_count, timings, sizeof *timings * count);
+  }
+  t->runs[t->run_count++] = (trace_run){.tokens = tokens,
+                                        .begin_ns = begin,
+                                        .end_ns = end,
+                                        .first = t->timing_count,
+                                        .count = count};
+  t->timing_count += count;
+  return FDY_OK;
+}
+
+/* One forward of count ids, recorded. */
+static fdy_status traced_forward(infer_state *s, const int32_t *ids,
+                                 uint32_t count, fdy_error *err) {
+  int64_t begin = fdy_now_ns();
+  fdy_status st =
+      fdy_llama_session_forward(s->session, ids, count, NULL, NULL, err);
+  int64_t end = fdy_now_ns();
+  return st == FDY_OK ? record_run(s, count, begin, end, err) : st;
+}
+
+/* The traced execution: the measured session is replaced (device memory
+ * for one) by one that collects timings, which runs what
+ * fdy_llama_generate runs (prefill runs of up to prefill_rows ids, then
+ * gen_tokens - 1 single-id runs feeding back the device argmax) one
+ * forward at a time, so that every run's timings are kept. */
+static fdy_status run_trace(infer_state *s, fdy_error *err) {
+  const fdy_infer_options *o = s->opt;
+  infer_trace *t = &s->trace;
+  s->stage = "trace";
+  fdy_llama_session_destroy(s->session);
+  s->session = NULL;
+  fdy_llama_session_options so = session_options(s, s->context, true);
+  fdy_status st = fdy_llama_session_create(o->model, &so, &s->session, err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  uint32_t rows = fdy_llama_session_prefill_rows(s->session);
+  size_t runs = (o->prompt_count + (size_t)rows - 1) / rows + o->gen_tokens - 1;
+  t->runs = calloc(runs, sizeof *t->runs);
+  t->ids = calloc(o->gen_tokens, sizeof *t->ids);
+  if (!t->runs || !t->ids) {
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  for (uint32_t done = 0; st == FDY_OK && done < o->prompt_count;) {
+    uint32_t n = o->prompt_count - done < rows ? o->prompt_count - done : rows;
+    st = traced_forward(s, o->prompt + done, n, err);
+    done += n;
+  }
+  while (st == FDY_OK) {
+    t->ids[t->id_count++] = fdy_llama_session_next(s->session);
+    if (t->id_count == o->gen_tokens) {
+      break;
+    }
+    st = traced_forward(s, &t->ids[t->id_count - 1], 1, err);
+  }
+  t->same_ids = st == FDY_OK && t->id_count == s->first_count &&
+                memcmp(t->ids, s->first_ids, sizeof *t->ids * t->id_count) == 0;
+  return st;
+}
+
+/* ---- the trace ---------------------------------------------------------- */
+
+/* Rows of the trace: the host, then one per plan stream. */
+enum { TRACE_TID_HOST = 1, TRACE_TID_STREAM0 = 2 };
+
+/* The plan stream a command runs on or makes wait, -1 for host waits. */
+static int32_t command_stream(const fdy_command *c) {
+  switch (c->kind) {
+  case FDY_CMD_PREFETCH:
+    return (int32_t)c->u.prefetch.stream.v;
+  case FDY_CMD_COPY_INPUT:
+  case FDY_CMD_COPY_OUTPUT:
+    return (int32_t)c->u.copy.stream.v;
+  case FDY_CMD_LAUNCH:
+    return (int32_t)c->u.launch.stream.v;
+  case FDY_CMD_WAIT:
+    return c->u.wait.host ? -1 : (int32_t)c->u.wait.stream.v;
+  default:
+    return -1;
+  }
+}
+
+/* The name of the section that holds command `index`. */
+static const char *section_of(const fdy_plan *plan, uint32_t index) {
+  for (size_t k = 0; k < fdy_plan_section_count(plan); k++) {
+    const fdy_section *sec = fdy_plan_section(plan, k);
+    if (index >= sec->first && index < sec->first + sec->count) {
+      return sec->name;
+    }
+  }
+  return "?";
+}
+
+/* "rmsnorm decode.layer.0.attn_norm", "prefetch layer.3", "copy_input
+ * decode.step", "wait host (event 41)", "wait stream 0 (event 7)". */
+static void command_name(const fdy_plan *plan, const fdy_command *c, char *buf,
+                         size_t cap) {
+  const fdy_graph *g = fdy_plan_graph(plan);
+  const char *kind = fdy_command_kind_name(c->kind);
+  fdy_op_info op;
+  fdy_tensor_info t;
+  switch (c->kind) {
+  case FDY_CMD_LAUNCH:
+    if (fdy_graph_op(g, c->u.launch.op, &op, NULL) == FDY_OK) {
+      snprintf(buf, cap, "%s %s", fdy_op_kind_name(op.kind), op.name);
+      return;
+    }
+    break;
+  case FDY_CMD_PREFETCH:
+    if (fdy_graph_tensor(g, c->u.prefetch.weight, &t, NULL) == FDY_OK) {
+      snprintf(buf, cap, "%s %s", kind, t.name);
+      return;
+    }
+    break;
+  case FDY_CMD_COPY_INPUT:
+  case FDY_CMD_COPY_OUTPUT:
+    if (fdy_graph_tensor(g, c->u.copy.tensor, &t, NULL) == FDY_OK) {
+      snprintf(buf, cap, "%s %s", kind, t.name);
+      return;
+    }
+    break;
+  case FDY_CMD_WAIT:
+    if (c->u.wait.host) {
+      snprintf(buf, cap, "wait host (event %" PRIu32 ")", c->u.wait.event.v);
+    } else {
+      snprintf(buf, cap, "wait stream %" PRIu32 " (event %" PRIu32 ")",
+               c->u.wait.stream.v, c->u.wait.event.v);
+    }
+    return;
+  default:
+    break;
+  }
+  snprintf(buf, cap, "%s", kind);
+}
+
+static const char *command_category(fdy_command_kind kind) {
+  return kind == FDY_CMD_LAUNCH ? "launch"
+         : kind == FDY_CMD_WAIT ? "wait"
+                                : "copy";
+}
+
+/* "stream 1: weight prefetches, stream waits": what the steps put on it. */
+static void stream_row_name(const fdy_plan *plan, uint32_t stream, char *buf,
+                            size_t cap) {
+  bool seen[FDY_CMD_KIND_COUNT] = {false};
+  size_t sections = fdy_plan_section_count(plan);
+  for (size_t k = 1; k + 1 < sections; k++) {
+    const fdy_section *sec = fdy_plan_section(plan, k);
+    for (size_t i = sec->first; i < sec->first + sec->count; i++) {
+      const fdy_command *c = fdy_plan_command(plan, i);
+      if (command_stream(c) == (int32_t)stream) {
+        seen[c->kind] = true;
+      }
+    }
+  }
+  static const struct {
+    fdy_command_kind kind;
+    const char *what;
+  } parts[] = {{FDY_CMD_LAUNCH, "op launches"},
+               {FDY_CMD_PREFETCH, "weight prefetches"},
+               {FDY_CMD_COPY_INPUT, "input copies"},
+               {FDY_CMD_COPY_OUTPUT, "output copies"},
+               {FDY_CMD_WAIT, "stream waits"}};
+  int used = snprintf(buf, cap, "stream %" PRIu32 ":", stream);
+  const char *sep = " ";
+  bool any = false;
+  for (size_t k = 0; k < FDY_CMD_KIND_COUNT; k++) {
+    any = any || seen[k];
+  }
+  if (!any) {
+    snprintf(buf, cap, "stream %" PRIu32 ": idle in the steps", stream);
+    return;
+  }
+  for (size_t p = 0; p < sizeof parts / sizeof parts[0]; p++) {
+    if (seen[parts[p].kind] && used >= 0 && (size_t)used < cap) {
+      used +=
+          snprintf(buf + used, cap - (size_t)used, "%s%s", sep, parts[p].what);
+      sep = ", ";
+    }
+  }
+}
+
+static json_t *trace_args(size_t run, const char *step) {
+  json_t *args = json_object();
+  json_object_set_new(args, "run", jint(run));
+  json_object_set_new(args, "step", json_string(step));
+  return args;
+}
+
+/* The Chrome Trace Event document of the traced execution: on the host
+ * row each run (a forward) and the host waits, on the row of its plan
+ * stream every other command, at device times where the backend gave
+ * them. */
+static json_t *trace_json(const infer_state *s) {
+  const infer_trace *t = &s->trace;
+  const fdy_plan *plan = fdy_llama_session_plan(s->session);
+  json_t *doc = json_object();
+  json_t *events = json_array();
+  if (!doc || !events) {
+    json_decref(doc);
+    json_decref(events);
+    return NULL;
+  }
+  char text[256];
+  snprintf(text, sizeof text, "foundry infer-bench (%s backend: %s)",
+           s->opt->backend_name, s->have_caps ? s->caps.name : "?");
+  json_array_append_new(events, bench_trace_metadata("process_name", 0, text));
+  json_array_append_new(events,
+                        bench_trace_metadata("thread_name", TRACE_TID_HOST,
+                                             "host: runs and host waits"));
+  json_array_append_new(events, bench_trace_sort_index(TRACE_TID_HOST));
+  for (uint32_t k = 0; k < fdy_plan_stream_count(plan); k++) {
+    stream_row_name(plan, k, text, sizeof text);
+    json_array_append_new(
+        events,
+        bench_trace_metadata("thread_name", TRACE_TID_STREAM0 + (int)k, text));
+    json_array_append_new(events,
+                          bench_trace_sort_index(TRACE_TID_STREAM0 + (int)k));
+  }
+  int64_t origin = t->run_count ? t->runs[0].begin_ns : 0;
+  uint64_t device_timed = 0, host_timed = 0;
+  for (size_t r = 0; r < t->run_count; r++) {
+    const trace_run *run = &t->runs[r];
+    const char *step =
+        run->count ? section_of(plan, t->timings[run->first].command_index)
+                   : "?";
+    snprintf(text, sizeof text, "%s run %zu: %" PRIu32 " ids", step, r,
+             run->tokens);
+    json_t *args = trace_args(r, step);
+    json_object_set_new(args, "tokens", jint(run->tokens));
+    json_array_append_new(events, bench_trace_span(text, "run", TRACE_TID_HOST,
+                                                   run->begin_ns, run->end_ns,
+                                                   origin, args));
+    for (size_t i = run->first; i < run->first + run->count; i++) {
+      const fdy_command_timing *tm = &t->timings[i];
+      const fdy_command *c = fdy_plan_command(plan, tm->command_index);
+      if (!c) {
+        continue;
+      }
+      command_name(plan, c, text, sizeof text);
+      bool device =
+          tm->device_start_ns >= 0 && tm->device_end_ns >= tm->device_start_ns;
+      device_timed += device;
+      host_timed += !device;
+      args = trace_args(r, step);
+      json_object_set_new(args, "command", jint(tm->command_index));
+      json_object_set_new(args, "stream", json_integer(tm->stream));
+      json_object_set_new(args, "clock",
+                          json_string(device ? "device" : "host"));
+      json_array_append_new(
+          events,
+          bench_trace_span(
+              text, command_category(c->kind),
+              tm->stream >= 0 ? TRACE_TID_STREAM0 + tm->stream : TRACE_TID_HOST,
+              device ? tm->device_start_ns : tm->host_begin_ns,
+              device ? tm->device_end_ns : tm->host_end_ns, origin, args));
+    }
+  }
+  json_object_set_new(doc, "traceEvents", events);
+  json_object_set_new(doc, "displayTimeUnit", json_string("ms"));
+  json_t *other = json_object();
+  json_object_set_new(other, "format", json_string(FDY_INFER_REPORT_FORMAT));
+  json_object_set_new(other, "report", bench_json_text(s->opt->report_path));
+  json_object_set_new(
+      other, "execution",
+      json_string("one unmeasured execution after the measured ones, on a "
+                  "session created with collect_timings: the runs of "
+                  "fdy_llama_generate one forward at a time"));
+  json_object_set_new(
+      other, "timestamps",
+      json_string("microseconds since the first run began (fdy_now_ns); "
+                  "copies and launches at the device times of the "
+                  "backend's events where it gives them (args.clock "
+                  "\"device\"), waits and any command without them at "
+                  "their host issue times (args.clock \"host\")"));
+  json_object_set_new(other, "device_timed_events", jint(device_timed));
+  json_object_set_new(other, "host_timed_events", jint(host_timed));
+  json_object_set_new(other, "runs", jint(t->run_count));
+  json_object_set_new(other, "prefill_rows",
+                      jint(fdy_llama_session_prefill_rows(s->session)));
+  json_object_set_new(other, "ids_identical_to_measured",
+                      json_boolean(t->same_ids));
+  json_object_set_new(doc, "otherData", other);
+  return doc;
+}
+
 static fdy_status run(infer_state *s, fdy_error *err) {
   const fdy_infer_options *o = s->opt;
   s->stage = "setup";
@@ -517,16 +1145,12 @@ static fdy_status run(infer_state *s, fdy_error *err) {
   if (context > c->max_position_embeddings) {
     context = c->max_position_embeddings;
   }
-  fdy_llama_session_options so = {.backend = o->backend,
-                                  .context = (uint32_t)context};
+  fdy_llama_session_options so = session_options(s, context, false);
   st = fdy_llama_session_create(o->model, &so, &s->session, err);
   if (st != FDY_OK) {
     return st;
   }
-  s->context = fdy_llama_session_context(s->session);
-  s->setup = fdy_llama_session_stats(s->session);
-  st = fdy_infer_decode_weight_bytes(fdy_llama_session_plan(s->session),
-                                     &s->decode_weight_bytes, err);
+  st = describe_plan(s, err);
   if (st == FDY_OK && strcmp(o->backend_name, "cuda") == 0) {
     st = fdy_cuda_memory_in_use(o->backend, &s->in_use_bytes, err);
     s->have_in_use = st == FDY_OK;
@@ -537,8 +1161,15 @@ static fdy_status run(infer_state *s, fdy_error *err) {
   if (st == FDY_OK) {
     st = run_executions(s, err);
   }
+  struct rusage usage;
+  if (getrusage(RUSAGE_SELF, &usage) == 0) {
+    s->peak_rss_bytes = (uint64_t)usage.ru_maxrss * 1024; /* KiB on Linux */
+  }
   if (st == FDY_OK) {
     st = statistics(s, err);
+  }
+  if (st == FDY_OK && o->trace_path) {
+    st = run_trace(s, err);
   }
   return st;
 }
@@ -560,6 +1191,11 @@ fdy_status fdy_infer_bench_run(const fdy_infer_options *options, bool *written,
     return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   }
   st = run(&s, err);
+  if (st == FDY_OK && options->trace_path) {
+    s.stage = "trace";
+    st = bench_write_json(options->trace_path, trace_json(&s), err);
+    s.trace.written = st == FDY_OK;
+  }
   if (st == FDY_OK && options->console) {
     print_summary(&s, options->console);
   }
@@ -576,6 +1212,11 @@ fdy_status fdy_infer_bench_run(const fdy_infer_options *options, bool *written,
     st = wst;
   }
   fdy_llama_session_destroy(s.session);
+  json_decref(s.resident_units);
+  json_decref(s.streamed_units);
+  free(s.trace.runs);
+  free(s.trace.timings);
+  free(s.trace.ids);
   free(s.first_ids);
   free(s.runs);
   return st;

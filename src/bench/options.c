@@ -114,6 +114,28 @@ fdy_status bench_check_output(const char *flag, const char *path,
   return st;
 }
 
+fdy_status bench_check_distinct(const char *report_path, const char *trace_path,
+                                fdy_error *err) {
+  char *a = NULL, *b = NULL;
+  fdy_status st = canonical_path(report_path, &a, err);
+  if (st == FDY_OK) {
+    st = canonical_path(trace_path, &b, err);
+  }
+  bool same = st == FDY_OK &&
+              (strcmp(report_path, trace_path) == 0 || strcmp(a, b) == 0);
+  free(a);
+  free(b);
+  if (st != FDY_OK) {
+    return st;
+  }
+  if (same) {
+    return named_error(err, FDY_ERR_INVALID_ARGUMENT, trace_path,
+                       "--trace and --report name the same file '%s'",
+                       trace_path);
+  }
+  return FDY_OK;
+}
+
 static fdy_status check_paths(const fdy_bench_options *o, fdy_error *err) {
   if (o->trace_path && !o->report_path) {
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
@@ -121,22 +143,9 @@ static fdy_status check_paths(const fdy_bench_options *o, fdy_error *err) {
                          "report)");
   }
   if (o->report_path && o->trace_path) {
-    char *a = NULL, *b = NULL;
-    fdy_status st = canonical_path(o->report_path, &a, err);
-    if (st == FDY_OK) {
-      st = canonical_path(o->trace_path, &b, err);
-    }
-    bool same = st == FDY_OK && (strcmp(o->report_path, o->trace_path) == 0 ||
-                                 strcmp(a, b) == 0);
-    free(a);
-    free(b);
+    fdy_status st = bench_check_distinct(o->report_path, o->trace_path, err);
     if (st != FDY_OK) {
       return st;
-    }
-    if (same) {
-      return named_error(err, FDY_ERR_INVALID_ARGUMENT, o->trace_path,
-                         "--trace and --report name the same file '%s'",
-                         o->trace_path);
     }
   }
   if (o->report_path) {

@@ -18,7 +18,7 @@ const char *bench_trace_scope(const bench_state *s) {
   return s->trace_all ? "all" : "last_measured";
 }
 
-static json_t *metadata(const char *what, int tid, const char *name) {
+json_t *bench_trace_metadata(const char *what, int tid, const char *name) {
   json_t *e = json_object();
   json_object_set_new(e, "name", json_string(what));
   json_object_set_new(e, "ph", json_string("M"));
@@ -32,7 +32,7 @@ static json_t *metadata(const char *what, int tid, const char *name) {
   return e;
 }
 
-static json_t *sort_index(int tid) {
+json_t *bench_trace_sort_index(int tid) {
   json_t *e = json_object();
   json_object_set_new(e, "name", json_string("thread_sort_index"));
   json_object_set_new(e, "ph", json_string("M"));
@@ -48,9 +48,9 @@ static double us(int64_t ns, int64_t origin) {
   return (double)(ns - origin) / 1e3;
 }
 
-/* A complete ("X") event; args is stolen. */
-static json_t *span(const char *name, const char *cat, int tid, int64_t begin,
-                    int64_t end, int64_t origin, json_t *args) {
+json_t *bench_trace_span(const char *name, const char *cat, int tid,
+                         int64_t begin, int64_t end, int64_t origin,
+                         json_t *args) {
   json_t *e = json_object();
   json_object_set_new(e, "name", bench_json_text(name));
   json_object_set_new(e, "cat", json_string(cat));
@@ -107,8 +107,9 @@ static void trace_execution(const bench_state *s, const bench_execution *x,
   json_object_set_new(args, "round", json_integer(x->round));
   json_object_set_new(args, "elapsed_ns",
                       json_integer(x->end_ns - x->begin_ns));
-  json_array_append_new(events, span(name, "execution", TID_HOST, x->begin_ns,
-                                     x->end_ns, origin, args));
+  json_array_append_new(events,
+                        bench_trace_span(name, "execution", TID_HOST,
+                                         x->begin_ns, x->end_ns, origin, args));
   for (size_t i = 0; i < x->timing_count; i++) {
     const fdy_command_timing *t = &x->timings[i];
     const fdy_command *c = fdy_plan_command(plan, t->command_index);
@@ -121,16 +122,17 @@ static void trace_execution(const bench_state *s, const bench_execution *x,
                         json_integer((json_int_t)x->sequence));
     json_object_set_new(args, "command", json_integer(t->command_index));
     json_object_set_new(args, "buffers", json_integer(buffers));
-    json_array_append_new(events,
-                          span(name, "issue", TID_HOST, t->host_begin_ns,
-                               t->host_end_ns, origin, json_incref(args)));
+    json_array_append_new(
+        events, bench_trace_span(name, "issue", TID_HOST, t->host_begin_ns,
+                                 t->host_end_ns, origin, json_incref(args)));
     if ((c->kind == FDY_CMD_PREFETCH || c->kind == FDY_CMD_LAUNCH) &&
         t->device_start_ns >= 0 && t->device_end_ns >= t->device_start_ns) {
       json_array_append_new(
-          events, span(name, c->kind == FDY_CMD_PREFETCH ? "copy" : "compute",
-                       c->kind == FDY_CMD_PREFETCH ? TID_COPY : TID_COMPUTE,
-                       t->device_start_ns, t->device_end_ns, origin,
-                       json_incref(args)));
+          events,
+          bench_trace_span(
+              name, c->kind == FDY_CMD_PREFETCH ? "copy" : "compute",
+              c->kind == FDY_CMD_PREFETCH ? TID_COPY : TID_COMPUTE,
+              t->device_start_ns, t->device_end_ns, origin, json_incref(args)));
     }
     json_decref(args);
   }
@@ -149,18 +151,20 @@ json_t *bench_trace_json(const bench_state *s) {
   snprintf(process, sizeof process, "foundry bench (%s backend: %s)",
            fdy_bench_backend_name(s->backend_kind),
            s->have_caps ? s->caps.name : "?");
-  json_array_append_new(events, metadata("process_name", 0, process));
   json_array_append_new(events,
-                        metadata("thread_name", TID_HOST, "CPU: host issue"));
+                        bench_trace_metadata("process_name", 0, process));
   json_array_append_new(
-      events, metadata("thread_name", TID_COPY,
-                       cuda ? "GPU: copy" : "cpu backend: copy (worker)"));
+      events, bench_trace_metadata("thread_name", TID_HOST, "CPU: host issue"));
   json_array_append_new(
       events,
-      metadata("thread_name", TID_COMPUTE,
-               cuda ? "GPU: compute" : "cpu backend: compute (worker)"));
+      bench_trace_metadata("thread_name", TID_COPY,
+                           cuda ? "GPU: copy" : "cpu backend: copy (worker)"));
+  json_array_append_new(
+      events, bench_trace_metadata("thread_name", TID_COMPUTE,
+                                   cuda ? "GPU: compute"
+                                        : "cpu backend: compute (worker)"));
   for (int tid = TID_HOST; tid <= TID_COMPUTE; tid++) {
-    json_array_append_new(events, sort_index(tid));
+    json_array_append_new(events, bench_trace_sort_index(tid));
   }
   int64_t origin = bench_origin_ns(s);
   for (size_t i = 0; i < s->execution_count; i++) {

@@ -229,6 +229,20 @@ static fdy_status parse_kv_dtype(const char *text, fdy_dtype *out,
                        "--kv-dtype must be f32 or f16, got '%s'", text);
 }
 
+/* A positive size ("512MiB", "2GiB", "1048576") as a weight budget. */
+static fdy_status parse_budget(const char *text, uint64_t *out,
+                               fdy_error *err) {
+  uint64_t bytes = 0;
+  if (fdy_parse_bytes(text, &bytes, NULL) != FDY_OK || bytes == 0) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "--weight-budget must be a positive size in bytes "
+                         "or binary units (512MiB, 2GiB), got '%s'",
+                         text);
+  }
+  *out = bytes;
+  return FDY_OK;
+}
+
 fdy_status fdy_cli_session_flag(int opt, const char *arg,
                                 fdy_cli_session_flags *flags, bool *handled,
                                 fdy_error *err) {
@@ -248,8 +262,59 @@ fdy_status fdy_cli_session_flag(int opt, const char *arg,
                               err);
   case FDY_CLI_OPT_KV_DTYPE:
     return parse_kv_dtype(arg, &flags->kv_dtype, err);
+  case FDY_CLI_OPT_WEIGHT_BUDGET:
+    return parse_budget(arg, &flags->weight_budget, err);
+  case FDY_CLI_OPT_BUFFERS:
+    return fdy_cli_parse_uint("--buffers", arg, 1, FDY_CLI_MAX_BUFFERS,
+                              &flags->buffers, err);
+  case FDY_CLI_OPT_PREFILL_ROWS:
+    return fdy_cli_parse_uint("--prefill-rows", arg, 1,
+                              FDY_CLI_MAX_PREFILL_ROWS, &flags->prefill_rows,
+                              err);
   default:
     *handled = false;
     return FDY_OK;
   }
+}
+
+void fdy_cli_explain_budget(const fdy_cli_session_flags *flags,
+                            fdy_error *err) {
+  if (!err || err->kind != FDY_ERR_BUDGET) {
+    return;
+  }
+  char budget[32], least[32];
+  fdy_format_bytes(err->expected, budget, sizeof budget);
+  fdy_format_bytes(err->actual, least, sizeof least);
+  unsigned long long buffers =
+      flags->buffers ? flags->buffers : FDY_LLAMA_DEFAULT_BUFFERS;
+  size_t len = strlen(err->message);
+  snprintf(err->message + len, sizeof err->message - len,
+           " (--weight-budget %s is too small for --buffers %llu: at least "
+           "%s)",
+           budget, buffers, least);
+}
+
+void fdy_cli_session_flags_help(FILE *out) {
+  fprintf(out,
+          "  --weight-budget SIZE  device bytes for weights: 512MiB, 2GiB or\n"
+          "                   bytes (default: the device's memory, every\n"
+          "                   weight resident when it fits); what does not\n"
+          "                   fit is streamed through --buffers slots\n"
+          "  --buffers N      slots of streamed weights, 1 to %u (default %u)\n"
+          "  --prefill-rows N tokens per prefill run, 1 to %u (default %u,\n"
+          "                   at most the context)\n",
+          FDY_CLI_MAX_BUFFERS, FDY_LLAMA_DEFAULT_BUFFERS,
+          FDY_CLI_MAX_PREFILL_ROWS, FDY_LLAMA_DEFAULT_PREFILL_ROWS);
+}
+
+fdy_llama_session_options
+fdy_cli_session_options(const fdy_cli_session_flags *flags,
+                        fdy_backend *backend) {
+  return (fdy_llama_session_options){.backend = backend,
+                                     .context = (uint32_t)flags->context,
+                                     .prefill_rows =
+                                         (uint32_t)flags->prefill_rows,
+                                     .kv_dtype = flags->kv_dtype,
+                                     .weight_budget = flags->weight_budget,
+                                     .buffers = (uint32_t)flags->buffers};
 }

@@ -9,8 +9,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <stdio.h>
+
 #include "foundry/backend.h"
 #include "foundry/core.h"
+#include "foundry/llama_session.h"
 
 enum { FDY_EXIT_OK = 0, FDY_EXIT_FAILURE = 1, FDY_EXIT_USAGE = 2 };
 
@@ -69,23 +72,36 @@ fdy_status fdy_cli_backend_create(const char *name, uint32_t threads,
 
 /* The flags of a Llama session that generate, chat, verify and infer-bench
  * share, parsed once here: --backend cpu|cuda, --threads T (1..256),
- * --context C (>= 1) and --kv-dtype f32|f16. A command lists the ones it
- * takes in its option table under the FDY_CLI_OPT_* values. */
+ * --context C (>= 1), --kv-dtype f32|f16, --weight-budget SIZE (a positive
+ * size in bytes or binary units: 512MiB, 2GiB; fdy_parse_bytes),
+ * --buffers N (1..FDY_CLI_MAX_BUFFERS) and --prefill-rows N
+ * (1..FDY_CLI_MAX_PREFILL_ROWS). A command lists the ones it takes in its
+ * option table under the FDY_CLI_OPT_* values. */
 typedef struct fdy_cli_session_flags {
   const char *backend; /* "cpu" or "cuda" */
   uint64_t threads;    /* 0 = the backend's default */
   uint64_t context;    /* 0 = the session's default */
   fdy_dtype kv_dtype;
+  uint64_t weight_budget; /* device bytes for weights; 0 = the session's
+                             default (the device's memory) */
+  uint64_t buffers;       /* slots of streamed weights; 0 = the default */
+  uint64_t prefill_rows;  /* tokens per prefill run; 0 = the default */
 } fdy_cli_session_flags;
 
 #define FDY_CLI_SESSION_FLAGS_DEFAULT                                          \
   { .backend = "cpu", .kv_dtype = FDY_DTYPE_F32 }
 
+#define FDY_CLI_MAX_BUFFERS      64u
+#define FDY_CLI_MAX_PREFILL_ROWS 65536u
+
 enum {
   FDY_CLI_OPT_BACKEND = 0x1000,
   FDY_CLI_OPT_THREADS,
   FDY_CLI_OPT_CONTEXT,
-  FDY_CLI_OPT_KV_DTYPE
+  FDY_CLI_OPT_KV_DTYPE,
+  FDY_CLI_OPT_WEIGHT_BUDGET,
+  FDY_CLI_OPT_BUFFERS,
+  FDY_CLI_OPT_PREFILL_ROWS
 };
 
 /* Parses option opt into flags when it is one of the FDY_CLI_OPT_* values
@@ -95,6 +111,23 @@ enum {
 fdy_status fdy_cli_session_flag(int opt, const char *arg,
                                 fdy_cli_session_flags *flags, bool *handled,
                                 fdy_error *err);
+
+/* The help lines of --weight-budget, --buffers and --prefill-rows. */
+void fdy_cli_session_flags_help(FILE *out);
+
+/* The session options of flags on backend (all_logits and collect_timings
+ * off). */
+fdy_llama_session_options
+fdy_cli_session_options(const fdy_cli_session_flags *flags,
+                        fdy_backend *backend);
+
+/* After a session failed to be created with FDY_ERR_BUDGET (the planner:
+ * err->expected = the budget, err->actual = the least budget that works
+ * with these buffers), appends to err->message the minimum in binary units
+ * and the flags to change ("(--weight-budget 1 MiB is too small for
+ * --buffers 2: at least 6.76 MiB)"); --buffers unset counts as
+ * FDY_LLAMA_DEFAULT_BUFFERS. Any other error is left alone. */
+void fdy_cli_explain_budget(const fdy_cli_session_flags *flags, fdy_error *err);
 
 /* Reads the whole regular file at path as raw bytes (foundry/input.h);
  * *out is malloc'd with a NUL after the *len bytes. FDY_ERR_NOT_FOUND /

@@ -46,9 +46,10 @@ void fdy_cmd_generate_help(FILE *out) {
           "  --threads T      cpu backend threads (default: online CPUs)\n"
           "  --context C      KV cache positions (default: the model's\n"
           "                   max_position_embeddings, at most 4096)\n"
-          "  --kv-dtype D     KV cache dtype: f32 (default) or f16\n"
-          "  --ignore-eos     decode all N ids even after an EOS id\n"
-          "  --json           print one JSON object instead of text\n");
+          "  --kv-dtype D     KV cache dtype: f32 (default) or f16\n");
+  fdy_cli_session_flags_help(out);
+  fprintf(out, "  --ignore-eos     decode all N ids even after an EOS id\n"
+               "  --json           print one JSON object instead of text\n");
 }
 
 /* What the run was: backend, threads (cpu) and context. */
@@ -138,6 +139,13 @@ static void print_text(const run_info *run, uint32_t prompt_count,
                           weights, sizeof weights),
          fdy_format_bytes(bytes[FDY_BUFFER_STATE], kv, sizeof kv), run->context,
          fdy_format_bytes(bytes[FDY_BUFFER_ARENA], act, sizeof act));
+  if (bytes[FDY_BUFFER_SLOT] > 0) {
+    char resident[32], slots[32];
+    printf(
+        "weights: %s resident, %s of slots for the streamed ones\n",
+        fdy_format_bytes(bytes[FDY_BUFFER_RESIDENT], resident, sizeof resident),
+        fdy_format_bytes(bytes[FDY_BUFFER_SLOT], slots, sizeof slots));
+  }
 }
 
 /* The prompt's ids from text (text, else the file at text_file): BOS +
@@ -198,6 +206,9 @@ int fdy_cmd_generate(int argc, char **argv) {
       {"threads", required_argument, NULL, FDY_CLI_OPT_THREADS},
       {"context", required_argument, NULL, FDY_CLI_OPT_CONTEXT},
       {"kv-dtype", required_argument, NULL, FDY_CLI_OPT_KV_DTYPE},
+      {"weight-budget", required_argument, NULL, FDY_CLI_OPT_WEIGHT_BUDGET},
+      {"buffers", required_argument, NULL, FDY_CLI_OPT_BUFFERS},
+      {"prefill-rows", required_argument, NULL, FDY_CLI_OPT_PREFILL_ROWS},
       {"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
       {"json", no_argument, NULL, OPT_JSON},
       {"prompt", required_argument, NULL, OPT_TEXT},
@@ -298,9 +309,6 @@ int fdy_cmd_generate(int argc, char **argv) {
   fdy_llama_model *model = NULL;
   fdy_llama_session *session = NULL;
   fdy_llama_generation gen = {0};
-  fdy_llama_session_options session_options = {
-      .context = (uint32_t)session_flags.context,
-      .kv_dtype = session_flags.kv_dtype};
   fdy_tokenizer *tok = NULL;
   fdy_cli_printer printer = {0};
   int32_t stop[FDY_TOKENIZER_MAX_STOP];
@@ -318,11 +326,16 @@ int fdy_cmd_generate(int argc, char **argv) {
     code = fdy_cli_fail(&err);
     goto cleanup;
   }
-  session_options.backend = engine;
+  fdy_llama_session_options session_options =
+      fdy_cli_session_options(&session_flags, engine);
   if (fdy_llama_session_create(model, &session_options, &session, &err) !=
-          FDY_OK ||
-      (tok && text_prompt(tok, session, chat, system, text, text_file, &prompt,
-                          &prompt_count, &err) != FDY_OK)) {
+      FDY_OK) {
+    fdy_cli_explain_budget(&session_flags, &err);
+    code = fdy_cli_fail(&err);
+    goto cleanup;
+  }
+  if (tok && text_prompt(tok, session, chat, system, text, text_file, &prompt,
+                         &prompt_count, &err) != FDY_OK) {
     code = fdy_cli_fail(&err);
     goto cleanup;
   }

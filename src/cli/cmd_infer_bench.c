@@ -13,34 +13,45 @@
 #include "foundry/infer_bench.h"
 
 void fdy_cmd_infer_bench_help(FILE *out) {
+  fprintf(
+      out,
+      "usage: foundry infer-bench --model DIR --report PATH [--trace PATH]\n"
+      "                           [options]\n"
+      "\n"
+      "Measures Llama inference end to end with protocol %s: %u\n"
+      "prompt ids from --seed, then %u greedy ids with EOS ignored;\n"
+      "2 warmup and 10 measured executions (session reset + prefill +\n"
+      "decode) on one session created once. Prints the end-to-end\n"
+      "median with a bootstrap interval, prefill and decode speed, time\n"
+      "to first token, device memory and the achieved decode bandwidth,\n"
+      "the weights resident and streamed per decode token, host memory\n"
+      "and (cuda, weights streamed) decode against the bound of the\n"
+      "host-to-device ceiling, and writes a JSON report (%s\n"
+      "version %d; never overwritten). --trace PATH writes a Chrome\n"
+      "trace of one more, unmeasured execution: every command of each\n"
+      "prefill and decode run on a row per plan stream (never\n"
+      "overwritten).\n"
+      "\n"
+      "options:\n"
+      "  --backend NAME      cpu (the default) or cuda\n"
+      "  --threads T         cpu backend threads (default: online CPUs)\n"
+      "  --seed S            prompt ids and bootstrap (default 0)\n"
+      "  --prompt-file PATH  prompt ids from a file (comma-separated)\n"
+      "  --prompt-tokens N   prompt ids from the seed (default %u)\n"
+      "  --gen-tokens N      ids generated per execution (default %u)\n"
+      "  --warmup N          discarded executions (default 2)\n"
+      "  --iterations N      measured executions (default 10)\n"
+      "  --context C         KV cache positions (default: prompt +\n"
+      "                      generated ids)\n",
+      FDY_INFER_PROTOCOL, FDY_INFER_PROMPT_TOKENS, FDY_INFER_GEN_TOKENS,
+      FDY_INFER_REPORT_FORMAT, FDY_INFER_REPORT_VERSION,
+      FDY_INFER_PROMPT_TOKENS, FDY_INFER_GEN_TOKENS);
+  fdy_cli_session_flags_help(out);
   fprintf(out,
-          "usage: foundry infer-bench --model DIR --report PATH [options]\n"
-          "\n"
-          "Measures Llama inference end to end with protocol %s: %u\n"
-          "prompt ids from --seed, then %u greedy ids with EOS ignored;\n"
-          "2 warmup and 10 measured executions (session reset + prefill +\n"
-          "decode) on one session created once. Prints the end-to-end\n"
-          "median with a bootstrap interval, prefill and decode speed, time\n"
-          "to first token, device memory and the achieved decode bandwidth,\n"
-          "and writes a JSON report (%s version %d; never overwritten).\n"
-          "\n"
-          "options:\n"
-          "  --backend NAME      cpu (the default) or cuda\n"
-          "  --threads T         cpu backend threads (default: online CPUs)\n"
-          "  --seed S            prompt ids and bootstrap (default 0)\n"
-          "  --prompt-file PATH  prompt ids from a file (comma-separated)\n"
-          "  --prompt-tokens N   prompt ids from the seed (default %u)\n"
-          "  --gen-tokens N      ids generated per execution (default %u)\n"
-          "  --warmup N          discarded executions (default 2)\n"
-          "  --iterations N      measured executions (default 10)\n"
-          "  --context C         KV cache positions (default: prompt +\n"
-          "                      generated ids)\n"
           "\n"
           "exit status: 0 success, 1 failure (model, backend, an existing\n"
-          "report), 2 usage error.\n",
-          FDY_INFER_PROTOCOL, FDY_INFER_PROMPT_TOKENS, FDY_INFER_GEN_TOKENS,
-          FDY_INFER_REPORT_FORMAT, FDY_INFER_REPORT_VERSION,
-          FDY_INFER_PROMPT_TOKENS, FDY_INFER_GEN_TOKENS);
+          "report or trace, an impossible weight budget), 2 usage "
+          "error.\n");
 }
 
 /* Reads comma-separated ids (surrounding whitespace and newlines
@@ -66,6 +77,7 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
   enum {
     OPT_MODEL = 256,
     OPT_REPORT,
+    OPT_TRACE,
     OPT_SEED,
     OPT_PROMPT_FILE,
     OPT_PROMPT_TOKENS,
@@ -78,6 +90,7 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
       {"backend", required_argument, NULL, FDY_CLI_OPT_BACKEND},
       {"threads", required_argument, NULL, FDY_CLI_OPT_THREADS},
       {"report", required_argument, NULL, OPT_REPORT},
+      {"trace", required_argument, NULL, OPT_TRACE},
       {"seed", required_argument, NULL, OPT_SEED},
       {"prompt-file", required_argument, NULL, OPT_PROMPT_FILE},
       {"prompt-tokens", required_argument, NULL, OPT_PROMPT_TOKENS},
@@ -85,9 +98,12 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
       {"warmup", required_argument, NULL, OPT_WARMUP},
       {"iterations", required_argument, NULL, OPT_ITERATIONS},
       {"context", required_argument, NULL, FDY_CLI_OPT_CONTEXT},
+      {"weight-budget", required_argument, NULL, FDY_CLI_OPT_WEIGHT_BUDGET},
+      {"buffers", required_argument, NULL, FDY_CLI_OPT_BUFFERS},
+      {"prefill-rows", required_argument, NULL, FDY_CLI_OPT_PREFILL_ROWS},
       {NULL, 0, NULL, 0},
   };
-  const char *model_dir = NULL, *report = NULL;
+  const char *model_dir = NULL, *report = NULL, *trace = NULL;
   fdy_cli_session_flags session_flags = FDY_CLI_SESSION_FLAGS_DEFAULT;
   const char *prompt_file = NULL;
   uint64_t seed = 0, prompt_tokens = FDY_INFER_PROMPT_TOKENS;
@@ -105,6 +121,9 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
       break;
     case OPT_REPORT:
       report = optarg;
+      break;
+    case OPT_TRACE:
+      trace = optarg;
       break;
     case OPT_SEED:
       status = fdy_cli_parse_uint("--seed", optarg, 0, UINT64_MAX, &seed, &err);
@@ -171,8 +190,12 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
                          .warmup = (uint32_t)warmup,
                          .iterations = (uint32_t)iterations,
                          .context = (uint32_t)session_flags.context,
+                         .weight_budget = session_flags.weight_budget,
+                         .buffers = (uint32_t)session_flags.buffers,
+                         .prefill_rows = (uint32_t)session_flags.prefill_rows,
                          .bootstrap_resamples = 10000,
                          .report_path = report,
+                         .trace_path = trace,
                          .argc = argc,
                          .argv = argv,
                          .console = stdout,
@@ -214,6 +237,7 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
   o.prompt_count = prompt_count;
   bool written = false;
   if (fdy_infer_bench_run(&o, &written, &err) != FDY_OK) {
+    fdy_cli_explain_budget(&session_flags, &err);
     code = fdy_cli_fail(&err);
     if (written) {
       fprintf(stderr,
@@ -222,6 +246,9 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
               report);
     }
     goto cleanup;
+  }
+  if (trace) {
+    printf("trace: %s\n", trace);
   }
   printf("report: %s\n", report);
   code = FDY_EXIT_OK;

@@ -181,8 +181,8 @@ static fdy_status all_resident_budget(const fdy_graph *graph,
   return FDY_OK;
 }
 
-/* The plan of a Llama checkpoint: steps prefill (the default rows) and
- * decode; budget 0 keeps every weight resident. */
+/* The plan of a Llama checkpoint: steps prefill (the session's default
+ * rows) and decode; budget 0 keeps every weight resident. */
 static int dump_model(const char *path, const char *dir, uint32_t context,
                       uint64_t budget, uint32_t buffers) {
   fdy_error err;
@@ -195,13 +195,15 @@ static int dump_model(const char *path, const char *dir, uint32_t context,
   if (st == FDY_OK) {
     const fdy_llama_config *c = fdy_llama_model_config(model);
     uint32_t limit = c->max_position_embeddings;
-    fdy_llama_graph_options options = {
-        .context = context ? context
-                   : limit < FDY_LLAMA_DEFAULT_CONTEXT
-                       ? limit
-                       : FDY_LLAMA_DEFAULT_CONTEXT,
-        .prefill_rows = FDY_LLAMA_DEFAULT_PREFILL_ROWS,
-        .kv_dtype = FDY_DTYPE_F32};
+    fdy_llama_graph_options options = {.context =
+                                           context ? context
+                                           : limit < FDY_LLAMA_DEFAULT_CONTEXT
+                                               ? limit
+                                               : FDY_LLAMA_DEFAULT_CONTEXT,
+                                       .kv_dtype = FDY_DTYPE_F32};
+    options.prefill_rows = options.context < FDY_LLAMA_DEFAULT_PREFILL_ROWS
+                               ? options.context
+                               : FDY_LLAMA_DEFAULT_PREFILL_ROWS;
     st = fdy_llama_graph(model, &options, &graph, &io, &err);
   }
   if (st == FDY_OK && budget == 0) {

@@ -35,7 +35,10 @@ void fdy_cmd_verify_help(FILE *out) {
           "                   %g on cuda, whose prefill multiplies in F16)\n"
           "  --threads T      cpu backend threads (default: online CPUs)\n"
           "  --context C      KV cache positions (default: the model's\n"
-          "                   max_position_embeddings, at most 4096)\n"
+          "                   max_position_embeddings, at most 4096)\n",
+          FDY_LLAMA_CPU_TOLERANCE, FDY_LLAMA_BACKEND_TOLERANCE);
+  fdy_cli_session_flags_help(out);
+  fprintf(out,
           "\n"
           "--against NAME compares --backend with backend NAME (cpu or\n"
           "cuda) on a prompt of --prompt-tokens ids (default 64) from --seed\n"
@@ -44,8 +47,9 @@ void fdy_cmd_verify_help(FILE *out) {
           "forced with NAME's ids, printing per step NAME's top-2 margin,\n"
           "the largest absolute logit difference and both ids. Every step\n"
           "whose margin exceeds twice its difference must pick the same id.\n"
-          "  --against-threads T  threads of a cpu --against backend\n",
-          FDY_LLAMA_CPU_TOLERANCE, FDY_LLAMA_BACKEND_TOLERANCE,
+          "  --against-threads T  threads of a cpu --against backend\n"
+          "--weight-budget and --buffers apply to --backend's session; the\n"
+          "--against session keeps every weight resident.\n",
           FDY_LLAMA_BACKEND_TOLERANCE);
 }
 
@@ -65,8 +69,9 @@ static fdy_status parse_tolerance(const char *text, double *out,
 
 /* What --against runs. */
 typedef struct against_run {
-  const char *model_dir, *backend, *against;
-  uint32_t threads, against_threads, context, prompt_tokens, steps;
+  const char *model_dir, *against;
+  const fdy_cli_session_flags *flags; /* of --backend's session */
+  uint32_t against_threads, prompt_tokens, steps;
   uint64_t seed;
   double tolerance;
 } against_run;
@@ -75,11 +80,12 @@ static void print_comparison(const against_run *r,
                              const fdy_llama_compare_result *c) {
   printf("backend %s against %s: %" PRIu32 " prompt ids (seed %" PRIu64
          "), tolerance %g\n",
-         r->backend, r->against, c->prompt_tokens, r->seed, r->tolerance);
+         r->flags->backend, r->against, c->prompt_tokens, r->seed,
+         r->tolerance);
   printf("logits relative error: %.3e (%s)\n", c->logits_relative_error,
          c->logits_ok ? "ok" : "FAILED");
   printf("step  %s-id  %s-id  margin  max-abs-diff  must-agree  agree\n",
-         r->against, r->backend);
+         r->against, r->flags->backend);
   for (uint32_t k = 0; k < c->step_count; k++) {
     const fdy_llama_compare_step *s = &c->steps[k];
     printf("%4" PRIu32 "  %" PRId32 "  %" PRId32 "  %.4e  %.4e  %s  %s\n", k,
@@ -100,22 +106,29 @@ static int run_against(const against_run *r) {
   fdy_llama_session *sessions[2] = {NULL, NULL};
   int32_t *prompt = NULL;
   fdy_llama_compare_result result = {0};
-  uint64_t context =
-      r->context ? r->context : (uint64_t)r->prompt_tokens + r->steps;
+  uint64_t context = r->flags->context ? r->flags->context
+                                       : (uint64_t)r->prompt_tokens + r->steps;
   fdy_status st = fdy_llama_open(r->model_dir, &model, &err);
-  if (st == FDY_OK && !r->context &&
+  if (st == FDY_OK && !r->flags->context &&
       context > fdy_llama_model_config(model)->max_position_embeddings) {
     context = fdy_llama_model_config(model)->max_position_embeddings;
   }
-  const char *names[2] = {r->backend, r->against};
-  uint32_t threads[2] = {r->threads, r->against_threads};
+  const char *names[2] = {r->flags->backend, r->against};
+  uint32_t threads[2] = {(uint32_t)r->flags->threads, r->against_threads};
   for (int i = 0; st == FDY_OK && i < 2; i++) {
     st = fdy_cli_backend_create(names[i], threads[i], &engines[i], &err);
-    fdy_llama_session_options o = {.backend = engines[i],
-                                   .context = (uint32_t)context,
-                                   .all_logits = true};
+    fdy_llama_session_options o = fdy_cli_session_options(r->flags, engines[i]);
+    o.context = (uint32_t)context;
+    o.all_logits = true;
+    if (i == 1) {
+      o.weight_budget = 0;
+      o.buffers = 0;
+    }
     if (st == FDY_OK) {
       st = fdy_llama_session_create(model, &o, &sessions[i], &err);
+    }
+    if (st != FDY_OK) {
+      fdy_cli_explain_budget(r->flags, &err);
     }
   }
   if (st == FDY_OK) {
@@ -139,7 +152,7 @@ static int run_against(const against_run *r) {
       fprintf(stderr,
               "foundry: error: %s differs from %s beyond the "
               "criteria\n",
-              r->backend, r->against);
+              r->flags->backend, r->against);
     }
   }
   fdy_llama_compare_free(&result);
@@ -170,6 +183,9 @@ int fdy_cmd_verify(int argc, char **argv) {
       {"tolerance", required_argument, NULL, OPT_TOLERANCE},
       {"threads", required_argument, NULL, FDY_CLI_OPT_THREADS},
       {"context", required_argument, NULL, FDY_CLI_OPT_CONTEXT},
+      {"weight-budget", required_argument, NULL, FDY_CLI_OPT_WEIGHT_BUDGET},
+      {"buffers", required_argument, NULL, FDY_CLI_OPT_BUFFERS},
+      {"prefill-rows", required_argument, NULL, FDY_CLI_OPT_PREFILL_ROWS},
       {"against", required_argument, NULL, OPT_AGAINST},
       {"against-threads", required_argument, NULL, OPT_AGAINST_THREADS},
       {"prompt-tokens", required_argument, NULL, OPT_PROMPT_TOKENS},
@@ -256,11 +272,9 @@ int fdy_cmd_verify(int argc, char **argv) {
   }
   if (against) {
     against_run r = {.model_dir = model_dir,
-                     .backend = session_flags.backend,
                      .against = against,
-                     .threads = (uint32_t)session_flags.threads,
+                     .flags = &session_flags,
                      .against_threads = (uint32_t)against_threads,
-                     .context = (uint32_t)session_flags.context,
                      .prompt_tokens = (uint32_t)prompt_tokens,
                      .steps = (uint32_t)steps,
                      .seed = seed,
@@ -280,8 +294,6 @@ int fdy_cmd_verify(int argc, char **argv) {
   fdy_llama_model *model = NULL;
   fdy_llama_session *session = NULL;
   fdy_llama_verify_result result;
-  fdy_llama_session_options session_options = {
-      .context = (uint32_t)session_flags.context, .all_logits = true};
   if (fdy_llama_open(model_dir, &model, &err) != FDY_OK ||
       fdy_cli_backend_create(session_flags.backend,
                              (uint32_t)session_flags.threads, &engine,
@@ -289,11 +301,17 @@ int fdy_cmd_verify(int argc, char **argv) {
     code = fdy_cli_fail(&err);
     goto cleanup;
   }
-  session_options.backend = engine;
+  fdy_llama_session_options session_options =
+      fdy_cli_session_options(&session_flags, engine);
+  session_options.all_logits = true;
   if (fdy_llama_session_create(model, &session_options, &session, &err) !=
-          FDY_OK ||
-      fdy_llama_verify(session, reference, tolerance, &result, &err) !=
-          FDY_OK) {
+      FDY_OK) {
+    fdy_cli_explain_budget(&session_flags, &err);
+    code = fdy_cli_fail(&err);
+    goto cleanup;
+  }
+  if (fdy_llama_verify(session, reference, tolerance, &result, &err) !=
+      FDY_OK) {
     code = fdy_cli_fail(&err);
     goto cleanup;
   }

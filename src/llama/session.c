@@ -8,8 +8,6 @@
 
 #include "infer.h"
 
-#define DEFAULT_BUFFERS 2u
-
 static uint32_t default_context(const fdy_llama_config *c) {
   return c->max_position_embeddings < FDY_LLAMA_DEFAULT_CONTEXT
              ? c->max_position_embeddings
@@ -59,7 +57,9 @@ fdy_status fdy_llama_session_create(const fdy_llama_model *model,
   s->config = c;
   s->context = context;
   s->prefill_rows = options->prefill_rows ? options->prefill_rows
-                                          : FDY_LLAMA_DEFAULT_PREFILL_ROWS;
+                    : context < FDY_LLAMA_DEFAULT_PREFILL_ROWS
+                        ? context
+                        : FDY_LLAMA_DEFAULT_PREFILL_ROWS;
   s->all_logits = options->all_logits;
   s->next = -1;
   fdy_llama_graph_options graph_options = {.context = context,
@@ -74,12 +74,15 @@ fdy_status fdy_llama_session_create(const fdy_llama_model *model,
   }
   if (st == FDY_OK) {
     st = fdy_llama_plan(s->graph, &s->io, budget,
-                        options->buffers ? options->buffers : DEFAULT_BUFFERS,
+                        options->buffers ? options->buffers
+                                         : FDY_LLAMA_DEFAULT_BUFFERS,
                         &s->plan, err);
   }
   if (st == FDY_OK) {
-    st = fdy_executor_create(s->plan, s->graph, options->backend, NULL,
-                             &s->executor, err);
+    fdy_executor_options executor_options = {.collect_timings =
+                                                 options->collect_timings};
+    st = fdy_executor_create(s->plan, s->graph, options->backend,
+                             &executor_options, &s->executor, err);
   }
   if (st == FDY_OK) {
     s->prefill = (size_t)fdy_executor_step(s->executor, "prefill");
@@ -119,6 +122,15 @@ fdy_executor_stats fdy_llama_session_stats(const fdy_llama_session *session) {
 
 const fdy_plan *fdy_llama_session_plan(const fdy_llama_session *session) {
   return session ? session->plan : NULL;
+}
+
+uint32_t fdy_llama_session_prefill_rows(const fdy_llama_session *session) {
+  return session ? session->prefill_rows : 0;
+}
+
+const fdy_command_timing *
+fdy_llama_session_timings(const fdy_llama_session *session, size_t *count) {
+  return fdy_executor_timings(session ? session->executor : NULL, count);
 }
 
 int32_t fdy_llama_session_next(const fdy_llama_session *session) {

@@ -1,6 +1,7 @@
-/* The CLI's shared parsers (src/cli/cli_util.h): integers, and the one
- * parser of comma-separated lists, whose every failure names the item (its
- * index in ids[0]) and the list. */
+/* The CLI's shared parsers (src/cli/cli_util.h): integers, the one parser
+ * of comma-separated lists, whose every failure names the item (its index
+ * in ids[0]) and the list, and the session flags with the explanation of
+ * an impossible weight budget. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -102,12 +103,104 @@ static void test_empty_arguments(void **state) {
                    FDY_EXIT_USAGE);
 }
 
+/* --weight-budget takes sizes in bytes or binary units, --buffers and
+ * --prefill-rows integers in their ranges; every bad value is a usage
+ * error naming the flag, the flags untouched. */
+static void test_session_flags(void **state) {
+  (void)state;
+  fdy_cli_session_flags flags = FDY_CLI_SESSION_FLAGS_DEFAULT;
+  fdy_error err;
+  bool handled = false;
+  static const struct {
+    const char *text;
+    uint64_t bytes;
+  } sizes[] = {{"512MiB", 512 * FDY_MIB},
+               {"2GiB", 2 * FDY_GIB},
+               {"1048577", 1048577},
+               {"7 MiB", 7 * FDY_MIB}};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    assert_int_equal(fdy_cli_session_flag(FDY_CLI_OPT_WEIGHT_BUDGET,
+                                          sizes[i].text, &flags, &handled,
+                                          &err),
+                     FDY_OK);
+    assert_true(handled);
+    assert_int_equal(flags.weight_budget, sizes[i].bytes);
+  }
+  static const char *const bad_sizes[] = {"0",    "0MiB", "-1",  "1.5GiB",
+                                          "2gib", "x",    "1XB", ""};
+  for (size_t i = 0; i < sizeof bad_sizes / sizeof bad_sizes[0]; i++) {
+    assert_int_equal(fdy_cli_session_flag(FDY_CLI_OPT_WEIGHT_BUDGET,
+                                          bad_sizes[i], &flags, &handled, &err),
+                     FDY_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.message, "--weight-budget"));
+    assert_int_equal(flags.weight_budget, 7 * FDY_MIB);
+  }
+  assert_int_equal(
+      fdy_cli_session_flag(FDY_CLI_OPT_BUFFERS, "3", &flags, &handled, &err),
+      FDY_OK);
+  assert_int_equal(flags.buffers, 3);
+  assert_int_equal(fdy_cli_session_flag(FDY_CLI_OPT_PREFILL_ROWS, "512", &flags,
+                                        &handled, &err),
+                   FDY_OK);
+  assert_int_equal(flags.prefill_rows, 512);
+  static const struct {
+    int opt;
+    const char *text, *flag;
+  } bad[] = {{FDY_CLI_OPT_BUFFERS, "0", "--buffers"},
+             {FDY_CLI_OPT_BUFFERS, "65", "--buffers"},
+             {FDY_CLI_OPT_PREFILL_ROWS, "0", "--prefill-rows"},
+             {FDY_CLI_OPT_PREFILL_ROWS, "65537", "--prefill-rows"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    assert_int_equal(
+        fdy_cli_session_flag(bad[i].opt, bad[i].text, &flags, &handled, &err),
+        FDY_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.message, bad[i].flag));
+  }
+  assert_int_equal(flags.buffers, 3);
+  assert_int_equal(flags.prefill_rows, 512);
+  fdy_llama_session_options o = fdy_cli_session_options(&flags, NULL);
+  assert_int_equal(o.weight_budget, 7 * FDY_MIB);
+  assert_int_equal(o.buffers, 3);
+  assert_int_equal(o.prefill_rows, 512);
+  assert_false(o.all_logits);
+  assert_false(o.collect_timings);
+  assert_int_equal(fdy_cli_session_flag(256, "x", &flags, &handled, &err),
+                   FDY_OK);
+  assert_false(handled);
+}
+
+/* The planner's budget error gains the minimum in binary units and the
+ * buffer count in force; other errors are left alone. */
+static void test_explain_budget(void **state) {
+  (void)state;
+  fdy_cli_session_flags flags = FDY_CLI_SESSION_FLAGS_DEFAULT;
+  fdy_error err;
+  fdy_error_set(&err, FDY_ERR_BUDGET, "too small");
+  err.expected = FDY_MIB;
+  err.actual = 7084032;
+  fdy_cli_explain_budget(&flags, &err);
+  assert_string_equal(err.message,
+                      "too small (--weight-budget 1 MiB is too small for "
+                      "--buffers 2: at least 6.76 MiB)");
+  flags.buffers = 1;
+  fdy_error_set(&err, FDY_ERR_BUDGET, "too small");
+  err.expected = 3 * FDY_MIB;
+  err.actual = 4 * FDY_MIB;
+  fdy_cli_explain_budget(&flags, &err);
+  assert_non_null(strstr(err.message, "--buffers 1: at least 4 MiB"));
+  fdy_error_set(&err, FDY_ERR_IO, "unchanged");
+  fdy_cli_explain_budget(&flags, &err);
+  assert_string_equal(err.message, "unchanged");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_uint),
       cmocka_unit_test(test_list),
       cmocka_unit_test(test_ids),
       cmocka_unit_test(test_empty_arguments),
+      cmocka_unit_test(test_session_flags),
+      cmocka_unit_test(test_explain_budget),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

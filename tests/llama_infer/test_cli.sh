@@ -2,8 +2,9 @@
 # End-to-end tests of `foundry generate` and `foundry verify` on the
 # llama3-micro fixture, and `foundry verify` on llama3-tiny and the two
 # generated variants (tests/data/README.md): exit codes (0 ok, 1 failure,
-# 2 usage) and the key facts of the output (generated ids, agreement), never
-# message wording.
+# 2 usage) and the key facts of the output (generated ids, agreement, the
+# same results with weights streamed through any budget and buffer count,
+# the minimum an impossible budget needs), never message wording.
 # usage: test_cli.sh FOUNDRY_BINARY TEST_DATA_DIR
 set -u
 foundry=$1
@@ -114,8 +115,66 @@ contains "$err" "max_position_embeddings"
 expect 1 verify --model "$mha" \
   --reference "$data/llama3-micro-mha-g128/expected.safetensors" --context 513
 
+# weights streamed through a budget (llama3-micro: 776,704 bytes of
+# weights; a layer 314,368, the embedding 147,456, the head 512): 700,000
+# bytes keep the embedding and the head resident and stream both layers
+# through one slot, or stream the embedding too through two. Same ids, same
+# errors against the reference as everything resident, and the same for
+# any --prefill-rows (bitwise on the CPU backend).
+ids() { grep '^ids:' "$out"; }
+verdict() { grep -E '^(logits|greedy)' "$out"; }
+expect 0 generate --model "$model" --prompt-ids "$prompt" --max-tokens 6 \
+  --ignore-eos
+ids >"$work/ids.resident"
+expect 0 verify --model "$model" --reference "$reference"
+verdict >"$work/verify.resident"
+[ -s "$work/ids.resident" ] && [ -s "$work/verify.resident" ] ||
+  fail "no ids or verify results to compare"
+for flags in "--weight-budget 700000 --buffers 1" \
+  "--weight-budget 700000 --buffers 2" "--weight-budget 1GiB --buffers 3" \
+  "--prefill-rows 1" "--prefill-rows 5 --weight-budget 700000 --buffers 1"; do
+  # shellcheck disable=SC2086
+  expect 0 generate --model "$model" --prompt-ids "$prompt" --max-tokens 6 \
+    --ignore-eos $flags
+  ids | cmp -s - "$work/ids.resident" || fail "generate $flags: other ids"
+  case $flags in
+  *700000*) contains "$out" "of slots for the streamed ones" ;;
+  esac
+  # shellcheck disable=SC2086
+  expect 0 verify --model "$model" --reference "$reference" $flags
+  verdict | cmp -s - "$work/verify.resident" ||
+    fail "verify $flags: other results"
+done
+expect 0 generate --model "$model" --prompt-ids "$prompt" --max-tokens 2 \
+  --weight-budget 700000 --buffers 2 --json
+contains "$out" '"weights_slots":628736'
+expect 0 verify --model "$model" --against cpu --prompt-tokens 8 --steps 3 \
+  --weight-budget 700000 --buffers 1
+contains "$out" "logits relative error: 0.000e+00"
+# an impossible budget: exit 1 naming the minimum (two slots of a layer,
+# or three), before any work
+expect 1 generate --model "$model" --prompt-ids 1,2 --max-tokens 2 \
+  --weight-budget 100KiB
+contains "$err" "at least 628736 bytes"
+contains "$err" "--weight-budget 100 KiB is too small for --buffers 2: at least 614 KiB"
+expect 1 verify --model "$model" --reference "$reference" \
+  --weight-budget 700000 --buffers 3
+contains "$err" "--buffers 3: at least 921 KiB"
+expect 1 verify --model "$model" --against cpu --weight-budget 1KiB
+contains "$err" "at least"
+# bad values are usage errors
+expect 2 generate --model "$model" --prompt-ids 1,2 --max-tokens 2 \
+  --weight-budget 0
+expect 2 generate --model "$model" --prompt-ids 1,2 --max-tokens 2 \
+  --weight-budget 1.5GiB
+expect 2 generate --model "$model" --prompt-ids 1,2 --max-tokens 2 \
+  --buffers 0
+expect 2 verify --model "$model" --reference "$reference" --buffers 65
+expect 2 verify --model "$model" --reference "$reference" --prefill-rows 0
+
 expect 0 help generate
 contains "$out" "--prompt-ids"
+contains "$out" "--weight-budget"
 expect 0 help verify
 contains "$out" "--reference"
 

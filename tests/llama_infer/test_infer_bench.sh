@@ -34,7 +34,7 @@ if [ -n "$python" ]; then
   expect_cmd 0 "report consistency" "$python" - "$work/r.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
-assert r["format"] == "foundry.infer.report" and r["version"] == 1, r
+assert r["format"] == "foundry.infer.report" and r["version"] == 2, r
 assert r["status"] == "ok" and r["error"] is None
 assert r["implementation"] == "foundry" and r["backend"] == "cpu"
 assert r["build"]["git_commit"] and "git_dirty" in r["build"]
@@ -74,6 +74,136 @@ assert b["d2d"] is None and b["fraction_of_d2d"] is None
 assert len(r["generated_ids"]) == 5 and r["ids_identical_across_executions"] is True
 PY
 fi
+
+# weights streamed under a budget (llama3-tiny: embedding 884,736 bytes,
+# each layer 3,542,016, head 1,536): 7 MiB with one buffer keeps the
+# embedding and the head resident and streams both layers every token; with
+# two buffers the embedding streams too (copied twice per token: the
+# lookup and the tied LM head). The report's streamed bytes per decode
+# token equal the bytes of those copies, summed here from the
+# checkpoint's safetensors header (every tensor of the fixture is a multiple
+# of 256 bytes, so the units have no padding); a trace of one more
+# execution has an event per command of each run, as `foundry plan --dump`
+# plans them.
+expect 0 infer-bench --model "$model" --threads 2 $small --seed 7 \
+  --weight-budget 7MiB --buffers 1 --report "$work/s1.json" \
+  --trace "$work/s1.trace.json"
+contains "$out" "streamed per decode token"
+contains "$out" "host-to-device ceiling not measured"
+contains "$out" "trace: $work/s1.trace.json"
+expect 0 infer-bench --model "$model" --threads 2 $small --seed 7 \
+  --weight-budget 7MiB --buffers 2 --prefill-rows 5 --report "$work/s2.json"
+expect 0 infer-bench --model "$model" $small --seed 7 --report "$work/r3.json" \
+  --trace "$work/r3.trace.json"
+expect 0 plan --dump "$work/p1.json" --model "$model" --context 17 \
+  --budget 7MiB --buffers 1
+expect 0 plan --dump "$work/p0.json" --model "$model" --context 17
+if [ -n "$python" ]; then
+  expect_cmd 0 "streamed bytes and traces" "$python" - "$model" "$work" <<'PY'
+import json, os, struct, sys
+model, work = sys.argv[1:]
+with open(os.path.join(model, "model.safetensors"), "rb") as f:
+    header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+sizes = {k: v["data_offsets"][1] - v["data_offsets"][0]
+         for k, v in header.items() if k != "__metadata__"}
+assert all(b % 256 == 0 for b in sizes.values())
+def unit(name):
+    prefix = ("model.embed_tokens." if name == "embed" else
+              "model.norm." if name == "head" else
+              "model.layers.%s." % name.split(".")[1])
+    return sum(b for k, b in sizes.items() if k.startswith(prefix))
+def load(name):
+    return json.load(open(os.path.join(work, name)))
+resident, s1, s2 = load("r.json"), load("s1.json"), load("s2.json")
+everything = ["embed", "layer.0", "layer.1", "head"]
+for r, streamed in ((resident, []), (s1, ["layer.0", "layer.1"]),
+                    (s2, ["embed", "layer.0", "layer.1"])):
+    w = r["weights"]
+    assert w["streamed_units"] == streamed, w
+    assert sorted(w["resident_units"] + streamed) == sorted(everything), w
+    assert w["streamed_bytes"] == sum(unit(u) for u in streamed)
+    # the tied embedding, when streamed, is copied for the lookup and again
+    # for the LM head (its slot is reused by the layers in between)
+    per_token = w["streamed_bytes"] + ("embed" in streamed) * unit("embed")
+    assert w["streamed_bytes_per_decode_token"] == per_token, (w, per_token)
+    assert r["streaming"]["streamed_bytes_per_decode_token"] == per_token
+    assert w["streamed_bytes_per_prefill_run"] == per_token
+    assert w["resident_bytes"] == sum(unit(u) for u in w["resident_units"])
+    assert w["largest_streamed_bytes"] == max([unit(u) for u in streamed] + [0])
+    assert w["device_resident_bytes"] + w["device_slot_bytes"] <= w["budget_bytes"]
+    assert r["streaming"]["h2d"] is None
+    assert r["streaming"]["decode_tokens_per_second_bound"] is None
+    assert r["generated_ids"] == resident["generated_ids"]
+    h = r["host_memory"]
+    assert h["peak_rss_bytes"] > 0 and h["mapped_bytes"] >= sum(sizes.values())
+    assert h["registered_bytes"] > 0
+assert resident["weights"]["budget_source"] == "device memory"
+assert s1["weights"]["budget_bytes"] == 7 << 20 and s1["weights"]["buffers"] == 1
+assert s1["weights"]["device_slot_bytes"] == unit("layer.0")
+assert s2["weights"]["buffers"] == 2 and s2["protocol"]["prefill_rows"] == 5
+assert resident["protocol"]["prefill_rows"] == 17 and resident["trace"] is None
+
+def sections(plan):
+    p, first, out = load(plan), 0, {}
+    for sec in p["sections"]:
+        out[sec["name"]] = range(first, first + len(sec["commands"]))
+        first += len(sec["commands"])
+    return out
+for report, trace, plan in (("s1.json", "s1.trace.json", "p1.json"),
+                            ("r3.json", "r3.trace.json", "p0.json")):
+    r, t, secs = load(report), load(trace), sections(plan)
+    assert r["trace"] == os.path.join(work, trace), r["trace"]
+    o = t["otherData"]
+    assert o["report"] == os.path.join(work, report)
+    assert o["runs"] == 5 and o["prefill_rows"] == 17  # 1 prefill + 4 decode
+    assert o["ids_identical_to_measured"] is True
+    x = [e for e in t["traceEvents"] if e["ph"] == "X"]
+    runs = [e for e in x if e["cat"] == "run"]
+    assert [e["args"]["step"] for e in runs] == ["prefill"] + ["decode"] * 4
+    for k, run in enumerate(runs):
+        cmds = [e for e in x if e["cat"] != "run" and e["args"]["run"] == k]
+        want = secs[run["args"]["step"]]
+        assert [e["args"]["command"] for e in cmds] == list(want), (k, len(cmds))
+        assert all(e["dur"] >= 0 for e in cmds)
+    names = [e["name"] for e in x]
+    assert "matmul_q4 decode.layer.1.down" in names
+    assert "embed_q4 prefill.embed" in names and "argmax decode.next" in names
+    assert o["device_timed_events"] + o["host_timed_events"] == len(x) - 5
+    threads = {e["tid"]: e["args"]["name"] for e in t["traceEvents"]
+               if e["name"] == "thread_name"}
+    assert len(threads) == 1 + load(plan)["streams"], threads
+prefetches = [e for e in load("s1.trace.json")["traceEvents"]
+              if e["ph"] == "X" and e["name"].startswith("prefetch")]
+assert [e["name"] for e in prefetches] == ["prefetch layer.0", "prefetch layer.1"] * 5
+assert not [e for e in load("r3.trace.json")["traceEvents"]
+            if e["name"].startswith("prefetch")]
+PY
+fi
+
+# the trace: never overwritten, never the report's file, a usage error
+: >"$work/taken.trace.json"
+expect 1 infer-bench --model "$model" $small --report "$work/t1.json" \
+  --trace "$work/taken.trace.json"
+[ -s "$work/taken.trace.json" ] && fail "an existing trace was overwritten"
+[ -e "$work/t1.json" ] && fail "a report for a refused trace"
+expect 2 infer-bench --model "$model" $small --report "$work/t2.json" \
+  --trace "$work/./t2.json"
+[ -e "$work/t2.json" ] && fail "a report for a trace on the report"
+expect 1 infer-bench --model "$model" $small --report "$work/t3.json" \
+  --trace "$work/no/dir.json"
+
+# an impossible budget: exit 1 naming the minimum, recorded in the report
+expect 1 infer-bench --model "$model" $small --weight-budget 1MiB \
+  --report "$work/b.json"
+contains "$err" "at least 7084032 bytes"
+contains "$err" "for --buffers 2: at least 6.76 MiB"
+contains "$work/b.json" '"status": "failed"'
+contains "$work/b.json" '"kind": "budget"'
+expect 2 infer-bench --model "$model" --report "$work/u.json" \
+  --weight-budget 0
+expect 2 infer-bench --model "$model" --report "$work/u.json" --buffers 65
+expect 2 infer-bench --model "$model" --report "$work/u.json" \
+  --prefill-rows 65537
 
 # the same seed gives the same prompt and ids; the default protocol's name
 expect 0 infer-bench --model "$model" --threads 1 $small --seed 7 \

@@ -529,7 +529,7 @@ static void test_generate_matches_reference(void **state) {
 
 /* ---- numerics: bitwise invariance --------------------------------------- */
 
-#define RUN_TOKENS 70u /* more than one chunk of the default 64 rows */
+#define RUN_TOKENS 70u /* more than one chunk of 64 rows */
 
 /* Every row's logits of RUN_TOKENS random ids through an all_logits
  * session of `threads` CPU threads and `prefill_rows`; the last row and
@@ -662,6 +662,61 @@ static void test_second_turn(void **state) {
   fdy_backend_destroy(cpu);
   free(whole);
   free(ids);
+  fdy_llama_close(model);
+}
+
+/* The default prefill rows are the smaller of
+ * FDY_LLAMA_DEFAULT_PREFILL_ROWS and the context. A session that collects
+ * timings gives, after each forward of up to prefill_rows ids (one run),
+ * one timing per command of the step it ran, in order; one that does not
+ * gives none. */
+static void test_prefill_rows_and_timings(void **state) {
+  (void)state;
+  fdy_llama_model *model = open_fixture("llama3-micro");
+  uint32_t vocab = fdy_llama_model_config(model)->vocab_size;
+  fdy_backend *cpu = cpu_backend(1);
+  static const uint32_t contexts[][2] = {{17, 17}, {512, 512}, {600, 512}};
+  for (size_t i = 0; i < sizeof contexts / sizeof contexts[0]; i++) {
+    fdy_llama_session_options o = {.backend = cpu, .context = contexts[i][0]};
+    fdy_llama_session *s = make_session(model, &o);
+    assert_int_equal(fdy_llama_session_prefill_rows(s), contexts[i][1]);
+    size_t count = 1;
+    assert_null(fdy_llama_session_timings(s, &count));
+    assert_int_equal(count, 0);
+    fdy_llama_session_destroy(s);
+  }
+  assert_int_equal(FDY_LLAMA_DEFAULT_PREFILL_ROWS, 512);
+  fdy_llama_session_options o = {.backend = cpu,
+                                 .context = 64,
+                                 .prefill_rows = 8,
+                                 .collect_timings = true};
+  fdy_llama_session *s = make_session(model, &o);
+  assert_int_equal(fdy_llama_session_prefill_rows(s), 8);
+  const fdy_plan *plan = fdy_llama_session_plan(s);
+  int32_t *ids = random_ids(10, vocab);
+  fdy_error err;
+  static const struct {
+    uint32_t count;
+    const char *step;
+  } runs[] = {{8, "prefill"}, {1, "decode"}, {3, "prefill"}};
+  for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+    assert_int_equal(
+        fdy_llama_session_forward(s, ids, runs[r].count, NULL, NULL, &err),
+        FDY_OK);
+    const fdy_section *sec = fdy_plan_section(
+        plan, (size_t)fdy_plan_find_section(plan, runs[r].step));
+    size_t count = 0;
+    const fdy_command_timing *t = fdy_llama_session_timings(s, &count);
+    assert_non_null(t);
+    assert_int_equal(count, sec->count);
+    for (size_t k = 0; k < count; k++) {
+      assert_int_equal(t[k].command_index, sec->first + k);
+      assert_true(t[k].host_end_ns >= t[k].host_begin_ns);
+    }
+  }
+  free(ids);
+  fdy_llama_session_destroy(s);
+  fdy_backend_destroy(cpu);
   fdy_llama_close(model);
 }
 
@@ -1716,6 +1771,7 @@ int main(void) {
       cmocka_unit_test(test_generate_matches_reference),
       cmocka_unit_test(test_threads_bitwise),
       cmocka_unit_test(test_prefill_rows_bitwise),
+      cmocka_unit_test(test_prefill_rows_and_timings),
       cmocka_unit_test(test_second_turn),
       cmocka_unit_test(test_streamed_equals_resident),
       cmocka_unit_test(test_f16_kv_cache),
