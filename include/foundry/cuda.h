@@ -37,14 +37,33 @@
  * A file truncated while mapped: staged copies read the caller's memory
  * on host threads with fdy_host_copy, so copy_to_device fails at once with
  * FDY_ERR_IO. Direct DMA from a registration's pinned pages does not go
- * through the CPU and is not covered: the pages stay pinned after the
- * truncation, so no fault is expected (the device would read the file's
- * former contents), but this is the driver's matter and was not observed.
+ * through the CPU, so it cannot raise SIGBUS: the truncation drops the
+ * pages from the file but not the pins, and the device reads the bytes the
+ * file held when it was registered (or, should a driver refuse, the copy
+ * fails with FDY_ERR_IO); never other bytes (tests/cuda/test_cuda.c,
+ * docs/reliability.md). A range whose file shrank before registration is
+ * not pinned past its end.
  *
  * Releases: a buffer released while submitted work may still use it is
  * freed once every stream passed the point of the release (an event fence
  * observed by a later release, host_wait or drain); drain frees every
  * such buffer.
+ *
+ * Device faults: a kernel that faults on the device (an illegal address, a
+ * device assert, ...) leaves the CUDA context unusable ("sticky" errors,
+ * which every later CUDA call repeats). The entry that meets one returns
+ * FDY_ERR_BACKEND attributed to the earliest copy or launch whose
+ * completion the host had not seen (host_wait, event_time, drain):
+ * backend_op = its entry ("launch", "copy_to_device", "copy_to_host"),
+ * name = its op kind for a launch, ids[0] .. ids[1] = the range of
+ * submission numbers (copies and launches counted from 1 since creation)
+ * that ends at the earliest recording that did not complete; with an event
+ * recorded after every command, ids[0] == ids[1] is the faulting command.
+ * The backend is lost from then on: every entry fails at once with
+ * FDY_ERR_BACKEND repeating that error (backend_op = the entry called) and
+ * makes no CUDA call; releases and destroy free host memory only. The
+ * process must restart to use the device again (CUDA's rule; other
+ * backends of the process on the same device are spoilt too).
  *
  * event_time: device time of the event's recording, aligned to fdy_now_ns
  * through a reference event recorded at creation (within a few

@@ -39,7 +39,25 @@
  * only. Every CUDA call is checked and a failure becomes an fdy_error with
  * the CUDA error's name and string, except in cleanup paths (release,
  * destroy, unwinding after a failure), which cannot report one and pass the
- * call's result to fdy_cuda_ignore instead. */
+ * call's result to fdy_cuda_ignore instead.
+ *
+ * Device faults: a kernel that faults (an illegal address, say) leaves the
+ * context unusable, and every later CUDA call returns the same "sticky"
+ * error, whatever work it concerns. Each copy and launch therefore gets a
+ * submission number (1, 2, ... since creation) and the stream keeps its
+ * first submission since its last event recording and its last one; a
+ * recording remembers that range and whether the host saw it complete
+ * (host_wait, event_time, drain). When an entry meets a sticky error (on a
+ * failure it asks the internal stream, cudaStreamQuery), the fault is
+ * attributed to the earliest work the host had not seen complete: the
+ * range of the earliest recording not seen complete, or of a stream's work
+ * since its last recording, whichever starts first. With an event recorded
+ * after each command, that range is the faulting command. The backend is
+ * then lost: that entry returns the attributed error, every later entry
+ * fails at once with FDY_ERR_BACKEND naming it and makes no CUDA call, and
+ * releases and destroy only free host memory (the device's memory, pinned
+ * pages and streams stay with the unusable context until the process
+ * exits). */
 #include "cuda_internal.h"
 
 #include "handle_list.h"
@@ -75,16 +93,34 @@ struct fdy_backend_host {
   bool read_only; /* pinned with cudaHostRegisterReadOnly */
 };
 
+/* A copy or launch as the fault attribution names it. */
+typedef struct cuda_submission {
+  uint64_t seq;      /* 1-based over the backend's copies and launches; 0 =
+                      * none */
+  const char *entry; /* "copy_to_device", "copy_to_host", "launch" */
+  fdy_op_kind kind;  /* of a launch (unused for copies) */
+} cuda_submission;
+
 struct fdy_backend_stream {
   fdy_list_node node;
   cudaStream_t stream;
   uint32_t words; /* index of its checksum word set */
+  uint64_t id;    /* unique over the backend's life */
+  /* its first submission since its last event recording (seq 0: none), and
+   * its last submission */
+  cuda_submission pending, last;
 };
 
 struct fdy_backend_event {
   fdy_list_node node;
   cudaEvent_t event;
   bool recorded;
+  /* the current recording: its stream's id, the submissions it follows
+   * since the stream's previous recording ([first, last]; first = last
+   * when none), and whether the host saw it complete */
+  uint64_t stream_id;
+  cuda_submission first, last;
+  bool seen_done;
 };
 
 typedef struct cuda_backend {
@@ -102,7 +138,13 @@ typedef struct cuda_backend {
   uint32_t *free_words;           /* indices of unused word sets */
   uint32_t free_word_count;
   fdy_cuda_staging *staging;
-  bool submitted; /* copies or launches since the last successful drain */
+  bool submitted;       /* copies or launches since the last successful drain */
+  uint64_t submissions; /* copies and launches so far */
+  uint64_t streams_made;
+  /* after a sticky error: no CUDA call is made any more, and every entry
+   * fails with lost_error */
+  bool lost;
+  fdy_error lost_error;
 } cuda_backend;
 
 static const fdy_backend_ops cuda_ops;
@@ -143,6 +185,177 @@ void fdy_cuda_ignore(cudaError_t rc) {
   cudaGetLastError();
 }
 
+bool fdy_cuda_error_is_sticky(cudaError_t rc) {
+  switch (rc) {
+  case cudaErrorIllegalAddress:
+  case cudaErrorLaunchTimeout:
+  case cudaErrorAssert:
+  case cudaErrorHardwareStackError:
+  case cudaErrorIllegalInstruction:
+  case cudaErrorMisalignedAddress:
+  case cudaErrorInvalidAddressSpace:
+  case cudaErrorInvalidPc:
+  case cudaErrorLaunchFailure:
+  case cudaErrorTensorMemoryLeak:
+  case cudaErrorContained:
+  case cudaErrorMpsClientTerminated:
+  case cudaErrorExternalDevice:
+    return true;
+  default:
+    return false;
+  }
+}
+
+/* "rmsnorm launch (submission 17)" or "copy_to_device (submission 3)". */
+static void describe(const cuda_submission *s, char *out, size_t size) {
+  if (s->entry != NULL && strcmp(s->entry, "launch") == 0) {
+    snprintf(out, size, "%s launch (submission %llu)",
+             fdy_op_kind_name(s->kind), (unsigned long long)s->seq);
+  } else {
+    snprintf(out, size, "%s (submission %llu)",
+             s->entry != NULL ? s->entry : "work", (unsigned long long)s->seq);
+  }
+}
+
+/* The highest submission on stream `id` that a recording seen complete
+ * follows (0: none). */
+static uint64_t seen_done_on(const cuda_backend *b, uint64_t id) {
+  uint64_t done = 0;
+  for (const fdy_list_node *n = b->events.next; n != &b->events; n = n->next) {
+    const fdy_backend_event *e = (const fdy_backend_event *)n;
+    if (e->recorded && e->seen_done && e->stream_id == id &&
+        e->last.seq > done) {
+      done = e->last.seq;
+    }
+  }
+  return done;
+}
+
+/* The earliest range of work the host has not seen complete: a recording
+ * not seen complete, or a stream's work since its last recording. Returns
+ * false when there is none. */
+static bool earliest_unfinished(const cuda_backend *b, cuda_submission *first,
+                                cuda_submission *last) {
+  bool found = false;
+  for (const fdy_list_node *n = b->events.next; n != &b->events; n = n->next) {
+    const fdy_backend_event *e = (const fdy_backend_event *)n;
+    if (!e->recorded || e->seen_done || e->last.seq == 0 ||
+        e->last.seq <= seen_done_on(b, e->stream_id)) {
+      continue;
+    }
+    if (!found || e->first.seq < first->seq) {
+      *first = e->first;
+      *last = e->last;
+      found = true;
+    }
+  }
+  for (const fdy_list_node *n = b->streams.next; n != &b->streams;
+       n = n->next) {
+    const fdy_backend_stream *s = (const fdy_backend_stream *)n;
+    if (s->pending.seq != 0 && (!found || s->pending.seq < first->seq)) {
+      *first = s->pending;
+      *last = s->last;
+      found = true;
+    }
+  }
+  return found;
+}
+
+/* Enters the lost state after sticky error rc, met by entry `op`: the fault
+ * is attributed (see the top of the file) and err gets the error every
+ * later entry repeats: FDY_ERR_BACKEND, backend_op = the entry of the
+ * earliest unfinished submission (else op), name = its op kind (launches),
+ * ids = the first and last submission of the range. */
+static fdy_status lose(cuda_backend *b, cudaError_t rc, const char *op,
+                       fdy_error *err) {
+  if (b->lost) {
+    if (err != NULL) {
+      *err = b->lost_error;
+    }
+    return FDY_ERR_BACKEND;
+  }
+  cuda_submission first = {0}, last = {0};
+  char culprit[256] = "earlier work";
+  const char *entry = op;
+  bool found = earliest_unfinished(b, &first, &last);
+  if (found) {
+    char from[96], to[96];
+    describe(&first, from, sizeof from);
+    describe(&last, to, sizeof to);
+    if (first.seq == last.seq) {
+      snprintf(culprit, sizeof culprit, "the %s", from);
+    } else {
+      snprintf(culprit, sizeof culprit,
+               "the work from the %s to the %s on one stream", from, to);
+    }
+    entry = first.entry;
+  }
+  fdy_error e;
+  fdy_cuda_fail(&e, FDY_ERR_BACKEND, entry,
+                "%s failed on the device: %s (%s), seen by %s; the device is "
+                "lost: every later call fails, and the process must restart "
+                "to use CUDA again",
+                culprit, cudaGetErrorName(rc), cudaGetErrorString(rc), op);
+  if (found) {
+    e.ids[0] = (int64_t)first.seq;
+    e.ids[1] = (int64_t)last.seq;
+    if (strcmp(first.entry, "launch") == 0) {
+      snprintf(e.name, sizeof e.name, "%s", fdy_op_kind_name(first.kind));
+    }
+  }
+  b->lost = true;
+  b->lost_error = e;
+  if (err != NULL) {
+    *err = e;
+  }
+  return FDY_ERR_BACKEND;
+}
+
+/* The error of any entry once the backend is lost: FDY_ERR_BACKEND,
+ * backend_op = op, the other fields of the attributed error, and a message
+ * repeating it. */
+static fdy_status fail_lost(const cuda_backend *b, const char *op,
+                            fdy_error *err) {
+  if (err != NULL) {
+    *err = b->lost_error;
+    snprintf(err->backend_op, sizeof err->backend_op, "%s", op);
+    fdy_error_prefix(err, "cuda %s: the device was lost", op);
+  }
+  return FDY_ERR_BACKEND;
+}
+
+/* An entry's result: after a failure, asks the internal stream whether the
+ * context took a sticky error (every call reports one then) and if so
+ * enters the lost state, replacing err with the attributed error. */
+static fdy_status settle(cuda_backend *b, fdy_status st, const char *op,
+                         fdy_error *err) {
+  if (st == FDY_OK || b->lost) {
+    return st;
+  }
+  cudaError_t probe = cudaStreamQuery(b->ctx.internal);
+  if (fdy_cuda_error_is_sticky(probe)) {
+    return lose(b, probe, op, err);
+  }
+  if (probe != cudaSuccess) {
+    cudaGetLastError();
+  }
+  return st;
+}
+
+/* Counts a copy (op NULL) or a launch of op queued on s. */
+static void count_submission(cuda_backend *b, fdy_backend_stream *s,
+                             const char *entry, const fdy_op *op) {
+  cuda_submission sub = {.seq = ++b->submissions, .entry = entry};
+  if (op != NULL) {
+    sub.kind = op->kind;
+  }
+  if (s->pending.seq == 0) {
+    s->pending = sub;
+  }
+  s->last = sub;
+  b->submitted = true;
+}
+
 static fdy_status set_device(cuda_backend *b, fdy_error *err, const char *op) {
   return fdy_cuda_check(cudaSetDevice(b->ctx.device), err, op, "cudaSetDevice");
 }
@@ -153,6 +366,9 @@ fdy_status fdy_cuda_ctx_of(fdy_backend *b, const char *op, fdy_cuda_ctx **out,
   if (b == NULL || b->ops != &cuda_ops) {
     return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, op,
                          "the backend is not a CUDA backend");
+  }
+  if (cuda_of(b)->lost) {
+    return fail_lost(cuda_of(b), op, err);
   }
   fdy_status st = set_device(cuda_of(b), err, op);
   if (st == FDY_OK) {
@@ -176,19 +392,23 @@ static void keep_first(fdy_status *first, fdy_status st, const fdy_error *local,
 /* ---- buffers and the reference rule ---------------------------------------
  */
 
-static void buffer_free(fdy_backend_buffer *buf) {
+/* Frees buf; once the backend is lost, only its handle. */
+static void buffer_free(const cuda_backend *b, fdy_backend_buffer *buf) {
   fdy_list_unlink(&buf->node);
-  if (buf->fence != NULL) {
-    fdy_cuda_ignore(cudaEventDestroy(buf->fence));
+  if (!b->lost) {
+    if (buf->fence != NULL) {
+      fdy_cuda_ignore(cudaEventDestroy(buf->fence));
+    }
+    fdy_cuda_ignore(cudaFree(buf->data));
   }
-  fdy_cuda_ignore(cudaFree(buf->data));
   free(buf);
 }
 
 /* Frees the retired buffers whose fence completed; with `wait`, all of
- * them. A fence that reports an error frees its buffer too (the work before
- * it is over, one way or the other). */
-static void sweep_retired(cuda_backend *b, bool wait) {
+ * them. A fence that reports a sticky error loses the backend (entry op
+ * met it); one that reports another error frees its buffer too (the work
+ * before it is over, one way or the other). */
+static void sweep_retired(cuda_backend *b, bool wait, const char *op) {
   fdy_list_node *n = b->retired.next;
   while (n != &b->retired) {
     fdy_backend_buffer *buf = (fdy_backend_buffer *)n;
@@ -199,8 +419,12 @@ static void sweep_retired(cuda_backend *b, bool wait) {
       cudaGetLastError();
       continue;
     }
+    if (fdy_cuda_error_is_sticky(rc)) {
+      lose(b, rc, op, NULL);
+      return;
+    }
     fdy_cuda_ignore(rc);
-    buffer_free(buf);
+    buffer_free(b, buf);
   }
 }
 
@@ -244,15 +468,18 @@ static fdy_status cuda_capabilities(fdy_backend *base, fdy_device_caps *out,
                          "out is NULL");
   }
   memset(out, 0, sizeof *out);
+  if (b->lost) {
+    return fail_lost(b, "capabilities", err);
+  }
   fdy_status st = set_device(b, err, "capabilities");
   if (st != FDY_OK) {
-    return st;
+    return settle(b, st, "capabilities", err);
   }
   size_t free_bytes = 0, total_bytes = 0;
   st = fdy_cuda_check(cudaMemGetInfo(&free_bytes, &total_bytes), err,
                       "capabilities", "cudaMemGetInfo");
   if (st != FDY_OK) {
-    return st;
+    return settle(b, st, "capabilities", err);
   }
   snprintf(out->name, sizeof out->name, "%s", b->name);
   out->total_memory = total_bytes;
@@ -290,9 +517,12 @@ static fdy_status cuda_buffer_alloc(fdy_backend *base, uint64_t bytes,
                          "a buffer of %llu bytes was requested",
                          (unsigned long long)bytes);
   }
+  if (b->lost) {
+    return fail_lost(b, "buffer_alloc", err);
+  }
   fdy_status st = set_device(b, err, "buffer_alloc");
   if (st != FDY_OK) {
-    return st;
+    return settle(b, st, "buffer_alloc", err);
   }
   fdy_backend_buffer *buf = calloc(1, sizeof *buf);
   if (buf == NULL) {
@@ -306,7 +536,7 @@ static fdy_status cuda_buffer_alloc(fdy_backend *base, uint64_t bytes,
     if (err != NULL) {
       err->actual = bytes;
     }
-    return st;
+    return settle(b, st, "buffer_alloc", err);
   }
   buf->bytes = bytes;
   fdy_list_push(&b->buffers, &buf->node);
@@ -314,9 +544,18 @@ static fdy_status cuda_buffer_alloc(fdy_backend *base, uint64_t bytes,
   return FDY_OK;
 }
 
+void fdy_cuda_test_misdirect_buffer(fdy_backend_buffer *buffer,
+                                    uintptr_t address) {
+  buffer->data = (void *)address;
+}
+
 static void cuda_buffer_release(fdy_backend *base, fdy_backend_buffer *buffer) {
   cuda_backend *b = cuda_of(base);
   if (buffer == NULL) {
+    return;
+  }
+  if (b->lost) {
+    buffer_free(b, buffer);
     return;
   }
   fdy_cuda_ignore(cudaSetDevice(b->ctx.device));
@@ -325,7 +564,12 @@ static void cuda_buffer_release(fdy_backend *base, fdy_backend_buffer *buffer) {
     cudaError_t rc = fence_after_all(b, buffer);
     if (rc == cudaSuccess) {
       fdy_list_push(&b->retired, &buffer->node);
-      sweep_retired(b, false);
+      sweep_retired(b, false, "buffer_release");
+      return;
+    }
+    if (fdy_cuda_error_is_sticky(rc)) {
+      lose(b, rc, "buffer_release", NULL);
+      buffer_free(b, buffer);
       return;
     }
     /* no fence: wait here for whatever may still use the buffer */
@@ -333,8 +577,8 @@ static void cuda_buffer_release(fdy_backend *base, fdy_backend_buffer *buffer) {
     synchronize_streams(b);
     fdy_cuda_ignore(cudaStreamSynchronize(b->ctx.internal));
   }
-  buffer_free(buffer);
-  sweep_retired(b, false);
+  buffer_free(b, buffer);
+  sweep_retired(b, false, "buffer_release");
 }
 
 static fdy_backend_host *find_host(cuda_backend *b, const void *ptr,
@@ -422,9 +666,12 @@ static fdy_status cuda_host_register(fdy_backend *base, const void *ptr,
     return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "host_register",
                          "a NULL, empty or wrapping host range was given");
   }
+  if (b->lost) {
+    return fail_lost(b, "host_register", err);
+  }
   fdy_status st = set_device(b, err, "host_register");
   if (st != FDY_OK) {
-    return st;
+    return settle(b, st, "host_register", err);
   }
   fdy_backend_host *h = calloc(1, sizeof *h);
   if (h == NULL) {
@@ -452,7 +699,9 @@ static fdy_status cuda_host_register(fdy_backend *base, const void *ptr,
     }
     if (rc != cudaSuccess) {
       free(h);
-      return fdy_cuda_check(rc, err, "host_register", "cudaHostRegister");
+      return settle(
+          b, fdy_cuda_check(rc, err, "host_register", "cudaHostRegister"),
+          "host_register", err);
     }
     h->pin_begin = begin;
     h->pin_end = end > begin ? end : begin;
@@ -470,7 +719,7 @@ static void cuda_host_unregister(fdy_backend *base, fdy_backend_host *host) {
     return;
   }
   fdy_list_unlink(&host->node);
-  if (host->pin_end > host->pin_begin) {
+  if (host->pin_end > host->pin_begin && !b->lost) {
     fdy_cuda_ignore(cudaSetDevice(b->ctx.device));
     fdy_cuda_ignore(cudaHostUnregister((void *)host->pin_begin));
   }
@@ -490,9 +739,12 @@ static fdy_status cuda_stream_create(fdy_backend *base,
                          "at most %d streams can be live at once",
                          CUDA_WORD_SETS - 1);
   }
+  if (b->lost) {
+    return fail_lost(b, "stream_create", err);
+  }
   fdy_status st = set_device(b, err, "stream_create");
   if (st != FDY_OK) {
-    return st;
+    return settle(b, st, "stream_create", err);
   }
   fdy_backend_stream *s = calloc(1, sizeof *s);
   if (s == NULL) {
@@ -504,7 +756,7 @@ static fdy_status cuda_stream_create(fdy_backend *base,
       "stream_create", "cudaStreamCreateWithFlags");
   if (st != FDY_OK) {
     free(s);
-    return st;
+    return settle(b, st, "stream_create", err);
   }
   /* The set's last user left it zeroed; zeroing it again in stream order
    * costs nothing and does not rely on that. */
@@ -515,8 +767,9 @@ static fdy_status cuda_stream_create(fdy_backend *base,
   if (st != FDY_OK) {
     fdy_cuda_ignore(cudaStreamDestroy(s->stream));
     free(s);
-    return st;
+    return settle(b, st, "stream_create", err);
   }
+  s->id = ++b->streams_made;
   b->free_word_count--;
   fdy_list_push(&b->streams, &s->node);
   *out = s;
@@ -529,10 +782,22 @@ static void cuda_stream_destroy(fdy_backend *base, fdy_backend_stream *stream) {
   if (stream == NULL) {
     return;
   }
-  fdy_cuda_ignore(cudaSetDevice(b->ctx.device));
+  if (!b->lost) {
+    fdy_cuda_ignore(cudaSetDevice(b->ctx.device));
+    cudaError_t rc = cudaStreamSynchronize(stream->stream);
+    if (fdy_cuda_error_is_sticky(rc)) {
+      lose(b, rc, "stream_destroy", NULL);
+    } else {
+      fdy_cuda_ignore(rc);
+      fdy_cuda_ignore(cudaStreamDestroy(stream->stream));
+      /* its recordings completed: they are no fault's suspects */
+      for (fdy_list_node *n = b->events.next; n != &b->events; n = n->next) {
+        fdy_backend_event *e = (fdy_backend_event *)n;
+        e->seen_done = e->seen_done || e->stream_id == stream->id;
+      }
+    }
+  }
   fdy_list_unlink(&stream->node);
-  fdy_cuda_ignore(cudaStreamSynchronize(stream->stream));
-  fdy_cuda_ignore(cudaStreamDestroy(stream->stream));
   b->free_words[b->free_word_count++] = stream->words;
   free(stream);
 }
@@ -545,9 +810,12 @@ static fdy_status cuda_event_create(fdy_backend *base, fdy_backend_event **out,
                          "out is NULL");
   }
   *out = NULL;
+  if (b->lost) {
+    return fail_lost(b, "event_create", err);
+  }
   fdy_status st = set_device(b, err, "event_create");
   if (st != FDY_OK) {
-    return st;
+    return settle(b, st, "event_create", err);
   }
   fdy_backend_event *e = calloc(1, sizeof *e);
   if (e == NULL) {
@@ -558,7 +826,7 @@ static fdy_status cuda_event_create(fdy_backend *base, fdy_backend_event **out,
                       "cudaEventCreate");
   if (st != FDY_OK) {
     free(e);
-    return st;
+    return settle(b, st, "event_create", err);
   }
   fdy_list_push(&b->events, &e->node);
   *out = e;
@@ -570,9 +838,11 @@ static void cuda_event_destroy(fdy_backend *base, fdy_backend_event *event) {
   if (event == NULL) {
     return;
   }
-  fdy_cuda_ignore(cudaSetDevice(b->ctx.device));
   fdy_list_unlink(&event->node);
-  fdy_cuda_ignore(cudaEventDestroy(event->event));
+  if (!b->lost) {
+    fdy_cuda_ignore(cudaSetDevice(b->ctx.device));
+    fdy_cuda_ignore(cudaEventDestroy(event->event));
+  }
   free(event);
 }
 
@@ -584,13 +854,23 @@ static fdy_status cuda_event_record(fdy_backend *base,
     return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "event_record",
                          "NULL stream or event");
   }
+  if (b->lost) {
+    return fail_lost(b, "event_record", err);
+  }
   fdy_status st = set_device(b, err, "event_record");
   if (st == FDY_OK) {
     st = fdy_cuda_check(cudaEventRecord(event->event, stream->stream), err,
                         "event_record", "cudaEventRecord");
   }
-  event->recorded = event->recorded || st == FDY_OK;
-  return st;
+  if (st == FDY_OK) {
+    event->recorded = true;
+    event->stream_id = stream->id;
+    event->first = stream->pending.seq != 0 ? stream->pending : stream->last;
+    event->last = stream->last;
+    event->seen_done = false;
+    stream->pending = (cuda_submission){0};
+  }
+  return settle(b, st, "event_record", err);
 }
 
 /* Queues a copy between device memory dev and host memory [host, host +
@@ -675,16 +955,20 @@ static fdy_status cuda_copy_to_device(fdy_backend *base,
                                       uint64_t bytes, fdy_error *err) {
   cuda_backend *b = cuda_of(base);
   const char *op = "copy_to_device";
+  if (b->lost) {
+    return fail_lost(b, op, err);
+  }
   fdy_status st = check_copy(op, stream, dst, src, dst_offset, bytes, err);
   if (st == FDY_OK) {
     st = set_device(b, err, op);
   }
   if (st != FDY_OK || bytes == 0) {
-    return st;
+    return settle(b, st, op, err);
   }
-  b->submitted = true;
-  return copy_pieces(b, stream->stream, (unsigned char *)dst->data + dst_offset,
-                     src, bytes, false, err);
+  count_submission(b, stream, op, NULL);
+  st = copy_pieces(b, stream->stream, (unsigned char *)dst->data + dst_offset,
+                   src, bytes, false, err);
+  return settle(b, st, op, err);
 }
 
 static fdy_status cuda_copy_to_host(fdy_backend *base,
@@ -694,16 +978,20 @@ static fdy_status cuda_copy_to_host(fdy_backend *base,
                                     fdy_error *err) {
   cuda_backend *b = cuda_of(base);
   const char *op = "copy_to_host";
+  if (b->lost) {
+    return fail_lost(b, op, err);
+  }
   fdy_status st = check_copy(op, stream, src, dst, src_offset, bytes, err);
   if (st == FDY_OK) {
     st = set_device(b, err, op);
   }
   if (st != FDY_OK || bytes == 0) {
-    return st;
+    return settle(b, st, op, err);
   }
-  b->submitted = true;
-  return copy_pieces(b, stream->stream, (unsigned char *)src->data + src_offset,
-                     dst, bytes, true, err);
+  count_submission(b, stream, op, NULL);
+  st = copy_pieces(b, stream->stream, (unsigned char *)src->data + src_offset,
+                   dst, bytes, true, err);
+  return settle(b, st, op, err);
 }
 
 /* The device address of operand `index` of op (inputs, then the output):
@@ -780,6 +1068,9 @@ static fdy_status launch_workspace(const fdy_op *op, unsigned char **address,
 static fdy_status cuda_launch(fdy_backend *base, fdy_backend_stream *stream,
                               const fdy_op *op, fdy_error *err) {
   cuda_backend *b = cuda_of(base);
+  if (b->lost) {
+    return fail_lost(b, "launch", err);
+  }
   if (stream == NULL || op == NULL) {
     return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "launch",
                          "NULL stream or op");
@@ -814,9 +1105,9 @@ static fdy_status cuda_launch(fdy_backend *base, fdy_backend_stream *stream,
     st = set_device(b, err, "launch");
   }
   if (st != FDY_OK) {
-    return st;
+    return settle(b, st, "launch", err);
   }
-  b->submitted = true;
+  count_submission(b, stream, "launch", op);
   cudaError_t rc = cudaSuccess;
   if (op->kind == FDY_OP_CHECKSUM) {
     bool chained = op->input_count == 2;
@@ -838,7 +1129,7 @@ static fdy_status cuda_launch(fdy_backend *base, fdy_backend_stream *stream,
   if (st != FDY_OK && err != NULL) {
     snprintf(err->name, sizeof err->name, "%s", fdy_op_kind_name(op->kind));
   }
-  return st;
+  return settle(b, st, "launch", err);
 }
 
 static fdy_status cuda_stream_wait(fdy_backend *base,
@@ -849,12 +1140,15 @@ static fdy_status cuda_stream_wait(fdy_backend *base,
     return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "stream_wait",
                          "NULL stream or event");
   }
-  fdy_status st = set_device(b, err, "stream_wait");
-  if (st != FDY_OK) {
-    return st;
+  if (b->lost) {
+    return fail_lost(b, "stream_wait", err);
   }
-  return fdy_cuda_check(cudaStreamWaitEvent(stream->stream, event->event, 0),
+  fdy_status st = set_device(b, err, "stream_wait");
+  if (st == FDY_OK) {
+    st = fdy_cuda_check(cudaStreamWaitEvent(stream->stream, event->event, 0),
                         err, "stream_wait", "cudaStreamWaitEvent");
+  }
+  return settle(b, st, "stream_wait", err);
 }
 
 static fdy_status cuda_host_wait(fdy_backend *base, fdy_backend_event *event,
@@ -864,13 +1158,19 @@ static fdy_status cuda_host_wait(fdy_backend *base, fdy_backend_event *event,
     return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "host_wait",
                          "NULL event");
   }
+  if (b->lost) {
+    return fail_lost(b, "host_wait", err);
+  }
   fdy_status st = set_device(b, err, "host_wait");
   if (st == FDY_OK) {
     st = fdy_cuda_check(cudaEventSynchronize(event->event), err, "host_wait",
                         "cudaEventSynchronize");
   }
-  sweep_retired(b, false);
-  return st;
+  if (st == FDY_OK) {
+    event->seen_done = event->recorded;
+    sweep_retired(b, false, "host_wait");
+  }
+  return settle(b, st, "host_wait", err);
 }
 
 static fdy_status cuda_event_time(fdy_backend *base, fdy_backend_event *event,
@@ -884,9 +1184,12 @@ static fdy_status cuda_event_time(fdy_backend *base, fdy_backend_event *event,
     return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "event_time",
                          "the event was never recorded");
   }
+  if (b->lost) {
+    return fail_lost(b, "event_time", err);
+  }
   fdy_status st = set_device(b, err, "event_time");
   if (st != FDY_OK) {
-    return st;
+    return settle(b, st, "event_time", err);
   }
   const cudaError_t done = cudaEventQuery(event->event);
   if (done == cudaErrorNotReady) {
@@ -901,16 +1204,32 @@ static fdy_status cuda_event_time(fdy_backend *base, fdy_backend_event *event,
                         "event_time", "cudaEventElapsedTime");
   }
   if (st == FDY_OK) {
+    event->seen_done = true;
     *out_ns = b->calib_host_ns + (int64_t)llround((double)ms * 1e6);
   }
-  return st;
+  return settle(b, st, "event_time", err);
+}
+
+/* After a drain: every recording and every stream's work completed. */
+static void saw_everything_done(cuda_backend *b) {
+  for (fdy_list_node *n = b->events.next; n != &b->events; n = n->next) {
+    fdy_backend_event *e = (fdy_backend_event *)n;
+    e->seen_done = e->recorded;
+  }
+  for (fdy_list_node *n = b->streams.next; n != &b->streams; n = n->next) {
+    ((fdy_backend_stream *)n)->pending = (cuda_submission){0};
+  }
 }
 
 /* Synchronizes every stream of the backend and the internal one, then
  * frees every retired buffer. After a failure it still does all of it, so
- * the caller can release everything; it returns the first error. */
+ * the caller can release everything; it returns the first error. Once the
+ * backend is lost it waits for nothing and fails. */
 static fdy_status cuda_drain(fdy_backend *base, fdy_error *err) {
   cuda_backend *b = cuda_of(base);
+  if (b->lost) {
+    return fail_lost(b, "drain", err);
+  }
   fdy_status first = set_device(b, err, "drain");
   fdy_error local;
   for (fdy_list_node *n = b->streams.next; n != &b->streams; n = n->next) {
@@ -922,18 +1241,31 @@ static fdy_status cuda_drain(fdy_backend *base, fdy_error *err) {
   fdy_status st = fdy_cuda_check(cudaStreamSynchronize(b->ctx.internal), &local,
                                  "drain", "cudaStreamSynchronize");
   keep_first(&first, st, &local, err);
-  sweep_retired(b, true);
+  first = settle(b, first, "drain", err);
+  if (!b->lost) {
+    sweep_retired(b, true, "drain");
+  }
+  if (b->lost) {
+    if (err != NULL) {
+      *err = b->lost_error;
+    }
+    return FDY_ERR_BACKEND;
+  }
   if (first == FDY_OK) {
     b->submitted = false;
+    saw_everything_done(b);
   }
   return first;
 }
 
-/* Drains and frees every object, released or not. */
+/* Drains and frees every object, released or not; once the backend is
+ * lost, only host memory, with no CUDA call. */
 static void cuda_destroy(fdy_backend *base) {
   cuda_backend *b = cuda_of(base);
-  fdy_cuda_ignore(cudaSetDevice(b->ctx.device));
-  if (b->ctx.internal != NULL) {
+  if (!b->lost) {
+    fdy_cuda_ignore(cudaSetDevice(b->ctx.device));
+  }
+  if (b->ctx.internal != NULL && !b->lost) {
     cuda_drain(base, NULL);
   }
   while (b->streams.next != &b->streams) {
@@ -943,26 +1275,28 @@ static void cuda_destroy(fdy_backend *base) {
     cuda_host_unregister(base, (fdy_backend_host *)b->hosts.next);
   }
   while (b->buffers.next != &b->buffers) {
-    buffer_free((fdy_backend_buffer *)b->buffers.next);
+    buffer_free(b, (fdy_backend_buffer *)b->buffers.next);
   }
   while (b->retired.next != &b->retired) {
-    buffer_free((fdy_backend_buffer *)b->retired.next);
+    buffer_free(b, (fdy_backend_buffer *)b->retired.next);
   }
   while (b->events.next != &b->events) {
     cuda_event_destroy(base, (fdy_backend_event *)b->events.next);
   }
-  fdy_cuda_staging_destroy(b->staging);
-  if (b->ctx.internal != NULL) {
-    fdy_cuda_ignore(cudaStreamSynchronize(b->ctx.internal));
-    fdy_cuda_ignore(cudaStreamDestroy(b->ctx.internal));
+  fdy_cuda_staging_destroy(b->staging, b->lost);
+  if (!b->lost) {
+    if (b->ctx.internal != NULL) {
+      fdy_cuda_ignore(cudaStreamSynchronize(b->ctx.internal));
+      fdy_cuda_ignore(cudaStreamDestroy(b->ctx.internal));
+    }
+    if (b->calib != NULL) {
+      fdy_cuda_ignore(cudaEventDestroy(b->calib));
+    }
+    if (b->join != NULL) {
+      fdy_cuda_ignore(cudaEventDestroy(b->join));
+    }
+    fdy_cuda_ignore(cudaFree(b->words));
   }
-  if (b->calib != NULL) {
-    fdy_cuda_ignore(cudaEventDestroy(b->calib));
-  }
-  if (b->join != NULL) {
-    fdy_cuda_ignore(cudaEventDestroy(b->join));
-  }
-  fdy_cuda_ignore(cudaFree(b->words));
   free(b->free_words);
   free(b);
 }

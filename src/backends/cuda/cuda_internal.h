@@ -1,8 +1,8 @@
 /* Internal interface of the CUDA backend, shared by its host-side C files
  * (cuda_backend.c, cuda_ops.c, cuda_staging.c, cuda_measure.c) and the
  * kernel files (checksum_kernel.cu, ops_kernels.cu, matmul_q4.cu,
- * matmul_q4_mma.cu, attention.cu). Not installed; nothing outside
- * src/backends/cuda includes it. */
+ * matmul_q4_mma.cu, attention.cu). Not installed; outside src/backends/cuda
+ * only the CUDA tests include it. */
 #ifndef FOUNDRY_CUDA_INTERNAL_H
 #define FOUNDRY_CUDA_INTERNAL_H
 
@@ -31,6 +31,24 @@ fdy_status fdy_cuda_check(cudaError_t rc, fdy_error *err, const char *op,
  * clears CUDA's last error, so that it cannot surface as the error of a later,
  * unrelated call (a kernel launch reads cudaGetLastError). */
 void fdy_cuda_ignore(cudaError_t rc);
+/* True for the errors after which the CUDA documentation says the context
+ * is unusable and "any further CUDA work will return the same error": a
+ * kernel that faulted (cudaErrorIllegalAddress, LaunchFailure,
+ * MisalignedAddress, IllegalInstruction, HardwareStackError, Assert,
+ * InvalidPc, InvalidAddressSpace, LaunchTimeout, TensorMemoryLeak), a
+ * contained hardware error, a terminated MPS client, a failed external
+ * device. The backend that sees one is lost (cuda.h). */
+bool fdy_cuda_error_is_sticky(cudaError_t rc);
+
+/* ---- test hook (tests/cuda/test_cuda_lost.c) ------------------------------
+ */
+
+/* Points buffer's device address at `address`, which must not be device
+ * memory, so that a launch with a view of it faults on the device the way
+ * a kernel bug would, and the device is lost. Only for the device-loss
+ * tests; no production path calls it. */
+void fdy_cuda_test_misdirect_buffer(fdy_backend_buffer *buffer,
+                                    uintptr_t address);
 
 /* ---- backend state the measurement helpers use (cuda_backend.c) -----------
  */
@@ -67,8 +85,11 @@ typedef struct fdy_cuda_staging fdy_cuda_staging;
 fdy_status fdy_cuda_staging_create(uint64_t buffer_bytes, uint32_t buffers,
                                    uint32_t parts, fdy_cuda_staging **out,
                                    fdy_error *err);
-/* Waits for every DMA out of the ring, then frees it; NULL is a no-op. */
-void fdy_cuda_staging_destroy(fdy_cuda_staging *s);
+/* Waits for every DMA out of the ring, then frees it; NULL is a no-op.
+ * With device_lost (after a sticky error, fdy_cuda_error_is_sticky) it
+ * makes no CUDA call: it stops the fill threads and frees host memory only;
+ * the pinned buffers and events stay with the unusable context. */
+void fdy_cuda_staging_destroy(fdy_cuda_staging *s, bool device_lost);
 /* Copies bytes from pageable src to device dst on stream, chunk by chunk:
  * waits until the next staging buffer's previous use completed (its event),
  * fills it on the fill threads, queues its DMA and records its event.

@@ -45,12 +45,12 @@ static void measure_end(measure *m) {
   if (m->end != NULL) {
     fdy_cuda_ignore(cudaEventDestroy(m->end));
   }
-  if (m->ctx != NULL) {
+  if (m->ctx != NULL) { /* else nothing was allocated (a lost backend) */
     fdy_cuda_ignore(cudaStreamSynchronize(m->ctx->internal));
+    fdy_cuda_ignore(cudaFree(m->flush));
+    fdy_cuda_ignore(cudaFree(m->input));
+    fdy_cuda_ignore(cudaFree(m->output));
   }
-  fdy_cuda_ignore(cudaFree(m->flush));
-  fdy_cuda_ignore(cudaFree(m->input));
-  fdy_cuda_ignore(cudaFree(m->output));
   free(m->seconds);
 }
 

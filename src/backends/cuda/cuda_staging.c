@@ -230,11 +230,11 @@ fdy_status fdy_cuda_staging_create(uint64_t buffer_bytes, uint32_t buffers,
   return FDY_OK;
 
 cleanup:
-  fdy_cuda_staging_destroy(s);
+  fdy_cuda_staging_destroy(s, false);
   return st;
 }
 
-void fdy_cuda_staging_destroy(fdy_cuda_staging *s) {
+void fdy_cuda_staging_destroy(fdy_cuda_staging *s, bool device_lost) {
   if (s == NULL) {
     return;
   }
@@ -248,7 +248,8 @@ void fdy_cuda_staging_destroy(fdy_cuda_staging *s) {
     }
   }
   /* Creation fills the arrays only once all of them were allocated. */
-  bool arrays = s->buffers != NULL && s->ready != NULL && s->used != NULL;
+  bool arrays =
+      !device_lost && s->buffers != NULL && s->ready != NULL && s->used != NULL;
   for (uint32_t i = 0; arrays && i < s->count; i++) {
     if (s->ready[i] != NULL) {
       if (s->used[i]) {
