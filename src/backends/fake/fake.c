@@ -1086,6 +1086,10 @@ static fdy_status fake_graph_end(fdy_backend *b, fdy_backend_graph **out,
                                  fdy_error *err) {
   fake_backend *f = fake_of(b);
   uint64_t n = call_begin(f, "graph_end", 0, ID_OF(f->recording), -1);
+  fdy_fake_call *entry = call_entry(f, n);
+  if (entry) {
+    entry->recorded = false; /* it ends the recording, is not part of it */
+  }
   fdy_backend_graph *g = f->recording;
   f->recording = NULL;
   if (out) {
