@@ -755,7 +755,7 @@ static void test_graph_record_and_replay(void **state) {
 
 /* Without the option the entries are absent; a copy from unregistered
  * memory is refused (FDY_ERR_UNSUPPORTED) and fails graph_end; misuse is
- * counted. */
+ * counted, a replay of released buffers too. */
 static void test_graph_refusals_and_violations(void **state) {
   (void)state;
   fdy_backend *plain = make_fake(NULL);
@@ -805,8 +805,19 @@ static void test_graph_refusals_and_violations(void **state) {
                    FDY_ERR_INVALID_ARGUMENT);
   assert_int_equal(fdy_fake_get_stats(b).violations, 8);
   assert_int_equal(fdy_fake_get_stats(b).live_graphs, 0);
-  b->ops->event_destroy(b, e);
+  /* a replay whose buffer was released */
+  fdy_backend_host *h = registered(b, host, sizeof host);
+  assert_int_equal(b->ops->graph_begin(b, &s, 1, &err), FDY_OK);
+  to_device(b, s, buf, 0, host, sizeof host);
+  assert_int_equal(b->ops->graph_end(b, &graph, &err), FDY_OK);
   b->ops->buffer_release(b, buf);
+  assert_int_equal(b->ops->graph_launch(b, graph, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(fdy_fake_get_stats(b).violations, 9);
+  assert_int_equal(fdy_fake_get_stats(b).copies_to_device, 0);
+  b->ops->graph_destroy(b, graph);
+  b->ops->host_unregister(b, h);
+  b->ops->event_destroy(b, e);
   b->ops->stream_destroy(b, s);
   b->ops->stream_destroy(b, other);
   fdy_backend_destroy(b);
