@@ -30,6 +30,28 @@
  * clears it: later work runs again. A backend may report a failure sooner
  * (from the entry that submitted the work, or from any host_wait).
  *
+ * Graphs (optional: graph_begin, graph_end, graph_launch, graph_destroy,
+ * all four or none): a backend may record a section of stream work once
+ * and replay it. Between graph_begin and graph_end the caller issues only
+ * stream-ordered calls (copy_to_device, copy_to_host, launch, event_record,
+ * stream_wait) on the streams given to graph_begin; they are checked as
+ * usual but recorded, not run. graph_launch then runs the recorded work as
+ * if those calls were issued again in the same order, with two orderings
+ * added: the graph starts after all work submitted earlier to any of its
+ * streams, and work submitted later to any of them starts after the whole
+ * graph. Events recorded inside a graph order work inside it only: to
+ * observe a replay from the host, record an event on one of the graph's
+ * streams after graph_launch and host_wait that. Host memory a recorded
+ * copy reads or writes is read or written at every replay (write a step's
+ * inputs into the same host memory before each launch); it, and every
+ * buffer the recorded calls use, must stay valid until graph_destroy. A
+ * stream_wait inside a recording names an event recorded earlier in the
+ * same recording. A backend that cannot record a call (e.g. a copy
+ * from host memory it would have to stage) fails that call with
+ * FDY_ERR_UNSUPPORTED; the recording then ends at graph_end, which fails
+ * too. Any entry may fail with FDY_ERR_BACKEND; after a failed graph_begin
+ * nothing is recording, and graph_end always ends the recording.
+ *
  * Thread-safety: the executor calls a backend from one thread at a time. */
 #ifndef FOUNDRY_BACKEND_H
 #define FOUNDRY_BACKEND_H
@@ -45,6 +67,7 @@ typedef struct fdy_backend fdy_backend;
 typedef struct fdy_backend_stream fdy_backend_stream;
 typedef struct fdy_backend_event fdy_backend_event;
 typedef struct fdy_backend_host fdy_backend_host;
+typedef struct fdy_backend_graph fdy_backend_graph;
 
 typedef struct fdy_backend_ops {
   const char *name; /* "fake", "cpu", "cuda" */
@@ -118,6 +141,26 @@ typedef struct fdy_backend_ops {
    * completed. */
   fdy_status (*event_time)(fdy_backend *b, fdy_backend_event *event,
                            int64_t *out_ns, fdy_error *err);
+
+  /* Optional (graphs, above): starts recording the stream-ordered calls
+   * on streams[0 .. count) (count >= 1, distinct streams, no recording in
+   * progress). Errors: FDY_ERR_INVALID_ARGUMENT, FDY_ERR_BACKEND; nothing
+   * is recording after a failure. */
+  fdy_status (*graph_begin)(fdy_backend *b, fdy_backend_stream *const *streams,
+                            uint32_t count, fdy_error *err);
+  /* Ends the recording and makes it a graph that can be launched (CUDA:
+   * instantiated). On failure (a call of the recording failed, or the
+   * backend cannot make the graph) *out is NULL and nothing is recording
+   * any more. */
+  fdy_status (*graph_end)(fdy_backend *b, fdy_backend_graph **out,
+                          fdy_error *err);
+  /* Runs the graph on its streams (graphs, above). Work failing inside a
+   * replay is reported like any failed work, attributed to the launch of
+   * the graph as a whole. */
+  fdy_status (*graph_launch)(fdy_backend *b, fdy_backend_graph *graph,
+                             fdy_error *err);
+  /* Frees the graph; callers drain first. NULL is a no-op. */
+  void (*graph_destroy)(fdy_backend *b, fdy_backend_graph *graph);
 
   /* Waits for all submitted work on every stream. Safe to call at any time,
    * also after failures. Returns a failure of work that no host_wait

@@ -35,6 +35,24 @@
  * Reference rule: a buffer released while pending work uses it keeps its
  * memory until that work completed (a deferred free, counted).
  *
+ * Graphs (options.graphs; backend.h): between graph_begin and graph_end,
+ * copies, launches, event records and stream waits are checked as usual,
+ * logged (fdy_fake_call.recorded) and appended to the recording instead of
+ * being submitted; they count in recorded_calls, not in the submission
+ * counters. graph_launch first orders the graph after every earlier item of
+ * its streams, submits the recorded calls again in order (counted as
+ * copies, launches, ... like direct calls, but logged as the one
+ * graph_launch), then orders every stream after all of it, as a CUDA graph
+ * launch with its streams joined would. Like the CUDA backend, which would
+ * have to stage it, a copy whose host memory is not inside one host
+ * registration cannot be recorded: FDY_ERR_UNSUPPORTED, and graph_end
+ * fails with it. Violations: a graph_begin while recording (or with no,
+ * NULL, dead or repeated streams), a recorded call on a stream outside the
+ * recording, a recorded stream_wait on an event not recorded earlier in
+ * the same recording, host_wait, event_time or drain while recording,
+ * graph_end without a recording, launching or destroying a dead graph, and
+ * a replay whose buffers were released.
+ *
  * The fake never fails on its own (except for its device memory limit,
  * host memory exhaustion, and a store_data copy from or to caller memory
  * that cannot be read or written, such as a truncated file mapping: every
@@ -62,6 +80,8 @@ typedef struct fdy_fake_options {
                                  supports_op refuses and launch fails */
   uint64_t workspace_bytes;   /* scratch bytes workspace_bytes asks for
                                  every op; 0 = none */
+  bool graphs;                /* offer graph_begin, graph_end, graph_launch
+                                 and graph_destroy (above) */
 } fdy_fake_options;
 
 /* One logged call. Handle ids are unique across all handle kinds. */
@@ -82,6 +102,7 @@ typedef struct fdy_fake_call {
   int64_t stream;    /* id of the stream of a stream-ordered call, or -1 */
   int op_kind;       /* fdy_op_kind of launch, supports_op and
                         workspace_bytes, or -1 */
+  bool recorded;     /* made between graph_begin and graph_end */
 } fdy_fake_call;
 
 typedef struct fdy_fake_stats {
@@ -111,6 +132,11 @@ typedef struct fdy_fake_stats {
   uint64_t stream_waits;
   uint64_t host_waits;
   uint64_t drains;
+  /* graphs (options.graphs) */
+  uint64_t live_graphs;     /* made by graph_end and not destroyed */
+  uint64_t graphs_recorded; /* successful graph_end calls */
+  uint64_t recorded_calls;  /* calls appended to a recording */
+  uint64_t graph_launches;  /* successful graph_launch calls */
 } fdy_fake_stats;
 
 /* Creates a fake backend; options may be NULL (defaults). Errors:

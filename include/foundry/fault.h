@@ -6,7 +6,8 @@
  * Counting. Calls are counted over the entries that return an fdy_status
  * (capabilities, buffer_alloc, host_register, stream_create, event_create,
  * event_record, copy_to_device, copy_to_host, launch, stream_wait,
- * host_wait, event_time, drain), 1-based, in the order they reach the
+ * host_wait, event_time, graph_begin, graph_end, graph_launch, drain),
+ * 1-based, in the order they reach the
  * wrapper. The other entries (supports_op, workspace_bytes, releases,
  * destroys) are forwarded and never fail. A test runs its scenario once to
  * read the count (fdy_fault_get_stats), then sweeps fail_at_call over
@@ -23,6 +24,11 @@
  *     released again inside the wrapper and the caller gets NULL, as a
  *     failed create leaves its outputs. When the inner entry itself fails,
  *     its own error is returned.
+ *   Graph entries keep backend.h's promise that nothing is recording after
+ *   a failed graph_begin or any graph_end: an injected graph_begin failure
+ *   after submit ends the inner recording again, and graph_end always
+ *   calls the inner graph_end (in both modes) and, when injected, destroys
+ *   the graph it made and returns NULL.
  * fail_drain makes every drain report FDY_ERR_BACKEND after the inner drain
  * completed, to test the reporting of cleanup failures.
  *

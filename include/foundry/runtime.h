@@ -45,7 +45,19 @@ typedef struct fdy_executor_options {
    * staging) with the backend: the caller registered it already, or wants
    * staged copies. */
   bool skip_host_registration;
+  /* Issue every command of every run even when the backend can record and
+   * replay steps (graphs, above). */
+  bool no_graphs;
 } fdy_executor_options;
+
+/* How the runs of a step issue their work (fdy_executor_step_mode). */
+typedef enum fdy_step_mode {
+  FDY_STEP_COMMANDS = 0, /* command by command: the backend has no graph
+                            entries, or collect_timings or no_graphs */
+  FDY_STEP_GRAPHS,       /* recorded at create, replayed by every run */
+  FDY_STEP_FALLBACK,     /* the backend refused to record it: command by
+                            command */
+} fdy_step_mode;
 
 /* Timing of one command of the last run (fdy_executor_timings). */
 typedef struct fdy_command_timing {
@@ -58,7 +70,7 @@ typedef struct fdy_command_timing {
   int64_t device_end_ns;   /* from backend event_time, or -1 */
 } fdy_command_timing;
 
-/* What create set up, for reports. */
+/* What create set up, and the graphs of the last run, for reports. */
 typedef struct fdy_executor_stats {
   int64_t setup_ns;  /* create, preflight to setup done */
   int64_t upload_ns; /* the setup section alone */
@@ -68,6 +80,12 @@ typedef struct fdy_executor_stats {
   uint64_t staging_bytes;    /* host staging of step inputs and outputs */
   uint64_t mapped_bytes;     /* checkpoint files mapped */
   uint64_t setup_transfer_bytes;
+  uint32_t graph_steps;             /* steps recorded as graphs */
+  uint32_t graph_fallbacks;         /* steps the backend refused to record */
+  uint64_t graphs;                  /* graphs recorded, all steps */
+  uint64_t last_run_graph_launches; /* by the last run (1 per token for a
+                                       decode step recorded whole) */
+  uint64_t graph_launches;          /* by every run so far */
 } fdy_executor_stats;
 
 /* Preflight only (see above): no backend side effects. graph may be NULL to
@@ -110,6 +128,13 @@ int64_t fdy_executor_step(const fdy_executor *executor, const char *name);
 /* Runs section `step` (a step: neither setup nor teardown) once. */
 fdy_status fdy_executor_run(fdy_executor *executor, size_t step,
                             fdy_error *err);
+
+/* How runs of section `step` issue their work; FDY_STEP_COMMANDS for a
+ * section that is not a step. For FDY_STEP_FALLBACK, *why (when not NULL)
+ * receives the backend's refusal (kind FDY_ERR_UNSUPPORTED, backend_op,
+ * command_index of the call it refused); otherwise it is cleared. */
+fdy_step_mode fdy_executor_step_mode(const fdy_executor *executor, size_t step,
+                                     fdy_error *why);
 
 /* Timings of the last run's commands (collect_timings), else NULL. */
 const fdy_command_timing *fdy_executor_timings(const fdy_executor *executor,

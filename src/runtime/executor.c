@@ -9,7 +9,15 @@
  * command and backend entry; a failure of the cleanup drain goes to
  * cleanup_kind. An I/O failure names a mapped weight file that shrank
  * (backends read mappings with fdy_host_copy, which turns the SIGBUS of a
- * truncated file into FDY_ERR_IO). */
+ * truncated file into FDY_ERR_IO).
+ *
+ * Graphs (runtime.h): after setup and resolving, each step is cut at its
+ * host waits into stretches of device commands; each stretch is issued
+ * once between graph_begin and graph_end over all streams, and a run
+ * launches the stretches' graphs, each followed, where the plan has host
+ * waits after it, by one host wait on the executor's own event recorded on
+ * stream 0 after the graph (graph_launch joins every stream of the graph
+ * into stream 0, backend.h). */
 #include "foundry/runtime.h"
 
 #include <errno.h>
@@ -43,6 +51,21 @@ typedef struct ex_command {
   uint64_t offset, bytes;        /* copy_input / copy_output placement */
   fdy_op *op;                    /* launch */
 } ex_command;
+
+/* A stretch of a step's device commands between host waits, recorded as
+ * one graph. */
+typedef struct ex_segment {
+  size_t first, count;      /* plan commands first .. first + count */
+  size_t host_wait;         /* the first host wait after it, or SIZE_MAX */
+  fdy_backend_graph *graph; /* NULL until recorded */
+} ex_segment;
+
+/* How a step runs (by section index). */
+typedef struct ex_step {
+  fdy_step_mode mode;
+  fdy_error why; /* FDY_STEP_FALLBACK: the refusal */
+  size_t first_segment, segment_count;
+} ex_step;
 
 /* Host staging of one input or output tensor. */
 typedef struct ex_staging {
@@ -79,6 +102,11 @@ struct fdy_executor {
   fdy_op *launch_ops;
   fdy_command_timing *timings;
   size_t timing_count;
+  bool graphs;          /* the backend records steps (runtime.h) */
+  ex_step *steps;       /* by section index, when graphs */
+  ex_segment *segments; /* of every recorded step */
+  size_t segment_count;
+  fdy_backend_event *graph_done; /* recorded after a graph, host-waited */
   fdy_executor_stats stats;
 };
 
@@ -892,6 +920,156 @@ static fdy_status run_section(fdy_executor *x, size_t s, fdy_error *e) {
   return FDY_OK;
 }
 
+/* ---- graphs
+ * ------------------------------------------------------------------ */
+
+static bool is_host_wait(const fdy_command *c) {
+  return c->kind == FDY_CMD_WAIT && c->u.wait.host;
+}
+
+/* Cuts every step into stretches of device commands ended by a host wait
+ * (or the end of the step). */
+static fdy_status cut_steps(fdy_executor *x, fdy_error *e) {
+  size_t sections = fdy_plan_section_count(x->plan);
+  x->steps = calloc(sections, sizeof(*x->steps));
+  x->segments = calloc(x->command_count + 1, sizeof(*x->segments));
+  if (!x->steps || !x->segments) {
+    return oom(e);
+  }
+  for (size_t s = 1; s + 1 < sections; s++) {
+    const fdy_section *sec = fdy_plan_section(x->plan, s);
+    ex_step *step = &x->steps[s];
+    ex_segment *open = NULL;
+    step->first_segment = x->segment_count;
+    for (size_t i = sec->first; i < sec->first + sec->count; i++) {
+      if (is_host_wait(fdy_plan_command(x->plan, i))) {
+        if (open != NULL) {
+          open->host_wait = i;
+        }
+        open = NULL;
+        continue;
+      }
+      if (open == NULL) {
+        open = &x->segments[x->segment_count++];
+        *open = (ex_segment){.first = i, .host_wait = SIZE_MAX};
+      }
+      open->count++;
+    }
+    step->segment_count = x->segment_count - step->first_segment;
+  }
+  return FDY_OK;
+}
+
+static void destroy_graphs(fdy_executor *x, size_t first, size_t count) {
+  for (size_t i = first; i < first + count; i++) {
+    if (x->segments[i].graph != NULL) {
+      x->ops->graph_destroy(x->b, x->segments[i].graph);
+      x->segments[i].graph = NULL;
+    }
+  }
+}
+
+/* Issues the commands of seg between graph_begin and graph_end. The
+ * recording always ends; on failure seg->graph is NULL and the first
+ * failure is reported. */
+static fdy_status record_segment(fdy_executor *x, ex_segment *seg,
+                                 fdy_error *e) {
+  fdy_status st = x->ops->graph_begin(x->b, x->streams, x->stream_count, e);
+  if (st != FDY_OK) {
+    return backend_failed(e, st, (int64_t)seg->first, "graph_begin");
+  }
+  for (size_t i = seg->first; st == FDY_OK && i < seg->first + seg->count;
+       i++) {
+    st = run_command(x, i, e);
+  }
+  fdy_error end_error;
+  fdy_error_clear(&end_error);
+  fdy_status end = x->ops->graph_end(x->b, &seg->graph, &end_error);
+  if (end != FDY_OK) {
+    seg->graph = NULL;
+    if (st == FDY_OK) {
+      *e = end_error;
+      st = backend_failed(e, end, (int64_t)seg->first, "graph_end");
+    }
+  } else if (st != FDY_OK) {
+    x->ops->graph_destroy(x->b, seg->graph);
+    seg->graph = NULL;
+  }
+  return st;
+}
+
+/* Records every step as graphs (runtime.h). A step the backend refuses to
+ * record (FDY_ERR_UNSUPPORTED) falls back to commands, with the refusal
+ * kept for fdy_executor_step_mode; any other failure is returned. */
+static fdy_status record_steps(fdy_executor *x, fdy_error *e) {
+  fdy_status st = cut_steps(x, e);
+  if (st == FDY_OK) {
+    st = x->ops->event_create(x->b, &x->graph_done, e);
+    if (st != FDY_OK) {
+      x->graph_done = NULL;
+      return backend_failed(e, st, -1, "event_create");
+    }
+  }
+  size_t sections = fdy_plan_section_count(x->plan);
+  for (size_t s = 1; st == FDY_OK && s + 1 < sections; s++) {
+    ex_step *step = &x->steps[s];
+    for (size_t k = 0; st == FDY_OK && k < step->segment_count; k++) {
+      st = record_segment(x, &x->segments[step->first_segment + k], e);
+    }
+    if (st == FDY_ERR_UNSUPPORTED) {
+      destroy_graphs(x, step->first_segment, step->segment_count);
+      step->mode = FDY_STEP_FALLBACK;
+      step->why = *e;
+      fdy_error_clear(e);
+      x->stats.graph_fallbacks++;
+      st = FDY_OK;
+    } else if (st == FDY_OK) {
+      step->mode = FDY_STEP_GRAPHS;
+      x->stats.graph_steps++;
+      x->stats.graphs += step->segment_count;
+    }
+  }
+  return st;
+}
+
+/* A failure of a replayed graph: attributed to the graph as a whole. */
+static fdy_status graph_failed(fdy_error *e, fdy_status st,
+                               const ex_segment *seg, const char *op) {
+  e->kind = st;
+  e->command_index = (int64_t)seg->first;
+  snprintf(e->backend_op, sizeof(e->backend_op), "%s", op);
+  fdy_error_prefix(e, "commands %zu to %zu (one graph): backend %s failed",
+                   seg->first, seg->first + seg->count - 1, op);
+  return st;
+}
+
+/* A run of a recorded step: its graphs, each followed by one host wait
+ * where the plan waits after it. */
+static fdy_status run_graphs(fdy_executor *x, const ex_step *step,
+                             fdy_error *e) {
+  for (size_t k = 0; k < step->segment_count; k++) {
+    const ex_segment *seg = &x->segments[step->first_segment + k];
+    fdy_status st = x->ops->graph_launch(x->b, seg->graph, e);
+    if (st != FDY_OK) {
+      return graph_failed(e, st, seg, "graph_launch");
+    }
+    x->stats.last_run_graph_launches++;
+    x->stats.graph_launches++;
+    if (seg->host_wait == SIZE_MAX) {
+      continue;
+    }
+    st = x->ops->event_record(x->b, x->streams[0], x->graph_done, e);
+    if (st != FDY_OK) {
+      return graph_failed(e, st, seg, "event_record");
+    }
+    st = x->ops->host_wait(x->b, x->graph_done, e);
+    if (st != FDY_OK) {
+      return graph_failed(e, st, seg, "host_wait");
+    }
+  }
+  return FDY_OK;
+}
+
 /* ---- life cycle
  * -------------------------------------------------------------- */
 
@@ -907,6 +1085,13 @@ static void release_all(fdy_executor *x, bool drain, fdy_error *e) {
       snprintf(e->cleanup_message, sizeof(e->cleanup_message),
                "drain after the failure failed: %.200s", ce.message);
     }
+  }
+  if (x->segments != NULL) {
+    destroy_graphs(x, 0, x->segment_count);
+  }
+  if (x->graph_done != NULL) {
+    x->ops->event_destroy(x->b, x->graph_done);
+    x->graph_done = NULL;
   }
   for (uint32_t i = 0; x->events && i < x->event_count; i++) {
     if (x->events[i]) {
@@ -967,6 +1152,8 @@ static void free_executor(fdy_executor *x) {
   free(x->cmds);
   free(x->launch_ops);
   free(x->timings);
+  free(x->steps);
+  free(x->segments);
   free(x);
 }
 
@@ -1073,6 +1260,10 @@ fdy_status fdy_executor_create(const fdy_plan *plan, const fdy_graph *graph,
   x->ops = backend->ops;
   x->collect = options != NULL && options->collect_timings;
   x->registers_host = options == NULL || !options->skip_host_registration;
+  const fdy_backend_ops *o = backend->ops;
+  x->graphs = o->graph_begin && o->graph_end && o->graph_launch &&
+              o->graph_destroy && !x->collect &&
+              (options == NULL || !options->no_graphs);
   x->stream_count = fdy_plan_stream_count(plan);
   x->buffer_count = fdy_plan_buffer_count(plan);
   x->event_count = fdy_plan_event_count(plan);
@@ -1092,6 +1283,9 @@ fdy_status fdy_executor_create(const fdy_plan *plan, const fdy_graph *graph,
   if (st == FDY_OK) {
     x->stats.upload_ns = fdy_now_ns() - upload;
     st = resolve_launches(x, &e);
+  }
+  if (st == FDY_OK && x->graphs) {
+    st = record_steps(x, &e);
   }
   if (st != FDY_OK) {
     name_shrunk_file(x, st, &e);
@@ -1115,6 +1309,11 @@ fdy_status fdy_executor_finish(fdy_executor *x, fdy_error *err) {
     return FDY_OK;
   }
   x->finished = true;
+  /* Graphs use the buffers teardown releases; the last run left nothing
+   * pending (every step ends observed by the host, plan.h). */
+  if (x->segments != NULL) {
+    destroy_graphs(x, 0, x->segment_count);
+  }
   size_t teardown = fdy_plan_section_count(x->plan) - 1;
   fdy_status st = run_section(x, teardown, &e);
   if (st == FDY_OK) {
@@ -1195,7 +1394,11 @@ fdy_status fdy_executor_run(fdy_executor *x, size_t step, fdy_error *err) {
       memset(x->staging[t].data, 0xff, (size_t)x->staging[t].bytes);
     }
   }
-  fdy_status st = run_section(x, step, &e);
+  x->stats.last_run_graph_launches = 0;
+  const ex_step *recorded = x->steps != NULL ? &x->steps[step] : NULL;
+  fdy_status st = recorded != NULL && recorded->mode == FDY_STEP_GRAPHS
+                      ? run_graphs(x, recorded, &e)
+                      : run_section(x, step, &e);
   if (st != FDY_OK) {
     fail_executor(x, st, &e);
     if (err) {
@@ -1203,6 +1406,20 @@ fdy_status fdy_executor_run(fdy_executor *x, size_t step, fdy_error *err) {
     }
   }
   return st;
+}
+
+fdy_step_mode fdy_executor_step_mode(const fdy_executor *x, size_t step,
+                                     fdy_error *why) {
+  fdy_error_clear(why);
+  if (x == NULL || x->steps == NULL || step == 0 ||
+      step + 1 >= fdy_plan_section_count(x->plan)) {
+    return FDY_STEP_COMMANDS;
+  }
+  const ex_step *s = &x->steps[step];
+  if (s->mode == FDY_STEP_FALLBACK && why != NULL) {
+    *why = s->why;
+  }
+  return s->mode;
 }
 
 const fdy_command_timing *fdy_executor_timings(const fdy_executor *x,

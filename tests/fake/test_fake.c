@@ -4,7 +4,8 @@
  * op with store_data, the reference rule (deferred frees), unsupported
  * kinds, the workspace option, violation counting, and store_data copies
  * from and to a truncated file mapping (FDY_ERR_IO at host_wait or drain,
- * the backend usable after drain). */
+ * the backend usable after drain), and graphs (recording, replay with
+ * joined streams and fresh host data, refusals and misuse). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -668,6 +669,160 @@ static void test_truncated_mapping(void **state) {
   shrunk_remove(&m);
 }
 
+/* ---- graphs ---------------------------------------------------------------
+ */
+
+static fdy_backend_host *registered(fdy_backend *b, const void *p,
+                                    uint64_t bytes) {
+  fdy_backend_host *h = NULL;
+  assert_int_equal(b->ops->host_register(b, p, bytes, &h, NULL), FDY_OK);
+  return h;
+}
+
+/* Calls between graph_begin and graph_end are recorded, not run; each
+ * launch of the graph runs them again, reading the host memory anew, after
+ * the earlier work of every graph stream and before later work on any. */
+static void test_graph_record_and_replay(void **state) {
+  (void)state;
+  fdy_fake_options o = {.store_data = true, .graphs = true};
+  fdy_backend *b = make_fake(&o);
+  fdy_error err;
+  assert_non_null(b->ops->graph_begin);
+  unsigned char *data = chain_random_bytes(512, 3);
+  uint64_t *result = calloc(1, 4096);
+  assert_non_null(data);
+  assert_non_null(result);
+  fdy_backend_host *hd = registered(b, data, 512);
+  fdy_backend_host *hr = registered(b, result, 4096);
+  fdy_backend_stream *copy = new_stream(b), *compute = new_stream(b);
+  fdy_backend_stream *streams[2] = {compute, copy};
+  fdy_backend_buffer *buf = new_buffer(b, 512), *out = new_buffer(b, 256);
+  fdy_backend_event *copied = new_event(b), *done = new_event(b);
+
+  assert_int_equal(b->ops->graph_begin(b, streams, 2, &err), FDY_OK);
+  to_device(b, copy, buf, 0, data, 512);
+  record(b, copy, copied);
+  assert_int_equal(b->ops->stream_wait(b, compute, copied, &err), FDY_OK);
+  fdy_op op = chain_checksum_op(buf, 512, NULL,
+                                chain_view(out, 0, FDY_DTYPE_U64, 1), 1);
+  assert_int_equal(b->ops->launch(b, compute, &op, &err), FDY_OK);
+  assert_int_equal(b->ops->copy_to_host(b, compute, result, out, 0, 8, &err),
+                   FDY_OK);
+  fdy_backend_graph *graph = NULL;
+  assert_int_equal(b->ops->graph_end(b, &graph, &err), FDY_OK);
+  assert_non_null(graph);
+  fdy_fake_stats s = fdy_fake_get_stats(b);
+  assert_int_equal(s.recorded_calls, 5);
+  assert_int_equal(s.launches, 0);
+  assert_int_equal(s.copies_to_device, 0);
+  assert_int_equal(s.pending_work, 0);
+  assert_int_equal(s.live_graphs, 1);
+  assert_true(fdy_fake_call_at(b, fdy_fake_call_count(b) - 2)->recorded);
+  assert_false(fdy_fake_call_at(b, fdy_fake_call_count(b) - 1)->recorded);
+
+  for (int round = 0; round < 3; round++) {
+    data[7] = (unsigned char)(round + 1);
+    *result = 0;
+    assert_int_equal(b->ops->graph_launch(b, graph, &err), FDY_OK);
+    /* the copy stream's event after the graph covers the compute stream's
+     * work of the graph (the streams are joined) */
+    record(b, copy, done);
+    assert_int_equal(b->ops->host_wait(b, done, &err), FDY_OK);
+    assert_int_equal(*result, fdy_checksum(data, 512));
+  }
+  s = fdy_fake_get_stats(b);
+  assert_int_equal(s.graph_launches, 3);
+  assert_int_equal(s.launches, 3);
+  assert_int_equal(s.copies_to_device, 3);
+  assert_int_equal(s.copies_to_host, 3);
+  assert_int_equal(s.pending_work, 0);
+
+  b->ops->graph_destroy(b, graph);
+  b->ops->event_destroy(b, copied);
+  b->ops->event_destroy(b, done);
+  b->ops->buffer_release(b, buf);
+  b->ops->buffer_release(b, out);
+  b->ops->stream_destroy(b, copy);
+  b->ops->stream_destroy(b, compute);
+  b->ops->host_unregister(b, hd);
+  b->ops->host_unregister(b, hr);
+  assert_all_released(b);
+  assert_int_equal(fdy_fake_get_stats(b).live_graphs, 0);
+  free(data);
+  free(result);
+  fdy_backend_destroy(b);
+}
+
+/* Without the option the entries are absent; a copy from unregistered
+ * memory is refused (FDY_ERR_UNSUPPORTED) and fails graph_end; misuse is
+ * counted, a replay of released buffers too. */
+static void test_graph_refusals_and_violations(void **state) {
+  (void)state;
+  fdy_backend *plain = make_fake(NULL);
+  assert_null(plain->ops->graph_begin);
+  assert_null(plain->ops->graph_launch);
+  fdy_backend_destroy(plain);
+
+  fdy_fake_options o = {.graphs = true};
+  fdy_backend *b = make_fake(&o);
+  fdy_error err;
+  unsigned char host[64] = {1};
+  fdy_backend_stream *s = new_stream(b), *other = new_stream(b);
+  fdy_backend_buffer *buf = new_buffer(b, 256);
+  fdy_backend_event *e = new_event(b);
+  fdy_backend_graph *graph = NULL;
+
+  assert_int_equal(b->ops->graph_begin(b, &s, 1, &err), FDY_OK);
+  assert_int_equal(
+      b->ops->copy_to_device(b, s, buf, 0, host, sizeof host, &err),
+      FDY_ERR_UNSUPPORTED);
+  assert_string_equal(err.backend_op, "copy_to_device");
+  assert_int_equal(b->ops->graph_end(b, &graph, &err), FDY_ERR_UNSUPPORTED);
+  assert_null(graph);
+  assert_int_equal(fdy_fake_get_stats(b).violations, 0);
+
+  fdy_backend_stream *twice[2] = {s, s};
+  assert_int_equal(b->ops->graph_begin(b, twice, 2, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(b->ops->graph_end(b, &graph, &err),
+                   FDY_ERR_INVALID_ARGUMENT); /* nothing recording */
+  assert_int_equal(b->ops->graph_begin(b, &s, 1, &err), FDY_OK);
+  assert_int_equal(b->ops->graph_begin(b, &s, 1, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  record(b, s, e);
+  assert_int_equal(b->ops->host_wait(b, e, &err), FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(b->ops->event_record(b, other, e, &err),
+                   FDY_ERR_INVALID_ARGUMENT); /* not a recorded stream */
+  assert_int_equal(b->ops->graph_end(b, &graph, &err), FDY_OK);
+  assert_int_equal(fdy_fake_get_stats(b).violations, 5);
+  /* the event was only recorded inside the recording: waiting on it
+   * outside is waiting on an event never recorded */
+  assert_int_equal(b->ops->stream_wait(b, other, e, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  b->ops->graph_destroy(b, graph);
+  b->ops->graph_destroy(b, graph);
+  assert_int_equal(b->ops->graph_launch(b, graph, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(fdy_fake_get_stats(b).violations, 8);
+  assert_int_equal(fdy_fake_get_stats(b).live_graphs, 0);
+  /* a replay whose buffer was released */
+  fdy_backend_host *h = registered(b, host, sizeof host);
+  assert_int_equal(b->ops->graph_begin(b, &s, 1, &err), FDY_OK);
+  to_device(b, s, buf, 0, host, sizeof host);
+  assert_int_equal(b->ops->graph_end(b, &graph, &err), FDY_OK);
+  b->ops->buffer_release(b, buf);
+  assert_int_equal(b->ops->graph_launch(b, graph, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(fdy_fake_get_stats(b).violations, 9);
+  assert_int_equal(fdy_fake_get_stats(b).copies_to_device, 0);
+  b->ops->graph_destroy(b, graph);
+  b->ops->host_unregister(b, h);
+  b->ops->event_destroy(b, e);
+  b->ops->stream_destroy(b, s);
+  b->ops->stream_destroy(b, other);
+  fdy_backend_destroy(b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_defaults_and_capabilities),
@@ -686,6 +841,8 @@ int main(void) {
       cmocka_unit_test(test_violations),
       cmocka_unit_test(test_destroy_with_outstanding_work),
       cmocka_unit_test(test_truncated_mapping),
+      cmocka_unit_test(test_graph_record_and_replay),
+      cmocka_unit_test(test_graph_refusals_and_violations),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,7 +3,9 @@
  * after submitting with FDY_ERR_BACKEND and backend_op set, and a sweep
  * that fails every counted call of a checksum chain in turn, over the fake
  * and the CPU backend, gets that failure back with everything released and
- * the submitted work drained; fail_drain reports a cleanup failure. */
+ * the submitted work drained; fail_drain reports a cleanup failure; the
+ * graph entries are forwarded, counted and failed without leaving a
+ * recording open or a graph behind. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -159,8 +161,71 @@ static void test_optional_entries_mirrored(void **state) {
   assert_null(b->ops->host_register);
   assert_null(b->ops->host_unregister);
   assert_null(b->ops->event_time);
+  assert_null(b->ops->graph_begin); /* the fake offers graphs on request */
+  assert_null(b->ops->graph_end);
+  assert_null(b->ops->graph_launch);
+  assert_null(b->ops->graph_destroy);
   assert_non_null(b->ops->launch);
   fdy_backend_destroy(b);
+  fdy_backend_destroy(fake);
+}
+
+/* Records a graph of one event record through w; *out is NULL when a
+ * graph call failed. */
+static fdy_status record_one(fdy_backend *w, fdy_backend_stream *s,
+                             fdy_backend_event *e, fdy_backend_graph **out,
+                             fdy_error *err) {
+  *out = NULL;
+  fdy_status st = w->ops->graph_begin(w, &s, 1, err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  assert_int_equal(w->ops->event_record(w, s, e, err), FDY_OK);
+  return w->ops->graph_end(w, out, err);
+}
+
+/* graph_begin, graph_end and graph_launch are counted and fail before and
+ * after submitting; after any of their failures nothing is recording and
+ * no graph is left behind. */
+static void test_graph_entries(void **state) {
+  (void)state;
+  fdy_fake_options fo = {.graphs = true};
+  fdy_backend *fake = NULL;
+  assert_int_equal(fdy_fake_backend_create(&fo, &fake, NULL), FDY_OK);
+  fdy_backend_stream *s = NULL;
+  fdy_backend_event *e = NULL;
+  assert_int_equal(fake->ops->stream_create(fake, &s, NULL), FDY_OK);
+  assert_int_equal(fake->ops->event_create(fake, &e, NULL), FDY_OK);
+  fdy_error err;
+  const char *entries[] = {"graph_begin", "graph_end", "graph_launch"};
+  for (int mode = 0; mode < 2; mode++) {
+    /* calls: graph_begin 1, event_record 2, graph_end 3, graph_launch 4 */
+    const uint64_t at[] = {1, 3, 4};
+    for (int k = 0; k < 3; k++) {
+      fdy_backend *w = wrap(fake, at[k], (fdy_fault_mode)mode, false);
+      assert_non_null(w->ops->graph_begin);
+      fdy_backend_graph *graph = NULL;
+      fdy_status st = record_one(w, s, e, &graph, &err);
+      if (st == FDY_OK) {
+        st = w->ops->graph_launch(w, graph, &err);
+      }
+      assert_int_equal(st, FDY_ERR_BACKEND);
+      assert_string_equal(err.backend_op, entries[k]);
+      assert_true(fdy_fault_get_stats(w).fired);
+      assert_int_equal(fdy_fault_get_stats(w).calls, at[k]);
+      assert_true(k == 2 ? graph != NULL : graph == NULL);
+      w->ops->graph_destroy(w, graph);
+      assert_int_equal(fake->ops->drain(fake, NULL), FDY_OK);
+      fdy_fake_stats fs = fdy_fake_get_stats(fake);
+      assert_int_equal(fs.live_graphs, 0);
+      assert_int_equal(fs.violations, 0); /* the drain: nothing recording */
+      fdy_backend_destroy(w);
+    }
+  }
+  /* a launch failed after submitting ran; before, it did not */
+  assert_int_equal(fdy_fake_get_stats(fake).graph_launches, 1);
+  fake->ops->event_destroy(fake, e);
+  fake->ops->stream_destroy(fake, s);
   fdy_backend_destroy(fake);
 }
 
@@ -465,6 +530,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_transparent, setup, teardown),
       cmocka_unit_test(test_optional_entries_mirrored),
+      cmocka_unit_test(test_graph_entries),
       cmocka_unit_test(test_bad_options),
       cmocka_unit_test(test_create_entries),
       cmocka_unit_test(test_work_entries),

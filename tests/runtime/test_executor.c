@@ -3,7 +3,9 @@
  * registered after create, one launch per planned op), on the CPU backend
  * (results), and through the fault wrapper (every backend call of create
  * and of a Llama decode step failed, before and after submitting: a clear
- * error, everything drained and released). */
+ * error, everything drained and released), and steps recorded as graphs
+ * and replayed on the fake backend (same results, one graph launch per
+ * run, fallback reported, the fault sweep over recording and replay). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -397,6 +399,295 @@ static void test_llama_fault_sweep(void **state) {
   llama_free(&l);
 }
 
+/* ---- graphs (runtime.h): steps recorded at create, replayed per run
+ * ---------------------------------------------------------------------- */
+
+static fdy_backend *graph_fake(void) {
+  fdy_backend *b = NULL;
+  fdy_fake_options fo = {.store_data = true, .graphs = true};
+  assert_int_equal(fdy_fake_backend_create(&fo, &b, NULL), FDY_OK);
+  return b;
+}
+
+/* Nothing the executor acquired is left on the fake, and it broke no rule
+ * of the contract. */
+static void assert_fake_clean(const fdy_backend *b) {
+  fdy_fake_stats s = fdy_fake_get_stats(b);
+  assert_int_equal(s.live_buffers, 0);
+  assert_int_equal(s.live_events, 0);
+  assert_int_equal(s.live_streams, 0);
+  assert_int_equal(s.live_hosts, 0);
+  assert_int_equal(s.live_graphs, 0);
+  assert_int_equal(s.pending_work, 0);
+  assert_int_equal(s.violations, 0);
+}
+
+/* A streamed chain (a copy stream and a compute stream, events between
+ * them) is recorded across both streams and replayed: the same results as
+ * runs issued command by command, one graph launch per run, the recorded
+ * work submitted again in full, and nothing allocated, registered or
+ * created by a run. */
+static void test_graphs_replay_streamed_chain(void **state) {
+  (void)state;
+  chain c;
+  chain_make(&c, 2);
+  fdy_error err;
+  fdy_backend *b = graph_fake();
+  fdy_executor *x = NULL;
+  assert_int_equal(fdy_executor_create(c.plan, NULL, b, NULL, &x, &err),
+                   FDY_OK);
+  size_t step = (size_t)fdy_executor_step(x, "pass");
+  assert_int_equal(fdy_executor_step_mode(x, step, &err), FDY_STEP_GRAPHS);
+  assert_int_equal(err.kind, FDY_OK);
+  fdy_executor_stats xs = fdy_executor_get_stats(x);
+  assert_int_equal(xs.graph_steps, 1);
+  assert_int_equal(xs.graph_fallbacks, 0);
+  assert_int_equal(xs.graphs, 1);
+  /* The recording spans both plan streams and their waits. */
+  int64_t streams[2] = {-1, -1};
+  size_t recorded_waits = 0;
+  for (size_t i = 0; i < fdy_fake_call_count(b); i++) {
+    const fdy_fake_call *call = fdy_fake_call_at(b, i);
+    if (!call->recorded) {
+      continue;
+    }
+    recorded_waits += strcmp(call->op, "stream_wait") == 0;
+    if (strcmp(call->op, "copy_to_device") == 0) {
+      streams[0] = call->stream;
+    } else if (strcmp(call->op, "launch") == 0) {
+      streams[1] = call->stream;
+    }
+  }
+  assert_true(streams[0] >= 0 && streams[1] >= 0 && streams[0] != streams[1]);
+  assert_true(recorded_waits > 0);
+  fdy_fake_stats before = fdy_fake_get_stats(b);
+  size_t calls_before = fdy_fake_call_count(b);
+  for (int run = 0; run < 10; run++) {
+    assert_int_equal(fdy_executor_run(x, step, &err), FDY_OK);
+    assert_true(chain_result(x, &c) == c.expected);
+    assert_int_equal(fdy_executor_get_stats(x).last_run_graph_launches, 1);
+  }
+  fdy_fake_stats after = fdy_fake_get_stats(b);
+  assert_int_equal(after.graph_launches - before.graph_launches, 10);
+  assert_int_equal(fdy_executor_get_stats(x).graph_launches, 10);
+  assert_int_equal(after.launches - before.launches, 10 * CHAIN_LAYERS);
+  assert_int_equal(after.copies_to_device - before.copies_to_device,
+                   10 * CHAIN_LAYERS);
+  assert_int_equal(after.copies_to_host - before.copies_to_host, 10);
+  assert_int_equal(after.buffer_allocs, before.buffer_allocs);
+  assert_int_equal(after.host_registrations, before.host_registrations);
+  assert_int_equal(after.events_created, before.events_created);
+  assert_int_equal(after.streams_created, before.streams_created);
+  assert_int_equal(after.graphs_recorded, before.graphs_recorded);
+  /* A run issues the graph, then an event record and a host wait: no
+   * command-by-command calls. */
+  assert_int_equal(fdy_fake_call_count(b) - calls_before, 10 * 3);
+  for (size_t i = calls_before; i < fdy_fake_call_count(b); i++) {
+    const char *op = fdy_fake_call_at(b, i)->op;
+    assert_true(strcmp(op, "graph_launch") == 0 ||
+                strcmp(op, "event_record") == 0 ||
+                strcmp(op, "host_wait") == 0);
+  }
+  /* The recorded copies read the weights at each replay. */
+  c.data[3][9] ^= 0x11;
+  uint64_t changed = 0;
+  for (uint32_t i = 0; i < CHAIN_LAYERS; i++) {
+    changed = fdy_checksum(c.data[i], CHAIN_BYTES) + changed * FDY_CHAIN_PRIME;
+  }
+  assert_int_equal(fdy_executor_run(x, step, &err), FDY_OK);
+  assert_true(chain_result(x, &c) == changed);
+  /* The same plan issued command by command gives the same result. */
+  fdy_backend *direct = graph_fake();
+  fdy_executor *y = NULL;
+  fdy_executor_options no = {.no_graphs = true};
+  assert_int_equal(fdy_executor_create(c.plan, NULL, direct, &no, &y, &err),
+                   FDY_OK);
+  assert_int_equal(fdy_executor_step_mode(y, step, NULL), FDY_STEP_COMMANDS);
+  assert_int_equal(fdy_executor_run(y, step, &err), FDY_OK);
+  assert_true(chain_result(y, &c) == changed);
+  assert_int_equal(fdy_executor_get_stats(y).last_run_graph_launches, 0);
+  assert_int_equal(fdy_fake_get_stats(direct).graphs_recorded, 0);
+  assert_int_equal(fdy_executor_finish(x, &err), FDY_OK);
+  fdy_executor_destroy(x);
+  fdy_executor_destroy(y);
+  assert_fake_clean(b);
+  assert_fake_clean(direct);
+  fdy_backend_destroy(b);
+  fdy_backend_destroy(direct);
+  chain_free(&c);
+}
+
+/* Per-command timings need events between commands: no graphs then; the
+ * CPU backend has no graph entries. */
+static void test_graphs_not_used(void **state) {
+  (void)state;
+  chain c;
+  chain_make(&c, 2);
+  fdy_error err;
+  fdy_backend *b = graph_fake();
+  fdy_executor *x = NULL;
+  fdy_executor_options timed = {.collect_timings = true};
+  assert_int_equal(fdy_executor_create(c.plan, NULL, b, &timed, &x, &err),
+                   FDY_OK);
+  size_t step = (size_t)fdy_executor_step(x, "pass");
+  assert_int_equal(fdy_executor_step_mode(x, step, NULL), FDY_STEP_COMMANDS);
+  assert_int_equal(fdy_executor_run(x, step, &err), FDY_OK);
+  assert_true(chain_result(x, &c) == c.expected);
+  size_t count = 0;
+  assert_non_null(fdy_executor_timings(x, &count));
+  assert_true(count > CHAIN_LAYERS);
+  assert_int_equal(fdy_fake_get_stats(b).graphs_recorded, 0);
+  fdy_executor_destroy(x);
+  assert_fake_clean(b);
+  fdy_backend_destroy(b);
+
+  assert_int_equal(fdy_cpu_backend_create(NULL, &b, &err), FDY_OK);
+  assert_int_equal(fdy_executor_create(c.plan, NULL, b, NULL, &x, &err),
+                   FDY_OK);
+  assert_int_equal(fdy_executor_step_mode(x, step, NULL), FDY_STEP_COMMANDS);
+  assert_int_equal(fdy_executor_get_stats(x).graph_steps, 0);
+  fdy_executor_destroy(x);
+  fdy_backend_destroy(b);
+  chain_free(&c);
+}
+
+/* A backend that refuses to record a step (the fake, like CUDA, cannot
+ * record a copy from host memory that is not registered) leaves it running
+ * command by command, and says so. */
+static void test_graphs_fallback_is_reported(void **state) {
+  (void)state;
+  chain c;
+  chain_make(&c, 2);
+  fdy_error err;
+  fdy_backend *b = graph_fake();
+  fdy_executor *x = NULL;
+  fdy_executor_options unregistered = {.skip_host_registration = true};
+  assert_int_equal(
+      fdy_executor_create(c.plan, NULL, b, &unregistered, &x, &err), FDY_OK);
+  size_t step = (size_t)fdy_executor_step(x, "pass");
+  fdy_error why;
+  assert_int_equal(fdy_executor_step_mode(x, step, &why), FDY_STEP_FALLBACK);
+  assert_int_equal(why.kind, FDY_ERR_UNSUPPORTED);
+  assert_string_equal(why.backend_op, "copy_to_device");
+  assert_true(why.command_index >= 0);
+  fdy_executor_stats xs = fdy_executor_get_stats(x);
+  assert_int_equal(xs.graph_steps, 0);
+  assert_int_equal(xs.graph_fallbacks, 1);
+  assert_int_equal(fdy_fake_get_stats(b).live_graphs, 0);
+  for (int run = 0; run < 3; run++) {
+    assert_int_equal(fdy_executor_run(x, step, &err), FDY_OK);
+    assert_true(chain_result(x, &c) == c.expected);
+    assert_int_equal(fdy_executor_get_stats(x).last_run_graph_launches, 0);
+  }
+  fdy_executor_destroy(x);
+  assert_fake_clean(b);
+  fdy_backend_destroy(b);
+  chain_free(&c);
+}
+
+/* Every counted backend call of create (which records the step) and of
+ * two replays, failed before and after submitting: a clear error naming
+ * the entry that failed, nothing left acquired, recording or pending, and
+ * no contract breach. */
+static void test_graphs_fault_sweep(void **state) {
+  (void)state;
+  chain c;
+  chain_make(&c, 2);
+  fdy_error err;
+  fdy_backend *fake = graph_fake();
+  fdy_backend *counting = NULL;
+  fdy_executor *x = NULL;
+  assert_int_equal(fdy_fault_backend_create(fake, NULL, &counting, &err),
+                   FDY_OK);
+  assert_int_equal(fdy_executor_create(c.plan, NULL, counting, NULL, &x, &err),
+                   FDY_OK);
+  uint64_t create_calls = fdy_fault_get_stats(counting).calls;
+  size_t step = (size_t)fdy_executor_step(x, "pass");
+  assert_int_equal(fdy_executor_step_mode(x, step, NULL), FDY_STEP_GRAPHS);
+  assert_int_equal(fdy_executor_run(x, step, &err), FDY_OK);
+  assert_int_equal(fdy_executor_run(x, step, &err), FDY_OK);
+  uint64_t total = fdy_fault_get_stats(counting).calls;
+  fdy_executor_destroy(x);
+  fdy_backend_destroy(counting);
+  assert_fake_clean(fake);
+
+  bool failed[3] = {false, false, false}; /* graph_begin, _end, _launch */
+  for (int mode = 0; mode < 2; mode++) {
+    for (uint64_t n = 1; n <= total; n++) {
+      fdy_fault_options fo = {.fail_at_call = n, .mode = (fdy_fault_mode)mode};
+      fdy_backend *faulty = NULL;
+      assert_int_equal(fdy_fault_backend_create(fake, &fo, &faulty, &err),
+                       FDY_OK);
+      x = NULL;
+      fdy_status st = fdy_executor_create(c.plan, NULL, faulty, NULL, &x, &err);
+      if (n <= create_calls) {
+        assert_int_equal(st, FDY_ERR_BACKEND);
+        assert_null(x);
+      } else {
+        assert_int_equal(st, FDY_OK);
+        st = fdy_executor_run(x, step, &err);
+        if (st == FDY_OK) {
+          st = fdy_executor_run(x, step, &err);
+        }
+        assert_int_equal(st, FDY_ERR_BACKEND);
+        assert_true(err.command_index >= 0);
+        assert_int_equal(fdy_executor_run(x, step, NULL),
+                         FDY_ERR_INVALID_ARGUMENT);
+        fdy_executor_destroy(x);
+      }
+      fdy_fault_stats fs = fdy_fault_get_stats(faulty);
+      assert_true(fs.fired);
+      assert_string_equal(err.backend_op, fs.fired_op);
+      failed[0] = failed[0] || strcmp(fs.fired_op, "graph_begin") == 0;
+      failed[1] = failed[1] || strcmp(fs.fired_op, "graph_end") == 0;
+      failed[2] = failed[2] || strcmp(fs.fired_op, "graph_launch") == 0;
+      fdy_backend_destroy(faulty);
+      assert_fake_clean(fake);
+    }
+  }
+  assert_true(failed[0] && failed[1] && failed[2]);
+  fdy_backend_destroy(fake);
+  chain_free(&c);
+}
+
+/* 100 decode steps of a Llama checkpoint replayed as graphs: one graph
+ * launch per token, every planned op launched once per token by the
+ * replay, nothing allocated after create. */
+static void test_graphs_llama_decode_on_fake(void **state) {
+  (void)state;
+  llama_case l;
+  llama_make(&l);
+  fdy_error err;
+  fdy_backend *b = graph_fake();
+  fdy_executor *x = NULL;
+  assert_int_equal(fdy_executor_create(l.plan, l.graph, b, NULL, &x, &err),
+                   FDY_OK);
+  size_t decode = (size_t)fdy_executor_step(x, "decode");
+  size_t prefill = (size_t)fdy_executor_step(x, "prefill");
+  assert_int_equal(fdy_executor_step_mode(x, decode, NULL), FDY_STEP_GRAPHS);
+  assert_int_equal(fdy_executor_step_mode(x, prefill, NULL), FDY_STEP_GRAPHS);
+  assert_int_equal(fdy_executor_get_stats(x).graph_steps, 2);
+  fdy_fake_stats before = fdy_fake_get_stats(b);
+  for (int32_t i = 0; i < 100; i++) {
+    set_decode(x, &l, i % 7, i % 64);
+    assert_int_equal(fdy_executor_run(x, decode, &err), FDY_OK);
+    assert_int_equal(fdy_executor_get_stats(x).last_run_graph_launches, 1);
+  }
+  fdy_fake_stats after = fdy_fake_get_stats(b);
+  assert_int_equal(after.graph_launches - before.graph_launches, 100);
+  assert_int_equal(after.launches - before.launches,
+                   100 * (uint64_t)l.io.decode_op_count);
+  assert_int_equal(after.buffer_allocs, before.buffer_allocs);
+  assert_int_equal(after.host_registrations, before.host_registrations);
+  assert_int_equal(after.events_created, before.events_created);
+  assert_int_equal(after.copies_to_device - before.copies_to_device, 100);
+  assert_int_equal(after.copies_to_host - before.copies_to_host, 200);
+  fdy_executor_destroy(x);
+  assert_fake_clean(b);
+  fdy_backend_destroy(b);
+  llama_free(&l);
+}
+
 int main(void) {
   if (getenv("FOUNDRY_TEST_DATA") == NULL) {
     fprintf(stderr, "FOUNDRY_TEST_DATA is not set\n");
@@ -409,6 +700,11 @@ int main(void) {
       cmocka_unit_test(test_run_refusals),
       cmocka_unit_test(test_llama_decode_on_fake),
       cmocka_unit_test(test_llama_fault_sweep),
+      cmocka_unit_test(test_graphs_replay_streamed_chain),
+      cmocka_unit_test(test_graphs_not_used),
+      cmocka_unit_test(test_graphs_fallback_is_reported),
+      cmocka_unit_test(test_graphs_fault_sweep),
+      cmocka_unit_test(test_graphs_llama_decode_on_fake),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

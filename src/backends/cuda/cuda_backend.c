@@ -457,6 +457,14 @@ static void synchronize_streams(cuda_backend *b) {
   }
 }
 
+cudaStream_t fdy_cuda_stream_of(const fdy_backend_stream *stream) {
+  return stream->stream;
+}
+
+void fdy_cuda_note_submitted(fdy_backend *b) {
+  cuda_of(b)->submitted = true;
+}
+
 /* ---- entries ---------------------------------------------------------------
  */
 
@@ -892,6 +900,10 @@ static fdy_status copy_direct(cudaStream_t s, unsigned char *dev,
 static fdy_status copy_staged(cuda_backend *b, cudaStream_t s,
                               unsigned char *dev, uintptr_t host,
                               uint64_t bytes, bool to_host, fdy_error *err) {
+  if (b->ctx.capture != NULL) {
+    return fdy_cuda_capture_refuse(
+        &b->ctx, to_host ? "copy_to_host" : "copy_to_device", err);
+  }
   return to_host ? fdy_cuda_staging_copy_to_host(b->staging, s, (void *)host,
                                                  dev, bytes, err)
                  : fdy_cuda_staging_copy(b->staging, s, dev, (const void *)host,
@@ -1268,6 +1280,7 @@ static void cuda_destroy(fdy_backend *base) {
   if (b->ctx.internal != NULL && !b->lost) {
     cuda_drain(base, NULL);
   }
+  fdy_cuda_graphs_destroy_all(&b->ctx);
   while (b->streams.next != &b->streams) {
     cuda_stream_destroy(base, (fdy_backend_stream *)b->streams.next);
   }
@@ -1321,6 +1334,10 @@ static const fdy_backend_ops cuda_ops = {
     .stream_wait = cuda_stream_wait,
     .host_wait = cuda_host_wait,
     .event_time = cuda_event_time,
+    .graph_begin = fdy_cuda_graph_begin,
+    .graph_end = fdy_cuda_graph_end,
+    .graph_launch = fdy_cuda_graph_launch,
+    .graph_destroy = fdy_cuda_graph_destroy,
     .drain = cuda_drain,
     .destroy = cuda_destroy,
 };
@@ -1480,6 +1497,7 @@ fdy_status fdy_cuda_backend_create(const fdy_cuda_options *options,
   fdy_list_init(&b->events);
   fdy_list_init(&b->streams);
   fdy_list_init(&b->hosts);
+  fdy_list_init(&b->ctx.graphs);
 
   st = set_device(b, err, "create");
   if (st != FDY_OK) {

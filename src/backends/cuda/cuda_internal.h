@@ -6,6 +6,7 @@
 #ifndef FOUNDRY_CUDA_INTERNAL_H
 #define FOUNDRY_CUDA_INTERNAL_H
 
+#include "../handle_list.h"
 #include "foundry/cuda.h"
 
 #include <cuda_runtime_api.h>
@@ -66,6 +67,10 @@ typedef struct fdy_cuda_ctx {
    * launches whose result nobody reads write it */
   fdy_cuda_checksum_words *internal_words;
   uint64_t *internal_sink;
+  /* graphs (cuda_graph.c): the live ones, freed by destroy, and the one
+   * being recorded (NULL when none) */
+  fdy_list_node graphs;
+  fdy_backend_graph *capture;
 } fdy_cuda_ctx;
 
 /* *out = the state of b when b is a CUDA backend, and makes its device
@@ -74,6 +79,33 @@ typedef struct fdy_cuda_ctx {
  * then. */
 fdy_status fdy_cuda_ctx_of(fdy_backend *b, const char *op, fdy_cuda_ctx **out,
                            fdy_error *err);
+
+/* The CUDA stream of a backend stream (cuda_backend.c). */
+cudaStream_t fdy_cuda_stream_of(const fdy_backend_stream *stream);
+/* Notes that work was submitted since the last drain, so that a buffer
+ * released now is fenced (the reference rule; cuda_backend.c). */
+void fdy_cuda_note_submitted(fdy_backend *b);
+
+/* ---- graphs (cuda_graph.c) ------------------------------------------------
+ */
+
+/* The graph entries of the backend table (backend.h). */
+fdy_status fdy_cuda_graph_begin(fdy_backend *b,
+                                fdy_backend_stream *const *streams,
+                                uint32_t count, fdy_error *err);
+fdy_status fdy_cuda_graph_end(fdy_backend *b, fdy_backend_graph **out,
+                              fdy_error *err);
+fdy_status fdy_cuda_graph_launch(fdy_backend *b, fdy_backend_graph *graph,
+                                 fdy_error *err);
+void fdy_cuda_graph_destroy(fdy_backend *b, fdy_backend_graph *graph);
+/* A copy that would go through the staging ring while ctx->capture is
+ * open: marks the recording refused (graph_end fails with the same error)
+ * and fails with FDY_ERR_UNSUPPORTED naming op. */
+fdy_status fdy_cuda_capture_refuse(fdy_cuda_ctx *ctx, const char *op,
+                                   fdy_error *err);
+/* Ends an open capture and frees every graph (backend destroy, after the
+ * drain). */
+void fdy_cuda_graphs_destroy_all(fdy_cuda_ctx *ctx);
 
 /* ---- staging ring (cuda_staging.c) ----------------------------------------
  */

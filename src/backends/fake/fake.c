@@ -16,7 +16,12 @@
  * Copies move bytes with fdy_host_copy: one from or to caller memory that
  * cannot be read or written (a truncated file mapping) keeps its failure,
  * which every host_wait returns until a drain reports (unless a host_wait
- * did) and clears it. */
+ * did) and clears it.
+ *
+ * Graphs: a recording is a list of the calls made while it is open; a
+ * replay joins the graph's streams (each waits for the others' tails),
+ * submits each call again through the same functions the entries use, and
+ * joins them again. */
 #include "foundry/fake.h"
 
 #include "foundry/checksum.h"
@@ -79,6 +84,8 @@ struct fdy_backend_stream {
 struct fdy_backend_event {
   int64_t id;
   bool alive;
+  const fdy_backend_graph *recorded_in; /* the recording it was last
+                                           recorded in, if any */
   bool recorded;
   bool complete; /* the current recording was observed complete */
   fdy_backend_stream *stream;
@@ -89,6 +96,39 @@ struct fdy_backend_event {
 struct fdy_backend_host {
   int64_t id;
   bool alive;
+  const void *ptr;
+  uint64_t bytes;
+};
+
+/* A call appended to a recording. */
+typedef enum fake_call_kind {
+  REC_COPY_TO_DEVICE,
+  REC_COPY_TO_HOST,
+  REC_LAUNCH,
+  REC_EVENT_RECORD,
+  REC_STREAM_WAIT,
+} fake_call_kind;
+
+typedef struct fake_recorded {
+  fake_call_kind kind;
+  fdy_backend_stream *stream;
+  fdy_backend_buffer *buffer; /* copies */
+  uint64_t offset, bytes;
+  const void *src;
+  void *dst;
+  fdy_op op; /* launch */
+  uint64_t data_bytes;
+  fdy_backend_event *event; /* record, wait */
+} fake_recorded;
+
+struct fdy_backend_graph {
+  int64_t id;
+  bool alive;   /* made by graph_end, not destroyed */
+  bool refused; /* a call could not be recorded */
+  fdy_backend_stream **streams;
+  uint32_t stream_count;
+  fake_recorded *calls;
+  size_t count, cap;
 };
 
 typedef struct ptr_array {
@@ -106,21 +146,22 @@ typedef struct fake_backend {
   size_t log_count, log_cap;
   int64_t next_id;
   uint64_t next_seq;
-  ptr_array buffers, events, streams, hosts;
+  ptr_array buffers, events, streams, hosts, graphs;
+  fdy_backend_graph *recording; /* open between graph_begin and graph_end */
   fdy_fake_stats stats;
   fdy_error failure;     /* first failed copy since the last drain */
   bool failure_reported; /* a host_wait returned it */
 } fake_backend;
 
-static const fdy_backend_ops fake_ops;
+static const fdy_backend_ops fake_ops, fake_graph_ops;
 
 static fake_backend *fake_of(fdy_backend *b) {
-  assert(b && b->ops == &fake_ops);
+  assert(b && (b->ops == &fake_ops || b->ops == &fake_graph_ops));
   return (fake_backend *)b;
 }
 
 static const fake_backend *fake_of_const(const fdy_backend *b) {
-  assert(b && b->ops == &fake_ops);
+  assert(b && (b->ops == &fake_ops || b->ops == &fake_graph_ops));
   return (const fake_backend *)b;
 }
 
@@ -160,7 +201,8 @@ static uint64_t call_begin(fake_backend *f, const char *op, uint64_t bytes,
                                            .bytes = bytes,
                                            .handle = handle,
                                            .stream = stream,
-                                           .op_kind = -1};
+                                           .op_kind = -1,
+                                           .recorded = f->recording != NULL};
   return number;
 }
 
@@ -386,6 +428,125 @@ static bool submit(fake_backend *f, fdy_backend_stream *s, const fake_work *w) {
   return true;
 }
 
+/* ---- submission, shared by the entries and graph replays ----------------- */
+
+static bool issue_copy(fake_backend *f, const fake_recorded *c) {
+  bool to_device = c->kind == REC_COPY_TO_DEVICE;
+  fake_work w = {.kind = to_device ? FAKE_COPY_TO_DEVICE : FAKE_COPY_TO_HOST,
+                 .buffer = c->buffer,
+                 .offset = c->offset,
+                 .src = c->src,
+                 .dst = c->dst,
+                 .bytes = c->bytes};
+  if (!submit(f, c->stream, &w)) {
+    return false;
+  }
+  if (to_device) {
+    f->stats.copies_to_device++;
+    f->stats.bytes_to_device += c->bytes;
+  } else {
+    f->stats.copies_to_host++;
+    f->stats.bytes_to_host += c->bytes;
+  }
+  return true;
+}
+
+static bool issue_launch(fake_backend *f, const fake_recorded *c) {
+  fake_work w = {.kind = FAKE_LAUNCH, .op = c->op, .data_bytes = c->data_bytes};
+  if (!submit(f, c->stream, &w)) {
+    return false;
+  }
+  f->stats.launches++;
+  f->stats.launches_by_kind[c->op.kind]++;
+  return true;
+}
+
+static void issue_event_record(fake_backend *f, fdy_backend_stream *stream,
+                               fdy_backend_event *event) {
+  event->recorded = true;
+  event->stream = stream;
+  event->seq = stream->last_seq;
+  event->complete = recording_done(event);
+  event->time_ns = event->complete ? fdy_now_ns() : 0;
+  f->stats.event_records++;
+}
+
+/* Queues on stream a wait for the items of `other` up to seq. Nothing to
+ * wait for when they completed or are this stream's own (its queue is in
+ * order already). */
+static bool wait_for(fake_backend *f, fdy_backend_stream *stream,
+                     fdy_backend_stream *other, uint64_t seq) {
+  if (other == stream || other->head == other->count ||
+      other->items[other->head].seq > seq) {
+    return true;
+  }
+  fake_work w = {.kind = FAKE_WAIT, .wait_stream = other, .wait_seq = seq};
+  return stream_push(f, stream, &w);
+}
+
+static bool issue_stream_wait(fake_backend *f, fdy_backend_stream *stream,
+                              fdy_backend_event *event) {
+  if (!wait_for(f, stream, event->stream, event->seq)) {
+    return false;
+  }
+  f->stats.stream_waits++;
+  return true;
+}
+
+/* True when [ptr, ptr + bytes) lies inside one live host registration. */
+static bool host_registered(const fake_backend *f, const void *ptr,
+                            uint64_t bytes) {
+  uintptr_t p = (uintptr_t)ptr;
+  for (size_t i = 0; i < f->hosts.count; i++) {
+    const fdy_backend_host *h = f->hosts.items[i];
+    uintptr_t h0 = (uintptr_t)h->ptr;
+    if (h->alive && p >= h0 && p - h0 <= h->bytes &&
+        bytes <= h->bytes - (p - h0)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+/* Appends a checked call to the open recording (fake.h, graphs). */
+static fdy_status record_call(fake_backend *f, uint64_t n, const char *op,
+                              const fake_recorded *c, fdy_error *err) {
+  fdy_backend_graph *g = f->recording;
+  bool member = false;
+  for (uint32_t i = 0; i < g->stream_count; i++) {
+    member = member || g->streams[i] == c->stream;
+  }
+  if (!member) {
+    return fail_violation(f, n, op, "a stream outside the recording", err);
+  }
+  if ((c->kind == REC_COPY_TO_DEVICE || c->kind == REC_COPY_TO_HOST) &&
+      !host_registered(f, c->kind == REC_COPY_TO_DEVICE ? c->src : c->dst,
+                       c->bytes)) {
+    g->refused = true;
+    fdy_error_set(err, FDY_ERR_UNSUPPORTED,
+                  "fake backend: %s: a copy from or to host memory that is "
+                  "not registered cannot be recorded",
+                  op);
+    if (err) {
+      strcpy(err->backend_op, op);
+    }
+    return call_end(f, n, FDY_ERR_UNSUPPORTED, -1);
+  }
+  if (g->count == g->cap) {
+    size_t cap = g->cap ? g->cap * 2 : 16;
+    fake_recorded *calls = realloc(g->calls, cap * sizeof(*calls));
+    if (!calls) {
+      g->refused = true;
+      return fail_out_of_memory(f, n, op, err);
+    }
+    g->calls = calls;
+    g->cap = cap;
+  }
+  g->calls[g->count++] = *c;
+  f->stats.recorded_calls++;
+  return call_end(f, n, FDY_OK, -1);
+}
+
 /* ---- entries ------------------------------------------------------------- */
 
 static fdy_status fake_capabilities(fdy_backend *b, fdy_device_caps *out,
@@ -515,6 +676,8 @@ static fdy_status fake_host_register(fdy_backend *b, const void *ptr,
   }
   host->id = f->next_id++;
   host->alive = true;
+  host->ptr = ptr;
+  host->bytes = bytes;
   f->stats.live_hosts++;
   f->stats.host_registrations++;
   *out = host;
@@ -620,12 +783,15 @@ static fdy_status fake_event_record(fdy_backend *b, fdy_backend_stream *stream,
   if (!stream || !stream->alive || !event || !event->alive) {
     return fail_violation(f, n, "event_record", "bad stream or event", err);
   }
-  event->recorded = true;
-  event->stream = stream;
-  event->seq = stream->last_seq;
-  event->complete = recording_done(event);
-  event->time_ns = event->complete ? fdy_now_ns() : 0;
-  f->stats.event_records++;
+  if (f->recording) {
+    event->recorded_in = f->recording;
+    return record_call(f, n, "event_record",
+                       &(fake_recorded){.kind = REC_EVENT_RECORD,
+                                        .stream = stream,
+                                        .event = event},
+                       err);
+  }
+  issue_event_record(f, stream, event);
   return call_end(f, n, FDY_OK, -1);
 }
 
@@ -657,16 +823,18 @@ static fdy_status fake_copy_to_device(fdy_backend *b,
   if (st != FDY_OK) {
     return st;
   }
-  fake_work w = {.kind = FAKE_COPY_TO_DEVICE,
-                 .buffer = dst,
-                 .offset = dst_offset,
-                 .src = src,
-                 .bytes = bytes};
-  if (!submit(f, stream, &w)) {
+  fake_recorded c = {.kind = REC_COPY_TO_DEVICE,
+                     .stream = stream,
+                     .buffer = dst,
+                     .offset = dst_offset,
+                     .src = src,
+                     .bytes = bytes};
+  if (f->recording) {
+    return record_call(f, n, "copy_to_device", &c, err);
+  }
+  if (!issue_copy(f, &c)) {
     return fail_out_of_memory(f, n, "copy_to_device", err);
   }
-  f->stats.copies_to_device++;
-  f->stats.bytes_to_device += bytes;
   return call_end(f, n, FDY_OK, -1);
 }
 
@@ -681,16 +849,18 @@ static fdy_status fake_copy_to_host(fdy_backend *b, fdy_backend_stream *stream,
   if (st != FDY_OK) {
     return st;
   }
-  fake_work w = {.kind = FAKE_COPY_TO_HOST,
-                 .buffer = src,
-                 .offset = src_offset,
-                 .dst = dst,
-                 .bytes = bytes};
-  if (!submit(f, stream, &w)) {
+  fake_recorded c = {.kind = REC_COPY_TO_HOST,
+                     .stream = stream,
+                     .buffer = src,
+                     .offset = src_offset,
+                     .dst = dst,
+                     .bytes = bytes};
+  if (f->recording) {
+    return record_call(f, n, "copy_to_host", &c, err);
+  }
+  if (!issue_copy(f, &c)) {
     return fail_out_of_memory(f, n, "copy_to_host", err);
   }
-  f->stats.copies_to_host++;
-  f->stats.bytes_to_host += bytes;
   return call_end(f, n, FDY_OK, -1);
 }
 
@@ -767,12 +937,16 @@ static fdy_status fake_launch(fdy_backend *b, fdy_backend_stream *stream,
     entry->bytes = input_bytes;
     entry->handle = op->output_count > 0 ? op->outputs[0].buffer->id : -1;
   }
-  fake_work w = {.kind = FAKE_LAUNCH, .op = *op, .data_bytes = data_bytes};
-  if (!submit(f, stream, &w)) {
+  fake_recorded c = {.kind = REC_LAUNCH,
+                     .stream = stream,
+                     .op = *op,
+                     .data_bytes = data_bytes};
+  if (f->recording) {
+    return record_call(f, n, "launch", &c, err);
+  }
+  if (!issue_launch(f, &c)) {
     return fail_out_of_memory(f, n, "launch", err);
   }
-  f->stats.launches++;
-  f->stats.launches_by_kind[op->kind]++;
   return call_end(f, n, FDY_OK, -1);
 }
 
@@ -785,23 +959,29 @@ static fdy_status fake_stream_wait(fdy_backend *b, fdy_backend_stream *stream,
                                    fdy_backend_event *event, fdy_error *err) {
   fake_backend *f = fake_of(b);
   uint64_t n = call_begin(f, "stream_wait", 0, ID_OF(event), ID_OF(stream));
+  if (f->recording) {
+    if (!stream || !stream->alive || !event || !event->alive ||
+        event->recorded_in != f->recording) {
+      return fail_violation(f, n, "stream_wait",
+                            "bad stream, or an event not recorded earlier "
+                            "in this recording",
+                            err);
+    }
+    return record_call(f, n, "stream_wait",
+                       &(fake_recorded){.kind = REC_STREAM_WAIT,
+                                        .stream = stream,
+                                        .event = event},
+                       err);
+  }
   if (!stream || !stream->alive || !waitable(event)) {
     return fail_violation(f, n, "stream_wait",
                           "bad stream, or an event destroyed or never "
                           "recorded",
                           err);
   }
-  /* Nothing to wait for when the recording completed or is this stream's
-   * own (its queue is in order already). */
-  if (event->stream != stream && !recording_done(event)) {
-    fake_work w = {.kind = FAKE_WAIT,
-                   .wait_stream = event->stream,
-                   .wait_seq = event->seq};
-    if (!stream_push(f, stream, &w)) {
-      return fail_out_of_memory(f, n, "stream_wait", err);
-    }
+  if (!issue_stream_wait(f, stream, event)) {
+    return fail_out_of_memory(f, n, "stream_wait", err);
   }
-  f->stats.stream_waits++;
   return call_end(f, n, FDY_OK, -1);
 }
 
@@ -809,6 +989,9 @@ static fdy_status fake_host_wait(fdy_backend *b, fdy_backend_event *event,
                                  fdy_error *err) {
   fake_backend *f = fake_of(b);
   uint64_t n = call_begin(f, "host_wait", 0, ID_OF(event), -1);
+  if (f->recording) {
+    return fail_violation(f, n, "host_wait", "called while recording", err);
+  }
   if (!waitable(event)) {
     return fail_violation(f, n, "host_wait",
                           "an event destroyed or never recorded", err);
@@ -829,6 +1012,9 @@ static fdy_status fake_event_time(fdy_backend *b, fdy_backend_event *event,
                                   int64_t *out_ns, fdy_error *err) {
   fake_backend *f = fake_of(b);
   uint64_t n = call_begin(f, "event_time", 0, ID_OF(event), -1);
+  if (f->recording) {
+    return fail_violation(f, n, "event_time", "called while recording", err);
+  }
   if (!event || !event->alive || !out_ns) {
     return fail_violation(f, n, "event_time", "bad event or NULL output", err);
   }
@@ -848,6 +1034,9 @@ static fdy_status fake_event_time(fdy_backend *b, fdy_backend_event *event,
 static fdy_status fake_drain(fdy_backend *b, fdy_error *err) {
   fake_backend *f = fake_of(b);
   uint64_t n = call_begin(f, "drain", 0, -1, -1);
+  if (f->recording) {
+    f->stats.violations++;
+  }
   complete_all(f);
   refresh_events(f);
   f->stats.drains++;
@@ -858,6 +1047,169 @@ static fdy_status fake_drain(fdy_backend *b, fdy_error *err) {
   fdy_error_clear(&f->failure);
   f->failure_reported = false;
   return call_end(f, n, st, -1);
+}
+
+static fdy_status fake_graph_begin(fdy_backend *b,
+                                   fdy_backend_stream *const *streams,
+                                   uint32_t count, fdy_error *err) {
+  fake_backend *f = fake_of(b);
+  uint64_t n = call_begin(f, "graph_begin", 0, -1,
+                          streams && count ? ID_OF(streams[0]) : -1);
+  bool ok = !f->recording && streams && count > 0;
+  for (uint32_t i = 0; ok && i < count; i++) {
+    ok = streams[i] && streams[i]->alive;
+    for (uint32_t k = 0; ok && k < i; k++) {
+      ok = streams[k] != streams[i];
+    }
+  }
+  if (!ok) {
+    return fail_violation(f, n, "graph_begin",
+                          "already recording, or no, dead or repeated streams",
+                          err);
+  }
+  fdy_backend_graph *g = calloc(1, sizeof(*g));
+  fdy_backend_stream **copy = calloc(count, sizeof(*copy));
+  if (!g || !copy || !ptr_array_push(&f->graphs, g)) {
+    free(g);
+    free(copy);
+    return fail_out_of_memory(f, n, "graph_begin", err);
+  }
+  memcpy(copy, streams, count * sizeof(*copy));
+  g->id = f->next_id++;
+  g->streams = copy;
+  g->stream_count = count;
+  f->recording = g;
+  return call_end(f, n, FDY_OK, g->id);
+}
+
+static fdy_status fake_graph_end(fdy_backend *b, fdy_backend_graph **out,
+                                 fdy_error *err) {
+  fake_backend *f = fake_of(b);
+  uint64_t n = call_begin(f, "graph_end", 0, ID_OF(f->recording), -1);
+  fdy_fake_call *entry = call_entry(f, n);
+  if (entry) {
+    entry->recorded = false; /* it ends the recording, is not part of it */
+  }
+  fdy_backend_graph *g = f->recording;
+  f->recording = NULL;
+  if (out) {
+    *out = NULL;
+  }
+  if (!g || !out) {
+    return fail_violation(f, n, "graph_end", "no recording or NULL output",
+                          err);
+  }
+  if (g->refused) {
+    fdy_error_set(err, FDY_ERR_UNSUPPORTED,
+                  "fake backend: graph_end: a call of the recording could "
+                  "not be recorded");
+    if (err) {
+      strcpy(err->backend_op, "graph_end");
+    }
+    return call_end(f, n, FDY_ERR_UNSUPPORTED, -1);
+  }
+  g->alive = true;
+  f->stats.live_graphs++;
+  f->stats.graphs_recorded++;
+  *out = g;
+  return call_end(f, n, FDY_OK, g->id);
+}
+
+/* Orders every stream of g after the current tails of all of them. */
+static bool join_streams(fake_backend *f, const fdy_backend_graph *g) {
+  fdy_backend_stream *first = g->streams[0];
+  for (uint32_t i = 1; i < g->stream_count; i++) {
+    if (!wait_for(f, first, g->streams[i], g->streams[i]->last_seq)) {
+      return false;
+    }
+  }
+  for (uint32_t i = 1; i < g->stream_count; i++) {
+    if (!wait_for(f, g->streams[i], first, first->last_seq)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* Submits a recorded call again; false with *violation when its handles
+ * are no longer usable, false alone when out of memory. */
+static bool replay_call(fake_backend *f, const fake_recorded *c,
+                        bool *violation) {
+  const fdy_tensor_view *views[FAKE_MAX_VIEWS];
+  uint64_t bytes = 0;
+  *violation = !c->stream->alive;
+  switch (c->kind) {
+  case REC_COPY_TO_DEVICE:
+  case REC_COPY_TO_HOST:
+    *violation = *violation || !buffer_usable(c->buffer);
+    return !*violation && issue_copy(f, c);
+  case REC_LAUNCH:
+    for (size_t i = 0, k = op_views(&c->op, views); i < k; i++) {
+      *violation = *violation || !view_ok(f, views[i], &bytes);
+    }
+    return !*violation && issue_launch(f, c);
+  case REC_EVENT_RECORD:
+    *violation = *violation || !c->event->alive;
+    if (!*violation) {
+      issue_event_record(f, c->stream, c->event);
+    }
+    return !*violation;
+  case REC_STREAM_WAIT:
+    *violation = *violation || !waitable(c->event);
+    return !*violation && issue_stream_wait(f, c->stream, c->event);
+  }
+  return false;
+}
+
+static fdy_status fake_graph_launch(fdy_backend *b, fdy_backend_graph *graph,
+                                    fdy_error *err) {
+  fake_backend *f = fake_of(b);
+  uint64_t n = call_begin(f, "graph_launch", 0, ID_OF(graph),
+                          graph && graph->alive ? graph->streams[0]->id : -1);
+  bool ok = graph && graph->alive && !f->recording;
+  for (uint32_t i = 0; ok && i < graph->stream_count; i++) {
+    ok = graph->streams[i]->alive;
+  }
+  if (!ok) {
+    return fail_violation(f, n, "graph_launch",
+                          "a dead graph or stream, or called while recording",
+                          err);
+  }
+  if (!join_streams(f, graph)) {
+    return fail_out_of_memory(f, n, "graph_launch", err);
+  }
+  for (size_t i = 0; i < graph->count; i++) {
+    bool violation = false;
+    if (!replay_call(f, &graph->calls[i], &violation)) {
+      return violation ? fail_violation(f, n, "graph_launch",
+                                        "a recorded call uses a released or "
+                                        "destroyed handle",
+                                        err)
+                       : fail_out_of_memory(f, n, "graph_launch", err);
+    }
+  }
+  if (!join_streams(f, graph)) {
+    return fail_out_of_memory(f, n, "graph_launch", err);
+  }
+  f->stats.graph_launches++;
+  return call_end(f, n, FDY_OK, -1);
+}
+
+static void fake_graph_destroy(fdy_backend *b, fdy_backend_graph *graph) {
+  fake_backend *f = fake_of(b);
+  uint64_t n = call_begin(f, "graph_destroy", 0, ID_OF(graph), -1);
+  if (!graph) {
+    return;
+  }
+  if (!graph->alive) {
+    note_violation(f, n);
+    return;
+  }
+  graph->alive = false;
+  free(graph->calls);
+  graph->calls = NULL;
+  graph->count = graph->cap = 0;
+  f->stats.live_graphs--;
 }
 
 static void fake_destroy(fdy_backend *b) {
@@ -879,6 +1231,13 @@ static void fake_destroy(fdy_backend *b) {
   for (size_t i = 0; i < f->hosts.count; i++) {
     free(f->hosts.items[i]);
   }
+  for (size_t i = 0; i < f->graphs.count; i++) {
+    fdy_backend_graph *graph = f->graphs.items[i];
+    free(graph->calls);
+    free(graph->streams);
+    free(graph);
+  }
+  free(f->graphs.items);
   free(f->buffers.items);
   free(f->streams.items);
   free(f->events.items);
@@ -911,6 +1270,35 @@ static const fdy_backend_ops fake_ops = {
     .destroy = fake_destroy,
 };
 
+/* The same entries plus the graph entries (fdy_fake_options.graphs). */
+static const fdy_backend_ops fake_graph_ops = {
+    .name = "fake",
+    .capabilities = fake_capabilities,
+    .supports_op = fake_supports_op,
+    .workspace_bytes = fake_workspace_bytes,
+    .buffer_alloc = fake_buffer_alloc,
+    .buffer_release = fake_buffer_release,
+    .host_register = fake_host_register,
+    .host_unregister = fake_host_unregister,
+    .stream_create = fake_stream_create,
+    .stream_destroy = fake_stream_destroy,
+    .event_create = fake_event_create,
+    .event_destroy = fake_event_destroy,
+    .event_record = fake_event_record,
+    .copy_to_device = fake_copy_to_device,
+    .copy_to_host = fake_copy_to_host,
+    .launch = fake_launch,
+    .stream_wait = fake_stream_wait,
+    .host_wait = fake_host_wait,
+    .event_time = fake_event_time,
+    .graph_begin = fake_graph_begin,
+    .graph_end = fake_graph_end,
+    .graph_launch = fake_graph_launch,
+    .graph_destroy = fake_graph_destroy,
+    .drain = fake_drain,
+    .destroy = fake_destroy,
+};
+
 /* ---- public -------------------------------------------------------------- */
 
 fdy_status fdy_fake_backend_create(const fdy_fake_options *options,
@@ -938,7 +1326,7 @@ fdy_status fdy_fake_backend_create(const fdy_fake_options *options,
     return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
                          "fake backend: out of memory");
   }
-  f->base.ops = &fake_ops;
+  f->base.ops = o->graphs ? &fake_graph_ops : &fake_ops;
   f->base.self = f;
   f->caps = o->caps;
   f->caps.name[sizeof(f->caps.name) - 1] = '\0';

@@ -281,6 +281,62 @@ static fdy_status fault_event_time(fdy_backend *b, fdy_backend_event *event,
   return injected(f, "event_time", err);
 }
 
+/* Graph entries. A graph_begin failed after submit ends the inner
+ * recording again, and graph_end always ends it (a failed one destroys the
+ * inner graph), so that a failed call leaves nothing recording, as
+ * backend.h promises. */
+
+static fdy_status fault_graph_begin(fdy_backend *b,
+                                    fdy_backend_stream *const *streams,
+                                    uint32_t count, fdy_error *err) {
+  fault_backend *f = fault_of(b);
+  bool hit = count_call(f, "graph_begin");
+  if (!fail_before(f, hit)) {
+    fdy_status st = inner_ops(f)->graph_begin(f->inner, streams, count, err);
+    if (st != FDY_OK || !hit) {
+      return st;
+    }
+    fdy_backend_graph *graph = NULL;
+    if (inner_ops(f)->graph_end(f->inner, &graph, NULL) == FDY_OK) {
+      inner_ops(f)->graph_destroy(f->inner, graph);
+    }
+  }
+  return injected(f, "graph_begin", err);
+}
+
+static fdy_status fault_graph_end(fdy_backend *b, fdy_backend_graph **out,
+                                  fdy_error *err) {
+  fault_backend *f = fault_of(b);
+  bool hit = count_call(f, "graph_end");
+  fdy_status st = inner_ops(f)->graph_end(f->inner, out, hit ? NULL : err);
+  if (!hit) {
+    return st;
+  }
+  if (st == FDY_OK && out) {
+    inner_ops(f)->graph_destroy(f->inner, *out);
+    *out = NULL;
+  }
+  return injected(f, "graph_end", err);
+}
+
+static fdy_status fault_graph_launch(fdy_backend *b, fdy_backend_graph *graph,
+                                     fdy_error *err) {
+  fault_backend *f = fault_of(b);
+  bool hit = count_call(f, "graph_launch");
+  if (!fail_before(f, hit)) {
+    fdy_status st = inner_ops(f)->graph_launch(f->inner, graph, err);
+    if (st != FDY_OK || !hit) {
+      return st;
+    }
+  }
+  return injected(f, "graph_launch", err);
+}
+
+static void fault_graph_destroy(fdy_backend *b, fdy_backend_graph *graph) {
+  fault_backend *f = fault_of(b);
+  inner_ops(f)->graph_destroy(f->inner, graph);
+}
+
 static fdy_status fault_drain(fdy_backend *b, fdy_error *err) {
   fault_backend *f = fault_of(b);
   bool hit = count_call(f, "drain");
@@ -326,6 +382,10 @@ static const fdy_backend_ops fault_template = {
     .stream_wait = fault_stream_wait,
     .host_wait = fault_host_wait,
     .event_time = fault_event_time,
+    .graph_begin = fault_graph_begin,
+    .graph_end = fault_graph_end,
+    .graph_launch = fault_graph_launch,
+    .graph_destroy = fault_graph_destroy,
     .drain = fault_drain,
     .destroy = fault_destroy,
 };
@@ -365,6 +425,13 @@ fdy_status fdy_fault_backend_create(fdy_backend *inner,
   }
   if (!in->event_time) {
     f->ops.event_time = NULL;
+  }
+  if (!in->graph_begin || !in->graph_end || !in->graph_launch ||
+      !in->graph_destroy) {
+    f->ops.graph_begin = NULL;
+    f->ops.graph_end = NULL;
+    f->ops.graph_launch = NULL;
+    f->ops.graph_destroy = NULL;
   }
   f->base.ops = &f->ops;
   f->base.self = f;
