@@ -80,6 +80,7 @@ typedef struct fdy_infer_options {
                                memory (everything resident when it fits) */
   uint32_t buffers;         /* slots of streamed weights; 0 = the default */
   uint32_t prefill_rows;    /* tokens per prefill run; 0 = the default */
+  bool no_graphs;           /* steps run command by command (--graphs off) */
   uint32_t bootstrap_resamples;
   const char *report_path; /* required: never overwritten */
   const char *trace_path;  /* NULL = no trace; never overwritten */

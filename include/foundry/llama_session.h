@@ -38,6 +38,8 @@ typedef struct fdy_llama_session_options {
                              memory (everything resident when it fits) */
   uint32_t buffers;       /* slots for streamed weights; 0 =
                              FDY_LLAMA_DEFAULT_BUFFERS */
+  bool no_graphs;         /* run steps command by command even where the
+                             backend can record them as graphs (CUDA) */
   bool collect_timings;   /* the executor times every command of each run
                              (fdy_llama_session_timings; traces): host work
                              per command, so not for measured runs */

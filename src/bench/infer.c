@@ -201,6 +201,7 @@ typedef struct infer_state {
   uint32_t first_count;
   bool same_ids; /* every execution produced first_ids */
   bool have_stats;
+  fdy_executor_stats after; /* the session's stats after the measured runs */
   fdy_bench_stats total;
   fdy_bench_interval total_ci;
   double prefill_median, decode_median, decode_tps_median;
@@ -249,6 +250,7 @@ static json_t *protocol_json(const infer_state *s) {
   json_object_set_new(p, "bootstrap_resamples", jint(o->bootstrap_resamples));
   json_object_set_new(p, "context", jint(s->context));
   json_object_set_new(p, "prefill_rows", jint(s->prefill_rows));
+  json_object_set_new(p, "graphs", json_boolean(!o->no_graphs));
   json_object_set_new(p, "prompt_ids", ids_json(o->prompt, o->prompt_count));
   json_object_set_new(
       p, "execution",
@@ -257,6 +259,20 @@ static json_t *protocol_json(const infer_state *s) {
                   "passes (fdy_llama_generate); setup (session creation) "
                   "outside"));
   return p;
+}
+
+/* How the steps ran: recorded as graphs (and how many each run launched)
+ * or command by command. */
+static json_t *graphs_json(const infer_state *s) {
+  json_t *g = json_object();
+  json_object_set_new(g, "requested", json_boolean(!s->opt->no_graphs));
+  json_object_set_new(g, "steps_recorded", jint(s->setup.graph_steps));
+  json_object_set_new(g, "steps_refused", jint(s->setup.graph_fallbacks));
+  json_object_set_new(g, "graphs", jint(s->setup.graphs));
+  json_object_set_new(g, "launches_by_last_decode_run",
+                      s->have_stats ? jint(s->after.last_run_graph_launches)
+                                    : json_null());
+  return g;
 }
 
 static json_t *environment_json(const infer_state *s) {
@@ -497,6 +513,7 @@ static json_t *report_json(const infer_state *s, fdy_status status,
   json_object_set_new(r, "setup_seconds",
                       jreal((double)s->setup.setup_ns * 1e-9));
   json_object_set_new(r, "memory", memory_json(s));
+  json_object_set_new(r, "graphs", graphs_json(s));
   json_object_set_new(r, "weights", weights_json(s));
   json_object_set_new(r, "host_memory", host_memory_json(s));
   json_object_set_new(r, "bandwidth", bandwidth_json(s));
@@ -747,6 +764,7 @@ static fdy_status statistics(infer_state *s, fdy_error *err) {
   }
   free(x);
   s->have_stats = st == FDY_OK;
+  s->after = fdy_llama_session_stats(s->session);
   return st;
 }
 
@@ -824,6 +842,7 @@ session_options(const infer_state *s, uint64_t context, bool timings) {
                                      .prefill_rows = o->prefill_rows,
                                      .weight_budget = o->weight_budget,
                                      .buffers = o->buffers,
+                                     .no_graphs = o->no_graphs,
                                      .collect_timings = timings};
 }
 

@@ -271,6 +271,13 @@ fdy_status fdy_cli_session_flag(int opt, const char *arg,
     return fdy_cli_parse_uint("--prefill-rows", arg, 1,
                               FDY_CLI_MAX_PREFILL_ROWS, &flags->prefill_rows,
                               err);
+  case FDY_CLI_OPT_GRAPHS:
+    if (strcmp(arg, "on") != 0 && strcmp(arg, "off") != 0) {
+      return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                           "--graphs must be on or off, got '%s'", arg);
+    }
+    flags->no_graphs = strcmp(arg, "off") == 0;
+    return FDY_OK;
   default:
     *handled = false;
     return FDY_OK;
@@ -302,7 +309,10 @@ void fdy_cli_session_flags_help(FILE *out) {
           "                   fit is streamed through --buffers slots\n"
           "  --buffers N      slots of streamed weights, 1 to %u (default %u)\n"
           "  --prefill-rows N tokens per prefill run, 1 to %u (default %u,\n"
-          "                   at most the context)\n",
+          "                   at most the context)\n"
+          "  --graphs on|off  record each step once and replay it (CUDA\n"
+          "                   graphs; default on), or issue every command\n"
+          "                   per run\n",
           FDY_CLI_MAX_BUFFERS, FDY_LLAMA_DEFAULT_BUFFERS,
           FDY_CLI_MAX_PREFILL_ROWS, FDY_LLAMA_DEFAULT_PREFILL_ROWS);
 }
@@ -316,5 +326,6 @@ fdy_cli_session_options(const fdy_cli_session_flags *flags,
                                          (uint32_t)flags->prefill_rows,
                                      .kv_dtype = flags->kv_dtype,
                                      .weight_budget = flags->weight_budget,
-                                     .buffers = (uint32_t)flags->buffers};
+                                     .buffers = (uint32_t)flags->buffers,
+                                     .no_graphs = flags->no_graphs};
 }
