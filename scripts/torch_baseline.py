@@ -261,15 +261,16 @@ def placement_bytes(model, device_map):
 
 
 def dispatch_offloaded(model, device_map):
-    """Moves the model to the host and dispatches it with Accelerate: modules
-    mapped to 0 live on the GPU, the others are copied to it in each forward
-    pass."""
+    """Moves the model to the host and dispatches it with Accelerate as
+    from_pretrained does: modules mapped to 0 live on the GPU, the others are
+    copied to it in each forward pass; the KV cache is not moved."""
     import torch
     from accelerate import dispatch_model
 
     model.to("cpu")
     torch.cuda.empty_cache()
-    return dispatch_model(model, device_map=device_map, main_device=0)
+    return dispatch_model(model, device_map=device_map, main_device=0,
+                          skip_keys=model._skip_keys_device_placement)
 
 
 # ---- the protocol -----------------------------------------------------------
@@ -561,6 +562,9 @@ def run(args, report):
         host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         device_map = offload_device_map(model, args.budget, host)
         resident, offloaded, copied = placement_bytes(model, device_map)
+        if not resident:
+            raise Failure("setup", "--offload-budget %d bytes: Accelerate places no weight on "
+                                   "the device (a decoder layer needs more)" % args.budget)
         model = dispatch_offloaded(model, device_map)
         peer["offload"] = {
             "method": "accelerate infer_auto_device_map + dispatch_model (CPU offload)",
