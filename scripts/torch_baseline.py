@@ -594,7 +594,7 @@ def run(args, report):
         torch.cuda.reset_peak_memory_stats()
 
     runs, first, same = [], None, True
-    with torch.inference_mode():
+    with torch.no_grad():  # as generate() runs
         if args.mode == "compile":
             t0 = time.perf_counter()
             try:
