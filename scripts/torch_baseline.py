@@ -1,33 +1,60 @@
 #!/usr/bin/env python3
 """The Hugging Face transformers peer of `foundry infer-bench`.
 
-Reads the same MLX 4-bit checkpoint, dequantizes every weight to bfloat16
-(w = scale * q + bias per group, q the nibbles of each little-endian uint32,
-low nibble first), builds a transformers LlamaForCausalLM from config.json
-(tied embeddings and llama3 rope scaling as configured), and runs the
-infer-bench protocol with a static KV cache: each execution resets the
-cache, prefills the prompt in one forward pass (cache_position 0..P-1),
-takes the argmax, then runs gen_tokens - 1 single-token passes feeding each
-argmax back, EOS ignored. torch.cuda.synchronize() brackets every timed
-section. warmup executions are discarded; the report has the schema of
-foundry.infer.report version 1 (docs/infer-bench.md) with implementation
-"transformers" and backend "transformers-bf16"; it is never overwritten.
+Reads the same MLX 4-bit checkpoint, dequantizes every weight exactly as MLX
+does (w = scale * q + bias per group, q the nibbles of each little-endian
+uint32, low nibble first) to bfloat16 (or float32), builds a transformers
+LlamaForCausalLM from config.json (tied embeddings and llama3 rope scaling
+as configured, sdpa attention) and runs the infer-bench protocol with a
+transformers StaticCache, the way transformers generates fast: the prompt
+in one eager forward pass (LM head on the last position only), then
+gen_tokens - 1 single-token passes, each feeding back the argmax computed on
+the device; EOS ignored, no host synchronization inside an execution.
 
-The prompt is either taken from an infer-bench report (--prompt-from, the
-same ids, lengths and seed) or made from --seed by the infer-bench rule
-(foundry/infer_bench.h): SplitMix64 with initial state
+Modes:
+  compile  (default) the decode pass is torch.compile(mode="reduce-overhead",
+           fullgraph=True): CUDA graphs replayed per token, as transformers'
+           generate() does with a static cache. The prefill stays eager (the
+           transformers advice). One unmeasured execution compiles and
+           records the graphs: its time is `compile_seconds`, outside the
+           measurement like setup.
+  eager    the same loop without torch.compile.
+  --offload-budget SIZE
+           Hugging Face Accelerate CPU offload: the device map of
+           infer_auto_device_map under max_memory {0: SIZE, "cpu": host},
+           dispatched with dispatch_model (what from_pretrained(device_map=
+           "auto", max_memory=...) does); every offloaded layer's weights
+           are copied to the GPU in each forward pass. Eager only. It is slow
+           (about 1 token/s for a 3B model): --gen-tokens, --warmup and
+           --iterations shorten the run, and the report records them.
+
+Timing: torch.cuda.synchronize() before and after each execution (the host
+clock gives total_seconds); CUDA events split prefill (up to the first
+argmax on the device) from decode. Warmup executions are discarded. The
+report has the schema of foundry.infer.report version 1
+(docs/infer-bench.md) with implementation "transformers", backend
+"transformers-<dtype>-<mode>[-offload]" and a "peer" section (mode, dtype,
+attention, cache, compilation, offload); it is never overwritten.
+
+The prompt is either taken from an infer-bench report (--prompt-from: the
+same ids, seed and generated count) or made from --seed by the infer-bench
+rule (foundry/infer_bench.h): SplitMix64 with initial state
 stream_seed(seed, 2 << 32), each id next() % vocab_size, drawn again while
 it is the BOS id or an EOS id.
 
 usage:
   torch_baseline.py --model DIR --report PATH [--prompt-from REPORT]
       [--seed S] [--prompt-tokens N] [--gen-tokens N] [--warmup N]
-      [--iterations N] [--compile]
+      [--iterations N] [--mode compile|eager] [--offload-budget SIZE]
+      [--device cuda|cpu] [--dtype bfloat16|float32]
+exit: 0 success, 1 failure (model, an existing report, a run that fails),
+      2 usage error
 """
 import argparse
 import json
 import os
 import platform
+import re
 import struct
 import sys
 import time
@@ -36,8 +63,27 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_summary  # noqa: E402  (SplitMix64 and the statistics)
 
 PROMPT_STREAM = 2 << 32
+PROMPT_TOKENS = 512
+GEN_TOKENS = 128
+WARMUP = 2
+ITERATIONS = 10
+PROTOCOL = "token-ids-512x128-v1"
 RESAMPLES = 10000
 CEILING_BYTES = 512 << 20
+UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+
+def parse_bytes(text):
+    """Bytes of "123", "123B", "64KiB", "450MiB", "4GiB", "1TiB" (binary units,
+    an optional single space before the unit), as fdy_parse_bytes reads
+    them. Raises ValueError on anything else, zero included."""
+    m = re.fullmatch(r"([0-9]+) ?([A-Za-z]*)", text)
+    if not m or m.group(2) not in UNITS or (m.group(2) == "" and " " in text):
+        raise ValueError("%r is not a size (e.g. 2GiB, 512MiB, 1073741824)" % text)
+    value = int(m.group(1)) * UNITS[m.group(2)]
+    if value == 0 or value >= 1 << 64:
+        raise ValueError("%r is not a positive 64-bit size" % text)
+    return value
 
 
 # ---- the prompt -------------------------------------------------------------
@@ -96,9 +142,9 @@ def dequantize(packed, scales, biases, group_size, shifts):
     return w.reshape(rows, -1)
 
 
-def load_state_dict(model_dir, config, device):
-    """The checkpoint's tensors dequantized to bfloat16 on device, by the
-    transformers names."""
+def load_state_dict(model_dir, config, device, dtype):
+    """The checkpoint's tensors dequantized to dtype on device (computed in
+    float32: scale * q + bias), by the transformers names."""
     import torch
 
     dtypes = {"F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32,
@@ -130,105 +176,202 @@ def load_state_dict(model_dir, config, device):
                 packed = tensor(key).to(torch.int64) & 0xFFFFFFFF
                 w = dequantize(packed, tensor(prefix + ".scales").float(),
                                tensor(prefix + ".biases").float(), group, shifts)
-                state[key] = w.to(torch.bfloat16)
+                state[key] = w.to(dtype)
             else:
-                state[key] = tensor(key).to(torch.bfloat16)
+                state[key] = tensor(key).to(dtype)
         del data
     return state
 
 
-def build_model(model_dir, device):
+def build_model(model_dir, device, dtype):
+    """(config.json as read, LlamaConfig, LlamaForCausalLM in eval mode with
+    the checkpoint's weights in dtype on device, sdpa attention)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     with open(os.path.join(model_dir, "config.json")) as f:
         raw = json.load(f)
     fields = {k: v for k, v in raw.items()
-              if k not in ("quantization", "quantization_config")}
-    fields["torch_dtype"] = "bfloat16"
-    config = LlamaConfig(**fields)
-    torch.set_default_dtype(torch.bfloat16)
-    with torch.device(device):
-        model = LlamaForCausalLM(config)
-    torch.set_default_dtype(torch.float32)
-    state = load_state_dict(model_dir, raw, device)
+              if k not in ("quantization", "quantization_config", "torch_dtype", "dtype")}
+    config = LlamaConfig(**fields, dtype=dtype, attn_implementation="sdpa")
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = LlamaForCausalLM(config)
+    finally:
+        torch.set_default_dtype(torch.float32)
+    state = load_state_dict(model_dir, raw, device, dtype)
     missing, unexpected = model.load_state_dict(state, strict=False)
+    del state
     allowed = {"lm_head.weight"} if config.tie_word_embeddings else set()
     if unexpected or set(missing) - allowed:
-        raise SystemExit("error: checkpoint and model disagree: missing %s, "
-                         "unexpected %s" % (missing, unexpected))
+        raise RuntimeError("checkpoint and model disagree: missing %s, unexpected %s"
+                           % (missing, unexpected))
     if config.tie_word_embeddings:
         model.tie_weights()
-        assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+        if model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr():
+            raise RuntimeError("the LM head is not tied to the embedding table")
     model.eval()
     return raw, config, model
+
+
+# ---- placement: resident or Accelerate CPU offload --------------------------
+
+
+def offload_device_map(model, budget, host_bytes):
+    """Accelerate's device map of model for a device weight budget: what
+    from_pretrained(device_map="auto", max_memory={0: budget, "cpu": host})
+    computes (decoder layers are never split)."""
+    from accelerate import infer_auto_device_map
+
+    return infer_auto_device_map(model, max_memory={0: budget, "cpu": host_bytes},
+                                 no_split_module_classes=["LlamaDecoderLayer"])
+
+
+def device_of(device_map, name):
+    """The device_map entry of a parameter or module name (its longest
+    prefix in the map)."""
+    parts = name.split(".")
+    for n in range(len(parts), -1, -1):
+        key = ".".join(parts[:n])
+        if key in device_map:
+            return device_map[key]
+    raise KeyError("%s has no device in the map" % name)
+
+
+def placement_bytes(model, device_map):
+    """(bytes on the device, bytes offloaded to the host, bytes a forward pass
+    copies host-to-device) of the parameters under device_map. Each
+    offloaded entry of the map has a hook that copies its parameters to the
+    device for its forward pass: a tied table offloaded both as the
+    embedding and as the LM head is copied twice."""
+    resident = offloaded = 0
+    for name, p in model.named_parameters():
+        size = p.numel() * p.element_size()
+        if device_of(device_map, name) in ("cpu", "disk"):
+            offloaded += size
+        else:
+            resident += size
+    copied = 0
+    for key, device in device_map.items():
+        if device in ("cpu", "disk"):
+            module = model.get_submodule(key) if key else model
+            copied += sum(p.numel() * p.element_size() for p in module.parameters())
+    return resident, offloaded, copied
+
+
+def dispatch_offloaded(model, device_map):
+    """Moves the model to the host and dispatches it with Accelerate as
+    from_pretrained does: modules mapped to 0 live on the GPU, the others are
+    copied to it in each forward pass; the KV cache is not moved."""
+    import torch
+    from accelerate import dispatch_model
+
+    model.to("cpu")
+    torch.cuda.empty_cache()
+    return dispatch_model(model, device_map=device_map, main_device=0,
+                          skip_keys=model._skip_keys_device_placement)
 
 
 # ---- the protocol -----------------------------------------------------------
 
 
-def make_cache(model, length, device):
-    import torch
+def make_cache(config, length):
     from transformers import StaticCache
 
-    attempts = [
-        dict(config=model.config, max_batch_size=1, max_cache_len=length,
-             device=device, dtype=torch.bfloat16),
-        dict(config=model.config, max_cache_len=length),
-    ]
-    last = None
-    for kwargs in attempts:
-        try:
-            return StaticCache(**kwargs)
-        except TypeError as e:  # the constructor changed across versions
-            last = e
-    raise last
+    return StaticCache(config=config, max_cache_len=length)
 
 
 def kv_cache_bytes(cache):
-    import torch
-
     total = 0
-    for obj in vars(cache).values():
-        seq = obj if isinstance(obj, (list, tuple)) else [obj]
-        for t in seq:
-            if isinstance(t, torch.Tensor):
-                total += t.numel() * t.element_size()
-    for layer in getattr(cache, "layers", []) or []:
+    for layer in cache.layers:
         for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
-            if isinstance(t, torch.Tensor):
+            if t is not None:
                 total += t.numel() * t.element_size()
     return total
 
 
-def synchronize(device):
-    import torch
+class Clock:
+    """Marks in an execution: CUDA events on a GPU (device time between
+    marks, no host synchronization), the host clock on the CPU."""
 
-    if device != "cpu":
-        torch.cuda.synchronize()
+    def __init__(self, device, marks):
+        import torch
+
+        self.cuda = device != "cpu"
+        self.torch = torch
+        if self.cuda:
+            self.events = [torch.cuda.Event(enable_timing=True) for _ in range(marks)]
+        self.times = [0.0] * marks
+
+    def synchronize(self):
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def mark(self, i):
+        if self.cuda:
+            self.events[i].record()
+        else:
+            self.times[i] = time.perf_counter()
+
+    def seconds(self, a, b):
+        """Seconds from mark a to mark b (after synchronize())."""
+        if self.cuda:
+            return self.events[a].elapsed_time(self.events[b]) * 1e-3
+        return self.times[b] - self.times[a]
 
 
-def execution(model, cache, ids, gen_tokens, step):
-    """One reset + prefill + decode: (total, prefill, decode seconds, ids)."""
-    import torch
+class Generator:
+    """Greedy generation with a StaticCache: the prefill pass eager, the
+    decode pass eager or compiled (mode reduce-overhead, fullgraph: CUDA
+    graphs). Every id stays on the device: the decode input is one static
+    (1, 1) tensor that each step's argmax is copied into."""
 
-    device = ids.device
-    synchronize(device.type)
+    def __init__(self, model, cache, device, compiled):
+        import torch
+
+        self.torch = torch
+        self.model, self.cache, self.compiled = model, cache, compiled
+        self.token = torch.zeros((1, 1), dtype=torch.long, device=device)
+        decode = self._argmax_of_next
+        if compiled:
+            torch._dynamo.mark_static_address(self.token)
+            decode = torch.compile(decode, mode="reduce-overhead", fullgraph=True)
+        self._decode = decode
+
+    def _argmax_of_next(self, ids):
+        logits = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True,
+                            logits_to_keep=1).logits
+        return logits[:, -1].argmax(-1)
+
+    def run(self, prompt, out, clock):
+        """Fills out (gen_tokens ids) from the prompt (1, P); marks 0, 1, 2 at
+        the start, after the first argmax and at the end."""
+        clock.mark(0)
+        self.cache.reset()
+        first = self._argmax_of_next(prompt)
+        out[0:1] = first
+        self.token.copy_(first.view(1, 1))
+        clock.mark(1)
+        for i in range(1, out.shape[0]):
+            if self.compiled:
+                self.torch.compiler.cudagraph_mark_step_begin()
+            nxt = self._decode(self.token)
+            out[i:i + 1] = nxt
+            self.token.copy_(nxt.view(1, 1))
+        clock.mark(2)
+
+
+def execution(generator, prompt, out, clock):
+    """One reset + prefill + decode, out poisoned first: (total, prefill,
+    decode seconds, ids)."""
+    out.fill_(-1)
+    clock.synchronize()
     t0 = time.perf_counter()
-    cache.reset()
-    p = ids.shape[1]
-    out = step(ids, torch.arange(p, device=device))
-    nxt = out.argmax(-1).view(1, 1)
-    synchronize(device.type)
-    t1 = time.perf_counter()
-    generated = [nxt]
-    for i in range(gen_tokens - 1):
-        out = step(nxt, torch.tensor([p + i], device=device))
-        nxt = out.argmax(-1).view(1, 1)
-        generated.append(nxt)
-    synchronize(device.type)
-    t2 = time.perf_counter()
-    return t2 - t0, t1 - t0, t2 - t1, [int(x) for x in torch.cat(generated).view(-1)]
+    generator.run(prompt, out, clock)
+    clock.synchronize()
+    total = time.perf_counter() - t0
+    return total, clock.seconds(0, 1), clock.seconds(1, 2), out.tolist()
 
 
 def d2d_ceiling(device):
@@ -251,6 +394,29 @@ def d2d_ceiling(device):
     return 2.0 * CEILING_BYTES / bench_summary.median(times)
 
 
+def h2d_ceilings(device):
+    """Host-to-device copy bandwidth in bytes per second from page-locked and
+    from pageable host memory (512 MiB, median of 5 after one warm copy)."""
+    import torch
+
+    dst = torch.empty(CEILING_BYTES, dtype=torch.uint8, device=device)
+    out = {}
+    for name, pinned in (("pinned", True), ("pageable", False)):
+        src = torch.ones(CEILING_BYTES, dtype=torch.uint8, pin_memory=pinned)
+        dst.copy_(src, non_blocking=pinned)
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            dst.copy_(src, non_blocking=pinned)
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        out[name] = CEILING_BYTES / bench_summary.median(times)
+        del src
+    del dst
+    return out
+
+
 def decode_weight_bytes(model, config):
     """Weight bytes a decode token reads: every parameter once, the
     embedding table one row (plus the whole table again as the LM head when
@@ -264,152 +430,325 @@ def decode_weight_bytes(model, config):
     return total
 
 
-def main(argv):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--report", required=True)
-    ap.add_argument("--prompt-from")
+# ---- the command ------------------------------------------------------------
+
+
+def parse_args(argv):
+    """The options, after every usage check (argparse exits 2 on an error)."""
+    ap = argparse.ArgumentParser(prog="torch_baseline.py",
+                                 description=__doc__.split("\n")[0])
+    ap.add_argument("--model", required=True, help="MLX 4-bit Llama checkpoint")
+    ap.add_argument("--report", required=True, help="the JSON report (never overwritten)")
+    ap.add_argument("--prompt-from", metavar="REPORT",
+                    help="an infer-bench report: its prompt ids, seed and generated count")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--prompt-tokens", type=int, default=512)
-    ap.add_argument("--gen-tokens", type=int, default=128)
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--iterations", type=int, default=10)
-    ap.add_argument("--device", default="cuda",
+    ap.add_argument("--prompt-tokens", type=int, help="seeded prompt ids (%d)" % PROMPT_TOKENS)
+    ap.add_argument("--gen-tokens", type=int,
+                    help="ids generated per execution (%d, or the report's)" % GEN_TOKENS)
+    ap.add_argument("--warmup", type=int, default=WARMUP)
+    ap.add_argument("--iterations", type=int, default=ITERATIONS)
+    ap.add_argument("--mode", choices=("compile", "eager"),
+                    help="torch.compile the decode pass or not (compile; eager with "
+                         "--offload-budget)")
+    ap.add_argument("--offload-budget", metavar="SIZE",
+                    help="Accelerate CPU offload under a device weight budget (2GiB, 512MiB)")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                     help="torch device (cpu only to test the script)")
-    ap.add_argument("--compile", action="store_true",
-                    help="torch.compile the forward pass (mode reduce-overhead)")
+    ap.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16",
+                    help="weights and activations (float32 only to test the script)")
     args = ap.parse_args(argv)
-    if os.path.exists(args.report):
-        print("error: %s exists; reports are never overwritten" % args.report,
-              file=sys.stderr)
-        return 1
-    if min(args.prompt_tokens, args.gen_tokens, args.iterations) < 1 or args.warmup < 0:
-        print("error: token counts and iterations must be positive", file=sys.stderr)
-        return 2
+    if args.seed < 0:
+        ap.error("--seed must be non-negative")
+    for name in ("prompt_tokens", "gen_tokens", "iterations"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            ap.error("--%s must be positive" % name.replace("_", "-"))
+    if args.warmup < 0:
+        ap.error("--warmup must not be negative")
+    if args.prompt_from and args.prompt_tokens is not None:
+        ap.error("--prompt-from gives the prompt: --prompt-tokens does not apply")
+    args.budget = None
+    if args.offload_budget is not None:
+        try:
+            args.budget = parse_bytes(args.offload_budget)
+        except ValueError as e:
+            ap.error("--offload-budget: %s" % e)
+        if args.device != "cuda":
+            ap.error("--offload-budget offloads to a CUDA device: not with --device cpu")
+        if args.mode == "compile":
+            ap.error("--offload-budget runs eager (Accelerate's hooks are not compiled)")
+    if args.mode is None:
+        args.mode = "eager" if args.budget else "compile"
+    return args
 
-    import torch
-    import transformers
 
-    device = args.device
-    started = time.gmtime()
-    t_setup = time.perf_counter()
-    raw, config, model = build_model(args.model, device)
-    seed, source, prompt_file = args.seed, "seed", None
-    if args.prompt_from:
-        with open(args.prompt_from) as f:
-            proto = json.load(f)["protocol"]
-        prompt = proto["prompt_ids"]
-        seed = int(proto["seed"])
-        args.gen_tokens = proto["gen_tokens"]
-        source, prompt_file = "report", args.prompt_from
-    else:
-        prompt = prompt_ids(raw, args.seed, args.prompt_tokens)
-    context = len(prompt) + args.gen_tokens
-    cache = make_cache(model, context, device)
-    ids = torch.tensor([prompt], dtype=torch.long, device=device)
+class Failure(Exception):
+    """A failed run: the stage (setup, compile, executions, statistics) and
+    why."""
 
-    def forward(x, pos):
-        return model(input_ids=x, past_key_values=cache, cache_position=pos,
-                     use_cache=True).logits[0, -1]
+    def __init__(self, stage, message):
+        super().__init__(message)
+        self.stage = stage
 
-    step = torch.compile(forward, mode="reduce-overhead") if args.compile else forward
-    synchronize(device)
-    setup = time.perf_counter() - t_setup
 
-    runs, first, same = [], None, True
-    with torch.inference_mode():
-        for i in range(args.warmup + args.iterations):
-            total, prefill, decode, gen = execution(model, cache, ids, args.gen_tokens, step)
-            tps = (args.gen_tokens - 1) / decode if args.gen_tokens > 1 and decode > 0 else 0.0
-            runs.append(dict(measured=i >= args.warmup, total_seconds=total,
-                             prefill_seconds=prefill, decode_seconds=decode,
-                             decode_tokens_per_second=tps))
-            if first is None:
-                first = gen
-            elif gen != first:
-                same = False
-            print("torch-baseline: %s %d: %.4f s" % ("warmup" if i < args.warmup else "execution",
-                                                     i + 1, total), file=sys.stderr)
-    ceiling = d2d_ceiling(device) if device != "cpu" else None
+def deviations(protocol):
+    """The ways protocol differs from token-ids-512x128-v1."""
+    out = []
+    for key, want in (("prompt_tokens", PROMPT_TOKENS), ("gen_tokens", GEN_TOKENS),
+                      ("warmup", WARMUP), ("iterations", ITERATIONS)):
+        if protocol[key] != want:
+            out.append("%s %d (protocol %d)" % (key, protocol[key], want))
+    return out
+
+
+def statistics(runs, prompt_tokens, seed):
     measured = [r for r in runs if r["measured"]]
     totals = [r["total_seconds"] for r in measured]
     low, high = bench_summary.bootstrap(totals, bench_summary.median, RESAMPLES,
                                         bench_summary.stream_seed(seed, 0))
     prefill = bench_summary.median([r["prefill_seconds"] for r in measured])
-    tps = bench_summary.median([r["decode_tokens_per_second"] for r in measured])
-    wbytes = decode_weight_bytes(model, config)
-    achieved = wbytes * tps
-    cuda = device != "cpu"
-    props = torch.cuda.get_device_properties(0) if cuda else None
-    weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    report = {
-        "format": "foundry.infer.report",
-        "version": 1,
-        "status": "ok",
-        "error": None,
-        "implementation": "transformers",
-        "backend": "transformers-bf16" + ("-compiled" if args.compile else ""),
-        "build": {"torch": torch.__version__, "transformers": transformers.__version__,
-                  "cuda": torch.version.cuda, "python": platform.python_version()},
-        "environment": {
-            "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", started),
-            "backend": device, "threads": None if cuda else torch.get_num_threads(),
-            "device": {"name": props.name, "total_memory_bytes": props.total_memory}
-            if cuda else None,
-            "host": {"cpu_count": os.cpu_count(), "machine": platform.machine()},
-        },
-        "invocation": {"program": "torch_baseline.py", "argv": sys.argv},
-        "model": {"path": args.model, "vocab_size": config.vocab_size,
-                  "hidden_size": config.hidden_size, "layers": config.num_hidden_layers,
-                  "group_size": raw["quantization"]["group_size"],
-                  "decode_weight_bytes_per_token": wbytes},
-        "protocol": {
-            "name": "token-ids-512x128-v1" if (len(prompt), args.gen_tokens) == (512, 128)
-            else "custom",
-            "prompt_source": source, "prompt_file": prompt_file, "seed": str(seed),
-            "prompt_tokens": len(prompt), "gen_tokens": args.gen_tokens, "ignore_eos": True,
-            "warmup": args.warmup, "iterations": args.iterations,
-            "bootstrap_resamples": RESAMPLES, "context": context, "prompt_ids": prompt,
-            "execution": "static cache reset + one prefill forward + gen_tokens - 1 "
-                         "single-token forwards, argmax on the device; setup outside",
-        },
-        "setup_seconds": setup,
-        "memory": {"weights_resident": weights, "weights_slots": 0,
-                   "kv_cache": kv_cache_bytes(cache), "activations": None, "io": None,
-                   "workspace": None,
-                   "device_in_use_bytes": torch.cuda.max_memory_allocated() if cuda
-                   else None},
-        "bandwidth": {"decode_weight_bytes_per_token": wbytes,
-                      "achieved_bytes_per_second": achieved,
-                      "d2d": {"method": "torch copy_ (bytes read + written)",
-                              "bytes": CEILING_BYTES, "repeats": 10,
-                              "bytes_per_second": ceiling} if ceiling else None,
-                      "read_kernel": None,
-                      "fraction_of_d2d": achieved / ceiling if ceiling else None,
-                      "note": "achieved = weight bytes per decode token x median "
-                              "decode tokens/s"},
-        "executions": runs,
-        "statistics": {
-            "end_to_end": {"median_seconds": bench_summary.median(totals),
-                           "median_ci_low_seconds": low, "median_ci_high_seconds": high,
-                           "mean_seconds": bench_summary.mean(totals),
-                           "stddev_seconds": bench_summary.stddev(totals),
-                           "min_seconds": min(totals), "max_seconds": max(totals)},
-            "prefill_median_seconds": prefill,
-            "prefill_tokens_per_second": len(prompt) / prefill,
-            "time_to_first_token_seconds": prefill,
-            "decode_median_seconds": bench_summary.median([r["decode_seconds"] for r in measured]),
-            "decode_tokens_per_second": tps,
-        },
-        "generated_ids": first,
-        "ids_identical_across_executions": same,
+    return {
+        "end_to_end": {"median_seconds": bench_summary.median(totals),
+                       "median_ci_low_seconds": low, "median_ci_high_seconds": high,
+                       "mean_seconds": bench_summary.mean(totals),
+                       "stddev_seconds": bench_summary.stddev(totals),
+                       "min_seconds": min(totals), "max_seconds": max(totals)},
+        "prefill_median_seconds": prefill,
+        "prefill_tokens_per_second": prompt_tokens / prefill,
+        "time_to_first_token_seconds": prefill,
+        "decode_median_seconds": bench_summary.median([r["decode_seconds"] for r in measured]),
+        "decode_tokens_per_second": bench_summary.median(
+            [r["decode_tokens_per_second"] for r in measured]),
     }
+
+
+def run(args, report):
+    """Fills report (status ok) or raises Failure."""
+    import torch
+    import transformers
+
+    cuda = args.device == "cuda"
+    dtype = getattr(torch, args.dtype)
+    report["build"].update(torch=torch.__version__, transformers=transformers.__version__,
+                           cuda=torch.version.cuda)
+    if cuda and not torch.cuda.is_available():
+        raise Failure("setup", "no CUDA device (torch %s)" % torch.__version__)
+    if args.budget:
+        try:
+            import accelerate
+        except ImportError:
+            raise Failure("setup", "--offload-budget needs Hugging Face Accelerate "
+                                   "(pip install accelerate)")
+        report["build"]["accelerate"] = accelerate.__version__
+
+    t_setup = time.perf_counter()
+    try:
+        raw, config, model = build_model(args.model, args.device, dtype)
+    except (OSError, ValueError, KeyError, RuntimeError) as e:
+        raise Failure("setup", "model %s: %s" % (args.model, e))
+    proto = report["protocol"]
+    if args.prompt_from:
+        prompt = proto["prompt_ids"]
+        if not all(isinstance(i, int) and 0 <= i < config.vocab_size for i in prompt):
+            raise Failure("setup", "%s: prompt ids outside the vocabulary of %d"
+                          % (args.prompt_from, config.vocab_size))
+    else:
+        prompt = prompt_ids(raw, args.seed, proto["prompt_tokens"])
+        proto["prompt_ids"] = prompt
+    wbytes = decode_weight_bytes(model, config)
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    peer = report["peer"]
+    resident, offloaded = weights, 0
+    if args.budget:
+        host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        device_map = offload_device_map(model, args.budget, host)
+        resident, offloaded, copied = placement_bytes(model, device_map)
+        if not resident:
+            raise Failure("setup", "--offload-budget %d bytes: Accelerate places no weight on "
+                                   "the device (a decoder layer needs more)" % args.budget)
+        model = dispatch_offloaded(model, device_map)
+        peer["offload"] = {
+            "method": "accelerate infer_auto_device_map + dispatch_model (CPU offload)",
+            "budget_bytes": args.budget, "max_memory": {"0": args.budget, "cpu": host},
+            "device_map": {k: str(v) for k, v in device_map.items()},
+            "layers_on_device": sum(
+                1 for i in range(config.num_hidden_layers)
+                if device_of(device_map, "model.layers.%d" % i) not in ("cpu", "disk")),
+            "weights_resident_bytes": resident, "weights_offloaded_bytes": offloaded,
+            "streamed_bytes_per_token": copied,
+        }
+    else:
+        off_device = {str(p.device) for p in model.parameters()} - {str(torch.device(
+            args.device, 0) if cuda else torch.device("cpu"))}
+        if off_device:
+            raise Failure("setup", "weights not on %s: %s" % (args.device, off_device))
+    context = len(prompt) + proto["gen_tokens"]
+    proto["context"] = context
+    cache = make_cache(config, context)
+    ids = torch.tensor([prompt], dtype=torch.long, device=args.device)
+    out = torch.empty(proto["gen_tokens"], dtype=torch.long, device=args.device)
+    clock = Clock(args.device, 3)
+    generator = Generator(model, cache, args.device, args.mode == "compile")
+    clock.synchronize()
+    report["setup_seconds"] = time.perf_counter() - t_setup
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+
+    runs, first, same = [], None, True
+    with torch.no_grad():  # as generate() runs
+        if args.mode == "compile":
+            t0 = time.perf_counter()
+            try:
+                _, _, _, first = execution(generator, ids, out, clock)
+            except Exception as e:  # torch.compile raises many kinds
+                raise Failure("compile", "%s: %s" % (type(e).__name__, e))
+            peer["compile"]["seconds"] = time.perf_counter() - t0
+            print("torch-baseline: compile execution: %.1f s" % peer["compile"]["seconds"],
+                  file=sys.stderr)
+        for i in range(args.warmup + args.iterations):
+            try:
+                total, prefill, decode, gen = execution(generator, ids, out, clock)
+            except Exception as e:
+                raise Failure("executions", "execution %d: %s: %s" % (i + 1, type(e).__name__, e))
+            tps = (len(gen) - 1) / decode if len(gen) > 1 and decode > 0 else 0.0
+            runs.append(dict(measured=i >= args.warmup, total_seconds=total,
+                             prefill_seconds=prefill, decode_seconds=decode,
+                             decode_tokens_per_second=tps))
+            if first is None:
+                first = gen
+            same = same and gen == first
+            print("torch-baseline: %s %d: %.4f s" % ("warmup" if i < args.warmup else "execution",
+                                                     i + 1, total), file=sys.stderr)
+    report["executions"] = runs
+    report["generated_ids"] = first
+    report["ids_identical_across_executions"] = same
+    stats = statistics(runs, len(prompt), int(proto["seed"]))
+    report["statistics"] = stats
+    tps = stats["decode_tokens_per_second"]
+    ceiling = d2d_ceiling(args.device) if cuda else None
+    achieved = wbytes * tps
+    props = torch.cuda.get_device_properties(0) if cuda else None
+    report["environment"].update(
+        threads=None if cuda else torch.get_num_threads(),
+        device={"name": props.name if cuda else "cpu",
+                "total_memory_bytes": props.total_memory if cuda else None})
+    report["model"].update(vocab_size=config.vocab_size, hidden_size=config.hidden_size,
+                           layers=config.num_hidden_layers,
+                           group_size=raw["quantization"]["group_size"],
+                           decode_weight_bytes_per_token=wbytes)
+    report["memory"] = {"weights_resident": resident, "weights_slots": 0,
+                        "weights_offloaded": offloaded, "kv_cache": kv_cache_bytes(cache),
+                        "activations": None, "io": None, "workspace": None,
+                        "device_in_use_bytes": torch.cuda.max_memory_allocated() if cuda
+                        else None}
+    report["bandwidth"] = {
+        "decode_weight_bytes_per_token": wbytes, "achieved_bytes_per_second": achieved,
+        "d2d": {"method": "torch copy_ (bytes read + written)", "bytes": CEILING_BYTES,
+                "repeats": 10, "bytes_per_second": ceiling} if ceiling else None,
+        "read_kernel": None,
+        "fraction_of_d2d": achieved / ceiling if ceiling else None,
+        "note": "achieved = weight bytes per decode token x median decode tokens/s"}
+    if args.budget:
+        h2d = h2d_ceilings(args.device)
+        streamed = peer["offload"]["streamed_bytes_per_token"]
+        peer["offload"].update(
+            h2d_pinned_bytes_per_second=h2d["pinned"],
+            h2d_pageable_bytes_per_second=h2d["pageable"],
+            decode_fraction_of_pinned_bound=tps * streamed / h2d["pinned"] if streamed else None)
+    report["status"] = "ok"
+
+
+def main(argv):
+    args = parse_args(argv)
+    if os.path.exists(args.report):
+        print("torch_baseline.py: error: %s exists; reports are never overwritten"
+              % args.report, file=sys.stderr)
+        return 1
+    seed, source, gen = args.seed, "seed", args.gen_tokens or GEN_TOKENS
+    prompt, prompt_tokens = None, args.prompt_tokens or PROMPT_TOKENS
+    if args.prompt_from:
+        try:
+            with open(args.prompt_from) as f:
+                given = json.load(f)["protocol"]
+            prompt, seed = list(given["prompt_ids"]), int(given["seed"])
+            gen = args.gen_tokens or int(given["gen_tokens"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print("torch_baseline.py: error: %s is not an infer-bench report: %s"
+                  % (args.prompt_from, e), file=sys.stderr)
+            return 1
+        if not prompt:
+            print("torch_baseline.py: error: %s has no prompt ids" % args.prompt_from,
+                  file=sys.stderr)
+            return 1
+        source, prompt_tokens = "report", len(prompt)
+    protocol = {
+        "name": PROTOCOL if (prompt_tokens, gen) == (PROMPT_TOKENS, GEN_TOKENS) else "custom",
+        "prompt_source": source, "prompt_file": args.prompt_from, "seed": str(seed),
+        "prompt_tokens": prompt_tokens, "gen_tokens": gen, "ignore_eos": True,
+        "warmup": args.warmup, "iterations": args.iterations,
+        "bootstrap_resamples": RESAMPLES, "context": prompt_tokens + gen,
+        "prompt_ids": prompt,
+        "execution": "StaticCache reset + one eager prefill forward (LM head on the last "
+                     "position) + gen_tokens - 1 single-token forwards (%s), argmax on the "
+                     "device fed back without host synchronization; setup%s outside"
+                     % ("torch.compile reduce-overhead: CUDA graphs" if args.mode == "compile"
+                        else "eager", " and the compile execution" if args.mode == "compile"
+                        else ""),
+    }
+    protocol["deviations"] = deviations(protocol)
+    mode = args.mode + ("-offload" if args.budget else "")
+    report = {
+        "format": "foundry.infer.report", "version": 1, "status": "failed", "error": None,
+        "implementation": "transformers",
+        "backend": "transformers-%s-%s" % ("bf16" if args.dtype == "bfloat16" else "f32", mode),
+        "build": {"python": platform.python_version()},
+        "environment": {"started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                        "backend": args.device, "threads": None, "device": None,
+                        "host": {"cpu_count": os.cpu_count(), "machine": platform.machine()}},
+        "invocation": {"program": "torch_baseline.py", "argv": sys.argv},
+        "model": {"path": args.model},
+        "protocol": protocol,
+        "peer": {"mode": args.mode, "dtype": args.dtype, "attention": "sdpa",
+                 "cache": "transformers StaticCache",
+                 "compile": {"target": "decode forward + argmax", "mode": "reduce-overhead",
+                             "fullgraph": True, "seconds": None}
+                 if args.mode == "compile" else None,
+                 "offload": None},
+        "setup_seconds": None, "memory": None, "bandwidth": None, "executions": [],
+        "statistics": None, "generated_ids": None, "ids_identical_across_executions": None,
+    }
+    try:
+        run(args, report)
+    except Failure as e:
+        report["error"] = {"stage": e.stage, "message": str(e)}
+        print("torch_baseline.py: error: %s: %s" % (e.stage, e), file=sys.stderr)
     with open(args.report, "x") as f:
         json.dump(report, f, indent=1)
-    print("transformers bf16: end to end median %.4f s (95%% CI %.4f .. %.4f), prefill "
+    if report["status"] != "ok":
+        print("report: %s (failed)" % args.report)
+        return 1
+    s, b = report["statistics"], report["bandwidth"]
+    e2e = s["end_to_end"]
+    ceiling = b["d2d"]["bytes_per_second"] if b["d2d"] else None
+    print("transformers %s %s: end to end median %.4f s (95%% CI %.4f .. %.4f), prefill "
           "%.4f s (%.0f tokens/s), decode %.1f tokens/s, %.1f GB/s (device copy %s GB/s)"
-          % (bench_summary.median(totals), low, high, prefill, len(prompt) / prefill,
-             tps, achieved * 1e-9, "%.1f" % (ceiling * 1e-9) if ceiling else "not measured"))
+          % (args.dtype, mode, e2e["median_seconds"], e2e["median_ci_low_seconds"],
+             e2e["median_ci_high_seconds"], s["prefill_median_seconds"],
+             s["prefill_tokens_per_second"], s["decode_tokens_per_second"],
+             b["achieved_bytes_per_second"] * 1e-9,
+             "%.1f" % (ceiling * 1e-9) if ceiling else "not measured"))
+    if report["peer"]["compile"]:
+        print("compile execution (outside the measurement): %.1f s"
+              % report["peer"]["compile"]["seconds"])
+    off = report["peer"]["offload"]
+    if off:
+        print("offload: budget %d bytes, %d layers on the device, %.3f GB resident, %.3f GB "
+              "copied per token; host-to-device %.1f GB/s pinned, %.1f GB/s pageable"
+              % (off["budget_bytes"], off["layers_on_device"],
+                 off["weights_resident_bytes"] * 1e-9, off["streamed_bytes_per_token"] * 1e-9,
+                 off["h2d_pinned_bytes_per_second"] * 1e-9,
+                 off["h2d_pageable_bytes_per_second"] * 1e-9))
+    if protocol["deviations"]:
+        print("not the %s protocol: %s" % (PROTOCOL, ", ".join(protocol["deviations"])))
     print("report: %s" % args.report)
     return 0
 
