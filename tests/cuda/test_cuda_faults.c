@@ -109,7 +109,11 @@ static int32_t clean_next_id(const llama_case *l, fdy_backend *b) {
   return id;
 }
 
-static void sweep(bool streamed) {
+/* Fails every call of executor create and of one decode run in turn, with
+ * the steps recorded as CUDA graphs (graphs) or issued command by
+ * command. */
+static void sweep(bool streamed, bool graphs) {
+  const fdy_executor_options xo = {.no_graphs = !graphs};
   llama_case l;
   llama_make(&l, streamed);
   fdy_error err;
@@ -126,7 +130,7 @@ static void sweep(bool streamed) {
   assert_int_equal(fdy_fault_backend_create(cuda, NULL, &counting, &err),
                    FDY_OK);
   assert_int_equal(
-      fdy_executor_create(l.plan, l.graph, counting, NULL, &x, &err), FDY_OK);
+      fdy_executor_create(l.plan, l.graph, counting, &xo, &x, &err), FDY_OK);
   if (streamed) {
     assert_true(fdy_executor_get_stats(x).class_bytes[FDY_BUFFER_SLOT] > 0);
   }
@@ -135,13 +139,19 @@ static void sweep(bool streamed) {
   set_decode(x, &l, 3, 0);
   assert_int_equal(fdy_executor_run(x, decode, &err), FDY_OK);
   uint64_t decode_calls = fdy_fault_get_stats(counting).calls - create_calls;
-  assert_true(decode_calls >= l.io.decode_op_count);
+  if (graphs) {
+    /* the whole decode step is one recorded graph */
+    assert_int_equal(fdy_executor_get_stats(x).last_run_graph_launches, 1);
+  } else {
+    assert_true(decode_calls >= l.io.decode_op_count);
+  }
   fdy_executor_destroy(x);
   fdy_backend_destroy(counting);
   assert_int_equal(cuda->ops->drain(cuda, &err), FDY_OK);
   const uint64_t level = memory_in_use(cuda);
-  print_message("%s plan: %llu calls of create, %llu of a decode step\n",
+  print_message("%s plan, %s: %llu calls of create, %llu of a decode step\n",
                 streamed ? "streamed" : "resident",
+                graphs ? "graphs" : "no graphs",
                 (unsigned long long)create_calls,
                 (unsigned long long)decode_calls);
 
@@ -153,7 +163,7 @@ static void sweep(bool streamed) {
                        FDY_OK);
       x = NULL;
       fdy_status st =
-          fdy_executor_create(l.plan, l.graph, faulty, NULL, &x, &err);
+          fdy_executor_create(l.plan, l.graph, faulty, &xo, &x, &err);
       if (n <= create_calls) {
         assert_int_equal(st, FDY_ERR_BACKEND);
         assert_null(x);
@@ -189,12 +199,14 @@ static void sweep(bool streamed) {
 
 static void test_sweep_resident(void **state) {
   (void)state;
-  sweep(false);
+  sweep(false, false);
+  sweep(false, true);
 }
 
 static void test_sweep_streamed(void **state) {
   (void)state;
-  sweep(true);
+  sweep(true, false);
+  sweep(true, true);
 }
 
 int main(void) {
