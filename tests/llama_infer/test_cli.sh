@@ -151,15 +151,17 @@ contains "$out" '"weights_slots":628736'
 expect 0 verify --model "$model" --against cpu --prompt-tokens 8 --steps 3 \
   --weight-budget 700000 --buffers 1
 contains "$out" "logits relative error: 0.000e+00"
-# an impossible budget: exit 1 naming the minimum (two slots of a layer,
-# or three), before any work
+# an impossible budget: exit 1 naming the minimum (two slots of a layer;
+# with three buffers every weight resident, 776,704 bytes, is cheaper than
+# any split), before any work
 expect 1 generate --model "$model" --prompt-ids 1,2 --max-tokens 2 \
   --weight-budget 100KiB
 contains "$err" "at least 628736 bytes"
 contains "$err" "--weight-budget 100 KiB is too small for --buffers 2: at least 614 KiB"
 expect 1 verify --model "$model" --reference "$reference" \
   --weight-budget 700000 --buffers 3
-contains "$err" "--buffers 3: at least 921 KiB"
+contains "$err" "at least 776704 bytes are needed (every weight resident)"
+contains "$err" "--buffers 3: at least 758.50 KiB"
 expect 1 verify --model "$model" --against cpu --weight-budget 1KiB
 contains "$err" "at least"
 # bad values are usage errors
