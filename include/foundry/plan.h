@@ -344,8 +344,10 @@ typedef struct fdy_planner_options {
  *   uploaded by setup, each weight at an aligned offset). Otherwise the
  *   longest prefix of the order that fits the budget together with
  *   N = min(buffers, weights left) slots of the largest aligned weight left
- *   stays resident and the rest streams through those N slots (sized to the
- *   largest STREAMED weight, so a large weight kept resident never sizes a
+ *   stays resident, then each later weight, in order, that still fits
+ *   beside them and those N slots (a small head after the layers, say); the
+ *   rest streams through N = min(buffers, weights streamed) slots sized to
+ *   the largest STREAMED weight (a large weight kept resident never sizes a
  *   slot).
  * - Each step: copy_input of every input its ops read (compute stream);
  *   streamed weights prefetched on the copy stream into slot k mod N in

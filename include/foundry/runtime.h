@@ -45,6 +45,18 @@ typedef struct fdy_executor_options {
    * staging) with the backend: the caller registered it already, or wants
    * staged copies. */
   bool skip_host_registration;
+  /* Copy streamed weights extent by extent from the mapped files and host
+   * extents at every prefetch instead of packing them (to measure the
+   * difference). By default a streamed weight (one a step prefetches) of
+   * more than one extent, such as a Llama layer unit of 23 tensors, is
+   * packed once at create into an owned, page-aligned host buffer laid out
+   * as its slot image (extents in order, padding zeroed), read from the
+   * files with guarded copies and registered: a prefetch is then one copy
+   * of the whole unit from page-locked memory, and runs never read the
+   * files (a file truncated after create cannot fail a run). The cost is
+   * host memory: the packed bytes (fdy_executor_stats.packed_bytes).
+   * Single-extent weights are already one copy and are never packed. */
+  bool skip_packing;
 } fdy_executor_options;
 
 /* Timing of one command of the last run (fdy_executor_timings). */
@@ -66,7 +78,9 @@ typedef struct fdy_executor_stats {
   uint64_t workspace_bytes;                     /* op workspaces, all streams */
   uint64_t registered_bytes; /* host memory registered with the backend */
   uint64_t staging_bytes;    /* host staging of step inputs and outputs */
-  uint64_t mapped_bytes;     /* checkpoint files mapped */
+  uint64_t mapped_bytes;     /* checkpoint files mapped by create */
+  uint64_t packed_bytes;     /* host buffers of packed streamed weights
+                                (skip_packing), page-aligned sizes */
   uint64_t setup_transfer_bytes;
 } fdy_executor_stats;
 

@@ -177,7 +177,9 @@ static fdy_status rank_weights(planner *p, ranked_weight *ranked, size_t *used,
 
 /* Keeps resident the longest prefix of the residency order that fits the
  * budget together with N slots of the largest weight left to stream (N =
- * min(buffers, weights left)). When none fits: FDY_ERR_BUDGET naming the
+ * min(buffers, weights left)), then each later weight, in order, that
+ * still fits beside the prefix and those slots; the slots are sized to the
+ * largest weight that streams. When none fits: FDY_ERR_BUDGET naming the
  * smallest budget of any plan (every weight resident, total bytes, or the
  * cheapest prefix with its slots). */
 static fdy_status choose_split(planner *p, const ranked_weight *ranked,
@@ -235,11 +237,28 @@ static fdy_status choose_split(planner *p, const ranked_weight *ranked,
     }
   } else {
     size_t left = used - (size_t)best;
-    p->slots = left < p->buffers_wanted ? (uint32_t)left : p->buffers_wanted;
-    p->slot_bytes = largest_after[best];
-    for (size_t i = 0; i < (size_t)best; i++) {
-      p->resident[ranked[i].weight] = true;
+    uint32_t slots =
+        left < p->buffers_wanted ? (uint32_t)left : p->buffers_wanted;
+    uint64_t ring = slots * largest_after[best]; /* within the budget */
+    uint64_t resident = 0;
+    for (size_t i = 0; i < used; i++) {
+      /* The prefix, then each later weight that still fits beside the ring
+       * (which only shrinks as weights leave the streamed set). */
+      uint64_t with = resident + ranked[i].bytes; /* at most total */
+      if (i < (size_t)best || (with <= budget && ring <= budget - with)) {
+        p->resident[ranked[i].weight] = true;
+        resident = with;
+      }
     }
+    uint32_t streamed = 0;
+    for (size_t i = 0; i < used; i++) {
+      if (!p->resident[ranked[i].weight]) {
+        streamed++;
+        p->slot_bytes =
+            ranked[i].bytes > p->slot_bytes ? ranked[i].bytes : p->slot_bytes;
+      }
+    }
+    p->slots = streamed < p->buffers_wanted ? streamed : p->buffers_wanted;
   }
   free(largest_after);
   return st;

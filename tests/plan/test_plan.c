@@ -1790,6 +1790,18 @@ static void test_planner_residency_order(void **state) {
     }
     fdy_plan_destroy(p);
   }
+  /* one buffer: everything streams through a slot of the embed's size,
+   * and the head, later in the order, still fits beside it */
+  fdy_plan *one = NULL;
+  fdy_plan_summary sum;
+  assert_int_equal(model_plan(&m, 2048 + 256, 1, &one, NULL), FDY_OK);
+  expect_valid(one, &sum);
+  assert_int_equal(resident_mask(&m, one), MW(MW_HEAD));
+  assert_int_equal(sum.class_bytes[FDY_BUFFER_SLOT], 2048);
+  fdy_plan_destroy(one);
+  assert_int_equal(model_plan(&m, 2048 + 255, 1, &one, NULL), FDY_OK);
+  assert_int_equal(resident_mask(&m, one), 0);
+  fdy_plan_destroy(one);
   fdy_graph_destroy(m.graph);
 
   /* without priorities the order is first use: at 3840 the first layer
