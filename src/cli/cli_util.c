@@ -271,6 +271,13 @@ fdy_status fdy_cli_session_flag(int opt, const char *arg,
     return fdy_cli_parse_uint("--prefill-rows", arg, 1,
                               FDY_CLI_MAX_PREFILL_ROWS, &flags->prefill_rows,
                               err);
+  case FDY_CLI_OPT_PACK_STREAMED:
+    if (strcmp(arg, "on") != 0 && strcmp(arg, "off") != 0) {
+      return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                           "--pack-streamed must be on or off, got '%s'", arg);
+    }
+    flags->skip_packing = strcmp(arg, "off") == 0;
+    return FDY_OK;
   default:
     *handled = false;
     return FDY_OK;
@@ -302,7 +309,11 @@ void fdy_cli_session_flags_help(FILE *out) {
           "                   fit is streamed through --buffers slots\n"
           "  --buffers N      slots of streamed weights, 1 to %u (default %u)\n"
           "  --prefill-rows N tokens per prefill run, 1 to %u (default %u,\n"
-          "                   at most the context)\n",
+          "                   at most the context)\n"
+          "  --pack-streamed on|off  on (default): each streamed unit is\n"
+          "                   copied once at start into page-locked memory\n"
+          "                   and streamed in one copy per token; off: one\n"
+          "                   copy per tensor from the mapped checkpoint\n",
           FDY_CLI_MAX_BUFFERS, FDY_LLAMA_DEFAULT_BUFFERS,
           FDY_CLI_MAX_PREFILL_ROWS, FDY_LLAMA_DEFAULT_PREFILL_ROWS);
 }
@@ -316,5 +327,6 @@ fdy_cli_session_options(const fdy_cli_session_flags *flags,
                                          (uint32_t)flags->prefill_rows,
                                      .kv_dtype = flags->kv_dtype,
                                      .weight_budget = flags->weight_budget,
-                                     .buffers = (uint32_t)flags->buffers};
+                                     .buffers = (uint32_t)flags->buffers,
+                                     .skip_packing = flags->skip_packing};
 }

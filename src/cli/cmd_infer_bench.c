@@ -101,6 +101,7 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
       {"weight-budget", required_argument, NULL, FDY_CLI_OPT_WEIGHT_BUDGET},
       {"buffers", required_argument, NULL, FDY_CLI_OPT_BUFFERS},
       {"prefill-rows", required_argument, NULL, FDY_CLI_OPT_PREFILL_ROWS},
+      {"pack-streamed", required_argument, NULL, FDY_CLI_OPT_PACK_STREAMED},
       {NULL, 0, NULL, 0},
   };
   const char *model_dir = NULL, *report = NULL, *trace = NULL;
@@ -193,6 +194,7 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
                          .weight_budget = session_flags.weight_budget,
                          .buffers = (uint32_t)session_flags.buffers,
                          .prefill_rows = (uint32_t)session_flags.prefill_rows,
+                         .skip_packing = session_flags.skip_packing,
                          .bootstrap_resamples = 10000,
                          .report_path = report,
                          .trace_path = trace,

@@ -120,7 +120,7 @@ expect 1 verify --model "$mha" \
 # bytes keep the embedding and the head resident and stream both layers
 # through one slot, or stream the embedding too through two. Same ids, same
 # errors against the reference as everything resident, and the same for
-# any --prefill-rows (bitwise on the CPU backend).
+# any --prefill-rows or --pack-streamed (bitwise on the CPU backend).
 ids() { grep '^ids:' "$out"; }
 verdict() { grep -E '^(logits|greedy)' "$out"; }
 expect 0 generate --model "$model" --prompt-ids "$prompt" --max-tokens 6 \
@@ -132,7 +132,8 @@ verdict >"$work/verify.resident"
   fail "no ids or verify results to compare"
 for flags in "--weight-budget 700000 --buffers 1" \
   "--weight-budget 700000 --buffers 2" "--weight-budget 1GiB --buffers 3" \
-  "--prefill-rows 1" "--prefill-rows 5 --weight-budget 700000 --buffers 1"; do
+  "--prefill-rows 1" "--prefill-rows 5 --weight-budget 700000 --buffers 1" \
+  "--weight-budget 700000 --buffers 1 --pack-streamed off"; do
   # shellcheck disable=SC2086
   expect 0 generate --model "$model" --prompt-ids "$prompt" --max-tokens 6 \
     --ignore-eos $flags
@@ -173,6 +174,8 @@ expect 2 generate --model "$model" --prompt-ids 1,2 --max-tokens 2 \
   --buffers 0
 expect 2 verify --model "$model" --reference "$reference" --buffers 65
 expect 2 verify --model "$model" --reference "$reference" --prefill-rows 0
+expect 2 generate --model "$model" --prompt-ids 1,2 --max-tokens 2 \
+  --pack-streamed no
 
 expect 0 help generate
 contains "$out" "--prompt-ids"
