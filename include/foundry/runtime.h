@@ -17,9 +17,12 @@
  * command_index, backend_op (e.g. "copy_to_device"), and, when the cleanup
  * itself failed, cleanup_kind/cleanup_message. A copy from a mapped weight
  * file that was truncated while in use fails with FDY_ERR_IO (the backends
- * read host memory with fdy_host_copy), reported by the host wait that
- * observes it; the executor then names the file that shrank (name,
- * expected = bytes mapped, actual = bytes now). A failed executor refuses
+ * read host memory with fdy_host_copy, and so does packing), reported by
+ * the host wait that observes it (or by create, while packing); the
+ * executor then names the file that shrank (name, expected = bytes mapped,
+ * actual = bytes now). Mappings that no step reads (resident uploads and
+ * packed weights only) are unmapped once setup is done, so runs never
+ * read them. A failed executor refuses
  * further runs (FDY_ERR_INVALID_ARGUMENT) and must still be destroyed.
  * Nothing leaks on any path.
  *
