@@ -66,12 +66,14 @@ typedef struct fdy_tensor_info {
   fdy_tensor_role role;
   fdy_dtype dtype;
   fdy_shape shape;
-  uint64_t bytes;            /* dtype size * elements */
-  size_t extent_count;       /* weights: 0 means "described, not bound" */
-  const fdy_extent *extents; /* weights: extent_count entries */
-  int64_t producer;          /* activations: producing op index, else -1 */
-  int64_t weight;            /* weight views: the weight's id, else -1 */
-  uint64_t offset;           /* weight views: byte offset in the weight */
+  uint64_t bytes;              /* dtype size * elements */
+  size_t extent_count;         /* weights: 0 means "described, not bound" */
+  const fdy_extent *extents;   /* weights: extent_count entries */
+  int64_t producer;            /* activations: producing op index, else -1 */
+  int64_t weight;              /* weight views: the weight's id, else -1 */
+  uint64_t offset;             /* weight views: byte offset in the weight */
+  uint32_t residency_priority; /* weights: the planner's hint (see
+                                  fdy_graph_set_residency_priority), else 0 */
 } fdy_tensor_info;
 
 /* Read-only view of an op, valid until the graph is mutated or destroyed. */
@@ -111,6 +113,17 @@ fdy_status fdy_graph_add_weight_view(fdy_graph *graph, const char *name,
                                      fdy_tensor_id weight, uint64_t offset,
                                      fdy_dtype dtype, fdy_shape shape,
                                      fdy_tensor_id *out, fdy_error *err);
+/* Sets the residency priority of weight `weight` (0 when never set): a hint
+ * to the planner (fdy_plan_build in plan.h), which keeps weights resident
+ * in order of decreasing priority, then of first use. The llama graph gives
+ * the embedding and the head units priority 1 so that they stay resident
+ * before any layer. The priority is not part of the graph's structure (not
+ * in the fingerprint, not in the plan's JSON): the plan records the choice
+ * made from it. An id out of range: FDY_ERR_GRAPH_UNKNOWN_TENSOR; a tensor
+ * that is not a weight: FDY_ERR_GRAPH_ROLE (ids[0] the tensor). */
+fdy_status fdy_graph_set_residency_priority(fdy_graph *graph,
+                                            fdy_tensor_id weight,
+                                            uint32_t priority, fdy_error *err);
 /* Adds a state tensor (persists across runs; read, and updated in place by
  * kinds that say so, e.g. the attention's KV caches). */
 fdy_status fdy_graph_add_state(fdy_graph *graph, const char *name,

@@ -79,6 +79,8 @@ typedef struct fdy_infer_options {
   uint64_t weight_budget;   /* device bytes for weights; 0 = the device's
                                memory (everything resident when it fits) */
   uint32_t buffers;         /* slots of streamed weights; 0 = the default */
+  bool skip_packing;        /* streamed units copied extent by extent
+                               (--pack-streamed off; fdy_executor_options) */
   uint32_t prefill_rows;    /* tokens per prefill run; 0 = the default */
   bool no_graphs;           /* steps run command by command (--graphs off) */
   uint32_t bootstrap_resamples;

@@ -43,6 +43,9 @@ typedef struct fdy_llama_session_options {
   bool collect_timings;   /* the executor times every command of each run
                              (fdy_llama_session_timings; traces): host work
                              per command, so not for measured runs */
+  bool skip_packing;      /* stream layer units extent by extent from the
+                             mapped checkpoint instead of from packed,
+                             page-locked copies (fdy_executor_options) */
 } fdy_llama_session_options;
 
 /* A session: the model's graph, its plan (steps "prefill" and "decode")

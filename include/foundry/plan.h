@@ -337,12 +337,18 @@ typedef struct fdy_planner_options {
 } fdy_planner_options;
 
 /* The planner: one choice between resident and streamed per weight.
- * - Weights are taken in order of first use. When all of them fit the
- *   budget they are all resident (one resident buffer, uploaded by setup,
- *   each weight at an aligned offset). Otherwise the slot size is the
- *   largest aligned weight, N = min(buffers, streamed weights) slots are
- *   reserved, and weights become resident in order of first use while
- *   resident bytes + N slots fit; the rest stream.
+ * - The residency order: the weights the steps read, by decreasing
+ *   residency priority (fdy_graph_set_residency_priority; 0 by default),
+ * *   then in order of first use (a total order: plans are deterministic). When
+ * all of them fit the budget they are all resident (one resident buffer,
+ *   uploaded by setup, each weight at an aligned offset). Otherwise the
+ *   longest prefix of the order that fits the budget together with
+ *   N = min(buffers, weights left) slots of the largest aligned weight left
+ *   stays resident, then each later weight, in order, that still fits
+ *   beside them and those N slots (a small head after the layers, say); the
+ *   rest streams through N = min(buffers, weights streamed) slots sized to
+ *   the largest STREAMED weight (a large weight kept resident never sizes a
+ *   slot).
  * - Each step: copy_input of every input its ops read (compute stream);
  *   streamed weights prefetched on the copy stream into slot k mod N in
  *   order of first use, the copy stream waiting for the launch that last
@@ -357,8 +363,11 @@ typedef struct fdy_planner_options {
  *   teardown releases everything.
  * Errors: buffers == 0, a bad alignment, no steps, an op listed out of
  * order or twice, an output that is a weight (FDY_ERR_INVALID_ARGUMENT);
- * a budget below N slots (FDY_ERR_BUDGET with expected = budget, actual =
- * the minimum); overflow. The result passes fdy_plan_validate. */
+ * a budget that no prefix fits (FDY_ERR_BUDGET with expected = budget,
+ * actual = the minimum: the smallest of every weight's bytes and, over the
+ * prefixes, prefix bytes + N slots of the largest weight left; the message
+ * says which split it is); overflow. A budget equal to the minimum plans.
+ * The result passes fdy_plan_validate. */
 fdy_status fdy_plan_build(const fdy_graph *graph, const fdy_plan_step *steps,
                           size_t step_count, const fdy_planner_options *options,
                           fdy_plan **out, fdy_error *err);

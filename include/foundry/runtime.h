@@ -17,9 +17,12 @@
  * command_index, backend_op (e.g. "copy_to_device"), and, when the cleanup
  * itself failed, cleanup_kind/cleanup_message. A copy from a mapped weight
  * file that was truncated while in use fails with FDY_ERR_IO (the backends
- * read host memory with fdy_host_copy), reported by the host wait that
- * observes it; the executor then names the file that shrank (name,
- * expected = bytes mapped, actual = bytes now). A failed executor refuses
+ * read host memory with fdy_host_copy, and so does packing), reported by
+ * the host wait that observes it (or by create, while packing); the
+ * executor then names the file that shrank (name, expected = bytes mapped,
+ * actual = bytes now). Mappings that no step reads (resident uploads and
+ * packed weights only) are unmapped once setup is done, so runs never
+ * read them. A failed executor refuses
  * further runs (FDY_ERR_INVALID_ARGUMENT) and must still be destroyed.
  * Nothing leaks on any path.
  *
@@ -48,6 +51,18 @@ typedef struct fdy_executor_options {
   /* Issue every command of every run even when the backend can record and
    * replay steps (graphs, above). */
   bool no_graphs;
+  /* Copy streamed weights extent by extent from the mapped files and host
+   * extents at every prefetch instead of packing them (to measure the
+   * difference). By default a streamed weight (one a step prefetches) of
+   * more than one extent, such as a Llama layer unit of 23 tensors, is
+   * packed once at create into an owned, page-aligned host buffer laid out
+   * as its slot image (extents in order, padding zeroed), read from the
+   * files with guarded copies and registered: a prefetch is then one copy
+   * of the whole unit from page-locked memory, and runs never read the
+   * files (a file truncated after create cannot fail a run). The cost is
+   * host memory: the packed bytes (fdy_executor_stats.packed_bytes).
+   * Single-extent weights are already one copy and are never packed. */
+  bool skip_packing;
 } fdy_executor_options;
 
 /* How the runs of a step issue their work (fdy_executor_step_mode). */
@@ -78,7 +93,9 @@ typedef struct fdy_executor_stats {
   uint64_t workspace_bytes;                     /* op workspaces, all streams */
   uint64_t registered_bytes; /* host memory registered with the backend */
   uint64_t staging_bytes;    /* host staging of step inputs and outputs */
-  uint64_t mapped_bytes;     /* checkpoint files mapped */
+  uint64_t mapped_bytes;     /* checkpoint files mapped by create */
+  uint64_t packed_bytes;     /* host buffers of packed streamed weights
+                                (skip_packing), page-aligned sizes */
   uint64_t setup_transfer_bytes;
   uint32_t graph_steps;             /* steps recorded as graphs */
   uint32_t graph_fallbacks;         /* steps the backend refused to record */

@@ -356,12 +356,17 @@ static json_t *host_memory_json(const infer_state *s) {
   json_object_set_new(h, "mapped_bytes", jint(s->setup.mapped_bytes));
   json_object_set_new(h, "registered_bytes", jint(s->setup.registered_bytes));
   json_object_set_new(h, "staging_bytes", jint(s->setup.staging_bytes));
+  json_object_set_new(h, "packed_bytes", jint(s->setup.packed_bytes));
+  json_object_set_new(h, "pack_streamed", json_boolean(!s->opt->skip_packing));
   json_object_set_new(
       h, "note",
       json_string("peak_rss: getrusage maximum resident set of the process "
                   "after the measured executions; mapped: checkpoint files "
-                  "mapped by the executor; registered: host memory "
-                  "registered with the backend (pinned on cuda)"));
+                  "mapped by the executor's create (those no step reads are "
+                  "unmapped after setup); registered: host memory "
+                  "registered with the backend after create (pinned on "
+                  "cuda); packed: page-locked copies of the streamed units, "
+                  "one copy each per token (--pack-streamed)"));
   return h;
 }
 
@@ -545,14 +550,16 @@ static void print_weights(const infer_state *s, FILE *out) {
           fdy_format_bytes(s->budget, budget, sizeof budget),
           o->weight_budget ? "" : ": the device's memory",
           o->buffers ? o->buffers : FDY_LLAMA_DEFAULT_BUFFERS, s->prefill_rows);
-  char rss[32], mapped[32], registered[32];
+  char rss[32], mapped[32], registered[32], packed[32];
   fprintf(out,
           "host memory: peak RSS %s, checkpoint mapped %s, registered "
-          "with the backend %s\n",
+          "with the backend %s, streamed units packed %s%s\n",
           fdy_format_bytes(s->peak_rss_bytes, rss, sizeof rss),
           fdy_format_bytes(s->setup.mapped_bytes, mapped, sizeof mapped),
           fdy_format_bytes(s->setup.registered_bytes, registered,
-                           sizeof registered));
+                           sizeof registered),
+          fdy_format_bytes(s->setup.packed_bytes, packed, sizeof packed),
+          o->skip_packing ? " (--pack-streamed off)" : "");
 }
 
 /* Decode against the bound of the host-to-device ceiling. */
@@ -843,6 +850,7 @@ session_options(const infer_state *s, uint64_t context, bool timings) {
                                      .weight_budget = o->weight_budget,
                                      .buffers = o->buffers,
                                      .no_graphs = o->no_graphs,
+                                     .skip_packing = o->skip_packing,
                                      .collect_timings = timings};
 }
 

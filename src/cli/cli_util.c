@@ -278,6 +278,13 @@ fdy_status fdy_cli_session_flag(int opt, const char *arg,
     }
     flags->no_graphs = strcmp(arg, "off") == 0;
     return FDY_OK;
+  case FDY_CLI_OPT_PACK_STREAMED:
+    if (strcmp(arg, "on") != 0 && strcmp(arg, "off") != 0) {
+      return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                           "--pack-streamed must be on or off, got '%s'", arg);
+    }
+    flags->skip_packing = strcmp(arg, "off") == 0;
+    return FDY_OK;
   default:
     *handled = false;
     return FDY_OK;
@@ -312,7 +319,11 @@ void fdy_cli_session_flags_help(FILE *out) {
           "                   at most the context)\n"
           "  --graphs on|off  record each step once and replay it (CUDA\n"
           "                   graphs; default on), or issue every command\n"
-          "                   per run\n",
+          "                   per run\n"
+          "  --pack-streamed on|off  on (default): each streamed unit is\n"
+          "                   copied once at start into page-locked memory\n"
+          "                   and streamed in one copy per token; off: one\n"
+          "                   copy per tensor from the mapped checkpoint\n",
           FDY_CLI_MAX_BUFFERS, FDY_LLAMA_DEFAULT_BUFFERS,
           FDY_CLI_MAX_PREFILL_ROWS, FDY_LLAMA_DEFAULT_PREFILL_ROWS);
 }
@@ -327,5 +338,6 @@ fdy_cli_session_options(const fdy_cli_session_flags *flags,
                                      .kv_dtype = flags->kv_dtype,
                                      .weight_budget = flags->weight_budget,
                                      .buffers = (uint32_t)flags->buffers,
-                                     .no_graphs = flags->no_graphs};
+                                     .no_graphs = flags->no_graphs,
+                                     .skip_packing = flags->skip_packing};
 }

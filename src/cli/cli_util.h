@@ -74,9 +74,10 @@ fdy_status fdy_cli_backend_create(const char *name, uint32_t threads,
  * share, parsed once here: --backend cpu|cuda, --threads T (1..256),
  * --context C (>= 1), --kv-dtype f32|f16, --weight-budget SIZE (a positive
  * size in bytes or binary units: 512MiB, 2GiB; fdy_parse_bytes),
- * --buffers N (1..FDY_CLI_MAX_BUFFERS) and --prefill-rows N
- * (1..FDY_CLI_MAX_PREFILL_ROWS), --graphs on|off. A command lists the ones it takes in its
- * option table under the FDY_CLI_OPT_* values. */
+ * --buffers N (1..FDY_CLI_MAX_BUFFERS), --prefill-rows N
+ * (1..FDY_CLI_MAX_PREFILL_ROWS), --graphs on|off and --pack-streamed on|off.
+ * A command lists the ones it takes in its option table under the
+ * FDY_CLI_OPT_* values. */
 typedef struct fdy_cli_session_flags {
   const char *backend; /* "cpu" or "cuda" */
   uint64_t threads;    /* 0 = the backend's default */
@@ -87,6 +88,8 @@ typedef struct fdy_cli_session_flags {
   uint64_t buffers;       /* slots of streamed weights; 0 = the default */
   uint64_t prefill_rows;  /* tokens per prefill run; 0 = the default */
   bool no_graphs;         /* --graphs off */
+  bool skip_packing;      /* --pack-streamed off: streamed units copied
+                             extent by extent (fdy_executor_options) */
 } fdy_cli_session_flags;
 
 #define FDY_CLI_SESSION_FLAGS_DEFAULT                                          \
@@ -103,7 +106,8 @@ enum {
   FDY_CLI_OPT_WEIGHT_BUDGET,
   FDY_CLI_OPT_BUFFERS,
   FDY_CLI_OPT_PREFILL_ROWS,
-  FDY_CLI_OPT_GRAPHS
+  FDY_CLI_OPT_GRAPHS,
+  FDY_CLI_OPT_PACK_STREAMED
 };
 
 /* Parses option opt into flags when it is one of the FDY_CLI_OPT_* values
@@ -115,7 +119,7 @@ fdy_status fdy_cli_session_flag(int opt, const char *arg,
                                 fdy_error *err);
 
 /* The help lines of --weight-budget, --buffers, --prefill-rows and
- * --graphs. */
+ * --graphs and --pack-streamed. */
 void fdy_cli_session_flags_help(FILE *out);
 
 /* The session options of flags on backend (all_logits and collect_timings

@@ -210,6 +210,7 @@ int fdy_cmd_generate(int argc, char **argv) {
       {"buffers", required_argument, NULL, FDY_CLI_OPT_BUFFERS},
       {"prefill-rows", required_argument, NULL, FDY_CLI_OPT_PREFILL_ROWS},
       {"graphs", required_argument, NULL, FDY_CLI_OPT_GRAPHS},
+      {"pack-streamed", required_argument, NULL, FDY_CLI_OPT_PACK_STREAMED},
       {"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
       {"json", no_argument, NULL, OPT_JSON},
       {"prompt", required_argument, NULL, OPT_TEXT},

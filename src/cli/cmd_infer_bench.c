@@ -102,6 +102,7 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
       {"buffers", required_argument, NULL, FDY_CLI_OPT_BUFFERS},
       {"prefill-rows", required_argument, NULL, FDY_CLI_OPT_PREFILL_ROWS},
       {"graphs", required_argument, NULL, FDY_CLI_OPT_GRAPHS},
+      {"pack-streamed", required_argument, NULL, FDY_CLI_OPT_PACK_STREAMED},
       {NULL, 0, NULL, 0},
   };
   const char *model_dir = NULL, *report = NULL, *trace = NULL;
@@ -195,6 +196,7 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
                          .buffers = (uint32_t)session_flags.buffers,
                          .prefill_rows = (uint32_t)session_flags.prefill_rows,
                          .no_graphs = session_flags.no_graphs,
+                         .skip_packing = session_flags.skip_packing,
                          .bootstrap_resamples = 10000,
                          .report_path = report,
                          .trace_path = trace,

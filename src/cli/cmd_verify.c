@@ -187,6 +187,7 @@ int fdy_cmd_verify(int argc, char **argv) {
       {"buffers", required_argument, NULL, FDY_CLI_OPT_BUFFERS},
       {"prefill-rows", required_argument, NULL, FDY_CLI_OPT_PREFILL_ROWS},
       {"graphs", required_argument, NULL, FDY_CLI_OPT_GRAPHS},
+      {"pack-streamed", required_argument, NULL, FDY_CLI_OPT_PACK_STREAMED},
       {"against", required_argument, NULL, OPT_AGAINST},
       {"against-threads", required_argument, NULL, OPT_AGAINST_THREADS},
       {"prompt-tokens", required_argument, NULL, OPT_PROMPT_TOKENS},

@@ -21,8 +21,9 @@ typedef struct graph_tensor {
   size_t extent_count;
   fdy_extent *extents; /* paths owned */
   int64_t producer;
-  int64_t weight;  /* views: the weight, else -1 */
-  uint64_t offset; /* views: byte offset in the weight */
+  int64_t weight;              /* views: the weight, else -1 */
+  uint64_t offset;             /* views: byte offset in the weight */
+  uint32_t residency_priority; /* weights: the planner's hint */
 } graph_tensor;
 
 typedef struct graph_op {
@@ -520,6 +521,31 @@ fdy_status fdy_graph_add_weight(fdy_graph *graph, const char *name,
                     extent_count, out, err);
 }
 
+fdy_status fdy_graph_set_residency_priority(fdy_graph *graph,
+                                            fdy_tensor_id weight,
+                                            uint32_t priority, fdy_error *err) {
+  if (!graph || weight.v >= graph->tensor_count) {
+    fdy_status s = fdy_error_set(
+        err, FDY_ERR_GRAPH_UNKNOWN_TENSOR,
+        "no weight with id %" PRIu32 " to give a residency priority", weight.v);
+    if (err) {
+      err->ids[0] = weight.v;
+    }
+    return s;
+  }
+  graph_tensor *t = &graph->tensors[weight.v];
+  if (t->role != FDY_TENSOR_WEIGHT) {
+    fdy_status s = fdy_error_set(err, FDY_ERR_GRAPH_ROLE,
+                                 "tensor '%s' is a %s, not a weight: only "
+                                 "weights have a residency priority",
+                                 t->name, fdy_tensor_role_name(t->role));
+    set_tensor_fields(err, weight.v, t->name);
+    return s;
+  }
+  t->residency_priority = priority;
+  return FDY_OK;
+}
+
 fdy_status fdy_graph_add_weight_view(fdy_graph *graph, const char *name,
                                      fdy_tensor_id weight, uint64_t offset,
                                      fdy_dtype dtype, fdy_shape shape,
@@ -857,7 +883,8 @@ fdy_status fdy_graph_tensor(const fdy_graph *graph, fdy_tensor_id id,
                            .extents = t->extents,
                            .producer = t->producer,
                            .weight = t->weight,
-                           .offset = t->offset};
+                           .offset = t->offset,
+                           .residency_priority = t->residency_priority};
   return FDY_OK;
 }
 

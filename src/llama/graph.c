@@ -1,7 +1,9 @@
 /* The model as a Foundry graph (fdy_llama_graph in llama.h) and its plan.
  * Weights come from the layout table (layout.h) grouped into three kinds of
  * streamable units (the embedding, each decoder layer, the head), each a
- * gather of file extents padded so that every tensor is an aligned view.
+ * gather of file extents padded so that every tensor is an aligned view;
+ * the embedding and the head have a residency priority, so that a budget
+ * keeps them resident before any layer.
  * Nothing is read from the files here. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,11 +34,17 @@ static fdy_tensor_id none(void) {
   return (fdy_tensor_id){UINT32_MAX};
 }
 
+/* Residency priority of the embedding and the head units: the planner keeps
+ * them resident before any layer (the tied embedding is read twice per
+ * step, by the lookup and the LM head; both are needed by every token). */
+#define RESIDENT_FIRST 1u
+
 /* A weight named `name` gathering the specs for which `member` is true, in
- * layout order, each at an aligned offset; one view per spec. */
+ * layout order, each at an aligned offset; one view per spec; with
+ * residency priority `priority`. */
 static void add_unit(builder *b, const char *name,
                      bool (*member)(const fdy_llama_tensor_spec *, int64_t),
-                     int64_t layer) {
+                     int64_t layer, uint32_t priority) {
   if (b->st != FDY_OK) {
     return;
   }
@@ -77,6 +85,9 @@ static void add_unit(builder *b, const char *name,
   if (b->st == FDY_OK) {
     b->st = fdy_graph_add_weight(b->g, name, FDY_DTYPE_U8, FDY_SHAPE(at),
                                  extents, n, &unit, b->err);
+  }
+  if (b->st == FDY_OK && priority > 0) {
+    b->st = fdy_graph_set_residency_priority(b->g, unit, priority, b->err);
   }
   for (size_t k = 0; b->st == FDY_OK && k < m; k++) {
     const fdy_llama_tensor_spec *spec = &b->specs[members[k]];
@@ -374,13 +385,13 @@ fdy_status fdy_llama_graph(const fdy_llama_model *model,
     fdy_llama_layout(c, b.specs);
     b.st = fdy_graph_create("llama", &b.g, err);
   }
-  add_unit(&b, "embed", in_embed, -1);
+  add_unit(&b, "embed", in_embed, -1, RESIDENT_FIRST);
   for (uint32_t l = 0; b.st == FDY_OK && l < c->num_layers; l++) {
     char name[NAME_MAX_LEN];
     snprintf(name, sizeof name, "layer.%u", l);
-    add_unit(&b, name, in_layer, l);
+    add_unit(&b, name, in_layer, l, 0);
   }
-  add_unit(&b, "head", in_head, -1);
+  add_unit(&b, "head", in_head, -1, RESIDENT_FIRST);
   add_caches(&b);
   fdy_llama_graph_io ids;
   memset(&ids, 0, sizeof ids);

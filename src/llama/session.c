@@ -81,7 +81,8 @@ fdy_status fdy_llama_session_create(const fdy_llama_model *model,
   if (st == FDY_OK) {
     fdy_executor_options executor_options = {
         .collect_timings = options->collect_timings,
-        .no_graphs = options->no_graphs};
+        .no_graphs = options->no_graphs,
+        .skip_packing = options->skip_packing};
     st = fdy_executor_create(s->plan, s->graph, options->backend,
                              &executor_options, &s->executor, err);
   }

@@ -112,6 +112,158 @@ static fdy_status check_steps(planner *p) {
 /* ---- weights: resident or streamed
  * ------------------------------------------ */
 
+/* A weight in the residency order: higher priority first, then earlier
+ * first use (position in the order of first use). */
+typedef struct ranked_weight {
+  uint32_t weight;
+  uint32_t priority;
+  size_t position;
+  uint64_t bytes; /* aligned */
+} ranked_weight;
+
+static int by_residency_order(const void *a, const void *b) {
+  const ranked_weight *x = a, *y = b;
+  if (x->priority != y->priority) {
+    return x->priority > y->priority ? -1 : 1;
+  }
+  return x->position < y->position ? -1 : x->position > y->position;
+}
+
+/* prefix + slots * slot_bytes, or UINT64_MAX when it overflows. */
+static uint64_t split_cost(uint64_t prefix, uint32_t slots,
+                           uint64_t slot_bytes) {
+  uint64_t ring = 0, cost = 0;
+  if (__builtin_mul_overflow(slot_bytes, (uint64_t)slots, &ring) ||
+      __builtin_add_overflow(prefix, ring, &cost)) {
+    return UINT64_MAX;
+  }
+  return cost;
+}
+
+/* The weights read by the steps' ops, in order of first use, with their
+ * aligned bytes; *total their sum. */
+static fdy_status rank_weights(planner *p, ranked_weight *ranked, size_t *used,
+                               uint64_t *total) {
+  *used = 0;
+  *total = 0;
+  fdy_status st = FDY_OK;
+  for (size_t o = 0; o < p->op_count && st == FDY_OK; o++) {
+    fdy_op_info op;
+    st = fdy_graph_op(p->graph, (fdy_op_id){(uint32_t)o}, &op, p->err);
+    for (size_t i = 0; st == FDY_OK && i < op.read_count; i++) {
+      uint32_t w = weight_of(p, op.reads[i]);
+      if (w == UNUSED_WEIGHT || p->first_use[w] != UNUSED_WEIGHT) {
+        continue;
+      }
+      uint64_t bytes = 0;
+      st = align(p, p->tensors[w].bytes, &bytes);
+      if (st == FDY_OK) {
+        st = fdy_add_u64(*total, bytes, total, p->err);
+      }
+      p->first_use[w] = (uint32_t)o;
+      ranked[*used] =
+          (ranked_weight){.weight = w,
+                          .priority = p->tensors[w].residency_priority,
+                          .position = *used,
+                          .bytes = bytes};
+      (*used)++;
+    }
+  }
+  if (st == FDY_OK && *used > 1) {
+    qsort(ranked, *used, sizeof(*ranked), by_residency_order);
+  }
+  return st;
+}
+
+/* Keeps resident the longest prefix of the residency order that fits the
+ * budget together with N slots of the largest weight left to stream (N =
+ * min(buffers, weights left)), then each later weight, in order, that
+ * still fits beside the prefix and those slots; the slots are sized to the
+ * largest weight that streams. When none fits: FDY_ERR_BUDGET naming the
+ * smallest budget of any plan (every weight resident, total bytes, or the
+ * cheapest prefix with its slots). */
+static fdy_status choose_split(planner *p, const ranked_weight *ranked,
+                               size_t used, uint64_t total, uint64_t budget) {
+  uint64_t *largest_after = malloc((used + 1) * sizeof(uint64_t));
+  if (largest_after == NULL) {
+    return oom(p->err);
+  }
+  largest_after[used] = 0;
+  for (size_t i = used; i-- > 0;) {
+    largest_after[i] = ranked[i].bytes > largest_after[i + 1]
+                           ? ranked[i].bytes
+                           : largest_after[i + 1];
+  }
+  int64_t best = -1;
+  uint64_t minimum = total, prefix = 0, cheapest_prefix = 0;
+  uint32_t cheapest_slots = 0;
+  uint64_t cheapest_slot_bytes = 0;
+  for (size_t kept = 0; kept < used; kept++) {
+    size_t left = used - kept;
+    uint32_t slots =
+        left < p->buffers_wanted ? (uint32_t)left : p->buffers_wanted;
+    uint64_t cost = split_cost(prefix, slots, largest_after[kept]);
+    if (cost <= budget) {
+      best = (int64_t)kept;
+    }
+    if (cost < minimum) {
+      minimum = cost;
+      cheapest_prefix = prefix;
+      cheapest_slots = slots;
+      cheapest_slot_bytes = largest_after[kept];
+    }
+    prefix += ranked[kept].bytes; /* at most total: no overflow */
+  }
+  fdy_status st = FDY_OK;
+  if (best < 0) {
+    char how[128];
+    if (cheapest_slots == 0) {
+      snprintf(how, sizeof how, "every weight resident");
+    } else {
+      snprintf(how, sizeof how, "%llu bytes resident and %u slots of %llu",
+               (unsigned long long)cheapest_prefix, cheapest_slots,
+               (unsigned long long)cheapest_slot_bytes);
+    }
+    st = fdy_error_set(p->err, FDY_ERR_BUDGET,
+                       "the weight budget of %llu bytes holds neither every "
+                       "weight (%llu bytes) nor any split into resident "
+                       "weights and up to %u slots for the rest; at least %llu "
+                       "bytes are needed (%s)",
+                       (unsigned long long)budget, (unsigned long long)total,
+                       p->buffers_wanted, (unsigned long long)minimum, how);
+    if (p->err != NULL) {
+      p->err->expected = budget;
+      p->err->actual = minimum;
+    }
+  } else {
+    size_t left = used - (size_t)best;
+    uint32_t slots =
+        left < p->buffers_wanted ? (uint32_t)left : p->buffers_wanted;
+    uint64_t ring = slots * largest_after[best]; /* within the budget */
+    uint64_t resident = 0;
+    for (size_t i = 0; i < used; i++) {
+      /* The prefix, then each later weight that still fits beside the ring
+       * (which only shrinks as weights leave the streamed set). */
+      uint64_t with = resident + ranked[i].bytes; /* at most total */
+      if (i < (size_t)best || (with <= budget && ring <= budget - with)) {
+        p->resident[ranked[i].weight] = true;
+        resident = with;
+      }
+    }
+    uint32_t streamed = 0;
+    for (size_t i = 0; i < used; i++) {
+      if (!p->resident[ranked[i].weight]) {
+        streamed++;
+        p->slot_bytes =
+            ranked[i].bytes > p->slot_bytes ? ranked[i].bytes : p->slot_bytes;
+      }
+    }
+    p->slots = streamed < p->buffers_wanted ? streamed : p->buffers_wanted;
+  }
+  free(largest_after);
+  return st;
+}
+
 static fdy_status choose_residency(planner *p, uint64_t budget) {
   size_t n = p->tensor_count;
   p->first_use = malloc((n + 1) * sizeof(uint32_t));
@@ -123,89 +275,30 @@ static fdy_status choose_residency(planner *p, uint64_t budget) {
   for (size_t t = 0; t < n; t++) {
     p->first_use[t] = UNUSED_WEIGHT;
   }
-  uint32_t *order = malloc((n + 1) * sizeof(uint32_t));
-  if (order == NULL) {
+  ranked_weight *ranked = malloc((n + 1) * sizeof(*ranked));
+  if (ranked == NULL) {
     return oom(p->err);
   }
   size_t used = 0;
-  uint64_t total = 0, largest = 0;
-  fdy_status st = FDY_OK;
-  for (size_t o = 0; o < p->op_count && st == FDY_OK; o++) {
-    fdy_op_info op;
-    st = fdy_graph_op(p->graph, (fdy_op_id){(uint32_t)o}, &op, p->err);
-    for (size_t i = 0; st == FDY_OK && i < op.read_count; i++) {
-      uint32_t w = weight_of(p, op.reads[i]);
-      if (w == UNUSED_WEIGHT || p->first_use[w] != UNUSED_WEIGHT) {
-        continue;
-      }
-      uint64_t bytes;
-      st = align(p, p->tensors[w].bytes, &bytes);
-      if (st == FDY_OK) {
-        st = fdy_add_u64(total, bytes, &total, p->err);
-      }
-      largest = bytes > largest ? bytes : largest;
-      p->first_use[w] = (uint32_t)o;
-      order[used++] = w;
-    }
-  }
+  uint64_t total = 0;
+  fdy_status st = rank_weights(p, ranked, &used, &total);
   if (st == FDY_OK && total <= budget) {
     for (size_t i = 0; i < used; i++) {
-      p->resident[order[i]] = true;
+      p->resident[ranked[i].weight] = true;
     }
   } else if (st == FDY_OK) {
-    p->slots = used < p->buffers_wanted ? (uint32_t)used : p->buffers_wanted;
-    p->slot_bytes = largest;
-    uint64_t ring = 0;
-    st = fdy_mul_u64(p->slot_bytes, p->slots, &ring, p->err);
-    if (st == FDY_OK && ring > budget) {
-      st = fdy_error_set(p->err, FDY_ERR_BUDGET,
-                         "the weight budget of %llu bytes holds neither every "
-                         "weight (%llu bytes) nor %u slots of the largest "
-                         "weight (%llu bytes); at least %llu bytes are needed",
-                         (unsigned long long)budget, (unsigned long long)total,
-                         p->slots, (unsigned long long)p->slot_bytes,
-                         (unsigned long long)ring);
-      if (p->err != NULL) {
-        p->err->expected = budget;
-        p->err->actual = ring;
-      }
-    }
-    uint64_t resident = 0;
-    for (size_t i = 0; st == FDY_OK && i < used; i++) {
-      uint64_t bytes = 0, with = 0;
-      align(p, p->tensors[order[i]].bytes, &bytes);
-      if (!__builtin_add_overflow(resident, bytes, &with) &&
-          !__builtin_add_overflow(with, ring, &with) && with <= budget) {
-        resident += bytes;
-        p->resident[order[i]] = true;
-      }
-    }
-    /* The ring shrinks to what is left to stream. */
-    uint32_t streamed = 0;
-    uint64_t streamed_largest = 0;
-    for (size_t i = 0; st == FDY_OK && i < used; i++) {
-      if (!p->resident[order[i]]) {
-        uint64_t bytes = 0;
-        align(p, p->tensors[order[i]].bytes, &bytes);
-        streamed++;
-        streamed_largest = bytes > streamed_largest ? bytes : streamed_largest;
-      }
-    }
-    p->slots = streamed < p->slots ? streamed : p->slots;
-    p->slot_bytes = streamed_largest;
+    st = choose_split(p, ranked, used, total, budget);
   }
+  /* Resident offsets in the residency order. */
   for (size_t i = 0; st == FDY_OK && i < used; i++) {
-    uint32_t w = order[i];
+    uint32_t w = ranked[i].weight;
     if (p->resident[w]) {
-      uint64_t bytes = 0;
       p->resident_at[w] = p->resident_bytes;
-      st = align(p, p->tensors[w].bytes, &bytes);
-      if (st == FDY_OK) {
-        st = fdy_add_u64(p->resident_bytes, bytes, &p->resident_bytes, p->err);
-      }
+      st = fdy_add_u64(p->resident_bytes, ranked[i].bytes, &p->resident_bytes,
+                       p->err);
     }
   }
-  free(order);
+  free(ranked);
   return st;
 }
 

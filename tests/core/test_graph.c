@@ -1261,6 +1261,59 @@ static bool big_graph_ok(void) {
  * that size. Outside ASan and TSan the graph is built in a child limited to
  * 1 GiB of address space, where an allocation of three weights is shown to
  * fail first. */
+/* Residency priorities: 0 until set, kept by clone, not part of the
+ * structure; only weights have one (GRAPH_ROLE, UNKNOWN_TENSOR otherwise,
+ * the graph unchanged). */
+static void test_residency_priority(void **state) {
+  (void)state;
+  fdy_graph *g = NULL;
+  assert_int_equal(fdy_graph_create("g", &g, NULL), FDY_OK);
+  static uint8_t bytes[64];
+  fdy_extent ext = {.kind = FDY_EXTENT_HOST, .host = bytes, .length = 64};
+  fdy_tensor_id w, v, a;
+  assert_int_equal(fdy_graph_add_weight(g, "w", FDY_DTYPE_U8, FDY_SHAPE(64),
+                                        &ext, 1, &w, NULL),
+                   FDY_OK);
+  assert_int_equal(fdy_graph_add_weight_view(g, "v", w, 0, FDY_DTYPE_U8,
+                                             FDY_SHAPE(8), &v, NULL),
+                   FDY_OK);
+  assert_int_equal(
+      fdy_graph_add_activation(g, "a", FDY_DTYPE_U64, FDY_SHAPE(1), &a, NULL),
+      FDY_OK);
+  fdy_tensor_info info;
+  assert_int_equal(fdy_graph_tensor(g, w, &info, NULL), FDY_OK);
+  assert_int_equal(info.residency_priority, 0);
+  uint64_t before = fdy_graph_fingerprint(g);
+  fdy_graph *twin = NULL;
+  assert_int_equal(fdy_graph_clone(g, &twin, NULL), FDY_OK);
+  assert_int_equal(fdy_graph_set_residency_priority(g, w, 7, NULL), FDY_OK);
+  assert_int_equal(fdy_graph_tensor(g, w, &info, NULL), FDY_OK);
+  assert_int_equal(info.residency_priority, 7);
+  assert_true(fdy_graph_fingerprint(g) == before);
+  assert_true(fdy_graph_same_structure(g, twin));
+  fdy_graph_destroy(twin);
+  assert_int_equal(fdy_graph_clone(g, &twin, NULL), FDY_OK);
+  assert_int_equal(fdy_graph_tensor(twin, w, &info, NULL), FDY_OK);
+  assert_int_equal(info.residency_priority, 7);
+  fdy_graph_destroy(twin);
+  fdy_error err;
+  assert_int_equal(fdy_graph_set_residency_priority(g, v, 1, &err),
+                   FDY_ERR_GRAPH_ROLE);
+  assert_int_equal(err.ids[0], v.v);
+  assert_string_equal(err.name, "v");
+  assert_int_equal(fdy_graph_set_residency_priority(g, a, 1, &err),
+                   FDY_ERR_GRAPH_ROLE);
+  assert_int_equal(
+      fdy_graph_set_residency_priority(g, (fdy_tensor_id){99}, 1, &err),
+      FDY_ERR_GRAPH_UNKNOWN_TENSOR);
+  assert_int_equal(err.ids[0], 99);
+  assert_int_equal(fdy_graph_set_residency_priority(NULL, w, 1, &err),
+                   FDY_ERR_GRAPH_UNKNOWN_TENSOR);
+  assert_int_equal(fdy_graph_tensor(g, v, &info, NULL), FDY_OK);
+  assert_int_equal(info.residency_priority, 0);
+  fdy_graph_destroy(g);
+}
+
 static void test_big_file_weights_allocate_nothing(void **state) {
   (void)state;
 #ifdef FOUNDRY_SHADOW_MEMORY
@@ -1306,6 +1359,7 @@ int main(void) {
       cmocka_unit_test(test_params_structure),
       cmocka_unit_test(test_many_names),
       cmocka_unit_test(test_big_file_weights_allocate_nothing),
+      cmocka_unit_test(test_residency_priority),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -767,6 +767,12 @@ static void test_graph_plans(void **state) {
   assert_true(embed < layer && head < layer);
   uint64_t all = embed + 2 * layer + head;
   static const char *const units[4] = {"embed", "layer.0", "layer.1", "head"};
+  /* the embedding and the head come first in the residency order */
+  for (int u = 0; u < 4; u++) {
+    bool first = u == 0 || u == 3;
+    assert_int_equal(tensor_at(g, tensor_named(g, units[u])).residency_priority,
+                     first ? 1 : 0);
+  }
 
   /* everything fits: one resident buffer uploaded by setup */
   fdy_plan_summary sum;

@@ -120,7 +120,7 @@ expect 1 verify --model "$mha" \
 # bytes keep the embedding and the head resident and stream both layers
 # through one slot, or stream the embedding too through two. Same ids, same
 # errors against the reference as everything resident, and the same for
-# any --prefill-rows (bitwise on the CPU backend).
+# any --prefill-rows or --pack-streamed (bitwise on the CPU backend).
 ids() { grep '^ids:' "$out"; }
 verdict() { grep -E '^(logits|greedy)' "$out"; }
 expect 0 generate --model "$model" --prompt-ids "$prompt" --max-tokens 6 \
@@ -132,7 +132,8 @@ verdict >"$work/verify.resident"
   fail "no ids or verify results to compare"
 for flags in "--weight-budget 700000 --buffers 1" \
   "--weight-budget 700000 --buffers 2" "--weight-budget 1GiB --buffers 3" \
-  "--prefill-rows 1" "--prefill-rows 5 --weight-budget 700000 --buffers 1"; do
+  "--prefill-rows 1" "--prefill-rows 5 --weight-budget 700000 --buffers 1" \
+  "--weight-budget 700000 --buffers 1 --pack-streamed off"; do
   # shellcheck disable=SC2086
   expect 0 generate --model "$model" --prompt-ids "$prompt" --max-tokens 6 \
     --ignore-eos $flags
@@ -151,15 +152,17 @@ contains "$out" '"weights_slots":628736'
 expect 0 verify --model "$model" --against cpu --prompt-tokens 8 --steps 3 \
   --weight-budget 700000 --buffers 1
 contains "$out" "logits relative error: 0.000e+00"
-# an impossible budget: exit 1 naming the minimum (two slots of a layer,
-# or three), before any work
+# an impossible budget: exit 1 naming the minimum (two slots of a layer;
+# with three buffers every weight resident, 776,704 bytes, is cheaper than
+# any split), before any work
 expect 1 generate --model "$model" --prompt-ids 1,2 --max-tokens 2 \
   --weight-budget 100KiB
 contains "$err" "at least 628736 bytes"
 contains "$err" "--weight-budget 100 KiB is too small for --buffers 2: at least 614 KiB"
 expect 1 verify --model "$model" --reference "$reference" \
   --weight-budget 700000 --buffers 3
-contains "$err" "--buffers 3: at least 921 KiB"
+contains "$err" "at least 776704 bytes are needed (every weight resident)"
+contains "$err" "--buffers 3: at least 758.50 KiB"
 expect 1 verify --model "$model" --against cpu --weight-budget 1KiB
 contains "$err" "at least"
 # bad values are usage errors
@@ -171,6 +174,8 @@ expect 2 generate --model "$model" --prompt-ids 1,2 --max-tokens 2 \
   --buffers 0
 expect 2 verify --model "$model" --reference "$reference" --buffers 65
 expect 2 verify --model "$model" --reference "$reference" --prefill-rows 0
+expect 2 generate --model "$model" --prompt-ids 1,2 --max-tokens 2 \
+  --pack-streamed no
 
 expect 0 help generate
 contains "$out" "--prompt-ids"

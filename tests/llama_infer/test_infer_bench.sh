@@ -93,6 +93,11 @@ contains "$out" "host-to-device ceiling not measured"
 contains "$out" "trace: $work/s1.trace.json"
 expect 0 infer-bench --model "$model" --threads 2 $small --seed 7 \
   --weight-budget 7MiB --buffers 2 --prefill-rows 5 --report "$work/s2.json"
+# the streamed units copied tensor by tensor from the mapped checkpoint
+expect 0 infer-bench --model "$model" --threads 2 $small --seed 7 \
+  --weight-budget 7MiB --buffers 1 --pack-streamed off \
+  --report "$work/s1u.json"
+contains "$out" "(--pack-streamed off)"
 expect 0 infer-bench --model "$model" $small --seed 7 --report "$work/r3.json" \
   --trace "$work/r3.trace.json"
 expect 0 plan --dump "$work/p1.json" --model "$model" --context 17 \
@@ -115,6 +120,19 @@ def unit(name):
 def load(name):
     return json.load(open(os.path.join(work, name)))
 resident, s1, s2 = load("r.json"), load("s1.json"), load("s2.json")
+s1u = load("s1u.json")
+# packed (the default): each streamed unit once in page-locked memory,
+# page-aligned; off: nothing packed, the same results
+page = lambda n: (n + 4095) // 4096 * 4096
+for r in (resident, s1, s2):
+    h = r["host_memory"]
+    assert h["pack_streamed"] is True
+    assert h["packed_bytes"] == sum(page(unit(u))
+                                    for u in r["weights"]["streamed_units"]), h
+assert s1u["host_memory"]["pack_streamed"] is False
+assert s1u["host_memory"]["packed_bytes"] == 0
+assert s1u["weights"] == s1["weights"]
+assert s1u["generated_ids"] == s1["generated_ids"]
 everything = ["embed", "layer.0", "layer.1", "head"]
 for r, streamed in ((resident, []), (s1, ["layer.0", "layer.1"]),
                     (s2, ["embed", "layer.0", "layer.1"])):
@@ -202,6 +220,9 @@ contains "$work/b.json" '"kind": "budget"'
 expect 2 infer-bench --model "$model" --report "$work/u.json" \
   --weight-budget 0
 expect 2 infer-bench --model "$model" --report "$work/u.json" --buffers 65
+expect 2 infer-bench --model "$model" --report "$work/u.json" \
+  --pack-streamed maybe
+contains "$err" "--pack-streamed must be on or off"
 expect 2 infer-bench --model "$model" --report "$work/u.json" \
   --prefill-rows 65537
 

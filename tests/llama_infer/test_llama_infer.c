@@ -723,7 +723,8 @@ static void test_prefill_rows_and_timings(void **state) {
 /* The weights' memory class does not change a bit: a budget that keeps the
  * embedding and the head resident and streams the layers through one slot
  * (tied micro), and one that streams everything through two slots
- * (untied), give the logits of everything resident. */
+ * (untied), give the logits of everything resident, with the streamed
+ * units packed (the default) and copied extent by extent alike. */
 static void test_streamed_equals_resident(void **state) {
   (void)state;
   static const char *const fixtures[2] = {"llama3-micro",
@@ -761,7 +762,11 @@ static void test_streamed_equals_resident(void **state) {
       o.buffers = 2;
     }
     fdy_llama_session *streamed = make_session(model, &o);
+    o.skip_packing = true;
+    fdy_llama_session *unpacked = make_session(model, &o);
     fdy_executor_stats ss = fdy_llama_session_stats(streamed);
+    assert_true(ss.packed_bytes > 0);
+    assert_int_equal(fdy_llama_session_stats(unpacked).packed_bytes, 0);
     assert_true(ss.class_bytes[FDY_BUFFER_SLOT] > 0);
     assert_true(ss.class_bytes[FDY_BUFFER_RESIDENT] +
                     ss.class_bytes[FDY_BUFFER_SLOT] <=
@@ -774,14 +779,23 @@ static void test_streamed_equals_resident(void **state) {
     assert_int_equal(fdy_llama_session_forward(streamed, ids, n, b, NULL, &err),
                      FDY_OK);
     assert_memory_equal(a, b, sizeof *a * n * vocab);
+    memset(b, 0xff, sizeof *b * n * vocab);
+    assert_int_equal(fdy_llama_session_forward(unpacked, ids, n, b, NULL, &err),
+                     FDY_OK);
+    assert_memory_equal(a, b, sizeof *a * n * vocab);
     /* and a decode step after it */
     assert_int_equal(fdy_llama_session_forward(resident, ids, 1, NULL, a, &err),
                      FDY_OK);
     assert_int_equal(fdy_llama_session_forward(streamed, ids, 1, NULL, b, &err),
                      FDY_OK);
     assert_memory_equal(a, b, sizeof *a * vocab);
+    memset(b, 0xff, sizeof *b * vocab);
+    assert_int_equal(fdy_llama_session_forward(unpacked, ids, 1, NULL, b, &err),
+                     FDY_OK);
+    assert_memory_equal(a, b, sizeof *a * vocab);
     free(a);
     free(b);
+    fdy_llama_session_destroy(unpacked);
     fdy_llama_session_destroy(streamed);
     fdy_llama_session_destroy(resident);
     fdy_backend_destroy(cpu);
@@ -1570,11 +1584,97 @@ static fdy_llama_session_options streamed_options(const fdy_llama_model *model,
   return o;
 }
 
-/* The checkpoint's shard truncated under a session that streams layers:
- * the next forward fails with FDY_ERR_IO naming the shard and how it
- * shrank (the streamed copy's SIGBUS caught), the session refuses further
- * forwards, and everything is released (the sanitizer build checks). */
+/* The checkpoint's shard truncated under sessions that stream the layers.
+ * Packed (the default), every streamed unit was copied into page-locked
+ * memory at create, so the next forward never reads the file and gives
+ * the logits of a resident session, bit for bit. Extent by extent
+ * (skip_packing), the next forward fails with FDY_ERR_IO naming the shard
+ * and how it shrank (the streamed copy's SIGBUS caught), the session
+ * refuses further forwards, and everything is released (the sanitizer
+ * build checks). */
 static void test_truncated_shard(void **state) {
+  (void)state;
+  char dir[64], shard[128];
+  model_copy("llama3-micro", dir, sizeof dir);
+  snprintf(shard, sizeof shard, "%s/model.safetensors", dir);
+  fdy_llama_model *model = NULL;
+  fdy_error err;
+  assert_int_equal(fdy_llama_open(dir, &model, &err), FDY_OK);
+  uint32_t vocab = fdy_llama_model_config(model)->vocab_size;
+  fdy_backend *cpu = cpu_backend(2);
+  fdy_llama_session_options o = streamed_options(model, cpu);
+  fdy_llama_session *packed = make_session(model, &o);
+  o.skip_packing = true;
+  fdy_llama_session *unpacked = make_session(model, &o);
+  fdy_llama_session_options ro = {
+      .backend = cpu, .context = 64, .prefill_rows = 16};
+  fdy_llama_session *resident = make_session(model, &ro);
+  fdy_executor_stats ps = fdy_llama_session_stats(packed);
+  assert_true(ps.class_bytes[FDY_BUFFER_SLOT] > 0);
+  assert_true(ps.packed_bytes > 0);
+  assert_int_equal(fdy_llama_session_stats(unpacked).packed_bytes, 0);
+  int32_t prompt[5] = {5, 900, 17, 3, 250};
+  fdy_llama_session *all[3] = {packed, unpacked, resident};
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(
+        fdy_llama_session_forward(all[i], prompt, 5, NULL, NULL, &err), FDY_OK);
+  }
+  struct stat sb;
+  assert_int_equal(stat(shard, &sb), 0);
+  assert_int_equal(truncate(shard, sb.st_size / 2), 0);
+  float *a = poisoned(vocab), *b = poisoned(vocab);
+  assert_int_equal(fdy_llama_session_forward(packed, prompt, 1, NULL, a, &err),
+                   FDY_OK);
+  assert_int_equal(
+      fdy_llama_session_forward(resident, prompt, 1, NULL, b, &err), FDY_OK);
+  assert_memory_equal(a, b, sizeof *a * vocab);
+  free(a);
+  free(b);
+  fdy_error_clear(&err);
+  assert_int_equal(
+      fdy_llama_session_forward(unpacked, prompt, 1, NULL, NULL, &err),
+      FDY_ERR_IO);
+  print_message("%s\n", err.message);
+  assert_int_equal(err.kind, FDY_ERR_IO);
+  assert_string_equal(err.name, shard);
+  assert_int_equal(err.expected, (uint64_t)sb.st_size);
+  assert_int_equal(err.actual, (uint64_t)(sb.st_size / 2));
+  assert_true(err.command_index >= 0);
+  assert_int_equal(err.cleanup_kind, FDY_OK);
+  assert_int_equal(
+      fdy_llama_session_forward(unpacked, prompt, 1, NULL, NULL, &err),
+      FDY_ERR_BACKEND);
+  for (int i = 0; i < 3; i++) {
+    fdy_llama_session_destroy(all[i]);
+  }
+  fdy_llama_close(model);
+  fdy_backend_destroy(cpu);
+  remove_model_copy(dir);
+}
+
+/* The shard that truncating_host_register truncates on its first call,
+ * and the table it forwards to. */
+static const char *truncate_on_register;
+static const fdy_backend_ops *unregistered;
+
+static fdy_status truncating_host_register(fdy_backend *b, const void *ptr,
+                                           uint64_t bytes,
+                                           fdy_backend_host **out,
+                                           fdy_error *err) {
+  if (truncate_on_register != NULL) {
+    assert_int_equal(truncate(truncate_on_register, 4096), 0);
+    truncate_on_register = NULL;
+  }
+  return unregistered->host_register(b, ptr, bytes, out, err);
+}
+
+/* The shard truncated while a streamed session is created: before create,
+ * the preflight refuses it (FDY_ERR_GRAPH_FILE_RANGE naming the shard);
+ * after it was mapped and before the layers are packed from it (by the
+ * first host registration, of the mapping the resident embedding and head
+ * are uploaded from), create fails with FDY_ERR_IO naming the shard and
+ * how it shrank, instead of a SIGBUS, and nothing is left acquired. */
+static void test_shard_truncated_at_create(void **state) {
   (void)state;
   char dir[64], shard[128];
   model_copy("llama3-micro", dir, sizeof dir);
@@ -1584,27 +1684,28 @@ static void test_truncated_shard(void **state) {
   assert_int_equal(fdy_llama_open(dir, &model, &err), FDY_OK);
   fdy_backend *cpu = cpu_backend(2);
   fdy_llama_session_options o = streamed_options(model, cpu);
-  fdy_llama_session *s = make_session(model, &o);
-  assert_true(fdy_llama_session_stats(s).class_bytes[FDY_BUFFER_SLOT] > 0);
-  int32_t prompt[5] = {5, 900, 17, 3, 250};
-  assert_int_equal(fdy_llama_session_forward(s, prompt, 5, NULL, NULL, &err),
-                   FDY_OK);
   struct stat sb;
   assert_int_equal(stat(shard, &sb), 0);
-  assert_int_equal(truncate(shard, sb.st_size / 2), 0);
+  fdy_backend_ops hooked = *cpu->ops;
+  hooked.host_register = truncating_host_register;
+  unregistered = cpu->ops;
+  cpu->ops = &hooked;
+  truncate_on_register = shard;
+  fdy_llama_session *s = (fdy_llama_session *)(uintptr_t)1;
   fdy_error_clear(&err);
-  assert_int_equal(fdy_llama_session_forward(s, prompt, 1, NULL, NULL, &err),
-                   FDY_ERR_IO);
+  assert_int_equal(fdy_llama_session_create(model, &o, &s, &err), FDY_ERR_IO);
   print_message("%s\n", err.message);
-  assert_int_equal(err.kind, FDY_ERR_IO);
+  assert_null(s);
+  assert_null(truncate_on_register);
   assert_string_equal(err.name, shard);
   assert_int_equal(err.expected, (uint64_t)sb.st_size);
-  assert_int_equal(err.actual, (uint64_t)(sb.st_size / 2));
-  assert_true(err.command_index >= 0);
-  assert_int_equal(err.cleanup_kind, FDY_OK);
-  assert_int_equal(fdy_llama_session_forward(s, prompt, 1, NULL, NULL, &err),
-                   FDY_ERR_BACKEND);
-  fdy_llama_session_destroy(s);
+  assert_int_equal(err.actual, 4096);
+  cpu->ops = unregistered;
+  /* now shorter than its tensors: refused before anything is acquired */
+  assert_int_equal(fdy_llama_session_create(model, &o, &s, &err),
+                   FDY_ERR_GRAPH_FILE_RANGE);
+  assert_null(s);
+  assert_string_equal(err.name, shard);
   fdy_llama_close(model);
   fdy_backend_destroy(cpu);
   remove_model_copy(dir);
@@ -1788,6 +1889,7 @@ int main(void) {
       cmocka_unit_test(test_bad_references),
       cmocka_unit_test(test_backend_failure),
       cmocka_unit_test(test_truncated_shard),
+      cmocka_unit_test(test_shard_truncated_at_create),
       cmocka_unit_test(test_truncated_reference),
       cmocka_unit_test(test_fake_backend),
   };

@@ -1656,6 +1656,231 @@ static void test_planner_plans_validate(void **state) {
   }
 }
 
+/* A model-shaped graph for the residency order: op 0 reads "embed" (2048
+ * bytes), ops 1-4 read "layer0" (768 bytes, the largest layer) and
+ * "layer1".."layer3" (512), op 5 reads "head" (256) and op 6 reads "embed"
+ * again (a tied LM head). Each op is a checksum writing "out<i>"; the
+ * step "decode" runs every op and copies out6 out. With `ranked`, embed
+ * and head have residency priority 1. Costs with two buffers (resident
+ * prefix + slots of the largest weight left): {} 4096, {embed} 3584,
+ * {embed, head} 3840, + layer0 4096, + layer1 4608; everything 4608. */
+enum {
+  MW_EMBED,
+  MW_LAYER0,
+  MW_LAYER1,
+  MW_LAYER2,
+  MW_LAYER3,
+  MW_HEAD,
+  MW_COUNT
+};
+typedef struct model_graph {
+  fdy_graph *graph;
+  uint32_t w[MW_COUNT];
+  fdy_op_id ops[7];
+  fdy_tensor_id out;
+} model_graph;
+
+static model_graph model_make(bool ranked) {
+  static const char *const names[MW_COUNT] = {"embed",  "layer0", "layer1",
+                                              "layer2", "layer3", "head"};
+  static const uint64_t bytes[MW_COUNT] = {2048, 768, 512, 512, 512, 256};
+  static const int reads[7] = {MW_EMBED,  MW_LAYER0, MW_LAYER1, MW_LAYER2,
+                               MW_LAYER3, MW_HEAD,   MW_EMBED};
+  model_graph m;
+  assert_int_equal(fdy_graph_create("model", &m.graph, NULL), FDY_OK);
+  for (int i = 0; i < MW_COUNT; i++) {
+    m.w[i] = add_weight(m.graph, names[i], FDY_DTYPE_U8, FDY_SHAPE(bytes[i]));
+  }
+  for (uint32_t o = 0; o < 7; o++) {
+    char name[16];
+    snprintf(name, sizeof name, "out%u", o);
+    uint32_t out = add_activation(m.graph, name, FDY_DTYPE_U64, FDY_SHAPE(1));
+    snprintf(name, sizeof name, "op%u", o);
+    uint32_t w = m.w[reads[o]];
+    m.ops[o].v =
+        add_op(m.graph, name, FDY_OP_CHECKSUM, (fdy_op_params){0}, &w, 1, out);
+    m.out.v = out;
+  }
+  if (ranked) {
+    assert_int_equal(fdy_graph_set_residency_priority(
+                         m.graph, (fdy_tensor_id){m.w[MW_EMBED]}, 1, NULL),
+                     FDY_OK);
+    assert_int_equal(fdy_graph_set_residency_priority(
+                         m.graph, (fdy_tensor_id){m.w[MW_HEAD]}, 1, NULL),
+                     FDY_OK);
+  }
+  return m;
+}
+
+static fdy_status model_plan(const model_graph *m, uint64_t budget,
+                             uint32_t buffers, fdy_plan **out, fdy_error *err) {
+  fdy_plan_step step = {"decode", m->ops, 7, &m->out, 1};
+  fdy_planner_options o = {budget, buffers, 0};
+  return fdy_plan_build(m->graph, &step, 1, &o, out, err);
+}
+
+/* Prefetches of weight w in section `name`. */
+static uint32_t prefetch_count(const fdy_plan *p, const char *name,
+                               uint32_t w) {
+  const fdy_section *sec = fdy_plan_section(p, fdy_plan_find_section(p, name));
+  uint32_t count = 0;
+  for (size_t i = sec->first; i < sec->first + sec->count; i++) {
+    const fdy_command *c = fdy_plan_command(p, i);
+    count += c->kind == FDY_CMD_PREFETCH && c->u.prefetch.weight.v == w;
+  }
+  return count;
+}
+
+/* Which weights a plan keeps resident (uploaded by setup, never streamed),
+ * as a bit mask over MW_*, checking that every other weight streams. */
+static unsigned resident_mask(const model_graph *m, const fdy_plan *p) {
+  unsigned mask = 0;
+  for (int i = 0; i < MW_COUNT; i++) {
+    uint32_t setup = prefetch_count(p, "setup", m->w[i]);
+    uint32_t step = prefetch_count(p, "decode", m->w[i]);
+    assert_true((setup == 1 && step == 0) || (setup == 0 && step >= 1));
+    mask |= (unsigned)setup << i;
+  }
+  return mask;
+}
+
+#define MW(i) (1u << (i))
+
+/* The residency order: priority first (embed and head), then first use;
+ * the longest prefix that fits with N slots of the largest weight left to
+ * stream stays resident, the slots sized to that weight. */
+static void test_planner_residency_order(void **state) {
+  (void)state;
+  model_graph m = model_make(true);
+  const struct {
+    uint64_t budget;
+    unsigned resident;
+    uint64_t slot_bytes;
+  } cases[] = {
+      {3584, MW(MW_EMBED), 768},               /* the minimum */
+      {3839, MW(MW_EMBED), 768},               /* head streams */
+      {3840, MW(MW_EMBED) | MW(MW_HEAD), 768}, /* layers stream */
+      {4095, MW(MW_EMBED) | MW(MW_HEAD), 768}, /* one short */
+      {4096, MW(MW_EMBED) | MW(MW_HEAD) | MW(MW_LAYER0),
+       512}, /* slot shrinks */
+      {4607, MW(MW_EMBED) | MW(MW_HEAD) | MW(MW_LAYER0), 512},
+      {4608, (1u << MW_COUNT) - 1, 0}, /* everything */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    fdy_plan *p = NULL;
+    fdy_error err;
+    fdy_plan_summary sum;
+    if (model_plan(&m, cases[i].budget, 2, &p, &err) != FDY_OK) {
+      fail_msg("budget %llu: %s", (unsigned long long)cases[i].budget,
+               err.message);
+    }
+    expect_valid(p, &sum);
+    assert_int_equal(resident_mask(&m, p), cases[i].resident);
+    assert_int_equal(sum.class_bytes[FDY_BUFFER_SLOT], 2 * cases[i].slot_bytes);
+    for (uint32_t b = 0; b < fdy_plan_buffer_count(p); b++) {
+      const fdy_plan_buffer *buf = fdy_plan_buffer_at(p, b);
+      if (buf->cls == FDY_BUFFER_SLOT) {
+        assert_int_equal(buf->bytes, cases[i].slot_bytes);
+      }
+    }
+    assert_true(sum.peak_weight_bytes <= cases[i].budget);
+    /* the tied reader of a resident embed needs no second copy */
+    if (cases[i].resident & MW(MW_EMBED)) {
+      assert_int_equal(prefetch_count(p, "decode", m.w[MW_EMBED]), 0);
+    }
+    fdy_plan_destroy(p);
+  }
+  /* one buffer: everything streams through a slot of the embed's size,
+   * and the head, later in the order, still fits beside it */
+  fdy_plan *one = NULL;
+  fdy_plan_summary sum;
+  assert_int_equal(model_plan(&m, 2048 + 256, 1, &one, NULL), FDY_OK);
+  expect_valid(one, &sum);
+  assert_int_equal(resident_mask(&m, one), MW(MW_HEAD));
+  assert_int_equal(sum.class_bytes[FDY_BUFFER_SLOT], 2048);
+  fdy_plan_destroy(one);
+  assert_int_equal(model_plan(&m, 2048 + 255, 1, &one, NULL), FDY_OK);
+  assert_int_equal(resident_mask(&m, one), 0);
+  fdy_plan_destroy(one);
+  fdy_graph_destroy(m.graph);
+
+  /* without priorities the order is first use: at 3840 the first layer
+   * stays resident instead of the head */
+  m = model_make(false);
+  fdy_plan *p = NULL;
+  assert_int_equal(model_plan(&m, 3840, 2, &p, NULL), FDY_OK);
+  expect_valid(p, NULL);
+  assert_int_equal(resident_mask(&m, p), MW(MW_EMBED) | MW(MW_LAYER0));
+  fdy_plan_destroy(p);
+  fdy_graph_destroy(m.graph);
+}
+
+/* Below the smallest budget of any plan: FDY_ERR_BUDGET with expected = the
+ * budget and actual = that minimum (the cheapest split, or every weight
+ * resident when that is cheaper), nothing returned. */
+static void test_planner_budget_minimum(void **state) {
+  (void)state;
+  model_graph m = model_make(true);
+  const struct {
+    uint32_t buffers;
+    uint64_t minimum;
+  } cases[] = {
+      {1, 2048}, /* everything through one slot of the embed's size */
+      {2, 2048 + 2 * 768},
+      {3, 2048 + 3 * 768},
+      {4, 4608}, /* embed + 4 slots: every weight resident is cheaper */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    fdy_plan *p = (fdy_plan *)(uintptr_t)1;
+    fdy_error err;
+    fdy_error_clear(&err);
+    assert_int_equal(
+        model_plan(&m, cases[i].minimum - 1, cases[i].buffers, &p, &err),
+        FDY_ERR_BUDGET);
+    assert_null(p);
+    assert_int_equal(err.kind, FDY_ERR_BUDGET);
+    assert_int_equal(err.expected, cases[i].minimum - 1);
+    assert_int_equal(err.actual, cases[i].minimum);
+    char text[32];
+    snprintf(text, sizeof text, "at least %llu bytes",
+             (unsigned long long)cases[i].minimum);
+    assert_non_null(strstr(err.message, text));
+    /* exactly the minimum plans and validates */
+    assert_int_equal(
+        model_plan(&m, cases[i].minimum, cases[i].buffers, &p, &err), FDY_OK);
+    fdy_plan_summary sum;
+    expect_valid(p, &sum);
+    assert_true(sum.peak_weight_bytes <= cases[i].minimum);
+    fdy_plan_destroy(p);
+  }
+  fdy_graph_destroy(m.graph);
+}
+
+/* The same graph, steps and options give the same plan, command for
+ * command (the planner is deterministic), and every budget from the
+ * minimum to everything gives a valid plan. */
+static void test_planner_deterministic(void **state) {
+  (void)state;
+  model_graph m = model_make(true);
+  for (uint32_t buffers = 1; buffers <= 3; buffers++) {
+    for (uint64_t budget = 2048 + buffers * 768; budget <= 4608; budget += 64) {
+      fdy_plan *a = NULL, *b = NULL;
+      assert_int_equal(model_plan(&m, budget, buffers, &a, NULL), FDY_OK);
+      assert_int_equal(model_plan(&m, budget, buffers, &b, NULL), FDY_OK);
+      expect_valid(a, NULL);
+      char *ja = NULL, *jb = NULL;
+      assert_int_equal(fdy_plan_to_json(a, &ja, NULL), FDY_OK);
+      assert_int_equal(fdy_plan_to_json(b, &jb, NULL), FDY_OK);
+      assert_string_equal(ja, jb);
+      free(ja);
+      free(jb);
+      fdy_plan_destroy(a);
+      fdy_plan_destroy(b);
+    }
+  }
+  fdy_graph_destroy(m.graph);
+}
+
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
 
 int main(void) {
@@ -1703,6 +1928,9 @@ int main(void) {
       T(test_summary),
       T(test_summary_overflow),
       T(test_planner_plans_validate),
+      T(test_planner_residency_order),
+      T(test_planner_budget_minimum),
+      T(test_planner_deterministic),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -266,7 +266,27 @@ typedef struct llama_case {
   fdy_plan *plan;
 } llama_case;
 
-static void llama_make(llama_case *l) {
+/* The bytes of weight `name` aligned to the planner's alignment, and its
+ * extents to copy (not padding). */
+static uint64_t unit_bytes(const fdy_graph *g, const char *name,
+                           size_t *pieces) {
+  fdy_tensor_id id;
+  fdy_tensor_info info;
+  assert_int_equal(fdy_graph_find_tensor(g, name, &id, NULL), FDY_OK);
+  assert_int_equal(fdy_graph_tensor(g, id, &info, NULL), FDY_OK);
+  if (pieces != NULL) {
+    *pieces = 0;
+    for (size_t k = 0; k < info.extent_count; k++) {
+      *pieces += info.extents[k].kind != FDY_EXTENT_PADDING;
+    }
+  }
+  return (info.bytes + FDY_TENSOR_ALIGNMENT - 1) / FDY_TENSOR_ALIGNMENT *
+         FDY_TENSOR_ALIGNMENT;
+}
+
+/* llama3-micro with everything resident, or (streamed) the embedding and
+ * the head resident and both layers streamed through one slot. */
+static void llama_make_plan(llama_case *l, bool streamed) {
   char dir[1024];
   fdy_error err;
   snprintf(dir, sizeof dir, "%s/llama3-micro/model",
@@ -276,8 +296,19 @@ static void llama_make(llama_case *l) {
   fdy_llama_graph_options go = {.context = 64, .prefill_rows = 8};
   assert_int_equal(fdy_llama_graph(l->model, &go, &l->graph, &l->io, &err),
                    FDY_OK);
-  assert_int_equal(fdy_llama_plan(l->graph, &l->io, FDY_GIB, 2, &l->plan, &err),
+  uint64_t budget = FDY_GIB;
+  if (streamed) {
+    budget = unit_bytes(l->graph, "embed", NULL) +
+             unit_bytes(l->graph, "head", NULL) +
+             unit_bytes(l->graph, "layer.0", NULL);
+  }
+  assert_int_equal(fdy_llama_plan(l->graph, &l->io, budget, streamed ? 1 : 2,
+                                  &l->plan, &err),
                    FDY_OK);
+}
+
+static void llama_make(llama_case *l) {
+  llama_make_plan(l, false);
 }
 
 static void llama_free(llama_case *l) {
@@ -330,13 +361,61 @@ static void test_llama_decode_on_fake(void **state) {
   llama_free(&l);
 }
 
-/* Every counted backend call of executor create, then of one decode step,
- * failed in both modes on the CPU backend: the error names the entry,
- * nothing is left acquired, and a failed executor refuses to run. */
-static void test_llama_fault_sweep(void **state) {
+/* Streamed layer units on the fake backend: packed (the default), each
+ * is one copy of its whole slot image per token, from a page-locked
+ * image counted in packed_bytes, and the checkpoint mapping is released
+ * after setup (only the resident uploads read it); with skip_packing, one
+ * copy per tensor of the unit from the registered mapping, nothing
+ * packed. */
+static void test_llama_streamed_copies_on_fake(void **state) {
   (void)state;
   llama_case l;
-  llama_make(&l);
+  llama_make_plan(&l, true);
+  size_t pieces = 0;
+  uint64_t layer = unit_bytes(l.graph, "layer.0", &pieces);
+  assert_true(pieces > 1);
+  for (int skip = 0; skip < 2; skip++) {
+    fdy_error err;
+    fdy_backend *b = NULL;
+    fdy_executor *x = NULL;
+    fdy_executor_options eo = {.skip_packing = skip == 1};
+    assert_int_equal(fdy_fake_backend_create(NULL, &b, &err), FDY_OK);
+    assert_int_equal(fdy_executor_create(l.plan, l.graph, b, &eo, &x, &err),
+                     FDY_OK);
+    fdy_executor_stats st = fdy_executor_get_stats(x);
+    uint64_t packed = 2 * ((layer + 4095) / 4096 * 4096);
+    assert_int_equal(st.packed_bytes, skip ? 0 : packed);
+    assert_int_equal(st.registered_bytes,
+                     st.staging_bytes + (skip ? st.mapped_bytes : packed));
+    fdy_fake_stats before = fdy_fake_get_stats(b);
+    size_t decode = (size_t)fdy_executor_step(x, "decode");
+    for (int32_t i = 0; i < 10; i++) {
+      set_decode(x, &l, i % 7, i);
+      assert_int_equal(fdy_executor_run(x, decode, &err), FDY_OK);
+    }
+    fdy_fake_stats after = fdy_fake_get_stats(b);
+    /* per token: the step input, then each of the two layers */
+    uint64_t per_layer = skip ? pieces : 1;
+    assert_int_equal(after.copies_to_device - before.copies_to_device,
+                     10 * (1 + 2 * per_layer));
+    if (!skip) {
+      assert_int_equal(after.bytes_to_device - before.bytes_to_device,
+                       10 * (3 * sizeof(int32_t) + 2 * layer));
+    }
+    assert_int_equal(after.host_registrations, before.host_registrations);
+    fdy_executor_destroy(x);
+    assert_int_equal(fdy_fake_get_stats(b).live_hosts, 0);
+    assert_int_equal(fdy_fake_get_stats(b).live_buffers, 0);
+    assert_int_equal(fdy_fake_get_stats(b).violations, 0);
+    fdy_backend_destroy(b);
+  }
+  llama_free(&l);
+}
+
+/* The fault sweep of test_llama_fault_sweep over one plan. */
+static void llama_fault_sweep(bool streamed) {
+  llama_case l;
+  llama_make_plan(&l, streamed);
   fdy_error err;
   fdy_backend *cpu = NULL;
   fdy_cpu_options co = {.threads = 2};
@@ -686,6 +765,15 @@ static void test_graphs_llama_decode_on_fake(void **state) {
   assert_fake_clean(b);
   fdy_backend_destroy(b);
   llama_free(&l);
+/* Every counted backend call of executor create, then of one decode step,
+ * failed in both modes on the CPU backend, everything resident and with
+ * the layers streamed from packed images: the error names the entry,
+ * nothing is left acquired, and a failed executor refuses to run. */
+static void test_llama_fault_sweep(void **state) {
+  (void)state;
+  for (int streamed = 0; streamed < 2; streamed++) {
+    llama_fault_sweep(streamed == 1);
+  }
 }
 
 int main(void) {
@@ -699,6 +787,7 @@ int main(void) {
       cmocka_unit_test(test_preflight_refusals),
       cmocka_unit_test(test_run_refusals),
       cmocka_unit_test(test_llama_decode_on_fake),
+      cmocka_unit_test(test_llama_streamed_copies_on_fake),
       cmocka_unit_test(test_llama_fault_sweep),
       cmocka_unit_test(test_graphs_replay_streamed_chain),
       cmocka_unit_test(test_graphs_not_used),
