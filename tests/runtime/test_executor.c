@@ -765,6 +765,8 @@ static void test_graphs_llama_decode_on_fake(void **state) {
   assert_fake_clean(b);
   fdy_backend_destroy(b);
   llama_free(&l);
+}
+
 /* Every counted backend call of executor create, then of one decode step,
  * failed in both modes on the CPU backend, everything resident and with
  * the layers streamed from packed images: the error names the entry,
