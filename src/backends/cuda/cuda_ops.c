@@ -5,7 +5,8 @@
  * the one-row MATMUL_Q4 kernel (x and its group sums) and of ATTENTION (q
  * and one score per cache position) within what a block may use, grid
  * dimensions within CUDA's limits, and at most FDY_CUDA_ROPE_MAX_PAIRS rope
- * pairs. No kind needs a workspace. */
+ * pairs. The fused kinds run for one row of x only (the decode chain's).
+ * No kind needs a workspace. */
 #include "cuda_internal.h"
 
 #include <stdint.h>
@@ -41,6 +42,12 @@ bool fdy_cuda_op_supported(const fdy_cuda_ctx *ctx, const fdy_op *op) {
     return (rows + FDY_CUDA_GEMM_ROWS - 1) / FDY_CUDA_GEMM_ROWS <=
            FDY_CUDA_MAX_GRID_Y;
   }
+  case FDY_OP_NORM_MATMUL_Q4:
+  case FDY_OP_NORM_SWIGLU_Q4:
+  case FDY_OP_MATMUL_ADD_Q4:
+    /* one row only: the decode chain's (the GEMV with a prologue or an
+     * epilogue); prefill keeps the single ops */
+    return op->inputs[1].shape.dims[0] == 1;
   case FDY_OP_ROPE:
     return op->params.rope.head_dim / 2 <= FDY_CUDA_ROPE_MAX_PAIRS;
   case FDY_OP_ATTENTION:
