@@ -56,6 +56,24 @@
  *                 largest value, the lowest index on ties; NaN loses to
  *                 every number (index 0 when all are NaN).
  *
+ * Fused kinds (one launch where the unfused sequence takes several; each
+ * gives bitwise the result of that sequence on the CPU backend). The
+ * quantized weights of one fused op share their group size and scale
+ * dtype:
+ *   NORM_MATMUL_Q4  in: step, x F32 [T, I], norm S [I], then 1 to 3
+ *                 weights, each as weight U32 [O_j, I/8], scales S [O_j, G],
+ *                 biases S [O_j, G]; out: one F32 [T, O_j] per weight,
+ *                 y_j = RMSNORM(x, norm) W_j^T (q, k and v of a layer from
+ *                 its hidden state). params.rmsnorm.eps.
+ *   NORM_SWIGLU_Q4  in: step, x F32 [T, I], norm S [I], gate weight,
+ *                 scales, biases ([F, ...] as MATMUL_Q4's), up weight,
+ *                 scales, biases (alike); out: F32 [T, F] =
+ *                 SWIGLU(n W_gate^T, n W_up^T), n = RMSNORM(x, norm).
+ *                 params.rmsnorm.eps.
+ *   MATMUL_ADD_Q4 in: step, x F32 [T, I], weight, scales, biases (as
+ *                 MATMUL_Q4's, [O, ...]), residual F32 [T, O]; out: F32
+ *                 [T, O] = residual + x W^T (a layer's residual add).
+ *
  * Determinism: a kind's result depends only on its operands' values and
  * shapes: not on thread counts, on the memory class a view lives in, or on
  * which backend variant runs (chosen from shapes only). No float atomics in
@@ -80,6 +98,9 @@ typedef enum fdy_op_kind {
   FDY_OP_ADD,
   FDY_OP_LAST_ROW,
   FDY_OP_ARGMAX,
+  FDY_OP_NORM_MATMUL_Q4,
+  FDY_OP_NORM_SWIGLU_Q4,
+  FDY_OP_MATMUL_ADD_Q4,
   FDY_OP_KIND_COUNT
 } fdy_op_kind;
 
@@ -104,7 +125,7 @@ typedef union fdy_op_params {
   } checksum;
   struct {
     double eps;
-  } rmsnorm;
+  } rmsnorm; /* also NORM_MATMUL_Q4's and NORM_SWIGLU_Q4's */
   struct {
     uint32_t head_dim;
     double theta;
@@ -117,8 +138,10 @@ typedef union fdy_op_params {
   } attention;
 } fdy_op_params;
 
-#define FDY_OP_MAX_INPUTS  6
-#define FDY_OP_MAX_OUTPUTS 1
+#define FDY_OP_MAX_INPUTS  12 /* NORM_MATMUL_Q4 of 3 weights */
+#define FDY_OP_MAX_OUTPUTS 3
+/* Weights of one NORM_MATMUL_Q4 op. */
+#define FDY_NORM_MATMUL_MAX_WEIGHTS 3
 
 typedef struct fdy_backend_buffer fdy_backend_buffer;
 

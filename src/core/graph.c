@@ -647,6 +647,8 @@ static fdy_op_params normalized_params(fdy_op_kind kind,
     n.checksum.passes = p->checksum.passes;
     break;
   case FDY_OP_RMSNORM:
+  case FDY_OP_NORM_MATMUL_Q4:
+  case FDY_OP_NORM_SWIGLU_Q4:
     n.rmsnorm.eps = p->rmsnorm.eps;
     break;
   case FDY_OP_ROPE:

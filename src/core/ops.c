@@ -15,11 +15,19 @@
 #include <string.h>
 
 static const char *const kind_names[FDY_OP_KIND_COUNT] = {
-    [FDY_OP_CHECKSUM] = "checksum", [FDY_OP_EMBED_Q4] = "embed_q4",
-    [FDY_OP_RMSNORM] = "rmsnorm",   [FDY_OP_MATMUL_Q4] = "matmul_q4",
-    [FDY_OP_ROPE] = "rope",         [FDY_OP_ATTENTION] = "attention",
-    [FDY_OP_SWIGLU] = "swiglu",     [FDY_OP_ADD] = "add",
-    [FDY_OP_LAST_ROW] = "last_row", [FDY_OP_ARGMAX] = "argmax",
+    [FDY_OP_CHECKSUM] = "checksum",
+    [FDY_OP_EMBED_Q4] = "embed_q4",
+    [FDY_OP_RMSNORM] = "rmsnorm",
+    [FDY_OP_MATMUL_Q4] = "matmul_q4",
+    [FDY_OP_ROPE] = "rope",
+    [FDY_OP_ATTENTION] = "attention",
+    [FDY_OP_SWIGLU] = "swiglu",
+    [FDY_OP_ADD] = "add",
+    [FDY_OP_LAST_ROW] = "last_row",
+    [FDY_OP_ARGMAX] = "argmax",
+    [FDY_OP_NORM_MATMUL_Q4] = "norm_matmul_q4",
+    [FDY_OP_NORM_SWIGLU_Q4] = "norm_swiglu_q4",
+    [FDY_OP_MATMUL_ADD_Q4] = "matmul_add_q4",
 };
 
 const char *fdy_op_kind_name(fdy_op_kind kind) {
@@ -55,16 +63,21 @@ fdy_status fdy_op_kind_parse(const char *name, fdy_op_kind *out,
 /* Dtype sets as bit masks. */
 #define DT(d)  (1u << (d))
 #define HALVES (DT(FDY_DTYPE_F16) | DT(FDY_DTYPE_BF16))
+#define I32    DT(FDY_DTYPE_I32)
+#define U32    DT(FDY_DTYPE_U32)
+#define F32    DT(FDY_DTYPE_F32)
 
 typedef struct kind_table {
   uint32_t min_inputs, max_inputs;
-  const char *names[MAX_OPERANDS]; /* inputs, then the output */
+  const char *names[MAX_OPERANDS]; /* inputs, then the outputs */
   uint32_t dtypes[MAX_OPERANDS];   /* allowed dtypes (mask) */
   uint32_t ranks[MAX_OPERANDS];
 } kind_table;
 
 /* Operand order of every kind (ops.h). The optional CHECKSUM prev is input
- * 1 when present; its output then moves from index 1 to 2. */
+ * 1 when present; its output then moves from index 1 to 2. Rows from
+ * max_inputs on describe the outputs; a NORM_MATMUL_Q4 of k weights has
+ * 3 + 3k inputs and k outputs. */
 static const kind_table tables[FDY_OP_KIND_COUNT] = {
     [FDY_OP_CHECKSUM] = {1,
                          2,
@@ -125,6 +138,30 @@ static const kind_table tables[FDY_OP_KIND_COUNT] = {
                          {1, 2, 2}},
     [FDY_OP_ARGMAX] =
         {1, 1, {"x", "out"}, {DT(FDY_DTYPE_F32), DT(FDY_DTYPE_I32)}, {2, 1}},
+    [FDY_OP_NORM_MATMUL_Q4] = {6,
+                               12,
+                               {"step", "x", "norm", "weight0", "scales0",
+                                "biases0", "weight1", "scales1", "biases1",
+                                "weight2", "scales2", "biases2", "out0", "out1",
+                                "out2"},
+                               {I32, F32, HALVES, U32, HALVES, HALVES, U32,
+                                HALVES, HALVES, U32, HALVES, HALVES, F32, F32,
+                                F32},
+                               {1, 2, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2}},
+    [FDY_OP_NORM_SWIGLU_Q4] = {9,
+                               9,
+                               {"step", "x", "norm", "gate_weight",
+                                "gate_scales", "gate_biases", "up_weight",
+                                "up_scales", "up_biases", "out"},
+                               {I32, F32, HALVES, U32, HALVES, HALVES, U32,
+                                HALVES, HALVES, F32},
+                               {1, 2, 1, 2, 2, 2, 2, 2, 2, 2}},
+    [FDY_OP_MATMUL_ADD_Q4] = {6,
+                              6,
+                              {"step", "x", "weight", "scales", "biases",
+                               "residual", "out"},
+                              {I32, F32, U32, HALVES, HALVES, F32, F32},
+                              {1, 2, 2, 2, 2, 2, 2}},
 };
 
 /* The op being checked: operand i is inputs[i] for i < input_count, then
@@ -142,7 +179,8 @@ static const fdy_tensor_view *operand(const check *c, uint32_t i) {
 }
 
 static uint32_t table_row(const check *c, uint32_t i) {
-  return i < c->op->input_count ? i : c->table->max_inputs;
+  return i < c->op->input_count ? i
+                                : c->table->max_inputs + i - c->op->input_count;
 }
 
 static const char *operand_name(const check *c, int64_t i) {
@@ -283,6 +321,56 @@ static fdy_status want_q4(const check *c, uint32_t w, uint32_t s, uint64_t rows,
   return st == FDY_OK ? want_like(c, s + 1, s) : st;
 }
 
+static fdy_status check_eps(const check *c) {
+  double eps = c->op->params.rmsnorm.eps;
+  if (!(eps >= 0.0) || !isfinite(eps)) {
+    return fail(c, FDY_ERR_INVALID_ARGUMENT, PARAM,
+                "eps must be finite and >= 0");
+  }
+  return FDY_OK;
+}
+
+/* The norm prologue of a fused kind: step, x at 1 and its norm weight at
+ * 2, eps. */
+static fdy_status want_norm(const check *c) {
+  fdy_status st = want_step(c, 0);
+  if (st == FDY_OK) {
+    st = want_dim(c, 2, 0, c->op->inputs[1].shape.dims[1]);
+  }
+  return st == FDY_OK ? check_eps(c) : st;
+}
+
+/* Scales s share the dtype and group count of scales `first` (the weights
+ * of one fused op share group size and scale dtype). */
+static fdy_status want_same_groups(const check *c, uint32_t s, uint32_t first) {
+  const fdy_tensor_view *a = operand(c, s), *b = operand(c, first);
+  if (a->dtype != b->dtype) {
+    return fail(c, FDY_ERR_INVALID_ARGUMENT, s, "dtype %s differs from %s's %s",
+                fdy_dtype_name(a->dtype), operand_name(c, first),
+                fdy_dtype_name(b->dtype));
+  }
+  return want_dim(c, s, 1, b->shape.dims[1]);
+}
+
+/* NORM_MATMUL_Q4: weight j at 3 + 3j against output j. */
+static fdy_status check_norm_matmul(const check *c) {
+  const fdy_op *op = c->op;
+  fdy_status st = want_norm(c);
+  uint64_t rows = op->inputs[1].shape.dims[0];
+  uint64_t in = op->inputs[1].shape.dims[1];
+  for (uint32_t j = 0; st == FDY_OK && j < op->output_count; j++) {
+    uint32_t out = op->input_count + j;
+    st = want_q4(c, 3 + 3 * j, 4 + 3 * j, op->outputs[j].shape.dims[1], in);
+    if (st == FDY_OK && j > 0) {
+      st = want_same_groups(c, 4 + 3 * j, 4);
+    }
+    if (st == FDY_OK) {
+      st = want_dim(c, out, 0, rows);
+    }
+  }
+  return st;
+}
+
 static fdy_status check_rope_params(const check *c) {
   const fdy_op_params *p = &c->op->params;
   if (p->rope.head_dim == 0 || p->rope.head_dim % 2 != 0) {
@@ -334,9 +422,8 @@ static fdy_status check_relations(const check *c) {
         (st = want_dim(c, 2, 0, op->inputs[1].shape.dims[1])) != FDY_OK) {
       return st;
     }
-    if (!(op->params.rmsnorm.eps >= 0.0) || !isfinite(op->params.rmsnorm.eps)) {
-      return fail(c, FDY_ERR_INVALID_ARGUMENT, PARAM,
-                  "eps must be finite and >= 0");
+    if ((st = check_eps(c)) != FDY_OK) {
+      return st;
     }
     return want_like(c, out, 1);
   case FDY_OP_MATMUL_Q4:
@@ -397,6 +484,26 @@ static fdy_status check_relations(const check *c) {
     return want_dim(c, out, 1, op->inputs[1].shape.dims[1]);
   case FDY_OP_ARGMAX:
     return want_dim(c, out, 0, op->inputs[0].shape.dims[0]);
+  case FDY_OP_NORM_MATMUL_Q4:
+    return check_norm_matmul(c);
+  case FDY_OP_NORM_SWIGLU_Q4: {
+    uint64_t in = op->inputs[1].shape.dims[1];
+    if ((st = want_norm(c)) != FDY_OK ||
+        (st = want_q4(c, 3, 4, o->dims[1], in)) != FDY_OK ||
+        (st = want_q4(c, 6, 7, o->dims[1], in)) != FDY_OK ||
+        (st = want_same_groups(c, 7, 4)) != FDY_OK) {
+      return st;
+    }
+    return want_dim(c, out, 0, op->inputs[1].shape.dims[0]);
+  }
+  case FDY_OP_MATMUL_ADD_Q4:
+    if ((st = want_step(c, 0)) != FDY_OK ||
+        (st = want_q4(c, 2, 3, o->dims[1], op->inputs[1].shape.dims[1])) !=
+            FDY_OK ||
+        (st = want_dim(c, out, 0, op->inputs[1].shape.dims[0])) != FDY_OK) {
+      return st;
+    }
+    return want_like(c, 5, out);
   case FDY_OP_KIND_COUNT:
     break;
   }
@@ -425,12 +532,26 @@ fdy_status fdy_op_check(const fdy_op *op, fdy_error *err) {
     }
     return FDY_ERR_INVALID_ARGUMENT;
   }
-  if (op->output_count != 1) {
+  if (op->kind == FDY_OP_NORM_MATMUL_Q4 && (op->input_count - 3) % 3 != 0) {
     fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                  "%s op: %u outputs, expected 1", fdy_op_kind_name(op->kind),
-                  op->output_count);
+                  "%s op: %u inputs, expected 6, 9 or 12 (step, x, norm and "
+                  "1 to 3 weights of 3 tensors)",
+                  fdy_op_kind_name(op->kind), op->input_count);
     if (err != NULL) {
-      err->expected = 1;
+      err->expected = c.table->min_inputs;
+      err->actual = op->input_count;
+      snprintf(err->name, sizeof err->name, "%s", fdy_op_kind_name(op->kind));
+    }
+    return FDY_ERR_INVALID_ARGUMENT;
+  }
+  uint32_t outputs =
+      op->kind == FDY_OP_NORM_MATMUL_Q4 ? (op->input_count - 3) / 3 : 1;
+  if (op->output_count != outputs) {
+    fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                  "%s op: %u outputs, expected %u", fdy_op_kind_name(op->kind),
+                  op->output_count, outputs);
+    if (err != NULL) {
+      err->expected = outputs;
       err->actual = op->output_count;
       snprintf(err->name, sizeof err->name, "%s", fdy_op_kind_name(op->kind));
     }

@@ -140,11 +140,11 @@ static fdy_tensor_id activation(builder *b, const char *prefix,
   return id;
 }
 
-/* Appends op `name` (prefixed) of kind with inputs and one output. */
-static fdy_tensor_id add_op(builder *b, const char *prefix, const char *name,
-                            fdy_op_kind kind, fdy_op_params params,
-                            const fdy_tensor_id *inputs, size_t input_count,
-                            fdy_tensor_id output) {
+/* Appends op `name` (prefixed) of kind with inputs and outputs. */
+static void add_op_outputs(builder *b, const char *prefix, const char *name,
+                           fdy_op_kind kind, fdy_op_params params,
+                           const fdy_tensor_id *inputs, size_t input_count,
+                           const fdy_tensor_id *outputs, size_t output_count) {
   char full[NAME_MAX_LEN];
   snprintf(full, sizeof full, "%s.%s", prefix, name);
   fdy_op_desc desc = {.name = full,
@@ -152,11 +152,20 @@ static fdy_tensor_id add_op(builder *b, const char *prefix, const char *name,
                       .params = params,
                       .reads = inputs,
                       .read_count = input_count,
-                      .writes = &output,
-                      .write_count = 1};
+                      .writes = outputs,
+                      .write_count = output_count};
   if (b->st == FDY_OK) {
     b->st = fdy_graph_add_op(b->g, &desc, NULL, b->err);
   }
+}
+
+/* Appends op `name` (prefixed) of kind with inputs and one output. */
+static fdy_tensor_id add_op(builder *b, const char *prefix, const char *name,
+                            fdy_op_kind kind, fdy_op_params params,
+                            const fdy_tensor_id *inputs, size_t input_count,
+                            fdy_tensor_id output) {
+  add_op_outputs(b, prefix, name, kind, params, inputs, input_count, &output,
+                 1);
   return output;
 }
 
@@ -166,31 +175,74 @@ static fdy_op_params no_params(void) {
   return p;
 }
 
-static fdy_tensor_id matmul(builder *b, const char *prefix, const char *name,
-                            fdy_tensor_id step, fdy_tensor_id x,
-                            fdy_llama_module module, int64_t layer,
-                            uint64_t rows, uint64_t out_features) {
+/* The packed weight, scales and biases of a linear module into out[0..2]. */
+static void linear_views(const builder *b, fdy_llama_module module,
+                         int64_t layer, fdy_tensor_id *out) {
   /* A tied LM head is the embedding used as a linear. */
   if (module == FDY_LLAMA_LM_HEAD && b->c->tie_word_embeddings) {
     module = FDY_LLAMA_EMBED;
   }
-  fdy_tensor_id in[5] = {step, x, view(b, module, FDY_LLAMA_PART_PACKED, layer),
-                         view(b, module, FDY_LLAMA_PART_SCALES, layer),
-                         view(b, module, FDY_LLAMA_PART_BIASES, layer)};
+  out[0] = view(b, module, FDY_LLAMA_PART_PACKED, layer);
+  out[1] = view(b, module, FDY_LLAMA_PART_SCALES, layer);
+  out[2] = view(b, module, FDY_LLAMA_PART_BIASES, layer);
+}
+
+static fdy_tensor_id matmul(builder *b, const char *prefix, const char *name,
+                            fdy_tensor_id step, fdy_tensor_id x,
+                            fdy_llama_module module, int64_t layer,
+                            uint64_t rows, uint64_t out_features) {
+  fdy_tensor_id in[5] = {step, x};
+  linear_views(b, module, layer, in + 2);
   fdy_tensor_id y =
       activation(b, prefix, name, FDY_DTYPE_F32, rows, out_features);
   return add_op(b, prefix, name, FDY_OP_MATMUL_Q4, no_params(), in, 5, y);
 }
 
+static fdy_op_params norm_params(const builder *b) {
+  fdy_op_params p = no_params();
+  p.rmsnorm.eps = b->c->rms_norm_eps;
+  return p;
+}
+
+/* NORM_MATMUL_Q4 of h by norm and `count` modules: outputs[j] (named
+ * names[j], out_features[j] wide) for modules[j]. */
+static void norm_matmul(builder *b, const char *prefix, const char *name,
+                        fdy_tensor_id step, fdy_tensor_id h, fdy_tensor_id norm,
+                        const fdy_llama_module *modules,
+                        const char *const *names, const uint64_t *out_features,
+                        size_t count, int64_t layer, uint64_t rows,
+                        fdy_tensor_id *outputs) {
+  fdy_tensor_id in[FDY_OP_MAX_INPUTS] = {step, h, norm};
+  for (size_t j = 0; j < count; j++) {
+    linear_views(b, modules[j], layer, in + 3 + 3 * j);
+    outputs[j] =
+        activation(b, prefix, names[j], FDY_DTYPE_F32, rows, out_features[j]);
+  }
+  add_op_outputs(b, prefix, name, FDY_OP_NORM_MATMUL_Q4, norm_params(b), in,
+                 3 + 3 * count, outputs, count);
+}
+
+/* MATMUL_ADD_Q4: residual + x W^T of module. */
+static fdy_tensor_id matmul_add(builder *b, const char *prefix,
+                                const char *name, fdy_tensor_id step,
+                                fdy_tensor_id x, fdy_llama_module module,
+                                int64_t layer, fdy_tensor_id residual,
+                                uint64_t rows, uint64_t out_features) {
+  fdy_tensor_id in[6] = {step, x};
+  linear_views(b, module, layer, in + 2);
+  in[5] = residual;
+  fdy_tensor_id y =
+      activation(b, prefix, name, FDY_DTYPE_F32, rows, out_features);
+  return add_op(b, prefix, name, FDY_OP_MATMUL_ADD_Q4, no_params(), in, 6, y);
+}
+
 static fdy_tensor_id rmsnorm(builder *b, const char *prefix, const char *name,
                              fdy_tensor_id step, fdy_tensor_id x,
                              fdy_tensor_id weight, uint64_t rows) {
-  fdy_op_params p = no_params();
-  p.rmsnorm.eps = b->c->rms_norm_eps;
   fdy_tensor_id in[3] = {step, x, weight};
   fdy_tensor_id y =
       activation(b, prefix, name, FDY_DTYPE_F32, rows, b->c->hidden_size);
-  return add_op(b, prefix, name, FDY_OP_RMSNORM, p, in, 3, y);
+  return add_op(b, prefix, name, FDY_OP_RMSNORM, norm_params(b), in, 3, y);
 }
 
 static fdy_tensor_id binary(builder *b, const char *prefix, const char *name,
@@ -219,7 +271,27 @@ static fdy_tensor_id rope(builder *b, const char *prefix, const char *name,
   return add_op(b, prefix, name, FDY_OP_ROPE, p, in, 2, y);
 }
 
-/* One decoder layer over `rows` rows; returns the new hidden state. */
+/* Attention of one layer over q, k and v (rope on q and k, then the KV
+ * append and causal attention). */
+static fdy_tensor_id attend(builder *b, const char *prefix, fdy_tensor_id step,
+                            fdy_tensor_id q, fdy_tensor_id k, fdy_tensor_id v,
+                            uint32_t l, uint64_t rows) {
+  const fdy_llama_config *c = b->c;
+  uint64_t q_dim = (uint64_t)c->num_heads * c->head_dim;
+  uint64_t kv_dim = (uint64_t)c->num_kv_heads * c->head_dim;
+  fdy_tensor_id qr = rope(b, prefix, "q_rope", step, q, rows, q_dim);
+  fdy_tensor_id kr = rope(b, prefix, "k_rope", step, k, rows, kv_dim);
+  fdy_op_params ap = no_params();
+  ap.attention.heads = c->num_heads;
+  ap.attention.kv_heads = c->num_kv_heads;
+  ap.attention.head_dim = c->head_dim;
+  fdy_tensor_id attn_in[6] = {step, qr, kr, v, b->k_cache[l], b->v_cache[l]};
+  return add_op(b, prefix, "attention", FDY_OP_ATTENTION, ap, attn_in, 6,
+                activation(b, prefix, "attention", FDY_DTYPE_F32, rows, q_dim));
+}
+
+/* One decoder layer over `rows` rows as single ops; returns the new hidden
+ * state. */
 static fdy_tensor_id decoder_layer(builder *b, const char *prefix,
                                    fdy_tensor_id step, fdy_tensor_id h,
                                    uint32_t l, uint64_t rows) {
@@ -238,16 +310,7 @@ static fdy_tensor_id decoder_layer(builder *b, const char *prefix,
       matmul(b, p, "k", step, x, FDY_LLAMA_K_PROJ, l, rows, kv_dim);
   fdy_tensor_id v =
       matmul(b, p, "v", step, x, FDY_LLAMA_V_PROJ, l, rows, kv_dim);
-  fdy_tensor_id qr = rope(b, p, "q_rope", step, q, rows, q_dim);
-  fdy_tensor_id kr = rope(b, p, "k_rope", step, k, rows, kv_dim);
-  fdy_op_params ap = no_params();
-  ap.attention.heads = c->num_heads;
-  ap.attention.kv_heads = c->num_kv_heads;
-  ap.attention.head_dim = c->head_dim;
-  fdy_tensor_id attn_in[6] = {step, qr, kr, v, b->k_cache[l], b->v_cache[l]};
-  fdy_tensor_id attn =
-      add_op(b, p, "attention", FDY_OP_ATTENTION, ap, attn_in, 6,
-             activation(b, p, "attention", FDY_DTYPE_F32, rows, q_dim));
+  fdy_tensor_id attn = attend(b, p, step, q, k, v, l, rows);
   fdy_tensor_id o =
       matmul(b, p, "o", step, attn, FDY_LLAMA_O_PROJ, l, rows, hidden);
   fdy_tensor_id h1 =
@@ -266,9 +329,44 @@ static fdy_tensor_id decoder_layer(builder *b, const char *prefix,
   return binary(b, p, "mlp_residual", FDY_OP_ADD, step, h1, down, rows, hidden);
 }
 
-/* The ops of one step over `rows` rows: embedding, layers, head. */
+/* The same layer in fused ops (the decode chain): [norm + q, k, v] [rope]
+ * [rope] [attention] [o + residual] [norm + gate, up + swiglu] [down +
+ * residual]. */
+static fdy_tensor_id fused_decoder_layer(builder *b, const char *prefix,
+                                         fdy_tensor_id step, fdy_tensor_id h,
+                                         uint32_t l, uint64_t rows) {
+  const fdy_llama_config *c = b->c;
+  uint64_t hidden = c->hidden_size, ffn = c->intermediate_size;
+  uint64_t q_dim = (uint64_t)c->num_heads * c->head_dim;
+  uint64_t kv_dim = (uint64_t)c->num_kv_heads * c->head_dim;
+  char p[PREFIX_MAX_LEN];
+  snprintf(p, sizeof p, "%s.layer.%u", prefix, l);
+  static const fdy_llama_module qkv_modules[3] = {
+      FDY_LLAMA_Q_PROJ, FDY_LLAMA_K_PROJ, FDY_LLAMA_V_PROJ};
+  static const char *const qkv_names[3] = {"q", "k", "v"};
+  uint64_t qkv_features[3] = {q_dim, kv_dim, kv_dim};
+  fdy_tensor_id qkv[3];
+  norm_matmul(b, p, "qkv", step, h,
+              view(b, FDY_LLAMA_INPUT_NORM, FDY_LLAMA_PART_NORM, l),
+              qkv_modules, qkv_names, qkv_features, 3, l, rows, qkv);
+  fdy_tensor_id attn = attend(b, p, step, qkv[0], qkv[1], qkv[2], l, rows);
+  fdy_tensor_id h1 = matmul_add(b, p, "attn_residual", step, attn,
+                                FDY_LLAMA_O_PROJ, l, h, rows, hidden);
+  fdy_tensor_id in[9] = {step, h1,
+                         view(b, FDY_LLAMA_POST_NORM, FDY_LLAMA_PART_NORM, l)};
+  linear_views(b, FDY_LLAMA_GATE_PROJ, l, in + 3);
+  linear_views(b, FDY_LLAMA_UP_PROJ, l, in + 6);
+  fdy_tensor_id act =
+      add_op(b, p, "swiglu", FDY_OP_NORM_SWIGLU_Q4, norm_params(b), in, 9,
+             activation(b, p, "swiglu", FDY_DTYPE_F32, rows, ffn));
+  return matmul_add(b, p, "mlp_residual", step, act, FDY_LLAMA_DOWN_PROJ, l, h1,
+                    rows, hidden);
+}
+
+/* The ops of one step over `rows` rows: embedding, layers, head; in fused
+ * ops when `fused` (the decode step). */
 static void add_step(builder *b, const char *prefix, uint64_t rows,
-                     bool all_logits, fdy_tensor_id *step,
+                     bool all_logits, bool fused, fdy_tensor_id *step,
                      fdy_tensor_id *logits, fdy_tensor_id *next) {
   const fdy_llama_config *c = b->c;
   char name[NAME_MAX_LEN];
@@ -285,7 +383,8 @@ static void add_step(builder *b, const char *prefix, uint64_t rows,
       b, prefix, "embed", FDY_OP_EMBED_Q4, no_params(), in, 4,
       activation(b, prefix, "embed", FDY_DTYPE_F32, rows, c->hidden_size));
   for (uint32_t l = 0; l < c->num_layers; l++) {
-    h = decoder_layer(b, prefix, *step, h, l, rows);
+    h = fused ? fused_decoder_layer(b, prefix, *step, h, l, rows)
+              : decoder_layer(b, prefix, *step, h, l, rows);
   }
   fdy_tensor_id norm = view(b, FDY_LLAMA_FINAL_NORM, FDY_LLAMA_PART_NORM, -1);
   fdy_tensor_id last;
@@ -305,9 +404,17 @@ static void add_step(builder *b, const char *prefix, uint64_t rows,
                  activation(b, prefix, "last_hidden", FDY_DTYPE_F32, 1,
                             c->hidden_size));
     }
-    fdy_tensor_id x = rmsnorm(b, prefix, "final_norm", *step, h, norm, 1);
-    *logits = matmul(b, prefix, "logits", *step, x, FDY_LLAMA_LM_HEAD, -1, 1,
-                     c->vocab_size);
+    if (fused) {
+      static const fdy_llama_module head[1] = {FDY_LLAMA_LM_HEAD};
+      static const char *const names[1] = {"logits"};
+      uint64_t features[1] = {c->vocab_size};
+      norm_matmul(b, prefix, "logits", *step, h, norm, head, names, features, 1,
+                  -1, 1, logits);
+    } else {
+      fdy_tensor_id x = rmsnorm(b, prefix, "final_norm", *step, h, norm, 1);
+      *logits = matmul(b, prefix, "logits", *step, x, FDY_LLAMA_LM_HEAD, -1, 1,
+                       c->vocab_size);
+    }
     last = *logits;
   }
   *next = add_op(b, prefix, "next", FDY_OP_ARGMAX, no_params(), &last, 1,
@@ -396,13 +503,13 @@ fdy_status fdy_llama_graph(const fdy_llama_model *model,
   fdy_llama_graph_io ids;
   memset(&ids, 0, sizeof ids);
   ids.prefill_first_op = 0;
-  add_step(&b, "prefill", options->prefill_rows, options->all_logits,
+  add_step(&b, "prefill", options->prefill_rows, options->all_logits, false,
            &ids.prefill_step, &ids.prefill_logits, &ids.prefill_next);
   if (b.st == FDY_OK) {
     ids.prefill_op_count = (uint32_t)fdy_graph_op_count(b.g);
     ids.decode_first_op = ids.prefill_op_count;
   }
-  add_step(&b, "decode", 1, false, &ids.decode_step, &ids.decode_logits,
+  add_step(&b, "decode", 1, false, true, &ids.decode_step, &ids.decode_logits,
            &ids.decode_next);
   if (b.st == FDY_OK) {
     ids.decode_op_count =

@@ -131,6 +131,8 @@ static const field attention_params[] = {
 static const field_table op_params[FDY_OP_KIND_COUNT] = {
     [FDY_OP_CHECKSUM] = TABLE(checksum_params),
     [FDY_OP_RMSNORM] = TABLE(rmsnorm_params),
+    [FDY_OP_NORM_MATMUL_Q4] = TABLE(rmsnorm_params),
+    [FDY_OP_NORM_SWIGLU_Q4] = TABLE(rmsnorm_params),
     [FDY_OP_ROPE] = TABLE(rope_params),
     [FDY_OP_ATTENTION] = TABLE(attention_params),
 };

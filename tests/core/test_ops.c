@@ -105,6 +105,44 @@ static fdy_op valid_op(fdy_op_kind kind) {
     op.inputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(3, 1000));
     op.outputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(3));
     break;
+  case FDY_OP_NORM_MATMUL_Q4: /* q, k and v: 96, 32 and 32 outputs */
+    op.input_count = 12;
+    op.output_count = 3;
+    op.inputs[0] = step_view(2);
+    op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(4, 256));
+    op.inputs[2] = view(FDY_DTYPE_BF16, FDY_SHAPE(256));
+    for (uint32_t j = 0; j < 3; j++) {
+      uint64_t rows = j == 0 ? 96 : 32;
+      op.inputs[3 + 3 * j] = view(FDY_DTYPE_U32, FDY_SHAPE(rows, 32));
+      op.inputs[4 + 3 * j] = view(FDY_DTYPE_F16, FDY_SHAPE(rows, 8));
+      op.inputs[5 + 3 * j] = view(FDY_DTYPE_F16, FDY_SHAPE(rows, 8));
+      op.outputs[j] = view(FDY_DTYPE_F32, FDY_SHAPE(4, rows));
+    }
+    op.params.rmsnorm.eps = 1e-5;
+    break;
+  case FDY_OP_NORM_SWIGLU_Q4:
+    op.input_count = 9;
+    op.inputs[0] = step_view(2);
+    op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(4, 256));
+    op.inputs[2] = view(FDY_DTYPE_F16, FDY_SHAPE(256));
+    for (uint32_t j = 0; j < 2; j++) {
+      op.inputs[3 + 3 * j] = view(FDY_DTYPE_U32, FDY_SHAPE(80, 32));
+      op.inputs[4 + 3 * j] = view(FDY_DTYPE_BF16, FDY_SHAPE(80, 4));
+      op.inputs[5 + 3 * j] = view(FDY_DTYPE_BF16, FDY_SHAPE(80, 4));
+    }
+    op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(4, 80));
+    op.params.rmsnorm.eps = 1e-6;
+    break;
+  case FDY_OP_MATMUL_ADD_Q4:
+    op.input_count = 6;
+    op.inputs[0] = step_view(2);
+    op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(4, 256));
+    op.inputs[2] = view(FDY_DTYPE_U32, FDY_SHAPE(96, 32));
+    op.inputs[3] = view(FDY_DTYPE_F16, FDY_SHAPE(96, 2));
+    op.inputs[4] = view(FDY_DTYPE_F16, FDY_SHAPE(96, 2));
+    op.inputs[5] = view(FDY_DTYPE_F32, FDY_SHAPE(4, 96));
+    op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(4, 96));
+    break;
   case FDY_OP_KIND_COUNT:
     fail();
   }
@@ -230,13 +268,30 @@ static void test_counts(void **state) {
     assert_int_equal(err.ids[0], PARAM);
     assert_int_equal(err.actual, 0);
     op = valid_op((fdy_op_kind)k);
+    uint32_t outputs = op.output_count;
     op.output_count = 0;
     assert_int_equal(fdy_op_check(&op, &err), FDY_ERR_INVALID_ARGUMENT);
-    assert_int_equal(err.expected, 1);
+    assert_int_equal(err.expected, outputs);
     assert_int_equal(err.actual, 0);
     op.output_count = 2;
     assert_int_equal(fdy_op_check(&op, &err), FDY_ERR_INVALID_ARGUMENT);
   }
+  /* NORM_MATMUL_Q4: whole weights, one output each */
+  fdy_op fused = valid_op(FDY_OP_NORM_MATMUL_Q4);
+  fused.input_count = 10;
+  assert_int_equal(fdy_op_check(&fused, &err), FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(err.ids[0], PARAM);
+  assert_int_equal(err.actual, 10);
+  assert_string_equal(err.name, "norm_matmul_q4");
+  fused.input_count = 9; /* two weights, three outputs */
+  assert_int_equal(fdy_op_check(&fused, &err), FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(err.expected, 2);
+  assert_int_equal(err.actual, 3);
+  fused.output_count = 2;
+  expect_ok(&fused);
+  fused.input_count = 6;
+  fused.output_count = 1;
+  expect_ok(&fused);
   fdy_op op = valid_op(FDY_OP_ADD);
   op.input_count = 2;
   assert_int_equal(fdy_op_check(&op, &err), FDY_ERR_INVALID_ARGUMENT);
@@ -507,6 +562,76 @@ static void test_row_kind_relations(void **state) {
   expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 1);
 }
 
+static void test_fused_relations(void **state) {
+  (void)state;
+  /* NORM_MATMUL_Q4: the norm's width, each weight against its output, the
+   * weights' shared groups and scale dtype, eps */
+  fdy_op op = valid_op(FDY_OP_NORM_MATMUL_Q4);
+  op.inputs[2].shape.dims[0] = 255;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 2);
+  op = valid_op(FDY_OP_NORM_MATMUL_Q4);
+  op.inputs[0].shape.dims[0] = 1;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 0);
+  op = valid_op(FDY_OP_NORM_MATMUL_Q4);
+  op.params.rmsnorm.eps = NAN;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, PARAM);
+  op.params.rmsnorm.eps = -1.0;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, PARAM);
+  op = valid_op(FDY_OP_NORM_MATMUL_Q4);
+  op.inputs[6].shape.dims[0] = 33; /* k's weight against its 32 outputs */
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 6);
+  op = valid_op(FDY_OP_NORM_MATMUL_Q4);
+  op.outputs[2].shape.dims[1] = 31;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 9);
+  op = valid_op(FDY_OP_NORM_MATMUL_Q4);
+  op.outputs[1].shape.dims[0] = 3;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 13);
+  op = valid_op(FDY_OP_NORM_MATMUL_Q4);
+  op.inputs[10].shape.dims[1] = 4; /* v in groups of 64, q in 32 */
+  op.inputs[11].shape.dims[1] = 4;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 10);
+  op = valid_op(FDY_OP_NORM_MATMUL_Q4);
+  op.inputs[7].dtype = FDY_DTYPE_BF16;
+  op.inputs[8].dtype = FDY_DTYPE_BF16;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 7);
+  op = valid_op(FDY_OP_NORM_MATMUL_Q4);
+  op.inputs[5].dtype = FDY_DTYPE_BF16; /* biases unlike their scales */
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 5);
+  /* NORM_SWIGLU_Q4: gate and up both of the output's width, alike */
+  op = valid_op(FDY_OP_NORM_SWIGLU_Q4);
+  op.inputs[2].shape.dims[0] = 128;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 2);
+  op = valid_op(FDY_OP_NORM_SWIGLU_Q4);
+  op.inputs[3].shape.dims[0] = 81;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 3);
+  op = valid_op(FDY_OP_NORM_SWIGLU_Q4);
+  op.inputs[6].shape.dims[0] = 79;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 6);
+  op = valid_op(FDY_OP_NORM_SWIGLU_Q4);
+  op.inputs[7].shape.dims[1] = 8;
+  op.inputs[8].shape.dims[1] = 8;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 7);
+  op = valid_op(FDY_OP_NORM_SWIGLU_Q4);
+  op.outputs[0].shape.dims[0] = 5;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 9);
+  op = valid_op(FDY_OP_NORM_SWIGLU_Q4);
+  op.params.rmsnorm.eps = INFINITY;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, PARAM);
+  /* MATMUL_ADD_Q4: the residual is shaped like the output */
+  op = valid_op(FDY_OP_MATMUL_ADD_Q4);
+  op.inputs[5].shape.dims[1] = 95;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 5);
+  op = valid_op(FDY_OP_MATMUL_ADD_Q4);
+  op.inputs[5].shape.dims[0] = 3;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 5);
+  op = valid_op(FDY_OP_MATMUL_ADD_Q4);
+  op.inputs[2].shape.dims[0] = 95;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 2);
+  op = valid_op(FDY_OP_MATMUL_ADD_Q4);
+  op.outputs[0].shape.dims[0] = 3;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 6);
+}
+
 /* Plain rope: theta^(-2j/d). llama3: short wavelengths kept, long ones
  * divided by factor, the band between interpolated. */
 static void test_rope_inverse_frequency(void **state) {
@@ -550,6 +675,7 @@ int main(void) {
       cmocka_unit_test(test_rope_relations),
       cmocka_unit_test(test_attention_relations),
       cmocka_unit_test(test_row_kind_relations),
+      cmocka_unit_test(test_fused_relations),
       cmocka_unit_test(test_rope_inverse_frequency),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -5,7 +5,8 @@
  * in-place updated caches) must be bitwise identical; rows beyond the step
  * count stay poisoned. Also: argmax ties, the checksum chain, F16 KV
  * caches, a 1-row matmul equal to the same row of a 7-row one, step values
- * outside the table or cache, supports_op and the workspace contract. */
+ * outside the table or cache, supports_op and the workspace contract. The
+ * fused kinds must equal the sequences of single ops they replace bitwise. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -237,7 +238,7 @@ static void run_on(int k, const fdy_op *op_in, void **data) {
   fdy_backend_stream *s = fx.stream[k];
   fdy_op op = *op_in;
   uint32_t n = op.input_count + op.output_count;
-  uint64_t offsets[8];
+  uint64_t offsets[FDY_OP_MAX_INPUTS + FDY_OP_MAX_OUTPUTS];
   uint64_t at = 256;
   for (uint32_t i = 0; i < n; i++) {
     offsets[i] = at;
@@ -278,8 +279,9 @@ static void run_on(int k, const fdy_op *op_in, void **data) {
 static void run_everywhere(const fdy_op *op_in, void **data) {
   fdy_op op = *op_in;
   uint32_t n = op.input_count + op.output_count;
-  void *initial[8], *work[8];
-  uint64_t bytes[8];
+  void *initial[FDY_OP_MAX_INPUTS + FDY_OP_MAX_OUTPUTS];
+  void *work[FDY_OP_MAX_INPUTS + FDY_OP_MAX_OUTPUTS];
+  uint64_t bytes[FDY_OP_MAX_INPUTS + FDY_OP_MAX_OUTPUTS];
   assert_true(fdy_op_check(&op, NULL) == FDY_OK);
   for (uint32_t i = 0; i < n; i++) {
     bytes[i] = view_bytes(operand(&op, i));
@@ -991,14 +993,200 @@ static void test_workspace(void **state) {
   b->ops->buffer_release(b, buf);
 }
 
+/* ---- fused kinds -----------------------------------------------------------
+ */
+
+/* Operands of the fused cases: x with its norm weight, three quantized
+ * weights (the second and third alike in shape, as gate and up), and a
+ * residual shaped like the first weight's output. */
+typedef struct fused_data {
+  uint32_t rows, in, group;
+  int32_t count;
+  fdy_dtype dtype;
+  int32_t *step;
+  float *x, *residual;
+  uint16_t *norm;
+  uint32_t out[3];
+  uint32_t *weight[3];
+  uint16_t *scales[3], *biases[3];
+} fused_data;
+
+/* An op of kind over step and x of f, with room for more operands. */
+static fdy_op fused_base(fdy_op_kind kind, const fused_data *f,
+                         const fdy_tensor_view *x) {
+  fdy_op op = {.kind = kind, .output_count = 1};
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[1] = x ? *x : view(FDY_DTYPE_F32, FDY_SHAPE(f->rows, f->in));
+  op.params.rmsnorm.eps = 1e-5;
+  return op;
+}
+
+/* Weight j of f as inputs at, at + 1, at + 2 (data alike). */
+static void put_weight(fdy_op *op, void **data, uint32_t at,
+                       const fused_data *f, uint32_t j) {
+  op->inputs[at] = view(FDY_DTYPE_U32, FDY_SHAPE(f->out[j], f->in / 8));
+  op->inputs[at + 1] = view(f->dtype, FDY_SHAPE(f->out[j], f->in / f->group));
+  op->inputs[at + 2] = op->inputs[at + 1];
+  data[at] = f->weight[j];
+  data[at + 1] = f->scales[j];
+  data[at + 2] = f->biases[j];
+}
+
+static fdy_tensor_view rows_view(const fused_data *f, uint32_t width) {
+  return view(FDY_DTYPE_F32, FDY_SHAPE(f->rows, width));
+}
+
+/* y = x W_j^T by MATMUL_Q4 (x of f's shape). */
+static float *single_matmul(const fused_data *f, const float *x, uint32_t j) {
+  float *y = poisoned((uint64_t)f->rows * f->out[j]);
+  fdy_op op = fused_base(FDY_OP_MATMUL_Q4, f, NULL);
+  void *data[6] = {f->step, (void *)x};
+  op.input_count = 5;
+  put_weight(&op, data, 2, f, j);
+  op.outputs[0] = rows_view(f, f->out[j]);
+  data[5] = y;
+  run_everywhere(&op, data);
+  return y;
+}
+
+/* SWIGLU (a, b) or ADD (a + b) of two [rows, width] tensors. */
+static float *single_binary(const fused_data *f, fdy_op_kind kind,
+                            const float *a, const float *b, uint32_t width) {
+  float *out = poisoned((uint64_t)f->rows * width);
+  fdy_tensor_view v = rows_view(f, width);
+  fdy_op op = fused_base(kind, f, &v);
+  op.input_count = 3;
+  op.inputs[2] = v;
+  op.outputs[0] = v;
+  void *data[4] = {f->step, (void *)a, (void *)b, out};
+  run_everywhere(&op, data);
+  return out;
+}
+
+static void expect_same_bits(const float *a, const float *b, uint64_t n) {
+  if (memcmp(a, b, n * sizeof *a) != 0) {
+    print_error("the fused op differs from the single ops\n");
+    fail();
+  }
+}
+
+static void fused_case(uint32_t rows, int32_t count, uint32_t in,
+                       uint32_t group, fdy_dtype dtype, const uint32_t out[3]) {
+  fused_data f = {
+      .rows = rows, .in = in, .group = group, .count = count, .dtype = dtype};
+  f.step = make_step(count, 0, 0);
+  f.x = random_floats((uint64_t)rows * in);
+  f.residual = random_floats((uint64_t)rows * out[0]);
+  f.norm = random_halves(in, dtype, 0.5f, 1.5f);
+  for (uint32_t j = 0; j < 3; j++) {
+    f.out[j] = out[j];
+    f.weight[j] = random_words((uint64_t)out[j] * in / 8);
+    f.scales[j] =
+        random_halves((uint64_t)out[j] * in / group, dtype, 0.001f, 0.02f);
+    f.biases[j] =
+        random_halves((uint64_t)out[j] * in / group, dtype, -0.1f, -0.01f);
+  }
+  /* the single ops */
+  float *normed = poisoned((uint64_t)rows * in);
+  fdy_op norm = fused_base(FDY_OP_RMSNORM, &f, NULL);
+  norm.input_count = 3;
+  norm.inputs[2] = view(dtype, FDY_SHAPE(in));
+  norm.outputs[0] = rows_view(&f, in);
+  void *norm_data[4] = {f.step, f.x, f.norm, normed};
+  run_everywhere(&norm, norm_data);
+  float *y[3];
+  for (uint32_t j = 0; j < 3; j++) {
+    y[j] = single_matmul(&f, normed, j);
+  }
+  float *act = single_binary(&f, FDY_OP_SWIGLU, y[1], y[2], out[1]);
+  float *projected = single_matmul(&f, f.x, 0);
+  float *sum = single_binary(&f, FDY_OP_ADD, f.residual, projected, out[0]);
+
+  /* NORM_MATMUL_Q4 of 1, 2 and 3 weights */
+  for (uint32_t weights = 1; weights <= 3; weights++) {
+    fdy_op op = fused_base(FDY_OP_NORM_MATMUL_Q4, &f, NULL);
+    void *data[FDY_OP_MAX_INPUTS + FDY_OP_MAX_OUTPUTS] = {f.step, f.x, f.norm};
+    op.input_count = 3 + 3 * weights;
+    op.output_count = weights;
+    op.inputs[2] = view(dtype, FDY_SHAPE(in));
+    for (uint32_t j = 0; j < weights; j++) {
+      put_weight(&op, data, 3 + 3 * j, &f, j);
+      op.outputs[j] = rows_view(&f, out[j]);
+      data[op.input_count + j] = poisoned((uint64_t)rows * out[j]);
+    }
+    run_everywhere(&op, data);
+    for (uint32_t j = 0; j < weights; j++) {
+      expect_same_bits(data[op.input_count + j], y[j], (uint64_t)rows * out[j]);
+      free(data[op.input_count + j]);
+    }
+  }
+  /* NORM_SWIGLU_Q4: weights 1 and 2 as gate and up */
+  fdy_op op = fused_base(FDY_OP_NORM_SWIGLU_Q4, &f, NULL);
+  void *data[FDY_OP_MAX_INPUTS + FDY_OP_MAX_OUTPUTS] = {f.step, f.x, f.norm};
+  op.input_count = 9;
+  op.inputs[2] = view(dtype, FDY_SHAPE(in));
+  put_weight(&op, data, 3, &f, 1);
+  put_weight(&op, data, 6, &f, 2);
+  op.outputs[0] = rows_view(&f, out[1]);
+  data[9] = poisoned((uint64_t)rows * out[1]);
+  run_everywhere(&op, data);
+  expect_same_bits(data[9], act, (uint64_t)rows * out[1]);
+  free(data[9]);
+  /* MATMUL_ADD_Q4: x W_0^T + residual */
+  op = fused_base(FDY_OP_MATMUL_ADD_Q4, &f, NULL);
+  data[0] = f.step;
+  data[1] = f.x;
+  op.input_count = 6;
+  put_weight(&op, data, 2, &f, 0);
+  op.inputs[5] = rows_view(&f, out[0]);
+  op.outputs[0] = rows_view(&f, out[0]);
+  data[5] = f.residual;
+  data[6] = poisoned((uint64_t)rows * out[0]);
+  run_everywhere(&op, data);
+  expect_same_bits(data[6], sum, (uint64_t)rows * out[0]);
+  free(data[6]);
+
+  free(normed);
+  for (uint32_t j = 0; j < 3; j++) {
+    free(y[j]);
+    free(f.weight[j]);
+    free(f.scales[j]);
+    free(f.biases[j]);
+  }
+  free(act);
+  free(projected);
+  free(sum);
+  free(f.step);
+  free(f.x);
+  free(f.residual);
+  free(f.norm);
+}
+
+/* The decode shape (one row), several rows with the count below them (the
+ * rows past it stay poisoned alike), groups of 32 (a short last block), 64
+ * and 128, F16 and BF16. */
+static void test_fused_equal_single_ops(void **state) {
+  (void)state;
+  fused_case(1, 1, 256, 64, FDY_DTYPE_BF16, (const uint32_t[]){96, 32, 32});
+  fused_case(3, 2, 96, 32, FDY_DTYPE_F16, (const uint32_t[]){40, 24, 24});
+  fused_case(5, 5, 384, 128, FDY_DTYPE_F16, (const uint32_t[]){64, 48, 48});
+  fused_case(2, 0, 128, 32, FDY_DTYPE_BF16, (const uint32_t[]){16, 8, 8});
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_checksum),       cmocka_unit_test(test_embed),
-      cmocka_unit_test(test_rmsnorm),        cmocka_unit_test(test_matmul),
-      cmocka_unit_test(test_rope),           cmocka_unit_test(test_attention),
-      cmocka_unit_test(test_swiglu_and_add), cmocka_unit_test(test_last_row),
-      cmocka_unit_test(test_argmax),         cmocka_unit_test(test_supports_op),
+      cmocka_unit_test(test_checksum),
+      cmocka_unit_test(test_embed),
+      cmocka_unit_test(test_rmsnorm),
+      cmocka_unit_test(test_matmul),
+      cmocka_unit_test(test_rope),
+      cmocka_unit_test(test_attention),
+      cmocka_unit_test(test_swiglu_and_add),
+      cmocka_unit_test(test_last_row),
+      cmocka_unit_test(test_argmax),
+      cmocka_unit_test(test_supports_op),
       cmocka_unit_test(test_workspace),
+      cmocka_unit_test(test_fused_equal_single_ops),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

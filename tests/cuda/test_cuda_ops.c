@@ -33,6 +33,11 @@
  * events, never asserted). A prefill matmul launched without its workspace
  * fails with FDY_ERR_INVALID_ARGUMENT.
  *
+ * The fused decode kinds (NORM_MATMUL_Q4 of 1 to 3 weights, NORM_SWIGLU_Q4,
+ * MATMUL_ADD_Q4) at the llama-3.2-3b decode shapes and small ones, every
+ * group size, both scale dtypes, a count of 0 (outputs untouched), and
+ * supports_op refusing them for more than one row.
+ *
  * End to end: fdy_llama_verify through a session on the CUDA backend for
  * every fixture (F32 and F16 KV caches within HALF_BOUND, greedy ids
  * identical), and the logits of CPU and CUDA sessions on a 64-token prompt
@@ -1215,6 +1220,152 @@ static void test_gemv_shapes(void **state) {
   q4_free(&one_chunk);
 }
 
+/* ---- fused decode kinds -----------------------------------------------------
+ */
+
+/* x of one row and its norm weight, q4 matrices a (for NORM_MATMUL_Q4 and
+ * MATMUL_ADD_Q4), b and c of one shape (b, c as gate and up), all over
+ * `in` inputs; a residual shaped like a's output. */
+static void fused_case(const char *label, uint32_t in, uint32_t out_a,
+                       uint32_t out_bc, uint32_t group, fdy_dtype dtype,
+                       int32_t count) {
+  int32_t *step = make_step(count, 0, 0);
+  float *x = random_floats(in);
+  uint16_t *norm = random_halves(in, dtype, false, -1);
+  float *residual = random_floats(out_a);
+  q4_matrix m[3] = {q4_random(out_a, in, group, dtype),
+                    q4_random(out_bc, in, group, dtype),
+                    q4_random(out_bc, in, group, dtype)};
+  uint32_t active = active_rows(count, 1);
+  char what[160];
+  /* NORM_MATMUL_Q4 of 3 and of 1 weights */
+  const uint32_t weight_counts[2] = {3, 1};
+  for (size_t w = 0; w < 2; w++) {
+    uint32_t weights = weight_counts[w];
+    fdy_op op = {.kind = FDY_OP_NORM_MATMUL_Q4,
+                 .input_count = 3 + 3 * weights,
+                 .output_count = weights};
+    void *data[FDY_OP_MAX_INPUTS + FDY_OP_MAX_OUTPUTS] = {step, x, norm};
+    op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+    op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(1, in));
+    op.inputs[2] = view(dtype, FDY_SHAPE(in));
+    op.params.rmsnorm.eps = 1e-5;
+    for (uint32_t j = 0; j < weights; j++) {
+      op.inputs[3 + 3 * j] = view(FDY_DTYPE_U32, FDY_SHAPE(m[j].out, in / 8));
+      op.inputs[4 + 3 * j] = view(dtype, FDY_SHAPE(m[j].out, in / group));
+      op.inputs[5 + 3 * j] = op.inputs[4 + 3 * j];
+      op.outputs[j] = view(FDY_DTYPE_F32, FDY_SHAPE(1, m[j].out));
+      data[3 + 3 * j] = m[j].words;
+      data[4 + 3 * j] = m[j].scales;
+      data[5 + 3 * j] = m[j].biases;
+      data[op.input_count + j] = poisoned(m[j].out);
+    }
+    results r = run_both(&op, data);
+    for (uint32_t j = 0; j < weights; j++) {
+      uint32_t o = op.input_count + j;
+      snprintf(what, sizeof what, "norm_matmul_q4 %s in %u out%u %u g%u %s, %d",
+               label, in, j, m[j].out, group, fdy_dtype_name(dtype), count);
+      if (active > 0) {
+        expect_close(what, r.cpu[o], r.gpu[o], m[j].out, REDUCTION_BOUND);
+      }
+      expect_untouched(what, r.gpu[o], active, 1, m[j].out);
+      free(data[o]);
+    }
+    free_results(&r);
+    op.inputs[1].shape = FDY_SHAPE(2, in);
+    for (uint32_t j = 0; j < weights; j++) {
+      op.outputs[j].shape = FDY_SHAPE(2, m[j].out);
+    }
+    assert_false(gpu.b->ops->supports_op(gpu.b, &op));
+  }
+  /* NORM_SWIGLU_Q4: b and c as gate and up */
+  fdy_op op = {
+      .kind = FDY_OP_NORM_SWIGLU_Q4, .input_count = 9, .output_count = 1};
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(1, in));
+  op.inputs[2] = view(dtype, FDY_SHAPE(in));
+  op.params.rmsnorm.eps = 1e-5;
+  for (uint32_t j = 0; j < 2; j++) {
+    op.inputs[3 + 3 * j] = view(FDY_DTYPE_U32, FDY_SHAPE(out_bc, in / 8));
+    op.inputs[4 + 3 * j] = view(dtype, FDY_SHAPE(out_bc, in / group));
+    op.inputs[5 + 3 * j] = op.inputs[4 + 3 * j];
+  }
+  op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(1, out_bc));
+  float *act = poisoned(out_bc);
+  void *swiglu_data[] = {step,        x,           norm,       m[1].words,
+                         m[1].scales, m[1].biases, m[2].words, m[2].scales,
+                         m[2].biases, act};
+  results r = run_both(&op, swiglu_data);
+  snprintf(what, sizeof what, "norm_swiglu_q4 %s in %u out %u g%u %s, %d",
+           label, in, out_bc, group, fdy_dtype_name(dtype), count);
+  if (active > 0) {
+    expect_close(what, r.cpu[9], r.gpu[9], out_bc, REDUCTION_BOUND);
+  }
+  expect_untouched(what, r.gpu[9], active, 1, out_bc);
+  free_results(&r);
+  op.inputs[1].shape = FDY_SHAPE(2, in);
+  op.outputs[0].shape = FDY_SHAPE(2, out_bc);
+  assert_false(gpu.b->ops->supports_op(gpu.b, &op));
+  /* MATMUL_ADD_Q4: residual + x A^T */
+  op = (fdy_op){
+      .kind = FDY_OP_MATMUL_ADD_Q4, .input_count = 6, .output_count = 1};
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(1, in));
+  op.inputs[2] = view(FDY_DTYPE_U32, FDY_SHAPE(out_a, in / 8));
+  op.inputs[3] = view(dtype, FDY_SHAPE(out_a, in / group));
+  op.inputs[4] = op.inputs[3];
+  op.inputs[5] = view(FDY_DTYPE_F32, FDY_SHAPE(1, out_a));
+  op.outputs[0] = op.inputs[5];
+  float *sum = poisoned(out_a);
+  void *add_data[] = {step,        x,        m[0].words, m[0].scales,
+                      m[0].biases, residual, sum};
+  r = run_both(&op, add_data);
+  snprintf(what, sizeof what, "matmul_add_q4 %s in %u out %u g%u %s, %d", label,
+           in, out_a, group, fdy_dtype_name(dtype), count);
+  if (active > 0) {
+    expect_close(what, r.cpu[6], r.gpu[6], out_a, REDUCTION_BOUND);
+  }
+  expect_untouched(what, r.gpu[6], active, 1, out_a);
+  free_results(&r);
+  op.inputs[1].shape = FDY_SHAPE(2, in);
+  op.inputs[5].shape = FDY_SHAPE(2, out_a);
+  op.outputs[0].shape = FDY_SHAPE(2, out_a);
+  assert_false(gpu.b->ops->supports_op(gpu.b, &op));
+  for (uint32_t j = 0; j < 3; j++) {
+    q4_free(&m[j]);
+  }
+  free(step);
+  free(x);
+  free(norm);
+  free(residual);
+  free(act);
+  free(sum);
+}
+
+/* llama-3.2-3b's decode layer (q 3072 with k, v 1024 from hidden 3072;
+ * gate/up 8192; down 8192 -> 3072 and o 3072 -> 3072 with the residual),
+ * the fixtures' widths, a short last block (in 96, group 32). */
+static void test_fused_shapes(void **state) {
+  (void)state;
+  const uint32_t groups[] = {32, 64, 128};
+  const fdy_dtype dtypes[] = {FDY_DTYPE_F16, FDY_DTYPE_BF16};
+  for (size_t g = 0; g < 3; g++) {
+    for (size_t d = 0; d < 2; d++) {
+      if (!small_shapes()) {
+        fused_case("llama-3.2-3b attention", 3072, 3072, 1024, groups[g],
+                   dtypes[d], 1);
+        fused_case("llama-3.2-3b mlp", 3072, 3072, 8192, groups[g], dtypes[d],
+                   1);
+        fused_case("llama-3.2-3b down", 8192, 3072, 3072, groups[g], dtypes[d],
+                   1);
+      }
+      fused_case("fixture", 256, 256, 64, groups[g], dtypes[d], 1);
+    }
+  }
+  fused_case("short block", 96, 40, 24, 32, FDY_DTYPE_BF16, 1);
+  fused_case("count 0", 256, 256, 64, 64, FDY_DTYPE_F16, 0);
+}
+
 /* Shapes off the models' grid: counts of 0, below 0 and above the rows,
  * widths that are not multiples of 4, outputs not a multiple of 64, inputs
  * not a multiple of 64 (group 32), a single-row GEMV with a count of 0,
@@ -1458,6 +1609,7 @@ int main(void) {
       cmocka_unit_test(test_attention_positions),
       cmocka_unit_test(test_prefill_needs_workspace),
       cmocka_unit_test(test_prefill_matmul),
+      cmocka_unit_test(test_fused_shapes),
       cmocka_unit_test(test_fixture_shapes),
       cmocka_unit_test(test_llama32_3b_shapes),
       cmocka_unit_test(test_verify_fixtures),

@@ -337,24 +337,44 @@ static uint64_t expect_unit(const fdy_graph *g, const char *name,
   return padding;
 }
 
-/* The kinds of one step's ops: the embedding, 15 per decoder layer and the
+/* Ops per decoder layer of the prefill (single ops) and of the decode step
+ * (fused ops). */
+#define LAYER_OPS       15
+#define FUSED_LAYER_OPS 7
+
+/* The kinds of one step's ops: the embedding, the decoder layers and the
  * head (the last row first when a multi-row step takes the last row's
- * logits only; last row after the LM head when every row has logits). */
+ * logits only; last row after the LM head when every row has logits). The
+ * fused decode step normalizes inside its matmuls. */
 static size_t step_kinds(uint32_t layers, uint32_t rows, bool all_logits,
-                         fdy_op_kind *out) {
-  static const fdy_op_kind layer[15] = {
+                         bool fused, fdy_op_kind *out) {
+  static const fdy_op_kind layer[LAYER_OPS] = {
       FDY_OP_RMSNORM, FDY_OP_MATMUL_Q4, FDY_OP_MATMUL_Q4, FDY_OP_MATMUL_Q4,
       FDY_OP_ROPE,    FDY_OP_ROPE,      FDY_OP_ATTENTION, FDY_OP_MATMUL_Q4,
       FDY_OP_ADD,     FDY_OP_RMSNORM,   FDY_OP_MATMUL_Q4, FDY_OP_MATMUL_Q4,
       FDY_OP_SWIGLU,  FDY_OP_MATMUL_Q4, FDY_OP_ADD};
+  static const fdy_op_kind fused_layer[FUSED_LAYER_OPS] = {
+      FDY_OP_NORM_MATMUL_Q4, FDY_OP_ROPE,          FDY_OP_ROPE,
+      FDY_OP_ATTENTION,      FDY_OP_MATMUL_ADD_Q4, FDY_OP_NORM_SWIGLU_Q4,
+      FDY_OP_MATMUL_ADD_Q4};
   size_t n = 0;
   out[n++] = FDY_OP_EMBED_Q4;
   for (uint32_t l = 0; l < layers; l++) {
-    memcpy(out + n, layer, sizeof layer);
-    n += 15;
+    if (fused) {
+      memcpy(out + n, fused_layer, sizeof fused_layer);
+      n += FUSED_LAYER_OPS;
+    } else {
+      memcpy(out + n, layer, sizeof layer);
+      n += LAYER_OPS;
+    }
   }
   if (!all_logits && rows > 1) {
     out[n++] = FDY_OP_LAST_ROW;
+  }
+  if (fused) {
+    out[n++] = FDY_OP_NORM_MATMUL_Q4;
+    out[n++] = FDY_OP_ARGMAX;
+    return n;
   }
   out[n++] = FDY_OP_RMSNORM;
   out[n++] = FDY_OP_MATMUL_Q4;
@@ -371,10 +391,11 @@ static size_t step_kinds(uint32_t layers, uint32_t rows, bool all_logits,
  * appends to. */
 static void expect_step(const fdy_graph *g, const fdy_llama_config *c,
                         const char *prefix, uint32_t first, uint32_t count,
-                        fdy_tensor_id step, uint32_t rows, bool all_logits) {
+                        fdy_tensor_id step, uint32_t rows, bool all_logits,
+                        bool fused) {
   fdy_op_kind kinds[16 * 8 + 8];
   assert_true(c->num_layers <= 8);
-  size_t n = step_kinds(c->num_layers, rows, all_logits, kinds);
+  size_t n = step_kinds(c->num_layers, rows, all_logits, fused, kinds);
   assert_int_equal(count, n);
   size_t prefix_len = strlen(prefix);
   uint32_t attention = 0;
@@ -386,7 +407,8 @@ static void expect_step(const fdy_graph *g, const fdy_llama_config *c,
     if (op.kind != FDY_OP_ARGMAX) {
       assert_int_equal(op.reads[0].v, step.v);
     }
-    bool in_layer = i > 0 && i <= 15 * c->num_layers;
+    bool in_layer =
+        i > 0 && i <= (fused ? FUSED_LAYER_OPS : LAYER_OPS) * c->num_layers;
     fdy_tensor_info out = tensor_at(g, op.writes[0]);
     if (i == 0 || in_layer) {
       assert_int_equal(out.role, FDY_TENSOR_ACTIVATION);
@@ -470,9 +492,9 @@ static void expect_graph(const fdy_llama_model *m, const fdy_graph *g,
   assert_int_equal(io->prefill_op_count + io->decode_op_count,
                    fdy_graph_op_count(g));
   expect_step(g, c, "prefill", io->prefill_first_op, io->prefill_op_count,
-              io->prefill_step, o->prefill_rows, o->all_logits);
+              io->prefill_step, o->prefill_rows, o->all_logits, false);
   expect_step(g, c, "decode", io->decode_first_op, io->decode_op_count,
-              io->decode_step, 1, false);
+              io->decode_step, 1, false, true);
   expect_io_tensor(g, io->prefill_step, FDY_TENSOR_INPUT, FDY_DTYPE_I32,
                    FDY_SHAPE(FDY_STEP_IDS + o->prefill_rows));
   expect_io_tensor(g, io->decode_step, FDY_TENSOR_INPUT, FDY_DTYPE_I32,
@@ -489,21 +511,34 @@ static void expect_graph(const fdy_llama_model *m, const fdy_graph *g,
   /* the LM head: the embedding's views when tied, the head's own else */
   const fdy_llama_qlinear *lm = fdy_llama_lm_head(m);
   const char *logits_ops[2] = {"prefill.logits", "decode.logits"};
+  /* the decode step's LM head normalizes: its weight follows the norm */
+  const fdy_op_kind logits_kinds[2] = {FDY_OP_MATMUL_Q4, FDY_OP_NORM_MATMUL_Q4};
+  const uint32_t weight_at[2] = {2, 3};
   for (int s = 0; s < 2; s++) {
     fdy_op_info op = op_named(g, logits_ops[s]);
-    assert_int_equal(op.kind, FDY_OP_MATMUL_Q4);
-    assert_int_equal(op.reads[2].v, tensor_named(g, lm->weight->name).v);
-    assert_int_equal(op.reads[3].v, tensor_named(g, lm->scales->name).v);
-    assert_int_equal(op.reads[4].v, tensor_named(g, lm->biases->name).v);
-    fdy_tensor_info w = tensor_at(g, op.reads[2]);
+    uint32_t w_at = weight_at[s];
+    assert_int_equal(op.kind, logits_kinds[s]);
+    assert_int_equal(op.reads[w_at].v, tensor_named(g, lm->weight->name).v);
+    assert_int_equal(op.reads[w_at + 1].v, tensor_named(g, lm->scales->name).v);
+    assert_int_equal(op.reads[w_at + 2].v, tensor_named(g, lm->biases->name).v);
+    fdy_tensor_info w = tensor_at(g, op.reads[w_at]);
     fdy_tensor_info unit = tensor_at(g, (fdy_tensor_id){(uint32_t)w.weight});
     assert_string_equal(unit.name, c->tie_word_embeddings ? "embed" : "head");
   }
   /* a layer's matmul reads its own views: layer 1's q projection */
   if (c->num_layers > 1) {
-    fdy_op_info q = op_named(g, "decode.layer.1.q");
-    assert_int_equal(q.reads[2].v,
-                     tensor_named(g, fdy_llama_layer(m, 1)->q.weight->name).v);
+    const fdy_llama_layer_weights *w1 = fdy_llama_layer(m, 1);
+    fdy_op_info q = op_named(g, "prefill.layer.1.q");
+    assert_int_equal(q.reads[2].v, tensor_named(g, w1->q.weight->name).v);
+    /* the decode step's fused q, k, v: three weights, three outputs */
+    fdy_op_info qkv = op_named(g, "decode.layer.1.qkv");
+    assert_int_equal(qkv.read_count, 12);
+    assert_int_equal(qkv.write_count, 3);
+    assert_int_equal(qkv.reads[3].v, tensor_named(g, w1->q.weight->name).v);
+    assert_int_equal(qkv.reads[6].v, tensor_named(g, w1->k.weight->name).v);
+    assert_int_equal(qkv.reads[9].v, tensor_named(g, w1->v.weight->name).v);
+    assert_int_equal(qkv.writes[0].v, tensor_named(g, "decode.layer.1.q").v);
+    assert_int_equal(qkv.writes[2].v, tensor_named(g, "decode.layer.1.v").v);
   }
 }
 

@@ -1,5 +1,9 @@
 /* The CPU backend's op kernels: which ops it runs, the workspace each needs,
  * and every kind of include/foundry/ops.h except MATMUL_Q4 (matmul_q4.c).
+ * The fused kinds run the tasks of the sequence they replace, in its order,
+ * through workspace (RMSNORM's rows, then MATMUL_Q4 per weight, then
+ * SWIGLU's or ADD's elements), so their results are bitwise those of the
+ * unfused ops.
  *
  * The float arithmetic is the float32 forward pass's, unchanged, so the
  * engine reproduces it bitwise: RMSNorm sums squares in double and scales by
@@ -69,11 +73,97 @@ static fdy_status score_stride(const fdy_op *op, uint64_t *out,
                       : st;
 }
 
+/* Workspace of a fused kind (bytes, FDY_CPU_WORKSPACE_ALIGN multiples):
+ * the normalized rows of x, SwiGLU's gate and up rows, then the workspace
+ * of its MATMUL_Q4 parts (alike for every weight of the op: same x, same
+ * groups). */
+typedef struct fused_layout {
+  uint64_t normed, gate, up, matmul, total;
+} fused_layout;
+
+/* The MATMUL_Q4 op of the weight whose packed tensor is input w of fused
+ * op `op`, reading x of op's input 1 shape into an output of `out`'s. */
+static fdy_op matmul_part(const fdy_op *op, uint32_t w,
+                          const fdy_tensor_view *out) {
+  fdy_op m;
+  memset(&m, 0, sizeof m);
+  m.kind = FDY_OP_MATMUL_Q4;
+  m.input_count = 5;
+  m.output_count = 1;
+  m.inputs[0] = op->inputs[0];
+  m.inputs[1] = op->inputs[1];
+  m.inputs[2] = op->inputs[w];
+  m.inputs[3] = op->inputs[w + 1];
+  m.inputs[4] = op->inputs[w + 2];
+  m.outputs[0] = *out;
+  return m;
+}
+
+/* Reserves `floats` floats at *at (rounded up to the workspace alignment);
+ * *start is where they begin. */
+static fdy_status reserve(uint64_t *at, uint64_t floats, uint64_t *start,
+                          fdy_error *err) {
+  uint64_t bytes = 0;
+  fdy_status st = fdy_mul_u64(floats, sizeof(float), &bytes, err);
+  if (st == FDY_OK) {
+    st = fdy_align_up(bytes, FDY_CPU_WORKSPACE_ALIGN, &bytes, err);
+  }
+  if (st == FDY_OK) {
+    *start = *at;
+    st = fdy_add_u64(*at, bytes, at, err);
+  }
+  return st;
+}
+
+static fdy_status fused_layout_of(const fdy_op *op, uint32_t threads,
+                                  fused_layout *out, fdy_error *err) {
+  fused_layout l = {0};
+  uint64_t at = 0;
+  uint64_t rows = op->inputs[1].shape.dims[0];
+  uint64_t x_floats = 0, y_floats = 0;
+  fdy_status st =
+      fdy_mul_u64(rows, op->inputs[1].shape.dims[1], &x_floats, err);
+  if (st == FDY_OK) {
+    st = fdy_mul_u64(rows, op->outputs[0].shape.dims[1], &y_floats, err);
+  }
+  if (st == FDY_OK && op->kind != FDY_OP_MATMUL_ADD_Q4) {
+    st = reserve(&at, x_floats, &l.normed, err);
+  }
+  if (st == FDY_OK && op->kind == FDY_OP_NORM_SWIGLU_Q4) {
+    st = reserve(&at, y_floats, &l.gate, err);
+    if (st == FDY_OK) {
+      st = reserve(&at, y_floats, &l.up, err);
+    }
+  }
+  uint32_t weight = op->kind == FDY_OP_MATMUL_ADD_Q4 ? 2 : 3;
+  fdy_op part = matmul_part(op, weight, &op->outputs[0]);
+  fdy_cpu_matmul_layout m;
+  if (st == FDY_OK) {
+    st = fdy_cpu_matmul_layout_of(&part, threads, &m, err);
+  }
+  if (st == FDY_OK) {
+    l.matmul = at;
+    st = fdy_add_u64(at, m.total, &l.total, err);
+  }
+  if (st == FDY_OK) {
+    *out = l;
+  }
+  return st;
+}
+
 fdy_status fdy_cpu_op_workspace(const fdy_op *op, uint32_t threads,
                                 uint64_t *out, fdy_error *err) {
   uint64_t bytes = 0;
   fdy_status st = FDY_OK;
   switch (op->kind) {
+  case FDY_OP_NORM_MATMUL_Q4:
+  case FDY_OP_NORM_SWIGLU_Q4:
+  case FDY_OP_MATMUL_ADD_Q4: {
+    fused_layout l;
+    st = fused_layout_of(op, threads, &l, err);
+    bytes = l.total;
+    break;
+  }
   case FDY_OP_CHECKSUM:
     bytes = ceil_div(op->inputs[0].shape.dims[0] / 8, CHECKSUM_CHUNK_WORDS) *
             sizeof(uint64_t);
@@ -605,6 +695,79 @@ static void run_argmax(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
   }
 }
 
+/* ---- fused kinds -----------------------------------------------------------
+ */
+
+/* y = x W^T for the first `rows` rows of x, W the weight at input w of the
+ * fused op of args, y of out's shape. */
+static void matmul_into(fdy_cpu_pool *pool, const fdy_cpu_args *args,
+                        uint32_t w, const fdy_tensor_view *out, const float *x,
+                        float *y, unsigned char *workspace, uint32_t rows) {
+  fdy_op part = matmul_part(args->op, w, out);
+  fdy_cpu_args part_args = {.op = &part, .workspace = workspace};
+  part_args.inputs[0] = args->inputs[0];
+  part_args.inputs[1] = (void *)x;
+  part_args.inputs[2] = args->inputs[w];
+  part_args.inputs[3] = args->inputs[w + 1];
+  part_args.inputs[4] = args->inputs[w + 2];
+  part_args.outputs[0] = y;
+  fdy_cpu_matmul_q4(pool, &part_args, rows);
+}
+
+/* SWIGLU (out = silu(a) * b) or ADD (out = a + b) over count elements. */
+static void elementwise(fdy_cpu_pool *pool, fdy_op_kind kind, const float *a,
+                        const float *b, float *out, uint64_t count) {
+  elementwise_job job = {kind, a, b, out, count};
+  fdy_cpu_pool_run(pool, (uint32_t)ceil_div(count, ELEMENT_CHUNK), 1,
+                   elementwise_task, &job);
+}
+
+static void run_fused(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
+  const fdy_op *op = a->op;
+  fused_layout l;
+  /* The launch computed the same layout; it cannot fail here. */
+  fused_layout_of(op, fdy_cpu_pool_threads(pool), &l, NULL);
+  unsigned char *matmul_workspace = a->workspace + l.matmul;
+  uint32_t rows = active_rows(a->inputs[0], op->inputs[1].shape.dims[0]);
+  uint64_t width = op->outputs[0].shape.dims[1];
+  const float *x = a->inputs[1];
+  if (op->kind != FDY_OP_MATMUL_ADD_Q4) {
+    float *normed = (float *)(a->workspace + l.normed);
+    rmsnorm_job job = {
+        .x = x,
+        .weight = a->inputs[2],
+        .dtype = op->inputs[2].dtype,
+        .n = (uint32_t)op->inputs[1].shape.dims[1],
+        .eps = op->params.rmsnorm.eps,
+        .out = normed,
+    };
+    fdy_cpu_pool_run(pool, rows, 1, rmsnorm_task, &job);
+    x = normed;
+  }
+  switch (op->kind) {
+  case FDY_OP_NORM_MATMUL_Q4:
+    for (uint32_t j = 0; j < op->output_count; j++) {
+      matmul_into(pool, a, 3 + 3 * j, &op->outputs[j], x, a->outputs[j],
+                  matmul_workspace, rows);
+    }
+    break;
+  case FDY_OP_NORM_SWIGLU_Q4: {
+    float *gate = (float *)(a->workspace + l.gate);
+    float *up = (float *)(a->workspace + l.up);
+    matmul_into(pool, a, 3, &op->outputs[0], x, gate, matmul_workspace, rows);
+    matmul_into(pool, a, 6, &op->outputs[0], x, up, matmul_workspace, rows);
+    elementwise(pool, FDY_OP_SWIGLU, gate, up, a->outputs[0], rows * width);
+    break;
+  }
+  default: { /* MATMUL_ADD_Q4: out = residual + x W^T, ADD's operand order */
+    float *out = a->outputs[0];
+    matmul_into(pool, a, 2, &op->outputs[0], x, out, matmul_workspace, rows);
+    elementwise(pool, FDY_OP_ADD, a->inputs[5], out, out, rows * width);
+    break;
+  }
+  }
+}
+
 void fdy_cpu_op_run(fdy_cpu_pool *pool, const fdy_cpu_args *args) {
   switch (args->op->kind) {
   case FDY_OP_CHECKSUM:
@@ -634,6 +797,11 @@ void fdy_cpu_op_run(fdy_cpu_pool *pool, const fdy_cpu_args *args) {
     break;
   case FDY_OP_ARGMAX:
     run_argmax(pool, args);
+    break;
+  case FDY_OP_NORM_MATMUL_Q4:
+  case FDY_OP_NORM_SWIGLU_Q4:
+  case FDY_OP_MATMUL_ADD_Q4:
+    run_fused(pool, args);
     break;
   case FDY_OP_KIND_COUNT:
     break;

@@ -1134,7 +1134,10 @@ static fdy_status cuda_launch(fdy_backend *base, fdy_backend_stream *stream,
     for (uint32_t i = 0; i < op->input_count; i++) {
       args.in[i] = address[i];
     }
-    args.out = address[op->input_count];
+    for (uint32_t j = 0; j < op->output_count; j++) {
+      args.outputs[j] = address[op->input_count + j];
+    }
+    args.out = args.outputs[0];
     rc = fdy_cuda_op_enqueue(&args, stream->stream);
   }
   st = fdy_cuda_check(rc, err, "launch", "the kernel launch");

@@ -204,13 +204,15 @@ cudaError_t fdy_cuda_fill_enqueue(void *data, uint64_t bytes, uint64_t seed,
 bool fdy_cuda_op_supported(const fdy_cuda_ctx *ctx, const fdy_op *op);
 
 /* A supported op other than CHECKSUM whose views resolved to device
- * addresses: in[i] is op->inputs[i], out the output. */
+ * addresses: in[i] is op->inputs[i], outputs[j] op->outputs[j], out the
+ * first output. */
 typedef struct fdy_cuda_op_args {
   const fdy_op *op;
   void *in[FDY_OP_MAX_INPUTS];
   void *out;
   void *workspace; /* fdy_cuda_op_workspace_bytes of scratch, or NULL */
-  int sm_count;    /* sizes persistent grids (results do not depend on it) */
+  void *outputs[FDY_OP_MAX_OUTPUTS];
+  int sm_count; /* sizes persistent grids (results do not depend on it) */
 } fdy_cuda_op_args;
 
 /* Dynamic shared memory bytes a launch of op needs (0 when none). */
@@ -246,6 +248,9 @@ cudaError_t fdy_cuda_matmul_q4_enqueue(const fdy_cuda_op_args *a,
  * (matmul_q4_mma.cu). */
 cudaError_t fdy_cuda_matmul_q4_mma_enqueue(const fdy_cuda_op_args *a,
                                            cudaStream_t stream);
+/* NORM_MATMUL_Q4, NORM_SWIGLU_Q4 and MATMUL_ADD_Q4 of one row. */
+cudaError_t fdy_cuda_fused_q4_enqueue(const fdy_cuda_op_args *a,
+                                      cudaStream_t stream);
 cudaError_t fdy_cuda_attention_enqueue(const fdy_cuda_op_args *a,
                                        cudaStream_t stream);
 

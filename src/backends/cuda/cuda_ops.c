@@ -8,7 +8,8 @@
  * most FDY_CUDA_ROPE_MAX_PAIRS rope pairs. The workspace of an op: the
  * one-row ATTENTION's partial results (attention.cu), and MATMUL_Q4 of
  * several rows (x in F16, partial sums: matmul_q4_mma.cu); other ops need
- * none. */
+ * none. The fused kinds run for one row of x only (the decode
+ * chain's). */
 #include "cuda_internal.h"
 
 #include <stdint.h>
@@ -44,6 +45,12 @@ bool fdy_cuda_op_supported(const fdy_cuda_ctx *ctx, const fdy_op *op) {
     return (rows + FDY_CUDA_GEMM_ROWS - 1) / FDY_CUDA_GEMM_ROWS <=
            FDY_CUDA_MAX_GRID_Y;
   }
+  case FDY_OP_NORM_MATMUL_Q4:
+  case FDY_OP_NORM_SWIGLU_Q4:
+  case FDY_OP_MATMUL_ADD_Q4:
+    /* one row only: the decode chain's (the GEMV with a prologue or an
+     * epilogue); prefill keeps the single ops */
+    return op->inputs[1].shape.dims[0] == 1;
   case FDY_OP_ROPE:
     return op->params.rope.head_dim / 2 <= FDY_CUDA_ROPE_MAX_PAIRS;
   case FDY_OP_ATTENTION:

@@ -303,6 +303,9 @@ static void launch_rope(const fdy_cuda_op_args *a, cudaStream_t stream) {
 extern "C" uint64_t fdy_cuda_op_shared_bytes(const fdy_op *op) {
   switch (op->kind) {
   case FDY_OP_MATMUL_Q4:
+  case FDY_OP_NORM_MATMUL_Q4:
+  case FDY_OP_NORM_SWIGLU_Q4:
+  case FDY_OP_MATMUL_ADD_Q4:
     return fdy_cuda_matmul_q4_shared_bytes(op);
   case FDY_OP_ATTENTION:
     return fdy_cuda_attention_shared_bytes(op);
@@ -351,6 +354,10 @@ extern "C" cudaError_t fdy_cuda_op_enqueue(const fdy_cuda_op_args *a,
     break;
   case FDY_OP_MATMUL_Q4:
     return fdy_cuda_matmul_q4_enqueue(a, stream);
+  case FDY_OP_NORM_MATMUL_Q4:
+  case FDY_OP_NORM_SWIGLU_Q4:
+  case FDY_OP_MATMUL_ADD_Q4:
+    return fdy_cuda_fused_q4_enqueue(a, stream);
   case FDY_OP_ROPE:
     launch_rope(a, stream);
     break;
