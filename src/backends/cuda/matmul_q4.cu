@@ -462,24 +462,12 @@ extern "C" cudaError_t fdy_cuda_fused_q4_enqueue(const fdy_cuda_op_args *a,
 extern "C" cudaError_t fdy_cuda_matmul_q4_enqueue(const fdy_cuda_op_args *a,
                                                   cudaStream_t stream) {
   const fdy_op *op = a->op;
-  const unsigned int rows = (unsigned int)op->inputs[1].shape.dims[0];
-  const unsigned int in = (unsigned int)op->inputs[1].shape.dims[1];
-  const unsigned int out = (unsigned int)op->outputs[0].shape.dims[1];
-  const unsigned int group = in / (unsigned int)op->inputs[3].shape.dims[1];
-  const bool bf16 = op->inputs[3].dtype == FDY_DTYPE_BF16;
-  const int32_t *step = (const int32_t *)a->in[0];
-  const float *x = (const float *)a->in[1];
-  const uint32_t *weight = (const uint32_t *)a->in[2];
-  const uint16_t *scales = (const uint16_t *)a->in[3];
-  const uint16_t *biases = (const uint16_t *)a->in[4];
-  float *y = (float *)a->out;
-  if (rows == 1) {
-    gemv_params p = gemv_params_of(a, 2);
-    p.count = 1;
-    p.m[0] = gemv_matrix_at(a, 2, a->out);
-    return launch_gemv<false, false, false>(a, p, out, stream);
-  } else {
+  if (op->inputs[1].shape.dims[0] != 1) {
     return fdy_cuda_matmul_q4_mma_enqueue(a, stream);
   }
-  return cudaGetLastError();
+  gemv_params p = gemv_params_of(a, 2);
+  p.count = 1;
+  p.m[0] = gemv_matrix_at(a, 2, a->out);
+  return launch_gemv<false, false, false>(
+      a, p, (unsigned int)op->outputs[0].shape.dims[1], stream);
 }
