@@ -647,20 +647,13 @@ extern "C" cudaError_t fdy_cuda_attention_prepare(uint64_t smem_optin) {
   const void *dynamic[] = {(const void *)decode_kernel,
                            (const void *)combine_kernel,
                            (const void *)prefill_kernel};
-  /* a block's static and dynamic shared memory together stay within the
-   * opt-in limit (the combine kernel has static arrays) */
-  struct cudaFuncAttributes attributes;
   for (size_t i = 0; i < sizeof dynamic / sizeof dynamic[0]; i++) {
-    cudaError_t rc = cudaFuncGetAttributes(&attributes, dynamic[i]);
-    if (rc == cudaSuccess) {
-      rc = cudaFuncSetAttribute(
-          dynamic[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
-          (int)(smem_optin - attributes.sharedSizeBytes));
-    }
+    const cudaError_t rc = fdy_cuda_allow_dynamic_shared(dynamic[i], smem_optin);
     if (rc != cudaSuccess) {
       return rc;
     }
   }
+  struct cudaFuncAttributes attributes;
   return cudaFuncGetAttributes(&attributes, append_kernel);
 }
 

@@ -234,6 +234,21 @@ bool fdy_cuda_attention_grid_fits(const fdy_op *op);
  * first launch) and lets those with dynamic shared memory use up to
  * smem_optin bytes. Called once by backend create. */
 cudaError_t fdy_cuda_ops_prepare(uint64_t smem_optin);
+
+/* Lets kernel use as much dynamic shared memory as the opt-in limit leaves
+ * beside its static shared arrays (cudaFuncSetAttribute refuses a dynamic
+ * limit that, with the static bytes, exceeds the opt-in). */
+static inline cudaError_t fdy_cuda_allow_dynamic_shared(const void *kernel,
+                                                        uint64_t smem_optin) {
+  struct cudaFuncAttributes attributes;
+  cudaError_t rc = cudaFuncGetAttributes(&attributes, kernel);
+  if (rc == cudaSuccess) {
+    rc = cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        (int)(smem_optin - attributes.sharedSizeBytes));
+  }
+  return rc;
+}
 cudaError_t fdy_cuda_matmul_q4_prepare(uint64_t smem_optin);
 cudaError_t fdy_cuda_matmul_q4_mma_prepare(uint64_t smem_optin);
 cudaError_t fdy_cuda_attention_prepare(uint64_t smem_optin);

@@ -372,9 +372,7 @@ extern "C" cudaError_t fdy_cuda_matmul_q4_prepare(uint64_t smem_optin) {
   for (size_t i = 0;
        rc == cudaSuccess && i < sizeof gemv_kernels / sizeof gemv_kernels[0];
        i++) {
-    rc = cudaFuncSetAttribute(gemv_kernels[i],
-                              cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              (int)smem_optin);
+    rc = fdy_cuda_allow_dynamic_shared(gemv_kernels[i], smem_optin);
   }
   return rc == cudaSuccess ? fdy_cuda_matmul_q4_mma_prepare(smem_optin) : rc;
 }
