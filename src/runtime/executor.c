@@ -1320,6 +1320,31 @@ static void name_shrunk_file(const fdy_executor *x, fdy_status st,
   }
 }
 
+/* After copies from registered mappings completed: a backend may read
+ * registered (page-locked) memory by DMA, which sees other bytes, and no
+ * error, where the file behind a mapping was truncated (the CUDA backend
+ * does: docs/reliability.md). So a mapped file that is now shorter than its
+ * mapping fails the run or create that copied from it with FDY_ERR_IO
+ * (named by name_shrunk_file). step_only: only the mappings steps copy from (unpacked
+ * streamed weights). Detection after the fact, not prevention: packed
+ * streaming (the default) never reads the files during runs. */
+static fdy_status check_registered_files(const fdy_executor *x, bool step_only,
+                                         fdy_error *e) {
+  for (size_t i = 0; i < x->map_count; i++) {
+    const ex_mapping *m = &x->maps[i];
+    struct stat sb;
+    if (m->host == NULL || (step_only && !m->step_use) ||
+        stat(m->path, &sb) != 0 || (uint64_t)sb.st_size >= m->size) {
+      continue;
+    }
+    /* fail_executor prefixes the file, its mapped and current sizes */
+    return fdy_error_set(e, FDY_ERR_IO,
+                         "copies from its registered pages may have read "
+                         "other bytes");
+  }
+  return FDY_OK;
+}
+
 /* Marks the executor failed after draining and releasing everything. */
 static fdy_status fail_executor(fdy_executor *x, fdy_status st, fdy_error *e) {
   name_shrunk_file(x, st, e);
@@ -1423,6 +1448,9 @@ fdy_status fdy_executor_create(const fdy_plan *plan, const fdy_graph *graph,
   int64_t upload = fdy_now_ns();
   if (st == FDY_OK) {
     st = run_section(x, 0, &e);
+  }
+  if (st == FDY_OK) {
+    st = check_registered_files(x, false, &e);
   }
   if (st == FDY_OK) {
     x->stats.upload_ns = fdy_now_ns() - upload;
@@ -1544,6 +1572,9 @@ fdy_status fdy_executor_run(fdy_executor *x, size_t step, fdy_error *err) {
   fdy_status st = recorded != NULL && recorded->mode == FDY_STEP_GRAPHS
                       ? run_graphs(x, recorded, &e)
                       : run_section(x, step, &e);
+  if (st == FDY_OK) {
+    st = check_registered_files(x, true, &e);
+  }
   if (st != FDY_OK) {
     fail_executor(x, st, &e);
     if (err) {

@@ -442,9 +442,9 @@ static fdy_status try_round_trip(fdy_backend *b, const void *src, void *dst,
  * the executor maps weight files) whose file is truncated while it is
  * registered: the copies are DMA from the pages pinned at registration and
  * take no CPU fault, so no SIGBUS reaches the process. The copy fails with
- * FDY_ERR_IO, or it succeeds with the bytes the file held when it was
- * registered; never with other bytes. Which one the driver gives is
- * printed (docs/reliability.md records it). A mapping whose file shrank
+ * FDY_ERR_IO or succeeds; on the H200 it succeeds with other bytes past the
+ * new end (printed; docs/reliability.md records it), which is why the
+ * executor checks the size of the files it copied from registered pages. A mapping whose file shrank
  * before registration is not pinned past the end of the file: host_register
  * fails with FDY_ERR_BACKEND or pins only what is there (then the kept page
  * copies right). Afterwards the backend copies good memory. */
@@ -479,10 +479,12 @@ static void test_registered_copy_from_truncated_mapping(void **state) {
     for (size_t i = 0; i < n; i++) {
       differ += back[i] != former[i];
     }
+    /* Seen on the H200 (driver 580.159.04, 2026-12-03): no error, and the
+     * pages past the new end read as other bytes. The executor detects it
+     * by the file's size (test_cuda_faults: truncated checkpoint). */
     print_message("registered copy from a truncated file: no error, %zu of "
                   "%llu bytes differ from the former contents\n",
                   differ, (unsigned long long)n);
-    assert_int_equal(differ, 0);
   } else {
     print_message("registered copy from a truncated file: %s\n", err.message);
     assert_int_equal(st, FDY_ERR_IO);
