@@ -1159,9 +1159,11 @@ static void test_llama32_3b_shapes(void **state) {
 
 /* The decode GEMV (one row of x) at every projection shape of
  * llama-3.2-3b (q/o, k/v, gate/up, down, the LM head) with every group size
- * and both scale dtypes, and at widths around its item of 4 chunks per lane
- * (4096 inputs): one chunk past it, a single chunk, fewer rows than warps;
- * and the widest one-row x that supports_op accepts. */
+ * and both scale dtypes; at widths around its items (a part of a row is
+ * 2048 inputs with 2 rows per warp, 1024 with 4): one chunk past 4096, a
+ * single chunk, fewer rows than warps; with 4 rows per warp (16384 rows and
+ * more) and a last group of 3 rows; and the widest one-row x that
+ * supports_op accepts. */
 static void test_gemv_shapes(void **state) {
   (void)state;
   const struct {
@@ -1177,6 +1179,7 @@ static void test_gemv_shapes(void **state) {
       {"in 4224 out 1000", 1000, 4224, false},
       {"in 4096 out 3", 3, 4096, false},
       {"in 128 out 1", 1, 128, false},
+      {"in 256 out 16387", 16387, 256, false},
   };
   const uint32_t groups[] = {32, 64, 128};
   const fdy_dtype dtypes[] = {FDY_DTYPE_F16, FDY_DTYPE_BF16};
@@ -1344,7 +1347,10 @@ static void fused_case(const char *label, uint32_t in, uint32_t out_a,
 
 /* llama-3.2-3b's decode layer (q 3072 with k, v 1024 from hidden 3072;
  * gate/up 8192; down 8192 -> 3072 and o 3072 -> 3072 with the residual),
- * the fixtures' widths, a short last block (in 96, group 32). */
+ * the fixtures' widths, a short last block (in 96, group 32); odd row
+ * counts, where a warp's group of 2 or 4 rows ends past the last row or
+ * spans two matrices, with 2 rows per warp (37 + 5 + 5) and with 4 (16385
+ * and 16387 rows: every fused flag). */
 static void test_fused_shapes(void **state) {
   (void)state;
   const uint32_t groups[] = {32, 64, 128};
@@ -1364,6 +1370,9 @@ static void test_fused_shapes(void **state) {
   }
   fused_case("short block", 96, 40, 24, 32, FDY_DTYPE_BF16, 1);
   fused_case("count 0", 256, 256, 64, 64, FDY_DTYPE_F16, 0);
+  fused_case("odd rows", 96, 37, 5, 32, FDY_DTYPE_F16, 1);
+  fused_case("wide a", 128, 16385, 3, 32, FDY_DTYPE_BF16, 1);
+  fused_case("wide gate/up", 64, 5, 16387, 64, FDY_DTYPE_F16, 1);
 }
 
 /* Shapes off the models' grid: counts of 0, below 0 and above the rows,
