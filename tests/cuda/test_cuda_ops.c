@@ -1049,6 +1049,67 @@ static void argmax_case(const char *label, uint32_t rows, uint32_t n) {
   free(out);
 }
 
+/* The device splits a long row between blocks of ARGMAX_SPAN_ELEMENTS
+ * (1024 16-byte loads) and the last block to finish reduces their winners
+ * (ops_kernels.cu). Rows of `rows` x n with the maximum 4.0 placed at every
+ * index of `at` in row r (equal values, so the lowest index must win
+ * wherever the blocks that hold them finish), the rest random in [-1, 1);
+ * each run also checks that the stream's block counter was left at zero by
+ * the previous one (a wrong count would skip or repeat the final stage). */
+#define ARGMAX_SPAN_ELEMENTS 4096
+
+static void argmax_ties(const char *label, uint32_t rows, uint32_t n,
+                        const uint32_t *at, uint32_t at_count) {
+  float *x = random_floats((uint64_t)rows * n);
+  int32_t *expected = checked_malloc(sizeof(int32_t) * rows);
+  for (uint32_t r = 0; r < rows; r++) {
+    expected[r] = INT32_MAX;
+    for (uint32_t k = 0; k < at_count; k++) {
+      uint32_t i = (at[k] + r) % n; /* a different tie in every row */
+      x[(uint64_t)r * n + i] = 4.0f;
+      expected[r] = (int32_t)i < expected[r] ? (int32_t)i : expected[r];
+    }
+  }
+  int32_t *out = poisoned(rows);
+  fdy_op op = {.kind = FDY_OP_ARGMAX, .input_count = 1, .output_count = 1};
+  op.inputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, n));
+  op.outputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(rows));
+  void *data[] = {x, out};
+  results r = run_both(&op, data);
+  char what[160];
+  snprintf(what, sizeof what, "argmax ties %s [%u x %u]", label, rows, n);
+  expect_same(what, r.cpu[1], r.gpu[1], sizeof(int32_t) * rows);
+  for (uint32_t i = 0; i < rows; i++) {
+    assert_int_equal(((const int32_t *)r.gpu[1])[i], expected[i]);
+  }
+  free_results(&r);
+  free(x);
+  free(expected);
+  free(out);
+}
+
+/* Ties on both sides of block boundaries: the last element of one block
+ * and the first of the next, in the first and the last block of a row, in
+ * llama-3.2-3b's vocabulary (32 blocks a row), in a row cut into the most
+ * blocks (64) that each take two spans, in rows whose width is not a
+ * multiple of 4 (one float per load), and more rows (20) than the final
+ * stage's warps; then one block a row (short rows). */
+static void test_argmax_blocks(void **state) {
+  (void)state;
+  const uint32_t s = ARGMAX_SPAN_ELEMENTS;
+  const uint32_t vocab_ties[] = {31 * s + 5, 8 * s, 8 * s - 1, 128255, s};
+  argmax_ties("vocab", 3, 128256, vocab_ties, 5);
+  argmax_ties("vocab", 1, 128256, vocab_ties + 3, 2);
+  const uint32_t wide_ties[] = {64 * s + 17, 127 * s, 100 * s + 3, 64 * s + 18};
+  argmax_ties("two spans a block", 2, 128 * s, wide_ties, 4);
+  const uint32_t odd_ties[] = {40000, 1024, 1023, 3 * 1024 + 7};
+  argmax_ties("not a multiple of 4", 2, 40001, odd_ties, 4);
+  const uint32_t many_ties[] = {s - 1, s, 2 * s - 1};
+  argmax_ties("rows > warps", 20, 2 * s + 3 * 4, many_ties, 3);
+  const uint32_t short_ties[] = {3, 1000, 4095};
+  argmax_ties("one block", 9, s, short_ties, 3);
+}
+
 /* ---- every op on one model's shapes
  * -------------------------------------------
  */
@@ -1604,6 +1665,7 @@ int main(void) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_odd_shapes),
+      cmocka_unit_test(test_argmax_blocks),
       cmocka_unit_test(test_gemv_shapes),
       cmocka_unit_test(test_attention_workspace_refused),
       cmocka_unit_test(test_attention_positions),
