@@ -23,8 +23,12 @@
  * work item (FOUNDRY_CUDA_OPS_SMALL=1 keeps only the small ones).
  * ATTENTION's two variants also run over decode positions and prefill
  * counts (test_attention_positions: both sides of the decode chunks, the
- * cache's last position, a cache of 70,000 positions) and its decode
- * workspace is required (test_attention_workspace_refused).
+ * cache's last position, a cache of 70,000 positions), the decode kernel's
+ * block layouts (test_attention_decode_blocks: several blocks per kv head,
+ * more slices than the stream's counters, caches of several lengths), and
+ * its decode workspace is required (test_attention_workspace_refused).
+ * ARGMAX ties on both sides of the blocks a long row is cut into
+ * (test_argmax_blocks).
  *
  * Prefill matmuls on their own: 1 to 512 rows (counts of 1, 7, 64, 65,
  * 511, 512) on the llama-3.2-3b projections (3072 x 3072, 1024 x 3072,
@@ -876,6 +880,38 @@ static void test_attention_positions(void **state) {
   }
 }
 
+/* The one-row ATTENTION is one kernel: the block that holds the chunk of
+ * the step's position appends its kv head's k and v rows (slice 0 only
+ * when a kv head's query heads span several blocks of DECODE_GROUP), and
+ * the last block of each slice to finish combines its heads' chunks,
+ * counting on one of the stream's 64 counters (several slices on each
+ * when there are more than 64). Decode at positions across the chunks of
+ * caches of several lengths, for head groups of 8 (two slices) and 10 (a
+ * last slice of 2 heads), MHA of 80 heads (80 slices on 64 counters), and
+ * a cache of one chunk. Every case runs after the others on one stream,
+ * so a counter left non-zero would fail the next. */
+static void test_attention_decode_blocks(void **state) {
+  (void)state;
+  const attention_case cases[] = {
+      {16, 2, 64, 640, 1, 1, 639, FDY_DTYPE_F32},
+      {16, 2, 64, 640, 1, 1, 0, FDY_DTYPE_F16},
+      {16, 2, 64, 2048, 1, 1, 1000, FDY_DTYPE_F16},
+      {40, 4, 32, 300, 1, 1, 17, FDY_DTYPE_F32},
+      {40, 4, 32, 300, 1, 1, 299, FDY_DTYPE_F16},
+      {80, 80, 32, 512, 1, 1, 511, FDY_DTYPE_F32},
+      {80, 80, 32, 512, 1, 1, 200, FDY_DTYPE_F16},
+      {80, 80, 32, 512, 1, 1, 512, FDY_DTYPE_F32}, /* outside: NaN */
+      {8, 2, 64, 16, 1, 1, 15, FDY_DTYPE_F32},
+      {8, 2, 64, 16, 1, 1, 3, FDY_DTYPE_F16},
+      {24, 8, 128, 640, 1, 1, 639, FDY_DTYPE_F32},
+      {24, 8, 128, 640, 1, 1, 639, FDY_DTYPE_F16},
+      {24, 8, 128, 8192, 1, 1, 4100, FDY_DTYPE_F32},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    run_attention_case("decode blocks", &cases[i]);
+  }
+}
+
 /* The one-row ATTENTION needs its workspace: without one, or with one too
  * small, the launch fails with FDY_ERR_INVALID_ARGUMENT naming it, and
  * queues nothing. A prefill whose tiles do not fit a block's shared memory
@@ -1669,6 +1705,7 @@ int main(void) {
       cmocka_unit_test(test_gemv_shapes),
       cmocka_unit_test(test_attention_workspace_refused),
       cmocka_unit_test(test_attention_positions),
+      cmocka_unit_test(test_attention_decode_blocks),
       cmocka_unit_test(test_prefill_needs_workspace),
       cmocka_unit_test(test_prefill_matmul),
       cmocka_unit_test(test_fused_shapes),
