@@ -1494,6 +1494,9 @@ static void test_odd_shapes(void **state) {
   rmsnorm_case("odd", 7, 5, 321, FDY_DTYPE_BF16);
   rmsnorm_case("odd", 7, 100, 320, FDY_DTYPE_F16);
   rmsnorm_case("odd", 7, 0, 320, FDY_DTYPE_F16);
+  /* rows longer than the 4096 values a block keeps in registers */
+  rmsnorm_case("long", 3, 2, 8196, FDY_DTYPE_BF16);
+  rmsnorm_case("long", 2, 2, 4100, FDY_DTYPE_F16);
   rope_case("odd", 5, 4, 0, 3, 36, false);
   rope_case("odd", 5, 9, 37, 2, 64, true);
   binary_case(FDY_OP_SWIGLU, "odd", 6, 5, 4999);

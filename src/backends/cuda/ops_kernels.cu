@@ -13,8 +13,9 @@
  * never contracts a multiply and an add: the dequantized embedding s * q + b
  * and the rope rotation use __fmul_rn/__fadd_rn so they round alike (the
  * embedding is bitwise equal); RMSNorm sums squares in double (a fixed
- * tree) and scales by (float)(1 / sqrt(mean + eps)); rope angles are
- * (double)position * inv with cos and sin in double rounded to float, the
+ * tree) and scales by (float)(1 / sqrt(mean + eps)), x times that times the
+ * weight, with 16-byte loads of x and 8-byte loads of the weight; rope angles
+ * are (double)position * inv with cos and sin in double rounded to float, the
  * inverse frequencies coming from the host (fdy_rope_inverse_frequency) as
  * a kernel parameter; SwiGLU is g / (1 + expf(-g)) * up (expf may differ
  * from the C library's in the last bit). ARGMAX compares (NaN last, value,
@@ -28,6 +29,7 @@
 #include <string.h>
 
 #define ROW_THREADS       256 /* embed, rmsnorm, rope */
+#define RMSNORM_HELD      4   /* float4 of a row a thread keeps */
 #define ELEMENT_THREADS   256 /* swiglu, add, last_row */
 #define ELEMENT_BLOCKS_SM 8   /* resident element-wise blocks per SM */
 #define ARGMAX_THREADS    256
@@ -82,10 +84,43 @@ __global__ void __launch_bounds__(ROW_THREADS)
 /* ---- rmsnorm --------------------------------------------------------------
  */
 
+/* Element i4 of a row of F16 or BF16 weights, 4 at a time (one 8-byte
+ * load; the row starts 8-byte aligned). */
+static __device__ __forceinline__ float4 halves4(const uint16_t *p, bool bf16,
+                                                 unsigned int i4) {
+  const uint2 w = ((const uint2 *)p)[i4];
+  const uint16_t h[4] = {(uint16_t)(w.x & 0xffffu), (uint16_t)(w.x >> 16),
+                         (uint16_t)(w.y & 0xffffu), (uint16_t)(w.y >> 16)};
+  float f[4];
+#pragma unroll
+  for (int k = 0; k < 4; k++) {
+    f[k] = bf16 ? __uint_as_float((unsigned int)h[k] << 16)
+                : __half2float(__ushort_as_half(h[k]));
+  }
+  return make_float4(f[0], f[1], f[2], f[3]);
+}
+
+static __device__ __forceinline__ double squares4(float4 v, double sum) {
+  sum += (double)v.x * v.x;
+  sum += (double)v.y * v.y;
+  sum += (double)v.z * v.z;
+  return sum + (double)v.w * v.w;
+}
+
+static __device__ __forceinline__ float4 norm4(float4 v, float inv, float4 w) {
+  return make_float4(v.x * inv * w.x, v.y * inv * w.y, v.z * inv * w.z,
+                     v.w * inv * w.w);
+}
+
+/* Block t normalizes row t. vec4 (n a multiple of 4): each thread loads
+ * its first RMSNORM_HELD float4 of x and of the weight at once and keeps
+ * them for the output (rows up to 4096 are read once); the rest of a longer
+ * row is read again. Each thread sums its squares in double in a fixed
+ * order, then the block (fdy_block_sum_double). */
 __global__ void __launch_bounds__(ROW_THREADS)
     rmsnorm_kernel(const int32_t *step, const float *x, const uint16_t *weight,
                    bool bf16, unsigned int n, unsigned int rows, double eps,
-                   float *out) {
+                   bool vec4, float *out) {
   __shared__ double scratch[ROW_THREADS / 32];
   const unsigned int t = blockIdx.x;
   if (t >= fdy_active_rows(step, rows)) {
@@ -94,14 +129,52 @@ __global__ void __launch_bounds__(ROW_THREADS)
   const float *xr = x + (unsigned long long)t * n;
   float *o = out + (unsigned long long)t * n;
   double sum = 0.0;
-  for (unsigned int i = threadIdx.x; i < n; i += blockDim.x) {
-    const double v = xr[i];
-    sum += v * v;
+  if (!vec4) {
+    for (unsigned int i = threadIdx.x; i < n; i += blockDim.x) {
+      const double v = xr[i];
+      sum += v * v;
+    }
+    sum = fdy_block_sum_double(sum, scratch);
+    const float inv = (float)(1.0 / sqrt(sum / n + eps));
+    for (unsigned int i = threadIdx.x; i < n; i += blockDim.x) {
+      o[i] = xr[i] * inv * fdy_half_at(weight, bf16, i);
+    }
+    return;
+  }
+  const float4 *x4 = (const float4 *)xr;
+  float4 *o4 = (float4 *)o;
+  const unsigned int n4 = n / 4;
+  float4 held_x[RMSNORM_HELD], held_w[RMSNORM_HELD];
+#pragma unroll
+  for (int k = 0; k < RMSNORM_HELD; k++) {
+    const unsigned int i4 = threadIdx.x + k * ROW_THREADS;
+    if (i4 < n4) {
+      held_x[k] = x4[i4];
+      held_w[k] = halves4(weight, bf16, i4);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < RMSNORM_HELD; k++) {
+    if (threadIdx.x + k * ROW_THREADS < n4) {
+      sum = squares4(held_x[k], sum);
+    }
+  }
+  for (unsigned int i4 = threadIdx.x + RMSNORM_HELD * ROW_THREADS; i4 < n4;
+       i4 += ROW_THREADS) {
+    sum = squares4(x4[i4], sum);
   }
   sum = fdy_block_sum_double(sum, scratch);
   const float inv = (float)(1.0 / sqrt(sum / n + eps));
-  for (unsigned int i = threadIdx.x; i < n; i += blockDim.x) {
-    o[i] = xr[i] * inv * fdy_half_at(weight, bf16, i);
+#pragma unroll
+  for (int k = 0; k < RMSNORM_HELD; k++) {
+    const unsigned int i4 = threadIdx.x + k * ROW_THREADS;
+    if (i4 < n4) {
+      o4[i4] = norm4(held_x[k], inv, held_w[k]);
+    }
+  }
+  for (unsigned int i4 = threadIdx.x + RMSNORM_HELD * ROW_THREADS; i4 < n4;
+       i4 += ROW_THREADS) {
+    o4[i4] = norm4(x4[i4], inv, halves4(weight, bf16, i4));
   }
 }
 
@@ -431,7 +504,7 @@ extern "C" cudaError_t fdy_cuda_op_enqueue(const fdy_cuda_op_args *a,
     rmsnorm_kernel<<<dim_of(&in[1], 0), ROW_THREADS, 0, stream>>>(
         step, (const float *)a->in[1], (const uint16_t *)a->in[2],
         in[2].dtype == FDY_DTYPE_BF16, dim_of(&in[1], 1), dim_of(&in[1], 0),
-        op->params.rmsnorm.eps, (float *)a->out);
+        op->params.rmsnorm.eps, dim_of(&in[1], 1) % 4 == 0, (float *)a->out);
     break;
   case FDY_OP_MATMUL_Q4:
     return fdy_cuda_matmul_q4_enqueue(a, stream);
