@@ -348,7 +348,9 @@ static int time_op(fdy_cuda_ctx *ctx, const options *o, const bench_op *b,
                  "cudaMemcpy");
     free(host);
   }
-  fdy_cuda_op_args args = {.op = op, .sm_count = ctx->sm_count};
+  fdy_cuda_op_args args = {.op = op,
+                           .sm_count = ctx->sm_count,
+                           .counters = &ctx->internal_words->op_counters[0]};
   const uint64_t workspace_bytes = fdy_cuda_op_workspace_bytes(op);
   void *workspace = NULL;
   ok = ok && (workspace_bytes == 0 ||

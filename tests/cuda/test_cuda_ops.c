@@ -23,8 +23,12 @@
  * work item (FOUNDRY_CUDA_OPS_SMALL=1 keeps only the small ones).
  * ATTENTION's two variants also run over decode positions and prefill
  * counts (test_attention_positions: both sides of the decode chunks, the
- * cache's last position, a cache of 70,000 positions) and its decode
- * workspace is required (test_attention_workspace_refused).
+ * cache's last position, a cache of 70,000 positions), the decode kernel's
+ * block layouts (test_attention_decode_blocks: several blocks per kv head,
+ * more slices than the stream's counters, caches of several lengths), and
+ * its decode workspace is required (test_attention_workspace_refused).
+ * ARGMAX ties on both sides of the blocks a long row is cut into
+ * (test_argmax_blocks).
  *
  * Prefill matmuls on their own: 1 to 512 rows (counts of 1, 7, 64, 65,
  * 511, 512) on the llama-3.2-3b projections (3072 x 3072, 1024 x 3072,
@@ -876,6 +880,38 @@ static void test_attention_positions(void **state) {
   }
 }
 
+/* The one-row ATTENTION is one kernel: the block that holds the chunk of
+ * the step's position appends its kv head's k and v rows (slice 0 only
+ * when a kv head's query heads span several blocks of DECODE_GROUP), and
+ * the last block of each slice to finish combines its heads' chunks,
+ * counting on one of the stream's 64 counters (several slices on each
+ * when there are more than 64). Decode at positions across the chunks of
+ * caches of several lengths, for head groups of 8 (two slices) and 10 (a
+ * last slice of 2 heads), MHA of 80 heads (80 slices on 64 counters), and
+ * a cache of one chunk. Every case runs after the others on one stream,
+ * so a counter left non-zero would fail the next. */
+static void test_attention_decode_blocks(void **state) {
+  (void)state;
+  const attention_case cases[] = {
+      {16, 2, 64, 640, 1, 1, 639, FDY_DTYPE_F32},
+      {16, 2, 64, 640, 1, 1, 0, FDY_DTYPE_F16},
+      {16, 2, 64, 2048, 1, 1, 1000, FDY_DTYPE_F16},
+      {40, 4, 32, 300, 1, 1, 17, FDY_DTYPE_F32},
+      {40, 4, 32, 300, 1, 1, 299, FDY_DTYPE_F16},
+      {80, 80, 32, 512, 1, 1, 511, FDY_DTYPE_F32},
+      {80, 80, 32, 512, 1, 1, 200, FDY_DTYPE_F16},
+      {80, 80, 32, 512, 1, 1, 512, FDY_DTYPE_F32}, /* outside: NaN */
+      {8, 2, 64, 16, 1, 1, 15, FDY_DTYPE_F32},
+      {8, 2, 64, 16, 1, 1, 3, FDY_DTYPE_F16},
+      {24, 8, 128, 640, 1, 1, 639, FDY_DTYPE_F32},
+      {24, 8, 128, 640, 1, 1, 639, FDY_DTYPE_F16},
+      {24, 8, 128, 8192, 1, 1, 4100, FDY_DTYPE_F32},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    run_attention_case("decode blocks", &cases[i]);
+  }
+}
+
 /* The one-row ATTENTION needs its workspace: without one, or with one too
  * small, the launch fails with FDY_ERR_INVALID_ARGUMENT naming it, and
  * queues nothing. A prefill whose tiles do not fit a block's shared memory
@@ -1047,6 +1083,67 @@ static void argmax_case(const char *label, uint32_t rows, uint32_t n) {
   free_results(&r);
   free(x);
   free(out);
+}
+
+/* The device splits a long row between blocks of ARGMAX_SPAN_ELEMENTS
+ * (1024 16-byte loads) and the last block to finish reduces their winners
+ * (ops_kernels.cu). Rows of `rows` x n with the maximum 4.0 placed at every
+ * index of `at` in row r (equal values, so the lowest index must win
+ * wherever the blocks that hold them finish), the rest random in [-1, 1);
+ * each run also checks that the stream's block counter was left at zero by
+ * the previous one (a wrong count would skip or repeat the final stage). */
+#define ARGMAX_SPAN_ELEMENTS 4096
+
+static void argmax_ties(const char *label, uint32_t rows, uint32_t n,
+                        const uint32_t *at, uint32_t at_count) {
+  float *x = random_floats((uint64_t)rows * n);
+  int32_t *expected = checked_malloc(sizeof(int32_t) * rows);
+  for (uint32_t r = 0; r < rows; r++) {
+    expected[r] = INT32_MAX;
+    for (uint32_t k = 0; k < at_count; k++) {
+      uint32_t i = (at[k] + r) % n; /* a different tie in every row */
+      x[(uint64_t)r * n + i] = 4.0f;
+      expected[r] = (int32_t)i < expected[r] ? (int32_t)i : expected[r];
+    }
+  }
+  int32_t *out = poisoned(rows);
+  fdy_op op = {.kind = FDY_OP_ARGMAX, .input_count = 1, .output_count = 1};
+  op.inputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, n));
+  op.outputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(rows));
+  void *data[] = {x, out};
+  results r = run_both(&op, data);
+  char what[160];
+  snprintf(what, sizeof what, "argmax ties %s [%u x %u]", label, rows, n);
+  expect_same(what, r.cpu[1], r.gpu[1], sizeof(int32_t) * rows);
+  for (uint32_t i = 0; i < rows; i++) {
+    assert_int_equal(((const int32_t *)r.gpu[1])[i], expected[i]);
+  }
+  free_results(&r);
+  free(x);
+  free(expected);
+  free(out);
+}
+
+/* Ties on both sides of block boundaries: the last element of one block
+ * and the first of the next, in the first and the last block of a row, in
+ * llama-3.2-3b's vocabulary (32 blocks a row), in a row cut into the most
+ * blocks (64) that each take two spans, in rows whose width is not a
+ * multiple of 4 (one float per load), and more rows (20) than the final
+ * stage's warps; then one block a row (short rows). */
+static void test_argmax_blocks(void **state) {
+  (void)state;
+  const uint32_t s = ARGMAX_SPAN_ELEMENTS;
+  const uint32_t vocab_ties[] = {31 * s + 5, 8 * s, 8 * s - 1, 128255, s};
+  argmax_ties("vocab", 3, 128256, vocab_ties, 5);
+  argmax_ties("vocab", 1, 128256, vocab_ties + 3, 2);
+  const uint32_t wide_ties[] = {64 * s + 17, 127 * s, 100 * s + 3, 64 * s + 18};
+  argmax_ties("two spans a block", 2, 128 * s, wide_ties, 4);
+  const uint32_t odd_ties[] = {40000, 1024, 1023, 3 * 1024 + 7};
+  argmax_ties("not a multiple of 4", 2, 40001, odd_ties, 4);
+  const uint32_t many_ties[] = {s - 1, s, 2 * s - 1};
+  argmax_ties("rows > warps", 20, 2 * s + 3 * 4, many_ties, 3);
+  const uint32_t short_ties[] = {3, 1000, 4095};
+  argmax_ties("one block", 9, s, short_ties, 3);
 }
 
 /* ---- every op on one model's shapes
@@ -1406,6 +1503,9 @@ static void test_odd_shapes(void **state) {
   rmsnorm_case("odd", 7, 5, 321, FDY_DTYPE_BF16);
   rmsnorm_case("odd", 7, 100, 320, FDY_DTYPE_F16);
   rmsnorm_case("odd", 7, 0, 320, FDY_DTYPE_F16);
+  /* rows longer than the 4096 values a block keeps in registers */
+  rmsnorm_case("long", 3, 2, 8196, FDY_DTYPE_BF16);
+  rmsnorm_case("long", 2, 2, 4100, FDY_DTYPE_F16);
   rope_case("odd", 5, 4, 0, 3, 36, false);
   rope_case("odd", 5, 9, 37, 2, 64, true);
   binary_case(FDY_OP_SWIGLU, "odd", 6, 5, 4999);
@@ -1613,9 +1713,11 @@ int main(void) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_odd_shapes),
+      cmocka_unit_test(test_argmax_blocks),
       cmocka_unit_test(test_gemv_shapes),
       cmocka_unit_test(test_attention_workspace_refused),
       cmocka_unit_test(test_attention_positions),
+      cmocka_unit_test(test_attention_decode_blocks),
       cmocka_unit_test(test_prefill_needs_workspace),
       cmocka_unit_test(test_prefill_matmul),
       cmocka_unit_test(test_fused_shapes),

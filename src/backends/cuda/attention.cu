@@ -1,29 +1,37 @@
-/* ATTENTION on CUDA: the append kernel, then one of two variants chosen
- * from the shapes alone (the rows of q), in stream order.
+/* ATTENTION on CUDA: one of two variants chosen from the shapes alone (the
+ * rows of q).
  *
- * 1. append: block t stores rows t of k and v at cache position p0 + t
- *    (F32 copied, F16 rounded to nearest even like the CPU backend), for
- *    the step's rows whose position lies in the cache.
- * 2a. decode (q has one row): flash-decoding. The positions 0..p are cut
+ * 1. decode (q has one row): one kernel. The positions 0..p are cut
  *    into chunks of decode_chunk(context) positions (a power of two from
  *    16, so that a full cache has at most DECODE_MAX_CHUNKS chunks). Block
  *    (kv head, slice, y) takes chunks y, y + gridDim.y, ... for up to
  *    DECODE_GROUP query heads of that kv head, which share its K and V
  *    loads: each warp dots DECODE_INFLIGHT key rows at once with the
  *    heads' q (lanes on 4 consecutive elements: one 16-byte F32 or 8-byte
- *    F16 load, coalesced), a butterfly summing each dot, times
- *    (float)(1 / sqrt(d)); then per head the chunk's maximum m, e =
+ *    F16 load, coalesced; the lanes' q elements loaded alongside, and the
+ *    value rows requested from L2 at once), a butterfly summing each dot,
+ *    times (float)(1 / sqrt(d)); then per head the chunk's maximum m, e =
  *    expf(score - m) and their float sum l (lanes, then a butterfly), and
  *    the unnormalized sum of e * v over the chunk's positions (each warp
  *    its positions, the warps' sums added in warp order). m, l and the
  *    partial output go to the op's workspace at the chunk's index.
- *    combine: block h reads the chunks of head h: M = max m_c, w_c =
- *    expf(m_c - M), L = sum of l_c w_c in double (fixed tree), and output
- *    element j = (sum of w_c o_c[j]) * (float)(1 / L), warp w summing
- *    chunks w, w + 4, ... in order, then the four warps' sums in order.
- *    The grid's y extent follows the multiprocessor count; the chunk size
- *    and every order of addition follow the shapes only.
- * 2b. prefill (several rows): flash attention. Block (tile, head) runs
+ *    The append: the block that holds the chunk of position p (slice 0)
+ *    stores the step's k and v rows of its kv head there (F32 copied, F16
+ *    rounded to nearest even like the CPU backend); every block reads
+ *    position p from the step's rows (rounded alike), never from the
+ *    cache, so no block waits for it.
+ *    combine: the last block of a kv head slice to finish (a counter of
+ *    the stream's, zeroed again by that block, so a graph can replay the
+ *    launch) reads the chunks of the slice's heads: M = max m_c, w_c =
+ *    expf(m_c - M), L = sum of l_c w_c in double (lanes, then a
+ *    butterfly), and output element j = (sum of w_c o_c[j]) * (float)(1 /
+ *    L), warp w summing chunks w, w + 4, ... in order, then the four
+ *    warps' sums in order. The grid's y extent follows the multiprocessor
+ *    count; the chunk size and every order of addition follow the shapes
+ *    only.
+ * 2. prefill (several rows): the append kernel (block t stores rows t of
+ *    k and v at cache position p0 + t, for the step's rows whose position
+ *    lies in the cache), then flash attention. Block (tile, head) runs
  *    PREFILL_Q query rows of one head over key/value tiles of PREFILL_KV
  *    positions staged in shared memory: scores S = q k * scale (causal
  *    mask: a key position after the row's is -inf), an online softmax in
@@ -54,7 +62,7 @@
 #define DECODE_INFLIGHT   4   /* key or value rows a warp loads at once */
 #define DECODE_MIN_CHUNK  16  /* positions, a power of two */
 #define DECODE_MAX_CHUNKS 128 /* chunks of a full cache */
-#define DECODE_BLOCKS_SM  8   /* decode blocks per multiprocessor */
+#define DECODE_BLOCKS_SM  6   /* decode blocks per multiprocessor */
 
 #define PREFILL_Q       32               /* query rows of a block */
 #define PREFILL_KV      32               /* positions of a key/value tile */
@@ -152,7 +160,7 @@ __global__ void __launch_bounds__(APPEND_THREADS)
   }
 }
 
-/* ---- decode: chunks, then combine ----------------------------------------
+/* ---- decode: chunks, then the combine by the last block ------------------
  */
 
 /* The decode variant's workspace: (m, l) per chunk and head, then (at a
@@ -163,50 +171,165 @@ typedef struct decode_partials {
   float *o;
 } decode_partials;
 
-/* Shared memory, float4 units of d4 = ceil(d / 4): q of the block's heads
- * (DECODE_GROUP x d4), the warps' partial outputs (ATTENTION_WARPS x
- * DECODE_GROUP x d4), then the chunk's scores (DECODE_GROUP x chunk
- * floats). */
+/* The decode step's own key or value row (F32, the op's k or v input at
+ * the kv head): elements 4 j4 .. 4 j4 + 3 as the cache holds them once
+ * appended (F16: rounded to nearest even). */
+static __device__ __forceinline__ float4 new_row4(const float *row, bool f16,
+                                                  bool vec, unsigned int j4,
+                                                  unsigned int d) {
+  const float4 x = load4(row, false, vec, 0, j4, d);
+  if (!f16) {
+    return x;
+  }
+  return make_float4(
+      __half2float(__float2half_rn(x.x)), __half2float(__float2half_rn(x.y)),
+      __half2float(__float2half_rn(x.z)), __half2float(__float2half_rn(x.w)));
+}
+
+/* Key or value elements 4 j4 .. of position p: the step's own row at the
+ * last position (not read from the cache, which this launch writes), the
+ * cache's otherwise. */
+static __device__ __forceinline__ float4
+row4(const void *cache, const float *own, bool f16, bool vec,
+     unsigned long long p, unsigned long long last, unsigned long long kv_dim,
+     unsigned long long kv_at, unsigned int j4, unsigned int d) {
+  return p == last ? new_row4(own, f16, vec, j4, d)
+                   : load4(cache, f16, vec, p * kv_dim + kv_at, j4, d);
+}
+
+/* Asks L2 for the 16 bytes at p (F16: 8) ahead of their load. */
+static __device__ __forceinline__ void prefetch_l2(const void *p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+/* The combine of the heads h0 .. h0 + gn - 1 over `chunks` chunks: warp g
+ * finds head g's M = max m_c, the weights w_c = expf(m_c - M) (into
+ * `weight`, DECODE_MAX_CHUNKS a head) and L = sum of l_c w_c in double
+ * (lanes, then a butterfly); then per head, lanes on 4 elements, warp w
+ * sums w_c o_c over chunks w, w + 4, ... in order (into warp_out), and
+ * output element j is the warps' sums added in warp order times
+ * (float)(1 / L). Partials are read from L2 (__ldcg): other blocks of this
+ * launch wrote them. */
+static __device__ void combine_heads(unsigned int h0, unsigned int gn,
+                                     unsigned int chunks, unsigned int heads,
+                                     unsigned int d,
+                                     const decode_partials *partials,
+                                     float *weight, float *inv,
+                                     float4 *warp_out, float *out) {
+  const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const unsigned int d4 = (d + 3) / 4;
+  if (warp < gn) {
+    const unsigned int h = h0 + warp;
+    float m = -CUDART_INF_F;
+    for (unsigned int c = lane; c < chunks; c += 32) {
+      m = fmaxf(m, __ldcg(&partials->ml[(unsigned long long)c * heads + h]).x);
+    }
+    m = warp_max(m);
+    double sum = 0.0;
+    for (unsigned int c = lane; c < chunks; c += 32) {
+      const float2 ml =
+          __ldcg(&partials->ml[(unsigned long long)c * heads + h]);
+      const float w = expf(ml.x - m);
+      weight[warp * DECODE_MAX_CHUNKS + c] = w;
+      sum += (double)ml.y * w;
+    }
+    sum = fdy_warp_sum_double(sum);
+    if (lane == 0) {
+      inv[warp] = (float)(1.0 / sum);
+    }
+  }
+  __syncthreads();
+  const float4 *partial4 = (const float4 *)partials->o;
+  for (unsigned int g = 0; g < gn; g++) {
+    for (unsigned int j4 = lane; j4 < d4; j4 += 32) {
+      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+      for (unsigned int c = warp; c < chunks; c += ATTENTION_WARPS) {
+        acc = axpy4(
+            weight[g * DECODE_MAX_CHUNKS + c],
+            __ldcg(
+                &partial4[((unsigned long long)c * heads + h0 + g) * d4 + j4]),
+            acc);
+      }
+      warp_out[(warp * DECODE_GROUP + g) * d4 + j4] = acc;
+    }
+  }
+  __syncthreads();
+  const float *wo = (const float *)warp_out;
+  for (unsigned int i = threadIdx.x; i < gn * d; i += blockDim.x) {
+    const unsigned int g = i / d, j = i % d;
+    float acc = wo[g * d4 * 4 + j];
+    for (unsigned int w = 1; w < ATTENTION_WARPS; w++) {
+      acc += wo[(w * DECODE_GROUP + g) * d4 * 4 + j];
+    }
+    out[(unsigned long long)(h0 + g) * d + j] = acc * inv[g];
+  }
+  __syncthreads(); /* weight, inv and warp_out are reused */
+}
+
+/* Block (x, y), x = kv head x slices + slice, takes chunks y, y +
+ * gridDim.y, ... for the query heads of its slice. The block that holds
+ * the chunk of the last position in slice 0 also appends the step's k and
+ * v rows of its kv head there; every block reads that position from the
+ * step's rows instead of the cache, so no block waits for another. Each
+ * block then counts itself done in counters[x % FDY_CUDA_OP_COUNTERS]; the
+ * last of the blocks that share the counter (a fence before the count, one
+ * after) zeroes it for the stream's next launch and combines their heads.
+ * Shared memory, float4 units of d4 = ceil(d / 4): the warps' partial
+ * outputs (ATTENTION_WARPS x DECODE_GROUP x d4), then DECODE_GROUP x
+ * max(chunk, DECODE_MAX_CHUNKS) floats (a chunk's scores, or the
+ * combine's weights), then DECODE_GROUP floats (the combine's 1 / L). */
 __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
-    decode_kernel(const int32_t *step, const float *q, const void *k_cache,
-                  const void *v_cache, bool f16, bool vec, unsigned int heads,
-                  unsigned int group, unsigned int slices, unsigned int d,
+    decode_kernel(const int32_t *step, const float *q, const float *k_new,
+                  const float *v_new, void *k_cache, void *v_cache, bool f16,
+                  bool vec, unsigned int heads, unsigned int group,
+                  unsigned int slices, unsigned int d,
                   unsigned long long context, unsigned int chunk,
-                  decode_partials partials) {
+                  decode_partials partials, unsigned int *counters,
+                  float *out) {
   extern __shared__ float4 decode_shared[];
   const unsigned int d4 = (d + 3) / 4;
-  float4 *qs = decode_shared;
-  float4 *warp_out = qs + DECODE_GROUP * d4;
+  const unsigned int scores_stride =
+      max(chunk, (unsigned int)DECODE_MAX_CHUNKS);
+  float4 *warp_out = decode_shared;
   float *scores = (float *)(warp_out + ATTENTION_WARPS * DECODE_GROUP * d4);
+  float *inv = scores + DECODE_GROUP * scores_stride;
   if (fdy_active_rows(step, 1) == 0) {
     return;
-  }
-  const long long last = row_position(step, 0, context);
-  if (last < 0) {
-    return; /* the combine writes NaN */
   }
   const unsigned int kv_head = blockIdx.x / slices;
   const unsigned int g0 = (blockIdx.x % slices) * DECODE_GROUP;
   const unsigned int gn = min((unsigned int)DECODE_GROUP, group - g0);
   const unsigned int h0 = kv_head * group + g0;
+  const long long last_p = row_position(step, 0, context);
+  if (last_p < 0) {
+    for (unsigned int i = threadIdx.x; blockIdx.y == 0 && i < gn * d;
+         i += blockDim.x) {
+      out[(unsigned long long)h0 * d + i] = CUDART_NAN_F;
+    }
+    return;
+  }
+  const unsigned long long last = (unsigned long long)last_p;
   const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const unsigned long long kv_dim = (unsigned long long)(heads / group) * d;
   const unsigned long long kv_at = (unsigned long long)kv_head * d;
-  for (unsigned int i = threadIdx.x; i < DECODE_GROUP * d4 * 4;
-       i += blockDim.x) {
-    const unsigned int g = i / (d4 * 4), j = i % (d4 * 4);
-    ((float *)qs)[i] =
-        g < gn && j < d ? q[(unsigned long long)(h0 + g) * d + j] : 0.0f;
+  const float *k_own = k_new + kv_at, *v_own = v_new + kv_at;
+  const unsigned int chunks = (unsigned int)(last / chunk) + 1;
+  if (g0 == 0 && blockIdx.y == (chunks - 1) % gridDim.y) {
+    for (unsigned int i = threadIdx.x; i < d; i += blockDim.x) {
+      cache_store(k_cache, f16, last * kv_dim + kv_at + i, k_own[i]);
+      cache_store(v_cache, f16, last * kv_dim + kv_at + i, v_own[i]);
+    }
   }
-  __syncthreads();
 
   const float scale = (float)(1.0 / sqrt((double)d));
-  const unsigned int chunks = (unsigned int)(last / chunk) + 1;
   for (unsigned int c = blockIdx.y; c < chunks; c += gridDim.y) {
     const unsigned long long begin = (unsigned long long)c * chunk;
     const unsigned int n =
         (unsigned int)min((unsigned long long)chunk, last + 1 - begin);
-    /* scores: warp w dots positions w, w + 4, ..., DECODE_INFLIGHT at once */
+    /* scores: warp w dots positions w, w + 4, ..., DECODE_INFLIGHT at once
+     * (lanes load their q elements alongside the keys and ask L2 for the
+     * values the weighted sum reads next) */
     for (unsigned int base = warp; base < n;
          base += ATTENTION_WARPS * DECODE_INFLIGHT) {
       float dot[DECODE_INFLIGHT][DECODE_GROUP];
@@ -222,14 +345,21 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
 #pragma unroll
         for (int u = 0; u < DECODE_INFLIGHT; u++) {
           const unsigned int pp = base + u * ATTENTION_WARPS;
-          key[u] = pp < n ? load4(k_cache, f16, vec,
-                                  (begin + pp) * kv_dim + kv_at, j4, d)
+          key[u] = pp < n ? row4(k_cache, k_own, f16, vec, begin + pp, last,
+                                 kv_dim, kv_at, j4, d)
                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          if (vec && pp < n && begin + pp != last) {
+            const unsigned long long at =
+                (begin + pp) * kv_dim + kv_at + 4 * j4;
+            prefetch_l2(f16 ? (const void *)((const uint16_t *)v_cache + at)
+                            : (const void *)((const float *)v_cache + at));
+          }
         }
 #pragma unroll
         for (int g = 0; g < DECODE_GROUP; g++) {
           if (g < gn) {
-            const float4 qv = qs[g * d4 + j4];
+            const float4 qv =
+                load4(q, false, vec, (unsigned long long)(h0 + g) * d, j4, d);
 #pragma unroll
             for (int u = 0; u < DECODE_INFLIGHT; u++) {
               dot[u][g] = dot4(qv, key[u], dot[u][g]);
@@ -246,7 +376,7 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
             if (g < gn) {
               const float s = fdy_warp_sum(dot[u][g]) * scale;
               if (lane == 0) {
-                scores[g * chunk + pp] = s;
+                scores[g * scores_stride + pp] = s;
               }
             }
           }
@@ -256,7 +386,7 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
     __syncthreads();
     /* warp g: head g's maximum, weights and their sum */
     if (warp < gn) {
-      float *s = scores + warp * chunk;
+      float *s = scores + warp * scores_stride;
       float m = -CUDART_INF_F;
       for (unsigned int i = lane; i < n; i += 32) {
         m = fmaxf(m, s[i]);
@@ -288,8 +418,8 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
 #pragma unroll
         for (int u = 0; u < DECODE_INFLIGHT; u++) {
           const unsigned int pp = base + u * ATTENTION_WARPS;
-          value[u] = pp < n ? load4(v_cache, f16, vec,
-                                    (begin + pp) * kv_dim + kv_at, j4, d)
+          value[u] = pp < n ? row4(v_cache, v_own, f16, vec, begin + pp, last,
+                                   kv_dim, kv_at, j4, d)
                             : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
 #pragma unroll
@@ -299,7 +429,8 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
 #pragma unroll
             for (int g = 0; g < DECODE_GROUP; g++) {
               if (g < gn) {
-                acc[g] = axpy4(scores[g * chunk + pp], value[u], acc[g]);
+                acc[g] =
+                    axpy4(scores[g * scores_stride + pp], value[u], acc[g]);
               }
             }
           }
@@ -322,74 +453,28 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
     }
     __syncthreads(); /* scores and warp_out are reused by the next chunk */
   }
-}
 
-/* Shared memory: the warps' sums (ATTENTION_WARPS x ceil(d / 4) float4). */
-__global__ void __launch_bounds__(ATTENTION_THREADS)
-    combine_kernel(const int32_t *step, unsigned int heads, unsigned int d,
-                   unsigned long long context, unsigned int chunk,
-                   decode_partials partials, float *out) {
-  extern __shared__ float4 combine_shared[];
-  __shared__ float weight[DECODE_MAX_CHUNKS];
-  __shared__ float warp_m[ATTENTION_WARPS];
-  __shared__ double sum_scratch[ATTENTION_WARPS];
-  if (fdy_active_rows(step, 1) == 0) {
+  /* The blocks of x, x + FDY_CUDA_OP_COUNTERS, ... count on one counter. */
+  const unsigned int first_x = blockIdx.x % FDY_CUDA_OP_COUNTERS;
+  bool last_block = false;
+  if (threadIdx.x == 0) {
+    const unsigned int sharing =
+        (gridDim.x - 1 - first_x) / FDY_CUDA_OP_COUNTERS + 1;
+    __threadfence();
+    last_block = atomicAdd(&counters[first_x], 1u) == sharing * gridDim.y - 1;
+    if (last_block) {
+      atomicExch(&counters[first_x], 0u);
+      __threadfence();
+    }
+  }
+  if (__syncthreads_or(last_block) == 0) {
     return;
   }
-  const unsigned int h = blockIdx.x;
-  float *o = out + (unsigned long long)h * d;
-  const long long last = row_position(step, 0, context);
-  if (last < 0) {
-    for (unsigned int j = threadIdx.x; j < d; j += blockDim.x) {
-      o[j] = CUDART_NAN_F;
-    }
-    return;
-  }
-  const unsigned int chunks = (unsigned int)(last / chunk) + 1;
-  float m = -CUDART_INF_F;
-  for (unsigned int c = threadIdx.x; c < chunks; c += blockDim.x) {
-    m = fmaxf(m, partials.ml[(unsigned long long)c * heads + h].x);
-  }
-  m = warp_max(m);
-  if (threadIdx.x % 32 == 0) {
-    warp_m[threadIdx.x / 32] = m;
-  }
-  __syncthreads();
-  m = warp_m[0];
-  for (unsigned int w = 1; w < ATTENTION_WARPS; w++) {
-    m = fmaxf(m, warp_m[w]);
-  }
-  double sum = 0.0;
-  for (unsigned int c = threadIdx.x; c < chunks; c += blockDim.x) {
-    const float2 ml = partials.ml[(unsigned long long)c * heads + h];
-    const float w = expf(ml.x - m);
-    weight[c] = w;
-    sum += (double)ml.y * w;
-  }
-  sum = fdy_block_sum_double(sum, sum_scratch); /* also publishes weight */
-  const float inv = (float)(1.0 / sum);
-  /* warp w sums chunks w, w + 4, ..., lanes on 4 elements; then the
-   * warps' sums in warp order */
-  const unsigned int d4 = (d + 3) / 4, lane = threadIdx.x % 32,
-                     warp = threadIdx.x / 32;
-  const float4 *partial4 = (const float4 *)partials.o;
-  for (unsigned int j4 = lane; j4 < d4; j4 += 32) {
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 8
-    for (unsigned int c = warp; c < chunks; c += ATTENTION_WARPS) {
-      acc = axpy4(weight[c],
-                  partial4[((unsigned long long)c * heads + h) * d4 + j4], acc);
-    }
-    combine_shared[warp * d4 + j4] = acc;
-  }
-  __syncthreads();
-  const float *warp_sum = (const float *)combine_shared;
-  for (unsigned int j = threadIdx.x; j < d; j += blockDim.x) {
-    float acc = warp_sum[j];
-    for (unsigned int w = 1; w < ATTENTION_WARPS; w++) {
-      acc += warp_sum[w * d4 * 4 + j];
-    }
-    o[j] = acc * inv;
+  for (unsigned int x = first_x; x < gridDim.x; x += FDY_CUDA_OP_COUNTERS) {
+    const unsigned int xg0 = (x % slices) * DECODE_GROUP;
+    combine_heads((x / slices) * group + xg0,
+                  min((unsigned int)DECODE_GROUP, group - xg0), chunks, heads,
+                  d, &partials, scores, inv, warp_out, out);
   }
 }
 
@@ -609,17 +694,14 @@ static uint64_t decode_ml_bytes(const attention_shape *s) {
   return (decode_chunks(s) * s->heads * sizeof(float2) + 15) / 16 * 16;
 }
 
-static uint64_t combine_shared_bytes(const attention_shape *s) {
-  return ATTENTION_WARPS * (uint64_t)((s->d + 3) / 4) * sizeof(float4);
-}
-
 extern "C" uint64_t fdy_cuda_attention_shared_bytes(const fdy_op *op) {
   const attention_shape s = shape_of(op);
   const uint64_t d4 = (s.d + 3) / 4;
-  if (s.rows == 1) { /* the decode kernel's; the combine needs less */
-    return (DECODE_GROUP + ATTENTION_WARPS * DECODE_GROUP) * d4 *
-               sizeof(float4) +
-           (uint64_t)DECODE_GROUP * s.chunk * sizeof(float);
+  if (s.rows == 1) {
+    const uint64_t stride =
+        s.chunk > DECODE_MAX_CHUNKS ? s.chunk : DECODE_MAX_CHUNKS;
+    return ATTENTION_WARPS * DECODE_GROUP * d4 * sizeof(float4) +
+           (DECODE_GROUP * stride + DECODE_GROUP) * sizeof(float);
   }
   return PREFILL_Q * sizeof(double) +
          (PREFILL_Q * (PREFILL_S_WIDTH + 2) +
@@ -645,10 +727,10 @@ extern "C" bool fdy_cuda_attention_grid_fits(const fdy_op *op) {
 
 extern "C" cudaError_t fdy_cuda_attention_prepare(uint64_t smem_optin) {
   const void *dynamic[] = {(const void *)decode_kernel,
-                           (const void *)combine_kernel,
                            (const void *)prefill_kernel};
   for (size_t i = 0; i < sizeof dynamic / sizeof dynamic[0]; i++) {
-    const cudaError_t rc = fdy_cuda_allow_dynamic_shared(dynamic[i], smem_optin);
+    const cudaError_t rc =
+        fdy_cuda_allow_dynamic_shared(dynamic[i], smem_optin);
     if (rc != cudaSuccess) {
       return rc;
     }
@@ -673,15 +755,10 @@ static cudaError_t launch_decode(const fdy_cuda_op_args *a,
                   (unsigned int)(y_fit < chunks ? y_fit : chunks));
   decode_kernel<<<grid, ATTENTION_THREADS,
                   (size_t)fdy_cuda_attention_shared_bytes(a->op), stream>>>(
-      step, (const float *)a->in[1], a->in[4], a->in[5], s->f16, s->vec,
-      s->heads, s->group, s->slices, s->d, s->context, s->chunk, partials);
-  cudaError_t rc = cudaGetLastError();
-  if (rc != cudaSuccess) {
-    return rc;
-  }
-  combine_kernel<<<s->heads, ATTENTION_THREADS, (size_t)combine_shared_bytes(s),
-                   stream>>>(step, s->heads, s->d, s->context, s->chunk,
-                             partials, (float *)a->out);
+      step, (const float *)a->in[1], (const float *)a->in[2],
+      (const float *)a->in[3], a->in[4], a->in[5], s->f16, s->vec, s->heads,
+      s->group, s->slices, s->d, s->context, s->chunk, partials, a->counters,
+      (float *)a->out);
   return cudaGetLastError();
 }
 
@@ -689,15 +766,15 @@ extern "C" cudaError_t fdy_cuda_attention_enqueue(const fdy_cuda_op_args *a,
                                                   cudaStream_t stream) {
   const attention_shape s = shape_of(a->op);
   const int32_t *step = (const int32_t *)a->in[0];
+  if (s.rows == 1) {
+    return launch_decode(a, &s, stream);
+  }
   append_kernel<<<s.rows, APPEND_THREADS, 0, stream>>>(
       step, (const float *)a->in[2], (const float *)a->in[3], a->in[4],
       a->in[5], s.f16, s.kv_dim, s.rows, s.context);
   cudaError_t rc = cudaGetLastError();
   if (rc != cudaSuccess) {
     return rc;
-  }
-  if (s.rows == 1) {
-    return launch_decode(a, &s, stream);
   }
   const unsigned int tiles = (s.rows + PREFILL_Q - 1) / PREFILL_Q;
   prefill_kernel<<<tiles * s.heads, ATTENTION_THREADS,

@@ -1129,8 +1129,11 @@ static fdy_status cuda_launch(fdy_backend *base, fdy_backend_stream *stream,
         chained ? (const uint64_t *)address[1] : NULL,
         (uint64_t *)address[op->input_count], stream->stream);
   } else {
-    fdy_cuda_op_args args = {
-        .op = op, .workspace = workspace, .sm_count = b->ctx.sm_count};
+    fdy_cuda_op_args args = {.op = op,
+                             .workspace = workspace,
+                             .sm_count = b->ctx.sm_count,
+                             .counters =
+                                 &b->words[stream->words].op_counters[0]};
     for (uint32_t i = 0; i < op->input_count; i++) {
       args.in[i] = address[i];
     }

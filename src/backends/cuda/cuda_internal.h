@@ -144,17 +144,24 @@ fdy_status fdy_cuda_staging_copy_to_host(fdy_cuda_staging *s,
 /* ---- checksum kernel (checksum_kernel.cu) ---------------------------------
  */
 
+/* Counters of the op kernels whose last block finishes the work (ARGMAX
+ * over several blocks a row, the one-row ATTENTION), per stream. */
+#define FDY_CUDA_OP_COUNTERS 64
+
 /* Device words of the launches of one stream (launches on one stream run
  * one after the other, so they share them). Zero before a launch; the
- * kernel's blocks add into sum and diff and count themselves in
+ * checksum kernel's blocks add into sum and diff and count themselves in
  * blocks_done, and the last block zeroes them again, so the stream's next
- * launch finds them ready. */
+ * launch finds them ready. The op kernels count their blocks in
+ * op_counters the same way: the block that finds itself last zeroes the
+ * counter again. */
 struct fdy_cuda_checksum_words {
   unsigned long long sum;  /* sum of term_i mod 2^64 over the first pass */
   unsigned long long diff; /* non-zero when a later pass disagreed */
   unsigned long long sink; /* output of internal launches (not read) */
   unsigned int blocks_done;
   unsigned int pad;
+  unsigned int op_counters[FDY_CUDA_OP_COUNTERS];
 };
 
 /* Threads per block of the checksum kernel, and the resident blocks per SM
@@ -213,6 +220,9 @@ typedef struct fdy_cuda_op_args {
   void *workspace; /* fdy_cuda_op_workspace_bytes of scratch, or NULL */
   void *outputs[FDY_OP_MAX_OUTPUTS];
   int sm_count; /* sizes persistent grids (results do not depend on it) */
+  /* FDY_CUDA_OP_COUNTERS counters of the stream's words, zero between
+   * launches on the stream (struct fdy_cuda_checksum_words) */
+  unsigned int *counters;
 } fdy_cuda_op_args;
 
 /* Dynamic shared memory bytes a launch of op needs (0 when none). */
@@ -222,10 +232,12 @@ uint64_t fdy_cuda_matmul_q4_mma_shared_bytes(const fdy_op *op);
 uint64_t fdy_cuda_attention_shared_bytes(const fdy_op *op);
 /* Device scratch bytes a launch of a supported op needs in op->workspace
  * (0 when none; from the op's shapes only): the partial results of
- * ATTENTION's one-row (decode) variant; MATMUL_Q4 with several rows of x
- * keeps x in F16 there, and partial sums when it splits the inputs. */
+ * ATTENTION's one-row (decode) variant and of ARGMAX over rows split
+ * between blocks; MATMUL_Q4 with several rows of x keeps x in F16 there,
+ * and partial sums when it splits the inputs. */
 uint64_t fdy_cuda_op_workspace_bytes(const fdy_op *op);
 uint64_t fdy_cuda_attention_workspace_bytes(const fdy_op *op);
+uint64_t fdy_cuda_argmax_workspace_bytes(const fdy_op *op);
 uint64_t fdy_cuda_matmul_q4_mma_workspace_bytes(const fdy_op *op);
 /* Whether the grid of an ATTENTION launch fits CUDA's limits. */
 bool fdy_cuda_attention_grid_fits(const fdy_op *op);
@@ -243,9 +255,9 @@ static inline cudaError_t fdy_cuda_allow_dynamic_shared(const void *kernel,
   struct cudaFuncAttributes attributes;
   cudaError_t rc = cudaFuncGetAttributes(&attributes, kernel);
   if (rc == cudaSuccess) {
-    rc = cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-        (int)(smem_optin - attributes.sharedSizeBytes));
+    rc = cudaFuncSetAttribute(kernel,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              (int)(smem_optin - attributes.sharedSizeBytes));
   }
   return rc;
 }

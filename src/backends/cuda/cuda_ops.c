@@ -6,7 +6,8 @@
  * decode chunk's scores, or a prefill tile's q, keys, values and output)
  * within what a block may use, grid dimensions within CUDA's limits, and at
  * most FDY_CUDA_ROPE_MAX_PAIRS rope pairs. The workspace of an op: the
- * one-row ATTENTION's partial results (attention.cu), and MATMUL_Q4 of
+ * one-row ATTENTION's partial results (attention.cu), the blocks' winners
+ * of ARGMAX over long rows (ops_kernels.cu), and MATMUL_Q4 of
  * several rows (x in F16, partial sums: matmul_q4_mma.cu); other ops need
  * none. The fused kinds run for one row of x only (the decode
  * chain's). */
@@ -63,6 +64,9 @@ bool fdy_cuda_op_supported(const fdy_cuda_ctx *ctx, const fdy_op *op) {
 uint64_t fdy_cuda_op_workspace_bytes(const fdy_op *op) {
   if (op->kind == FDY_OP_ATTENTION) {
     return fdy_cuda_attention_workspace_bytes(op);
+  }
+  if (op->kind == FDY_OP_ARGMAX) {
+    return fdy_cuda_argmax_workspace_bytes(op);
   }
   if (op->kind == FDY_OP_MATMUL_Q4 && op->inputs[1].shape.dims[0] != 1) {
     return fdy_cuda_matmul_q4_mma_workspace_bytes(op);

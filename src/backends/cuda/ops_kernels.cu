@@ -13,23 +13,30 @@
  * never contracts a multiply and an add: the dequantized embedding s * q + b
  * and the rope rotation use __fmul_rn/__fadd_rn so they round alike (the
  * embedding is bitwise equal); RMSNorm sums squares in double (a fixed
- * tree) and scales by (float)(1 / sqrt(mean + eps)); rope angles are
- * (double)position * inv with cos and sin in double rounded to float, the
+ * tree) and scales by (float)(1 / sqrt(mean + eps)), x times that times the
+ * weight, with 16-byte loads of x and 8-byte loads of the weight; rope angles
+ * are (double)position * inv with cos and sin in double rounded to float, the
  * inverse frequencies coming from the host (fdy_rope_inverse_frequency) as
  * a kernel parameter; SwiGLU is g / (1 + expf(-g)) * up (expf may differ
  * from the C library's in the last bit). ARGMAX compares (NaN last, value,
- * lower index), a total order, so its tree reduction gives exactly the
- * CPU's answer. */
+ * lower index), a total order, so its reduction gives exactly the CPU's
+ * answer whatever the split: a long row is cut between blocks whose
+ * winners the last block to finish reduces (a counter of the stream's,
+ * zeroed again by that block, so the launch can be replayed in a graph). */
 #include "cuda_device.h"
 #include "cuda_internal.h"
 
 #include <string.h>
 
-#define ROW_THREADS       256  /* embed, rmsnorm, rope */
-#define ELEMENT_THREADS   256  /* swiglu, add, last_row */
-#define ELEMENT_BLOCKS_SM 8    /* resident element-wise blocks per SM */
-#define ARGMAX_THREADS    1024 /* one block per row */
+#define ROW_THREADS       256 /* embed, rmsnorm, rope */
+#define RMSNORM_HELD      4   /* float4 of a row a thread keeps */
+#define ELEMENT_THREADS   256 /* swiglu, add, last_row */
+#define ELEMENT_BLOCKS_SM 8   /* resident element-wise blocks per SM */
+#define ARGMAX_THREADS    256
 #define ARGMAX_WARPS      (ARGMAX_THREADS / 32)
+#define ARGMAX_LOADS      4 /* 16-byte loads a thread issues at once */
+#define ARGMAX_SPAN       (ARGMAX_THREADS * ARGMAX_LOADS) /* loads */
+#define ARGMAX_MAX_PARTS  64 /* blocks of one row */
 
 /* ---- embedding ------------------------------------------------------------
  */
@@ -77,10 +84,43 @@ __global__ void __launch_bounds__(ROW_THREADS)
 /* ---- rmsnorm --------------------------------------------------------------
  */
 
+/* Element i4 of a row of F16 or BF16 weights, 4 at a time (one 8-byte
+ * load; the row starts 8-byte aligned). */
+static __device__ __forceinline__ float4 halves4(const uint16_t *p, bool bf16,
+                                                 unsigned int i4) {
+  const uint2 w = ((const uint2 *)p)[i4];
+  const uint16_t h[4] = {(uint16_t)(w.x & 0xffffu), (uint16_t)(w.x >> 16),
+                         (uint16_t)(w.y & 0xffffu), (uint16_t)(w.y >> 16)};
+  float f[4];
+#pragma unroll
+  for (int k = 0; k < 4; k++) {
+    f[k] = bf16 ? __uint_as_float((unsigned int)h[k] << 16)
+                : __half2float(__ushort_as_half(h[k]));
+  }
+  return make_float4(f[0], f[1], f[2], f[3]);
+}
+
+static __device__ __forceinline__ double squares4(float4 v, double sum) {
+  sum += (double)v.x * v.x;
+  sum += (double)v.y * v.y;
+  sum += (double)v.z * v.z;
+  return sum + (double)v.w * v.w;
+}
+
+static __device__ __forceinline__ float4 norm4(float4 v, float inv, float4 w) {
+  return make_float4(v.x * inv * w.x, v.y * inv * w.y, v.z * inv * w.z,
+                     v.w * inv * w.w);
+}
+
+/* Block t normalizes row t. vec4 (n a multiple of 4): each thread loads
+ * its first RMSNORM_HELD float4 of x and of the weight at once and keeps
+ * them for the output (rows up to 4096 are read once); the rest of a longer
+ * row is read again. Each thread sums its squares in double in a fixed
+ * order, then the block (fdy_block_sum_double). */
 __global__ void __launch_bounds__(ROW_THREADS)
     rmsnorm_kernel(const int32_t *step, const float *x, const uint16_t *weight,
                    bool bf16, unsigned int n, unsigned int rows, double eps,
-                   float *out) {
+                   bool vec4, float *out) {
   __shared__ double scratch[ROW_THREADS / 32];
   const unsigned int t = blockIdx.x;
   if (t >= fdy_active_rows(step, rows)) {
@@ -89,14 +129,52 @@ __global__ void __launch_bounds__(ROW_THREADS)
   const float *xr = x + (unsigned long long)t * n;
   float *o = out + (unsigned long long)t * n;
   double sum = 0.0;
-  for (unsigned int i = threadIdx.x; i < n; i += blockDim.x) {
-    const double v = xr[i];
-    sum += v * v;
+  if (!vec4) {
+    for (unsigned int i = threadIdx.x; i < n; i += blockDim.x) {
+      const double v = xr[i];
+      sum += v * v;
+    }
+    sum = fdy_block_sum_double(sum, scratch);
+    const float inv = (float)(1.0 / sqrt(sum / n + eps));
+    for (unsigned int i = threadIdx.x; i < n; i += blockDim.x) {
+      o[i] = xr[i] * inv * fdy_half_at(weight, bf16, i);
+    }
+    return;
+  }
+  const float4 *x4 = (const float4 *)xr;
+  float4 *o4 = (float4 *)o;
+  const unsigned int n4 = n / 4;
+  float4 held_x[RMSNORM_HELD], held_w[RMSNORM_HELD];
+#pragma unroll
+  for (int k = 0; k < RMSNORM_HELD; k++) {
+    const unsigned int i4 = threadIdx.x + k * ROW_THREADS;
+    if (i4 < n4) {
+      held_x[k] = x4[i4];
+      held_w[k] = halves4(weight, bf16, i4);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < RMSNORM_HELD; k++) {
+    if (threadIdx.x + k * ROW_THREADS < n4) {
+      sum = squares4(held_x[k], sum);
+    }
+  }
+  for (unsigned int i4 = threadIdx.x + RMSNORM_HELD * ROW_THREADS; i4 < n4;
+       i4 += ROW_THREADS) {
+    sum = squares4(x4[i4], sum);
   }
   sum = fdy_block_sum_double(sum, scratch);
   const float inv = (float)(1.0 / sqrt(sum / n + eps));
-  for (unsigned int i = threadIdx.x; i < n; i += blockDim.x) {
-    o[i] = xr[i] * inv * fdy_half_at(weight, bf16, i);
+#pragma unroll
+  for (int k = 0; k < RMSNORM_HELD; k++) {
+    const unsigned int i4 = threadIdx.x + k * ROW_THREADS;
+    if (i4 < n4) {
+      o4[i4] = norm4(held_x[k], inv, held_w[k]);
+    }
+  }
+  for (unsigned int i4 = threadIdx.x + RMSNORM_HELD * ROW_THREADS; i4 < n4;
+       i4 += ROW_THREADS) {
+    o4[i4] = norm4(x4[i4], inv, halves4(weight, bf16, i4));
   }
 }
 
@@ -215,58 +293,134 @@ static __device__ __forceinline__ bool before(float a, unsigned int ai, float b,
   return ai < bi;
 }
 
-/* Block r reduces row r: each thread its strided elements, then the warp
- * (butterflies), then warp 0 over the warps' winners. */
+/* (value, index) becomes (v, i) when (v, i) comes before it. */
+static __device__ __forceinline__ void
+keep_first(float v, unsigned int i, float *value, unsigned int *where) {
+  if (before(v, i, *value, *where)) {
+    *value = v;
+    *where = i;
+  }
+}
+
+/* The first of the warp's (value, where); every lane gets it. */
+static __device__ __forceinline__ void warp_first(float *value,
+                                                  unsigned int *where) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float v = __shfl_xor_sync(0xffffffffu, *value, offset);
+    const unsigned int k = __shfl_xor_sync(0xffffffffu, *where, offset);
+    keep_first(v, k, value, where);
+  }
+}
+
+/* Row r is cut into `parts` blocks (blockIdx.x = r * parts + part): part
+ * p takes the spans of ARGMAX_SPAN loads (float4 when vec4, else floats)
+ * p, p + parts, ...; each thread
+ * issues its ARGMAX_LOADS loads of a span before it compares any. The
+ * block's winner: warps (butterflies), then thread 0 over the warps'. With
+ * one part it is the row's answer. Otherwise it goes to partial[blockIdx.x]
+ * and the block counts itself done in *counter; the last block to do so
+ * (every other block's winner visible to it: a fence before the count, one
+ * after) zeroes the counter for the stream's next launch and reduces each
+ * row's parts (warp w rows w, w + ARGMAX_WARPS, ...). (value, index) is a
+ * total order, so neither the split nor the order changes the answer. */
 __global__ void __launch_bounds__(ARGMAX_THREADS)
-    argmax_kernel(const float *x, unsigned int n, bool vec4, int32_t *out) {
-  __shared__ float best_value[ARGMAX_WARPS];
-  __shared__ unsigned int best_index[ARGMAX_WARPS];
-  const float *xr = x + (unsigned long long)blockIdx.x * n;
+    argmax_kernel(const float *x, unsigned int rows, unsigned int n,
+                  unsigned int parts, bool vec4, uint2 *partial,
+                  unsigned int *counter, int32_t *out) {
+  __shared__ float warp_value[ARGMAX_WARPS];
+  __shared__ unsigned int warp_index[ARGMAX_WARPS];
+  const unsigned int row = blockIdx.x / parts, part = blockIdx.x % parts;
+  const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const float *xr = x + (unsigned long long)row * n;
   float value = CUDART_NAN_F;
-  unsigned int where = 0xffffffffu; /* after every element */
-  if (vec4) {
-    for (unsigned int i = threadIdx.x; i < n / 4; i += blockDim.x) {
-      const float4 v = ((const float4 *)xr)[i];
-      const float e[4] = {v.x, v.y, v.z, v.w};
+  unsigned int where = 0xffffffffu;           /* after every element */
+  const unsigned int per_unit = vec4 ? 4 : 1; /* elements of a load */
+  const unsigned int units = n / per_unit;
+  for (unsigned long long s0 = (unsigned long long)part * ARGMAX_SPAN;
+       s0 < units; s0 += (unsigned long long)parts * ARGMAX_SPAN) {
+    float4 v[ARGMAX_LOADS];
 #pragma unroll
-      for (unsigned int k = 0; k < 4; k++) {
-        if (before(e[k], 4 * i + k, value, where)) {
-          value = e[k];
-          where = 4 * i + k;
+    for (int k = 0; k < ARGMAX_LOADS; k++) {
+      const unsigned long long u = s0 + k * ARGMAX_THREADS + threadIdx.x;
+      if (u < units) {
+        v[k] = vec4 ? ((const float4 *)xr)[u]
+                    : make_float4(xr[u], 0.0f, 0.0f, 0.0f);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < ARGMAX_LOADS; k++) {
+      const unsigned long long u = s0 + k * ARGMAX_THREADS + threadIdx.x;
+      if (u < units) {
+        const unsigned int i = (unsigned int)u * per_unit;
+        keep_first(v[k].x, i, &value, &where);
+        if (vec4) {
+          keep_first(v[k].y, i + 1, &value, &where);
+          keep_first(v[k].z, i + 2, &value, &where);
+          keep_first(v[k].w, i + 3, &value, &where);
         }
       }
     }
-  } else {
-    for (unsigned int i = threadIdx.x; i < n; i += blockDim.x) {
-      if (before(xr[i], i, value, where)) {
-        value = xr[i];
-        where = i;
-      }
-    }
   }
-  for (int offset = 16; offset > 0; offset /= 2) {
-    const float v = __shfl_xor_sync(0xffffffffu, value, offset);
-    const unsigned int k = __shfl_xor_sync(0xffffffffu, where, offset);
-    if (before(v, k, value, where)) {
-      value = v;
-      where = k;
-    }
-  }
-  const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  warp_first(&value, &where);
   if (lane == 0) {
-    best_value[warp] = value;
-    best_index[warp] = where;
+    warp_value[warp] = value;
+    warp_index[warp] = where;
   }
   __syncthreads();
+  bool last = false;
   if (threadIdx.x == 0) {
     for (unsigned int w = 1; w < ARGMAX_WARPS; w++) {
-      if (before(best_value[w], best_index[w], value, where)) {
-        value = best_value[w];
-        where = best_index[w];
+      keep_first(warp_value[w], warp_index[w], &value, &where);
+    }
+    if (parts == 1) {
+      out[row] = (int32_t)where;
+    } else {
+      partial[blockIdx.x] = make_uint2(__float_as_uint(value), where);
+      __threadfence();
+      last = atomicAdd(counter, 1u) == gridDim.x - 1;
+      if (last) {
+        atomicExch(counter, 0u);
+        __threadfence();
       }
     }
-    out[blockIdx.x] = (int32_t)where;
   }
+  if (__syncthreads_or(last) == 0) {
+    return;
+  }
+  for (unsigned int r = warp; r < rows; r += ARGMAX_WARPS) {
+    value = CUDART_NAN_F;
+    where = 0xffffffffu;
+    for (unsigned int p = lane; p < parts; p += 32) {
+      const uint2 c = __ldcg(&partial[(unsigned long long)r * parts + p]);
+      keep_first(__uint_as_float(c.x), c.y, &value, &where);
+    }
+    warp_first(&value, &where);
+    if (lane == 0) {
+      out[r] = (int32_t)where;
+    }
+  }
+}
+
+/* Blocks per row of an ARGMAX over rows of n: one per span of
+ * ARGMAX_SPAN loads, at most ARGMAX_MAX_PARTS, and one when the grid would
+ * exceed CUDA's limit. From the shape only. */
+static unsigned int argmax_parts(unsigned long long rows,
+                                 unsigned long long n) {
+  const unsigned long long units = n % 4 == 0 ? n / 4 : n;
+  unsigned long long parts = (units + ARGMAX_SPAN - 1) / ARGMAX_SPAN;
+  if (parts > ARGMAX_MAX_PARTS) {
+    parts = ARGMAX_MAX_PARTS;
+  }
+  if (parts == 0 || rows * parts > INT32_MAX) {
+    parts = 1;
+  }
+  return (unsigned int)parts;
+}
+
+extern "C" uint64_t fdy_cuda_argmax_workspace_bytes(const fdy_op *op) {
+  const unsigned long long rows = op->inputs[0].shape.dims[0];
+  const unsigned int parts = argmax_parts(rows, op->inputs[0].shape.dims[1]);
+  return parts > 1 ? rows * parts * sizeof(uint2) : 0;
 }
 
 /* ---- dispatch -------------------------------------------------------------
@@ -350,7 +504,7 @@ extern "C" cudaError_t fdy_cuda_op_enqueue(const fdy_cuda_op_args *a,
     rmsnorm_kernel<<<dim_of(&in[1], 0), ROW_THREADS, 0, stream>>>(
         step, (const float *)a->in[1], (const uint16_t *)a->in[2],
         in[2].dtype == FDY_DTYPE_BF16, dim_of(&in[1], 1), dim_of(&in[1], 0),
-        op->params.rmsnorm.eps, (float *)a->out);
+        op->params.rmsnorm.eps, dim_of(&in[1], 1) % 4 == 0, (float *)a->out);
     break;
   case FDY_OP_MATMUL_Q4:
     return fdy_cuda_matmul_q4_enqueue(a, stream);
@@ -385,9 +539,11 @@ extern "C" cudaError_t fdy_cuda_op_enqueue(const fdy_cuda_op_args *a,
     break;
   }
   case FDY_OP_ARGMAX: {
-    const unsigned int n = dim_of(&in[0], 1);
-    argmax_kernel<<<dim_of(&in[0], 0), ARGMAX_THREADS, 0, stream>>>(
-        (const float *)a->in[0], n, n % 4 == 0, (int32_t *)a->out);
+    const unsigned int rows = dim_of(&in[0], 0), n = dim_of(&in[0], 1);
+    const unsigned int parts = argmax_parts(rows, n);
+    argmax_kernel<<<rows * parts, ARGMAX_THREADS, 0, stream>>>(
+        (const float *)a->in[0], rows, n, parts, n % 4 == 0,
+        (uint2 *)a->workspace, a->counters, (int32_t *)a->out);
     break;
   }
   default:
