@@ -1325,8 +1325,8 @@ static void name_shrunk_file(const fdy_executor *x, fdy_status st,
  * error, where the file behind a mapping was truncated (the CUDA backend
  * does: docs/reliability.md). So a mapped file that is now shorter than its
  * mapping fails the run or create that copied from it with FDY_ERR_IO
- * (named by name_shrunk_file). step_only: only the mappings steps copy from (unpacked
- * streamed weights). Detection after the fact, not prevention: packed
+ * (named by name_shrunk_file). step_only: only the mappings steps copy from
+ * (unpacked streamed weights). Detection after the fact, not prevention: packed
  * streaming (the default) never reads the files during runs. */
 static fdy_status check_registered_files(const fdy_executor *x, bool step_only,
                                          fdy_error *e) {

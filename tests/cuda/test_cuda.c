@@ -444,10 +444,11 @@ static fdy_status try_round_trip(fdy_backend *b, const void *src, void *dst,
  * take no CPU fault, so no SIGBUS reaches the process. The copy fails with
  * FDY_ERR_IO or succeeds; on the H200 it succeeds with other bytes past the
  * new end (printed; docs/reliability.md records it), which is why the
- * executor checks the size of the files it copied from registered pages. A mapping whose file shrank
- * before registration is not pinned past the end of the file: host_register
- * fails with FDY_ERR_BACKEND or pins only what is there (then the kept page
- * copies right). Afterwards the backend copies good memory. */
+ * executor checks the size of the files it copied from registered pages. A
+ * mapping whose file shrank before registration is not pinned past the end of
+ * the file: host_register fails with FDY_ERR_BACKEND or pins only what is there
+ * (then the kept page copies right). Afterwards the backend copies good memory.
+ */
 static void test_registered_copy_from_truncated_mapping(void **state) {
   (void)state;
   fdy_error err;

@@ -151,11 +151,10 @@ static void sweep(bool streamed, bool graphs) {
   fdy_backend_destroy(counting);
   assert_int_equal(cuda->ops->drain(cuda, &err), FDY_OK);
   const uint64_t level = memory_in_use(cuda);
-  print_message("%s plan, %s: %llu calls of create, %llu of a decode step\n",
-                streamed ? "streamed" : "resident",
-                graphs ? "graphs" : "no graphs",
-                (unsigned long long)create_calls,
-                (unsigned long long)decode_calls);
+  print_message(
+      "%s plan, %s: %llu calls of create, %llu of a decode step\n",
+      streamed ? "streamed" : "resident", graphs ? "graphs" : "no graphs",
+      (unsigned long long)create_calls, (unsigned long long)decode_calls);
 
   for (int mode = 0; mode < 2; mode++) {
     for (uint64_t n = 1; n <= create_calls + decode_calls; n++) {
@@ -239,9 +238,9 @@ static void test_truncated_checkpoint_streamed(void **state) {
     assert_int_equal(fdy_llama_open(dir, &model, &err), FDY_OK);
     fdy_llama_graph_options go = {.context = 64, .prefill_rows = 8};
     assert_int_equal(fdy_llama_graph(model, &go, &graph, &io, &err), FDY_OK);
-    assert_int_equal(fdy_llama_plan(graph, &io, 2 * largest_weight(graph), 2,
-                                    &plan, &err),
-                     FDY_OK);
+    assert_int_equal(
+        fdy_llama_plan(graph, &io, 2 * largest_weight(graph), 2, &plan, &err),
+        FDY_OK);
     fdy_backend *cuda = NULL;
     assert_int_equal(fdy_cuda_backend_create(NULL, &cuda, &err), FDY_OK);
     fdy_executor_options xo = {.skip_packing = packed == 0};

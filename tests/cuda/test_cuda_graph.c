@@ -23,10 +23,10 @@
 #include <cmocka.h>
 
 #include "foundry/cpu.h"
-#include "foundry/llama_session.h"
 #include "foundry/cuda.h"
 #include "foundry/fault.h"
 #include "foundry/llama.h"
+#include "foundry/llama_session.h"
 #include "foundry/runtime.h"
 
 #define TOKENS       16
