@@ -217,11 +217,14 @@ static void copy_model_file(const char *dir, const char *name) {
   assert_int_equal(fclose(out), 0);
 }
 
-/* The checkpoint truncated after create under streamed layers: packed (the
- * default) runs never read the file and go on; unpacked, the CUDA backend
- * copies the registered pages by DMA, which read other bytes with no error,
- * so the executor's size check fails the run with FDY_ERR_IO naming the
- * file. */
+/* The checkpoint truncated after create under streamed layers. Unpacked,
+ * the CUDA backend copies the registered pages by DMA, which read other
+ * bytes with no error, so the executor's size check fails the run with
+ * FDY_ERR_IO naming the file. Packed (the default), runs read no file when
+ * every streamed weight was packed and go on; a streamed weight of one
+ * extent is not packed (it is one copy already) and keeps its mapping
+ * registered, so the run fails the same way (llama3-micro under this
+ * budget streams such a weight). */
 static void test_truncated_checkpoint_streamed(void **state) {
   (void)state;
   for (int packed = 0; packed < 2; packed++) {
@@ -247,7 +250,11 @@ static void test_truncated_checkpoint_streamed(void **state) {
     fdy_executor *x = NULL;
     assert_int_equal(fdy_executor_create(plan, graph, cuda, &xo, &x, &err),
                      FDY_OK);
-    assert_true(fdy_executor_get_stats(x).class_bytes[FDY_BUFFER_SLOT] > 0);
+    const fdy_executor_stats xs = fdy_executor_get_stats(x);
+    assert_true(xs.class_bytes[FDY_BUFFER_SLOT] > 0);
+    /* a mapping still registered after create: a step copies from it */
+    const bool reads_file =
+        xs.registered_bytes > xs.staging_bytes + xs.packed_bytes;
     size_t decode = (size_t)fdy_executor_step(x, "decode");
     set_decode(x, &(llama_case){.io = io}, 3, 0);
     assert_int_equal(fdy_executor_run(x, decode, &err), FDY_OK);
@@ -260,7 +267,8 @@ static void test_truncated_checkpoint_streamed(void **state) {
     fdy_status st = fdy_executor_run(x, decode, &err);
     print_message("%s: %s\n", packed ? "packed" : "unpacked",
                   st == FDY_OK ? "ok" : err.message);
-    if (packed) {
+    if (!reads_file) {
+      assert_true(packed);
       assert_int_equal(st, FDY_OK);
     } else {
       assert_int_equal(st, FDY_ERR_IO);
