@@ -3,7 +3,7 @@
 # requires-python = ">=3.9"
 # dependencies = []
 # ///
-"""How much of the device compute ran while a copy ran, from a bench trace.
+"""How much of the device compute ran while a copy ran, from a trace.
 
 Reads a `foundry bench --trace` document (Chrome Trace JSON, docs/benchmark.md)
 and prints, for every traced execution (a span on the "CPU: host issue"
@@ -13,6 +13,13 @@ were busy at once (the intersection of the union of copy spans with the
 union of compute spans that start inside the execution), as milliseconds and
 as a fraction of the compute time. Then, per buffer count, the median of
 those fractions over the measured executions.
+
+A `foundry infer-bench --trace` document (otherData.format
+"foundry.infer.report", docs/infer-bench.md) is read per run instead: the
+copies are its weight prefetches ("prefetch UNIT" events), the compute its
+op launches, each run's events found by args.run; the same columns per run,
+then the median over the decode runs of the share of compute overlapped by
+prefetches and of the share of prefetch time hidden under compute.
 
 usage: trace_overlap.py TRACE.json
 exit status: 0 on success, 1 for a trace it cannot read (the reason is
@@ -121,6 +128,59 @@ def executions(doc):
     return result
 
 
+def infer_runs(doc):
+    """One dict per run of an infer-bench trace, in run order."""
+    events = doc["traceEvents"]
+    runs = [e for e in events if e.get("ph") == "X" and e.get("cat") == "run"]
+    if not runs:
+        raise TraceError("no run spans in an infer-bench trace")
+    copies, launches = {}, {}
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        span = (e["ts"], e["ts"] + e["dur"])
+        if e.get("cat") == "copy" and e["name"].startswith("prefetch"):
+            copies.setdefault(e["args"]["run"], []).append(span)
+        elif e.get("cat") == "launch":
+            launches.setdefault(e["args"]["run"], []).append(span)
+    result = []
+    for k, e in enumerate(runs):
+        copy = union(copies.get(k, []))
+        compute = union(launches.get(k, []))
+        result.append({
+            "run": k,
+            "step": e["args"]["step"],
+            "wall_us": e["dur"],
+            "copy_us": sum(h - l for l, h in copy),
+            "compute_us": sum(h - l for l, h in compute),
+            "overlap_us": intersection_length(copy, compute),
+        })
+    return result
+
+
+def print_infer(rows):
+    print("run  step        wall ms  prefetch ms  compute ms  overlapped ms"
+          "  of compute  of prefetch")
+    of_compute, of_copy = [], []
+    for r in rows:
+        share = r["overlap_us"] / r["compute_us"] if r["compute_us"] > 0 else 0.0
+        hidden = r["overlap_us"] / r["copy_us"] if r["copy_us"] > 0 else 0.0
+        print(f"{r['run']:3d}  {r['step']:8s}  {r['wall_us'] / 1e3:9.3f}"
+              f"  {r['copy_us'] / 1e3:11.3f}  {r['compute_us'] / 1e3:10.3f}"
+              f"  {r['overlap_us'] / 1e3:13.3f}  {100 * share:9.1f}%"
+              f"  {100 * hidden:10.1f}%")
+        if r["step"] == "decode" and r["copy_us"] > 0:
+            of_compute.append(share)
+            of_copy.append(hidden)
+    if of_compute:
+        print(f"decode runs: median {100 * statistics.median(of_compute):.1f}%"
+              f" of compute overlapped by prefetches, "
+              f"{100 * statistics.median(of_copy):.1f}% of prefetch time"
+              f" hidden under compute ({len(of_compute)} runs)")
+    else:
+        print("decode runs: nothing prefetched (every weight resident)")
+
+
 def main(argv):
     if len(argv) != 2 or argv[1].startswith("-"):
         print(__doc__.strip().split("\n\n")[2], file=sys.stderr)
@@ -128,10 +188,15 @@ def main(argv):
     try:
         with open(argv[1]) as f:
             doc = json.load(f)
-        rows = executions(doc)
+        infer = (isinstance(doc, dict) and isinstance(doc.get("otherData"), dict)
+                 and doc["otherData"].get("format") == "foundry.infer.report")
+        rows = infer_runs(doc) if infer else executions(doc)
     except (OSError, ValueError, KeyError, TypeError, TraceError) as e:
         print(f"trace_overlap.py: {argv[1]}: {e}", file=sys.stderr)
         return 1
+    if infer:
+        print_infer(rows)
+        return 0
     print("execution  buffers  phase     wall ms  copy ms  compute ms"
           "  overlapped ms  of compute")
     fractions = {}

@@ -197,6 +197,17 @@ assert [e["name"] for e in prefetches] == ["prefetch layer.0", "prefetch layer.1
 assert not [e for e in load("r3.trace.json")["traceEvents"]
             if e["name"].startswith("prefetch")]
 PY
+  # scripts/trace_overlap.py reads the infer-bench trace per run
+  "$python" "$scripts/trace_overlap.py" "$work/s1.trace.json" >"$work/ov1.txt" ||
+    fail "trace_overlap.py on the streamed trace"
+  grep -q "^decode runs: median .* of compute overlapped by prefetches" \
+    "$work/ov1.txt" || fail "streamed overlap: $(cat "$work/ov1.txt")"
+  [ "$(grep -c "  decode  " "$work/ov1.txt")" -eq 4 ] ||
+    fail "streamed overlap rows: $(cat "$work/ov1.txt")"
+  "$python" "$scripts/trace_overlap.py" "$work/r3.trace.json" >"$work/ov3.txt" ||
+    fail "trace_overlap.py on the resident trace"
+  grep -q "^decode runs: nothing prefetched" "$work/ov3.txt" ||
+    fail "resident overlap: $(cat "$work/ov3.txt")"
 fi
 
 # the trace: never overwritten, never the report's file, a usage error
