@@ -177,6 +177,10 @@ typedef struct fdy_command {
   } u;
 } fdy_command;
 
+/* The plan stream a command is issued on (prefetches, copies, launches,
+ * stream waits), or -1 for host waits and the setup/teardown kinds. */
+int32_t fdy_command_stream(const fdy_command *command);
+
 /* A buffer of the plan. */
 typedef struct fdy_plan_buffer {
   fdy_buffer_class cls;

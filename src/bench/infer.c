@@ -937,23 +937,6 @@ static fdy_status run_trace(infer_state *s, fdy_error *err) {
 /* Rows of the trace: the host, then one per plan stream. */
 enum { TRACE_TID_HOST = 1, TRACE_TID_STREAM0 = 2 };
 
-/* The plan stream a command runs on or makes wait, -1 for host waits. */
-static int32_t command_stream(const fdy_command *c) {
-  switch (c->kind) {
-  case FDY_CMD_PREFETCH:
-    return (int32_t)c->u.prefetch.stream.v;
-  case FDY_CMD_COPY_INPUT:
-  case FDY_CMD_COPY_OUTPUT:
-    return (int32_t)c->u.copy.stream.v;
-  case FDY_CMD_LAUNCH:
-    return (int32_t)c->u.launch.stream.v;
-  case FDY_CMD_WAIT:
-    return c->u.wait.host ? -1 : (int32_t)c->u.wait.stream.v;
-  default:
-    return -1;
-  }
-}
-
 /* The name of the section that holds command `index`. */
 static const char *section_of(const fdy_plan *plan, uint32_t index) {
   for (size_t k = 0; k < fdy_plan_section_count(plan); k++) {
@@ -1022,7 +1005,7 @@ static void stream_row_name(const fdy_plan *plan, uint32_t stream, char *buf,
     const fdy_section *sec = fdy_plan_section(plan, k);
     for (size_t i = sec->first; i < sec->first + sec->count; i++) {
       const fdy_command *c = fdy_plan_command(plan, i);
-      if (command_stream(c) == (int32_t)stream) {
+      if (fdy_command_stream(c) == (int32_t)stream) {
         seen[c->kind] = true;
       }
     }

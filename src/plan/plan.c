@@ -32,6 +32,22 @@ const char *fdy_command_kind_name(fdy_command_kind kind) {
   return command_kind_names[kind];
 }
 
+int32_t fdy_command_stream(const fdy_command *c) {
+  switch (c->kind) {
+  case FDY_CMD_PREFETCH:
+    return (int32_t)c->u.prefetch.stream.v;
+  case FDY_CMD_COPY_INPUT:
+  case FDY_CMD_COPY_OUTPUT:
+    return (int32_t)c->u.copy.stream.v;
+  case FDY_CMD_LAUNCH:
+    return (int32_t)c->u.launch.stream.v;
+  case FDY_CMD_WAIT:
+    return c->u.wait.host ? -1 : (int32_t)c->u.wait.stream.v;
+  default:
+    return -1;
+  }
+}
+
 const char *fdy_buffer_class_name(fdy_buffer_class cls) {
   if ((unsigned)cls >= FDY_BUFFER_CLASS_COUNT) {
     return "unknown";

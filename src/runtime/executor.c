@@ -896,22 +896,6 @@ static fdy_status record(fdy_executor *x, size_t index, uint32_t stream,
                       : backend_failed(e, st, (int64_t)index, "event_record");
 }
 
-static int32_t command_stream(const fdy_command *c) {
-  switch (c->kind) {
-  case FDY_CMD_PREFETCH:
-    return (int32_t)c->u.prefetch.stream.v;
-  case FDY_CMD_COPY_INPUT:
-  case FDY_CMD_COPY_OUTPUT:
-    return (int32_t)c->u.copy.stream.v;
-  case FDY_CMD_LAUNCH:
-    return (int32_t)c->u.launch.stream.v;
-  case FDY_CMD_WAIT:
-    return c->u.wait.host ? -1 : (int32_t)c->u.wait.stream.v;
-  default:
-    return -1;
-  }
-}
-
 static uint32_t command_signal(const fdy_command *c) {
   switch (c->kind) {
   case FDY_CMD_PREFETCH:
@@ -930,7 +914,7 @@ static fdy_status run_command(fdy_executor *x, size_t index, fdy_error *e) {
   const fdy_command *c = fdy_plan_command(x->plan, index);
   const ex_command *rc = &x->cmds[index];
   fdy_backend *b = x->b;
-  int32_t stream = command_stream(c);
+  int32_t stream = fdy_command_stream(c);
   fdy_status st = FDY_OK;
   if (x->starts != NULL && x->starts[index] != NULL) {
     st = x->ops->event_record(b, x->streams[stream], x->starts[index], e);
@@ -1030,7 +1014,7 @@ static fdy_status run_section(fdy_executor *x, size_t s, fdy_error *e) {
       x->timings[x->timing_count++] =
           (fdy_command_timing){.command_index = (uint32_t)i,
                                .kind = c->kind,
-                               .stream = command_stream(c),
+                               .stream = fdy_command_stream(c),
                                .host_begin_ns = begin,
                                .host_end_ns = fdy_now_ns(),
                                .device_start_ns = -1,
