@@ -9,8 +9,49 @@
 #include "foundry/ops.h"
 
 #include <cuda_fp16.h>
+#include <cuda_runtime.h>
 #include <math_constants.h>
 #include <stdint.h>
+
+/* Programmatic dependent launch (PDL, sm_90). A kernel launched by
+ * fdy_launch with dependent true may start while the kernel before it on
+ * the stream still runs. Such a kernel must call fdy_grid_wait before it
+ * reads anything an earlier kernel wrote, or writes anything an earlier
+ * kernel reads or writes (weights, norms and the step tensor, which only
+ * copies write, may be read before it); fdy_grid_wait returns once every
+ * earlier kernel has completed and its writes are visible. A kernel calls
+ * fdy_grid_launch_dependents once it no longer needs its multiprocessors
+ * for itself alone (usually first thing): the next kernel's blocks may then
+ * be scheduled and run up to their own fdy_grid_wait. Both are no-ops in a
+ * kernel launched without the attribute. */
+static __device__ __forceinline__ void fdy_grid_wait(void) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+static __device__ __forceinline__ void fdy_grid_launch_dependents(void) {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+/* kernel<<<grid, block, shared, stream>>>(args...) through
+ * cudaLaunchKernelEx; with dependent, as a programmatic dependent launch
+ * (the kernel must follow fdy_grid_wait's rules). Returns the launch's
+ * error. */
+template <typename... Params, typename... Args>
+static cudaError_t fdy_launch(bool dependent, void (*kernel)(Params...),
+                              dim3 grid, dim3 block, size_t shared,
+                              cudaStream_t stream, Args... args) {
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared;
+  config.stream = stream;
+  config.attrs = attribute;
+  config.numAttrs = dependent ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, args...);
+}
 
 /* Rows an op processes: step[FDY_STEP_COUNT] clamped to [0, rows]. */
 static __device__ __forceinline__ unsigned int

@@ -223,6 +223,9 @@ typedef struct fdy_cuda_op_args {
   /* FDY_CUDA_OP_COUNTERS counters of the stream's words, zero between
    * launches on the stream (struct fdy_cuda_checksum_words) */
   unsigned int *counters;
+  /* launch as a programmatic dependent launch (fdy_launch in
+   * cuda_device.h): the op's kernels follow fdy_grid_wait's rules */
+  bool dependent;
 } fdy_cuda_op_args;
 
 /* Dynamic shared memory bytes a launch of op needs (0 when none). */
