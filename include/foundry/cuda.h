@@ -93,6 +93,11 @@ typedef struct fdy_cuda_options {
   fdy_cuda_host_mode host_mode;
   uint64_t staging_bytes;   /* each staging buffer; 0 = 16 MiB */
   uint32_t staging_buffers; /* ring size; 0 = 4 */
+  /* every kernel starts only after the previous one on its stream has
+   * completed; false (the default): op kernels are programmatic dependent
+   * launches, which start while the previous kernel finishes and wait for
+   * its results inside (same results, shorter gaps between kernels) */
+  bool serial_launch;
 } fdy_cuda_options;
 
 /* Number of usable CUDA devices; 0 when none or CUDA is not built. */

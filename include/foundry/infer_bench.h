@@ -83,6 +83,8 @@ typedef struct fdy_infer_options {
                                (--pack-streamed off; fdy_executor_options) */
   uint32_t prefill_rows;    /* tokens per prefill run; 0 = the default */
   bool no_graphs;           /* steps run command by command (--graphs off) */
+  bool serial_launch;       /* the backend was created with serial
+                               launches (--dependent-launch off): recorded */
   uint32_t bootstrap_resamples;
   const char *report_path; /* required: never overwritten */
   const char *trace_path;  /* NULL = no trace; never overwritten */

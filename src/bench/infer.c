@@ -251,6 +251,10 @@ static json_t *protocol_json(const infer_state *s) {
   json_object_set_new(p, "context", jint(s->context));
   json_object_set_new(p, "prefill_rows", jint(s->prefill_rows));
   json_object_set_new(p, "graphs", json_boolean(!o->no_graphs));
+  json_object_set_new(p, "dependent_launch",
+                      json_boolean(o->backend_name != NULL &&
+                                   strcmp(o->backend_name, "cuda") == 0 &&
+                                   !o->serial_launch));
   json_object_set_new(p, "prompt_ids", ids_json(o->prompt, o->prompt_count));
   json_object_set_new(
       p, "execution",

@@ -196,7 +196,8 @@ bool fdy_cli_stderr_is_tty(void) {
 }
 
 fdy_status fdy_cli_backend_create(const char *name, uint32_t threads,
-                                  fdy_backend **out, fdy_error *err) {
+                                  bool serial_launch, fdy_backend **out,
+                                  fdy_error *err) {
   *out = NULL;
   if (strcmp(name, "cpu") == 0) {
     fdy_cpu_options options = {.threads = threads};
@@ -208,7 +209,8 @@ fdy_status fdy_cli_backend_create(const char *name, uint32_t threads,
                            "--backend cuda needs a CUDA device and a CUDA "
                            "build; none is available here");
     }
-    return fdy_cuda_backend_create(NULL, out, err);
+    fdy_cuda_options options = {.serial_launch = serial_launch};
+    return fdy_cuda_backend_create(&options, out, err);
   }
   return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
                        "--backend must be cpu or cuda, got '%s'", name);
@@ -285,6 +287,14 @@ fdy_status fdy_cli_session_flag(int opt, const char *arg,
     }
     flags->skip_packing = strcmp(arg, "off") == 0;
     return FDY_OK;
+  case FDY_CLI_OPT_DEPENDENT_LAUNCH:
+    if (strcmp(arg, "on") != 0 && strcmp(arg, "off") != 0) {
+      return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                           "--dependent-launch must be on or off, got '%s'",
+                           arg);
+    }
+    flags->serial_launch = strcmp(arg, "off") == 0;
+    return FDY_OK;
   default:
     *handled = false;
     return FDY_OK;
@@ -323,7 +333,11 @@ void fdy_cli_session_flags_help(FILE *out) {
           "  --pack-streamed on|off  on (default): each streamed unit is\n"
           "                   copied once at start into page-locked memory\n"
           "                   and streamed in one copy per token; off: one\n"
-          "                   copy per tensor from the mapped checkpoint\n",
+          "                   copy per tensor from the mapped checkpoint\n"
+          "  --dependent-launch on|off  cuda: on (default): each kernel\n"
+          "                   starts while the one before it finishes and\n"
+          "                   waits for its results inside (programmatic\n"
+          "                   dependent launch); off: after it completes\n",
           FDY_CLI_MAX_BUFFERS, FDY_LLAMA_DEFAULT_BUFFERS,
           FDY_CLI_MAX_PREFILL_ROWS, FDY_LLAMA_DEFAULT_PREFILL_ROWS);
 }

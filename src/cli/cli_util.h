@@ -65,17 +65,19 @@ fdy_status fdy_cli_parse_ids(const char *flag, const char *text, int32_t **out,
                              uint32_t *count, fdy_error *err);
 
 /* Creates backend `name`: "cpu" (threads: pool threads, 0 = online CPUs)
- * or "cuda" (device 0; FDY_ERR_UNSUPPORTED without a device or a CUDA
- * build). An unknown name is FDY_ERR_INVALID_ARGUMENT (a usage error). */
+ * or "cuda" (device 0, serial_launch: fdy_cuda_options';
+ * FDY_ERR_UNSUPPORTED without a device or a CUDA build). An unknown name is FDY_ERR_INVALID_ARGUMENT (a usage error). */
 fdy_status fdy_cli_backend_create(const char *name, uint32_t threads,
-                                  fdy_backend **out, fdy_error *err);
+                                  bool serial_launch, fdy_backend **out,
+                                  fdy_error *err);
 
 /* The flags of a Llama session that generate, chat, verify and infer-bench
  * share, parsed once here: --backend cpu|cuda, --threads T (1..256),
  * --context C (>= 1), --kv-dtype f32|f16, --weight-budget SIZE (a positive
  * size in bytes or binary units: 512MiB, 2GiB; fdy_parse_bytes),
  * --buffers N (1..FDY_CLI_MAX_BUFFERS), --prefill-rows N
- * (1..FDY_CLI_MAX_PREFILL_ROWS), --graphs on|off and --pack-streamed on|off.
+ * (1..FDY_CLI_MAX_PREFILL_ROWS), --graphs on|off, --pack-streamed on|off
+ * and --dependent-launch on|off.
  * A command lists the ones it takes in its option table under the
  * FDY_CLI_OPT_* values. */
 typedef struct fdy_cli_session_flags {
@@ -90,6 +92,7 @@ typedef struct fdy_cli_session_flags {
   bool no_graphs;         /* --graphs off */
   bool skip_packing;      /* --pack-streamed off: streamed units copied
                              extent by extent (fdy_executor_options) */
+  bool serial_launch;     /* --dependent-launch off (fdy_cuda_options) */
 } fdy_cli_session_flags;
 
 #define FDY_CLI_SESSION_FLAGS_DEFAULT                                          \
@@ -107,7 +110,8 @@ enum {
   FDY_CLI_OPT_BUFFERS,
   FDY_CLI_OPT_PREFILL_ROWS,
   FDY_CLI_OPT_GRAPHS,
-  FDY_CLI_OPT_PACK_STREAMED
+  FDY_CLI_OPT_PACK_STREAMED,
+  FDY_CLI_OPT_DEPENDENT_LAUNCH
 };
 
 /* Parses option opt into flags when it is one of the FDY_CLI_OPT_* values

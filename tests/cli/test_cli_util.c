@@ -104,8 +104,8 @@ static void test_empty_arguments(void **state) {
 }
 
 /* --weight-budget takes sizes in bytes or binary units, --buffers and
- * --prefill-rows integers in their ranges; every bad value is a usage
- * error naming the flag, the flags untouched. */
+ * --prefill-rows integers in their ranges, --dependent-launch on or off;
+ * every bad value is a usage error naming the flag, the flags untouched. */
 static void test_session_flags(void **state) {
   (void)state;
   fdy_cli_session_flags flags = FDY_CLI_SESSION_FLAGS_DEFAULT;
@@ -149,7 +149,9 @@ static void test_session_flags(void **state) {
   } bad[] = {{FDY_CLI_OPT_BUFFERS, "0", "--buffers"},
              {FDY_CLI_OPT_BUFFERS, "65", "--buffers"},
              {FDY_CLI_OPT_PREFILL_ROWS, "0", "--prefill-rows"},
-             {FDY_CLI_OPT_PREFILL_ROWS, "65537", "--prefill-rows"}};
+             {FDY_CLI_OPT_PREFILL_ROWS, "65537", "--prefill-rows"},
+             {FDY_CLI_OPT_DEPENDENT_LAUNCH, "no", "--dependent-launch"},
+             {FDY_CLI_OPT_DEPENDENT_LAUNCH, "", "--dependent-launch"}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     assert_int_equal(
         fdy_cli_session_flag(bad[i].opt, bad[i].text, &flags, &handled, &err),
@@ -158,6 +160,15 @@ static void test_session_flags(void **state) {
   }
   assert_int_equal(flags.buffers, 3);
   assert_int_equal(flags.prefill_rows, 512);
+  assert_false(flags.serial_launch);
+  assert_int_equal(fdy_cli_session_flag(FDY_CLI_OPT_DEPENDENT_LAUNCH, "off",
+                                        &flags, &handled, &err),
+                   FDY_OK);
+  assert_true(flags.serial_launch);
+  assert_int_equal(fdy_cli_session_flag(FDY_CLI_OPT_DEPENDENT_LAUNCH, "on",
+                                        &flags, &handled, &err),
+                   FDY_OK);
+  assert_false(flags.serial_launch);
   fdy_llama_session_options o = fdy_cli_session_options(&flags, NULL);
   assert_int_equal(o.weight_budget, 7 * FDY_MIB);
   assert_int_equal(o.buffers, 3);

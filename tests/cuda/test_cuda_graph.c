@@ -2,7 +2,9 @@
  * FOUNDRY_REQUIRE_CUDA=1): Llama fixtures prefilled and decoded for 16
  * greedy tokens through executors on the CUDA backend, with graphs (each
  * step captured at create, replayed per run) and without (no_graphs):
- * identical ids and bitwise identical logits, with every weight resident
+ * identical ids and bitwise identical logits, and the same with every
+ * kernel launched serially (no programmatic dependent launch), with every
+ * weight resident
  * and with the layers streamed through two slots (a copy stream and a
  * compute stream captured together), F32 and F16 KV caches; a streamed
  * run's ids and logits bitwise those of the resident run; the logits
@@ -180,8 +182,10 @@ static double relative_error(const float *a, const float *ref, size_t n) {
   return den > 0 ? sqrt(num / den) : INFINITY;
 }
 
-static fdy_backend *cuda_backend(fdy_cuda_host_mode mode) {
-  fdy_cuda_options co = {.host_mode = mode};
+/* serial: kernels start after the previous one completed (no programmatic
+ * dependent launch, which the default backend uses). */
+static fdy_backend *cuda_backend(fdy_cuda_host_mode mode, bool serial) {
+  fdy_cuda_options co = {.host_mode = mode, .serial_launch = serial};
   fdy_backend *b = NULL;
   fdy_error err;
   assert_int_equal(fdy_cuda_backend_create(&co, &b, &err), FDY_OK);
@@ -190,7 +194,8 @@ static fdy_backend *cuda_backend(fdy_cuda_host_mode mode) {
 
 static void test_graphs_bitwise_equal(void **state) {
   (void)state;
-  fdy_backend *gpu = cuda_backend(FDY_CUDA_HOST_REGISTERED);
+  fdy_backend *gpu = cuda_backend(FDY_CUDA_HOST_REGISTERED, false);
+  fdy_backend *serial = cuda_backend(FDY_CUDA_HOST_REGISTERED, true);
   fdy_backend *cpu = NULL;
   fdy_error err;
   fdy_cpu_options cpo = {.threads = 4};
@@ -203,7 +208,8 @@ static void test_graphs_bitwise_equal(void **state) {
       for (int streamed = 0; streamed < 2; streamed++) {
         model_case m;
         case_make(&m, fixtures[f], kvs[k], streamed);
-        trace g = trace_new(&m), c = trace_new(&m), ref = trace_new(&m);
+        trace g = trace_new(&m), c = trace_new(&m), ref = trace_new(&m),
+              sg = trace_new(&m);
         fdy_status st = decode(&m, gpu, NULL, NULL, &g, &err);
         if (st != FDY_OK) {
           print_error("%s with graphs: %s\n", fixtures[f], err.message);
@@ -218,6 +224,12 @@ static void test_graphs_bitwise_equal(void **state) {
         assert_memory_equal(g.ids, c.ids, sizeof g.ids);
         assert_memory_equal(g.logits, c.logits,
                             (size_t)(TOKENS + 1) * m.vocab * sizeof(float));
+        /* kernels launched serially, graphs on: the same bits */
+        assert_int_equal(decode(&m, serial, NULL, NULL, &sg, &err), FDY_OK);
+        assert_memory_equal(g.ids, sg.ids, sizeof g.ids);
+        assert_memory_equal(g.logits, sg.logits,
+                            (size_t)(TOKENS + 1) * m.vocab * sizeof(float));
+        free(sg.logits);
         /* the CPU backend fed the same ids */
         assert_int_equal(decode(&m, cpu, NULL, g.ids, &ref, &err), FDY_OK);
         double worst = 0;
@@ -227,7 +239,7 @@ static void test_graphs_bitwise_equal(void **state) {
           worst = e <= worst ? worst : e; /* a NaN sticks */
         }
         print_message("  %-26s %s KV, %s: 16 tokens with and without graphs "
-                      "bitwise equal; vs cpu %.3e\n",
+                      "and dependent launches bitwise equal; vs cpu %.3e\n",
                       fixtures[f], fdy_dtype_name(kvs[k]),
                       streamed ? "streamed" : "resident", worst);
         assert_true(worst <= FDY_LLAMA_BACKEND_TOLERANCE);
@@ -248,6 +260,7 @@ static void test_graphs_bitwise_equal(void **state) {
     }
   }
   fdy_backend_destroy(cpu);
+  fdy_backend_destroy(serial);
   fdy_backend_destroy(gpu);
 }
 
@@ -256,8 +269,8 @@ static void test_graphs_bitwise_equal(void **state) {
  * the same results as a registered run without graphs. */
 static void test_staged_falls_back(void **state) {
   (void)state;
-  fdy_backend *staged = cuda_backend(FDY_CUDA_HOST_STAGED);
-  fdy_backend *gpu = cuda_backend(FDY_CUDA_HOST_REGISTERED);
+  fdy_backend *staged = cuda_backend(FDY_CUDA_HOST_STAGED, false);
+  fdy_backend *gpu = cuda_backend(FDY_CUDA_HOST_REGISTERED, false);
   model_case m;
   case_make(&m, "llama3-micro", FDY_DTYPE_F32, true);
   fdy_error err;
@@ -294,7 +307,7 @@ static void test_staged_falls_back(void **state) {
  * ids). */
 static void test_graph_fault_sweep(void **state) {
   (void)state;
-  fdy_backend *gpu = cuda_backend(FDY_CUDA_HOST_REGISTERED);
+  fdy_backend *gpu = cuda_backend(FDY_CUDA_HOST_REGISTERED, false);
   model_case m;
   case_make(&m, "llama3-micro", FDY_DTYPE_F32, true);
   fdy_error err;

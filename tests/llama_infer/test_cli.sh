@@ -176,6 +176,12 @@ expect 2 verify --model "$model" --reference "$reference" --buffers 65
 expect 2 verify --model "$model" --reference "$reference" --prefill-rows 0
 expect 2 generate --model "$model" --prompt-ids 1,2 --max-tokens 2 \
   --pack-streamed no
+expect 2 generate --model "$model" --prompt-ids 1,2 --max-tokens 2 \
+  --dependent-launch maybe
+contains "$err" "--dependent-launch must be on or off"
+# a cuda-only setting, accepted (and without effect) on the cpu backend
+expect 0 generate --model "$model" --prompt-ids 1,2 --max-tokens 2 \
+  --dependent-launch off
 
 expect 0 help generate
 contains "$out" "--prompt-ids"

@@ -1132,6 +1132,7 @@ static fdy_status cuda_launch(fdy_backend *base, fdy_backend_stream *stream,
     fdy_cuda_op_args args = {.op = op,
                              .workspace = workspace,
                              .sm_count = b->ctx.sm_count,
+                             .dependent = !b->opts.serial_launch,
                              .counters =
                                  &b->words[stream->words].op_counters[0]};
     for (uint32_t i = 0; i < op->input_count; i++) {

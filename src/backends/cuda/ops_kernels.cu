@@ -22,7 +22,12 @@
  * lower index), a total order, so its reduction gives exactly the CPU's
  * answer whatever the split: a long row is cut between blocks whose
  * winners the last block to finish reduces (a counter of the stream's,
- * zeroed again by that block, so the launch can be replayed in a graph). */
+ * zeroed again by that block, so the launch can be replayed in a graph).
+ *
+ * Every kernel is launched by fdy_launch and follows its rules (PDL,
+ * cuda_device.h): it lets the next kernel start at once and waits for the
+ * previous one before touching activations; rope computes its angles
+ * before that wait. */
 #include "cuda_device.h"
 #include "cuda_internal.h"
 
@@ -49,6 +54,8 @@ __global__ void __launch_bounds__(ROW_THREADS)
                  const uint16_t *scales, const uint16_t *biases, bool bf16,
                  unsigned long long vocab, unsigned int hidden,
                  unsigned int group, unsigned int rows, float *out) {
+  fdy_grid_launch_dependents();
+  fdy_grid_wait();
   const unsigned int t = blockIdx.x;
   if (t >= fdy_active_rows(step, rows)) {
     return;
@@ -121,6 +128,8 @@ __global__ void __launch_bounds__(ROW_THREADS)
     rmsnorm_kernel(const int32_t *step, const float *x, const uint16_t *weight,
                    bool bf16, unsigned int n, unsigned int rows, double eps,
                    bool vec4, float *out) {
+  fdy_grid_launch_dependents();
+  fdy_grid_wait();
   __shared__ double scratch[ROW_THREADS / 32];
   const unsigned int t = blockIdx.x;
   if (t >= fdy_active_rows(step, rows)) {
@@ -185,12 +194,14 @@ typedef struct rope_table {
   double inv[FDY_CUDA_ROPE_MAX_PAIRS]; /* inverse frequency of pair j */
 } rope_table;
 
-/* Block t rotates row t: cos and sin of each pair once into shared memory,
- * then every (head, pair) of the row. */
+/* Block t rotates row t: cos and sin of each pair once into shared memory
+ * (from the step's position only: before the wait for the kernel that
+ * wrote x), then every (head, pair) of the row. */
 __global__ void __launch_bounds__(ROW_THREADS)
     rope_kernel(const int32_t *step, const float *x, float *out,
                 unsigned int width, unsigned int head_dim, unsigned int rows,
                 const __grid_constant__ rope_table table) {
+  fdy_grid_launch_dependents();
   __shared__ float cos_j[FDY_CUDA_ROPE_MAX_PAIRS];
   __shared__ float sin_j[FDY_CUDA_ROPE_MAX_PAIRS];
   const unsigned int t = blockIdx.x;
@@ -206,6 +217,7 @@ __global__ void __launch_bounds__(ROW_THREADS)
     sin_j[j] = (float)s;
   }
   __syncthreads();
+  fdy_grid_wait(); /* x is an earlier kernel's output */
   const float *xr = x + (unsigned long long)t * width;
   float *o = out + (unsigned long long)t * width;
   const unsigned int pairs = width / 2;
@@ -232,6 +244,8 @@ __global__ void __launch_bounds__(ELEMENT_THREADS)
     binary_kernel(const int32_t *step, const float *a, const float *b,
                   float *out, unsigned int n, unsigned int rows, bool swiglu,
                   bool vec4) {
+  fdy_grid_launch_dependents();
+  fdy_grid_wait();
   const unsigned long long count =
       (unsigned long long)fdy_active_rows(step, rows) * n;
   const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
@@ -256,6 +270,8 @@ __global__ void __launch_bounds__(ELEMENT_THREADS)
 __global__ void __launch_bounds__(ELEMENT_THREADS)
     last_row_kernel(const int32_t *step, const float *x, float *out,
                     unsigned int n, unsigned int rows, bool vec4) {
+  fdy_grid_launch_dependents();
+  fdy_grid_wait();
   const unsigned int active = fdy_active_rows(step, rows);
   if (active == 0) {
     return;
@@ -327,6 +343,8 @@ __global__ void __launch_bounds__(ARGMAX_THREADS)
     argmax_kernel(const float *x, unsigned int rows, unsigned int n,
                   unsigned int parts, bool vec4, uint2 *partial,
                   unsigned int *counter, int32_t *out) {
+  fdy_grid_launch_dependents();
+  fdy_grid_wait();
   __shared__ float warp_value[ARGMAX_WARPS];
   __shared__ unsigned int warp_index[ARGMAX_WARPS];
   const unsigned int row = blockIdx.x / parts, part = blockIdx.x % parts;
@@ -441,17 +459,19 @@ static unsigned int element_blocks(unsigned long long units, int sm_count) {
   return want > 0 ? (unsigned int)want : 1u;
 }
 
-static void launch_rope(const fdy_cuda_op_args *a, cudaStream_t stream) {
+static cudaError_t launch_rope(const fdy_cuda_op_args *a,
+                               cudaStream_t stream) {
   const fdy_op *op = a->op;
   rope_table table;
   memset(&table, 0, sizeof table);
   for (uint32_t j = 0; j < op->params.rope.head_dim / 2; j++) {
     table.inv[j] = fdy_rope_inverse_frequency(&op->params, j);
   }
-  rope_kernel<<<dim_of(&op->inputs[1], 0), ROW_THREADS, 0, stream>>>(
-      (const int32_t *)a->in[0], (const float *)a->in[1], (float *)a->out,
-      dim_of(&op->inputs[1], 1), op->params.rope.head_dim,
-      dim_of(&op->inputs[1], 0), table);
+  return fdy_launch(a->dependent, rope_kernel, dim_of(&op->inputs[1], 0),
+                    ROW_THREADS, 0, stream, (const int32_t *)a->in[0],
+                    (const float *)a->in[1], (float *)a->out,
+                    dim_of(&op->inputs[1], 1), op->params.rope.head_dim,
+                    dim_of(&op->inputs[1], 0), table);
 }
 
 extern "C" uint64_t fdy_cuda_op_shared_bytes(const fdy_op *op) {
@@ -493,19 +513,21 @@ extern "C" cudaError_t fdy_cuda_op_enqueue(const fdy_cuda_op_args *a,
   switch (op->kind) {
   case FDY_OP_EMBED_Q4: {
     const unsigned int hidden = dim_of(&op->outputs[0], 1);
-    embed_kernel<<<dim_of(&op->outputs[0], 0), ROW_THREADS, 0, stream>>>(
-        step, (const uint32_t *)a->in[1], (const uint16_t *)a->in[2],
-        (const uint16_t *)a->in[3], in[2].dtype == FDY_DTYPE_BF16,
-        in[1].shape.dims[0], hidden, hidden / dim_of(&in[2], 1),
-        dim_of(&op->outputs[0], 0), (float *)a->out);
-    break;
+    return fdy_launch(a->dependent, embed_kernel, dim_of(&op->outputs[0], 0),
+                      ROW_THREADS, 0, stream, step, (const uint32_t *)a->in[1],
+                      (const uint16_t *)a->in[2], (const uint16_t *)a->in[3],
+                      in[2].dtype == FDY_DTYPE_BF16,
+                      (unsigned long long)in[1].shape.dims[0], hidden,
+                      hidden / dim_of(&in[2], 1), dim_of(&op->outputs[0], 0),
+                      (float *)a->out);
   }
   case FDY_OP_RMSNORM:
-    rmsnorm_kernel<<<dim_of(&in[1], 0), ROW_THREADS, 0, stream>>>(
-        step, (const float *)a->in[1], (const uint16_t *)a->in[2],
-        in[2].dtype == FDY_DTYPE_BF16, dim_of(&in[1], 1), dim_of(&in[1], 0),
-        op->params.rmsnorm.eps, dim_of(&in[1], 1) % 4 == 0, (float *)a->out);
-    break;
+    return fdy_launch(a->dependent, rmsnorm_kernel, dim_of(&in[1], 0),
+                      ROW_THREADS, 0, stream, step, (const float *)a->in[1],
+                      (const uint16_t *)a->in[2], in[2].dtype == FDY_DTYPE_BF16,
+                      dim_of(&in[1], 1), dim_of(&in[1], 0),
+                      op->params.rmsnorm.eps, dim_of(&in[1], 1) % 4 == 0,
+                      (float *)a->out);
   case FDY_OP_MATMUL_Q4:
     return fdy_cuda_matmul_q4_enqueue(a, stream);
   case FDY_OP_NORM_MATMUL_Q4:
@@ -513,8 +535,7 @@ extern "C" cudaError_t fdy_cuda_op_enqueue(const fdy_cuda_op_args *a,
   case FDY_OP_MATMUL_ADD_Q4:
     return fdy_cuda_fused_q4_enqueue(a, stream);
   case FDY_OP_ROPE:
-    launch_rope(a, stream);
-    break;
+    return launch_rope(a, stream);
   case FDY_OP_ATTENTION:
     return fdy_cuda_attention_enqueue(a, stream);
   case FDY_OP_SWIGLU:
@@ -523,31 +544,30 @@ extern "C" cudaError_t fdy_cuda_op_enqueue(const fdy_cuda_op_args *a,
     const bool vec4 = n % 4 == 0;
     const unsigned long long units =
         (unsigned long long)rows * n / (vec4 ? 4 : 1);
-    binary_kernel<<<element_blocks(units, a->sm_count), ELEMENT_THREADS, 0,
-                    stream>>>(step, (const float *)a->in[1],
-                              (const float *)a->in[2], (float *)a->out, n, rows,
-                              op->kind == FDY_OP_SWIGLU, vec4);
-    break;
+    return fdy_launch(a->dependent, binary_kernel,
+                      element_blocks(units, a->sm_count), ELEMENT_THREADS, 0,
+                      stream, step, (const float *)a->in[1],
+                      (const float *)a->in[2], (float *)a->out, n, rows,
+                      op->kind == FDY_OP_SWIGLU, vec4);
   }
   case FDY_OP_LAST_ROW: {
     const unsigned int n = dim_of(&in[1], 1);
     const bool vec4 = n % 4 == 0;
-    last_row_kernel<<<element_blocks(vec4 ? n / 4 : n, a->sm_count),
-                      ELEMENT_THREADS, 0, stream>>>(
-        step, (const float *)a->in[1], (float *)a->out, n, dim_of(&in[1], 0),
-        vec4);
-    break;
+    return fdy_launch(a->dependent, last_row_kernel,
+                      element_blocks(vec4 ? n / 4 : n, a->sm_count),
+                      ELEMENT_THREADS, 0, stream, step,
+                      (const float *)a->in[1], (float *)a->out, n,
+                      dim_of(&in[1], 0), vec4);
   }
   case FDY_OP_ARGMAX: {
     const unsigned int rows = dim_of(&in[0], 0), n = dim_of(&in[0], 1);
     const unsigned int parts = argmax_parts(rows, n);
-    argmax_kernel<<<rows * parts, ARGMAX_THREADS, 0, stream>>>(
-        (const float *)a->in[0], rows, n, parts, n % 4 == 0,
-        (uint2 *)a->workspace, a->counters, (int32_t *)a->out);
-    break;
+    return fdy_launch(a->dependent, argmax_kernel, rows * parts,
+                      ARGMAX_THREADS, 0, stream, (const float *)a->in[0], rows,
+                      n, parts, n % 4 == 0, (uint2 *)a->workspace, a->counters,
+                      (int32_t *)a->out);
   }
   default:
     return cudaErrorInvalidValue;
   }
-  return cudaGetLastError();
 }
