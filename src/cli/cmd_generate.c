@@ -324,10 +324,9 @@ int fdy_cmd_generate(int argc, char **argv) {
     goto cleanup;
   }
   if (fdy_llama_open(model_dir, &model, &err) != FDY_OK ||
-      fdy_cli_backend_create(session_flags.backend,
-                             (uint32_t)session_flags.threads,
-                             session_flags.serial_launch, &engine,
-                             &err) != FDY_OK) {
+      fdy_cli_backend_create(
+          session_flags.backend, (uint32_t)session_flags.threads,
+          session_flags.serial_launch, &engine, &err) != FDY_OK) {
     code = fdy_cli_fail(&err);
     goto cleanup;
   }

@@ -221,10 +221,9 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
   if ((prompt_file &&
        read_prompt_file(prompt_file, &prompt, &prompt_count, &err) != FDY_OK) ||
       fdy_llama_open(model_dir, &model, &err) != FDY_OK ||
-      fdy_cli_backend_create(session_flags.backend,
-                             (uint32_t)session_flags.threads,
-                             session_flags.serial_launch, &engine,
-                             &err) != FDY_OK) {
+      fdy_cli_backend_create(
+          session_flags.backend, (uint32_t)session_flags.threads,
+          session_flags.serial_launch, &engine, &err) != FDY_OK) {
     code = fdy_cli_fail(&err);
     goto cleanup;
   }
