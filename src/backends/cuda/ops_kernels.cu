@@ -459,8 +459,7 @@ static unsigned int element_blocks(unsigned long long units, int sm_count) {
   return want > 0 ? (unsigned int)want : 1u;
 }
 
-static cudaError_t launch_rope(const fdy_cuda_op_args *a,
-                               cudaStream_t stream) {
+static cudaError_t launch_rope(const fdy_cuda_op_args *a, cudaStream_t stream) {
   const fdy_op *op = a->op;
   rope_table table;
   memset(&table, 0, sizeof table);
@@ -522,12 +521,11 @@ extern "C" cudaError_t fdy_cuda_op_enqueue(const fdy_cuda_op_args *a,
                       (float *)a->out);
   }
   case FDY_OP_RMSNORM:
-    return fdy_launch(a->dependent, rmsnorm_kernel, dim_of(&in[1], 0),
-                      ROW_THREADS, 0, stream, step, (const float *)a->in[1],
-                      (const uint16_t *)a->in[2], in[2].dtype == FDY_DTYPE_BF16,
-                      dim_of(&in[1], 1), dim_of(&in[1], 0),
-                      op->params.rmsnorm.eps, dim_of(&in[1], 1) % 4 == 0,
-                      (float *)a->out);
+    return fdy_launch(
+        a->dependent, rmsnorm_kernel, dim_of(&in[1], 0), ROW_THREADS, 0, stream,
+        step, (const float *)a->in[1], (const uint16_t *)a->in[2],
+        in[2].dtype == FDY_DTYPE_BF16, dim_of(&in[1], 1), dim_of(&in[1], 0),
+        op->params.rmsnorm.eps, dim_of(&in[1], 1) % 4 == 0, (float *)a->out);
   case FDY_OP_MATMUL_Q4:
     return fdy_cuda_matmul_q4_enqueue(a, stream);
   case FDY_OP_NORM_MATMUL_Q4:
@@ -555,16 +553,15 @@ extern "C" cudaError_t fdy_cuda_op_enqueue(const fdy_cuda_op_args *a,
     const bool vec4 = n % 4 == 0;
     return fdy_launch(a->dependent, last_row_kernel,
                       element_blocks(vec4 ? n / 4 : n, a->sm_count),
-                      ELEMENT_THREADS, 0, stream, step,
-                      (const float *)a->in[1], (float *)a->out, n,
-                      dim_of(&in[1], 0), vec4);
+                      ELEMENT_THREADS, 0, stream, step, (const float *)a->in[1],
+                      (float *)a->out, n, dim_of(&in[1], 0), vec4);
   }
   case FDY_OP_ARGMAX: {
     const unsigned int rows = dim_of(&in[0], 0), n = dim_of(&in[0], 1);
     const unsigned int parts = argmax_parts(rows, n);
-    return fdy_launch(a->dependent, argmax_kernel, rows * parts,
-                      ARGMAX_THREADS, 0, stream, (const float *)a->in[0], rows,
-                      n, parts, n % 4 == 0, (uint2 *)a->workspace, a->counters,
+    return fdy_launch(a->dependent, argmax_kernel, rows * parts, ARGMAX_THREADS,
+                      0, stream, (const float *)a->in[0], rows, n, parts,
+                      n % 4 == 0, (uint2 *)a->workspace, a->counters,
                       (int32_t *)a->out);
   }
   default:
