@@ -265,12 +265,18 @@ static void test_truncated_checkpoint_streamed(void **state) {
     assert_int_equal(truncate(path, sb.st_size / 2), 0);
     set_decode(x, &(llama_case){.io = io}, 3, 1);
     fdy_status st = fdy_executor_run(x, decode, &err);
-    print_message("%s: %s\n", packed ? "packed" : "unpacked",
+    print_message("%s (%s): %s\n", packed ? "packed" : "unpacked",
+                  reads_file ? "registered pages"
+                  : packed   ? "file not read after create"
+                             : "staged copies",
                   st == FDY_OK ? "ok" : err.message);
-    if (!reads_file) {
-      assert_true(packed);
+    if (packed && !reads_file) {
+      /* nothing reads the file after create */
       assert_int_equal(st, FDY_OK);
     } else {
+      /* registered pages (the executor's check after the run) or copies
+       * staged from the mapping (fdy_host_copy, where registration was
+       * refused): an I/O error naming the file either way */
       assert_int_equal(st, FDY_ERR_IO);
       assert_non_null(strstr(err.message, "shrank"));
       assert_string_equal(err.name, path);
@@ -321,5 +327,11 @@ int main(void) {
       cmocka_unit_test(test_sweep_streamed),
       cmocka_unit_test(test_truncated_checkpoint_streamed),
   };
+  /* FOUNDRY_TEST_FILTER=name runs the matching tests only (a sanitizer run
+   * of one test) */
+  const char *filter = getenv("FOUNDRY_TEST_FILTER");
+  if (filter != NULL && filter[0] != '\0') {
+    cmocka_set_test_filter(filter);
+  }
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
