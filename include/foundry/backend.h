@@ -162,6 +162,16 @@ typedef struct fdy_backend_ops {
   /* Frees the graph; callers drain first. NULL is a no-op. */
   void (*graph_destroy)(fdy_backend *b, fdy_backend_graph *graph);
 
+  /* Optional: how many copies and launches were submitted since creation
+   * (copy_to_device, copy_to_host and launch calls that queued work,
+   * numbered from 1 in that order). A backend whose work can fault after
+   * the call returned (CUDA: a kernel that faults on the device) reports
+   * the fault at a later host_wait, event_time or drain as FDY_ERR_BACKEND
+   * with backend_op = the faulting entry ("launch", "copy_to_device",
+   * "copy_to_host") and ids[0] .. ids[1] = the range of these numbers it
+   * lies in; the executor maps the number back to its command. */
+  uint64_t (*submitted)(fdy_backend *b);
+
   /* Waits for all submitted work on every stream. Safe to call at any time,
    * also after failures. Returns a failure of work that no host_wait
    * returned, and clears it (failed work, above). */

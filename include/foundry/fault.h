@@ -31,6 +31,15 @@
  *   the graph it made and returns NULL.
  * fail_drain makes every drain report FDY_ERR_BACKEND after the inner drain
  * completed, to test the reporting of cleanup failures.
+ * device_fault_at_submission simulates a kernel or copy that faults on the
+ * device (cuda.h, device faults): the copy or launch the inner backend
+ * numbers so (its `submitted` count right after the call, backend.h) runs
+ * normally, then every later host_wait, event_time and drain fails as CUDA
+ * reports such a fault: FDY_ERR_BACKEND, backend_op = the faulting entry
+ * ("launch", "copy_to_device", "copy_to_host"), name = the op kind of a
+ * launch, ids[0] = ids[1] = the submission number. (Other entries keep
+ * working: unlike CUDA, the simulation does not lose the backend.) It needs
+ * an inner backend with `submitted` (cpu, cuda).
  *
  * Ownership: the wrapper borrows the inner backend, which must outlive it;
  * destroying the wrapper frees the wrapper only. Handles obtained through
@@ -56,6 +65,9 @@ typedef struct fdy_fault_options {
   uint64_t fail_at_call; /* 1-based counted call to fail; 0 = never */
   fdy_fault_mode mode;
   bool fail_drain; /* every drain reports FDY_ERR_BACKEND after draining */
+  /* 1-based submission of the inner backend to fault on the device (later
+   * host waits, event times and drains report it); 0 = none */
+  uint64_t device_fault_at_submission;
 } fdy_fault_options;
 
 typedef struct fdy_fault_stats {
@@ -65,8 +77,9 @@ typedef struct fdy_fault_stats {
 } fdy_fault_stats;
 
 /* Wraps inner (borrowed; not NULL). options may be NULL (never fail).
- * Errors: FDY_ERR_INVALID_ARGUMENT for a NULL inner or out, or an unknown
- * mode; FDY_ERR_OUT_OF_MEMORY. Freed by fdy_backend_destroy, which leaves
+ * Errors: FDY_ERR_INVALID_ARGUMENT for a NULL inner or out, an unknown
+ * mode, or a device fault over an inner backend without `submitted`;
+ * FDY_ERR_OUT_OF_MEMORY. Freed by fdy_backend_destroy, which leaves
  * inner alone. */
 fdy_status fdy_fault_backend_create(fdy_backend *inner,
                                     const fdy_fault_options *options,

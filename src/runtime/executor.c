@@ -55,6 +55,10 @@ typedef struct ex_command {
   void *host;                    /* copy_input / copy_output staging */
   uint64_t offset, bytes;        /* copy_input / copy_output placement */
   fdy_op *op;                    /* launch */
+  /* the backend's submission numbers (backend.h, submitted) of its copies
+   * or launch when it last ran command by command: (first, last]; equal
+   * when it submitted nothing */
+  uint64_t submitted_before, submitted_after;
 } ex_command;
 
 /* A stretch of a step's device commands between host waits, recorded as
@@ -133,6 +137,39 @@ static fdy_status backend_failed(fdy_error *e, fdy_status status,
     fdy_error_prefix(e, "backend %s failed", op);
   }
   return status;
+}
+
+/* A copy or launch that failed on the device after its call returned,
+ * reported by a later call `reporter` of command `index` (a host wait or
+ * an event time): the backend names the faulting entry and its submission
+ * number (backend.h, submitted: ids[0] == ids[1]). When a command of this
+ * executor submitted it, the error is attributed to that command
+ * (command_index, and the message names both); else to `index`, as any
+ * failed call. */
+static fdy_status reported_failure(const fdy_executor *x, fdy_error *e,
+                                   fdy_status status, size_t index,
+                                   const char *reporter) {
+  const bool names_submission = status == FDY_ERR_BACKEND &&
+                                x->ops->submitted != NULL && e->ids[0] > 0 &&
+                                e->ids[0] == e->ids[1] &&
+                                (strcmp(e->backend_op, "launch") == 0 ||
+                                 strcmp(e->backend_op, "copy_to_device") == 0 ||
+                                 strcmp(e->backend_op, "copy_to_host") == 0);
+  for (size_t i = 0; names_submission && i < fdy_plan_command_count(x->plan);
+       i++) {
+    const ex_command *c = &x->cmds[i];
+    if ((uint64_t)e->ids[0] > c->submitted_before &&
+        (uint64_t)e->ids[0] <= c->submitted_after) {
+      e->kind = status;
+      e->command_index = (int64_t)i;
+      fdy_error_prefix(e,
+                       "command %zu: %s failed on the device (reported by "
+                       "%s of command %zu)",
+                       i, e->backend_op, reporter, index);
+      return status;
+    }
+  }
+  return backend_failed(e, status, (int64_t)index, reporter);
 }
 
 static fdy_status oom(fdy_error *e) {
@@ -912,8 +949,12 @@ static uint32_t command_signal(const fdy_command *c) {
 
 static fdy_status run_command(fdy_executor *x, size_t index, fdy_error *e) {
   const fdy_command *c = fdy_plan_command(x->plan, index);
-  const ex_command *rc = &x->cmds[index];
+  ex_command *rc = &x->cmds[index];
   fdy_backend *b = x->b;
+  if (x->ops->submitted != NULL) {
+    rc->submitted_before = x->ops->submitted(b);
+    rc->submitted_after = rc->submitted_before;
+  }
   int32_t stream = fdy_command_stream(c);
   fdy_status st = FDY_OK;
   if (x->starts != NULL && x->starts[index] != NULL) {
@@ -987,7 +1028,7 @@ static fdy_status run_command(fdy_executor *x, size_t index, fdy_error *e) {
     if (c->u.wait.host) {
       st = x->ops->host_wait(b, event, e);
       return st == FDY_OK ? FDY_OK
-                          : backend_failed(e, st, (int64_t)index, "host_wait");
+                          : reported_failure(x, e, st, index, "host_wait");
     }
     st = x->ops->stream_wait(b, x->streams[stream], event, e);
     return st == FDY_OK ? FDY_OK
@@ -995,6 +1036,9 @@ static fdy_status run_command(fdy_executor *x, size_t index, fdy_error *e) {
   }
   case FDY_CMD_KIND_COUNT:
     break;
+  }
+  if (x->ops->submitted != NULL) {
+    rc->submitted_after = x->ops->submitted(b);
   }
   return record(x, index, (uint32_t)stream, command_signal(c), e);
 }
@@ -1037,7 +1081,7 @@ static fdy_status run_section(fdy_executor *x, size_t s, fdy_error *e) {
       st = x->ops->event_time(x->b, x->events[signal], &t->device_end_ns, e);
     }
     if (st != FDY_OK) {
-      return backend_failed(e, st, (int64_t)t->command_index, "event_time");
+      return reported_failure(x, e, st, t->command_index, "event_time");
     }
   }
   return FDY_OK;

@@ -244,8 +244,16 @@ static void test_bad_options(void **state) {
                    FDY_ERR_INVALID_ARGUMENT);
   assert_int_equal(err.kind, FDY_ERR_INVALID_ARGUMENT);
   assert_null(b);
+  /* a device fault needs numbered submissions, which the fake lacks */
+  assert_null(fake->ops->submitted);
+  fdy_fault_options device = {.device_fault_at_submission = 1};
+  assert_int_equal(fdy_fault_backend_create(fake, &device, &b, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(err.message, "numbers its submissions"));
+  assert_null(b);
   /* NULL options: never fails */
   assert_int_equal(fdy_fault_backend_create(fake, NULL, &b, &err), FDY_OK);
+  assert_null(b->ops->submitted);
   fdy_backend_destroy(b);
   fdy_backend_destroy(fake);
 }
@@ -439,6 +447,54 @@ static void test_fail_drain(void **state) {
   fdy_backend_destroy(fake);
 }
 
+/* A simulated device fault on the CPU backend: the copy before the
+ * faulting one and the faulting copy itself succeed, as on CUDA; the wait
+ * after it, event_time and drain report it with its entry and submission
+ * number (the inner backend's numbering, which the wrapper forwards), again
+ * at every later wait. (Launches, named by op kind, are covered end to end
+ * by tests/llama_infer test_device_fault_attribution.) */
+static void test_device_fault(void **state) {
+  (void)state;
+  fdy_backend *cpu = make_cpu();
+  rig r;
+  rig_open(cpu, &r);
+  fdy_error err;
+  assert_non_null(cpu->ops->submitted);
+  const uint64_t first = cpu->ops->submitted(cpu) + 1;
+  fdy_fault_options o = {.device_fault_at_submission = first + 1};
+  fdy_backend *b = NULL;
+  assert_int_equal(fdy_fault_backend_create(cpu, &o, &b, &err), FDY_OK);
+  assert_int_equal(
+      b->ops->copy_to_device(b, r.stream, r.buffer, 0, r.host, 64, &err),
+      FDY_OK);
+  assert_int_equal(b->ops->submitted(b), first);
+  assert_int_equal(b->ops->event_record(b, r.stream, r.event, &err), FDY_OK);
+  assert_int_equal(b->ops->host_wait(b, r.event, &err), FDY_OK);
+  assert_int_equal(
+      b->ops->copy_to_host(b, r.stream, r.host, r.buffer, 0, 64, &err),
+      FDY_OK); /* submission first + 1: the one that faults */
+  assert_int_equal(b->ops->submitted(b), first + 1);
+  assert_int_equal(b->ops->event_record(b, r.stream, r.event, &err), FDY_OK);
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(b->ops->host_wait(b, r.event, &err), FDY_ERR_BACKEND);
+    assert_string_equal(err.backend_op, "copy_to_host");
+    assert_int_equal(err.ids[0], (int64_t)(first + 1));
+    assert_int_equal(err.ids[1], (int64_t)(first + 1));
+    assert_non_null(strstr(err.message, "simulated device fault"));
+  }
+  int64_t ns = 1;
+  assert_int_equal(b->ops->event_time(b, r.event, &ns, &err), FDY_ERR_BACKEND);
+  assert_int_equal(ns, 0);
+  assert_int_equal(b->ops->drain(b, &err), FDY_ERR_BACKEND);
+  assert_string_equal(err.backend_op, "copy_to_host");
+  assert_false(fdy_fault_get_stats(b).fired); /* no call was failed */
+  fdy_backend_destroy(b);
+  /* the inner backend is unharmed */
+  assert_int_equal(cpu->ops->drain(cpu, &err), FDY_OK);
+  rig_close(cpu, &r);
+  fdy_backend_destroy(cpu);
+}
+
 /* ---- sweeps over the chain ----------------------------------------------- */
 
 typedef fdy_backend *(*make_inner)(void);
@@ -535,6 +591,7 @@ int main(void) {
       cmocka_unit_test(test_create_entries),
       cmocka_unit_test(test_work_entries),
       cmocka_unit_test(test_fail_drain),
+      cmocka_unit_test(test_device_fault),
       cmocka_unit_test_setup_teardown(test_sweep_fake, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sweep_cpu, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cleanup_failure_reported, setup,

@@ -1584,6 +1584,73 @@ static fdy_llama_session_options streamed_options(const fdy_llama_model *model,
   return o;
 }
 
+/* A copy or launch that fails on the device after its call returned (the
+ * fault wrapper's simulation of a CUDA device fault) is reported by a later
+ * host wait, but attributed to the command that submitted it: for every
+ * submission of a forward pass (a prefill in two runs, resident and with
+ * the layers streamed through one slot), the error names the submission,
+ * and its command_index is a copy or launch command of the session's plan
+ * made by the entry in backend_op (for a launch, of the op kind in name). */
+static void test_device_fault_attribution(void **state) {
+  (void)state;
+  fdy_llama_model *model = open_fixture("llama3-micro");
+  fdy_backend *cpu = cpu_backend(2);
+  int32_t prompt[7] = {5, 900, 17, 3, 250, 64, 1};
+  fdy_error err;
+  for (int streamed = 0; streamed < 2; streamed++) {
+    fdy_llama_session_options o =
+        streamed ? streamed_options(model, cpu)
+                 : (fdy_llama_session_options){
+                       .backend = cpu, .context = 64, .prefill_rows = 4};
+    o.prefill_rows = 4;
+    /* the submissions of create and of the forward pass */
+    uint64_t before = cpu->ops->submitted(cpu);
+    fdy_llama_session *s = make_session(model, &o);
+    uint64_t created = cpu->ops->submitted(cpu) - before;
+    assert_int_equal(fdy_llama_session_forward(s, prompt, 7, NULL, NULL, &err),
+                     FDY_OK);
+    uint64_t forward = cpu->ops->submitted(cpu) - before - created;
+    assert_true(forward > 8);
+    fdy_llama_session_destroy(s);
+    for (uint64_t k = 1; k <= forward; k++) {
+      const uint64_t n = cpu->ops->submitted(cpu) + created + k;
+      fdy_fault_options fo = {.device_fault_at_submission = n};
+      fdy_backend *faulty = NULL;
+      assert_int_equal(fdy_fault_backend_create(cpu, &fo, &faulty, &err),
+                       FDY_OK);
+      o.backend = faulty;
+      s = make_session(model, &o);
+      assert_int_equal(
+          fdy_llama_session_forward(s, prompt, 7, NULL, NULL, &err),
+          FDY_ERR_BACKEND);
+      assert_int_equal(err.ids[0], (int64_t)n);
+      assert_non_null(strstr(err.message, "failed on the device"));
+      const fdy_plan *plan = fdy_llama_session_plan(s);
+      assert_true(err.command_index >= 0 &&
+                  (size_t)err.command_index < fdy_plan_command_count(plan));
+      const fdy_command *c = fdy_plan_command(plan, (size_t)err.command_index);
+      if (strcmp(err.backend_op, "launch") == 0) {
+        assert_int_equal(c->kind, FDY_CMD_LAUNCH);
+        fdy_op_info info;
+        assert_int_equal(
+            fdy_graph_op(fdy_plan_graph(plan), c->u.launch.op, &info, NULL),
+            FDY_OK);
+        assert_string_equal(fdy_op_kind_name(info.kind), err.name);
+      } else if (strcmp(err.backend_op, "copy_to_device") == 0) {
+        assert_true(c->kind == FDY_CMD_PREFETCH ||
+                    c->kind == FDY_CMD_COPY_INPUT);
+      } else {
+        assert_string_equal(err.backend_op, "copy_to_host");
+        assert_int_equal(c->kind, FDY_CMD_COPY_OUTPUT);
+      }
+      fdy_llama_session_destroy(s);
+      fdy_backend_destroy(faulty);
+    }
+  }
+  fdy_backend_destroy(cpu);
+  fdy_llama_close(model);
+}
+
 /* The checkpoint's shard truncated under sessions that stream the layers.
  * Packed (the default), every streamed unit was copied into page-locked
  * memory at create, so the next forward never reads the file and gives
@@ -1888,6 +1955,7 @@ int main(void) {
       cmocka_unit_test(test_bad_session_options),
       cmocka_unit_test(test_bad_references),
       cmocka_unit_test(test_backend_failure),
+      cmocka_unit_test(test_device_fault_attribution),
       cmocka_unit_test(test_truncated_shard),
       cmocka_unit_test(test_shard_truncated_at_create),
       cmocka_unit_test(test_truncated_reference),

@@ -122,6 +122,7 @@ struct cpu_backend {
   fdy_cpu_pool *pool;
   cpu_item *free_items;                          /* completed, for reuse */
   fdy_list_node buffers, events, streams, hosts; /* list heads */
+  uint64_t submitted;    /* copies and launches queued (backend.h) */
   fdy_error failure;     /* first failure of work since the last drain */
   bool failure_reported; /* a host_wait returned it */
 };
@@ -354,6 +355,10 @@ static void enqueue_locked(cpu_backend *b, fdy_backend_stream *s,
   }
   s->tail = item;
   b->pending++;
+  if (item->kind == CPU_COPY_TO_DEVICE || item->kind == CPU_COPY_TO_HOST ||
+      item->kind == CPU_LAUNCH) {
+    b->submitted++;
+  }
   pthread_cond_signal(&s->work);
 }
 
@@ -954,6 +959,12 @@ static void cpu_destroy(fdy_backend *base) {
   free(b);
 }
 
+/* Called by the thread that submits, like every entry (b->submitted only
+ * changes in the submitting entries). */
+static uint64_t cpu_submitted(fdy_backend *base) {
+  return cpu_of(base)->submitted;
+}
+
 static const fdy_backend_ops cpu_ops = {
     .name = "cpu",
     .capabilities = cpu_capabilities,
@@ -975,6 +986,7 @@ static const fdy_backend_ops cpu_ops = {
     .host_wait = cpu_host_wait,
     .event_time = cpu_event_time,
     .drain = cpu_drain,
+    .submitted = cpu_submitted,
     .destroy = cpu_destroy,
 };
 

@@ -1321,6 +1321,10 @@ static void cuda_destroy(fdy_backend *base) {
   free(b);
 }
 
+static uint64_t cuda_submitted(fdy_backend *base) {
+  return cuda_of(base)->submissions;
+}
+
 static const fdy_backend_ops cuda_ops = {
     .name = "cuda",
     .capabilities = cuda_capabilities,
@@ -1345,6 +1349,7 @@ static const fdy_backend_ops cuda_ops = {
     .graph_end = fdy_cuda_graph_end,
     .graph_launch = fdy_cuda_graph_launch,
     .graph_destroy = fdy_cuda_graph_destroy,
+    .submitted = cuda_submitted,
     .drain = cuda_drain,
     .destroy = cuda_destroy,
 };

@@ -1,6 +1,6 @@
 /* The fault backend (include/foundry/fault.h): forwards every entry to the
  * inner backend and fails the counted call fail_at_call, before or after
- * the inner entry ran.
+ * the inner entry ran, or simulates a device fault of one submission.
  *
  * Each wrapper carries its own copy of the entry table, made from a static
  * template: it takes the inner backend's name, and its optional entries are
@@ -10,6 +10,7 @@
 #include "foundry/fault.h"
 
 #include <assert.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +20,12 @@ typedef struct fault_backend {
   fdy_backend *inner;  /* borrowed */
   fdy_fault_options opts;
   fdy_fault_stats stats;
+  /* the simulated device fault (device_fault_at_submission): its entry
+   * and, for a launch, op kind; seq 0 until that submission happened */
+  uint64_t device_fault_seq;
+  const char *device_fault_op;
+  bool device_fault_is_launch;
+  fdy_op_kind device_fault_kind;
 } fault_backend;
 
 static void fault_destroy(fdy_backend *b);
@@ -55,6 +62,45 @@ static fdy_status injected(const fault_backend *f, const char *op,
                 f->opts.mode == FDY_FAULT_BEFORE_SUBMIT ? "before" : "after");
   if (err) {
     strcpy(err->backend_op, op);
+  }
+  return FDY_ERR_BACKEND;
+}
+
+/* After a copy or launch the inner backend queued: whether it was the
+ * submission device_fault_at_submission (the inner backend's numbering). */
+static void note_submission(fault_backend *f, const char *op,
+                            const fdy_op *launched) {
+  if (f->opts.device_fault_at_submission == 0 || f->device_fault_seq != 0 ||
+      inner_ops(f)->submitted(f->inner) != f->opts.device_fault_at_submission) {
+    return;
+  }
+  f->device_fault_seq = f->opts.device_fault_at_submission;
+  f->device_fault_op = op;
+  f->device_fault_is_launch = launched != NULL;
+  if (launched != NULL) {
+    f->device_fault_kind = launched->kind;
+  }
+}
+
+/* The simulated device fault, once its submission was made: what CUDA
+ * reports for a kernel that faulted (cuda.h), at every host_wait,
+ * event_time and drain from then on. */
+static fdy_status device_fault(const fault_backend *f, fdy_error *err) {
+  if (f->device_fault_seq == 0) {
+    return FDY_OK;
+  }
+  fdy_error_set(err, FDY_ERR_BACKEND,
+                "fault(%s): simulated device fault of %s (submission %llu)",
+                inner_ops(f)->name, f->device_fault_op,
+                (unsigned long long)f->device_fault_seq);
+  if (err) {
+    strcpy(err->backend_op, f->device_fault_op);
+    if (f->device_fault_is_launch) {
+      snprintf(err->name, sizeof err->name, "%s",
+               fdy_op_kind_name(f->device_fault_kind));
+    }
+    err->ids[0] = (int64_t)f->device_fault_seq;
+    err->ids[1] = (int64_t)f->device_fault_seq;
   }
   return FDY_ERR_BACKEND;
 }
@@ -204,6 +250,9 @@ static fdy_status fault_copy_to_device(fdy_backend *b,
     fdy_status st = inner_ops(f)->copy_to_device(f->inner, stream, dst,
                                                  dst_offset, src, bytes, err);
     if (st != FDY_OK || !hit) {
+      if (st == FDY_OK) {
+        note_submission(f, "copy_to_device", NULL);
+      }
       return st;
     }
   }
@@ -220,6 +269,9 @@ static fdy_status fault_copy_to_host(fdy_backend *b, fdy_backend_stream *stream,
     fdy_status st = inner_ops(f)->copy_to_host(f->inner, stream, dst, src,
                                                src_offset, bytes, err);
     if (st != FDY_OK || !hit) {
+      if (st == FDY_OK) {
+        note_submission(f, "copy_to_host", NULL);
+      }
       return st;
     }
   }
@@ -233,6 +285,9 @@ static fdy_status fault_launch(fdy_backend *b, fdy_backend_stream *stream,
   if (!fail_before(f, hit)) {
     fdy_status st = inner_ops(f)->launch(f->inner, stream, op, err);
     if (st != FDY_OK || !hit) {
+      if (st == FDY_OK) {
+        note_submission(f, "launch", op);
+      }
       return st;
     }
   }
@@ -259,7 +314,7 @@ static fdy_status fault_host_wait(fdy_backend *b, fdy_backend_event *event,
   if (!fail_before(f, hit)) {
     fdy_status st = inner_ops(f)->host_wait(f->inner, event, err);
     if (st != FDY_OK || !hit) {
-      return st;
+      return st == FDY_OK ? device_fault(f, err) : st;
     }
   }
   return injected(f, "host_wait", err);
@@ -271,6 +326,12 @@ static fdy_status fault_event_time(fdy_backend *b, fdy_backend_event *event,
   bool hit = count_call(f, "event_time");
   if (!fail_before(f, hit)) {
     fdy_status st = inner_ops(f)->event_time(f->inner, event, out_ns, err);
+    if (st == FDY_OK && !hit) {
+      st = device_fault(f, err);
+      if (st != FDY_OK && out_ns) {
+        *out_ns = 0;
+      }
+    }
     if (st != FDY_OK || !hit) {
       return st;
     }
@@ -342,6 +403,9 @@ static fdy_status fault_drain(fdy_backend *b, fdy_error *err) {
   bool hit = count_call(f, "drain");
   if (!fail_before(f, hit)) {
     fdy_status st = inner_ops(f)->drain(f->inner, err);
+    if (st == FDY_OK && !hit) {
+      st = device_fault(f, err);
+    }
     if (st != FDY_OK || (!hit && !f->opts.fail_drain)) {
       return st;
     }
@@ -356,6 +420,11 @@ static fdy_status fault_drain(fdy_backend *b, fdy_error *err) {
     strcpy(err->backend_op, "drain");
   }
   return FDY_ERR_BACKEND;
+}
+
+static uint64_t fault_submitted(fdy_backend *b) {
+  fault_backend *f = fault_of(b);
+  return inner_ops(f)->submitted(f->inner);
 }
 
 static void fault_destroy(fdy_backend *b) {
@@ -387,6 +456,7 @@ static const fdy_backend_ops fault_template = {
     .graph_launch = fault_graph_launch,
     .graph_destroy = fault_graph_destroy,
     .drain = fault_drain,
+    .submitted = fault_submitted,
     .destroy = fault_destroy,
 };
 
@@ -408,6 +478,12 @@ fdy_status fdy_fault_backend_create(fdy_backend *inner,
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
                          "fault backend: unknown mode %d", (int)o->mode);
   }
+  if (o->device_fault_at_submission != 0 && !inner->ops->submitted) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "fault backend: a device fault needs an inner "
+                         "backend that numbers its submissions (%s does not)",
+                         inner->ops->name);
+  }
   fault_backend *f = calloc(1, sizeof(*f));
   if (!f) {
     return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
@@ -425,6 +501,9 @@ fdy_status fdy_fault_backend_create(fdy_backend *inner,
   }
   if (!in->event_time) {
     f->ops.event_time = NULL;
+  }
+  if (!in->submitted) {
+    f->ops.submitted = NULL;
   }
   if (!in->graph_begin || !in->graph_end || !in->graph_launch ||
       !in->graph_destroy) {
