@@ -19,8 +19,9 @@
  * head GEMV over vocab 128256; group 64 F16 and group 32 BF16), which
  * FOUNDRY_CUDA_OPS_SMALL=1 skips (for compute-sanitizer runs). The decode
  * GEMV alone at every llama-3.2-3b projection (LM head included) with
- * groups 32, 64 and 128 and F16 and BF16 scales, and at widths around its
- * work item (FOUNDRY_CUDA_OPS_SMALL=1 keeps only the small ones).
+ * groups 32, 64 and 128 and F16 and BF16 scales, at widths around its
+ * work item (FOUNDRY_CUDA_OPS_SMALL=1 keeps only the small ones), and with
+ * x far outside F16's range, far below it, and all zero (zeros bitwise).
  * ATTENTION's two variants also run over decode positions and prefill
  * counts (test_attention_positions: both sides of the decode chunks, the
  * cache's last position, a cache of 70,000 positions), the decode kernel's
@@ -514,10 +515,17 @@ static void rmsnorm_case(const char *label, uint32_t rows, int32_t count,
 /* ---- matmul -----------------------------------------------------------------
  */
 
-static void matmul_case(const char *label, const q4_matrix *w, uint32_t rows,
-                        int32_t count) {
+/* given_x: rows x in values of x (copied), or NULL for random ones. An x
+ * of zeros must give zeros bitwise (s q . 0 + b 0). */
+static void matmul_x_case(const char *label, const q4_matrix *w, uint32_t rows,
+                          int32_t count, const float *given_x) {
   int32_t *step = make_step(count, 0, 0);
   float *x = random_floats((uint64_t)rows * w->in);
+  bool zero = given_x != NULL;
+  for (uint64_t i = 0; given_x != NULL && i < (uint64_t)rows * w->in; i++) {
+    x[i] = given_x[i];
+    zero = zero && given_x[i] == 0.0f;
+  }
   float *y = poisoned((uint64_t)rows * w->out);
   fdy_op op = {.kind = FDY_OP_MATMUL_Q4, .input_count = 5, .output_count = 1};
   op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
@@ -533,7 +541,10 @@ static void matmul_case(const char *label, const q4_matrix *w, uint32_t rows,
   snprintf(what, sizeof what, "matmul_q4 %s [%u x %u] x [%u x %u]^T g%u %s, %d",
            label, rows, w->in, w->out, w->in, w->group,
            fdy_dtype_name(w->dtype), count);
-  if (active > 0) {
+  if (active > 0 && zero) {
+    expect_same(what, r.cpu[5], r.gpu[5],
+                sizeof(float) * (uint64_t)active * w->out);
+  } else if (active > 0) {
     expect_close(what, r.cpu[5], r.gpu[5], (uint64_t)active * w->out,
                  rows > 1 ? MMA_BOUND : REDUCTION_BOUND);
   }
@@ -542,6 +553,11 @@ static void matmul_case(const char *label, const q4_matrix *w, uint32_t rows,
   free(step);
   free(x);
   free(y);
+}
+
+static void matmul_case(const char *label, const q4_matrix *w, uint32_t rows,
+                        int32_t count) {
+  matmul_x_case(label, w, rows, count, NULL);
 }
 
 /* ---- prefill matmuls
@@ -1318,6 +1334,29 @@ static void test_gemv_shapes(void **state) {
   matmul_case("in 32 out 70", &one_chunk, 1, 1);
   matmul_case("in 32 out 70", &one_chunk, 1, -3);
   q4_free(&one_chunk);
+
+  /* The one-row kernel scales x by a power of two and splits it into F16
+   * hi + lo: x far above F16's range (and tiny values beside it), x far
+   * below it, x beyond 65504 only, and x of zeros (zeros out, bitwise) */
+  q4_matrix range = q4_random(100, 512, 64, FDY_DTYPE_F16);
+  float *x = random_floats(512);
+  x[3] = 1e30f;
+  x[100] = -3e29f;
+  x[200] = 1e-30f;
+  x[300] = 7e-38f;
+  matmul_x_case("x up to 1e30", &range, 1, 1, x);
+  for (int i = 0; i < 512; i++) {
+    x[i] = (float)((i % 7) - 3) * 1e-20f + (float)(i % 5) * 3e-21f;
+  }
+  matmul_x_case("x about 1e-20", &range, 1, 1, x);
+  for (int i = 0; i < 512; i++) {
+    x[i] = (float)((i * 37) % 101 - 50) * 4000.0f;
+  }
+  matmul_x_case("x up to 2e5", &range, 1, 1, x);
+  memset(x, 0, 512 * sizeof(float));
+  matmul_x_case("x of zeros", &range, 1, 1, x);
+  free(x);
+  q4_free(&range);
 }
 
 /* ---- fused decode kinds -----------------------------------------------------

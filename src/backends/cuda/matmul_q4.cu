@@ -2,54 +2,54 @@
  * of 8 nibbles, low first; w = s * q + b per group of 32, 64 or 128 inputs,
  * s and b F16 or BF16). Two kernels, chosen from the shape of x alone:
  *
- * - x of one row (decode): a matrix-vector kernel that streams the weights
- *   at memory speed. A warp computes R output rows at once (R = 4 from
- *   GEMV_WIDE_ROWS rows, else 2: shapes alone choose), walking them in
- *   16-byte chunks (32 nibbles, 32 inputs): lane l takes chunks l, l + 32,
- *   ... of each, so each warp load reads 512 contiguous bytes; an item is
- *   GEMV_CHUNKS / R chunks of each of the R rows per lane, and a lane keeps
- *   one item in flight while it computes the previous one (two register
- *   stages, the next item loaded before the current one is used). The R
- *   chunks of one column share x: each lane reads a chunk's 32 inputs from
- *   shared memory once for all R (8 16-byte reads per R * 16 weight
- *   bytes). Warps take groups of R rows g, g + W, ... (W the warps of the
- *   grid: at most GEMV_BLOCKS_SM blocks of 8 warps per multiprocessor, and
- *   no more than the groups need when each warp takes as many as that cap
- *   makes necessary), so the staging of x below is shared by 8 warps and, for
- *   the larger matrices, by several groups of each. The weights are read
- *   with ld.global.nc.L1::no_allocate so that they do not evict x from L1.
- *   Each block first stores x in shared memory, a chunk per 36 floats (32
- *   and 4 of padding: 16-byte reads of the 8 lanes of a quarter warp hit
- *   distinct banks), prescaled for the nibble trick below, and the sum of x
- *   over each chunk (a butterfly over the 8 lanes that staged it, in an
- *   order fixed by the width).
- *   A nibble at bits 4j..4j+3 of a word (j < 4) becomes a float without a
- *   shift: (word & 0xf << 4j) | 0x4b000000 is the float 2^23 + q 16^j, so
- *   subtracting 2^23 gives q 16^j exactly, and x was stored times 16^-j,
- *   so their product is q x exactly (the high half of the word, shifted
- *   down by 16, is read the same way). Per chunk the lane adds
- *   s (q . x) + b sum(x): the CPU backend's formulation y = sum_g s_g (q_g .
- *   x_g) + b_g sum(x_g) (src/backends/cpu/matmul_q4.c) with each group's
- *   terms split by chunks; a butterfly sums the lanes. The prescaling by
-   16^-j is exact unless x * 16^-3 is subnormal (|x| < 2^-114), where the
- *   product loses bits far below any other term's rounding.
+ * - x of one row (decode): a matrix-vector kernel on the tensor cores
+ *   (below; docs/tuning-log.md entry 15).
  * - x of several rows (prefill): F16 tensor-core tiles with F32 sums
  *   (matmul_q4_mma.cu), within about 1e-3 of the float result.
  *
- * The GEMV also runs the fused decode kinds (template flags): several
- * weights over one x in one launch (warps walk the rows of all of them in
- * order, a group of R rows may span two of them), an RMSNorm prologue
- * (each block sums x's squares in a fixed order and stages x * inv * norm
- * instead of x), a SwiGLU epilogue (a warp's rows are its gate rows, then
- * its up rows; lane r writes silu(gate) * up of row r) and a residual
- * epilogue (lane r writes residual + sum). Only one-row ops are
- * fused (supports_op refuses more rows).
+ * The matrix-vector kernel keeps the CPU backend's formulation (src/
+ * backends/cpu/matmul_q4.c), y = sum over 32-input chunks of
+ * s (q . x) + b sum(x), with every q . x on the tensor cores and exact up to
+ * the float sums: mma.sync m16n8k16 (F16 in, F32 sums) with the weights as
+ * A (16 output rows x 16 inputs) and x as B. A thread owns one 16-byte
+ * chunk (32 nibbles of one quantization group) of row g and of row g + 8 of
+ * a 16-row tile (lane = 4 g + t; the quad t = 0..3 reads 64 contiguous
+ * bytes of a row), and turns each 32-bit word into exact F16 integers with
+ * 9 instructions (lop3 (w & 0x000f000f) | 0x64006400 = (1024 + n0,
+ * 1024 + n4), (w & 0x00f000f0) | 0x64006400 = (1024 + 16 n1, 1024 + 16 n5),
+ * the same of w >> 8, then a subtraction of 1024 or an FMA by 1/16 and
+ * -64). Its 4 words feed 8 mmas: word j's pairs (n0, n4), (n1, n5) are
+ * mma 2j's A registers of rows g and g + 8, (n2, n6), (n3, n7) mma 2j + 1's.
+ * The k rows 2t, 2t + 1, 2t + 8, 2t + 9 of an mma are thread t's, so B
+ * column 2t holds x_hi and column 2t + 1 x_lo of thread t's inputs at the
+ * matching nibble positions (zero elsewhere: B-thread (g, t) loads only
+ * when g / 2 == t): C[row][2t] + C[row][2t + 1] is then thread t's own dot
+ * product, and thread (g, t) receives exactly its chunk's (hi, lo) sums of
+ * rows g and g + 8 in c0..c3. x = x_hi + x_lo (both F16) after a scaling
+ * by 2^e that puts max |x| in [2^14, 2^15) (no F16 overflow for any finite
+ * x; x_lo keeps the bits x_hi drops, so x_hi + x_lo is x to ~2^-22 of
+ * max |x|), staged once per block in shared memory in the order the B
+ * fragments are read (one 16-byte read per two mmas), with each chunk's sum
+ * of x in float. Per chunk the thread adds s (c0 + c1) 2^-e + b sum(x).
  *
- * Both read the row count from the step tensor when they run (rows at or
- * beyond it are neither read nor written). Every output element is summed
- * in an order fixed by the shapes, so results are deterministic; a row of
- * a 1-row op (float) and the same row of a many-row op (F16 products) are
- * not bitwise equal. */
+ * Work: tiles of 16 output rows (a tile never spans two matrices of a
+ * fused launch); a block takes tiles b, b + G, ... (G blocks); inside a
+ * block the 8 warps split each tile's inputs (warp w takes the 128-input
+ * column steps w, w + 8, ...), so every warp streams its weights with
+ * 2 16-byte loads per lane per step and three steps in flight (two issued
+ * ahead), the first two issued before the kernel waits for the previous
+ * one (PDL). A warp sums its lanes' chunks of a row over t (xor 1, 2) into
+ * shared memory; after the last tile the block adds the warps' sums in
+ * warp order and writes the rows. Every sum's order depends on the shapes
+ * only (not on the grid), so results are deterministic.
+ *
+ * The kernel also runs the fused decode kinds (template flags): several
+ * weights over one x (their tiles in order), an RMSNorm prologue (x * inv *
+ * norm staged instead of x), a SwiGLU epilogue (a tile is computed for the
+ * gate and then the up matrix; y = silu(gate) * up) and a residual
+ * epilogue (y = residual + x W^T). Rows at or beyond the step tensor's row
+ * count (0 or 1) are neither read nor written; a row of a 1-row op and the
+ * same row of a many-row op are not bitwise equal. */
 #include "cuda_device.h"
 #include "cuda_internal.h"
 
@@ -57,23 +57,56 @@
 
 #define GEMV_THREADS   256
 #define GEMV_WARPS     (GEMV_THREADS / 32)
-#define GEMV_BLOCKS_SM 2  /* resident blocks per multiprocessor (registers) */
-#define GEMV_CHUNKS    4  /* 16-byte chunks per lane per item, all rows */
-#define GEMV_STRIDE    36 /* shared floats per chunk: 32 inputs + padding */
-#define GEMV_WIDE_ROWS 16384 /* from this many rows a warp takes 4 at once */
+#define GEMV_BLOCKS_SM 2   /* resident blocks per multiprocessor */
+#define GEMV_TILE      16  /* output rows of a tile */
+#define GEMV_MAX_TILES 32  /* tiles a block takes (their sums in shared) */
+#define GEMV_STEP      128 /* inputs of a column step: 4 chunks of 32 */
 
 /* ---- matrix-vector ----------------------------------------------------------
  */
 
-/* One item of a warp's work: kRows rows of one part (GEMV_CHUNKS / kRows
- * chunks per row per lane: chunk (part * span + u) * 32 + lane), with the
- * raw halves of their scales and biases; chunks past the row or of rows
- * past the matrices are zero and never used. */
-template <int kRows> struct gemv_stage {
-  static const int kSpan = GEMV_CHUNKS / kRows;
-  uint4 q[kRows][kSpan];
-  unsigned short s[kRows][kSpan], b[kRows][kSpan];
-};
+/* One weight matrix of a GEMV launch and the output it writes; its tiles
+ * are first_tile .. first_tile + ceil(rows / 16) - 1 of the launch. */
+typedef struct gemv_matrix {
+  const uint4 *weight;
+  const uint16_t *scales, *biases;
+  float *y;
+  unsigned int rows, first_tile;
+} gemv_matrix;
+
+/* A GEMV launch: the matrices share x, the input width, the group size and
+ * the scale dtype. With kNorm, x is first normalized by RMSNorm (norm, eps);
+ * with kSwiglu, matrices 0 and 1 are gate and up (the tiles are the gate's,
+ * each computed for both) and m[0].y receives silu(gate) * up; with
+ * kResidual, y = residual + x W^T. */
+typedef struct gemv_params {
+  gemv_matrix m[FDY_OP_MAX_OUTPUTS];
+  unsigned int count; /* matrices */
+  unsigned int tiles; /* of the launch (kSwiglu: of the gate) */
+  unsigned int in, group_shift;
+  bool bf16;
+  const uint16_t *norm;
+  bool norm_bf16;
+  double eps;
+  const float *residual;
+} gemv_params;
+
+/* The loads of one column step of a warp: lane (g, t)'s chunk of rows g and
+ * g + 8 with their scales and biases (zero where the row or the chunk does
+ * not exist). */
+typedef struct gemv_stage {
+  uint4 q0, q8;
+  unsigned short s0, b0, s8, b8;
+} gemv_stage;
+
+/* Where a warp's loads are: item n of its items (tile-major, then the
+ * half: gate or up, then the column step), the tile's rows it reads. */
+typedef struct gemv_issue_cursor {
+  unsigned int n, step, tile_half;
+  const uint4 *w0, *w8;
+  const unsigned short *s0, *b0, *s8, *b8;
+  bool v0, v8;
+} gemv_issue_cursor;
 
 /* A weight chunk that is read once: not allocated in L1. */
 static __device__ __forceinline__ uint4 load_streamed(const uint4 *p) {
@@ -89,359 +122,380 @@ static __device__ __forceinline__ float half_bits(unsigned short h, bool bf16) {
               : __half2float(__ushort_as_half(h));
 }
 
-/* Nibble j (< 4) of word times 16^j, exactly. */
-static __device__ __forceinline__ float scaled_nibble(uint32_t word, int j) {
-  return __uint_as_float((word & (0xfu << (4 * j))) | 0x4b000000u) - 8388608.0f;
+/* (w & mask) | 0x64006400: two nibbles as the F16 pair (1024 + a, 1024 + b)
+ * (a, b scaled by 16 for the high nibble of a byte). */
+static __device__ __forceinline__ uint32_t nibble_pair(uint32_t w,
+                                                       uint32_t mask) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;"
+      : "=r"(r)
+      : "r"(w), "r"(mask), "r"(0x64006400u));
+  return r;
 }
 
-/* q . x over one word: its 8 nibbles against the prescaled inputs lo, hi. */
-static __device__ __forceinline__ float word_dot(uint32_t word, float4 lo,
-                                                 float4 hi) {
-  const uint32_t high = word >> 16;
-  float d0 = scaled_nibble(word, 0) * lo.x;
-  float d1 = scaled_nibble(high, 0) * hi.x;
-  d0 = fmaf(scaled_nibble(word, 1), lo.y, d0);
-  d1 = fmaf(scaled_nibble(high, 1), hi.y, d1);
-  d0 = fmaf(scaled_nibble(word, 2), lo.z, d0);
-  d1 = fmaf(scaled_nibble(high, 2), hi.z, d1);
-  d0 = fmaf(scaled_nibble(word, 3), lo.w, d0);
-  d1 = fmaf(scaled_nibble(high, 3), hi.w, d1);
-  return d0 + d1;
+static __device__ __forceinline__ uint32_t minus_1024(uint32_t v) {
+  __half2 h = *reinterpret_cast<__half2 *>(&v);
+  h = __hsub2(h, __floats2half2_rn(1024.0f, 1024.0f));
+  return *reinterpret_cast<uint32_t *>(&h);
 }
 
-/* One weight matrix of a GEMV launch and the output it writes. */
-typedef struct gemv_matrix {
-  const uint4 *weight;
-  const uint16_t *scales, *biases;
-  float *y;
-  unsigned int rows;
-} gemv_matrix;
-
-/* A GEMV launch: the matrices share x, the input width, the group size and
- * the scale dtype. With kNorm, x is first normalized by RMSNorm (norm, eps);
- * with kSwiglu, matrices 0 and 1 are gate and up and m[0].y receives
- * silu(gate) * up; with kResidual, y = residual + x W^T. */
-typedef struct gemv_params {
-  gemv_matrix m[FDY_OP_MAX_OUTPUTS];
-  unsigned int count; /* matrices */
-  unsigned int in, group_shift;
-  bool bf16;
-  const uint16_t *norm;
-  bool norm_bf16;
-  double eps;
-  const float *residual;
-} gemv_params;
-
-/* The geometry of one launch, the same for every warp. A virtual row is a
- * row of the matrices in order (for kSwiglu, the row of both gate and up);
- * a warp takes the virtual rows of its groups of kRows. */
-typedef struct gemv_geometry {
-  unsigned int chunks;      /* 16-byte chunks per weight row: in / 32 */
-  unsigned int parts;       /* items per row */
-  unsigned int halves;      /* matrices a virtual row reads: 2 for kSwiglu */
-  unsigned int total;       /* virtual rows */
-  unsigned int warps;       /* warps of the grid: the stride of groups */
-  unsigned int group_shift; /* chunk c lies in group c >> group_shift */
-} gemv_geometry;
-
-/* Where a warp is in its work: a group of rows, the matrix of the virtual
- * rows it reads (kSwiglu: 0 gate, 1 up) and the part of those rows. */
-typedef struct gemv_cursor {
-  unsigned int group, half, part;
-} gemv_cursor;
-
-static __device__ __forceinline__ void gemv_advance(gemv_cursor *cur,
-                                                    const gemv_geometry *g) {
-  if (++cur->part < g->parts) {
-    return;
-  }
-  cur->part = 0;
-  if (++cur->half < g->halves) {
-    return;
-  }
-  cur->half = 0;
-  cur->group += g->warps;
+static __device__ __forceinline__ uint32_t sixteenth_minus_64(uint32_t v) {
+  __half2 h = *reinterpret_cast<__half2 *>(&v);
+  h = __hfma2(h, __floats2half2_rn(0.0625f, 0.0625f),
+              __floats2half2_rn(-64.0f, -64.0f));
+  return *reinterpret_cast<uint32_t *>(&h);
 }
 
-/* The matrix and row that virtual row v reads at half h; false past the
- * last virtual row. */
+/* The exact F16 pairs (n0, n4), (n1, n5), (n2, n6), (n3, n7) of a word. */
+static __device__ __forceinline__ void word_pairs(uint32_t w, uint32_t p[4]) {
+  const uint32_t high = w >> 8;
+  p[0] = minus_1024(nibble_pair(w, 0x000f000fu));
+  p[1] = sixteenth_minus_64(nibble_pair(w, 0x00f000f0u));
+  p[2] = minus_1024(nibble_pair(high, 0x000f000fu));
+  p[3] = sixteenth_minus_64(nibble_pair(high, 0x00f000f0u));
+}
+
+/* c += A B on the tensor cores (m16n8k16, F16 in, F32 sums). */
+static __device__ __forceinline__ void mma_16816(float c[4], uint32_t a0,
+                                                 uint32_t a1, uint32_t a2,
+                                                 uint32_t a3, uint32_t b0,
+                                                 uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* The warp's column steps of a tile: w, w + 8, ... below steps. */
+static __device__ __forceinline__ unsigned int warp_steps(unsigned int steps,
+                                                          unsigned int warp) {
+  return steps > warp ? (steps - warp + GEMV_WARPS - 1) / GEMV_WARPS : 0;
+}
+
+/* Points the cursor at the rows of (tile, half) tile_half of the block. */
 template <bool kSwiglu>
-static __device__ __forceinline__ bool
-gemv_row_of(const gemv_params &p, const gemv_geometry *g, unsigned int v,
-            unsigned int h, unsigned int *matrix, unsigned int *row) {
-  if (v >= g->total) {
-    return false;
-  }
-  unsigned int j = kSwiglu ? h : 0;
+static __device__ __forceinline__ void
+gemv_point(const gemv_params &p, unsigned int groups, unsigned int chunks,
+           gemv_issue_cursor *cur) {
+  const unsigned int halves = kSwiglu ? 2 : 1;
+  const unsigned int tile = blockIdx.x + (cur->tile_half / halves) * gridDim.x;
+  unsigned int j = kSwiglu ? cur->tile_half % halves : 0;
   if (!kSwiglu) {
-    while (j + 1 < p.count && v >= p.m[j].rows) {
-      v -= p.m[j].rows;
+    while (j + 1 < p.count && tile >= p.m[j + 1].first_tile) {
       j++;
     }
   }
-  *matrix = j;
-  *row = v;
-  return true;
+  const gemv_matrix *m = &p.m[j];
+  const unsigned int g = (threadIdx.x % 32) / 4;
+  const unsigned int row = (tile - (kSwiglu ? 0 : m->first_tile)) * GEMV_TILE;
+  cur->v0 = row + g < m->rows;
+  cur->v8 = row + g + 8 < m->rows;
+  const unsigned long long r0 = cur->v0 ? row + g : 0;
+  const unsigned long long r8 = cur->v8 ? row + g + 8 : 0;
+  cur->w0 = m->weight + r0 * chunks;
+  cur->w8 = m->weight + r8 * chunks;
+  cur->s0 = (const unsigned short *)m->scales + r0 * groups;
+  cur->b0 = (const unsigned short *)m->biases + r0 * groups;
+  cur->s8 = (const unsigned short *)m->scales + r8 * groups;
+  cur->b8 = (const unsigned short *)m->biases + r8 * groups;
 }
 
-/* The loads of the item at cur. */
-template <bool kSwiglu, int kRows>
+/* Issues the loads of the cursor's item into st (nothing past the last
+ * item) and moves the cursor on. */
+template <bool kSwiglu>
 static __device__ __forceinline__ void
-gemv_issue(const gemv_params &p, const gemv_geometry *g, gemv_cursor cur,
-           unsigned int lane, gemv_stage<kRows> *st) {
-  const int span = gemv_stage<kRows>::kSpan;
-#pragma unroll
-  for (int r = 0; r < kRows; r++) {
-    unsigned int matrix = 0, row = 0;
-    const bool valid = gemv_row_of<kSwiglu>(p, g, cur.group * kRows + r,
-                                            cur.half, &matrix, &row);
-    const gemv_matrix *m = &p.m[matrix];
-    const unsigned long long groups = g->chunks >> g->group_shift;
-    const uint4 *w_row = m->weight + (unsigned long long)row * g->chunks;
-    const unsigned short *s_row =
-        (const unsigned short *)m->scales + (unsigned long long)row * groups;
-    const unsigned short *b_row =
-        (const unsigned short *)m->biases + (unsigned long long)row * groups;
-#pragma unroll
-    for (int u = 0; u < span; u++) {
-      const unsigned int c = (cur.part * span + u) * 32 + lane;
-      if (valid && c < g->chunks) {
-        st->q[r][u] = load_streamed(w_row + c);
-        st->s[r][u] = __ldg(s_row + (c >> g->group_shift));
-        st->b[r][u] = __ldg(b_row + (c >> g->group_shift));
-      } else {
-        st->q[r][u] = make_uint4(0u, 0u, 0u, 0u);
-        st->s[r][u] = 0;
-        st->b[r][u] = 0;
-      }
-    }
-  }
-}
-
-/* The item at cur added into acc: per chunk, one read of x from shared
- * memory serves the chunk of every row of the item. */
-template <int kRows>
-static __device__ __forceinline__ void
-gemv_compute(const float *xs, const float *xsum, const gemv_geometry *g,
-             gemv_cursor cur, unsigned int lane, bool bf16,
-             const gemv_stage<kRows> *st, float acc[kRows]) {
-  const int span = gemv_stage<kRows>::kSpan;
-#pragma unroll
-  for (int u = 0; u < span; u++) {
-    const unsigned int c = (cur.part * span + u) * 32 + lane;
-    if (c < g->chunks) {
-      const float4 *xc = (const float4 *)(xs + c * GEMV_STRIDE);
-      const float sum_x = xsum[c];
-      float d[kRows][4];
-#pragma unroll
-      for (int k = 0; k < 4; k++) {
-        const float4 lo = xc[2 * k], hi = xc[2 * k + 1];
-#pragma unroll
-        for (int r = 0; r < kRows; r++) {
-          const uint4 q = st->q[r][u];
-          d[r][k] = word_dot(k == 0   ? q.x
-                             : k == 1 ? q.y
-                             : k == 2 ? q.z
-                                      : q.w,
-                             lo, hi);
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < kRows; r++) {
-        const float dot = (d[r][0] + d[r][1]) + (d[r][2] + d[r][3]);
-        acc[r] = fmaf(half_bits(st->s[r][u], bf16), dot, acc[r]);
-        acc[r] = fmaf(half_bits(st->b[r][u], bf16), sum_x, acc[r]);
-      }
-    }
-  }
-}
-
-/* The item at cur computed into acc; after the last part of its rows the
- * warp's sums are written, row r's by lane r (after the up rows' for
- * kSwiglu, whose gate sums wait in gate). */
-template <bool kSwiglu, bool kResidual, int kRows>
-static __device__ __forceinline__ void
-gemv_step(const gemv_params &p, const gemv_geometry *g, const float *xs,
-          const float *xsum, gemv_cursor cur, unsigned int lane,
-          const gemv_stage<kRows> *st, float acc[kRows], float gate[kRows]) {
-  gemv_compute<kRows>(xs, xsum, g, cur, lane, p.bf16, st, acc);
-  if (cur.part + 1 < g->parts) {
+gemv_issue(const gemv_params &p, unsigned int items, unsigned int my_steps,
+           unsigned int groups, unsigned int chunks, gemv_issue_cursor *cur,
+           gemv_stage *st) {
+  if (cur->n >= items) {
     return;
   }
-#pragma unroll
-  for (int r = 0; r < kRows; r++) {
-    const float sum = fdy_warp_sum(acc[r]);
-    acc[r] = 0.0f;
-    if (kSwiglu && cur.half == 0) {
-      gate[r] = sum;
-      continue;
-    }
-    unsigned int matrix = 0, row = 0;
-    if (lane == (unsigned int)r &&
-        gemv_row_of<kSwiglu>(p, g, cur.group * kRows + r, cur.half, &matrix,
-                             &row)) {
-      float y = sum;
-      if (kSwiglu) {
-        y = gate[r] / (1.0f + expf(-gate[r])) * sum;
-      } else if (kResidual) {
-        y = p.residual[row] + sum;
-      }
-      p.m[kSwiglu ? 0 : matrix].y[row] = y;
-    }
+  const unsigned int warp = threadIdx.x / 32, t = threadIdx.x % 4;
+  const unsigned int c = (warp + cur->step * GEMV_WARPS) * 4 + t;
+  const bool in = c < chunks;
+  const unsigned int group = c >> p.group_shift;
+  st->q0 = in && cur->v0 ? load_streamed(cur->w0 + c) : make_uint4(0, 0, 0, 0);
+  st->q8 = in && cur->v8 ? load_streamed(cur->w8 + c) : make_uint4(0, 0, 0, 0);
+  st->s0 = in && cur->v0 ? __ldg(cur->s0 + group) : 0;
+  st->b0 = in && cur->v0 ? __ldg(cur->b0 + group) : 0;
+  st->s8 = in && cur->v8 ? __ldg(cur->s8 + group) : 0;
+  st->b8 = in && cur->v8 ? __ldg(cur->b8 + group) : 0;
+  cur->n++;
+  if (++cur->step == my_steps && cur->n < items) {
+    cur->step = 0;
+    cur->tile_half++;
+    gemv_point<kSwiglu>(p, groups, chunks, cur);
   }
 }
 
-/* x (normalized with kNorm) into shared memory, prescaled for the nibble
- * trick, and the sum of each chunk's 32 inputs (before the prescaling) by a
+/* Adds the item at (step, tile_half) into acc0 / acc8 (rows g, g + 8); at
+ * the warp's last step of a tile half, sums the quad's lanes and leaves the
+ * warp's row sums in partial. */
+static __device__ __forceinline__ void
+gemv_compute(const __half *xs, const float *xsum, float inv_scale,
+             unsigned int chunks, bool bf16, unsigned int items,
+             unsigned int my_steps, unsigned int *n, unsigned int *step,
+             unsigned int *tile_half, const gemv_stage *st, float *acc0,
+             float *acc8, float *partial) {
+  if (*n >= items) {
+    return;
+  }
+  const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const unsigned int g = lane / 4, t = lane % 4;
+  const unsigned int c = (warp + *step * GEMV_WARPS) * 4 + t;
+  const unsigned int cr = c < chunks ? c : 0; /* zero weights there */
+  const bool feeds_b = g / 2 == t;
+  const uint4 *xb = (const uint4 *)(xs + (cr * 2 + g % 2) * 32);
+  float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const uint32_t w0[4] = {st->q0.x, st->q0.y, st->q0.z, st->q0.w};
+  const uint32_t w8[4] = {st->q8.x, st->q8.y, st->q8.z, st->q8.w};
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    const uint4 b = feeds_b ? xb[j] : make_uint4(0, 0, 0, 0);
+    uint32_t r0[4], r8[4];
+    word_pairs(w0[j], r0);
+    word_pairs(w8[j], r8);
+    mma_16816(d, r0[0], r8[0], r0[1], r8[1], b.x, b.y);
+    mma_16816(d, r0[2], r8[2], r0[3], r8[3], b.z, b.w);
+  }
+  const float sum_x = xsum[cr];
+  *acc0 = fmaf(half_bits(st->s0, bf16), (d[0] + d[1]) * inv_scale, *acc0);
+  *acc0 = fmaf(half_bits(st->b0, bf16), sum_x, *acc0);
+  *acc8 = fmaf(half_bits(st->s8, bf16), (d[2] + d[3]) * inv_scale, *acc8);
+  *acc8 = fmaf(half_bits(st->b8, bf16), sum_x, *acc8);
+  ++*n;
+  if (++*step < my_steps) {
+    return;
+  }
+  float v0 = *acc0, v8 = *acc8;
+  v0 += __shfl_xor_sync(0xffffffffu, v0, 1);
+  v8 += __shfl_xor_sync(0xffffffffu, v8, 1);
+  v0 += __shfl_xor_sync(0xffffffffu, v0, 2);
+  v8 += __shfl_xor_sync(0xffffffffu, v8, 2);
+  if (t == 0) {
+    float *slot = partial + (*tile_half * GEMV_WARPS + warp) * GEMV_TILE;
+    slot[g] = v0;
+    slot[g + 8] = v8;
+  }
+  *acc0 = 0.0f;
+  *acc8 = 0.0f;
+  *step = 0;
+  ++*tile_half;
+}
+
+/* x (normalized with kNorm) times 2^e into shared memory as F16 hi and lo
+ * in B-fragment order, and each chunk's sum of x (before the scaling) by a
  * butterfly over the 8 lanes that hold the chunk: an order fixed by the
- * width. The loads of a thread go out before its stores. */
+ * width. Element p of a chunk (p = 8 j + r) belongs to mma m = 2 j +
+ * (r / 2) % 2 at slot (r / 4) % 2 + 2 (r % 2) of its 4 halves. */
 template <bool kNorm>
 static __device__ __forceinline__ void
-gemv_stage_x(const float *x, const gemv_params &p, float inv, float *xs,
-             float *xsum) {
+gemv_stage_x(const float *x, const gemv_params &p, float inv, float scale,
+             __half *xs, float *xsum) {
   const unsigned int lane = threadIdx.x % 32;
-  const unsigned int quads = p.in / 4; /* a multiple of 8: chunks of 8 */
+  const unsigned int quads = p.in / 4; /* a multiple of 8 */
   const float4 *x4 = (const float4 *)x;
   for (unsigned int base = threadIdx.x - lane; base < quads;
-       base += 4 * GEMV_THREADS) {
-    float4 v[4];
+       base += GEMV_THREADS) {
+    const unsigned int k4 = base + lane;
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (k4 < quads) {
+      const float4 u = __ldg(x4 + k4);
+      v[0] = u.x;
+      v[1] = u.y;
+      v[2] = u.z;
+      v[3] = u.w;
+      if (kNorm) {
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-      const unsigned int k4 = base + i * GEMV_THREADS + lane;
-      v[i] = k4 < quads ? __ldg(x4 + k4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-      const unsigned int k4 = base + i * GEMV_THREADS + lane;
-      if (kNorm && k4 < quads) {
-        v[i].x = v[i].x * inv * fdy_half_at(p.norm, p.norm_bf16, 4 * k4);
-        v[i].y = v[i].y * inv * fdy_half_at(p.norm, p.norm_bf16, 4 * k4 + 1);
-        v[i].z = v[i].z * inv * fdy_half_at(p.norm, p.norm_bf16, 4 * k4 + 2);
-        v[i].w = v[i].w * inv * fdy_half_at(p.norm, p.norm_bf16, 4 * k4 + 3);
-      }
-      float s = (v[i].x + v[i].y) + (v[i].z + v[i].w);
-      s += __shfl_xor_sync(0xffffffffu, s, 1);
-      s += __shfl_xor_sync(0xffffffffu, s, 2);
-      s += __shfl_xor_sync(0xffffffffu, s, 4);
-      if (k4 < quads) {
-        v[i].y *= 0.0625f;
-        v[i].z *= 0.00390625f;
-        v[i].w *= 0.000244140625f;
-        *(float4 *)(xs + (k4 / 8) * GEMV_STRIDE + (k4 % 8) * 4) = v[i];
-        if (k4 % 8 == 0) {
-          xsum[k4 / 8] = s;
+        for (int i = 0; i < 4; i++) {
+          v[i] = v[i] * inv * fdy_half_at(p.norm, p.norm_bf16, 4 * k4 + i);
         }
       }
     }
+    float s = (v[0] + v[1]) + (v[2] + v[3]);
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    s += __shfl_xor_sync(0xffffffffu, s, 4);
+    if (k4 < quads) {
+      const unsigned int c = k4 / 8;
+      if (k4 % 8 == 0) {
+        xsum[c] = s;
+      }
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        const unsigned int pos = (k4 % 8) * 4 + i; /* in the chunk */
+        const unsigned int r = pos % 8;
+        const unsigned int m = (pos / 8) * 2 + (r / 2) % 2;
+        const unsigned int slot = (r / 4) % 2 + 2 * (r % 2);
+        const float scaled = v[i] * scale;
+        const __half hi = __float2half_rn(scaled);
+        const __half lo = __float2half_rn(scaled - __half2float(hi));
+        xs[((c * 2) * 8 + m) * 4 + slot] = hi;
+        xs[((c * 2 + 1) * 8 + m) * 4 + slot] = lo;
+      }
+    }
   }
 }
 
-template <bool kNorm, bool kSwiglu, bool kResidual, int kRows>
+/* 2^e as a float for e in [-126, 127]. */
+static __device__ __forceinline__ float power_of_two(int e) {
+  return __int_as_float((e + 127) << 23);
+}
+
+template <bool kNorm, bool kSwiglu, bool kResidual>
 __global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_SM)
     gemv_q4_kernel(const int32_t *step, const float *x, gemv_params p) {
-  extern __shared__ __align__(16) float shared[];
-  __shared__ float warp_squares[GEMV_WARPS];
+  extern __shared__ __align__(16) unsigned char gemv_shared[];
+  __shared__ float warp_squares[GEMV_WARPS], warp_max[GEMV_WARPS];
+  fdy_grid_launch_dependents();
   if (fdy_active_rows(step, 1) == 0) {
     return;
   }
-  const unsigned int lane = threadIdx.x % 32;
-  const unsigned int first = blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
+  const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const unsigned int in = p.in;
-  gemv_geometry g;
-  g.chunks = in / 32;
-  g.parts = (g.chunks + 32 * gemv_stage<kRows>::kSpan - 1) /
-            (32 * gemv_stage<kRows>::kSpan);
-  g.halves = kSwiglu ? 2 : 1;
-  g.total = 0;
-  for (unsigned int j = 0; j < (kSwiglu ? 1 : p.count); j++) {
-    g.total += p.m[j].rows;
-  }
-  g.warps = gridDim.x * GEMV_WARPS;
-  g.group_shift = p.group_shift;
-  const unsigned int groups = (g.total + kRows - 1) / kRows;
-  const unsigned int mine =
-      first < groups ? (groups - 1 - first) / g.warps + 1 : 0;
-  const unsigned int items = mine * g.parts * g.halves;
-  gemv_cursor issued = {first, 0, 0};
-  const gemv_cursor start = issued;
-  /* the first item's loads go out before x is staged */
-  gemv_stage<kRows> a, b;
+  const unsigned int chunks = in / 32;
+  const unsigned int groups = chunks >> p.group_shift;
+  const unsigned int steps = (in + GEMV_STEP - 1) / GEMV_STEP;
+  const unsigned int halves = kSwiglu ? 2 : 1;
+  const unsigned int tiles =
+      blockIdx.x < p.tiles ? (p.tiles - blockIdx.x - 1) / gridDim.x + 1 : 0;
+  const unsigned int my_steps = warp_steps(steps, warp);
+  const unsigned int items = tiles * halves * my_steps;
+  __half *xs = (__half *)gemv_shared;
+  float *xsum = (float *)(gemv_shared + (size_t)chunks * 128);
+  float *partial = xsum + chunks;
+
+  /* the first two items' loads go out before the wait: only weights */
+  gemv_issue_cursor ic;
+  ic.n = 0;
+  ic.step = 0;
+  ic.tile_half = 0;
+  gemv_stage st0, st1, st2;
   if (items > 0) {
-    gemv_issue<kSwiglu, kRows>(p, &g, issued, lane, &a);
-    gemv_advance(&issued, &g);
+    gemv_point<kSwiglu>(p, groups, chunks, &ic);
+  }
+  gemv_issue<kSwiglu>(p, items, my_steps, groups, chunks, &ic, &st0);
+  gemv_issue<kSwiglu>(p, items, my_steps, groups, chunks, &ic, &st1);
+  fdy_grid_wait();
+
+  /* the sum of squares (kNorm) and the largest |x| (normalized: times the
+   * norm weight, then inv), summed and compared in a fixed order */
+  float squares = 0.0f, largest = 0.0f;
+  for (unsigned int i = threadIdx.x; i < in; i += blockDim.x) {
+    const float v = x[i];
+    if (kNorm) {
+      squares = fmaf(v, v, squares);
+      largest = fmaxf(largest, fabsf(v * fdy_half_at(p.norm, p.norm_bf16, i)));
+    } else {
+      largest = fmaxf(largest, fabsf(v));
+    }
+  }
+  squares = fdy_warp_sum(squares);
+  for (int offset = 16; offset > 0; offset /= 2) {
+    largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, offset));
+  }
+  if (lane == 0) {
+    warp_squares[warp] = squares;
+    warp_max[warp] = largest;
+  }
+  __syncthreads();
+  float total_squares = 0.0f;
+  largest = 0.0f;
+  for (unsigned int w = 0; w < GEMV_WARPS; w++) {
+    total_squares += warp_squares[w];
+    largest = fmaxf(largest, warp_max[w]);
   }
   float inv = 1.0f;
   if (kNorm) {
-    /* the row's mean square, summed in an order fixed by the shapes */
-    float squares = 0.0f;
-    for (unsigned int i = threadIdx.x; i < in; i += blockDim.x) {
-      squares = fmaf(x[i], x[i], squares);
-    }
-    squares = fdy_warp_sum(squares);
-    if (lane == 0) {
-      warp_squares[threadIdx.x / 32] = squares;
-    }
-    __syncthreads();
-    float total_squares = 0.0f;
-    for (unsigned int w = 0; w < GEMV_WARPS; w++) {
-      total_squares += warp_squares[w];
-    }
     inv = (float)(1.0 / sqrt((double)total_squares / in + p.eps));
+    largest *= inv;
   }
-  float *xs = shared;
-  float *xsum = shared + g.chunks * GEMV_STRIDE;
-  gemv_stage_x<kNorm>(x, p, inv, xs, xsum);
+  /* 2^e puts the largest |x| in [2^14, 2^15); none for 0, inf or NaN */
+  int e = 0;
+  if (largest > 0.0f && largest <= 3.4e38f) {
+    int exponent = 0;
+    frexpf(largest, &exponent); /* largest = f 2^exponent, f in [0.5, 1) */
+    e = min(126, max(-126, 15 - exponent));
+  }
+  gemv_stage_x<kNorm>(x, p, inv, power_of_two(e), xs, xsum);
   __syncthreads();
-  float acc[kRows], gate[kRows];
-#pragma unroll
-  for (int r = 0; r < kRows; r++) {
-    acc[r] = 0.0f;
-    gate[r] = 0.0f;
+
+  const float inv_scale = power_of_two(-e);
+  float acc0 = 0.0f, acc8 = 0.0f;
+  unsigned int cn = 0, cstep = 0, ctile_half = 0;
+  for (unsigned int n = 0; n < items; n += 3) {
+    gemv_issue<kSwiglu>(p, items, my_steps, groups, chunks, &ic, &st2);
+    gemv_compute(xs, xsum, inv_scale, chunks, p.bf16, items, my_steps, &cn,
+                 &cstep, &ctile_half, &st0, &acc0, &acc8, partial);
+    gemv_issue<kSwiglu>(p, items, my_steps, groups, chunks, &ic, &st0);
+    gemv_compute(xs, xsum, inv_scale, chunks, p.bf16, items, my_steps, &cn,
+                 &cstep, &ctile_half, &st1, &acc0, &acc8, partial);
+    gemv_issue<kSwiglu>(p, items, my_steps, groups, chunks, &ic, &st1);
+    gemv_compute(xs, xsum, inv_scale, chunks, p.bf16, items, my_steps, &cn,
+                 &cstep, &ctile_half, &st2, &acc0, &acc8, partial);
   }
-  gemv_cursor computed = start;
-  for (unsigned int t = 0; t < items; t += 2) {
-    if (t + 1 < items) {
-      gemv_issue<kSwiglu, kRows>(p, &g, issued, lane, &b);
-      gemv_advance(&issued, &g);
+  __syncthreads();
+
+  /* each output row: the warps' sums in warp order, then the epilogue */
+  const unsigned int warps_used = steps < GEMV_WARPS ? steps : GEMV_WARPS;
+  for (unsigned int o = threadIdx.x; o < tiles * GEMV_TILE; o += blockDim.x) {
+    const unsigned int i = o / GEMV_TILE, r = o % GEMV_TILE;
+    float sum[2] = {0.0f, 0.0f};
+    for (unsigned int h = 0; h < halves; h++) {
+      const float *slot = partial + ((i * halves + h) * GEMV_WARPS) * GEMV_TILE;
+      for (unsigned int w = 0; w < warps_used; w++) {
+        sum[h] += slot[w * GEMV_TILE + r];
+      }
     }
-    gemv_step<kSwiglu, kResidual, kRows>(p, &g, xs, xsum, computed, lane, &a,
-                                         acc, gate);
-    gemv_advance(&computed, &g);
-    if (t + 1 >= items) {
-      break;
+    const unsigned int tile = blockIdx.x + i * gridDim.x;
+    unsigned int j = 0;
+    if (!kSwiglu) {
+      while (j + 1 < p.count && tile >= p.m[j + 1].first_tile) {
+        j++;
+      }
     }
-    if (t + 2 < items) {
-      gemv_issue<kSwiglu, kRows>(p, &g, issued, lane, &a);
-      gemv_advance(&issued, &g);
+    const unsigned int row = (tile - p.m[j].first_tile) * GEMV_TILE + r;
+    if (row >= p.m[j].rows) {
+      continue;
     }
-    gemv_step<kSwiglu, kResidual, kRows>(p, &g, xs, xsum, computed, lane, &b,
-                                         acc, gate);
-    gemv_advance(&computed, &g);
+    float y = sum[0];
+    if (kSwiglu) {
+      y = sum[0] / (1.0f + expf(-sum[0])) * sum[1];
+    } else if (kResidual) {
+      y = p.residual[row] + sum[0];
+    }
+    p.m[j].y[row] = y;
   }
 }
 
 /* ---- host side ------------------------------------------------------------
  */
 
+/* Dynamic shared memory of a one-row launch over `in` inputs with up to
+ * GEMV_MAX_TILES tiles of `halves` matrices per block: x as F16 hi and lo
+ * (4 bytes an input), a float sum per chunk, the warps' row sums. */
+static uint64_t gemv_shared_bytes(uint64_t in, uint64_t tiles,
+                                  uint64_t halves) {
+  return in * 4 + in / 32 * sizeof(float) +
+         tiles * halves * GEMV_WARPS * GEMV_TILE * sizeof(float);
+}
+
 extern "C" uint64_t fdy_cuda_matmul_q4_shared_bytes(const fdy_op *op) {
   if (op->inputs[1].shape.dims[0] != 1) {
     return fdy_cuda_matmul_q4_mma_shared_bytes(op);
   }
-  const uint64_t chunks = op->inputs[1].shape.dims[1] / 32;
-  return chunks * (GEMV_STRIDE + 1) * sizeof(float);
+  const uint64_t halves = op->kind == FDY_OP_NORM_SWIGLU_Q4 ? 2 : 1;
+  return gemv_shared_bytes(op->inputs[1].shape.dims[1], GEMV_MAX_TILES, halves);
 }
 
 /* The GEMV instances the backend launches: plain, norm prologue, norm with
- * SwiGLU, residual epilogue; each with 2 and with 4 rows per warp. */
+ * SwiGLU, residual epilogue. */
 static const void *const gemv_kernels[] = {
-    (const void *)gemv_q4_kernel<false, false, false, 2>,
-    (const void *)gemv_q4_kernel<true, false, false, 2>,
-    (const void *)gemv_q4_kernel<true, true, false, 2>,
-    (const void *)gemv_q4_kernel<false, false, true, 2>,
-    (const void *)gemv_q4_kernel<false, false, false, 4>,
-    (const void *)gemv_q4_kernel<true, false, false, 4>,
-    (const void *)gemv_q4_kernel<true, true, false, 4>,
-    (const void *)gemv_q4_kernel<false, false, true, 4>,
+    (const void *)gemv_q4_kernel<false, false, false>,
+    (const void *)gemv_q4_kernel<true, false, false>,
+    (const void *)gemv_q4_kernel<true, true, false>,
+    (const void *)gemv_q4_kernel<false, false, true>,
 };
 
 extern "C" cudaError_t fdy_cuda_matmul_q4_prepare(uint64_t smem_optin) {
@@ -454,16 +508,22 @@ extern "C" cudaError_t fdy_cuda_matmul_q4_prepare(uint64_t smem_optin) {
   return rc == cudaSuccess ? fdy_cuda_matmul_q4_mma_prepare(smem_optin) : rc;
 }
 
-/* Matrix j of a launch from the weight at input w of the op of a. */
+/* Matrix j of a launch from the weight at input w of the op of a; its
+ * tiles start at first_tile. */
 static gemv_matrix gemv_matrix_at(const fdy_cuda_op_args *a, uint32_t w,
-                                  void *y) {
+                                  void *y, unsigned int first_tile) {
   gemv_matrix m;
   m.weight = (const uint4 *)a->in[w];
   m.scales = (const uint16_t *)a->in[w + 1];
   m.biases = (const uint16_t *)a->in[w + 2];
   m.y = (float *)y;
   m.rows = (unsigned int)a->op->inputs[w].shape.dims[0];
+  m.first_tile = first_tile;
   return m;
+}
+
+static unsigned int tiles_of(unsigned int rows) {
+  return (rows + GEMV_TILE - 1) / GEMV_TILE;
 }
 
 /* The launch parameters of a one-row op whose first weight is input w. */
@@ -479,40 +539,27 @@ static gemv_params gemv_params_of(const fdy_cuda_op_args *a, uint32_t w) {
   return p;
 }
 
-/* The blocks of a launch whose warps take groups of `rows` of the total
- * virtual rows: at most GEMV_BLOCKS_SM per multiprocessor, each warp as
- * many groups as that makes necessary and the grid no larger than those
- * groups need (the results do not depend on the grid). */
-static unsigned int gemv_blocks(const fdy_cuda_op_args *a, unsigned int total,
-                                unsigned int rows) {
-  const unsigned long long groups = (total + rows - 1) / rows;
-  const unsigned long long most =
-      (unsigned long long)a->sm_count * GEMV_BLOCKS_SM * GEMV_WARPS;
-  const unsigned long long per_warp =
-      groups > most ? (groups + most - 1) / most : 1;
-  const unsigned long long warps = (groups + per_warp - 1) / per_warp;
-  return (unsigned int)((warps + GEMV_WARPS - 1) / GEMV_WARPS);
-}
-
-/* A launch of the GEMV: 4 rows per warp from GEMV_WIDE_ROWS virtual rows
- * (x read from shared memory once per 4 weight chunks), else 2 (twice the
- * warps for the smaller matrices). */
+/* A launch of the GEMV over p.tiles tiles: GEMV_BLOCKS_SM blocks per
+ * multiprocessor (fewer when there are fewer tiles, more when a block
+ * would take more than GEMV_MAX_TILES); the results do not depend on it. */
 template <bool kNorm, bool kSwiglu, bool kResidual>
 static cudaError_t launch_gemv(const fdy_cuda_op_args *a, const gemv_params &p,
-                               unsigned int total, cudaStream_t stream) {
-  const size_t shared = (size_t)fdy_cuda_matmul_q4_shared_bytes(a->op);
-  const int32_t *step = (const int32_t *)a->in[0];
-  const float *x = (const float *)a->in[1];
-  if (total >= GEMV_WIDE_ROWS) {
-    gemv_q4_kernel<kNorm, kSwiglu, kResidual, 4>
-        <<<gemv_blocks(a, total, 4), GEMV_THREADS, shared, stream>>>(step, x,
-                                                                     p);
-  } else {
-    gemv_q4_kernel<kNorm, kSwiglu, kResidual, 2>
-        <<<gemv_blocks(a, total, 2), GEMV_THREADS, shared, stream>>>(step, x,
-                                                                     p);
+                               cudaStream_t stream) {
+  unsigned long long blocks = (unsigned long long)a->sm_count * GEMV_BLOCKS_SM;
+  if (blocks > p.tiles) {
+    blocks = p.tiles;
   }
-  return cudaGetLastError();
+  const unsigned long long fewest =
+      (p.tiles + GEMV_MAX_TILES - 1) / GEMV_MAX_TILES;
+  if (blocks < fewest) {
+    blocks = fewest;
+  }
+  const unsigned long long per_block = (p.tiles + blocks - 1) / blocks;
+  const size_t shared =
+      (size_t)gemv_shared_bytes(p.in, per_block, kSwiglu ? 2 : 1);
+  return fdy_launch(a->dependent, gemv_q4_kernel<kNorm, kSwiglu, kResidual>,
+                    (unsigned int)blocks, GEMV_THREADS, shared, stream,
+                    (const int32_t *)a->in[0], (const float *)a->in[1], p);
 }
 
 extern "C" cudaError_t fdy_cuda_fused_q4_enqueue(const fdy_cuda_op_args *a,
@@ -521,33 +568,34 @@ extern "C" cudaError_t fdy_cuda_fused_q4_enqueue(const fdy_cuda_op_args *a,
   switch (op->kind) {
   case FDY_OP_NORM_MATMUL_Q4: {
     gemv_params p = gemv_params_of(a, 3);
-    unsigned int total = 0;
     p.count = op->output_count;
     for (uint32_t j = 0; j < op->output_count; j++) {
-      p.m[j] = gemv_matrix_at(a, 3 + 3 * j, a->outputs[j]);
-      total += p.m[j].rows;
+      p.m[j] = gemv_matrix_at(a, 3 + 3 * j, a->outputs[j], p.tiles);
+      p.tiles += tiles_of(p.m[j].rows);
     }
     p.norm = (const uint16_t *)a->in[2];
     p.norm_bf16 = op->inputs[2].dtype == FDY_DTYPE_BF16;
     p.eps = op->params.rmsnorm.eps;
-    return launch_gemv<true, false, false>(a, p, total, stream);
+    return launch_gemv<true, false, false>(a, p, stream);
   }
   case FDY_OP_NORM_SWIGLU_Q4: {
     gemv_params p = gemv_params_of(a, 3);
     p.count = 2;
-    p.m[0] = gemv_matrix_at(a, 3, a->out);
-    p.m[1] = gemv_matrix_at(a, 6, a->out);
+    p.m[0] = gemv_matrix_at(a, 3, a->out, 0);
+    p.m[1] = gemv_matrix_at(a, 6, a->out, 0);
+    p.tiles = tiles_of(p.m[0].rows);
     p.norm = (const uint16_t *)a->in[2];
     p.norm_bf16 = op->inputs[2].dtype == FDY_DTYPE_BF16;
     p.eps = op->params.rmsnorm.eps;
-    return launch_gemv<true, true, false>(a, p, p.m[0].rows, stream);
+    return launch_gemv<true, true, false>(a, p, stream);
   }
   case FDY_OP_MATMUL_ADD_Q4: {
     gemv_params p = gemv_params_of(a, 2);
     p.count = 1;
-    p.m[0] = gemv_matrix_at(a, 2, a->out);
+    p.m[0] = gemv_matrix_at(a, 2, a->out, 0);
+    p.tiles = tiles_of(p.m[0].rows);
     p.residual = (const float *)a->in[5];
-    return launch_gemv<false, false, true>(a, p, p.m[0].rows, stream);
+    return launch_gemv<false, false, true>(a, p, stream);
   }
   default:
     return cudaErrorInvalidValue;
@@ -562,7 +610,7 @@ extern "C" cudaError_t fdy_cuda_matmul_q4_enqueue(const fdy_cuda_op_args *a,
   }
   gemv_params p = gemv_params_of(a, 2);
   p.count = 1;
-  p.m[0] = gemv_matrix_at(a, 2, a->out);
-  return launch_gemv<false, false, false>(
-      a, p, (unsigned int)op->outputs[0].shape.dims[1], stream);
+  p.m[0] = gemv_matrix_at(a, 2, a->out, 0);
+  p.tiles = tiles_of(p.m[0].rows);
+  return launch_gemv<false, false, false>(a, p, stream);
 }
