@@ -1,5 +1,6 @@
 /* ATTENTION on CUDA: one of two variants chosen from the shapes alone (the
- * rows of q).
+ * rows of q). Every kernel is a programmatic dependent launch
+ * (cuda_device.h: it waits for the previous kernel before anything else).
  *
  * 1. decode (q has one row): one kernel. The positions 0..p are cut
  *    into chunks of decode_chunk(context) positions (a power of two from
@@ -144,6 +145,8 @@ __global__ void __launch_bounds__(APPEND_THREADS)
     append_kernel(const int32_t *step, const float *k, const float *v,
                   void *k_cache, void *v_cache, bool f16, unsigned int kv_dim,
                   unsigned int rows, unsigned long long context) {
+  fdy_grid_launch_dependents();
+  fdy_grid_wait();
   const unsigned int t = blockIdx.x;
   if (t >= fdy_active_rows(step, rows)) {
     return;
@@ -287,6 +290,8 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
                   unsigned long long context, unsigned int chunk,
                   decode_partials partials, unsigned int *counters,
                   float *out) {
+  fdy_grid_launch_dependents();
+  fdy_grid_wait();
   extern __shared__ float4 decode_shared[];
   const unsigned int d4 = (d + 3) / 4;
   const unsigned int scores_stride =
@@ -491,6 +496,8 @@ __global__ void __launch_bounds__(ATTENTION_THREADS)
                    const void *v_cache, bool f16, bool vec, unsigned int heads,
                    unsigned int group, unsigned int d, unsigned int rows,
                    unsigned long long context, float *out) {
+  fdy_grid_launch_dependents();
+  fdy_grid_wait();
   extern __shared__ double prefill_shared[];
   double *row_l = prefill_shared;
   float *S = (float *)(row_l + PREFILL_Q);
@@ -753,13 +760,12 @@ static cudaError_t launch_decode(const fdy_cuda_op_args *a,
   const uint64_t y_fit = target > x ? target / x : 1;
   const dim3 grid((unsigned int)x,
                   (unsigned int)(y_fit < chunks ? y_fit : chunks));
-  decode_kernel<<<grid, ATTENTION_THREADS,
-                  (size_t)fdy_cuda_attention_shared_bytes(a->op), stream>>>(
-      step, (const float *)a->in[1], (const float *)a->in[2],
-      (const float *)a->in[3], a->in[4], a->in[5], s->f16, s->vec, s->heads,
-      s->group, s->slices, s->d, s->context, s->chunk, partials, a->counters,
-      (float *)a->out);
-  return cudaGetLastError();
+  return fdy_launch(a->dependent, decode_kernel, grid, ATTENTION_THREADS,
+                    (size_t)fdy_cuda_attention_shared_bytes(a->op), stream,
+                    step, (const float *)a->in[1], (const float *)a->in[2],
+                    (const float *)a->in[3], a->in[4], a->in[5], s->f16, s->vec,
+                    s->heads, s->group, s->slices, s->d, s->context, s->chunk,
+                    partials, a->counters, (float *)a->out);
 }
 
 extern "C" cudaError_t fdy_cuda_attention_enqueue(const fdy_cuda_op_args *a,
@@ -769,17 +775,17 @@ extern "C" cudaError_t fdy_cuda_attention_enqueue(const fdy_cuda_op_args *a,
   if (s.rows == 1) {
     return launch_decode(a, &s, stream);
   }
-  append_kernel<<<s.rows, APPEND_THREADS, 0, stream>>>(
-      step, (const float *)a->in[2], (const float *)a->in[3], a->in[4],
-      a->in[5], s.f16, s.kv_dim, s.rows, s.context);
-  cudaError_t rc = cudaGetLastError();
+  cudaError_t rc =
+      fdy_launch(a->dependent, append_kernel, s.rows, APPEND_THREADS, 0, stream,
+                 step, (const float *)a->in[2], (const float *)a->in[3],
+                 a->in[4], a->in[5], s.f16, s.kv_dim, s.rows, s.context);
   if (rc != cudaSuccess) {
     return rc;
   }
   const unsigned int tiles = (s.rows + PREFILL_Q - 1) / PREFILL_Q;
-  prefill_kernel<<<tiles * s.heads, ATTENTION_THREADS,
-                   (size_t)fdy_cuda_attention_shared_bytes(a->op), stream>>>(
-      step, (const float *)a->in[1], a->in[4], a->in[5], s.f16, s.vec, s.heads,
-      s.group, s.d, s.rows, s.context, (float *)a->out);
-  return cudaGetLastError();
+  return fdy_launch(
+      a->dependent, prefill_kernel, tiles * s.heads, ATTENTION_THREADS,
+      (size_t)fdy_cuda_attention_shared_bytes(a->op), stream, step,
+      (const float *)a->in[1], (const void *)a->in[4], (const void *)a->in[5],
+      s.f16, s.vec, s.heads, s.group, s.d, s.rows, s.context, (float *)a->out);
 }

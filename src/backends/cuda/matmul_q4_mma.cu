@@ -1,6 +1,8 @@
 /* MATMUL_Q4 for x of several rows (prefill) on the tensor cores: y = x W^T
  * with MLX affine 4-bit weights (w = s * q + b per group of 32, 64 or 128
- * inputs), as F16 products with F32 accumulation (mma.sync m16n8k16).
+ * inputs), as F16 products with F32 accumulation (mma.sync m16n8k16). The
+ * three kernels are programmatic dependent launches (cuda_device.h: each
+ * waits for the previous kernel before anything else).
  *
  * 1. half_rows_kernel, a block per active row of x: the row's largest |x|
  *    gives a power of two 2^e that brings it into [2^14, 2^15), so no value
@@ -59,6 +61,8 @@ __global__ void __launch_bounds__(MMA_THREADS)
     half_rows_kernel(const int32_t *step, const float *x, unsigned int rows,
                      unsigned int in, unsigned int in64, __half *xh,
                      float *yscale) {
+  fdy_grid_launch_dependents();
+  fdy_grid_wait();
   __shared__ float warp_max[MMA_THREADS / 32];
   const unsigned int row = blockIdx.x;
   if (row >= fdy_active_rows(step, rows)) {
@@ -234,6 +238,8 @@ __global__ void __launch_bounds__(MMA_THREADS, 1)
                   const uint32_t *weight, const uint16_t *scales,
                   const uint16_t *biases, bool bf16, mma_dims d, float *y,
                   float *partial) {
+  fdy_grid_launch_dependents();
+  fdy_grid_wait();
   extern __shared__ __align__(128) unsigned char smem[];
   const unsigned int active = fdy_active_rows(step, d.rows);
   const unsigned int row0 = blockIdx.y * MMA_BM, n0 = blockIdx.x * 32 * NT;
@@ -377,6 +383,8 @@ __global__ void __launch_bounds__(MMA_THREADS, 1)
 __global__ void __launch_bounds__(MMA_THREADS)
     sum_splits_kernel(const int32_t *step, const float *partial,
                       const float *yscale, mma_dims d, float *y) {
+  fdy_grid_launch_dependents();
+  fdy_grid_wait();
   const unsigned long long active = fdy_active_rows(step, d.rows);
   const unsigned long long n = active * d.out;
   const unsigned long long stride = (unsigned long long)d.rows * d.out;
@@ -498,8 +506,12 @@ extern "C" cudaError_t fdy_cuda_matmul_q4_mma_enqueue(const fdy_cuda_op_args *a,
   float *partial =
       d.split > 1 ? (float *)((unsigned char *)yscale + aligned(4ull * d.rows))
                   : NULL;
-  half_rows_kernel<<<d.rows, MMA_THREADS, 0, stream>>>(
-      step, (const float *)a->in[1], d.rows, d.in, d.in64, xh, yscale);
+  cudaError_t rc = fdy_launch(
+      a->dependent, half_rows_kernel, d.rows, MMA_THREADS, 0, stream, step,
+      (const float *)a->in[1], d.rows, d.in, d.in64, xh, yscale);
+  if (rc != cudaSuccess) {
+    return rc;
+  }
   const dim3 grid((unsigned int)ceil_div(d.out, 32ull * c.nt),
                   (unsigned int)ceil_div(d.rows, MMA_BM), d.split);
   const bool bf16 = op->inputs[3].dtype == FDY_DTYPE_BF16;
@@ -507,20 +519,25 @@ extern "C" cudaError_t fdy_cuda_matmul_q4_mma_enqueue(const fdy_cuda_op_args *a,
   const uint16_t *scales = (const uint16_t *)a->in[3];
   const uint16_t *biases = (const uint16_t *)a->in[4];
   float *y = (float *)a->out;
-  if (c.nt == 4) {
-    mma_q4_kernel<4><<<grid, MMA_THREADS, shared_bytes_of(4), stream>>>(
-        step, xh, yscale, weight, scales, biases, bf16, d, y, partial);
-  } else {
-    mma_q4_kernel<3><<<grid, MMA_THREADS, shared_bytes_of(3), stream>>>(
-        step, xh, yscale, weight, scales, biases, bf16, d, y, partial);
+  rc = c.nt == 4 ? fdy_launch(a->dependent, mma_q4_kernel<4>, grid, MMA_THREADS,
+                              shared_bytes_of(4), stream, step,
+                              (const __half *)xh, (const float *)yscale, weight,
+                              scales, biases, bf16, d, y, partial)
+                 : fdy_launch(a->dependent, mma_q4_kernel<3>, grid, MMA_THREADS,
+                              shared_bytes_of(3), stream, step,
+                              (const __half *)xh, (const float *)yscale, weight,
+                              scales, biases, bf16, d, y, partial);
+  if (rc != cudaSuccess) {
+    return rc;
   }
   if (d.split > 1) {
     const uint64_t n = (uint64_t)d.rows * d.out;
     uint64_t blocks = ceil_div(n, MMA_THREADS);
     const uint64_t cap = (uint64_t)a->sm_count * 8;
     blocks = blocks > cap ? cap : blocks;
-    sum_splits_kernel<<<(unsigned int)blocks, MMA_THREADS, 0, stream>>>(
-        step, partial, yscale, d, y);
+    rc = fdy_launch(a->dependent, sum_splits_kernel, (unsigned int)blocks,
+                    MMA_THREADS, 0, stream, step, (const float *)partial,
+                    (const float *)yscale, d, y);
   }
-  return cudaGetLastError();
+  return rc;
 }
