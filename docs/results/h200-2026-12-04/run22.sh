@@ -1,7 +1,6 @@
 #!/bin/bash
-# GPU call 22 (2026-12-04, the integration of the tensor-core GEMV, rope
-# folded into attention decode, tensor-core prefill attention, the faster
-# prefill GEMM and programmatic dependent launch; commit in the log):
+# GPU call 22 (2026-12-04, the tensor-core decode GEMV and programmatic
+# dependent launch; commit in the log):
 # correctness first (every GPU test, memcheck over the op tests and the
 # truncated-checkpoint test), then the kernel benchmark, verify on the 3B
 # checkpoint, infer-bench with dependent launch on and off.
@@ -43,4 +42,7 @@ for d in on off; do
   echo "=== infer-bench resident, dependent launch $d"
   timeout 100 $b/foundry infer-bench --model "$m" --backend cuda --dependent-launch $d --report "$OUT/infer-res-pdl-$d.json" | grep -E "end to end|prefill:|decode:|decode bandwidth|identical"
 done
+echo "=== ncu new GEMV (rows 1)"
+timeout 120 ncu --clock-control none --section SpeedOfLight --section SchedulerStats --section WarpStateStats --section InstructionStats --section Occupancy --section LaunchStats -k regex:gemv_q4 --launch-count 12 $b/cuda_kernel_bench --warmup 1 --repeats 1 > "$OUT/ncu-gemv.txt" 2>&1
+echo "ncu rc=$?"; grep -E "gemv_q4_kernel<|Duration|DRAM Throughput|Issued Warp|Executed Instructions  |Registers Per|Achieved Occ" "$OUT/ncu-gemv.txt" | head -60
 date -u
