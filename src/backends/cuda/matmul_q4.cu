@@ -284,57 +284,94 @@ gemv_compute(const __half *xs, const float *xsum, float inv_scale,
   ++*tile_half;
 }
 
-/* x (normalized with kNorm) times 2^e into shared memory as F16 hi and lo
- * in B-fragment order, and each chunk's sum of x (before the scaling) by a
- * butterfly over the 8 lanes that hold the chunk: an order fixed by the
- * width. Element p of a chunk (p = 8 j + r) belongs to mma m = 2 j +
- * (r / 2) % 2 at slot (r / 4) % 2 + 2 (r % 2) of its 4 halves. */
+/* x of one launch as the block reads it: thread i holds the quads (4
+ * inputs) i, i + 256, ... below GEMV_HELD of them, all loaded at once (one
+ * round trip), with the norm weights of those inputs (kNorm, raw halves);
+ * quads past GEMV_HELD * 256 (over 8192 inputs) are read again when used. */
+#define GEMV_HELD 8
+typedef struct gemv_x {
+  float4 v[GEMV_HELD];
+  uint2 norm[GEMV_HELD];
+} gemv_x;
+
+static __device__ __forceinline__ float4 quad_at(const float *x,
+                                                 unsigned int k4) {
+  return __ldg((const float4 *)x + k4);
+}
+
+static __device__ __forceinline__ uint2 norm_quad_at(const gemv_params &p,
+                                                     unsigned int k4) {
+  return __ldg((const uint2 *)p.norm + k4);
+}
+
+static __device__ __forceinline__ float norm_half(uint2 raw, int i, bool bf16) {
+  const uint32_t word = i < 2 ? raw.x : raw.y;
+  return half_bits((unsigned short)(i % 2 ? word >> 16 : word & 0xffffu), bf16);
+}
+
+/* Adds a quad of x to the sum of squares (kNorm) and its largest |x|
+ * (kNorm: |x * norm|), the elements in order. */
 template <bool kNorm>
 static __device__ __forceinline__ void
-gemv_stage_x(const float *x, const gemv_params &p, float inv, float scale,
-             __half *xs, float *xsum) {
-  const unsigned int lane = threadIdx.x % 32;
-  const unsigned int quads = p.in / 4; /* a multiple of 8 */
-  const float4 *x4 = (const float4 *)x;
-  for (unsigned int base = threadIdx.x - lane; base < quads;
-       base += GEMV_THREADS) {
-    const unsigned int k4 = base + lane;
-    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (k4 < quads) {
-      const float4 u = __ldg(x4 + k4);
-      v[0] = u.x;
-      v[1] = u.y;
-      v[2] = u.z;
-      v[3] = u.w;
-      if (kNorm) {
+gemv_measure(const gemv_params &p, float4 u, uint2 norm, float *squares,
+             float *largest) {
+  const float v[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-          v[i] = v[i] * inv * fdy_half_at(p.norm, p.norm_bf16, 4 * k4 + i);
-        }
-      }
+  for (int j = 0; j < 4; j++) {
+    if (kNorm) {
+      *squares = fmaf(v[j], v[j], *squares);
+      *largest = fmaxf(*largest, fabsf(v[j] * norm_half(norm, j, p.norm_bf16)));
+    } else {
+      *largest = fmaxf(*largest, fabsf(v[j]));
     }
-    float s = (v[0] + v[1]) + (v[2] + v[3]);
-    s += __shfl_xor_sync(0xffffffffu, s, 1);
-    s += __shfl_xor_sync(0xffffffffu, s, 2);
-    s += __shfl_xor_sync(0xffffffffu, s, 4);
-    if (k4 < quads) {
-      const unsigned int c = k4 / 8;
-      if (k4 % 8 == 0) {
-        xsum[c] = s;
-      }
+  }
+}
+
+/* One quad of x into shared memory: normalized (kNorm: x * inv * norm),
+ * times 2^e as F16 hi and lo in B-fragment order, and the chunk's sum of x
+ * (before the scaling) by a butterfly over the 8 lanes that hold the chunk.
+ * Element p of a chunk (p = 8 j + r) belongs to mma m = 2 j + (r / 2) % 2
+ * at slot (r / 4) % 2 + 2 (r % 2) of its 4 halves. Called by whole warps
+ * (valid false: a lane past the last quad). */
+template <bool kNorm>
+static __device__ __forceinline__ void
+gemv_stage_quad(const gemv_params &p, unsigned int k4, bool valid, float4 u,
+                uint2 norm, float inv, float scale, __half *xs, float *xsum) {
+  float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (valid) {
+    v[0] = u.x;
+    v[1] = u.y;
+    v[2] = u.z;
+    v[3] = u.w;
+    if (kNorm) {
 #pragma unroll
       for (int i = 0; i < 4; i++) {
-        const unsigned int pos = (k4 % 8) * 4 + i; /* in the chunk */
-        const unsigned int r = pos % 8;
-        const unsigned int m = (pos / 8) * 2 + (r / 2) % 2;
-        const unsigned int slot = (r / 4) % 2 + 2 * (r % 2);
-        const float scaled = v[i] * scale;
-        const __half hi = __float2half_rn(scaled);
-        const __half lo = __float2half_rn(scaled - __half2float(hi));
-        xs[((c * 2) * 8 + m) * 4 + slot] = hi;
-        xs[((c * 2 + 1) * 8 + m) * 4 + slot] = lo;
+        v[i] = v[i] * inv * norm_half(norm, i, p.norm_bf16);
       }
     }
+  }
+  float s = (v[0] + v[1]) + (v[2] + v[3]);
+  s += __shfl_xor_sync(0xffffffffu, s, 1);
+  s += __shfl_xor_sync(0xffffffffu, s, 2);
+  s += __shfl_xor_sync(0xffffffffu, s, 4);
+  if (!valid) {
+    return;
+  }
+  const unsigned int c = k4 / 8;
+  if (k4 % 8 == 0) {
+    xsum[c] = s;
+  }
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const unsigned int pos = (k4 % 8) * 4 + i; /* in the chunk */
+    const unsigned int r = pos % 8;
+    const unsigned int m = (pos / 8) * 2 + (r / 2) % 2;
+    const unsigned int slot = (r / 4) % 2 + 2 * (r % 2);
+    const float scaled = v[i] * scale;
+    const __half hi = __float2half_rn(scaled);
+    const __half lo = __float2half_rn(scaled - __half2float(hi));
+    xs[((c * 2) * 8 + m) * 4 + slot] = hi;
+    xs[((c * 2 + 1) * 8 + m) * 4 + slot] = lo;
   }
 }
 
@@ -366,7 +403,8 @@ __global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_SM)
   float *xsum = (float *)(gemv_shared + (size_t)chunks * 128);
   float *partial = xsum + chunks;
 
-  /* the first two items' loads go out before the wait: only weights */
+  /* the first three items' loads go out before the wait (only weights),
+   * and the norm weights of the quads the thread holds */
   gemv_issue_cursor ic;
   ic.n = 0;
   ic.step = 0;
@@ -377,19 +415,37 @@ __global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_SM)
   }
   gemv_issue<kSwiglu>(p, items, my_steps, groups, chunks, &ic, &st0);
   gemv_issue<kSwiglu>(p, items, my_steps, groups, chunks, &ic, &st1);
+  gemv_issue<kSwiglu>(p, items, my_steps, groups, chunks, &ic, &st2);
+  const unsigned int quads = in / 4; /* a multiple of 8 */
+  gemv_x held;
+#pragma unroll
+  for (int i = 0; i < GEMV_HELD; i++) {
+    const unsigned int k4 = threadIdx.x + i * GEMV_THREADS;
+    held.norm[i] =
+        kNorm && k4 < quads ? norm_quad_at(p, k4) : make_uint2(0u, 0u);
+  }
   fdy_grid_wait();
+#pragma unroll
+  for (int i = 0; i < GEMV_HELD; i++) {
+    const unsigned int k4 = threadIdx.x + i * GEMV_THREADS;
+    held.v[i] =
+        k4 < quads ? quad_at(x, k4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
 
   /* the sum of squares (kNorm) and the largest |x| (normalized: times the
-   * norm weight, then inv), summed and compared in a fixed order */
+   * norm weight, then inv), in an order fixed by the width */
   float squares = 0.0f, largest = 0.0f;
-  for (unsigned int i = threadIdx.x; i < in; i += blockDim.x) {
-    const float v = x[i];
-    if (kNorm) {
-      squares = fmaf(v, v, squares);
-      largest = fmaxf(largest, fabsf(v * fdy_half_at(p.norm, p.norm_bf16, i)));
-    } else {
-      largest = fmaxf(largest, fabsf(v));
+#pragma unroll
+  for (int i = 0; i < GEMV_HELD; i++) {
+    if (threadIdx.x + i * GEMV_THREADS < quads) {
+      gemv_measure<kNorm>(p, held.v[i], held.norm[i], &squares, &largest);
     }
+  }
+  for (unsigned int k4 = threadIdx.x + GEMV_HELD * GEMV_THREADS; k4 < quads;
+       k4 += GEMV_THREADS) {
+    gemv_measure<kNorm>(p, quad_at(x, k4),
+                        kNorm ? norm_quad_at(p, k4) : make_uint2(0u, 0u),
+                        &squares, &largest);
   }
   squares = fdy_warp_sum(squares);
   for (int offset = 16; offset > 0; offset /= 2) {
@@ -418,14 +474,32 @@ __global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_SM)
     frexpf(largest, &exponent); /* largest = f 2^exponent, f in [0.5, 1) */
     e = min(126, max(-126, 15 - exponent));
   }
-  gemv_stage_x<kNorm>(x, p, inv, power_of_two(e), xs, xsum);
+  const float scale = power_of_two(e);
+  const unsigned int warp_base = threadIdx.x - lane;
+#pragma unroll
+  for (int i = 0; i < GEMV_HELD; i++) {
+    const unsigned int k4 = warp_base + i * GEMV_THREADS + lane;
+    if (warp_base + i * GEMV_THREADS < quads) { /* the whole warp */
+      gemv_stage_quad<kNorm>(p, k4, k4 < quads, held.v[i], held.norm[i], inv,
+                             scale, xs, xsum);
+    }
+  }
+  for (unsigned int base = warp_base + GEMV_HELD * GEMV_THREADS; base < quads;
+       base += GEMV_THREADS) {
+    const unsigned int k4 = base + lane;
+    const bool valid = k4 < quads;
+    gemv_stage_quad<kNorm>(
+        p, k4, valid,
+        valid ? quad_at(x, k4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f),
+        kNorm && valid ? norm_quad_at(p, k4) : make_uint2(0u, 0u), inv, scale,
+        xs, xsum);
+  }
   __syncthreads();
 
   const float inv_scale = power_of_two(-e);
   float acc0 = 0.0f, acc8 = 0.0f;
   unsigned int cn = 0, cstep = 0, ctile_half = 0;
   for (unsigned int n = 0; n < items; n += 3) {
-    gemv_issue<kSwiglu>(p, items, my_steps, groups, chunks, &ic, &st2);
     gemv_compute(xs, xsum, inv_scale, chunks, p.bf16, items, my_steps, &cn,
                  &cstep, &ctile_half, &st0, &acc0, &acc8, partial);
     gemv_issue<kSwiglu>(p, items, my_steps, groups, chunks, &ic, &st0);
@@ -434,6 +508,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_SM)
     gemv_issue<kSwiglu>(p, items, my_steps, groups, chunks, &ic, &st1);
     gemv_compute(xs, xsum, inv_scale, chunks, p.bf16, items, my_steps, &cn,
                  &cstep, &ctile_half, &st2, &acc0, &acc8, partial);
+    gemv_issue<kSwiglu>(p, items, my_steps, groups, chunks, &ic, &st2);
   }
   __syncthreads();
 
