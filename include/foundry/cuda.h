@@ -94,9 +94,10 @@ typedef struct fdy_cuda_options {
   uint64_t staging_bytes;   /* each staging buffer; 0 = 16 MiB */
   uint32_t staging_buffers; /* ring size; 0 = 4 */
   /* every kernel starts only after the previous one on its stream has
-   * completed; false (the default): op kernels are programmatic dependent
-   * launches, which start while the previous kernel finishes and wait for
-   * its results inside (same results, shorter gaps between kernels) */
+   * completed; false (the default): the kernels of one-row ops (a decode
+   * step's) are programmatic dependent launches, which start while the
+   * previous kernel finishes and wait for its results inside (same
+   * results, shorter gaps between kernels) */
   bool serial_launch;
 } fdy_cuda_options;
 

@@ -334,10 +334,11 @@ void fdy_cli_session_flags_help(FILE *out) {
           "                   copied once at start into page-locked memory\n"
           "                   and streamed in one copy per token; off: one\n"
           "                   copy per tensor from the mapped checkpoint\n"
-          "  --dependent-launch on|off  cuda: on (default): each kernel\n"
-          "                   starts while the one before it finishes and\n"
-          "                   waits for its results inside (programmatic\n"
-          "                   dependent launch); off: after it completes\n",
+          "  --dependent-launch on|off  cuda: on (default): each decode\n"
+          "                   kernel starts while the one before it\n"
+          "                   finishes and waits for its results inside\n"
+          "                   (programmatic dependent launch); off: after\n"
+          "                   it completes\n",
           FDY_CLI_MAX_BUFFERS, FDY_LLAMA_DEFAULT_BUFFERS,
           FDY_CLI_MAX_PREFILL_ROWS, FDY_LLAMA_DEFAULT_PREFILL_ROWS);
 }

@@ -1077,6 +1077,16 @@ static fdy_status launch_workspace(const fdy_op *op, unsigned char **address,
 /* Checks the op (fdy_op_check, then supports_op), resolves every view, and
  * enqueues the op's kernels: the checksum with the stream's word set, every
  * other kind through fdy_cuda_op_enqueue. */
+/* Whether an op computes one row (the decode chain's ops, the LM head of a
+ * prefill): those are programmatic dependent launches unless serial_launch
+ * is set. Ops of many rows (prefill) keep serial launches: on the H200
+ * their dependent launches made a 512-token prefill 1.4 ms slower
+ * (docs/tuning-log.md, entry 16). */
+static bool one_row_op(const fdy_op *op) {
+  return op->output_count > 0 && op->outputs[0].shape.rank > 0 &&
+         op->outputs[0].shape.dims[0] == 1;
+}
+
 static fdy_status cuda_launch(fdy_backend *base, fdy_backend_stream *stream,
                               const fdy_op *op, fdy_error *err) {
   cuda_backend *b = cuda_of(base);
@@ -1129,12 +1139,12 @@ static fdy_status cuda_launch(fdy_backend *base, fdy_backend_stream *stream,
         chained ? (const uint64_t *)address[1] : NULL,
         (uint64_t *)address[op->input_count], stream->stream);
   } else {
-    fdy_cuda_op_args args = {.op = op,
-                             .workspace = workspace,
-                             .sm_count = b->ctx.sm_count,
-                             .dependent = !b->opts.serial_launch,
-                             .counters =
-                                 &b->words[stream->words].op_counters[0]};
+    fdy_cuda_op_args args = {
+        .op = op,
+        .workspace = workspace,
+        .sm_count = b->ctx.sm_count,
+        .dependent = !b->opts.serial_launch && one_row_op(op),
+        .counters = &b->words[stream->words].op_counters[0]};
     for (uint32_t i = 0; i < op->input_count; i++) {
       args.in[i] = address[i];
     }
