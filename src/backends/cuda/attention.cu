@@ -32,14 +32,7 @@
  *    only.
  * 2. prefill (several rows): the append kernel (block t stores rows t of
  *    k and v at cache position p0 + t, for the step's rows whose position
- *    lies in the cache), then flash attention. Block (tile, head) runs
- *    PREFILL_Q query rows of one head over key/value tiles of PREFILL_KV
- *    positions staged in shared memory: scores S = q k * scale (causal
- *    mask: a key position after the row's is -inf), an online softmax in
- *    float with the row sums in double (m_new = max(m, tile max), alpha =
- *    expf(m - m_new), p = expf(s - m_new), l = l alpha + sum p), and the
- *    output accumulator O = O alpha + P V in shared memory; finally O /
- *    l. Tiles run from the last (most positions) to the first.
+ *    lies in the cache), then flash attention (attention_prefill.cu).
  *
  * Against the CPU backend (src/backends/cpu/kernels.c: exp(score - max) in
  * float summed in double, sequential float sums over positions): every
@@ -64,14 +57,6 @@
 #define DECODE_MIN_CHUNK  16  /* positions, a power of two */
 #define DECODE_MAX_CHUNKS 128 /* chunks of a full cache */
 #define DECODE_BLOCKS_SM  6   /* decode blocks per multiprocessor */
-
-#define PREFILL_Q       32               /* query rows of a block */
-#define PREFILL_KV      32               /* positions of a key/value tile */
-#define PREFILL_S_WIDTH (PREFILL_KV + 4) /* floats of a row of S */
-
-/* The prefill kernel's thread layouts are written for these values. */
-static_assert(ATTENTION_THREADS == 128 && PREFILL_Q == 32 && PREFILL_KV == 32,
-              "prefill thread layout");
 
 static __device__ __forceinline__ void
 cache_store(void *cache, bool f16, unsigned long long i, float v) {
@@ -483,179 +468,6 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
   }
 }
 
-/* ---- prefill: flash attention over tiles ----------------------------------
- */
-
-/* Shared memory: the rows' sums (PREFILL_Q doubles), S (PREFILL_Q x
- * PREFILL_S_WIDTH floats), the rows' maxima and rescales (PREFILL_Q floats
- * each), q and the key tile (rows of d + 1 floats: no bank conflicts when
- * threads read one element of different rows), the value tile and the
- * output accumulator (rows of d floats). */
-__global__ void __launch_bounds__(ATTENTION_THREADS)
-    prefill_kernel(const int32_t *step, const float *q, const void *k_cache,
-                   const void *v_cache, bool f16, bool vec, unsigned int heads,
-                   unsigned int group, unsigned int d, unsigned int rows,
-                   unsigned long long context, float *out) {
-  fdy_grid_launch_dependents();
-  fdy_grid_wait();
-  extern __shared__ double prefill_shared[];
-  double *row_l = prefill_shared;
-  float *S = (float *)(row_l + PREFILL_Q);
-  float *row_m = S + PREFILL_Q * PREFILL_S_WIDTH;
-  float *row_alpha = row_m + PREFILL_Q;
-  float *Qs = row_alpha + PREFILL_Q;
-  float *Ks = Qs + PREFILL_Q * (d + 1);
-  float *Vs = Ks + PREFILL_KV * (d + 1);
-  float *Os = Vs + PREFILL_KV * d;
-
-  const unsigned int tiles = (rows + PREFILL_Q - 1) / PREFILL_Q;
-  const unsigned int tile = tiles - 1 - blockIdx.x / heads;
-  const unsigned int h = blockIdx.x % heads;
-  const unsigned int active = fdy_active_rows(step, rows);
-  const unsigned int r0 = tile * PREFILL_Q;
-  if (r0 >= active) {
-    return;
-  }
-  const unsigned int nr = min((unsigned int)PREFILL_Q, active - r0);
-  const long long p0 = (long long)step[FDY_STEP_POSITION] + r0;
-  /* the last key position read (-1: every row lies outside the cache) */
-  const long long last =
-      p0 >= (long long)context ? -1 : min(p0 + nr - 1, (long long)context - 1);
-  const unsigned long long q_dim = (unsigned long long)heads * d;
-  const unsigned long long kv_dim = (unsigned long long)(heads / group) * d;
-  const unsigned long long kv_at = (unsigned long long)(h / group) * d;
-  const unsigned int d4 = (d + 3) / 4;
-  const unsigned int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-
-  for (unsigned int i = tid; i < PREFILL_Q * d; i += blockDim.x) {
-    const unsigned int r = i / d, j = i % d;
-    Qs[r * (d + 1) + j] =
-        r < nr ? q[(r0 + r) * q_dim + (unsigned long long)h * d + j] : 0.0f;
-    Os[i] = 0.0f;
-  }
-  for (unsigned int r = tid; r < PREFILL_Q; r += blockDim.x) {
-    row_l[r] = 0.0;
-    row_m[r] = -CUDART_INF_F;
-  }
-
-  const float scale = (float)(1.0 / sqrt((double)d));
-  for (long long kv0 = 0; kv0 <= last; kv0 += PREFILL_KV) {
-    __syncthreads(); /* the previous tile is used up; the first: Qs, Os */
-    for (unsigned int i = tid; i < PREFILL_KV * d4; i += blockDim.x) {
-      const unsigned int c = i / d4, j4 = i % d4;
-      const long long p = kv0 + c;
-      const unsigned long long at = (unsigned long long)p * kv_dim + kv_at;
-      const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      const float4 kk = p <= last ? load4(k_cache, f16, vec, at, j4, d) : zero;
-      const float4 vv = p <= last ? load4(v_cache, f16, vec, at, j4, d) : zero;
-      const float ke[4] = {kk.x, kk.y, kk.z, kk.w};
-      const float ve[4] = {vv.x, vv.y, vv.z, vv.w};
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        if (4 * j4 + e < d) {
-          Ks[c * (d + 1) + 4 * j4 + e] = ke[e];
-          Vs[c * d + 4 * j4 + e] = ve[e];
-        }
-      }
-    }
-    __syncthreads();
-    { /* S: thread (rg, cg) scores rows rg, rg + 16 x columns cg + 8 i */
-      const unsigned int rg = tid / 8, cg = tid % 8;
-      float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-      for (unsigned int k = 0; k < d; k++) {
-        const float q0 = Qs[rg * (d + 1) + k];
-        const float q1 = Qs[(rg + 16) * (d + 1) + k];
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-          const float kk = Ks[(cg + 8 * i) * (d + 1) + k];
-          acc[0][i] = fmaf(q0, kk, acc[0][i]);
-          acc[1][i] = fmaf(q1, kk, acc[1][i]);
-        }
-      }
-#pragma unroll
-      for (int a = 0; a < 2; a++) {
-        const unsigned int r = rg + 16 * a;
-        const long long row_p = p0 + r;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-          const long long p = kv0 + cg + 8 * i;
-          const bool seen =
-              r < nr && row_p >= 0 && row_p < (long long)context && p <= row_p;
-          S[r * PREFILL_S_WIDTH + cg + 8 * i] =
-              seen ? acc[a][i] * scale : -CUDART_INF_F;
-        }
-      }
-    }
-    __syncthreads();
-    { /* online softmax: four threads per row, eight columns each */
-      const unsigned int r = tid / 4, part = tid % 4;
-      float *s = S + r * PREFILL_S_WIDTH + part * 8;
-      float m_tile = -CUDART_INF_F;
-#pragma unroll
-      for (int i = 0; i < 8; i++) {
-        m_tile = fmaxf(m_tile, s[i]);
-      }
-      m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, 1));
-      m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, 2));
-      const float m_old = row_m[r];
-      const float m_new = fmaxf(m_old, m_tile);
-      const bool none = m_new == -CUDART_INF_F; /* nothing seen yet */
-      float sum = 0.0f;
-#pragma unroll
-      for (int i = 0; i < 8; i++) {
-        const float p = none ? 0.0f : expf(s[i] - m_new);
-        s[i] = p;
-        sum += p;
-      }
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      __syncwarp(); /* every lane read row_m before it changes */
-      if (part == 0) {
-        const float alpha = none ? 1.0f : expf(m_old - m_new);
-        row_alpha[r] = alpha;
-        row_m[r] = m_new;
-        row_l[r] = row_l[r] * alpha + sum;
-      }
-    }
-    __syncthreads();
-    /* O = O alpha + P V: warp w rows w + 4 i, lanes on columns */
-    for (unsigned int j = lane; j < d; j += 32) {
-      float acc[PREFILL_Q / ATTENTION_WARPS];
-#pragma unroll
-      for (int i = 0; i < PREFILL_Q / ATTENTION_WARPS; i++) {
-        const unsigned int r = warp + ATTENTION_WARPS * i;
-        acc[i] = Os[r * d + j] * row_alpha[r];
-      }
-      for (unsigned int c = 0; c < PREFILL_KV; c += 4) {
-        const float v0 = Vs[c * d + j], v1 = Vs[(c + 1) * d + j];
-        const float v2 = Vs[(c + 2) * d + j], v3 = Vs[(c + 3) * d + j];
-#pragma unroll
-        for (int i = 0; i < PREFILL_Q / ATTENTION_WARPS; i++) {
-          const unsigned int r = warp + ATTENTION_WARPS * i;
-          const float4 p = *(const float4 *)&S[r * PREFILL_S_WIDTH + c];
-          acc[i] = fmaf(p.x, v0, acc[i]);
-          acc[i] = fmaf(p.y, v1, acc[i]);
-          acc[i] = fmaf(p.z, v2, acc[i]);
-          acc[i] = fmaf(p.w, v3, acc[i]);
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < PREFILL_Q / ATTENTION_WARPS; i++) {
-        Os[(warp + ATTENTION_WARPS * i) * d + j] = acc[i];
-      }
-    }
-  }
-  __syncthreads();
-  for (unsigned int i = tid; i < nr * d; i += blockDim.x) {
-    const unsigned int r = i / d, j = i % d;
-    const long long row_p = p0 + r;
-    float *o = out + (r0 + r) * q_dim + (unsigned long long)h * d + j;
-    *o = row_p >= 0 && row_p < (long long)context
-             ? Os[r * d + j] * (float)(1.0 / row_l[r])
-             : CUDART_NAN_F;
-  }
-}
-
 /* ---- shapes and launches ------------------------------------------------
  */
 
@@ -710,11 +522,7 @@ extern "C" uint64_t fdy_cuda_attention_shared_bytes(const fdy_op *op) {
     return ATTENTION_WARPS * DECODE_GROUP * d4 * sizeof(float4) +
            (DECODE_GROUP * stride + DECODE_GROUP) * sizeof(float);
   }
-  return PREFILL_Q * sizeof(double) +
-         (PREFILL_Q * (PREFILL_S_WIDTH + 2) +
-          (uint64_t)(PREFILL_Q + PREFILL_KV) * (s.d + 1) +
-          (uint64_t)(PREFILL_Q + PREFILL_KV) * s.d) *
-             sizeof(float);
+  return fdy_cuda_attention_prefill_shared_bytes(op);
 }
 
 extern "C" uint64_t fdy_cuda_attention_workspace_bytes(const fdy_op *op) {
@@ -727,23 +535,18 @@ extern "C" uint64_t fdy_cuda_attention_workspace_bytes(const fdy_op *op) {
 }
 
 extern "C" bool fdy_cuda_attention_grid_fits(const fdy_op *op) {
-  const attention_shape s = shape_of(op);
-  const uint64_t tiles = (s.rows + PREFILL_Q - 1) / PREFILL_Q;
-  return s.rows == 1 || tiles * s.heads <= INT32_MAX;
+  return shape_of(op).rows == 1 || fdy_cuda_attention_prefill_grid_fits(op);
 }
 
 extern "C" cudaError_t fdy_cuda_attention_prepare(uint64_t smem_optin) {
-  const void *dynamic[] = {(const void *)decode_kernel,
-                           (const void *)prefill_kernel};
-  for (size_t i = 0; i < sizeof dynamic / sizeof dynamic[0]; i++) {
-    const cudaError_t rc =
-        fdy_cuda_allow_dynamic_shared(dynamic[i], smem_optin);
-    if (rc != cudaSuccess) {
-      return rc;
-    }
+  cudaError_t rc =
+      fdy_cuda_allow_dynamic_shared((const void *)decode_kernel, smem_optin);
+  if (rc == cudaSuccess) {
+    rc = fdy_cuda_attention_prefill_prepare(smem_optin);
   }
   struct cudaFuncAttributes attributes;
-  return cudaFuncGetAttributes(&attributes, append_kernel);
+  return rc != cudaSuccess ? rc
+                           : cudaFuncGetAttributes(&attributes, append_kernel);
 }
 
 static cudaError_t launch_decode(const fdy_cuda_op_args *a,
@@ -782,10 +585,5 @@ extern "C" cudaError_t fdy_cuda_attention_enqueue(const fdy_cuda_op_args *a,
   if (rc != cudaSuccess) {
     return rc;
   }
-  const unsigned int tiles = (s.rows + PREFILL_Q - 1) / PREFILL_Q;
-  return fdy_launch(
-      a->dependent, prefill_kernel, tiles * s.heads, ATTENTION_THREADS,
-      (size_t)fdy_cuda_attention_shared_bytes(a->op), stream, step,
-      (const float *)a->in[1], (const void *)a->in[4], (const void *)a->in[5],
-      s.f16, s.vec, s.heads, s.group, s.d, s.rows, s.context, (float *)a->out);
+  return fdy_cuda_attention_prefill_enqueue(a, stream);
 }

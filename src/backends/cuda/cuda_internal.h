@@ -1,8 +1,8 @@
 /* Internal interface of the CUDA backend, shared by its host-side C files
  * (cuda_backend.c, cuda_ops.c, cuda_staging.c, cuda_measure.c) and the
  * kernel files (checksum_kernel.cu, ops_kernels.cu, matmul_q4.cu,
- * matmul_q4_mma.cu, attention.cu). Not installed; outside src/backends/cuda
- * only the CUDA tests include it. */
+ * matmul_q4_mma.cu, attention.cu, attention_prefill.cu). Not installed; outside
+ * src/backends/cuda only the CUDA tests include it. */
 #ifndef FOUNDRY_CUDA_INTERNAL_H
 #define FOUNDRY_CUDA_INTERNAL_H
 
@@ -283,6 +283,17 @@ cudaError_t fdy_cuda_fused_q4_enqueue(const fdy_cuda_op_args *a,
                                       cudaStream_t stream);
 cudaError_t fdy_cuda_attention_enqueue(const fdy_cuda_op_args *a,
                                        cudaStream_t stream);
+
+/* ATTENTION of several rows (attention_prefill.cu), after its append: the
+ * dynamic shared memory bytes of its launch, whether its grid fits CUDA's
+ * limits, loading its kernels (dynamic shared memory up to smem_optin),
+ * and enqueueing the flash-attention kernel on stream (the launch's
+ * error; a->dependent: a programmatic dependent launch). */
+uint64_t fdy_cuda_attention_prefill_shared_bytes(const fdy_op *op);
+bool fdy_cuda_attention_prefill_grid_fits(const fdy_op *op);
+cudaError_t fdy_cuda_attention_prefill_prepare(uint64_t smem_optin);
+cudaError_t fdy_cuda_attention_prefill_enqueue(const fdy_cuda_op_args *a,
+                                               cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,596 @@
+/* ATTENTION's prefill variant (q has several rows) on CUDA: flash
+ * attention after the append kernel of attention.cu has stored the step's
+ * k and v rows in the caches. One of two kernels, chosen from head_dim d:
+ *
+ * 1. tensor cores (d a multiple of 16, up to 128): block (tile, head) runs
+ *    MMA_Q = 64 query rows of one head, warp w rows 16 w .. 16 w + 15,
+ *    over key/value tiles of MMA_KV = 64 positions from 0 up to the last
+ *    position of its rows. q is rounded to F16 into the warp's A fragments
+ *    (registers) once; each tile's keys (rows of d halves) and values
+ *    (transposed: rows of MMA_KV halves per element) are staged in shared
+ *    memory in F16 (an F32 cache rounded to nearest even while staging, an
+ *    F16 cache copied). S = q k with mma.sync m16n8k16 (F16 in, F32
+ *    accumulate; 8 n-tiles of 8 positions, d / 16 k-steps in order); the
+ *    causal mask (a position after the row's is -inf) only where the tile
+ *    reaches past the warp's first row; an online softmax per row in
+ *    float: m_new = max(m, tile max) (lanes, then a quad butterfly), alpha
+ *    = exp2((m - m_new) scale log2e), p = exp2((s - m_new) scale log2e)
+ *    rounded to F16, l = l alpha + the rounded p (each lane its 16 columns
+ *    of the tile; the quad's four sums added by a butterfly at the end),
+ *    O = O alpha + P V with mma, P's C fragments of two n-tiles being the A
+ *    fragment of one k-step of 16 positions; finally O / l. Every sum runs
+ *    in an order fixed by the shapes (the mma k-steps, tiles in order).
+ * 2. float (any other d): the SIMT kernel. Block (tile, head) runs
+ *    PREFILL_Q query rows of one head over key/value tiles of PREFILL_KV
+ *    positions staged in shared memory: scores S = q k * scale (causal
+ *    mask), an online softmax in float with the row sums in double (m_new
+ *    = max(m, tile max), alpha = expf(m - m_new), p = expf(s - m_new), l =
+ *    l alpha + sum p), and the output accumulator O = O alpha + P V in
+ *    shared memory; finally O / l.
+ * Both run the query tiles from the last (most positions) to the first.
+ *
+ * Precision against the CPU backend (float scores, exp in float summed in
+ * double): the float kernel stays near the CPU's own rounding error. The
+ * tensor-core kernel rounds q, k, v (an F32 cache) and p to F16, a
+ * relative error of at most 2^-11 each: a score s = sum q_i k_i moves by
+ * about 2^-11 sqrt(2) |q||k| / sqrt(d) (random rounding over d terms),
+ * times the scale, so a weight moves by that much relatively, and the
+ * output (a weighted mean of v) by about that plus v's and p's own 2^-11:
+ * a few 1e-4 relative for scores of order one (tests/cuda/test_cuda_ops.c
+ * checks MMA_BOUND, 2e-3).
+ *
+ * A row whose position lies outside the cache is NaN. Rows at or beyond
+ * the step's count are neither read nor written; the count and p0 are read
+ * by the kernels when they run. PDL: the kernels wait (fdy_grid_wait)
+ * before reading q or the caches. */
+#include "cuda_device.h"
+#include "cuda_internal.h"
+
+#define ATTENTION_THREADS 128
+#define ATTENTION_WARPS   (ATTENTION_THREADS / 32)
+
+#define PREFILL_Q       32               /* query rows of a block */
+#define PREFILL_KV      32               /* positions of a key/value tile */
+#define PREFILL_S_WIDTH (PREFILL_KV + 4) /* floats of a row of S */
+
+#define MMA_Q     64  /* query rows of a tensor-core block (16 a warp) */
+#define MMA_KV    64  /* positions of a tensor-core key/value tile */
+#define MMA_MAX_D 128 /* the largest head_dim of the tensor-core kernel */
+
+/* The kernels' thread layouts are written for these values. */
+static_assert(ATTENTION_THREADS == 128 && PREFILL_Q == 32 && PREFILL_KV == 32,
+              "prefill thread layout");
+static_assert(MMA_Q == 16 * ATTENTION_WARPS && MMA_KV == 64,
+              "tensor-core prefill layout");
+
+static __device__ __forceinline__ float cache_at(const void *cache, bool f16,
+                                                 unsigned long long i) {
+  return f16 ? __half2float(__ushort_as_half(((const uint16_t *)cache)[i]))
+             : ((const float *)cache)[i];
+}
+
+/* Elements 4 j4 .. 4 j4 + 3 of the d elements at `at` of a cache, zero
+ * past d. vec (d a multiple of 4, so `at` is too): one 16-byte F32 or
+ * 8-byte F16 load. */
+static __device__ __forceinline__ float4 load4(const void *cache, bool f16,
+                                               bool vec, unsigned long long at,
+                                               unsigned int j4,
+                                               unsigned int d) {
+  const unsigned int j = 4 * j4;
+  if (vec) {
+    if (f16) {
+      const uint2 w = *(const uint2 *)((const uint16_t *)cache + at + j);
+      const float2 lo = __half22float2(
+          __halves2half2(__ushort_as_half((unsigned short)(w.x & 0xffffu)),
+                         __ushort_as_half((unsigned short)(w.x >> 16))));
+      const float2 hi = __half22float2(
+          __halves2half2(__ushort_as_half((unsigned short)(w.y & 0xffffu)),
+                         __ushort_as_half((unsigned short)(w.y >> 16))));
+      return make_float4(lo.x, lo.y, hi.x, hi.y);
+    }
+    return *(const float4 *)((const float *)cache + at + j);
+  }
+  return make_float4(j < d ? cache_at(cache, f16, at + j) : 0.0f,
+                     j + 1 < d ? cache_at(cache, f16, at + j + 1) : 0.0f,
+                     j + 2 < d ? cache_at(cache, f16, at + j + 2) : 0.0f,
+                     j + 3 < d ? cache_at(cache, f16, at + j + 3) : 0.0f);
+}
+
+/* ---- prefill in float (SIMT) ---------------------------------------------
+ */
+
+/* Shared memory: the rows' sums (PREFILL_Q doubles), S (PREFILL_Q x
+ * PREFILL_S_WIDTH floats), the rows' maxima and rescales (PREFILL_Q floats
+ * each), q and the key tile (rows of d + 1 floats: no bank conflicts when
+ * threads read one element of different rows), the value tile and the
+ * output accumulator (rows of d floats). */
+__global__ void __launch_bounds__(ATTENTION_THREADS)
+    prefill_kernel(const int32_t *step, const float *q, const void *k_cache,
+                   const void *v_cache, bool f16, bool vec, unsigned int heads,
+                   unsigned int group, unsigned int d, unsigned int rows,
+                   unsigned long long context, float *out) {
+  extern __shared__ double prefill_shared[];
+  double *row_l = prefill_shared;
+  float *S = (float *)(row_l + PREFILL_Q);
+  float *row_m = S + PREFILL_Q * PREFILL_S_WIDTH;
+  float *row_alpha = row_m + PREFILL_Q;
+  float *Qs = row_alpha + PREFILL_Q;
+  float *Ks = Qs + PREFILL_Q * (d + 1);
+  float *Vs = Ks + PREFILL_KV * (d + 1);
+  float *Os = Vs + PREFILL_KV * d;
+
+  fdy_grid_launch_dependents();
+  const unsigned int tiles = (rows + PREFILL_Q - 1) / PREFILL_Q;
+  const unsigned int tile = tiles - 1 - blockIdx.x / heads;
+  const unsigned int h = blockIdx.x % heads;
+  const unsigned int active = fdy_active_rows(step, rows);
+  const unsigned int r0 = tile * PREFILL_Q;
+  if (r0 >= active) {
+    return;
+  }
+  const unsigned int nr = min((unsigned int)PREFILL_Q, active - r0);
+  const long long p0 = (long long)step[FDY_STEP_POSITION] + r0;
+  /* the last key position read (-1: every row lies outside the cache) */
+  const long long last =
+      p0 >= (long long)context ? -1 : min(p0 + nr - 1, (long long)context - 1);
+  const unsigned long long q_dim = (unsigned long long)heads * d;
+  const unsigned long long kv_dim = (unsigned long long)(heads / group) * d;
+  const unsigned long long kv_at = (unsigned long long)(h / group) * d;
+  const unsigned int d4 = (d + 3) / 4;
+  const unsigned int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  fdy_grid_wait();
+
+  for (unsigned int i = tid; i < PREFILL_Q * d; i += blockDim.x) {
+    const unsigned int r = i / d, j = i % d;
+    Qs[r * (d + 1) + j] =
+        r < nr ? q[(r0 + r) * q_dim + (unsigned long long)h * d + j] : 0.0f;
+    Os[i] = 0.0f;
+  }
+  for (unsigned int r = tid; r < PREFILL_Q; r += blockDim.x) {
+    row_l[r] = 0.0;
+    row_m[r] = -CUDART_INF_F;
+  }
+
+  const float scale = (float)(1.0 / sqrt((double)d));
+  for (long long kv0 = 0; kv0 <= last; kv0 += PREFILL_KV) {
+    __syncthreads(); /* the previous tile is used up; the first: Qs, Os */
+    for (unsigned int i = tid; i < PREFILL_KV * d4; i += blockDim.x) {
+      const unsigned int c = i / d4, j4 = i % d4;
+      const long long p = kv0 + c;
+      const unsigned long long at = (unsigned long long)p * kv_dim + kv_at;
+      const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      const float4 kk = p <= last ? load4(k_cache, f16, vec, at, j4, d) : zero;
+      const float4 vv = p <= last ? load4(v_cache, f16, vec, at, j4, d) : zero;
+      const float ke[4] = {kk.x, kk.y, kk.z, kk.w};
+      const float ve[4] = {vv.x, vv.y, vv.z, vv.w};
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        if (4 * j4 + e < d) {
+          Ks[c * (d + 1) + 4 * j4 + e] = ke[e];
+          Vs[c * d + 4 * j4 + e] = ve[e];
+        }
+      }
+    }
+    __syncthreads();
+    { /* S: thread (rg, cg) scores rows rg, rg + 16 x columns cg + 8 i */
+      const unsigned int rg = tid / 8, cg = tid % 8;
+      float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+      for (unsigned int k = 0; k < d; k++) {
+        const float q0 = Qs[rg * (d + 1) + k];
+        const float q1 = Qs[(rg + 16) * (d + 1) + k];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+          const float kk = Ks[(cg + 8 * i) * (d + 1) + k];
+          acc[0][i] = fmaf(q0, kk, acc[0][i]);
+          acc[1][i] = fmaf(q1, kk, acc[1][i]);
+        }
+      }
+#pragma unroll
+      for (int a = 0; a < 2; a++) {
+        const unsigned int r = rg + 16 * a;
+        const long long row_p = p0 + r;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+          const long long p = kv0 + cg + 8 * i;
+          const bool seen =
+              r < nr && row_p >= 0 && row_p < (long long)context && p <= row_p;
+          S[r * PREFILL_S_WIDTH + cg + 8 * i] =
+              seen ? acc[a][i] * scale : -CUDART_INF_F;
+        }
+      }
+    }
+    __syncthreads();
+    { /* online softmax: four threads per row, eight columns each */
+      const unsigned int r = tid / 4, part = tid % 4;
+      float *s = S + r * PREFILL_S_WIDTH + part * 8;
+      float m_tile = -CUDART_INF_F;
+#pragma unroll
+      for (int i = 0; i < 8; i++) {
+        m_tile = fmaxf(m_tile, s[i]);
+      }
+      m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, 1));
+      m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, 2));
+      const float m_old = row_m[r];
+      const float m_new = fmaxf(m_old, m_tile);
+      const bool none = m_new == -CUDART_INF_F; /* nothing seen yet */
+      float sum = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 8; i++) {
+        const float p = none ? 0.0f : expf(s[i] - m_new);
+        s[i] = p;
+        sum += p;
+      }
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      __syncwarp(); /* every lane read row_m before it changes */
+      if (part == 0) {
+        const float alpha = none ? 1.0f : expf(m_old - m_new);
+        row_alpha[r] = alpha;
+        row_m[r] = m_new;
+        row_l[r] = row_l[r] * alpha + sum;
+      }
+    }
+    __syncthreads();
+    /* O = O alpha + P V: warp w rows w + 4 i, lanes on columns */
+    for (unsigned int j = lane; j < d; j += 32) {
+      float acc[PREFILL_Q / ATTENTION_WARPS];
+#pragma unroll
+      for (int i = 0; i < PREFILL_Q / ATTENTION_WARPS; i++) {
+        const unsigned int r = warp + ATTENTION_WARPS * i;
+        acc[i] = Os[r * d + j] * row_alpha[r];
+      }
+      for (unsigned int c = 0; c < PREFILL_KV; c += 4) {
+        const float v0 = Vs[c * d + j], v1 = Vs[(c + 1) * d + j];
+        const float v2 = Vs[(c + 2) * d + j], v3 = Vs[(c + 3) * d + j];
+#pragma unroll
+        for (int i = 0; i < PREFILL_Q / ATTENTION_WARPS; i++) {
+          const unsigned int r = warp + ATTENTION_WARPS * i;
+          const float4 p = *(const float4 *)&S[r * PREFILL_S_WIDTH + c];
+          acc[i] = fmaf(p.x, v0, acc[i]);
+          acc[i] = fmaf(p.y, v1, acc[i]);
+          acc[i] = fmaf(p.z, v2, acc[i]);
+          acc[i] = fmaf(p.w, v3, acc[i]);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < PREFILL_Q / ATTENTION_WARPS; i++) {
+        Os[(warp + ATTENTION_WARPS * i) * d + j] = acc[i];
+      }
+    }
+  }
+  __syncthreads();
+  for (unsigned int i = tid; i < nr * d; i += blockDim.x) {
+    const unsigned int r = i / d, j = i % d;
+    const long long row_p = p0 + r;
+    float *o = out + (r0 + r) * q_dim + (unsigned long long)h * d + j;
+    *o = row_p >= 0 && row_p < (long long)context
+             ? Os[r * d + j] * (float)(1.0 / row_l[r])
+             : CUDART_NAN_F;
+  }
+}
+
+/* ---- prefill on the tensor cores -----------------------------------------
+ */
+
+/* Whether the tensor-core kernel runs head_dim d. */
+static bool mma_fits(unsigned int d) {
+  return d % 16 == 0 && d > 0 && d <= MMA_MAX_D;
+}
+
+/* Halves of a staged key row and of a staged (transposed) value row: 8
+ * halves of padding put the 8 rows a fragment load reads in different
+ * banks. */
+static __host__ __device__ constexpr unsigned int mma_k_stride(unsigned int d) {
+  return d + 8;
+}
+#define MMA_V_STRIDE (MMA_KV + 8)
+
+static __device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *(const uint32_t *)&h;
+}
+
+/* Elements at .. at + 3 of cache position p (at a multiple of 4) as four
+ * halves (an F32 cache rounded to nearest even); zero past last. */
+static __device__ __forceinline__ uint2 load4_f16(const void *cache, bool f16,
+                                                  long long p, long long last,
+                                                  unsigned long long kv_dim,
+                                                  unsigned long long at) {
+  if (p > last) {
+    return make_uint2(0u, 0u);
+  }
+  const unsigned long long i = (unsigned long long)p * kv_dim + at;
+  if (f16) {
+    return *(const uint2 *)((const uint16_t *)cache + i);
+  }
+  const float4 f = *(const float4 *)((const float *)cache + i);
+  return make_uint2(half2_bits(f.x, f.y), half2_bits(f.z, f.w));
+}
+
+/* c += a b: m16n8k16, F16 in, F32 accumulate. */
+static __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4],
+                                                uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Fragments (lane = 4 g + t): A (16 x 16) a0 = rows g, columns 2 t, 2 t + 1;
+ * a1 = row g + 8, same columns; a2, a3 = columns + 8. B (16 x 8, k by n)
+ * b0 = k 2 t, 2 t + 1 of column g; b1 = k + 8. C (16 x 8) c0, c1 = row g,
+ * columns 2 t, 2 t + 1; c2, c3 = row g + 8. DK = d / 16. Shared memory:
+ * the key tile (MMA_KV rows of mma_k_stride(d) halves), then the value
+ * tile transposed (d rows of MMA_V_STRIDE halves). */
+template <unsigned int DK>
+__global__ void __launch_bounds__(ATTENTION_THREADS)
+    prefill_mma_kernel(const int32_t *step, const float *q, const void *k_cache,
+                       const void *v_cache, bool f16, unsigned int heads,
+                       unsigned int group, unsigned int rows,
+                       unsigned long long context, float *out) {
+  constexpr unsigned int D = 16 * DK, KS = mma_k_stride(D);
+  extern __shared__ uint4 mma_shared[];
+  __half *Ks = (__half *)mma_shared;
+  __half *Vt = Ks + MMA_KV * KS;
+  fdy_grid_launch_dependents();
+
+  const unsigned int tiles = (rows + MMA_Q - 1) / MMA_Q;
+  const unsigned int tile = tiles - 1 - blockIdx.x / heads;
+  const unsigned int h = blockIdx.x % heads;
+  const unsigned int active = fdy_active_rows(step, rows);
+  const unsigned int r0 = tile * MMA_Q;
+  if (r0 >= active) {
+    return;
+  }
+  const unsigned int nr = min((unsigned int)MMA_Q, active - r0);
+  const long long p0 = (long long)step[FDY_STEP_POSITION] + r0;
+  /* the last key position read (-1: every row lies outside the cache) */
+  const long long last =
+      p0 >= (long long)context ? -1 : min(p0 + nr - 1, (long long)context - 1);
+  const unsigned long long q_dim = (unsigned long long)heads * D;
+  const unsigned long long kv_dim = (unsigned long long)(heads / group) * D;
+  const unsigned long long kv_at = (unsigned long long)(h / group) * D;
+  const unsigned int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const unsigned int g = lane / 4, t = lane % 4;
+  const unsigned int ra = 16 * warp + g, rb = ra + 8; /* rows in the tile */
+  const long long pa = p0 + ra, pb = p0 + rb;         /* their positions */
+  fdy_grid_wait();
+
+  uint32_t qa[DK][4];
+  {
+    const float *qra = q + (r0 + ra) * q_dim + (unsigned long long)h * D;
+    const float *qrb = q + (r0 + rb) * q_dim + (unsigned long long)h * D;
+#pragma unroll
+    for (unsigned int kk = 0; kk < DK; kk++) {
+      const unsigned int c = 16 * kk + 2 * t;
+      const float2 zero = make_float2(0.0f, 0.0f);
+      const float2 a0 = ra < nr ? *(const float2 *)(qra + c) : zero;
+      const float2 a2 = ra < nr ? *(const float2 *)(qra + c + 8) : zero;
+      const float2 b0 = rb < nr ? *(const float2 *)(qrb + c) : zero;
+      const float2 b2 = rb < nr ? *(const float2 *)(qrb + c + 8) : zero;
+      qa[kk][0] = half2_bits(a0.x, a0.y);
+      qa[kk][1] = half2_bits(b0.x, b0.y);
+      qa[kk][2] = half2_bits(a2.x, a2.y);
+      qa[kk][3] = half2_bits(b2.x, b2.y);
+    }
+  }
+
+  float o[2 * DK][4];
+#pragma unroll
+  for (unsigned int n = 0; n < 2 * DK; n++) {
+    o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  }
+  float m_a = -CUDART_INF_F, m_b = -CUDART_INF_F, l_a = 0.0f, l_b = 0.0f;
+  const float scale_log2 =
+      (float)(1.0 / sqrt((double)D) * 1.4426950408889634074);
+
+  for (long long kv0 = 0; kv0 <= last; kv0 += MMA_KV) {
+    __syncthreads(); /* the previous tile is used up */
+    /* keys: lanes along a row (coalesced loads, 8-byte stores) */
+    for (unsigned int i = tid; i < MMA_KV * (D / 4); i += ATTENTION_THREADS) {
+      const unsigned int c = i / (D / 4), j = 4 * (i % (D / 4));
+      *(uint2 *)(Ks + c * KS + j) =
+          load4_f16(k_cache, f16, kv0 + c, last, kv_dim, kv_at + j);
+    }
+    /* values: lanes along the positions (the transposed stores of a warp
+     * fill consecutive halves) */
+    for (unsigned int i = tid; i < MMA_KV * (D / 4); i += ATTENTION_THREADS) {
+      const unsigned int c = i % MMA_KV, j = 4 * (i / MMA_KV);
+      const uint2 vh =
+          load4_f16(v_cache, f16, kv0 + c, last, kv_dim, kv_at + j);
+      uint16_t *vt = (uint16_t *)Vt + j * MMA_V_STRIDE + c;
+      vt[0] = (uint16_t)(vh.x & 0xffffu);
+      vt[MMA_V_STRIDE] = (uint16_t)(vh.x >> 16);
+      vt[2 * MMA_V_STRIDE] = (uint16_t)(vh.y & 0xffffu);
+      vt[3 * MMA_V_STRIDE] = (uint16_t)(vh.y >> 16);
+    }
+    __syncthreads();
+
+    float s[8][4];
+#pragma unroll
+    for (unsigned int n = 0; n < 8; n++) {
+      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    }
+#pragma unroll
+    for (unsigned int kk = 0; kk < DK; kk++) {
+#pragma unroll
+      for (unsigned int n = 0; n < 8; n++) {
+        const __half *kr = Ks + (8 * n + g) * KS + 16 * kk + 2 * t;
+        mma16816(s[n], qa[kk], *(const uint32_t *)kr,
+                 *(const uint32_t *)(kr + 8));
+      }
+    }
+    /* the causal mask, where the tile reaches past the warp's first row */
+    if (kv0 + MMA_KV - 1 > p0 + 16 * warp) {
+#pragma unroll
+      for (unsigned int n = 0; n < 8; n++) {
+        const long long p = kv0 + 8 * n + 2 * t;
+        s[n][0] = p > pa ? -CUDART_INF_F : s[n][0];
+        s[n][1] = p + 1 > pa ? -CUDART_INF_F : s[n][1];
+        s[n][2] = p > pb ? -CUDART_INF_F : s[n][2];
+        s[n][3] = p + 1 > pb ? -CUDART_INF_F : s[n][3];
+      }
+    }
+
+    float mx_a = m_a, mx_b = m_b;
+#pragma unroll
+    for (unsigned int n = 0; n < 8; n++) {
+      mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
+      mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
+    }
+    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+    /* nothing seen yet: weights exp2(-inf) = 0, alpha 0 */
+    const float base_a = mx_a == -CUDART_INF_F ? 0.0f : mx_a;
+    const float base_b = mx_b == -CUDART_INF_F ? 0.0f : mx_b;
+    const float alpha_a = exp2f((m_a - base_a) * scale_log2);
+    const float alpha_b = exp2f((m_b - base_b) * scale_log2);
+    m_a = mx_a;
+    m_b = mx_b;
+    l_a *= alpha_a;
+    l_b *= alpha_b;
+#pragma unroll
+    for (unsigned int n = 0; n < 2 * DK; n++) {
+      o[n][0] *= alpha_a;
+      o[n][1] *= alpha_a;
+      o[n][2] *= alpha_b;
+      o[n][3] *= alpha_b;
+    }
+    /* P in F16: n-tiles 2 kk and 2 kk + 1 are k-step kk's A fragment */
+    uint32_t pf[4][4];
+#pragma unroll
+    for (unsigned int n = 0; n < 8; n++) {
+      const __half2 ha =
+          __floats2half2_rn(exp2f((s[n][0] - base_a) * scale_log2),
+                            exp2f((s[n][1] - base_a) * scale_log2));
+      const __half2 hb =
+          __floats2half2_rn(exp2f((s[n][2] - base_b) * scale_log2),
+                            exp2f((s[n][3] - base_b) * scale_log2));
+      l_a += __low2float(ha) + __high2float(ha);
+      l_b += __low2float(hb) + __high2float(hb);
+      pf[n / 2][2 * (n % 2)] = *(const uint32_t *)&ha;
+      pf[n / 2][2 * (n % 2) + 1] = *(const uint32_t *)&hb;
+    }
+#pragma unroll
+    for (unsigned int kk = 0; kk < 4; kk++) {
+#pragma unroll
+      for (unsigned int n = 0; n < 2 * DK; n++) {
+        const __half *vr = Vt + (8 * n + g) * MMA_V_STRIDE + 16 * kk + 2 * t;
+        mma16816(o[n], pf[kk], *(const uint32_t *)vr,
+                 *(const uint32_t *)(vr + 8));
+      }
+    }
+  }
+
+  l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
+  l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
+  l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
+  l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
+  const bool in_a = pa >= 0 && pa < (long long)context;
+  const bool in_b = pb >= 0 && pb < (long long)context;
+  const float inv_a = in_a ? 1.0f / l_a : CUDART_NAN_F;
+  const float inv_b = in_b ? 1.0f / l_b : CUDART_NAN_F;
+  float *oa = out + (r0 + ra) * q_dim + (unsigned long long)h * D + 2 * t;
+  float *ob = out + (r0 + rb) * q_dim + (unsigned long long)h * D + 2 * t;
+#pragma unroll
+  for (unsigned int n = 0; n < 2 * DK; n++) {
+    if (ra < nr) {
+      *(float2 *)(oa + 8 * n) =
+          in_a ? make_float2(o[n][0] * inv_a, o[n][1] * inv_a)
+               : make_float2(inv_a, inv_a);
+    }
+    if (rb < nr) {
+      *(float2 *)(ob + 8 * n) =
+          in_b ? make_float2(o[n][2] * inv_b, o[n][3] * inv_b)
+               : make_float2(inv_b, inv_b);
+    }
+  }
+}
+
+/* ---- shapes and launches ------------------------------------------------
+ */
+
+typedef struct prefill_shape {
+  unsigned int heads, group, d, rows;
+  unsigned long long context;
+  bool f16, vec, mma;
+} prefill_shape;
+
+static prefill_shape prefill_shape_of(const fdy_op *op) {
+  prefill_shape s;
+  s.heads = op->params.attention.heads;
+  s.group = s.heads / op->params.attention.kv_heads;
+  s.d = op->params.attention.head_dim;
+  s.rows = (unsigned int)op->inputs[1].shape.dims[0];
+  s.context = op->inputs[4].shape.dims[0];
+  s.f16 = op->inputs[4].dtype == FDY_DTYPE_F16;
+  s.vec = s.d % 4 == 0;
+  s.mma = mma_fits(s.d);
+  return s;
+}
+
+static uint64_t prefill_blocks(const prefill_shape *s) {
+  const unsigned int per = s->mma ? MMA_Q : PREFILL_Q;
+  return (uint64_t)((s->rows + per - 1) / per) * s->heads;
+}
+
+extern "C" uint64_t fdy_cuda_attention_prefill_shared_bytes(const fdy_op *op) {
+  const prefill_shape s = prefill_shape_of(op);
+  if (s.mma) {
+    return ((uint64_t)MMA_KV * mma_k_stride(s.d) +
+            (uint64_t)s.d * MMA_V_STRIDE) *
+           sizeof(__half);
+  }
+  return PREFILL_Q * sizeof(double) +
+         (PREFILL_Q * (PREFILL_S_WIDTH + 2) +
+          (uint64_t)(PREFILL_Q + PREFILL_KV) * (s.d + 1) +
+          (uint64_t)(PREFILL_Q + PREFILL_KV) * s.d) *
+             sizeof(float);
+}
+
+extern "C" bool fdy_cuda_attention_prefill_grid_fits(const fdy_op *op) {
+  const prefill_shape s = prefill_shape_of(op);
+  return prefill_blocks(&s) <= INT32_MAX;
+}
+
+/* The tensor-core kernel of head_dim 16 (i + 1). */
+static void (*const mma_kernels[MMA_MAX_D / 16])(
+    const int32_t *, const float *, const void *, const void *, bool,
+    unsigned int, unsigned int, unsigned int, unsigned long long, float *) = {
+    prefill_mma_kernel<1>, prefill_mma_kernel<2>, prefill_mma_kernel<3>,
+    prefill_mma_kernel<4>, prefill_mma_kernel<5>, prefill_mma_kernel<6>,
+    prefill_mma_kernel<7>, prefill_mma_kernel<8>};
+
+extern "C" cudaError_t fdy_cuda_attention_prefill_prepare(uint64_t smem_optin) {
+  cudaError_t rc =
+      fdy_cuda_allow_dynamic_shared((const void *)prefill_kernel, smem_optin);
+  for (size_t i = 0; rc == cudaSuccess && i < MMA_MAX_D / 16; i++) {
+    struct cudaFuncAttributes attributes;
+    rc = cudaFuncGetAttributes(&attributes, (const void *)mma_kernels[i]);
+  }
+  return rc;
+}
+
+extern "C" cudaError_t
+fdy_cuda_attention_prefill_enqueue(const fdy_cuda_op_args *a,
+                                   cudaStream_t stream) {
+  const prefill_shape s = prefill_shape_of(a->op);
+  const dim3 grid((unsigned int)prefill_blocks(&s));
+  const size_t shared = (size_t)fdy_cuda_attention_prefill_shared_bytes(a->op);
+  const int32_t *step = (const int32_t *)a->in[0];
+  const float *q = (const float *)a->in[1];
+  float *out = (float *)a->out;
+  if (s.mma) {
+    return fdy_launch(a->dependent, mma_kernels[s.d / 16 - 1], grid,
+                      dim3(ATTENTION_THREADS), shared, stream, step, q,
+                      (const void *)a->in[4], (const void *)a->in[5], s.f16,
+                      s.heads, s.group, s.rows, s.context, out);
+  }
+  return fdy_launch(a->dependent, prefill_kernel, grid, dim3(ATTENTION_THREADS),
+                    shared, stream, step, q, (const void *)a->in[4],
+                    (const void *)a->in[5], s.f16, s.vec, s.heads, s.group, s.d,
+                    s.rows, s.context, out);
+}
