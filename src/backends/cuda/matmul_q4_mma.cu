@@ -48,7 +48,9 @@
 #define MMA_STAGES        4
 #define MMA_A_BYTES       (MMA_BM * MMA_BK * 2) /* one stage of xh */
 #define MMA_ROW_BYTES     32                    /* one stage of a weight row */
-#define MMA_TARGET_BLOCKS 132 /* blocks that fill the H200 (one per SM) */
+#define MMA_NT            2 /* n8-tiles per warp: BN = 32 MMA_NT outputs */
+#define MMA_BLOCKS_PER_SM 2 /* at most 128 registers a thread */
+#define MMA_TARGET_BLOCKS (132 * MMA_BLOCKS_PER_SM) /* fill the H200 */
 #define MMA_MAX_SPLIT     8
 #define MMA_ALIGN         256ull /* workspace parts start at this alignment */
 
@@ -60,10 +62,12 @@ __global__ void __launch_bounds__(MMA_THREADS)
                      unsigned int in, unsigned int in64, __half *xh,
                      float *yscale) {
   __shared__ float warp_max[MMA_THREADS / 32];
+  fdy_grid_launch_dependents();
   const unsigned int row = blockIdx.x;
   if (row >= fdy_active_rows(step, rows)) {
     return;
   }
+  fdy_grid_wait();
   const float *xr = x + (unsigned long long)row * in;
   float m = 0.0f;
   for (unsigned int k = threadIdx.x; k < in; k += blockDim.x) {
@@ -180,16 +184,12 @@ typedef struct mma_dims {
   unsigned int split;  /* input ranges summed separately */
 } mma_dims;
 
-/* Copies stage kb into the shared buffer at `buffer`: 128 rows of 64
- * inputs of xh (4 chunks per thread, zeros past the active rows) and BN =
- * 32 NT weight rows of 8 words (2 chunks per row, zeros past the outputs
- * and the inputs). */
-template <int NT>
+/* Copies the xh of stage kb into the shared buffer at `buffer`: 128 rows
+ * of 64 inputs (4 chunks per thread, zeros past the active rows). */
 static __device__ __forceinline__ void
-issue_stage(unsigned int buffer, unsigned int kb, unsigned int row0,
-            unsigned int active, unsigned int n0, const __half *xh,
-            const uint32_t *weight, const mma_dims *d) {
-  const unsigned int tid = threadIdx.x, words = d->in / 8;
+issue_stage_a(unsigned int buffer, unsigned int kb, unsigned int row0,
+              unsigned int active, const __half *xh, const mma_dims *d) {
+  const unsigned int tid = threadIdx.x;
 #pragma unroll
   for (int i = 0; i < MMA_BM * 8 / MMA_THREADS; i++) {
     const unsigned int chunk = tid + i * MMA_THREADS;
@@ -200,6 +200,16 @@ issue_stage(unsigned int buffer, unsigned int kb, unsigned int row0,
                                     : 0);
     copy16(buffer + r * 128 + ((c ^ (r % 8)) << 4), src, valid);
   }
+}
+
+/* Copies the weights of stage kb into the shared buffer at `buffer`: BN =
+ * 32 NT weight rows of 8 words (2 chunks per row, zeros past the outputs
+ * and the inputs). */
+template <int NT>
+static __device__ __forceinline__ void
+issue_stage_b(unsigned int buffer, unsigned int kb, unsigned int n0,
+              const uint32_t *weight, const mma_dims *d) {
+  const unsigned int tid = threadIdx.x, words = d->in / 8;
   if (tid < 64 * NT) {
     const unsigned int r = tid / 2, h = tid % 2;
     const bool valid = n0 + r < d->out && kb * 8 + 4 * h < words;
@@ -229,12 +239,13 @@ load_scales(unsigned int kb, const unsigned int n[NT], const uint16_t *scales,
 }
 
 template <int NT>
-__global__ void __launch_bounds__(MMA_THREADS, 1)
+__global__ void __launch_bounds__(MMA_THREADS, MMA_BLOCKS_PER_SM)
     mma_q4_kernel(const int32_t *step, const __half *xh, const float *yscale,
                   const uint32_t *weight, const uint16_t *scales,
                   const uint16_t *biases, bool bf16, mma_dims d, float *y,
                   float *partial) {
   extern __shared__ __align__(128) unsigned char smem[];
+  fdy_grid_launch_dependents();
   const unsigned int active = fdy_active_rows(step, d.rows);
   const unsigned int row0 = blockIdx.y * MMA_BM, n0 = blockIdx.x * 32 * NT;
   if (row0 >= active) {
@@ -276,16 +287,27 @@ __global__ void __launch_bounds__(MMA_THREADS, 1)
   const unsigned int b_offset =
       MMA_A_BYTES + (wn * 8 * NT + g) * MMA_ROW_BYTES + 8 * t;
 
+  /* The weights of the first stages and the first scales before the
+   * wait (only xh and yscale come from the kernel before); all of them in
+   * the first group of copies, so stage s has landed with group s. */
 #pragma unroll
   for (int s = 0; s < MMA_STAGES - 1; s++) {
     if (kb_begin + s < kb_end) {
-      issue_stage<NT>(stage_buffer(base, kb_begin + s, NT), kb_begin + s, row0,
-                      active, n0, xh, weight, &d);
+      issue_stage_b<NT>(stage_buffer(base, kb_begin + s, NT), kb_begin + s, n0,
+                        weight, &d);
     }
-    commit_copies();
   }
   uint16_t s_next[NT], b_next[NT];
   load_scales<NT>(kb_begin, n, scales, biases, &d, s_next, b_next);
+  fdy_grid_wait();
+#pragma unroll
+  for (int s = 0; s < MMA_STAGES - 1; s++) {
+    if (kb_begin + s < kb_end) {
+      issue_stage_a(stage_buffer(base, kb_begin + s, NT), kb_begin + s, row0,
+                    active, xh, &d);
+    }
+    commit_copies();
+  }
 
   for (unsigned int kb = kb_begin; kb < kb_end; kb++) {
     uint32_t s2[NT], b2[NT];
@@ -301,8 +323,8 @@ __global__ void __launch_bounds__(MMA_THREADS, 1)
     __syncthreads(); /* stage kb landed; buffer (kb - 1) % S is free */
     if (kb + MMA_STAGES - 1 < kb_end) {
       const unsigned int next = kb + MMA_STAGES - 1;
-      issue_stage<NT>(stage_buffer(base, next, NT), next, row0, active, n0, xh,
-                      weight, &d);
+      issue_stage_a(stage_buffer(base, next, NT), next, row0, active, xh, &d);
+      issue_stage_b<NT>(stage_buffer(base, next, NT), next, n0, weight, &d);
     }
     commit_copies();
 
@@ -377,6 +399,8 @@ __global__ void __launch_bounds__(MMA_THREADS, 1)
 __global__ void __launch_bounds__(MMA_THREADS)
     sum_splits_kernel(const int32_t *step, const float *partial,
                       const float *yscale, mma_dims d, float *y) {
+  fdy_grid_launch_dependents();
+  fdy_grid_wait();
   const unsigned long long active = fdy_active_rows(step, d.rows);
   const unsigned long long n = active * d.out;
   const unsigned long long stride = (unsigned long long)d.rows * d.out;
@@ -403,18 +427,11 @@ static uint64_t aligned(uint64_t bytes) {
   return ceil_div(bytes, MMA_ALIGN) * MMA_ALIGN;
 }
 
-/* The launch shape of an op: NT (4 or 3 n8-tiles per warp) and the split,
- * from the shapes alone. Of the two widths, the one whose waves of
- * MMA_TARGET_BLOCKS blocks take the least time (waves x work per block;
- * ties to the wider tile); a split when the tiles alone fill under half
- * the target, up to MMA_MAX_SPLIT and 4 k-blocks per split. */
-typedef struct mma_config {
-  int nt;
-  mma_dims d;
-} mma_config;
-
-static mma_config config_of(const fdy_op *op) {
-  mma_config best;
+/* The split of an op's inputs, from the shapes alone: one when the tiles
+ * (BN = 32 MMA_NT outputs x 128 rows) fill at least half of the
+ * MMA_TARGET_BLOCKS slots; else as many as fill them, up to MMA_MAX_SPLIT
+ * and at least 4 k-blocks per split. */
+static mma_dims dims_of(const fdy_op *op) {
   mma_dims d;
   d.rows = (unsigned int)op->inputs[1].shape.dims[0];
   d.in = (unsigned int)op->inputs[1].shape.dims[1];
@@ -422,61 +439,43 @@ static mma_config config_of(const fdy_op *op) {
   d.group = d.in / (unsigned int)op->inputs[3].shape.dims[1];
   d.in64 = (unsigned int)ceil_div(d.in, MMA_BK) * MMA_BK;
   d.blocks = d.in64 / MMA_BK;
-  uint64_t best_cost = UINT64_MAX;
-  const int widths[2] = {4, 3};
-  for (int i = 0; i < 2; i++) {
-    const uint64_t tiles =
-        ceil_div(d.out, 32ull * widths[i]) * ceil_div(d.rows, MMA_BM);
-    uint64_t split = 1;
-    if (2 * tiles < MMA_TARGET_BLOCKS) {
-      split = MMA_TARGET_BLOCKS / tiles;
-      split = split > MMA_MAX_SPLIT ? MMA_MAX_SPLIT : split;
-      const uint64_t most = d.blocks / 4 > 0 ? d.blocks / 4 : 1;
-      split = split > most ? most : split;
-    }
-    /* waves x (inputs per block x outputs per block) */
-    const uint64_t cost = ceil_div(tiles * split, MMA_TARGET_BLOCKS) *
-                          ceil_div(d.blocks, split) * widths[i];
-    if (cost < best_cost) {
-      best_cost = cost;
-      best.nt = widths[i];
-      best.d = d;
-      best.d.split = (unsigned int)split;
-    }
+  const uint64_t tiles =
+      ceil_div(d.out, 32ull * MMA_NT) * ceil_div(d.rows, MMA_BM);
+  uint64_t split = 1;
+  if (2 * tiles < MMA_TARGET_BLOCKS) {
+    split = MMA_TARGET_BLOCKS / tiles;
+    split = split > MMA_MAX_SPLIT ? MMA_MAX_SPLIT : split;
+    const uint64_t most = d.blocks / 4 > 0 ? d.blocks / 4 : 1;
+    split = split > most ? most : split;
   }
-  return best;
+  d.split = (unsigned int)split;
+  return d;
 }
 
-static uint64_t shared_bytes_of(int nt) {
-  return (uint64_t)MMA_STAGES * (MMA_A_BYTES + 32ull * nt * MMA_ROW_BYTES);
+static uint64_t shared_bytes(void) {
+  return (uint64_t)MMA_STAGES * (MMA_A_BYTES + 32ull * MMA_NT * MMA_ROW_BYTES);
 }
 
 extern "C" uint64_t fdy_cuda_matmul_q4_mma_shared_bytes(const fdy_op *op) {
-  return shared_bytes_of(config_of(op).nt);
+  (void)op;
+  return shared_bytes();
 }
 
 /* Workspace: xh (rows x in64 halves), yscale (rows floats), then the
  * partial sums when split (split x rows x out floats). */
 extern "C" uint64_t fdy_cuda_matmul_q4_mma_workspace_bytes(const fdy_op *op) {
-  const mma_config c = config_of(op);
-  uint64_t bytes =
-      aligned(2ull * c.d.rows * c.d.in64) + aligned(4ull * c.d.rows);
-  if (c.d.split > 1) {
-    bytes += 4ull * c.d.split * c.d.rows * c.d.out;
+  const mma_dims d = dims_of(op);
+  uint64_t bytes = aligned(2ull * d.rows * d.in64) + aligned(4ull * d.rows);
+  if (d.split > 1) {
+    bytes += 4ull * d.split * d.rows * d.out;
   }
   return bytes;
 }
 
 extern "C" cudaError_t fdy_cuda_matmul_q4_mma_prepare(uint64_t smem_optin) {
   cudaError_t rc = cudaFuncSetAttribute(
-      mma_q4_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-      (int)(smem_optin < shared_bytes_of(4) ? smem_optin : shared_bytes_of(4)));
-  if (rc == cudaSuccess) {
-    rc = cudaFuncSetAttribute(
-        mma_q4_kernel<3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-        (int)(smem_optin < shared_bytes_of(3) ? smem_optin
-                                              : shared_bytes_of(3)));
-  }
+      mma_q4_kernel<MMA_NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      (int)(smem_optin < shared_bytes() ? smem_optin : shared_bytes()));
   const void *kernels[] = {(const void *)half_rows_kernel,
                            (const void *)sum_splits_kernel};
   for (size_t i = 0; rc == cudaSuccess && i < 2; i++) {
@@ -489,8 +488,7 @@ extern "C" cudaError_t fdy_cuda_matmul_q4_mma_prepare(uint64_t smem_optin) {
 extern "C" cudaError_t fdy_cuda_matmul_q4_mma_enqueue(const fdy_cuda_op_args *a,
                                                       cudaStream_t stream) {
   const fdy_op *op = a->op;
-  const mma_config c = config_of(op);
-  const mma_dims d = c.d;
+  const mma_dims d = dims_of(op);
   const int32_t *step = (const int32_t *)a->in[0];
   unsigned char *ws = (unsigned char *)a->workspace;
   __half *xh = (__half *)ws;
@@ -498,29 +496,29 @@ extern "C" cudaError_t fdy_cuda_matmul_q4_mma_enqueue(const fdy_cuda_op_args *a,
   float *partial =
       d.split > 1 ? (float *)((unsigned char *)yscale + aligned(4ull * d.rows))
                   : NULL;
-  half_rows_kernel<<<d.rows, MMA_THREADS, 0, stream>>>(
-      step, (const float *)a->in[1], d.rows, d.in, d.in64, xh, yscale);
-  const dim3 grid((unsigned int)ceil_div(d.out, 32ull * c.nt),
+  cudaError_t rc =
+      fdy_launch(a->dependent, half_rows_kernel, dim3(d.rows),
+                 dim3(MMA_THREADS), 0, stream, step, (const float *)a->in[1],
+                 d.rows, d.in, d.in64, xh, yscale);
+  const dim3 grid((unsigned int)ceil_div(d.out, 32ull * MMA_NT),
                   (unsigned int)ceil_div(d.rows, MMA_BM), d.split);
   const bool bf16 = op->inputs[3].dtype == FDY_DTYPE_BF16;
-  const uint32_t *weight = (const uint32_t *)a->in[2];
-  const uint16_t *scales = (const uint16_t *)a->in[3];
-  const uint16_t *biases = (const uint16_t *)a->in[4];
-  float *y = (float *)a->out;
-  if (c.nt == 4) {
-    mma_q4_kernel<4><<<grid, MMA_THREADS, shared_bytes_of(4), stream>>>(
-        step, xh, yscale, weight, scales, biases, bf16, d, y, partial);
-  } else {
-    mma_q4_kernel<3><<<grid, MMA_THREADS, shared_bytes_of(3), stream>>>(
-        step, xh, yscale, weight, scales, biases, bf16, d, y, partial);
+  if (rc == cudaSuccess) {
+    rc = fdy_launch(a->dependent, mma_q4_kernel<MMA_NT>, grid,
+                    dim3(MMA_THREADS), shared_bytes(), stream, step,
+                    (const __half *)xh, (const float *)yscale,
+                    (const uint32_t *)a->in[2], (const uint16_t *)a->in[3],
+                    (const uint16_t *)a->in[4], bf16, d, (float *)a->out,
+                    partial);
   }
-  if (d.split > 1) {
+  if (rc == cudaSuccess && d.split > 1) {
     const uint64_t n = (uint64_t)d.rows * d.out;
     uint64_t blocks = ceil_div(n, MMA_THREADS);
     const uint64_t cap = (uint64_t)a->sm_count * 8;
     blocks = blocks > cap ? cap : blocks;
-    sum_splits_kernel<<<(unsigned int)blocks, MMA_THREADS, 0, stream>>>(
-        step, partial, yscale, d, y);
+    rc = fdy_launch(a->dependent, sum_splits_kernel, dim3((unsigned int)blocks),
+                    dim3(MMA_THREADS), 0, stream, step, (const float *)partial,
+                    (const float *)yscale, d, (float *)a->out);
   }
-  return cudaGetLastError();
+  return rc;
 }
