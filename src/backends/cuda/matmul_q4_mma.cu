@@ -496,20 +496,18 @@ extern "C" cudaError_t fdy_cuda_matmul_q4_mma_enqueue(const fdy_cuda_op_args *a,
   float *partial =
       d.split > 1 ? (float *)((unsigned char *)yscale + aligned(4ull * d.rows))
                   : NULL;
-  cudaError_t rc =
-      fdy_launch(a->dependent, half_rows_kernel, dim3(d.rows),
-                 dim3(MMA_THREADS), 0, stream, step, (const float *)a->in[1],
-                 d.rows, d.in, d.in64, xh, yscale);
+  cudaError_t rc = fdy_launch(
+      a->dependent, half_rows_kernel, dim3(d.rows), dim3(MMA_THREADS), 0,
+      stream, step, (const float *)a->in[1], d.rows, d.in, d.in64, xh, yscale);
   const dim3 grid((unsigned int)ceil_div(d.out, 32ull * MMA_NT),
                   (unsigned int)ceil_div(d.rows, MMA_BM), d.split);
   const bool bf16 = op->inputs[3].dtype == FDY_DTYPE_BF16;
   if (rc == cudaSuccess) {
-    rc = fdy_launch(a->dependent, mma_q4_kernel<MMA_NT>, grid,
-                    dim3(MMA_THREADS), shared_bytes(), stream, step,
-                    (const __half *)xh, (const float *)yscale,
-                    (const uint32_t *)a->in[2], (const uint16_t *)a->in[3],
-                    (const uint16_t *)a->in[4], bf16, d, (float *)a->out,
-                    partial);
+    rc = fdy_launch(
+        a->dependent, mma_q4_kernel<MMA_NT>, grid, dim3(MMA_THREADS),
+        shared_bytes(), stream, step, (const __half *)xh, (const float *)yscale,
+        (const uint32_t *)a->in[2], (const uint16_t *)a->in[3],
+        (const uint16_t *)a->in[4], bf16, d, (float *)a->out, partial);
   }
   if (rc == cudaSuccess && d.split > 1) {
     const uint64_t n = (uint64_t)d.rows * d.out;
