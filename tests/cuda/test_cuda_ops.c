@@ -1474,8 +1474,9 @@ static void test_fused_shapes(void **state) {
 
 /* Shapes off the models' grid: counts of 0, below 0 and above the rows,
  * widths that are not multiples of 4, outputs not a multiple of 64, inputs
- * not a multiple of 64 (group 32, also split over the inputs), a single-row GEMV with a count of 0,
- * attention over a cache whose end cuts the step, odd head_dim. */
+ * not a multiple of 64 (group 32, also split over the inputs), a single-row
+ * GEMV with a count of 0, attention over a cache whose end cuts the step, odd
+ * head_dim. */
 static void test_odd_shapes(void **state) {
   (void)state;
   q4_matrix w96 = q4_random(300, 96, 32, FDY_DTYPE_BF16);
