@@ -48,7 +48,6 @@
 #define MMA_STAGES        4
 #define MMA_A_BYTES       (MMA_BM * MMA_BK * 2) /* one stage of xh */
 #define MMA_ROW_BYTES     32                    /* one stage of a weight row */
-#define MMA_NT            2 /* n8-tiles per warp: BN = 32 MMA_NT outputs */
 #define MMA_BLOCKS_PER_SM 2 /* at most 128 registers a thread */
 #define MMA_TARGET_BLOCKS (132 * MMA_BLOCKS_PER_SM) /* fill the H200 */
 #define MMA_MAX_SPLIT     8
@@ -172,8 +171,8 @@ static __device__ __forceinline__ uint32_t half2_of(uint16_t bits, bool bf16) {
 
 /* The shared address of the buffer of stage kb. */
 static __device__ __forceinline__ unsigned int
-stage_buffer(unsigned int base, unsigned int kb, int nt) {
-  return base + (kb % MMA_STAGES) * (MMA_A_BYTES + 32 * nt * MMA_ROW_BYTES);
+stage_buffer(unsigned int base, unsigned int kb, unsigned int bn) {
+  return base + (kb % MMA_STAGES) * (MMA_A_BYTES + bn * MMA_ROW_BYTES);
 }
 
 /* The launch of one op: what the kernels need besides the pointers. */
@@ -202,15 +201,15 @@ issue_stage_a(unsigned int buffer, unsigned int kb, unsigned int row0,
   }
 }
 
-/* Copies the weights of stage kb into the shared buffer at `buffer`: BN =
- * 32 NT weight rows of 8 words (2 chunks per row, zeros past the outputs
- * and the inputs). */
-template <int NT>
+/* Copies the weights of stage kb into the shared buffer at `buffer`: BN
+ * weight rows of 8 words (2 chunks per row, zeros past the outputs and the
+ * inputs). */
+template <int BN>
 static __device__ __forceinline__ void
 issue_stage_b(unsigned int buffer, unsigned int kb, unsigned int n0,
               const uint32_t *weight, const mma_dims *d) {
   const unsigned int tid = threadIdx.x, words = d->in / 8;
-  if (tid < 64 * NT) {
+  if (tid < 2 * BN) {
     const unsigned int r = tid / 2, h = tid % 2;
     const bool valid = n0 + r < d->out && kb * 8 + 4 * h < words;
     const uint32_t *src =
@@ -238,7 +237,7 @@ load_scales(unsigned int kb, const unsigned int n[NT], const uint16_t *scales,
   }
 }
 
-template <int NT>
+template <int MT, int NT>
 __global__ void __launch_bounds__(MMA_THREADS, MMA_BLOCKS_PER_SM)
     mma_q4_kernel(const int32_t *step, const __half *xh, const float *yscale,
                   const uint32_t *weight, const uint16_t *scales,
@@ -247,12 +246,13 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_BLOCKS_PER_SM)
   extern __shared__ __align__(128) unsigned char smem[];
   fdy_grid_launch_dependents();
   const unsigned int active = fdy_active_rows(step, d.rows);
-  const unsigned int row0 = blockIdx.y * MMA_BM, n0 = blockIdx.x * 32 * NT;
+  constexpr int WN = MT, BN = WN * 8 * NT; /* (8 / MT) x MT warps */
+  const unsigned int row0 = blockIdx.y * MMA_BM, n0 = blockIdx.x * BN;
   if (row0 >= active) {
     return;
   }
   const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const unsigned int wm = warp / 4, wn = warp % 4; /* 2 x 4 warps */
+  const unsigned int wm = warp / WN, wn = warp % WN;
   const unsigned int g = lane / 4, t = lane % 4;
   const unsigned int kb_begin =
       (unsigned int)((unsigned long long)d.blocks * blockIdx.z / d.split);
@@ -260,9 +260,9 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_BLOCKS_PER_SM)
       (unsigned int)((unsigned long long)d.blocks * (blockIdx.z + 1) / d.split);
   const unsigned int base = shared_address(smem);
 
-  float acc[4][NT][4];
+  float acc[MT][NT][4];
 #pragma unroll
-  for (int mt = 0; mt < 4; mt++) {
+  for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
 #pragma unroll
@@ -273,7 +273,7 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_BLOCKS_PER_SM)
   }
 
   /* ldmatrix: lane l gives row l % 16 of its m16 tile, chunk 2j + l / 16 */
-  const unsigned int a_row = wm * 64 + lane % 16;
+  const unsigned int a_row = wm * 16 * MT + lane % 16;
   unsigned int a_chunk[4];
 #pragma unroll
   for (int j = 0; j < 4; j++) {
@@ -293,7 +293,7 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_BLOCKS_PER_SM)
 #pragma unroll
   for (int s = 0; s < MMA_STAGES - 1; s++) {
     if (kb_begin + s < kb_end) {
-      issue_stage_b<NT>(stage_buffer(base, kb_begin + s, NT), kb_begin + s, n0,
+      issue_stage_b<BN>(stage_buffer(base, kb_begin + s, BN), kb_begin + s, n0,
                         weight, &d);
     }
   }
@@ -303,7 +303,7 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_BLOCKS_PER_SM)
 #pragma unroll
   for (int s = 0; s < MMA_STAGES - 1; s++) {
     if (kb_begin + s < kb_end) {
-      issue_stage_a(stage_buffer(base, kb_begin + s, NT), kb_begin + s, row0,
+      issue_stage_a(stage_buffer(base, kb_begin + s, BN), kb_begin + s, row0,
                     active, xh, &d);
     }
     commit_copies();
@@ -323,12 +323,12 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_BLOCKS_PER_SM)
     __syncthreads(); /* stage kb landed; buffer (kb - 1) % S is free */
     if (kb + MMA_STAGES - 1 < kb_end) {
       const unsigned int next = kb + MMA_STAGES - 1;
-      issue_stage_a(stage_buffer(base, next, NT), next, row0, active, xh, &d);
-      issue_stage_b<NT>(stage_buffer(base, next, NT), next, n0, weight, &d);
+      issue_stage_a(stage_buffer(base, next, BN), next, row0, active, xh, &d);
+      issue_stage_b<BN>(stage_buffer(base, next, BN), next, n0, weight, &d);
     }
     commit_copies();
 
-    const unsigned int buffer = stage_buffer(base, kb, NT);
+    const unsigned int buffer = stage_buffer(base, kb, BN);
     uint2 wq[NT];
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
@@ -338,9 +338,9 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_BLOCKS_PER_SM)
     }
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-      uint32_t a[4][4];
+      uint32_t a[MT][4];
 #pragma unroll
-      for (int mt = 0; mt < 4; mt++) {
+      for (int mt = 0; mt < MT; mt++) {
         load_a(buffer + (a_row + mt * 16) * 128 + a_chunk[j], a[mt]);
       }
 #pragma unroll
@@ -350,7 +350,7 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_BLOCKS_PER_SM)
         const uint32_t b1 =
             dequantize_pair(wq[nt].y >> (4 * j), s2[nt], b2[nt]);
 #pragma unroll
-        for (int mt = 0; mt < 4; mt++) {
+        for (int mt = 0; mt < MT; mt++) {
           mma_16816(acc[mt][nt], a[mt], b0, b1);
         }
       }
@@ -364,10 +364,10 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_BLOCKS_PER_SM)
                    ? y
                    : partial + (unsigned long long)blockIdx.z * d.rows * d.out;
 #pragma unroll
-  for (int mt = 0; mt < 4; mt++) {
+  for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
     for (int half = 0; half < 2; half++) {
-      const unsigned int r = row0 + wm * 64 + mt * 16 + g + 8 * half;
+      const unsigned int r = row0 + wm * 16 * MT + mt * 16 + g + 8 * half;
       if (r >= active) {
         continue;
       }
@@ -427,11 +427,28 @@ static uint64_t aligned(uint64_t bytes) {
   return ceil_div(bytes, MMA_ALIGN) * MMA_ALIGN;
 }
 
-/* The split of an op's inputs, from the shapes alone: one when the tiles
- * (BN = 32 MMA_NT outputs x 128 rows) fill at least half of the
- * MMA_TARGET_BLOCKS slots; else as many as fill them, up to MMA_MAX_SPLIT
- * and at least 4 k-blocks per split. */
-static mma_dims dims_of(const fdy_op *op) {
+/* The two block shapes, (m16-tiles, n8-tiles) per warp: 2 x 4 warps of
+ * 64 x 16 (BN = 64) or 4 x 2 warps of 32 x 24 (BN = 48). */
+#define MMA_SHAPES 2
+static const int mma_mt[MMA_SHAPES] = {4, 2};
+static const int mma_nt[MMA_SHAPES] = {2, 3};
+
+/* The launch of an op: the block shape (index into mma_mt, mma_nt), its
+ * width and the dims. */
+typedef struct mma_config {
+  int shape;
+  unsigned int bn;
+  mma_dims d;
+} mma_config;
+
+/* The launch shape of an op, from the shapes alone. Per block shape, the
+ * split: one when the tiles (BN outputs x 128 rows) fill at least half of
+ * the MMA_TARGET_BLOCKS slots; else as many as fill them, up to
+ * MMA_MAX_SPLIT and at least 4 k-blocks per split. Of the shapes, the one
+ * whose waves of MMA_TARGET_BLOCKS blocks take the least time (waves x
+ * work per block; ties to the first, which issues fewer instructions per
+ * mma). */
+static mma_config config_of(const fdy_op *op) {
   mma_dims d;
   d.rows = (unsigned int)op->inputs[1].shape.dims[0];
   d.in = (unsigned int)op->inputs[1].shape.dims[1];
@@ -439,32 +456,43 @@ static mma_dims dims_of(const fdy_op *op) {
   d.group = d.in / (unsigned int)op->inputs[3].shape.dims[1];
   d.in64 = (unsigned int)ceil_div(d.in, MMA_BK) * MMA_BK;
   d.blocks = d.in64 / MMA_BK;
-  const uint64_t tiles =
-      ceil_div(d.out, 32ull * MMA_NT) * ceil_div(d.rows, MMA_BM);
-  uint64_t split = 1;
-  if (2 * tiles < MMA_TARGET_BLOCKS) {
-    split = MMA_TARGET_BLOCKS / tiles;
-    split = split > MMA_MAX_SPLIT ? MMA_MAX_SPLIT : split;
-    const uint64_t most = d.blocks / 4 > 0 ? d.blocks / 4 : 1;
-    split = split > most ? most : split;
+  mma_config best;
+  uint64_t best_cost = UINT64_MAX;
+  for (int i = 0; i < MMA_SHAPES; i++) {
+    const uint64_t bn = 8ull * mma_mt[i] * mma_nt[i];
+    const uint64_t tiles = ceil_div(d.out, bn) * ceil_div(d.rows, MMA_BM);
+    uint64_t split = 1;
+    if (2 * tiles < MMA_TARGET_BLOCKS) {
+      split = MMA_TARGET_BLOCKS / tiles;
+      split = split > MMA_MAX_SPLIT ? MMA_MAX_SPLIT : split;
+      const uint64_t most = d.blocks / 4 > 0 ? d.blocks / 4 : 1;
+      split = split > most ? most : split;
+    }
+    const uint64_t cost = ceil_div(tiles * split, MMA_TARGET_BLOCKS) *
+                          ceil_div(d.blocks, split) * bn;
+    if (cost < best_cost) {
+      best_cost = cost;
+      best.shape = i;
+      best.bn = (unsigned int)bn;
+      best.d = d;
+      best.d.split = (unsigned int)split;
+    }
   }
-  d.split = (unsigned int)split;
-  return d;
+  return best;
 }
 
-static uint64_t shared_bytes(void) {
-  return (uint64_t)MMA_STAGES * (MMA_A_BYTES + 32ull * MMA_NT * MMA_ROW_BYTES);
+static uint64_t shared_bytes_of(unsigned int bn) {
+  return (uint64_t)MMA_STAGES * (MMA_A_BYTES + bn * MMA_ROW_BYTES);
 }
 
 extern "C" uint64_t fdy_cuda_matmul_q4_mma_shared_bytes(const fdy_op *op) {
-  (void)op;
-  return shared_bytes();
+  return shared_bytes_of(config_of(op).bn);
 }
 
 /* Workspace: xh (rows x in64 halves), yscale (rows floats), then the
  * partial sums when split (split x rows x out floats). */
 extern "C" uint64_t fdy_cuda_matmul_q4_mma_workspace_bytes(const fdy_op *op) {
-  const mma_dims d = dims_of(op);
+  const mma_dims d = config_of(op).d;
   uint64_t bytes = aligned(2ull * d.rows * d.in64) + aligned(4ull * d.rows);
   if (d.split > 1) {
     bytes += 4ull * d.split * d.rows * d.out;
@@ -472,10 +500,22 @@ extern "C" uint64_t fdy_cuda_matmul_q4_mma_workspace_bytes(const fdy_op *op) {
   return bytes;
 }
 
+/* The kernel of block shape i. */
+typedef void (*mma_kernel)(const int32_t *, const __half *, const float *,
+                           const uint32_t *, const uint16_t *, const uint16_t *,
+                           bool, mma_dims, float *, float *);
+static mma_kernel kernel_of(int i) {
+  return i == 0 ? mma_q4_kernel<4, 2> : mma_q4_kernel<2, 3>;
+}
+
 extern "C" cudaError_t fdy_cuda_matmul_q4_mma_prepare(uint64_t smem_optin) {
-  cudaError_t rc = cudaFuncSetAttribute(
-      mma_q4_kernel<MMA_NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-      (int)(smem_optin < shared_bytes() ? smem_optin : shared_bytes()));
+  cudaError_t rc = cudaSuccess;
+  for (int i = 0; rc == cudaSuccess && i < MMA_SHAPES; i++) {
+    const uint64_t bytes = shared_bytes_of(8u * mma_mt[i] * mma_nt[i]);
+    rc = cudaFuncSetAttribute(kernel_of(i),
+                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              (int)(smem_optin < bytes ? smem_optin : bytes));
+  }
   const void *kernels[] = {(const void *)half_rows_kernel,
                            (const void *)sum_splits_kernel};
   for (size_t i = 0; rc == cudaSuccess && i < 2; i++) {
@@ -488,7 +528,8 @@ extern "C" cudaError_t fdy_cuda_matmul_q4_mma_prepare(uint64_t smem_optin) {
 extern "C" cudaError_t fdy_cuda_matmul_q4_mma_enqueue(const fdy_cuda_op_args *a,
                                                       cudaStream_t stream) {
   const fdy_op *op = a->op;
-  const mma_dims d = dims_of(op);
+  const mma_config c = config_of(op);
+  const mma_dims d = c.d;
   const int32_t *step = (const int32_t *)a->in[0];
   unsigned char *ws = (unsigned char *)a->workspace;
   __half *xh = (__half *)ws;
@@ -499,15 +540,15 @@ extern "C" cudaError_t fdy_cuda_matmul_q4_mma_enqueue(const fdy_cuda_op_args *a,
   cudaError_t rc = fdy_launch(
       a->dependent, half_rows_kernel, dim3(d.rows), dim3(MMA_THREADS), 0,
       stream, step, (const float *)a->in[1], d.rows, d.in, d.in64, xh, yscale);
-  const dim3 grid((unsigned int)ceil_div(d.out, 32ull * MMA_NT),
+  const dim3 grid((unsigned int)ceil_div(d.out, c.bn),
                   (unsigned int)ceil_div(d.rows, MMA_BM), d.split);
   const bool bf16 = op->inputs[3].dtype == FDY_DTYPE_BF16;
   if (rc == cudaSuccess) {
-    rc = fdy_launch(
-        a->dependent, mma_q4_kernel<MMA_NT>, grid, dim3(MMA_THREADS),
-        shared_bytes(), stream, step, (const __half *)xh, (const float *)yscale,
-        (const uint32_t *)a->in[2], (const uint16_t *)a->in[3],
-        (const uint16_t *)a->in[4], bf16, d, (float *)a->out, partial);
+    rc = fdy_launch(a->dependent, kernel_of(c.shape), grid, dim3(MMA_THREADS),
+                    shared_bytes_of(c.bn), stream, step, (const __half *)xh,
+                    (const float *)yscale, (const uint32_t *)a->in[2],
+                    (const uint16_t *)a->in[3], (const uint16_t *)a->in[4],
+                    bf16, d, (float *)a->out, partial);
   }
   if (rc == cudaSuccess && d.split > 1) {
     const uint64_t n = (uint64_t)d.rows * d.out;
