@@ -11,28 +11,33 @@
  *    0..3, c, i in 0..1): the order in which a thread of the mma meets the
  *    nibbles of its two weight words (below), padded with zeros to a
  *    multiple of 64.
- * 2. mma_q4_kernel, a block of 8 warps (2 x 4) per 128 rows x BN outputs
- *    (BN = 32 NT, NT = 4 or 3 n8-tiles per warp) and per split of the
- *    inputs: 4 stages of cp.async (zero-filled past the active rows, the
- *    outputs and the inputs) bring 64 inputs of xh (16 KB, 16-byte chunks
- *    XOR-swizzled by row so ldmatrix is conflict-free) and BN rows of 8
- *    weight words. Lane (g, t) = (lane / 4, lane % 4) reads words 2t and
- *    2t + 1 of its weight row once per 64 inputs; for k-step j the pairs
- *    (nibble j, nibble j + 4) of each word become half2 values exactly
- *    ((w >> 4j) & 0x000f000f | 0x64006400 is 1024 + q; minus 1024) and
- *    w = s * q + b is one F16 fma (rounded once; the scales and biases of
- *    the group, read a step ahead, are F16 exactly or BF16 rounded to
- *    F16). These are the mma's B fragments for the permuted order of step
- *    1, and ldmatrix reads the matching A fragments.
+ * 2. mma_q4_kernel, a block of 8 warps per 128 rows x BN outputs and per
+ *    split of the inputs, two blocks per multiprocessor (at most 128 registers
+ *    a thread, 4 warps per scheduler to hide the ldmatrix, dequantization and
+ *    mma latencies): 2 x 4 warps of 64 x 16 outputs (BN = 64) or 4 x 2 warps of
+ *    32 x 24 (BN = 48). 4 stages of cp.async (zero-filled past the active rows,
+ *    the outputs and the inputs) bring 64 inputs of xh (16 KB, 16-byte chunks
+ *    XOR-swizzled by row so ldmatrix is conflict-free) and BN rows of 8 weight
+ *    words. Lane (g, t) = (lane / 4, lane % 4) reads words 2t and 2t + 1 of its
+ *    weight row once per 64 inputs; for k-step j the pairs (nibble j, nibble j
+ *    + 4) of each word become half2 values exactly ((w >> 4j) & 0x000f000f |
+ *    0x64006400 is 1024 + q; minus 1024) and w = s * q + b is one F16 fma
+ *    (rounded once; the scales and biases of the group, read a step ahead, are
+ *    F16 exactly or BF16 rounded to F16). These are the mma's B fragments for
+ *    the permuted order of step 1, and ldmatrix reads the matching A fragments.
  * 3. With one split the kernel writes y = acc 2^-e; with several, each
  *    split writes its partial sums to the workspace and sum_splits_kernel
  *    adds them in split order, then scales.
  *
- * Tile width and split are chosen from the op's shapes only (rows, outputs,
- * inputs), for MMA_TARGET_BLOCKS multiprocessors (the H200's 132), so every
- * output element is summed in the same order on every device and run:
- * results are deterministic, with no atomics. Rows at or beyond the step's
- * count are neither read nor written.
+ * The three kernels launch as programmatic dependent launches when the op
+ * asks (a->dependent): mma_q4_kernel issues the copies of its first stages'
+ * weights and reads their scales before it waits for half_rows_kernel.
+ *
+ * Block shape and split are chosen from the op's shapes only (rows, outputs,
+ * inputs), for MMA_TARGET_BLOCKS slots (the H200's 132 multiprocessors x 2),
+ * so every output element is summed in the same order on every device and
+ * run: results are deterministic, with no atomics. Rows at or beyond the
+ * step's count are neither read nor written.
  *
  * Precision: x and w rounded to F16 (relative 2^-11 each) with exact
  * products and F32 sums give a relative error of about 4e-4 against the
