@@ -520,6 +520,11 @@ extern "C" cudaError_t fdy_cuda_matmul_q4_mma_prepare(uint64_t smem_optin) {
     rc = cudaFuncSetAttribute(kernel_of(i),
                               cudaFuncAttributeMaxDynamicSharedMemorySize,
                               (int)(smem_optin < bytes ? smem_optin : bytes));
+    if (rc == cudaSuccess) { /* room for MMA_BLOCKS_PER_SM blocks */
+      rc = cudaFuncSetAttribute(kernel_of(i),
+                                cudaFuncAttributePreferredSharedMemoryCarveout,
+                                cudaSharedmemCarveoutMaxShared);
+    }
   }
   const void *kernels[] = {(const void *)half_rows_kernel,
                            (const void *)sum_splits_kernel};
