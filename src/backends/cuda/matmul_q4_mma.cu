@@ -11,20 +11,21 @@
  *    0..3, c, i in 0..1): the order in which a thread of the mma meets the
  *    nibbles of its two weight words (below), padded with zeros to a
  *    multiple of 64.
- * 2. mma_q4_kernel, a block of 8 warps per 128 rows x BN outputs and per
- *    split of the inputs, two blocks per multiprocessor (at most 128 registers
- *    a thread, 4 warps per scheduler to hide the ldmatrix, dequantization and
- *    mma latencies): 2 x 4 warps of 64 x 16 outputs (BN = 64) or 4 x 2 warps of
- *    32 x 24 (BN = 48). 4 stages of cp.async (zero-filled past the active rows,
- *    the outputs and the inputs) bring 64 inputs of xh (16 KB, 16-byte chunks
- *    XOR-swizzled by row so ldmatrix is conflict-free) and BN rows of 8 weight
- *    words. Lane (g, t) = (lane / 4, lane % 4) reads words 2t and 2t + 1 of its
- *    weight row once per 64 inputs; for k-step j the pairs (nibble j, nibble j
- *    + 4) of each word become half2 values exactly ((w >> 4j) & 0x000f000f |
- *    0x64006400 is 1024 + q; minus 1024) and w = s * q + b is one F16 fma
- *    (rounded once; the scales and biases of the group, read a step ahead, are
- *    F16 exactly or BF16 rounded to F16). These are the mma's B fragments for
- *    the permuted order of step 1, and ldmatrix reads the matching A fragments.
+ * 2. mma_q4_kernel, a block of 8 warps per 128 rows x BN outputs and per split
+ *    of the inputs, two blocks per multiprocessor (at most 128 registers a
+ *    thread, 4 warps per scheduler to hide the ldmatrix, dequantization and
+ *    mma latencies): 2 x 4 warps of 64 x 16 outputs (BN = 64; the kernel is
+ *    templated on the warp tile). 4 stages of cp.async (zero-filled past the
+ *    active rows, the outputs and the inputs) bring 64 inputs of xh (16 KB,
+ *    16-byte chunks XOR-swizzled by row so ldmatrix is conflict-free) and BN
+ *    rows of 8 weight words. Lane (g, t) = (lane / 4, lane % 4) reads words 2t
+ *    and 2t + 1 of its weight row once per 64 inputs; for k-step j the pairs
+ *    (nibble j, nibble j + 4) of each word become half2 values exactly ((w >>
+ *    4j) & 0x000f000f | 0x64006400 is 1024 + q; minus 1024) and w = s * q + b
+ *    is one F16 fma (rounded once; the scales and biases of the group, read a
+ *    step ahead, are F16 exactly or BF16 rounded to F16). These are the mma's
+ *    B fragments for the permuted order of step 1, and ldmatrix reads the
+ *    matching A fragments.
  * 3. With one split the kernel writes y = acc 2^-e; with several, each
  *    split writes its partial sums to the workspace and sum_splits_kernel
  *    adds them in split order, then scales.
@@ -33,11 +34,11 @@
  * asks (a->dependent): mma_q4_kernel issues the copies of its first stages'
  * weights and reads their scales before it waits for half_rows_kernel.
  *
- * Block shape and split are chosen from the op's shapes only (rows, outputs,
- * inputs), for MMA_TARGET_BLOCKS slots (the H200's 132 multiprocessors x 2),
- * so every output element is summed in the same order on every device and
- * run: results are deterministic, with no atomics. Rows at or beyond the
- * step's count are neither read nor written.
+ * The split is chosen from the op's shapes only (rows, outputs, inputs), for
+ * MMA_TARGET_BLOCKS slots (the H200's 132 multiprocessors x 2), so every
+ * output element is summed in the same order on every device and run:
+ * results are deterministic, with no atomics. Rows at or beyond the step's
+ * count are neither read nor written.
  *
  * Precision: x and w rounded to F16 (relative 2^-11 each) with exact
  * products and F32 sums give a relative error of about 4e-4 against the
@@ -432,28 +433,20 @@ static uint64_t aligned(uint64_t bytes) {
   return ceil_div(bytes, MMA_ALIGN) * MMA_ALIGN;
 }
 
-/* The two block shapes, (m16-tiles, n8-tiles) per warp: 2 x 4 warps of
- * 64 x 16 (BN = 64) or 4 x 2 warps of 32 x 24 (BN = 48). */
-#define MMA_SHAPES 2
-static const int mma_mt[MMA_SHAPES] = {4, 2};
-static const int mma_nt[MMA_SHAPES] = {2, 3};
+/* The block shape: 2 x 4 warps of MMA_MT m16-tiles x MMA_NT n8-tiles
+ * (64 x 16 outputs), BN = 64 outputs. At most 128 registers allow no wider
+ * warp tile; 4 x 2 warps of 32 x 24 (BN = 48) fill a wave with q/o but
+ * issue about 8.5 instructions per mma against 5.5 (the kernel is issue-
+ * and latency-bound). */
+#define MMA_MT 4
+#define MMA_NT 2
+#define MMA_BN (8 * MMA_MT * MMA_NT)
 
-/* The launch of an op: the block shape (index into mma_mt, mma_nt), its
- * width and the dims. */
-typedef struct mma_config {
-  int shape;
-  unsigned int bn;
-  mma_dims d;
-} mma_config;
-
-/* The launch shape of an op, from the shapes alone. Per block shape, the
- * split: one when the tiles (BN outputs x 128 rows) fill at least half of
- * the MMA_TARGET_BLOCKS slots; else as many as fill them, up to
- * MMA_MAX_SPLIT and at least 4 k-blocks per split. Of the shapes, the one
- * whose waves of MMA_TARGET_BLOCKS blocks take the least time (waves x
- * work per block; ties to the first, which issues fewer instructions per
- * mma). */
-static mma_config config_of(const fdy_op *op) {
+/* The launch of an op, from its shapes alone. The split of the inputs: one
+ * when the tiles (MMA_BN outputs x 128 rows) fill at least half of the
+ * MMA_TARGET_BLOCKS slots; else as many as fill them, up to MMA_MAX_SPLIT
+ * and at least 4 k-blocks per split. */
+static mma_dims dims_of(const fdy_op *op) {
   mma_dims d;
   d.rows = (unsigned int)op->inputs[1].shape.dims[0];
   d.in = (unsigned int)op->inputs[1].shape.dims[1];
@@ -461,43 +454,31 @@ static mma_config config_of(const fdy_op *op) {
   d.group = d.in / (unsigned int)op->inputs[3].shape.dims[1];
   d.in64 = (unsigned int)ceil_div(d.in, MMA_BK) * MMA_BK;
   d.blocks = d.in64 / MMA_BK;
-  mma_config best;
-  uint64_t best_cost = UINT64_MAX;
-  for (int i = 0; i < MMA_SHAPES; i++) {
-    const uint64_t bn = 8ull * mma_mt[i] * mma_nt[i];
-    const uint64_t tiles = ceil_div(d.out, bn) * ceil_div(d.rows, MMA_BM);
-    uint64_t split = 1;
-    if (2 * tiles < MMA_TARGET_BLOCKS) {
-      split = MMA_TARGET_BLOCKS / tiles;
-      split = split > MMA_MAX_SPLIT ? MMA_MAX_SPLIT : split;
-      const uint64_t most = d.blocks / 4 > 0 ? d.blocks / 4 : 1;
-      split = split > most ? most : split;
-    }
-    const uint64_t cost = ceil_div(tiles * split, MMA_TARGET_BLOCKS) *
-                          ceil_div(d.blocks, split) * bn;
-    if (cost < best_cost) {
-      best_cost = cost;
-      best.shape = i;
-      best.bn = (unsigned int)bn;
-      best.d = d;
-      best.d.split = (unsigned int)split;
-    }
+  const uint64_t tiles = ceil_div(d.out, MMA_BN) * ceil_div(d.rows, MMA_BM);
+  uint64_t split = 1;
+  if (2 * tiles < MMA_TARGET_BLOCKS) {
+    split = MMA_TARGET_BLOCKS / tiles;
+    split = split > MMA_MAX_SPLIT ? MMA_MAX_SPLIT : split;
+    const uint64_t most = d.blocks / 4 > 0 ? d.blocks / 4 : 1;
+    split = split > most ? most : split;
   }
-  return best;
+  d.split = (unsigned int)split;
+  return d;
 }
 
-static uint64_t shared_bytes_of(unsigned int bn) {
-  return (uint64_t)MMA_STAGES * (MMA_A_BYTES + bn * MMA_ROW_BYTES);
+static uint64_t shared_bytes(void) {
+  return (uint64_t)MMA_STAGES * (MMA_A_BYTES + MMA_BN * MMA_ROW_BYTES);
 }
 
 extern "C" uint64_t fdy_cuda_matmul_q4_mma_shared_bytes(const fdy_op *op) {
-  return shared_bytes_of(config_of(op).bn);
+  (void)op;
+  return shared_bytes();
 }
 
 /* Workspace: xh (rows x in64 halves), yscale (rows floats), then the
  * partial sums when split (split x rows x out floats). */
 extern "C" uint64_t fdy_cuda_matmul_q4_mma_workspace_bytes(const fdy_op *op) {
-  const mma_dims d = config_of(op).d;
+  const mma_dims d = dims_of(op);
   uint64_t bytes = aligned(2ull * d.rows * d.in64) + aligned(4ull * d.rows);
   if (d.split > 1) {
     bytes += 4ull * d.split * d.rows * d.out;
@@ -505,26 +486,15 @@ extern "C" uint64_t fdy_cuda_matmul_q4_mma_workspace_bytes(const fdy_op *op) {
   return bytes;
 }
 
-/* The kernel of block shape i. */
-typedef void (*mma_kernel)(const int32_t *, const __half *, const float *,
-                           const uint32_t *, const uint16_t *, const uint16_t *,
-                           bool, mma_dims, float *, float *);
-static mma_kernel kernel_of(int i) {
-  return i == 0 ? mma_q4_kernel<4, 2> : mma_q4_kernel<2, 3>;
-}
-
 extern "C" cudaError_t fdy_cuda_matmul_q4_mma_prepare(uint64_t smem_optin) {
-  cudaError_t rc = cudaSuccess;
-  for (int i = 0; rc == cudaSuccess && i < MMA_SHAPES; i++) {
-    const uint64_t bytes = shared_bytes_of(8u * mma_mt[i] * mma_nt[i]);
-    rc = cudaFuncSetAttribute(kernel_of(i),
-                              cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              (int)(smem_optin < bytes ? smem_optin : bytes));
-    if (rc == cudaSuccess) { /* room for MMA_BLOCKS_PER_SM blocks */
-      rc = cudaFuncSetAttribute(kernel_of(i),
-                                cudaFuncAttributePreferredSharedMemoryCarveout,
-                                cudaSharedmemCarveoutMaxShared);
-    }
+  cudaError_t rc = cudaFuncSetAttribute(
+      mma_q4_kernel<MMA_MT, MMA_NT>,
+      cudaFuncAttributeMaxDynamicSharedMemorySize,
+      (int)(smem_optin < shared_bytes() ? smem_optin : shared_bytes()));
+  if (rc == cudaSuccess) { /* room for MMA_BLOCKS_PER_SM blocks */
+    rc = cudaFuncSetAttribute(mma_q4_kernel<MMA_MT, MMA_NT>,
+                              cudaFuncAttributePreferredSharedMemoryCarveout,
+                              cudaSharedmemCarveoutMaxShared);
   }
   const void *kernels[] = {(const void *)half_rows_kernel,
                            (const void *)sum_splits_kernel};
@@ -538,8 +508,7 @@ extern "C" cudaError_t fdy_cuda_matmul_q4_mma_prepare(uint64_t smem_optin) {
 extern "C" cudaError_t fdy_cuda_matmul_q4_mma_enqueue(const fdy_cuda_op_args *a,
                                                       cudaStream_t stream) {
   const fdy_op *op = a->op;
-  const mma_config c = config_of(op);
-  const mma_dims d = c.d;
+  const mma_dims d = dims_of(op);
   const int32_t *step = (const int32_t *)a->in[0];
   unsigned char *ws = (unsigned char *)a->workspace;
   __half *xh = (__half *)ws;
@@ -550,15 +519,15 @@ extern "C" cudaError_t fdy_cuda_matmul_q4_mma_enqueue(const fdy_cuda_op_args *a,
   cudaError_t rc = fdy_launch(
       a->dependent, half_rows_kernel, dim3(d.rows), dim3(MMA_THREADS), 0,
       stream, step, (const float *)a->in[1], d.rows, d.in, d.in64, xh, yscale);
-  const dim3 grid((unsigned int)ceil_div(d.out, c.bn),
+  const dim3 grid((unsigned int)ceil_div(d.out, MMA_BN),
                   (unsigned int)ceil_div(d.rows, MMA_BM), d.split);
   const bool bf16 = op->inputs[3].dtype == FDY_DTYPE_BF16;
   if (rc == cudaSuccess) {
-    rc = fdy_launch(a->dependent, kernel_of(c.shape), grid, dim3(MMA_THREADS),
-                    shared_bytes_of(c.bn), stream, step, (const __half *)xh,
-                    (const float *)yscale, (const uint32_t *)a->in[2],
-                    (const uint16_t *)a->in[3], (const uint16_t *)a->in[4],
-                    bf16, d, (float *)a->out, partial);
+    rc = fdy_launch(
+        a->dependent, mma_q4_kernel<MMA_MT, MMA_NT>, grid, dim3(MMA_THREADS),
+        shared_bytes(), stream, step, (const __half *)xh, (const float *)yscale,
+        (const uint32_t *)a->in[2], (const uint16_t *)a->in[3],
+        (const uint16_t *)a->in[4], bf16, d, (float *)a->out, partial);
   }
   if (rc == cudaSuccess && d.split > 1) {
     const uint64_t n = (uint64_t)d.rows * d.out;
