@@ -1520,8 +1520,9 @@ static void test_fused_shapes(void **state) {
 
 /* Shapes off the models' grid: counts of 0, below 0 and above the rows,
  * widths that are not multiples of 4, outputs not a multiple of 64, inputs
- * not a multiple of 64 (group 32), a single-row GEMV with a count of 0,
- * attention over a cache whose end cuts the step, odd head_dim. */
+ * not a multiple of 64 (group 32, also split over the inputs), a single-row
+ * GEMV with a count of 0, attention over a cache whose end cuts the step, odd
+ * head_dim. */
 static void test_odd_shapes(void **state) {
   (void)state;
   q4_matrix w96 = q4_random(300, 96, 32, FDY_DTYPE_BF16);
@@ -1540,6 +1541,11 @@ static void test_odd_shapes(void **state) {
   matmul_case("in 512 out 130 g128", &w512, 3, 2);
   matmul_case("in 512 out 130 g128", &w512, 1, 1);
   q4_free(&w512);
+  /* 8 uneven splits of 33 k-blocks, the last one half past the inputs */
+  q4_matrix w2080 = q4_random(77, 2080, 32, FDY_DTYPE_BF16);
+  matmul_case("in 2080 out 77", &w2080, 65, 65);
+  matmul_case("in 2080 out 77", &w2080, 7, 5);
+  q4_free(&w2080);
 
   q4_matrix table = q4_random(50, 96, 32, FDY_DTYPE_F16);
   embed_case("vocab 50", &table, 6, 4);

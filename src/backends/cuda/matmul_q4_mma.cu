@@ -1,8 +1,6 @@
 /* MATMUL_Q4 for x of several rows (prefill) on the tensor cores: y = x W^T
  * with MLX affine 4-bit weights (w = s * q + b per group of 32, 64 or 128
- * inputs), as F16 products with F32 accumulation (mma.sync m16n8k16). The
- * three kernels are programmatic dependent launches (cuda_device.h: each
- * waits for the previous kernel before anything else).
+ * inputs), as F16 products with F32 accumulation (mma.sync m16n8k16).
  *
  * 1. half_rows_kernel, a block per active row of x: the row's largest |x|
  *    gives a power of two 2^e that brings it into [2^14, 2^15), so no value
@@ -13,25 +11,31 @@
  *    0..3, c, i in 0..1): the order in which a thread of the mma meets the
  *    nibbles of its two weight words (below), padded with zeros to a
  *    multiple of 64.
- * 2. mma_q4_kernel, a block of 8 warps (2 x 4) per 128 rows x BN outputs
- *    (BN = 32 NT, NT = 4 or 3 n8-tiles per warp) and per split of the
- *    inputs: 4 stages of cp.async (zero-filled past the active rows, the
- *    outputs and the inputs) bring 64 inputs of xh (16 KB, 16-byte chunks
- *    XOR-swizzled by row so ldmatrix is conflict-free) and BN rows of 8
- *    weight words. Lane (g, t) = (lane / 4, lane % 4) reads words 2t and
- *    2t + 1 of its weight row once per 64 inputs; for k-step j the pairs
- *    (nibble j, nibble j + 4) of each word become half2 values exactly
- *    ((w >> 4j) & 0x000f000f | 0x64006400 is 1024 + q; minus 1024) and
- *    w = s * q + b is one F16 fma (rounded once; the scales and biases of
- *    the group, read a step ahead, are F16 exactly or BF16 rounded to
- *    F16). These are the mma's B fragments for the permuted order of step
- *    1, and ldmatrix reads the matching A fragments.
+ * 2. mma_q4_kernel, a block of 8 warps per 128 rows x BN outputs and per split
+ *    of the inputs, two blocks per multiprocessor (at most 128 registers a
+ *    thread, 4 warps per scheduler to hide the ldmatrix, dequantization and
+ *    mma latencies): 2 x 4 warps of 64 x 16 outputs (BN = 64; the kernel is
+ *    templated on the warp tile). 4 stages of cp.async (zero-filled past the
+ *    active rows, the outputs and the inputs) bring 64 inputs of xh (16 KB,
+ *    16-byte chunks XOR-swizzled by row so ldmatrix is conflict-free) and BN
+ *    rows of 8 weight words. Lane (g, t) = (lane / 4, lane % 4) reads words 2t
+ *    and 2t + 1 of its weight row once per 64 inputs; for k-step j the pairs
+ *    (nibble j, nibble j + 4) of each word become half2 values exactly ((w >>
+ *    4j) & 0x000f000f | 0x64006400 is 1024 + q; minus 1024) and w = s * q + b
+ *    is one F16 fma (rounded once; the scales and biases of the group, read a
+ *    step ahead, are F16 exactly or BF16 rounded to F16). These are the mma's
+ *    B fragments for the permuted order of step 1, and ldmatrix reads the
+ *    matching A fragments.
  * 3. With one split the kernel writes y = acc 2^-e; with several, each
  *    split writes its partial sums to the workspace and sum_splits_kernel
  *    adds them in split order, then scales.
  *
- * Tile width and split are chosen from the op's shapes only (rows, outputs,
- * inputs), for MMA_TARGET_BLOCKS multiprocessors (the H200's 132), so every
+ * The three kernels launch as programmatic dependent launches when the op
+ * asks (a->dependent): mma_q4_kernel issues the copies of its first stages'
+ * weights and reads their scales before it waits for half_rows_kernel.
+ *
+ * The split is chosen from the op's shapes only (rows, outputs, inputs), for
+ * MMA_TARGET_BLOCKS slots (the H200's 132 multiprocessors x 2), so every
  * output element is summed in the same order on every device and run:
  * results are deterministic, with no atomics. Rows at or beyond the step's
  * count are neither read nor written.
@@ -50,7 +54,8 @@
 #define MMA_STAGES        4
 #define MMA_A_BYTES       (MMA_BM * MMA_BK * 2) /* one stage of xh */
 #define MMA_ROW_BYTES     32                    /* one stage of a weight row */
-#define MMA_TARGET_BLOCKS 132 /* blocks that fill the H200 (one per SM) */
+#define MMA_BLOCKS_PER_SM 2 /* at most 128 registers a thread */
+#define MMA_TARGET_BLOCKS (132 * MMA_BLOCKS_PER_SM) /* fill the H200 */
 #define MMA_MAX_SPLIT     8
 #define MMA_ALIGN         256ull /* workspace parts start at this alignment */
 
@@ -61,13 +66,13 @@ __global__ void __launch_bounds__(MMA_THREADS)
     half_rows_kernel(const int32_t *step, const float *x, unsigned int rows,
                      unsigned int in, unsigned int in64, __half *xh,
                      float *yscale) {
-  fdy_grid_launch_dependents();
-  fdy_grid_wait();
   __shared__ float warp_max[MMA_THREADS / 32];
+  fdy_grid_launch_dependents();
   const unsigned int row = blockIdx.x;
   if (row >= fdy_active_rows(step, rows)) {
     return;
   }
+  fdy_grid_wait();
   const float *xr = x + (unsigned long long)row * in;
   float m = 0.0f;
   for (unsigned int k = threadIdx.x; k < in; k += blockDim.x) {
@@ -172,8 +177,8 @@ static __device__ __forceinline__ uint32_t half2_of(uint16_t bits, bool bf16) {
 
 /* The shared address of the buffer of stage kb. */
 static __device__ __forceinline__ unsigned int
-stage_buffer(unsigned int base, unsigned int kb, int nt) {
-  return base + (kb % MMA_STAGES) * (MMA_A_BYTES + 32 * nt * MMA_ROW_BYTES);
+stage_buffer(unsigned int base, unsigned int kb, unsigned int bn) {
+  return base + (kb % MMA_STAGES) * (MMA_A_BYTES + bn * MMA_ROW_BYTES);
 }
 
 /* The launch of one op: what the kernels need besides the pointers. */
@@ -184,16 +189,12 @@ typedef struct mma_dims {
   unsigned int split;  /* input ranges summed separately */
 } mma_dims;
 
-/* Copies stage kb into the shared buffer at `buffer`: 128 rows of 64
- * inputs of xh (4 chunks per thread, zeros past the active rows) and BN =
- * 32 NT weight rows of 8 words (2 chunks per row, zeros past the outputs
- * and the inputs). */
-template <int NT>
+/* Copies the xh of stage kb into the shared buffer at `buffer`: 128 rows
+ * of 64 inputs (4 chunks per thread, zeros past the active rows). */
 static __device__ __forceinline__ void
-issue_stage(unsigned int buffer, unsigned int kb, unsigned int row0,
-            unsigned int active, unsigned int n0, const __half *xh,
-            const uint32_t *weight, const mma_dims *d) {
-  const unsigned int tid = threadIdx.x, words = d->in / 8;
+issue_stage_a(unsigned int buffer, unsigned int kb, unsigned int row0,
+              unsigned int active, const __half *xh, const mma_dims *d) {
+  const unsigned int tid = threadIdx.x;
 #pragma unroll
   for (int i = 0; i < MMA_BM * 8 / MMA_THREADS; i++) {
     const unsigned int chunk = tid + i * MMA_THREADS;
@@ -204,7 +205,17 @@ issue_stage(unsigned int buffer, unsigned int kb, unsigned int row0,
                                     : 0);
     copy16(buffer + r * 128 + ((c ^ (r % 8)) << 4), src, valid);
   }
-  if (tid < 64 * NT) {
+}
+
+/* Copies the weights of stage kb into the shared buffer at `buffer`: BN
+ * weight rows of 8 words (2 chunks per row, zeros past the outputs and the
+ * inputs). */
+template <int BN>
+static __device__ __forceinline__ void
+issue_stage_b(unsigned int buffer, unsigned int kb, unsigned int n0,
+              const uint32_t *weight, const mma_dims *d) {
+  const unsigned int tid = threadIdx.x, words = d->in / 8;
+  if (tid < 2 * BN) {
     const unsigned int r = tid / 2, h = tid % 2;
     const bool valid = n0 + r < d->out && kb * 8 + 4 * h < words;
     const uint32_t *src =
@@ -232,22 +243,22 @@ load_scales(unsigned int kb, const unsigned int n[NT], const uint16_t *scales,
   }
 }
 
-template <int NT>
-__global__ void __launch_bounds__(MMA_THREADS, 1)
+template <int MT, int NT>
+__global__ void __launch_bounds__(MMA_THREADS, MMA_BLOCKS_PER_SM)
     mma_q4_kernel(const int32_t *step, const __half *xh, const float *yscale,
                   const uint32_t *weight, const uint16_t *scales,
                   const uint16_t *biases, bool bf16, mma_dims d, float *y,
                   float *partial) {
-  fdy_grid_launch_dependents();
-  fdy_grid_wait();
   extern __shared__ __align__(128) unsigned char smem[];
+  fdy_grid_launch_dependents();
   const unsigned int active = fdy_active_rows(step, d.rows);
-  const unsigned int row0 = blockIdx.y * MMA_BM, n0 = blockIdx.x * 32 * NT;
+  constexpr int WN = MT, BN = WN * 8 * NT; /* (8 / MT) x MT warps */
+  const unsigned int row0 = blockIdx.y * MMA_BM, n0 = blockIdx.x * BN;
   if (row0 >= active) {
     return;
   }
   const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const unsigned int wm = warp / 4, wn = warp % 4; /* 2 x 4 warps */
+  const unsigned int wm = warp / WN, wn = warp % WN;
   const unsigned int g = lane / 4, t = lane % 4;
   const unsigned int kb_begin =
       (unsigned int)((unsigned long long)d.blocks * blockIdx.z / d.split);
@@ -255,9 +266,9 @@ __global__ void __launch_bounds__(MMA_THREADS, 1)
       (unsigned int)((unsigned long long)d.blocks * (blockIdx.z + 1) / d.split);
   const unsigned int base = shared_address(smem);
 
-  float acc[4][NT][4];
+  float acc[MT][NT][4];
 #pragma unroll
-  for (int mt = 0; mt < 4; mt++) {
+  for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
 #pragma unroll
@@ -268,7 +279,7 @@ __global__ void __launch_bounds__(MMA_THREADS, 1)
   }
 
   /* ldmatrix: lane l gives row l % 16 of its m16 tile, chunk 2j + l / 16 */
-  const unsigned int a_row = wm * 64 + lane % 16;
+  const unsigned int a_row = wm * 16 * MT + lane % 16;
   unsigned int a_chunk[4];
 #pragma unroll
   for (int j = 0; j < 4; j++) {
@@ -282,16 +293,27 @@ __global__ void __launch_bounds__(MMA_THREADS, 1)
   const unsigned int b_offset =
       MMA_A_BYTES + (wn * 8 * NT + g) * MMA_ROW_BYTES + 8 * t;
 
+  /* The weights of the first stages and the first scales before the
+   * wait (only xh and yscale come from the kernel before); all of them in
+   * the first group of copies, so stage s has landed with group s. */
 #pragma unroll
   for (int s = 0; s < MMA_STAGES - 1; s++) {
     if (kb_begin + s < kb_end) {
-      issue_stage<NT>(stage_buffer(base, kb_begin + s, NT), kb_begin + s, row0,
-                      active, n0, xh, weight, &d);
+      issue_stage_b<BN>(stage_buffer(base, kb_begin + s, BN), kb_begin + s, n0,
+                        weight, &d);
     }
-    commit_copies();
   }
   uint16_t s_next[NT], b_next[NT];
   load_scales<NT>(kb_begin, n, scales, biases, &d, s_next, b_next);
+  fdy_grid_wait();
+#pragma unroll
+  for (int s = 0; s < MMA_STAGES - 1; s++) {
+    if (kb_begin + s < kb_end) {
+      issue_stage_a(stage_buffer(base, kb_begin + s, BN), kb_begin + s, row0,
+                    active, xh, &d);
+    }
+    commit_copies();
+  }
 
   for (unsigned int kb = kb_begin; kb < kb_end; kb++) {
     uint32_t s2[NT], b2[NT];
@@ -307,12 +329,12 @@ __global__ void __launch_bounds__(MMA_THREADS, 1)
     __syncthreads(); /* stage kb landed; buffer (kb - 1) % S is free */
     if (kb + MMA_STAGES - 1 < kb_end) {
       const unsigned int next = kb + MMA_STAGES - 1;
-      issue_stage<NT>(stage_buffer(base, next, NT), next, row0, active, n0, xh,
-                      weight, &d);
+      issue_stage_a(stage_buffer(base, next, BN), next, row0, active, xh, &d);
+      issue_stage_b<BN>(stage_buffer(base, next, BN), next, n0, weight, &d);
     }
     commit_copies();
 
-    const unsigned int buffer = stage_buffer(base, kb, NT);
+    const unsigned int buffer = stage_buffer(base, kb, BN);
     uint2 wq[NT];
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
@@ -322,9 +344,9 @@ __global__ void __launch_bounds__(MMA_THREADS, 1)
     }
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-      uint32_t a[4][4];
+      uint32_t a[MT][4];
 #pragma unroll
-      for (int mt = 0; mt < 4; mt++) {
+      for (int mt = 0; mt < MT; mt++) {
         load_a(buffer + (a_row + mt * 16) * 128 + a_chunk[j], a[mt]);
       }
 #pragma unroll
@@ -334,7 +356,7 @@ __global__ void __launch_bounds__(MMA_THREADS, 1)
         const uint32_t b1 =
             dequantize_pair(wq[nt].y >> (4 * j), s2[nt], b2[nt]);
 #pragma unroll
-        for (int mt = 0; mt < 4; mt++) {
+        for (int mt = 0; mt < MT; mt++) {
           mma_16816(acc[mt][nt], a[mt], b0, b1);
         }
       }
@@ -348,10 +370,10 @@ __global__ void __launch_bounds__(MMA_THREADS, 1)
                    ? y
                    : partial + (unsigned long long)blockIdx.z * d.rows * d.out;
 #pragma unroll
-  for (int mt = 0; mt < 4; mt++) {
+  for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
     for (int half = 0; half < 2; half++) {
-      const unsigned int r = row0 + wm * 64 + mt * 16 + g + 8 * half;
+      const unsigned int r = row0 + wm * 16 * MT + mt * 16 + g + 8 * half;
       if (r >= active) {
         continue;
       }
@@ -411,18 +433,20 @@ static uint64_t aligned(uint64_t bytes) {
   return ceil_div(bytes, MMA_ALIGN) * MMA_ALIGN;
 }
 
-/* The launch shape of an op: NT (4 or 3 n8-tiles per warp) and the split,
- * from the shapes alone. Of the two widths, the one whose waves of
- * MMA_TARGET_BLOCKS blocks take the least time (waves x work per block;
- * ties to the wider tile); a split when the tiles alone fill under half
- * the target, up to MMA_MAX_SPLIT and 4 k-blocks per split. */
-typedef struct mma_config {
-  int nt;
-  mma_dims d;
-} mma_config;
+/* The block shape: 2 x 4 warps of MMA_MT m16-tiles x MMA_NT n8-tiles
+ * (64 x 16 outputs), BN = 64 outputs. At most 128 registers allow no wider
+ * warp tile; 4 x 2 warps of 32 x 24 (BN = 48) fill a wave with q/o but
+ * issue about 8.5 instructions per mma against 5.5 (the kernel is issue-
+ * and latency-bound). */
+#define MMA_MT 4
+#define MMA_NT 2
+#define MMA_BN (8 * MMA_MT * MMA_NT)
 
-static mma_config config_of(const fdy_op *op) {
-  mma_config best;
+/* The launch of an op, from its shapes alone. The split of the inputs: one
+ * when the tiles (MMA_BN outputs x 128 rows) fill at least half of the
+ * MMA_TARGET_BLOCKS slots; else as many as fill them, up to MMA_MAX_SPLIT
+ * and at least 4 k-blocks per split. */
+static mma_dims dims_of(const fdy_op *op) {
   mma_dims d;
   d.rows = (unsigned int)op->inputs[1].shape.dims[0];
   d.in = (unsigned int)op->inputs[1].shape.dims[1];
@@ -430,60 +454,47 @@ static mma_config config_of(const fdy_op *op) {
   d.group = d.in / (unsigned int)op->inputs[3].shape.dims[1];
   d.in64 = (unsigned int)ceil_div(d.in, MMA_BK) * MMA_BK;
   d.blocks = d.in64 / MMA_BK;
-  uint64_t best_cost = UINT64_MAX;
-  const int widths[2] = {4, 3};
-  for (int i = 0; i < 2; i++) {
-    const uint64_t tiles =
-        ceil_div(d.out, 32ull * widths[i]) * ceil_div(d.rows, MMA_BM);
-    uint64_t split = 1;
-    if (2 * tiles < MMA_TARGET_BLOCKS) {
-      split = MMA_TARGET_BLOCKS / tiles;
-      split = split > MMA_MAX_SPLIT ? MMA_MAX_SPLIT : split;
-      const uint64_t most = d.blocks / 4 > 0 ? d.blocks / 4 : 1;
-      split = split > most ? most : split;
-    }
-    /* waves x (inputs per block x outputs per block) */
-    const uint64_t cost = ceil_div(tiles * split, MMA_TARGET_BLOCKS) *
-                          ceil_div(d.blocks, split) * widths[i];
-    if (cost < best_cost) {
-      best_cost = cost;
-      best.nt = widths[i];
-      best.d = d;
-      best.d.split = (unsigned int)split;
-    }
+  const uint64_t tiles = ceil_div(d.out, MMA_BN) * ceil_div(d.rows, MMA_BM);
+  uint64_t split = 1;
+  if (2 * tiles < MMA_TARGET_BLOCKS) {
+    split = MMA_TARGET_BLOCKS / tiles;
+    split = split > MMA_MAX_SPLIT ? MMA_MAX_SPLIT : split;
+    const uint64_t most = d.blocks / 4 > 0 ? d.blocks / 4 : 1;
+    split = split > most ? most : split;
   }
-  return best;
+  d.split = (unsigned int)split;
+  return d;
 }
 
-static uint64_t shared_bytes_of(int nt) {
-  return (uint64_t)MMA_STAGES * (MMA_A_BYTES + 32ull * nt * MMA_ROW_BYTES);
+static uint64_t shared_bytes(void) {
+  return (uint64_t)MMA_STAGES * (MMA_A_BYTES + MMA_BN * MMA_ROW_BYTES);
 }
 
 extern "C" uint64_t fdy_cuda_matmul_q4_mma_shared_bytes(const fdy_op *op) {
-  return shared_bytes_of(config_of(op).nt);
+  (void)op;
+  return shared_bytes();
 }
 
 /* Workspace: xh (rows x in64 halves), yscale (rows floats), then the
  * partial sums when split (split x rows x out floats). */
 extern "C" uint64_t fdy_cuda_matmul_q4_mma_workspace_bytes(const fdy_op *op) {
-  const mma_config c = config_of(op);
-  uint64_t bytes =
-      aligned(2ull * c.d.rows * c.d.in64) + aligned(4ull * c.d.rows);
-  if (c.d.split > 1) {
-    bytes += 4ull * c.d.split * c.d.rows * c.d.out;
+  const mma_dims d = dims_of(op);
+  uint64_t bytes = aligned(2ull * d.rows * d.in64) + aligned(4ull * d.rows);
+  if (d.split > 1) {
+    bytes += 4ull * d.split * d.rows * d.out;
   }
   return bytes;
 }
 
 extern "C" cudaError_t fdy_cuda_matmul_q4_mma_prepare(uint64_t smem_optin) {
   cudaError_t rc = cudaFuncSetAttribute(
-      mma_q4_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-      (int)(smem_optin < shared_bytes_of(4) ? smem_optin : shared_bytes_of(4)));
-  if (rc == cudaSuccess) {
-    rc = cudaFuncSetAttribute(
-        mma_q4_kernel<3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-        (int)(smem_optin < shared_bytes_of(3) ? smem_optin
-                                              : shared_bytes_of(3)));
+      mma_q4_kernel<MMA_MT, MMA_NT>,
+      cudaFuncAttributeMaxDynamicSharedMemorySize,
+      (int)(smem_optin < shared_bytes() ? smem_optin : shared_bytes()));
+  if (rc == cudaSuccess) { /* room for MMA_BLOCKS_PER_SM blocks */
+    rc = cudaFuncSetAttribute(mma_q4_kernel<MMA_MT, MMA_NT>,
+                              cudaFuncAttributePreferredSharedMemoryCarveout,
+                              cudaSharedmemCarveoutMaxShared);
   }
   const void *kernels[] = {(const void *)half_rows_kernel,
                            (const void *)sum_splits_kernel};
@@ -497,8 +508,7 @@ extern "C" cudaError_t fdy_cuda_matmul_q4_mma_prepare(uint64_t smem_optin) {
 extern "C" cudaError_t fdy_cuda_matmul_q4_mma_enqueue(const fdy_cuda_op_args *a,
                                                       cudaStream_t stream) {
   const fdy_op *op = a->op;
-  const mma_config c = config_of(op);
-  const mma_dims d = c.d;
+  const mma_dims d = dims_of(op);
   const int32_t *step = (const int32_t *)a->in[0];
   unsigned char *ws = (unsigned char *)a->workspace;
   __half *xh = (__half *)ws;
@@ -507,37 +517,26 @@ extern "C" cudaError_t fdy_cuda_matmul_q4_mma_enqueue(const fdy_cuda_op_args *a,
       d.split > 1 ? (float *)((unsigned char *)yscale + aligned(4ull * d.rows))
                   : NULL;
   cudaError_t rc = fdy_launch(
-      a->dependent, half_rows_kernel, d.rows, MMA_THREADS, 0, stream, step,
-      (const float *)a->in[1], d.rows, d.in, d.in64, xh, yscale);
-  if (rc != cudaSuccess) {
-    return rc;
-  }
-  const dim3 grid((unsigned int)ceil_div(d.out, 32ull * c.nt),
+      a->dependent, half_rows_kernel, dim3(d.rows), dim3(MMA_THREADS), 0,
+      stream, step, (const float *)a->in[1], d.rows, d.in, d.in64, xh, yscale);
+  const dim3 grid((unsigned int)ceil_div(d.out, MMA_BN),
                   (unsigned int)ceil_div(d.rows, MMA_BM), d.split);
   const bool bf16 = op->inputs[3].dtype == FDY_DTYPE_BF16;
-  const uint32_t *weight = (const uint32_t *)a->in[2];
-  const uint16_t *scales = (const uint16_t *)a->in[3];
-  const uint16_t *biases = (const uint16_t *)a->in[4];
-  float *y = (float *)a->out;
-  rc = c.nt == 4 ? fdy_launch(a->dependent, mma_q4_kernel<4>, grid, MMA_THREADS,
-                              shared_bytes_of(4), stream, step,
-                              (const __half *)xh, (const float *)yscale, weight,
-                              scales, biases, bf16, d, y, partial)
-                 : fdy_launch(a->dependent, mma_q4_kernel<3>, grid, MMA_THREADS,
-                              shared_bytes_of(3), stream, step,
-                              (const __half *)xh, (const float *)yscale, weight,
-                              scales, biases, bf16, d, y, partial);
-  if (rc != cudaSuccess) {
-    return rc;
+  if (rc == cudaSuccess) {
+    rc = fdy_launch(
+        a->dependent, mma_q4_kernel<MMA_MT, MMA_NT>, grid, dim3(MMA_THREADS),
+        shared_bytes(), stream, step, (const __half *)xh, (const float *)yscale,
+        (const uint32_t *)a->in[2], (const uint16_t *)a->in[3],
+        (const uint16_t *)a->in[4], bf16, d, (float *)a->out, partial);
   }
-  if (d.split > 1) {
+  if (rc == cudaSuccess && d.split > 1) {
     const uint64_t n = (uint64_t)d.rows * d.out;
     uint64_t blocks = ceil_div(n, MMA_THREADS);
     const uint64_t cap = (uint64_t)a->sm_count * 8;
     blocks = blocks > cap ? cap : blocks;
-    rc = fdy_launch(a->dependent, sum_splits_kernel, (unsigned int)blocks,
-                    MMA_THREADS, 0, stream, step, (const float *)partial,
-                    (const float *)yscale, d, y);
+    rc = fdy_launch(a->dependent, sum_splits_kernel, dim3((unsigned int)blocks),
+                    dim3(MMA_THREADS), 0, stream, step, (const float *)partial,
+                    (const float *)yscale, d, (float *)a->out);
   }
   return rc;
 }
