@@ -163,6 +163,22 @@ __global__ void __launch_bounds__(APPEND_THREADS)
 /* ---- decode: chunks, then the combine by the last block ------------------
  */
 
+/* The rope of ROPE_ATTENTION: the inverse frequency of pair j (from
+ * fdy_rope_inverse_frequency on the host). */
+typedef struct decode_rope {
+  double inv[FDY_CUDA_ROPE_MAX_PAIRS];
+} decode_rope;
+
+/* x[j] rotated as the rope rotates it (split halves, pair j mod half; the
+ * CPU backend's float expression, rounded alike: no fused multiply-add). */
+static __device__ __forceinline__ float
+rotate(const float *x, unsigned int j, unsigned int half, float c, float s) {
+  if (j < half) {
+    return __fsub_rn(__fmul_rn(x[j], c), __fmul_rn(x[j + half], s));
+  }
+  return __fadd_rn(__fmul_rn(x[j], c), __fmul_rn(x[j - half], s));
+}
+
 /* The decode variant's workspace: (m, l) per chunk and head, then (at a
  * multiple of 16 bytes) the partial outputs, 4 ceil(d / 4) floats per chunk
  * and head (zero past d). */
@@ -285,15 +301,17 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
                   bool vec, unsigned int heads, unsigned int group,
                   unsigned int slices, unsigned int d,
                   unsigned long long context, unsigned int chunk,
-                  decode_partials partials, unsigned int *counters,
-                  float *out) {
+                  decode_partials partials, unsigned int *counters, float *out,
+                  bool rope, const __grid_constant__ decode_rope table) {
   extern __shared__ float4 decode_shared[];
   const unsigned int d4 = (d + 3) / 4;
   const unsigned int scores_stride =
       max(chunk, (unsigned int)DECODE_MAX_CHUNKS);
   float4 *warp_out = decode_shared;
-  float *scores = (float *)(warp_out + ATTENTION_WARPS * DECODE_GROUP * d4);
+  float4 *q_rows = warp_out + ATTENTION_WARPS * DECODE_GROUP * d4;
+  float *scores = (float *)(q_rows + (DECODE_GROUP + 1) * d4);
   float *inv = scores + DECODE_GROUP * scores_stride;
+  fdy_grid_launch_dependents();
   if (fdy_active_rows(step, 1) == 0) {
     return;
   }
@@ -302,6 +320,7 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
   const unsigned int gn = min((unsigned int)DECODE_GROUP, group - g0);
   const unsigned int h0 = kv_head * group + g0;
   const long long last_p = row_position(step, 0, context);
+  fdy_grid_wait(); /* q, k and v come from the kernels before */
   if (last_p < 0) {
     for (unsigned int i = threadIdx.x; blockIdx.y == 0 && i < gn * d;
          i += blockDim.x) {
@@ -313,8 +332,49 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
   const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const unsigned long long kv_dim = (unsigned long long)(heads / group) * d;
   const unsigned long long kv_at = (unsigned long long)kv_head * d;
-  const float *k_own = k_new + kv_at, *v_own = v_new + kv_at;
+  const float *v_own = v_new + kv_at;
   const unsigned int chunks = (unsigned int)(last / chunk) + 1;
+
+  /* q rows 0 .. gn - 1 of the slice's heads and the step's k row (row
+   * DECODE_GROUP) into shared memory, rotated by the rope at position
+   * `last` for ROPE_ATTENTION (item i: row i / half, pair i % half; a
+   * thread's pair changes only when half does not divide the block, so
+   * its cos and sin are computed again only then), zero past d. */
+  const float *k_row = (const float *)(q_rows + DECODE_GROUP * d4);
+  if (rope) {
+    const unsigned int half = d / 2;
+    unsigned int pair = ~0u;
+    float c = 0.0f, sn = 0.0f;
+    for (unsigned int i = threadIdx.x; i < (gn + 1) * half; i += blockDim.x) {
+      const unsigned int r = i / half, j = i % half;
+      const float *x =
+          r < gn ? q + (unsigned long long)(h0 + r) * d : k_new + kv_at;
+      float *dst = (float *)(q_rows + (r < gn ? r : DECODE_GROUP) * d4);
+      if (j != pair) {
+        double ds = 0.0, dc = 0.0;
+        sincos((double)last * table.inv[j], &ds, &dc);
+        c = (float)dc;
+        sn = (float)ds;
+        pair = j;
+      }
+      dst[j] = rotate(x, j, half, c, sn);
+      dst[j + half] = rotate(x, j + half, half, c, sn);
+    }
+  } else {
+    for (unsigned int i = threadIdx.x; i < (gn + 1) * d; i += blockDim.x) {
+      const unsigned int r = i / d, j = i % d;
+      const float *x =
+          r < gn ? q + (unsigned long long)(h0 + r) * d : k_new + kv_at;
+      ((float *)(q_rows + (r < gn ? r : DECODE_GROUP) * d4))[j] = x[j];
+    }
+  }
+  for (unsigned int i = threadIdx.x; i < (gn + 1) * (4 * d4 - d);
+       i += blockDim.x) {
+    const unsigned int r = i / (4 * d4 - d), j = d + i % (4 * d4 - d);
+    ((float *)(q_rows + (r < gn ? r : DECODE_GROUP) * d4))[j] = 0.0f;
+  }
+  __syncthreads();
+  const float *k_own = k_row;
   if (g0 == 0 && blockIdx.y == (chunks - 1) % gridDim.y) {
     for (unsigned int i = threadIdx.x; i < d; i += blockDim.x) {
       cache_store(k_cache, f16, last * kv_dim + kv_at + i, k_own[i]);
@@ -358,8 +418,7 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
 #pragma unroll
         for (int g = 0; g < DECODE_GROUP; g++) {
           if (g < gn) {
-            const float4 qv =
-                load4(q, false, vec, (unsigned long long)(h0 + g) * d, j4, d);
+            const float4 qv = q_rows[g * d4 + j4];
 #pragma unroll
             for (int u = 0; u < DECODE_INFLIGHT; u++) {
               dot[u][g] = dot4(qv, key[u], dot[u][g]);
@@ -670,11 +729,14 @@ static unsigned int decode_chunk(unsigned long long context) {
 }
 
 static attention_shape shape_of(const fdy_op *op) {
+  const fdy_attention_params *p = op->kind == FDY_OP_ROPE_ATTENTION
+                                      ? &op->params.rope_attention.attention
+                                      : &op->params.attention;
   attention_shape s;
-  s.heads = op->params.attention.heads;
-  s.kv_heads = op->params.attention.kv_heads;
+  s.heads = p->heads;
+  s.kv_heads = p->kv_heads;
   s.group = s.heads / s.kv_heads;
-  s.d = op->params.attention.head_dim;
+  s.d = p->head_dim;
   s.rows = (unsigned int)op->inputs[1].shape.dims[0];
   s.kv_dim = (unsigned int)op->inputs[2].shape.dims[1];
   s.context = op->inputs[4].shape.dims[0];
@@ -700,7 +762,8 @@ extern "C" uint64_t fdy_cuda_attention_shared_bytes(const fdy_op *op) {
   if (s.rows == 1) {
     const uint64_t stride =
         s.chunk > DECODE_MAX_CHUNKS ? s.chunk : DECODE_MAX_CHUNKS;
-    return ATTENTION_WARPS * DECODE_GROUP * d4 * sizeof(float4) +
+    return (ATTENTION_WARPS * DECODE_GROUP + DECODE_GROUP + 1) * d4 *
+               sizeof(float4) +
            (DECODE_GROUP * stride + DECODE_GROUP) * sizeof(float);
   }
   return PREFILL_Q * sizeof(double) +
@@ -722,6 +785,10 @@ extern "C" uint64_t fdy_cuda_attention_workspace_bytes(const fdy_op *op) {
 extern "C" bool fdy_cuda_attention_grid_fits(const fdy_op *op) {
   const attention_shape s = shape_of(op);
   const uint64_t tiles = (s.rows + PREFILL_Q - 1) / PREFILL_Q;
+  if (op->kind == FDY_OP_ROPE_ATTENTION) {
+    /* decode only (the one-row step of the llama decode chain) */
+    return s.rows == 1 && s.d / 2 <= FDY_CUDA_ROPE_MAX_PAIRS;
+  }
   return s.rows == 1 || tiles * s.heads <= INT32_MAX;
 }
 
@@ -747,21 +814,31 @@ static cudaError_t launch_decode(const fdy_cuda_op_args *a,
   decode_partials partials;
   partials.ml = (float2 *)a->workspace;
   partials.o = (float *)((unsigned char *)a->workspace + decode_ml_bytes(s));
+  const bool rope = a->op->kind == FDY_OP_ROPE_ATTENTION;
+  decode_rope table;
+  memset(&table, 0, sizeof table);
+  if (rope) {
+    const fdy_op_params params = fdy_rope_params_of(a->op);
+    for (uint32_t j = 0; j < s->d / 2; j++) {
+      table.inv[j] = fdy_rope_inverse_frequency(&params, j);
+    }
+  }
   /* the y extent only sets how many chunks a block takes in turn */
   const uint64_t x = (uint64_t)s->kv_heads * s->slices;
   const uint64_t target = (uint64_t)DECODE_BLOCKS_SM * a->sm_count;
   const uint64_t y_fit = target > x ? target / x : 1;
   const dim3 grid((unsigned int)x,
                   (unsigned int)(y_fit < chunks ? y_fit : chunks));
-  decode_kernel<<<grid, ATTENTION_THREADS,
-                  (size_t)fdy_cuda_attention_shared_bytes(a->op), stream>>>(
-      step, (const float *)a->in[1], (const float *)a->in[2],
-      (const float *)a->in[3], a->in[4], a->in[5], s->f16, s->vec, s->heads,
-      s->group, s->slices, s->d, s->context, s->chunk, partials, a->counters,
-      (float *)a->out);
-  return cudaGetLastError();
+  return fdy_launch(a->dependent, decode_kernel, grid, dim3(ATTENTION_THREADS),
+                    (size_t)fdy_cuda_attention_shared_bytes(a->op), stream,
+                    step, (const float *)a->in[1], (const float *)a->in[2],
+                    (const float *)a->in[3], a->in[4], a->in[5], s->f16, s->vec,
+                    s->heads, s->group, s->slices, s->d, s->context, s->chunk,
+                    partials, a->counters, (float *)a->out, rope, table);
 }
 
+/* ATTENTION or ROPE_ATTENTION (one row only: decode_kernel rotates q and k
+ * itself; cuda_ops.c refuses more rows). */
 extern "C" cudaError_t fdy_cuda_attention_enqueue(const fdy_cuda_op_args *a,
                                                   cudaStream_t stream) {
   const attention_shape s = shape_of(a->op);
