@@ -169,16 +169,6 @@ typedef struct decode_rope {
   double inv[FDY_CUDA_ROPE_MAX_PAIRS];
 } decode_rope;
 
-/* x[j] rotated as the rope rotates it (split halves, pair j mod half; the
- * CPU backend's float expression, rounded alike: no fused multiply-add). */
-static __device__ __forceinline__ float
-rotate(const float *x, unsigned int j, unsigned int half, float c, float s) {
-  if (j < half) {
-    return __fsub_rn(__fmul_rn(x[j], c), __fmul_rn(x[j + half], s));
-  }
-  return __fadd_rn(__fmul_rn(x[j], c), __fmul_rn(x[j - half], s));
-}
-
 /* The decode variant's workspace: (m, l) per chunk and head, then (at a
  * multiple of 16 bytes) the partial outputs, 4 ceil(d / 4) floats per chunk
  * and head (zero past d). */
@@ -236,18 +226,26 @@ static __device__ void combine_heads(unsigned int h0, unsigned int gn,
   const unsigned int d4 = (d + 3) / 4;
   if (warp < gn) {
     const unsigned int h = h0 + warp;
+    float2 ml[DECODE_MAX_CHUNKS / 32]; /* chunk lane + 32 i, read once */
     float m = -CUDART_INF_F;
-    for (unsigned int c = lane; c < chunks; c += 32) {
-      m = fmaxf(m, __ldcg(&partials->ml[(unsigned long long)c * heads + h]).x);
+#pragma unroll
+    for (int i = 0; i < DECODE_MAX_CHUNKS / 32; i++) {
+      const unsigned int c = lane + 32 * i;
+      ml[i] = c < chunks
+                  ? __ldcg(&partials->ml[(unsigned long long)c * heads + h])
+                  : make_float2(-CUDART_INF_F, 0.0f);
+      m = fmaxf(m, ml[i].x);
     }
     m = warp_max(m);
     double sum = 0.0;
-    for (unsigned int c = lane; c < chunks; c += 32) {
-      const float2 ml =
-          __ldcg(&partials->ml[(unsigned long long)c * heads + h]);
-      const float w = expf(ml.x - m);
-      weight[warp * DECODE_MAX_CHUNKS + c] = w;
-      sum += (double)ml.y * w;
+#pragma unroll
+    for (int i = 0; i < DECODE_MAX_CHUNKS / 32; i++) {
+      const unsigned int c = lane + 32 * i;
+      if (c < chunks) {
+        const float w = expf(ml[i].x - m);
+        weight[warp * DECODE_MAX_CHUNKS + c] = w;
+        sum += (double)ml[i].y * w;
+      }
     }
     sum = fdy_warp_sum_double(sum);
     if (lane == 0) {
@@ -255,19 +253,39 @@ static __device__ void combine_heads(unsigned int h0, unsigned int gn,
     }
   }
   __syncthreads();
+  /* the partials of every head of a chunk loaded at once (gn loads in
+   * flight per chunk, two chunks a step), each head's sum in chunk order */
   const float4 *partial4 = (const float4 *)partials->o;
-  for (unsigned int g = 0; g < gn; g++) {
-    for (unsigned int j4 = lane; j4 < d4; j4 += 32) {
-      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 4
-      for (unsigned int c = warp; c < chunks; c += ATTENTION_WARPS) {
-        acc = axpy4(
-            weight[g * DECODE_MAX_CHUNKS + c],
-            __ldcg(
-                &partial4[((unsigned long long)c * heads + h0 + g) * d4 + j4]),
-            acc);
+  for (unsigned int j4 = lane; j4 < d4; j4 += 32) {
+    float4 acc[DECODE_GROUP];
+#pragma unroll
+    for (int g = 0; g < DECODE_GROUP; g++) {
+      acc[g] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll 2
+    for (unsigned int c = warp; c < chunks; c += ATTENTION_WARPS) {
+      float4 part[DECODE_GROUP];
+#pragma unroll
+      for (int g = 0; g < DECODE_GROUP; g++) {
+        part[g] =
+            (unsigned int)g < gn
+                ? __ldcg(
+                      &partial4[((unsigned long long)c * heads + h0 + g) * d4 +
+                                j4])
+                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       }
-      warp_out[(warp * DECODE_GROUP + g) * d4 + j4] = acc;
+#pragma unroll
+      for (int g = 0; g < DECODE_GROUP; g++) {
+        if ((unsigned int)g < gn) {
+          acc[g] = axpy4(weight[g * DECODE_MAX_CHUNKS + c], part[g], acc[g]);
+        }
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < DECODE_GROUP; g++) {
+      if ((unsigned int)g < gn) {
+        warp_out[(warp * DECODE_GROUP + g) * d4 + j4] = acc[g];
+      }
     }
   }
   __syncthreads();
@@ -349,6 +367,7 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
       const unsigned int r = i / half, j = i % half;
       const float *x =
           r < gn ? q + (unsigned long long)(h0 + r) * d : k_new + kv_at;
+      const float x0 = x[j], x1 = x[j + half]; /* loaded before sincos */
       float *dst = (float *)(q_rows + (r < gn ? r : DECODE_GROUP) * d4);
       if (j != pair) {
         double ds = 0.0, dc = 0.0;
@@ -357,8 +376,9 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
         sn = (float)ds;
         pair = j;
       }
-      dst[j] = rotate(x, j, half, c, sn);
-      dst[j + half] = rotate(x, j + half, half, c, sn);
+      /* the CPU backend's float expressions, rounded alike (no FMA) */
+      dst[j] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
+      dst[j + half] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, sn));
     }
   } else {
     for (unsigned int i = threadIdx.x; i < (gn + 1) * d; i += blockDim.x) {
