@@ -1,15 +1,23 @@
-/* ATTENTION on CUDA: one of two variants chosen from the shapes alone (the
- * rows of q).
+/* ATTENTION and ROPE_ATTENTION on CUDA: one of two variants chosen from the
+ * shapes alone (the rows of q; ROPE_ATTENTION is decode only).
  *
- * 1. decode (q has one row): one kernel. The positions 0..p are cut
- *    into chunks of decode_chunk(context) positions (a power of two from
- *    16, so that a full cache has at most DECODE_MAX_CHUNKS chunks). Block
+ * 1. decode (q has one row): one kernel, launched through fdy_launch (a
+ *    programmatic dependent launch when the op asks: the step is read
+ *    before fdy_grid_wait, q, k, v and the caches after). Each block first
+ *    puts its heads' q rows and its kv head's new k row in shared memory;
+ *    for ROPE_ATTENTION rotated there by the rope at position p (each
+ *    thread's cos and sin in double, rounded to float, the rotation the
+ *    CPU's float expression without FMA), so the cache receives the
+ *    rotated k bitwise as the CPU's rope then attention append it.
+ *    The positions 0..p are cut into chunks of decode_chunk(context)
+ *    positions (a power of two from 16, so that a full cache has at most
+ *    DECODE_MAX_CHUNKS chunks). Block
  *    (kv head, slice, y) takes chunks y, y + gridDim.y, ... for up to
  *    DECODE_GROUP query heads of that kv head, which share its K and V
  *    loads: each warp dots DECODE_INFLIGHT key rows at once with the
  *    heads' q (lanes on 4 consecutive elements: one 16-byte F32 or 8-byte
- *    F16 load, coalesced; the lanes' q elements loaded alongside, and the
- *    value rows requested from L2 at once), a butterfly summing each dot,
+ *    F16 load, coalesced; q from shared memory, and the value rows
+ *    requested from L2 at once), a butterfly summing each dot,
  *    times (float)(1 / sqrt(d)); then per head the chunk's maximum m, e =
  *    expf(score - m) and their float sum l (lanes, then a butterfly), and
  *    the unnormalized sum of e * v over the chunk's positions (each warp
@@ -22,7 +30,8 @@
  *    cache, so no block waits for it.
  *    combine: the last block of a kv head slice to finish (a counter of
  *    the stream's, zeroed again by that block, so a graph can replay the
- *    launch) reads the chunks of the slice's heads: M = max m_c, w_c =
+ *    launch) reads the chunks of the slice's heads (each (m, l) once, the
+ *    partials of all its heads of a chunk at once): M = max m_c, w_c =
  *    expf(m_c - M), L = sum of l_c w_c in double (lanes, then a
  *    butterfly), and output element j = (sum of w_c o_c[j]) * (float)(1 /
  *    L), warp w summing chunks w, w + 4, ... in order, then the four
