@@ -362,6 +362,24 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
   const float *v_own = v_new + kv_at;
   const unsigned int chunks = (unsigned int)(last / chunk) + 1;
 
+  /* L2, fetch the key and value rows of this block's first chunk while q
+   * and k are staged (thread i: 128-byte line i of the chunk's rows, keys
+   * then values, as many lines as threads; a hint, nothing waits for it) */
+  if (blockIdx.y < chunks) {
+    const unsigned long long begin = (unsigned long long)blockIdx.y * chunk;
+    const unsigned int n =
+        (unsigned int)min((unsigned long long)chunk, last + 1 - begin);
+    const unsigned int esize = f16 ? 2 : 4;
+    const unsigned int lines = (d * esize + 127) / 128; /* a row's */
+    if (threadIdx.x < 2 * n * lines) {
+      const unsigned int row = threadIdx.x / lines % n;
+      const unsigned int line = threadIdx.x % lines;
+      const void *cache = threadIdx.x < n * lines ? k_cache : v_cache;
+      prefetch_l2((const unsigned char *)cache +
+                  ((begin + row) * kv_dim + kv_at) * esize + line * 128);
+    }
+  }
+
   /* q rows 0 .. gn - 1 of the slice's heads and the step's k row (row
    * DECODE_GROUP) into shared memory, rotated by the rope at position
    * `last` for ROPE_ATTENTION (item i: row i / half, pair i % half; a
