@@ -362,7 +362,7 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
   const float *v_own = v_new + kv_at;
   const unsigned int chunks = (unsigned int)(last / chunk) + 1;
 
-  /* L2, fetch the key and value rows of this block's first chunk while q
+  /* asks L2 for the key and value rows of this block's first chunk while q
    * and k are staged (thread i: 128-byte line i of the chunk's rows, keys
    * then values, as many lines as threads; a hint, nothing waits for it) */
   if (blockIdx.y < chunks) {
