@@ -73,6 +73,11 @@
  *   MATMUL_ADD_Q4 in: step, x F32 [T, I], weight, scales, biases (as
  *                 MATMUL_Q4's, [O, ...]), residual F32 [T, O]; out: F32
  *                 [T, O] = residual + x W^T (a layer's residual add).
+ *   ROPE_ATTENTION in: as ATTENTION's (q and k not yet rotated); out: as
+ *                 ATTENTION's = ATTENTION(ROPE(q), ROPE(k), v, caches): the
+ *                 caches receive the rotated k. params.rope_attention: the
+ *                 rope's (head_dim equal to the attention's) and the
+ *                 attention's.
  *
  * Determinism: a kind's result depends only on its operands' values and
  * shapes: not on thread counts, on the memory class a view lives in, or on
@@ -101,6 +106,7 @@ typedef enum fdy_op_kind {
   FDY_OP_NORM_MATMUL_Q4,
   FDY_OP_NORM_SWIGLU_Q4,
   FDY_OP_MATMUL_ADD_Q4,
+  FDY_OP_ROPE_ATTENTION,
   FDY_OP_KIND_COUNT
 } fdy_op_kind;
 
@@ -118,6 +124,20 @@ fdy_status fdy_op_kind_parse(const char *name, fdy_op_kind *out,
 /* Multiplier of the checksum chain (the 64-bit FNV prime). */
 #define FDY_CHAIN_PRIME 0x100000001b3ull
 
+/* ROPE's parameters (also ROPE_ATTENTION's rope). */
+typedef struct fdy_rope_params {
+  uint32_t head_dim;
+  double theta;
+  bool llama3; /* llama3 frequency scaling with the fields below */
+  double factor, low_freq_factor, high_freq_factor;
+  uint32_t original_max_position;
+} fdy_rope_params;
+
+/* ATTENTION's parameters (also ROPE_ATTENTION's attention). */
+typedef struct fdy_attention_params {
+  uint32_t heads, kv_heads, head_dim;
+} fdy_attention_params;
+
 /* Typed parameters; only the member of the op's kind is meaningful. */
 typedef union fdy_op_params {
   struct {
@@ -126,16 +146,12 @@ typedef union fdy_op_params {
   struct {
     double eps;
   } rmsnorm; /* also NORM_MATMUL_Q4's and NORM_SWIGLU_Q4's */
+  fdy_rope_params rope;
+  fdy_attention_params attention;
   struct {
-    uint32_t head_dim;
-    double theta;
-    bool llama3; /* llama3 frequency scaling with the fields below */
-    double factor, low_freq_factor, high_freq_factor;
-    uint32_t original_max_position;
-  } rope;
-  struct {
-    uint32_t heads, kv_heads, head_dim;
-  } attention;
+    fdy_rope_params rope;
+    fdy_attention_params attention;
+  } rope_attention;
 } fdy_op_params;
 
 #define FDY_OP_MAX_INPUTS  12 /* NORM_MATMUL_Q4 of 3 weights */
@@ -175,8 +191,13 @@ typedef struct fdy_op {
 fdy_status fdy_op_check(const fdy_op *op, fdy_error *err);
 
 /* Rope inverse frequency of pair j (llama3 scaling when params say so):
- * the one definition every backend uses. */
+ * the one definition every backend uses. params is a ROPE op's; for a
+ * ROPE_ATTENTION op pass fdy_rope_params_of(op). */
 double fdy_rope_inverse_frequency(const fdy_op_params *params, uint32_t j);
+
+/* The parameters of a ROPE op equal to the rope of op (a ROPE or
+ * ROPE_ATTENTION op; all zero for another kind). */
+fdy_op_params fdy_rope_params_of(const fdy_op *op);
 
 #ifdef __cplusplus
 }

@@ -652,14 +652,27 @@ static fdy_op_params normalized_params(fdy_op_kind kind,
     n.rmsnorm.eps = p->rmsnorm.eps;
     break;
   case FDY_OP_ROPE:
-    n.rope.head_dim = p->rope.head_dim;
-    n.rope.theta = p->rope.theta;
-    n.rope.llama3 = p->rope.llama3;
-    n.rope.factor = p->rope.factor;
-    n.rope.low_freq_factor = p->rope.low_freq_factor;
-    n.rope.high_freq_factor = p->rope.high_freq_factor;
-    n.rope.original_max_position = p->rope.original_max_position;
+  case FDY_OP_ROPE_ATTENTION: {
+    const fdy_rope_params *r =
+        kind == FDY_OP_ROPE ? &p->rope : &p->rope_attention.rope;
+    fdy_rope_params *nr =
+        kind == FDY_OP_ROPE ? &n.rope : &n.rope_attention.rope;
+    nr->head_dim = r->head_dim;
+    nr->theta = r->theta;
+    nr->llama3 = r->llama3;
+    nr->factor = r->factor;
+    nr->low_freq_factor = r->low_freq_factor;
+    nr->high_freq_factor = r->high_freq_factor;
+    nr->original_max_position = r->original_max_position;
+    if (kind == FDY_OP_ROPE_ATTENTION) {
+      n.rope_attention.attention.heads = p->rope_attention.attention.heads;
+      n.rope_attention.attention.kv_heads =
+          p->rope_attention.attention.kv_heads;
+      n.rope_attention.attention.head_dim =
+          p->rope_attention.attention.head_dim;
+    }
     break;
+  }
   case FDY_OP_ATTENTION:
     n.attention.heads = p->attention.heads;
     n.attention.kv_heads = p->attention.kv_heads;

@@ -28,6 +28,7 @@ static const char *const kind_names[FDY_OP_KIND_COUNT] = {
     [FDY_OP_NORM_MATMUL_Q4] = "norm_matmul_q4",
     [FDY_OP_NORM_SWIGLU_Q4] = "norm_swiglu_q4",
     [FDY_OP_MATMUL_ADD_Q4] = "matmul_add_q4",
+    [FDY_OP_ROPE_ATTENTION] = "rope_attention",
 };
 
 const char *fdy_op_kind_name(fdy_op_kind kind) {
@@ -162,6 +163,14 @@ static const kind_table tables[FDY_OP_KIND_COUNT] = {
                                "residual", "out"},
                               {I32, F32, U32, HALVES, HALVES, F32, F32},
                               {1, 2, 2, 2, 2, 2, 2}},
+    [FDY_OP_ROPE_ATTENTION] = {6,
+                               6,
+                               {"step", "q", "k", "v", "k_cache", "v_cache",
+                                "out"},
+                               {I32, F32, F32, F32,
+                                DT(FDY_DTYPE_F32) | DT(FDY_DTYPE_F16),
+                                DT(FDY_DTYPE_F32) | DT(FDY_DTYPE_F16), F32},
+                               {1, 2, 2, 2, 2, 2, 2}},
 };
 
 /* The op being checked: operand i is inputs[i] for i < input_count, then
@@ -372,7 +381,8 @@ static fdy_status check_norm_matmul(const check *c) {
 }
 
 static fdy_status check_rope_params(const check *c) {
-  const fdy_op_params *p = &c->op->params;
+  const fdy_op_params params = fdy_rope_params_of(c->op);
+  const fdy_op_params *p = &params;
   if (p->rope.head_dim == 0 || p->rope.head_dim % 2 != 0) {
     return fail(c, FDY_ERR_INVALID_ARGUMENT, PARAM,
                 "head_dim %u must be even and non-zero", p->rope.head_dim);
@@ -392,6 +402,36 @@ static fdy_status check_rope_params(const check *c) {
                 "high_freq_factor and original_max_position > 0");
   }
   return FDY_OK;
+}
+
+/* ATTENTION's relations (also ROPE_ATTENTION's), a its parameters. */
+static fdy_status check_attention(const check *c,
+                                  const fdy_attention_params *a) {
+  const fdy_op *op = c->op;
+  uint32_t out = op->input_count;
+  fdy_status st = FDY_OK;
+  uint32_t heads = a->heads;
+  uint32_t kv = a->kv_heads;
+  uint64_t d = a->head_dim;
+  if ((st = want_step(c, 0)) != FDY_OK) {
+    return st;
+  }
+  if (heads == 0 || kv == 0 || d == 0 || heads % kv != 0) {
+    return fail(c, FDY_ERR_INVALID_ARGUMENT, PARAM,
+                "heads %u, kv_heads %u and head_dim %llu must be non-zero, "
+                "kv_heads dividing heads",
+                heads, kv, (unsigned long long)d);
+  }
+  uint64_t t = op->inputs[1].shape.dims[0];
+  if ((st = want_dim(c, 1, 1, heads * d)) != FDY_OK ||
+      (st = want_dim(c, 2, 0, t)) != FDY_OK ||
+      (st = want_dim(c, 2, 1, kv * d)) != FDY_OK ||
+      (st = want_like(c, 3, 2)) != FDY_OK ||
+      (st = want_dim(c, 4, 1, kv * d)) != FDY_OK ||
+      (st = want_like(c, 5, 4)) != FDY_OK) {
+    return st;
+  }
+  return want_like(c, out, 1);
 }
 
 /* The relations of each kind, once every operand passed check_operand. Row
@@ -445,29 +485,19 @@ static fdy_status check_relations(const check *c) {
                   op->params.rope.head_dim);
     }
     return want_like(c, out, 1);
-  case FDY_OP_ATTENTION: {
-    uint32_t heads = op->params.attention.heads;
-    uint32_t kv = op->params.attention.kv_heads;
-    uint64_t d = op->params.attention.head_dim;
-    if ((st = want_step(c, 0)) != FDY_OK) {
+  case FDY_OP_ATTENTION:
+    return check_attention(c, &op->params.attention);
+  case FDY_OP_ROPE_ATTENTION: {
+    const fdy_attention_params *a = &op->params.rope_attention.attention;
+    if ((st = check_rope_params(c)) != FDY_OK) {
       return st;
     }
-    if (heads == 0 || kv == 0 || d == 0 || heads % kv != 0) {
+    if (op->params.rope_attention.rope.head_dim != a->head_dim) {
       return fail(c, FDY_ERR_INVALID_ARGUMENT, PARAM,
-                  "heads %u, kv_heads %u and head_dim %llu must be non-zero, "
-                  "kv_heads dividing heads",
-                  heads, kv, (unsigned long long)d);
+                  "rope head_dim %u differs from the attention's %u",
+                  op->params.rope_attention.rope.head_dim, a->head_dim);
     }
-    uint64_t t = op->inputs[1].shape.dims[0];
-    if ((st = want_dim(c, 1, 1, heads * d)) != FDY_OK ||
-        (st = want_dim(c, 2, 0, t)) != FDY_OK ||
-        (st = want_dim(c, 2, 1, kv * d)) != FDY_OK ||
-        (st = want_like(c, 3, 2)) != FDY_OK ||
-        (st = want_dim(c, 4, 1, kv * d)) != FDY_OK ||
-        (st = want_like(c, 5, 4)) != FDY_OK) {
-      return st;
-    }
-    return want_like(c, out, 1);
+    return check_attention(c, a);
   }
   case FDY_OP_SWIGLU:
   case FDY_OP_ADD:
@@ -588,4 +618,15 @@ double fdy_rope_inverse_frequency(const fdy_op_params *params, uint32_t j) {
       (old / wavelen - params->rope.low_freq_factor) /
       (params->rope.high_freq_factor - params->rope.low_freq_factor);
   return (1.0 - smooth) * inv / params->rope.factor + smooth * inv;
+}
+
+fdy_op_params fdy_rope_params_of(const fdy_op *op) {
+  fdy_op_params p;
+  memset(&p, 0, sizeof p);
+  if (op->kind == FDY_OP_ROPE) {
+    p.rope = op->params.rope;
+  } else if (op->kind == FDY_OP_ROPE_ATTENTION) {
+    p.rope = op->params.rope_attention.rope;
+  }
+  return p;
 }

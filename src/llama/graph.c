@@ -254,39 +254,63 @@ static fdy_tensor_id binary(builder *b, const char *prefix, const char *name,
   return add_op(b, prefix, name, kind, no_params(), in, 3, out);
 }
 
+/* The model's rope parameters. */
+static fdy_rope_params rope_params(const builder *b) {
+  const fdy_llama_config *c = b->c;
+  fdy_rope_params r;
+  memset(&r, 0, sizeof r);
+  r.head_dim = c->head_dim;
+  r.theta = c->rope_theta;
+  r.llama3 = c->rope_llama3;
+  r.factor = c->rope_factor;
+  r.low_freq_factor = c->rope_low_freq_factor;
+  r.high_freq_factor = c->rope_high_freq_factor;
+  r.original_max_position = c->rope_original_max_position;
+  return r;
+}
+
+/* The model's attention parameters. */
+static fdy_attention_params attention_params(const builder *b) {
+  fdy_attention_params a = {
+      .heads = b->c->num_heads,
+      .kv_heads = b->c->num_kv_heads,
+      .head_dim = b->c->head_dim,
+  };
+  return a;
+}
+
 static fdy_tensor_id rope(builder *b, const char *prefix, const char *name,
                           fdy_tensor_id step, fdy_tensor_id x, uint64_t rows,
                           uint64_t cols) {
-  const fdy_llama_config *c = b->c;
   fdy_op_params p = no_params();
-  p.rope.head_dim = c->head_dim;
-  p.rope.theta = c->rope_theta;
-  p.rope.llama3 = c->rope_llama3;
-  p.rope.factor = c->rope_factor;
-  p.rope.low_freq_factor = c->rope_low_freq_factor;
-  p.rope.high_freq_factor = c->rope_high_freq_factor;
-  p.rope.original_max_position = c->rope_original_max_position;
+  p.rope = rope_params(b);
   fdy_tensor_id in[2] = {step, x};
   fdy_tensor_id y = activation(b, prefix, name, FDY_DTYPE_F32, rows, cols);
   return add_op(b, prefix, name, FDY_OP_ROPE, p, in, 2, y);
 }
 
 /* Attention of one layer over q, k and v (rope on q and k, then the KV
- * append and causal attention). */
+ * append and causal attention): ROPE, ROPE and ATTENTION, or one
+ * ROPE_ATTENTION when `fused` (the decode step). */
 static fdy_tensor_id attend(builder *b, const char *prefix, fdy_tensor_id step,
                             fdy_tensor_id q, fdy_tensor_id k, fdy_tensor_id v,
-                            uint32_t l, uint64_t rows) {
+                            uint32_t l, uint64_t rows, bool fused) {
   const fdy_llama_config *c = b->c;
   uint64_t q_dim = (uint64_t)c->num_heads * c->head_dim;
   uint64_t kv_dim = (uint64_t)c->num_kv_heads * c->head_dim;
-  fdy_tensor_id qr = rope(b, prefix, "q_rope", step, q, rows, q_dim);
-  fdy_tensor_id kr = rope(b, prefix, "k_rope", step, k, rows, kv_dim);
-  fdy_op_params ap = no_params();
-  ap.attention.heads = c->num_heads;
-  ap.attention.kv_heads = c->num_kv_heads;
-  ap.attention.head_dim = c->head_dim;
-  fdy_tensor_id attn_in[6] = {step, qr, kr, v, b->k_cache[l], b->v_cache[l]};
-  return add_op(b, prefix, "attention", FDY_OP_ATTENTION, ap, attn_in, 6,
+  fdy_op_params p = no_params();
+  fdy_op_kind kind = FDY_OP_ROPE_ATTENTION;
+  if (fused) {
+    p.rope_attention.rope = rope_params(b);
+    p.rope_attention.attention = attention_params(b);
+  } else {
+    q = rope(b, prefix, "q_rope", step, q, rows, q_dim);
+    k = rope(b, prefix, "k_rope", step, k, rows, kv_dim);
+    p.attention = attention_params(b);
+    kind = FDY_OP_ATTENTION;
+  }
+  fdy_tensor_id in[6] = {step, q, k, v, b->k_cache[l], b->v_cache[l]};
+  return add_op(b, prefix, "attention", kind, p, in, 6,
                 activation(b, prefix, "attention", FDY_DTYPE_F32, rows, q_dim));
 }
 
@@ -310,7 +334,7 @@ static fdy_tensor_id decoder_layer(builder *b, const char *prefix,
       matmul(b, p, "k", step, x, FDY_LLAMA_K_PROJ, l, rows, kv_dim);
   fdy_tensor_id v =
       matmul(b, p, "v", step, x, FDY_LLAMA_V_PROJ, l, rows, kv_dim);
-  fdy_tensor_id attn = attend(b, p, step, q, k, v, l, rows);
+  fdy_tensor_id attn = attend(b, p, step, q, k, v, l, rows, false);
   fdy_tensor_id o =
       matmul(b, p, "o", step, attn, FDY_LLAMA_O_PROJ, l, rows, hidden);
   fdy_tensor_id h1 =
@@ -329,8 +353,8 @@ static fdy_tensor_id decoder_layer(builder *b, const char *prefix,
   return binary(b, p, "mlp_residual", FDY_OP_ADD, step, h1, down, rows, hidden);
 }
 
-/* The same layer in fused ops (the decode chain): [norm + q, k, v] [rope]
- * [rope] [attention] [o + residual] [norm + gate, up + swiglu] [down +
+/* The same layer in fused ops (the decode chain): [norm + q, k, v] [rope q,
+ * rope k + attention] [o + residual] [norm + gate, up + swiglu] [down +
  * residual]. */
 static fdy_tensor_id fused_decoder_layer(builder *b, const char *prefix,
                                          fdy_tensor_id step, fdy_tensor_id h,
@@ -349,7 +373,8 @@ static fdy_tensor_id fused_decoder_layer(builder *b, const char *prefix,
   norm_matmul(b, p, "qkv", step, h,
               view(b, FDY_LLAMA_INPUT_NORM, FDY_LLAMA_PART_NORM, l),
               qkv_modules, qkv_names, qkv_features, 3, l, rows, qkv);
-  fdy_tensor_id attn = attend(b, p, step, qkv[0], qkv[1], qkv[2], l, rows);
+  fdy_tensor_id attn =
+      attend(b, p, step, qkv[0], qkv[1], qkv[2], l, rows, true);
   fdy_tensor_id h1 = matmul_add(b, p, "attn_residual", step, attn,
                                 FDY_LLAMA_O_PROJ, l, h, rows, hidden);
   fdy_tensor_id in[9] = {step, h1,

@@ -127,6 +127,24 @@ static const field attention_params[] = {
     PARAM(attention, head_dim, FIELD_U32),
 };
 
+#define ROPE_ATTENTION(part, key, member, type)                                \
+  { key, type, offsetof(fdy_op_params, rope_attention.part.member) }
+
+/* The rope's head_dim, equal to the attention's, is "rope_head_dim". */
+static const field rope_attention_params[] = {
+    ROPE_ATTENTION(rope, "rope_head_dim", head_dim, FIELD_U32),
+    ROPE_ATTENTION(rope, "theta", theta, FIELD_F64),
+    ROPE_ATTENTION(rope, "llama3", llama3, FIELD_BOOL),
+    ROPE_ATTENTION(rope, "factor", factor, FIELD_F64),
+    ROPE_ATTENTION(rope, "low_freq_factor", low_freq_factor, FIELD_F64),
+    ROPE_ATTENTION(rope, "high_freq_factor", high_freq_factor, FIELD_F64),
+    ROPE_ATTENTION(rope, "original_max_position", original_max_position,
+                   FIELD_U32),
+    ROPE_ATTENTION(attention, "heads", heads, FIELD_U32),
+    ROPE_ATTENTION(attention, "kv_heads", kv_heads, FIELD_U32),
+    ROPE_ATTENTION(attention, "head_dim", head_dim, FIELD_U32),
+};
+
 /* The parameters of each op kind; kinds without any have an empty table. */
 static const field_table op_params[FDY_OP_KIND_COUNT] = {
     [FDY_OP_CHECKSUM] = TABLE(checksum_params),
@@ -135,6 +153,7 @@ static const field_table op_params[FDY_OP_KIND_COUNT] = {
     [FDY_OP_NORM_SWIGLU_Q4] = TABLE(rmsnorm_params),
     [FDY_OP_ROPE] = TABLE(rope_params),
     [FDY_OP_ATTENTION] = TABLE(attention_params),
+    [FDY_OP_ROPE_ATTENTION] = TABLE(rope_attention_params),
 };
 
 /* ---- JSON paths -----------------------------------------------------------

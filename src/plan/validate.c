@@ -769,7 +769,8 @@ static fdy_status check_bindings(validator *v, size_t index,
 
 /* True when the op's kind updates input `i` in place. */
 static bool mutates_input(fdy_op_kind kind, size_t i) {
-  return kind == FDY_OP_ATTENTION && (i == 4 || i == 5);
+  return (kind == FDY_OP_ATTENTION || kind == FDY_OP_ROPE_ATTENTION) &&
+         (i == 4 || i == 5);
 }
 
 static fdy_status do_launch(validator *v, size_t index, const fdy_command *c,

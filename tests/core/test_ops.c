@@ -86,6 +86,13 @@ static fdy_op valid_op(fdy_op_kind kind) {
     op.params.attention.kv_heads = 2;
     op.params.attention.head_dim = 64;
     break;
+  case FDY_OP_ROPE_ATTENTION: /* ATTENTION's operands, ROPE's rope */
+    op = valid_op(FDY_OP_ATTENTION);
+    op.kind = kind;
+    op.params.rope_attention.attention =
+        valid_op(FDY_OP_ATTENTION).params.attention;
+    op.params.rope_attention.rope = valid_op(FDY_OP_ROPE).params.rope;
+    break;
   case FDY_OP_SWIGLU:
   case FDY_OP_ADD:
     op.input_count = 3;
@@ -534,6 +541,63 @@ static void test_attention_relations(void **state) {
   expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 6);
 }
 
+/* ROPE_ATTENTION: ATTENTION's relations on its attention parameters, ROPE's
+ * checks on its rope, the two head_dim equal. */
+static void test_rope_attention_relations(void **state) {
+  (void)state;
+  fdy_op op = valid_op(FDY_OP_ROPE_ATTENTION);
+  expect_ok(&op);
+  op.params.rope_attention.attention.heads = 0;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, PARAM);
+  op = valid_op(FDY_OP_ROPE_ATTENTION);
+  op.params.rope_attention.attention.kv_heads = 3;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, PARAM);
+  op = valid_op(FDY_OP_ROPE_ATTENTION);
+  op.params.rope_attention.rope.head_dim = 32; /* differs from 64 */
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, PARAM);
+  op = valid_op(FDY_OP_ROPE_ATTENTION);
+  op.params.rope_attention.rope.head_dim = 63; /* odd */
+  op.params.rope_attention.attention.head_dim = 63;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, PARAM);
+  op = valid_op(FDY_OP_ROPE_ATTENTION);
+  op.params.rope_attention.rope.theta = 0.0;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, PARAM);
+  op = valid_op(FDY_OP_ROPE_ATTENTION);
+  op.params.rope_attention.rope.high_freq_factor = 0.5; /* below low */
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, PARAM);
+  op = valid_op(FDY_OP_ROPE_ATTENTION);
+  op.params.rope_attention.rope.head_dim = 32;
+  op.params.rope_attention.attention.head_dim = 32;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 1); /* q is 8 x 64 wide */
+  op = valid_op(FDY_OP_ROPE_ATTENTION);
+  op.inputs[2].shape.dims[1] = 4 * 64;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 2);
+  op = valid_op(FDY_OP_ROPE_ATTENTION);
+  op.inputs[4].dtype = FDY_DTYPE_BF16;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 4);
+  op = valid_op(FDY_OP_ROPE_ATTENTION);
+  op.inputs[5].dtype = FDY_DTYPE_F32;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 5);
+  op = valid_op(FDY_OP_ROPE_ATTENTION);
+  op.outputs[0].shape.dims[0] = 5;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 6);
+  op = valid_op(FDY_OP_ROPE_ATTENTION);
+  op.input_count = 5;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, -1);
+  /* the rope's parameters of the op, as a ROPE op's */
+  op = valid_op(FDY_OP_ROPE_ATTENTION);
+  fdy_op_params rope = fdy_rope_params_of(&op);
+  assert_int_equal(rope.rope.head_dim, 64);
+  assert_true(rope.rope.theta == 500000.0);
+  assert_true(rope.rope.llama3);
+  assert_int_equal(rope.rope.original_max_position, 8192);
+  for (uint32_t j = 0; j < 32; j++) {
+    fdy_op r = valid_op(FDY_OP_ROPE);
+    assert_true(fdy_rope_inverse_frequency(&rope, j) ==
+                fdy_rope_inverse_frequency(&r.params, j));
+  }
+}
+
 static void test_row_kind_relations(void **state) {
   (void)state;
   fdy_op_kind kinds[] = {FDY_OP_SWIGLU, FDY_OP_ADD};
@@ -674,6 +738,7 @@ int main(void) {
       cmocka_unit_test(test_matmul_relations),
       cmocka_unit_test(test_rope_relations),
       cmocka_unit_test(test_attention_relations),
+      cmocka_unit_test(test_rope_attention_relations),
       cmocka_unit_test(test_row_kind_relations),
       cmocka_unit_test(test_fused_relations),
       cmocka_unit_test(test_rope_inverse_frequency),

@@ -6,7 +6,8 @@
  * count stay poisoned. Also: argmax ties, the checksum chain, F16 KV
  * caches, a 1-row matmul equal to the same row of a 7-row one, step values
  * outside the table or cache, supports_op and the workspace contract. The
- * fused kinds must equal the sequences of single ops they replace bitwise. */
+ * fused kinds must equal the sequences of single ops they replace bitwise
+ * (ROPE_ATTENTION: its output and both caches). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1165,6 +1166,113 @@ static void fused_case(uint32_t rows, int32_t count, uint32_t in,
 /* The decode shape (one row), several rows with the count below them (the
  * rows past it stay poisoned alike), groups of 32 (a short last block), 64
  * and 128, F16 and BF16. */
+/* ROPE_ATTENTION equals ROPE(q), ROPE(k), then ATTENTION bitwise: the
+ * output and both caches (earlier positions random, the rest poisoned). */
+static void rope_attention_case(const attention_case *c, bool llama3) {
+  uint32_t q_dim = c->heads * c->d, kv_dim = c->kv_heads * c->d;
+  uint64_t esize = c->cache == FDY_DTYPE_F16 ? 2 : 4;
+  uint64_t cache_words = (uint64_t)c->context * kv_dim * esize / 4;
+  uint64_t cache_bytes = cache_words * 4;
+  int32_t *step = make_step(c->count, c->position, 0);
+  float *q = random_floats((uint64_t)c->rows * q_dim);
+  float *k = random_floats((uint64_t)c->rows * kv_dim);
+  float *v = random_floats((uint64_t)c->rows * kv_dim);
+  void *kc = poisoned(cache_words), *vc = poisoned(cache_words);
+  for (uint64_t i = 0; i < (uint64_t)c->position * kv_dim; i++) {
+    if (c->cache == FDY_DTYPE_F16) {
+      ((uint16_t *)kc)[i] = f16_bits(rand_float());
+      ((uint16_t *)vc)[i] = f16_bits(rand_float());
+    } else {
+      ((float *)kc)[i] = rand_float();
+      ((float *)vc)[i] = rand_float();
+    }
+  }
+  void *kc1 = malloc(cache_bytes), *vc1 = malloc(cache_bytes);
+  assert_non_null(kc1);
+  assert_non_null(vc1);
+  memcpy(kc1, kc, cache_bytes);
+  memcpy(vc1, vc, cache_bytes);
+  fdy_rope_params rope = {.head_dim = c->d,
+                          .theta = 500000.0,
+                          .llama3 = llama3,
+                          .factor = 32.0,
+                          .low_freq_factor = 1.0,
+                          .high_freq_factor = 4.0,
+                          .original_max_position = 8192};
+  fdy_attention_params attention = {c->heads, c->kv_heads, c->d};
+
+  /* the unfused sequence */
+  float *qr = poisoned((uint64_t)c->rows * q_dim);
+  float *kr = poisoned((uint64_t)c->rows * kv_dim);
+  fdy_op op = {.kind = FDY_OP_ROPE, .input_count = 2, .output_count = 1};
+  op.params.rope = rope;
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(c->rows, q_dim));
+  op.outputs[0] = op.inputs[1];
+  void *rope_q[] = {step, q, qr};
+  run_everywhere(&op, rope_q);
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(c->rows, kv_dim));
+  op.outputs[0] = op.inputs[1];
+  void *rope_k[] = {step, k, kr};
+  run_everywhere(&op, rope_k);
+  float *out1 = poisoned((uint64_t)c->rows * q_dim);
+  op = (fdy_op){.kind = FDY_OP_ATTENTION, .input_count = 6, .output_count = 1};
+  op.params.attention = attention;
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(c->rows, q_dim));
+  op.inputs[2] = view(FDY_DTYPE_F32, FDY_SHAPE(c->rows, kv_dim));
+  op.inputs[3] = view(FDY_DTYPE_F32, FDY_SHAPE(c->rows, kv_dim));
+  op.inputs[4] = view(c->cache, FDY_SHAPE(c->context, kv_dim));
+  op.inputs[5] = view(c->cache, FDY_SHAPE(c->context, kv_dim));
+  op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(c->rows, q_dim));
+  void *single[] = {step, qr, kr, v, kc1, vc1, out1};
+  run_everywhere(&op, single);
+
+  /* the fused op on the same operands */
+  float *out = poisoned((uint64_t)c->rows * q_dim);
+  op.kind = FDY_OP_ROPE_ATTENTION;
+  memset(&op.params, 0, sizeof op.params);
+  op.params.rope_attention.rope = rope;
+  op.params.rope_attention.attention = attention;
+  void *fused[] = {step, q, k, v, kc, vc, out};
+  run_everywhere(&op, fused);
+  expect_same_bits(out, out1, (uint64_t)c->rows * q_dim);
+  assert_memory_equal(kc, kc1, cache_bytes);
+  assert_memory_equal(vc, vc1, cache_bytes);
+  free(step);
+  free(q);
+  free(k);
+  free(v);
+  free(kc);
+  free(vc);
+  free(kc1);
+  free(vc1);
+  free(qr);
+  free(kr);
+  free(out1);
+  free(out);
+}
+
+static void test_rope_attention_equal_single_ops(void **state) {
+  (void)state;
+  const attention_case cases[] = {
+      /* decode, GQA 8/2 */
+      {8, 2, 64, 64, 1, 1, 40, FDY_DTYPE_F32},
+      {8, 2, 64, 64, 1, 1, 40, FDY_DTYPE_F16},
+      /* decode at position 0, llama-3.2-3b heads */
+      {24, 8, 128, 32, 1, 1, 0, FDY_DTYPE_F32},
+      /* prefill from 9, one row beyond the count */
+      {8, 2, 64, 64, 6, 5, 9, FDY_DTYPE_F16},
+      /* MHA, odd pairs count (head_dim 36: 18 pairs) */
+      {4, 4, 36, 32, 7, 7, 0, FDY_DTYPE_F32},
+      /* the last two rows fall outside the cache */
+      {4, 2, 32, 16, 5, 4, 14, FDY_DTYPE_F32},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    rope_attention_case(&cases[i], i % 2 == 0);
+  }
+}
+
 static void test_fused_equal_single_ops(void **state) {
   (void)state;
   fused_case(1, 1, 256, 64, FDY_DTYPE_BF16, (const uint32_t[]){96, 32, 32});
@@ -1187,6 +1295,7 @@ int main(void) {
       cmocka_unit_test(test_supports_op),
       cmocka_unit_test(test_workspace),
       cmocka_unit_test(test_fused_equal_single_ops),
+      cmocka_unit_test(test_rope_attention_equal_single_ops),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -2,8 +2,10 @@
  * llama-3.2-3b shapes (hidden 3072, 24/8 heads of 128, ffn 8192, vocab
  * 128256, 4-bit group 64 F16 unless told otherwise): the MATMUL_Q4 of every
  * projection and the LM head, RMSNORM, ROPE (query and key widths),
- * ATTENTION over a context of 640 positions (F32 cache), SWIGLU, ADD,
- * EMBED_Q4 and ARGMAX (one row of vocab logits). --rows 1 (default) gives
+ * ATTENTION over a context of 640 positions (F32 cache unless --cache
+ * f16), SWIGLU, ADD, EMBED_Q4, ARGMAX (one row of vocab logits) and, for
+ * one row, ROPE_ATTENTION (the decode chain's rope of q and k with the
+ * attention). --rows 1 (default) gives
  * the decode shapes; --rows 512 the prefill shapes (the last 512 tokens of
  * the context; ARGMAX keeps one row).
  *
@@ -25,7 +27,7 @@
  *
  * Usage: cuda_kernel_bench [--rows N] [--repeats N] [--warmup N]
  *        [--group 32|64|128] [--scales f16|bf16] [--context N]
- *        [--report PATH] */
+ *        [--cache f32|f16] [--report PATH] */
 #include "cuda_internal.h"
 
 #include <errno.h>
@@ -46,6 +48,7 @@
 typedef struct options {
   uint32_t rows, repeats, warmup, group, context;
   fdy_dtype scales;
+  fdy_dtype cache; /* of ATTENTION and ROPE_ATTENTION */
   const char *report;
 } options;
 
@@ -70,7 +73,7 @@ static int usage(const char *why) {
   fprintf(stderr,
           "cuda_kernel_bench: %s\nusage: cuda_kernel_bench [--rows N] "
           "[--repeats N] [--warmup N] [--group 32|64|128] [--scales "
-          "f16|bf16] [--context N] [--report PATH]\n",
+          "f16|bf16] [--context N] [--cache f32|f16] [--report PATH]\n",
           why);
   return 2;
 }
@@ -93,7 +96,8 @@ static int parse_options(int argc, char **argv, options *o) {
                  .warmup = 10,
                  .group = 64,
                  .context = 640,
-                 .scales = FDY_DTYPE_F16};
+                 .scales = FDY_DTYPE_F16,
+                 .cache = FDY_DTYPE_F32};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (i + 1 >= argc) {
@@ -115,6 +119,9 @@ static int parse_options(int argc, char **argv, options *o) {
     } else if (strcmp(a, "--scales") == 0) {
       ok = strcmp(v, "f16") == 0 || strcmp(v, "bf16") == 0;
       o->scales = strcmp(v, "bf16") == 0 ? FDY_DTYPE_BF16 : FDY_DTYPE_F16;
+    } else if (strcmp(a, "--cache") == 0) {
+      ok = strcmp(v, "f32") == 0 || strcmp(v, "f16") == 0;
+      o->cache = strcmp(v, "f16") == 0 ? FDY_DTYPE_F16 : FDY_DTYPE_F32;
     } else if (strcmp(a, "--report") == 0) {
       ok = v[0] != '\0';
       o->report = v;
@@ -251,26 +258,34 @@ static bench_op rope(const char *name, const options *o, uint32_t heads) {
   return b;
 }
 
-/* The last o->rows tokens of a context of o->context positions. */
-static bench_op attention(const options *o) {
-  bench_op b = {.name = "attention"};
+/* ATTENTION (or ROPE_ATTENTION when fused, one row) of the last o->rows
+ * tokens of a context of o->context positions. */
+static bench_op attention(const options *o, bool fused) {
+  bench_op b = {.name = fused ? "rope_attention" : "attention"};
   fdy_op *op = &b.op;
   const uint32_t q = HEADS * HEAD_DIM, kv = KV_HEADS * HEAD_DIM;
-  *op = (fdy_op){.kind = FDY_OP_ATTENTION, .input_count = 6, .output_count = 1};
+  *op = (fdy_op){.kind = fused ? FDY_OP_ROPE_ATTENTION : FDY_OP_ATTENTION,
+                 .input_count = 6,
+                 .output_count = 1};
   op->inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
   op->inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(o->rows, q));
   op->inputs[2] = view(FDY_DTYPE_F32, FDY_SHAPE(o->rows, kv));
   op->inputs[3] = op->inputs[2];
-  op->inputs[4] = view(FDY_DTYPE_F32, FDY_SHAPE(o->context, kv));
+  op->inputs[4] = view(o->cache, FDY_SHAPE(o->context, kv));
   op->inputs[5] = op->inputs[4];
   op->outputs[0] = op->inputs[1];
-  op->params.attention.heads = HEADS;
-  op->params.attention.kv_heads = KV_HEADS;
-  op->params.attention.head_dim = HEAD_DIM;
+  const fdy_attention_params a = {HEADS, KV_HEADS, HEAD_DIM};
+  if (fused) {
+    op->params.rope_attention.rope = rope("rope", o, HEADS).op.params.rope;
+    op->params.rope_attention.attention = a;
+  } else {
+    op->params.attention = a;
+  }
   /* q, k, v and the output once, the appended rows written, and both
    * caches read up to the last position */
-  b.bytes = 2 * view_bytes(&op->inputs[1]) + 4 * view_bytes(&op->inputs[2]) +
-            2ull * o->context * kv * sizeof(float);
+  b.bytes = 2 * view_bytes(&op->inputs[1]) + 2 * view_bytes(&op->inputs[2]) +
+            2ull * o->rows * kv * fdy_dtype_size(o->cache) +
+            2ull * o->context * kv * fdy_dtype_size(o->cache);
   return b;
 }
 
@@ -431,13 +446,13 @@ static int write_report(FILE *f, const options *o, const char *device,
     }
     json_array_append_new(ops, e);
   }
-  json_t *root =
-      json_pack("{s:s, s:s, s:{s:s, s:i, s:i, s:i, s:s, s:i, s:i}, s:f, s:o}",
-                "schema", "foundry.cuda_kernel_bench.v1", "device", device,
-                "options", "model", "llama-3.2-3b", "rows", (int)o->rows,
-                "context", (int)o->context, "group", (int)o->group, "scales",
-                fdy_dtype_name(o->scales), "repeats", (int)o->repeats, "warmup",
-                (int)o->warmup, "d2d_bytes_per_second", d2d, "ops", ops);
+  json_t *root = json_pack(
+      "{s:s, s:s, s:{s:s, s:i, s:i, s:i, s:s, s:s, s:i, s:i}, s:f, s:o}",
+      "schema", "foundry.cuda_kernel_bench.v1", "device", device, "options",
+      "model", "llama-3.2-3b", "rows", (int)o->rows, "context", (int)o->context,
+      "group", (int)o->group, "scales", fdy_dtype_name(o->scales), "cache",
+      fdy_dtype_name(o->cache), "repeats", (int)o->repeats, "warmup",
+      (int)o->warmup, "d2d_bytes_per_second", d2d, "ops", ops);
   int rc = root == NULL || json_dumpf(root, f, JSON_INDENT(2)) != 0 ||
            fputc('\n', f) == EOF;
   json_decref(root);
@@ -489,13 +504,14 @@ int main(int argc, char **argv) {
       rows_op("rmsnorm", FDY_OP_RMSNORM, &o, HIDDEN),
       rope("rope q", &o, HEADS),
       rope("rope k", &o, KV_HEADS),
-      attention(&o),
+      attention(&o, false),
       rows_op("swiglu", FDY_OP_SWIGLU, &o, FFN),
       rows_op("add", FDY_OP_ADD, &o, HIDDEN),
       embed(&o),
       argmax(),
+      attention(&o, true), /* last: one row only */
   };
-  const size_t count = sizeof ops / sizeof ops[0];
+  const size_t count = sizeof ops / sizeof ops[0] - (o.rows == 1 ? 0 : 1);
   result results[sizeof ops / sizeof ops[0]];
   printf("%s, %d SMs, L2 %llu MiB; rows %u, context %u, group %u %s; "
          "median of %u (after %u warm-up), L2 flushed before each\n",

@@ -29,6 +29,8 @@
  * block layouts (test_attention_decode_blocks: several blocks per kv head,
  * more slices than the stream's counters, caches of several lengths), and
  * its decode workspace is required (test_attention_workspace_refused).
+ * ROPE_ATTENTION (decode) against the CPU's rope, rope and attention
+ * (test_rope_attention_decode: caches bitwise).
  * ARGMAX ties on both sides of the blocks a long row is cut into
  * (test_argmax_blocks).
  *
@@ -761,7 +763,10 @@ typedef struct attention_case {
   fdy_dtype cache;
 } attention_case;
 
-static void run_attention_case(const char *label, const attention_case *c) {
+/* ATTENTION, or ROPE_ATTENTION (rope: theta 500000, llama3 scaling) of
+ * case c against the CPU backend. */
+static void run_attention_kind(const char *label, const attention_case *c,
+                               bool rope) {
   uint32_t q_dim = c->heads * c->d, kv_dim = c->kv_heads * c->d;
   uint64_t esize = c->cache == FDY_DTYPE_F16 ? 2 : 4;
   uint64_t cache_words = (uint64_t)c->context * kv_dim * esize / 4;
@@ -797,9 +802,23 @@ static void run_attention_case(const char *label, const attention_case *c) {
   op.inputs[4] = view(c->cache, FDY_SHAPE(c->context, kv_dim));
   op.inputs[5] = op.inputs[4];
   op.outputs[0] = op.inputs[1];
-  op.params.attention.heads = c->heads;
-  op.params.attention.kv_heads = c->kv_heads;
-  op.params.attention.head_dim = c->d;
+  if (rope) {
+    op.kind = FDY_OP_ROPE_ATTENTION;
+    op.params.rope_attention.rope =
+        (fdy_rope_params){.head_dim = c->d,
+                          .theta = 500000.0,
+                          .llama3 = true,
+                          .factor = 32.0,
+                          .low_freq_factor = 1.0,
+                          .high_freq_factor = 4.0,
+                          .original_max_position = 8192};
+    op.params.rope_attention.attention =
+        (fdy_attention_params){c->heads, c->kv_heads, c->d};
+  } else {
+    op.params.attention.heads = c->heads;
+    op.params.attention.kv_heads = c->kv_heads;
+    op.params.attention.head_dim = c->d;
+  }
   void *data[] = {step, q, k, v, kc, vc, out};
   results r = run_both(&op, data);
 
@@ -810,10 +829,11 @@ static void run_attention_case(const char *label, const attention_case *c) {
   }
   char what[200];
   snprintf(what, sizeof what,
-           "attention %s %u/%u heads d%u, %s cache of %u, [%u rows] at %d, "
+           "%s %s %u/%u heads d%u, %s cache of %u, [%u rows] at %d, "
            "count %d",
-           label, c->heads, c->kv_heads, c->d, fdy_dtype_name(c->cache),
-           c->context, c->rows, c->position, c->count);
+           rope ? "rope_attention" : "attention", label, c->heads, c->kv_heads,
+           c->d, fdy_dtype_name(c->cache), c->context, c->rows, c->position,
+           c->count);
   /* prefill with head_dim a multiple of 16 up to 128 runs on the tensor
    * cores: q, k, v and the weights rounded to F16 (2^-11 relative each;
    * src/backends/cuda/attention_prefill.cu works out ~3e-4 for these
@@ -842,6 +862,10 @@ static void run_attention_case(const char *label, const attention_case *c) {
   free(kc);
   free(vc);
   free(out);
+}
+
+static void run_attention_case(const char *label, const attention_case *c) {
+  run_attention_kind(label, c, false);
 }
 
 /* Decode (one row) at positions that start, end and straddle the decode
@@ -933,6 +957,75 @@ static void test_attention_decode_blocks(void **state) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     run_attention_case("decode blocks", &cases[i]);
   }
+}
+
+/* ROPE_ATTENTION (decode only on CUDA: q rotated as the decode kernel
+ * loads it, the step's k rotated before the append) against the CPU's
+ * rope, rope and attention: outputs within REDUCTION_BOUND, caches
+ * bitwise. llama-3.2-3b heads at positions 0, 1, 15, 16, 639, 4095 of a
+ * 4096 cache and 69,999 of 70,000 (skipped by FOUNDRY_CUDA_OPS_SMALL=1);
+ * group 8 (two slices: the second's q rotated too), MHA of 80 heads,
+ * head_dim 36 (18 pairs: not a divisor of the block, elements not in
+ * fours) and 64 at short caches; a position outside the cache (NaN, caches
+ * untouched); both cache dtypes. supports_op refuses it for two rows. */
+static void test_rope_attention_decode(void **state) {
+  (void)state;
+  const attention_case small[] = {
+      {8, 2, 64, 640, 1, 1, 639, FDY_DTYPE_F32},
+      {8, 2, 64, 640, 1, 1, 0, FDY_DTYPE_F16},
+      {16, 2, 64, 2048, 1, 1, 1000, FDY_DTYPE_F16},
+      {80, 80, 32, 512, 1, 1, 200, FDY_DTYPE_F32},
+      {6, 2, 36, 100, 1, 1, 37, FDY_DTYPE_F32},
+      {6, 2, 36, 100, 1, 1, 99, FDY_DTYPE_F16},
+      {6, 2, 128, 64, 1, 1, 64, FDY_DTYPE_F16}, /* outside: NaN */
+  };
+  for (size_t i = 0; i < sizeof small / sizeof small[0]; i++) {
+    run_attention_kind("decode", &small[i], true);
+  }
+  const int32_t positions[] = {0, 1, 15, 16, 639, 4095};
+  const fdy_dtype caches[] = {FDY_DTYPE_F32, FDY_DTYPE_F16};
+  for (int i = 0; i < 2 && !small_shapes(); i++) {
+    for (size_t p = 0; p < sizeof positions / sizeof positions[0]; p++) {
+      attention_case c = {llama32_3b.heads,
+                          llama32_3b.kv_heads,
+                          llama32_3b.head_dim,
+                          4096,
+                          1,
+                          1,
+                          positions[p],
+                          caches[i]};
+      run_attention_kind(llama32_3b.name, &c, true);
+    }
+    attention_case c = {llama32_3b.heads,
+                        llama32_3b.kv_heads,
+                        llama32_3b.head_dim,
+                        70000,
+                        1,
+                        1,
+                        69999,
+                        caches[i]};
+    run_attention_kind("long cache", &c, true);
+  }
+  fdy_op op = {
+      .kind = FDY_OP_ROPE_ATTENTION, .input_count = 6, .output_count = 1};
+  op.params.rope_attention.rope =
+      (fdy_rope_params){.head_dim = 64, .theta = 10000.0};
+  op.params.rope_attention.attention = (fdy_attention_params){4, 2, 64};
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(2, 256));
+  op.inputs[2] = view(FDY_DTYPE_F32, FDY_SHAPE(2, 128));
+  op.inputs[3] = op.inputs[2];
+  op.inputs[4] = view(FDY_DTYPE_F16, FDY_SHAPE(100, 128));
+  op.inputs[5] = op.inputs[4];
+  op.outputs[0] = op.inputs[1];
+  assert_int_equal(fdy_op_check(&op, NULL), FDY_OK);
+  assert_false(gpu.b->ops->supports_op(gpu.b, &op));
+  assert_true(cpu.b->ops->supports_op(cpu.b, &op));
+  op.inputs[1].shape.dims[0] = 1;
+  op.inputs[2].shape.dims[0] = 1;
+  op.inputs[3] = op.inputs[2];
+  op.outputs[0] = op.inputs[1];
+  assert_true(gpu.b->ops->supports_op(gpu.b, &op));
 }
 
 /* The one-row ATTENTION needs its workspace: without one, or with one too
@@ -1776,6 +1869,7 @@ int main(void) {
       cmocka_unit_test(test_attention_workspace_refused),
       cmocka_unit_test(test_attention_positions),
       cmocka_unit_test(test_attention_decode_blocks),
+      cmocka_unit_test(test_rope_attention_decode),
       cmocka_unit_test(test_prefill_needs_workspace),
       cmocka_unit_test(test_prefill_matmul),
       cmocka_unit_test(test_fused_shapes),

@@ -340,7 +340,7 @@ static uint64_t expect_unit(const fdy_graph *g, const char *name,
 /* Ops per decoder layer of the prefill (single ops) and of the decode step
  * (fused ops). */
 #define LAYER_OPS       15
-#define FUSED_LAYER_OPS 7
+#define FUSED_LAYER_OPS 5
 
 /* The kinds of one step's ops: the embedding, the decoder layers and the
  * head (the last row first when a multi-row step takes the last row's
@@ -354,9 +354,8 @@ static size_t step_kinds(uint32_t layers, uint32_t rows, bool all_logits,
       FDY_OP_ADD,     FDY_OP_RMSNORM,   FDY_OP_MATMUL_Q4, FDY_OP_MATMUL_Q4,
       FDY_OP_SWIGLU,  FDY_OP_MATMUL_Q4, FDY_OP_ADD};
   static const fdy_op_kind fused_layer[FUSED_LAYER_OPS] = {
-      FDY_OP_NORM_MATMUL_Q4, FDY_OP_ROPE,          FDY_OP_ROPE,
-      FDY_OP_ATTENTION,      FDY_OP_MATMUL_ADD_Q4, FDY_OP_NORM_SWIGLU_Q4,
-      FDY_OP_MATMUL_ADD_Q4};
+      FDY_OP_NORM_MATMUL_Q4, FDY_OP_ROPE_ATTENTION, FDY_OP_MATMUL_ADD_Q4,
+      FDY_OP_NORM_SWIGLU_Q4, FDY_OP_MATMUL_ADD_Q4};
   size_t n = 0;
   out[n++] = FDY_OP_EMBED_Q4;
   for (uint32_t l = 0; l < layers; l++) {
@@ -414,14 +413,22 @@ static void expect_step(const fdy_graph *g, const fdy_llama_config *c,
       assert_int_equal(out.role, FDY_TENSOR_ACTIVATION);
       assert_int_equal(out.shape.dims[0], rows);
     }
-    if (op.kind == FDY_OP_ATTENTION) {
+    if (op.kind == FDY_OP_ATTENTION || op.kind == FDY_OP_ROPE_ATTENTION) {
+      const fdy_attention_params *a = op.kind == FDY_OP_ATTENTION
+                                          ? &op.params.attention
+                                          : &op.params.rope_attention.attention;
       char name[64];
       snprintf(name, sizeof name, "layer.%u.k_cache", attention);
       assert_int_equal(op.reads[4].v, tensor_named(g, name).v);
       snprintf(name, sizeof name, "layer.%u.v_cache", attention);
       assert_int_equal(op.reads[5].v, tensor_named(g, name).v);
-      assert_int_equal(op.params.attention.heads, c->num_heads);
-      assert_int_equal(op.params.attention.kv_heads, c->num_kv_heads);
+      assert_int_equal(a->heads, c->num_heads);
+      assert_int_equal(a->kv_heads, c->num_kv_heads);
+      assert_int_equal(a->head_dim, c->head_dim);
+      if (op.kind == FDY_OP_ROPE_ATTENTION) {
+        assert_int_equal(op.params.rope_attention.rope.head_dim, c->head_dim);
+        assert_true(op.params.rope_attention.rope.theta == c->rope_theta);
+      }
       attention++;
     }
   }

@@ -1902,9 +1902,13 @@ static void test_fake_backend(void **state) {
   fdy_fake_stats after = fdy_fake_get_stats(fake);
   assert_int_equal(after.launches - before.launches,
                    3 * prefill_launches + decode_launches);
+  /* the prefill runs: ROPE, ROPE and ATTENTION; the decode: ROPE_ATTENTION */
   assert_int_equal(after.launches_by_kind[FDY_OP_ATTENTION] -
                        before.launches_by_kind[FDY_OP_ATTENTION],
-                   4 * c->num_layers);
+                   3 * c->num_layers);
+  assert_int_equal(after.launches_by_kind[FDY_OP_ROPE_ATTENTION] -
+                       before.launches_by_kind[FDY_OP_ROPE_ATTENTION],
+                   c->num_layers);
   assert_int_equal(after.copies_to_device - before.copies_to_device,
                    3 * prefill_in + decode_in);
   assert_int_equal(after.copies_to_host - before.copies_to_host,

@@ -479,6 +479,68 @@ static void test_round_trip_planner(void **state) {
   fdy_graph_destroy(g);
 }
 
+/* ROPE_ATTENTION's parameters (the rope's and the attention's, the rope's
+ * head_dim under "rope_head_dim") survive a planner plan's round trip. */
+static void test_round_trip_rope_attention(void **state) {
+  (void)state;
+  fdy_graph *g = NULL;
+  assert_int_equal(fdy_graph_create("rope attention", &g, NULL), FDY_OK);
+  uint32_t step = add_input(g, "step", FDY_DTYPE_I32, FDY_SHAPE(2));
+  uint32_t q = add_input(g, "q", FDY_DTYPE_F32, FDY_SHAPE(1, 64));
+  uint32_t k = add_input(g, "k", FDY_DTYPE_F32, FDY_SHAPE(1, 32));
+  uint32_t v = add_input(g, "v", FDY_DTYPE_F32, FDY_SHAPE(1, 32));
+  uint32_t kc = add_state(g, "k_cache", FDY_DTYPE_F16, FDY_SHAPE(8, 32));
+  uint32_t vc = add_state(g, "v_cache", FDY_DTYPE_F16, FDY_SHAPE(8, 32));
+  uint32_t out = add_activation(g, "att", FDY_DTYPE_F32, FDY_SHAPE(1, 64));
+  fdy_op_params p = {
+      .rope_attention = {
+          .rope = {.head_dim = 16,
+                   .theta = 500000.0,
+                   .llama3 = true,
+                   .factor = 32.0,
+                   .low_freq_factor = 1.0,
+                   .high_freq_factor = 4.0,
+                   .original_max_position = 8192},
+          .attention = {.heads = 4, .kv_heads = 2, .head_dim = 16}}};
+  fdy_op_id op = {add_op(g, "attn", FDY_OP_ROPE_ATTENTION, p,
+                         (uint32_t[]){step, q, k, v, kc, vc}, 6, out)};
+  fdy_tensor_id att = {out};
+  fdy_plan_step steps[] = {{"decode", &op, 1, &att, 1}};
+  fdy_planner_options options = {.weight_budget = FDY_MIB, .buffers = 1};
+  fdy_plan *plan = NULL;
+  fdy_error err;
+  if (fdy_plan_build(g, steps, 1, &options, &plan, &err) != FDY_OK) {
+    fail_msg("planner: %s", err.message);
+  }
+  assert_int_equal(fdy_plan_validate(plan, NULL, NULL), FDY_OK);
+  round_trip(plan);
+  char *text = encode(plan);
+  static const char *const words[] = {"\"rope_attention\"",
+                                      "\"rope_head_dim\": 16",
+                                      "\"llama3\": true", "\"kv_heads\": 2"};
+  for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
+    if (strstr(text, words[i]) == NULL) {
+      fail_msg("%s is missing from the encoding:\n%s", words[i], text);
+    }
+  }
+  fdy_plan *decoded = decode(text);
+  fdy_op_info info;
+  assert_int_equal(fdy_graph_op(fdy_plan_graph(decoded), op, &info, NULL),
+                   FDY_OK);
+  assert_int_equal(info.kind, FDY_OP_ROPE_ATTENTION);
+  assert_memory_equal(&info.params.rope_attention.attention,
+                      &p.rope_attention.attention,
+                      sizeof p.rope_attention.attention);
+  assert_int_equal(info.params.rope_attention.rope.head_dim, 16);
+  assert_true(info.params.rope_attention.rope.theta == 500000.0);
+  assert_true(info.params.rope_attention.rope.high_freq_factor == 4.0);
+  assert_int_equal(info.params.rope_attention.rope.original_max_position, 8192);
+  free(text);
+  fdy_plan_destroy(decoded);
+  fdy_plan_destroy(plan);
+  fdy_graph_destroy(g);
+}
+
 /* ---- encoding refusals --------------------------------------------------- */
 
 static void expect_encode_error(const fdy_plan *plan, const char *name,
@@ -1161,6 +1223,7 @@ int main(void) {
       cmocka_unit_test(test_round_trip_extremes),
       cmocka_unit_test(test_round_trip_empty),
       cmocka_unit_test(test_round_trip_planner),
+      cmocka_unit_test(test_round_trip_rope_attention),
       cmocka_unit_test(test_encode_refuses_unrepresentable),
       cmocka_unit_test(test_decode_schema_errors),
       cmocka_unit_test(test_decode_graph_errors_keep_kind),

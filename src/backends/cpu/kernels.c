@@ -151,6 +151,45 @@ static fdy_status fused_layout_of(const fdy_op *op, uint32_t threads,
   return st;
 }
 
+/* Workspace of ROPE_ATTENTION (bytes, FDY_CPU_WORKSPACE_ALIGN multiples):
+ * the rotated q rows, the rotated k rows, then ATTENTION's scores. */
+typedef struct rope_attention_layout {
+  uint64_t q, k, scores, total;
+} rope_attention_layout;
+
+static fdy_status rope_attention_layout_of(const fdy_op *op, uint32_t threads,
+                                           rope_attention_layout *out,
+                                           fdy_error *err) {
+  rope_attention_layout l = {0};
+  uint64_t at = 0, q_floats = 0, k_floats = 0, stride = 0, scores = 0;
+  uint64_t rows = op->inputs[1].shape.dims[0];
+  fdy_status st =
+      fdy_mul_u64(rows, op->inputs[1].shape.dims[1], &q_floats, err);
+  if (st == FDY_OK) {
+    st = fdy_mul_u64(rows, op->inputs[2].shape.dims[1], &k_floats, err);
+  }
+  if (st == FDY_OK) {
+    st = reserve(&at, q_floats, &l.q, err);
+  }
+  if (st == FDY_OK) {
+    st = reserve(&at, k_floats, &l.k, err);
+  }
+  if (st == FDY_OK) {
+    st = score_stride(op, &stride, err);
+  }
+  if (st == FDY_OK) {
+    st = fdy_mul_u64(stride, threads, &scores, err);
+  }
+  if (st == FDY_OK) {
+    l.scores = at;
+    st = fdy_add_u64(at, scores, &l.total, err);
+  }
+  if (st == FDY_OK) {
+    *out = l;
+  }
+  return st;
+}
+
 fdy_status fdy_cpu_op_workspace(const fdy_op *op, uint32_t threads,
                                 uint64_t *out, fdy_error *err) {
   uint64_t bytes = 0;
@@ -180,6 +219,12 @@ fdy_status fdy_cpu_op_workspace(const fdy_op *op, uint32_t threads,
     if (st == FDY_OK) {
       st = fdy_mul_u64(stride, threads, &bytes, err);
     }
+    break;
+  }
+  case FDY_OP_ROPE_ATTENTION: {
+    rope_attention_layout l;
+    st = rope_attention_layout_of(op, threads, &l, err);
+    bytes = l.total;
     break;
   }
   case FDY_OP_ARGMAX:
@@ -217,6 +262,11 @@ bool fdy_cpu_op_supported(const fdy_op *op, uint32_t threads) {
   }
   if (op->kind == FDY_OP_ATTENTION &&
       op->inputs[1].shape.dims[0] * op->params.attention.heads > UINT32_MAX) {
+    return false;
+  }
+  if (op->kind == FDY_OP_ROPE_ATTENTION &&
+      op->inputs[1].shape.dims[0] * op->params.rope_attention.attention.heads >
+          UINT32_MAX) {
     return false;
   }
   uint64_t bytes = 0;
@@ -413,20 +463,27 @@ static void rope_task(void *ctx, uint32_t begin, uint32_t end,
   }
 }
 
-static void run_rope(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
-  const fdy_op *op = a->op;
-  const int32_t *step = a->inputs[0];
+/* ROPE of rows x [rows, width] into out at positions from the step's, with
+ * the rope parameters of params (a ROPE op's). */
+static void rope_rows(fdy_cpu_pool *pool, const fdy_op_params *params,
+                      const int32_t *step, const float *x, float *out,
+                      uint64_t rows, uint64_t width) {
   rope_job job = {
-      .params = &op->params,
-      .x = a->inputs[1],
-      .out = a->outputs[0],
+      .params = params,
+      .x = x,
+      .out = out,
       .position = step[FDY_STEP_POSITION],
-      .width = (uint32_t)op->inputs[1].shape.dims[1],
-      .head_dim = op->params.rope.head_dim,
+      .width = (uint32_t)width,
+      .head_dim = params->rope.head_dim,
   };
   job.heads = job.width / job.head_dim;
-  fdy_cpu_pool_run(pool, active_rows(step, op->inputs[1].shape.dims[0]), 1,
-                   rope_task, &job);
+  fdy_cpu_pool_run(pool, active_rows(step, rows), 1, rope_task, &job);
+}
+
+static void run_rope(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
+  const fdy_op *op = a->op;
+  rope_rows(pool, &op->params, a->inputs[0], a->inputs[1], a->outputs[0],
+            op->inputs[1].shape.dims[0], op->inputs[1].shape.dims[1]);
 }
 
 /* ---- attention ------------------------------------------------------------
@@ -580,6 +637,33 @@ static void run_attention(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
     }
   }
   fdy_cpu_pool_run(pool, rows * job.heads, 1, attention_task, &job);
+}
+
+/* ROPE_ATTENTION: the rope of q and of k into the workspace, then
+ * ATTENTION of the rotated rows (the unfused sequence's kernels). */
+static void run_rope_attention(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
+  const fdy_op *op = a->op;
+  rope_attention_layout l;
+  /* The launch computed the same layout; it cannot fail here. */
+  rope_attention_layout_of(op, fdy_cpu_pool_threads(pool), &l, NULL);
+  float *q = (float *)(a->workspace + l.q);
+  float *k = (float *)(a->workspace + l.k);
+  const fdy_op_params rope = fdy_rope_params_of(op);
+  uint64_t rows = op->inputs[1].shape.dims[0];
+  rope_rows(pool, &rope, a->inputs[0], a->inputs[1], q, rows,
+            op->inputs[1].shape.dims[1]);
+  rope_rows(pool, &rope, a->inputs[0], a->inputs[2], k, rows,
+            op->inputs[2].shape.dims[1]);
+  fdy_op attention = *op;
+  attention.kind = FDY_OP_ATTENTION;
+  memset(&attention.params, 0, sizeof attention.params);
+  attention.params.attention = op->params.rope_attention.attention;
+  fdy_cpu_args args = *a;
+  args.op = &attention;
+  args.inputs[1] = q;
+  args.inputs[2] = k;
+  args.workspace = a->workspace + l.scores;
+  run_attention(pool, &args);
 }
 
 /* ---- element-wise kinds -----------------------------------------------------
@@ -789,6 +873,9 @@ void fdy_cpu_op_run(fdy_cpu_pool *pool, const fdy_cpu_args *args) {
     break;
   case FDY_OP_ATTENTION:
     run_attention(pool, args);
+    break;
+  case FDY_OP_ROPE_ATTENTION:
+    run_rope_attention(pool, args);
     break;
   case FDY_OP_SWIGLU:
   case FDY_OP_ADD:

@@ -1,16 +1,24 @@
-/* ATTENTION on CUDA: one of two variants chosen from the shapes alone (the
- * rows of q). Every kernel is a programmatic dependent launch
- * (cuda_device.h: it waits for the previous kernel before anything else).
+/* ATTENTION and ROPE_ATTENTION on CUDA: one of two variants chosen from the
+ * shapes alone (the rows of q; ROPE_ATTENTION is decode only). Every kernel
+ * is a programmatic dependent launch when the op asks (cuda_device.h).
  *
- * 1. decode (q has one row): one kernel. The positions 0..p are cut
- *    into chunks of decode_chunk(context) positions (a power of two from
- *    16, so that a full cache has at most DECODE_MAX_CHUNKS chunks). Block
+ * 1. decode (q has one row): one kernel, launched through fdy_launch (a
+ *    programmatic dependent launch when the op asks: the step is read
+ *    before fdy_grid_wait, q, k, v and the caches after). Each block first
+ *    puts its heads' q rows and its kv head's new k row in shared memory;
+ *    for ROPE_ATTENTION rotated there by the rope at position p (each
+ *    thread's cos and sin in double, rounded to float, the rotation the
+ *    CPU's float expression without FMA), so the cache receives the
+ *    rotated k bitwise as the CPU's rope then attention append it.
+ *    The positions 0..p are cut into chunks of decode_chunk(context)
+ *    positions (a power of two from 16, so that a full cache has at most
+ *    DECODE_MAX_CHUNKS chunks). Block
  *    (kv head, slice, y) takes chunks y, y + gridDim.y, ... for up to
  *    DECODE_GROUP query heads of that kv head, which share its K and V
  *    loads: each warp dots DECODE_INFLIGHT key rows at once with the
  *    heads' q (lanes on 4 consecutive elements: one 16-byte F32 or 8-byte
- *    F16 load, coalesced; the lanes' q elements loaded alongside, and the
- *    value rows requested from L2 at once), a butterfly summing each dot,
+ *    F16 load, coalesced; q from shared memory, and the value rows
+ *    requested from L2 at once), a butterfly summing each dot,
  *    times (float)(1 / sqrt(d)); then per head the chunk's maximum m, e =
  *    expf(score - m) and their float sum l (lanes, then a butterfly), and
  *    the unnormalized sum of e * v over the chunk's positions (each warp
@@ -23,7 +31,8 @@
  *    cache, so no block waits for it.
  *    combine: the last block of a kv head slice to finish (a counter of
  *    the stream's, zeroed again by that block, so a graph can replay the
- *    launch) reads the chunks of the slice's heads: M = max m_c, w_c =
+ *    launch) reads the chunks of the slice's heads (each (m, l) once, the
+ *    partials of all its heads of a chunk at once): M = max m_c, w_c =
  *    expf(m_c - M), L = sum of l_c w_c in double (lanes, then a
  *    butterfly), and output element j = (sum of w_c o_c[j]) * (float)(1 /
  *    L), warp w summing chunks w, w + 4, ... in order, then the four
@@ -151,6 +160,12 @@ __global__ void __launch_bounds__(APPEND_THREADS)
 /* ---- decode: chunks, then the combine by the last block ------------------
  */
 
+/* The rope of ROPE_ATTENTION: the inverse frequency of pair j (from
+ * fdy_rope_inverse_frequency on the host). */
+typedef struct decode_rope {
+  double inv[FDY_CUDA_ROPE_MAX_PAIRS];
+} decode_rope;
+
 /* The decode variant's workspace: (m, l) per chunk and head, then (at a
  * multiple of 16 bytes) the partial outputs, 4 ceil(d / 4) floats per chunk
  * and head (zero past d). */
@@ -208,18 +223,26 @@ static __device__ void combine_heads(unsigned int h0, unsigned int gn,
   const unsigned int d4 = (d + 3) / 4;
   if (warp < gn) {
     const unsigned int h = h0 + warp;
+    float2 ml[DECODE_MAX_CHUNKS / 32]; /* chunk lane + 32 i, read once */
     float m = -CUDART_INF_F;
-    for (unsigned int c = lane; c < chunks; c += 32) {
-      m = fmaxf(m, __ldcg(&partials->ml[(unsigned long long)c * heads + h]).x);
+#pragma unroll
+    for (int i = 0; i < DECODE_MAX_CHUNKS / 32; i++) {
+      const unsigned int c = lane + 32 * i;
+      ml[i] = c < chunks
+                  ? __ldcg(&partials->ml[(unsigned long long)c * heads + h])
+                  : make_float2(-CUDART_INF_F, 0.0f);
+      m = fmaxf(m, ml[i].x);
     }
     m = warp_max(m);
     double sum = 0.0;
-    for (unsigned int c = lane; c < chunks; c += 32) {
-      const float2 ml =
-          __ldcg(&partials->ml[(unsigned long long)c * heads + h]);
-      const float w = expf(ml.x - m);
-      weight[warp * DECODE_MAX_CHUNKS + c] = w;
-      sum += (double)ml.y * w;
+#pragma unroll
+    for (int i = 0; i < DECODE_MAX_CHUNKS / 32; i++) {
+      const unsigned int c = lane + 32 * i;
+      if (c < chunks) {
+        const float w = expf(ml[i].x - m);
+        weight[warp * DECODE_MAX_CHUNKS + c] = w;
+        sum += (double)ml[i].y * w;
+      }
     }
     sum = fdy_warp_sum_double(sum);
     if (lane == 0) {
@@ -227,19 +250,39 @@ static __device__ void combine_heads(unsigned int h0, unsigned int gn,
     }
   }
   __syncthreads();
+  /* the partials of every head of a chunk loaded at once (gn loads in
+   * flight per chunk, two chunks a step), each head's sum in chunk order */
   const float4 *partial4 = (const float4 *)partials->o;
-  for (unsigned int g = 0; g < gn; g++) {
-    for (unsigned int j4 = lane; j4 < d4; j4 += 32) {
-      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 4
-      for (unsigned int c = warp; c < chunks; c += ATTENTION_WARPS) {
-        acc = axpy4(
-            weight[g * DECODE_MAX_CHUNKS + c],
-            __ldcg(
-                &partial4[((unsigned long long)c * heads + h0 + g) * d4 + j4]),
-            acc);
+  for (unsigned int j4 = lane; j4 < d4; j4 += 32) {
+    float4 acc[DECODE_GROUP];
+#pragma unroll
+    for (int g = 0; g < DECODE_GROUP; g++) {
+      acc[g] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll 2
+    for (unsigned int c = warp; c < chunks; c += ATTENTION_WARPS) {
+      float4 part[DECODE_GROUP];
+#pragma unroll
+      for (int g = 0; g < DECODE_GROUP; g++) {
+        part[g] =
+            (unsigned int)g < gn
+                ? __ldcg(
+                      &partial4[((unsigned long long)c * heads + h0 + g) * d4 +
+                                j4])
+                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       }
-      warp_out[(warp * DECODE_GROUP + g) * d4 + j4] = acc;
+#pragma unroll
+      for (int g = 0; g < DECODE_GROUP; g++) {
+        if ((unsigned int)g < gn) {
+          acc[g] = axpy4(weight[g * DECODE_MAX_CHUNKS + c], part[g], acc[g]);
+        }
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < DECODE_GROUP; g++) {
+      if ((unsigned int)g < gn) {
+        warp_out[(warp * DECODE_GROUP + g) * d4 + j4] = acc[g];
+      }
     }
   }
   __syncthreads();
@@ -273,17 +316,17 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
                   bool vec, unsigned int heads, unsigned int group,
                   unsigned int slices, unsigned int d,
                   unsigned long long context, unsigned int chunk,
-                  decode_partials partials, unsigned int *counters,
-                  float *out) {
-  fdy_grid_launch_dependents();
-  fdy_grid_wait();
+                  decode_partials partials, unsigned int *counters, float *out,
+                  bool rope, const __grid_constant__ decode_rope table) {
   extern __shared__ float4 decode_shared[];
   const unsigned int d4 = (d + 3) / 4;
   const unsigned int scores_stride =
       max(chunk, (unsigned int)DECODE_MAX_CHUNKS);
   float4 *warp_out = decode_shared;
-  float *scores = (float *)(warp_out + ATTENTION_WARPS * DECODE_GROUP * d4);
+  float4 *q_rows = warp_out + ATTENTION_WARPS * DECODE_GROUP * d4;
+  float *scores = (float *)(q_rows + (DECODE_GROUP + 1) * d4);
   float *inv = scores + DECODE_GROUP * scores_stride;
+  fdy_grid_launch_dependents();
   if (fdy_active_rows(step, 1) == 0) {
     return;
   }
@@ -292,6 +335,7 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
   const unsigned int gn = min((unsigned int)DECODE_GROUP, group - g0);
   const unsigned int h0 = kv_head * group + g0;
   const long long last_p = row_position(step, 0, context);
+  fdy_grid_wait(); /* q, k and v come from the kernels before */
   if (last_p < 0) {
     for (unsigned int i = threadIdx.x; blockIdx.y == 0 && i < gn * d;
          i += blockDim.x) {
@@ -303,8 +347,69 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
   const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const unsigned long long kv_dim = (unsigned long long)(heads / group) * d;
   const unsigned long long kv_at = (unsigned long long)kv_head * d;
-  const float *k_own = k_new + kv_at, *v_own = v_new + kv_at;
+  const float *v_own = v_new + kv_at;
   const unsigned int chunks = (unsigned int)(last / chunk) + 1;
+
+  /* asks L2 for the key and value rows of this block's first chunk while q
+   * and k are staged (thread i: 128-byte line i of the chunk's rows, keys
+   * then values, as many lines as threads; a hint, nothing waits for it) */
+  if (blockIdx.y < chunks) {
+    const unsigned long long begin = (unsigned long long)blockIdx.y * chunk;
+    const unsigned int n =
+        (unsigned int)min((unsigned long long)chunk, last + 1 - begin);
+    const unsigned int esize = f16 ? 2 : 4;
+    const unsigned int lines = (d * esize + 127) / 128; /* a row's */
+    if (threadIdx.x < 2 * n * lines) {
+      const unsigned int row = threadIdx.x / lines % n;
+      const unsigned int line = threadIdx.x % lines;
+      const void *cache = threadIdx.x < n * lines ? k_cache : v_cache;
+      prefetch_l2((const unsigned char *)cache +
+                  ((begin + row) * kv_dim + kv_at) * esize + line * 128);
+    }
+  }
+
+  /* q rows 0 .. gn - 1 of the slice's heads and the step's k row (row
+   * DECODE_GROUP) into shared memory, rotated by the rope at position
+   * `last` for ROPE_ATTENTION (item i: row i / half, pair i % half; a
+   * thread's pair changes only when half does not divide the block, so
+   * its cos and sin are computed again only then), zero past d. */
+  const float *k_row = (const float *)(q_rows + DECODE_GROUP * d4);
+  if (rope) {
+    const unsigned int half = d / 2;
+    unsigned int pair = ~0u;
+    float c = 0.0f, sn = 0.0f;
+    for (unsigned int i = threadIdx.x; i < (gn + 1) * half; i += blockDim.x) {
+      const unsigned int r = i / half, j = i % half;
+      const float *x =
+          r < gn ? q + (unsigned long long)(h0 + r) * d : k_new + kv_at;
+      const float x0 = x[j], x1 = x[j + half]; /* loaded before sincos */
+      float *dst = (float *)(q_rows + (r < gn ? r : DECODE_GROUP) * d4);
+      if (j != pair) {
+        double ds = 0.0, dc = 0.0;
+        sincos((double)last * table.inv[j], &ds, &dc);
+        c = (float)dc;
+        sn = (float)ds;
+        pair = j;
+      }
+      /* the CPU backend's float expressions, rounded alike (no FMA) */
+      dst[j] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
+      dst[j + half] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, sn));
+    }
+  } else {
+    for (unsigned int i = threadIdx.x; i < (gn + 1) * d; i += blockDim.x) {
+      const unsigned int r = i / d, j = i % d;
+      const float *x =
+          r < gn ? q + (unsigned long long)(h0 + r) * d : k_new + kv_at;
+      ((float *)(q_rows + (r < gn ? r : DECODE_GROUP) * d4))[j] = x[j];
+    }
+  }
+  for (unsigned int i = threadIdx.x; i < (gn + 1) * (4 * d4 - d);
+       i += blockDim.x) {
+    const unsigned int r = i / (4 * d4 - d), j = d + i % (4 * d4 - d);
+    ((float *)(q_rows + (r < gn ? r : DECODE_GROUP) * d4))[j] = 0.0f;
+  }
+  __syncthreads();
+  const float *k_own = k_row;
   if (g0 == 0 && blockIdx.y == (chunks - 1) % gridDim.y) {
     for (unsigned int i = threadIdx.x; i < d; i += blockDim.x) {
       cache_store(k_cache, f16, last * kv_dim + kv_at + i, k_own[i]);
@@ -348,8 +453,7 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
 #pragma unroll
         for (int g = 0; g < DECODE_GROUP; g++) {
           if (g < gn) {
-            const float4 qv =
-                load4(q, false, vec, (unsigned long long)(h0 + g) * d, j4, d);
+            const float4 qv = q_rows[g * d4 + j4];
 #pragma unroll
             for (int u = 0; u < DECODE_INFLIGHT; u++) {
               dot[u][g] = dot4(qv, key[u], dot[u][g]);
@@ -489,11 +593,14 @@ static unsigned int decode_chunk(unsigned long long context) {
 }
 
 static attention_shape shape_of(const fdy_op *op) {
+  const fdy_attention_params *p = op->kind == FDY_OP_ROPE_ATTENTION
+                                      ? &op->params.rope_attention.attention
+                                      : &op->params.attention;
   attention_shape s;
-  s.heads = op->params.attention.heads;
-  s.kv_heads = op->params.attention.kv_heads;
+  s.heads = p->heads;
+  s.kv_heads = p->kv_heads;
   s.group = s.heads / s.kv_heads;
-  s.d = op->params.attention.head_dim;
+  s.d = p->head_dim;
   s.rows = (unsigned int)op->inputs[1].shape.dims[0];
   s.kv_dim = (unsigned int)op->inputs[2].shape.dims[1];
   s.context = op->inputs[4].shape.dims[0];
@@ -519,7 +626,8 @@ extern "C" uint64_t fdy_cuda_attention_shared_bytes(const fdy_op *op) {
   if (s.rows == 1) {
     const uint64_t stride =
         s.chunk > DECODE_MAX_CHUNKS ? s.chunk : DECODE_MAX_CHUNKS;
-    return ATTENTION_WARPS * DECODE_GROUP * d4 * sizeof(float4) +
+    return (ATTENTION_WARPS * DECODE_GROUP + DECODE_GROUP + 1) * d4 *
+               sizeof(float4) +
            (DECODE_GROUP * stride + DECODE_GROUP) * sizeof(float);
   }
   return fdy_cuda_attention_prefill_shared_bytes(op);
@@ -535,7 +643,12 @@ extern "C" uint64_t fdy_cuda_attention_workspace_bytes(const fdy_op *op) {
 }
 
 extern "C" bool fdy_cuda_attention_grid_fits(const fdy_op *op) {
-  return shape_of(op).rows == 1 || fdy_cuda_attention_prefill_grid_fits(op);
+  const attention_shape s = shape_of(op);
+  if (op->kind == FDY_OP_ROPE_ATTENTION) {
+    /* decode only (the one-row step of the llama decode chain) */
+    return s.rows == 1 && s.d / 2 <= FDY_CUDA_ROPE_MAX_PAIRS;
+  }
+  return s.rows == 1 || fdy_cuda_attention_prefill_grid_fits(op);
 }
 
 extern "C" cudaError_t fdy_cuda_attention_prepare(uint64_t smem_optin) {
@@ -557,20 +670,31 @@ static cudaError_t launch_decode(const fdy_cuda_op_args *a,
   decode_partials partials;
   partials.ml = (float2 *)a->workspace;
   partials.o = (float *)((unsigned char *)a->workspace + decode_ml_bytes(s));
+  const bool rope = a->op->kind == FDY_OP_ROPE_ATTENTION;
+  decode_rope table;
+  memset(&table, 0, sizeof table);
+  if (rope) {
+    const fdy_op_params params = fdy_rope_params_of(a->op);
+    for (uint32_t j = 0; j < s->d / 2; j++) {
+      table.inv[j] = fdy_rope_inverse_frequency(&params, j);
+    }
+  }
   /* the y extent only sets how many chunks a block takes in turn */
   const uint64_t x = (uint64_t)s->kv_heads * s->slices;
   const uint64_t target = (uint64_t)DECODE_BLOCKS_SM * a->sm_count;
   const uint64_t y_fit = target > x ? target / x : 1;
   const dim3 grid((unsigned int)x,
                   (unsigned int)(y_fit < chunks ? y_fit : chunks));
-  return fdy_launch(a->dependent, decode_kernel, grid, ATTENTION_THREADS,
+  return fdy_launch(a->dependent, decode_kernel, grid, dim3(ATTENTION_THREADS),
                     (size_t)fdy_cuda_attention_shared_bytes(a->op), stream,
                     step, (const float *)a->in[1], (const float *)a->in[2],
                     (const float *)a->in[3], a->in[4], a->in[5], s->f16, s->vec,
                     s->heads, s->group, s->slices, s->d, s->context, s->chunk,
-                    partials, a->counters, (float *)a->out);
+                    partials, a->counters, (float *)a->out, rope, table);
 }
 
+/* ATTENTION or ROPE_ATTENTION (one row only: decode_kernel rotates q and k
+ * itself; cuda_ops.c refuses more rows). */
 extern "C" cudaError_t fdy_cuda_attention_enqueue(const fdy_cuda_op_args *a,
                                                   cudaStream_t stream) {
   const attention_shape s = shape_of(a->op);

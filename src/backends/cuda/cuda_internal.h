@@ -234,15 +234,17 @@ uint64_t fdy_cuda_matmul_q4_shared_bytes(const fdy_op *op);
 uint64_t fdy_cuda_matmul_q4_mma_shared_bytes(const fdy_op *op);
 uint64_t fdy_cuda_attention_shared_bytes(const fdy_op *op);
 /* Device scratch bytes a launch of a supported op needs in op->workspace
- * (0 when none; from the op's shapes only): the partial results of
- * ATTENTION's one-row (decode) variant and of ARGMAX over rows split
- * between blocks; MATMUL_Q4 with several rows of x keeps x in F16 there,
- * and partial sums when it splits the inputs. */
+ * (0 when none; from the op's shapes only): the partial results of the
+ * one-row (decode) ATTENTION and ROPE_ATTENTION and of ARGMAX over rows
+ * split between blocks; MATMUL_Q4 with several rows of x keeps x in F16
+ * there, and partial sums when it splits the inputs. */
 uint64_t fdy_cuda_op_workspace_bytes(const fdy_op *op);
 uint64_t fdy_cuda_attention_workspace_bytes(const fdy_op *op);
 uint64_t fdy_cuda_argmax_workspace_bytes(const fdy_op *op);
 uint64_t fdy_cuda_matmul_q4_mma_workspace_bytes(const fdy_op *op);
-/* Whether the grid of an ATTENTION launch fits CUDA's limits. */
+/* Whether the grid of an ATTENTION launch fits CUDA's limits (and, for
+ * ROPE_ATTENTION, whether it is one row of at most FDY_CUDA_ROPE_MAX_PAIRS
+ * rope pairs: the decode kernel alone rotates q and k). */
 bool fdy_cuda_attention_grid_fits(const fdy_op *op);
 
 /* Loads every op kernel (so device memory in use does not change at a

@@ -5,8 +5,10 @@
  * the one-row MATMUL_Q4 kernel (x and its group sums) and of ATTENTION (a
  * decode chunk's scores, or a prefill tile's q, keys, values and output)
  * within what a block may use, grid dimensions within CUDA's limits, and at
- * most FDY_CUDA_ROPE_MAX_PAIRS rope pairs. The workspace of an op: the
- * one-row ATTENTION's partial results (attention.cu), the blocks' winners
+ * most FDY_CUDA_ROPE_MAX_PAIRS rope pairs. ROPE_ATTENTION runs for one row
+ * only (the decode step's; prefill keeps ROPE and ATTENTION). The
+ * workspace of an op: the one-row ATTENTION's and ROPE_ATTENTION's partial
+ * results (attention.cu), the blocks' winners
  * of ARGMAX over long rows (ops_kernels.cu), and MATMUL_Q4 of
  * several rows (x in F16, partial sums: matmul_q4_mma.cu); other ops need
  * none. The fused kinds run for one row of x only (the decode
@@ -55,6 +57,7 @@ bool fdy_cuda_op_supported(const fdy_cuda_ctx *ctx, const fdy_op *op) {
   case FDY_OP_ROPE:
     return op->params.rope.head_dim / 2 <= FDY_CUDA_ROPE_MAX_PAIRS;
   case FDY_OP_ATTENTION:
+  case FDY_OP_ROPE_ATTENTION: /* one row only (decode) */
     return fdy_cuda_attention_grid_fits(op);
   default:
     return true;
@@ -62,7 +65,7 @@ bool fdy_cuda_op_supported(const fdy_cuda_ctx *ctx, const fdy_op *op) {
 }
 
 uint64_t fdy_cuda_op_workspace_bytes(const fdy_op *op) {
-  if (op->kind == FDY_OP_ATTENTION) {
+  if (op->kind == FDY_OP_ATTENTION || op->kind == FDY_OP_ROPE_ATTENTION) {
     return fdy_cuda_attention_workspace_bytes(op);
   }
   if (op->kind == FDY_OP_ARGMAX) {

@@ -481,6 +481,7 @@ extern "C" uint64_t fdy_cuda_op_shared_bytes(const fdy_op *op) {
   case FDY_OP_MATMUL_ADD_Q4:
     return fdy_cuda_matmul_q4_shared_bytes(op);
   case FDY_OP_ATTENTION:
+  case FDY_OP_ROPE_ATTENTION:
     return fdy_cuda_attention_shared_bytes(op);
   default:
     return 0;
@@ -535,6 +536,7 @@ extern "C" cudaError_t fdy_cuda_op_enqueue(const fdy_cuda_op_args *a,
   case FDY_OP_ROPE:
     return launch_rope(a, stream);
   case FDY_OP_ATTENTION:
+  case FDY_OP_ROPE_ATTENTION:
     return fdy_cuda_attention_enqueue(a, stream);
   case FDY_OP_SWIGLU:
   case FDY_OP_ADD: {
