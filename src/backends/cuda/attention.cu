@@ -76,39 +76,6 @@ cache_store(void *cache, bool f16, unsigned long long i, float v) {
   }
 }
 
-static __device__ __forceinline__ float cache_at(const void *cache, bool f16,
-                                                 unsigned long long i) {
-  return f16 ? __half2float(__ushort_as_half(((const uint16_t *)cache)[i]))
-             : ((const float *)cache)[i];
-}
-
-/* Elements 4 j4 .. 4 j4 + 3 of the d elements at `at` of a cache, zero
- * past d. vec (d a multiple of 4, so `at` is too): one 16-byte F32 or
- * 8-byte F16 load. */
-static __device__ __forceinline__ float4 load4(const void *cache, bool f16,
-                                               bool vec, unsigned long long at,
-                                               unsigned int j4,
-                                               unsigned int d) {
-  const unsigned int j = 4 * j4;
-  if (vec) {
-    if (f16) {
-      const uint2 w = *(const uint2 *)((const uint16_t *)cache + at + j);
-      const float2 lo = __half22float2(
-          __halves2half2(__ushort_as_half((unsigned short)(w.x & 0xffffu)),
-                         __ushort_as_half((unsigned short)(w.x >> 16))));
-      const float2 hi = __half22float2(
-          __halves2half2(__ushort_as_half((unsigned short)(w.y & 0xffffu)),
-                         __ushort_as_half((unsigned short)(w.y >> 16))));
-      return make_float4(lo.x, lo.y, hi.x, hi.y);
-    }
-    return *(const float4 *)((const float *)cache + at + j);
-  }
-  return make_float4(j < d ? cache_at(cache, f16, at + j) : 0.0f,
-                     j + 1 < d ? cache_at(cache, f16, at + j + 1) : 0.0f,
-                     j + 2 < d ? cache_at(cache, f16, at + j + 2) : 0.0f,
-                     j + 3 < d ? cache_at(cache, f16, at + j + 3) : 0.0f);
-}
-
 static __device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
   acc = fmaf(a.x, b.x, acc);
   acc = fmaf(a.y, b.y, acc);
@@ -180,7 +147,7 @@ typedef struct decode_partials {
 static __device__ __forceinline__ float4 new_row4(const float *row, bool f16,
                                                   bool vec, unsigned int j4,
                                                   unsigned int d) {
-  const float4 x = load4(row, false, vec, 0, j4, d);
+  const float4 x = fdy_cache_load4(row, false, vec, 0, j4, d);
   if (!f16) {
     return x;
   }
@@ -196,8 +163,9 @@ static __device__ __forceinline__ float4
 row4(const void *cache, const float *own, bool f16, bool vec,
      unsigned long long p, unsigned long long last, unsigned long long kv_dim,
      unsigned long long kv_at, unsigned int j4, unsigned int d) {
-  return p == last ? new_row4(own, f16, vec, j4, d)
-                   : load4(cache, f16, vec, p * kv_dim + kv_at, j4, d);
+  return p == last
+             ? new_row4(own, f16, vec, j4, d)
+             : fdy_cache_load4(cache, f16, vec, p * kv_dim + kv_at, j4, d);
 }
 
 /* Asks L2 for the 16 bytes at p (F16: 8) ahead of their load. */

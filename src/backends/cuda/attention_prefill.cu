@@ -63,39 +63,6 @@ static_assert(ATTENTION_THREADS == 128 && PREFILL_Q == 32 && PREFILL_KV == 32,
 static_assert(MMA_Q == 16 * ATTENTION_WARPS && MMA_KV == 64,
               "tensor-core prefill layout");
 
-static __device__ __forceinline__ float cache_at(const void *cache, bool f16,
-                                                 unsigned long long i) {
-  return f16 ? __half2float(__ushort_as_half(((const uint16_t *)cache)[i]))
-             : ((const float *)cache)[i];
-}
-
-/* Elements 4 j4 .. 4 j4 + 3 of the d elements at `at` of a cache, zero
- * past d. vec (d a multiple of 4, so `at` is too): one 16-byte F32 or
- * 8-byte F16 load. */
-static __device__ __forceinline__ float4 load4(const void *cache, bool f16,
-                                               bool vec, unsigned long long at,
-                                               unsigned int j4,
-                                               unsigned int d) {
-  const unsigned int j = 4 * j4;
-  if (vec) {
-    if (f16) {
-      const uint2 w = *(const uint2 *)((const uint16_t *)cache + at + j);
-      const float2 lo = __half22float2(
-          __halves2half2(__ushort_as_half((unsigned short)(w.x & 0xffffu)),
-                         __ushort_as_half((unsigned short)(w.x >> 16))));
-      const float2 hi = __half22float2(
-          __halves2half2(__ushort_as_half((unsigned short)(w.y & 0xffffu)),
-                         __ushort_as_half((unsigned short)(w.y >> 16))));
-      return make_float4(lo.x, lo.y, hi.x, hi.y);
-    }
-    return *(const float4 *)((const float *)cache + at + j);
-  }
-  return make_float4(j < d ? cache_at(cache, f16, at + j) : 0.0f,
-                     j + 1 < d ? cache_at(cache, f16, at + j + 1) : 0.0f,
-                     j + 2 < d ? cache_at(cache, f16, at + j + 2) : 0.0f,
-                     j + 3 < d ? cache_at(cache, f16, at + j + 3) : 0.0f);
-}
-
 /* ---- prefill in float (SIMT) ---------------------------------------------
  */
 
@@ -159,8 +126,10 @@ __global__ void __launch_bounds__(ATTENTION_THREADS)
       const long long p = kv0 + c;
       const unsigned long long at = (unsigned long long)p * kv_dim + kv_at;
       const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      const float4 kk = p <= last ? load4(k_cache, f16, vec, at, j4, d) : zero;
-      const float4 vv = p <= last ? load4(v_cache, f16, vec, at, j4, d) : zero;
+      const float4 kk =
+          p <= last ? fdy_cache_load4(k_cache, f16, vec, at, j4, d) : zero;
+      const float4 vv =
+          p <= last ? fdy_cache_load4(v_cache, f16, vec, at, j4, d) : zero;
       const float ke[4] = {kk.x, kk.y, kk.z, kk.w};
       const float ve[4] = {vv.x, vv.y, vv.z, vv.w};
 #pragma unroll

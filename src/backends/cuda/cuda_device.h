@@ -1,8 +1,9 @@
 /* Device helpers of the CUDA op kernels (ops_kernels.cu, matmul_q4.cu,
- * attention.cu): the step tensor's row count, half loads, and sums whose
- * order is fixed by the block shape alone (butterflies within a warp, then
- * the warps' sums in warp order), so that a result never depends on
- * scheduling. Included by .cu files only. */
+ * matmul_q4_mma.cu, attention.cu, attention_prefill.cu): programmatic
+ * dependent launch, the step tensor's row count, half and KV cache loads,
+ * and sums whose order is fixed by the block shape alone (butterflies
+ * within a warp, then the warps' sums in warp order), so that a result
+ * never depends on scheduling. Included by .cu files only. */
 #ifndef FOUNDRY_CUDA_DEVICE_H
 #define FOUNDRY_CUDA_DEVICE_H
 
@@ -76,6 +77,41 @@ fdy_half_at(const uint16_t *p, bool bf16, unsigned long long i) {
  * exponent trick 2^23 + q - 2^23, exact. */
 static __device__ __forceinline__ float fdy_nibble(uint32_t word, int j) {
   return __uint_as_float(0x4b000000u | ((word >> (4 * j)) & 0xfu)) - 8388608.0f;
+}
+
+/* Element i of a KV cache of F32 (f16 false) or F16 values, as a float. */
+static __device__ __forceinline__ float
+fdy_cache_at(const void *cache, bool f16, unsigned long long i) {
+  return f16 ? __half2float(__ushort_as_half(((const uint16_t *)cache)[i]))
+             : ((const float *)cache)[i];
+}
+
+/* Elements 4 j4 .. 4 j4 + 3 of the d elements at `at` of a cache, zero
+ * past d. vec (d a multiple of 4, so `at` is too): one 16-byte F32 or
+ * 8-byte F16 load. */
+static __device__ __forceinline__ float4 fdy_cache_load4(const void *cache,
+                                                         bool f16, bool vec,
+                                                         unsigned long long at,
+                                                         unsigned int j4,
+                                                         unsigned int d) {
+  const unsigned int j = 4 * j4;
+  if (vec) {
+    if (f16) {
+      const uint2 w = *(const uint2 *)((const uint16_t *)cache + at + j);
+      const float2 lo = __half22float2(
+          __halves2half2(__ushort_as_half((unsigned short)(w.x & 0xffffu)),
+                         __ushort_as_half((unsigned short)(w.x >> 16))));
+      const float2 hi = __half22float2(
+          __halves2half2(__ushort_as_half((unsigned short)(w.y & 0xffffu)),
+                         __ushort_as_half((unsigned short)(w.y >> 16))));
+      return make_float4(lo.x, lo.y, hi.x, hi.y);
+    }
+    return *(const float4 *)((const float *)cache + at + j);
+  }
+  return make_float4(j < d ? fdy_cache_at(cache, f16, at + j) : 0.0f,
+                     j + 1 < d ? fdy_cache_at(cache, f16, at + j + 1) : 0.0f,
+                     j + 2 < d ? fdy_cache_at(cache, f16, at + j + 2) : 0.0f,
+                     j + 3 < d ? fdy_cache_at(cache, f16, at + j + 3) : 0.0f);
 }
 
 /* Sum over the warp; every lane gets the same value. */
