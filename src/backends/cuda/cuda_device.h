@@ -65,12 +65,16 @@ fdy_active_rows(const int32_t *step, unsigned long long rows) {
                                           : (unsigned int)rows;
 }
 
+/* The F16 (bf16 false) or BF16 value with bits h, exactly. */
+static __device__ __forceinline__ float fdy_half_bits(uint16_t h, bool bf16) {
+  return bf16 ? __uint_as_float((unsigned int)h << 16)
+              : __half2float(__ushort_as_half(h));
+}
+
 /* Element i of an F16 (bf16 false) or BF16 vector, exactly. */
 static __device__ __forceinline__ float
 fdy_half_at(const uint16_t *p, bool bf16, unsigned long long i) {
-  const uint16_t h = p[i];
-  return bf16 ? __uint_as_float((unsigned int)h << 16)
-              : __half2float(__ushort_as_half(h));
+  return fdy_half_bits(p[i], bf16);
 }
 
 /* The nibble of a packed word at position j (low first) as a float: the

@@ -61,6 +61,7 @@
 #define GEMV_TILE      16  /* output rows of a tile */
 #define GEMV_MAX_TILES 32  /* tiles a block takes (their sums in shared) */
 #define GEMV_STEP      128 /* inputs of a column step: 4 chunks of 32 */
+#define GEMV_HELD      8   /* float4 of x a thread keeps (gemv_x) */
 
 /* ---- matrix-vector ----------------------------------------------------------
  */
@@ -115,11 +116,6 @@ static __device__ __forceinline__ uint4 load_streamed(const uint4 *p) {
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(p));
   return v;
-}
-
-static __device__ __forceinline__ float half_bits(unsigned short h, bool bf16) {
-  return bf16 ? __uint_as_float((unsigned int)h << 16)
-              : __half2float(__ushort_as_half(h));
 }
 
 /* (w & mask) | 0x64006400: two nibbles as the F16 pair (1024 + a, 1024 + b)
@@ -229,21 +225,27 @@ gemv_issue(const gemv_params &p, unsigned int items, unsigned int my_steps,
   }
 }
 
-/* Adds the item at (step, tile_half) into acc0 / acc8 (rows g, g + 8); at
- * the warp's last step of a tile half, sums the quad's lanes and leaves the
- * warp's row sums in partial. */
+/* Where a warp's computation is (item n, at step of tile_half, as the
+ * issue cursor), and its lane's sums of rows g and g + 8 so far. */
+typedef struct gemv_compute_cursor {
+  unsigned int n, step, tile_half;
+  float acc0, acc8;
+} gemv_compute_cursor;
+
+/* Adds the item at the cursor into its sums; at the warp's last step of a
+ * tile half, sums the quad's lanes and leaves the warp's row sums in
+ * partial. */
 static __device__ __forceinline__ void
 gemv_compute(const __half *xs, const float *xsum, float inv_scale,
              unsigned int chunks, bool bf16, unsigned int items,
-             unsigned int my_steps, unsigned int *n, unsigned int *step,
-             unsigned int *tile_half, const gemv_stage *st, float *acc0,
-             float *acc8, float *partial) {
-  if (*n >= items) {
+             unsigned int my_steps, const gemv_stage *st,
+             gemv_compute_cursor *cur, float *partial) {
+  if (cur->n >= items) {
     return;
   }
   const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const unsigned int g = lane / 4, t = lane % 4;
-  const unsigned int c = (warp + *step * GEMV_WARPS) * 4 + t;
+  const unsigned int c = (warp + cur->step * GEMV_WARPS) * 4 + t;
   const unsigned int cr = c < chunks ? c : 0; /* zero weights there */
   const bool feeds_b = g / 2 == t;
   const uint4 *xb = (const uint4 *)(xs + (cr * 2 + g % 2) * 32);
@@ -260,35 +262,36 @@ gemv_compute(const __half *xs, const float *xsum, float inv_scale,
     mma_16816(d, r0[2], r8[2], r0[3], r8[3], b.z, b.w);
   }
   const float sum_x = xsum[cr];
-  *acc0 = fmaf(half_bits(st->s0, bf16), (d[0] + d[1]) * inv_scale, *acc0);
-  *acc0 = fmaf(half_bits(st->b0, bf16), sum_x, *acc0);
-  *acc8 = fmaf(half_bits(st->s8, bf16), (d[2] + d[3]) * inv_scale, *acc8);
-  *acc8 = fmaf(half_bits(st->b8, bf16), sum_x, *acc8);
-  ++*n;
-  if (++*step < my_steps) {
+  cur->acc0 =
+      fmaf(fdy_half_bits(st->s0, bf16), (d[0] + d[1]) * inv_scale, cur->acc0);
+  cur->acc0 = fmaf(fdy_half_bits(st->b0, bf16), sum_x, cur->acc0);
+  cur->acc8 =
+      fmaf(fdy_half_bits(st->s8, bf16), (d[2] + d[3]) * inv_scale, cur->acc8);
+  cur->acc8 = fmaf(fdy_half_bits(st->b8, bf16), sum_x, cur->acc8);
+  cur->n++;
+  if (++cur->step < my_steps) {
     return;
   }
-  float v0 = *acc0, v8 = *acc8;
+  float v0 = cur->acc0, v8 = cur->acc8;
   v0 += __shfl_xor_sync(0xffffffffu, v0, 1);
   v8 += __shfl_xor_sync(0xffffffffu, v8, 1);
   v0 += __shfl_xor_sync(0xffffffffu, v0, 2);
   v8 += __shfl_xor_sync(0xffffffffu, v8, 2);
   if (t == 0) {
-    float *slot = partial + (*tile_half * GEMV_WARPS + warp) * GEMV_TILE;
+    float *slot = partial + (cur->tile_half * GEMV_WARPS + warp) * GEMV_TILE;
     slot[g] = v0;
     slot[g + 8] = v8;
   }
-  *acc0 = 0.0f;
-  *acc8 = 0.0f;
-  *step = 0;
-  ++*tile_half;
+  cur->acc0 = 0.0f;
+  cur->acc8 = 0.0f;
+  cur->step = 0;
+  cur->tile_half++;
 }
 
 /* x of one launch as the block reads it: thread i holds the quads (4
  * inputs) i, i + 256, ... below GEMV_HELD of them, all loaded at once (one
  * round trip), with the norm weights of those inputs (kNorm, raw halves);
  * quads past GEMV_HELD * 256 (over 8192 inputs) are read again when used. */
-#define GEMV_HELD 8
 typedef struct gemv_x {
   float4 v[GEMV_HELD];
   uint2 norm[GEMV_HELD];
@@ -306,7 +309,8 @@ static __device__ __forceinline__ uint2 norm_quad_at(const gemv_params &p,
 
 static __device__ __forceinline__ float norm_half(uint2 raw, int i, bool bf16) {
   const uint32_t word = i < 2 ? raw.x : raw.y;
-  return half_bits((unsigned short)(i % 2 ? word >> 16 : word & 0xffffu), bf16);
+  return fdy_half_bits((unsigned short)(i % 2 ? word >> 16 : word & 0xffffu),
+                       bf16);
 }
 
 /* Adds a quad of x to the sum of squares (kNorm) and its largest |x|
@@ -497,17 +501,16 @@ __global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_SM)
   __syncthreads();
 
   const float inv_scale = power_of_two(-e);
-  float acc0 = 0.0f, acc8 = 0.0f;
-  unsigned int cn = 0, cstep = 0, ctile_half = 0;
+  gemv_compute_cursor cc = {0, 0, 0, 0.0f, 0.0f};
   for (unsigned int n = 0; n < items; n += 3) {
-    gemv_compute(xs, xsum, inv_scale, chunks, p.bf16, items, my_steps, &cn,
-                 &cstep, &ctile_half, &st0, &acc0, &acc8, partial);
+    gemv_compute(xs, xsum, inv_scale, chunks, p.bf16, items, my_steps, &st0,
+                 &cc, partial);
     gemv_issue<kSwiglu>(p, items, my_steps, groups, chunks, &ic, &st0);
-    gemv_compute(xs, xsum, inv_scale, chunks, p.bf16, items, my_steps, &cn,
-                 &cstep, &ctile_half, &st1, &acc0, &acc8, partial);
+    gemv_compute(xs, xsum, inv_scale, chunks, p.bf16, items, my_steps, &st1,
+                 &cc, partial);
     gemv_issue<kSwiglu>(p, items, my_steps, groups, chunks, &ic, &st1);
-    gemv_compute(xs, xsum, inv_scale, chunks, p.bf16, items, my_steps, &cn,
-                 &cstep, &ctile_half, &st2, &acc0, &acc8, partial);
+    gemv_compute(xs, xsum, inv_scale, chunks, p.bf16, items, my_steps, &st2,
+                 &cc, partial);
     gemv_issue<kSwiglu>(p, items, my_steps, groups, chunks, &ic, &st2);
   }
   __syncthreads();
