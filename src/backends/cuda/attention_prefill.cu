@@ -63,6 +63,43 @@ static_assert(ATTENTION_THREADS == 128 && PREFILL_Q == 32 && PREFILL_KV == 32,
 static_assert(MMA_Q == 16 * ATTENTION_WARPS && MMA_KV == 64,
               "tensor-core prefill layout");
 
+/* The query tile of a prefill block: blocks take the tiles of tile_rows
+ * rows from the last (the most positions) to the first, heads inner. h its
+ * head, r0 its first row, nr its active rows, p0 the position of row r0,
+ * last the last key position it reads (-1: every row lies outside the
+ * cache); q_dim and kv_dim the widths of q and cache rows, kv_at the
+ * offset of its kv head in a cache row. */
+typedef struct prefill_tile {
+  unsigned int h, r0, nr;
+  long long p0, last;
+  unsigned long long q_dim, kv_dim, kv_at;
+} prefill_tile;
+
+/* Fills *t for this block; false when the tile has no active row. Reads
+ * only the step tensor (allowed before fdy_grid_wait). */
+static __device__ __forceinline__ bool
+prefill_tile_of(const int32_t *step, unsigned int rows, unsigned int tile_rows,
+                unsigned int heads, unsigned int group, unsigned int d,
+                unsigned long long context, prefill_tile *t) {
+  const unsigned int tiles = (rows + tile_rows - 1) / tile_rows;
+  const unsigned int tile = tiles - 1 - blockIdx.x / heads;
+  const unsigned int active = fdy_active_rows(step, rows);
+  t->h = blockIdx.x % heads;
+  t->r0 = tile * tile_rows;
+  if (t->r0 >= active) {
+    return false;
+  }
+  t->nr = min(tile_rows, active - t->r0);
+  t->p0 = (long long)step[FDY_STEP_POSITION] + t->r0;
+  t->last = t->p0 >= (long long)context
+                ? -1
+                : min(t->p0 + t->nr - 1, (long long)context - 1);
+  t->q_dim = (unsigned long long)heads * d;
+  t->kv_dim = (unsigned long long)(heads / group) * d;
+  t->kv_at = (unsigned long long)(t->h / group) * d;
+  return true;
+}
+
 /* ---- prefill in float (SIMT) ---------------------------------------------
  */
 
@@ -87,22 +124,14 @@ __global__ void __launch_bounds__(ATTENTION_THREADS)
   float *Os = Vs + PREFILL_KV * d;
 
   fdy_grid_launch_dependents();
-  const unsigned int tiles = (rows + PREFILL_Q - 1) / PREFILL_Q;
-  const unsigned int tile = tiles - 1 - blockIdx.x / heads;
-  const unsigned int h = blockIdx.x % heads;
-  const unsigned int active = fdy_active_rows(step, rows);
-  const unsigned int r0 = tile * PREFILL_Q;
-  if (r0 >= active) {
+  prefill_tile pt;
+  if (!prefill_tile_of(step, rows, PREFILL_Q, heads, group, d, context, &pt)) {
     return;
   }
-  const unsigned int nr = min((unsigned int)PREFILL_Q, active - r0);
-  const long long p0 = (long long)step[FDY_STEP_POSITION] + r0;
-  /* the last key position read (-1: every row lies outside the cache) */
-  const long long last =
-      p0 >= (long long)context ? -1 : min(p0 + nr - 1, (long long)context - 1);
-  const unsigned long long q_dim = (unsigned long long)heads * d;
-  const unsigned long long kv_dim = (unsigned long long)(heads / group) * d;
-  const unsigned long long kv_at = (unsigned long long)(h / group) * d;
+  const unsigned int h = pt.h, r0 = pt.r0, nr = pt.nr;
+  const long long p0 = pt.p0, last = pt.last;
+  const unsigned long long q_dim = pt.q_dim, kv_dim = pt.kv_dim,
+                           kv_at = pt.kv_at;
   const unsigned int d4 = (d + 3) / 4;
   const unsigned int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   fdy_grid_wait();
@@ -304,22 +333,14 @@ __global__ void __launch_bounds__(ATTENTION_THREADS)
   __half *Vt = Ks + MMA_KV * KS;
   fdy_grid_launch_dependents();
 
-  const unsigned int tiles = (rows + MMA_Q - 1) / MMA_Q;
-  const unsigned int tile = tiles - 1 - blockIdx.x / heads;
-  const unsigned int h = blockIdx.x % heads;
-  const unsigned int active = fdy_active_rows(step, rows);
-  const unsigned int r0 = tile * MMA_Q;
-  if (r0 >= active) {
+  prefill_tile pt;
+  if (!prefill_tile_of(step, rows, MMA_Q, heads, group, D, context, &pt)) {
     return;
   }
-  const unsigned int nr = min((unsigned int)MMA_Q, active - r0);
-  const long long p0 = (long long)step[FDY_STEP_POSITION] + r0;
-  /* the last key position read (-1: every row lies outside the cache) */
-  const long long last =
-      p0 >= (long long)context ? -1 : min(p0 + nr - 1, (long long)context - 1);
-  const unsigned long long q_dim = (unsigned long long)heads * D;
-  const unsigned long long kv_dim = (unsigned long long)(heads / group) * D;
-  const unsigned long long kv_at = (unsigned long long)(h / group) * D;
+  const unsigned int h = pt.h, r0 = pt.r0, nr = pt.nr;
+  const long long p0 = pt.p0, last = pt.last;
+  const unsigned long long q_dim = pt.q_dim, kv_dim = pt.kv_dim,
+                           kv_at = pt.kv_at;
   const unsigned int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const unsigned int g = lane / 4, t = lane % 4;
   const unsigned int ra = 16 * warp + g, rb = ra + 8; /* rows in the tile */
