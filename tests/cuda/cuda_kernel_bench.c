@@ -15,7 +15,12 @@
  * every timed launch is preceded by an untimed read of a 2 x L2 scratch
  * buffer (the checksum kernel: docs/tuning-log.md entry 1), so it finds
  * nothing in L2, and is timed with a pair of CUDA events; the median and
- * the fastest of the repeats are reported. Rates count the fewest bytes the
+ * the fastest of the repeats are reported. With --chain N, a sample is
+ * instead one replay of a CUDA graph of N launches of the op (programmatic
+ * dependent launches for one row, as a decode step's graph), divided by N:
+ * the cost of the op inside a chain of its own kind, its weights in L2
+ * after the first launch when they fit; --l2 warm leaves out the flush
+ * before each sample. Rates count the fewest bytes the
  * op must move (every operand read or written once; ATTENTION reads the
  * caches only up to its last position, EMBED_Q4 only the rows it gathers)
  * against the device-to-device rate (read + write) measured in the same
@@ -27,7 +32,8 @@
  *
  * Usage: cuda_kernel_bench [--rows N] [--repeats N] [--warmup N]
  *        [--group 32|64|128] [--scales f16|bf16] [--context N]
- *        [--cache f32|f16] [--report PATH] */
+ *        [--cache f32|f16] [--chain N] [--l2 flushed|warm]
+ *        [--report PATH] */
 #include "cuda_internal.h"
 
 #include <errno.h>
@@ -47,6 +53,8 @@
 
 typedef struct options {
   uint32_t rows, repeats, warmup, group, context;
+  uint32_t chain; /* launches per sample, in one graph when above 1 */
+  bool warm_l2;   /* no L2 flush before a sample */
   fdy_dtype scales;
   fdy_dtype cache; /* of ATTENTION and ROPE_ATTENTION */
   const char *report;
@@ -73,7 +81,8 @@ static int usage(const char *why) {
   fprintf(stderr,
           "cuda_kernel_bench: %s\nusage: cuda_kernel_bench [--rows N] "
           "[--repeats N] [--warmup N] [--group 32|64|128] [--scales "
-          "f16|bf16] [--context N] [--cache f32|f16] [--report PATH]\n",
+          "f16|bf16] [--context N] [--cache f32|f16] [--chain N] [--l2 "
+          "flushed|warm] [--report PATH]\n",
           why);
   return 2;
 }
@@ -96,6 +105,7 @@ static int parse_options(int argc, char **argv, options *o) {
                  .warmup = 10,
                  .group = 64,
                  .context = 640,
+                 .chain = 1,
                  .scales = FDY_DTYPE_F16,
                  .cache = FDY_DTYPE_F32};
   for (int i = 1; i < argc; i++) {
@@ -122,6 +132,11 @@ static int parse_options(int argc, char **argv, options *o) {
     } else if (strcmp(a, "--cache") == 0) {
       ok = strcmp(v, "f32") == 0 || strcmp(v, "f16") == 0;
       o->cache = strcmp(v, "f16") == 0 ? FDY_DTYPE_F16 : FDY_DTYPE_F32;
+    } else if (strcmp(a, "--chain") == 0) {
+      ok = parse_u32(v, &o->chain) && o->chain >= 1 && o->chain <= 1000;
+    } else if (strcmp(a, "--l2") == 0) {
+      ok = strcmp(v, "flushed") == 0 || strcmp(v, "warm") == 0;
+      o->warm_l2 = strcmp(v, "warm") == 0;
     } else if (strcmp(a, "--report") == 0) {
       ok = v[0] != '\0';
       o->report = v;
@@ -321,9 +336,32 @@ static int compare_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* A graph of o->chain launches of args' op on stream (dependent launches
+ * for one row, like a decode step's graph) in *exec. */
+static bool chain_graph(const options *o, fdy_cuda_op_args *args,
+                        cudaStream_t stream, cudaGraphExec_t *exec) {
+  cudaGraph_t graph = NULL;
+  args->dependent = o->rows == 1;
+  bool ok =
+      cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+              "cudaStreamBeginCapture");
+  for (uint32_t k = 0; ok && k < o->chain; k++) {
+    ok = cuda_ok(fdy_cuda_op_enqueue(args, stream), "captured launch");
+  }
+  cudaError_t end = cudaStreamEndCapture(stream, &graph);
+  ok = ok && cuda_ok(end, "cudaStreamEndCapture") &&
+       cuda_ok(cudaGraphInstantiate(exec, graph, 0), "cudaGraphInstantiate");
+  if (graph != NULL) {
+    cudaGraphDestroy(graph);
+  }
+  return ok;
+}
+
 /* Allocates and fills every operand of b->op on the device, times the op
- * (o->warmup launches, then o->repeats timed ones after an L2 flush each)
- * and fills r. Returns 0, or 1 with the failure printed. */
+ * (o->warmup launches, then o->repeats timed samples, each after an L2
+ * flush unless o->warm_l2: one launch, or a graph of o->chain launches)
+ * and fills r with the time per launch. Returns 0, or 1 with the failure
+ * printed. */
 static int time_op(fdy_cuda_ctx *ctx, const options *o, const bench_op *b,
                    void *flush, uint64_t flush_bytes, result *r) {
   const fdy_op *op = &b->op;
@@ -378,19 +416,26 @@ static int time_op(fdy_cuda_ctx *ctx, const options *o, const bench_op *b,
   for (uint32_t k = 0; ok && k < o->warmup; k++) {
     ok = cuda_ok(fdy_cuda_op_enqueue(&args, ctx->internal), "warm-up launch");
   }
+  cudaGraphExec_t exec = NULL;
+  ok = ok && (o->chain == 1 || chain_graph(o, &args, ctx->internal, &exec));
   for (uint32_t k = 0; ok && k < o->repeats; k++) {
     float ms = 0;
-    ok = cuda_ok(fdy_cuda_checksum_enqueue(flush, flush_bytes, 1,
-                                           ctx->max_blocks, ctx->internal_words,
-                                           NULL, ctx->internal_sink,
-                                           ctx->internal),
-                 "L2 flush") &&
+    ok = (o->warm_l2 || cuda_ok(fdy_cuda_checksum_enqueue(
+                                    flush, flush_bytes, 1, ctx->max_blocks,
+                                    ctx->internal_words, NULL,
+                                    ctx->internal_sink, ctx->internal),
+                                "L2 flush")) &&
          cuda_ok(cudaEventRecord(e0, ctx->internal), "cudaEventRecord") &&
-         cuda_ok(fdy_cuda_op_enqueue(&args, ctx->internal), "launch") &&
+         (exec != NULL
+              ? cuda_ok(cudaGraphLaunch(exec, ctx->internal), "graph launch")
+              : cuda_ok(fdy_cuda_op_enqueue(&args, ctx->internal), "launch")) &&
          cuda_ok(cudaEventRecord(e1, ctx->internal), "cudaEventRecord") &&
          cuda_ok(cudaEventSynchronize(e1), "cudaEventSynchronize") &&
          cuda_ok(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
-    t[k] = ms / 1e3;
+    t[k] = ms / 1e3 / o->chain;
+  }
+  if (exec != NULL) {
+    cudaGraphExecDestroy(exec);
   }
   if (ok) {
     qsort(t, o->repeats, sizeof *t, compare_double);
@@ -447,12 +492,14 @@ static int write_report(FILE *f, const options *o, const char *device,
     json_array_append_new(ops, e);
   }
   json_t *root = json_pack(
-      "{s:s, s:s, s:{s:s, s:i, s:i, s:i, s:s, s:s, s:i, s:i}, s:f, s:o}",
+      "{s:s, s:s, s:{s:s, s:i, s:i, s:i, s:s, s:s, s:i, s:i, s:i, s:b}, s:f, "
+      "s:o}",
       "schema", "foundry.cuda_kernel_bench.v1", "device", device, "options",
       "model", "llama-3.2-3b", "rows", (int)o->rows, "context", (int)o->context,
       "group", (int)o->group, "scales", fdy_dtype_name(o->scales), "cache",
       fdy_dtype_name(o->cache), "repeats", (int)o->repeats, "warmup",
-      (int)o->warmup, "d2d_bytes_per_second", d2d, "ops", ops);
+      (int)o->warmup, "chain", (int)o->chain, "l2_warm", o->warm_l2,
+      "d2d_bytes_per_second", d2d, "ops", ops);
   int rc = root == NULL || json_dumpf(root, f, JSON_INDENT(2)) != 0 ||
            fputc('\n', f) == EOF;
   json_decref(root);
@@ -514,10 +561,12 @@ int main(int argc, char **argv) {
   const size_t count = sizeof ops / sizeof ops[0] - (o.rows == 1 ? 0 : 1);
   result results[sizeof ops / sizeof ops[0]];
   printf("%s, %d SMs, L2 %llu MiB; rows %u, context %u, group %u %s; "
-         "median of %u (after %u warm-up), L2 flushed before each\n",
+         "median of %u (after %u warm-up) samples of %u launch%s, L2 %s "
+         "before each\n",
          prop.name, ctx->sm_count, (unsigned long long)(ctx->l2_bytes >> 20),
          o.rows, o.context, o.group, fdy_dtype_name(o.scales), o.repeats,
-         o.warmup);
+         o.warmup, o.chain, o.chain == 1 ? "" : "es in a graph",
+         o.warm_l2 ? "not flushed" : "flushed");
   printf("device-to-device (read + write, 1 GiB): %.1f GB/s\n", d2d / 1e9);
   printf("%-20s %-24s %12s %10s %10s %10s %7s %10s\n", "op", "shape", "bytes",
          "median us", "min us", "GB/s", "of d2d", "GFLOP/s");
