@@ -99,10 +99,6 @@ typedef struct fdy_cuda_options {
    * previous kernel finishes and wait for its results inside (same
    * results, shorter gaps between kernels) */
   bool serial_launch;
-  /* ignore the ops' prefetch hints; false (the default): a one-row op's
-   * kernels ask L2 for the bytes its hint names (at most half of L2) while
-   * they run, so that the next op finds its weights there (same results) */
-  bool no_l2_prefetch;
 } fdy_cuda_options;
 
 /* Number of usable CUDA devices; 0 when none or CUDA is not built. */

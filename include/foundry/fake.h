@@ -23,14 +23,14 @@
  * Contract checks. A launch runs fdy_op_check, and every view must lie
  * inside a live buffer at an offset that is a multiple of caps.alignment
  * (the workspace too, at least workspace_bytes of it when that option is
- * set, and the prefetch hint when there is one). Using a released, destroyed or
- * NULL handle, a double release, waiting on an event never recorded, an
- * out-of-range copy, an op that fails fdy_op_check, and destroying a stream
- * with pending work or an event whose recording is pending are violations: each
- * is counted, and fails the call with FDY_ERR_INVALID_ARGUMENT where the call
- * returns a status. Handles are kept as tombstones until the backend is
- * destroyed, so a misuse never touches freed memory. A launch of a kind in
- * unsupported_kinds fails with FDY_ERR_UNSUPPORTED (not a violation).
+ * set). Using a released, destroyed or NULL handle, a double release, waiting
+ * on an event never recorded, an out-of-range copy, an op that fails
+ * fdy_op_check, and destroying a stream with pending work or an event whose
+ * recording is pending are violations: each is counted, and fails the call
+ * with FDY_ERR_INVALID_ARGUMENT where the call returns a status. Handles are
+ * kept as tombstones until the backend is destroyed, so a misuse never
+ * touches freed memory. A launch of a kind in unsupported_kinds fails with
+ * FDY_ERR_UNSUPPORTED (not a violation).
  *
  * Reference rule: a buffer released while pending work uses it keeps its
  * memory until that work completed (a deferred free, counted).
@@ -103,10 +103,6 @@ typedef struct fdy_fake_call {
   int op_kind;       /* fdy_op_kind of launch, supports_op and
                         workspace_bytes, or -1 */
   bool recorded;     /* made between graph_begin and graph_end */
-  /* a launch's prefetch hint (ops.h): its buffer's id (-1 when none), its
-   * offset and bytes */
-  int64_t prefetch_handle;
-  uint64_t prefetch_offset, prefetch_bytes;
 } fdy_fake_call;
 
 typedef struct fdy_fake_stats {

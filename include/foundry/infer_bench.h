@@ -85,8 +85,6 @@ typedef struct fdy_infer_options {
   bool no_graphs;           /* steps run command by command (--graphs off) */
   bool serial_launch;       /* the backend was created with serial
                                launches (--dependent-launch off): recorded */
-  bool no_l2_prefetch;      /* the backend was created ignoring prefetch
-                               hints (--l2-prefetch off): recorded */
   uint32_t bootstrap_resamples;
   const char *report_path; /* required: never overwritten */
   const char *trace_path;  /* NULL = no trace; never overwritten */

@@ -170,12 +170,7 @@ typedef struct fdy_tensor_view {
 } fdy_tensor_view;
 
 /* One op ready to launch. workspace is scratch the backend asked for
- * (workspace_bytes); its contents are undefined between launches.
- * prefetch is a hint: bytes that a later op on the same stream reads (the
- * executor names the weights of the next launch that reads weights), which
- * a backend may start bringing closer to its compute units while this op
- * runs (CUDA: into L2). It never changes a result; a backend that has no
- * use for it ignores it, one that uses it checks it like an operand. */
+ * (workspace_bytes); its contents are undefined between launches. */
 typedef struct fdy_op {
   fdy_op_kind kind;
   fdy_op_params params;
@@ -183,7 +178,6 @@ typedef struct fdy_op {
   fdy_tensor_view inputs[FDY_OP_MAX_INPUTS];
   fdy_tensor_view outputs[FDY_OP_MAX_OUTPUTS];
   fdy_tensor_view workspace; /* U8 [bytes]; buffer NULL when none */
-  fdy_tensor_view prefetch;  /* U8 [bytes]; buffer NULL when none */
 } fdy_op;
 
 /* Checks an op against its kind's table: operand counts, dtypes, ranks,

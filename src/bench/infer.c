@@ -255,10 +255,6 @@ static json_t *protocol_json(const infer_state *s) {
                       json_boolean(o->backend_name != NULL &&
                                    strcmp(o->backend_name, "cuda") == 0 &&
                                    !o->serial_launch));
-  json_object_set_new(p, "l2_prefetch",
-                      json_boolean(o->backend_name != NULL &&
-                                   strcmp(o->backend_name, "cuda") == 0 &&
-                                   !o->no_l2_prefetch));
   json_object_set_new(p, "prompt_ids", ids_json(o->prompt, o->prompt_count));
   json_object_set_new(
       p, "execution",

@@ -196,8 +196,8 @@ bool fdy_cli_stderr_is_tty(void) {
 }
 
 fdy_status fdy_cli_backend_create(const char *name, uint32_t threads,
-                                  const fdy_cli_session_flags *flags,
-                                  fdy_backend **out, fdy_error *err) {
+                                  bool serial_launch, fdy_backend **out,
+                                  fdy_error *err) {
   *out = NULL;
   if (strcmp(name, "cpu") == 0) {
     fdy_cpu_options options = {.threads = threads};
@@ -209,8 +209,7 @@ fdy_status fdy_cli_backend_create(const char *name, uint32_t threads,
                            "--backend cuda needs a CUDA device and a CUDA "
                            "build; none is available here");
     }
-    fdy_cuda_options options = {.serial_launch = flags->serial_launch,
-                                .no_l2_prefetch = flags->no_l2_prefetch};
+    fdy_cuda_options options = {.serial_launch = serial_launch};
     return fdy_cuda_backend_create(&options, out, err);
   }
   return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
@@ -296,13 +295,6 @@ fdy_status fdy_cli_session_flag(int opt, const char *arg,
     }
     flags->serial_launch = strcmp(arg, "off") == 0;
     return FDY_OK;
-  case FDY_CLI_OPT_L2_PREFETCH:
-    if (strcmp(arg, "on") != 0 && strcmp(arg, "off") != 0) {
-      return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                           "--l2-prefetch must be on or off, got '%s'", arg);
-    }
-    flags->no_l2_prefetch = strcmp(arg, "off") == 0;
-    return FDY_OK;
   default:
     *handled = false;
     return FDY_OK;
@@ -346,11 +338,7 @@ void fdy_cli_session_flags_help(FILE *out) {
           "                   kernel starts while the one before it\n"
           "                   finishes and waits for its results inside\n"
           "                   (programmatic dependent launch); off: after\n"
-          "                   it completes\n"
-          "  --l2-prefetch on|off  cuda: on (default): each decode kernel\n"
-          "                   asks L2 for the next weights while it runs;\n"
-          "                   off: every kernel reads its weights from\n"
-          "                   device memory itself\n",
+          "                   it completes\n",
           FDY_CLI_MAX_BUFFERS, FDY_LLAMA_DEFAULT_BUFFERS,
           FDY_CLI_MAX_PREFILL_ROWS, FDY_LLAMA_DEFAULT_PREFILL_ROWS);
 }

@@ -64,16 +64,13 @@ fdy_status fdy_cli_parse_list(const char *flag, const char *text, uint64_t min,
 fdy_status fdy_cli_parse_ids(const char *flag, const char *text, int32_t **out,
                              uint32_t *count, fdy_error *err);
 
-typedef struct fdy_cli_session_flags fdy_cli_session_flags;
-
 /* Creates backend `name`: "cpu" (threads: pool threads, 0 = online CPUs)
- * or "cuda" (device 0, with the CUDA tuning of flags: serial_launch and
- * no_l2_prefetch, fdy_cuda_options'; FDY_ERR_UNSUPPORTED without a device
- * or a CUDA build). An unknown name is FDY_ERR_INVALID_ARGUMENT (a usage
- * error). */
+ * or "cuda" (device 0, serial_launch: fdy_cuda_options';
+ * FDY_ERR_UNSUPPORTED without a device or a CUDA build). An unknown name is
+ * FDY_ERR_INVALID_ARGUMENT (a usage error). */
 fdy_status fdy_cli_backend_create(const char *name, uint32_t threads,
-                                  const fdy_cli_session_flags *flags,
-                                  fdy_backend **out, fdy_error *err);
+                                  bool serial_launch, fdy_backend **out,
+                                  fdy_error *err);
 
 /* The flags of a Llama session that generate, chat, verify and infer-bench
  * share, parsed once here: --backend cpu|cuda, --threads T (1..256),
@@ -81,10 +78,10 @@ fdy_status fdy_cli_backend_create(const char *name, uint32_t threads,
  * size in bytes or binary units: 512MiB, 2GiB; fdy_parse_bytes),
  * --buffers N (1..FDY_CLI_MAX_BUFFERS), --prefill-rows N
  * (1..FDY_CLI_MAX_PREFILL_ROWS), --graphs on|off, --pack-streamed on|off
- * --dependent-launch on|off and --l2-prefetch on|off.
+ * and --dependent-launch on|off.
  * A command lists the ones it takes in its option table under the
  * FDY_CLI_OPT_* values. */
-struct fdy_cli_session_flags {
+typedef struct fdy_cli_session_flags {
   const char *backend; /* "cpu" or "cuda" */
   uint64_t threads;    /* 0 = the backend's default */
   uint64_t context;    /* 0 = the session's default */
@@ -97,8 +94,7 @@ struct fdy_cli_session_flags {
   bool skip_packing;      /* --pack-streamed off: streamed units copied
                              extent by extent (fdy_executor_options) */
   bool serial_launch;     /* --dependent-launch off (fdy_cuda_options) */
-  bool no_l2_prefetch;    /* --l2-prefetch off (fdy_cuda_options) */
-};
+} fdy_cli_session_flags;
 
 #define FDY_CLI_SESSION_FLAGS_DEFAULT                                          \
   { .backend = "cpu", .kv_dtype = FDY_DTYPE_F32 }
@@ -116,8 +112,7 @@ enum {
   FDY_CLI_OPT_PREFILL_ROWS,
   FDY_CLI_OPT_GRAPHS,
   FDY_CLI_OPT_PACK_STREAMED,
-  FDY_CLI_OPT_DEPENDENT_LAUNCH,
-  FDY_CLI_OPT_L2_PREFETCH
+  FDY_CLI_OPT_DEPENDENT_LAUNCH
 };
 
 /* Parses option opt into flags when it is one of the FDY_CLI_OPT_* values

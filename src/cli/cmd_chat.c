@@ -314,9 +314,9 @@ int fdy_cmd_chat(int argc, char **argv) {
                                    .max_tokens = (uint32_t)max_tokens};
   if (fdy_cli_open_tokenizer(model_dir, tokenizer_path, &tok, &err) != FDY_OK ||
       fdy_llama_open(model_dir, &model, &err) != FDY_OK ||
-      fdy_cli_backend_create(session_flags.backend,
-                             (uint32_t)session_flags.threads, &session_flags,
-                             &engine, &err) != FDY_OK) {
+      fdy_cli_backend_create(
+          session_flags.backend, (uint32_t)session_flags.threads,
+          session_flags.serial_launch, &engine, &err) != FDY_OK) {
     code = fdy_cli_fail(&err);
     goto cleanup;
   }

@@ -213,7 +213,6 @@ int fdy_cmd_generate(int argc, char **argv) {
       {"pack-streamed", required_argument, NULL, FDY_CLI_OPT_PACK_STREAMED},
       {"dependent-launch", required_argument, NULL,
        FDY_CLI_OPT_DEPENDENT_LAUNCH},
-      {"l2-prefetch", required_argument, NULL, FDY_CLI_OPT_L2_PREFETCH},
       {"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
       {"json", no_argument, NULL, OPT_JSON},
       {"prompt", required_argument, NULL, OPT_TEXT},
@@ -325,9 +324,9 @@ int fdy_cmd_generate(int argc, char **argv) {
     goto cleanup;
   }
   if (fdy_llama_open(model_dir, &model, &err) != FDY_OK ||
-      fdy_cli_backend_create(session_flags.backend,
-                             (uint32_t)session_flags.threads, &session_flags,
-                             &engine, &err) != FDY_OK) {
+      fdy_cli_backend_create(
+          session_flags.backend, (uint32_t)session_flags.threads,
+          session_flags.serial_launch, &engine, &err) != FDY_OK) {
     code = fdy_cli_fail(&err);
     goto cleanup;
   }

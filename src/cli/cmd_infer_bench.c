@@ -105,7 +105,6 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
       {"pack-streamed", required_argument, NULL, FDY_CLI_OPT_PACK_STREAMED},
       {"dependent-launch", required_argument, NULL,
        FDY_CLI_OPT_DEPENDENT_LAUNCH},
-      {"l2-prefetch", required_argument, NULL, FDY_CLI_OPT_L2_PREFETCH},
       {NULL, 0, NULL, 0},
   };
   const char *model_dir = NULL, *report = NULL, *trace = NULL;
@@ -200,7 +199,6 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
                          .prefill_rows = (uint32_t)session_flags.prefill_rows,
                          .no_graphs = session_flags.no_graphs,
                          .serial_launch = session_flags.serial_launch,
-                         .no_l2_prefetch = session_flags.no_l2_prefetch,
                          .skip_packing = session_flags.skip_packing,
                          .bootstrap_resamples = 10000,
                          .report_path = report,
@@ -223,9 +221,9 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
   if ((prompt_file &&
        read_prompt_file(prompt_file, &prompt, &prompt_count, &err) != FDY_OK) ||
       fdy_llama_open(model_dir, &model, &err) != FDY_OK ||
-      fdy_cli_backend_create(session_flags.backend,
-                             (uint32_t)session_flags.threads, &session_flags,
-                             &engine, &err) != FDY_OK) {
+      fdy_cli_backend_create(
+          session_flags.backend, (uint32_t)session_flags.threads,
+          session_flags.serial_launch, &engine, &err) != FDY_OK) {
     code = fdy_cli_fail(&err);
     goto cleanup;
   }

@@ -116,8 +116,8 @@ static int run_against(const against_run *r) {
   const char *names[2] = {r->flags->backend, r->against};
   uint32_t threads[2] = {(uint32_t)r->flags->threads, r->against_threads};
   for (int i = 0; st == FDY_OK && i < 2; i++) {
-    st = fdy_cli_backend_create(names[i], threads[i], r->flags, &engines[i],
-                                &err);
+    st = fdy_cli_backend_create(names[i], threads[i], r->flags->serial_launch,
+                                &engines[i], &err);
     fdy_llama_session_options o = fdy_cli_session_options(r->flags, engines[i]);
     o.context = (uint32_t)context;
     o.all_logits = true;
@@ -191,7 +191,6 @@ int fdy_cmd_verify(int argc, char **argv) {
       {"pack-streamed", required_argument, NULL, FDY_CLI_OPT_PACK_STREAMED},
       {"dependent-launch", required_argument, NULL,
        FDY_CLI_OPT_DEPENDENT_LAUNCH},
-      {"l2-prefetch", required_argument, NULL, FDY_CLI_OPT_L2_PREFETCH},
       {"against", required_argument, NULL, OPT_AGAINST},
       {"against-threads", required_argument, NULL, OPT_AGAINST_THREADS},
       {"prompt-tokens", required_argument, NULL, OPT_PROMPT_TOKENS},
@@ -301,9 +300,9 @@ int fdy_cmd_verify(int argc, char **argv) {
   fdy_llama_session *session = NULL;
   fdy_llama_verify_result result;
   if (fdy_llama_open(model_dir, &model, &err) != FDY_OK ||
-      fdy_cli_backend_create(session_flags.backend,
-                             (uint32_t)session_flags.threads, &session_flags,
-                             &engine, &err) != FDY_OK) {
+      fdy_cli_backend_create(
+          session_flags.backend, (uint32_t)session_flags.threads,
+          session_flags.serial_launch, &engine, &err) != FDY_OK) {
     code = fdy_cli_fail(&err);
     goto cleanup;
   }

@@ -55,11 +55,6 @@ typedef struct ex_command {
   void *host;                    /* copy_input / copy_output staging */
   uint64_t offset, bytes;        /* copy_input / copy_output placement */
   fdy_op *op;                    /* launch */
-  /* launch: the span of its weight operands in the buffer of the largest
-   * one (weights NULL when it reads no weight): what an earlier launch on
-   * its stream names as op->prefetch */
-  fdy_backend_buffer *weights;
-  uint64_t weights_begin, weights_end;
   /* the backend's submission numbers (backend.h, submitted) of its copies
    * or launch when it last ran command by command: (first, last]; equal
    * when it submitted nothing */
@@ -833,15 +828,13 @@ static fdy_status prepare_staging(fdy_executor *x, fdy_error *e) {
  * launch's binding puts its weight. */
 static fdy_status resolve_view(fdy_executor *x, const fdy_command *c,
                                fdy_tensor_id t, fdy_tensor_view *view,
-                               bool *weight_operand, fdy_error *e) {
+                               fdy_error *e) {
   fdy_tensor_info info;
   fdy_status st = fdy_graph_tensor(x->graph, t, &info, e);
   if (st != FDY_OK) {
     return st;
   }
-  *weight_operand =
-      info.role == FDY_TENSOR_WEIGHT || info.role == FDY_TENSOR_WEIGHT_VIEW;
-  if (*weight_operand) {
+  if (info.role == FDY_TENSOR_WEIGHT || info.role == FDY_TENSOR_WEIGHT_VIEW) {
     uint32_t weight =
         info.role == FDY_TENSOR_WEIGHT ? t.v : (uint32_t)info.weight;
     for (uint32_t i = 0; i < c->u.launch.binding_count; i++) {
@@ -861,91 +854,8 @@ static fdy_status resolve_view(fdy_executor *x, const fdy_command *c,
   return FDY_OK;
 }
 
-/* The bytes of weight operand k of op (0 when k is not a weight). */
-static uint64_t weight_bytes(const fdy_op *op, const bool *weight_operand,
-                             uint32_t k) {
-  uint64_t bytes = 0;
-  if (!weight_operand[k] ||
-      fdy_tensor_bytes(op->inputs[k].dtype, op->inputs[k].shape, &bytes,
-                       NULL) != FDY_OK) {
-    return 0;
-  }
-  return bytes;
-}
-
-/* The span of op's weights (weight_operand[k] for input k) around its
- * largest one, into cmd's weights fields (NULL when op reads no weight):
- * that operand's bytes, grown by every weight operand of the same buffer
- * that lies within FDY_TENSOR_ALIGNMENT bytes of the span, so that it
- * covers the op's adjacent weights (a layer unit's q, k, v and norm) and
- * never the unrelated bytes between two apart. */
-static void weight_span(const fdy_op *op, const bool *weight_operand,
-                        ex_command *cmd) {
-  uint64_t largest = 0;
-  cmd->weights = NULL;
-  for (uint32_t k = 0; k < op->input_count; k++) {
-    const uint64_t bytes = weight_bytes(op, weight_operand, k);
-    if (bytes > largest) {
-      largest = bytes;
-      cmd->weights = op->inputs[k].buffer;
-      cmd->weights_begin = op->inputs[k].offset;
-      cmd->weights_end = op->inputs[k].offset + bytes;
-    }
-  }
-  for (bool grew = cmd->weights != NULL; grew;) {
-    grew = false;
-    for (uint32_t k = 0; k < op->input_count; k++) {
-      const fdy_tensor_view *v = &op->inputs[k];
-      const uint64_t bytes = weight_bytes(op, weight_operand, k);
-      const uint64_t end = v->offset + bytes;
-      if (bytes == 0 || v->buffer != cmd->weights ||
-          (v->offset >= cmd->weights_begin && end <= cmd->weights_end) ||
-          end + FDY_TENSOR_ALIGNMENT < cmd->weights_begin ||
-          v->offset > cmd->weights_end + FDY_TENSOR_ALIGNMENT) {
-        continue;
-      }
-      cmd->weights_begin =
-          v->offset < cmd->weights_begin ? v->offset : cmd->weights_begin;
-      cmd->weights_end = end > cmd->weights_end ? end : cmd->weights_end;
-      grew = true;
-    }
-  }
-}
-
-/* Names in each launch's op->prefetch the weight span of the next launch
- * on its stream, in its section, that reads weights (none for the last
- * ones). Launches of one stream run in plan order, so that op is the next
- * one to need bytes the hint can bring closer. */
-static void assign_prefetch(fdy_executor *x) {
-  const size_t sections = fdy_plan_section_count(x->plan);
-  for (size_t s = 0; s < sections; s++) {
-    const fdy_section *sec = fdy_plan_section(x->plan, s);
-    for (uint32_t stream = 0; stream < x->stream_count; stream++) {
-      const ex_command *next = NULL;
-      for (size_t i = sec->first + sec->count; i-- > sec->first;) {
-        const fdy_command *c = fdy_plan_command(x->plan, i);
-        if (c->kind != FDY_CMD_LAUNCH || c->u.launch.stream.v != stream) {
-          continue;
-        }
-        ex_command *cmd = &x->cmds[i];
-        if (next != NULL) {
-          cmd->op->prefetch = (fdy_tensor_view){
-              .buffer = next->weights,
-              .offset = next->weights_begin,
-              .dtype = FDY_DTYPE_U8,
-              .shape = FDY_SHAPE(next->weights_end - next->weights_begin)};
-        }
-        if (cmd->weights != NULL) {
-          next = cmd;
-        }
-      }
-    }
-  }
-}
-
-/* Every launch of the steps as an op of views (with its prefetch hint), and
- * each stream's workspace sized for the largest op it runs. Needs the
- * buffers (after setup). */
+/* Every launch of the steps as an op of views, and each stream's workspace
+ * sized for the largest op it runs. Needs the buffers (after setup). */
 static fdy_status resolve_launches(fdy_executor *x, fdy_error *e) {
   size_t launches = 0;
   for (size_t i = 0; i < x->command_count; i++) {
@@ -963,23 +873,18 @@ static fdy_status resolve_launches(fdy_executor *x, fdy_error *e) {
     }
     fdy_op *op = &x->launch_ops[n++];
     fdy_op_info info;
-    bool weight_operand[FDY_OP_MAX_INPUTS] = {false};
-    bool output_weight = false; /* outputs are activations (graph.h) */
     fdy_status st = op_of(x->graph, c->u.launch.op.v, op, &info, e);
     for (size_t k = 0; st == FDY_OK && k < info.read_count; k++) {
-      st = resolve_view(x, c, info.reads[k], &op->inputs[k], &weight_operand[k],
-                        e);
+      st = resolve_view(x, c, info.reads[k], &op->inputs[k], e);
     }
     for (size_t k = 0; st == FDY_OK && k < info.write_count; k++) {
-      st = resolve_view(x, c, info.writes[k], &op->outputs[k], &output_weight,
-                        e);
+      st = resolve_view(x, c, info.writes[k], &op->outputs[k], e);
     }
     if (st != FDY_OK) {
       e->command_index = (int64_t)i;
       return st;
     }
     x->cmds[i].op = op;
-    weight_span(op, weight_operand, &x->cmds[i]);
     uint64_t need =
         x->ops->workspace_bytes ? x->ops->workspace_bytes(x->b, op) : 0;
     uint32_t s = c->u.launch.stream.v;
@@ -1014,7 +919,6 @@ static fdy_status resolve_launches(fdy_executor *x, fdy_error *e) {
                             .shape = FDY_SHAPE(x->workspace_bytes[s])};
     }
   }
-  assign_prefetch(x);
   return FDY_OK;
 }
 

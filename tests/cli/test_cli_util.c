@@ -104,8 +104,7 @@ static void test_empty_arguments(void **state) {
 }
 
 /* --weight-budget takes sizes in bytes or binary units, --buffers and
- * --prefill-rows integers in their ranges, --dependent-launch and
- * --l2-prefetch on or off;
+ * --prefill-rows integers in their ranges, --dependent-launch on or off;
  * every bad value is a usage error naming the flag, the flags untouched. */
 static void test_session_flags(void **state) {
   (void)state;
@@ -152,9 +151,7 @@ static void test_session_flags(void **state) {
              {FDY_CLI_OPT_PREFILL_ROWS, "0", "--prefill-rows"},
              {FDY_CLI_OPT_PREFILL_ROWS, "65537", "--prefill-rows"},
              {FDY_CLI_OPT_DEPENDENT_LAUNCH, "no", "--dependent-launch"},
-             {FDY_CLI_OPT_DEPENDENT_LAUNCH, "", "--dependent-launch"},
-             {FDY_CLI_OPT_L2_PREFETCH, "yes", "--l2-prefetch"},
-             {FDY_CLI_OPT_L2_PREFETCH, "", "--l2-prefetch"}};
+             {FDY_CLI_OPT_DEPENDENT_LAUNCH, "", "--dependent-launch"}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     assert_int_equal(
         fdy_cli_session_flag(bad[i].opt, bad[i].text, &flags, &handled, &err),
@@ -172,15 +169,6 @@ static void test_session_flags(void **state) {
                                         &flags, &handled, &err),
                    FDY_OK);
   assert_false(flags.serial_launch);
-  assert_false(flags.no_l2_prefetch);
-  assert_int_equal(fdy_cli_session_flag(FDY_CLI_OPT_L2_PREFETCH, "off", &flags,
-                                        &handled, &err),
-                   FDY_OK);
-  assert_true(flags.no_l2_prefetch);
-  assert_int_equal(fdy_cli_session_flag(FDY_CLI_OPT_L2_PREFETCH, "on", &flags,
-                                        &handled, &err),
-                   FDY_OK);
-  assert_false(flags.no_l2_prefetch);
   fdy_llama_session_options o = fdy_cli_session_options(&flags, NULL);
   assert_int_equal(o.weight_budget, 7 * FDY_MIB);
   assert_int_equal(o.buffers, 3);

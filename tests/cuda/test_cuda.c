@@ -661,24 +661,6 @@ static void test_bad_inputs(void **state) {
   bad = op;
   bad.inputs[0].buffer = NULL;
   assert_int_equal(o->launch(b, s, &bad, &err), FDY_ERR_INVALID_ARGUMENT);
-  /* prefetch hints: outside the buffer, at an odd offset, not bytes */
-  bad = op;
-  bad.prefetch = (fdy_tensor_view){.buffer = buf,
-                                   .offset = 2048,
-                                   .dtype = FDY_DTYPE_U8,
-                                   .shape = FDY_SHAPE(4096)};
-  assert_int_equal(o->launch(b, s, &bad, &err), FDY_ERR_INVALID_ARGUMENT);
-  assert_string_equal(err.name, "prefetch");
-  assert_int_equal(err.expected, 4096);
-  assert_int_equal(err.actual, 2048 + 4096);
-  bad.prefetch.offset = 8;
-  bad.prefetch.shape = FDY_SHAPE(64);
-  assert_int_equal(o->launch(b, s, &bad, &err), FDY_ERR_INVALID_ARGUMENT);
-  assert_string_equal(err.name, "prefetch");
-  bad.prefetch.offset = 0;
-  bad.prefetch.dtype = FDY_DTYPE_F32;
-  assert_int_equal(o->launch(b, s, &bad, &err), FDY_ERR_INVALID_ARGUMENT);
-  assert_string_equal(err.name, "prefetch");
   bad = op;
   bad.output_count = 0;
   assert_int_equal(o->launch(b, s, &bad, &err), FDY_ERR_INVALID_ARGUMENT);

@@ -182,12 +182,10 @@ static double relative_error(const float *a, const float *ref, size_t n) {
   return den > 0 ? sqrt(num / den) : INFINITY;
 }
 
-/* plain: kernels start after the previous one completed (no programmatic
- * dependent launch) and ignore the ops' prefetch hints (no L2 prefetch),
- * both of which the default backend uses. */
-static fdy_backend *cuda_backend(fdy_cuda_host_mode mode, bool plain) {
-  fdy_cuda_options co = {
-      .host_mode = mode, .serial_launch = plain, .no_l2_prefetch = plain};
+/* serial: kernels start after the previous one completed (no programmatic
+ * dependent launch, which the default backend uses). */
+static fdy_backend *cuda_backend(fdy_cuda_host_mode mode, bool serial) {
+  fdy_cuda_options co = {.host_mode = mode, .serial_launch = serial};
   fdy_backend *b = NULL;
   fdy_error err;
   assert_int_equal(fdy_cuda_backend_create(&co, &b, &err), FDY_OK);
@@ -226,8 +224,7 @@ static void test_graphs_bitwise_equal(void **state) {
         assert_memory_equal(g.ids, c.ids, sizeof g.ids);
         assert_memory_equal(g.logits, c.logits,
                             (size_t)(TOKENS + 1) * m.vocab * sizeof(float));
-        /* kernels launched serially without L2 prefetches, graphs on: the
-         * same bits */
+        /* kernels launched serially, graphs on: the same bits */
         assert_int_equal(decode(&m, serial, NULL, NULL, &sg, &err), FDY_OK);
         assert_memory_equal(g.ids, sg.ids, sizeof g.ids);
         assert_memory_equal(g.logits, sg.logits,
@@ -241,12 +238,10 @@ static void test_graphs_bitwise_equal(void **state) {
                                     ref.logits + (size_t)t * m.vocab, m.vocab);
           worst = e <= worst ? worst : e; /* a NaN sticks */
         }
-        print_message(
-            "  %-26s %s KV, %s: 16 tokens with and without graphs "
-            "and dependent launches and L2 prefetches bitwise equal; vs "
-            "cpu %.3e\n",
-            fixtures[f], fdy_dtype_name(kvs[k]),
-            streamed ? "streamed" : "resident", worst);
+        print_message("  %-26s %s KV, %s: 16 tokens with and without graphs "
+                      "and dependent launches bitwise equal; vs cpu %.3e\n",
+                      fixtures[f], fdy_dtype_name(kvs[k]),
+                      streamed ? "streamed" : "resident", worst);
         assert_true(worst <= FDY_LLAMA_BACKEND_TOLERANCE);
         if (!streamed) {
           resident = g;

@@ -179,11 +179,9 @@ expect 2 generate --model "$model" --prompt-ids 1,2 --max-tokens 2 \
 expect 2 generate --model "$model" --prompt-ids 1,2 --max-tokens 2 \
   --dependent-launch maybe
 contains "$err" "--dependent-launch must be on or off"
-expect 2 verify --model "$model" --reference "$reference" --l2-prefetch 1
-contains "$err" "--l2-prefetch must be on or off"
-# cuda-only settings, accepted (and without effect) on the cpu backend
+# a cuda-only setting, accepted (and without effect) on the cpu backend
 expect 0 generate --model "$model" --prompt-ids 1,2 --max-tokens 2 \
-  --dependent-launch off --l2-prefetch off
+  --dependent-launch off
 
 expect 0 help generate
 contains "$out" "--prompt-ids"

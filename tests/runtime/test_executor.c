@@ -329,101 +329,6 @@ static void set_decode(fdy_executor *x, const llama_case *l, int32_t id,
   in[FDY_STEP_IDS] = id;
 }
 
-/* The bytes from the first byte of weight view `first` to the last byte of
- * `last` (views of one layer unit or weight). */
-static uint64_t view_span(const fdy_graph *g, const char *first,
-                          const char *last) {
-  fdy_tensor_id a, b;
-  fdy_tensor_info ia, ib;
-  assert_int_equal(fdy_graph_find_tensor(g, first, &a, NULL), FDY_OK);
-  assert_int_equal(fdy_graph_find_tensor(g, last, &b, NULL), FDY_OK);
-  assert_int_equal(fdy_graph_tensor(g, a, &ia, NULL), FDY_OK);
-  assert_int_equal(fdy_graph_tensor(g, b, &ib, NULL), FDY_OK);
-  assert_int_equal(ia.weight, ib.weight);
-  return ib.offset + ib.bytes - ia.offset;
-}
-
-/* The weights of layer `layer`'s norm + q/k/v launch (from its input norm
- * to v's biases), o, norm + gate/up and down launches. */
-static uint64_t layer_span(const fdy_graph *g, uint32_t layer,
-                           const char *first, const char *last) {
-  char a[128], b[128];
-  snprintf(a, sizeof a, "model.layers.%u.%s", layer, first);
-  snprintf(b, sizeof b, "model.layers.%u.%s", layer, last);
-  return view_span(g, a, b);
-}
-
-/* Every launch of a decode step names as its prefetch hint the weights of
- * the next launch that reads weights: the embedding and each layer's last
- * launch the next layer's input norm to v, norm + q/k/v and attention the
- * o projection, o the post norm to up, norm + gate/up down, the last layer's
- * down the tied LM head (the embedding, and the final norm when the plan
- * placed it right after: within the alignment); the head's launches none. */
-static void test_llama_decode_prefetch_hints(void **state) {
-  (void)state;
-  llama_case l;
-  llama_make(&l);
-  fdy_error err;
-  fdy_backend *b = NULL;
-  fdy_executor *x = NULL;
-  assert_int_equal(fdy_fake_backend_create(NULL, &b, &err), FDY_OK);
-  assert_int_equal(fdy_executor_create(l.plan, l.graph, b, NULL, &x, &err),
-                   FDY_OK);
-  const size_t first = (size_t)fdy_fake_get_stats(b).calls;
-  set_decode(x, &l, 3, 5);
-  assert_int_equal(
-      fdy_executor_run(x, (size_t)fdy_executor_step(x, "decode"), &err),
-      FDY_OK);
-  const uint32_t layers = l.io.decode_op_count / 5;
-  uint64_t expected[64], slack[64] = {0};
-  size_t n = 0;
-  assert_true(l.io.decode_op_count == 5 * layers + 3 &&
-              l.io.decode_op_count <= 64);
-  for (uint32_t k = 0; k <= layers; k++) {
-    if (k > 0) {
-      const uint32_t layer = k - 1;
-      const uint64_t o = layer_span(l.graph, layer, "self_attn.o_proj.weight",
-                                    "self_attn.o_proj.biases");
-      expected[n++] = o; /* norm + q/k/v */
-      expected[n++] = o; /* attention */
-      expected[n++] =
-          layer_span(l.graph, layer, "post_attention_layernorm.weight",
-                     "mlp.up_proj.biases");
-      expected[n++] = layer_span(l.graph, layer, "mlp.down_proj.weight",
-                                 "mlp.down_proj.biases");
-    }
-    /* the embedding's launch (k = 0) or layer k - 1's down */
-    if (k < layers) {
-      expected[n++] = layer_span(l.graph, k, "input_layernorm.weight",
-                                 "self_attn.v_proj.biases");
-    } else {
-      slack[n] = FDY_TENSOR_ALIGNMENT +
-                 view_span(l.graph, "model.norm.weight", "model.norm.weight");
-      expected[n++] = view_span(l.graph, "model.embed_tokens.weight",
-                                "model.embed_tokens.biases");
-    }
-  }
-  expected[n++] = 0; /* final norm + LM head */
-  expected[n++] = 0; /* argmax */
-  size_t seen = 0;
-  for (size_t i = first; i < fdy_fake_get_stats(b).calls; i++) {
-    const fdy_fake_call *c = fdy_fake_call_at(b, i);
-    if (strcmp(c->op, "launch") != 0) {
-      continue;
-    }
-    assert_true(seen < n);
-    assert_in_range(c->prefetch_bytes, expected[seen],
-                    expected[seen] + slack[seen]);
-    assert_true((c->prefetch_handle >= 0) == (expected[seen] > 0));
-    seen++;
-  }
-  assert_int_equal(seen, n);
-  fdy_executor_destroy(x);
-  assert_int_equal(fdy_fake_get_stats(b).violations, 0);
-  fdy_backend_destroy(b);
-  llama_free(&l);
-}
-
 static void test_llama_decode_on_fake(void **state) {
   (void)state;
   llama_case l;
@@ -884,7 +789,6 @@ int main(void) {
       cmocka_unit_test(test_preflight_refusals),
       cmocka_unit_test(test_run_refusals),
       cmocka_unit_test(test_llama_decode_on_fake),
-      cmocka_unit_test(test_llama_decode_prefetch_hints),
       cmocka_unit_test(test_llama_streamed_copies_on_fake),
       cmocka_unit_test(test_llama_fault_sweep),
       cmocka_unit_test(test_graphs_replay_streamed_chain),

@@ -285,9 +285,7 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
                   unsigned int slices, unsigned int d,
                   unsigned long long context, unsigned int chunk,
                   decode_partials partials, unsigned int *counters, float *out,
-                  bool rope, const __grid_constant__ decode_rope table,
-                  const unsigned char *prefetch,
-                  unsigned long long prefetch_bytes) {
+                  bool rope, const __grid_constant__ decode_rope table) {
   extern __shared__ float4 decode_shared[];
   const unsigned int d4 = (d + 3) / 4;
   const unsigned int scores_stride =
@@ -300,7 +298,6 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
   if (fdy_active_rows(step, 1) == 0) {
     return;
   }
-  fdy_prefetch_l2(prefetch, prefetch_bytes);
   const unsigned int kv_head = blockIdx.x / slices;
   const unsigned int g0 = (blockIdx.x % slices) * DECODE_GROUP;
   const unsigned int gn = min((unsigned int)DECODE_GROUP, group - g0);
@@ -661,8 +658,7 @@ static cudaError_t launch_decode(const fdy_cuda_op_args *a,
                     step, (const float *)a->in[1], (const float *)a->in[2],
                     (const float *)a->in[3], a->in[4], a->in[5], s->f16, s->vec,
                     s->heads, s->group, s->slices, s->d, s->context, s->chunk,
-                    partials, a->counters, (float *)a->out, rope, table,
-                    a->prefetch, (unsigned long long)a->prefetch_bytes);
+                    partials, a->counters, (float *)a->out, rope, table);
 }
 
 /* ATTENTION or ROPE_ATTENTION (one row only: decode_kernel rotates q and k

@@ -1074,46 +1074,6 @@ static fdy_status launch_workspace(const fdy_op *op, unsigned char **address,
   return FDY_OK;
 }
 
-/* The bytes of op's prefetch hint that a launch asks L2 for (*bytes 0 when
- * the op has none, or off is set): the first half of L2 of the view at
- * most, rounded down to 16 bytes. Errors: FDY_ERR_INVALID_ARGUMENT, name
- * "prefetch", when the view is not U8 of rank 1 at a multiple of 16 bytes
- * inside its buffer. */
-static fdy_status launch_prefetch(const cuda_backend *b, const fdy_op *op,
-                                  const unsigned char **address,
-                                  uint64_t *bytes, fdy_error *err) {
-  const fdy_tensor_view *v = &op->prefetch;
-  *address = NULL;
-  *bytes = 0;
-  if (v->buffer == NULL) {
-    return FDY_OK;
-  }
-  uint64_t n = 0, end = 0;
-  if (v->dtype != FDY_DTYPE_U8 || v->shape.rank != 1 ||
-      fdy_tensor_bytes(v->dtype, v->shape, &n, NULL) != FDY_OK ||
-      v->offset % 16 != 0 || __builtin_add_overflow(v->offset, n, &end) ||
-      end > v->buffer->bytes) {
-    fdy_status st = fdy_cuda_fail(
-        err, FDY_ERR_INVALID_ARGUMENT, "launch",
-        "%s op: the prefetch hint is not a U8 span at a multiple of 16 bytes "
-        "inside its buffer",
-        fdy_op_kind_name(op->kind));
-    if (err != NULL) {
-      err->expected = v->buffer->bytes;
-      err->actual = end;
-      snprintf(err->name, sizeof err->name, "prefetch");
-    }
-    return st;
-  }
-  if (b->opts.no_l2_prefetch) {
-    return FDY_OK;
-  }
-  const uint64_t most = b->ctx.l2_bytes / 2;
-  *address = (const unsigned char *)v->buffer->data + v->offset;
-  *bytes = (n < most ? n : most) / 16 * 16;
-  return FDY_OK;
-}
-
 /* Checks the op (fdy_op_check, then supports_op), resolves every view, and
  * enqueues the op's kernels: the checksum with the stream's word set, every
  * other kind through fdy_cuda_op_enqueue. */
@@ -1163,11 +1123,6 @@ static fdy_status cuda_launch(fdy_backend *base, fdy_backend_stream *stream,
   if (st == FDY_OK) {
     st = launch_workspace(op, &workspace, err);
   }
-  const unsigned char *prefetch = NULL;
-  uint64_t prefetch_bytes = 0;
-  if (st == FDY_OK) {
-    st = launch_prefetch(b, op, &prefetch, &prefetch_bytes, err);
-  }
   if (st == FDY_OK) {
     st = set_device(b, err, "launch");
   }
@@ -1189,8 +1144,6 @@ static fdy_status cuda_launch(fdy_backend *base, fdy_backend_stream *stream,
         .workspace = workspace,
         .sm_count = b->ctx.sm_count,
         .dependent = !b->opts.serial_launch && one_row_op(op),
-        .prefetch = prefetch,
-        .prefetch_bytes = prefetch_bytes,
         .counters = &b->words[stream->words].op_counters[0]};
     for (uint32_t i = 0; i < op->input_count; i++) {
       args.in[i] = address[i];

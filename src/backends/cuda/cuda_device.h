@@ -54,41 +54,6 @@ static cudaError_t fdy_launch(bool dependent, void (*kernel)(Params...),
   return cudaLaunchKernelEx(&config, kernel, args...);
 }
 
-/* Bytes of one L2 prefetch instruction of fdy_prefetch_l2. */
-#define FDY_PREFETCH_PIECE 4096u
-
-/* Asks L2 to fetch [p, p + bytes) (the op's prefetch hint, a later op's
- * weights): cp.async.bulk.prefetch, which needs no completion and changes
- * no result. The grid's blocks share the pieces of FDY_PREFETCH_PIECE
- * bytes, issued by the lanes of warp 0, the first pieces first. p is 16-byte
- * aligned and bytes a multiple of 16 (the backend passes 256-byte aligned
- * spans rounded up); bytes 0 asks for nothing. Only weights may be named
- * (it runs before fdy_grid_wait). */
-static __device__ __forceinline__ void
-fdy_prefetch_l2(const unsigned char *p, unsigned long long bytes) {
-  if (bytes == 0 || threadIdx.x + threadIdx.y + threadIdx.z >= 32) {
-    return;
-  }
-  const unsigned long long blocks =
-      (unsigned long long)gridDim.x * gridDim.y * gridDim.z;
-  const unsigned long long block =
-      blockIdx.x +
-      gridDim.x * (blockIdx.y + (unsigned long long)gridDim.y * blockIdx.z);
-  const unsigned long long pieces =
-      (bytes + FDY_PREFETCH_PIECE - 1) / FDY_PREFETCH_PIECE;
-  for (unsigned long long i = block + blocks * threadIdx.x; i < pieces;
-       i += blocks * 32) {
-    const unsigned long long begin = i * FDY_PREFETCH_PIECE;
-    const unsigned long long left = bytes - begin;
-    const unsigned int size =
-        left < FDY_PREFETCH_PIECE ? (unsigned int)left : FDY_PREFETCH_PIECE;
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;"
-                 :
-                 : "l"(p + begin), "r"(size)
-                 : "memory");
-  }
-}
-
 /* Rows an op processes: step[FDY_STEP_COUNT] clamped to [0, rows]. */
 static __device__ __forceinline__ unsigned int
 fdy_active_rows(const int32_t *step, unsigned long long rows) {

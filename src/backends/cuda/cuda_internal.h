@@ -226,11 +226,6 @@ typedef struct fdy_cuda_op_args {
   /* launch as a programmatic dependent launch (fdy_launch in
    * cuda_device.h): the op's kernels follow fdy_grid_wait's rules */
   bool dependent;
-  /* the op's prefetch hint (a later op's weights, at most half of L2 of
-   * it, a multiple of 16 bytes; prefetch_bytes 0 when none or turned off):
-   * the one-row kernels pass it to fdy_prefetch_l2 */
-  const unsigned char *prefetch;
-  uint64_t prefetch_bytes;
 } fdy_cuda_op_args;
 
 /* Dynamic shared memory bytes a launch of op needs (0 when none). */

@@ -90,8 +90,6 @@ typedef struct gemv_params {
   bool norm_bf16;
   double eps;
   const float *residual;
-  const unsigned char *prefetch; /* the op's hint (fdy_prefetch_l2) */
-  unsigned long long prefetch_bytes;
 } gemv_params;
 
 /* The loads of one column step of a warp: lane (g, t)'s chunk of rows g and
@@ -395,7 +393,6 @@ __global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_SM)
   if (fdy_active_rows(step, 1) == 0) {
     return;
   }
-  fdy_prefetch_l2(p.prefetch, p.prefetch_bytes);
   const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const unsigned int in = p.in;
   const unsigned int chunks = in / 32;
@@ -617,8 +614,6 @@ static gemv_params gemv_params_of(const fdy_cuda_op_args *a, uint32_t w) {
       p.in / (unsigned int)op->inputs[w + 1].shape.dims[1];
   p.group_shift = group == 32 ? 0 : group == 64 ? 1 : 2;
   p.bf16 = op->inputs[w + 1].dtype == FDY_DTYPE_BF16;
-  p.prefetch = a->prefetch;
-  p.prefetch_bytes = a->prefetch_bytes;
   return p;
 }
 

@@ -202,8 +202,7 @@ static uint64_t call_begin(fake_backend *f, const char *op, uint64_t bytes,
                                            .handle = handle,
                                            .stream = stream,
                                            .op_kind = -1,
-                                           .recorded = f->recording != NULL,
-                                           .prefetch_handle = -1};
+                                           .recorded = f->recording != NULL};
   return number;
 }
 
@@ -924,12 +923,6 @@ static fdy_status fake_launch(fdy_backend *b, fdy_backend_stream *stream,
       data_bytes = bytes;
     }
   }
-  uint64_t prefetch = 0;
-  if (op->prefetch.buffer != NULL && !view_ok(f, &op->prefetch, &prefetch)) {
-    return fail_violation(
-        f, n, "launch",
-        "the prefetch hint is released, misaligned or outside its buffer", err);
-  }
   uint64_t workspace = 0;
   if (f->workspace_bytes > 0 &&
       (!op->workspace.buffer ||
@@ -943,11 +936,6 @@ static fdy_status fake_launch(fdy_backend *b, fdy_backend_stream *stream,
   if (entry) {
     entry->bytes = input_bytes;
     entry->handle = op->output_count > 0 ? op->outputs[0].buffer->id : -1;
-    if (op->prefetch.buffer != NULL) {
-      entry->prefetch_handle = op->prefetch.buffer->id;
-      entry->prefetch_offset = op->prefetch.offset;
-      entry->prefetch_bytes = prefetch;
-    }
   }
   fake_recorded c = {.kind = REC_LAUNCH,
                      .stream = stream,
