@@ -4,8 +4,9 @@
  * projection and the LM head, RMSNORM, ROPE (query and key widths),
  * ATTENTION over a context of 640 positions (F32 cache unless --cache
  * f16), SWIGLU, ADD, EMBED_Q4, ARGMAX (one row of vocab logits) and, for
- * one row, ROPE_ATTENTION (the decode chain's rope of q and k with the
- * attention). --rows 1 (default) gives
+ * one row, the five ops of a decode layer: NORM_MATMUL_Q4 (q, k, v),
+ * ROPE_ATTENTION, MATMUL_ADD_Q4 (o), NORM_SWIGLU_Q4 (gate, up) and
+ * MATMUL_ADD_Q4 (down). --rows 1 (default) gives
  * the decode shapes; --rows 512 the prefill shapes (the last 512 tokens of
  * the context; ARGMAX keeps one row).
  *
@@ -66,7 +67,9 @@ typedef struct bench_op {
   const char *name;
   fdy_op op;
   uint64_t bytes;
-  double flops; /* 0 unless MATMUL_Q4 */
+  double flops;         /* 0 unless a matmul kind */
+  uint32_t bias_inputs; /* bit i: input i holds quantization biases */
+  const char *shape;    /* described instead of the main input's, or NULL */
 } bench_op;
 
 typedef struct result {
@@ -219,7 +222,61 @@ static uint64_t op_bytes(const fdy_op *op) {
   for (uint32_t i = 0; i < op->input_count; i++) {
     sum += view_bytes(&op->inputs[i]);
   }
-  return sum + view_bytes(&op->outputs[0]);
+  for (uint32_t j = 0; j < op->output_count; j++) {
+    sum += view_bytes(&op->outputs[j]);
+  }
+  return sum;
+}
+
+/* Inputs first .. first + 2 of op: a quantized weight [out, in] (packed,
+ * scales, biases); marks the biases in b. */
+static void weight_inputs(bench_op *b, const options *o, uint32_t first,
+                          uint32_t out, uint32_t in) {
+  fdy_op *op = &b->op;
+  op->inputs[first] = view(FDY_DTYPE_U32, FDY_SHAPE(out, in / 8));
+  op->inputs[first + 1] = view(o->scales, FDY_SHAPE(out, in / o->group));
+  op->inputs[first + 2] = op->inputs[first + 1];
+  b->bias_inputs |= 1u << (first + 2);
+  b->flops += 2.0 * o->rows * in * out;
+}
+
+/* The decode step's fused GEMVs (one row): NORM_MATMUL_Q4 of q, k and v,
+ * NORM_SWIGLU_Q4 of gate and up, MATMUL_ADD_Q4 of o or down. */
+static bench_op fused(const char *name, fdy_op_kind kind, const options *o) {
+  bench_op b = {.name = name};
+  fdy_op *op = &b.op;
+  *op = (fdy_op){.kind = kind};
+  op->inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  const bool down = kind == FDY_OP_MATMUL_ADD_Q4 && strstr(name, "down");
+  const uint32_t in = down ? FFN : HIDDEN;
+  op->inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(1, in));
+  if (kind == FDY_OP_MATMUL_ADD_Q4) {
+    weight_inputs(&b, o, 2, HIDDEN, in);
+    op->inputs[5] = view(FDY_DTYPE_F32, FDY_SHAPE(1, HIDDEN));
+    op->input_count = 6;
+    op->output_count = 1;
+    op->outputs[0] = op->inputs[5];
+    b.shape = down ? "down 3072 x 8192 + res" : "o 3072 x 3072 + res";
+  } else {
+    op->inputs[2] = view(o->scales, FDY_SHAPE(in));
+    op->params.rmsnorm.eps = 1e-5;
+    const bool qkv = kind == FDY_OP_NORM_MATMUL_Q4;
+    const uint32_t outs[3] = {qkv ? HEADS * HEAD_DIM : FFN,
+                              qkv ? KV_HEADS * HEAD_DIM : FFN,
+                              KV_HEADS * HEAD_DIM};
+    const uint32_t weights = qkv ? 3 : 2;
+    for (uint32_t j = 0; j < weights; j++) {
+      weight_inputs(&b, o, 3 + 3 * j, outs[j], in);
+    }
+    op->input_count = 3 + 3 * weights;
+    op->output_count = qkv ? 3 : 1;
+    for (uint32_t j = 0; j < op->output_count; j++) {
+      op->outputs[j] = view(FDY_DTYPE_F32, FDY_SHAPE(1, outs[j]));
+    }
+    b.shape = qkv ? "norm, 5120 x 3072" : "norm, 2 x 8192 x 3072";
+  }
+  b.bytes = op_bytes(op);
+  return b;
 }
 
 static bench_op matmul(const char *name, const options *o, uint32_t out,
@@ -235,6 +292,7 @@ static bench_op matmul(const char *name, const options *o, uint32_t out,
   op->outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(o->rows, out));
   b.bytes = op_bytes(op);
   b.flops = 2.0 * o->rows * in * out;
+  b.bias_inputs = 1u << 4;
   return b;
 }
 
@@ -315,6 +373,7 @@ static bench_op embed(const options *o) {
   op->inputs[3] = op->inputs[2];
   op->outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(o->rows, HIDDEN));
   b.bytes = (uint64_t)o->rows * (HIDDEN / 2 + 2 * 2 * groups + HIDDEN * 4);
+  b.bias_inputs = 1u << 3;
   return b;
 }
 
@@ -376,8 +435,9 @@ static int time_op(fdy_cuda_ctx *ctx, const options *o, const bench_op *b,
   bool ok = t != NULL && cuda_ok(cudaEventCreate(&e0), "cudaEventCreate") &&
             cuda_ok(cudaEventCreate(&e1), "cudaEventCreate");
   for (uint32_t i = 0; ok && i < n; i++) {
-    const fdy_tensor_view *v =
-        i < op->input_count ? &op->inputs[i] : &op->outputs[0];
+    const fdy_tensor_view *v = i < op->input_count
+                                   ? &op->inputs[i]
+                                   : &op->outputs[i - op->input_count];
     uint64_t bytes = view_bytes(v), count = bytes / fdy_dtype_size(v->dtype);
     void *host = malloc(bytes);
     ok = host != NULL;
@@ -390,10 +450,9 @@ static int time_op(fdy_cuda_ctx *ctx, const options *o, const bench_op *b,
       }
     } else if (ok) {
       /* norm weights near 1, scales near 2^-7, biases near -2^-4 */
-      bool is_bias = op->kind == FDY_OP_MATMUL_Q4
-                         ? i == 4
-                         : op->kind == FDY_OP_EMBED_Q4 && i == 3;
-      int e = op->kind == FDY_OP_RMSNORM ? -1 : is_bias ? -4 : -7;
+      bool is_bias = i < 32 && (b->bias_inputs >> i & 1u) != 0;
+      bool is_norm = v->shape.rank == 1 && v->dtype != FDY_DTYPE_I32;
+      int e = is_norm ? -1 : is_bias ? -4 : -7;
       fill(host, v->dtype, count, e);
     }
     ok = ok && cuda_ok(cudaMalloc(&dev[i], bytes), "cudaMalloc") &&
@@ -412,7 +471,10 @@ static int time_op(fdy_cuda_ctx *ctx, const options *o, const bench_op *b,
   for (uint32_t i = 0; i < op->input_count; i++) {
     args.in[i] = dev[i];
   }
-  args.out = dev[op->input_count];
+  for (uint32_t j = 0; j < op->output_count; j++) {
+    args.outputs[j] = dev[op->input_count + j];
+  }
+  args.out = args.outputs[0];
   for (uint32_t k = 0; ok && k < o->warmup; k++) {
     ok = cuda_ok(fdy_cuda_op_enqueue(&args, ctx->internal), "warm-up launch");
   }
@@ -445,11 +507,15 @@ static int time_op(fdy_cuda_ctx *ctx, const options *o, const bench_op *b,
         op->kind == FDY_OP_MATMUL_Q4 || op->kind == FDY_OP_EMBED_Q4
             ? &op->inputs[op->kind == FDY_OP_MATMUL_Q4 ? 2 : 1]
             : &op->inputs[op->kind == FDY_OP_ARGMAX ? 0 : 1];
-    snprintf(r->shape, sizeof r->shape, "%llu x %llu%s",
-             (unsigned long long)main_in->shape.dims[0],
-             (unsigned long long)main_in->shape.dims[1] *
-                 (main_in->dtype == FDY_DTYPE_U32 ? 8 : 1),
-             op->kind == FDY_OP_MATMUL_Q4 ? " (out x in)" : "");
+    if (b->shape != NULL) {
+      snprintf(r->shape, sizeof r->shape, "%s", b->shape);
+    } else {
+      snprintf(r->shape, sizeof r->shape, "%llu x %llu%s",
+               (unsigned long long)main_in->shape.dims[0],
+               (unsigned long long)main_in->shape.dims[1] *
+                   (main_in->dtype == FDY_DTYPE_U32 ? 8 : 1),
+               op->kind == FDY_OP_MATMUL_Q4 ? " (out x in)" : "");
+    }
     r->bytes = b->bytes;
     r->flops = b->flops;
     r->median_s = o->repeats % 2 != 0
@@ -556,9 +622,16 @@ int main(int argc, char **argv) {
       rows_op("add", FDY_OP_ADD, &o, HIDDEN),
       embed(&o),
       argmax(),
-      attention(&o, true), /* last: one row only */
+      /* last: the decode step's fused kinds, one row only */
+      fused("norm+q/k/v", FDY_OP_NORM_MATMUL_Q4, &o),
+      attention(&o, true),
+      fused("o+residual", FDY_OP_MATMUL_ADD_Q4, &o),
+      fused("norm+gate/up+swiglu", FDY_OP_NORM_SWIGLU_Q4, &o),
+      fused("down+residual", FDY_OP_MATMUL_ADD_Q4, &o),
   };
-  const size_t count = sizeof ops / sizeof ops[0] - (o.rows == 1 ? 0 : 1);
+  const size_t one_row_only = 5;
+  const size_t count =
+      sizeof ops / sizeof ops[0] - (o.rows == 1 ? 0 : one_row_only);
   result results[sizeof ops / sizeof ops[0]];
   printf("%s, %d SMs, L2 %llu MiB; rows %u, context %u, group %u %s; "
          "median of %u (after %u warm-up) samples of %u launch%s, L2 %s "

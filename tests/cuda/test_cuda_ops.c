@@ -1586,7 +1586,10 @@ static void fused_case(const char *label, uint32_t in, uint32_t out_a,
  * the fixtures' widths, a short last block (in 96, group 32); odd row
  * counts, where a warp's group of 2 or 4 rows ends past the last row or
  * spans two matrices, with 2 rows per warp (37 + 5 + 5) and with 4 (16385
- * and 16387 rows: every fused flag). */
+ * and 16387 rows: every fused flag); the final norm with the LM head
+ * (128256 rows) and 33805 rows (a partial last tile), which launch the
+ * streaming GEMV (more than 8 tiles a block at two blocks per SM on 132
+ * multiprocessors). */
 static void test_fused_shapes(void **state) {
   (void)state;
   const uint32_t groups[] = {32, 64, 128};
@@ -1609,6 +1612,11 @@ static void test_fused_shapes(void **state) {
   fused_case("odd rows", 96, 37, 5, 32, FDY_DTYPE_F16, 1);
   fused_case("wide a", 128, 16385, 3, 32, FDY_DTYPE_BF16, 1);
   fused_case("wide gate/up", 64, 5, 16387, 64, FDY_DTYPE_F16, 1);
+  if (!small_shapes()) {
+    fused_case("llama-3.2-3b final norm + lm_head", 3072, 128256, 64, 64,
+               FDY_DTYPE_F16, 1);
+    fused_case("streaming, odd rows", 3072, 33805, 40, 32, FDY_DTYPE_BF16, 1);
+  }
 }
 
 /* Shapes off the models' grid: counts of 0, below 0 and above the rows,
