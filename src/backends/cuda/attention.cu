@@ -1,18 +1,49 @@
-/* ATTENTION and ROPE_ATTENTION on CUDA: one of two variants chosen from the
- * shapes alone (the rows of q; ROPE_ATTENTION is decode only). Every kernel
- * is a programmatic dependent launch when the op asks (cuda_device.h).
+/* ATTENTION and ROPE_ATTENTION on CUDA: one of three variants chosen from
+ * the shapes alone (the rows of q, the cache's length, dtype and head_dim;
+ * ROPE_ATTENTION is decode only). Every kernel is a programmatic dependent
+ * launch when the op asks (cuda_device.h).
  *
- * 1. decode (q has one row): one kernel, launched through fdy_launch (a
- *    programmatic dependent launch when the op asks: the step is read
- *    before fdy_grid_wait, q, k, v and the caches after). Each block first
- *    puts its heads' q rows and its kv head's new k row in shared memory;
- *    for ROPE_ATTENTION rotated there by the rope at position p (each
- *    thread's cos and sin in double, rounded to float, the rotation the
- *    CPU's float expression without FMA), so the cache receives the
- *    rotated k bitwise as the CPU's rope then attention append it.
- *    The positions 0..p are cut into chunks of decode_chunk(context)
- *    positions (a power of two from 16, so that a full cache has at most
- *    DECODE_MAX_CHUNKS chunks). Block
+ * 1a. decode at short contexts (q has one row, head_dim a multiple of 4 of
+ *    at most 1024 with rows of a multiple of 16 bytes, and a CTA's span of
+ *    ceil(context / CLUSTER_CTAS) positions at most CLUSTER_MAX_SPAN with
+ *    its K and V rows within CLUSTER_KV_BYTES): cluster_decode_kernel, a
+ *    thread-block cluster of CLUSTER_CTAS CTAs per kv head slice (up to
+ *    DECODE_GROUP query heads of one kv head), no workspace, no counter.
+ *    CTA r takes positions r span .. (r + 1) span - 1 up to the step's
+ *    position p. Before fdy_grid_wait (step and parameters only) it
+ *    computes the rope's cos and sin of each pair (double, rounded to
+ *    float) and sets up two transaction barriers; after it, one warp asks
+ *    the tensor memory accelerator for every cached key row of the span,
+ *    then every value row (cp.async.bulk, one row each, all in flight at
+ *    once, keys and values on their own barriers), while the other
+ *    threads stage the heads' q rows (rotated for ROPE_ATTENTION as in
+ *    variant 1) and, in the CTA holding p, the step's k and v rows as the
+ *    cache holds them into the span's last rows (slice 0 also appends
+ *    them to the caches; position p is never read from the cache). Once
+ *    the keys land: scores by teams of CLUSTER_TEAM lanes per position
+ *    (lane s sums elements 4 s .., 4 (s + CLUSTER_TEAM) .. in order, then
+ *    a butterfly over the team) times (float)(1 / sqrt(d)); per head the
+ *    span's m, e = expf(s - m) and their float sum l (lanes, then a
+ *    butterfly); once the values land, the unnormalized sum of e v (thread
+ *    t: positions t / d4, t / d4 + parts, ... of column t % d4, the parts
+ *    added in order). Then the cluster's barrier, and the combine through
+ *    distributed shared memory: M = max m_r, w_r = expf(m_r - M), L = sum
+ *    of l_r w_r in double (a butterfly), output element j = (sum over r in
+ *    rank order of w_r o_r[j]) * (float)(1 / L), CTA r writing elements
+ *    r blockDim.x + t, ...; a last cluster barrier keeps every CTA's
+ *    shared memory alive until the others have read it. Every order of
+ *    addition follows the shapes (span, head_dim) only.
+ * 1. decode (q has one row) otherwise: one kernel, launched through
+ *    fdy_launch (a programmatic dependent launch when the op asks: the
+ *    step is read before fdy_grid_wait, q, k, v and the caches after).
+ *    Each block first puts its heads' q rows and its kv head's new k row
+ *    in shared memory; for ROPE_ATTENTION rotated there by the rope at
+ *    position p (each thread's cos and sin in double, rounded to float,
+ *    the rotation the CPU's float expression without FMA), so the cache
+ *    receives the rotated k bitwise as the CPU's rope then attention
+ *    append it. The positions 0..p are cut into chunks of
+ *    decode_chunk(context) positions (a power of two from 16, so that a
+ *    full cache has at most DECODE_MAX_CHUNKS chunks). Block
  *    (kv head, slice, y) takes chunks y, y + gridDim.y, ... for up to
  *    DECODE_GROUP query heads of that kv head, which share its K and V
  *    loads: each warp dots DECODE_INFLIGHT key rows at once with the
@@ -47,9 +78,9 @@
  * float summed in double, sequential float sums over positions): every
  * weight here is the CPU's up to a few roundings (expf of a shifted score
  * times one or a few expf rescales, each within 2 ulp), and the sums over
- * positions are shorter (chunks, tiles) than the CPU's sequential ones, so
- * the relative difference stays near the CPU's own rounding error (see
- * docs/tuning-log.md, "flash attention").
+ * positions are shorter (spans, chunks, tiles) than the CPU's sequential
+ * ones, so the relative difference stays near the CPU's own rounding error
+ * (see docs/tuning-log.md, "flash attention").
  *
  * A row whose position lies outside the cache is NaN. Rows at or beyond
  * the step's count are neither read nor written; the count and p0 are read
@@ -662,7 +693,7 @@ __global__ void __cluster_dims__(CLUSTER_CTAS, 1,
                           unsigned int span, float *out, bool rope,
                           const __grid_constant__ decode_rope table) {
   extern __shared__ float4 cluster_shared[];
-  __shared__ uint64_t bar;
+  __shared__ uint64_t bar[2]; /* the key rows', the value rows' */
   cg::cluster_group cluster = cg::this_cluster();
   const unsigned int esize = f16 ? 2 : 4;
   const unsigned int row = d * esize, d4 = d / 4, half = d / 2;
@@ -709,7 +740,8 @@ __global__ void __cluster_dims__(CLUSTER_CTAS, 1,
    * the rope's cos and sin of each pair at position `last` in double,
    * rounded to float */
   if (threadIdx.x == 0) {
-    mbarrier_init(&bar);
+    mbarrier_init(&bar[0]);
+    mbarrier_init(&bar[1]);
   }
   for (unsigned int j = threadIdx.x; rope && j < half; j += blockDim.x) {
     double ds = 0.0, dc = 0.0;
@@ -721,10 +753,12 @@ __global__ void __cluster_dims__(CLUSTER_CTAS, 1,
 
   const unsigned long long kv_dim = (unsigned long long)(heads / group) * d;
   const unsigned long long kv_at = (unsigned long long)kv_head * d;
-  /* warp 0: the span's cached key rows, then its value rows, all at once */
+  /* warp 0: the span's cached key rows, then its value rows, all at once
+   * (the keys counted on bar[0], the values on bar[1]) */
   if (warp == 0) {
     if (lane == 0) {
-      mbarrier_expect(&bar, 2 * cached * row);
+      mbarrier_expect(&bar[0], cached * row);
+      mbarrier_expect(&bar[1], cached * row);
     }
     __syncwarp();
     for (unsigned int i = lane; i < 2 * cached; i += 32) {
@@ -733,7 +767,7 @@ __global__ void __cluster_dims__(CLUSTER_CTAS, 1,
       const unsigned long long at = ((begin + r) * kv_dim + kv_at) * esize;
       bulk_load((is_v ? v_rows : k_rows) + r * row,
                 (const unsigned char *)(is_v ? v_cache : k_cache) + at, row,
-                &bar);
+                &bar[is_v ? 1 : 0]);
     }
   }
   /* q rows 0 .. gn - 1 of the slice's heads (row gn: the step's k), rotated
@@ -787,7 +821,7 @@ __global__ void __cluster_dims__(CLUSTER_CTAS, 1,
     }
   }
   __syncthreads();
-  mbarrier_wait0(&bar);
+  mbarrier_wait0(&bar[0]);
 
   /* scores: a team of CLUSTER_TEAM lanes per position (lane s of a team
    * sums elements 4 s .., 4 (s + CLUSTER_TEAM) .., ... in order, then a
@@ -851,7 +885,9 @@ __global__ void __cluster_dims__(CLUSTER_CTAS, 1,
   __syncthreads();
   /* the weighted values: thread t sums positions t / d4, t / d4 + parts,
    * ... of column t % d4 for every head (parts = CLUSTER_THREADS / d4),
-   * then the parts' sums are added in part order (zero for an empty span) */
+   * then the parts' sums are added in part order (zero for an empty span),
+   * once the value rows have landed */
+  mbarrier_wait0(&bar[1]);
   const unsigned int parts = CLUSTER_THREADS / d4;
   const unsigned int part = threadIdx.x / d4, col = threadIdx.x % d4;
   if (part < parts) {
