@@ -3,21 +3,23 @@
  * ROPE_ATTENTION is decode only). Every kernel is a programmatic dependent
  * launch when the op asks (cuda_device.h).
  *
- * 1a. decode at short contexts (q has one row, head_dim a multiple of 4 of
+ * 1. decode at short contexts (q has one row, head_dim a multiple of 4 of
  *    at most 1024 with rows of a multiple of 16 bytes, and a CTA's span of
  *    ceil(context / CLUSTER_CTAS) positions at most CLUSTER_MAX_SPAN with
  *    its K and V rows within CLUSTER_KV_BYTES): cluster_decode_kernel, a
  *    thread-block cluster of CLUSTER_CTAS CTAs per kv head slice (up to
  *    DECODE_GROUP query heads of one kv head), no workspace, no counter.
  *    CTA r takes positions r span .. (r + 1) span - 1 up to the step's
- *    position p. Before fdy_grid_wait (step and parameters only) it
- *    computes the rope's cos and sin of each pair (double, rounded to
- *    float) and sets up two transaction barriers; after it, one warp asks
+ *    position p. Before fdy_grid_wait (step and parameters only) it asks
+ *    L2 for the span's key and value rows before p (cp.async.bulk.prefetch:
+ *    a hint that changes no result; earlier launches of the op wrote those
+ *    rows), computes the rope's cos and sin of each pair (double, rounded
+ *    to float) and sets up two transaction barriers; after it, one warp asks
  *    the tensor memory accelerator for every cached key row of the span,
  *    then every value row (cp.async.bulk, one row each, all in flight at
  *    once, keys and values on their own barriers), while the other
  *    threads stage the heads' q rows (rotated for ROPE_ATTENTION as in
- *    variant 1) and, in the CTA holding p, the step's k and v rows as the
+ *    variant 2) and, in the CTA holding p, the step's k and v rows as the
  *    cache holds them into the span's last rows (slice 0 also appends
  *    them to the caches; position p is never read from the cache). Once
  *    the keys land: scores by teams of CLUSTER_TEAM lanes per position
@@ -33,7 +35,7 @@
  *    r blockDim.x + t, ...; a last cluster barrier keeps every CTA's
  *    shared memory alive until the others have read it. Every order of
  *    addition follows the shapes (span, head_dim) only.
- * 1. decode (q has one row) otherwise: one kernel, launched through
+ * 2. decode (q has one row) otherwise: one kernel, launched through
  *    fdy_launch (a programmatic dependent launch when the op asks: the
  *    step is read before fdy_grid_wait, q, k, v and the caches after).
  *    Each block first puts its heads' q rows and its kv head's new k row
@@ -70,7 +72,7 @@
  *    warps' sums in order. The grid's y extent follows the multiprocessor
  *    count; the chunk size and every order of addition follow the shapes
  *    only.
- * 2. prefill (several rows): the append kernel (block t stores rows t of
+ * 3. prefill (several rows): the append kernel (block t stores rows t of
  *    k and v at cache position p0 + t, for the step's rows whose position
  *    lies in the cache), then flash attention (attention_prefill.cu).
  *
@@ -661,6 +663,15 @@ bulk_load(void *dst, const void *src, unsigned int bytes, uint64_t *bar) {
                : "memory");
 }
 
+/* Asks L2 for bytes (a multiple of 16) at src (16-byte aligned): a hint,
+ * nothing waits for it and no result depends on it. */
+static __device__ __forceinline__ void bulk_prefetch_l2(const void *src,
+                                                        unsigned int bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src),
+               "r"(bytes)
+               : "memory");
+}
+
 /* Elements 4 j4 .. 4 j4 + 3 of a row in shared memory in the cache's
  * dtype. */
 static __device__ __forceinline__ float4 shared_row4(const void *row, bool f16,
@@ -682,7 +693,7 @@ static __device__ __forceinline__ float4 add4(float4 a, float4 b) {
 
 /* Cluster x / CLUSTER_CTAS (kv head x slices + slice) takes the query
  * heads of its slice; its CTA of rank r the positions r span .. (r + 1)
- * span - 1 up to the last. See the file's header (variant 1a). */
+ * span - 1 up to the last. See the file's header (variant 1). */
 __global__ void __cluster_dims__(CLUSTER_CTAS, 1,
                                  1) __launch_bounds__(CLUSTER_THREADS, 1)
     cluster_decode_kernel(const int32_t *step, const float *q,
@@ -736,9 +747,21 @@ __global__ void __cluster_dims__(CLUSTER_CTAS, 1,
   const unsigned int cached = holds_last ? n - 1 : n; /* rows from cache */
   const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 
-  /* before the wait (the step and the parameters only): the barrier, and
-   * the rope's cos and sin of each pair at position `last` in double,
-   * rounded to float */
+  /* before the wait (the step and the parameters only): L2 is asked for
+   * the span's cached key and value rows (thread i: row i; positions
+   * before the step's, which earlier launches of this op wrote; a hint
+   * that changes no result, so that the loads after the wait find L2 when
+   * the kernel before still runs), the barriers, and the rope's cos and
+   * sin of each pair at position `last` in double, rounded to float */
+  const unsigned long long kv_dim = (unsigned long long)(heads / group) * d;
+  const unsigned long long kv_at = (unsigned long long)kv_head * d;
+  for (unsigned int i = threadIdx.x; i < 2 * cached; i += blockDim.x) {
+    const bool is_v = i >= cached;
+    const unsigned int r = is_v ? i - cached : i;
+    bulk_prefetch_l2((const unsigned char *)(is_v ? v_cache : k_cache) +
+                         ((begin + r) * kv_dim + kv_at) * esize,
+                     row);
+  }
   if (threadIdx.x == 0) {
     mbarrier_init(&bar[0]);
     mbarrier_init(&bar[1]);
@@ -751,8 +774,6 @@ __global__ void __cluster_dims__(CLUSTER_CTAS, 1,
   __syncthreads();
   fdy_grid_wait(); /* q, k, v and the caches come from the kernels before */
 
-  const unsigned long long kv_dim = (unsigned long long)(heads / group) * d;
-  const unsigned long long kv_at = (unsigned long long)kv_head * d;
   /* warp 0: the span's cached key rows, then its value rows, all at once
    * (the keys counted on bar[0], the values on bar[1]) */
   if (warp == 0) {
@@ -970,7 +991,7 @@ typedef struct attention_shape {
   unsigned long long context;
   bool f16, vec;
   unsigned int chunk, slices; /* the decode variants' */
-  bool clustered;             /* decode by clusters (variant 1a) */
+  bool clustered;             /* decode by clusters (variant 1) */
   unsigned int span;          /* positions of a cluster CTA */
 } attention_shape;
 
