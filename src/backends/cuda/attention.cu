@@ -22,13 +22,14 @@
  *    variant 2) and, in the CTA holding p, the step's k and v rows as the
  *    cache holds them into the span's last rows (slice 0 also appends
  *    them to the caches; position p is never read from the cache). Once
- *    the keys land: scores by teams of CLUSTER_TEAM lanes per position
- *    (lane s sums elements 4 s .., 4 (s + CLUSTER_TEAM) .. in order, then
- *    a butterfly over the team) times (float)(1 / sqrt(d)); per head the
- *    span's m, e = expf(s - m) and their float sum l (lanes, then a
- *    butterfly); once the values land, the unnormalized sum of e v (thread
- *    t: positions t / d4, t / d4 + parts, ... of column t % d4, the parts
- *    added in order). Then the cluster's barrier, and the combine through
+ *    the keys land: scores by teams of CLUSTER_TEAM lanes per position,
+ *    CLUSTER_BATCH positions at once (lane s sums elements 4 s ..,
+ *    4 (s + CLUSTER_TEAM) .. in order, then a butterfly over the team)
+ *    times (float)(1 / sqrt(d)); per head the span's m, e = expf(s - m)
+ *    and their float sum l (lanes, then a butterfly); once the values
+ *    land, the unnormalized sum of e v (thread t: positions t / d4,
+ *    t / d4 + parts, ... of column t % d4, the parts added in order).
+ *    Then the cluster's barrier, and the combine through
  *    distributed shared memory: M = max m_r, w_r = expf(m_r - M), L = sum
  *    of l_r w_r in double (a butterfly), output element j = (sum over r in
  *    rank order of w_r o_r[j]) * (float)(1 / L), CTA r writing elements
@@ -107,6 +108,7 @@ namespace cg = cooperative_groups;
 #define CLUSTER_CTAS     8            /* CTAs of a cluster (a kv head slice) */
 #define CLUSTER_THREADS  256          /* threads of a cluster CTA */
 #define CLUSTER_TEAM     8            /* lanes that dot one key row */
+#define CLUSTER_BATCH    4            /* key rows a team dots at once */
 #define CLUSTER_MAX_SPAN 1024u        /* most positions of a cluster CTA */
 #define CLUSTER_KV_BYTES (128u << 10) /* most K and V bytes a CTA holds */
 
@@ -844,40 +846,56 @@ __global__ void __cluster_dims__(CLUSTER_CTAS, 1,
   __syncthreads();
   mbarrier_wait0(&bar[0]);
 
-  /* scores: a team of CLUSTER_TEAM lanes per position (lane s of a team
+  /* scores: a team of CLUSTER_TEAM lanes per position, CLUSTER_BATCH
+   * positions at once (team t: positions p0 + t + u teams, u below
+   * CLUSTER_BATCH; each q element read once for them); lane s of a team
    * sums elements 4 s .., 4 (s + CLUSTER_TEAM) .., ... in order, then a
-   * butterfly over the team), times (float)(1 / sqrt(d)) */
+   * butterfly over the team, times (float)(1 / sqrt(d)) */
   const float scale = (float)(1.0 / sqrt((double)d));
+  const unsigned int teams = CLUSTER_THREADS / CLUSTER_TEAM;
   const unsigned int team = threadIdx.x / CLUSTER_TEAM;
   const unsigned int sub = threadIdx.x % CLUSTER_TEAM;
-  for (unsigned int p0 = 0; p0 < n; p0 += CLUSTER_THREADS / CLUSTER_TEAM) {
-    const unsigned int pp = p0 + team;
-    float dot[DECODE_GROUP];
+  for (unsigned int p0 = 0; p0 < n; p0 += teams * CLUSTER_BATCH) {
+    float dot[CLUSTER_BATCH][DECODE_GROUP];
 #pragma unroll
-    for (int g = 0; g < DECODE_GROUP; g++) {
-      dot[g] = 0.0f;
+    for (int u = 0; u < CLUSTER_BATCH; u++) {
+#pragma unroll
+      for (int g = 0; g < DECODE_GROUP; g++) {
+        dot[u][g] = 0.0f;
+      }
     }
-    if (pp < n) {
-      const unsigned char *key_row = k_rows + pp * row;
-      for (unsigned int j4 = sub; j4 < d4; j4 += CLUSTER_TEAM) {
-        const float4 key = shared_row4(key_row, f16, j4);
+    for (unsigned int j4 = sub; j4 < d4; j4 += CLUSTER_TEAM) {
+      float4 key[CLUSTER_BATCH];
 #pragma unroll
-        for (int g = 0; g < DECODE_GROUP; g++) {
-          if ((unsigned int)g < gn) {
-            dot[g] = dot4(q4[g * d4 + j4], key, dot[g]);
+      for (int u = 0; u < CLUSTER_BATCH; u++) {
+        const unsigned int pp = p0 + team + u * teams;
+        key[u] = pp < n ? shared_row4(k_rows + pp * row, f16, j4)
+                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int g = 0; g < DECODE_GROUP; g++) {
+        if ((unsigned int)g < gn) {
+          const float4 qv = q4[g * d4 + j4];
+#pragma unroll
+          for (int u = 0; u < CLUSTER_BATCH; u++) {
+            dot[u][g] = dot4(qv, key[u], dot[u][g]);
           }
         }
       }
     }
 #pragma unroll
-    for (int g = 0; g < DECODE_GROUP; g++) {
-      if ((unsigned int)g < gn) {
-        float s = dot[g];
-        for (int offset = CLUSTER_TEAM / 2; offset > 0; offset /= 2) {
-          s += __shfl_xor_sync(0xffffffffu, s, offset);
-        }
-        if (sub == 0 && pp < n) {
-          scores[g * lay.stride + pp] = s * scale;
+    for (int u = 0; u < CLUSTER_BATCH; u++) {
+      const unsigned int pp = p0 + team + u * teams;
+#pragma unroll
+      for (int g = 0; g < DECODE_GROUP; g++) {
+        if ((unsigned int)g < gn) {
+          float s = dot[u][g];
+          for (int offset = CLUSTER_TEAM / 2; offset > 0; offset /= 2) {
+            s += __shfl_xor_sync(0xffffffffu, s, offset);
+          }
+          if (sub == 0 && pp < n) {
+            scores[g * lay.stride + pp] = s * scale;
+          }
         }
       }
     }
