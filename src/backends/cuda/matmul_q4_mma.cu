@@ -192,68 +192,103 @@ stage_buffer(unsigned int base, unsigned int kb, unsigned int bn) {
 
 /* The launch of one op: what the kernels need besides the pointers. */
 typedef struct mma_dims {
-  unsigned int rows, in, out, group;
-  unsigned int in64;   /* in rounded up to 64 */
-  unsigned int blocks; /* k-blocks of 64 inputs */
-  unsigned int split;  /* input ranges summed separately */
+  unsigned int rows, in, out;
+  unsigned int groups;      /* of the inputs: in / group */
+  unsigned int group_shift; /* log2 of the group: 5, 6 or 7 */
+  unsigned int in64;        /* in rounded up to 64 */
+  unsigned int blocks;      /* k-blocks of 64 inputs */
+  unsigned int split;       /* input ranges summed separately */
 } mma_dims;
 
-/* Copies the xh of stage kb into the shared buffer at `buffer`: 128 rows
- * of 64 inputs (16-byte chunks spread over the block's THREADS threads,
- * zeros past the active rows). */
-template <int THREADS>
-static __device__ __forceinline__ void
-issue_stage_a(unsigned int buffer, unsigned int kb, unsigned int row0,
-              unsigned int active, const __half *xh, const mma_dims *d) {
-  const unsigned int tid = threadIdx.x;
+/* What a thread copies into every stage: CHUNKS 16-byte chunks of xh,
+ * chunk i from tile row tid / 8 + i THREADS / 8 (THREADS a multiple of 64,
+ * so all of them have the same XOR swizzle; the last one only where that
+ * row is below 128: a_last), and for the first 2 BN threads (b_mine) one
+ * half of a weight row. Offsets in elements of xh and in words of the
+ * weights at input 0; shared offsets within a stage. */
+template <int CHUNKS> struct mma_copy {
+  unsigned long long a_at, b_at;
+  unsigned int a_dst, b_dst, b_word; /* b_word: the half's first word */
+  bool a_ok[CHUNKS];                 /* the chunk's row is active */
+  bool a_last, b_mine, b_ok;         /* b_ok: the weight row exists */
+};
+
+template <int THREADS> struct mma_chunks {
+  static constexpr int n = (MMA_BM * 8 + THREADS - 1) / THREADS;
+};
+
+/* This thread's copies in a block of THREADS threads at tile (row0, n0)
+ * of BN outputs. */
+template <int THREADS, int BN>
+static __device__ __forceinline__ mma_copy<mma_chunks<THREADS>::n>
+copy_of(unsigned int row0, unsigned int active, unsigned int n0,
+        const mma_dims *d) {
+  constexpr int CHUNKS = mma_chunks<THREADS>::n;
+  static_assert(THREADS % 64 == 0, "one swizzle for all of a thread's rows");
+  mma_copy<CHUNKS> c;
+  const unsigned int tid = threadIdx.x, r = tid / 8, k = tid % 8;
+  c.a_at = (unsigned long long)(row0 + r) * d->in64 + k * 8;
+  c.a_dst = r * 128 + ((k ^ (r % 8)) << 4);
 #pragma unroll
-  for (int i = 0; i < (MMA_BM * 8 + THREADS - 1) / THREADS; i++) {
-    const unsigned int chunk = tid + i * THREADS;
-    if (MMA_BM * 8 % THREADS == 0 || chunk < MMA_BM * 8) {
-      const unsigned int r = chunk / 8, c = chunk % 8;
-      const bool valid = row0 + r < active;
-      const __half *src =
-          xh + (valid ? (unsigned long long)(row0 + r) * d->in64 + kb * MMA_BK +
-                            c * 8
-                      : 0);
-      copy16(buffer + r * 128 + ((c ^ (r % 8)) << 4), src, valid);
+  for (int i = 0; i < CHUNKS; i++) {
+    c.a_ok[i] = row0 + r + i * (THREADS / 8) < active;
+  }
+  c.a_last = r + (CHUNKS - 1) * (THREADS / 8) < MMA_BM;
+  const unsigned int wr = tid / 2, h = tid % 2;
+  c.b_mine = tid < 2 * BN;
+  c.b_ok = c.b_mine && n0 + wr < d->out;
+  c.b_at = (unsigned long long)(n0 + wr) * (d->in / 8) + 4 * h;
+  c.b_dst = MMA_A_BYTES + wr * MMA_ROW_BYTES + h * 16;
+  c.b_word = 4 * h;
+  return c;
+}
+
+/* Copies the xh of stage kb into the shared buffer at `buffer`: 128 rows
+ * of 64 inputs, this thread's chunks (zeros past the active rows). */
+template <int THREADS, int CHUNKS>
+static __device__ __forceinline__ void
+issue_stage_a(unsigned int buffer, unsigned int kb, const mma_copy<CHUNKS> &c,
+              const __half *xh, const mma_dims *d) {
+  const unsigned long long at = c.a_at + kb * MMA_BK;
+  const unsigned long long stride = (unsigned long long)(THREADS / 8) * d->in64;
+#pragma unroll
+  for (int i = 0; i < CHUNKS; i++) {
+    if (i < CHUNKS - 1 || MMA_BM * 8 % THREADS == 0 || c.a_last) {
+      copy16(buffer + c.a_dst + i * (THREADS / 8) * 128,
+             xh + (c.a_ok[i] ? at + i * stride : 0), c.a_ok[i]);
     }
   }
 }
 
 /* Copies the weights of stage kb into the shared buffer at `buffer`: BN
- * weight rows of 8 words (2 chunks per row, zeros past the outputs and the
- * inputs). */
-template <int BN>
+ * weight rows of 8 words, this thread's half row (zeros past the outputs
+ * and the inputs). */
+template <int CHUNKS>
 static __device__ __forceinline__ void
-issue_stage_b(unsigned int buffer, unsigned int kb, unsigned int n0,
+issue_stage_b(unsigned int buffer, unsigned int kb, const mma_copy<CHUNKS> &c,
               const uint32_t *weight, const mma_dims *d) {
-  const unsigned int tid = threadIdx.x, words = d->in / 8;
-  if (tid < 2 * BN) {
-    const unsigned int r = tid / 2, h = tid % 2;
-    const bool valid = n0 + r < d->out && kb * 8 + 4 * h < words;
-    const uint32_t *src =
-        weight +
-        (valid ? (unsigned long long)(n0 + r) * words + kb * 8 + 4 * h : 0);
-    copy16(buffer + MMA_A_BYTES + r * MMA_ROW_BYTES + h * 16, src, valid);
+  if (c.b_mine) {
+    const bool valid = c.b_ok && kb * 8 + c.b_word < d->in / 8;
+    copy16(buffer + c.b_dst, weight + (valid ? c.b_at + kb * 8 : 0), valid);
   }
 }
 
-/* The group scale and bias (bits) of stage kb for weight rows n[nt]
- * (zeros past the outputs and the groups). */
+/* The group scale and bias (bits) of stage kb for this lane's weight rows:
+ * at[nt], the first of row nt's groups, where row_ok[nt] (zeros past the
+ * outputs and the groups). */
 template <int NT>
 static __device__ __forceinline__ void
-load_scales(unsigned int kb, const unsigned int n[NT], const uint16_t *scales,
+load_scales(unsigned int kb, const unsigned long long at[NT],
+            const bool row_ok[NT], const uint16_t *scales,
             const uint16_t *biases, const mma_dims *d, uint16_t s[NT],
             uint16_t b[NT]) {
-  const unsigned int groups = d->in / d->group;
-  const unsigned int gi = (kb * MMA_BK + 16 * (threadIdx.x % 4)) / d->group;
+  const unsigned int gi =
+      (kb * MMA_BK + 16 * (threadIdx.x % 4)) >> d->group_shift;
 #pragma unroll
   for (int nt = 0; nt < NT; nt++) {
-    const bool valid = n[nt] < d->out && gi < groups;
-    const unsigned long long at = (unsigned long long)n[nt] * groups + gi;
-    s[nt] = valid ? __ldg(scales + at) : (uint16_t)0;
-    b[nt] = valid ? __ldg(biases + at) : (uint16_t)0;
+    const bool valid = row_ok[nt] && gi < d->groups;
+    s[nt] = valid ? __ldg(scales + at[nt] + gi) : (uint16_t)0;
+    b[nt] = valid ? __ldg(biases + at[nt] + gi) : (uint16_t)0;
   }
 }
 
@@ -315,11 +350,16 @@ __global__ void __launch_bounds__(32 * WM * WN * WK, BLOCKS)
     a_chunk[jj] = ((2 * j + lane / 16) ^ (a_row % 8)) << 4;
     shift[jj] = 4 * j;
   }
-  unsigned int n[NT]; /* this lane's weight rows */
+  unsigned long long s_at[NT]; /* this lane's weight rows' first groups */
+  bool row_ok[NT];
 #pragma unroll
   for (int nt = 0; nt < NT; nt++) {
-    n[nt] = n0 + wn * 8 * NT + nt * 8 + g;
+    const unsigned int n = n0 + wn * 8 * NT + nt * 8 + g;
+    row_ok[nt] = n < d.out;
+    s_at[nt] = (unsigned long long)n * d.groups;
   }
+  const mma_copy<mma_chunks<THREADS>::n> copy =
+      copy_of<THREADS, BN>(row0, active, n0, &d);
   const unsigned int b_offset =
       MMA_A_BYTES + (wn * 8 * NT + g) * MMA_ROW_BYTES + 8 * t;
 
@@ -329,18 +369,18 @@ __global__ void __launch_bounds__(32 * WM * WN * WK, BLOCKS)
 #pragma unroll
   for (int s = 0; s < MMA_STAGES - 1; s++) {
     if (kb_begin + s < kb_end) {
-      issue_stage_b<BN>(stage_buffer(base, kb_begin + s, BN), kb_begin + s, n0,
-                        weight, &d);
+      issue_stage_b(stage_buffer(base, kb_begin + s, BN), kb_begin + s, copy,
+                    weight, &d);
     }
   }
   uint16_t s_next[NT], b_next[NT];
-  load_scales<NT>(kb_begin, n, scales, biases, &d, s_next, b_next);
+  load_scales<NT>(kb_begin, s_at, row_ok, scales, biases, &d, s_next, b_next);
   fdy_grid_wait();
 #pragma unroll
   for (int s = 0; s < MMA_STAGES - 1; s++) {
     if (kb_begin + s < kb_end) {
       issue_stage_a<THREADS>(stage_buffer(base, kb_begin + s, BN), kb_begin + s,
-                             row0, active, xh, &d);
+                             copy, xh, &d);
     }
     commit_copies();
   }
@@ -353,15 +393,14 @@ __global__ void __launch_bounds__(32 * WM * WN * WK, BLOCKS)
       b2[nt] = half2_of(b_next[nt], bf16);
     }
     if (kb + 1 < kb_end) {
-      load_scales<NT>(kb + 1, n, scales, biases, &d, s_next, b_next);
+      load_scales<NT>(kb + 1, s_at, row_ok, scales, biases, &d, s_next, b_next);
     }
     wait_copies();
     __syncthreads(); /* stage kb landed; buffer (kb - 1) % S is free */
     if (kb + MMA_STAGES - 1 < kb_end) {
       const unsigned int next = kb + MMA_STAGES - 1;
-      issue_stage_a<THREADS>(stage_buffer(base, next, BN), next, row0, active,
-                             xh, &d);
-      issue_stage_b<BN>(stage_buffer(base, next, BN), next, n0, weight, &d);
+      issue_stage_a<THREADS>(stage_buffer(base, next, BN), next, copy, xh, &d);
+      issue_stage_b(stage_buffer(base, next, BN), next, copy, weight, &d);
     }
     commit_copies();
 
@@ -540,7 +579,9 @@ static mma_dims dims_of(const fdy_op *op, const mma_shape *s) {
   d.rows = (unsigned int)op->inputs[1].shape.dims[0];
   d.in = (unsigned int)op->inputs[1].shape.dims[1];
   d.out = (unsigned int)op->outputs[0].shape.dims[1];
-  d.group = d.in / (unsigned int)op->inputs[3].shape.dims[1];
+  d.groups = (unsigned int)op->inputs[3].shape.dims[1];
+  const unsigned int group = d.in / d.groups; /* 32, 64 or 128 (ops.h) */
+  d.group_shift = group == 32 ? 5 : group == 64 ? 6 : 7;
   d.in64 = (unsigned int)ceil_div(d.in, MMA_BK) * MMA_BK;
   d.blocks = d.in64 / MMA_BK;
   const uint64_t slots = (uint64_t)MMA_SMS * s->blocks_per_sm;
