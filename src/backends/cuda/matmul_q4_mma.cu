@@ -162,14 +162,27 @@ mma_16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* Nibbles j and j + 4 of word (in bits 0-3 and 16-19 of v) as the half2
- * s * q + b, each rounded once. */
+/* The two nibbles of v in bits 0-3 and 16-19 (high false) or 4-7 and
+ * 20-23 (high true) as the half2 s * q + b, each rounded once: one lop3
+ * makes 1024 + q (or 1024 + 16 q) of them, an exact subtraction (or fma by
+ * 1/16 and -64) q, then one fma. */
 static __device__ __forceinline__ uint32_t dequantize_pair(uint32_t v,
+                                                           bool high,
                                                            uint32_t s2,
                                                            uint32_t b2) {
-  const uint32_t biased = (v & 0x000f000fu) | 0x64006400u; /* 1024 + q */
-  uint32_t q, w;
-  asm("sub.rn.f16x2 %0, %1, %2;\n" : "=r"(q) : "r"(biased), "r"(0x64006400u));
+  uint32_t biased, q, w;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" /* (a & b) | c */
+      : "=r"(biased)
+      : "r"(v), "r"(high ? 0x00f000f0u : 0x000f000fu), "r"(0x64006400u));
+  if (high) {
+    asm("fma.rn.f16x2 %0, %1, %2, %3;\n"
+        : "=r"(q)
+        : "r"(biased), "r"(0x2c002c00u), "r"(0xd400d400u)); /* 1/16, -64 */
+  } else {
+    asm("sub.rn.f16x2 %0, %1, %2;\n"
+        : "=r"(q)
+        : "r"(biased), "r"(0x64006400u)); /* 1024 */
+  }
   asm("fma.rn.f16x2 %0, %1, %2, %3;\n" : "=r"(w) : "r"(q), "r"(s2), "r"(b2));
   return w;
 }
@@ -343,12 +356,11 @@ __global__ void __launch_bounds__(32 * WM * WN * WK, BLOCKS)
   /* ldmatrix: lane l gives row l % 16 of its m16 tile, chunk 2j + l / 16
    * for this warp's k-steps j = JS wk + jj */
   const unsigned int a_row = wm * 16 * MT + lane % 16;
-  unsigned int a_chunk[JS], shift[JS];
+  unsigned int a_chunk[JS];
 #pragma unroll
   for (int jj = 0; jj < JS; jj++) {
     const unsigned int j = WK == 1 ? jj : JS * wk + jj;
     a_chunk[jj] = ((2 * j + lane / 16) ^ (a_row % 8)) << 4;
-    shift[jj] = 4 * j;
   }
   unsigned long long s_at[NT]; /* this lane's weight rows' first groups */
   bool row_ok[NT];
@@ -411,6 +423,10 @@ __global__ void __launch_bounds__(32 * WM * WN * WK, BLOCKS)
       asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n"
                    : "=r"(wq[nt].x), "=r"(wq[nt].y)
                    : "r"(buffer + b_offset + nt * 8 * MMA_ROW_BYTES));
+      if (WK == 2) { /* steps 2 and 3: nibbles 2, 3 (6, 7) in bits 0-7 */
+        wq[nt].x >>= 8 * wk;
+        wq[nt].y >>= 8 * wk;
+      }
     }
 #pragma unroll
     for (int jj = 0; jj < JS; jj++) {
@@ -421,10 +437,13 @@ __global__ void __launch_bounds__(32 * WM * WN * WK, BLOCKS)
       }
 #pragma unroll
       for (int nt = 0; nt < NT; nt++) {
+        /* step j: nibbles j, j + 4, in bits 0-3 (4-7) of the word shifted
+         * by 8 (j / 2) for even (odd) j */
+        const unsigned int by = WK == 1 ? 8 * (jj / 2) : 0;
         const uint32_t b0 =
-            dequantize_pair(wq[nt].x >> shift[jj], s2[nt], b2[nt]);
+            dequantize_pair(wq[nt].x >> by, jj % 2 == 1, s2[nt], b2[nt]);
         const uint32_t b1 =
-            dequantize_pair(wq[nt].y >> shift[jj], s2[nt], b2[nt]);
+            dequantize_pair(wq[nt].y >> by, jj % 2 == 1, s2[nt], b2[nt]);
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
           mma_16816(acc[mt][nt], a[mt], b0, b1);
