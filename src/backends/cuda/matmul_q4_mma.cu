@@ -19,17 +19,21 @@
  *    1 or 2 blocks per multiprocessor. The op gets the measured shape of
  *    least predicted time from its shapes alone (waves of blocks x k-blocks
  *    per block x the shape's time per k-block): 2 x 4 warps of 64 x 16,
- *    2 blocks per SM (16 warps, 121 registers), where the tiles of 64
+ *    2 blocks per SM (16 warps, 122 registers), where the tiles of 64
  *    outputs fill the slots (gate/up, k/v); 2 x 4 warps of 64 x 24, 1 block
- *    per SM (180 registers), where 3072 outputs would leave a third of the
+ *    per SM (155 registers), where 3072 outputs would leave a third of the
  *    slots idle (q/o, down). 4 stages of cp.async (zero-filled past the
  *    active rows, the outputs and the inputs) bring 64 inputs of xh (16 KB,
  *    16-byte chunks XOR-swizzled by row so ldmatrix is conflict-free) and BN
- *    rows of 8 weight words. Lane (g, t) = (lane / 4, lane % 4) reads words 2t
- *    and 2t + 1 of its weight row once per 64 inputs; for k-step j the pairs
- *    (nibble j, nibble j + 4) of each word become half2 values exactly ((w >>
- *    4j) & 0x000f000f | 0x64006400 is 1024 + q; minus 1024) and w = s * q + b
- *    is one F16 fma (rounded once; the scales and biases of the group, read a
+ *    rows of 8 weight words. Each thread's copy offsets and validity are
+ *    computed once (one 64-bit offset per operand, advanced per stage).
+ *    Lane (g, t) = (lane / 4, lane % 4) reads words 2t and 2t + 1 of its
+ *    weight row once per 64 inputs; for k-step j the pairs (nibble j,
+ *    nibble j + 4) of each word become half2 values exactly: one lop3 of
+ *    the word (or of the word >> 8, for j = 2, 3) with 0x000f000f (even j)
+ *    or 0x00f000f0 (odd j), or 0x64006400, is 1024 + q or 1024 + 16 q; minus
+ *    1024, or times 1/16 minus 64 in one fma, is q; and w = s * q + b is
+ *    one F16 fma (rounded once; the scales and biases of the group, read a
  *    step ahead, are F16 exactly or BF16 rounded to F16). These are the mma's
  *    B fragments for the permuted order of step 1, and ldmatrix reads the
  *    matching A fragments.
@@ -47,8 +51,8 @@
  * results are deterministic, with no atomics. Shapes without a k-split
  * within the block sum every output in the same order (k-blocks in order,
  * k-steps in order within each), so they agree bitwise wherever their
- * splits agree. Rows at or beyond the step's
- * count are neither read nor written.
+ * splits agree. Rows at or beyond the step's count are neither read nor
+ * written.
  *
  * Precision: x and w rounded to F16 (relative 2^-11 each) with exact
  * products and F32 sums give a relative error of about 4e-4 against the
