@@ -570,20 +570,27 @@ typedef struct mma_shape {
   }
 
 /* The measured times (docs/tuning-log.md entries 10 and 18, 512 rows,
- * group 64, each op with its F16 conversion):
+ * group 64, each op with its F16 conversion; before the copy offsets and
+ * the nibble extraction were made shorter, which shortens both loops by
+ * about a fifth):
  *
- * | shape            | 128 x 64, 2 per SM | 128 x 96, 1 per SM |
- * |------------------|--------------------|--------------------|
- * | q/o 3072 x 3072  | 71.4 us            | 65.3 us            |
- * | k/v 1024 x 3072  | 34.5 us            | 36.9 us            |
- * | gate/up 8192 x 3072 | 129.8 us        | 144.2 us (128 x 128) |
- * | down 3072 x 8192 | 177.0 us           | 156.7 us           |
+ * | op                  | 128 x 64, 2 per SM | 128 x 96, 1 per SM      |
+ * |---------------------|--------------------|-------------------------|
+ * | q/o 3072 x 3072     | 71.4 us            | 65.3 us                 |
+ * | k/v 1024 x 3072     | 34.5 us            | 36.9 us (128 x 128)     |
+ * | gate/up 8192 x 3072 | 129.8 us           | 144.2 us (128 x 128)    |
+ * | down 3072 x 8192    | 177.0 us           | 156.7 us                |
  *
  * The 16 warps per SM of 64 x 16 do about 20% more per SM than the 8 of
  * 64 x 24 (gate/up: 2 waves x 48 k-blocks in 129.8 us, 1.35 us each; down
  * with 128 x 96: one wave of 128 k-blocks in 156.7 us, 1.22 us each), but
  * 3072 outputs make 192 blocks of 64 for 264 slots (the SMs that hold two
- * set the time; a third of the slots idle) against 128 of 96 for 132. */
+ * set the time; a third of the slots idle) against 128 of 96 for 132.
+ * A shape's us_per_kblock is an op's median time over (waves x k-blocks
+ * per block): cuda_kernel_bench --rows 512, down's time / 128 for a shape
+ * with 96 outputs per block and 1 block per SM, gate/up's / 96 for 64
+ * outputs and 2 per SM. The last two shapes (16 and 12 warps per SM over
+ * the 128 x 96 tiles) wait for that measurement. */
 static const mma_shape mma_shapes[] = {
     MMA_SHAPE(2, 4, 1, 4, 2, 2, 1.35, "128x64 2/SM, 2x4 warps of 64x16"),
     MMA_SHAPE(2, 4, 1, 4, 3, 1, 1.22, "128x96 1/SM, 2x4 warps of 64x24"),
