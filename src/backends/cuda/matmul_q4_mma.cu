@@ -19,7 +19,7 @@
  *    1 or 2 blocks per multiprocessor. The op gets the measured shape of
  *    least predicted time from its shapes alone (waves of blocks x k-blocks
  *    per block x the shape's time per k-block): 2 x 4 warps of 64 x 16,
- *    2 blocks per SM (16 warps, 122 registers), where the tiles of 64
+ *    2 blocks per SM (16 warps, 111 registers), where the tiles of 64
  *    outputs fill the slots (gate/up, k/v); 2 x 4 warps of 64 x 24, 1 block
  *    per SM (155 registers), where 3072 outputs would leave a third of the
  *    slots idle (q/o, down). 4 stages of cp.async (zero-filled past the
