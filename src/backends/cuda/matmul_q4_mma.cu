@@ -589,14 +589,17 @@ typedef struct mma_shape {
  * A shape's us_per_kblock is an op's median time over (waves x k-blocks
  * per block): cuda_kernel_bench --rows 512, down's time / 128 for a shape
  * with 96 outputs per block and 1 block per SM, gate/up's / 96 for 64
- * outputs and 2 per SM. The last two shapes (16 and 12 warps per SM over
- * the 128 x 96 tiles) wait for that measurement. */
+ * outputs and 2 per SM. The last three shapes wait for that measurement:
+ * 16 or 12 warps per SM over 128 x 96 tiles at 1 block per SM, and the
+ * 64 x 24 warps at 2 blocks per SM (128 registers; q/o and down then split
+ * their inputs in 2 to fill the 264 slots, summed by sum_splits_kernel). */
 static const mma_shape mma_shapes[] = {
     MMA_SHAPE(2, 4, 1, 4, 2, 2, 1.35, "128x64 2/SM, 2x4 warps of 64x16"),
     MMA_SHAPE(2, 4, 1, 4, 3, 1, 1.22, "128x96 1/SM, 2x4 warps of 64x24"),
     MMA_SHAPE(2, 4, 2, 4, 3, 1, 0.0,
               "128x96 1/SM, 2x4x2 warps of 64x24 (k halves)"),
     MMA_SHAPE(2, 6, 1, 4, 2, 1, 0.0, "128x96 1/SM, 2x6 warps of 64x16"),
+    MMA_SHAPE(2, 4, 1, 4, 3, 2, 0.0, "128x96 2/SM, 2x4 warps of 64x24"),
 };
 #define MMA_SHAPES (sizeof mma_shapes / sizeof mma_shapes[0])
 
