@@ -26,10 +26,12 @@
  * caches only up to its last position, EMBED_Q4 only the rows it gathers)
  * against the device-to-device rate (read + write) measured in the same
  * run by fdy_cuda_measure_d2d; MATMUL_Q4 also reports GFLOP/s (2 x rows x
- * in x out). A JSON report (--report PATH, schema
- * foundry.cuda_kernel_bench.v1) is written to a new file only: an existing
- * path is refused before anything is measured. Not a test: timings never
- * decide one.
+ * in x out), and with several rows every block shape of the tensor-core
+ * kernel (matmul_q4_mma.cu) is timed the same way, its output compared
+ * with the op's own launch (* marks the shape the op gets). A JSON report
+ * (--report PATH, schema foundry.cuda_kernel_bench.v1) is written to a new file
+ * only: an existing path is refused before anything is measured. Not a test:
+ * timings never decide one.
  *
  * Usage: cuda_kernel_bench [--rows N] [--repeats N] [--warmup N]
  *        [--group 32|64|128] [--scales f16|bf16] [--context N]
@@ -72,12 +74,25 @@ typedef struct bench_op {
   const char *shape;    /* described instead of the main input's, or NULL */
 } bench_op;
 
+#define MAX_BLOCK_SHAPES 8
+
+/* A prefill MATMUL_Q4 with one of the tensor-core kernel's block shapes:
+ * its times and ||y - y_op|| / ||y|| against the op's own launch (0 when
+ * bitwise equal; -1 when y is not finite). */
+typedef struct shape_result {
+  const char *name;
+  double median_s, min_s, difference;
+} shape_result;
+
 typedef struct result {
   char name[64];
   char shape[96];
   const char *kind;
   uint64_t bytes;
   double median_s, min_s, flops;
+  unsigned int block_shapes; /* prefill MATMUL_Q4: every block shape */
+  unsigned int chosen;       /* the one the op gets */
+  shape_result by_shape[MAX_BLOCK_SHAPES];
 } result;
 
 static int usage(const char *why) {
@@ -395,17 +410,28 @@ static int compare_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* A graph of o->chain launches of args' op on stream (dependent launches
- * for one row, like a decode step's graph) in *exec. */
-static bool chain_graph(const options *o, fdy_cuda_op_args *args,
-                        cudaStream_t stream, cudaGraphExec_t *exec) {
+/* Enqueues the op of args: through fdy_cuda_op_enqueue (shape < 0), or a
+ * prefill MATMUL_Q4 with block shape `shape`. */
+static cudaError_t enqueue(const fdy_cuda_op_args *args, int shape,
+                           cudaStream_t stream) {
+  return shape < 0 ? fdy_cuda_op_enqueue(args, stream)
+                   : fdy_cuda_matmul_q4_mma_enqueue_shape(
+                         args, (unsigned int)shape, stream);
+}
+
+/* A graph of o->chain launches of args' op (block shape `shape` as for
+ * enqueue) on stream, dependent launches for one row like a decode step's
+ * graph, in *exec. */
+static bool chain_graph(const options *o, const fdy_cuda_op_args *args,
+                        int shape, cudaStream_t stream, cudaGraphExec_t *exec) {
   cudaGraph_t graph = NULL;
-  args->dependent = o->rows == 1;
+  fdy_cuda_op_args chained = *args;
+  chained.dependent = o->rows == 1;
   bool ok =
       cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
               "cudaStreamBeginCapture");
   for (uint32_t k = 0; ok && k < o->chain; k++) {
-    ok = cuda_ok(fdy_cuda_op_enqueue(args, stream), "captured launch");
+    ok = cuda_ok(enqueue(&chained, shape, stream), "captured launch");
   }
   cudaError_t end = cudaStreamEndCapture(stream, &graph);
   ok = ok && cuda_ok(end, "cudaStreamEndCapture") &&
@@ -416,10 +442,107 @@ static bool chain_graph(const options *o, fdy_cuda_op_args *args,
   return ok;
 }
 
+/* o->warmup launches of the op of args, then o->repeats timed samples,
+ * each after an L2 flush unless o->warm_l2: one launch, or a graph of
+ * o->chain launches: t (o->repeats seconds per launch) sorted, *median_s,
+ * *min_s. */
+static bool time_launches(fdy_cuda_ctx *ctx, const options *o,
+                          const fdy_cuda_op_args *args, int shape, void *flush,
+                          uint64_t flush_bytes, cudaEvent_t e0, cudaEvent_t e1,
+                          double *t, double *median_s, double *min_s) {
+  bool ok = true;
+  for (uint32_t k = 0; ok && k < o->warmup; k++) {
+    ok = cuda_ok(enqueue(args, shape, ctx->internal), "warm-up launch");
+  }
+  cudaGraphExec_t exec = NULL;
+  ok = ok &&
+       (o->chain == 1 || chain_graph(o, args, shape, ctx->internal, &exec));
+  for (uint32_t k = 0; ok && k < o->repeats; k++) {
+    float ms = 0;
+    ok = (o->warm_l2 || cuda_ok(fdy_cuda_checksum_enqueue(
+                                    flush, flush_bytes, 1, ctx->max_blocks,
+                                    ctx->internal_words, NULL,
+                                    ctx->internal_sink, ctx->internal),
+                                "L2 flush")) &&
+         cuda_ok(cudaEventRecord(e0, ctx->internal), "cudaEventRecord") &&
+         (exec != NULL
+              ? cuda_ok(cudaGraphLaunch(exec, ctx->internal), "graph launch")
+              : cuda_ok(enqueue(args, shape, ctx->internal), "launch")) &&
+         cuda_ok(cudaEventRecord(e1, ctx->internal), "cudaEventRecord") &&
+         cuda_ok(cudaEventSynchronize(e1), "cudaEventSynchronize") &&
+         cuda_ok(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
+    t[k] = ms / 1e3 / o->chain;
+  }
+  if (exec != NULL) {
+    cudaGraphExecDestroy(exec);
+  }
+  if (ok) {
+    qsort(t, o->repeats, sizeof *t, compare_double);
+    *median_s = o->repeats % 2 != 0
+                    ? t[o->repeats / 2]
+                    : (t[o->repeats / 2 - 1] + t[o->repeats / 2]) / 2;
+    *min_s = t[0];
+  }
+  return ok;
+}
+
+/* ||y - ref|| / ||ref|| over n floats: 0 when bitwise equal, -1 when y
+ * is not finite. */
+static double difference(const float *y, const float *ref, uint64_t n) {
+  if (memcmp(y, ref, n * sizeof *y) == 0) {
+    return 0.0;
+  }
+  double num = 0.0, den = 0.0;
+  for (uint64_t i = 0; i < n; i++) {
+    if (!isfinite(y[i])) {
+      return -1.0;
+    }
+    num += ((double)y[i] - ref[i]) * ((double)y[i] - ref[i]);
+    den += (double)ref[i] * ref[i];
+  }
+  return den > 0.0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* A prefill MATMUL_Q4 (in args, output y of n floats, whose launch by the
+ * op just wrote y) with every block shape of the tensor-core kernel: each
+ * timed as the op is and its output (poisoned first) compared with the
+ * op's. */
+static bool time_block_shapes(fdy_cuda_ctx *ctx, const options *o,
+                              const fdy_cuda_op_args *args, void *flush,
+                              uint64_t flush_bytes, cudaEvent_t e0,
+                              cudaEvent_t e1, double *t, result *r) {
+  const uint64_t n = view_bytes(&args->op->outputs[0]) / sizeof(float);
+  float *ref = malloc(n * sizeof *ref), *y = malloc(n * sizeof *y);
+  bool ok = ref != NULL && y != NULL &&
+            cuda_ok(cudaMemcpy(ref, args->out, n * sizeof *ref,
+                               cudaMemcpyDeviceToHost),
+                    "cudaMemcpy");
+  r->chosen = fdy_cuda_matmul_q4_mma_shape_of(args->op);
+  r->block_shapes = fdy_cuda_matmul_q4_mma_shapes();
+  if (r->block_shapes > MAX_BLOCK_SHAPES) {
+    r->block_shapes = MAX_BLOCK_SHAPES;
+  }
+  for (unsigned int c = 0; ok && c < r->block_shapes; c++) {
+    shape_result *s = &r->by_shape[c];
+    s->name = fdy_cuda_matmul_q4_mma_shape_name(c);
+    ok =
+        cuda_ok(cudaMemset(args->out, 0xff, n * sizeof *y), "cudaMemset") &&
+        time_launches(ctx, o, args, (int)c, flush, flush_bytes, e0, e1, t,
+                      &s->median_s, &s->min_s) &&
+        cuda_ok(cudaMemcpy(y, args->out, n * sizeof *y, cudaMemcpyDeviceToHost),
+                "cudaMemcpy");
+    if (ok) {
+      s->difference = difference(y, ref, n);
+    }
+  }
+  free(ref);
+  free(y);
+  return ok;
+}
+
 /* Allocates and fills every operand of b->op on the device, times the op
- * (o->warmup launches, then o->repeats timed samples, each after an L2
- * flush unless o->warm_l2: one launch, or a graph of o->chain launches)
- * and fills r with the time per launch. Returns 0, or 1 with the failure
+ * (time_launches) and fills r with the time per launch; a prefill
+ * MATMUL_Q4 also with every block shape. Returns 0, or 1 with the failure
  * printed. */
 static int time_op(fdy_cuda_ctx *ctx, const options *o, const bench_op *b,
                    void *flush, uint64_t flush_bytes, result *r) {
@@ -463,7 +586,13 @@ static int time_op(fdy_cuda_ctx *ctx, const options *o, const bench_op *b,
   fdy_cuda_op_args args = {.op = op,
                            .sm_count = ctx->sm_count,
                            .counters = &ctx->internal_words->op_counters[0]};
-  const uint64_t workspace_bytes = fdy_cuda_op_workspace_bytes(op);
+  const bool shapes =
+      op->kind == FDY_OP_MATMUL_Q4 && op->inputs[1].shape.dims[0] > 1;
+  uint64_t workspace_bytes = fdy_cuda_op_workspace_bytes(op);
+  for (unsigned int c = 0; shapes && c < fdy_cuda_matmul_q4_mma_shapes(); c++) {
+    const uint64_t bytes = fdy_cuda_matmul_q4_mma_shape_workspace_bytes(op, c);
+    workspace_bytes = bytes > workspace_bytes ? bytes : workspace_bytes;
+  }
   void *workspace = NULL;
   ok = ok && (workspace_bytes == 0 ||
               cuda_ok(cudaMalloc(&workspace, workspace_bytes), "cudaMalloc"));
@@ -475,32 +604,12 @@ static int time_op(fdy_cuda_ctx *ctx, const options *o, const bench_op *b,
     args.outputs[j] = dev[op->input_count + j];
   }
   args.out = args.outputs[0];
-  for (uint32_t k = 0; ok && k < o->warmup; k++) {
-    ok = cuda_ok(fdy_cuda_op_enqueue(&args, ctx->internal), "warm-up launch");
-  }
-  cudaGraphExec_t exec = NULL;
-  ok = ok && (o->chain == 1 || chain_graph(o, &args, ctx->internal, &exec));
-  for (uint32_t k = 0; ok && k < o->repeats; k++) {
-    float ms = 0;
-    ok = (o->warm_l2 || cuda_ok(fdy_cuda_checksum_enqueue(
-                                    flush, flush_bytes, 1, ctx->max_blocks,
-                                    ctx->internal_words, NULL,
-                                    ctx->internal_sink, ctx->internal),
-                                "L2 flush")) &&
-         cuda_ok(cudaEventRecord(e0, ctx->internal), "cudaEventRecord") &&
-         (exec != NULL
-              ? cuda_ok(cudaGraphLaunch(exec, ctx->internal), "graph launch")
-              : cuda_ok(fdy_cuda_op_enqueue(&args, ctx->internal), "launch")) &&
-         cuda_ok(cudaEventRecord(e1, ctx->internal), "cudaEventRecord") &&
-         cuda_ok(cudaEventSynchronize(e1), "cudaEventSynchronize") &&
-         cuda_ok(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
-    t[k] = ms / 1e3 / o->chain;
-  }
-  if (exec != NULL) {
-    cudaGraphExecDestroy(exec);
-  }
+  r->block_shapes = 0;
+  ok = ok && time_launches(ctx, o, &args, -1, flush, flush_bytes, e0, e1, t,
+                           &r->median_s, &r->min_s);
+  ok = ok && (!shapes || time_block_shapes(ctx, o, &args, flush, flush_bytes,
+                                           e0, e1, t, r));
   if (ok) {
-    qsort(t, o->repeats, sizeof *t, compare_double);
     snprintf(r->name, sizeof r->name, "%s", b->name);
     r->kind = fdy_op_kind_name(op->kind);
     const fdy_tensor_view *main_in =
@@ -518,10 +627,6 @@ static int time_op(fdy_cuda_ctx *ctx, const options *o, const bench_op *b,
     }
     r->bytes = b->bytes;
     r->flops = b->flops;
-    r->median_s = o->repeats % 2 != 0
-                      ? t[o->repeats / 2]
-                      : (t[o->repeats / 2 - 1] + t[o->repeats / 2]) / 2;
-    r->min_s = t[0];
   }
   if (e0 != NULL) {
     cudaEventDestroy(e0);
@@ -554,6 +659,18 @@ static int write_report(FILE *f, const options *o, const char *device,
     if (r[i].flops > 0) {
       json_object_set_new(e, "flops_per_second",
                           json_real(r[i].flops / r[i].median_s));
+    }
+    if (r[i].block_shapes > 0) {
+      json_t *shapes = json_array();
+      for (unsigned int c = 0; c < r[i].block_shapes; c++) {
+        const shape_result *b = &r[i].by_shape[c];
+        json_array_append_new(
+            shapes,
+            json_pack("{s:s, s:f, s:f, s:b, s:f}", "name", b->name, "median_us",
+                      b->median_s * 1e6, "min_us", b->min_s * 1e6, "chosen",
+                      c == r[i].chosen, "difference", b->difference));
+      }
+      json_object_set_new(e, "block_shapes", shapes);
     }
     json_array_append_new(ops, e);
   }
@@ -656,6 +773,20 @@ int main(int argc, char **argv) {
       printf(" %10.1f", r->flops / r->median_s / 1e9);
     }
     printf("\n");
+    for (unsigned int c = 0; c < r->block_shapes; c++) {
+      const shape_result *s = &r->by_shape[c];
+      char diff[48];
+      if (s->difference == 0.0) {
+        snprintf(diff, sizeof diff, "bitwise the op's");
+      } else if (s->difference < 0.0) {
+        snprintf(diff, sizeof diff, "NOT FINITE");
+      } else {
+        snprintf(diff, sizeof diff, "%.1e from the op's", s->difference);
+      }
+      printf("  %c block shape %u: %-45s %10.2f %10.2f  %s\n",
+             c == r->chosen ? '*' : ' ', c, s->name, s->median_s * 1e6,
+             s->min_s * 1e6, diff);
+    }
   }
   if (report != NULL) {
     if (write_report(report, &o, prop.name, d2d, results, count) != 0) {

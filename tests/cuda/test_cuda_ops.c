@@ -687,6 +687,30 @@ static void test_prefill_matmul(void **state) {
   }
 }
 
+/* Ragged shapes on each block shape of the tensor-core kernel (chosen by
+ * matmul_q4_mma.cu from the shapes alone): 3001 outputs of 3040 inputs (an
+ * odd output count, a last tile of 25 outputs of 96, a last k-block of 32
+ * inputs, groups of 32) take the 128 x 96 tiles at 300 and 512 rows;
+ * 2999 outputs at 64 rows the 128 x 64 tiles (a last tile of 55, the
+ * inputs split 5 ways). */
+static void test_prefill_matmul_ragged(void **state) {
+  (void)state;
+  if (small_shapes()) {
+    skip();
+  }
+  const fdy_dtype dtypes[] = {FDY_DTYPE_F16, FDY_DTYPE_BF16};
+  for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++) {
+    q4_matrix w = q4_random(3001, 3040, 32, dtypes[i]);
+    matmul_case("ragged", &w, 512, 500);
+    matmul_case("ragged", &w, 512, 512);
+    matmul_case("ragged", &w, 300, 257);
+    q4_free(&w);
+    w = q4_random(2999, 3040, 32, dtypes[i]);
+    matmul_case("ragged", &w, 64, 63);
+    q4_free(&w);
+  }
+}
+
 /* A prefill matmul launched without the workspace it asks for fails before
  * anything runs: FDY_ERR_INVALID_ARGUMENT with the bytes it needs. */
 static void test_prefill_needs_workspace(void **state) {
@@ -1923,6 +1947,7 @@ int main(void) {
       cmocka_unit_test(test_rope_attention_decode),
       cmocka_unit_test(test_prefill_needs_workspace),
       cmocka_unit_test(test_prefill_matmul),
+      cmocka_unit_test(test_prefill_matmul_ragged),
       cmocka_unit_test(test_fused_shapes),
       cmocka_unit_test(test_fixture_shapes),
       cmocka_unit_test(test_llama32_3b_shapes),

@@ -281,6 +281,21 @@ cudaError_t fdy_cuda_matmul_q4_enqueue(const fdy_cuda_op_args *a,
  * (matmul_q4_mma.cu). */
 cudaError_t fdy_cuda_matmul_q4_mma_enqueue(const fdy_cuda_op_args *a,
                                            cudaStream_t stream);
+/* Its block shapes, for cuda_kernel_bench: how many there are, the name of
+ * shape c (NULL past the last), the one an op gets (chosen from the op's
+ * shapes alone among those measured), and the workspace bytes and the
+ * launches of op with shape c (c below fdy_cuda_matmul_q4_mma_shapes();
+ * a->workspace holds fdy_cuda_matmul_q4_mma_shape_workspace_bytes). Every
+ * shape gives the same sums in the same order wherever the splits of the
+ * inputs are equal, but for the one whose warps split a stage's k-steps. */
+unsigned int fdy_cuda_matmul_q4_mma_shapes(void);
+const char *fdy_cuda_matmul_q4_mma_shape_name(unsigned int c);
+unsigned int fdy_cuda_matmul_q4_mma_shape_of(const fdy_op *op);
+uint64_t fdy_cuda_matmul_q4_mma_shape_workspace_bytes(const fdy_op *op,
+                                                      unsigned int c);
+cudaError_t fdy_cuda_matmul_q4_mma_enqueue_shape(const fdy_cuda_op_args *a,
+                                                 unsigned int c,
+                                                 cudaStream_t stream);
 /* NORM_MATMUL_Q4, NORM_SWIGLU_Q4 and MATMUL_ADD_Q4 of one row. */
 cudaError_t fdy_cuda_fused_q4_enqueue(const fdy_cuda_op_args *a,
                                       cudaStream_t stream);

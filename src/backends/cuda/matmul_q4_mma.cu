@@ -11,18 +11,29 @@
  *    0..3, c, i in 0..1): the order in which a thread of the mma meets the
  *    nibbles of its two weight words (below), padded with zeros to a
  *    multiple of 64.
- * 2. mma_q4_kernel, a block of 8 warps per 128 rows x BN outputs and per split
- *    of the inputs, two blocks per multiprocessor (at most 128 registers a
- *    thread, 4 warps per scheduler to hide the ldmatrix, dequantization and
- *    mma latencies): 2 x 4 warps of 64 x 16 outputs (BN = 64; the kernel is
- *    templated on the warp tile). 4 stages of cp.async (zero-filled past the
+ * 2. mma_q4_kernel, a block per 128 rows x BN outputs and per split of the
+ *    inputs, in one of a few block shapes (template instances; the table
+ *    mma_shapes below, with the H200's measured times): WM x WN warps of
+ *    16 MT x 8 NT outputs, BN = 8 NT WN, optionally twice over (WK = 2)
+ *    with each half of the warps taking half of every stage's k-steps, and
+ *    1 or 2 blocks per multiprocessor. The op gets the measured shape of
+ *    least predicted time from its shapes alone (waves of blocks x k-blocks
+ *    per block x the shape's time per k-block): 2 x 4 warps of 64 x 16,
+ *    2 blocks per SM (16 warps, 111 registers), where the tiles of 64
+ *    outputs fill the slots (gate/up, k/v); 2 x 4 warps of 64 x 24, 1 block
+ *    per SM (155 registers), where 3072 outputs would leave a third of the
+ *    slots idle (q/o, down). 4 stages of cp.async (zero-filled past the
  *    active rows, the outputs and the inputs) bring 64 inputs of xh (16 KB,
  *    16-byte chunks XOR-swizzled by row so ldmatrix is conflict-free) and BN
- *    rows of 8 weight words. Lane (g, t) = (lane / 4, lane % 4) reads words 2t
- *    and 2t + 1 of its weight row once per 64 inputs; for k-step j the pairs
- *    (nibble j, nibble j + 4) of each word become half2 values exactly ((w >>
- *    4j) & 0x000f000f | 0x64006400 is 1024 + q; minus 1024) and w = s * q + b
- *    is one F16 fma (rounded once; the scales and biases of the group, read a
+ *    rows of 8 weight words. Each thread's copy offsets and validity are
+ *    computed once (one 64-bit offset per operand, advanced per stage).
+ *    Lane (g, t) = (lane / 4, lane % 4) reads words 2t and 2t + 1 of its
+ *    weight row once per 64 inputs; for k-step j the pairs (nibble j,
+ *    nibble j + 4) of each word become half2 values exactly: one lop3 of
+ *    the word (or of the word >> 8, for j = 2, 3) with 0x000f000f (even j)
+ *    or 0x00f000f0 (odd j), or 0x64006400, is 1024 + q or 1024 + 16 q; minus
+ *    1024, or times 1/16 minus 64 in one fma, is q; and w = s * q + b is
+ *    one F16 fma (rounded once; the scales and biases of the group, read a
  *    step ahead, are F16 exactly or BF16 rounded to F16). These are the mma's
  *    B fragments for the permuted order of step 1, and ldmatrix reads the
  *    matching A fragments.
@@ -34,11 +45,14 @@
  * asks (a->dependent): mma_q4_kernel issues the copies of its first stages'
  * weights and reads their scales before it waits for half_rows_kernel.
  *
- * The split is chosen from the op's shapes only (rows, outputs, inputs), for
- * MMA_TARGET_BLOCKS slots (the H200's 132 multiprocessors x 2), so every
+ * The block shape and the split are chosen from the op's shapes only
+ * (rows, outputs, inputs), for the H200's 132 multiprocessors, so every
  * output element is summed in the same order on every device and run:
- * results are deterministic, with no atomics. Rows at or beyond the step's
- * count are neither read nor written.
+ * results are deterministic, with no atomics. Shapes without a k-split
+ * within the block sum every output in the same order (k-blocks in order,
+ * k-steps in order within each), so they agree bitwise wherever their
+ * splits agree. Rows at or beyond the step's count are neither read nor
+ * written.
  *
  * Precision: x and w rounded to F16 (relative 2^-11 each) with exact
  * products and F32 sums give a relative error of about 4e-4 against the
@@ -48,16 +62,15 @@
 #include "cuda_device.h"
 #include "cuda_internal.h"
 
-#define MMA_THREADS       256
-#define MMA_BM            FDY_CUDA_GEMM_ROWS /* rows of x per block: 128 */
-#define MMA_BK            64                 /* inputs per stage */
-#define MMA_STAGES        4
-#define MMA_A_BYTES       (MMA_BM * MMA_BK * 2) /* one stage of xh */
-#define MMA_ROW_BYTES     32                    /* one stage of a weight row */
-#define MMA_BLOCKS_PER_SM 2 /* at most 128 registers a thread */
-#define MMA_TARGET_BLOCKS (132 * MMA_BLOCKS_PER_SM) /* fill the H200 */
-#define MMA_MAX_SPLIT     8
-#define MMA_ALIGN         256ull /* workspace parts start at this alignment */
+#define MMA_THREADS   256
+#define MMA_BM        FDY_CUDA_GEMM_ROWS /* rows of x per block: 128 */
+#define MMA_BK        64                 /* inputs per stage */
+#define MMA_STAGES    4
+#define MMA_A_BYTES   (MMA_BM * MMA_BK * 2) /* one stage of xh */
+#define MMA_ROW_BYTES 32                    /* one stage of a weight row */
+#define MMA_SMS       132                   /* the H200's multiprocessors */
+#define MMA_MAX_SPLIT 8
+#define MMA_ALIGN     256ull /* workspace parts start at this alignment */
 
 /* ---- step 1: rows of x to F16 ----------------------------------------------
  */
@@ -153,14 +166,27 @@ mma_16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* Nibbles j and j + 4 of word (in bits 0-3 and 16-19 of v) as the half2
- * s * q + b, each rounded once. */
+/* The two nibbles of v in bits 0-3 and 16-19 (high false) or 4-7 and
+ * 20-23 (high true) as the half2 s * q + b, each rounded once: one lop3
+ * makes 1024 + q (or 1024 + 16 q) of them, an exact subtraction (or fma by
+ * 1/16 and -64) q, then one fma. */
 static __device__ __forceinline__ uint32_t dequantize_pair(uint32_t v,
+                                                           bool high,
                                                            uint32_t s2,
                                                            uint32_t b2) {
-  const uint32_t biased = (v & 0x000f000fu) | 0x64006400u; /* 1024 + q */
-  uint32_t q, w;
-  asm("sub.rn.f16x2 %0, %1, %2;\n" : "=r"(q) : "r"(biased), "r"(0x64006400u));
+  uint32_t biased, q, w;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" /* (a & b) | c */
+      : "=r"(biased)
+      : "r"(v), "r"(high ? 0x00f000f0u : 0x000f000fu), "r"(0x64006400u));
+  if (high) {
+    asm("fma.rn.f16x2 %0, %1, %2, %3;\n"
+        : "=r"(q)
+        : "r"(biased), "r"(0x2c002c00u), "r"(0xd400d400u)); /* 1/16, -64 */
+  } else {
+    asm("sub.rn.f16x2 %0, %1, %2;\n"
+        : "=r"(q)
+        : "r"(biased), "r"(0x64006400u)); /* 1024 */
+  }
   asm("fma.rn.f16x2 %0, %1, %2, %3;\n" : "=r"(w) : "r"(q), "r"(s2), "r"(b2));
   return w;
 }
@@ -183,82 +209,135 @@ stage_buffer(unsigned int base, unsigned int kb, unsigned int bn) {
 
 /* The launch of one op: what the kernels need besides the pointers. */
 typedef struct mma_dims {
-  unsigned int rows, in, out, group;
-  unsigned int in64;   /* in rounded up to 64 */
-  unsigned int blocks; /* k-blocks of 64 inputs */
-  unsigned int split;  /* input ranges summed separately */
+  unsigned int rows, in, out;
+  unsigned int groups;      /* of the inputs: in / group */
+  unsigned int group_shift; /* log2 of the group: 5, 6 or 7 */
+  unsigned int in64;        /* in rounded up to 64 */
+  unsigned int blocks;      /* k-blocks of 64 inputs */
+  unsigned int split;       /* input ranges summed separately */
 } mma_dims;
 
-/* Copies the xh of stage kb into the shared buffer at `buffer`: 128 rows
- * of 64 inputs (4 chunks per thread, zeros past the active rows). */
-static __device__ __forceinline__ void
-issue_stage_a(unsigned int buffer, unsigned int kb, unsigned int row0,
-              unsigned int active, const __half *xh, const mma_dims *d) {
-  const unsigned int tid = threadIdx.x;
+/* What a thread copies into every stage: CHUNKS 16-byte chunks of xh,
+ * chunk i from tile row tid / 8 + i THREADS / 8 (THREADS a multiple of 64,
+ * so all of them have the same XOR swizzle; the last one only where that
+ * row is below 128: a_last), and for the first 2 BN threads (b_mine) one
+ * half of a weight row. Offsets in elements of xh and in words of the
+ * weights at input 0; shared offsets within a stage. */
+template <int CHUNKS> struct mma_copy {
+  unsigned long long a_at, b_at;
+  unsigned int a_dst, b_dst, b_word; /* b_word: the half's first word */
+  bool a_ok[CHUNKS];                 /* the chunk's row is active */
+  bool a_last, b_mine, b_ok;         /* b_ok: the weight row exists */
+};
+
+template <int THREADS> struct mma_chunks {
+  static constexpr int n = (MMA_BM * 8 + THREADS - 1) / THREADS;
+};
+
+/* This thread's copies in a block of THREADS threads at tile (row0, n0)
+ * of BN outputs. */
+template <int THREADS, int BN>
+static __device__ __forceinline__ mma_copy<mma_chunks<THREADS>::n>
+copy_of(unsigned int row0, unsigned int active, unsigned int n0,
+        const mma_dims *d) {
+  constexpr int CHUNKS = mma_chunks<THREADS>::n;
+  static_assert(THREADS % 64 == 0, "one swizzle for all of a thread's rows");
+  mma_copy<CHUNKS> c;
+  const unsigned int tid = threadIdx.x, r = tid / 8, k = tid % 8;
+  c.a_at = (unsigned long long)(row0 + r) * d->in64 + k * 8;
+  c.a_dst = r * 128 + ((k ^ (r % 8)) << 4);
 #pragma unroll
-  for (int i = 0; i < MMA_BM * 8 / MMA_THREADS; i++) {
-    const unsigned int chunk = tid + i * MMA_THREADS;
-    const unsigned int r = chunk / 8, c = chunk % 8;
-    const bool valid = row0 + r < active;
-    const __half *src = xh + (valid ? (unsigned long long)(row0 + r) * d->in64 +
-                                          kb * MMA_BK + c * 8
-                                    : 0);
-    copy16(buffer + r * 128 + ((c ^ (r % 8)) << 4), src, valid);
+  for (int i = 0; i < CHUNKS; i++) {
+    c.a_ok[i] = row0 + r + i * (THREADS / 8) < active;
+  }
+  c.a_last = r + (CHUNKS - 1) * (THREADS / 8) < MMA_BM;
+  const unsigned int wr = tid / 2, h = tid % 2;
+  c.b_mine = tid < 2 * BN;
+  c.b_ok = c.b_mine && n0 + wr < d->out;
+  c.b_at = (unsigned long long)(n0 + wr) * (d->in / 8) + 4 * h;
+  c.b_dst = MMA_A_BYTES + wr * MMA_ROW_BYTES + h * 16;
+  c.b_word = 4 * h;
+  return c;
+}
+
+/* Copies the xh of stage kb into the shared buffer at `buffer`: 128 rows
+ * of 64 inputs, this thread's chunks (zeros past the active rows). */
+template <int THREADS, int CHUNKS>
+static __device__ __forceinline__ void
+issue_stage_a(unsigned int buffer, unsigned int kb, const mma_copy<CHUNKS> &c,
+              const __half *xh, const mma_dims *d) {
+  const unsigned long long at = c.a_at + kb * MMA_BK;
+  const unsigned long long stride = (unsigned long long)(THREADS / 8) * d->in64;
+#pragma unroll
+  for (int i = 0; i < CHUNKS; i++) {
+    if (i < CHUNKS - 1 || MMA_BM * 8 % THREADS == 0 || c.a_last) {
+      copy16(buffer + c.a_dst + i * (THREADS / 8) * 128,
+             xh + (c.a_ok[i] ? at + i * stride : 0), c.a_ok[i]);
+    }
   }
 }
 
 /* Copies the weights of stage kb into the shared buffer at `buffer`: BN
- * weight rows of 8 words (2 chunks per row, zeros past the outputs and the
- * inputs). */
-template <int BN>
+ * weight rows of 8 words, this thread's half row (zeros past the outputs
+ * and the inputs). */
+template <int CHUNKS>
 static __device__ __forceinline__ void
-issue_stage_b(unsigned int buffer, unsigned int kb, unsigned int n0,
+issue_stage_b(unsigned int buffer, unsigned int kb, const mma_copy<CHUNKS> &c,
               const uint32_t *weight, const mma_dims *d) {
-  const unsigned int tid = threadIdx.x, words = d->in / 8;
-  if (tid < 2 * BN) {
-    const unsigned int r = tid / 2, h = tid % 2;
-    const bool valid = n0 + r < d->out && kb * 8 + 4 * h < words;
-    const uint32_t *src =
-        weight +
-        (valid ? (unsigned long long)(n0 + r) * words + kb * 8 + 4 * h : 0);
-    copy16(buffer + MMA_A_BYTES + r * MMA_ROW_BYTES + h * 16, src, valid);
+  if (c.b_mine) {
+    const bool valid = c.b_ok && kb * 8 + c.b_word < d->in / 8;
+    copy16(buffer + c.b_dst, weight + (valid ? c.b_at + kb * 8 : 0), valid);
   }
 }
 
-/* The group scale and bias (bits) of stage kb for weight rows n[nt]
- * (zeros past the outputs and the groups). */
+/* The group scale and bias (bits) of stage kb for this lane's weight rows:
+ * at[nt], the first of row nt's groups, where row_ok[nt] (zeros past the
+ * outputs and the groups). */
 template <int NT>
 static __device__ __forceinline__ void
-load_scales(unsigned int kb, const unsigned int n[NT], const uint16_t *scales,
+load_scales(unsigned int kb, const unsigned long long at[NT],
+            const bool row_ok[NT], const uint16_t *scales,
             const uint16_t *biases, const mma_dims *d, uint16_t s[NT],
             uint16_t b[NT]) {
-  const unsigned int groups = d->in / d->group;
-  const unsigned int gi = (kb * MMA_BK + 16 * (threadIdx.x % 4)) / d->group;
+  const unsigned int gi =
+      (kb * MMA_BK + 16 * (threadIdx.x % 4)) >> d->group_shift;
 #pragma unroll
   for (int nt = 0; nt < NT; nt++) {
-    const bool valid = n[nt] < d->out && gi < groups;
-    const unsigned long long at = (unsigned long long)n[nt] * groups + gi;
-    s[nt] = valid ? __ldg(scales + at) : (uint16_t)0;
-    b[nt] = valid ? __ldg(biases + at) : (uint16_t)0;
+    const bool valid = row_ok[nt] && gi < d->groups;
+    s[nt] = valid ? __ldg(scales + at[nt] + gi) : (uint16_t)0;
+    b[nt] = valid ? __ldg(biases + at[nt] + gi) : (uint16_t)0;
   }
 }
 
-template <int MT, int NT>
-__global__ void __launch_bounds__(MMA_THREADS, MMA_BLOCKS_PER_SM)
+/* A block of WM x WN x WK warps per 128 rows x BN = 8 NT WN outputs: warp
+ * (wk, wm, wn) computes rows 16 MT wm .. of the tile and outputs 8 NT wn ..
+ * over the k16-steps wk * 4 / WK .. of every stage (WK = 2: the sums of
+ * the second half of each stage's steps go through shared memory at the end
+ * and are added to the first half's, in that order). BLOCKS blocks per
+ * multiprocessor (at most 65536 / (32 WM WN WK BLOCKS) registers). */
+template <int WM, int WN, int WK, int MT, int NT, int BLOCKS>
+__global__ void __launch_bounds__(32 * WM * WN * WK, BLOCKS)
     mma_q4_kernel(const int32_t *step, const __half *xh, const float *yscale,
                   const uint32_t *weight, const uint16_t *scales,
                   const uint16_t *biases, bool bf16, mma_dims d, float *y,
                   float *partial) {
+  constexpr int THREADS = 32 * WM * WN * WK, BN = 8 * NT * WN, JS = 4 / WK;
+  static_assert(16 * MT * WM == MMA_BM, "the warps cover the block's rows");
+  static_assert(WK == 1 || WK == 2, "one or two halves of the k-steps");
+  static_assert(2 * BN <= THREADS, "a thread per chunk of weights");
+  static_assert(WK == 1 || 4 * 32 * WM * WN * MT * NT * 4 <=
+                               MMA_STAGES * (MMA_A_BYTES + BN * MMA_ROW_BYTES),
+                "the second half's sums fit the stage buffers");
   extern __shared__ __align__(128) unsigned char smem[];
   fdy_grid_launch_dependents();
   const unsigned int active = fdy_active_rows(step, d.rows);
-  constexpr int WN = MT, BN = WN * 8 * NT; /* (8 / MT) x MT warps */
   const unsigned int row0 = blockIdx.y * MMA_BM, n0 = blockIdx.x * BN;
   if (row0 >= active) {
     return;
   }
   const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const unsigned int wm = warp / WN, wn = warp % WN;
+  const unsigned int wk = warp / (WM * WN), wm = warp % (WM * WN) / WN,
+                     wn = warp % WN;
   const unsigned int g = lane / 4, t = lane % 4;
   const unsigned int kb_begin =
       (unsigned int)((unsigned long long)d.blocks * blockIdx.z / d.split);
@@ -278,18 +357,25 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_BLOCKS_PER_SM)
     }
   }
 
-  /* ldmatrix: lane l gives row l % 16 of its m16 tile, chunk 2j + l / 16 */
+  /* ldmatrix: lane l gives row l % 16 of its m16 tile, chunk 2j + l / 16
+   * for this warp's k-steps j = JS wk + jj */
   const unsigned int a_row = wm * 16 * MT + lane % 16;
-  unsigned int a_chunk[4];
+  unsigned int a_chunk[JS];
 #pragma unroll
-  for (int j = 0; j < 4; j++) {
-    a_chunk[j] = ((2 * j + lane / 16) ^ (a_row % 8)) << 4;
+  for (int jj = 0; jj < JS; jj++) {
+    const unsigned int j = WK == 1 ? jj : JS * wk + jj;
+    a_chunk[jj] = ((2 * j + lane / 16) ^ (a_row % 8)) << 4;
   }
-  unsigned int n[NT]; /* this lane's weight rows */
+  unsigned long long s_at[NT]; /* this lane's weight rows' first groups */
+  bool row_ok[NT];
 #pragma unroll
   for (int nt = 0; nt < NT; nt++) {
-    n[nt] = n0 + wn * 8 * NT + nt * 8 + g;
+    const unsigned int n = n0 + wn * 8 * NT + nt * 8 + g;
+    row_ok[nt] = n < d.out;
+    s_at[nt] = (unsigned long long)n * d.groups;
   }
+  const mma_copy<mma_chunks<THREADS>::n> copy =
+      copy_of<THREADS, BN>(row0, active, n0, &d);
   const unsigned int b_offset =
       MMA_A_BYTES + (wn * 8 * NT + g) * MMA_ROW_BYTES + 8 * t;
 
@@ -299,18 +385,18 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_BLOCKS_PER_SM)
 #pragma unroll
   for (int s = 0; s < MMA_STAGES - 1; s++) {
     if (kb_begin + s < kb_end) {
-      issue_stage_b<BN>(stage_buffer(base, kb_begin + s, BN), kb_begin + s, n0,
-                        weight, &d);
+      issue_stage_b(stage_buffer(base, kb_begin + s, BN), kb_begin + s, copy,
+                    weight, &d);
     }
   }
   uint16_t s_next[NT], b_next[NT];
-  load_scales<NT>(kb_begin, n, scales, biases, &d, s_next, b_next);
+  load_scales<NT>(kb_begin, s_at, row_ok, scales, biases, &d, s_next, b_next);
   fdy_grid_wait();
 #pragma unroll
   for (int s = 0; s < MMA_STAGES - 1; s++) {
     if (kb_begin + s < kb_end) {
-      issue_stage_a(stage_buffer(base, kb_begin + s, BN), kb_begin + s, row0,
-                    active, xh, &d);
+      issue_stage_a<THREADS>(stage_buffer(base, kb_begin + s, BN), kb_begin + s,
+                             copy, xh, &d);
     }
     commit_copies();
   }
@@ -323,14 +409,14 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_BLOCKS_PER_SM)
       b2[nt] = half2_of(b_next[nt], bf16);
     }
     if (kb + 1 < kb_end) {
-      load_scales<NT>(kb + 1, n, scales, biases, &d, s_next, b_next);
+      load_scales<NT>(kb + 1, s_at, row_ok, scales, biases, &d, s_next, b_next);
     }
     wait_copies();
     __syncthreads(); /* stage kb landed; buffer (kb - 1) % S is free */
     if (kb + MMA_STAGES - 1 < kb_end) {
       const unsigned int next = kb + MMA_STAGES - 1;
-      issue_stage_a(stage_buffer(base, next, BN), next, row0, active, xh, &d);
-      issue_stage_b<BN>(stage_buffer(base, next, BN), next, n0, weight, &d);
+      issue_stage_a<THREADS>(stage_buffer(base, next, BN), next, copy, xh, &d);
+      issue_stage_b(stage_buffer(base, next, BN), next, copy, weight, &d);
     }
     commit_copies();
 
@@ -341,20 +427,27 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_BLOCKS_PER_SM)
       asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n"
                    : "=r"(wq[nt].x), "=r"(wq[nt].y)
                    : "r"(buffer + b_offset + nt * 8 * MMA_ROW_BYTES));
+      if (WK == 2) { /* steps 2 and 3: nibbles 2, 3 (6, 7) in bits 0-7 */
+        wq[nt].x >>= 8 * wk;
+        wq[nt].y >>= 8 * wk;
+      }
     }
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
+    for (int jj = 0; jj < JS; jj++) {
       uint32_t a[MT][4];
 #pragma unroll
       for (int mt = 0; mt < MT; mt++) {
-        load_a(buffer + (a_row + mt * 16) * 128 + a_chunk[j], a[mt]);
+        load_a(buffer + (a_row + mt * 16) * 128 + a_chunk[jj], a[mt]);
       }
 #pragma unroll
       for (int nt = 0; nt < NT; nt++) {
+        /* step j: nibbles j, j + 4, in bits 0-3 (4-7) of the word shifted
+         * by 8 (j / 2) for even (odd) j */
+        const unsigned int by = WK == 1 ? 8 * (jj / 2) : 0;
         const uint32_t b0 =
-            dequantize_pair(wq[nt].x >> (4 * j), s2[nt], b2[nt]);
+            dequantize_pair(wq[nt].x >> by, jj % 2 == 1, s2[nt], b2[nt]);
         const uint32_t b1 =
-            dequantize_pair(wq[nt].y >> (4 * j), s2[nt], b2[nt]);
+            dequantize_pair(wq[nt].y >> by, jj % 2 == 1, s2[nt], b2[nt]);
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
           mma_16816(acc[mt][nt], a[mt], b0, b1);
@@ -363,6 +456,26 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_BLOCKS_PER_SM)
     }
   }
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+
+  if (WK == 2) {
+    /* the second half's sums, lane-minor in the stage buffers */
+    float *other = (float *)smem + warp % (WM * WN) * (32 * MT * NT * 4) + lane;
+    __syncthreads(); /* every warp is done with the stages */
+    if (wk == 1) {
+#pragma unroll
+      for (int i = 0; i < MT * NT * 4; i++) {
+        other[32 * i] = acc[i / (NT * 4)][i / 4 % NT][i % 4];
+      }
+    }
+    __syncthreads();
+    if (wk == 1) {
+      return;
+    }
+#pragma unroll
+    for (int i = 0; i < MT * NT * 4; i++) {
+      acc[i / (NT * 4)][i / 4 % NT][i % 4] += other[32 * i];
+    }
+  }
 
   /* c0, c1: row g, outputs 2t, 2t + 1; c2, c3: row g + 8 */
   const bool pairs = d.out % 2 == 0;
@@ -433,31 +546,82 @@ static uint64_t aligned(uint64_t bytes) {
   return ceil_div(bytes, MMA_ALIGN) * MMA_ALIGN;
 }
 
-/* The block shape: 2 x 4 warps of MMA_MT m16-tiles x MMA_NT n8-tiles
- * (64 x 16 outputs), BN = 64 outputs. At most 128 registers allow no wider
- * warp tile; 4 x 2 warps of 32 x 24 (BN = 48) fill a wave with q/o but
- * issue about 8.5 instructions per mma against 5.5 (the kernel is issue-
- * and latency-bound). */
-#define MMA_MT 4
-#define MMA_NT 2
-#define MMA_BN (8 * MMA_MT * MMA_NT)
+typedef void (*mma_kernel_fn)(const int32_t *, const __half *, const float *,
+                              const uint32_t *, const uint16_t *,
+                              const uint16_t *, bool, mma_dims, float *,
+                              float *);
 
-/* The launch of an op, from its shapes alone. The split of the inputs: one
- * when the tiles (MMA_BN outputs x 128 rows) fill at least half of the
- * MMA_TARGET_BLOCKS slots; else as many as fill them, up to MMA_MAX_SPLIT
- * and at least 4 k-blocks per split. */
-static mma_dims dims_of(const fdy_op *op) {
+/* A block shape: its kernel, outputs per block, threads, blocks per
+ * multiprocessor, and the microseconds a block takes per k-block of 64
+ * inputs while its multiprocessor runs all the blocks it holds, measured
+ * on the H200 at 512 rows (0: not measured yet; launched only when asked
+ * for by index, as cuda_kernel_bench does). */
+typedef struct mma_shape {
+  mma_kernel_fn kernel;
+  const char *name;
+  unsigned int bn, threads, blocks_per_sm;
+  double us_per_kblock;
+} mma_shape;
+
+#define MMA_SHAPE(WM, WN, WK, MT, NT, BLOCKS, US, NAME)                        \
+  {                                                                            \
+    mma_q4_kernel<WM, WN, WK, MT, NT, BLOCKS>, NAME, 8 * (NT) * (WN),          \
+        32 * (WM) * (WN) * (WK), BLOCKS, US                                    \
+  }
+
+/* The measured times (docs/tuning-log.md entries 10 and 18, 512 rows,
+ * group 64, each op with its F16 conversion; before the copy offsets and
+ * the nibble extraction were made shorter, which shortens both loops by
+ * about a fifth):
+ *
+ * | op                  | 128 x 64, 2 per SM | 128 x 96, 1 per SM      |
+ * |---------------------|--------------------|-------------------------|
+ * | q/o 3072 x 3072     | 71.4 us            | 65.3 us                 |
+ * | k/v 1024 x 3072     | 34.5 us            | 36.9 us (128 x 128)     |
+ * | gate/up 8192 x 3072 | 129.8 us           | 144.2 us (128 x 128)    |
+ * | down 3072 x 8192    | 177.0 us           | 156.7 us                |
+ *
+ * The 16 warps per SM of 64 x 16 do about 20% more per SM than the 8 of
+ * 64 x 24 (gate/up: 2 waves x 48 k-blocks in 129.8 us, 1.35 us each; down
+ * with 128 x 96: one wave of 128 k-blocks in 156.7 us, 1.22 us each), but
+ * 3072 outputs make 192 blocks of 64 for 264 slots (the SMs that hold two
+ * set the time; a third of the slots idle) against 128 of 96 for 132.
+ * A shape's us_per_kblock is an op's median time over (waves x k-blocks
+ * per block): cuda_kernel_bench --rows 512, down's time / 128 for a shape
+ * with 96 outputs per block and 1 block per SM, gate/up's / 96 for 64
+ * outputs and 2 per SM. The last three shapes wait for that measurement:
+ * 16 or 12 warps per SM over 128 x 96 tiles at 1 block per SM, and the
+ * 64 x 24 warps at 2 blocks per SM (128 registers; q/o and down then split
+ * their inputs in 2 to fill the 264 slots, summed by sum_splits_kernel). */
+static const mma_shape mma_shapes[] = {
+    MMA_SHAPE(2, 4, 1, 4, 2, 2, 1.35, "128x64 2/SM, 2x4 warps of 64x16"),
+    MMA_SHAPE(2, 4, 1, 4, 3, 1, 1.22, "128x96 1/SM, 2x4 warps of 64x24"),
+    MMA_SHAPE(2, 4, 2, 4, 3, 1, 0.0,
+              "128x96 1/SM, 2x4x2 warps of 64x24 (k halves)"),
+    MMA_SHAPE(2, 6, 1, 4, 2, 1, 0.0, "128x96 1/SM, 2x6 warps of 64x16"),
+    MMA_SHAPE(2, 4, 1, 4, 3, 2, 0.0, "128x96 2/SM, 2x4 warps of 64x24"),
+};
+#define MMA_SHAPES (sizeof mma_shapes / sizeof mma_shapes[0])
+
+/* The launch of an op with block shape s, from the shapes alone. The split
+ * of the inputs: one when the tiles (s->bn outputs x 128 rows) fill at
+ * least half of the slots (MMA_SMS x s->blocks_per_sm); else as many as
+ * fill them, up to MMA_MAX_SPLIT and at least 4 k-blocks per split. */
+static mma_dims dims_of(const fdy_op *op, const mma_shape *s) {
   mma_dims d;
   d.rows = (unsigned int)op->inputs[1].shape.dims[0];
   d.in = (unsigned int)op->inputs[1].shape.dims[1];
   d.out = (unsigned int)op->outputs[0].shape.dims[1];
-  d.group = d.in / (unsigned int)op->inputs[3].shape.dims[1];
+  d.groups = (unsigned int)op->inputs[3].shape.dims[1];
+  const unsigned int group = d.in / d.groups; /* 32, 64 or 128 (ops.h) */
+  d.group_shift = group == 32 ? 5 : group == 64 ? 6 : 7;
   d.in64 = (unsigned int)ceil_div(d.in, MMA_BK) * MMA_BK;
   d.blocks = d.in64 / MMA_BK;
-  const uint64_t tiles = ceil_div(d.out, MMA_BN) * ceil_div(d.rows, MMA_BM);
+  const uint64_t slots = (uint64_t)MMA_SMS * s->blocks_per_sm;
+  const uint64_t tiles = ceil_div(d.out, s->bn) * ceil_div(d.rows, MMA_BM);
   uint64_t split = 1;
-  if (2 * tiles < MMA_TARGET_BLOCKS) {
-    split = MMA_TARGET_BLOCKS / tiles;
+  if (2 * tiles < slots) {
+    split = slots / tiles;
     split = split > MMA_MAX_SPLIT ? MMA_MAX_SPLIT : split;
     const uint64_t most = d.blocks / 4 > 0 ? d.blocks / 4 : 1;
     split = split > most ? most : split;
@@ -466,19 +630,56 @@ static mma_dims dims_of(const fdy_op *op) {
   return d;
 }
 
-static uint64_t shared_bytes(void) {
-  return (uint64_t)MMA_STAGES * (MMA_A_BYTES + MMA_BN * MMA_ROW_BYTES);
+/* The measured block shape of least predicted time for op: waves of
+ * blocks x k-blocks per block x the shape's time per k-block (ties to the
+ * first). */
+static unsigned int shape_of(const fdy_op *op) {
+  unsigned int best = 0;
+  double best_us = 0.0;
+  for (unsigned int c = 0; c < MMA_SHAPES; c++) {
+    const mma_shape *s = &mma_shapes[c];
+    if (s->us_per_kblock <= 0.0) {
+      continue;
+    }
+    const mma_dims d = dims_of(op, s);
+    const uint64_t blocks =
+        ceil_div(d.out, s->bn) * ceil_div(d.rows, MMA_BM) * d.split;
+    const double us =
+        (double)ceil_div(blocks, (uint64_t)MMA_SMS * s->blocks_per_sm) *
+        (double)ceil_div(d.blocks, d.split) * s->us_per_kblock;
+    if (c == 0 || us < best_us) {
+      best = c;
+      best_us = us;
+    }
+  }
+  return best;
+}
+
+static uint64_t shared_bytes(const mma_shape *s) {
+  return (uint64_t)MMA_STAGES * (MMA_A_BYTES + s->bn * MMA_ROW_BYTES);
+}
+
+extern "C" unsigned int fdy_cuda_matmul_q4_mma_shapes(void) {
+  return (unsigned int)MMA_SHAPES;
+}
+
+extern "C" const char *fdy_cuda_matmul_q4_mma_shape_name(unsigned int c) {
+  return c < MMA_SHAPES ? mma_shapes[c].name : NULL;
+}
+
+extern "C" unsigned int fdy_cuda_matmul_q4_mma_shape_of(const fdy_op *op) {
+  return shape_of(op);
 }
 
 extern "C" uint64_t fdy_cuda_matmul_q4_mma_shared_bytes(const fdy_op *op) {
-  (void)op;
-  return shared_bytes();
+  return shared_bytes(&mma_shapes[shape_of(op)]);
 }
 
 /* Workspace: xh (rows x in64 halves), yscale (rows floats), then the
  * partial sums when split (split x rows x out floats). */
-extern "C" uint64_t fdy_cuda_matmul_q4_mma_workspace_bytes(const fdy_op *op) {
-  const mma_dims d = dims_of(op);
+extern "C" uint64_t
+fdy_cuda_matmul_q4_mma_shape_workspace_bytes(const fdy_op *op, unsigned int c) {
+  const mma_dims d = dims_of(op, &mma_shapes[c]);
   uint64_t bytes = aligned(2ull * d.rows * d.in64) + aligned(4ull * d.rows);
   if (d.split > 1) {
     bytes += 4ull * d.split * d.rows * d.out;
@@ -486,15 +687,22 @@ extern "C" uint64_t fdy_cuda_matmul_q4_mma_workspace_bytes(const fdy_op *op) {
   return bytes;
 }
 
+extern "C" uint64_t fdy_cuda_matmul_q4_mma_workspace_bytes(const fdy_op *op) {
+  return fdy_cuda_matmul_q4_mma_shape_workspace_bytes(op, shape_of(op));
+}
+
 extern "C" cudaError_t fdy_cuda_matmul_q4_mma_prepare(uint64_t smem_optin) {
-  cudaError_t rc = cudaFuncSetAttribute(
-      mma_q4_kernel<MMA_MT, MMA_NT>,
-      cudaFuncAttributeMaxDynamicSharedMemorySize,
-      (int)(smem_optin < shared_bytes() ? smem_optin : shared_bytes()));
-  if (rc == cudaSuccess) { /* room for MMA_BLOCKS_PER_SM blocks */
-    rc = cudaFuncSetAttribute(mma_q4_kernel<MMA_MT, MMA_NT>,
-                              cudaFuncAttributePreferredSharedMemoryCarveout,
-                              cudaSharedmemCarveoutMaxShared);
+  cudaError_t rc = cudaSuccess;
+  for (size_t c = 0; rc == cudaSuccess && c < MMA_SHAPES; c++) {
+    const uint64_t bytes = shared_bytes(&mma_shapes[c]);
+    rc = cudaFuncSetAttribute(mma_shapes[c].kernel,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              (int)(smem_optin < bytes ? smem_optin : bytes));
+    if (rc == cudaSuccess) { /* room for blocks_per_sm blocks */
+      rc = cudaFuncSetAttribute(mma_shapes[c].kernel,
+                                cudaFuncAttributePreferredSharedMemoryCarveout,
+                                cudaSharedmemCarveoutMaxShared);
+    }
   }
   const void *kernels[] = {(const void *)half_rows_kernel,
                            (const void *)sum_splits_kernel};
@@ -505,10 +713,12 @@ extern "C" cudaError_t fdy_cuda_matmul_q4_mma_prepare(uint64_t smem_optin) {
   return rc;
 }
 
-extern "C" cudaError_t fdy_cuda_matmul_q4_mma_enqueue(const fdy_cuda_op_args *a,
-                                                      cudaStream_t stream) {
+extern "C" cudaError_t
+fdy_cuda_matmul_q4_mma_enqueue_shape(const fdy_cuda_op_args *a, unsigned int c,
+                                     cudaStream_t stream) {
   const fdy_op *op = a->op;
-  const mma_dims d = dims_of(op);
+  const mma_shape *s = &mma_shapes[c];
+  const mma_dims d = dims_of(op, s);
   const int32_t *step = (const int32_t *)a->in[0];
   unsigned char *ws = (unsigned char *)a->workspace;
   __half *xh = (__half *)ws;
@@ -519,15 +729,15 @@ extern "C" cudaError_t fdy_cuda_matmul_q4_mma_enqueue(const fdy_cuda_op_args *a,
   cudaError_t rc = fdy_launch(
       a->dependent, half_rows_kernel, dim3(d.rows), dim3(MMA_THREADS), 0,
       stream, step, (const float *)a->in[1], d.rows, d.in, d.in64, xh, yscale);
-  const dim3 grid((unsigned int)ceil_div(d.out, MMA_BN),
+  const dim3 grid((unsigned int)ceil_div(d.out, s->bn),
                   (unsigned int)ceil_div(d.rows, MMA_BM), d.split);
   const bool bf16 = op->inputs[3].dtype == FDY_DTYPE_BF16;
   if (rc == cudaSuccess) {
-    rc = fdy_launch(
-        a->dependent, mma_q4_kernel<MMA_MT, MMA_NT>, grid, dim3(MMA_THREADS),
-        shared_bytes(), stream, step, (const __half *)xh, (const float *)yscale,
-        (const uint32_t *)a->in[2], (const uint16_t *)a->in[3],
-        (const uint16_t *)a->in[4], bf16, d, (float *)a->out, partial);
+    rc = fdy_launch(a->dependent, s->kernel, grid, dim3(s->threads),
+                    shared_bytes(s), stream, step, (const __half *)xh,
+                    (const float *)yscale, (const uint32_t *)a->in[2],
+                    (const uint16_t *)a->in[3], (const uint16_t *)a->in[4],
+                    bf16, d, (float *)a->out, partial);
   }
   if (rc == cudaSuccess && d.split > 1) {
     const uint64_t n = (uint64_t)d.rows * d.out;
@@ -539,4 +749,9 @@ extern "C" cudaError_t fdy_cuda_matmul_q4_mma_enqueue(const fdy_cuda_op_args *a,
                     (const float *)yscale, d, (float *)a->out);
   }
   return rc;
+}
+
+extern "C" cudaError_t fdy_cuda_matmul_q4_mma_enqueue(const fdy_cuda_op_args *a,
+                                                      cudaStream_t stream) {
+  return fdy_cuda_matmul_q4_mma_enqueue_shape(a, shape_of(a->op), stream);
 }
