@@ -387,8 +387,9 @@ static __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4],
  * columns 2 t, 2 t + 1; c2, c3 = row g + 8. DK = d / 16.
  *
  * Block (tile, kv head, part): block_heads query heads of the kv head's
- * group (heads part block_heads .. + block_heads - 1 of the group; those
- * past its end idle but stage their share),
+ * group (heads part block_heads .. + block_heads - 1 of the group; warps
+ * of heads past its end, or of rows past the count, stage their share of
+ * the tiles but compute nothing),
  * MMA_WARPS_PER_HEAD warps a head, warp w: head w / MMA_WARPS_PER_HEAD,
  * rows 16 (w % MMA_WARPS_PER_HEAD) .. + 15 of the tile. Shared memory: two
  * stages (mma_stage_bytes), then for an F32 cache the F16 tile (keys, then
@@ -420,12 +421,13 @@ __global__ void __launch_bounds__(MMA_MAX_THREADS)
   const unsigned int kvh = pt.unit / parts;
   const unsigned int in_group =
       (pt.unit % parts) * block_heads + warp / MMA_WARPS_PER_HEAD;
-  const bool active = in_group < group; /* warp-uniform */
   const unsigned int h = kvh * group + in_group;
   const unsigned long long q_dim = (unsigned long long)heads * D,
                            kv_dim = (unsigned long long)(heads / group) * D,
                            kv_at = (unsigned long long)kvh * D;
   const unsigned int row0 = 16 * (warp % MMA_WARPS_PER_HEAD);
+  /* warp-uniform: a head of the group with an active row */
+  const bool active = in_group < group && row0 < nr;
   const unsigned int g = lane / 4, t = lane % 4;
   const unsigned int ra = row0 + g, rb = ra + 8; /* rows in the tile */
   const long long pa = p0 + ra, pb = p0 + rb;    /* their positions */
