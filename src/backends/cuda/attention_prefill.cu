@@ -2,15 +2,19 @@
  * attention after the append kernel of attention.cu has stored the step's
  * k and v rows in the caches. One of two kernels, chosen from head_dim d:
  *
- * 1. tensor cores (d a multiple of 16, up to 128): block (tile, kv head,
- *    part) runs MMA_Q = 32 query rows of up to MMA_MAX_HEADS query heads
- *    that share one kv head (a group of up to 4 in one part; llama-3.2-3b:
- *    the group of 3, 6 warps), two warps of 16 rows per head, over
- *    key/value tiles of MMA_KV = 64 positions from 0 up to the last
- *    position of its rows, so a tile is read once for all the block's
- *    heads. Tiles are double buffered: the threads start the copies of the
- *    next tile (cp.async of 16 bytes, zeros past the last position) before
- *    they work on the current one. An F16 cache is staged as it is (rows
+ * 1. tensor cores (d a multiple of 16, up to 128): query tiles of
+ *    MMA_ROWS = 16 rows, paired short with long (tiles j and n - 1 - j of
+ *    n) so that every block of a causal prefill from position 0 sees about
+ *    the same number of key positions. Block (pair, kv head, part) runs
+ *    both tiles for up to MMA_MAX_HEADS query heads that share one kv head
+ *    (a group of up to 4 in one part; llama-3.2-3b: the group of 3, so 6
+ *    warps), a warp per tile and head, over key/value tiles of MMA_KV = 64
+ *    positions from 0 up to the last position of its rows (a warp skips
+ *    the tiles past its own rows' last), so a key/value tile is read once
+ *    for all the block's heads and both query tiles. Key/value tiles are
+ *    double buffered: the threads start the copies of the next tile
+ *    (cp.async of 16 bytes, zeros past the last position) before they work
+ *    on the current one. An F16 cache is staged as it is (rows
  *    of d + 8 halves) and used in place; an F32 cache is staged as it is
  *    (rows of d floats), then rounded to nearest even into one F16 tile.
  *    q is rounded to F16 into the warp's A fragments (registers) once.
@@ -33,7 +37,8 @@
  *    = max(m, tile max), alpha = expf(m - m_new), p = expf(s - m_new), l =
  *    l alpha + sum p), and the output accumulator O = O alpha + P V in
  *    shared memory; finally O / l.
- * Both run the query tiles from the last (most positions) to the first.
+ * The float kernel runs the query tiles from the last (most positions) to
+ * the first; the tensor-core kernel's pairs start with the longest.
  *
  * Precision against the CPU backend (float scores, exp in float summed in
  * double): the float kernel stays near the CPU's own rounding error. The
@@ -59,49 +64,39 @@
 #define PREFILL_KV      32               /* positions of a key/value tile */
 #define PREFILL_S_WIDTH (PREFILL_KV + 4) /* floats of a row of S */
 
-#define MMA_Q              32  /* query rows of a block (16 a warp) */
-#define MMA_KV             64  /* positions of a tensor-core key/value tile */
-#define MMA_MAX_D          128 /* the largest head_dim on the tensor cores */
-#define MMA_MAX_HEADS      4   /* query heads of a tensor-core block, at most */
-#define MMA_WARPS_PER_HEAD (MMA_Q / 16)
-#define MMA_MAX_THREADS    (32 * MMA_WARPS_PER_HEAD * MMA_MAX_HEADS)
+#define MMA_ROWS        16  /* query rows of a tile (a warp's) */
+#define MMA_KV          64  /* positions of a tensor-core key/value tile */
+#define MMA_MAX_D       128 /* the largest head_dim on the tensor cores */
+#define MMA_MAX_HEADS   4   /* query heads of a tensor-core block, at most */
+#define MMA_MAX_THREADS (32 * 2 * MMA_MAX_HEADS)
 
 /* The kernels' thread layouts are written for these values. */
 static_assert(ATTENTION_THREADS == 128 && PREFILL_Q == 32 && PREFILL_KV == 32,
               "prefill thread layout");
-static_assert(MMA_Q % 16 == 0 && MMA_KV == 64 && MMA_MAX_THREADS <= 1024,
+static_assert(MMA_ROWS == 16 && MMA_KV == 64 && MMA_MAX_THREADS <= 1024,
               "tensor-core prefill layout");
 
-/* The query tile of a prefill block: blocks take the tiles of tile_rows
- * rows from the last (the most positions) to the first, `units` blocks per
- * tile (unit inner: a head, or a kv head and a part of its group). r0 its
- * first row, nr its active rows, p0 the position of row r0, last the last
- * key position it reads (-1: every row lies outside the cache). */
+/* Query tile `tile` of tile_rows rows: r0 its first row, nr its active
+ * rows (0: none), p0 the position of row r0, last the last key position
+ * its rows read (-1: none, every row lies outside the cache or none is
+ * active). Reads only the step tensor (allowed before fdy_grid_wait). */
 typedef struct prefill_tile {
-  unsigned int unit, r0, nr;
+  unsigned int r0, nr;
   long long p0, last;
 } prefill_tile;
 
-/* Fills *t for this block; false when the tile has no active row. Reads
- * only the step tensor (allowed before fdy_grid_wait). */
-static __device__ __forceinline__ bool
-prefill_tile_of(const int32_t *step, unsigned int rows, unsigned int tile_rows,
-                unsigned int units, unsigned long long context,
-                prefill_tile *t) {
-  const unsigned int tiles = (rows + tile_rows - 1) / tile_rows;
-  const unsigned int tile = tiles - 1 - blockIdx.x / units;
+static __device__ __forceinline__ prefill_tile
+prefill_tile_at(const int32_t *step, unsigned int rows, unsigned int tile_rows,
+                unsigned int tile, unsigned long long context) {
   const unsigned int active = fdy_active_rows(step, rows);
-  t->unit = blockIdx.x % units;
-  t->r0 = tile * tile_rows;
-  if (t->r0 >= active) {
-    return false;
-  }
-  t->nr = min(tile_rows, active - t->r0);
-  t->p0 = (long long)step[FDY_STEP_POSITION] + t->r0;
-  t->last = t->p0 >= (long long)context
-                ? -1
-                : min(t->p0 + t->nr - 1, (long long)context - 1);
-  return true;
+  prefill_tile t;
+  t.r0 = tile * tile_rows;
+  t.nr = t.r0 < active ? min(tile_rows, active - t.r0) : 0;
+  t.p0 = (long long)step[FDY_STEP_POSITION] + t.r0;
+  t.last = t.nr == 0 || t.p0 >= (long long)context
+               ? -1
+               : min(t.p0 + t.nr - 1, (long long)context - 1);
+  return t;
 }
 
 /* ---- prefill in float (SIMT) ---------------------------------------------
@@ -128,11 +123,14 @@ __global__ void __launch_bounds__(ATTENTION_THREADS)
   float *Os = Vs + PREFILL_KV * d;
 
   fdy_grid_launch_dependents();
-  prefill_tile pt;
-  if (!prefill_tile_of(step, rows, PREFILL_Q, heads, context, &pt)) {
+  /* tiles from the last (the most positions) to the first, heads inner */
+  const unsigned int tiles = (rows + PREFILL_Q - 1) / PREFILL_Q;
+  const prefill_tile pt = prefill_tile_at(
+      step, rows, PREFILL_Q, tiles - 1 - blockIdx.x / heads, context);
+  if (pt.nr == 0) {
     return;
   }
-  const unsigned int h = pt.unit, r0 = pt.r0, nr = pt.nr;
+  const unsigned int h = blockIdx.x % heads, r0 = pt.r0, nr = pt.nr;
   const long long p0 = pt.p0, last = pt.last;
   const unsigned long long q_dim = (unsigned long long)heads * d,
                            kv_dim = (unsigned long long)(heads / group) * d,
@@ -386,16 +384,16 @@ static __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4],
  * b0 = k 2 t, 2 t + 1 of column g; b1 = k + 8. C (16 x 8) c0, c1 = row g,
  * columns 2 t, 2 t + 1; c2, c3 = row g + 8. DK = d / 16.
  *
- * Block (tile, kv head, part): block_heads query heads of the kv head's
- * group (heads part block_heads .. + block_heads - 1 of the group; warps
- * of heads past its end, or of rows past the count, stage their share of
- * the tiles but compute nothing),
- * MMA_WARPS_PER_HEAD warps a head, warp w: head w / MMA_WARPS_PER_HEAD,
- * rows 16 (w % MMA_WARPS_PER_HEAD) .. + 15 of the tile. Shared memory: two
- * stages (mma_stage_bytes), then for an F32 cache the F16 tile (keys, then
- * values, rows of mma_k_stride(d) halves). */
+ * Block (pair, kv head, part): 2 block_heads warps, warp w runs head
+ * part block_heads + w % block_heads of the kv head's group on query tile
+ * pair (w < block_heads) or tiles - 1 - pair (the other); warps of heads
+ * past the group's end, of a tile without active rows (or absent: the
+ * middle one of an odd number of tiles) stage their share of the key/value
+ * tiles but compute nothing. Shared memory: two stages (mma_stage_bytes), then
+ * for an F32 cache the F16 tile (keys, then values, rows of mma_k_stride(d)
+ * halves). */
 template <unsigned int DK>
-__global__ void __launch_bounds__(MMA_MAX_THREADS)
+__global__ void __launch_bounds__(MMA_MAX_THREADS, 1)
     prefill_mma_kernel(const int32_t *step, const float *q, const void *k_cache,
                        const void *v_cache, bool f16, unsigned int heads,
                        unsigned int group, unsigned int block_heads,
@@ -409,28 +407,37 @@ __global__ void __launch_bounds__(MMA_MAX_THREADS)
   __half *work = (__half *)(stages + 2 * stage_bytes); /* F32 cache only */
   fdy_grid_launch_dependents();
 
+  /* pair j: tiles j and tiles - 1 - j of MMA_ROWS rows (the second absent
+   * when they coincide) */
   const unsigned int parts = (group + block_heads - 1) / block_heads;
-  prefill_tile pt;
-  if (!prefill_tile_of(step, rows, MMA_Q, heads / group * parts, context,
-                       &pt)) {
+  const unsigned int units = heads / group * parts;
+  const unsigned int tiles = (rows + MMA_ROWS - 1) / MMA_ROWS;
+  const unsigned int pair = blockIdx.x / units, unit = blockIdx.x % units;
+  const prefill_tile ta = prefill_tile_at(step, rows, MMA_ROWS, pair, context);
+  if (ta.nr == 0) { /* the other tile lies further still */
     return;
   }
-  const unsigned int r0 = pt.r0, nr = pt.nr;
-  const long long p0 = pt.p0, last = pt.last;
+  const unsigned int tile_b = tiles - 1 - pair;
+  const prefill_tile tb =
+      tile_b != pair ? prefill_tile_at(step, rows, MMA_ROWS, tile_b, context)
+                     : prefill_tile{0, 0, 0, -1};
+  const long long last = max(ta.last, tb.last); /* of the block */
   const unsigned int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const unsigned int kvh = pt.unit / parts;
+  const prefill_tile wt = warp < block_heads ? ta : tb; /* the warp's */
+  const unsigned int r0 = wt.r0, nr = wt.nr;
+  const long long p0 = wt.p0;
+  const unsigned int kvh = unit / parts;
   const unsigned int in_group =
-      (pt.unit % parts) * block_heads + warp / MMA_WARPS_PER_HEAD;
+      (unit % parts) * block_heads + warp % block_heads;
   const unsigned int h = kvh * group + in_group;
   const unsigned long long q_dim = (unsigned long long)heads * D,
                            kv_dim = (unsigned long long)(heads / group) * D,
                            kv_at = (unsigned long long)kvh * D;
-  const unsigned int row0 = 16 * (warp % MMA_WARPS_PER_HEAD);
-  /* warp-uniform: a head of the group with an active row */
-  const bool active = in_group < group && row0 < nr;
+  /* warp-uniform: a head of the group and a tile with an active row */
+  const bool active = in_group < group && nr > 0;
   const unsigned int g = lane / 4, t = lane % 4;
-  const unsigned int ra = row0 + g, rb = ra + 8; /* rows in the tile */
-  const long long pa = p0 + ra, pb = p0 + rb;    /* their positions */
+  const unsigned int ra = g, rb = g + 8;      /* rows in the warp's tile */
+  const long long pa = p0 + ra, pb = p0 + rb; /* their positions */
   fdy_grid_wait();
 
   if (last >= 0) { /* the first tile's copies (none when no row is seen) */
@@ -500,7 +507,7 @@ __global__ void __launch_bounds__(MMA_MAX_THREADS)
       Ks = work;
     }
     const __half *Vs = Ks + MMA_KV * KS;
-    if (!active) {
+    if (!active || kv0 > wt.last) {
       continue;
     }
 
@@ -519,7 +526,7 @@ __global__ void __launch_bounds__(MMA_MAX_THREADS)
       }
     }
     /* the causal mask, where the tile reaches past the warp's first row */
-    if (kv0 + MMA_KV - 1 > p0 + row0) {
+    if (kv0 + MMA_KV - 1 > p0) {
 #pragma unroll
       for (unsigned int n = 0; n < 8; n++) {
         const long long p = kv0 + 8 * n + 2 * t;
@@ -647,8 +654,8 @@ static prefill_shape prefill_shape_of(const fdy_op *op) {
 
 static uint64_t prefill_blocks(const prefill_shape *s) {
   if (s->mma) {
-    return (uint64_t)((s->rows + MMA_Q - 1) / MMA_Q) * (s->heads / s->group) *
-           s->parts;
+    const uint64_t tiles = (s->rows + MMA_ROWS - 1) / MMA_ROWS;
+    return (tiles + 1) / 2 * (s->heads / s->group) * s->parts;
   }
   return (uint64_t)((s->rows + PREFILL_Q - 1) / PREFILL_Q) * s->heads;
 }
@@ -701,10 +708,9 @@ fdy_cuda_attention_prefill_enqueue(const fdy_cuda_op_args *a,
   float *out = (float *)a->out;
   if (s.mma) {
     return fdy_launch(a->dependent, mma_kernels[s.d / 16 - 1], grid,
-                      dim3(32 * MMA_WARPS_PER_HEAD * s.block_heads), shared,
-                      stream, step, q, (const void *)a->in[4],
-                      (const void *)a->in[5], s.f16, s.heads, s.group,
-                      s.block_heads, s.rows, s.context, out);
+                      dim3(32 * 2 * s.block_heads), shared, stream, step, q,
+                      (const void *)a->in[4], (const void *)a->in[5], s.f16,
+                      s.heads, s.group, s.block_heads, s.rows, s.context, out);
   }
   return fdy_launch(a->dependent, prefill_kernel, grid, dim3(ATTENTION_THREADS),
                     shared, stream, step, q, (const void *)a->in[4],
