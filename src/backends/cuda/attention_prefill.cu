@@ -366,9 +366,20 @@ static __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4],
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* Four 8 x 8 matrices of halves from shared memory, transposed: lanes
- * 8 j .. 8 j + 7 give the addresses of matrix j's rows (16 bytes each);
- * lane 4 g + t gets in r[j] matrix j's elements [2 t][g] and [2 t + 1][g]. */
+/* Four 8 x 8 matrices of halves from shared memory: lanes 8 j .. 8 j + 7
+ * give the addresses of matrix j's rows (16 bytes each); lane 4 g + t gets
+ * in r[j] matrix j's elements [g][2 t] and [g][2 t + 1], or transposed
+ * (ldmatrix_x4_trans) [2 t][g] and [2 t + 1][g]. */
+static __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4],
+                                                   const __half *row) {
+  const unsigned int at = (unsigned int)__cvta_generic_to_shared(row);
+  asm volatile(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+      : "r"(at)
+      : "memory");
+}
+
 static __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4],
                                                          const __half *row) {
   const unsigned int at = (unsigned int)__cvta_generic_to_shared(row);
@@ -516,13 +527,22 @@ __global__ void __launch_bounds__(MMA_MAX_THREADS, 1)
     for (unsigned int n = 0; n < 8; n++) {
       sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
     }
+    /* S = q k: per k-step the keys' B fragments of n-tiles 2 i, 2 i + 1 by
+     * one ldmatrix (matrices: positions 16 i / 16 i + 8 x elements + 0 /
+     * + 8), all loaded before the k-step's mma */
+    const __half *krow =
+        Ks + (lane % 8 + 8 * (lane / 16)) * KS + 8 * ((lane / 8) % 2);
 #pragma unroll
     for (unsigned int kk = 0; kk < DK; kk++) {
+      uint32_t kb[4][4];
 #pragma unroll
-      for (unsigned int n = 0; n < 8; n++) {
-        const __half *kr = Ks + (8 * n + g) * KS + 16 * kk + 2 * t;
-        mma16816(sc[n], qa[kk], *(const uint32_t *)kr,
-                 *(const uint32_t *)(kr + 8));
+      for (unsigned int i = 0; i < 4; i++) {
+        ldmatrix_x4(kb[i], krow + 16 * i * KS + 16 * kk);
+      }
+#pragma unroll
+      for (unsigned int i = 0; i < 4; i++) {
+        mma16816(sc[2 * i], qa[kk], kb[i][0], kb[i][1]);
+        mma16816(sc[2 * i + 1], qa[kk], kb[i][2], kb[i][3]);
       }
     }
     /* the causal mask, where the tile reaches past the warp's first row */
