@@ -1749,11 +1749,22 @@ static void test_odd_shapes(void **state) {
       /* a count of 0 */
       {8, 2, 64, 64, 6, 0, 9, FDY_DTYPE_F32},
       /* the tensor-core prefill at head_dim 16, 48 and 80, query tiles of
-       * 64 rows cut by the count and by the cache's end */
+       * 16 rows cut by the count and by the cache's end */
       {4, 2, 16, 300, 130, 129, 100, FDY_DTYPE_F32},
       {6, 3, 48, 200, 70, 70, 150, FDY_DTYPE_F16},
       {4, 1, 80, 1000, 100, 77, 930, FDY_DTYPE_F32},
       {3, 3, 128, 700, 200, 200, 513, FDY_DTYPE_F16},
+      /* the tensor-core blocks of a kv head's group: 5 (two blocks of 3
+       * heads, one idle), 8 (two of 4), 16 (four of 4); pairs of query
+       * tiles of 16 rows cut at 33 rows (a pair with a tile of 1 row, the
+       * middle tile alone) and 31, and by the cache's end */
+      {10, 2, 64, 300, 40, 33, 200, FDY_DTYPE_F32},
+      {10, 2, 64, 300, 40, 33, 200, FDY_DTYPE_F16},
+      {8, 1, 128, 500, 64, 31, 450, FDY_DTYPE_F16},
+      {16, 1, 32, 100, 70, 70, 40, FDY_DTYPE_F32},
+      /* 52 key/value tiles through the two stages */
+      {6, 2, 128, 3300, 96, 96, 3200, FDY_DTYPE_F32},
+      {6, 2, 128, 3300, 96, 96, 3200, FDY_DTYPE_F16},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     run_attention_case("odd", &cases[i]);

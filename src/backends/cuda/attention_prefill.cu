@@ -2,24 +2,34 @@
  * attention after the append kernel of attention.cu has stored the step's
  * k and v rows in the caches. One of two kernels, chosen from head_dim d:
  *
- * 1. tensor cores (d a multiple of 16, up to 128): block (tile, head) runs
- *    MMA_Q = 64 query rows of one head, warp w rows 16 w .. 16 w + 15,
- *    over key/value tiles of MMA_KV = 64 positions from 0 up to the last
- *    position of its rows. q is rounded to F16 into the warp's A fragments
- *    (registers) once; each tile's keys (rows of d halves) and values
- *    (transposed: rows of MMA_KV halves per element) are staged in shared
- *    memory in F16 (an F32 cache rounded to nearest even while staging, an
- *    F16 cache copied). S = q k with mma.sync m16n8k16 (F16 in, F32
- *    accumulate; 8 n-tiles of 8 positions, d / 16 k-steps in order); the
- *    causal mask (a position after the row's is -inf) only where the tile
- *    reaches past the warp's first row; an online softmax per row in
- *    float: m_new = max(m, tile max) (lanes, then a quad butterfly), alpha
- *    = exp2((m - m_new) scale log2e), p = exp2((s - m_new) scale log2e)
- *    rounded to F16, l = l alpha + the rounded p (each lane its 16 columns
- *    of the tile; the quad's four sums added by a butterfly at the end),
- *    O = O alpha + P V with mma, P's C fragments of two n-tiles being the A
- *    fragment of one k-step of 16 positions; finally O / l. Every sum runs
- *    in an order fixed by the shapes (the mma k-steps, tiles in order).
+ * 1. tensor cores (d a multiple of 16, up to 128): query tiles of
+ *    MMA_ROWS = 16 rows, paired short with long (tiles j and n - 1 - j of
+ *    n) so that every block of a causal prefill from position 0 sees about
+ *    the same number of key positions. Block (pair, kv head, part) runs
+ *    both tiles for up to MMA_MAX_HEADS query heads that share one kv head
+ *    (a group of up to 4 in one part; llama-3.2-3b: the group of 3, so 6
+ *    warps), a warp per tile and head, over key/value tiles of MMA_KV = 64
+ *    positions from 0 up to the last position of its rows (a warp skips
+ *    the tiles past its own rows' last), so a key/value tile is read once
+ *    for all the block's heads and both query tiles. Key/value tiles are
+ *    double buffered: the threads start the copies of the next tile
+ *    (cp.async of 16 bytes, zeros past the last position) before they work
+ *    on the current one. An F16 cache is staged as it is (rows
+ *    of d + 8 halves) and used in place; an F32 cache is staged as it is
+ *    (rows of d floats), then rounded to nearest even into one F16 tile.
+ *    q is rounded to F16 into the warp's A fragments (registers) once.
+ *    S = q k with mma.sync m16n8k16 (F16 in, F32 accumulate; 8 n-tiles of
+ *    8 positions, d / 16 k-steps in order); the causal mask (a position
+ *    after the row's is -inf) only where the tile reaches past the warp's
+ *    first row; an online softmax per row in float: m_new = max(m, tile
+ *    max) (lanes, then a quad butterfly), alpha = exp2((m - m_new) scale
+ *    log2e), p = exp2((s - m_new) scale log2e) rounded to F16, l = l alpha
+ *    + the rounded p (each lane its 16 columns of the tile; the quad's four
+ *    sums added by a butterfly at the end), O = O alpha + P V with mma,
+ *    P's C fragments of two n-tiles being the A fragment of one k-step of
+ *    16 positions, the values' B fragments loaded by ldmatrix.trans from
+ *    the staged rows; finally O / l. Every sum runs in an order fixed by
+ *    the shapes (the mma k-steps, tiles in order).
  * 2. float (any other d): the SIMT kernel. Block (tile, head) runs
  *    PREFILL_Q query rows of one head over key/value tiles of PREFILL_KV
  *    positions staged in shared memory: scores S = q k * scale (causal
@@ -27,7 +37,8 @@
  *    = max(m, tile max), alpha = expf(m - m_new), p = expf(s - m_new), l =
  *    l alpha + sum p), and the output accumulator O = O alpha + P V in
  *    shared memory; finally O / l.
- * Both run the query tiles from the last (most positions) to the first.
+ * The float kernel runs the query tiles from the last (most positions) to
+ * the first; the tensor-core kernel's pairs start with the longest.
  *
  * Precision against the CPU backend (float scores, exp in float summed in
  * double): the float kernel stays near the CPU's own rounding error. The
@@ -53,51 +64,39 @@
 #define PREFILL_KV      32               /* positions of a key/value tile */
 #define PREFILL_S_WIDTH (PREFILL_KV + 4) /* floats of a row of S */
 
-#define MMA_Q     64  /* query rows of a tensor-core block (16 a warp) */
-#define MMA_KV    64  /* positions of a tensor-core key/value tile */
-#define MMA_MAX_D 128 /* the largest head_dim of the tensor-core kernel */
+#define MMA_ROWS        16  /* query rows of a tile (a warp's) */
+#define MMA_KV          64  /* positions of a tensor-core key/value tile */
+#define MMA_MAX_D       128 /* the largest head_dim on the tensor cores */
+#define MMA_MAX_HEADS   4   /* query heads of a tensor-core block, at most */
+#define MMA_MAX_THREADS (32 * 2 * MMA_MAX_HEADS)
 
 /* The kernels' thread layouts are written for these values. */
 static_assert(ATTENTION_THREADS == 128 && PREFILL_Q == 32 && PREFILL_KV == 32,
               "prefill thread layout");
-static_assert(MMA_Q == 16 * ATTENTION_WARPS && MMA_KV == 64,
+static_assert(MMA_ROWS == 16 && MMA_KV == 64 && MMA_MAX_THREADS <= 1024,
               "tensor-core prefill layout");
 
-/* The query tile of a prefill block: blocks take the tiles of tile_rows
- * rows from the last (the most positions) to the first, heads inner. h its
- * head, r0 its first row, nr its active rows, p0 the position of row r0,
- * last the last key position it reads (-1: every row lies outside the
- * cache); q_dim and kv_dim the widths of q and cache rows, kv_at the
- * offset of its kv head in a cache row. */
+/* Query tile `tile` of tile_rows rows: r0 its first row, nr its active
+ * rows (0: none), p0 the position of row r0, last the last key position
+ * its rows read (-1: none, every row lies outside the cache or none is
+ * active). Reads only the step tensor (allowed before fdy_grid_wait). */
 typedef struct prefill_tile {
-  unsigned int h, r0, nr;
+  unsigned int r0, nr;
   long long p0, last;
-  unsigned long long q_dim, kv_dim, kv_at;
 } prefill_tile;
 
-/* Fills *t for this block; false when the tile has no active row. Reads
- * only the step tensor (allowed before fdy_grid_wait). */
-static __device__ __forceinline__ bool
-prefill_tile_of(const int32_t *step, unsigned int rows, unsigned int tile_rows,
-                unsigned int heads, unsigned int group, unsigned int d,
-                unsigned long long context, prefill_tile *t) {
-  const unsigned int tiles = (rows + tile_rows - 1) / tile_rows;
-  const unsigned int tile = tiles - 1 - blockIdx.x / heads;
+static __device__ __forceinline__ prefill_tile
+prefill_tile_at(const int32_t *step, unsigned int rows, unsigned int tile_rows,
+                unsigned int tile, unsigned long long context) {
   const unsigned int active = fdy_active_rows(step, rows);
-  t->h = blockIdx.x % heads;
-  t->r0 = tile * tile_rows;
-  if (t->r0 >= active) {
-    return false;
-  }
-  t->nr = min(tile_rows, active - t->r0);
-  t->p0 = (long long)step[FDY_STEP_POSITION] + t->r0;
-  t->last = t->p0 >= (long long)context
-                ? -1
-                : min(t->p0 + t->nr - 1, (long long)context - 1);
-  t->q_dim = (unsigned long long)heads * d;
-  t->kv_dim = (unsigned long long)(heads / group) * d;
-  t->kv_at = (unsigned long long)(t->h / group) * d;
-  return true;
+  prefill_tile t;
+  t.r0 = tile * tile_rows;
+  t.nr = t.r0 < active ? min(tile_rows, active - t.r0) : 0;
+  t.p0 = (long long)step[FDY_STEP_POSITION] + t.r0;
+  t.last = t.nr == 0 || t.p0 >= (long long)context
+               ? -1
+               : min(t.p0 + t.nr - 1, (long long)context - 1);
+  return t;
 }
 
 /* ---- prefill in float (SIMT) ---------------------------------------------
@@ -124,14 +123,18 @@ __global__ void __launch_bounds__(ATTENTION_THREADS)
   float *Os = Vs + PREFILL_KV * d;
 
   fdy_grid_launch_dependents();
-  prefill_tile pt;
-  if (!prefill_tile_of(step, rows, PREFILL_Q, heads, group, d, context, &pt)) {
+  /* tiles from the last (the most positions) to the first, heads inner */
+  const unsigned int tiles = (rows + PREFILL_Q - 1) / PREFILL_Q;
+  const prefill_tile pt = prefill_tile_at(
+      step, rows, PREFILL_Q, tiles - 1 - blockIdx.x / heads, context);
+  if (pt.nr == 0) {
     return;
   }
-  const unsigned int h = pt.h, r0 = pt.r0, nr = pt.nr;
+  const unsigned int h = blockIdx.x % heads, r0 = pt.r0, nr = pt.nr;
   const long long p0 = pt.p0, last = pt.last;
-  const unsigned long long q_dim = pt.q_dim, kv_dim = pt.kv_dim,
-                           kv_at = pt.kv_at;
+  const unsigned long long q_dim = (unsigned long long)heads * d,
+                           kv_dim = (unsigned long long)(heads / group) * d,
+                           kv_at = (unsigned long long)(h / group) * d;
   const unsigned int d4 = (d + 3) / 4;
   const unsigned int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   fdy_grid_wait();
@@ -275,34 +278,82 @@ static bool mma_fits(unsigned int d) {
   return d % 16 == 0 && d > 0 && d <= MMA_MAX_D;
 }
 
-/* Halves of a staged key row and of a staged (transposed) value row: 8
- * halves of padding put the 8 rows a fragment load reads in different
- * banks. */
+/* Halves of a key or value row staged in F16: 8 halves of padding put the
+ * 8 rows a fragment load (or an ldmatrix phase) reads in different banks
+ * ((d + 8) / 2 words a row, an odd number of 4-word groups). */
 static __host__ __device__ constexpr unsigned int mma_k_stride(unsigned int d) {
   return d + 8;
 }
-#define MMA_V_STRIDE (MMA_KV + 8)
+
+/* Bytes of one K/V stage (MMA_KV rows of keys, then of values) of a cache
+ * of F16 (rows of mma_k_stride(d) halves, used by the mma as they are) or
+ * of F32 (rows of d floats, converted into the F16 tile after the two
+ * stages). */
+static __host__ __device__ constexpr unsigned int
+mma_stage_bytes(unsigned int d, bool f16) {
+  return f16 ? 2 * MMA_KV * mma_k_stride(d) * 2 : 2 * MMA_KV * d * 4;
+}
 
 static __device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
   const __half2 h = __floats2half2_rn(lo, hi);
   return *(const uint32_t *)&h;
 }
 
-/* Elements at .. at + 3 of cache position p (at a multiple of 4) as four
- * halves (an F32 cache rounded to nearest even); zero past last. */
-static __device__ __forceinline__ uint2 load4_f16(const void *cache, bool f16,
-                                                  long long p, long long last,
-                                                  unsigned long long kv_dim,
-                                                  unsigned long long at) {
-  if (p > last) {
-    return make_uint2(0u, 0u);
+/* 16 bytes from global src to shared dst, asynchronously (cp.async, L2
+ * only); zeros instead when !full (src is not read). */
+static __device__ __forceinline__ void cp_async16(void *dst, const void *src,
+                                                  bool full) {
+  const unsigned int to = (unsigned int)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(to),
+               "l"(src), "r"(full ? 16 : 0)
+               : "memory");
+}
+
+static __device__ __forceinline__ void cp_async_commit(void) {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+/* Waits until at most N of this thread's committed groups are pending. */
+template <int N> static __device__ __forceinline__ void cp_async_wait(void) {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+/* Starts the copies of the key and value rows kv0 .. kv0 + MMA_KV - 1 of
+ * the kv head at kv_at (elements of ESIZE bytes) into the stage at st
+ * (keys, then values, rows of `stride` bytes); rows past last are zeros.
+ * The block's threads take 16-byte pieces i, i + blockDim.x, ... */
+template <unsigned int D, unsigned int ESIZE>
+static __device__ __forceinline__ void
+mma_stage_start(const void *k_cache, const void *v_cache, long long kv0,
+                long long last, unsigned long long kv_dim,
+                unsigned long long kv_at, unsigned char *st,
+                unsigned int stride) {
+  constexpr unsigned int PIECES = D * ESIZE / 16; /* of a row */
+  for (unsigned int i = threadIdx.x; i < MMA_KV * PIECES; i += blockDim.x) {
+    const unsigned int c = i / PIECES, j = i % PIECES;
+    const long long p = kv0 + c;
+    const bool full = p <= last;
+    const unsigned long long at =
+        ((unsigned long long)(full ? p : 0) * kv_dim + kv_at) * ESIZE + 16 * j;
+    unsigned char *to = st + c * stride + 16 * j;
+    cp_async16(to, (const unsigned char *)k_cache + at, full);
+    cp_async16(to + MMA_KV * stride, (const unsigned char *)v_cache + at, full);
   }
-  const unsigned long long i = (unsigned long long)p * kv_dim + at;
-  if (f16) {
-    return *(const uint2 *)((const uint16_t *)cache + i);
+}
+
+/* The F32 stage at st rounded to nearest even into the F16 tile at kw
+ * (keys, then values, rows of mma_k_stride(D) halves). */
+template <unsigned int D>
+static __device__ __forceinline__ void mma_convert(const float *st,
+                                                   __half *kw) {
+  constexpr unsigned int KS = mma_k_stride(D);
+  for (unsigned int i = threadIdx.x; i < 2 * MMA_KV * (D / 4);
+       i += blockDim.x) {
+    const unsigned int c = i / (D / 4), j = 4 * (i % (D / 4));
+    const float4 f = *(const float4 *)(st + c * D + j);
+    *(uint2 *)(kw + c * KS + j) =
+        make_uint2(half2_bits(f.x, f.y), half2_bits(f.z, f.w));
   }
-  const float4 f = *(const float4 *)((const float *)cache + i);
-  return make_uint2(half2_bits(f.x, f.y), half2_bits(f.z, f.w));
 }
 
 /* c += a b: m16n8k16, F16 in, F32 accumulate. */
@@ -315,50 +366,115 @@ static __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4],
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* Four 8 x 8 matrices of halves from shared memory: lanes 8 j .. 8 j + 7
+ * give the addresses of matrix j's rows (16 bytes each); lane 4 g + t gets
+ * in r[j] matrix j's elements [g][2 t] and [g][2 t + 1], or transposed
+ * (ldmatrix_x4_trans) [2 t][g] and [2 t + 1][g]. */
+static __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4],
+                                                   const __half *row) {
+  const unsigned int at = (unsigned int)__cvta_generic_to_shared(row);
+  asm volatile(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+      : "r"(at)
+      : "memory");
+}
+
+static __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4],
+                                                         const __half *row) {
+  const unsigned int at = (unsigned int)__cvta_generic_to_shared(row);
+  asm volatile(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+      : "r"(at)
+      : "memory");
+}
+
 /* Fragments (lane = 4 g + t): A (16 x 16) a0 = rows g, columns 2 t, 2 t + 1;
  * a1 = row g + 8, same columns; a2, a3 = columns + 8. B (16 x 8, k by n)
  * b0 = k 2 t, 2 t + 1 of column g; b1 = k + 8. C (16 x 8) c0, c1 = row g,
- * columns 2 t, 2 t + 1; c2, c3 = row g + 8. DK = d / 16. Shared memory:
- * the key tile (MMA_KV rows of mma_k_stride(d) halves), then the value
- * tile transposed (d rows of MMA_V_STRIDE halves). */
+ * columns 2 t, 2 t + 1; c2, c3 = row g + 8. DK = d / 16.
+ *
+ * Block (pair, kv head, part): 2 block_heads warps, warp w runs head
+ * part block_heads + w % block_heads of the kv head's group on query tile
+ * pair (w < block_heads) or tiles - 1 - pair (the other); warps of heads
+ * past the group's end, of a tile without active rows (or absent: the
+ * middle one of an odd number of tiles) stage their share of the key/value
+ * tiles but compute nothing. Shared memory: two stages (mma_stage_bytes), then
+ * for an F32 cache the F16 tile (keys, then values, rows of mma_k_stride(d)
+ * halves). */
 template <unsigned int DK>
-__global__ void __launch_bounds__(ATTENTION_THREADS)
+__global__ void __launch_bounds__(MMA_MAX_THREADS, 1)
     prefill_mma_kernel(const int32_t *step, const float *q, const void *k_cache,
                        const void *v_cache, bool f16, unsigned int heads,
-                       unsigned int group, unsigned int rows,
-                       unsigned long long context, float *out) {
+                       unsigned int group, unsigned int block_heads,
+                       unsigned int rows, unsigned long long context,
+                       float *out) {
   constexpr unsigned int D = 16 * DK, KS = mma_k_stride(D);
   extern __shared__ uint4 mma_shared[];
-  __half *Ks = (__half *)mma_shared;
-  __half *Vt = Ks + MMA_KV * KS;
+  unsigned char *stages = (unsigned char *)mma_shared;
+  const unsigned int stage_bytes =
+      f16 ? mma_stage_bytes(D, true) : mma_stage_bytes(D, false);
+  __half *work = (__half *)(stages + 2 * stage_bytes); /* F32 cache only */
   fdy_grid_launch_dependents();
 
-  prefill_tile pt;
-  if (!prefill_tile_of(step, rows, MMA_Q, heads, group, D, context, &pt)) {
+  /* pair j: tiles j and tiles - 1 - j of MMA_ROWS rows (the second absent
+   * when they coincide) */
+  const unsigned int parts = (group + block_heads - 1) / block_heads;
+  const unsigned int units = heads / group * parts;
+  const unsigned int tiles = (rows + MMA_ROWS - 1) / MMA_ROWS;
+  const unsigned int pair = blockIdx.x / units, unit = blockIdx.x % units;
+  const prefill_tile ta = prefill_tile_at(step, rows, MMA_ROWS, pair, context);
+  if (ta.nr == 0) { /* the other tile lies further still */
     return;
   }
-  const unsigned int h = pt.h, r0 = pt.r0, nr = pt.nr;
-  const long long p0 = pt.p0, last = pt.last;
-  const unsigned long long q_dim = pt.q_dim, kv_dim = pt.kv_dim,
-                           kv_at = pt.kv_at;
+  const unsigned int tile_b = tiles - 1 - pair;
+  const prefill_tile tb =
+      tile_b != pair ? prefill_tile_at(step, rows, MMA_ROWS, tile_b, context)
+                     : prefill_tile{0, 0, 0, -1};
+  const long long last = max(ta.last, tb.last); /* of the block */
   const unsigned int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const prefill_tile wt = warp < block_heads ? ta : tb; /* the warp's */
+  const unsigned int r0 = wt.r0, nr = wt.nr;
+  const long long p0 = wt.p0;
+  const unsigned int kvh = unit / parts;
+  const unsigned int in_group =
+      (unit % parts) * block_heads + warp % block_heads;
+  const unsigned int h = kvh * group + in_group;
+  const unsigned long long q_dim = (unsigned long long)heads * D,
+                           kv_dim = (unsigned long long)(heads / group) * D,
+                           kv_at = (unsigned long long)kvh * D;
+  /* warp-uniform: a head of the group and a tile with an active row */
+  const bool active = in_group < group && nr > 0;
   const unsigned int g = lane / 4, t = lane % 4;
-  const unsigned int ra = 16 * warp + g, rb = ra + 8; /* rows in the tile */
-  const long long pa = p0 + ra, pb = p0 + rb;         /* their positions */
+  const unsigned int ra = g, rb = g + 8;      /* rows in the warp's tile */
+  const long long pa = p0 + ra, pb = p0 + rb; /* their positions */
   fdy_grid_wait();
+
+  if (last >= 0) { /* the first tile's copies (none when no row is seen) */
+    if (f16) {
+      mma_stage_start<D, 2>(k_cache, v_cache, 0, last, kv_dim, kv_at, stages,
+                            KS * 2);
+    } else {
+      mma_stage_start<D, 4>(k_cache, v_cache, 0, last, kv_dim, kv_at, stages,
+                            D * 4);
+    }
+    cp_async_commit();
+  }
 
   uint32_t qa[DK][4];
   {
     const float *qra = q + (r0 + ra) * q_dim + (unsigned long long)h * D;
     const float *qrb = q + (r0 + rb) * q_dim + (unsigned long long)h * D;
+    const bool in_a = active && ra < nr, in_b = active && rb < nr;
 #pragma unroll
     for (unsigned int kk = 0; kk < DK; kk++) {
       const unsigned int c = 16 * kk + 2 * t;
       const float2 zero = make_float2(0.0f, 0.0f);
-      const float2 a0 = ra < nr ? *(const float2 *)(qra + c) : zero;
-      const float2 a2 = ra < nr ? *(const float2 *)(qra + c + 8) : zero;
-      const float2 b0 = rb < nr ? *(const float2 *)(qrb + c) : zero;
-      const float2 b2 = rb < nr ? *(const float2 *)(qrb + c + 8) : zero;
+      const float2 a0 = in_a ? *(const float2 *)(qra + c) : zero;
+      const float2 a2 = in_a ? *(const float2 *)(qra + c + 8) : zero;
+      const float2 b0 = in_b ? *(const float2 *)(qrb + c) : zero;
+      const float2 b2 = in_b ? *(const float2 *)(qrb + c + 8) : zero;
       qa[kk][0] = half2_bits(a0.x, a0.y);
       qa[kk][1] = half2_bits(b0.x, b0.y);
       qa[kk][2] = half2_bits(a2.x, a2.y);
@@ -375,59 +491,77 @@ __global__ void __launch_bounds__(ATTENTION_THREADS)
   const float scale_log2 =
       (float)(1.0 / sqrt((double)D) * 1.4426950408889634074);
 
-  for (long long kv0 = 0; kv0 <= last; kv0 += MMA_KV) {
-    __syncthreads(); /* the previous tile is used up */
-    /* keys: lanes along a row (coalesced loads, 8-byte stores) */
-    for (unsigned int i = tid; i < MMA_KV * (D / 4); i += ATTENTION_THREADS) {
-      const unsigned int c = i / (D / 4), j = 4 * (i % (D / 4));
-      *(uint2 *)(Ks + c * KS + j) =
-          load4_f16(k_cache, f16, kv0 + c, last, kv_dim, kv_at + j);
+  unsigned int s = 0; /* the stage of the tile at kv0 */
+  for (long long kv0 = 0; kv0 <= last; kv0 += MMA_KV, s ^= 1u) {
+    __syncthreads(); /* the tile before is used up (its stage, the F16 tile) */
+    if (kv0 + MMA_KV <= last) {
+      unsigned char *next = stages + (s ^ 1u) * stage_bytes;
+      if (f16) {
+        mma_stage_start<D, 2>(k_cache, v_cache, kv0 + MMA_KV, last, kv_dim,
+                              kv_at, next, KS * 2);
+      } else {
+        mma_stage_start<D, 4>(k_cache, v_cache, kv0 + MMA_KV, last, kv_dim,
+                              kv_at, next, D * 4);
+      }
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
     }
-    /* values: lanes along the positions (the transposed stores of a warp
-     * fill consecutive halves) */
-    for (unsigned int i = tid; i < MMA_KV * (D / 4); i += ATTENTION_THREADS) {
-      const unsigned int c = i % MMA_KV, j = 4 * (i / MMA_KV);
-      const uint2 vh =
-          load4_f16(v_cache, f16, kv0 + c, last, kv_dim, kv_at + j);
-      uint16_t *vt = (uint16_t *)Vt + j * MMA_V_STRIDE + c;
-      vt[0] = (uint16_t)(vh.x & 0xffffu);
-      vt[MMA_V_STRIDE] = (uint16_t)(vh.x >> 16);
-      vt[2 * MMA_V_STRIDE] = (uint16_t)(vh.y & 0xffffu);
-      vt[3 * MMA_V_STRIDE] = (uint16_t)(vh.y >> 16);
+    __syncthreads(); /* the tile at kv0 has landed, every thread's part */
+    const __half *Ks;
+    if (f16) {
+      Ks = (const __half *)(stages + s * stage_bytes);
+    } else {
+      mma_convert<D>((const float *)(stages + s * stage_bytes), work);
+      __syncthreads();
+      Ks = work;
     }
-    __syncthreads();
+    const __half *Vs = Ks + MMA_KV * KS;
+    if (!active || kv0 > wt.last) {
+      continue;
+    }
 
-    float s[8][4];
+    float sc[8][4];
 #pragma unroll
     for (unsigned int n = 0; n < 8; n++) {
-      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+      sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
     }
+    /* S = q k: per k-step the keys' B fragments of n-tiles 2 i, 2 i + 1 by
+     * one ldmatrix (matrices: positions 16 i / 16 i + 8 x elements + 0 /
+     * + 8), all loaded before the k-step's mma */
+    const __half *krow =
+        Ks + (lane % 8 + 8 * (lane / 16)) * KS + 8 * ((lane / 8) % 2);
 #pragma unroll
     for (unsigned int kk = 0; kk < DK; kk++) {
+      uint32_t kb[4][4];
 #pragma unroll
-      for (unsigned int n = 0; n < 8; n++) {
-        const __half *kr = Ks + (8 * n + g) * KS + 16 * kk + 2 * t;
-        mma16816(s[n], qa[kk], *(const uint32_t *)kr,
-                 *(const uint32_t *)(kr + 8));
+      for (unsigned int i = 0; i < 4; i++) {
+        ldmatrix_x4(kb[i], krow + 16 * i * KS + 16 * kk);
+      }
+#pragma unroll
+      for (unsigned int i = 0; i < 4; i++) {
+        mma16816(sc[2 * i], qa[kk], kb[i][0], kb[i][1]);
+        mma16816(sc[2 * i + 1], qa[kk], kb[i][2], kb[i][3]);
       }
     }
     /* the causal mask, where the tile reaches past the warp's first row */
-    if (kv0 + MMA_KV - 1 > p0 + 16 * warp) {
+    if (kv0 + MMA_KV - 1 > p0) {
 #pragma unroll
       for (unsigned int n = 0; n < 8; n++) {
         const long long p = kv0 + 8 * n + 2 * t;
-        s[n][0] = p > pa ? -CUDART_INF_F : s[n][0];
-        s[n][1] = p + 1 > pa ? -CUDART_INF_F : s[n][1];
-        s[n][2] = p > pb ? -CUDART_INF_F : s[n][2];
-        s[n][3] = p + 1 > pb ? -CUDART_INF_F : s[n][3];
+        sc[n][0] = p > pa ? -CUDART_INF_F : sc[n][0];
+        sc[n][1] = p + 1 > pa ? -CUDART_INF_F : sc[n][1];
+        sc[n][2] = p > pb ? -CUDART_INF_F : sc[n][2];
+        sc[n][3] = p + 1 > pb ? -CUDART_INF_F : sc[n][3];
       }
     }
 
     float mx_a = m_a, mx_b = m_b;
 #pragma unroll
     for (unsigned int n = 0; n < 8; n++) {
-      mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
-      mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
+      mx_a = fmaxf(mx_a, fmaxf(sc[n][0], sc[n][1]));
+      mx_b = fmaxf(mx_b, fmaxf(sc[n][2], sc[n][3]));
     }
     mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
     mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
@@ -454,25 +588,37 @@ __global__ void __launch_bounds__(ATTENTION_THREADS)
 #pragma unroll
     for (unsigned int n = 0; n < 8; n++) {
       const __half2 ha =
-          __floats2half2_rn(exp2f((s[n][0] - base_a) * scale_log2),
-                            exp2f((s[n][1] - base_a) * scale_log2));
+          __floats2half2_rn(exp2f((sc[n][0] - base_a) * scale_log2),
+                            exp2f((sc[n][1] - base_a) * scale_log2));
       const __half2 hb =
-          __floats2half2_rn(exp2f((s[n][2] - base_b) * scale_log2),
-                            exp2f((s[n][3] - base_b) * scale_log2));
+          __floats2half2_rn(exp2f((sc[n][2] - base_b) * scale_log2),
+                            exp2f((sc[n][3] - base_b) * scale_log2));
       l_a += __low2float(ha) + __high2float(ha);
       l_b += __low2float(hb) + __high2float(hb);
       pf[n / 2][2 * (n % 2)] = *(const uint32_t *)&ha;
       pf[n / 2][2 * (n % 2) + 1] = *(const uint32_t *)&hb;
     }
+    /* O += P V: per k-step the B fragments of n-tiles 2 i, 2 i + 1 by one
+     * ldmatrix (matrices: positions + 0 / + 8 x elements 16 i / 16 i + 8),
+     * all loaded before the k-step's mma */
+    const __half *vrow =
+        Vs + (lane % 8 + 8 * ((lane / 8) % 2)) * KS + 8 * (lane / 16);
 #pragma unroll
     for (unsigned int kk = 0; kk < 4; kk++) {
+      uint32_t vb[DK][4];
 #pragma unroll
-      for (unsigned int n = 0; n < 2 * DK; n++) {
-        const __half *vr = Vt + (8 * n + g) * MMA_V_STRIDE + 16 * kk + 2 * t;
-        mma16816(o[n], pf[kk], *(const uint32_t *)vr,
-                 *(const uint32_t *)(vr + 8));
+      for (unsigned int i = 0; i < DK; i++) {
+        ldmatrix_x4_trans(vb[i], vrow + 16 * kk * KS + 16 * i);
+      }
+#pragma unroll
+      for (unsigned int i = 0; i < DK; i++) {
+        mma16816(o[2 * i], pf[kk], vb[i][0], vb[i][1]);
+        mma16816(o[2 * i + 1], pf[kk], vb[i][2], vb[i][3]);
       }
     }
+  }
+  if (!active) {
+    return;
   }
 
   l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
@@ -505,6 +651,8 @@ __global__ void __launch_bounds__(ATTENTION_THREADS)
 
 typedef struct prefill_shape {
   unsigned int heads, group, d, rows;
+  unsigned int block_heads; /* tensor cores: query heads of a block */
+  unsigned int parts;       /* tensor cores: blocks of a kv head's group */
   unsigned long long context;
   bool f16, vec, mma;
 } prefill_shape;
@@ -519,20 +667,24 @@ static prefill_shape prefill_shape_of(const fdy_op *op) {
   s.f16 = op->inputs[4].dtype == FDY_DTYPE_F16;
   s.vec = s.d % 4 == 0;
   s.mma = mma_fits(s.d);
+  s.parts = (s.group + MMA_MAX_HEADS - 1) / MMA_MAX_HEADS;
+  s.block_heads = (s.group + s.parts - 1) / s.parts;
   return s;
 }
 
 static uint64_t prefill_blocks(const prefill_shape *s) {
-  const unsigned int per = s->mma ? MMA_Q : PREFILL_Q;
-  return (uint64_t)((s->rows + per - 1) / per) * s->heads;
+  if (s->mma) {
+    const uint64_t tiles = (s->rows + MMA_ROWS - 1) / MMA_ROWS;
+    return (tiles + 1) / 2 * (s->heads / s->group) * s->parts;
+  }
+  return (uint64_t)((s->rows + PREFILL_Q - 1) / PREFILL_Q) * s->heads;
 }
 
 extern "C" uint64_t fdy_cuda_attention_prefill_shared_bytes(const fdy_op *op) {
   const prefill_shape s = prefill_shape_of(op);
   if (s.mma) {
-    return ((uint64_t)MMA_KV * mma_k_stride(s.d) +
-            (uint64_t)s.d * MMA_V_STRIDE) *
-           sizeof(__half);
+    return 2 * (uint64_t)mma_stage_bytes(s.d, s.f16) +
+           (s.f16 ? 0 : (uint64_t)2 * MMA_KV * mma_k_stride(s.d) * 2);
   }
   return PREFILL_Q * sizeof(double) +
          (PREFILL_Q * (PREFILL_S_WIDTH + 2) +
@@ -549,17 +701,18 @@ extern "C" bool fdy_cuda_attention_prefill_grid_fits(const fdy_op *op) {
 /* The tensor-core kernel of head_dim 16 (i + 1). */
 static void (*const mma_kernels[MMA_MAX_D / 16])(
     const int32_t *, const float *, const void *, const void *, bool,
-    unsigned int, unsigned int, unsigned int, unsigned long long, float *) = {
-    prefill_mma_kernel<1>, prefill_mma_kernel<2>, prefill_mma_kernel<3>,
-    prefill_mma_kernel<4>, prefill_mma_kernel<5>, prefill_mma_kernel<6>,
-    prefill_mma_kernel<7>, prefill_mma_kernel<8>};
+    unsigned int, unsigned int, unsigned int, unsigned int, unsigned long long,
+    float *) = {prefill_mma_kernel<1>, prefill_mma_kernel<2>,
+                prefill_mma_kernel<3>, prefill_mma_kernel<4>,
+                prefill_mma_kernel<5>, prefill_mma_kernel<6>,
+                prefill_mma_kernel<7>, prefill_mma_kernel<8>};
 
 extern "C" cudaError_t fdy_cuda_attention_prefill_prepare(uint64_t smem_optin) {
   cudaError_t rc =
       fdy_cuda_allow_dynamic_shared((const void *)prefill_kernel, smem_optin);
   for (size_t i = 0; rc == cudaSuccess && i < MMA_MAX_D / 16; i++) {
-    struct cudaFuncAttributes attributes;
-    rc = cudaFuncGetAttributes(&attributes, (const void *)mma_kernels[i]);
+    rc =
+        fdy_cuda_allow_dynamic_shared((const void *)mma_kernels[i], smem_optin);
   }
   return rc;
 }
@@ -575,9 +728,9 @@ fdy_cuda_attention_prefill_enqueue(const fdy_cuda_op_args *a,
   float *out = (float *)a->out;
   if (s.mma) {
     return fdy_launch(a->dependent, mma_kernels[s.d / 16 - 1], grid,
-                      dim3(ATTENTION_THREADS), shared, stream, step, q,
+                      dim3(32 * 2 * s.block_heads), shared, stream, step, q,
                       (const void *)a->in[4], (const void *)a->in[5], s.f16,
-                      s.heads, s.group, s.rows, s.context, out);
+                      s.heads, s.group, s.block_heads, s.rows, s.context, out);
   }
   return fdy_launch(a->dependent, prefill_kernel, grid, dim3(ATTENTION_THREADS),
                     shared, stream, step, q, (const void *)a->in[4],
