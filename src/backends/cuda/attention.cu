@@ -1,52 +1,18 @@
-/* ATTENTION and ROPE_ATTENTION on CUDA: one of three variants chosen from
- * the shapes alone (the rows of q, the cache's length, dtype and head_dim;
- * ROPE_ATTENTION is decode only). Every kernel is a programmatic dependent
- * launch when the op asks (cuda_device.h).
+/* ATTENTION and ROPE_ATTENTION on CUDA: one of two variants chosen from the
+ * shapes alone (the rows of q; ROPE_ATTENTION is decode only). Every kernel
+ * is a programmatic dependent launch when the op asks (cuda_device.h).
  *
- * 1. decode at short contexts (q has one row, head_dim a multiple of 4 of
- *    at most 1024 with rows of a multiple of 16 bytes, and a CTA's span of
- *    ceil(context / CLUSTER_CTAS) positions at most CLUSTER_MAX_SPAN with
- *    its K and V rows within CLUSTER_KV_BYTES): cluster_decode_kernel, a
- *    thread-block cluster of CLUSTER_CTAS CTAs per kv head slice (up to
- *    DECODE_GROUP query heads of one kv head), no workspace, no counter.
- *    CTA r takes positions r span .. (r + 1) span - 1 up to the step's
- *    position p. Before fdy_grid_wait (step and parameters only) it asks
- *    L2 for the span's key and value rows before p (cp.async.bulk.prefetch:
- *    a hint that changes no result; earlier launches of the op wrote those
- *    rows), computes the rope's cos and sin of each pair (double, rounded
- *    to float) and sets up two transaction barriers; after it, one warp asks
- *    the tensor memory accelerator for every cached key row of the span,
- *    then every value row (cp.async.bulk, one row each, all in flight at
- *    once, keys and values on their own barriers), while the other
- *    threads stage the heads' q rows (rotated for ROPE_ATTENTION as in
- *    variant 2) and, in the CTA holding p, the step's k and v rows as the
- *    cache holds them into the span's last rows (slice 0 also appends
- *    them to the caches; position p is never read from the cache). Once
- *    the keys land: scores by teams of CLUSTER_TEAM lanes per position,
- *    CLUSTER_BATCH positions at once (lane s sums elements 4 s ..,
- *    4 (s + CLUSTER_TEAM) .. in order, then a butterfly over the team)
- *    times (float)(1 / sqrt(d)); per head the span's m, e = expf(s - m)
- *    and their float sum l (lanes, then a butterfly); once the values
- *    land, the unnormalized sum of e v (thread t: positions t / d4,
- *    t / d4 + parts, ... of column t % d4, the parts added in order).
- *    Then the cluster's barrier, and the combine through
- *    distributed shared memory: M = max m_r, w_r = expf(m_r - M), L = sum
- *    of l_r w_r in double (a butterfly), output element j = (sum over r in
- *    rank order of w_r o_r[j]) * (float)(1 / L), CTA r writing elements
- *    r blockDim.x + t, ...; a last cluster barrier keeps every CTA's
- *    shared memory alive until the others have read it. Every order of
- *    addition follows the shapes (span, head_dim) only.
- * 2. decode (q has one row) otherwise: one kernel, launched through
- *    fdy_launch (a programmatic dependent launch when the op asks: the
- *    step is read before fdy_grid_wait, q, k, v and the caches after).
- *    Each block first puts its heads' q rows and its kv head's new k row
- *    in shared memory; for ROPE_ATTENTION rotated there by the rope at
- *    position p (each thread's cos and sin in double, rounded to float,
- *    the rotation the CPU's float expression without FMA), so the cache
- *    receives the rotated k bitwise as the CPU's rope then attention
- *    append it. The positions 0..p are cut into chunks of
- *    decode_chunk(context) positions (a power of two from 16, so that a
- *    full cache has at most DECODE_MAX_CHUNKS chunks). Block
+ * 1. decode (q has one row): one kernel, launched through fdy_launch (a
+ *    programmatic dependent launch when the op asks: the step is read
+ *    before fdy_grid_wait, q, k, v and the caches after). Each block first
+ *    puts its heads' q rows and its kv head's new k row in shared memory;
+ *    for ROPE_ATTENTION rotated there by the rope at position p (each
+ *    thread's cos and sin in double, rounded to float, the rotation the
+ *    CPU's float expression without FMA), so the cache receives the
+ *    rotated k bitwise as the CPU's rope then attention append it.
+ *    The positions 0..p are cut into chunks of decode_chunk(context)
+ *    positions (a power of two from 16, so that a full cache has at most
+ *    DECODE_MAX_CHUNKS chunks). Block
  *    (kv head, slice, y) takes chunks y, y + gridDim.y, ... for up to
  *    DECODE_GROUP query heads of that kv head, which share its K and V
  *    loads: each warp dots DECODE_INFLIGHT key rows at once with the
@@ -73,7 +39,7 @@
  *    warps' sums in order. The grid's y extent follows the multiprocessor
  *    count; the chunk size and every order of addition follow the shapes
  *    only.
- * 3. prefill (several rows): the append kernel (block t stores rows t of
+ * 2. prefill (several rows): the append kernel (block t stores rows t of
  *    k and v at cache position p0 + t, for the step's rows whose position
  *    lies in the cache), then flash attention (attention_prefill.cu).
  *
@@ -81,19 +47,15 @@
  * float summed in double, sequential float sums over positions): every
  * weight here is the CPU's up to a few roundings (expf of a shifted score
  * times one or a few expf rescales, each within 2 ulp), and the sums over
- * positions are shorter (spans, chunks, tiles) than the CPU's sequential
- * ones, so the relative difference stays near the CPU's own rounding error
- * (see docs/tuning-log.md, "flash attention").
+ * positions are shorter (chunks, tiles) than the CPU's sequential ones, so
+ * the relative difference stays near the CPU's own rounding error (see
+ * docs/tuning-log.md, "flash attention").
  *
  * A row whose position lies outside the cache is NaN. Rows at or beyond
  * the step's count are neither read nor written; the count and p0 are read
  * by the kernels when they run. */
 #include "cuda_device.h"
 #include "cuda_internal.h"
-
-#include <cooperative_groups.h>
-
-namespace cg = cooperative_groups;
 
 #define APPEND_THREADS    256
 #define ATTENTION_THREADS 128
@@ -104,13 +66,6 @@ namespace cg = cooperative_groups;
 #define DECODE_MIN_CHUNK  16  /* positions, a power of two */
 #define DECODE_MAX_CHUNKS 128 /* chunks of a full cache */
 #define DECODE_BLOCKS_SM  6   /* decode blocks per multiprocessor */
-
-#define CLUSTER_CTAS     8            /* CTAs of a cluster (a kv head slice) */
-#define CLUSTER_THREADS  256          /* threads of a cluster CTA */
-#define CLUSTER_TEAM     8            /* lanes that dot one key row */
-#define CLUSTER_BATCH    4            /* key rows a team dots at once */
-#define CLUSTER_MAX_SPAN 1024u        /* most positions of a cluster CTA */
-#define CLUSTER_KV_BYTES (128u << 10) /* most K and V bytes a CTA holds */
 
 static __device__ __forceinline__ void
 cache_store(void *cache, bool f16, unsigned long long i, float v) {
@@ -585,422 +540,6 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
   }
 }
 
-/* ---- decode at short contexts: one cluster per kv head slice ------------
- */
-
-/* Bytes (from 0) of a cluster CTA's shared memory: its span's key rows,
- * then its value rows (row = d elements in the cache's dtype, a multiple
- * of 16 bytes), its heads' q rows (float4 units, DECODE_GROUP x d4), the
- * parts' partial outputs (CLUSTER_THREADS x DECODE_GROUP float4, at most;
- * PV below), the CTA's partial outputs (DECODE_GROUP x d4 float4, read by
- * the other CTAs), the scores (DECODE_GROUP x stride floats, stride the
- * span rounded up to 4), the heads' (m, l) (read by the other CTAs), the
- * rope's (cos, sin) per pair, the combine's weights (DECODE_GROUP x
- * CLUSTER_CTAS floats) and 1 / L (DECODE_GROUP floats). */
-typedef struct cluster_layout {
-  unsigned int k, v, q, part, o, scores, stride, ml, cs, w, inv, bytes;
-} cluster_layout;
-
-static __host__ __device__ __forceinline__ cluster_layout
-cluster_layout_of(unsigned int span, unsigned int d, unsigned int esize) {
-  const unsigned int row = d * esize;
-  cluster_layout l;
-  l.k = 0;
-  l.v = span * row;
-  l.q = 2 * span * row;
-  l.part = l.q + DECODE_GROUP * d * 4;
-  l.o = l.part + CLUSTER_THREADS * DECODE_GROUP * 16;
-  l.scores = l.o + DECODE_GROUP * d * 4;
-  l.stride = (span + 3) / 4 * 4;
-  l.ml = l.scores + DECODE_GROUP * l.stride * 4;
-  l.cs = l.ml + DECODE_GROUP * 8;
-  l.w = l.cs + d / 2 * 8;
-  l.inv = l.w + DECODE_GROUP * CLUSTER_CTAS * 4;
-  l.bytes = l.inv + DECODE_GROUP * 4;
-  return l;
-}
-
-static __device__ __forceinline__ unsigned int shared_address(const void *p) {
-  return (unsigned int)__cvta_generic_to_shared(p);
-}
-
-/* The CTA's transaction barrier: one arrival (with the bytes expected) per
- * phase; only phase 0 is used. */
-static __device__ __forceinline__ void mbarrier_init(uint64_t *bar) {
-  asm volatile(
-      "mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(bar))
-      : "memory");
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_expect(uint64_t *bar,
-                                                       unsigned int bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
-                   shared_address(bar)),
-               "r"(bytes)
-               : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_wait0(uint64_t *bar) {
-  unsigned int done = 0;
-  while (!done) {
-    asm volatile("{\n"
-                 ".reg .pred ready;\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 ready, [%1], 0;\n"
-                 "selp.u32 %0, 1, 0, ready;\n"
-                 "}"
-                 : "=r"(done)
-                 : "r"(shared_address(bar))
-                 : "memory");
-  }
-}
-
-/* bytes (a multiple of 16, both addresses 16-byte aligned) from global src
- * to shared dst by the tensor memory accelerator, counted on bar. */
-static __device__ __forceinline__ void
-bulk_load(void *dst, const void *src, unsigned int bytes, uint64_t *bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::"
-               "bytes [%0], [%1], %2, [%3];" ::"r"(shared_address(dst)),
-               "l"(src), "r"(bytes), "r"(shared_address(bar))
-               : "memory");
-}
-
-/* Asks L2 for bytes (a multiple of 16) at src (16-byte aligned): a hint,
- * nothing waits for it and no result depends on it. */
-static __device__ __forceinline__ void bulk_prefetch_l2(const void *src,
-                                                        unsigned int bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src),
-               "r"(bytes)
-               : "memory");
-}
-
-/* Elements 4 j4 .. 4 j4 + 3 of a row in shared memory in the cache's
- * dtype. */
-static __device__ __forceinline__ float4 shared_row4(const void *row, bool f16,
-                                                     unsigned int j4) {
-  if (f16) {
-    const uint2 w = ((const uint2 *)row)[j4];
-    return make_float4(
-        __half2float(__ushort_as_half((unsigned short)w.x)),
-        __half2float(__ushort_as_half((unsigned short)(w.x >> 16))),
-        __half2float(__ushort_as_half((unsigned short)w.y)),
-        __half2float(__ushort_as_half((unsigned short)(w.y >> 16))));
-  }
-  return ((const float4 *)row)[j4];
-}
-
-static __device__ __forceinline__ float4 add4(float4 a, float4 b) {
-  return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
-}
-
-/* Cluster x / CLUSTER_CTAS (kv head x slices + slice) takes the query
- * heads of its slice; its CTA of rank r the positions r span .. (r + 1)
- * span - 1 up to the last. See the file's header (variant 1). */
-__global__ void __cluster_dims__(CLUSTER_CTAS, 1,
-                                 1) __launch_bounds__(CLUSTER_THREADS, 1)
-    cluster_decode_kernel(const int32_t *step, const float *q,
-                          const float *k_new, const float *v_new, void *k_cache,
-                          void *v_cache, bool f16, unsigned int heads,
-                          unsigned int group, unsigned int slices,
-                          unsigned int d, unsigned long long context,
-                          unsigned int span, float *out, bool rope,
-                          const __grid_constant__ decode_rope table) {
-  extern __shared__ float4 cluster_shared[];
-  __shared__ uint64_t bar[2]; /* the key rows', the value rows' */
-  cg::cluster_group cluster = cg::this_cluster();
-  const unsigned int esize = f16 ? 2 : 4;
-  const unsigned int row = d * esize, d4 = d / 4, half = d / 2;
-  const cluster_layout lay = cluster_layout_of(span, d, esize);
-  unsigned char *base = (unsigned char *)cluster_shared;
-  unsigned char *k_rows = base + lay.k, *v_rows = base + lay.v;
-  float4 *q4 = (float4 *)(base + lay.q);
-  float4 *part_out = (float4 *)(base + lay.part);
-  float4 *o4 = (float4 *)(base + lay.o);
-  float *scores = (float *)(base + lay.scores);
-  float2 *ml = (float2 *)(base + lay.ml);
-  float2 *cs = (float2 *)(base + lay.cs);
-  float *weight = (float *)(base + lay.w), *inv = (float *)(base + lay.inv);
-  fdy_grid_launch_dependents();
-  if (fdy_active_rows(step, 1) == 0) {
-    return;
-  }
-  const unsigned int rank = cluster.block_rank();
-  const unsigned int x = blockIdx.x / CLUSTER_CTAS;
-  const unsigned int kv_head = x / slices;
-  const unsigned int g0 = (x % slices) * DECODE_GROUP;
-  const unsigned int gn = min((unsigned int)DECODE_GROUP, group - g0);
-  const unsigned int h0 = kv_head * group + g0;
-  const long long last_p = row_position(step, 0, context);
-  if (last_p < 0) {
-    fdy_grid_wait();
-    for (unsigned int i = threadIdx.x; rank == 0 && i < gn * d;
-         i += blockDim.x) {
-      out[(unsigned long long)h0 * d + i] = CUDART_NAN_F;
-    }
-    return;
-  }
-  const unsigned long long last = (unsigned long long)last_p;
-  const unsigned long long begin = (unsigned long long)rank * span;
-  const unsigned int n =
-      begin > last
-          ? 0
-          : (unsigned int)min((unsigned long long)span, last + 1 - begin);
-  const bool holds_last = n > 0 && begin + n - 1 == last;
-  const unsigned int cached = holds_last ? n - 1 : n; /* rows from cache */
-  const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-
-  /* before the wait (the step and the parameters only): L2 is asked for
-   * the span's cached key and value rows (thread i: row i; positions
-   * before the step's, which earlier launches of this op wrote; a hint
-   * that changes no result, so that the loads after the wait find L2 when
-   * the kernel before still runs), the barriers, and the rope's cos and
-   * sin of each pair at position `last` in double, rounded to float */
-  const unsigned long long kv_dim = (unsigned long long)(heads / group) * d;
-  const unsigned long long kv_at = (unsigned long long)kv_head * d;
-  for (unsigned int i = threadIdx.x; i < 2 * cached; i += blockDim.x) {
-    const bool is_v = i >= cached;
-    const unsigned int r = is_v ? i - cached : i;
-    bulk_prefetch_l2((const unsigned char *)(is_v ? v_cache : k_cache) +
-                         ((begin + r) * kv_dim + kv_at) * esize,
-                     row);
-  }
-  if (threadIdx.x == 0) {
-    mbarrier_init(&bar[0]);
-    mbarrier_init(&bar[1]);
-  }
-  for (unsigned int j = threadIdx.x; rope && j < half; j += blockDim.x) {
-    double ds = 0.0, dc = 0.0;
-    sincos((double)last * table.inv[j], &ds, &dc);
-    cs[j] = make_float2((float)dc, (float)ds);
-  }
-  __syncthreads();
-  fdy_grid_wait(); /* q, k, v and the caches come from the kernels before */
-
-  /* warp 0: the span's cached key rows, then its value rows, all at once
-   * (the keys counted on bar[0], the values on bar[1]) */
-  if (warp == 0) {
-    if (lane == 0) {
-      mbarrier_expect(&bar[0], cached * row);
-      mbarrier_expect(&bar[1], cached * row);
-    }
-    __syncwarp();
-    for (unsigned int i = lane; i < 2 * cached; i += 32) {
-      const bool is_v = i >= cached;
-      const unsigned int r = is_v ? i - cached : i;
-      const unsigned long long at = ((begin + r) * kv_dim + kv_at) * esize;
-      bulk_load((is_v ? v_rows : k_rows) + r * row,
-                (const unsigned char *)(is_v ? v_cache : k_cache) + at, row,
-                &bar[is_v ? 1 : 0]);
-    }
-  }
-  /* q rows 0 .. gn - 1 of the slice's heads (row gn: the step's k), rotated
-   * by the rope for ROPE_ATTENTION (item i: row i / half, pair i % half;
-   * the CPU's float expressions without FMA); the CTA holding the last
-   * position puts the step's k and v rows, as the cache holds them, in its
-   * last rows, and slice 0's appends them to the caches */
-  const unsigned long long append = last * kv_dim + kv_at;
-  const bool appends = holds_last && g0 == 0;
-  void *k_last = k_rows + (holds_last ? (n - 1) * row : 0);
-  void *v_last = v_rows + (holds_last ? (n - 1) * row : 0);
-  const unsigned int items = (gn + 1) * (rope ? half : d);
-  for (unsigned int i = threadIdx.x; i < items; i += blockDim.x) {
-    const unsigned int r = rope ? i / half : i / d;
-    const unsigned int j = rope ? i % half : i % d;
-    const float *src =
-        r < gn ? q + (unsigned long long)(h0 + r) * d : k_new + kv_at;
-    float y0 = src[j], y1 = 0.0f;
-    if (rope) {
-      const float x1 = src[j + half];
-      const float2 c = cs[j];
-      y1 = __fadd_rn(__fmul_rn(x1, c.x), __fmul_rn(y0, c.y));
-      y0 = __fsub_rn(__fmul_rn(y0, c.x), __fmul_rn(x1, c.y));
-    }
-    if (r < gn) {
-      float *dst = (float *)(q4 + r * d4);
-      dst[j] = y0;
-      if (rope) {
-        dst[j + half] = y1;
-      }
-      continue;
-    }
-    if (holds_last) {
-      cache_store(k_last, f16, j, y0);
-      if (rope) {
-        cache_store(k_last, f16, j + half, y1);
-      }
-    }
-    if (appends) {
-      cache_store(k_cache, f16, append + j, y0);
-      if (rope) {
-        cache_store(k_cache, f16, append + j + half, y1);
-      }
-    }
-  }
-  for (unsigned int j = threadIdx.x; holds_last && j < d; j += blockDim.x) {
-    const float y = v_new[kv_at + j];
-    cache_store(v_last, f16, j, y);
-    if (appends) {
-      cache_store(v_cache, f16, append + j, y);
-    }
-  }
-  __syncthreads();
-  mbarrier_wait0(&bar[0]);
-
-  /* scores: a team of CLUSTER_TEAM lanes per position, CLUSTER_BATCH
-   * positions at once (team t: positions p0 + t + u teams, u below
-   * CLUSTER_BATCH; each q element read once for them); lane s of a team
-   * sums elements 4 s .., 4 (s + CLUSTER_TEAM) .., ... in order, then a
-   * butterfly over the team, times (float)(1 / sqrt(d)) */
-  const float scale = (float)(1.0 / sqrt((double)d));
-  const unsigned int teams = CLUSTER_THREADS / CLUSTER_TEAM;
-  const unsigned int team = threadIdx.x / CLUSTER_TEAM;
-  const unsigned int sub = threadIdx.x % CLUSTER_TEAM;
-  for (unsigned int p0 = 0; p0 < n; p0 += teams * CLUSTER_BATCH) {
-    float dot[CLUSTER_BATCH][DECODE_GROUP];
-#pragma unroll
-    for (int u = 0; u < CLUSTER_BATCH; u++) {
-#pragma unroll
-      for (int g = 0; g < DECODE_GROUP; g++) {
-        dot[u][g] = 0.0f;
-      }
-    }
-    for (unsigned int j4 = sub; j4 < d4; j4 += CLUSTER_TEAM) {
-      float4 key[CLUSTER_BATCH];
-#pragma unroll
-      for (int u = 0; u < CLUSTER_BATCH; u++) {
-        const unsigned int pp = p0 + team + u * teams;
-        key[u] = pp < n ? shared_row4(k_rows + pp * row, f16, j4)
-                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      }
-#pragma unroll
-      for (int g = 0; g < DECODE_GROUP; g++) {
-        if ((unsigned int)g < gn) {
-          const float4 qv = q4[g * d4 + j4];
-#pragma unroll
-          for (int u = 0; u < CLUSTER_BATCH; u++) {
-            dot[u][g] = dot4(qv, key[u], dot[u][g]);
-          }
-        }
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < CLUSTER_BATCH; u++) {
-      const unsigned int pp = p0 + team + u * teams;
-#pragma unroll
-      for (int g = 0; g < DECODE_GROUP; g++) {
-        if ((unsigned int)g < gn) {
-          float s = dot[u][g];
-          for (int offset = CLUSTER_TEAM / 2; offset > 0; offset /= 2) {
-            s += __shfl_xor_sync(0xffffffffu, s, offset);
-          }
-          if (sub == 0 && pp < n) {
-            scores[g * lay.stride + pp] = s * scale;
-          }
-        }
-      }
-    }
-  }
-  __syncthreads();
-  /* warp g: head g's maximum m over the span, e = expf(s - m) in place of
-   * the scores, l = their float sum (lanes, then a butterfly) */
-  if (warp < gn) {
-    float *s = scores + warp * lay.stride;
-    float m = -CUDART_INF_F;
-    for (unsigned int i = lane; i < n; i += 32) {
-      m = fmaxf(m, s[i]);
-    }
-    m = warp_max(m);
-    float l = 0.0f;
-    for (unsigned int i = lane; i < n; i += 32) {
-      const float e = expf(s[i] - m);
-      s[i] = e;
-      l += e;
-    }
-    l = fdy_warp_sum(l);
-    if (lane == 0) {
-      ml[warp] = make_float2(m, l);
-    }
-  }
-  __syncthreads();
-  /* the weighted values: thread t sums positions t / d4, t / d4 + parts,
-   * ... of column t % d4 for every head (parts = CLUSTER_THREADS / d4),
-   * then the parts' sums are added in part order (zero for an empty span),
-   * once the value rows have landed */
-  mbarrier_wait0(&bar[1]);
-  const unsigned int parts = CLUSTER_THREADS / d4;
-  const unsigned int part = threadIdx.x / d4, col = threadIdx.x % d4;
-  if (part < parts) {
-    float4 acc[DECODE_GROUP];
-#pragma unroll
-    for (int g = 0; g < DECODE_GROUP; g++) {
-      acc[g] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-#pragma unroll 4
-    for (unsigned int pp = part; pp < n; pp += parts) {
-      const float4 value = shared_row4(v_rows + pp * row, f16, col);
-#pragma unroll
-      for (int g = 0; g < DECODE_GROUP; g++) {
-        if ((unsigned int)g < gn) {
-          acc[g] = axpy4(scores[g * lay.stride + pp], value, acc[g]);
-        }
-      }
-    }
-#pragma unroll
-    for (int g = 0; g < DECODE_GROUP; g++) {
-      part_out[(part * DECODE_GROUP + g) * d4 + col] = acc[g];
-    }
-  }
-  __syncthreads();
-  for (unsigned int i = threadIdx.x; i < gn * d4; i += blockDim.x) {
-    const unsigned int g = i / d4, c = i % d4;
-    float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (unsigned int w = 0; w < parts; w++) {
-      o = add4(o, part_out[(w * DECODE_GROUP + g) * d4 + c]);
-    }
-    o4[g * d4 + c] = o;
-  }
-  cluster.sync(); /* every CTA's (m, l) and partial outputs are written */
-
-  /* the combine, through distributed shared memory: warp g finds head g's
-   * M = max m_r, w_r = expf(m_r - M) and L = sum of l_r w_r in double
-   * (lane r holds CTA r's; a butterfly over the warp, zero past the
-   * cluster); CTA r then writes output elements r blockDim.x + t, ...:
-   * (sum over r in rank order of w_r o_r[j]) * (float)(1 / L) */
-  if (warp < gn) {
-    float2 theirs = make_float2(-CUDART_INF_F, 0.0f);
-    if (lane < CLUSTER_CTAS) {
-      theirs = cluster.map_shared_rank(ml, lane)[warp];
-    }
-    const float m = warp_max(theirs.x);
-    const float w = lane < CLUSTER_CTAS ? expf(theirs.x - m) : 0.0f;
-    const double sum = fdy_warp_sum_double((double)theirs.y * w);
-    if (lane < CLUSTER_CTAS) {
-      weight[warp * CLUSTER_CTAS + lane] = w;
-    }
-    if (lane == 0) {
-      inv[warp] = (float)(1.0 / sum);
-    }
-  }
-  __syncthreads();
-  const float *o_local = (const float *)o4;
-  for (unsigned int i = rank * blockDim.x + threadIdx.x; i < gn * d;
-       i += CLUSTER_CTAS * blockDim.x) {
-    const unsigned int g = i / d, j = i % d;
-    float theirs[CLUSTER_CTAS];
-#pragma unroll
-    for (int r = 0; r < CLUSTER_CTAS; r++) {
-      theirs[r] = cluster.map_shared_rank(o_local, r)[g * d + j];
-    }
-    float acc = 0.0f;
-#pragma unroll
-    for (int r = 0; r < CLUSTER_CTAS; r++) {
-      acc = fmaf(weight[g * CLUSTER_CTAS + r], theirs[r], acc);
-    }
-    out[(unsigned long long)(h0 + g) * d + j] = acc * inv[g];
-  }
-  cluster.sync(); /* no CTA leaves while another reads its shared memory */
-}
-
 /* ---- shapes and launches ------------------------------------------------
  */
 
@@ -1008,9 +547,7 @@ typedef struct attention_shape {
   unsigned int heads, kv_heads, group, d, rows, kv_dim;
   unsigned long long context;
   bool f16, vec;
-  unsigned int chunk, slices; /* the decode variants' */
-  bool clustered;             /* decode by clusters (variant 1) */
-  unsigned int span;          /* positions of a cluster CTA */
+  unsigned int chunk, slices; /* the decode variant's */
 } attention_shape;
 
 /* Positions per decode chunk: the smallest power of two from
@@ -1039,15 +576,6 @@ static attention_shape shape_of(const fdy_op *op) {
   s.vec = s.d % 4 == 0;
   s.chunk = decode_chunk(s.context);
   s.slices = (s.group + DECODE_GROUP - 1) / DECODE_GROUP;
-  /* clusters when a CTA's K and V rows fit its shared memory and can be
-   * copied by the tensor memory accelerator (rows of 16-byte multiples;
-   * views lie at 256-byte aligned offsets of their buffers) */
-  const uint64_t esize = s.f16 ? 2 : 4;
-  const uint64_t span = (s.context + CLUSTER_CTAS - 1) / CLUSTER_CTAS;
-  s.clustered = s.rows == 1 && s.vec && s.d * esize % 16 == 0 &&
-                s.d / 4 <= CLUSTER_THREADS && span <= CLUSTER_MAX_SPAN &&
-                2 * span * s.d * esize <= CLUSTER_KV_BYTES;
-  s.span = s.clustered ? (unsigned int)span : 0;
   return s;
 }
 
@@ -1063,9 +591,6 @@ static uint64_t decode_ml_bytes(const attention_shape *s) {
 extern "C" uint64_t fdy_cuda_attention_shared_bytes(const fdy_op *op) {
   const attention_shape s = shape_of(op);
   const uint64_t d4 = (s.d + 3) / 4;
-  if (s.clustered) {
-    return cluster_layout_of(s.span, s.d, s.f16 ? 2 : 4).bytes;
-  }
   if (s.rows == 1) {
     const uint64_t stride =
         s.chunk > DECODE_MAX_CHUNKS ? s.chunk : DECODE_MAX_CHUNKS;
@@ -1078,7 +603,7 @@ extern "C" uint64_t fdy_cuda_attention_shared_bytes(const fdy_op *op) {
 
 extern "C" uint64_t fdy_cuda_attention_workspace_bytes(const fdy_op *op) {
   const attention_shape s = shape_of(op);
-  if (s.rows != 1 || s.clustered) {
+  if (s.rows != 1) {
     return 0;
   }
   return decode_ml_bytes(&s) +
@@ -1087,10 +612,6 @@ extern "C" uint64_t fdy_cuda_attention_workspace_bytes(const fdy_op *op) {
 
 extern "C" bool fdy_cuda_attention_grid_fits(const fdy_op *op) {
   const attention_shape s = shape_of(op);
-  if (s.clustered &&
-      (uint64_t)s.kv_heads * s.slices * CLUSTER_CTAS > (uint64_t)INT32_MAX) {
-    return false;
-  }
   if (op->kind == FDY_OP_ROPE_ATTENTION) {
     /* decode only (the one-row step of the llama decode chain) */
     return s.rows == 1 && s.d / 2 <= FDY_CUDA_ROPE_MAX_PAIRS;
@@ -1101,10 +622,6 @@ extern "C" bool fdy_cuda_attention_grid_fits(const fdy_op *op) {
 extern "C" cudaError_t fdy_cuda_attention_prepare(uint64_t smem_optin) {
   cudaError_t rc =
       fdy_cuda_allow_dynamic_shared((const void *)decode_kernel, smem_optin);
-  if (rc == cudaSuccess) {
-    rc = fdy_cuda_allow_dynamic_shared((const void *)cluster_decode_kernel,
-                                       smem_optin);
-  }
   if (rc == cudaSuccess) {
     rc = fdy_cuda_attention_prefill_prepare(smem_optin);
   }
@@ -1117,6 +634,10 @@ static cudaError_t launch_decode(const fdy_cuda_op_args *a,
                                  const attention_shape *s,
                                  cudaStream_t stream) {
   const int32_t *step = (const int32_t *)a->in[0];
+  const uint64_t chunks = decode_chunks(s);
+  decode_partials partials;
+  partials.ml = (float2 *)a->workspace;
+  partials.o = (float *)((unsigned char *)a->workspace + decode_ml_bytes(s));
   const bool rope = a->op->kind == FDY_OP_ROPE_ATTENTION;
   decode_rope table;
   memset(&table, 0, sizeof table);
@@ -1126,19 +647,6 @@ static cudaError_t launch_decode(const fdy_cuda_op_args *a,
       table.inv[j] = fdy_rope_inverse_frequency(&params, j);
     }
   }
-  const size_t shared = (size_t)fdy_cuda_attention_shared_bytes(a->op);
-  if (s->clustered) {
-    const unsigned int ctas = s->kv_heads * s->slices * CLUSTER_CTAS;
-    return fdy_launch(
-        a->dependent, cluster_decode_kernel, dim3(ctas), dim3(CLUSTER_THREADS),
-        shared, stream, step, (const float *)a->in[1], (const float *)a->in[2],
-        (const float *)a->in[3], a->in[4], a->in[5], s->f16, s->heads, s->group,
-        s->slices, s->d, s->context, s->span, (float *)a->out, rope, table);
-  }
-  const uint64_t chunks = decode_chunks(s);
-  decode_partials partials;
-  partials.ml = (float2 *)a->workspace;
-  partials.o = (float *)((unsigned char *)a->workspace + decode_ml_bytes(s));
   /* the y extent only sets how many chunks a block takes in turn */
   const uint64_t x = (uint64_t)s->kv_heads * s->slices;
   const uint64_t target = (uint64_t)DECODE_BLOCKS_SM * a->sm_count;
@@ -1146,11 +654,11 @@ static cudaError_t launch_decode(const fdy_cuda_op_args *a,
   const dim3 grid((unsigned int)x,
                   (unsigned int)(y_fit < chunks ? y_fit : chunks));
   return fdy_launch(a->dependent, decode_kernel, grid, dim3(ATTENTION_THREADS),
-                    shared, stream, step, (const float *)a->in[1],
-                    (const float *)a->in[2], (const float *)a->in[3], a->in[4],
-                    a->in[5], s->f16, s->vec, s->heads, s->group, s->slices,
-                    s->d, s->context, s->chunk, partials, a->counters,
-                    (float *)a->out, rope, table);
+                    (size_t)fdy_cuda_attention_shared_bytes(a->op), stream,
+                    step, (const float *)a->in[1], (const float *)a->in[2],
+                    (const float *)a->in[3], a->in[4], a->in[5], s->f16, s->vec,
+                    s->heads, s->group, s->slices, s->d, s->context, s->chunk,
+                    partials, a->counters, (float *)a->out, rope, table);
 }
 
 /* ATTENTION or ROPE_ATTENTION (one row only: decode_kernel rotates q and k

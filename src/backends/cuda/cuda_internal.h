@@ -235,8 +235,7 @@ uint64_t fdy_cuda_matmul_q4_mma_shared_bytes(const fdy_op *op);
 uint64_t fdy_cuda_attention_shared_bytes(const fdy_op *op);
 /* Device scratch bytes a launch of a supported op needs in op->workspace
  * (0 when none; from the op's shapes only): the partial results of the
- * one-row (decode) ATTENTION and ROPE_ATTENTION whose cache is too long
- * for the cluster variant (attention.cu) and of ARGMAX over rows
+ * one-row (decode) ATTENTION and ROPE_ATTENTION and of ARGMAX over rows
  * split between blocks; MATMUL_Q4 with several rows of x keeps x in F16
  * there, and partial sums when it splits the inputs. */
 uint64_t fdy_cuda_op_workspace_bytes(const fdy_op *op);
