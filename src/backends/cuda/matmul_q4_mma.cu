@@ -569,37 +569,33 @@ typedef struct mma_shape {
         32 * (WM) * (WN) * (WK), BLOCKS, US                                    \
   }
 
-/* The measured times (docs/tuning-log.md entries 10 and 18, 512 rows,
- * group 64, each op with its F16 conversion; before the copy offsets and
- * the nibble extraction were made shorter, which shortens both loops by
- * about a fifth):
+/* The measured times (H200, cuda_kernel_bench --rows 512, group 64,
+ * each op with its F16 conversion; docs/tuning-log.md entry 25, call 34):
  *
- * | op                  | 128 x 64, 2 per SM | 128 x 96, 1 per SM      |
- * |---------------------|--------------------|-------------------------|
- * | q/o 3072 x 3072     | 71.4 us            | 65.3 us                 |
- * | k/v 1024 x 3072     | 34.5 us            | 36.9 us (128 x 128)     |
- * | gate/up 8192 x 3072 | 129.8 us           | 144.2 us (128 x 128)    |
- * | down 3072 x 8192    | 177.0 us           | 156.7 us                |
+ * | op                  | 128x64 2/SM | 128x96 1/SM | k halves | 2x6 warps |
+ * 128x96 2/SM |
+ * |---------------------|-------------|-------------|----------|-----------|-------------|
+ * | q/o 3072 x 3072     | 66.3 us     | 62.7 us     | 60.9 us  | 64.7 us | 57.6
+ * us     | | k/v 1024 x 3072     | 33.2 us     | 36.0 us     | 36.1 us  | 36.7
+ * us   | 33.4 us     | | gate/up 8192 x 3072 | 119.1 us    | 161.5 us    |
+ * 154.6 us | 166.6 us  | 125.4 us    | | down 3072 x 8192    | 169.2 us    |
+ * 150.1 us    | 155.9 us | 156.1 us  | 127.1 us    |
  *
- * The 16 warps per SM of 64 x 16 do about 20% more per SM than the 8 of
- * 64 x 24 (gate/up: 2 waves x 48 k-blocks in 129.8 us, 1.35 us each; down
- * with 128 x 96: one wave of 128 k-blocks in 156.7 us, 1.22 us each), but
- * 3072 outputs make 192 blocks of 64 for 264 slots (the SMs that hold two
- * set the time; a third of the slots idle) against 128 of 96 for 132.
  * A shape's us_per_kblock is an op's median time over (waves x k-blocks
- * per block): cuda_kernel_bench --rows 512, down's time / 128 for a shape
- * with 96 outputs per block and 1 block per SM, gate/up's / 96 for 64
- * outputs and 2 per SM. The last three shapes wait for that measurement:
- * 16 or 12 warps per SM over 128 x 96 tiles at 1 block per SM, and the
- * 64 x 24 warps at 2 blocks per SM (128 registers; q/o and down then split
- * their inputs in 2 to fill the 264 slots, summed by sum_splits_kernel). */
+ * per block): gate/up's / 96 for 128x64 at 2 per SM (2 waves of 48),
+ * down's / 128 for the 96-wide shapes at 1 per SM (one wave of 128),
+ * down's / 64 for 128x96 at 2 per SM (one wave of 256 blocks: split 2).
+ * The model picks 128x96 at 2 per SM for q/o and down and 128x64 for
+ * gate/up and k/v, the fastest of each row; it is coarse for small ops
+ * (k/v: ~15 us predicted, 33 measured) and for the LM head's 8016 tiles,
+ * which prefill computes for one row. */
 static const mma_shape mma_shapes[] = {
-    MMA_SHAPE(2, 4, 1, 4, 2, 2, 1.35, "128x64 2/SM, 2x4 warps of 64x16"),
-    MMA_SHAPE(2, 4, 1, 4, 3, 1, 1.22, "128x96 1/SM, 2x4 warps of 64x24"),
-    MMA_SHAPE(2, 4, 2, 4, 3, 1, 0.0,
+    MMA_SHAPE(2, 4, 1, 4, 2, 2, 1.24, "128x64 2/SM, 2x4 warps of 64x16"),
+    MMA_SHAPE(2, 4, 1, 4, 3, 1, 1.17, "128x96 1/SM, 2x4 warps of 64x24"),
+    MMA_SHAPE(2, 4, 2, 4, 3, 1, 1.22,
               "128x96 1/SM, 2x4x2 warps of 64x24 (k halves)"),
-    MMA_SHAPE(2, 6, 1, 4, 2, 1, 0.0, "128x96 1/SM, 2x6 warps of 64x16"),
-    MMA_SHAPE(2, 4, 1, 4, 3, 2, 0.0, "128x96 2/SM, 2x4 warps of 64x24"),
+    MMA_SHAPE(2, 6, 1, 4, 2, 1, 1.22, "128x96 1/SM, 2x6 warps of 64x16"),
+    MMA_SHAPE(2, 4, 1, 4, 3, 2, 1.99, "128x96 2/SM, 2x4 warps of 64x24"),
 };
 #define MMA_SHAPES (sizeof mma_shapes / sizeof mma_shapes[0])
 
