@@ -337,24 +337,12 @@ gemv_measure(const gemv_params &p, float4 u, uint2 norm, float *squares,
   }
 }
 
-/* The halves (lo, hi) as one 32-bit word, lo first in memory. */
-static __device__ __forceinline__ uint32_t half_pair(__half lo, __half hi) {
-  return (uint32_t)__half_as_ushort(lo) | (uint32_t)__half_as_ushort(hi) << 16;
-}
-
 /* One quad of x into shared memory: normalized (kNorm: x * inv * norm),
  * times 2^e as F16 hi and lo in B-fragment order, and the chunk's sum of x
  * (before the scaling) by a butterfly over the 8 lanes that hold the chunk.
  * Element p of a chunk (p = 8 j + r) belongs to mma m = 2 j + (r / 2) % 2
- * at slot (r / 4) % 2 + 2 (r % 2) of its 4 halves, so the quads 2 j and
- * 2 j + 1 of a chunk (lanes 2 i and 2 i + 1: consecutive quads) fill the 8
- * halves of mmas 2 j and 2 j + 1 together, element i of the even quad at
- * half 2 i and of the odd one at 2 i + 1: the lanes swap half of their
- * values (the even lane gets the odd one's hi, the odd lane the even one's
- * lo) and each stores one 16-byte vector, the even lane the hi, the odd
- * lane the lo. Called by whole warps with consecutive quads in consecutive
- * lanes (valid false: a lane past the last quad; quads come in eights, so
- * both lanes of a pair are valid or neither). */
+ * at slot (r / 4) % 2 + 2 (r % 2) of its 4 halves. Called by whole warps
+ * (valid false: a lane past the last quad). */
 template <bool kNorm>
 static __device__ __forceinline__ void
 gemv_stage_quad(const gemv_params &p, unsigned int k4, bool valid, float4 u,
@@ -376,39 +364,25 @@ gemv_stage_quad(const gemv_params &p, unsigned int k4, bool valid, float4 u,
   s += __shfl_xor_sync(0xffffffffu, s, 1);
   s += __shfl_xor_sync(0xffffffffu, s, 2);
   s += __shfl_xor_sync(0xffffffffu, s, 4);
-  __half hi[4], lo[4];
-#pragma unroll
-  for (int i = 0; i < 4; i++) {
-    const float scaled = v[i] * scale;
-    hi[i] = __float2half_rn(scaled);
-    lo[i] = __float2half_rn(scaled - __half2float(hi[i]));
-  }
-  const bool odd = k4 % 2 != 0;
-  /* what the partner lane stores: the even lane's lo, the odd lane's hi */
-  const uint32_t give0 =
-      odd ? half_pair(hi[0], hi[1]) : half_pair(lo[0], lo[1]);
-  const uint32_t give1 =
-      odd ? half_pair(hi[2], hi[3]) : half_pair(lo[2], lo[3]);
-  const uint32_t got0 = __shfl_xor_sync(0xffffffffu, give0, 1);
-  const uint32_t got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
   if (!valid) {
     return;
   }
-  const unsigned int c = k4 / 8, j = (k4 % 8) / 2;
+  const unsigned int c = k4 / 8;
   if (k4 % 8 == 0) {
     xsum[c] = s;
   }
-  /* the even quad's element i, then the odd quad's, for i = 0..3 */
-  const uint32_t got[2] = {got0, got1};
-  uint32_t word[4];
 #pragma unroll
   for (int i = 0; i < 4; i++) {
-    const uint32_t theirs = (got[i / 2] >> (16 * (i % 2))) & 0xffffu;
-    const uint32_t mine = __half_as_ushort(odd ? lo[i] : hi[i]);
-    word[i] = odd ? theirs | mine << 16 : mine | theirs << 16;
+    const unsigned int pos = (k4 % 8) * 4 + i; /* in the chunk */
+    const unsigned int r = pos % 8;
+    const unsigned int m = (pos / 8) * 2 + (r / 2) % 2;
+    const unsigned int slot = (r / 4) % 2 + 2 * (r % 2);
+    const float scaled = v[i] * scale;
+    const __half hi = __float2half_rn(scaled);
+    const __half lo = __float2half_rn(scaled - __half2float(hi));
+    xs[((c * 2) * 8 + m) * 4 + slot] = hi;
+    xs[((c * 2 + 1) * 8 + m) * 4 + slot] = lo;
   }
-  const uint4 vec = make_uint4(word[0], word[1], word[2], word[3]);
-  *(uint4 *)(xs + c * 64 + (odd ? 32 : 0) + j * 8) = vec;
 }
 
 /* 2^e as a float for e in [-126, 127]. */
