@@ -1611,9 +1611,7 @@ static void fused_case(const char *label, uint32_t in, uint32_t out_a,
  * counts, where a warp's group of 2 or 4 rows ends past the last row or
  * spans two matrices, with 2 rows per warp (37 + 5 + 5) and with 4 (16385
  * and 16387 rows: every fused flag); the final norm with the LM head
- * (128256 rows) and 33805 rows (a partial last tile), which launch the
- * streaming GEMV (more than 8 tiles a block at two blocks per SM on 132
- * multiprocessors). */
+ * (128256 rows) and 33805 rows (a partial last tile), many tiles a block. */
 static void test_fused_shapes(void **state) {
   (void)state;
   const uint32_t groups[] = {32, 64, 128};
@@ -1639,7 +1637,7 @@ static void test_fused_shapes(void **state) {
   if (!small_shapes()) {
     fused_case("llama-3.2-3b final norm + lm_head", 3072, 128256, 64, 64,
                FDY_DTYPE_F16, 1);
-    fused_case("streaming, odd rows", 3072, 33805, 40, 32, FDY_DTYPE_BF16, 1);
+    fused_case("many tiles, odd rows", 3072, 33805, 40, 32, FDY_DTYPE_BF16, 1);
   }
 }
 

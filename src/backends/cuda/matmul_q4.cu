@@ -57,17 +57,11 @@
 
 #define GEMV_THREADS   256
 #define GEMV_WARPS     (GEMV_THREADS / 32)
-#define GEMV_BLOCKS_SM 2 /* resident blocks per multiprocessor */
-/* A launch whose blocks would take more than GEMV_STREAM_TILES tiles each
- * at GEMV_BLOCKS_SM (the LM head's) streams: GEMV_STREAM_BLOCKS_SM blocks
- * per multiprocessor (85 registers, a few spills in the prologue), which
- * hide more of the weights' latency (docs/tuning-log.md, entry 24). */
-#define GEMV_STREAM_TILES     8
-#define GEMV_STREAM_BLOCKS_SM 3
-#define GEMV_TILE             16 /* output rows of a tile */
-#define GEMV_MAX_TILES        32 /* tiles a block takes (their sums in shared) */
-#define GEMV_STEP             128 /* inputs of a column step: 4 chunks of 32 */
-#define GEMV_HELD             8   /* float4 of x a thread keeps (gemv_x) */
+#define GEMV_BLOCKS_SM 2   /* resident blocks per multiprocessor */
+#define GEMV_TILE      16  /* output rows of a tile */
+#define GEMV_MAX_TILES 32  /* tiles a block takes (their sums in shared) */
+#define GEMV_STEP      128 /* inputs of a column step: 4 chunks of 32 */
+#define GEMV_HELD      8   /* float4 of x a thread keeps (gemv_x) */
 
 /* ---- matrix-vector ----------------------------------------------------------
  */
@@ -390,8 +384,8 @@ static __device__ __forceinline__ float power_of_two(int e) {
   return __int_as_float((e + 127) << 23);
 }
 
-template <bool kNorm, bool kSwiglu, bool kResidual, int kBlocksSM>
-__global__ void __launch_bounds__(GEMV_THREADS, kBlocksSM)
+template <bool kNorm, bool kSwiglu, bool kResidual>
+__global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_SM)
     gemv_q4_kernel(const int32_t *step, const float *x, gemv_params p) {
   extern __shared__ __align__(16) unsigned char gemv_shared[];
   __shared__ float warp_squares[GEMV_WARPS], warp_max[GEMV_WARPS];
@@ -574,14 +568,12 @@ extern "C" uint64_t fdy_cuda_matmul_q4_shared_bytes(const fdy_op *op) {
 }
 
 /* The GEMV instances the backend launches: plain, norm prologue, norm with
- * SwiGLU, residual epilogue; plain and norm prologue also streaming. */
+ * SwiGLU, residual epilogue. */
 static const void *const gemv_kernels[] = {
-    (const void *)gemv_q4_kernel<false, false, false, GEMV_BLOCKS_SM>,
-    (const void *)gemv_q4_kernel<true, false, false, GEMV_BLOCKS_SM>,
-    (const void *)gemv_q4_kernel<true, true, false, GEMV_BLOCKS_SM>,
-    (const void *)gemv_q4_kernel<false, false, true, GEMV_BLOCKS_SM>,
-    (const void *)gemv_q4_kernel<false, false, false, GEMV_STREAM_BLOCKS_SM>,
-    (const void *)gemv_q4_kernel<true, false, false, GEMV_STREAM_BLOCKS_SM>,
+    (const void *)gemv_q4_kernel<false, false, false>,
+    (const void *)gemv_q4_kernel<true, false, false>,
+    (const void *)gemv_q4_kernel<true, true, false>,
+    (const void *)gemv_q4_kernel<false, false, true>,
 };
 
 extern "C" cudaError_t fdy_cuda_matmul_q4_prepare(uint64_t smem_optin) {
@@ -625,13 +617,13 @@ static gemv_params gemv_params_of(const fdy_cuda_op_args *a, uint32_t w) {
   return p;
 }
 
-/* A launch of the GEMV over p.tiles tiles with kBlocksSM blocks per
+/* A launch of the GEMV over p.tiles tiles: GEMV_BLOCKS_SM blocks per
  * multiprocessor (fewer when there are fewer tiles, more when a block
  * would take more than GEMV_MAX_TILES); the results do not depend on it. */
-template <bool kNorm, bool kSwiglu, bool kResidual, int kBlocksSM>
-static cudaError_t launch_gemv_at(const fdy_cuda_op_args *a,
-                                  const gemv_params &p, cudaStream_t stream) {
-  unsigned long long blocks = (unsigned long long)a->sm_count * kBlocksSM;
+template <bool kNorm, bool kSwiglu, bool kResidual>
+static cudaError_t launch_gemv(const fdy_cuda_op_args *a, const gemv_params &p,
+                               cudaStream_t stream) {
+  unsigned long long blocks = (unsigned long long)a->sm_count * GEMV_BLOCKS_SM;
   if (blocks > p.tiles) {
     blocks = p.tiles;
   }
@@ -643,26 +635,9 @@ static cudaError_t launch_gemv_at(const fdy_cuda_op_args *a,
   const unsigned long long per_block = (p.tiles + blocks - 1) / blocks;
   const size_t shared =
       (size_t)gemv_shared_bytes(p.in, per_block, kSwiglu ? 2 : 1);
-  return fdy_launch(a->dependent,
-                    gemv_q4_kernel<kNorm, kSwiglu, kResidual, kBlocksSM>,
+  return fdy_launch(a->dependent, gemv_q4_kernel<kNorm, kSwiglu, kResidual>,
                     (unsigned int)blocks, GEMV_THREADS, shared, stream,
                     (const int32_t *)a->in[0], (const float *)a->in[1], p);
-}
-
-/* A launch of the GEMV: streaming (GEMV_STREAM_BLOCKS_SM) when a plain or
- * norm-prologue launch has more than GEMV_STREAM_TILES tiles a block at
- * GEMV_BLOCKS_SM, else GEMV_BLOCKS_SM. */
-template <bool kNorm, bool kSwiglu, bool kResidual>
-static cudaError_t launch_gemv(const fdy_cuda_op_args *a, const gemv_params &p,
-                               cudaStream_t stream) {
-  const unsigned long long layer_slots =
-      (unsigned long long)a->sm_count * GEMV_BLOCKS_SM;
-  if (!kSwiglu && !kResidual && p.tiles > GEMV_STREAM_TILES * layer_slots) {
-    return launch_gemv_at<kNorm, false, false, GEMV_STREAM_BLOCKS_SM>(a, p,
-                                                                      stream);
-  }
-  return launch_gemv_at<kNorm, kSwiglu, kResidual, GEMV_BLOCKS_SM>(a, p,
-                                                                   stream);
 }
 
 extern "C" cudaError_t fdy_cuda_fused_q4_enqueue(const fdy_cuda_op_args *a,
