@@ -19,7 +19,9 @@
  * 1024 + n4), (w & 0x00f000f0) | 0x64006400 = (1024 + 16 n1, 1024 + 16 n5),
  * the same of w >> 8, then a subtraction of 1024 or an FMA by 1/16 and
  * -64). Its 4 words feed 8 mmas: word j's pairs (n0, n4), (n1, n5) are
- * mma 2j's A registers of rows g and g + 8, (n2, n6), (n3, n7) mma 2j + 1's.
+ * mma 2j's A registers of rows g and g + 8, (n2, n6), (n3, n7) mma 2j + 1's
+ * (the even mmas accumulate in one set of C registers, the odd ones in
+ * another, added at the end: two dependent chains instead of one).
  * The k rows 2t, 2t + 1, 2t + 8, 2t + 9 of an mma are thread t's, so B
  * column 2t holds x_hi and column 2t + 1 x_lo of thread t's inputs at the
  * matching nibble positions (zero elsewhere: B-thread (g, t) loads only
@@ -249,7 +251,9 @@ gemv_compute(const __half *xs, const float *xsum, float inv_scale,
   const unsigned int cr = c < chunks ? c : 0; /* zero weights there */
   const bool feeds_b = g / 2 == t;
   const uint4 *xb = (const uint4 *)(xs + (cr * 2 + g % 2) * 32);
-  float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  /* the even mmas into d, the odd ones into e: two dependent chains of 4
+   * (docs/tuning-log.md, entry 30) */
+  float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   const uint32_t w0[4] = {st->q0.x, st->q0.y, st->q0.z, st->q0.w};
   const uint32_t w8[4] = {st->q8.x, st->q8.y, st->q8.z, st->q8.w};
 #pragma unroll
@@ -259,14 +263,14 @@ gemv_compute(const __half *xs, const float *xsum, float inv_scale,
     word_pairs(w0[j], r0);
     word_pairs(w8[j], r8);
     mma_16816(d, r0[0], r8[0], r0[1], r8[1], b.x, b.y);
-    mma_16816(d, r0[2], r8[2], r0[3], r8[3], b.z, b.w);
+    mma_16816(e, r0[2], r8[2], r0[3], r8[3], b.z, b.w);
   }
   const float sum_x = xsum[cr];
-  cur->acc0 =
-      fmaf(fdy_half_bits(st->s0, bf16), (d[0] + d[1]) * inv_scale, cur->acc0);
+  const float dot0 = (d[0] + e[0]) + (d[1] + e[1]); /* row g: hi + lo */
+  const float dot8 = (d[2] + e[2]) + (d[3] + e[3]); /* row g + 8 */
+  cur->acc0 = fmaf(fdy_half_bits(st->s0, bf16), dot0 * inv_scale, cur->acc0);
   cur->acc0 = fmaf(fdy_half_bits(st->b0, bf16), sum_x, cur->acc0);
-  cur->acc8 =
-      fmaf(fdy_half_bits(st->s8, bf16), (d[2] + d[3]) * inv_scale, cur->acc8);
+  cur->acc8 = fmaf(fdy_half_bits(st->s8, bf16), dot8 * inv_scale, cur->acc8);
   cur->acc8 = fmaf(fdy_half_bits(st->b8, bf16), sum_x, cur->acc8);
   cur->n++;
   if (++cur->step < my_steps) {
