@@ -114,6 +114,9 @@ typedef struct fdy_llama_graph_options {
   fdy_dtype kv_dtype;    /* F32 or F16 */
   bool all_logits;       /* prefill outputs the logits of every row (verify)
                             instead of the last row's */
+  bool ids_only;         /* the plan's steps copy out only the next id, the
+                            logits stay on the device (generation); not
+                            with all_logits */
 } fdy_llama_graph_options;
 
 /* The tensors and ops a session needs from the graph. */
@@ -126,6 +129,7 @@ typedef struct fdy_llama_graph_io {
   fdy_tensor_id decode_next;    /* I32 [1] */
   uint32_t prefill_first_op, prefill_op_count; /* ops [first, first+count) */
   uint32_t decode_first_op, decode_op_count;
+  bool ids_only; /* the graph options' (fdy_llama_plan's outputs) */
 } fdy_llama_graph_io;
 
 /* The model as a Foundry graph of kernel-granular ops (include/foundry/
@@ -150,7 +154,8 @@ fdy_status fdy_llama_graph(const fdy_llama_model *model,
                            fdy_error *err);
 
 /* The plan of a Llama graph: steps "prefill" and "decode" (each copying out
- * its logits and next id), weights resident when they fit weight_budget,
+ * its logits and next id, or only the id when io->ids_only), weights
+ * resident when they fit weight_budget,
  * else streamed through `buffers` slots (fdy_plan_build). */
 fdy_status fdy_llama_plan(const fdy_graph *graph, const fdy_llama_graph_io *io,
                           uint64_t weight_budget, uint32_t buffers,

@@ -34,6 +34,9 @@ typedef struct fdy_llama_session_options {
                              context */
   fdy_dtype kv_dtype;     /* F32 (the zero value) or F16 */
   bool all_logits;        /* prefill returns every row's logits (verify) */
+  bool ids_only;          /* forward passes return only the next id: the
+                             steps copy no logits back (generation); not
+                             with all_logits */
   uint64_t weight_budget; /* device bytes for weights; 0 = the device's
                              memory (everything resident when it fits) */
   uint32_t buffers;       /* slots for streamed weights; 0 =

@@ -855,6 +855,7 @@ session_options(const infer_state *s, uint64_t context, bool timings) {
                                      .buffers = o->buffers,
                                      .no_graphs = o->no_graphs,
                                      .skip_packing = o->skip_packing,
+                                     .ids_only = true,
                                      .collect_timings = timings};
 }
 

@@ -309,7 +309,8 @@ int fdy_cmd_chat(int argc, char **argv) {
   fdy_cli_printer printer = {0};
   fdy_llama_session_options session_options = {
       .context = (uint32_t)session_flags.context,
-      .kv_dtype = session_flags.kv_dtype};
+      .kv_dtype = session_flags.kv_dtype,
+      .ids_only = true};
   fdy_chat_options chat_options = {.system = system,
                                    .max_tokens = (uint32_t)max_tokens};
   if (fdy_cli_open_tokenizer(model_dir, tokenizer_path, &tok, &err) != FDY_OK ||

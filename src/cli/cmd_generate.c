@@ -332,6 +332,7 @@ int fdy_cmd_generate(int argc, char **argv) {
   }
   fdy_llama_session_options session_options =
       fdy_cli_session_options(&session_flags, engine);
+  session_options.ids_only = true; /* greedy: the ids are all it reads */
   if (fdy_llama_session_create(model, &session_options, &session, &err) !=
       FDY_OK) {
     fdy_cli_explain_budget(&session_flags, &err);

@@ -32,10 +32,11 @@ void fdy_cmd_plan_help(FILE *out) {
       "       foundry plan --check PATH\n"
       "\n"
       "--dump writes the plan of a synthetic chain of checksum layers, or\n"
-      "with --model of a Llama checkpoint (steps prefill and decode), as\n"
-      "JSON (PATH '-' is standard output; an existing file is never\n"
-      "overwritten): the weights that fit the budget next to B slots stay\n"
-      "resident, the others stream through the slots (all resident when\n"
+      "with --model of a Llama checkpoint (steps prefill and decode, each\n"
+      "copying out the next id as generate, chat and infer-bench run\n"
+      "them), as JSON (PATH '-' is standard output; an existing file is\n"
+      "never overwritten): the weights that fit the budget next to B slots\n"
+      "stay resident, the others stream through the slots (all resident when\n"
       "they all fit). --check loads a plan file, validates it\n"
       "statically and prints a one-line summary on stdout (exit 0) or the\n"
       "first error with its command index on stderr (exit 1). After a dump\n"
@@ -200,7 +201,8 @@ static int dump_model(const char *path, const char *dir, uint32_t context,
                                            : limit < FDY_LLAMA_DEFAULT_CONTEXT
                                                ? limit
                                                : FDY_LLAMA_DEFAULT_CONTEXT,
-                                       .kv_dtype = FDY_DTYPE_F32};
+                                       .kv_dtype = FDY_DTYPE_F32,
+                                       .ids_only = true};
     options.prefill_rows = options.context < FDY_LLAMA_DEFAULT_PREFILL_ROWS
                                ? options.context
                                : FDY_LLAMA_DEFAULT_PREFILL_ROWS;

@@ -486,6 +486,11 @@ static fdy_status check_options(const fdy_llama_config *c,
                          "the KV cache dtype must be F32 or F16, not %s",
                          fdy_dtype_name(o->kv_dtype));
   }
+  if (o->ids_only && o->all_logits) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "a Llama graph cannot output every row's logits "
+                         "(all_logits) and only the next ids (ids_only)");
+  }
   return FDY_OK;
 }
 
@@ -528,6 +533,7 @@ fdy_status fdy_llama_graph(const fdy_llama_model *model,
   fdy_llama_graph_io ids;
   memset(&ids, 0, sizeof ids);
   ids.prefill_first_op = 0;
+  ids.ids_only = options->ids_only;
   add_step(&b, "prefill", options->prefill_rows, options->all_logits, false,
            &ids.prefill_step, &ids.prefill_logits, &ids.prefill_next);
   if (b.st == FDY_OK) {
@@ -574,12 +580,14 @@ fdy_status fdy_llama_plan(const fdy_graph *graph, const fdy_llama_graph_io *io,
   for (uint32_t i = 0; i < io->decode_op_count; i++) {
     ops[io->prefill_op_count + i].v = io->decode_first_op + i;
   }
-  fdy_tensor_id prefill_out[2] = {io->prefill_logits, io->prefill_next};
-  fdy_tensor_id decode_out[2] = {io->decode_logits, io->decode_next};
+  /* the next id, then the logits unless ids_only */
+  fdy_tensor_id prefill_out[2] = {io->prefill_next, io->prefill_logits};
+  fdy_tensor_id decode_out[2] = {io->decode_next, io->decode_logits};
+  const size_t outputs = io->ids_only ? 1 : 2;
   fdy_plan_step steps[2] = {
-      {"prefill", ops, io->prefill_op_count, prefill_out, 2},
+      {"prefill", ops, io->prefill_op_count, prefill_out, outputs},
       {"decode", ops + io->prefill_op_count, io->decode_op_count, decode_out,
-       2},
+       outputs},
   };
   fdy_planner_options options = {.weight_budget = weight_budget,
                                  .buffers = buffers};

@@ -12,6 +12,7 @@ struct fdy_llama_session {
   uint32_t context;      /* positions in the KV cache */
   uint32_t prefill_rows; /* tokens per prefill run */
   bool all_logits;       /* prefill copies out every row's logits */
+  bool ids_only;         /* the steps copy out only the next id */
   uint32_t position;     /* positions used so far */
   int32_t next;          /* argmax of the latest forward, or -1 */
   bool failed;           /* a backend failure ended the executor */

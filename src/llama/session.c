@@ -61,11 +61,13 @@ fdy_status fdy_llama_session_create(const fdy_llama_model *model,
                         ? context
                         : FDY_LLAMA_DEFAULT_PREFILL_ROWS;
   s->all_logits = options->all_logits;
+  s->ids_only = options->ids_only;
   s->next = -1;
   fdy_llama_graph_options graph_options = {.context = context,
                                            .prefill_rows = s->prefill_rows,
                                            .kv_dtype = options->kv_dtype,
-                                           .all_logits = options->all_logits};
+                                           .all_logits = options->all_logits,
+                                           .ids_only = options->ids_only};
   uint64_t budget = options->weight_budget;
   fdy_status st =
       budget ? FDY_OK : device_memory(options->backend, &budget, err);
@@ -196,8 +198,12 @@ static fdy_status run_chunk(fdy_llama_session *s, const int32_t *ids,
     return st;
   }
   uint64_t vocab = s->config->vocab_size;
-  const float *logits = fdy_executor_output(
-      s->executor, decode ? s->io.decode_logits : s->io.prefill_logits, NULL);
+  const float *logits =
+      s->ids_only ? NULL
+                  : fdy_executor_output(s->executor,
+                                        decode ? s->io.decode_logits
+                                               : s->io.prefill_logits,
+                                        NULL);
   const int32_t *next = fdy_executor_output(
       s->executor, decode ? s->io.decode_next : s->io.prefill_next, NULL);
   bool rows = !decode && s->all_logits;
@@ -230,6 +236,11 @@ fdy_status fdy_llama_session_forward(fdy_llama_session *session,
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
                          "every row's logits need a session created with "
                          "all_logits");
+  }
+  if (last_logits && session->ids_only) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "the session was created ids_only: its forward "
+                         "passes return no logits");
   }
   fdy_status st = fdy_llama_session_check(session, ids, count, 0, err);
   uint64_t vocab = session->config->vocab_size;

@@ -527,6 +527,51 @@ static void test_generate_matches_reference(void **state) {
   free_reference(&ref);
 }
 
+/* A session created ids_only (the steps copy out only the next id, as
+ * generate, chat and infer-bench run) generates the reference's ids; its
+ * forward passes refuse to return logits, and its plan's steps copy out
+ * one tensor each (two without ids_only). */
+static void test_ids_only_session(void **state) {
+  (void)state;
+  reference ref = load_reference("llama3-micro");
+  fdy_llama_model *model = open_fixture("llama3-micro");
+  fdy_backend *cpu = cpu_backend(2);
+  fdy_llama_session_options o = {.backend = cpu, .ids_only = true};
+  fdy_llama_session *session = make_session(model, &o);
+  fdy_llama_generation gen;
+  fdy_error err;
+  assert_int_equal(generate_ids(session, ref.prompt, ref.prompt_count,
+                                ref.greedy_count, true, &gen, &err),
+                   FDY_OK);
+  assert_int_equal(gen.count, ref.greedy_count);
+  assert_memory_equal(gen.ids, ref.greedy, sizeof *gen.ids * gen.count);
+  fdy_llama_generation_free(&gen);
+  uint32_t vocab = fdy_llama_model_config(model)->vocab_size;
+  float *last = poisoned(vocab);
+  const int32_t id = ref.greedy[0];
+  assert_int_equal(fdy_llama_session_forward(session, &id, 1, NULL, last, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(err.message, "ids_only"));
+  const fdy_plan *plan = fdy_llama_session_plan(session);
+  size_t outputs = 0;
+  for (size_t i = 0; i < fdy_plan_command_count(plan); i++) {
+    outputs += fdy_plan_command(plan, i)->kind == FDY_CMD_COPY_OUTPUT;
+  }
+  assert_int_equal(outputs, 2); /* prefill's next id, decode's */
+  fdy_llama_session_destroy(session);
+  fdy_llama_session_options both = {
+      .backend = cpu, .ids_only = true, .all_logits = true};
+  fdy_llama_session *none = (fdy_llama_session *)(uintptr_t)1;
+  assert_int_equal(fdy_llama_session_create(model, &both, &none, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_null(none);
+  assert_non_null(strstr(err.message, "ids_only"));
+  free(last);
+  fdy_backend_destroy(cpu);
+  fdy_llama_close(model);
+  free_reference(&ref);
+}
+
 /* ---- numerics: bitwise invariance --------------------------------------- */
 
 #define RUN_TOKENS 70u /* more than one chunk of 64 rows */
@@ -1941,6 +1986,7 @@ int main(void) {
       cmocka_unit_test(test_verify_untied_g32),
       cmocka_unit_test(test_verify_mha_g128),
       cmocka_unit_test(test_generate_matches_reference),
+      cmocka_unit_test(test_ids_only_session),
       cmocka_unit_test(test_threads_bitwise),
       cmocka_unit_test(test_prefill_rows_bitwise),
       cmocka_unit_test(test_prefill_rows_and_timings),
