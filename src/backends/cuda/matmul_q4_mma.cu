@@ -633,8 +633,9 @@ __global__ void __launch_bounds__(32 * WM * WN * WK, BLOCKS)
         const unsigned int i = wn * 8 * NT + nt * 8 + 2 * t;
         const unsigned int o = row_of<SWIGLU>(n0, i);
         const bool ok0 = o < m.out, ok1 = o + 1 < m.out;
-        float v0 = acc[mt][nt][2 * half] * scale;
-        float v1 = acc[mt][nt][2 * half + 1] * scale;
+        /* rounded before any add (no fma contraction), as the unfused ops */
+        float v0 = __fmul_rn(acc[mt][nt][2 * half], scale);
+        float v1 = __fmul_rn(acc[mt][nt][2 * half + 1], scale);
         if (split) {
           store2(yr + n0 + i, v0, v1, ok0, ok1, pairs);
         } else if (SWIGLU) {
@@ -697,7 +698,7 @@ __global__ void __launch_bounds__(MMA_THREADS)
         for (unsigned int z = 1; z < d.split; z++) {
           sum += m.partial[z * part + at];
         }
-        const float v = sum * scale;
+        const float v = __fmul_rn(sum, scale); /* rounded before the add */
         m.y[i] = job.epilogue == MMA_RESIDUAL ? job.residual[i] + v : v;
       }
     }
