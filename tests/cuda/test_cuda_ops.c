@@ -1660,8 +1660,8 @@ static void test_prefill_fused(void **state) {
     fused_case("3b down", 512, 8192, 3072, 3072, 128, FDY_DTYPE_F16, 511);
     fused_case("ragged", 300, 3040, 3001, 2999, 32, FDY_DTYPE_BF16, 257);
   }
-  fused_case("split", 70, 1056, 37, 43, 64, FDY_DTYPE_BF16, 70);
-  fused_case("split", 70, 1024, 37, 43, 32, FDY_DTYPE_F16, 69);
+  fused_case("split", 70, 1056, 37, 43, 32, FDY_DTYPE_BF16, 70);
+  fused_case("split", 70, 1024, 37, 43, 128, FDY_DTYPE_F16, 69);
   fused_case("odd rows", 70, 96, 37, 5, 32, FDY_DTYPE_F16, 69);
   fused_case("7 rows", 7, 256, 256, 64, 64, FDY_DTYPE_F16, 7);
   fused_case("count 0", 64, 256, 256, 64, 64, FDY_DTYPE_F16, 0);
