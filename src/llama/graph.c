@@ -245,15 +245,6 @@ static fdy_tensor_id rmsnorm(builder *b, const char *prefix, const char *name,
   return add_op(b, prefix, name, FDY_OP_RMSNORM, norm_params(b), in, 3, y);
 }
 
-static fdy_tensor_id binary(builder *b, const char *prefix, const char *name,
-                            fdy_op_kind kind, fdy_tensor_id step,
-                            fdy_tensor_id x, fdy_tensor_id y, uint64_t rows,
-                            uint64_t cols) {
-  fdy_tensor_id in[3] = {step, x, y};
-  fdy_tensor_id out = activation(b, prefix, name, FDY_DTYPE_F32, rows, cols);
-  return add_op(b, prefix, name, kind, no_params(), in, 3, out);
-}
-
 /* The model's rope parameters. */
 static fdy_rope_params rope_params(const builder *b) {
   const fdy_llama_config *c = b->c;
@@ -314,51 +305,14 @@ static fdy_tensor_id attend(builder *b, const char *prefix, fdy_tensor_id step,
                 activation(b, prefix, "attention", FDY_DTYPE_F32, rows, q_dim));
 }
 
-/* One decoder layer over `rows` rows as single ops; returns the new hidden
- * state. */
+/* One decoder layer over `rows` rows in fused ops; returns the new hidden
+ * state: [norm + q, k, v] [rope q] [rope k] [attention] [o + residual]
+ * [norm + gate, up + swiglu] [down + residual] (7 ops), the ropes and the
+ * attention as one ROPE_ATTENTION when `decode` (5 ops; that kind runs
+ * for the decode step's one row). */
 static fdy_tensor_id decoder_layer(builder *b, const char *prefix,
                                    fdy_tensor_id step, fdy_tensor_id h,
-                                   uint32_t l, uint64_t rows) {
-  const fdy_llama_config *c = b->c;
-  uint64_t hidden = c->hidden_size, ffn = c->intermediate_size;
-  uint64_t q_dim = (uint64_t)c->num_heads * c->head_dim;
-  uint64_t kv_dim = (uint64_t)c->num_kv_heads * c->head_dim;
-  char p[PREFIX_MAX_LEN];
-  snprintf(p, sizeof p, "%s.layer.%u", prefix, l);
-  fdy_tensor_id x =
-      rmsnorm(b, p, "attn_norm", step, h,
-              view(b, FDY_LLAMA_INPUT_NORM, FDY_LLAMA_PART_NORM, l), rows);
-  fdy_tensor_id q =
-      matmul(b, p, "q", step, x, FDY_LLAMA_Q_PROJ, l, rows, q_dim);
-  fdy_tensor_id k =
-      matmul(b, p, "k", step, x, FDY_LLAMA_K_PROJ, l, rows, kv_dim);
-  fdy_tensor_id v =
-      matmul(b, p, "v", step, x, FDY_LLAMA_V_PROJ, l, rows, kv_dim);
-  fdy_tensor_id attn = attend(b, p, step, q, k, v, l, rows, false);
-  fdy_tensor_id o =
-      matmul(b, p, "o", step, attn, FDY_LLAMA_O_PROJ, l, rows, hidden);
-  fdy_tensor_id h1 =
-      binary(b, p, "attn_residual", FDY_OP_ADD, step, h, o, rows, hidden);
-  fdy_tensor_id x2 =
-      rmsnorm(b, p, "mlp_norm", step, h1,
-              view(b, FDY_LLAMA_POST_NORM, FDY_LLAMA_PART_NORM, l), rows);
-  fdy_tensor_id gate =
-      matmul(b, p, "gate", step, x2, FDY_LLAMA_GATE_PROJ, l, rows, ffn);
-  fdy_tensor_id up =
-      matmul(b, p, "up", step, x2, FDY_LLAMA_UP_PROJ, l, rows, ffn);
-  fdy_tensor_id act =
-      binary(b, p, "swiglu", FDY_OP_SWIGLU, step, gate, up, rows, ffn);
-  fdy_tensor_id down =
-      matmul(b, p, "down", step, act, FDY_LLAMA_DOWN_PROJ, l, rows, hidden);
-  return binary(b, p, "mlp_residual", FDY_OP_ADD, step, h1, down, rows, hidden);
-}
-
-/* The same layer in fused ops (the decode chain): [norm + q, k, v] [rope q,
- * rope k + attention] [o + residual] [norm + gate, up + swiglu] [down +
- * residual]. */
-static fdy_tensor_id fused_decoder_layer(builder *b, const char *prefix,
-                                         fdy_tensor_id step, fdy_tensor_id h,
-                                         uint32_t l, uint64_t rows) {
+                                   uint32_t l, uint64_t rows, bool decode) {
   const fdy_llama_config *c = b->c;
   uint64_t hidden = c->hidden_size, ffn = c->intermediate_size;
   uint64_t q_dim = (uint64_t)c->num_heads * c->head_dim;
@@ -374,7 +328,7 @@ static fdy_tensor_id fused_decoder_layer(builder *b, const char *prefix,
               view(b, FDY_LLAMA_INPUT_NORM, FDY_LLAMA_PART_NORM, l),
               qkv_modules, qkv_names, qkv_features, 3, l, rows, qkv);
   fdy_tensor_id attn =
-      attend(b, p, step, qkv[0], qkv[1], qkv[2], l, rows, true);
+      attend(b, p, step, qkv[0], qkv[1], qkv[2], l, rows, decode);
   fdy_tensor_id h1 = matmul_add(b, p, "attn_residual", step, attn,
                                 FDY_LLAMA_O_PROJ, l, h, rows, hidden);
   fdy_tensor_id in[9] = {step, h1,
@@ -388,8 +342,9 @@ static fdy_tensor_id fused_decoder_layer(builder *b, const char *prefix,
                     rows, hidden);
 }
 
-/* The ops of one step over `rows` rows: embedding, layers, head; in fused
- * ops when `fused` (the decode step). */
+/* The ops of one step over `rows` rows: embedding, layers (decoder_layer;
+ * ROPE_ATTENTION when `fused`), head (one NORM_MATMUL_Q4 when `fused`, else
+ * RMSNORM and MATMUL_Q4); `fused` for the decode step. */
 static void add_step(builder *b, const char *prefix, uint64_t rows,
                      bool all_logits, bool fused, fdy_tensor_id *step,
                      fdy_tensor_id *logits, fdy_tensor_id *next) {
@@ -408,8 +363,7 @@ static void add_step(builder *b, const char *prefix, uint64_t rows,
       b, prefix, "embed", FDY_OP_EMBED_Q4, no_params(), in, 4,
       activation(b, prefix, "embed", FDY_DTYPE_F32, rows, c->hidden_size));
   for (uint32_t l = 0; l < c->num_layers; l++) {
-    h = fused ? fused_decoder_layer(b, prefix, *step, h, l, rows)
-              : decoder_layer(b, prefix, *step, h, l, rows);
+    h = decoder_layer(b, prefix, *step, h, l, rows, fused);
   }
   fdy_tensor_id norm = view(b, FDY_LLAMA_FINAL_NORM, FDY_LLAMA_PART_NORM, -1);
   fdy_tensor_id last;

@@ -3,12 +3,12 @@
  * 128256, 4-bit group 64 F16 unless told otherwise): the MATMUL_Q4 of every
  * projection and the LM head, RMSNORM, ROPE (query and key widths),
  * ATTENTION over a context of 640 positions (F32 cache unless --cache
- * f16), SWIGLU, ADD, EMBED_Q4, ARGMAX (one row of vocab logits) and, for
- * one row, the five ops of a decode layer: NORM_MATMUL_Q4 (q, k, v),
- * ROPE_ATTENTION, MATMUL_ADD_Q4 (o), NORM_SWIGLU_Q4 (gate, up) and
- * MATMUL_ADD_Q4 (down). --rows 1 (default) gives
- * the decode shapes; --rows 512 the prefill shapes (the last 512 tokens of
- * the context; ARGMAX keeps one row).
+ * f16), SWIGLU, ADD, EMBED_Q4, ARGMAX (one row of vocab logits) and the
+ * fused ops of a layer: NORM_MATMUL_Q4 (q, k, v), ROPE_ATTENTION (one row
+ * only), MATMUL_ADD_Q4 (o), NORM_SWIGLU_Q4 (gate, up) and MATMUL_ADD_Q4
+ * (down). --rows 1 (default) gives the decode shapes; --rows 512 the
+ * prefill shapes (the last 512 tokens of the context; ARGMAX keeps one
+ * row).
  *
  * Each op is built as an fdy_op over device memory filled with random
  * non-zero values and enqueued with fdy_cuda_op_enqueue, the backend's own
@@ -25,10 +25,11 @@
  * op must move (every operand read or written once; ATTENTION reads the
  * caches only up to its last position, EMBED_Q4 only the rows it gathers)
  * against the device-to-device rate (read + write) measured in the same
- * run by fdy_cuda_measure_d2d; MATMUL_Q4 also reports GFLOP/s (2 x rows x
- * in x out), and with several rows every block shape of the tensor-core
- * kernel (matmul_q4_mma.cu) is timed the same way, its output compared
- * with the op's own launch (* marks the shape the op gets). A JSON report
+ * run by fdy_cuda_measure_d2d; the matmul kinds also report GFLOP/s (2 x
+ * rows x in x out over their weights), and with several rows every block
+ * shape of the tensor-core kernel (matmul_q4_mma.cu) that runs the kind is
+ * timed the same way, its first output compared with the op's own launch
+ * (* marks the shape the op gets). A JSON report
  * (--report PATH, schema foundry.cuda_kernel_bench.v1) is written to a new file
  * only: an existing path is refused before anything is measured. Not a test:
  * timings never decide one.
@@ -81,6 +82,7 @@ typedef struct bench_op {
  * bitwise equal; -1 when y is not finite). */
 typedef struct shape_result {
   const char *name;
+  bool runs; /* the shape runs the op's kind (else nothing measured) */
   double median_s, min_s, difference;
 } shape_result;
 
@@ -255,8 +257,9 @@ static void weight_inputs(bench_op *b, const options *o, uint32_t first,
   b->flops += 2.0 * o->rows * in * out;
 }
 
-/* The decode step's fused GEMVs (one row): NORM_MATMUL_Q4 of q, k and v,
- * NORM_SWIGLU_Q4 of gate and up, MATMUL_ADD_Q4 of o or down. */
+/* The fused matmul kinds of a layer over o->rows rows (one: the decode
+ * step's GEMVs; several: the tensor-core kernel): NORM_MATMUL_Q4 of q, k
+ * and v, NORM_SWIGLU_Q4 of gate and up, MATMUL_ADD_Q4 of o or down. */
 static bench_op fused(const char *name, fdy_op_kind kind, const options *o) {
   bench_op b = {.name = name};
   fdy_op *op = &b.op;
@@ -264,10 +267,10 @@ static bench_op fused(const char *name, fdy_op_kind kind, const options *o) {
   op->inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
   const bool down = kind == FDY_OP_MATMUL_ADD_Q4 && strstr(name, "down");
   const uint32_t in = down ? FFN : HIDDEN;
-  op->inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(1, in));
+  op->inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(o->rows, in));
   if (kind == FDY_OP_MATMUL_ADD_Q4) {
     weight_inputs(&b, o, 2, HIDDEN, in);
-    op->inputs[5] = view(FDY_DTYPE_F32, FDY_SHAPE(1, HIDDEN));
+    op->inputs[5] = view(FDY_DTYPE_F32, FDY_SHAPE(o->rows, HIDDEN));
     op->input_count = 6;
     op->output_count = 1;
     op->outputs[0] = op->inputs[5];
@@ -286,7 +289,7 @@ static bench_op fused(const char *name, fdy_op_kind kind, const options *o) {
     op->input_count = 3 + 3 * weights;
     op->output_count = qkv ? 3 : 1;
     for (uint32_t j = 0; j < op->output_count; j++) {
-      op->outputs[j] = view(FDY_DTYPE_F32, FDY_SHAPE(1, outs[j]));
+      op->outputs[j] = view(FDY_DTYPE_F32, FDY_SHAPE(o->rows, outs[j]));
     }
     b.shape = qkv ? "norm, 5120 x 3072" : "norm, 2 x 8192 x 3072";
   }
@@ -411,7 +414,7 @@ static int compare_double(const void *a, const void *b) {
 }
 
 /* Enqueues the op of args: through fdy_cuda_op_enqueue (shape < 0), or a
- * prefill MATMUL_Q4 with block shape `shape`. */
+ * prefill matmul kind with block shape `shape`. */
 static cudaError_t enqueue(const fdy_cuda_op_args *args, int shape,
                            cudaStream_t stream) {
   return shape < 0 ? fdy_cuda_op_enqueue(args, stream)
@@ -503,10 +506,10 @@ static double difference(const float *y, const float *ref, uint64_t n) {
   return den > 0.0 ? sqrt(num / den) : sqrt(num);
 }
 
-/* A prefill MATMUL_Q4 (in args, output y of n floats, whose launch by the
- * op just wrote y) with every block shape of the tensor-core kernel: each
- * timed as the op is and its output (poisoned first) compared with the
- * op's. */
+/* A prefill matmul kind (in args, first output y of n floats, whose launch
+ * by the op just wrote y) with every block shape of the tensor-core kernel
+ * that runs its kind: each timed as the op is and its first output
+ * (poisoned first) compared with the op's. */
 static bool time_block_shapes(fdy_cuda_ctx *ctx, const options *o,
                               const fdy_cuda_op_args *args, void *flush,
                               uint64_t flush_bytes, cudaEvent_t e0,
@@ -525,6 +528,11 @@ static bool time_block_shapes(fdy_cuda_ctx *ctx, const options *o,
   for (unsigned int c = 0; ok && c < r->block_shapes; c++) {
     shape_result *s = &r->by_shape[c];
     s->name = fdy_cuda_matmul_q4_mma_shape_name(c);
+    s->runs = fdy_cuda_matmul_q4_mma_shape_runs(args->op, c);
+    if (!s->runs) {
+      s->median_s = s->min_s = s->difference = 0.0;
+      continue;
+    }
     ok =
         cuda_ok(cudaMemset(args->out, 0xff, n * sizeof *y), "cudaMemset") &&
         time_launches(ctx, o, args, (int)c, flush, flush_bytes, e0, e1, t,
@@ -541,8 +549,8 @@ static bool time_block_shapes(fdy_cuda_ctx *ctx, const options *o,
 }
 
 /* Allocates and fills every operand of b->op on the device, times the op
- * (time_launches) and fills r with the time per launch; a prefill
- * MATMUL_Q4 also with every block shape. Returns 0, or 1 with the failure
+ * (time_launches) and fills r with the time per launch; a prefill matmul
+ * kind also with every block shape. Returns 0, or 1 with the failure
  * printed. */
 static int time_op(fdy_cuda_ctx *ctx, const options *o, const bench_op *b,
                    void *flush, uint64_t flush_bytes, result *r) {
@@ -587,9 +595,14 @@ static int time_op(fdy_cuda_ctx *ctx, const options *o, const bench_op *b,
                            .sm_count = ctx->sm_count,
                            .counters = &ctx->internal_words->op_counters[0]};
   const bool shapes =
-      op->kind == FDY_OP_MATMUL_Q4 && op->inputs[1].shape.dims[0] > 1;
+      (op->kind == FDY_OP_MATMUL_Q4 || op->kind == FDY_OP_NORM_MATMUL_Q4 ||
+       op->kind == FDY_OP_NORM_SWIGLU_Q4 || op->kind == FDY_OP_MATMUL_ADD_Q4) &&
+      op->inputs[1].shape.dims[0] > 1;
   uint64_t workspace_bytes = fdy_cuda_op_workspace_bytes(op);
   for (unsigned int c = 0; shapes && c < fdy_cuda_matmul_q4_mma_shapes(); c++) {
+    if (!fdy_cuda_matmul_q4_mma_shape_runs(op, c)) {
+      continue;
+    }
     const uint64_t bytes = fdy_cuda_matmul_q4_mma_shape_workspace_bytes(op, c);
     workspace_bytes = bytes > workspace_bytes ? bytes : workspace_bytes;
   }
@@ -665,10 +678,10 @@ static int write_report(FILE *f, const options *o, const char *device,
       for (unsigned int c = 0; c < r[i].block_shapes; c++) {
         const shape_result *b = &r[i].by_shape[c];
         json_array_append_new(
-            shapes,
-            json_pack("{s:s, s:f, s:f, s:b, s:f}", "name", b->name, "median_us",
-                      b->median_s * 1e6, "min_us", b->min_s * 1e6, "chosen",
-                      c == r[i].chosen, "difference", b->difference));
+            shapes, json_pack("{s:s, s:b, s:f, s:f, s:b, s:f}", "name", b->name,
+                              "runs", b->runs, "median_us", b->median_s * 1e6,
+                              "min_us", b->min_s * 1e6, "chosen",
+                              c == r[i].chosen, "difference", b->difference));
       }
       json_object_set_new(e, "block_shapes", shapes);
     }
@@ -739,16 +752,14 @@ int main(int argc, char **argv) {
       rows_op("add", FDY_OP_ADD, &o, HIDDEN),
       embed(&o),
       argmax(),
-      /* last: the decode step's fused kinds, one row only */
+      /* last: the fused kinds (ROPE_ATTENTION of one row only) */
       fused("norm+q/k/v", FDY_OP_NORM_MATMUL_Q4, &o),
       attention(&o, true),
       fused("o+residual", FDY_OP_MATMUL_ADD_Q4, &o),
       fused("norm+gate/up+swiglu", FDY_OP_NORM_SWIGLU_Q4, &o),
       fused("down+residual", FDY_OP_MATMUL_ADD_Q4, &o),
   };
-  const size_t one_row_only = 5;
-  const size_t count =
-      sizeof ops / sizeof ops[0] - (o.rows == 1 ? 0 : one_row_only);
+  size_t count = 0;
   result results[sizeof ops / sizeof ops[0]];
   printf("%s, %d SMs, L2 %llu MiB; rows %u, context %u, group %u %s; "
          "median of %u (after %u warm-up) samples of %u launch%s, L2 %s "
@@ -760,11 +771,14 @@ int main(int argc, char **argv) {
   printf("device-to-device (read + write, 1 GiB): %.1f GB/s\n", d2d / 1e9);
   printf("%-20s %-24s %12s %10s %10s %10s %7s %10s\n", "op", "shape", "bytes",
          "median us", "min us", "GB/s", "of d2d", "GFLOP/s");
-  for (size_t i = 0; i < count; i++) {
-    if (time_op(ctx, &o, &ops[i], flush, flush_bytes, &results[i]) != 0) {
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+    if (o.rows > 1 && ops[i].op.kind == FDY_OP_ROPE_ATTENTION) {
+      continue;
+    }
+    if (time_op(ctx, &o, &ops[i], flush, flush_bytes, &results[count]) != 0) {
       goto cleanup;
     }
-    const result *r = &results[i];
+    const result *r = &results[count++];
     double rate = (double)r->bytes / r->median_s;
     printf("%-20s %-24s %12llu %10.2f %10.2f %10.1f %6.1f%%", r->name, r->shape,
            (unsigned long long)r->bytes, r->median_s * 1e6, r->min_s * 1e6,
@@ -776,6 +790,11 @@ int main(int argc, char **argv) {
     for (unsigned int c = 0; c < r->block_shapes; c++) {
       const shape_result *s = &r->by_shape[c];
       char diff[48];
+      if (!s->runs) {
+        printf("    block shape %u: %-45s does not run %s\n", c, s->name,
+               r->kind);
+        continue;
+      }
       if (s->difference == 0.0) {
         snprintf(diff, sizeof diff, "bitwise the op's");
       } else if (s->difference < 0.0) {

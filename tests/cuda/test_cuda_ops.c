@@ -41,10 +41,14 @@
  * events, never asserted). A prefill matmul launched without its workspace
  * fails with FDY_ERR_INVALID_ARGUMENT.
  *
- * The fused decode kinds (NORM_MATMUL_Q4 of 1 to 3 weights, NORM_SWIGLU_Q4,
+ * The fused kinds (NORM_MATMUL_Q4 of 1 to 3 weights, NORM_SWIGLU_Q4,
  * MATMUL_ADD_Q4) at the llama-3.2-3b decode shapes and small ones, every
- * group size, both scale dtypes, a count of 0 (outputs untouched), and
- * supports_op refusing them for more than one row.
+ * group size, both scale dtypes, a count of 0 (outputs untouched); at
+ * prefill (several rows, the tensor cores, MMA_BOUND) on 512 rows of the
+ * llama-3.2-3b layer and ragged shapes (odd outputs, a short last k-block,
+ * the inputs split, counts below the rows: those rows untouched); and on
+ * the GPU alone, bitwise equal to their unfused ops where both take the
+ * same block shape and split (test_prefill_fused_bitwise).
  *
  * End to end: fdy_llama_verify through a session on the CUDA backend for
  * every fixture (F32 and F16 KV caches within HALF_BOUND, greedy ids
@@ -1486,20 +1490,22 @@ static void test_gemv_shapes(void **state) {
 /* ---- fused decode kinds -----------------------------------------------------
  */
 
-/* x of one row and its norm weight, q4 matrices a (for NORM_MATMUL_Q4 and
- * MATMUL_ADD_Q4), b and c of one shape (b, c as gate and up), all over
- * `in` inputs; a residual shaped like a's output. */
-static void fused_case(const char *label, uint32_t in, uint32_t out_a,
-                       uint32_t out_bc, uint32_t group, fdy_dtype dtype,
-                       int32_t count) {
+/* x of `rows` rows and its norm weight, q4 matrices a (for NORM_MATMUL_Q4
+ * and MATMUL_ADD_Q4), b and c of one shape (b, c as gate and up), all over
+ * `in` inputs; a residual shaped like a's output. One row runs on the
+ * GEMV (REDUCTION_BOUND), several on the tensor cores (MMA_BOUND). */
+static void fused_case(const char *label, uint32_t rows, uint32_t in,
+                       uint32_t out_a, uint32_t out_bc, uint32_t group,
+                       fdy_dtype dtype, int32_t count) {
   int32_t *step = make_step(count, 0, 0);
-  float *x = random_floats(in);
+  float *x = random_floats((uint64_t)rows * in);
   uint16_t *norm = random_halves(in, dtype, false, -1);
-  float *residual = random_floats(out_a);
+  float *residual = random_floats((uint64_t)rows * out_a);
   q4_matrix m[3] = {q4_random(out_a, in, group, dtype),
                     q4_random(out_bc, in, group, dtype),
                     q4_random(out_bc, in, group, dtype)};
-  uint32_t active = active_rows(count, 1);
+  uint32_t active = active_rows(count, rows);
+  double bound = rows > 1 ? MMA_BOUND : REDUCTION_BOUND;
   char what[160];
   /* NORM_MATMUL_Q4 of 3 and of 1 weights */
   const uint32_t weight_counts[2] = {3, 1};
@@ -1510,42 +1516,39 @@ static void fused_case(const char *label, uint32_t in, uint32_t out_a,
                  .output_count = weights};
     void *data[FDY_OP_MAX_INPUTS + FDY_OP_MAX_OUTPUTS] = {step, x, norm};
     op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
-    op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(1, in));
+    op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, in));
     op.inputs[2] = view(dtype, FDY_SHAPE(in));
     op.params.rmsnorm.eps = 1e-5;
     for (uint32_t j = 0; j < weights; j++) {
       op.inputs[3 + 3 * j] = view(FDY_DTYPE_U32, FDY_SHAPE(m[j].out, in / 8));
       op.inputs[4 + 3 * j] = view(dtype, FDY_SHAPE(m[j].out, in / group));
       op.inputs[5 + 3 * j] = op.inputs[4 + 3 * j];
-      op.outputs[j] = view(FDY_DTYPE_F32, FDY_SHAPE(1, m[j].out));
+      op.outputs[j] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, m[j].out));
       data[3 + 3 * j] = m[j].words;
       data[4 + 3 * j] = m[j].scales;
       data[5 + 3 * j] = m[j].biases;
-      data[op.input_count + j] = poisoned(m[j].out);
+      data[op.input_count + j] = poisoned((uint64_t)rows * m[j].out);
     }
     results r = run_both(&op, data);
     for (uint32_t j = 0; j < weights; j++) {
       uint32_t o = op.input_count + j;
-      snprintf(what, sizeof what, "norm_matmul_q4 %s in %u out%u %u g%u %s, %d",
-               label, in, j, m[j].out, group, fdy_dtype_name(dtype), count);
+      snprintf(what, sizeof what,
+               "norm_matmul_q4 %s [%u x %u] out%u %u g%u %s, %d", label, rows,
+               in, j, m[j].out, group, fdy_dtype_name(dtype), count);
       if (active > 0) {
-        expect_close(what, r.cpu[o], r.gpu[o], m[j].out, REDUCTION_BOUND);
+        expect_close(what, r.cpu[o], r.gpu[o], (uint64_t)active * m[j].out,
+                     bound);
       }
-      expect_untouched(what, r.gpu[o], active, 1, m[j].out);
+      expect_untouched(what, r.gpu[o], active, rows, m[j].out);
       free(data[o]);
     }
     free_results(&r);
-    op.inputs[1].shape = FDY_SHAPE(2, in);
-    for (uint32_t j = 0; j < weights; j++) {
-      op.outputs[j].shape = FDY_SHAPE(2, m[j].out);
-    }
-    assert_false(gpu.b->ops->supports_op(gpu.b, &op));
   }
   /* NORM_SWIGLU_Q4: b and c as gate and up */
   fdy_op op = {
       .kind = FDY_OP_NORM_SWIGLU_Q4, .input_count = 9, .output_count = 1};
   op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
-  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(1, in));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, in));
   op.inputs[2] = view(dtype, FDY_SHAPE(in));
   op.params.rmsnorm.eps = 1e-5;
   for (uint32_t j = 0; j < 2; j++) {
@@ -1553,47 +1556,40 @@ static void fused_case(const char *label, uint32_t in, uint32_t out_a,
     op.inputs[4 + 3 * j] = view(dtype, FDY_SHAPE(out_bc, in / group));
     op.inputs[5 + 3 * j] = op.inputs[4 + 3 * j];
   }
-  op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(1, out_bc));
-  float *act = poisoned(out_bc);
+  op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, out_bc));
+  float *act = poisoned((uint64_t)rows * out_bc);
   void *swiglu_data[] = {step,        x,           norm,       m[1].words,
                          m[1].scales, m[1].biases, m[2].words, m[2].scales,
                          m[2].biases, act};
   results r = run_both(&op, swiglu_data);
-  snprintf(what, sizeof what, "norm_swiglu_q4 %s in %u out %u g%u %s, %d",
-           label, in, out_bc, group, fdy_dtype_name(dtype), count);
+  snprintf(what, sizeof what, "norm_swiglu_q4 %s [%u x %u] out %u g%u %s, %d",
+           label, rows, in, out_bc, group, fdy_dtype_name(dtype), count);
   if (active > 0) {
-    expect_close(what, r.cpu[9], r.gpu[9], out_bc, REDUCTION_BOUND);
+    expect_close(what, r.cpu[9], r.gpu[9], (uint64_t)active * out_bc, bound);
   }
-  expect_untouched(what, r.gpu[9], active, 1, out_bc);
+  expect_untouched(what, r.gpu[9], active, rows, out_bc);
   free_results(&r);
-  op.inputs[1].shape = FDY_SHAPE(2, in);
-  op.outputs[0].shape = FDY_SHAPE(2, out_bc);
-  assert_false(gpu.b->ops->supports_op(gpu.b, &op));
   /* MATMUL_ADD_Q4: residual + x A^T */
   op = (fdy_op){
       .kind = FDY_OP_MATMUL_ADD_Q4, .input_count = 6, .output_count = 1};
   op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
-  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(1, in));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, in));
   op.inputs[2] = view(FDY_DTYPE_U32, FDY_SHAPE(out_a, in / 8));
   op.inputs[3] = view(dtype, FDY_SHAPE(out_a, in / group));
   op.inputs[4] = op.inputs[3];
-  op.inputs[5] = view(FDY_DTYPE_F32, FDY_SHAPE(1, out_a));
+  op.inputs[5] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, out_a));
   op.outputs[0] = op.inputs[5];
-  float *sum = poisoned(out_a);
+  float *sum = poisoned((uint64_t)rows * out_a);
   void *add_data[] = {step,        x,        m[0].words, m[0].scales,
                       m[0].biases, residual, sum};
   r = run_both(&op, add_data);
-  snprintf(what, sizeof what, "matmul_add_q4 %s in %u out %u g%u %s, %d", label,
-           in, out_a, group, fdy_dtype_name(dtype), count);
+  snprintf(what, sizeof what, "matmul_add_q4 %s [%u x %u] out %u g%u %s, %d",
+           label, rows, in, out_a, group, fdy_dtype_name(dtype), count);
   if (active > 0) {
-    expect_close(what, r.cpu[6], r.gpu[6], out_a, REDUCTION_BOUND);
+    expect_close(what, r.cpu[6], r.gpu[6], (uint64_t)active * out_a, bound);
   }
-  expect_untouched(what, r.gpu[6], active, 1, out_a);
+  expect_untouched(what, r.gpu[6], active, rows, out_a);
   free_results(&r);
-  op.inputs[1].shape = FDY_SHAPE(2, in);
-  op.inputs[5].shape = FDY_SHAPE(2, out_a);
-  op.outputs[0].shape = FDY_SHAPE(2, out_a);
-  assert_false(gpu.b->ops->supports_op(gpu.b, &op));
   for (uint32_t j = 0; j < 3; j++) {
     q4_free(&m[j]);
   }
@@ -1619,26 +1615,191 @@ static void test_fused_shapes(void **state) {
   for (size_t g = 0; g < 3; g++) {
     for (size_t d = 0; d < 2; d++) {
       if (!small_shapes()) {
-        fused_case("llama-3.2-3b attention", 3072, 3072, 1024, groups[g],
+        fused_case("llama-3.2-3b attention", 1, 3072, 3072, 1024, groups[g],
                    dtypes[d], 1);
-        fused_case("llama-3.2-3b mlp", 3072, 3072, 8192, groups[g], dtypes[d],
-                   1);
-        fused_case("llama-3.2-3b down", 8192, 3072, 3072, groups[g], dtypes[d],
-                   1);
+        fused_case("llama-3.2-3b mlp", 1, 3072, 3072, 8192, groups[g],
+                   dtypes[d], 1);
+        fused_case("llama-3.2-3b down", 1, 8192, 3072, 3072, groups[g],
+                   dtypes[d], 1);
       }
-      fused_case("fixture", 256, 256, 64, groups[g], dtypes[d], 1);
+      fused_case("fixture", 1, 256, 256, 64, groups[g], dtypes[d], 1);
     }
   }
-  fused_case("short block", 96, 40, 24, 32, FDY_DTYPE_BF16, 1);
-  fused_case("count 0", 256, 256, 64, 64, FDY_DTYPE_F16, 0);
-  fused_case("odd rows", 96, 37, 5, 32, FDY_DTYPE_F16, 1);
-  fused_case("wide a", 128, 16385, 3, 32, FDY_DTYPE_BF16, 1);
-  fused_case("wide gate/up", 64, 5, 16387, 64, FDY_DTYPE_F16, 1);
+  fused_case("short block", 1, 96, 40, 24, 32, FDY_DTYPE_BF16, 1);
+  fused_case("count 0", 1, 256, 256, 64, 64, FDY_DTYPE_F16, 0);
+  fused_case("odd rows", 1, 96, 37, 5, 32, FDY_DTYPE_F16, 1);
+  fused_case("wide a", 1, 128, 16385, 3, 32, FDY_DTYPE_BF16, 1);
+  fused_case("wide gate/up", 1, 64, 5, 16387, 64, FDY_DTYPE_F16, 1);
   if (!small_shapes()) {
-    fused_case("llama-3.2-3b final norm + lm_head", 3072, 128256, 64, 64,
+    fused_case("llama-3.2-3b final norm + lm_head", 1, 3072, 128256, 64, 64,
                FDY_DTYPE_F16, 1);
-    fused_case("many tiles, odd rows", 3072, 33805, 40, 32, FDY_DTYPE_BF16, 1);
+    fused_case("many tiles, odd rows", 1, 3072, 33805, 40, 32, FDY_DTYPE_BF16,
+               1);
   }
+}
+
+/* The fused kinds at prefill: 512 rows of the llama-3.2-3b layer (q, k,
+ * v with the norm; o and down with the residual; gate and up with the
+ * norm and SwiGLU) at counts 512 and 500, group 64 F16, 32 BF16 and 128
+ * F16; ragged shapes: 3040 inputs (a last k-block of 32), odd outputs
+ * (3001, 2999: last tiles partly past the outputs, gate's and up's last 8
+ * rows partly missing) at 300 rows with a count of 257; 70 rows with
+ * outputs 37, 43 and 1056 inputs (the inputs split 4 ways: the partial
+ * sums of three matrices, and of gate and up interleaved); 7 rows; a count
+ * of 0 (outputs untouched). */
+static void test_prefill_fused(void **state) {
+  (void)state;
+  if (!small_shapes()) {
+    fused_case("3b attention", 512, 3072, 3072, 1024, 64, FDY_DTYPE_F16, 512);
+    fused_case("3b attention", 512, 3072, 3072, 1024, 64, FDY_DTYPE_F16, 500);
+    fused_case("3b attention", 512, 3072, 3072, 1024, 32, FDY_DTYPE_BF16, 512);
+    fused_case("3b attention", 512, 3072, 3072, 1024, 128, FDY_DTYPE_F16, 65);
+    fused_case("3b mlp", 512, 3072, 3072, 8192, 64, FDY_DTYPE_F16, 512);
+    fused_case("3b mlp", 512, 3072, 3072, 8192, 32, FDY_DTYPE_BF16, 500);
+    fused_case("3b down", 512, 8192, 3072, 3072, 64, FDY_DTYPE_F16, 512);
+    fused_case("3b down", 512, 8192, 3072, 3072, 128, FDY_DTYPE_F16, 511);
+    fused_case("ragged", 300, 3040, 3001, 2999, 32, FDY_DTYPE_BF16, 257);
+  }
+  fused_case("split", 70, 1056, 37, 43, 32, FDY_DTYPE_BF16, 70);
+  fused_case("split", 70, 1024, 37, 43, 128, FDY_DTYPE_F16, 69);
+  fused_case("odd rows", 70, 96, 37, 5, 32, FDY_DTYPE_F16, 69);
+  fused_case("7 rows", 7, 256, 256, 64, 64, FDY_DTYPE_F16, 7);
+  fused_case("count 0", 64, 256, 256, 64, 64, FDY_DTYPE_F16, 0);
+}
+
+/* A MATMUL_Q4 op of x [rows, w->in] and w, unbound. */
+static fdy_op matmul_unbound(const q4_matrix *w, uint32_t rows) {
+  fdy_op op = {.kind = FDY_OP_MATMUL_Q4, .input_count = 5, .output_count = 1};
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, w->in));
+  op.inputs[2] = view(FDY_DTYPE_U32, FDY_SHAPE(w->out, w->in / 8));
+  op.inputs[3] = view(w->dtype, FDY_SHAPE(w->out, w->in / w->group));
+  op.inputs[4] = op.inputs[3];
+  op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, w->out));
+  return op;
+}
+
+/* An element-wise op (ADD or SWIGLU) of [rows, n] operands, unbound. */
+static fdy_op binary_unbound(fdy_op_kind kind, uint32_t rows, uint32_t n) {
+  fdy_op op = {.kind = kind, .input_count = 3, .output_count = 1};
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, n));
+  op.inputs[2] = op.inputs[1];
+  op.outputs[0] = op.inputs[1];
+  return op;
+}
+
+/* On the GPU the fused kinds of several rows give the unfused ops' bits
+ * where both take the same block shape and split (512 rows of
+ * llama-3.2-3b, count 500): NORM_MATMUL_Q4 of q = RMSNORM then MATMUL_Q4
+ * (the normed row is RMSNORM's, then the same F16 conversion and sums);
+ * NORM_SWIGLU_Q4 = RMSNORM, MATMUL_Q4 of gate and of up, SWIGLU (gate's
+ * 8192 rows and the 16384 interleaved tile rows both take the 128 x 64
+ * tiles, one split); MATMUL_ADD_Q4 of down = MATMUL_Q4 then ADD. */
+static void test_prefill_fused_bitwise(void **state) {
+  (void)state;
+  if (small_shapes()) {
+    skip();
+  }
+  const uint32_t rows = 512, hidden = 3072, ffn = 8192;
+  const int32_t count = 500;
+  const uint64_t active = 500;
+  int32_t *step = make_step(count, 0, 0);
+  float *x = random_floats((uint64_t)rows * hidden);
+  float *h = random_floats((uint64_t)rows * ffn);
+  float *residual = random_floats((uint64_t)rows * hidden);
+  uint16_t *norm = random_halves(hidden, FDY_DTYPE_F16, false, -1);
+  q4_matrix q = q4_random(hidden, hidden, 64, FDY_DTYPE_F16);
+  q4_matrix gate = q4_random(ffn, hidden, 64, FDY_DTYPE_F16);
+  q4_matrix up = q4_random(ffn, hidden, 64, FDY_DTYPE_F16);
+  q4_matrix down = q4_random(hidden, ffn, 64, FDY_DTYPE_F16);
+  float *normed = poisoned((uint64_t)rows * hidden);
+  float *ref = poisoned((uint64_t)rows * ffn);
+  float *ref_up = poisoned((uint64_t)rows * ffn);
+  float *got = poisoned((uint64_t)rows * ffn);
+
+  fdy_op op = {.kind = FDY_OP_RMSNORM, .input_count = 3, .output_count = 1};
+  op.params.rmsnorm.eps = 1e-5;
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, hidden));
+  op.inputs[2] = view(FDY_DTYPE_F16, FDY_SHAPE(hidden));
+  op.outputs[0] = op.inputs[1];
+  void *norm_data[] = {step, x, norm, normed};
+  run_on(&gpu, &op, norm_data);
+
+  /* q */
+  op = matmul_unbound(&q, rows);
+  void *q_data[] = {step, normed, q.words, q.scales, q.biases, ref};
+  run_on(&gpu, &op, q_data);
+  fdy_op fused = {
+      .kind = FDY_OP_NORM_MATMUL_Q4, .input_count = 6, .output_count = 1};
+  fused.params.rmsnorm.eps = 1e-5;
+  fused.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  fused.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, hidden));
+  fused.inputs[2] = view(FDY_DTYPE_F16, FDY_SHAPE(hidden));
+  fused.inputs[3] = op.inputs[2];
+  fused.inputs[4] = op.inputs[3];
+  fused.inputs[5] = op.inputs[4];
+  fused.outputs[0] = op.outputs[0];
+  void *fq_data[] = {step, x, norm, q.words, q.scales, q.biases, got};
+  run_on(&gpu, &fused, fq_data);
+  expect_same("norm_matmul_q4 q = rmsnorm, matmul_q4 (gpu, 500 of 512 rows)",
+              ref, got, sizeof(float) * active * hidden);
+
+  /* gate, up, swiglu */
+  op = matmul_unbound(&gate, rows);
+  void *gate_data[] = {step, normed, gate.words, gate.scales, gate.biases, ref};
+  run_on(&gpu, &op, gate_data);
+  void *up_data[] = {step, normed, up.words, up.scales, up.biases, ref_up};
+  run_on(&gpu, &op, up_data);
+  op = binary_unbound(FDY_OP_SWIGLU, rows, ffn);
+  void *swiglu_data[] = {step, ref, ref_up, ref};
+  run_on(&gpu, &op, swiglu_data);
+  fused.kind = FDY_OP_NORM_SWIGLU_Q4;
+  fused.input_count = 9;
+  fused.inputs[3] = view(FDY_DTYPE_U32, FDY_SHAPE(ffn, hidden / 8));
+  fused.inputs[4] = view(FDY_DTYPE_F16, FDY_SHAPE(ffn, hidden / 64));
+  fused.inputs[5] = fused.inputs[4];
+  fused.inputs[6] = fused.inputs[3];
+  fused.inputs[7] = fused.inputs[4];
+  fused.inputs[8] = fused.inputs[4];
+  fused.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, ffn));
+  void *fs_data[] = {step,        x,        norm,      gate.words, gate.scales,
+                     gate.biases, up.words, up.scales, up.biases,  got};
+  run_on(&gpu, &fused, fs_data);
+  expect_same("norm_swiglu_q4 = rmsnorm, gate, up, swiglu (gpu)", ref, got,
+              sizeof(float) * active * ffn);
+
+  /* down + residual */
+  op = matmul_unbound(&down, rows);
+  void *down_data[] = {step, h, down.words, down.scales, down.biases, ref};
+  run_on(&gpu, &op, down_data);
+  op = binary_unbound(FDY_OP_ADD, rows, hidden);
+  void *add_data[] = {step, residual, ref, ref};
+  run_on(&gpu, &op, add_data);
+  fdy_op add = matmul_unbound(&down, rows);
+  add.kind = FDY_OP_MATMUL_ADD_Q4;
+  add.input_count = 6;
+  add.inputs[5] = add.outputs[0];
+  void *fa_data[] = {step,        h,        down.words, down.scales,
+                     down.biases, residual, got};
+  run_on(&gpu, &add, fa_data);
+  expect_same("matmul_add_q4 down = matmul_q4, add (gpu)", ref, got,
+              sizeof(float) * active * hidden);
+
+  q4_free(&q);
+  q4_free(&gate);
+  q4_free(&up);
+  q4_free(&down);
+  free(step);
+  free(x);
+  free(h);
+  free(residual);
+  free(norm);
+  free(normed);
+  free(ref);
+  free(ref_up);
+  free(got);
 }
 
 /* Shapes off the models' grid: counts of 0, below 0 and above the rows,
@@ -1915,6 +2076,8 @@ int main(void) {
       cmocka_unit_test(test_prefill_matmul),
       cmocka_unit_test(test_prefill_matmul_ragged),
       cmocka_unit_test(test_fused_shapes),
+      cmocka_unit_test(test_prefill_fused),
+      cmocka_unit_test(test_prefill_fused_bitwise),
       cmocka_unit_test(test_fixture_shapes),
       cmocka_unit_test(test_llama32_3b_shapes),
       cmocka_unit_test(test_verify_fixtures),

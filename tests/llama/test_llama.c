@@ -337,22 +337,22 @@ static uint64_t expect_unit(const fdy_graph *g, const char *name,
   return padding;
 }
 
-/* Ops per decoder layer of the prefill (single ops) and of the decode step
- * (fused ops). */
-#define LAYER_OPS       15
+/* Ops per decoder layer of the prefill (fused ops, rope and attention
+ * separate) and of the decode step (fused ops, ROPE_ATTENTION). */
+#define LAYER_OPS       7
 #define FUSED_LAYER_OPS 5
 
 /* The kinds of one step's ops: the embedding, the decoder layers and the
  * head (the last row first when a multi-row step takes the last row's
  * logits only; last row after the LM head when every row has logits). The
- * fused decode step normalizes inside its matmuls. */
+ * layers normalize inside their matmuls; the decode step (fused) also
+ * ropes inside its attention and normalizes inside its LM head. */
 static size_t step_kinds(uint32_t layers, uint32_t rows, bool all_logits,
                          bool fused, fdy_op_kind *out) {
   static const fdy_op_kind layer[LAYER_OPS] = {
-      FDY_OP_RMSNORM, FDY_OP_MATMUL_Q4, FDY_OP_MATMUL_Q4, FDY_OP_MATMUL_Q4,
-      FDY_OP_ROPE,    FDY_OP_ROPE,      FDY_OP_ATTENTION, FDY_OP_MATMUL_Q4,
-      FDY_OP_ADD,     FDY_OP_RMSNORM,   FDY_OP_MATMUL_Q4, FDY_OP_MATMUL_Q4,
-      FDY_OP_SWIGLU,  FDY_OP_MATMUL_Q4, FDY_OP_ADD};
+      FDY_OP_NORM_MATMUL_Q4, FDY_OP_ROPE,          FDY_OP_ROPE,
+      FDY_OP_ATTENTION,      FDY_OP_MATMUL_ADD_Q4, FDY_OP_NORM_SWIGLU_Q4,
+      FDY_OP_MATMUL_ADD_Q4};
   static const fdy_op_kind fused_layer[FUSED_LAYER_OPS] = {
       FDY_OP_NORM_MATMUL_Q4, FDY_OP_ROPE_ATTENTION, FDY_OP_MATMUL_ADD_Q4,
       FDY_OP_NORM_SWIGLU_Q4, FDY_OP_MATMUL_ADD_Q4};
@@ -532,20 +532,25 @@ static void expect_graph(const fdy_llama_model *m, const fdy_graph *g,
     fdy_tensor_info unit = tensor_at(g, (fdy_tensor_id){(uint32_t)w.weight});
     assert_string_equal(unit.name, c->tie_word_embeddings ? "embed" : "head");
   }
-  /* a layer's matmul reads its own views: layer 1's q projection */
+  /* a layer's matmuls read its own views: layer 1's fused q, k, v (three
+   * weights, three outputs) in each step */
   if (c->num_layers > 1) {
     const fdy_llama_layer_weights *w1 = fdy_llama_layer(m, 1);
-    fdy_op_info q = op_named(g, "prefill.layer.1.q");
-    assert_int_equal(q.reads[2].v, tensor_named(g, w1->q.weight->name).v);
-    /* the decode step's fused q, k, v: three weights, three outputs */
-    fdy_op_info qkv = op_named(g, "decode.layer.1.qkv");
-    assert_int_equal(qkv.read_count, 12);
-    assert_int_equal(qkv.write_count, 3);
-    assert_int_equal(qkv.reads[3].v, tensor_named(g, w1->q.weight->name).v);
-    assert_int_equal(qkv.reads[6].v, tensor_named(g, w1->k.weight->name).v);
-    assert_int_equal(qkv.reads[9].v, tensor_named(g, w1->v.weight->name).v);
-    assert_int_equal(qkv.writes[0].v, tensor_named(g, "decode.layer.1.q").v);
-    assert_int_equal(qkv.writes[2].v, tensor_named(g, "decode.layer.1.v").v);
+    const char *const steps[2] = {"prefill", "decode"};
+    for (int s = 0; s < 2; s++) {
+      char name[64];
+      snprintf(name, sizeof name, "%s.layer.1.qkv", steps[s]);
+      fdy_op_info qkv = op_named(g, name);
+      assert_int_equal(qkv.read_count, 12);
+      assert_int_equal(qkv.write_count, 3);
+      assert_int_equal(qkv.reads[3].v, tensor_named(g, w1->q.weight->name).v);
+      assert_int_equal(qkv.reads[6].v, tensor_named(g, w1->k.weight->name).v);
+      assert_int_equal(qkv.reads[9].v, tensor_named(g, w1->v.weight->name).v);
+      snprintf(name, sizeof name, "%s.layer.1.q", steps[s]);
+      assert_int_equal(qkv.writes[0].v, tensor_named(g, name).v);
+      snprintf(name, sizeof name, "%s.layer.1.v", steps[s]);
+      assert_int_equal(qkv.writes[2].v, tensor_named(g, name).v);
+    }
   }
 }
 

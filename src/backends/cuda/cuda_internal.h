@@ -236,8 +236,9 @@ uint64_t fdy_cuda_attention_shared_bytes(const fdy_op *op);
 /* Device scratch bytes a launch of a supported op needs in op->workspace
  * (0 when none; from the op's shapes only): the partial results of the
  * one-row (decode) ATTENTION and ROPE_ATTENTION and of ARGMAX over rows
- * split between blocks; MATMUL_Q4 with several rows of x keeps x in F16
- * there, and partial sums when it splits the inputs. */
+ * split between blocks; MATMUL_Q4 and the fused matmul kinds with several
+ * rows of x keep x (normed where the kind says) in F16 there, and partial
+ * sums when they split the inputs. */
 uint64_t fdy_cuda_op_workspace_bytes(const fdy_op *op);
 uint64_t fdy_cuda_attention_workspace_bytes(const fdy_op *op);
 uint64_t fdy_cuda_argmax_workspace_bytes(const fdy_op *op);
@@ -276,26 +277,30 @@ cudaError_t fdy_cuda_attention_prepare(uint64_t smem_optin);
 cudaError_t fdy_cuda_op_enqueue(const fdy_cuda_op_args *a, cudaStream_t stream);
 cudaError_t fdy_cuda_matmul_q4_enqueue(const fdy_cuda_op_args *a,
                                        cudaStream_t stream);
-/* MATMUL_Q4 with several rows of x on the tensor cores
- * (matmul_q4_mma.cu). */
+/* MATMUL_Q4, NORM_MATMUL_Q4, NORM_SWIGLU_Q4 and MATMUL_ADD_Q4 with
+ * several rows of x on the tensor cores (matmul_q4_mma.cu). */
 cudaError_t fdy_cuda_matmul_q4_mma_enqueue(const fdy_cuda_op_args *a,
                                            cudaStream_t stream);
 /* Its block shapes, for cuda_kernel_bench: how many there are, the name of
- * shape c (NULL past the last), the one an op gets (chosen from the op's
- * shapes alone among those measured), and the workspace bytes and the
- * launches of op with shape c (c below fdy_cuda_matmul_q4_mma_shapes();
+ * shape c (NULL past the last), whether shape c runs op (NORM_SWIGLU_Q4
+ * runs on the shapes whose warps hold n-tiles in pairs), the one an op
+ * gets (chosen from the op's shapes alone among those measured that run
+ * it), and the workspace bytes and the launches of op with shape c (c
+ * below fdy_cuda_matmul_q4_mma_shapes(), a shape that runs op;
  * a->workspace holds fdy_cuda_matmul_q4_mma_shape_workspace_bytes). Every
  * shape gives the same sums in the same order wherever the splits of the
  * inputs are equal, but for the one whose warps split a stage's k-steps. */
 unsigned int fdy_cuda_matmul_q4_mma_shapes(void);
 const char *fdy_cuda_matmul_q4_mma_shape_name(unsigned int c);
+bool fdy_cuda_matmul_q4_mma_shape_runs(const fdy_op *op, unsigned int c);
 unsigned int fdy_cuda_matmul_q4_mma_shape_of(const fdy_op *op);
 uint64_t fdy_cuda_matmul_q4_mma_shape_workspace_bytes(const fdy_op *op,
                                                       unsigned int c);
 cudaError_t fdy_cuda_matmul_q4_mma_enqueue_shape(const fdy_cuda_op_args *a,
                                                  unsigned int c,
                                                  cudaStream_t stream);
-/* NORM_MATMUL_Q4, NORM_SWIGLU_Q4 and MATMUL_ADD_Q4 of one row. */
+/* NORM_MATMUL_Q4, NORM_SWIGLU_Q4 and MATMUL_ADD_Q4: the GEMV for one row,
+ * the tensor-core kernel (matmul_q4_mma.cu) for several. */
 cudaError_t fdy_cuda_fused_q4_enqueue(const fdy_cuda_op_args *a,
                                       cudaStream_t stream);
 cudaError_t fdy_cuda_attention_enqueue(const fdy_cuda_op_args *a,

@@ -8,11 +8,12 @@
  * most FDY_CUDA_ROPE_MAX_PAIRS rope pairs. ROPE_ATTENTION runs for one row
  * only (the decode step's; prefill keeps ROPE and ATTENTION). The
  * workspace of an op: the one-row ATTENTION's and ROPE_ATTENTION's partial
- * results (attention.cu), the blocks' winners
- * of ARGMAX over long rows (ops_kernels.cu), and MATMUL_Q4 of
- * several rows (x in F16, partial sums: matmul_q4_mma.cu); other ops need
- * none. The fused kinds run for one row of x only (the decode
- * chain's). */
+ * results (attention.cu), the blocks' winners of ARGMAX over long rows
+ * (ops_kernels.cu), and MATMUL_Q4 and the fused matmul kinds
+ * (NORM_MATMUL_Q4, NORM_SWIGLU_Q4, MATMUL_ADD_Q4) of several rows (x,
+ * normed where the kind says, in F16, partial sums: matmul_q4_mma.cu);
+ * other ops need none. Those fused kinds run for any row count: one row
+ * on the GEMV (matmul_q4.cu), several on the tensor cores. */
 #include "cuda_internal.h"
 
 #include <stdint.h>
@@ -43,17 +44,16 @@ bool fdy_cuda_op_supported(const fdy_cuda_ctx *ctx, const fdy_op *op) {
     return false;
   }
   switch (op->kind) {
-  case FDY_OP_MATMUL_Q4: {
+  case FDY_OP_MATMUL_Q4:
+  case FDY_OP_NORM_MATMUL_Q4:
+  case FDY_OP_NORM_SWIGLU_Q4:
+  case FDY_OP_MATMUL_ADD_Q4: {
+    /* one row: the GEMV (with the fused kinds' prologue or epilogue);
+     * several: the tensor-core kernel, 128 rows per block in y */
     uint64_t rows = op->inputs[1].shape.dims[0];
     return (rows + FDY_CUDA_GEMM_ROWS - 1) / FDY_CUDA_GEMM_ROWS <=
            FDY_CUDA_MAX_GRID_Y;
   }
-  case FDY_OP_NORM_MATMUL_Q4:
-  case FDY_OP_NORM_SWIGLU_Q4:
-  case FDY_OP_MATMUL_ADD_Q4:
-    /* one row only: the decode chain's (the GEMV with a prologue or an
-     * epilogue); prefill keeps the single ops */
-    return op->inputs[1].shape.dims[0] == 1;
   case FDY_OP_ROPE:
     return op->params.rope.head_dim / 2 <= FDY_CUDA_ROPE_MAX_PAIRS;
   case FDY_OP_ATTENTION:
@@ -71,7 +71,10 @@ uint64_t fdy_cuda_op_workspace_bytes(const fdy_op *op) {
   if (op->kind == FDY_OP_ARGMAX) {
     return fdy_cuda_argmax_workspace_bytes(op);
   }
-  if (op->kind == FDY_OP_MATMUL_Q4 && op->inputs[1].shape.dims[0] != 1) {
+  const bool q4 =
+      op->kind == FDY_OP_MATMUL_Q4 || op->kind == FDY_OP_NORM_MATMUL_Q4 ||
+      op->kind == FDY_OP_NORM_SWIGLU_Q4 || op->kind == FDY_OP_MATMUL_ADD_Q4;
+  if (q4 && op->inputs[1].shape.dims[0] != 1) {
     return fdy_cuda_matmul_q4_mma_workspace_bytes(op);
   }
   return 0;

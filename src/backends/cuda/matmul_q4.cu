@@ -647,6 +647,9 @@ static cudaError_t launch_gemv(const fdy_cuda_op_args *a, const gemv_params &p,
 extern "C" cudaError_t fdy_cuda_fused_q4_enqueue(const fdy_cuda_op_args *a,
                                                  cudaStream_t stream) {
   const fdy_op *op = a->op;
+  if (op->inputs[1].shape.dims[0] != 1) {
+    return fdy_cuda_matmul_q4_mma_enqueue(a, stream);
+  }
   switch (op->kind) {
   case FDY_OP_NORM_MATMUL_Q4: {
     gemv_params p = gemv_params_of(a, 3);
