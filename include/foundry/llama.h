@@ -140,10 +140,13 @@ typedef struct fdy_llama_graph_io {
  * view at a FDY_TENSOR_ALIGNMENT offset; state "layer.<i>.k_cache" and
  * "layer.<i>.v_cache" (kv_dtype [context, kv_heads * head_dim]); and two
  * sets of ops over the same weights and state: "prefill.*" over
- * prefill_rows rows and "decode.*" over one row. Per layer: rmsnorm, q/k/v
- * matmuls, rope of q and k, attention (appending k and v to the caches),
- * o matmul, add, rmsnorm, gate/up matmuls, swiglu, down matmul, add; then
- * the head (last row, rmsnorm, LM head matmul, argmax). Errors: a context
+ * prefill_rows rows and "decode.*" over one row. Per layer, in the fused
+ * kinds: norm + q/k/v (NORM_MATMUL_Q4), the rope of q and k and attention
+ * (appending k and v to the caches; ROPE_ATTENTION in the decode step, three
+ * ops in the prefill), o + residual (MATMUL_ADD_Q4), norm + gate/up +
+ * SwiGLU (NORM_SWIGLU_Q4), down + residual; then the head (last row,
+ * rmsnorm, LM head matmul, argmax; the decode step's norm and LM head in
+ * one NORM_MATMUL_Q4). Errors: a context
  * or prefill_rows of 0 or a context above max_position_embeddings, a
  * kv_dtype other than F32/F16 (FDY_ERR_INVALID_ARGUMENT). The graph copies
  * the paths; the model may be closed after this returns. Caller owns *out
