@@ -198,12 +198,12 @@ static fdy_status run_chunk(fdy_llama_session *s, const int32_t *ids,
     return st;
   }
   uint64_t vocab = s->config->vocab_size;
-  const float *logits =
-      s->ids_only ? NULL
-                  : fdy_executor_output(s->executor,
-                                        decode ? s->io.decode_logits
-                                               : s->io.prefill_logits,
-                                        NULL);
+  const float *logits = s->ids_only
+                            ? NULL
+                            : fdy_executor_output(s->executor,
+                                                  decode ? s->io.decode_logits
+                                                         : s->io.prefill_logits,
+                                                  NULL);
   const int32_t *next = fdy_executor_output(
       s->executor, decode ? s->io.decode_next : s->io.prefill_next, NULL);
   bool rows = !decode && s->all_logits;
