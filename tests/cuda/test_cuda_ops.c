@@ -522,6 +522,18 @@ static void rmsnorm_case(const char *label, uint32_t rows, int32_t count,
 /* ---- matmul -----------------------------------------------------------------
  */
 
+/* A MATMUL_Q4 op of x [rows, w->in] and w, unbound. */
+static fdy_op matmul_unbound(const q4_matrix *w, uint32_t rows) {
+  fdy_op op = {.kind = FDY_OP_MATMUL_Q4, .input_count = 5, .output_count = 1};
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, w->in));
+  op.inputs[2] = view(FDY_DTYPE_U32, FDY_SHAPE(w->out, w->in / 8));
+  op.inputs[3] = view(w->dtype, FDY_SHAPE(w->out, w->in / w->group));
+  op.inputs[4] = op.inputs[3];
+  op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, w->out));
+  return op;
+}
+
 /* given_x: rows x in values of x (copied), or NULL for random ones. An x
  * of zeros must give zeros bitwise (s q . 0 + b 0). */
 static void matmul_x_case(const char *label, const q4_matrix *w, uint32_t rows,
@@ -534,13 +546,7 @@ static void matmul_x_case(const char *label, const q4_matrix *w, uint32_t rows,
     zero = zero && given_x[i] == 0.0f;
   }
   float *y = poisoned((uint64_t)rows * w->out);
-  fdy_op op = {.kind = FDY_OP_MATMUL_Q4, .input_count = 5, .output_count = 1};
-  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
-  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, w->in));
-  op.inputs[2] = view(FDY_DTYPE_U32, FDY_SHAPE(w->out, w->in / 8));
-  op.inputs[3] = view(w->dtype, FDY_SHAPE(w->out, w->in / w->group));
-  op.inputs[4] = op.inputs[3];
-  op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, w->out));
+  fdy_op op = matmul_unbound(w, rows);
   void *data[] = {step, x, w->words, w->scales, w->biases, y};
   results r = run_both(&op, data);
   uint32_t active = active_rows(count, rows);
@@ -580,13 +586,7 @@ static bool mma_timing(void) {
  * offsets of one buffer (unbound when buf is NULL); *end: the bytes used. */
 static fdy_op matmul_op(const q4_matrix *w, uint32_t rows,
                         fdy_backend_buffer *buf, uint64_t *end) {
-  fdy_op op = {.kind = FDY_OP_MATMUL_Q4, .input_count = 5, .output_count = 1};
-  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
-  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, w->in));
-  op.inputs[2] = view(FDY_DTYPE_U32, FDY_SHAPE(w->out, w->in / 8));
-  op.inputs[3] = view(w->dtype, FDY_SHAPE(w->out, w->in / w->group));
-  op.inputs[4] = op.inputs[3];
-  op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, w->out));
+  fdy_op op = matmul_unbound(w, rows);
   uint64_t at = 256;
   for (uint32_t i = 0; i < 6; i++) {
     operand(&op, i)->buffer = buf;
@@ -1665,18 +1665,6 @@ static void test_prefill_fused(void **state) {
   fused_case("odd rows", 70, 96, 37, 5, 32, FDY_DTYPE_F16, 69);
   fused_case("7 rows", 7, 256, 256, 64, 64, FDY_DTYPE_F16, 7);
   fused_case("count 0", 64, 256, 256, 64, 64, FDY_DTYPE_F16, 0);
-}
-
-/* A MATMUL_Q4 op of x [rows, w->in] and w, unbound. */
-static fdy_op matmul_unbound(const q4_matrix *w, uint32_t rows) {
-  fdy_op op = {.kind = FDY_OP_MATMUL_Q4, .input_count = 5, .output_count = 1};
-  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
-  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, w->in));
-  op.inputs[2] = view(FDY_DTYPE_U32, FDY_SHAPE(w->out, w->in / 8));
-  op.inputs[3] = view(w->dtype, FDY_SHAPE(w->out, w->in / w->group));
-  op.inputs[4] = op.inputs[3];
-  op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, w->out));
-  return op;
 }
 
 /* An element-wise op (ADD or SWIGLU) of [rows, n] operands, unbound. */
