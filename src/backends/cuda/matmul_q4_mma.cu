@@ -23,17 +23,16 @@
  * 2. mma_q4_kernel, a block per 128 rows x BN outputs and per split of the
  *    inputs, in one of a few block shapes (template instances; the table
  *    mma_shapes below, with the H200's measured times): WM x WN warps of
- *    16 MT x 8 NT outputs, BN = 8 NT WN, optionally twice over (WK = 2)
- *    with each half of the warps taking half of every stage's k-steps, and
- *    1 or 2 blocks per multiprocessor. The op gets the measured shape of
- *    least predicted time from its shapes alone (waves of blocks x k-blocks
- *    per block x the shape's time per k-block): 2 x 4 warps of 64 x 16,
- *    2 blocks per SM (16 warps, 116 registers), where the tiles of 64
- *    outputs fill the slots (gate/up, k/v); 2 x 4 warps of 64 x 24, 1 block
- *    per SM (158 registers), where 3072 outputs would leave a third of the
- *    slots idle (q/o, down). 4 stages of cp.async (zero-filled past the
- *    active rows, the outputs and the inputs) bring 64 inputs of xh (16 KB,
- *    16-byte chunks XOR-swizzled by row so ldmatrix is conflict-free) and BN
+ *    16 MT x 8 NT outputs, BN = 8 NT WN, 1 or 2 blocks per
+ *    multiprocessor. The op gets the measured shape of least predicted
+ *    time from its shapes alone (waves of blocks x k-blocks per block x the
+ *    shape's time per k-block): 2 x 4 warps of 64 x 16 at 2 blocks per SM
+ *    (16 warps, 116 registers), where the tiles of 64 outputs fill the
+ *    slots (gate/up, k/v); 2 x 4 warps of 64 x 24 at 2 blocks per SM (128
+ *    registers) with the inputs split in 2, where 3072 outputs make too few
+ *    tiles of 96 for 264 slots (q/o, down). 4 stages of cp.async (zero-filled
+ * past the active rows, the outputs and the inputs) bring 64 inputs of xh (16
+ * KB, 16-byte chunks XOR-swizzled by row so ldmatrix is conflict-free) and BN
  *    rows of 8 weight words. Each thread's copy offsets and validity are
  *    computed once (one 64-bit offset per operand, advanced per stage).
  *    Lane (g, t) = (lane / 4, lane % 4) reads words 2t and 2t + 1 of its
@@ -436,26 +435,20 @@ static __device__ __forceinline__ float swiglu(float g, float u) {
   return g / (1.0f + expf(-g)) * u;
 }
 
-/* A block of WM x WN x WK warps per 128 rows x BN = 8 NT WN tile rows of a
- * matrix of the job: warp (wk, wm, wn) computes rows 16 MT wm .. of the
- * tile and tile rows 8 NT wn .. over the k16-steps wk * 4 / WK .. of every
- * stage (WK = 2: the sums of the second half of each stage's steps go
- * through shared memory at the end and are added to the first half's, in
- * that order). BLOCKS blocks per multiprocessor (at most 65536 / (32 WM WN
- * WK BLOCKS) registers). SWIGLU: the job's gate and up interleaved
+/* A block of WM x WN warps per 128 rows x BN = 8 NT WN tile rows of a
+ * matrix of the job: warp (wm, wn) computes rows 16 MT wm .. of the tile
+ * and tile rows 8 NT wn .. over the 4 k16-steps of every stage. BLOCKS
+ * blocks per multiprocessor (at most 65536 / (32 WM WN BLOCKS)
+ * registers). SWIGLU: the job's gate and up interleaved
  * (mma_job), the epilogue MMA_SWIGLU; else PLAIN or RESIDUAL. */
-template <int WM, int WN, int WK, int MT, int NT, int BLOCKS, bool SWIGLU>
-__global__ void __launch_bounds__(32 * WM * WN * WK, BLOCKS)
+template <int WM, int WN, int MT, int NT, int BLOCKS, bool SWIGLU>
+__global__ void __launch_bounds__(32 * WM * WN, BLOCKS)
     mma_q4_kernel(const int32_t *step, const __half *xh, const float *yscale,
                   bool bf16, mma_dims d, mma_job job) {
-  constexpr int THREADS = 32 * WM * WN * WK, BN = 8 * NT * WN, JS = 4 / WK;
+  constexpr int THREADS = 32 * WM * WN, BN = 8 * NT * WN;
   static_assert(16 * MT * WM == MMA_BM, "the warps cover the block's rows");
-  static_assert(WK == 1 || WK == 2, "one or two halves of the k-steps");
   static_assert(2 * BN <= THREADS, "a thread per chunk of weights");
   static_assert(!SWIGLU || NT % 2 == 0, "gate and up n-tiles in pairs");
-  static_assert(WK == 1 || 4 * 32 * WM * WN * MT * NT * 4 <=
-                               MMA_STAGES * (MMA_A_BYTES + BN * MMA_ROW_BYTES),
-                "the second half's sums fit the stage buffers");
   extern __shared__ __align__(128) unsigned char smem[];
   fdy_grid_launch_dependents();
   const unsigned int active = fdy_active_rows(step, d.rows);
@@ -467,8 +460,7 @@ __global__ void __launch_bounds__(32 * WM * WN * WK, BLOCKS)
   const mma_matrix &up = job.m[1];
   const unsigned int n0 = (blockIdx.x - m.first_tile) * BN;
   const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const unsigned int wk = warp / (WM * WN), wm = warp % (WM * WN) / WN,
-                     wn = warp % WN;
+  const unsigned int wm = warp / WN, wn = warp % WN;
   const unsigned int g = lane / 4, t = lane % 4;
   const unsigned int kb_begin =
       (unsigned int)((unsigned long long)d.blocks * blockIdx.z / d.split);
@@ -489,13 +481,12 @@ __global__ void __launch_bounds__(32 * WM * WN * WK, BLOCKS)
   }
 
   /* ldmatrix: lane l gives row l % 16 of its m16 tile, chunk 2j + l / 16
-   * for this warp's k-steps j = JS wk + jj */
+   * for k-step j */
   const unsigned int a_row = wm * 16 * MT + lane % 16;
-  unsigned int a_chunk[JS];
+  unsigned int a_chunk[4];
 #pragma unroll
-  for (int jj = 0; jj < JS; jj++) {
-    const unsigned int j = WK == 1 ? jj : JS * wk + jj;
-    a_chunk[jj] = ((2 * j + lane / 16) ^ (a_row % 8)) << 4;
+  for (int j = 0; j < 4; j++) {
+    a_chunk[j] = ((2 * j + lane / 16) ^ (a_row % 8)) << 4;
   }
   unsigned long long s_at[NT]; /* this lane's weight rows' first groups */
   bool row_ok[NT];
@@ -558,27 +549,23 @@ __global__ void __launch_bounds__(32 * WM * WN * WK, BLOCKS)
       asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n"
                    : "=r"(wq[nt].x), "=r"(wq[nt].y)
                    : "r"(buffer + b_offset + nt * 8 * MMA_ROW_BYTES));
-      if (WK == 2) { /* steps 2 and 3: nibbles 2, 3 (6, 7) in bits 0-7 */
-        wq[nt].x >>= 8 * wk;
-        wq[nt].y >>= 8 * wk;
-      }
     }
 #pragma unroll
-    for (int jj = 0; jj < JS; jj++) {
+    for (int j = 0; j < 4; j++) {
       uint32_t a[MT][4];
 #pragma unroll
       for (int mt = 0; mt < MT; mt++) {
-        load_a(buffer + (a_row + mt * 16) * 128 + a_chunk[jj], a[mt]);
+        load_a(buffer + (a_row + mt * 16) * 128 + a_chunk[j], a[mt]);
       }
 #pragma unroll
       for (int nt = 0; nt < NT; nt++) {
         /* step j: nibbles j, j + 4, in bits 0-3 (4-7) of the word shifted
          * by 8 (j / 2) for even (odd) j */
-        const unsigned int by = WK == 1 ? 8 * (jj / 2) : 0;
+        const unsigned int by = 8 * (j / 2);
         const uint32_t b0 =
-            dequantize_pair(wq[nt].x >> by, jj % 2 == 1, s2[nt], b2[nt]);
+            dequantize_pair(wq[nt].x >> by, j % 2 == 1, s2[nt], b2[nt]);
         const uint32_t b1 =
-            dequantize_pair(wq[nt].y >> by, jj % 2 == 1, s2[nt], b2[nt]);
+            dequantize_pair(wq[nt].y >> by, j % 2 == 1, s2[nt], b2[nt]);
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
           mma_16816(acc[mt][nt], a[mt], b0, b1);
@@ -587,26 +574,6 @@ __global__ void __launch_bounds__(32 * WM * WN * WK, BLOCKS)
     }
   }
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-
-  if (WK == 2) {
-    /* the second half's sums, lane-minor in the stage buffers */
-    float *other = (float *)smem + warp % (WM * WN) * (32 * MT * NT * 4) + lane;
-    __syncthreads(); /* every warp is done with the stages */
-    if (wk == 1) {
-#pragma unroll
-      for (int i = 0; i < MT * NT * 4; i++) {
-        other[32 * i] = acc[i / (NT * 4)][i / 4 % NT][i % 4];
-      }
-    }
-    __syncthreads();
-    if (wk == 1) {
-      return;
-    }
-#pragma unroll
-    for (int i = 0; i < MT * NT * 4; i++) {
-      acc[i / (NT * 4)][i / 4 % NT][i % 4] += other[32 * i];
-    }
-  }
 
   /* c0, c1: row g, tile rows i = 8 NT wn + 8 nt + 2t and i + 1 (weight rows
    * o and o + 1); c2, c3: row g + 8. Split: the raw sums at tile row
@@ -734,49 +701,47 @@ typedef struct mma_shape {
 } mma_shape;
 
 /* The SWIGLU instance of a shape whose warps hold n-tiles in pairs. */
-template <int WM, int WN, int WK, int MT, int NT, int BLOCKS>
+template <int WM, int WN, int MT, int NT, int BLOCKS>
 static constexpr mma_kernel_fn swiglu_instance(void) {
   if constexpr (NT % 2 == 0) {
-    return mma_q4_kernel<WM, WN, WK, MT, NT, BLOCKS, true>;
+    return mma_q4_kernel<WM, WN, MT, NT, BLOCKS, true>;
   } else {
     return NULL;
   }
 }
 
-#define MMA_SHAPE(WM, WN, WK, MT, NT, BLOCKS, US, NAME)                        \
+#define MMA_SHAPE(WM, WN, MT, NT, BLOCKS, US, NAME)                            \
   {                                                                            \
-    mma_q4_kernel<WM, WN, WK, MT, NT, BLOCKS, false>,                          \
-        swiglu_instance<WM, WN, WK, MT, NT, BLOCKS>(), NAME, 8 * (NT) * (WN),  \
-        32 * (WM) * (WN) * (WK), BLOCKS, US                                    \
+    mma_q4_kernel<WM, WN, MT, NT, BLOCKS, false>,                              \
+        swiglu_instance<WM, WN, MT, NT, BLOCKS>(), NAME, 8 * (NT) * (WN),      \
+        32 * (WM) * (WN), BLOCKS, US                                           \
   }
 
-/* The measured times (H200, cuda_kernel_bench --rows 512, group 64,
- * each op with its F16 conversion; docs/tuning-log.md entry 25, call 34):
+/* The measured times (H200, cuda_kernel_bench --rows 512, group 64, each
+ * op with its F16 conversion; docs/tuning-log.md entry 25, call 34), in us
+ * for the shapes 128x64 2/SM, 128x96 1/SM, 2x6 warps, 128x96 2/SM:
  *
- * | op                  | 128x64 2/SM | 128x96 1/SM | k halves | 2x6 warps |
- * 128x96 2/SM |
- * |---------------------|-------------|-------------|----------|-----------|-------------|
- * | q/o 3072 x 3072     | 66.3 us     | 62.7 us     | 60.9 us  | 64.7 us | 57.6
- * us     | | k/v 1024 x 3072     | 33.2 us     | 36.0 us     | 36.1 us  | 36.7
- * us   | 33.4 us     | | gate/up 8192 x 3072 | 119.1 us    | 161.5 us    |
- * 154.6 us | 166.6 us  | 125.4 us    | | down 3072 x 8192    | 169.2 us    |
- * 150.1 us    | 155.9 us | 156.1 us  | 127.1 us    |
+ *   q/o 3072 x 3072       66.3   62.7   64.7   57.6
+ *   k/v 1024 x 3072       33.2   36.0   36.7   33.4
+ *   gate/up 8192 x 3072  119.1  161.5  166.6  125.4
+ *   down 3072 x 8192     169.2  150.1  156.1  127.1
  *
- * A shape's us_per_kblock is an op's median time over (waves x k-blocks
- * per block): gate/up's / 96 for 128x64 at 2 per SM (2 waves of 48),
- * down's / 128 for the 96-wide shapes at 1 per SM (one wave of 128),
- * down's / 64 for 128x96 at 2 per SM (one wave of 256 blocks: split 2).
- * The model picks 128x96 at 2 per SM for q/o and down and 128x64 for
- * gate/up and k/v, the fastest of each row; it is coarse for small ops
- * (k/v: ~15 us predicted, 33 measured) and for the LM head's 8016 tiles,
- * which prefill computes for one row. */
+ * (a fifth shape, 128x96 as two halves of the k-steps, 16 warps, measured
+ * 60.9, 36.1, 154.6, 155.9: never the fastest, removed.) A shape's
+ * us_per_kblock is an op's median time over (waves x k-blocks per block):
+ * gate/up's / 96 for 128x64 at 2 per SM (2 waves of 48), down's / 128 for
+ * the 96-wide shapes at 1 per SM (one wave of 128), down's / 64 for 128x96
+ * at 2 per SM (one wave of 256 blocks: split 2). The model picks 128x96 at
+ * 2 per SM for q/o and down and 128x64 for gate/up and k/v, the fastest of
+ * each row; the 2 x 6 warps (an even NT) are the other shape that runs
+ * NORM_SWIGLU_Q4. The model is coarse for small ops (k/v: ~15 us
+ * predicted, 33 measured) and for the LM head's 8016 tiles, which prefill
+ * computes for one row. */
 static const mma_shape mma_shapes[] = {
-    MMA_SHAPE(2, 4, 1, 4, 2, 2, 1.24, "128x64 2/SM, 2x4 warps of 64x16"),
-    MMA_SHAPE(2, 4, 1, 4, 3, 1, 1.17, "128x96 1/SM, 2x4 warps of 64x24"),
-    MMA_SHAPE(2, 4, 2, 4, 3, 1, 1.22,
-              "128x96 1/SM, 2x4x2 warps of 64x24 (k halves)"),
-    MMA_SHAPE(2, 6, 1, 4, 2, 1, 1.22, "128x96 1/SM, 2x6 warps of 64x16"),
-    MMA_SHAPE(2, 4, 1, 4, 3, 2, 1.99, "128x96 2/SM, 2x4 warps of 64x24"),
+    MMA_SHAPE(2, 4, 4, 2, 2, 1.24, "128x64 2/SM, 2x4 warps of 64x16"),
+    MMA_SHAPE(2, 4, 4, 3, 1, 1.17, "128x96 1/SM, 2x4 warps of 64x24"),
+    MMA_SHAPE(2, 6, 4, 2, 1, 1.22, "128x96 1/SM, 2x6 warps of 64x16"),
+    MMA_SHAPE(2, 4, 4, 3, 2, 1.99, "128x96 2/SM, 2x4 warps of 64x24"),
 };
 #define MMA_SHAPES (sizeof mma_shapes / sizeof mma_shapes[0])
 
