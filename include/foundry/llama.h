@@ -148,7 +148,8 @@ typedef struct fdy_llama_graph_io {
  * rmsnorm, LM head matmul, argmax; the decode step's norm and LM head in
  * one NORM_MATMUL_Q4). Errors: a context
  * or prefill_rows of 0 or a context above max_position_embeddings, a
- * kv_dtype other than F32/F16 (FDY_ERR_INVALID_ARGUMENT). The graph copies
+ * kv_dtype other than F32/F16, ids_only with all_logits
+ * (FDY_ERR_INVALID_ARGUMENT). The graph copies
  * the paths; the model may be closed after this returns. Caller owns *out
  * (fdy_graph_destroy); io may be NULL. */
 fdy_status fdy_llama_graph(const fdy_llama_model *model,

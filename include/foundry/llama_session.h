@@ -87,7 +87,8 @@ void fdy_llama_session_reset(fdy_llama_session *session);
 /* Appends count tokens at the current position: runs of the prefill step
  * over chunks of up to prefill_rows tokens (a single token runs the decode
  * step). all_logits (count * vocab floats; only for sessions created with
- * all_logits) and last_logits (vocab floats) may each be NULL. Ids outside
+ * all_logits) and last_logits (vocab floats; NULL for sessions created
+ * ids_only: FDY_ERR_INVALID_ARGUMENT otherwise) may each be NULL. Ids outside
  * the vocabulary: FDY_ERR_INVALID_ARGUMENT; exceeding the context:
  * FDY_ERR_CONTEXT; the session is unchanged on these errors. A backend
  * failure leaves the session failed (every later call fails). */

@@ -1074,19 +1074,20 @@ static fdy_status launch_workspace(const fdy_op *op, unsigned char **address,
   return FDY_OK;
 }
 
-/* Checks the op (fdy_op_check, then supports_op), resolves every view, and
- * enqueues the op's kernels: the checksum with the stream's word set, every
- * other kind through fdy_cuda_op_enqueue. */
 /* Whether an op computes one row (the decode chain's ops, the LM head of a
  * prefill): those are programmatic dependent launches unless serial_launch
  * is set. Ops of many rows (prefill) keep serial launches: on the H200
  * their dependent launches made a 512-token prefill 1.4 ms slower
- * (docs/tuning-log.md, entry 16). */
+ * (docs/tuning-log.md, entry 16), and with the later kernels no faster
+ * (entry 30). */
 static bool one_row_op(const fdy_op *op) {
   return op->output_count > 0 && op->outputs[0].shape.rank > 0 &&
          op->outputs[0].shape.dims[0] == 1;
 }
 
+/* Checks the op (fdy_op_check, then supports_op), resolves every view, and
+ * enqueues the op's kernels: the checksum with the stream's word set, every
+ * other kind through fdy_cuda_op_enqueue. */
 static fdy_status cuda_launch(fdy_backend *base, fdy_backend_stream *stream,
                               const fdy_op *op, fdy_error *err) {
   cuda_backend *b = cuda_of(base);

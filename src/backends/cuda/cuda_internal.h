@@ -289,7 +289,7 @@ cudaError_t fdy_cuda_matmul_q4_mma_enqueue(const fdy_cuda_op_args *a,
  * below fdy_cuda_matmul_q4_mma_shapes(), a shape that runs op;
  * a->workspace holds fdy_cuda_matmul_q4_mma_shape_workspace_bytes). Every
  * shape gives the same sums in the same order wherever the splits of the
- * inputs are equal, but for the one whose warps split a stage's k-steps. */
+ * inputs are equal. */
 unsigned int fdy_cuda_matmul_q4_mma_shapes(void);
 const char *fdy_cuda_matmul_q4_mma_shape_name(unsigned int c);
 bool fdy_cuda_matmul_q4_mma_shape_runs(const fdy_op *op, unsigned int c);
