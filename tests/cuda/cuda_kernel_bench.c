@@ -257,16 +257,16 @@ static void weight_inputs(bench_op *b, const options *o, uint32_t first,
   b->flops += 2.0 * o->rows * in * out;
 }
 
-/* The fused matmul kinds of a layer over o->rows rows (one: the decode
- * step's GEMVs; several: the tensor-core kernel): NORM_MATMUL_Q4 of q, k
- * and v, NORM_SWIGLU_Q4 of gate and up, MATMUL_ADD_Q4 of o or down. */
-static bench_op fused(const char *name, fdy_op_kind kind, const options *o) {
+/* The fused matmul kinds of a layer over o->rows rows of `in` inputs
+ * (one: the decode step's GEMVs; several: the tensor-core kernel):
+ * NORM_MATMUL_Q4 of q, k and v, NORM_SWIGLU_Q4 of gate and up (in HIDDEN),
+ * MATMUL_ADD_Q4 of o (in HIDDEN) or down (in FFN). */
+static bench_op fused(const char *name, fdy_op_kind kind, const options *o,
+                      uint32_t in) {
   bench_op b = {.name = name};
   fdy_op *op = &b.op;
   *op = (fdy_op){.kind = kind};
   op->inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
-  const bool down = kind == FDY_OP_MATMUL_ADD_Q4 && strstr(name, "down");
-  const uint32_t in = down ? FFN : HIDDEN;
   op->inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(o->rows, in));
   if (kind == FDY_OP_MATMUL_ADD_Q4) {
     weight_inputs(&b, o, 2, HIDDEN, in);
@@ -274,7 +274,7 @@ static bench_op fused(const char *name, fdy_op_kind kind, const options *o) {
     op->input_count = 6;
     op->output_count = 1;
     op->outputs[0] = op->inputs[5];
-    b.shape = down ? "down 3072 x 8192 + res" : "o 3072 x 3072 + res";
+    b.shape = in == FFN ? "down 3072 x 8192 + res" : "o 3072 x 3072 + res";
   } else {
     op->inputs[2] = view(o->scales, FDY_SHAPE(in));
     op->params.rmsnorm.eps = 1e-5;
@@ -753,11 +753,11 @@ int main(int argc, char **argv) {
       embed(&o),
       argmax(),
       /* last: the fused kinds (ROPE_ATTENTION of one row only) */
-      fused("norm+q/k/v", FDY_OP_NORM_MATMUL_Q4, &o),
+      fused("norm+q/k/v", FDY_OP_NORM_MATMUL_Q4, &o, HIDDEN),
       attention(&o, true),
-      fused("o+residual", FDY_OP_MATMUL_ADD_Q4, &o),
-      fused("norm+gate/up+swiglu", FDY_OP_NORM_SWIGLU_Q4, &o),
-      fused("down+residual", FDY_OP_MATMUL_ADD_Q4, &o),
+      fused("o+residual", FDY_OP_MATMUL_ADD_Q4, &o, HIDDEN),
+      fused("norm+gate/up+swiglu", FDY_OP_NORM_SWIGLU_Q4, &o, HIDDEN),
+      fused("down+residual", FDY_OP_MATMUL_ADD_Q4, &o, FFN),
   };
   size_t count = 0;
   result results[sizeof ops / sizeof ops[0]];
