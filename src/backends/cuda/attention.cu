@@ -8,22 +8,23 @@
  *    fdy_grid_wait; q, k, v and position p after). Before the wait each
  *    thread loads into registers the key and value float4s of its block's
  *    first chunk that its first round of the dots and of the weighted sum
- *    use (below; not position p's), and for ROPE_ATTENTION the cos and sin
- *    of its first pair; it writes nothing. After it, each block puts its
- *    heads' q rows and its kv head's new k row in shared memory; for
- *    ROPE_ATTENTION rotated there by the rope at position p (each thread's
- *    cos and sin in double, rounded to float, the rotation the CPU's float
- *    expression without FMA), so the cache receives the rotated k bitwise as
- *    the CPU's rope then attention append it. The positions 0..p are cut
- *    into chunks of decode_chunk(context) positions (a power of two from 16,
- *    so that a full cache has at most DECODE_MAX_CHUNKS chunks). Block (kv
- *    head, slice, y) takes chunks y, y + gridDim.y, ... for up to
- *    DECODE_GROUP query heads of that kv head, which share its K and V
- *    loads: each warp dots DECODE_INFLIGHT key rows at once with the heads'
- *    q (lanes on 4 consecutive elements: one 16-byte F32 or 8-byte F16 load,
- *    coalesced; q from shared memory, and past the first round the value
- *    rows requested from L2 at once), a butterfly summing each dot, times
- *    (float)(1 / sqrt(d)); then per head the chunk's maximum m, e =
+ *    use (below; not position p's; a block of several chunks loads the next
+ *    one's alike once it is done with its own), and for ROPE_ATTENTION the
+ *    cos and sin of its first pair; it writes nothing. After it, each block
+ *    puts its heads' q rows and its kv head's new k row in shared memory;
+ *    for ROPE_ATTENTION rotated there by the rope at position p (each
+ *    thread's cos and sin in double, rounded to float, the rotation the
+ *    CPU's float expression without FMA), so the cache receives the rotated
+ *    k bitwise as the CPU's rope then attention append it. The positions
+ *    0..p are cut into chunks of decode_chunk(context) positions (a power of
+ *    two from 16, so that a full cache has at most DECODE_MAX_CHUNKS
+ *    chunks). Block (kv head, slice, y) takes chunks y, y + gridDim.y, ...
+ *    for up to DECODE_GROUP query heads of that kv head, which share its K
+ *    and V loads: each warp dots DECODE_INFLIGHT key rows at once with the
+ *    heads' q (lanes on 4 consecutive elements: one 16-byte F32 or 8-byte
+ *    F16 load, coalesced; q from shared memory, and past the first round the
+ *    value rows requested from L2 at once), a butterfly summing each dot,
+ *    times (float)(1 / sqrt(d)); then per head the chunk's maximum m, e =
  *    expf(score - m) and their float sum l (lanes, then a butterfly), and
  *    the unnormalized sum of e * v over the chunk's positions (each warp its
  *    positions, the warps' sums added in warp order). m, l and the partial
@@ -69,7 +70,7 @@
 #define DECODE_MIN_CHUNK     16  /* positions, a power of two */
 #define DECODE_MAX_CHUNKS    128 /* chunks of a full cache */
 #define DECODE_BLOCKS_SM     4   /* decode blocks per multiprocessor */
-#define DECODE_COMBINE_ROUND 5   /* chunks a warp's combine loads at once */
+#define DECODE_COMBINE_ROUND 4   /* chunks a warp's combine loads at once */
 
 static __device__ __forceinline__ void
 cache_store(void *cache, bool f16, unsigned long long i, float v) {
@@ -160,39 +161,90 @@ static __device__ __forceinline__ float4 new_row4(const float *row, bool f16,
       __half2float(__float2half_rn(x.z)), __half2float(__float2half_rn(x.w)));
 }
 
-/* Key or value elements 4 j4 .. of a warp's DECODE_INFLIGHT positions
- * base, base + ATTENTION_WARPS, ... of the n positions of the chunk at
- * `begin`: the cache's before the last position (earlier steps wrote them,
- * so they may be read before fdy_grid_wait), zero at the last position
- * (own_rows puts the step's row there: this launch writes the cache's)
- * and past the chunk. */
+/* The bits of cache elements 4 j4 .. 4 j4 + 3 at `at`, loaded but not
+ * converted, so that nothing waits for the load before the values are
+ * used (bits_float4): vec F16 the 8 bytes in x and y, vec F32 the 16
+ * bytes, otherwise the bits of fdy_cache_load4's floats. */
+static __device__ __forceinline__ uint4 cache_bits4(const void *cache, bool f16,
+                                                    bool vec,
+                                                    unsigned long long at,
+                                                    unsigned int j4,
+                                                    unsigned int d) {
+  if (vec) {
+    if (f16) {
+      const uint2 w = *(const uint2 *)((const uint16_t *)cache + at + 4 * j4);
+      return make_uint4(w.x, w.y, 0u, 0u);
+    }
+    return *(const uint4 *)((const float *)cache + at + 4 * j4);
+  }
+  const float4 x = fdy_cache_load4(cache, f16, false, at, j4, d);
+  return make_uint4(__float_as_uint(x.x), __float_as_uint(x.y),
+                    __float_as_uint(x.z), __float_as_uint(x.w));
+}
+
+/* cache_bits4's bits as the floats that fdy_cache_load4 returns for them
+ * (the same conversion; all-zero bits are zeros). */
+static __device__ __forceinline__ float4 bits_float4(uint4 b, bool f16,
+                                                     bool vec) {
+  if (vec && f16) {
+    const float2 lo = __half22float2(
+        __halves2half2(__ushort_as_half((unsigned short)(b.x & 0xffffu)),
+                       __ushort_as_half((unsigned short)(b.x >> 16))));
+    const float2 hi = __half22float2(
+        __halves2half2(__ushort_as_half((unsigned short)(b.y & 0xffffu)),
+                       __ushort_as_half((unsigned short)(b.y >> 16))));
+    return make_float4(lo.x, lo.y, hi.x, hi.y);
+  }
+  return make_float4(__uint_as_float(b.x), __uint_as_float(b.y),
+                     __uint_as_float(b.z), __uint_as_float(b.w));
+}
+
+/* The bits (cache_bits4) of key or value elements 4 j4 .. of a warp's
+ * DECODE_INFLIGHT positions base, base + ATTENTION_WARPS, ... of the n
+ * positions of the chunk at `begin`: the cache's before the last position
+ * (earlier steps wrote them, so they may be read before fdy_grid_wait),
+ * zero at the last position (this launch writes the cache's; rows_of puts
+ * the step's row there) and past the chunk. */
 static __device__ __forceinline__ void
-cache_rows(float4 rows[DECODE_INFLIGHT], const void *cache, bool f16, bool vec,
+cache_rows(uint4 bits[DECODE_INFLIGHT], const void *cache, bool f16, bool vec,
            unsigned long long begin, unsigned int base, unsigned int n,
            unsigned long long last, unsigned long long kv_dim,
            unsigned long long kv_at, unsigned int j4, unsigned int d) {
 #pragma unroll
   for (int u = 0; u < DECODE_INFLIGHT; u++) {
     const unsigned int pp = base + u * ATTENTION_WARPS;
-    rows[u] = pp < n && begin + pp != last
-                  ? fdy_cache_load4(cache, f16, vec,
-                                    (begin + pp) * kv_dim + kv_at, j4, d)
-                  : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    bits[u] =
+        pp < n && begin + pp != last
+            ? cache_bits4(cache, f16, vec, (begin + pp) * kv_dim + kv_at, j4, d)
+            : make_uint4(0u, 0u, 0u, 0u);
   }
 }
 
-/* The step's own row (`own`, as new_row4) into the one of cache_rows'
- * positions that is the last, if any. After fdy_grid_wait only. */
+/* cache_rows' rows as floats, the last position's from the step's own row
+ * (`own`, as new_row4). After fdy_grid_wait only. */
 static __device__ __forceinline__ void
-own_rows(float4 rows[DECODE_INFLIGHT], const float *own, bool f16, bool vec,
-         unsigned long long begin, unsigned int base, unsigned long long last,
-         unsigned int j4, unsigned int d) {
+rows_of(float4 rows[DECODE_INFLIGHT], const uint4 bits[DECODE_INFLIGHT],
+        const float *own, bool f16, bool vec, unsigned long long begin,
+        unsigned int base, unsigned long long last, unsigned int j4,
+        unsigned int d) {
 #pragma unroll
   for (int u = 0; u < DECODE_INFLIGHT; u++) {
-    if (begin + base + u * ATTENTION_WARPS == last) {
-      rows[u] = new_row4(own, f16, vec, j4, d);
-    }
+    rows[u] = begin + base + u * ATTENTION_WARPS == last
+                  ? new_row4(own, f16, vec, j4, d)
+                  : bits_float4(bits[u], f16, vec);
   }
+}
+
+/* Positions of chunk c (of `chunk` positions, `chunks` up to the last)
+ * in the held round of a lane (cache_rows' n): none when c is past the
+ * chunks or the lane past the row's d4 float4s. */
+static __device__ __forceinline__ unsigned int
+held_positions(unsigned int c, unsigned int chunks, unsigned int chunk,
+               unsigned long long last, unsigned int lane, unsigned int d4) {
+  return c < chunks && lane < d4
+             ? (unsigned int)min((unsigned long long)chunk,
+                                 last + 1 - (unsigned long long)c * chunk)
+             : 0;
 }
 
 /* Asks L2 for the 16 bytes at p (F16: 8) ahead of their load. */
@@ -261,12 +313,12 @@ static __device__ void combine_heads(unsigned int h0, unsigned int gn,
 #pragma unroll
       for (int r = 0; r < DECODE_COMBINE_ROUND; r++) {
         const unsigned int c = c0 + r * ATTENTION_WARPS;
+        const float4 *row =
+            partial4 + ((unsigned long long)c * heads + h0) * d4 + j4;
 #pragma unroll
         for (int g = 0; g < DECODE_GROUP; g++) {
-          const unsigned long long at =
-              ((unsigned long long)c * heads + h0 + g) * d4 + j4;
           part[r][g] = c < chunks && (unsigned int)g < gn
-                           ? __ldcg(&partial4[at])
+                           ? __ldcg(row + g * d4)
                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
       }
@@ -349,19 +401,19 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
   const unsigned long long kv_at = (unsigned long long)kv_head * d;
   const unsigned int chunks = (unsigned int)(last / chunk) + 1;
 
-  /* Before the wait, what needs nothing of the kernels before: the keys
-   * and values of this block's first chunk that its first round of the
-   * scores and of the weighted sum use (warp w positions w, w + 4, ...,
-   * lane element group j4 = lane: the float4s each thread later uses,
-   * the last position's left for the step's rows), and the rope's cos
-   * and sin of the thread's first pair. */
-  float4 held_key[DECODE_INFLIGHT], held_value[DECODE_INFLIGHT];
+  /* Before the wait, what needs nothing of the kernels before: the held
+   * round of this block's first chunk, the keys and values that the first
+   * round of its scores and of its weighted sum use (warp w positions w,
+   * w + 4, ..., lane element group j4 = lane: the float4s each thread
+   * later uses, the last position's left for the step's rows; each chunk
+   * loads the next one's once it is done with its own), and the rope's
+   * cos and sin of the thread's first pair. */
+  uint4 held_key[DECODE_INFLIGHT], held_value[DECODE_INFLIGHT];
   {
     const unsigned long long begin = (unsigned long long)blockIdx.y * chunk;
     const unsigned int n =
-        last_p >= 0 && blockIdx.y < chunks && lane < d4
-            ? (unsigned int)min((unsigned long long)chunk, last + 1 - begin)
-            : 0;
+        last_p >= 0 ? held_positions(blockIdx.y, chunks, chunk, last, lane, d4)
+                    : 0;
     cache_rows(held_key, k_cache, f16, vec, begin, warp, n, last, kv_dim, kv_at,
                lane, d);
     cache_rows(held_value, v_cache, f16, vec, begin, warp, n, last, kv_dim,
@@ -438,10 +490,14 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
     const unsigned long long begin = (unsigned long long)c * chunk;
     const unsigned int n =
         (unsigned int)min((unsigned long long)chunk, last + 1 - begin);
-    const bool first = c == blockIdx.y; /* its first round is held */
+    /* the next chunk's held round, loaded once this one's is used */
+    const unsigned long long next_begin =
+        begin + (unsigned long long)gridDim.y * chunk;
+    const unsigned int next_n =
+        held_positions(c + gridDim.y, chunks, chunk, last, lane, d4);
     /* scores: warp w dots positions w, w + 4, ..., DECODE_INFLIGHT at once
-     * (lanes load their q elements alongside the keys and ask L2 for the
-     * values the weighted sum reads next, where not held) */
+     * (lanes load their q elements alongside the keys and, past the held
+     * round, ask L2 for the values the weighted sum reads next) */
     for (unsigned int base = warp; base < n;
          base += ATTENTION_WARPS * DECODE_INFLIGHT) {
       float dot[DECODE_INFLIGHT][DECODE_GROUP];
@@ -453,14 +509,14 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
         }
       }
       for (unsigned int j4 = lane; j4 < d4; j4 += 32) {
-        float4 key[DECODE_INFLIGHT];
-        if (first && base == warp && j4 == lane) {
+        uint4 bits[DECODE_INFLIGHT];
+        if (base == warp && j4 == lane) {
 #pragma unroll
           for (int u = 0; u < DECODE_INFLIGHT; u++) {
-            key[u] = held_key[u];
+            bits[u] = held_key[u];
           }
         } else {
-          cache_rows(key, k_cache, f16, vec, begin, base, n, last, kv_dim,
+          cache_rows(bits, k_cache, f16, vec, begin, base, n, last, kv_dim,
                      kv_at, j4, d);
 #pragma unroll
           for (int u = 0; u < DECODE_INFLIGHT; u++) {
@@ -473,7 +529,8 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
             }
           }
         }
-        own_rows(key, k_own, f16, vec, begin, base, last, j4, d);
+        float4 key[DECODE_INFLIGHT];
+        rows_of(key, bits, k_own, f16, vec, begin, base, last, j4, d);
 #pragma unroll
         for (int g = 0; g < DECODE_GROUP; g++) {
           if (g < gn) {
@@ -501,6 +558,8 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
         }
       }
     }
+    cache_rows(held_key, k_cache, f16, vec, next_begin, warp, next_n, last,
+               kv_dim, kv_at, lane, d);
     __syncthreads();
     /* warp g: head g's maximum, weights and their sum */
     if (warp < gn) {
@@ -532,17 +591,18 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
       }
       for (unsigned int base = warp; base < n;
            base += ATTENTION_WARPS * DECODE_INFLIGHT) {
-        float4 value[DECODE_INFLIGHT];
-        if (first && base == warp && j4 == lane) {
+        uint4 bits[DECODE_INFLIGHT];
+        if (base == warp && j4 == lane) {
 #pragma unroll
           for (int u = 0; u < DECODE_INFLIGHT; u++) {
-            value[u] = held_value[u];
+            bits[u] = held_value[u];
           }
         } else {
-          cache_rows(value, v_cache, f16, vec, begin, base, n, last, kv_dim,
+          cache_rows(bits, v_cache, f16, vec, begin, base, n, last, kv_dim,
                      kv_at, j4, d);
         }
-        own_rows(value, v_own, f16, vec, begin, base, last, j4, d);
+        float4 value[DECODE_INFLIGHT];
+        rows_of(value, bits, v_own, f16, vec, begin, base, last, j4, d);
 #pragma unroll
         for (int u = 0; u < DECODE_INFLIGHT; u++) {
           const unsigned int pp = base + u * ATTENTION_WARPS;
@@ -562,6 +622,8 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
         warp_out[(warp * DECODE_GROUP + g) * d4 + j4] = acc[g];
       }
     }
+    cache_rows(held_value, v_cache, f16, vec, next_begin, warp, next_n, last,
+               kv_dim, kv_at, lane, d);
     __syncthreads();
     const float *wo = (const float *)warp_out;
     for (unsigned int i = threadIdx.x; i < gn * d4 * 4; i += blockDim.x) {
