@@ -360,12 +360,12 @@ static __device__ void combine_heads(unsigned int h0, unsigned int gn,
  * kv head there; every block reads that position from the step's rows
  * instead of the cache, so no block waits for another. Each block then
  * counts itself done in counters[x % FDY_CUDA_OP_COUNTERS]; the last of the
- * blocks that share the counter (a fence before the count, one after) zeroes
- * it for the stream's next launch and combines their heads. Registers: the
- * held first round (held_key, held_value) and the combine's rounds take
- * ~100, so __launch_bounds__ asks for DECODE_BLOCKS_SM = 4 blocks per
- * multiprocessor (128 registers), not more. Shared memory, float4 units of
- * d4 = ceil(d / 4): the warps' partial outputs (ATTENTION_WARPS x
+ * blocks that share the counter (an acq_rel count: release, then acquire)
+ * zeroes it for the stream's next launch and combines their heads.
+ * Registers: the held round (held_key, held_value: 32) takes the kernel to
+ * ~100 (ptxas spills at 5 blocks per multiprocessor), so __launch_bounds__
+ * asks for DECODE_BLOCKS_SM = 4 blocks (128 registers). Shared memory, float4
+ * units of d4 = ceil(d / 4): the warps' partial outputs (ATTENTION_WARPS x
  * DECODE_GROUP x d4), the q rows and the step's k row ((DECODE_GROUP + 1) x
  * d4), then DECODE_GROUP x max(chunk, DECODE_MAX_CHUNKS) floats (a chunk's
  * scores, or the combine's weights), then DECODE_GROUP floats (the combine's
@@ -643,11 +643,17 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
   if (threadIdx.x == 0) {
     const unsigned int sharing =
         (gridDim.x - 1 - first_x) / FDY_CUDA_OP_COUNTERS + 1;
-    __threadfence();
-    last_block = atomicAdd(&counters[first_x], 1u) == sharing * gridDim.y - 1;
+    /* one acq_rel atomic (docs/tuning-log.md, entry 5): release orders the
+     * block's partials (written before the __syncthreads above) before its
+     * count, acquire lets the last block see every other block's */
+    unsigned int done_before;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;"
+                 : "=r"(done_before)
+                 : "l"(&counters[first_x])
+                 : "memory");
+    last_block = done_before == sharing * gridDim.y - 1;
     if (last_block) {
       atomicExch(&counters[first_x], 0u);
-      __threadfence();
     }
   }
   if (__syncthreads_or(last_block) == 0) {
