@@ -446,22 +446,40 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
    * its cos and sin are computed again only then), zero past d. */
   const float *k_row = (const float *)(q_rows + DECODE_GROUP * d4);
   if (rope) {
-    for (unsigned int i = threadIdx.x; i < (gn + 1) * half; i += blockDim.x) {
-      const unsigned int r = i / half, j = i % half;
-      const float *x =
-          r < gn ? q + (unsigned long long)(h0 + r) * d : k_new + kv_at;
-      const float x0 = x[j], x1 = x[j + half]; /* loaded before sincos */
-      float *dst = (float *)(q_rows + (r < gn ? r : DECODE_GROUP) * d4);
-      if (j != pair) {
-        double ds = 0.0, dc = 0.0;
-        sincos((double)last * table.inv[j], &ds, &dc);
-        cos_p = (float)dc;
-        sin_p = (float)ds;
-        pair = j;
+    /* two items a step, both loaded first (one L2 trip, not two) */
+    const unsigned int items = (gn + 1) * half;
+    for (unsigned int i0 = threadIdx.x; i0 < items; i0 += 2 * blockDim.x) {
+      float x0[2] = {0.0f, 0.0f}, x1[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int t = 0; t < 2; t++) {
+        const unsigned int i = i0 + t * blockDim.x;
+        if (i < items) {
+          const unsigned int r = i / half, j = i % half;
+          const float *x =
+              r < gn ? q + (unsigned long long)(h0 + r) * d : k_new + kv_at;
+          x0[t] = x[j];
+          x1[t] = x[j + half];
+        }
       }
-      /* the CPU backend's float expressions, rounded alike (no FMA) */
-      dst[j] = __fsub_rn(__fmul_rn(x0, cos_p), __fmul_rn(x1, sin_p));
-      dst[j + half] = __fadd_rn(__fmul_rn(x1, cos_p), __fmul_rn(x0, sin_p));
+#pragma unroll
+      for (int t = 0; t < 2; t++) {
+        const unsigned int i = i0 + t * blockDim.x;
+        if (i < items) {
+          const unsigned int r = i / half, j = i % half;
+          float *dst = (float *)(q_rows + (r < gn ? r : DECODE_GROUP) * d4);
+          if (j != pair) {
+            double ds = 0.0, dc = 0.0;
+            sincos((double)last * table.inv[j], &ds, &dc);
+            cos_p = (float)dc;
+            sin_p = (float)ds;
+            pair = j;
+          }
+          /* the CPU backend's float expressions, rounded alike (no FMA) */
+          dst[j] = __fsub_rn(__fmul_rn(x0[t], cos_p), __fmul_rn(x1[t], sin_p));
+          dst[j + half] =
+              __fadd_rn(__fmul_rn(x1[t], cos_p), __fmul_rn(x0[t], sin_p));
+        }
+      }
     }
   } else {
     for (unsigned int i = threadIdx.x; i < (gn + 1) * d; i += blockDim.x) {
