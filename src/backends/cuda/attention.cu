@@ -406,8 +406,8 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
    * round of its scores and of its weighted sum use (warp w positions w,
    * w + 4, ..., lane element group j4 = lane: the float4s each thread
    * later uses, the last position's left for the step's rows; each chunk
-   * loads the next one's once it is done with its own), and the rope's
-   * cos and sin of the thread's first pair. */
+   * loads the next one's once it is done with its own), the rope's cos
+   * and sin of the thread's first pair, and the scores' scale. */
   uint4 held_key[DECODE_INFLIGHT], held_value[DECODE_INFLIGHT];
   {
     const unsigned long long begin = (unsigned long long)blockIdx.y * chunk;
@@ -429,6 +429,7 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
     cos_p = (float)dc;
     sin_p = (float)ds;
   }
+  const float scale = (float)(1.0 / sqrt((double)d));
   fdy_grid_wait(); /* q, k and v come from the kernels before */
   if (last_p < 0) {
     for (unsigned int i = threadIdx.x; blockIdx.y == 0 && i < gn * d;
@@ -503,7 +504,6 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
     }
   }
 
-  const float scale = (float)(1.0 / sqrt((double)d));
   for (unsigned int c = blockIdx.y; c < chunks; c += gridDim.y) {
     const unsigned long long begin = (unsigned long long)c * chunk;
     const unsigned int n =
