@@ -962,9 +962,10 @@ static void test_attention_positions(void **state) {
  * counting on one of the stream's 64 counters (several slices on each
  * when there are more than 64). Decode at positions across the chunks of
  * caches of several lengths, for head groups of 8 (two slices) and 10 (a
- * last slice of 2 heads), MHA of 80 heads (80 slices on 64 counters), and
- * a cache of one chunk. Every case runs after the others on one stream,
- * so a counter left non-zero would fail the next. */
+ * last slice of 2 heads), MHA of 80 heads (80 slices on 64 counters), a
+ * cache of one chunk, and blocks that take several chunks in turn. Every
+ * case runs after the others on one stream, so a counter left non-zero
+ * would fail the next. */
 static void test_attention_decode_blocks(void **state) {
   (void)state;
   const attention_case cases[] = {
@@ -981,6 +982,9 @@ static void test_attention_decode_blocks(void **state) {
       {24, 8, 128, 640, 1, 1, 639, FDY_DTYPE_F32},
       {24, 8, 128, 640, 1, 1, 639, FDY_DTYPE_F16},
       {24, 8, 128, 8192, 1, 1, 4100, FDY_DTYPE_F32},
+      {24, 8, 128, 640, 1, 1, 624, FDY_DTYPE_F16},
+      {24, 8, 128, 16384, 1, 1, 16000, FDY_DTYPE_F16},
+      {80, 80, 32, 2048, 1, 1, 2047, FDY_DTYPE_F32},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     run_attention_case("decode blocks", &cases[i]);
@@ -995,7 +999,14 @@ static void test_attention_decode_blocks(void **state) {
  * group 8 (two slices: the second's q rotated too), MHA of 80 heads,
  * head_dim 36 (18 pairs: not a divisor of the block, elements not in
  * fours) and 64 at short caches; a position outside the cache (NaN, caches
- * untouched); both cache dtypes. supports_op refuses it for two rows. */
+ * untouched); both cache dtypes. The step's position inside the first
+ * chunk of a block, whose first round of keys and values the kernel loads
+ * before fdy_grid_wait: at the chunk's first and last slot (chunk 5 of 16
+ * positions, MHA of 80 heads: 6 blocks per head; llama-3.2-3b's chunk 39
+ * of a 640 cache), in the held round of a 32-position chunk (323) and past
+ * it (340); blocks that take several chunks in turn (MHA of 80 heads at
+ * 2047 of 2048; llama-3.2-3b at 16,000, the first slot of a 128-position
+ * chunk, and 16,383 of 16,384). supports_op refuses it for two rows. */
 static void test_rope_attention_decode(void **state) {
   (void)state;
   const attention_case small[] = {
@@ -1006,9 +1017,29 @@ static void test_rope_attention_decode(void **state) {
       {6, 2, 36, 100, 1, 1, 37, FDY_DTYPE_F32},
       {6, 2, 36, 100, 1, 1, 99, FDY_DTYPE_F16},
       {6, 2, 128, 64, 1, 1, 64, FDY_DTYPE_F16}, /* outside: NaN */
+      {80, 80, 32, 512, 1, 1, 80, FDY_DTYPE_F16},
+      {80, 80, 32, 512, 1, 1, 95, FDY_DTYPE_F16},
+      {80, 80, 32, 512, 1, 1, 95, FDY_DTYPE_F32},
+      {80, 80, 32, 2048, 1, 1, 2047, FDY_DTYPE_F16},
   };
   for (size_t i = 0; i < sizeof small / sizeof small[0]; i++) {
     run_attention_kind("decode", &small[i], true);
+  }
+  /* llama-3.2-3b: context, position (F32 and F16 caches each) */
+  const int32_t held[][2] = {{640, 624},  {640, 639},     {4096, 323},
+                             {4096, 340}, {16384, 16000}, {16384, 16383}};
+  for (size_t i = 0; i < sizeof held / sizeof held[0] && !small_shapes(); i++) {
+    for (int j = 0; j < 2; j++) {
+      attention_case c = {llama32_3b.heads,
+                          llama32_3b.kv_heads,
+                          llama32_3b.head_dim,
+                          (uint32_t)held[i][0],
+                          1,
+                          1,
+                          held[i][1],
+                          j == 0 ? FDY_DTYPE_F32 : FDY_DTYPE_F16};
+      run_attention_kind("held chunk", &c, true);
+    }
   }
   const int32_t positions[] = {0, 1, 15, 16, 639, 4095};
   const fdy_dtype caches[] = {FDY_DTYPE_F32, FDY_DTYPE_F16};

@@ -3,42 +3,46 @@
  * is a programmatic dependent launch when the op asks (cuda_device.h).
  *
  * 1. decode (q has one row): one kernel, launched through fdy_launch (a
- *    programmatic dependent launch when the op asks: the step is read
- *    before fdy_grid_wait, q, k, v and the caches after). Each block first
+ *    programmatic dependent launch when the op asks: the step and the cache
+ *    positions before p, which earlier steps wrote, are read before
+ *    fdy_grid_wait; q, k, v and position p after). Before the wait each
+ *    thread loads into registers the key and value float4s of its block's
+ *    first chunk that its first round of the dots and of the weighted sum
+ *    use (below; not position p's; a block of several chunks loads the next
+ *    one's alike once it is done with its own), and for ROPE_ATTENTION the
+ *    cos and sin of its first pair; it writes nothing. After it, each block
  *    puts its heads' q rows and its kv head's new k row in shared memory;
  *    for ROPE_ATTENTION rotated there by the rope at position p (each
  *    thread's cos and sin in double, rounded to float, the rotation the
- *    CPU's float expression without FMA), so the cache receives the
- *    rotated k bitwise as the CPU's rope then attention append it.
- *    The positions 0..p are cut into chunks of decode_chunk(context)
- *    positions (a power of two from 16, so that a full cache has at most
- *    DECODE_MAX_CHUNKS chunks). Block
- *    (kv head, slice, y) takes chunks y, y + gridDim.y, ... for up to
- *    DECODE_GROUP query heads of that kv head, which share its K and V
- *    loads: each warp dots DECODE_INFLIGHT key rows at once with the
+ *    CPU's float expression without FMA), so the cache receives the rotated
+ *    k bitwise as the CPU's rope then attention append it. The positions
+ *    0..p are cut into chunks of decode_chunk(context) positions (a power of
+ *    two from 16, so that a full cache has at most DECODE_MAX_CHUNKS
+ *    chunks). Block (kv head, slice, y) takes chunks y, y + gridDim.y, ...
+ *    for up to DECODE_GROUP query heads of that kv head, which share its K
+ *    and V loads: each warp dots DECODE_INFLIGHT key rows at once with the
  *    heads' q (lanes on 4 consecutive elements: one 16-byte F32 or 8-byte
- *    F16 load, coalesced; q from shared memory, and the value rows
- *    requested from L2 at once), a butterfly summing each dot,
+ *    F16 load, coalesced; q from shared memory, and past the first round the
+ *    value rows requested from L2 at once), a butterfly summing each dot,
  *    times (float)(1 / sqrt(d)); then per head the chunk's maximum m, e =
  *    expf(score - m) and their float sum l (lanes, then a butterfly), and
- *    the unnormalized sum of e * v over the chunk's positions (each warp
- *    its positions, the warps' sums added in warp order). m, l and the
- *    partial output go to the op's workspace at the chunk's index.
- *    The append: the block that holds the chunk of position p (slice 0)
- *    stores the step's k and v rows of its kv head there (F32 copied, F16
- *    rounded to nearest even like the CPU backend); every block reads
- *    position p from the step's rows (rounded alike), never from the
- *    cache, so no block waits for it.
- *    combine: the last block of a kv head slice to finish (a counter of
- *    the stream's, zeroed again by that block, so a graph can replay the
- *    launch) reads the chunks of the slice's heads (each (m, l) once, the
- *    partials of all its heads of a chunk at once): M = max m_c, w_c =
- *    expf(m_c - M), L = sum of l_c w_c in double (lanes, then a
- *    butterfly), and output element j = (sum of w_c o_c[j]) * (float)(1 /
- *    L), warp w summing chunks w, w + 4, ... in order, then the four
- *    warps' sums in order. The grid's y extent follows the multiprocessor
- *    count; the chunk size and every order of addition follow the shapes
- *    only.
+ *    the unnormalized sum of e * v over the chunk's positions (each warp its
+ *    positions, the warps' sums added in warp order). m, l and the partial
+ *    output go to the op's workspace at the chunk's index. The append: the
+ *    block that holds the chunk of position p (slice 0) stores the step's k
+ *    and v rows of its kv head there (F32 copied, F16 rounded to nearest
+ *    even like the CPU backend); every block reads position p from the
+ *    step's rows (rounded alike), never from the cache, so no block waits
+ *    for it. combine: the last block of a kv head slice to finish (a counter
+ *    of the stream's, zeroed again by that block, so a graph can replay the
+ *    launch) reads the chunks of the slice's heads (each (m, l) once; a
+ *    warp's partials of all its heads of DECODE_COMBINE_ROUND chunks at
+ *    once): M = max m_c, w_c = expf(m_c - M), L = sum of l_c w_c in double
+ *    (lanes, then a butterfly), and output element j = (sum of w_c o_c[j]) *
+ *    (float)(1 / L), warp w summing chunks w, w + 4, ... in order, then the
+ *    four warps' sums in order. The grid's y extent follows the
+ *    multiprocessor count; the chunk size and every order of addition follow
+ *    the shapes only.
  * 2. prefill (several rows): the append kernel (block t stores rows t of
  *    k and v at cache position p0 + t, for the step's rows whose position
  *    lies in the cache), then flash attention (attention_prefill.cu).
@@ -61,11 +65,12 @@
 #define ATTENTION_THREADS 128
 #define ATTENTION_WARPS   (ATTENTION_THREADS / 32)
 
-#define DECODE_GROUP      4   /* query heads of one kv head per block */
-#define DECODE_INFLIGHT   4   /* key or value rows a warp loads at once */
-#define DECODE_MIN_CHUNK  16  /* positions, a power of two */
-#define DECODE_MAX_CHUNKS 128 /* chunks of a full cache */
-#define DECODE_BLOCKS_SM  6   /* decode blocks per multiprocessor */
+#define DECODE_GROUP         4   /* query heads of one kv head per block */
+#define DECODE_INFLIGHT      4   /* key or value rows a warp loads at once */
+#define DECODE_MIN_CHUNK     16  /* positions, a power of two */
+#define DECODE_MAX_CHUNKS    128 /* chunks of a full cache */
+#define DECODE_BLOCKS_SM     4   /* decode blocks per multiprocessor */
+#define DECODE_COMBINE_ROUND 4   /* chunks a warp's combine loads at once */
 
 static __device__ __forceinline__ void
 cache_store(void *cache, bool f16, unsigned long long i, float v) {
@@ -156,16 +161,90 @@ static __device__ __forceinline__ float4 new_row4(const float *row, bool f16,
       __half2float(__float2half_rn(x.z)), __half2float(__float2half_rn(x.w)));
 }
 
-/* Key or value elements 4 j4 .. of position p: the step's own row at the
- * last position (not read from the cache, which this launch writes), the
- * cache's otherwise. */
-static __device__ __forceinline__ float4
-row4(const void *cache, const float *own, bool f16, bool vec,
-     unsigned long long p, unsigned long long last, unsigned long long kv_dim,
-     unsigned long long kv_at, unsigned int j4, unsigned int d) {
-  return p == last
-             ? new_row4(own, f16, vec, j4, d)
-             : fdy_cache_load4(cache, f16, vec, p * kv_dim + kv_at, j4, d);
+/* The bits of cache elements 4 j4 .. 4 j4 + 3 at `at`, loaded but not
+ * converted, so that nothing waits for the load before the values are
+ * used (bits_float4): vec F16 the 8 bytes in x and y, vec F32 the 16
+ * bytes, otherwise the bits of fdy_cache_load4's floats. */
+static __device__ __forceinline__ uint4 cache_bits4(const void *cache, bool f16,
+                                                    bool vec,
+                                                    unsigned long long at,
+                                                    unsigned int j4,
+                                                    unsigned int d) {
+  if (vec) {
+    if (f16) {
+      const uint2 w = *(const uint2 *)((const uint16_t *)cache + at + 4 * j4);
+      return make_uint4(w.x, w.y, 0u, 0u);
+    }
+    return *(const uint4 *)((const float *)cache + at + 4 * j4);
+  }
+  const float4 x = fdy_cache_load4(cache, f16, false, at, j4, d);
+  return make_uint4(__float_as_uint(x.x), __float_as_uint(x.y),
+                    __float_as_uint(x.z), __float_as_uint(x.w));
+}
+
+/* cache_bits4's bits as the floats that fdy_cache_load4 returns for them
+ * (the same conversion; all-zero bits are zeros). */
+static __device__ __forceinline__ float4 bits_float4(uint4 b, bool f16,
+                                                     bool vec) {
+  if (vec && f16) {
+    const float2 lo = __half22float2(
+        __halves2half2(__ushort_as_half((unsigned short)(b.x & 0xffffu)),
+                       __ushort_as_half((unsigned short)(b.x >> 16))));
+    const float2 hi = __half22float2(
+        __halves2half2(__ushort_as_half((unsigned short)(b.y & 0xffffu)),
+                       __ushort_as_half((unsigned short)(b.y >> 16))));
+    return make_float4(lo.x, lo.y, hi.x, hi.y);
+  }
+  return make_float4(__uint_as_float(b.x), __uint_as_float(b.y),
+                     __uint_as_float(b.z), __uint_as_float(b.w));
+}
+
+/* The bits (cache_bits4) of key or value elements 4 j4 .. of a warp's
+ * DECODE_INFLIGHT positions base, base + ATTENTION_WARPS, ... of the n
+ * positions of the chunk at `begin`: the cache's before the last position
+ * (earlier steps wrote them, so they may be read before fdy_grid_wait),
+ * zero at the last position (this launch writes the cache's; rows_of puts
+ * the step's row there) and past the chunk. */
+static __device__ __forceinline__ void
+cache_rows(uint4 bits[DECODE_INFLIGHT], const void *cache, bool f16, bool vec,
+           unsigned long long begin, unsigned int base, unsigned int n,
+           unsigned long long last, unsigned long long kv_dim,
+           unsigned long long kv_at, unsigned int j4, unsigned int d) {
+#pragma unroll
+  for (int u = 0; u < DECODE_INFLIGHT; u++) {
+    const unsigned int pp = base + u * ATTENTION_WARPS;
+    bits[u] =
+        pp < n && begin + pp != last
+            ? cache_bits4(cache, f16, vec, (begin + pp) * kv_dim + kv_at, j4, d)
+            : make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+
+/* cache_rows' rows as floats, the last position's from the step's own row
+ * (`own`, as new_row4). After fdy_grid_wait only. */
+static __device__ __forceinline__ void
+rows_of(float4 rows[DECODE_INFLIGHT], const uint4 bits[DECODE_INFLIGHT],
+        const float *own, bool f16, bool vec, unsigned long long begin,
+        unsigned int base, unsigned long long last, unsigned int j4,
+        unsigned int d) {
+#pragma unroll
+  for (int u = 0; u < DECODE_INFLIGHT; u++) {
+    rows[u] = begin + base + u * ATTENTION_WARPS == last
+                  ? new_row4(own, f16, vec, j4, d)
+                  : bits_float4(bits[u], f16, vec);
+  }
+}
+
+/* Positions of chunk c (of `chunk` positions, `chunks` up to the last)
+ * in the held round of a lane (cache_rows' n): none when c is past the
+ * chunks or the lane past the row's d4 float4s. */
+static __device__ __forceinline__ unsigned int
+held_positions(unsigned int c, unsigned int chunks, unsigned int chunk,
+               unsigned long long last, unsigned int lane, unsigned int d4) {
+  return c < chunks && lane < d4
+             ? (unsigned int)min((unsigned long long)chunk,
+                                 last + 1 - (unsigned long long)c * chunk)
+             : 0;
 }
 
 /* Asks L2 for the 16 bytes at p (F16: 8) ahead of their load. */
@@ -218,8 +297,9 @@ static __device__ void combine_heads(unsigned int h0, unsigned int gn,
     }
   }
   __syncthreads();
-  /* the partials of every head of a chunk loaded at once (gn loads in
-   * flight per chunk, two chunks a step), each head's sum in chunk order */
+  /* the partials of every head of DECODE_COMBINE_ROUND chunks loaded at
+   * once (chunks c0, c0 + ATTENTION_WARPS, ...: a round's loads wait for
+   * nothing of the round before), each head's sum in chunk order */
   const float4 *partial4 = (const float4 *)partials->o;
   for (unsigned int j4 = lane; j4 < d4; j4 += 32) {
     float4 acc[DECODE_GROUP];
@@ -227,22 +307,30 @@ static __device__ void combine_heads(unsigned int h0, unsigned int gn,
     for (int g = 0; g < DECODE_GROUP; g++) {
       acc[g] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
-#pragma unroll 2
-    for (unsigned int c = warp; c < chunks; c += ATTENTION_WARPS) {
-      float4 part[DECODE_GROUP];
+    for (unsigned int c0 = warp; c0 < chunks;
+         c0 += ATTENTION_WARPS * DECODE_COMBINE_ROUND) {
+      float4 part[DECODE_COMBINE_ROUND][DECODE_GROUP];
 #pragma unroll
-      for (int g = 0; g < DECODE_GROUP; g++) {
-        part[g] =
-            (unsigned int)g < gn
-                ? __ldcg(
-                      &partial4[((unsigned long long)c * heads + h0 + g) * d4 +
-                                j4])
-                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      for (int r = 0; r < DECODE_COMBINE_ROUND; r++) {
+        const unsigned int c = c0 + r * ATTENTION_WARPS;
+        const float4 *row =
+            partial4 + ((unsigned long long)c * heads + h0) * d4 + j4;
+#pragma unroll
+        for (int g = 0; g < DECODE_GROUP; g++) {
+          part[r][g] = c < chunks && (unsigned int)g < gn
+                           ? __ldcg(row + g * d4)
+                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
       }
 #pragma unroll
-      for (int g = 0; g < DECODE_GROUP; g++) {
-        if ((unsigned int)g < gn) {
-          acc[g] = axpy4(weight[g * DECODE_MAX_CHUNKS + c], part[g], acc[g]);
+      for (int r = 0; r < DECODE_COMBINE_ROUND; r++) {
+        const unsigned int c = c0 + r * ATTENTION_WARPS;
+#pragma unroll
+        for (int g = 0; g < DECODE_GROUP; g++) {
+          if (c < chunks && (unsigned int)g < gn) {
+            acc[g] =
+                axpy4(weight[g * DECODE_MAX_CHUNKS + c], part[r][g], acc[g]);
+          }
         }
       }
     }
@@ -266,18 +354,22 @@ static __device__ void combine_heads(unsigned int h0, unsigned int gn,
   __syncthreads(); /* weight, inv and warp_out are reused */
 }
 
-/* Block (x, y), x = kv head x slices + slice, takes chunks y, y +
- * gridDim.y, ... for the query heads of its slice. The block that holds
- * the chunk of the last position in slice 0 also appends the step's k and
- * v rows of its kv head there; every block reads that position from the
- * step's rows instead of the cache, so no block waits for another. Each
- * block then counts itself done in counters[x % FDY_CUDA_OP_COUNTERS]; the
- * last of the blocks that share the counter (a fence before the count, one
- * after) zeroes it for the stream's next launch and combines their heads.
- * Shared memory, float4 units of d4 = ceil(d / 4): the warps' partial
- * outputs (ATTENTION_WARPS x DECODE_GROUP x d4), then DECODE_GROUP x
- * max(chunk, DECODE_MAX_CHUNKS) floats (a chunk's scores, or the
- * combine's weights), then DECODE_GROUP floats (the combine's 1 / L). */
+/* Block (x, y), x = kv head x slices + slice, takes chunks y, y + gridDim.y,
+ * ... for the query heads of its slice. The block that holds the chunk of
+ * the last position in slice 0 also appends the step's k and v rows of its
+ * kv head there; every block reads that position from the step's rows
+ * instead of the cache, so no block waits for another. Each block then
+ * counts itself done in counters[x % FDY_CUDA_OP_COUNTERS]; the last of the
+ * blocks that share the counter (an acq_rel count: release, then acquire)
+ * zeroes it for the stream's next launch and combines their heads.
+ * Registers: the held round (held_key, held_value: 32) takes the kernel to
+ * ~100 (ptxas spills at 5 blocks per multiprocessor), so __launch_bounds__
+ * asks for DECODE_BLOCKS_SM = 4 blocks (128 registers). Shared memory, float4
+ * units of d4 = ceil(d / 4): the warps' partial outputs (ATTENTION_WARPS x
+ * DECODE_GROUP x d4), the q rows and the step's k row ((DECODE_GROUP + 1) x
+ * d4), then DECODE_GROUP x max(chunk, DECODE_MAX_CHUNKS) floats (a chunk's
+ * scores, or the combine's weights), then DECODE_GROUP floats (the combine's
+ * 1 / L). */
 __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
     decode_kernel(const int32_t *step, const float *q, const float *k_new,
                   const float *v_new, void *k_cache, void *v_cache, bool f16,
@@ -303,6 +395,41 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
   const unsigned int gn = min((unsigned int)DECODE_GROUP, group - g0);
   const unsigned int h0 = kv_head * group + g0;
   const long long last_p = row_position(step, 0, context);
+  const unsigned long long last = last_p < 0 ? 0 : (unsigned long long)last_p;
+  const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const unsigned long long kv_dim = (unsigned long long)(heads / group) * d;
+  const unsigned long long kv_at = (unsigned long long)kv_head * d;
+  const unsigned int chunks = (unsigned int)(last / chunk) + 1;
+
+  /* Before the wait, what needs nothing of the kernels before: the held
+   * round of this block's first chunk, the keys and values that the first
+   * round of its scores and of its weighted sum use (warp w positions w,
+   * w + 4, ..., lane element group j4 = lane: the float4s each thread
+   * later uses, the last position's left for the step's rows; each chunk
+   * loads the next one's once it is done with its own), the rope's cos
+   * and sin of the thread's first pair, and the scores' scale. */
+  uint4 held_key[DECODE_INFLIGHT], held_value[DECODE_INFLIGHT];
+  {
+    const unsigned long long begin = (unsigned long long)blockIdx.y * chunk;
+    const unsigned int n =
+        last_p >= 0 ? held_positions(blockIdx.y, chunks, chunk, last, lane, d4)
+                    : 0;
+    cache_rows(held_key, k_cache, f16, vec, begin, warp, n, last, kv_dim, kv_at,
+               lane, d);
+    cache_rows(held_value, v_cache, f16, vec, begin, warp, n, last, kv_dim,
+               kv_at, lane, d);
+  }
+  const unsigned int half = d / 2;
+  unsigned int pair = ~0u;
+  float cos_p = 0.0f, sin_p = 0.0f;
+  if (rope && last_p >= 0 && threadIdx.x < (gn + 1) * half) {
+    pair = threadIdx.x % half;
+    double ds = 0.0, dc = 0.0;
+    sincos((double)last * table.inv[pair], &ds, &dc);
+    cos_p = (float)dc;
+    sin_p = (float)ds;
+  }
+  const float scale = (float)(1.0 / sqrt((double)d));
   fdy_grid_wait(); /* q, k and v come from the kernels before */
   if (last_p < 0) {
     for (unsigned int i = threadIdx.x; blockIdx.y == 0 && i < gn * d;
@@ -311,30 +438,7 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
     }
     return;
   }
-  const unsigned long long last = (unsigned long long)last_p;
-  const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const unsigned long long kv_dim = (unsigned long long)(heads / group) * d;
-  const unsigned long long kv_at = (unsigned long long)kv_head * d;
   const float *v_own = v_new + kv_at;
-  const unsigned int chunks = (unsigned int)(last / chunk) + 1;
-
-  /* asks L2 for the key and value rows of this block's first chunk while q
-   * and k are staged (thread i: 128-byte line i of the chunk's rows, keys
-   * then values, as many lines as threads; a hint, nothing waits for it) */
-  if (blockIdx.y < chunks) {
-    const unsigned long long begin = (unsigned long long)blockIdx.y * chunk;
-    const unsigned int n =
-        (unsigned int)min((unsigned long long)chunk, last + 1 - begin);
-    const unsigned int esize = f16 ? 2 : 4;
-    const unsigned int lines = (d * esize + 127) / 128; /* a row's */
-    if (threadIdx.x < 2 * n * lines) {
-      const unsigned int row = threadIdx.x / lines % n;
-      const unsigned int line = threadIdx.x % lines;
-      const void *cache = threadIdx.x < n * lines ? k_cache : v_cache;
-      prefetch_l2((const unsigned char *)cache +
-                  ((begin + row) * kv_dim + kv_at) * esize + line * 128);
-    }
-  }
 
   /* q rows 0 .. gn - 1 of the slice's heads and the step's k row (row
    * DECODE_GROUP) into shared memory, rotated by the rope at position
@@ -343,25 +447,40 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
    * its cos and sin are computed again only then), zero past d. */
   const float *k_row = (const float *)(q_rows + DECODE_GROUP * d4);
   if (rope) {
-    const unsigned int half = d / 2;
-    unsigned int pair = ~0u;
-    float c = 0.0f, sn = 0.0f;
-    for (unsigned int i = threadIdx.x; i < (gn + 1) * half; i += blockDim.x) {
-      const unsigned int r = i / half, j = i % half;
-      const float *x =
-          r < gn ? q + (unsigned long long)(h0 + r) * d : k_new + kv_at;
-      const float x0 = x[j], x1 = x[j + half]; /* loaded before sincos */
-      float *dst = (float *)(q_rows + (r < gn ? r : DECODE_GROUP) * d4);
-      if (j != pair) {
-        double ds = 0.0, dc = 0.0;
-        sincos((double)last * table.inv[j], &ds, &dc);
-        c = (float)dc;
-        sn = (float)ds;
-        pair = j;
+    /* two items a step, both loaded first (one L2 trip, not two) */
+    const unsigned int items = (gn + 1) * half;
+    for (unsigned int i0 = threadIdx.x; i0 < items; i0 += 2 * blockDim.x) {
+      float x0[2] = {0.0f, 0.0f}, x1[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int t = 0; t < 2; t++) {
+        const unsigned int i = i0 + t * blockDim.x;
+        if (i < items) {
+          const unsigned int r = i / half, j = i % half;
+          const float *x =
+              r < gn ? q + (unsigned long long)(h0 + r) * d : k_new + kv_at;
+          x0[t] = x[j];
+          x1[t] = x[j + half];
+        }
       }
-      /* the CPU backend's float expressions, rounded alike (no FMA) */
-      dst[j] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
-      dst[j + half] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, sn));
+#pragma unroll
+      for (int t = 0; t < 2; t++) {
+        const unsigned int i = i0 + t * blockDim.x;
+        if (i < items) {
+          const unsigned int r = i / half, j = i % half;
+          float *dst = (float *)(q_rows + (r < gn ? r : DECODE_GROUP) * d4);
+          if (j != pair) {
+            double ds = 0.0, dc = 0.0;
+            sincos((double)last * table.inv[j], &ds, &dc);
+            cos_p = (float)dc;
+            sin_p = (float)ds;
+            pair = j;
+          }
+          /* the CPU backend's float expressions, rounded alike (no FMA) */
+          dst[j] = __fsub_rn(__fmul_rn(x0[t], cos_p), __fmul_rn(x1[t], sin_p));
+          dst[j + half] =
+              __fadd_rn(__fmul_rn(x1[t], cos_p), __fmul_rn(x0[t], sin_p));
+        }
+      }
     }
   } else {
     for (unsigned int i = threadIdx.x; i < (gn + 1) * d; i += blockDim.x) {
@@ -385,14 +504,18 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
     }
   }
 
-  const float scale = (float)(1.0 / sqrt((double)d));
   for (unsigned int c = blockIdx.y; c < chunks; c += gridDim.y) {
     const unsigned long long begin = (unsigned long long)c * chunk;
     const unsigned int n =
         (unsigned int)min((unsigned long long)chunk, last + 1 - begin);
+    /* the next chunk's held round, loaded once this one's is used */
+    const unsigned long long next_begin =
+        begin + (unsigned long long)gridDim.y * chunk;
+    const unsigned int next_n =
+        held_positions(c + gridDim.y, chunks, chunk, last, lane, d4);
     /* scores: warp w dots positions w, w + 4, ..., DECODE_INFLIGHT at once
-     * (lanes load their q elements alongside the keys and ask L2 for the
-     * values the weighted sum reads next) */
+     * (lanes load their q elements alongside the keys and, past the held
+     * round, ask L2 for the values the weighted sum reads next) */
     for (unsigned int base = warp; base < n;
          base += ATTENTION_WARPS * DECODE_INFLIGHT) {
       float dot[DECODE_INFLIGHT][DECODE_GROUP];
@@ -404,20 +527,28 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
         }
       }
       for (unsigned int j4 = lane; j4 < d4; j4 += 32) {
-        float4 key[DECODE_INFLIGHT];
+        uint4 bits[DECODE_INFLIGHT];
+        if (base == warp && j4 == lane) {
 #pragma unroll
-        for (int u = 0; u < DECODE_INFLIGHT; u++) {
-          const unsigned int pp = base + u * ATTENTION_WARPS;
-          key[u] = pp < n ? row4(k_cache, k_own, f16, vec, begin + pp, last,
-                                 kv_dim, kv_at, j4, d)
-                          : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-          if (vec && pp < n && begin + pp != last) {
-            const unsigned long long at =
-                (begin + pp) * kv_dim + kv_at + 4 * j4;
-            prefetch_l2(f16 ? (const void *)((const uint16_t *)v_cache + at)
-                            : (const void *)((const float *)v_cache + at));
+          for (int u = 0; u < DECODE_INFLIGHT; u++) {
+            bits[u] = held_key[u];
+          }
+        } else {
+          cache_rows(bits, k_cache, f16, vec, begin, base, n, last, kv_dim,
+                     kv_at, j4, d);
+#pragma unroll
+          for (int u = 0; u < DECODE_INFLIGHT; u++) {
+            const unsigned int pp = base + u * ATTENTION_WARPS;
+            if (vec && pp < n && begin + pp != last) {
+              const unsigned long long at =
+                  (begin + pp) * kv_dim + kv_at + 4 * j4;
+              prefetch_l2(f16 ? (const void *)((const uint16_t *)v_cache + at)
+                              : (const void *)((const float *)v_cache + at));
+            }
           }
         }
+        float4 key[DECODE_INFLIGHT];
+        rows_of(key, bits, k_own, f16, vec, begin, base, last, j4, d);
 #pragma unroll
         for (int g = 0; g < DECODE_GROUP; g++) {
           if (g < gn) {
@@ -445,6 +576,8 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
         }
       }
     }
+    cache_rows(held_key, k_cache, f16, vec, next_begin, warp, next_n, last,
+               kv_dim, kv_at, lane, d);
     __syncthreads();
     /* warp g: head g's maximum, weights and their sum */
     if (warp < gn) {
@@ -476,14 +609,18 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
       }
       for (unsigned int base = warp; base < n;
            base += ATTENTION_WARPS * DECODE_INFLIGHT) {
-        float4 value[DECODE_INFLIGHT];
+        uint4 bits[DECODE_INFLIGHT];
+        if (base == warp && j4 == lane) {
 #pragma unroll
-        for (int u = 0; u < DECODE_INFLIGHT; u++) {
-          const unsigned int pp = base + u * ATTENTION_WARPS;
-          value[u] = pp < n ? row4(v_cache, v_own, f16, vec, begin + pp, last,
-                                   kv_dim, kv_at, j4, d)
-                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          for (int u = 0; u < DECODE_INFLIGHT; u++) {
+            bits[u] = held_value[u];
+          }
+        } else {
+          cache_rows(bits, v_cache, f16, vec, begin, base, n, last, kv_dim,
+                     kv_at, j4, d);
         }
+        float4 value[DECODE_INFLIGHT];
+        rows_of(value, bits, v_own, f16, vec, begin, base, last, j4, d);
 #pragma unroll
         for (int u = 0; u < DECODE_INFLIGHT; u++) {
           const unsigned int pp = base + u * ATTENTION_WARPS;
@@ -503,6 +640,8 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
         warp_out[(warp * DECODE_GROUP + g) * d4 + j4] = acc[g];
       }
     }
+    cache_rows(held_value, v_cache, f16, vec, next_begin, warp, next_n, last,
+               kv_dim, kv_at, lane, d);
     __syncthreads();
     const float *wo = (const float *)warp_out;
     for (unsigned int i = threadIdx.x; i < gn * d4 * 4; i += blockDim.x) {
@@ -522,11 +661,17 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
   if (threadIdx.x == 0) {
     const unsigned int sharing =
         (gridDim.x - 1 - first_x) / FDY_CUDA_OP_COUNTERS + 1;
-    __threadfence();
-    last_block = atomicAdd(&counters[first_x], 1u) == sharing * gridDim.y - 1;
+    /* one acq_rel atomic (docs/tuning-log.md, entry 5): release orders the
+     * block's partials (written before the __syncthreads above) before its
+     * count, acquire lets the last block see every other block's */
+    unsigned int done_before;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;"
+                 : "=r"(done_before)
+                 : "l"(&counters[first_x])
+                 : "memory");
+    last_block = done_before == sharing * gridDim.y - 1;
     if (last_block) {
       atomicExch(&counters[first_x], 0u);
-      __threadfence();
     }
   }
   if (__syncthreads_or(last_block) == 0) {
