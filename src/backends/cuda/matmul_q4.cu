@@ -42,11 +42,12 @@
  * ahead), the first two issued before the kernel waits for the previous
  * one (PDL). A warp sums its lanes' chunks of a row over t (xor 1, 2) into
  * shared memory; after the last tile the block adds the warps' sums in
- * warp order and writes the rows. W follows the launch's tile count
- * (gemv_warps): 16 warps, one block per SM, for the layer shapes (x staged
- * once per SM, half the steps per warp), 8 warps, two blocks per SM, for
- * launches of many tiles (the LM head). Every sum's order depends on the
- * shapes only (not on the grid), so results are deterministic.
+ * warp order and writes the rows. W follows the launch's count of tiles
+ * times halves (gemv_warps): 16 warps, one block per SM, up to 384 (x
+ * staged once per SM, half the steps per warp: q/k/v, o, down of the
+ * llama decode), 8 warps, two blocks per SM, above (gate/up + SwiGLU, the
+ * LM head). Every sum's order depends on the shapes only (not on the
+ * grid), so results are deterministic.
  *
  * The kernel also runs the fused decode kinds (template flags): several
  * weights over one x (their tiles in order), an RMSNorm prologue (x * inv *
@@ -62,7 +63,7 @@
 
 #define GEMV_NARROW_WARPS 8    /* warps of a block, two blocks per SM */
 #define GEMV_WIDE_WARPS   16   /* warps of a block, one block per SM */
-#define GEMV_WIDE_TILES   1024 /* launches of up to this many tiles are wide */
+#define GEMV_WIDE_TILES   384  /* launches of up to this many tile halves */
 #define GEMV_TILE         16   /* output rows of a tile */
 #define GEMV_MAX_TILES    32   /* tiles a block takes (their sums in shared) */
 #define GEMV_STEP         128  /* inputs of a column step: 4 chunks of 32 */
@@ -577,13 +578,17 @@ static uint64_t tiles_of(uint64_t rows) {
   return (rows + GEMV_TILE - 1) / GEMV_TILE;
 }
 
-/* Warps of a block of a launch over `tiles` tiles, from the shape alone
- * (it fixes the order of the sums): the layer shapes take one block of
- * GEMV_WIDE_WARPS per multiprocessor, which stages x once per SM and gives
- * each warp half the column steps (docs/tuning-log.md, entry 38); launches
- * of many tiles (the LM head) stream with two blocks of GEMV_NARROW_WARPS. */
-static unsigned int gemv_warps(uint64_t tiles) {
-  return tiles <= GEMV_WIDE_TILES ? GEMV_WIDE_WARPS : GEMV_NARROW_WARPS;
+/* Warps of a block of a launch over `tiles` tiles of `halves` matrices,
+ * from the shape alone (it fixes the order of the sums): up to
+ * GEMV_WIDE_TILES tile halves, one block of GEMV_WIDE_WARPS per
+ * multiprocessor, which stages x once per SM and gives each warp half the
+ * column steps; above, two blocks of GEMV_NARROW_WARPS. Measured in the
+ * llama decode graph (docs/tuning-log.md, entry 39): wide blocks gain on
+ * q/k/v (320), o and down (192) and lose on gate/up + SwiGLU (1024) and
+ * the LM head (8016). */
+static unsigned int gemv_warps(uint64_t tiles, uint64_t halves) {
+  return tiles * halves <= GEMV_WIDE_TILES ? GEMV_WIDE_WARPS
+                                           : GEMV_NARROW_WARPS;
 }
 
 /* The tiles of a one-row launch of op (kSwiglu: of the gate). */
@@ -611,7 +616,7 @@ extern "C" uint64_t fdy_cuda_matmul_q4_shared_bytes(const fdy_op *op) {
   const uint64_t tiles = gemv_op_tiles(op);
   return gemv_shared_bytes(op->inputs[1].shape.dims[1],
                            tiles < GEMV_MAX_TILES ? tiles : GEMV_MAX_TILES,
-                           halves, gemv_warps(tiles));
+                           halves, gemv_warps(tiles, halves));
 }
 
 /* The GEMV instances the backend launches: plain, norm prologue, norm with
@@ -691,11 +696,11 @@ static cudaError_t launch_gemv_warps(const fdy_cuda_op_args *a,
                     (const int32_t *)a->in[0], (const float *)a->in[1], p);
 }
 
-/* The launch of p with the blocks gemv_warps gives its tiles. */
+/* The launch of p with the blocks gemv_warps gives its shape. */
 template <bool kNorm, bool kSwiglu, bool kResidual>
 static cudaError_t launch_gemv(const fdy_cuda_op_args *a, const gemv_params &p,
                                cudaStream_t stream) {
-  if (gemv_warps(p.tiles) == GEMV_WIDE_WARPS) {
+  if (gemv_warps(p.tiles, kSwiglu ? 2 : 1) == GEMV_WIDE_WARPS) {
     return launch_gemv_warps<kNorm, kSwiglu, kResidual, GEMV_WIDE_WARPS>(
         a, p, stream);
   }
