@@ -1452,6 +1452,9 @@ static void test_gemv_shapes(void **state) {
       {"in 4096 out 3", 3, 4096, false},
       {"in 128 out 1", 1, 128, false},
       {"in 256 out 16387", 16387, 256, false},
+      /* the last launch of 16-warp blocks and the first of 8 (gemv_warps) */
+      {"in 1024 out 6144 (384 tiles)", 6144, 1024, false},
+      {"in 1024 out 6160 (385 tiles)", 6160, 1024, false},
   };
   const uint32_t groups[] = {32, 64, 128};
   const fdy_dtype dtypes[] = {FDY_DTYPE_F16, FDY_DTYPE_BF16};

@@ -36,14 +36,18 @@
  *
  * Work: tiles of 16 output rows (a tile never spans two matrices of a
  * fused launch); a block takes tiles b, b + G, ... (G blocks); inside a
- * block the 8 warps split each tile's inputs (warp w takes the 128-input
- * column steps w, w + 8, ...), so every warp streams its weights with
+ * block the W warps split each tile's inputs (warp w takes the 128-input
+ * column steps w, w + W, ...), so every warp streams its weights with
  * 2 16-byte loads per lane per step and three steps in flight (two issued
  * ahead), the first two issued before the kernel waits for the previous
  * one (PDL). A warp sums its lanes' chunks of a row over t (xor 1, 2) into
  * shared memory; after the last tile the block adds the warps' sums in
- * warp order and writes the rows. Every sum's order depends on the shapes
- * only (not on the grid), so results are deterministic.
+ * warp order and writes the rows. W follows the launch's count of tiles
+ * times halves (gemv_warps): 16 warps, one block per SM, up to 384 (x
+ * staged once per SM, half the steps per warp: q/k/v, o, down of the
+ * llama decode), 8 warps, two blocks per SM, above (gate/up + SwiGLU, the
+ * LM head). Every sum's order depends on the shapes only (not on the
+ * grid), so results are deterministic.
  *
  * The kernel also runs the fused decode kinds (template flags): several
  * weights over one x (their tiles in order), an RMSNorm prologue (x * inv *
@@ -57,13 +61,13 @@
 
 #include <string.h>
 
-#define GEMV_THREADS   256
-#define GEMV_WARPS     (GEMV_THREADS / 32)
-#define GEMV_BLOCKS_SM 2   /* resident blocks per multiprocessor */
-#define GEMV_TILE      16  /* output rows of a tile */
-#define GEMV_MAX_TILES 32  /* tiles a block takes (their sums in shared) */
-#define GEMV_STEP      128 /* inputs of a column step: 4 chunks of 32 */
-#define GEMV_HELD      8   /* float4 of x a thread keeps (gemv_x) */
+#define GEMV_NARROW_WARPS 8    /* warps of a block, two blocks per SM */
+#define GEMV_WIDE_WARPS   16   /* warps of a block, one block per SM */
+#define GEMV_WIDE_TILES   384  /* launches of up to this many tile halves */
+#define GEMV_TILE         16   /* output rows of a tile */
+#define GEMV_MAX_TILES    32   /* tiles a block takes (their sums in shared) */
+#define GEMV_STEP         128  /* inputs of a column step: 4 chunks of 32 */
+#define GEMV_HELD_QUADS   2048 /* quads of x a block keeps in registers */
 
 /* ---- matrix-vector ----------------------------------------------------------
  */
@@ -165,10 +169,11 @@ static __device__ __forceinline__ void mma_16816(float c[4], uint32_t a0,
                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-/* The warp's column steps of a tile: w, w + 8, ... below steps. */
+/* The warp's column steps of a tile: w, w + kWarps, ... below steps. */
+template <unsigned int kWarps>
 static __device__ __forceinline__ unsigned int warp_steps(unsigned int steps,
                                                           unsigned int warp) {
-  return steps > warp ? (steps - warp + GEMV_WARPS - 1) / GEMV_WARPS : 0;
+  return steps > warp ? (steps - warp + kWarps - 1) / kWarps : 0;
 }
 
 /* Points the cursor at the rows of (tile, half) tile_half of the block. */
@@ -201,7 +206,7 @@ gemv_point(const gemv_params &p, unsigned int groups, unsigned int chunks,
 
 /* Issues the loads of the cursor's item into st (nothing past the last
  * item) and moves the cursor on. */
-template <bool kSwiglu>
+template <bool kSwiglu, unsigned int kWarps>
 static __device__ __forceinline__ void
 gemv_issue(const gemv_params &p, unsigned int items, unsigned int my_steps,
            unsigned int groups, unsigned int chunks, gemv_issue_cursor *cur,
@@ -210,7 +215,7 @@ gemv_issue(const gemv_params &p, unsigned int items, unsigned int my_steps,
     return;
   }
   const unsigned int warp = threadIdx.x / 32, t = threadIdx.x % 4;
-  const unsigned int c = (warp + cur->step * GEMV_WARPS) * 4 + t;
+  const unsigned int c = (warp + cur->step * kWarps) * 4 + t;
   const bool in = c < chunks;
   const unsigned int group = c >> p.group_shift;
   st->q0 = in && cur->v0 ? load_streamed(cur->w0 + c) : make_uint4(0, 0, 0, 0);
@@ -237,6 +242,7 @@ typedef struct gemv_compute_cursor {
 /* Adds the item at the cursor into its sums; at the warp's last step of a
  * tile half, sums the quad's lanes and leaves the warp's row sums in
  * partial. */
+template <unsigned int kWarps>
 static __device__ __forceinline__ void
 gemv_compute(const __half *xs, const float *xsum, float inv_scale,
              unsigned int chunks, bool bf16, unsigned int items,
@@ -247,7 +253,7 @@ gemv_compute(const __half *xs, const float *xsum, float inv_scale,
   }
   const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const unsigned int g = lane / 4, t = lane % 4;
-  const unsigned int c = (warp + cur->step * GEMV_WARPS) * 4 + t;
+  const unsigned int c = (warp + cur->step * kWarps) * 4 + t;
   const unsigned int cr = c < chunks ? c : 0; /* zero weights there */
   const bool feeds_b = g / 2 == t;
   const uint4 *xb = (const uint4 *)(xs + (cr * 2 + g % 2) * 32);
@@ -282,7 +288,7 @@ gemv_compute(const __half *xs, const float *xsum, float inv_scale,
   v0 += __shfl_xor_sync(0xffffffffu, v0, 2);
   v8 += __shfl_xor_sync(0xffffffffu, v8, 2);
   if (t == 0) {
-    float *slot = partial + (cur->tile_half * GEMV_WARPS + warp) * GEMV_TILE;
+    float *slot = partial + (cur->tile_half * kWarps + warp) * GEMV_TILE;
     slot[g] = v0;
     slot[g + 8] = v8;
   }
@@ -292,14 +298,16 @@ gemv_compute(const __half *xs, const float *xsum, float inv_scale,
   cur->tile_half++;
 }
 
-/* x of one launch as the block reads it: thread i holds the quads (4
- * inputs) i, i + 256, ... below GEMV_HELD of them, all loaded at once (one
- * round trip), with the norm weights of those inputs (kNorm, raw halves);
- * quads past GEMV_HELD * 256 (over 8192 inputs) are read again when used. */
-typedef struct gemv_x {
-  float4 v[GEMV_HELD];
-  uint2 norm[GEMV_HELD];
-} gemv_x;
+/* x of one launch as a block of kThreads reads it: thread i holds the
+ * quads (4 inputs) i, i + kThreads, ... below GEMV_HELD_QUADS, all loaded at
+ * once (one round trip), with the norm weights of those inputs (kNorm, raw
+ * halves); quads past GEMV_HELD_QUADS (over 8192 inputs) are read again
+ * when used. */
+template <unsigned int kThreads> struct gemv_x {
+  static constexpr int count = GEMV_HELD_QUADS / kThreads;
+  float4 v[count];
+  uint2 norm[count];
+};
 
 static __device__ __forceinline__ float4 quad_at(const float *x,
                                                  unsigned int k4) {
@@ -388,11 +396,13 @@ static __device__ __forceinline__ float power_of_two(int e) {
   return __int_as_float((e + 127) << 23);
 }
 
-template <bool kNorm, bool kSwiglu, bool kResidual>
-__global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_SM)
+template <bool kNorm, bool kSwiglu, bool kResidual, unsigned int kWarps>
+__global__ void __launch_bounds__(kWarps * 32, GEMV_WIDE_WARPS / kWarps)
     gemv_q4_kernel(const int32_t *step, const float *x, gemv_params p) {
   extern __shared__ __align__(16) unsigned char gemv_shared[];
-  __shared__ float warp_squares[GEMV_WARPS], warp_max[GEMV_WARPS];
+  __shared__ float warp_squares[kWarps], warp_max[kWarps];
+  constexpr unsigned int kThreads = kWarps * 32;
+  constexpr int kHeld = gemv_x<kThreads>::count;
   fdy_grid_launch_dependents();
   if (fdy_active_rows(step, 1) == 0) {
     return;
@@ -405,7 +415,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_SM)
   const unsigned int halves = kSwiglu ? 2 : 1;
   const unsigned int tiles =
       blockIdx.x < p.tiles ? (p.tiles - blockIdx.x - 1) / gridDim.x + 1 : 0;
-  const unsigned int my_steps = warp_steps(steps, warp);
+  const unsigned int my_steps = warp_steps<kWarps>(steps, warp);
   const unsigned int items = tiles * halves * my_steps;
   __half *xs = (__half *)gemv_shared;
   float *xsum = (float *)(gemv_shared + (size_t)chunks * 128);
@@ -421,21 +431,21 @@ __global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_SM)
   if (items > 0) {
     gemv_point<kSwiglu>(p, groups, chunks, &ic);
   }
-  gemv_issue<kSwiglu>(p, items, my_steps, groups, chunks, &ic, &st0);
-  gemv_issue<kSwiglu>(p, items, my_steps, groups, chunks, &ic, &st1);
-  gemv_issue<kSwiglu>(p, items, my_steps, groups, chunks, &ic, &st2);
+  gemv_issue<kSwiglu, kWarps>(p, items, my_steps, groups, chunks, &ic, &st0);
+  gemv_issue<kSwiglu, kWarps>(p, items, my_steps, groups, chunks, &ic, &st1);
+  gemv_issue<kSwiglu, kWarps>(p, items, my_steps, groups, chunks, &ic, &st2);
   const unsigned int quads = in / 4; /* a multiple of 8 */
-  gemv_x held;
+  gemv_x<kThreads> held;
 #pragma unroll
-  for (int i = 0; i < GEMV_HELD; i++) {
-    const unsigned int k4 = threadIdx.x + i * GEMV_THREADS;
+  for (int i = 0; i < kHeld; i++) {
+    const unsigned int k4 = threadIdx.x + i * kThreads;
     held.norm[i] =
         kNorm && k4 < quads ? norm_quad_at(p, k4) : make_uint2(0u, 0u);
   }
   fdy_grid_wait();
 #pragma unroll
-  for (int i = 0; i < GEMV_HELD; i++) {
-    const unsigned int k4 = threadIdx.x + i * GEMV_THREADS;
+  for (int i = 0; i < kHeld; i++) {
+    const unsigned int k4 = threadIdx.x + i * kThreads;
     held.v[i] =
         k4 < quads ? quad_at(x, k4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
@@ -444,13 +454,13 @@ __global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_SM)
    * norm weight, then inv), in an order fixed by the width */
   float squares = 0.0f, largest = 0.0f;
 #pragma unroll
-  for (int i = 0; i < GEMV_HELD; i++) {
-    if (threadIdx.x + i * GEMV_THREADS < quads) {
+  for (int i = 0; i < kHeld; i++) {
+    if (threadIdx.x + i * kThreads < quads) {
       gemv_measure<kNorm>(p, held.v[i], held.norm[i], &squares, &largest);
     }
   }
-  for (unsigned int k4 = threadIdx.x + GEMV_HELD * GEMV_THREADS; k4 < quads;
-       k4 += GEMV_THREADS) {
+  for (unsigned int k4 = threadIdx.x + kHeld * kThreads; k4 < quads;
+       k4 += kThreads) {
     gemv_measure<kNorm>(p, quad_at(x, k4),
                         kNorm ? norm_quad_at(p, k4) : make_uint2(0u, 0u),
                         &squares, &largest);
@@ -466,7 +476,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_SM)
   __syncthreads();
   float total_squares = 0.0f;
   largest = 0.0f;
-  for (unsigned int w = 0; w < GEMV_WARPS; w++) {
+  for (unsigned int w = 0; w < kWarps; w++) {
     total_squares += warp_squares[w];
     largest = fmaxf(largest, warp_max[w]);
   }
@@ -485,15 +495,15 @@ __global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_SM)
   const float scale = power_of_two(e);
   const unsigned int warp_base = threadIdx.x - lane;
 #pragma unroll
-  for (int i = 0; i < GEMV_HELD; i++) {
-    const unsigned int k4 = warp_base + i * GEMV_THREADS + lane;
-    if (warp_base + i * GEMV_THREADS < quads) { /* the whole warp */
+  for (int i = 0; i < kHeld; i++) {
+    const unsigned int k4 = warp_base + i * kThreads + lane;
+    if (warp_base + i * kThreads < quads) { /* the whole warp */
       gemv_stage_quad<kNorm>(p, k4, k4 < quads, held.v[i], held.norm[i], inv,
                              scale, xs, xsum);
     }
   }
-  for (unsigned int base = warp_base + GEMV_HELD * GEMV_THREADS; base < quads;
-       base += GEMV_THREADS) {
+  for (unsigned int base = warp_base + kHeld * kThreads; base < quads;
+       base += kThreads) {
     const unsigned int k4 = base + lane;
     const bool valid = k4 < quads;
     gemv_stage_quad<kNorm>(
@@ -507,25 +517,25 @@ __global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_SM)
   const float inv_scale = power_of_two(-e);
   gemv_compute_cursor cc = {0, 0, 0, 0.0f, 0.0f};
   for (unsigned int n = 0; n < items; n += 3) {
-    gemv_compute(xs, xsum, inv_scale, chunks, p.bf16, items, my_steps, &st0,
-                 &cc, partial);
-    gemv_issue<kSwiglu>(p, items, my_steps, groups, chunks, &ic, &st0);
-    gemv_compute(xs, xsum, inv_scale, chunks, p.bf16, items, my_steps, &st1,
-                 &cc, partial);
-    gemv_issue<kSwiglu>(p, items, my_steps, groups, chunks, &ic, &st1);
-    gemv_compute(xs, xsum, inv_scale, chunks, p.bf16, items, my_steps, &st2,
-                 &cc, partial);
-    gemv_issue<kSwiglu>(p, items, my_steps, groups, chunks, &ic, &st2);
+    gemv_compute<kWarps>(xs, xsum, inv_scale, chunks, p.bf16, items, my_steps,
+                         &st0, &cc, partial);
+    gemv_issue<kSwiglu, kWarps>(p, items, my_steps, groups, chunks, &ic, &st0);
+    gemv_compute<kWarps>(xs, xsum, inv_scale, chunks, p.bf16, items, my_steps,
+                         &st1, &cc, partial);
+    gemv_issue<kSwiglu, kWarps>(p, items, my_steps, groups, chunks, &ic, &st1);
+    gemv_compute<kWarps>(xs, xsum, inv_scale, chunks, p.bf16, items, my_steps,
+                         &st2, &cc, partial);
+    gemv_issue<kSwiglu, kWarps>(p, items, my_steps, groups, chunks, &ic, &st2);
   }
   __syncthreads();
 
   /* each output row: the warps' sums in warp order, then the epilogue */
-  const unsigned int warps_used = steps < GEMV_WARPS ? steps : GEMV_WARPS;
+  const unsigned int warps_used = steps < kWarps ? steps : kWarps;
   for (unsigned int o = threadIdx.x; o < tiles * GEMV_TILE; o += blockDim.x) {
     const unsigned int i = o / GEMV_TILE, r = o % GEMV_TILE;
     float sum[2] = {0.0f, 0.0f};
     for (unsigned int h = 0; h < halves; h++) {
-      const float *slot = partial + ((i * halves + h) * GEMV_WARPS) * GEMV_TILE;
+      const float *slot = partial + ((i * halves + h) * kWarps) * GEMV_TILE;
       for (unsigned int w = 0; w < warps_used; w++) {
         sum[h] += slot[w * GEMV_TILE + r];
       }
@@ -555,12 +565,47 @@ __global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_SM)
  */
 
 /* Dynamic shared memory of a one-row launch over `in` inputs with up to
- * GEMV_MAX_TILES tiles of `halves` matrices per block: x as F16 hi and lo
- * (4 bytes an input), a float sum per chunk, the warps' row sums. */
-static uint64_t gemv_shared_bytes(uint64_t in, uint64_t tiles,
-                                  uint64_t halves) {
+ * `tiles` tiles of `halves` matrices per block of `warps` warps: x as F16
+ * hi and lo (4 bytes an input), a float sum per chunk, the warps' row
+ * sums. */
+static uint64_t gemv_shared_bytes(uint64_t in, uint64_t tiles, uint64_t halves,
+                                  uint64_t warps) {
   return in * 4 + in / 32 * sizeof(float) +
-         tiles * halves * GEMV_WARPS * GEMV_TILE * sizeof(float);
+         tiles * halves * warps * GEMV_TILE * sizeof(float);
+}
+
+static uint64_t tiles_of(uint64_t rows) {
+  return (rows + GEMV_TILE - 1) / GEMV_TILE;
+}
+
+/* Warps of a block of a launch over `tiles` tiles of `halves` matrices,
+ * from the shape alone (it fixes the order of the sums): up to
+ * GEMV_WIDE_TILES tile halves, one block of GEMV_WIDE_WARPS per
+ * multiprocessor, which stages x once per SM and gives each warp half the
+ * column steps; above, two blocks of GEMV_NARROW_WARPS. Measured in the
+ * llama decode graph (docs/tuning-log.md, entry 39): wide blocks gain on
+ * q/k/v (320), o and down (192) and lose on gate/up + SwiGLU (1024) and
+ * the LM head (8016). */
+static unsigned int gemv_warps(uint64_t tiles, uint64_t halves) {
+  return tiles * halves <= GEMV_WIDE_TILES ? GEMV_WIDE_WARPS
+                                           : GEMV_NARROW_WARPS;
+}
+
+/* The tiles of a one-row launch of op (kSwiglu: of the gate). */
+static uint64_t gemv_op_tiles(const fdy_op *op) {
+  switch (op->kind) {
+  case FDY_OP_NORM_MATMUL_Q4: {
+    uint64_t tiles = 0;
+    for (uint32_t j = 0; j < op->output_count; j++) {
+      tiles += tiles_of(op->inputs[3 + 3 * j].shape.dims[0]);
+    }
+    return tiles;
+  }
+  case FDY_OP_NORM_SWIGLU_Q4:
+    return tiles_of(op->inputs[3].shape.dims[0]);
+  default:
+    return tiles_of(op->inputs[2].shape.dims[0]);
+  }
 }
 
 extern "C" uint64_t fdy_cuda_matmul_q4_shared_bytes(const fdy_op *op) {
@@ -568,16 +613,23 @@ extern "C" uint64_t fdy_cuda_matmul_q4_shared_bytes(const fdy_op *op) {
     return fdy_cuda_matmul_q4_mma_shared_bytes(op);
   }
   const uint64_t halves = op->kind == FDY_OP_NORM_SWIGLU_Q4 ? 2 : 1;
-  return gemv_shared_bytes(op->inputs[1].shape.dims[1], GEMV_MAX_TILES, halves);
+  const uint64_t tiles = gemv_op_tiles(op);
+  return gemv_shared_bytes(op->inputs[1].shape.dims[1],
+                           tiles < GEMV_MAX_TILES ? tiles : GEMV_MAX_TILES,
+                           halves, gemv_warps(tiles, halves));
 }
 
 /* The GEMV instances the backend launches: plain, norm prologue, norm with
- * SwiGLU, residual epilogue. */
+ * SwiGLU, residual epilogue, each with narrow and wide blocks. */
 static const void *const gemv_kernels[] = {
-    (const void *)gemv_q4_kernel<false, false, false>,
-    (const void *)gemv_q4_kernel<true, false, false>,
-    (const void *)gemv_q4_kernel<true, true, false>,
-    (const void *)gemv_q4_kernel<false, false, true>,
+    (const void *)gemv_q4_kernel<false, false, false, GEMV_NARROW_WARPS>,
+    (const void *)gemv_q4_kernel<true, false, false, GEMV_NARROW_WARPS>,
+    (const void *)gemv_q4_kernel<true, true, false, GEMV_NARROW_WARPS>,
+    (const void *)gemv_q4_kernel<false, false, true, GEMV_NARROW_WARPS>,
+    (const void *)gemv_q4_kernel<false, false, false, GEMV_WIDE_WARPS>,
+    (const void *)gemv_q4_kernel<true, false, false, GEMV_WIDE_WARPS>,
+    (const void *)gemv_q4_kernel<true, true, false, GEMV_WIDE_WARPS>,
+    (const void *)gemv_q4_kernel<false, false, true, GEMV_WIDE_WARPS>,
 };
 
 extern "C" cudaError_t fdy_cuda_matmul_q4_prepare(uint64_t smem_optin) {
@@ -604,10 +656,6 @@ static gemv_matrix gemv_matrix_at(const fdy_cuda_op_args *a, uint32_t w,
   return m;
 }
 
-static unsigned int tiles_of(unsigned int rows) {
-  return (rows + GEMV_TILE - 1) / GEMV_TILE;
-}
-
 /* The launch parameters of a one-row op whose first weight is input w. */
 static gemv_params gemv_params_of(const fdy_cuda_op_args *a, uint32_t w) {
   const fdy_op *op = a->op;
@@ -621,13 +669,16 @@ static gemv_params gemv_params_of(const fdy_cuda_op_args *a, uint32_t w) {
   return p;
 }
 
-/* A launch of the GEMV over p.tiles tiles: GEMV_BLOCKS_SM blocks per
- * multiprocessor (fewer when there are fewer tiles, more when a block
- * would take more than GEMV_MAX_TILES); the results do not depend on it. */
-template <bool kNorm, bool kSwiglu, bool kResidual>
-static cudaError_t launch_gemv(const fdy_cuda_op_args *a, const gemv_params &p,
-                               cudaStream_t stream) {
-  unsigned long long blocks = (unsigned long long)a->sm_count * GEMV_BLOCKS_SM;
+/* A launch of the GEMV over p.tiles tiles in blocks of kWarps warps:
+ * GEMV_WIDE_WARPS / kWarps blocks per multiprocessor (fewer when there are
+ * fewer tiles, more when a block would take more than GEMV_MAX_TILES); the
+ * results do not depend on the grid. */
+template <bool kNorm, bool kSwiglu, bool kResidual, unsigned int kWarps>
+static cudaError_t launch_gemv_warps(const fdy_cuda_op_args *a,
+                                     const gemv_params &p,
+                                     cudaStream_t stream) {
+  unsigned long long blocks =
+      (unsigned long long)a->sm_count * (GEMV_WIDE_WARPS / kWarps);
   if (blocks > p.tiles) {
     blocks = p.tiles;
   }
@@ -638,10 +689,23 @@ static cudaError_t launch_gemv(const fdy_cuda_op_args *a, const gemv_params &p,
   }
   const unsigned long long per_block = (p.tiles + blocks - 1) / blocks;
   const size_t shared =
-      (size_t)gemv_shared_bytes(p.in, per_block, kSwiglu ? 2 : 1);
-  return fdy_launch(a->dependent, gemv_q4_kernel<kNorm, kSwiglu, kResidual>,
-                    (unsigned int)blocks, GEMV_THREADS, shared, stream,
+      (size_t)gemv_shared_bytes(p.in, per_block, kSwiglu ? 2 : 1, kWarps);
+  return fdy_launch(a->dependent,
+                    gemv_q4_kernel<kNorm, kSwiglu, kResidual, kWarps>,
+                    (unsigned int)blocks, kWarps * 32, shared, stream,
                     (const int32_t *)a->in[0], (const float *)a->in[1], p);
+}
+
+/* The launch of p with the blocks gemv_warps gives its shape. */
+template <bool kNorm, bool kSwiglu, bool kResidual>
+static cudaError_t launch_gemv(const fdy_cuda_op_args *a, const gemv_params &p,
+                               cudaStream_t stream) {
+  if (gemv_warps(p.tiles, kSwiglu ? 2 : 1) == GEMV_WIDE_WARPS) {
+    return launch_gemv_warps<kNorm, kSwiglu, kResidual, GEMV_WIDE_WARPS>(
+        a, p, stream);
+  }
+  return launch_gemv_warps<kNorm, kSwiglu, kResidual, GEMV_NARROW_WARPS>(
+      a, p, stream);
 }
 
 extern "C" cudaError_t fdy_cuda_fused_q4_enqueue(const fdy_cuda_op_args *a,
