@@ -8,7 +8,7 @@ cd "$(dirname "$0")/../../.."
 export LD_LIBRARY_PATH=$PWD/build-gpu-run/lib:$LD_LIBRARY_PATH
 export FOUNDRY_TEST_DATA=$PWD/tests/data
 b=build-gpu-run; m=/tmp/m3b
-gunzip $b/*.gz
+gunzip $b/*.gz && chmod +x $b/foundry $b/cuda_kernel_bench $b/test_cuda*
 exec > >(tee "$OUT/log52.txt") 2>&1
 date -u; $b/foundry --version | head -3
 for t in test_cuda_ops test_cuda_graph test_cuda test_cuda_faults; do
