@@ -897,11 +897,12 @@ static void run_attention_case(const char *label, const attention_case *c) {
 }
 
 /* Decode (one row) at positions that start, end and straddle the decode
- * chunks (16 positions from a cache of 4096) up to the cache's last, and
+ * chunks (32 positions from a cache of 4096) up to the cache's last, and
  * prefill (512 rows) of counts 1, 7, 64 and 512 from position 0 and from
  * mid-cache, both cache dtypes, in m's head shape. */
 static void attention_sweep(const model_shape *m) {
-  static const int32_t decode_positions[] = {0, 1, 15, 16, 63, 64, 639, 4095};
+  static const int32_t decode_positions[] = {0,  1,  15, 16,  31,
+                                             32, 63, 64, 639, 4095};
   static const int32_t prefill_counts[] = {1, 7, 64, 512};
   static const int32_t prefill_positions[] = {0, 1000};
   const uint32_t context = 4096;
@@ -1001,12 +1002,14 @@ static void test_attention_decode_blocks(void **state) {
  * fours) and 64 at short caches; a position outside the cache (NaN, caches
  * untouched); both cache dtypes. The step's position inside the first
  * chunk of a block, whose first round of keys and values the kernel loads
- * before fdy_grid_wait: at the chunk's first and last slot (chunk 5 of 16
- * positions, MHA of 80 heads: 6 blocks per head; llama-3.2-3b's chunk 39
- * of a 640 cache), in the held round of a 32-position chunk (323) and past
- * it (340); blocks that take several chunks in turn (MHA of 80 heads at
- * 2047 of 2048; llama-3.2-3b at 16,000, the first slot of a 128-position
- * chunk, and 16,383 of 16,384). supports_op refuses it for two rows. */
+ * before fdy_grid_wait: at the chunk's first slot, inside it and at its
+ * last slot (chunk 2 of 32 positions, MHA of 80 heads: 64, 80, 95;
+ * llama-3.2-3b's chunk 19 of a 640 cache: 608, 624, 639; 323 and 340 of
+ * a 4096 cache); blocks that take several chunks in turn (MHA of 80 heads
+ * at 2047 of 2048; llama-3.2-3b at 16,000, the first slot of a
+ * 128-position chunk, in its held round of 32, and 16,383 of 16,384, past
+ * it).
+ * supports_op refuses it for two rows. */
 static void test_rope_attention_decode(void **state) {
   (void)state;
   const attention_case small[] = {
@@ -1017,6 +1020,7 @@ static void test_rope_attention_decode(void **state) {
       {6, 2, 36, 100, 1, 1, 37, FDY_DTYPE_F32},
       {6, 2, 36, 100, 1, 1, 99, FDY_DTYPE_F16},
       {6, 2, 128, 64, 1, 1, 64, FDY_DTYPE_F16}, /* outside: NaN */
+      {80, 80, 32, 512, 1, 1, 64, FDY_DTYPE_F16},
       {80, 80, 32, 512, 1, 1, 80, FDY_DTYPE_F16},
       {80, 80, 32, 512, 1, 1, 95, FDY_DTYPE_F16},
       {80, 80, 32, 512, 1, 1, 95, FDY_DTYPE_F32},
@@ -1026,8 +1030,9 @@ static void test_rope_attention_decode(void **state) {
     run_attention_kind("decode", &small[i], true);
   }
   /* llama-3.2-3b: context, position (F32 and F16 caches each) */
-  const int32_t held[][2] = {{640, 624},  {640, 639},     {4096, 323},
-                             {4096, 340}, {16384, 16000}, {16384, 16383}};
+  const int32_t held[][2] = {{640, 608},    {640, 624},  {640, 639},
+                             {4096, 323},   {4096, 340}, {16384, 16000},
+                             {16384, 16383}};
   for (size_t i = 0; i < sizeof held / sizeof held[0] && !small_shapes(); i++) {
     for (int j = 0; j < 2; j++) {
       attention_case c = {llama32_3b.heads,
@@ -1106,9 +1111,9 @@ static void test_attention_workspace_refused(void **state) {
   op.inputs[5] = op.inputs[4];
   op.outputs[0] = op.inputs[1];
   uint64_t need = b->ops->workspace_bytes(b, &op);
-  /* 7 chunks of 16 positions x 4 heads: (m, l), then 64 floats */
+  /* 4 chunks of 32 positions x 4 heads: (m, l), then 64 floats */
   assert_int_equal(need,
-                   7 * 4 * 2 * sizeof(float) + 7 * 4 * 64 * sizeof(float));
+                   4 * 4 * 2 * sizeof(float) + 4 * 4 * 64 * sizeof(float));
   fdy_error err;
   fdy_backend_buffer *buf = NULL;
   const uint64_t bytes = 1 << 20;
