@@ -897,7 +897,7 @@ static void run_attention_case(const char *label, const attention_case *c) {
 }
 
 /* Decode (one row) at positions that start, end and straddle the decode
- * chunks (32 positions from a cache of 4096) up to the cache's last, and
+ * chunks (64 positions from a cache of 4096) up to the cache's last, and
  * prefill (512 rows) of counts 1, 7, 64 and 512 from position 0 and from
  * mid-cache, both cache dtypes, in m's head shape. */
 static void attention_sweep(const model_shape *m) {
@@ -1003,11 +1003,11 @@ static void test_attention_decode_blocks(void **state) {
  * untouched); both cache dtypes. The step's position inside the first
  * chunk of a block, whose first round of keys and values the kernel loads
  * before fdy_grid_wait: at the chunk's first slot, inside it and at its
- * last slot (chunk 2 of 32 positions, MHA of 80 heads: 64, 80, 95;
- * llama-3.2-3b's chunk 19 of a 640 cache: 608, 624, 639; 323 and 340 of
+ * last slot (chunk 1 of 64 positions, MHA of 80 heads: 64, 80, 95, 127;
+ * llama-3.2-3b's chunk 9 of a 640 cache: 576, 608, 639; 323 and 340 of
  * a 4096 cache); blocks that take several chunks in turn (MHA of 80 heads
  * at 2047 of 2048; llama-3.2-3b at 16,000, the first slot of a
- * 128-position chunk, in its held round of 32, and 16,383 of 16,384, past
+ * 128-position chunk, in its held round of 64, and 16,383 of 16,384, past
  * it).
  * supports_op refuses it for two rows. */
 static void test_rope_attention_decode(void **state) {
@@ -1023,6 +1023,7 @@ static void test_rope_attention_decode(void **state) {
       {80, 80, 32, 512, 1, 1, 64, FDY_DTYPE_F16},
       {80, 80, 32, 512, 1, 1, 80, FDY_DTYPE_F16},
       {80, 80, 32, 512, 1, 1, 95, FDY_DTYPE_F16},
+      {80, 80, 32, 512, 1, 1, 127, FDY_DTYPE_F16},
       {80, 80, 32, 512, 1, 1, 95, FDY_DTYPE_F32},
       {80, 80, 32, 2048, 1, 1, 2047, FDY_DTYPE_F16},
   };
@@ -1030,7 +1031,7 @@ static void test_rope_attention_decode(void **state) {
     run_attention_kind("decode", &small[i], true);
   }
   /* llama-3.2-3b: context, position (F32 and F16 caches each) */
-  const int32_t held[][2] = {{640, 608},    {640, 624},  {640, 639},
+  const int32_t held[][2] = {{640, 576},    {640, 608},  {640, 639},
                              {4096, 323},   {4096, 340}, {16384, 16000},
                              {16384, 16383}};
   for (size_t i = 0; i < sizeof held / sizeof held[0] && !small_shapes(); i++) {
@@ -1111,9 +1112,9 @@ static void test_attention_workspace_refused(void **state) {
   op.inputs[5] = op.inputs[4];
   op.outputs[0] = op.inputs[1];
   uint64_t need = b->ops->workspace_bytes(b, &op);
-  /* 4 chunks of 32 positions x 4 heads: (m, l), then 64 floats */
+  /* 2 chunks of 64 positions x 4 heads: (m, l), then 64 floats */
   assert_int_equal(need,
-                   4 * 4 * 2 * sizeof(float) + 4 * 4 * 64 * sizeof(float));
+                   2 * 4 * 2 * sizeof(float) + 2 * 4 * 64 * sizeof(float));
   fdy_error err;
   fdy_backend_buffer *buf = NULL;
   const uint64_t bytes = 1 << 20;

@@ -17,7 +17,7 @@
  *    CPU's float expression without FMA), so the cache receives the rotated
  *    k bitwise as the CPU's rope then attention append it. The positions
  *    0..p are cut into chunks of decode_chunk(context) positions (a power of
- *    two from 32, so that a full cache has at most DECODE_MAX_CHUNKS
+ *    two from 64, so that a full cache has at most DECODE_MAX_CHUNKS
  *    chunks). Block (kv head, slice, y) takes chunks y, y + gridDim.y, ...
  *    for up to DECODE_GROUP query heads of that kv head, which share its K
  *    and V loads: each warp dots DECODE_INFLIGHT key rows at once with the
@@ -39,8 +39,8 @@
  *    warp's partials of all its heads of DECODE_COMBINE_ROUND chunks at
  *    once): M = max m_c, w_c = expf(m_c - M), L = sum of l_c w_c in double
  *    (lanes, then a butterfly), and output element j = (sum of w_c o_c[j]) *
- *    (float)(1 / L), warp w summing chunks w, w + 8, ... in order, then the
- *    eight warps' sums in order. The grid's y extent follows the
+ *    (float)(1 / L), warp w summing chunks w, w + 16, ... in order, then
+ *    the sixteen warps' sums in order. The grid's y extent follows the
  *    multiprocessor count; the chunk size and every order of addition follow
  *    the shapes only.
  * 2. prefill (several rows): the append kernel (block t stores rows t of
@@ -62,14 +62,14 @@
 #include "cuda_internal.h"
 
 #define APPEND_THREADS    256
-#define ATTENTION_THREADS 256
+#define ATTENTION_THREADS 512
 #define ATTENTION_WARPS   (ATTENTION_THREADS / 32)
 
 #define DECODE_GROUP         4   /* query heads of one kv head per block */
 #define DECODE_INFLIGHT      4   /* key or value rows a warp loads at once */
-#define DECODE_MIN_CHUNK     32  /* positions, a power of two */
+#define DECODE_MIN_CHUNK     64  /* positions, a power of two */
 #define DECODE_MAX_CHUNKS    128 /* chunks of a full cache */
-#define DECODE_BLOCKS_SM     2   /* decode blocks per multiprocessor */
+#define DECODE_BLOCKS_SM     1   /* decode blocks per multiprocessor */
 #define DECODE_COMBINE_ROUND 4   /* chunks a warp's combine loads at once */
 
 static __device__ __forceinline__ void
@@ -256,7 +256,7 @@ static __device__ __forceinline__ void prefetch_l2(const void *p) {
  * finds head g's M = max m_c, the weights w_c = expf(m_c - M) (into
  * `weight`, DECODE_MAX_CHUNKS a head) and L = sum of l_c w_c in double
  * (lanes, then a butterfly); then per head, lanes on 4 elements, warp w
- * sums w_c o_c over chunks w, w + 8, ... in order (into warp_out), and
+ * sums w_c o_c over chunks w, w + 16, ... in order (into warp_out), and
  * output element j is the warps' sums added in warp order times
  * (float)(1 / L). Partials are read from L2 (__ldcg): other blocks of this
  * launch wrote them. */
@@ -362,10 +362,10 @@ static __device__ void combine_heads(unsigned int h0, unsigned int gn,
  * counts itself done in counters[x % FDY_CUDA_OP_COUNTERS]; the last of the
  * blocks that share the counter (an acq_rel count: release, then acquire)
  * zeroes it for the stream's next launch and combines their heads.
- * Blocks of 8 warps over chunks of at least 32 positions (one held round
- * of 4 positions a warp: docs/tuning-log.md, entry 41). Registers: the
- * held round (held_key, held_value: 32) takes the kernel to ~100, so
- * __launch_bounds__ asks for DECODE_BLOCKS_SM = 2 blocks (128 registers).
+ * Blocks of 16 warps over chunks of at least 64 positions (one held
+ * round of 4 positions a warp: docs/tuning-log.md, entry 41). Registers:
+ * the held round (held_key, held_value: 32) takes the kernel to ~100, so
+ * __launch_bounds__ asks for DECODE_BLOCKS_SM = 1 block (128 registers).
  * Shared memory, float4 units of d4 = ceil(d / 4): the warps' partial outputs
  * (ATTENTION_WARPS x DECODE_GROUP x d4), the q rows and the step's k row
  * ((DECODE_GROUP + 1) x d4), then DECODE_GROUP x max(chunk, DECODE_MAX_CHUNKS)
@@ -405,7 +405,7 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
   /* Before the wait, what needs nothing of the kernels before: the held
    * round of this block's first chunk, the keys and values that the first
    * round of its scores and of its weighted sum use (warp w positions w,
-   * w + 8, ..., lane element group j4 = lane: the float4s each thread
+   * w + 16, ..., lane element group j4 = lane: the float4s each thread
    * later uses, the last position's left for the step's rows; each chunk
    * loads the next one's once it is done with its own), the rope's cos
    * and sin of the thread's first pair, and the scores' scale. */
@@ -514,7 +514,7 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
         begin + (unsigned long long)gridDim.y * chunk;
     const unsigned int next_n =
         held_positions(c + gridDim.y, chunks, chunk, last, lane, d4);
-    /* scores: warp w dots positions w, w + 8, ..., DECODE_INFLIGHT at once
+    /* scores: warp w dots positions w, w + 16, ..., DECODE_INFLIGHT at once
      * (lanes load their q elements alongside the keys and, past the held
      * round, ask L2 for the values the weighted sum reads next) */
     for (unsigned int base = warp; base < n;
