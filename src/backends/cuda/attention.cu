@@ -187,13 +187,7 @@ static __device__ __forceinline__ uint4 cache_bits4(const void *cache, bool f16,
 static __device__ __forceinline__ float4 bits_float4(uint4 b, bool f16,
                                                      bool vec) {
   if (vec && f16) {
-    const float2 lo = __half22float2(
-        __halves2half2(__ushort_as_half((unsigned short)(b.x & 0xffffu)),
-                       __ushort_as_half((unsigned short)(b.x >> 16))));
-    const float2 hi = __half22float2(
-        __halves2half2(__ushort_as_half((unsigned short)(b.y & 0xffffu)),
-                       __ushort_as_half((unsigned short)(b.y >> 16))));
-    return make_float4(lo.x, lo.y, hi.x, hi.y);
+    return fdy_half4_float4(make_uint2(b.x, b.y));
   }
   return make_float4(__uint_as_float(b.x), __uint_as_float(b.y),
                      __uint_as_float(b.z), __uint_as_float(b.w));

@@ -90,6 +90,17 @@ fdy_cache_at(const void *cache, bool f16, unsigned long long i) {
              : ((const float *)cache)[i];
 }
 
+/* Four F16 values (low half of w.x first) as floats, exactly. */
+static __device__ __forceinline__ float4 fdy_half4_float4(uint2 w) {
+  const float2 lo = __half22float2(
+      __halves2half2(__ushort_as_half((unsigned short)(w.x & 0xffffu)),
+                     __ushort_as_half((unsigned short)(w.x >> 16))));
+  const float2 hi = __half22float2(
+      __halves2half2(__ushort_as_half((unsigned short)(w.y & 0xffffu)),
+                     __ushort_as_half((unsigned short)(w.y >> 16))));
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+
 /* Elements 4 j4 .. 4 j4 + 3 of the d elements at `at` of a cache, zero
  * past d. vec (d a multiple of 4, so `at` is too): one 16-byte F32 or
  * 8-byte F16 load. */
@@ -101,14 +112,8 @@ static __device__ __forceinline__ float4 fdy_cache_load4(const void *cache,
   const unsigned int j = 4 * j4;
   if (vec) {
     if (f16) {
-      const uint2 w = *(const uint2 *)((const uint16_t *)cache + at + j);
-      const float2 lo = __half22float2(
-          __halves2half2(__ushort_as_half((unsigned short)(w.x & 0xffffu)),
-                         __ushort_as_half((unsigned short)(w.x >> 16))));
-      const float2 hi = __half22float2(
-          __halves2half2(__ushort_as_half((unsigned short)(w.y & 0xffffu)),
-                         __ushort_as_half((unsigned short)(w.y >> 16))));
-      return make_float4(lo.x, lo.y, hi.x, hi.y);
+      return fdy_half4_float4(
+          *(const uint2 *)((const uint16_t *)cache + at + j));
     }
     return *(const float4 *)((const float *)cache + at + j);
   }
