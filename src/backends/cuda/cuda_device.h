@@ -17,9 +17,13 @@
 /* Programmatic dependent launch (PDL, sm_90). A kernel launched by
  * fdy_launch with dependent true may start while the kernel before it on
  * the stream still runs. Such a kernel must call fdy_grid_wait before it
- * reads anything an earlier kernel wrote, or writes anything an earlier
- * kernel reads or writes (weights, norms and the step tensor, which only
- * copies write, may be read before it); fdy_grid_wait returns once every
+ * reads anything an earlier kernel of its chain wrote (the kernels since
+ * the stream's last full dependency: a copy, an event wait, the start of
+ * a graph launch), or writes anything an earlier kernel reads or writes.
+ * Weights, norms and the step tensor, which only copies write, may be read
+ * before it, and so may what only work before the chain wrote (a KV
+ * cache's positions before the step's, which earlier steps appended).
+ * fdy_grid_wait returns once every
  * earlier kernel has completed and its writes are visible. A kernel calls
  * fdy_grid_launch_dependents once it no longer needs its multiprocessors
  * for itself alone (usually first thing): the next kernel's blocks may then
