@@ -39,11 +39,11 @@
  * block the W warps split each tile's inputs (warp w takes the 128-input
  * column steps w, w + W, ...), so every warp streams its weights with
  * 2 16-byte loads per lane per step and three steps in flight (two issued
- * ahead), the first two issued before the kernel waits for the previous
- * one (PDL). A warp sums its lanes' chunks of a row over t (xor 1, 2) into
- * shared memory; after the last tile the block adds the warps' sums in
- * warp order and writes the rows. W follows the launch's count of tiles
- * times halves (gemv_warps): 16 warps, one block per SM, up to 384 (x
+ * ahead of the one computed), the first three issued before the kernel
+ * waits for the previous one (PDL). A warp sums its lanes' chunks of a row over
+ * t (xor 1, 2) into shared memory; after the last tile the block adds the
+ * warps' sums in warp order and writes the rows. W follows the launch's count
+ * of tiles times halves (gemv_warps): 16 warps, one block per SM, up to 384 (x
  * staged once per SM, half the steps per warp: q/k/v, o, down of the
  * llama decode), 8 warps, two blocks per SM, above (gate/up + SwiGLU, the
  * LM head). Every sum's order depends on the shapes only (not on the
@@ -176,6 +176,20 @@ static __device__ __forceinline__ unsigned int warp_steps(unsigned int steps,
   return steps > warp ? (steps - warp + kWarps - 1) / kWarps : 0;
 }
 
+/* The matrix of the launch that tile `tile` of the launch belongs to
+ * (kSwiglu: 0, the gate, whose tiles the launch walks). */
+template <bool kSwiglu>
+static __device__ __forceinline__ unsigned int
+gemv_matrix_of(const gemv_params &p, unsigned int tile) {
+  unsigned int j = 0;
+  if (!kSwiglu) {
+    while (j + 1 < p.count && tile >= p.m[j + 1].first_tile) {
+      j++;
+    }
+  }
+  return j;
+}
+
 /* Points the cursor at the rows of (tile, half) tile_half of the block. */
 template <bool kSwiglu>
 static __device__ __forceinline__ void
@@ -183,12 +197,8 @@ gemv_point(const gemv_params &p, unsigned int groups, unsigned int chunks,
            gemv_issue_cursor *cur) {
   const unsigned int halves = kSwiglu ? 2 : 1;
   const unsigned int tile = blockIdx.x + (cur->tile_half / halves) * gridDim.x;
-  unsigned int j = kSwiglu ? cur->tile_half % halves : 0;
-  if (!kSwiglu) {
-    while (j + 1 < p.count && tile >= p.m[j + 1].first_tile) {
-      j++;
-    }
-  }
+  const unsigned int j =
+      kSwiglu ? cur->tile_half % halves : gemv_matrix_of<kSwiglu>(p, tile);
   const gemv_matrix *m = &p.m[j];
   const unsigned int g = (threadIdx.x % 32) / 4;
   const unsigned int row = (tile - (kSwiglu ? 0 : m->first_tile)) * GEMV_TILE;
@@ -541,12 +551,7 @@ __global__ void __launch_bounds__(kWarps * 32, GEMV_WIDE_WARPS / kWarps)
       }
     }
     const unsigned int tile = blockIdx.x + i * gridDim.x;
-    unsigned int j = 0;
-    if (!kSwiglu) {
-      while (j + 1 < p.count && tile >= p.m[j + 1].first_tile) {
-        j++;
-      }
-    }
+    const unsigned int j = gemv_matrix_of<kSwiglu>(p, tile);
     const unsigned int row = (tile - p.m[j].first_tile) * GEMV_TILE + r;
     if (row >= p.m[j].rows) {
       continue;
