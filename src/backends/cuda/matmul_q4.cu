@@ -38,16 +38,17 @@
  * fused launch); a block takes tiles b, b + G, ... (G blocks); inside a
  * block the W warps split each tile's inputs (warp w takes the 128-input
  * column steps w, w + W, ...), so every warp streams its weights with
- * 2 16-byte loads per lane per step and three steps in flight (two issued
- * ahead), the first three issued before the kernel waits for the previous
- * one (PDL). With SwiGLU an item is a column step of the tile's rows in
- * both the gate and the up matrix (4 16-byte loads per lane, one set of B
- * fragments and one sum of x for the 16 mmas) and two items are in flight
- * (three would spill). A warp sums its lanes' chunks of a row over t
- * (xor 1, 2) into shared memory, per matrix; after the last tile the block
- * adds the warps' sums in warp order and writes the rows. W follows the
- * launch's count of tiles
- * times halves (gemv_warps): 16 warps, one block per SM, up to 384 (x
+ * 2 16-byte loads per lane per item (a column step of a tile) and three
+ * items in flight (two issued ahead), the first three issued before the
+ * kernel waits for the previous one (PDL). With SwiGLU an item is a column
+ * step of the tile's rows in both the gate and the up matrix: 4 16-byte
+ * loads per lane, one set of B fragments and one sum of x for its 16 mmas,
+ * two items in flight (4 KB a warp; three items would spill), each
+ * matrix's sums in the same order as in items of its own. A warp sums its
+ * lanes' chunks of a row over t (xor 1, 2) into shared memory, per tile
+ * and matrix; after the last tile the block adds the warps' sums in warp
+ * order and writes the rows. W follows the launch's count of tiles times
+ * halves (gemv_warps): 16 warps, one block per SM, up to 384 (x
  * staged once per SM, half the steps per warp: q/k/v, o, down of the
  * llama decode), 8 warps, two blocks per SM, above (gate/up + SwiGLU, the
  * LM head). Every sum's order depends on the shapes only (not on the
@@ -321,8 +322,7 @@ typedef struct gemv_pair_compute_cursor {
 } gemv_pair_compute_cursor;
 
 /* Adds the item at the cursor into its sums; at the warp's last step of a
- * tile half, sums the quad's lanes and leaves the warp's row sums in
- * partial. */
+ * tile, sums the quad's lanes and leaves the warp's row sums in partial. */
 template <unsigned int kWarps>
 static __device__ __forceinline__ void
 gemv_compute(const __half *xs, const float *xsum, float inv_scale,
@@ -584,7 +584,7 @@ __global__ void __launch_bounds__(kWarps * 32, GEMV_WIDE_WARPS / kWarps)
   const unsigned int tiles =
       blockIdx.x < p.tiles ? (p.tiles - blockIdx.x - 1) / gridDim.x + 1 : 0;
   const unsigned int my_steps = warp_steps<kWarps>(steps, warp);
-  const unsigned int items = tiles * my_steps; /* kSwiglu: of both halves */
+  const unsigned int items = tiles * my_steps; /* kSwiglu: both matrices */
   __half *xs = (__half *)gemv_shared;
   float *xsum = (float *)(gemv_shared + (size_t)chunks * 128);
   float *partial = xsum + chunks;
