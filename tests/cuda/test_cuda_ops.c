@@ -1688,89 +1688,6 @@ static void test_fused_shapes(void **state) {
   }
 }
 
-/* NORM_SWIGLU_Q4 of one row (the GEMV's items of gate and up together)
- * with gate and up of `out` rows over `in` inputs: against the CPU, and on
- * the GPU alone bitwise equal to NORM_MATMUL_Q4 of gate and up (the same
- * norm prologue, warps and order of every sum) then SWIGLU. */
-static void decode_swiglu_case(uint32_t in, uint32_t out, uint32_t group,
-                               fdy_dtype dtype) {
-  int32_t *step = make_step(1, 0, 0);
-  float *x = random_floats(in);
-  uint16_t *norm = random_halves(in, dtype, false, -1);
-  q4_matrix gate = q4_random(out, in, group, dtype);
-  q4_matrix up = q4_random(out, in, group, dtype);
-  float *act = poisoned(out);
-  float *g = poisoned(out);
-  float *u = poisoned(out);
-  float *ref = poisoned(out);
-  char what[160];
-  snprintf(what, sizeof what, "norm_swiglu_q4 decode [1 x %u] out %u g%u %s",
-           in, out, group, fdy_dtype_name(dtype));
-
-  fdy_op op = norm_swiglu_unbound(&gate, 1);
-  void *data[] = {step,        x,        norm,      gate.words, gate.scales,
-                  gate.biases, up.words, up.scales, up.biases,  act};
-  results r = run_both(&op, data);
-  expect_close(what, r.cpu[9], r.gpu[9], out, REDUCTION_BOUND);
-
-  fdy_op two = op;
-  two.kind = FDY_OP_NORM_MATMUL_Q4;
-  two.output_count = 2;
-  two.outputs[1] = two.outputs[0];
-  void *two_data[] = {step,        x,           norm,     gate.words,
-                      gate.scales, gate.biases, up.words, up.scales,
-                      up.biases,   g,           u};
-  run_on(&gpu, &two, two_data);
-  fdy_op act_op = {.kind = FDY_OP_SWIGLU, .input_count = 3, .output_count = 1};
-  act_op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
-  act_op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(1, out));
-  act_op.inputs[2] = act_op.inputs[1];
-  act_op.outputs[0] = act_op.inputs[1];
-  void *act_data[] = {step, g, u, ref};
-  run_on(&gpu, &act_op, act_data);
-  snprintf(what, sizeof what,
-           "norm_swiglu_q4 decode out %u g%u %s = norm_matmul_q4, swiglu", out,
-           group, fdy_dtype_name(dtype));
-  expect_same(what, ref, r.gpu[9], sizeof(float) * out);
-
-  free_results(&r);
-  q4_free(&gate);
-  q4_free(&up);
-  free(step);
-  free(x);
-  free(norm);
-  free(act);
-  free(g);
-  free(u);
-  free(ref);
-}
-
-/* NORM_SWIGLU_Q4 of one row: in 64 (one column step: warps without one),
- * 3072 (3 steps a warp of 8, odd; 2 or 1 a warp of 16) and 8192 (8; 4);
- * every group size and both scale dtypes; ragged outputs (a last tile of
- * 5, 8, 9 or 14 rows: rows g + 8 or g missing) on blocks of 16 warps (up
- * to 192 tiles: 5, 200, 1000 outputs) and of 8 (3077, 8190 and 9001
- * outputs: up to 3 tiles a block on 132 SMs). */
-static void test_decode_swiglu(void **state) {
-  (void)state;
-  const uint32_t groups[] = {32, 64, 128};
-  const fdy_dtype dtypes[] = {FDY_DTYPE_F16, FDY_DTYPE_BF16};
-  for (size_t d = 0; d < 2; d++) {
-    for (size_t g = 0; g < 3; g++) {
-      if (groups[g] <= 64) {
-        decode_swiglu_case(64, 5, groups[g], dtypes[d]);
-        decode_swiglu_case(64, 9001, groups[g], dtypes[d]);
-      }
-      decode_swiglu_case(3072, 1000, groups[g], dtypes[d]);
-      decode_swiglu_case(8192, 200, groups[g], dtypes[d]);
-      if (!small_shapes()) {
-        decode_swiglu_case(3072, 8190, groups[g], dtypes[d]);
-        decode_swiglu_case(8192, 3077, groups[g], dtypes[d]);
-      }
-    }
-  }
-}
-
 /* The fused kinds at prefill: 512 rows of the llama-3.2-3b layer (q, k,
  * v with the norm; o and down with the residual; gate and up with the
  * norm and SwiGLU) at counts 512 and 500, group 64 F16, 32 BF16 and 128
@@ -1921,6 +1838,87 @@ static void test_prefill_fused_bitwise(void **state) {
   free(ref);
   free(ref_up);
   free(got);
+}
+
+/* NORM_SWIGLU_Q4 of one row (the GEMV's items of gate and up together)
+ * with gate and up of `out` rows over `in` inputs: against the CPU, and on
+ * the GPU alone bitwise equal to NORM_MATMUL_Q4 of gate and up (the same
+ * norm prologue, warps and order of every sum) then SWIGLU. */
+static void decode_swiglu_case(uint32_t in, uint32_t out, uint32_t group,
+                               fdy_dtype dtype) {
+  int32_t *step = make_step(1, 0, 0);
+  float *x = random_floats(in);
+  uint16_t *norm = random_halves(in, dtype, false, -1);
+  q4_matrix gate = q4_random(out, in, group, dtype);
+  q4_matrix up = q4_random(out, in, group, dtype);
+  float *act = poisoned(out);
+  float *g = poisoned(out);
+  float *u = poisoned(out);
+  float *ref = poisoned(out);
+  char what[160];
+  snprintf(what, sizeof what, "norm_swiglu_q4 decode [1 x %u] out %u g%u %s",
+           in, out, group, fdy_dtype_name(dtype));
+
+  fdy_op op = norm_swiglu_unbound(&gate, 1);
+  void *data[] = {step,        x,        norm,      gate.words, gate.scales,
+                  gate.biases, up.words, up.scales, up.biases,  act};
+  results r = run_both(&op, data);
+  expect_close(what, r.cpu[9], r.gpu[9], out, REDUCTION_BOUND);
+
+  fdy_op two = op;
+  two.kind = FDY_OP_NORM_MATMUL_Q4;
+  two.output_count = 2;
+  two.outputs[1] = two.outputs[0];
+  assert_int_equal(fdy_op_check(&two, NULL), FDY_OK);
+  void *two_data[] = {step,        x,           norm,     gate.words,
+                      gate.scales, gate.biases, up.words, up.scales,
+                      up.biases,   g,           u};
+  run_on(&gpu, &two, two_data);
+  fdy_op act_op = binary_unbound(FDY_OP_SWIGLU, 1, out);
+  assert_int_equal(fdy_op_check(&act_op, NULL), FDY_OK);
+  void *act_data[] = {step, g, u, ref};
+  run_on(&gpu, &act_op, act_data);
+  snprintf(what, sizeof what,
+           "norm_swiglu_q4 decode out %u g%u %s = norm_matmul_q4, swiglu", out,
+           group, fdy_dtype_name(dtype));
+  expect_same(what, ref, r.gpu[9], sizeof(float) * out);
+
+  free_results(&r);
+  q4_free(&gate);
+  q4_free(&up);
+  free(step);
+  free(x);
+  free(norm);
+  free(act);
+  free(g);
+  free(u);
+  free(ref);
+}
+
+/* NORM_SWIGLU_Q4 of one row: in 64 (one column step: warps without one),
+ * 3072 (3 steps a warp of 8, odd; 2 or 1 a warp of 16) and 8192 (8; 4);
+ * every group size and both scale dtypes; ragged outputs (a last tile of
+ * 5, 8, 9 or 14 rows: rows g + 8 or g missing) on blocks of 16 warps (up
+ * to 192 tiles: 5, 200, 1000 outputs) and of 8 (3077, 8190 and 9001
+ * outputs: up to 3 tiles a block on 132 SMs). */
+static void test_decode_swiglu(void **state) {
+  (void)state;
+  const uint32_t groups[] = {32, 64, 128};
+  const fdy_dtype dtypes[] = {FDY_DTYPE_F16, FDY_DTYPE_BF16};
+  for (size_t d = 0; d < 2; d++) {
+    for (size_t g = 0; g < 3; g++) {
+      if (groups[g] <= 64) {
+        decode_swiglu_case(64, 5, groups[g], dtypes[d]);
+        decode_swiglu_case(64, 9001, groups[g], dtypes[d]);
+      }
+      decode_swiglu_case(3072, 1000, groups[g], dtypes[d]);
+      decode_swiglu_case(8192, 200, groups[g], dtypes[d]);
+      if (!small_shapes()) {
+        decode_swiglu_case(3072, 8190, groups[g], dtypes[d]);
+        decode_swiglu_case(8192, 3077, groups[g], dtypes[d]);
+      }
+    }
+  }
 }
 
 /* Shapes off the models' grid: counts of 0, below 0 and above the rows,
