@@ -2201,8 +2201,7 @@ int main(void) {
       cmocka_unit_test(test_llama32_3b_shapes),
       cmocka_unit_test(test_verify_fixtures),
       cmocka_unit_test(test_logits_against_cpu),
-      /* last: the tests before it draw the random numbers they drew without it
-       */
+      /* last: the tests above keep the random numbers they drew before */
       cmocka_unit_test(test_decode_swiglu),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
