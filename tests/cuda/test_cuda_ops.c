@@ -48,7 +48,10 @@
  * llama-3.2-3b layer and ragged shapes (odd outputs, a short last k-block,
  * the inputs split, counts below the rows: those rows untouched); and on
  * the GPU alone, bitwise equal to their unfused ops where both take the
- * same block shape and split (test_prefill_fused_bitwise).
+ * same block shape and split (test_prefill_fused_bitwise). NORM_SWIGLU_Q4
+ * of one row at in 64, 3072 and 8192, ragged outputs, every group size and
+ * both scale dtypes, also bitwise equal on the GPU to NORM_MATMUL_Q4 of
+ * gate and up then SWIGLU (test_decode_swiglu).
  *
  * End to end: fdy_llama_verify through a session on the CUDA backend for
  * every fixture (F32 and F16 KV caches within HALF_BOUND, greedy ids
@@ -1530,6 +1533,24 @@ static void test_gemv_shapes(void **state) {
 /* ---- fused decode kinds -----------------------------------------------------
  */
 
+/* A NORM_SWIGLU_Q4 op of x [rows, w->in] (norm weights of w's dtype) with
+ * gate and up shaped like w, unbound. */
+static fdy_op norm_swiglu_unbound(const q4_matrix *w, uint32_t rows) {
+  fdy_op op = {
+      .kind = FDY_OP_NORM_SWIGLU_Q4, .input_count = 9, .output_count = 1};
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, w->in));
+  op.inputs[2] = view(w->dtype, FDY_SHAPE(w->in));
+  op.params.rmsnorm.eps = 1e-5;
+  for (uint32_t j = 0; j < 2; j++) {
+    op.inputs[3 + 3 * j] = view(FDY_DTYPE_U32, FDY_SHAPE(w->out, w->in / 8));
+    op.inputs[4 + 3 * j] = view(w->dtype, FDY_SHAPE(w->out, w->in / w->group));
+    op.inputs[5 + 3 * j] = op.inputs[4 + 3 * j];
+  }
+  op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, w->out));
+  return op;
+}
+
 /* x of `rows` rows and its norm weight, q4 matrices a (for NORM_MATMUL_Q4
  * and MATMUL_ADD_Q4), b and c of one shape (b, c as gate and up), all over
  * `in` inputs; a residual shaped like a's output. One row runs on the
@@ -1585,18 +1606,7 @@ static void fused_case(const char *label, uint32_t rows, uint32_t in,
     free_results(&r);
   }
   /* NORM_SWIGLU_Q4: b and c as gate and up */
-  fdy_op op = {
-      .kind = FDY_OP_NORM_SWIGLU_Q4, .input_count = 9, .output_count = 1};
-  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
-  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, in));
-  op.inputs[2] = view(dtype, FDY_SHAPE(in));
-  op.params.rmsnorm.eps = 1e-5;
-  for (uint32_t j = 0; j < 2; j++) {
-    op.inputs[3 + 3 * j] = view(FDY_DTYPE_U32, FDY_SHAPE(out_bc, in / 8));
-    op.inputs[4 + 3 * j] = view(dtype, FDY_SHAPE(out_bc, in / group));
-    op.inputs[5 + 3 * j] = op.inputs[4 + 3 * j];
-  }
-  op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, out_bc));
+  fdy_op op = norm_swiglu_unbound(&m[1], rows);
   float *act = poisoned((uint64_t)rows * out_bc);
   void *swiglu_data[] = {step,        x,           norm,       m[1].words,
                          m[1].scales, m[1].biases, m[2].words, m[2].scales,
@@ -1828,6 +1838,87 @@ static void test_prefill_fused_bitwise(void **state) {
   free(ref);
   free(ref_up);
   free(got);
+}
+
+/* NORM_SWIGLU_Q4 of one row (the GEMV's items of gate and up together)
+ * with gate and up of `out` rows over `in` inputs: against the CPU, and on
+ * the GPU alone bitwise equal to NORM_MATMUL_Q4 of gate and up (the same
+ * norm prologue, warps and order of every sum) then SWIGLU. */
+static void decode_swiglu_case(uint32_t in, uint32_t out, uint32_t group,
+                               fdy_dtype dtype) {
+  int32_t *step = make_step(1, 0, 0);
+  float *x = random_floats(in);
+  uint16_t *norm = random_halves(in, dtype, false, -1);
+  q4_matrix gate = q4_random(out, in, group, dtype);
+  q4_matrix up = q4_random(out, in, group, dtype);
+  float *act = poisoned(out);
+  float *g = poisoned(out);
+  float *u = poisoned(out);
+  float *ref = poisoned(out);
+  char what[160];
+  snprintf(what, sizeof what, "norm_swiglu_q4 decode [1 x %u] out %u g%u %s",
+           in, out, group, fdy_dtype_name(dtype));
+
+  fdy_op op = norm_swiglu_unbound(&gate, 1);
+  void *data[] = {step,        x,        norm,      gate.words, gate.scales,
+                  gate.biases, up.words, up.scales, up.biases,  act};
+  results r = run_both(&op, data);
+  expect_close(what, r.cpu[9], r.gpu[9], out, REDUCTION_BOUND);
+
+  fdy_op two = op;
+  two.kind = FDY_OP_NORM_MATMUL_Q4;
+  two.output_count = 2;
+  two.outputs[1] = two.outputs[0];
+  assert_int_equal(fdy_op_check(&two, NULL), FDY_OK);
+  void *two_data[] = {step,        x,           norm,     gate.words,
+                      gate.scales, gate.biases, up.words, up.scales,
+                      up.biases,   g,           u};
+  run_on(&gpu, &two, two_data);
+  fdy_op act_op = binary_unbound(FDY_OP_SWIGLU, 1, out);
+  assert_int_equal(fdy_op_check(&act_op, NULL), FDY_OK);
+  void *act_data[] = {step, g, u, ref};
+  run_on(&gpu, &act_op, act_data);
+  snprintf(what, sizeof what,
+           "norm_swiglu_q4 decode out %u g%u %s = norm_matmul_q4, swiglu", out,
+           group, fdy_dtype_name(dtype));
+  expect_same(what, ref, r.gpu[9], sizeof(float) * out);
+
+  free_results(&r);
+  q4_free(&gate);
+  q4_free(&up);
+  free(step);
+  free(x);
+  free(norm);
+  free(act);
+  free(g);
+  free(u);
+  free(ref);
+}
+
+/* NORM_SWIGLU_Q4 of one row: in 64 (one column step: warps without one),
+ * 3072 (3 steps a warp of 8, odd; 2 or 1 a warp of 16) and 8192 (8; 4);
+ * every group size and both scale dtypes; ragged outputs (a last tile of
+ * 5, 8, 9 or 14 rows: rows g + 8 or g missing) on blocks of 16 warps (up
+ * to 192 tiles: 5, 200, 1000 outputs) and of 8 (3077, 8190 and 9001
+ * outputs: up to 3 tiles a block on 132 SMs). */
+static void test_decode_swiglu(void **state) {
+  (void)state;
+  const uint32_t groups[] = {32, 64, 128};
+  const fdy_dtype dtypes[] = {FDY_DTYPE_F16, FDY_DTYPE_BF16};
+  for (size_t d = 0; d < 2; d++) {
+    for (size_t g = 0; g < 3; g++) {
+      if (groups[g] <= 64) {
+        decode_swiglu_case(64, 5, groups[g], dtypes[d]);
+        decode_swiglu_case(64, 9001, groups[g], dtypes[d]);
+      }
+      decode_swiglu_case(3072, 1000, groups[g], dtypes[d]);
+      decode_swiglu_case(8192, 200, groups[g], dtypes[d]);
+      if (!small_shapes()) {
+        decode_swiglu_case(3072, 8190, groups[g], dtypes[d]);
+        decode_swiglu_case(8192, 3077, groups[g], dtypes[d]);
+      }
+    }
+  }
 }
 
 /* Shapes off the models' grid: counts of 0, below 0 and above the rows,
@@ -2110,6 +2201,8 @@ int main(void) {
       cmocka_unit_test(test_llama32_3b_shapes),
       cmocka_unit_test(test_verify_fixtures),
       cmocka_unit_test(test_logits_against_cpu),
+      /* last: the tests above keep the random numbers they drew before */
+      cmocka_unit_test(test_decode_swiglu),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

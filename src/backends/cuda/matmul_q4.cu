@@ -38,12 +38,17 @@
  * fused launch); a block takes tiles b, b + G, ... (G blocks); inside a
  * block the W warps split each tile's inputs (warp w takes the 128-input
  * column steps w, w + W, ...), so every warp streams its weights with
- * 2 16-byte loads per lane per step and three steps in flight (two issued
- * ahead of the one computed), the first three issued before the kernel
- * waits for the previous one (PDL). A warp sums its lanes' chunks of a row over
- * t (xor 1, 2) into shared memory; after the last tile the block adds the
- * warps' sums in warp order and writes the rows. W follows the launch's count
- * of tiles times halves (gemv_warps): 16 warps, one block per SM, up to 384 (x
+ * 2 16-byte loads per lane per item (a column step of a tile) and three
+ * items in flight (two issued ahead), the first three issued before the
+ * kernel waits for the previous one (PDL). With SwiGLU an item is a column
+ * step of the tile's rows in both the gate and the up matrix: 4 16-byte
+ * loads per lane, one set of B fragments and one sum of x for its 16 mmas,
+ * two items in flight (4 KB a warp; three items would spill), each
+ * matrix's sums in the same order as in items of its own. A warp sums its
+ * lanes' chunks of a row over t (xor 1, 2) into shared memory, per tile
+ * and matrix; after the last tile the block adds the warps' sums in warp
+ * order and writes the rows. W follows the launch's count of tiles times
+ * halves (gemv_warps): 16 warps, one block per SM, up to 384 (x
  * staged once per SM, half the steps per warp: q/k/v, o, down of the
  * llama decode), 8 warps, two blocks per SM, above (gate/up + SwiGLU, the
  * LM head). Every sum's order depends on the shapes only (not on the
@@ -52,7 +57,7 @@
  * The kernel also runs the fused decode kinds (template flags): several
  * weights over one x (their tiles in order), an RMSNorm prologue (x * inv *
  * norm staged instead of x), a SwiGLU epilogue (a tile is computed for the
- * gate and then the up matrix; y = silu(gate) * up) and a residual
+ * gate and the up matrix; y = silu(gate) * up) and a residual
  * epilogue (y = residual + x W^T). Rows at or beyond the step tensor's row
  * count (0 or 1) are neither read nor written; a row of a 1-row op and the
  * same row of a many-row op are not bitwise equal. */
@@ -60,6 +65,7 @@
 #include "cuda_internal.h"
 
 #include <string.h>
+#include <type_traits>
 
 #define GEMV_NARROW_WARPS 8    /* warps of a block, two blocks per SM */
 #define GEMV_WIDE_WARPS   16   /* warps of a block, one block per SM */
@@ -106,14 +112,30 @@ typedef struct gemv_stage {
   unsigned short s0, b0, s8, b8;
 } gemv_stage;
 
+/* The loads of one column step of a kSwiglu warp: the same lanes' chunks
+ * of the same rows of the gate and of the up matrix. */
+typedef struct gemv_pair_stage {
+  gemv_stage gate, up;
+} gemv_pair_stage;
+
 /* Where a warp's loads are: item n of its items (tile-major, then the
- * half: gate or up, then the column step), the tile's rows it reads. */
+ * column step), the tile's rows it reads. */
 typedef struct gemv_issue_cursor {
-  unsigned int n, step, tile_half;
+  unsigned int n, step, tile;
   const uint4 *w0, *w8;
   const unsigned short *s0, *b0, *s8, *b8;
   bool v0, v8;
 } gemv_issue_cursor;
+
+/* The same for a kSwiglu warp, whose items are the column steps of both
+ * matrices: rows r0 = g and r8 = g + 8 of the tile (0 where the row does
+ * not exist), at the same place in the gate and the up matrix (their shapes
+ * are equal). */
+typedef struct gemv_pair_cursor {
+  unsigned int n, step, tile;
+  unsigned int r0, r8;
+  bool v0, v8;
+} gemv_pair_cursor;
 
 /* A weight chunk that is read once: not allocated in L1. */
 static __device__ __forceinline__ uint4 load_streamed(const uint4 *p) {
@@ -190,18 +212,15 @@ gemv_matrix_of(const gemv_params &p, unsigned int tile) {
   return j;
 }
 
-/* Points the cursor at the rows of (tile, half) tile_half of the block. */
-template <bool kSwiglu>
-static __device__ __forceinline__ void
-gemv_point(const gemv_params &p, unsigned int groups, unsigned int chunks,
-           gemv_issue_cursor *cur) {
-  const unsigned int halves = kSwiglu ? 2 : 1;
-  const unsigned int tile = blockIdx.x + (cur->tile_half / halves) * gridDim.x;
-  const unsigned int j =
-      kSwiglu ? cur->tile_half % halves : gemv_matrix_of<kSwiglu>(p, tile);
-  const gemv_matrix *m = &p.m[j];
+/* Points the cursor at the rows of its tile (of the block's tiles). */
+static __device__ __forceinline__ void gemv_point(const gemv_params &p,
+                                                  unsigned int groups,
+                                                  unsigned int chunks,
+                                                  gemv_issue_cursor *cur) {
+  const unsigned int tile = blockIdx.x + cur->tile * gridDim.x;
+  const gemv_matrix *m = &p.m[gemv_matrix_of<false>(p, tile)];
   const unsigned int g = (threadIdx.x % 32) / 4;
-  const unsigned int row = (tile - (kSwiglu ? 0 : m->first_tile)) * GEMV_TILE;
+  const unsigned int row = (tile - m->first_tile) * GEMV_TILE;
   cur->v0 = row + g < m->rows;
   cur->v8 = row + g + 8 < m->rows;
   const unsigned long long r0 = cur->v0 ? row + g : 0;
@@ -214,9 +233,21 @@ gemv_point(const gemv_params &p, unsigned int groups, unsigned int chunks,
   cur->b8 = (const unsigned short *)m->biases + r8 * groups;
 }
 
+/* Points a kSwiglu cursor at the rows of its tile (of the block's tiles). */
+static __device__ __forceinline__ void gemv_point(const gemv_params &p,
+                                                  unsigned int, unsigned int,
+                                                  gemv_pair_cursor *cur) {
+  const unsigned int g = (threadIdx.x % 32) / 4;
+  const unsigned int row = (blockIdx.x + cur->tile * gridDim.x) * GEMV_TILE;
+  cur->v0 = row + g < p.m[0].rows;
+  cur->v8 = row + g + 8 < p.m[0].rows;
+  cur->r0 = cur->v0 ? row + g : 0;
+  cur->r8 = cur->v8 ? row + g + 8 : 0;
+}
+
 /* Issues the loads of the cursor's item into st (nothing past the last
  * item) and moves the cursor on. */
-template <bool kSwiglu, unsigned int kWarps>
+template <unsigned int kWarps>
 static __device__ __forceinline__ void
 gemv_issue(const gemv_params &p, unsigned int items, unsigned int my_steps,
            unsigned int groups, unsigned int chunks, gemv_issue_cursor *cur,
@@ -237,21 +268,71 @@ gemv_issue(const gemv_params &p, unsigned int items, unsigned int my_steps,
   cur->n++;
   if (++cur->step == my_steps && cur->n < items) {
     cur->step = 0;
-    cur->tile_half++;
-    gemv_point<kSwiglu>(p, groups, chunks, cur);
+    cur->tile++;
+    gemv_point(p, groups, chunks, cur);
   }
 }
 
-/* Where a warp's computation is (item n, at step of tile_half, as the
- * issue cursor), and its lane's sums of rows g and g + 8 so far. */
+/* Lane (g, t)'s chunk c of rows r0 and r8 of m with their scales and biases
+ * (zero where v0, v8 are false). */
+static __device__ __forceinline__ void
+gemv_load_rows(const gemv_matrix &m, unsigned int chunks, unsigned int groups,
+               unsigned int c, unsigned int group, unsigned int r0,
+               unsigned int r8, bool v0, bool v8, gemv_stage *st) {
+  const unsigned long long o0 = (unsigned long long)r0 * chunks + c;
+  const unsigned long long o8 = (unsigned long long)r8 * chunks + c;
+  const unsigned long long g0 = (unsigned long long)r0 * groups + group;
+  const unsigned long long g8 = (unsigned long long)r8 * groups + group;
+  st->q0 = v0 ? load_streamed(m.weight + o0) : make_uint4(0, 0, 0, 0);
+  st->q8 = v8 ? load_streamed(m.weight + o8) : make_uint4(0, 0, 0, 0);
+  st->s0 = v0 ? __ldg((const unsigned short *)m.scales + g0) : 0;
+  st->b0 = v0 ? __ldg((const unsigned short *)m.biases + g0) : 0;
+  st->s8 = v8 ? __ldg((const unsigned short *)m.scales + g8) : 0;
+  st->b8 = v8 ? __ldg((const unsigned short *)m.biases + g8) : 0;
+}
+
+/* The same for a kSwiglu warp: the item's chunk in the gate and the up
+ * matrix. */
+template <unsigned int kWarps>
+static __device__ __forceinline__ void
+gemv_issue(const gemv_params &p, unsigned int items, unsigned int my_steps,
+           unsigned int groups, unsigned int chunks, gemv_pair_cursor *cur,
+           gemv_pair_stage *st) {
+  if (cur->n >= items) {
+    return;
+  }
+  const unsigned int warp = threadIdx.x / 32, t = threadIdx.x % 4;
+  const unsigned int c = (warp + cur->step * kWarps) * 4 + t;
+  const bool in = c < chunks;
+  const unsigned int group = c >> p.group_shift;
+  gemv_load_rows(p.m[0], chunks, groups, c, group, cur->r0, cur->r8,
+                 in && cur->v0, in && cur->v8, &st->gate);
+  gemv_load_rows(p.m[1], chunks, groups, c, group, cur->r0, cur->r8,
+                 in && cur->v0, in && cur->v8, &st->up);
+  cur->n++;
+  if (++cur->step == my_steps && cur->n < items) {
+    cur->step = 0;
+    cur->tile++;
+    gemv_point(p, groups, chunks, cur);
+  }
+}
+
+/* Where a warp's computation is (item n, at step of tile, as the issue
+ * cursor), and its lane's sums of rows g and g + 8 so far. */
 typedef struct gemv_compute_cursor {
-  unsigned int n, step, tile_half;
+  unsigned int n, step, tile;
   float acc0, acc8;
 } gemv_compute_cursor;
 
+/* The same for a kSwiglu warp: the sums of the gate's rows (acc0, acc8) and
+ * of the up matrix's (up0, up8). */
+typedef struct gemv_pair_compute_cursor {
+  unsigned int n, step, tile;
+  float acc0, acc8, up0, up8;
+} gemv_pair_compute_cursor;
+
 /* Adds the item at the cursor into its sums; at the warp's last step of a
- * tile half, sums the quad's lanes and leaves the warp's row sums in
- * partial. */
+ * tile, sums the quad's lanes and leaves the warp's row sums in partial. */
 template <unsigned int kWarps>
 static __device__ __forceinline__ void
 gemv_compute(const __half *xs, const float *xsum, float inv_scale,
@@ -298,14 +379,101 @@ gemv_compute(const __half *xs, const float *xsum, float inv_scale,
   v0 += __shfl_xor_sync(0xffffffffu, v0, 2);
   v8 += __shfl_xor_sync(0xffffffffu, v8, 2);
   if (t == 0) {
-    float *slot = partial + (cur->tile_half * kWarps + warp) * GEMV_TILE;
+    float *slot = partial + (cur->tile * kWarps + warp) * GEMV_TILE;
     slot[g] = v0;
     slot[g + 8] = v8;
   }
   cur->acc0 = 0.0f;
   cur->acc8 = 0.0f;
   cur->step = 0;
-  cur->tile_half++;
+  cur->tile++;
+}
+
+/* The same for a kSwiglu warp: one set of B fragments and one sum of x for
+ * the chunks of both matrices, each matrix's sums in the order of a
+ * separate item of it (bitwise the same); at the warp's last step of a
+ * tile, leaves the gate's row sums in partial's (tile, 0) slots and the up
+ * matrix's in its (tile, 1) slots. */
+template <unsigned int kWarps>
+static __device__ __forceinline__ void
+gemv_compute(const __half *xs, const float *xsum, float inv_scale,
+             unsigned int chunks, bool bf16, unsigned int items,
+             unsigned int my_steps, const gemv_pair_stage *st,
+             gemv_pair_compute_cursor *cur, float *partial) {
+  if (cur->n >= items) {
+    return;
+  }
+  const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const unsigned int g = lane / 4, t = lane % 4;
+  const unsigned int c = (warp + cur->step * kWarps) * 4 + t;
+  const unsigned int cr = c < chunks ? c : 0; /* zero weights there */
+  const bool feeds_b = g / 2 == t;
+  const uint4 *xb = (const uint4 *)(xs + (cr * 2 + g % 2) * 32);
+  /* per matrix, the even mmas into d, the odd ones into e: four dependent
+   * chains of 4 */
+  float dg[4] = {0.0f, 0.0f, 0.0f, 0.0f}, eg[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  float du[4] = {0.0f, 0.0f, 0.0f, 0.0f}, eu[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const uint32_t g0[4] = {st->gate.q0.x, st->gate.q0.y, st->gate.q0.z,
+                          st->gate.q0.w};
+  const uint32_t g8[4] = {st->gate.q8.x, st->gate.q8.y, st->gate.q8.z,
+                          st->gate.q8.w};
+  const uint32_t u0[4] = {st->up.q0.x, st->up.q0.y, st->up.q0.z, st->up.q0.w};
+  const uint32_t u8[4] = {st->up.q8.x, st->up.q8.y, st->up.q8.z, st->up.q8.w};
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    const uint4 b = feeds_b ? xb[j] : make_uint4(0, 0, 0, 0);
+    uint32_t r0[4], r8[4];
+    word_pairs(g0[j], r0);
+    word_pairs(g8[j], r8);
+    mma_16816(dg, r0[0], r8[0], r0[1], r8[1], b.x, b.y);
+    mma_16816(eg, r0[2], r8[2], r0[3], r8[3], b.z, b.w);
+    word_pairs(u0[j], r0);
+    word_pairs(u8[j], r8);
+    mma_16816(du, r0[0], r8[0], r0[1], r8[1], b.x, b.y);
+    mma_16816(eu, r0[2], r8[2], r0[3], r8[3], b.z, b.w);
+  }
+  const float sum_x = xsum[cr];
+  const float gate0 = (dg[0] + eg[0]) + (dg[1] + eg[1]); /* row g */
+  const float gate8 = (dg[2] + eg[2]) + (dg[3] + eg[3]); /* row g + 8 */
+  const float up0 = (du[0] + eu[0]) + (du[1] + eu[1]);
+  const float up8 = (du[2] + eu[2]) + (du[3] + eu[3]);
+  cur->acc0 =
+      fmaf(fdy_half_bits(st->gate.s0, bf16), gate0 * inv_scale, cur->acc0);
+  cur->acc0 = fmaf(fdy_half_bits(st->gate.b0, bf16), sum_x, cur->acc0);
+  cur->acc8 =
+      fmaf(fdy_half_bits(st->gate.s8, bf16), gate8 * inv_scale, cur->acc8);
+  cur->acc8 = fmaf(fdy_half_bits(st->gate.b8, bf16), sum_x, cur->acc8);
+  cur->up0 = fmaf(fdy_half_bits(st->up.s0, bf16), up0 * inv_scale, cur->up0);
+  cur->up0 = fmaf(fdy_half_bits(st->up.b0, bf16), sum_x, cur->up0);
+  cur->up8 = fmaf(fdy_half_bits(st->up.s8, bf16), up8 * inv_scale, cur->up8);
+  cur->up8 = fmaf(fdy_half_bits(st->up.b8, bf16), sum_x, cur->up8);
+  cur->n++;
+  if (++cur->step < my_steps) {
+    return;
+  }
+  float v[4] = {cur->acc0, cur->acc8, cur->up0, cur->up8};
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    v[i] += __shfl_xor_sync(0xffffffffu, v[i], 1);
+  }
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    v[i] += __shfl_xor_sync(0xffffffffu, v[i], 2);
+  }
+  if (t == 0) {
+    float *gate = partial + ((cur->tile * 2) * kWarps + warp) * GEMV_TILE;
+    float *up = partial + ((cur->tile * 2 + 1) * kWarps + warp) * GEMV_TILE;
+    gate[g] = v[0];
+    gate[g + 8] = v[1];
+    up[g] = v[2];
+    up[g + 8] = v[3];
+  }
+  cur->acc0 = 0.0f;
+  cur->acc8 = 0.0f;
+  cur->up0 = 0.0f;
+  cur->up8 = 0.0f;
+  cur->step = 0;
+  cur->tile++;
 }
 
 /* x of one launch as a block of kThreads reads it: thread i holds the
@@ -426,24 +594,33 @@ __global__ void __launch_bounds__(kWarps * 32, GEMV_WIDE_WARPS / kWarps)
   const unsigned int tiles =
       blockIdx.x < p.tiles ? (p.tiles - blockIdx.x - 1) / gridDim.x + 1 : 0;
   const unsigned int my_steps = warp_steps<kWarps>(steps, warp);
-  const unsigned int items = tiles * halves * my_steps;
+  const unsigned int items = tiles * my_steps; /* kSwiglu: both matrices */
   __half *xs = (__half *)gemv_shared;
   float *xsum = (float *)(gemv_shared + (size_t)chunks * 128);
   float *partial = xsum + chunks;
 
-  /* the first three items' loads go out before the wait (only weights),
-   * and the norm weights of the quads the thread holds */
-  gemv_issue_cursor ic;
+  /* the first stages' loads go out before the wait (only weights), and
+   * the norm weights of the quads the thread holds; kSwiglu: two stages of
+   * items of both matrices (three would spill), else three */
+  typedef typename std::conditional<kSwiglu, gemv_pair_cursor,
+                                    gemv_issue_cursor>::type issue_cursor;
+  typedef typename std::conditional<kSwiglu, gemv_pair_stage, gemv_stage>::type
+      stage;
+  typedef typename std::conditional<kSwiglu, gemv_pair_compute_cursor,
+                                    gemv_compute_cursor>::type compute_cursor;
+  issue_cursor ic;
   ic.n = 0;
   ic.step = 0;
-  ic.tile_half = 0;
-  gemv_stage st0, st1, st2;
+  ic.tile = 0;
+  stage st0, st1, st2;
   if (items > 0) {
-    gemv_point<kSwiglu>(p, groups, chunks, &ic);
+    gemv_point(p, groups, chunks, &ic);
   }
-  gemv_issue<kSwiglu, kWarps>(p, items, my_steps, groups, chunks, &ic, &st0);
-  gemv_issue<kSwiglu, kWarps>(p, items, my_steps, groups, chunks, &ic, &st1);
-  gemv_issue<kSwiglu, kWarps>(p, items, my_steps, groups, chunks, &ic, &st2);
+  gemv_issue<kWarps>(p, items, my_steps, groups, chunks, &ic, &st0);
+  gemv_issue<kWarps>(p, items, my_steps, groups, chunks, &ic, &st1);
+  if (!kSwiglu) {
+    gemv_issue<kWarps>(p, items, my_steps, groups, chunks, &ic, &st2);
+  }
   const unsigned int quads = in / 4; /* a multiple of 8 */
   gemv_x<kThreads> held;
 #pragma unroll
@@ -525,17 +702,19 @@ __global__ void __launch_bounds__(kWarps * 32, GEMV_WIDE_WARPS / kWarps)
   __syncthreads();
 
   const float inv_scale = power_of_two(-e);
-  gemv_compute_cursor cc = {0, 0, 0, 0.0f, 0.0f};
-  for (unsigned int n = 0; n < items; n += 3) {
+  compute_cursor cc = {};
+  for (unsigned int n = 0; n < items; n += kSwiglu ? 2 : 3) {
     gemv_compute<kWarps>(xs, xsum, inv_scale, chunks, p.bf16, items, my_steps,
                          &st0, &cc, partial);
-    gemv_issue<kSwiglu, kWarps>(p, items, my_steps, groups, chunks, &ic, &st0);
+    gemv_issue<kWarps>(p, items, my_steps, groups, chunks, &ic, &st0);
     gemv_compute<kWarps>(xs, xsum, inv_scale, chunks, p.bf16, items, my_steps,
                          &st1, &cc, partial);
-    gemv_issue<kSwiglu, kWarps>(p, items, my_steps, groups, chunks, &ic, &st1);
-    gemv_compute<kWarps>(xs, xsum, inv_scale, chunks, p.bf16, items, my_steps,
-                         &st2, &cc, partial);
-    gemv_issue<kSwiglu, kWarps>(p, items, my_steps, groups, chunks, &ic, &st2);
+    gemv_issue<kWarps>(p, items, my_steps, groups, chunks, &ic, &st1);
+    if (!kSwiglu) {
+      gemv_compute<kWarps>(xs, xsum, inv_scale, chunks, p.bf16, items, my_steps,
+                           &st2, &cc, partial);
+      gemv_issue<kWarps>(p, items, my_steps, groups, chunks, &ic, &st2);
+    }
   }
   __syncthreads();
 
