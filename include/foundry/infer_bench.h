@@ -82,6 +82,7 @@ typedef struct fdy_infer_options {
   bool skip_packing;        /* streamed units copied extent by extent
                                (--pack-streamed off; fdy_executor_options) */
   uint32_t prefill_rows;    /* tokens per prefill run; 0 = the default */
+  fdy_dtype kv_dtype;       /* KV cache: F32 (the zero value) or F16 */
   bool no_graphs;           /* steps run command by command (--graphs off) */
   bool serial_launch;       /* the backend was created with serial
                                launches (--dependent-launch off): recorded */

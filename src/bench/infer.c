@@ -250,6 +250,7 @@ static json_t *protocol_json(const infer_state *s) {
   json_object_set_new(p, "bootstrap_resamples", jint(o->bootstrap_resamples));
   json_object_set_new(p, "context", jint(s->context));
   json_object_set_new(p, "prefill_rows", jint(s->prefill_rows));
+  json_object_set_new(p, "kv_dtype", json_string(fdy_dtype_name(o->kv_dtype)));
   json_object_set_new(p, "graphs", json_boolean(!o->no_graphs));
   json_object_set_new(p, "dependent_launch",
                       json_boolean(o->backend_name != NULL &&
@@ -851,6 +852,7 @@ session_options(const infer_state *s, uint64_t context, bool timings) {
   return (fdy_llama_session_options){.backend = o->backend,
                                      .context = (uint32_t)context,
                                      .prefill_rows = o->prefill_rows,
+                                     .kv_dtype = o->kv_dtype,
                                      .weight_budget = o->weight_budget,
                                      .buffers = o->buffers,
                                      .no_graphs = o->no_graphs,

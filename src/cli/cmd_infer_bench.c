@@ -42,7 +42,8 @@ void fdy_cmd_infer_bench_help(FILE *out) {
       "  --warmup N          discarded executions (default 2)\n"
       "  --iterations N      measured executions (default 10)\n"
       "  --context C         KV cache positions (default: prompt +\n"
-      "                      generated ids)\n",
+      "                      generated ids)\n"
+      "  --kv-dtype D        KV cache dtype: f32 (default) or f16\n",
       FDY_INFER_PROTOCOL, FDY_INFER_PROMPT_TOKENS, FDY_INFER_GEN_TOKENS,
       FDY_INFER_REPORT_FORMAT, FDY_INFER_REPORT_VERSION,
       FDY_INFER_PROMPT_TOKENS, FDY_INFER_GEN_TOKENS);
@@ -98,6 +99,7 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
       {"warmup", required_argument, NULL, OPT_WARMUP},
       {"iterations", required_argument, NULL, OPT_ITERATIONS},
       {"context", required_argument, NULL, FDY_CLI_OPT_CONTEXT},
+      {"kv-dtype", required_argument, NULL, FDY_CLI_OPT_KV_DTYPE},
       {"weight-budget", required_argument, NULL, FDY_CLI_OPT_WEIGHT_BUDGET},
       {"buffers", required_argument, NULL, FDY_CLI_OPT_BUFFERS},
       {"prefill-rows", required_argument, NULL, FDY_CLI_OPT_PREFILL_ROWS},
@@ -194,6 +196,7 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
                          .warmup = (uint32_t)warmup,
                          .iterations = (uint32_t)iterations,
                          .context = (uint32_t)session_flags.context,
+                         .kv_dtype = session_flags.kv_dtype,
                          .weight_budget = session_flags.weight_budget,
                          .buffers = (uint32_t)session_flags.buffers,
                          .prefill_rows = (uint32_t)session_flags.prefill_rows,

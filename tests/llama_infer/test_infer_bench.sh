@@ -43,6 +43,7 @@ p = r["protocol"]
 assert p["name"] == "custom" and p["prompt_source"] == "seed"
 assert p["seed"] == "7" and p["prompt_tokens"] == 12 and p["gen_tokens"] == 5
 assert p["warmup"] == 1 and p["iterations"] == 3 and p["context"] == 17
+assert p["kv_dtype"] == "F32"
 ids = p["prompt_ids"]
 assert len(ids) == 12 and all(0 <= i < r["model"]["vocab_size"] for i in ids)
 assert not {1, 2, 3} & set(ids)  # the fixture's BOS and EOS ids
@@ -98,6 +99,13 @@ expect 0 infer-bench --model "$model" --threads 2 $small --seed 7 \
   --weight-budget 7MiB --buffers 1 --pack-streamed off \
   --report "$work/s1u.json"
 contains "$out" "(--pack-streamed off)"
+# an F16 KV cache, recorded in the report; a bad dtype is a usage error
+expect 0 infer-bench --model "$model" --threads 2 $small --seed 7 \
+  --kv-dtype f16 --report "$work/kv16.json"
+contains "$work/kv16.json" '"kv_dtype": "F16"'
+expect 2 infer-bench --model "$model" $small --kv-dtype f8 \
+  --report "$work/kv8.json"
+contains "$err" "--kv-dtype must be f32 or f16"
 expect 0 infer-bench --model "$model" $small --seed 7 --report "$work/r3.json" \
   --trace "$work/r3.trace.json"
 expect 0 plan --dump "$work/p1.json" --model "$model" --context 17 \
