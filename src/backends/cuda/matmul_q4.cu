@@ -137,10 +137,13 @@ typedef struct gemv_pair_cursor {
   bool v0, v8;
 } gemv_pair_cursor;
 
-/* A weight chunk that is read once: not allocated in L1. */
+/* A weight chunk that is read once: not allocated in L1, and the L2 asked
+ * to fetch the 128 bytes around it (a quad reads 64 of a row; the next 64
+ * are the next warp's step). Results the same; decode +1.3%, the LM head
+ * 90.3 -> 86.3 us (docs/tuning-log.md entry 45). */
 static __device__ __forceinline__ uint4 load_streamed(const uint4 *p) {
   uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+  asm("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];"
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(p));
   return v;
