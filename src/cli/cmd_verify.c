@@ -35,7 +35,9 @@ void fdy_cmd_verify_help(FILE *out) {
           "                   %g on cuda, whose prefill multiplies in F16)\n"
           "  --threads T      cpu backend threads (default: online CPUs)\n"
           "  --context C      KV cache positions (default: the model's\n"
-          "                   max_position_embeddings, at most 4096)\n",
+          "                   max_position_embeddings, at most 4096)\n"
+          "  --kv-dtype D     KV cache dtype: f32 (default) or f16 (with\n"
+          "                   --against, on both backends)\n",
           FDY_LLAMA_CPU_TOLERANCE, FDY_LLAMA_BACKEND_TOLERANCE);
   fdy_cli_session_flags_help(out);
   fprintf(out,
@@ -184,6 +186,7 @@ int fdy_cmd_verify(int argc, char **argv) {
       {"tolerance", required_argument, NULL, OPT_TOLERANCE},
       {"threads", required_argument, NULL, FDY_CLI_OPT_THREADS},
       {"context", required_argument, NULL, FDY_CLI_OPT_CONTEXT},
+      {"kv-dtype", required_argument, NULL, FDY_CLI_OPT_KV_DTYPE},
       {"weight-budget", required_argument, NULL, FDY_CLI_OPT_WEIGHT_BUDGET},
       {"buffers", required_argument, NULL, FDY_CLI_OPT_BUFFERS},
       {"prefill-rows", required_argument, NULL, FDY_CLI_OPT_PREFILL_ROWS},

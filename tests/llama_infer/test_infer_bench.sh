@@ -359,6 +359,12 @@ contains "$out" "verify: passed"
 [ "$(grep -c ' yes  yes$' "$out")" -eq 5 ] || fail "5 agreeing steps expected"
 expect 0 verify --model "$data/llama3-micro/model" --against cpu \
   --prompt-tokens 8 --steps 3
+# an F16 KV cache on both sides
+expect 0 verify --model "$model" --against cpu --threads 1 \
+  --against-threads 2 --prompt-tokens 20 --steps 3 --kv-dtype f16
+contains "$out" "logits relative error: 0.000e+00"
+expect 2 verify --model "$model" --against cpu --kv-dtype bf16
+contains "$err" "--kv-dtype must be f32 or f16"
 expect 1 verify --model "$model" --against cpu --prompt-tokens 20 \
   --steps 5 --context 10
 contains "$err" "context"
