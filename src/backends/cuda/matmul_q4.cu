@@ -334,6 +334,56 @@ typedef struct gemv_pair_compute_cursor {
   float acc0, acc8, up0, up8;
 } gemv_pair_compute_cursor;
 
+/* Where lane (g, t) of warp `warp` finds x for its chunk of column step
+ * `step` (of kWarps warps' steps): the chunk (0 past the last, whose
+ * weights are zero), whether the lane feeds B (g / 2 == t) and its B
+ * fragments in shared memory. */
+typedef struct gemv_x_place {
+  unsigned int chunk;
+  bool feeds_b;
+  const uint4 *b;
+} gemv_x_place;
+
+template <unsigned int kWarps>
+static __device__ __forceinline__ gemv_x_place gemv_x_at(const __half *xs,
+                                                         unsigned int chunks,
+                                                         unsigned int warp,
+                                                         unsigned int step) {
+  const unsigned int lane = threadIdx.x % 32;
+  const unsigned int g = lane / 4, t = lane % 4;
+  const unsigned int c = (warp + step * kWarps) * 4 + t;
+  gemv_x_place x;
+  x.chunk = c < chunks ? c : 0;
+  x.feeds_b = g / 2 == t;
+  x.b = (const uint4 *)(xs + (x.chunk * 2 + g % 2) * 32);
+  return x;
+}
+
+/* Word j's 8 mmas of rows g (w0) and g + 8 (w8) against B fragments b:
+ * the even ones into d, the odd ones into e. */
+static __device__ __forceinline__ void
+gemv_word_mmas(float d[4], float e[4], uint32_t w0, uint32_t w8, uint4 b) {
+  uint32_t r0[4], r8[4];
+  word_pairs(w0, r0);
+  word_pairs(w8, r8);
+  mma_16816(d, r0[0], r8[0], r0[1], r8[1], b.x, b.y);
+  mma_16816(e, r0[2], r8[2], r0[3], r8[3], b.z, b.w);
+}
+
+/* The chunk's dot products of rows g and g + 8 (hi + lo) added into acc0
+ * and acc8 with their scales and biases: s dot 2^-e + b sum(x). */
+static __device__ __forceinline__ void
+gemv_accumulate(const gemv_stage &st, const float d[4], const float e[4],
+                float sum_x, float inv_scale, bool bf16, float *acc0,
+                float *acc8) {
+  const float dot0 = (d[0] + e[0]) + (d[1] + e[1]); /* row g: hi + lo */
+  const float dot8 = (d[2] + e[2]) + (d[3] + e[3]); /* row g + 8 */
+  *acc0 = fmaf(fdy_half_bits(st.s0, bf16), dot0 * inv_scale, *acc0);
+  *acc0 = fmaf(fdy_half_bits(st.b0, bf16), sum_x, *acc0);
+  *acc8 = fmaf(fdy_half_bits(st.s8, bf16), dot8 * inv_scale, *acc8);
+  *acc8 = fmaf(fdy_half_bits(st.b8, bf16), sum_x, *acc8);
+}
+
 /* Adds the item at the cursor into its sums; at the warp's last step of a
  * tile, sums the quad's lanes and leaves the warp's row sums in partial. */
 template <unsigned int kWarps>
@@ -347,10 +397,7 @@ gemv_compute(const __half *xs, const float *xsum, float inv_scale,
   }
   const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const unsigned int g = lane / 4, t = lane % 4;
-  const unsigned int c = (warp + cur->step * kWarps) * 4 + t;
-  const unsigned int cr = c < chunks ? c : 0; /* zero weights there */
-  const bool feeds_b = g / 2 == t;
-  const uint4 *xb = (const uint4 *)(xs + (cr * 2 + g % 2) * 32);
+  const gemv_x_place x = gemv_x_at<kWarps>(xs, chunks, warp, cur->step);
   /* the even mmas into d, the odd ones into e: two dependent chains of 4
    * (docs/tuning-log.md, entry 30) */
   float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -358,20 +405,11 @@ gemv_compute(const __half *xs, const float *xsum, float inv_scale,
   const uint32_t w8[4] = {st->q8.x, st->q8.y, st->q8.z, st->q8.w};
 #pragma unroll
   for (int j = 0; j < 4; j++) {
-    const uint4 b = feeds_b ? xb[j] : make_uint4(0, 0, 0, 0);
-    uint32_t r0[4], r8[4];
-    word_pairs(w0[j], r0);
-    word_pairs(w8[j], r8);
-    mma_16816(d, r0[0], r8[0], r0[1], r8[1], b.x, b.y);
-    mma_16816(e, r0[2], r8[2], r0[3], r8[3], b.z, b.w);
+    gemv_word_mmas(d, e, w0[j], w8[j],
+                   x.feeds_b ? x.b[j] : make_uint4(0, 0, 0, 0));
   }
-  const float sum_x = xsum[cr];
-  const float dot0 = (d[0] + e[0]) + (d[1] + e[1]); /* row g: hi + lo */
-  const float dot8 = (d[2] + e[2]) + (d[3] + e[3]); /* row g + 8 */
-  cur->acc0 = fmaf(fdy_half_bits(st->s0, bf16), dot0 * inv_scale, cur->acc0);
-  cur->acc0 = fmaf(fdy_half_bits(st->b0, bf16), sum_x, cur->acc0);
-  cur->acc8 = fmaf(fdy_half_bits(st->s8, bf16), dot8 * inv_scale, cur->acc8);
-  cur->acc8 = fmaf(fdy_half_bits(st->b8, bf16), sum_x, cur->acc8);
+  gemv_accumulate(*st, d, e, xsum[x.chunk], inv_scale, bf16, &cur->acc0,
+                  &cur->acc8);
   cur->n++;
   if (++cur->step < my_steps) {
     return;
@@ -408,10 +446,7 @@ gemv_compute(const __half *xs, const float *xsum, float inv_scale,
   }
   const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const unsigned int g = lane / 4, t = lane % 4;
-  const unsigned int c = (warp + cur->step * kWarps) * 4 + t;
-  const unsigned int cr = c < chunks ? c : 0; /* zero weights there */
-  const bool feeds_b = g / 2 == t;
-  const uint4 *xb = (const uint4 *)(xs + (cr * 2 + g % 2) * 32);
+  const gemv_x_place x = gemv_x_at<kWarps>(xs, chunks, warp, cur->step);
   /* per matrix, the even mmas into d, the odd ones into e: four dependent
    * chains of 4 */
   float dg[4] = {0.0f, 0.0f, 0.0f, 0.0f}, eg[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -424,32 +459,14 @@ gemv_compute(const __half *xs, const float *xsum, float inv_scale,
   const uint32_t u8[4] = {st->up.q8.x, st->up.q8.y, st->up.q8.z, st->up.q8.w};
 #pragma unroll
   for (int j = 0; j < 4; j++) {
-    const uint4 b = feeds_b ? xb[j] : make_uint4(0, 0, 0, 0);
-    uint32_t r0[4], r8[4];
-    word_pairs(g0[j], r0);
-    word_pairs(g8[j], r8);
-    mma_16816(dg, r0[0], r8[0], r0[1], r8[1], b.x, b.y);
-    mma_16816(eg, r0[2], r8[2], r0[3], r8[3], b.z, b.w);
-    word_pairs(u0[j], r0);
-    word_pairs(u8[j], r8);
-    mma_16816(du, r0[0], r8[0], r0[1], r8[1], b.x, b.y);
-    mma_16816(eu, r0[2], r8[2], r0[3], r8[3], b.z, b.w);
+    const uint4 b = x.feeds_b ? x.b[j] : make_uint4(0, 0, 0, 0);
+    gemv_word_mmas(dg, eg, g0[j], g8[j], b);
+    gemv_word_mmas(du, eu, u0[j], u8[j], b);
   }
-  const float sum_x = xsum[cr];
-  const float gate0 = (dg[0] + eg[0]) + (dg[1] + eg[1]); /* row g */
-  const float gate8 = (dg[2] + eg[2]) + (dg[3] + eg[3]); /* row g + 8 */
-  const float up0 = (du[0] + eu[0]) + (du[1] + eu[1]);
-  const float up8 = (du[2] + eu[2]) + (du[3] + eu[3]);
-  cur->acc0 =
-      fmaf(fdy_half_bits(st->gate.s0, bf16), gate0 * inv_scale, cur->acc0);
-  cur->acc0 = fmaf(fdy_half_bits(st->gate.b0, bf16), sum_x, cur->acc0);
-  cur->acc8 =
-      fmaf(fdy_half_bits(st->gate.s8, bf16), gate8 * inv_scale, cur->acc8);
-  cur->acc8 = fmaf(fdy_half_bits(st->gate.b8, bf16), sum_x, cur->acc8);
-  cur->up0 = fmaf(fdy_half_bits(st->up.s0, bf16), up0 * inv_scale, cur->up0);
-  cur->up0 = fmaf(fdy_half_bits(st->up.b0, bf16), sum_x, cur->up0);
-  cur->up8 = fmaf(fdy_half_bits(st->up.s8, bf16), up8 * inv_scale, cur->up8);
-  cur->up8 = fmaf(fdy_half_bits(st->up.b8, bf16), sum_x, cur->up8);
+  const float sum_x = xsum[x.chunk];
+  gemv_accumulate(st->gate, dg, eg, sum_x, inv_scale, bf16, &cur->acc0,
+                  &cur->acc8);
+  gemv_accumulate(st->up, du, eu, sum_x, inv_scale, bf16, &cur->up0, &cur->up8);
   cur->n++;
   if (++cur->step < my_steps) {
     return;
