@@ -79,8 +79,8 @@ fdy_status fdy_cli_backend_create(const char *name, uint32_t threads,
  * --buffers N (1..FDY_CLI_MAX_BUFFERS), --prefill-rows N
  * (1..FDY_CLI_MAX_PREFILL_ROWS), --graphs on|off, --pack-streamed on|off
  * and --dependent-launch on|off.
- * A command lists the ones it takes in its option table under the
- * FDY_CLI_OPT_* values. */
+ * A command lists the ones it takes in its option table
+ * (FDY_CLI_SESSION_OPTIONS, FDY_CLI_ENGINE_OPTIONS below). */
 typedef struct fdy_cli_session_flags {
   const char *backend; /* "cpu" or "cuda" */
   uint64_t threads;    /* 0 = the backend's default */
@@ -114,6 +114,24 @@ enum {
   FDY_CLI_OPT_PACK_STREAMED,
   FDY_CLI_OPT_DEPENDENT_LAUNCH
 };
+
+/* The getopt_long entries of the session flags: those every session
+ * command takes (generate, chat, verify, infer-bench), and those of the
+ * engine's budget and launches (all but chat). */
+/* clang-format off */
+#define FDY_CLI_SESSION_OPTIONS                                                \
+  {"backend", required_argument, NULL, FDY_CLI_OPT_BACKEND},                   \
+  {"threads", required_argument, NULL, FDY_CLI_OPT_THREADS},                   \
+  {"context", required_argument, NULL, FDY_CLI_OPT_CONTEXT},                   \
+  {"kv-dtype", required_argument, NULL, FDY_CLI_OPT_KV_DTYPE}
+#define FDY_CLI_ENGINE_OPTIONS                                                 \
+  {"weight-budget", required_argument, NULL, FDY_CLI_OPT_WEIGHT_BUDGET},       \
+  {"buffers", required_argument, NULL, FDY_CLI_OPT_BUFFERS},                   \
+  {"prefill-rows", required_argument, NULL, FDY_CLI_OPT_PREFILL_ROWS},         \
+  {"graphs", required_argument, NULL, FDY_CLI_OPT_GRAPHS},                     \
+  {"pack-streamed", required_argument, NULL, FDY_CLI_OPT_PACK_STREAMED},       \
+  {"dependent-launch", required_argument, NULL, FDY_CLI_OPT_DEPENDENT_LAUNCH}
+/* clang-format on */
 
 /* Parses option opt into flags when it is one of the FDY_CLI_OPT_* values
  * (*handled set to true), else leaves flags alone (*handled false). A bad

@@ -236,10 +236,7 @@ int fdy_cmd_chat(int argc, char **argv) {
       {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
       {"system", required_argument, NULL, OPT_SYSTEM},
       {"max-tokens", required_argument, NULL, OPT_MAX},
-      {"backend", required_argument, NULL, FDY_CLI_OPT_BACKEND},
-      {"threads", required_argument, NULL, FDY_CLI_OPT_THREADS},
-      {"context", required_argument, NULL, FDY_CLI_OPT_CONTEXT},
-      {"kv-dtype", required_argument, NULL, FDY_CLI_OPT_KV_DTYPE},
+      FDY_CLI_SESSION_OPTIONS,
       {NULL, 0, NULL, 0},
   };
   const char *model_dir = NULL, *tokenizer_path = NULL, *system = NULL;

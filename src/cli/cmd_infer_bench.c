@@ -88,8 +88,7 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
   };
   static const struct option options[] = {
       {"model", required_argument, NULL, OPT_MODEL},
-      {"backend", required_argument, NULL, FDY_CLI_OPT_BACKEND},
-      {"threads", required_argument, NULL, FDY_CLI_OPT_THREADS},
+      FDY_CLI_SESSION_OPTIONS,
       {"report", required_argument, NULL, OPT_REPORT},
       {"trace", required_argument, NULL, OPT_TRACE},
       {"seed", required_argument, NULL, OPT_SEED},
@@ -98,15 +97,7 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
       {"gen-tokens", required_argument, NULL, OPT_GEN_TOKENS},
       {"warmup", required_argument, NULL, OPT_WARMUP},
       {"iterations", required_argument, NULL, OPT_ITERATIONS},
-      {"context", required_argument, NULL, FDY_CLI_OPT_CONTEXT},
-      {"kv-dtype", required_argument, NULL, FDY_CLI_OPT_KV_DTYPE},
-      {"weight-budget", required_argument, NULL, FDY_CLI_OPT_WEIGHT_BUDGET},
-      {"buffers", required_argument, NULL, FDY_CLI_OPT_BUFFERS},
-      {"prefill-rows", required_argument, NULL, FDY_CLI_OPT_PREFILL_ROWS},
-      {"graphs", required_argument, NULL, FDY_CLI_OPT_GRAPHS},
-      {"pack-streamed", required_argument, NULL, FDY_CLI_OPT_PACK_STREAMED},
-      {"dependent-launch", required_argument, NULL,
-       FDY_CLI_OPT_DEPENDENT_LAUNCH},
+      FDY_CLI_ENGINE_OPTIONS,
       {NULL, 0, NULL, 0},
   };
   const char *model_dir = NULL, *report = NULL, *trace = NULL;
