@@ -39,9 +39,10 @@
  * block the W warps split each tile's inputs (warp w takes the 128-input
  * column steps w, w + W, ...), so every warp streams its weights with
  * 2 16-byte loads per lane per item (a column step of a tile) and three
- * items in flight (two issued ahead), the first three issued before the
- * kernel waits for the previous one (PDL). With SwiGLU an item is a column
- * step of the tile's rows in both the gate and the up matrix: 4 16-byte
+ * items in flight (two issued ahead), the first three (SwiGLU: two) issued
+ * before the kernel waits for the previous one (PDL). With SwiGLU an item is
+ * a column step of the tile's rows in both the gate and the up matrix: 4
+ * 16-byte
  * loads per lane, one set of B fragments and one sum of x for its 16 mmas,
  * two items in flight (4 KB a warp; three items would spill), each
  * matrix's sums in the same order as in items of its own. A warp sums its
