@@ -41,14 +41,13 @@
  * 2 16-byte loads per lane per item (a column step of a tile) and three
  * items in flight (two issued ahead), the first three (SwiGLU: two) issued
  * before the kernel waits for the previous one (PDL). With SwiGLU an item is
- * a column step of the tile's rows in both the gate and the up matrix: 4
- * 16-byte
- * loads per lane, one set of B fragments and one sum of x for its 16 mmas,
- * two items in flight (4 KB a warp; three items would spill), each
- * matrix's sums in the same order as in items of its own. A warp sums its
- * lanes' chunks of a row over t (xor 1, 2) into shared memory, per tile
- * and matrix; after the last tile the block adds the warps' sums in warp
- * order and writes the rows. W follows the launch's count of tiles times
+ * a column step of the tile's rows in both the gate and the up matrix:
+ * four 16-byte loads per lane, one set of B fragments and one sum of x for
+ * its 16 mmas, two items in flight (4 KB a warp; three items would spill),
+ * each matrix's sums in the same order as in items of its own. A warp sums
+ * its lanes' chunks of a row over t (xor 1, 2) into shared memory, per
+ * tile and matrix; after the last tile the block adds the warps' sums in
+ * warp order and writes the rows. W follows the launch's count of tiles times
  * halves (gemv_warps): 16 warps, one block per SM, up to 384 (x
  * staged once per SM, half the steps per warp: q/k/v, o, down of the
  * llama decode), 8 warps, two blocks per SM, above (gate/up + SwiGLU, the
