@@ -589,6 +589,22 @@ gemv_stage_quad(const gemv_params &p, unsigned int k4, bool valid, float4 u,
   }
 }
 
+/* Output o of a block (tile o / GEMV_TILE of its tiles, row o % GEMV_TILE
+ * of the tile): its matrix j and row, false past the block's tiles or the
+ * matrix's rows. */
+template <bool kSwiglu>
+static __device__ __forceinline__ bool
+gemv_output_row(const gemv_params &p, unsigned int o, unsigned int tiles,
+                unsigned int *j, unsigned int *row) {
+  if (o >= tiles * GEMV_TILE) {
+    return false;
+  }
+  const unsigned int tile = blockIdx.x + (o / GEMV_TILE) * gridDim.x;
+  *j = gemv_matrix_of<kSwiglu>(p, tile);
+  *row = (tile - p.m[*j].first_tile) * GEMV_TILE + o % GEMV_TILE;
+  return *row < p.m[*j].rows;
+}
+
 /* 2^e as a float for e in [-126, 127]. */
 static __device__ __forceinline__ float power_of_two(int e) {
   return __int_as_float((e + 127) << 23);
@@ -655,6 +671,16 @@ __global__ void __launch_bounds__(kWarps * 32, GEMV_WIDE_WARPS / kWarps)
     const unsigned int k4 = threadIdx.x + i * kThreads;
     held.v[i] =
         k4 < quads ? quad_at(x, k4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  /* kResidual: the residual of the thread's first output row, asked for
+   * with x (one trip to L2 after the wait, not another after the sums) */
+  float first_residual = 0.0f;
+  {
+    unsigned int j = 0, row = 0;
+    if (kResidual &&
+        gemv_output_row<kSwiglu>(p, threadIdx.x, tiles, &j, &row)) {
+      first_residual = p.residual[row];
+    }
   }
 
   /* the sum of squares (kNorm) and the largest |x| (normalized: times the
@@ -741,6 +767,10 @@ __global__ void __launch_bounds__(kWarps * 32, GEMV_WIDE_WARPS / kWarps)
   /* each output row: the warps' sums in warp order, then the epilogue */
   const unsigned int warps_used = steps < kWarps ? steps : kWarps;
   for (unsigned int o = threadIdx.x; o < tiles * GEMV_TILE; o += blockDim.x) {
+    unsigned int j = 0, row = 0;
+    if (!gemv_output_row<kSwiglu>(p, o, tiles, &j, &row)) {
+      continue;
+    }
     const unsigned int i = o / GEMV_TILE, r = o % GEMV_TILE;
     float sum[2] = {0.0f, 0.0f};
     for (unsigned int h = 0; h < halves; h++) {
@@ -749,17 +779,11 @@ __global__ void __launch_bounds__(kWarps * 32, GEMV_WIDE_WARPS / kWarps)
         sum[h] += slot[w * GEMV_TILE + r];
       }
     }
-    const unsigned int tile = blockIdx.x + i * gridDim.x;
-    const unsigned int j = gemv_matrix_of<kSwiglu>(p, tile);
-    const unsigned int row = (tile - p.m[j].first_tile) * GEMV_TILE + r;
-    if (row >= p.m[j].rows) {
-      continue;
-    }
     float y = sum[0];
     if (kSwiglu) {
       y = sum[0] / (1.0f + expf(-sum[0])) * sum[1];
     } else if (kResidual) {
-      y = p.residual[row] + sum[0];
+      y = (o == threadIdx.x ? first_residual : p.residual[row]) + sum[0];
     }
     p.m[j].y[row] = y;
   }
