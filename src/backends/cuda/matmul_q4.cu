@@ -371,27 +371,26 @@ gemv_word_mmas(float d[4], float e[4], uint32_t w0, uint32_t w8, uint4 b) {
 }
 
 /* The chunk's dot products of rows g and g + 8 (hi + lo) added into acc0
- * and acc8 with their scales and biases: s dot 2^-e + b sum(x). */
+ * and acc8 with their scales and biases: s dot 2^-e + b sum(x), with the
+ * chunk's staging (x.x the sum of x, x.y 2^-e). */
 static __device__ __forceinline__ void
 gemv_accumulate(const gemv_stage &st, const float d[4], const float e[4],
-                float sum_x, float inv_scale, bool bf16, float *acc0,
-                float *acc8) {
+                float2 x, bool bf16, float *acc0, float *acc8) {
   const float dot0 = (d[0] + e[0]) + (d[1] + e[1]); /* row g: hi + lo */
   const float dot8 = (d[2] + e[2]) + (d[3] + e[3]); /* row g + 8 */
-  *acc0 = fmaf(fdy_half_bits(st.s0, bf16), dot0 * inv_scale, *acc0);
-  *acc0 = fmaf(fdy_half_bits(st.b0, bf16), sum_x, *acc0);
-  *acc8 = fmaf(fdy_half_bits(st.s8, bf16), dot8 * inv_scale, *acc8);
-  *acc8 = fmaf(fdy_half_bits(st.b8, bf16), sum_x, *acc8);
+  *acc0 = fmaf(fdy_half_bits(st.s0, bf16), dot0 * x.y, *acc0);
+  *acc0 = fmaf(fdy_half_bits(st.b0, bf16), x.x, *acc0);
+  *acc8 = fmaf(fdy_half_bits(st.s8, bf16), dot8 * x.y, *acc8);
+  *acc8 = fmaf(fdy_half_bits(st.b8, bf16), x.x, *acc8);
 }
 
 /* Adds the item at the cursor into its sums; at the warp's last step of a
  * tile, sums the quad's lanes and leaves the warp's row sums in partial. */
 template <unsigned int kWarps>
 static __device__ __forceinline__ void
-gemv_compute(const __half *xs, const float *xsum, float inv_scale,
-             unsigned int chunks, bool bf16, unsigned int items,
-             unsigned int my_steps, const gemv_stage *st,
-             gemv_compute_cursor *cur, float *partial) {
+gemv_compute(const __half *xs, const float2 *xchunk, unsigned int chunks,
+             bool bf16, unsigned int items, unsigned int my_steps,
+             const gemv_stage *st, gemv_compute_cursor *cur, float *partial) {
   if (cur->n >= items) {
     return;
   }
@@ -408,8 +407,7 @@ gemv_compute(const __half *xs, const float *xsum, float inv_scale,
     gemv_word_mmas(d, e, w0[j], w8[j],
                    x.feeds_b ? x.b[j] : make_uint4(0, 0, 0, 0));
   }
-  gemv_accumulate(*st, d, e, xsum[x.chunk], inv_scale, bf16, &cur->acc0,
-                  &cur->acc8);
+  gemv_accumulate(*st, d, e, xchunk[x.chunk], bf16, &cur->acc0, &cur->acc8);
   cur->n++;
   if (++cur->step < my_steps) {
     return;
@@ -437,10 +435,10 @@ gemv_compute(const __half *xs, const float *xsum, float inv_scale,
  * matrix's in its (tile, 1) slots. */
 template <unsigned int kWarps>
 static __device__ __forceinline__ void
-gemv_compute(const __half *xs, const float *xsum, float inv_scale,
-             unsigned int chunks, bool bf16, unsigned int items,
-             unsigned int my_steps, const gemv_pair_stage *st,
-             gemv_pair_compute_cursor *cur, float *partial) {
+gemv_compute(const __half *xs, const float2 *xchunk, unsigned int chunks,
+             bool bf16, unsigned int items, unsigned int my_steps,
+             const gemv_pair_stage *st, gemv_pair_compute_cursor *cur,
+             float *partial) {
   if (cur->n >= items) {
     return;
   }
@@ -463,10 +461,9 @@ gemv_compute(const __half *xs, const float *xsum, float inv_scale,
     gemv_word_mmas(dg, eg, g0[j], g8[j], b);
     gemv_word_mmas(du, eu, u0[j], u8[j], b);
   }
-  const float sum_x = xsum[x.chunk];
-  gemv_accumulate(st->gate, dg, eg, sum_x, inv_scale, bf16, &cur->acc0,
-                  &cur->acc8);
-  gemv_accumulate(st->up, du, eu, sum_x, inv_scale, bf16, &cur->up0, &cur->up8);
+  const float2 staged = xchunk[x.chunk];
+  gemv_accumulate(st->gate, dg, eg, staged, bf16, &cur->acc0, &cur->acc8);
+  gemv_accumulate(st->up, du, eu, staged, bf16, &cur->up0, &cur->up8);
   cur->n++;
   if (++cur->step < my_steps) {
     return;
@@ -523,34 +520,24 @@ static __device__ __forceinline__ float norm_half(uint2 raw, int i, bool bf16) {
                        bf16);
 }
 
-/* Adds a quad of x to the sum of squares (kNorm) and its largest |x|
- * (kNorm: |x * norm|), the elements in order. */
-template <bool kNorm>
-static __device__ __forceinline__ void
-gemv_measure(const gemv_params &p, float4 u, uint2 norm, float *squares,
-             float *largest) {
-  const float v[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-  for (int j = 0; j < 4; j++) {
-    if (kNorm) {
-      *squares = fmaf(v[j], v[j], *squares);
-      *largest = fmaxf(*largest, fabsf(v[j] * norm_half(norm, j, p.norm_bf16)));
-    } else {
-      *largest = fmaxf(*largest, fabsf(v[j]));
-    }
-  }
+/* 2^e as a float for e in [-126, 127]. */
+static __device__ __forceinline__ float power_of_two(int e) {
+  return __int_as_float((e + 127) << 23);
 }
 
-/* One quad of x into shared memory: normalized (kNorm: x * inv * norm),
- * times 2^e as F16 hi and lo in B-fragment order, and the chunk's sum of x
- * (before the scaling) by a butterfly over the 8 lanes that hold the chunk.
- * Element p of a chunk (p = 8 j + r) belongs to mma m = 2 j + (r / 2) % 2
- * at slot (r / 4) % 2 + 2 (r % 2) of its 4 halves. Called by whole warps
- * (valid false: a lane past the last quad). */
+/* One quad of x into shared memory, times the norm weights (kNorm: the
+ * RMSNorm's 1 / rms multiplies the output rows instead), times 2^e of its
+ * chunk as F16 hi and lo in B-fragment order, and the chunk's (sum of x
+ * before the scaling, 2^-e), by butterflies over the 8 lanes that hold the
+ * chunk: 2^e puts the chunk's largest |x| in [2^14, 2^15) (none for 0, inf
+ * or NaN). kNorm: the quad's squares (of x) are added into squares in
+ * element order. Element p of a chunk (p = 8 j + r) belongs to mma m = 2 j
+ * + (r / 2) % 2 at slot (r / 4) % 2 + 2 (r % 2) of its 4 halves. Called by
+ * whole warps (valid false: a lane past the last quad). */
 template <bool kNorm>
 static __device__ __forceinline__ void
 gemv_stage_quad(const gemv_params &p, unsigned int k4, bool valid, float4 u,
-                uint2 norm, float inv, float scale, __half *xs, float *xsum) {
+                uint2 norm, __half *xs, float2 *xchunk, float *squares) {
   float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   if (valid) {
     v[0] = u.x;
@@ -560,20 +547,32 @@ gemv_stage_quad(const gemv_params &p, unsigned int k4, bool valid, float4 u,
     if (kNorm) {
 #pragma unroll
       for (int i = 0; i < 4; i++) {
-        v[i] = v[i] * inv * norm_half(norm, i, p.norm_bf16);
+        *squares = fmaf(v[i], v[i], *squares);
+        v[i] *= norm_half(norm, i, p.norm_bf16);
       }
     }
   }
   float s = (v[0] + v[1]) + (v[2] + v[3]);
-  s += __shfl_xor_sync(0xffffffffu, s, 1);
-  s += __shfl_xor_sync(0xffffffffu, s, 2);
-  s += __shfl_xor_sync(0xffffffffu, s, 4);
+  float largest =
+      fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+  for (int offset = 1; offset < 8; offset *= 2) {
+    s += __shfl_xor_sync(0xffffffffu, s, offset);
+    largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, offset));
+  }
   if (!valid) {
     return;
   }
+  int e = 0;
+  if (largest > 0.0f && largest <= 3.4e38f) {
+    int exponent = 0;
+    frexpf(largest, &exponent); /* largest = f 2^exponent, f in [0.5, 1) */
+    e = min(126, max(-126, 15 - exponent));
+  }
+  const float scale = power_of_two(e);
   const unsigned int c = k4 / 8;
   if (k4 % 8 == 0) {
-    xsum[c] = s;
+    xchunk[c] = make_float2(s, power_of_two(-e));
   }
 #pragma unroll
   for (int i = 0; i < 4; i++) {
@@ -605,16 +604,11 @@ gemv_output_row(const gemv_params &p, unsigned int o, unsigned int tiles,
   return *row < p.m[*j].rows;
 }
 
-/* 2^e as a float for e in [-126, 127]. */
-static __device__ __forceinline__ float power_of_two(int e) {
-  return __int_as_float((e + 127) << 23);
-}
-
 template <bool kNorm, bool kSwiglu, bool kResidual, unsigned int kWarps>
 __global__ void __launch_bounds__(kWarps * 32, GEMV_WIDE_WARPS / kWarps)
     gemv_q4_kernel(const int32_t *step, const float *x, gemv_params p) {
   extern __shared__ __align__(16) unsigned char gemv_shared[];
-  __shared__ float warp_squares[kWarps], warp_max[kWarps];
+  __shared__ float warp_squares[kWarps];
   constexpr unsigned int kThreads = kWarps * 32;
   constexpr int kHeld = gemv_x<kThreads>::count;
   fdy_grid_launch_dependents();
@@ -632,8 +626,8 @@ __global__ void __launch_bounds__(kWarps * 32, GEMV_WIDE_WARPS / kWarps)
   const unsigned int my_steps = warp_steps<kWarps>(steps, warp);
   const unsigned int items = tiles * my_steps; /* kSwiglu: both matrices */
   __half *xs = (__half *)gemv_shared;
-  float *xsum = (float *)(gemv_shared + (size_t)chunks * 128);
-  float *partial = xsum + chunks;
+  float2 *xchunk = (float2 *)(gemv_shared + (size_t)chunks * 128);
+  float *partial = (float *)(xchunk + chunks);
 
   /* the first stages' loads go out before the wait (only weights), and
    * the norm weights of the quads the thread holds; kSwiglu: two stages of
@@ -683,56 +677,16 @@ __global__ void __launch_bounds__(kWarps * 32, GEMV_WIDE_WARPS / kWarps)
     }
   }
 
-  /* the sum of squares (kNorm) and the largest |x| (normalized: times the
-   * norm weight, then inv), in an order fixed by the width */
-  float squares = 0.0f, largest = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kHeld; i++) {
-    if (threadIdx.x + i * kThreads < quads) {
-      gemv_measure<kNorm>(p, held.v[i], held.norm[i], &squares, &largest);
-    }
-  }
-  for (unsigned int k4 = threadIdx.x + kHeld * kThreads; k4 < quads;
-       k4 += kThreads) {
-    gemv_measure<kNorm>(p, quad_at(x, k4),
-                        kNorm ? norm_quad_at(p, k4) : make_uint2(0u, 0u),
-                        &squares, &largest);
-  }
-  squares = fdy_warp_sum(squares);
-  for (int offset = 16; offset > 0; offset /= 2) {
-    largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, offset));
-  }
-  if (lane == 0) {
-    warp_squares[warp] = squares;
-    warp_max[warp] = largest;
-  }
-  __syncthreads();
-  float total_squares = 0.0f;
-  largest = 0.0f;
-  for (unsigned int w = 0; w < kWarps; w++) {
-    total_squares += warp_squares[w];
-    largest = fmaxf(largest, warp_max[w]);
-  }
-  float inv = 1.0f;
-  if (kNorm) {
-    inv = (float)(1.0 / sqrt((double)total_squares / in + p.eps));
-    largest *= inv;
-  }
-  /* 2^e puts the largest |x| in [2^14, 2^15); none for 0, inf or NaN */
-  int e = 0;
-  if (largest > 0.0f && largest <= 3.4e38f) {
-    int exponent = 0;
-    frexpf(largest, &exponent); /* largest = f 2^exponent, f in [0.5, 1) */
-    e = min(126, max(-126, 15 - exponent));
-  }
-  const float scale = power_of_two(e);
+  /* x staged chunk by chunk; kNorm: the sum of squares in an order fixed
+   * by the width, its block total read after the items */
+  float squares = 0.0f;
   const unsigned int warp_base = threadIdx.x - lane;
 #pragma unroll
   for (int i = 0; i < kHeld; i++) {
     const unsigned int k4 = warp_base + i * kThreads + lane;
     if (warp_base + i * kThreads < quads) { /* the whole warp */
-      gemv_stage_quad<kNorm>(p, k4, k4 < quads, held.v[i], held.norm[i], inv,
-                             scale, xs, xsum);
+      gemv_stage_quad<kNorm>(p, k4, k4 < quads, held.v[i], held.norm[i], xs,
+                             xchunk, &squares);
     }
   }
   for (unsigned int base = warp_base + kHeld * kThreads; base < quads;
@@ -742,30 +696,44 @@ __global__ void __launch_bounds__(kWarps * 32, GEMV_WIDE_WARPS / kWarps)
     gemv_stage_quad<kNorm>(
         p, k4, valid,
         valid ? quad_at(x, k4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f),
-        kNorm && valid ? norm_quad_at(p, k4) : make_uint2(0u, 0u), inv, scale,
-        xs, xsum);
+        kNorm && valid ? norm_quad_at(p, k4) : make_uint2(0u, 0u), xs, xchunk,
+        &squares);
+  }
+  if (kNorm) {
+    squares = fdy_warp_sum(squares);
+    if (lane == 0) {
+      warp_squares[warp] = squares;
+    }
   }
   __syncthreads();
 
-  const float inv_scale = power_of_two(-e);
   compute_cursor cc = {};
   for (unsigned int n = 0; n < items; n += kSwiglu ? 2 : 3) {
-    gemv_compute<kWarps>(xs, xsum, inv_scale, chunks, p.bf16, items, my_steps,
-                         &st0, &cc, partial);
+    gemv_compute<kWarps>(xs, xchunk, chunks, p.bf16, items, my_steps, &st0, &cc,
+                         partial);
     gemv_issue<kWarps>(p, items, my_steps, groups, chunks, &ic, &st0);
-    gemv_compute<kWarps>(xs, xsum, inv_scale, chunks, p.bf16, items, my_steps,
-                         &st1, &cc, partial);
+    gemv_compute<kWarps>(xs, xchunk, chunks, p.bf16, items, my_steps, &st1, &cc,
+                         partial);
     gemv_issue<kWarps>(p, items, my_steps, groups, chunks, &ic, &st1);
     if (!kSwiglu) {
-      gemv_compute<kWarps>(xs, xsum, inv_scale, chunks, p.bf16, items, my_steps,
-                           &st2, &cc, partial);
+      gemv_compute<kWarps>(xs, xchunk, chunks, p.bf16, items, my_steps, &st2,
+                           &cc, partial);
       gemv_issue<kWarps>(p, items, my_steps, groups, chunks, &ic, &st2);
     }
   }
   __syncthreads();
 
-  /* each output row: the warps' sums in warp order, then the epilogue */
+  /* each output row: the warps' sums in warp order, times 1 / rms (kNorm),
+   * then the epilogue */
   const unsigned int warps_used = steps < kWarps ? steps : kWarps;
+  float inv = 1.0f;
+  if (kNorm) {
+    float total_squares = 0.0f;
+    for (unsigned int w = 0; w < kWarps; w++) {
+      total_squares += warp_squares[w];
+    }
+    inv = (float)(1.0 / sqrt((double)total_squares / in + p.eps));
+  }
   for (unsigned int o = threadIdx.x; o < tiles * GEMV_TILE; o += blockDim.x) {
     unsigned int j = 0, row = 0;
     if (!gemv_output_row<kSwiglu>(p, o, tiles, &j, &row)) {
@@ -778,6 +746,10 @@ __global__ void __launch_bounds__(kWarps * 32, GEMV_WIDE_WARPS / kWarps)
       for (unsigned int w = 0; w < warps_used; w++) {
         sum[h] += slot[w * GEMV_TILE + r];
       }
+    }
+    if (kNorm) {
+      sum[0] *= inv;
+      sum[1] *= inv;
     }
     float y = sum[0];
     if (kSwiglu) {
@@ -794,11 +766,11 @@ __global__ void __launch_bounds__(kWarps * 32, GEMV_WIDE_WARPS / kWarps)
 
 /* Dynamic shared memory of a one-row launch over `in` inputs with up to
  * `tiles` tiles of `halves` matrices per block of `warps` warps: x as F16
- * hi and lo (4 bytes an input), a float sum per chunk, the warps' row
- * sums. */
+ * hi and lo (4 bytes an input), a chunk's sum of x and 2^-e (two floats), the
+ * warps' row sums. */
 static uint64_t gemv_shared_bytes(uint64_t in, uint64_t tiles, uint64_t halves,
                                   uint64_t warps) {
-  return in * 4 + in / 32 * sizeof(float) +
+  return in * 4 + in / 32 * 2 * sizeof(float) +
          tiles * halves * warps * GEMV_TILE * sizeof(float);
 }
 
