@@ -6,7 +6,8 @@
  * f16), SWIGLU, ADD, EMBED_Q4, ARGMAX (one row of vocab logits) and the
  * fused ops of a layer: NORM_MATMUL_Q4 (q, k, v), ROPE_ATTENTION (one row
  * only), MATMUL_ADD_Q4 (o), NORM_SWIGLU_Q4 (gate, up) and MATMUL_ADD_Q4
- * (down). --rows 1 (default) gives the decode shapes; --rows 512 the
+ * (down), and the decode's final NORM_MATMUL_Q4 (the LM head, one row
+ * only). --rows 1 (default) gives the decode shapes; --rows 512 the
  * prefill shapes (the last 512 tokens of the context; ARGMAX keeps one
  * row).
  *
@@ -293,6 +294,23 @@ static bench_op fused(const char *name, fdy_op_kind kind, const options *o,
     }
     b.shape = qkv ? "norm, 5120 x 3072" : "norm, 2 x 8192 x 3072";
   }
+  b.bytes = op_bytes(op);
+  return b;
+}
+
+/* The decode's final RMSNorm and LM head: NORM_MATMUL_Q4 of one weight (the
+ * decode graph runs this instance, not the plain matmul_q4 lm_head's). */
+static bench_op norm_head(const options *o) {
+  bench_op b = {.name = "norm+lm_head", .shape = "norm, 128256 x 3072"};
+  fdy_op *op = &b.op;
+  *op = (fdy_op){
+      .kind = FDY_OP_NORM_MATMUL_Q4, .input_count = 6, .output_count = 1};
+  op->inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op->inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(o->rows, HIDDEN));
+  op->inputs[2] = view(o->scales, FDY_SHAPE(HIDDEN));
+  op->params.rmsnorm.eps = 1e-5;
+  weight_inputs(&b, o, 3, VOCAB, HIDDEN);
+  op->outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(o->rows, VOCAB));
   b.bytes = op_bytes(op);
   return b;
 }
@@ -752,12 +770,14 @@ int main(int argc, char **argv) {
       rows_op("add", FDY_OP_ADD, &o, HIDDEN),
       embed(&o),
       argmax(),
-      /* last: the fused kinds (ROPE_ATTENTION of one row only) */
+      /* last: the fused kinds (ROPE_ATTENTION and the LM head of one row
+       * only) */
       fused("norm+q/k/v", FDY_OP_NORM_MATMUL_Q4, &o, HIDDEN),
       attention(&o, true),
       fused("o+residual", FDY_OP_MATMUL_ADD_Q4, &o, HIDDEN),
       fused("norm+gate/up+swiglu", FDY_OP_NORM_SWIGLU_Q4, &o, HIDDEN),
       fused("down+residual", FDY_OP_MATMUL_ADD_Q4, &o, FFN),
+      norm_head(&o),
   };
   size_t count = 0;
   result results[sizeof ops / sizeof ops[0]];
@@ -772,7 +792,8 @@ int main(int argc, char **argv) {
   printf("%-20s %-24s %12s %10s %10s %10s %7s %10s\n", "op", "shape", "bytes",
          "median us", "min us", "GB/s", "of d2d", "GFLOP/s");
   for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
-    if (o.rows > 1 && ops[i].op.kind == FDY_OP_ROPE_ATTENTION) {
+    if (o.rows > 1 && (ops[i].op.kind == FDY_OP_ROPE_ATTENTION ||
+                       strcmp(ops[i].name, "norm+lm_head") == 0)) {
       continue;
     }
     if (time_op(ctx, &o, &ops[i], flush, flush_bytes, &results[count]) != 0) {

@@ -28,11 +28,13 @@
  * when g / 2 == t): C[row][2t] + C[row][2t + 1] is then thread t's own dot
  * product, and thread (g, t) receives exactly its chunk's (hi, lo) sums of
  * rows g and g + 8 in c0..c3. x = x_hi + x_lo (both F16) after a scaling
- * by 2^e that puts max |x| in [2^14, 2^15) (no F16 overflow for any finite
- * x; x_lo keeps the bits x_hi drops, so x_hi + x_lo is x to ~2^-22 of
- * max |x|), staged once per block in shared memory in the order the B
- * fragments are read (one 16-byte read per two mmas), with each chunk's sum
- * of x in float. Per chunk the thread adds s (c0 + c1) 2^-e + b sum(x).
+ * by 2^e per 32-input chunk that puts the chunk's max |x| in [2^14, 2^15)
+ * (no F16 overflow for any finite x; x_lo keeps the bits x_hi drops, so
+ * x_hi + x_lo is x to ~2^-22 of the chunk's max |x|), staged once per block
+ * in shared memory in the order the B fragments are read (one 16-byte read
+ * per two mmas), with each chunk's sum of x and 2^-e in float (no
+ * reduction over the block before the items: docs/tuning-log.md entry 47).
+ * Per chunk the thread adds s (c0 + c1) 2^-e + b sum(x).
  *
  * Work: tiles of 16 output rows (a tile never spans two matrices of a
  * fused launch); a block takes tiles b, b + G, ... (G blocks); inside a
@@ -55,12 +57,14 @@
  * grid), so results are deterministic.
  *
  * The kernel also runs the fused decode kinds (template flags): several
- * weights over one x (their tiles in order), an RMSNorm prologue (x * inv *
- * norm staged instead of x), a SwiGLU epilogue (a tile is computed for the
- * gate and the up matrix; y = silu(gate) * up) and a residual
- * epilogue (y = residual + x W^T). Rows at or beyond the step tensor's row
- * count (0 or 1) are neither read nor written; a row of a 1-row op and the
- * same row of a many-row op are not bitwise equal. */
+ * weights over one x (their tiles in order), an RMSNorm (x * norm staged
+ * instead of x, the rows' sums times 1 / rms, whose sum of squares is
+ * added while x is staged and read after the items), a SwiGLU epilogue (a
+ * tile is computed for the gate and the up matrix; y = silu(gate) * up)
+ * and a residual epilogue (y = residual + x W^T, the residual of a
+ * thread's first row loaded right after the wait, with x: entry 47). Rows at or
+ * beyond the step tensor's row count (0 or 1) are neither read nor written; a
+ * row of a 1-row op and the same row of a many-row op are not bitwise equal. */
 #include "cuda_device.h"
 #include "cuda_internal.h"
 
