@@ -241,6 +241,44 @@ held_positions(unsigned int c, unsigned int chunks, unsigned int chunk,
              : 0;
 }
 
+/* One step of warp_sums16: a lane keeps values 0 .. kWidth - 1 (lanes
+ * without `offset`) or kWidth .. 2 kWidth - 1 (lanes with it), adding the
+ * partner's copy of them; bit selects, so that the choice is not turned
+ * into an index into local memory. */
+template <int kWidth>
+static __device__ __forceinline__ void warp_sums_step(float v[16],
+                                                      unsigned int offset) {
+  const unsigned int upper = (threadIdx.x & offset) != 0 ? ~0u : 0u;
+#pragma unroll
+  for (int i = 0; i < kWidth; i++) {
+    const unsigned int lo = __float_as_uint(v[i]);
+    const unsigned int hi = __float_as_uint(v[i + kWidth]);
+    const float keep = __uint_as_float((hi & upper) | (lo & ~upper));
+    const float send = __uint_as_float((lo & upper) | (hi & ~upper));
+    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, offset);
+  }
+}
+
+/* The warp sums of 16 values at once: at each xor step a lane keeps half
+ * of its values and sends the other half, so 16 shuffles instead of 16 x 5.
+ * Returns the sum of value index_of_lane(lane), which lanes 2k and 2k + 1
+ * hold; each value's sum is the same tree of additions as fdy_warp_sum's
+ * (bitwise equal). */
+static __device__ __forceinline__ float warp_sums16(float v[16]) {
+  warp_sums_step<8>(v, 16);
+  warp_sums_step<4>(v, 8);
+  warp_sums_step<2>(v, 4);
+  warp_sums_step<1>(v, 2);
+  return v[0] + __shfl_xor_sync(0xffffffffu, v[0], 1);
+}
+
+/* The value index whose sum warp_sums16 leaves in lane. */
+static __device__ __forceinline__ unsigned int
+index_of_lane(unsigned int lane) {
+  return ((lane >> 4) & 1) * 8 + ((lane >> 3) & 1) * 4 + ((lane >> 2) & 1) * 2 +
+         ((lane >> 1) & 1);
+}
+
 /* Asks L2 for the 16 bytes at p (F16: 8) ahead of their load. */
 static __device__ __forceinline__ void prefetch_l2(const void *p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
@@ -555,19 +593,24 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
           }
         }
       }
+      /* the 16 dots' warp sums at once (DECODE_INFLIGHT x DECODE_GROUP =
+       * 16); lane 2k writes value k's score */
+      static_assert(DECODE_INFLIGHT * DECODE_GROUP == 16, "warp_sums16");
+      float sums[16];
 #pragma unroll
       for (int u = 0; u < DECODE_INFLIGHT; u++) {
-        const unsigned int pp = base + u * ATTENTION_WARPS;
-        if (pp < n) { /* the same for every lane */
 #pragma unroll
-          for (int g = 0; g < DECODE_GROUP; g++) {
-            if (g < gn) {
-              const float s = fdy_warp_sum(dot[u][g]) * scale;
-              if (lane == 0) {
-                scores[g * scores_stride + pp] = s;
-              }
-            }
-          }
+        for (int g = 0; g < DECODE_GROUP; g++) {
+          sums[u * DECODE_GROUP + g] = dot[u][g];
+        }
+      }
+      const float total = warp_sums16(sums);
+      {
+        const unsigned int i = index_of_lane(lane);
+        const unsigned int u = i / DECODE_GROUP, g = i % DECODE_GROUP;
+        const unsigned int pp = base + u * ATTENTION_WARPS;
+        if (lane % 2 == 0 && pp < n && g < gn) {
+          scores[g * scores_stride + pp] = total * scale;
         }
       }
     }
