@@ -23,14 +23,16 @@
  *    and V loads: each warp dots DECODE_INFLIGHT key rows at once with the
  *    heads' q (lanes on 4 consecutive elements: one 16-byte F32 or 8-byte
  *    F16 load, coalesced; q from shared memory, and past the first round the
- *    value rows requested from L2 at once), a butterfly summing each dot,
- *    times (float)(1 / sqrt(d)); then per head the chunk's maximum m, e =
- *    expf(score - m) and their float sum l (lanes, then a butterfly), and
- *    the unnormalized sum of e * v over the chunk's positions (each warp its
- *    positions, the warps' sums added in warp order). m, l and the partial
- *    output go to the op's workspace at the chunk's index. The append: the
- *    block that holds the chunk of position p (slice 0) stores the step's k
- *    and v rows of its kv head there (F32 copied, F16 rounded to nearest
+ *    value rows requested from L2 at once), the round's 16 dots summed by
+ *    one butterfly that keeps half of a lane's values at each step
+ *    (warp_sums16: 16 shuffles, each sum the tree of a butterfly of its
+ *    own; docs/tuning-log.md entry 53), times (float)(1 / sqrt(d)); then per
+ * head the chunk's maximum m, e = expf(score - m) and their float sum l (lanes,
+ * then a butterfly), and the unnormalized sum of e * v over the chunk's
+ * positions (each warp its positions, the warps' sums added in warp order). m,
+ * l and the partial output go to the op's workspace at the chunk's index. The
+ * append: the block that holds the chunk of position p (slice 0) stores the
+ * step's k and v rows of its kv head there (F32 copied, F16 rounded to nearest
  *    even like the CPU backend); every block reads position p from the
  *    step's rows (rounded alike), never from the cache, so no block waits
  *    for it. combine: the last block of a kv head slice to finish (a counter
