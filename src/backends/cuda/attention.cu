@@ -26,25 +26,26 @@
  *    value rows requested from L2 at once), the round's 16 dots summed by
  *    one butterfly that keeps half of a lane's values at each step
  *    (warp_sums16: 16 shuffles, each sum the tree of a butterfly of its
- *    own; docs/tuning-log.md entry 53), times (float)(1 / sqrt(d)); then per
- * head the chunk's maximum m, e = expf(score - m) and their float sum l (lanes,
- * then a butterfly), and the unnormalized sum of e * v over the chunk's
- * positions (each warp its positions, the warps' sums added in warp order). m,
- * l and the partial output go to the op's workspace at the chunk's index. The
- * append: the block that holds the chunk of position p (slice 0) stores the
- * step's k and v rows of its kv head there (F32 copied, F16 rounded to nearest
- *    even like the CPU backend); every block reads position p from the
- *    step's rows (rounded alike), never from the cache, so no block waits
- *    for it. combine: the last block of a kv head slice to finish (a counter
- *    of the stream's, zeroed again by that block, so a graph can replay the
- *    launch) reads the chunks of the slice's heads (each (m, l) once; a
- *    warp's partials of all its heads of DECODE_COMBINE_ROUND chunks at
- *    once): M = max m_c, w_c = expf(m_c - M), L = sum of l_c w_c in double
- *    (lanes, then a butterfly), and output element j = (sum of w_c o_c[j]) *
- *    (float)(1 / L), warp w summing chunks w, w + 16, ... in order, then
- *    the sixteen warps' sums in order. The grid's y extent follows the
- *    multiprocessor count; the chunk size and every order of addition follow
- *    the shapes only.
+ *    own; docs/tuning-log.md entry 53), times (float)(1 / sqrt(d)); then
+ *    per head the chunk's maximum m, e = expf(score - m) and their float
+ *    sum l (lanes, then a butterfly), and the unnormalized sum of e * v
+ *    over the chunk's positions (each warp its positions, the warps' sums
+ *    added in warp order). m, l and the partial output go to the op's
+ *    workspace at the chunk's index. The append: the block that holds the
+ *    chunk of position p (slice 0) stores the step's k and v rows of its
+ *    kv head there (F32 copied, F16 rounded to nearest even like the CPU
+ *    backend); every block reads position p from the step's rows (rounded
+ *    alike), never from the cache, so no block waits for it. combine: the
+ *    last block of a kv head slice to finish (a counter of the stream's,
+ *    zeroed again by that block, so a graph can replay the launch) reads
+ *    the chunks of the slice's heads (each (m, l) once; a warp's partials
+ *    of all its heads of DECODE_COMBINE_ROUND chunks at once):
+ *    M = max m_c, w_c = expf(m_c - M), L = sum of l_c w_c in double
+ *    (lanes, then a butterfly), and output element
+ *    j = (sum of w_c o_c[j]) * (float)(1 / L), warp w summing chunks w,
+ *    w + 16, ... in order, then the sixteen warps' sums in order. The
+ *    grid's y extent follows the multiprocessor count; the chunk size and
+ *    every order of addition follow the shapes only.
  * 2. prefill (several rows): the append kernel (block t stores rows t of
  *    k and v at cache position p0 + t, for the step's rows whose position
  *    lies in the cache), then flash attention (attention_prefill.cu).

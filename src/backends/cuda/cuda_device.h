@@ -23,12 +23,11 @@
  * Weights, norms and the step tensor, which only copies write, may be read
  * before it, and so may what only work before the chain wrote (a KV
  * cache's positions before the step's, which earlier steps appended).
- * fdy_grid_wait returns once every
- * earlier kernel has completed and its writes are visible. A kernel calls
- * fdy_grid_launch_dependents once it no longer needs its multiprocessors
- * for itself alone (usually first thing): the next kernel's blocks may then
- * be scheduled and run up to their own fdy_grid_wait. Both are no-ops in a
- * kernel launched without the attribute. */
+ * fdy_grid_wait returns once every earlier kernel has completed and its
+ * writes are visible. A kernel calls fdy_grid_launch_dependents once it no
+ * longer needs its multiprocessors for itself alone (usually first thing):
+ * the next kernel's blocks may then be scheduled and run up to their own
+ * fdy_grid_wait. Both are no-ops in a kernel launched without the attribute. */
 static __device__ __forceinline__ void fdy_grid_wait(void) {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 }

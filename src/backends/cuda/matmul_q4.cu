@@ -62,9 +62,10 @@
  * added while x is staged and read after the items), a SwiGLU epilogue (a
  * tile is computed for the gate and the up matrix; y = silu(gate) * up)
  * and a residual epilogue (y = residual + x W^T, the residual of a
- * thread's first row loaded right after the wait, with x: entry 47). Rows at or
- * beyond the step tensor's row count (0 or 1) are neither read nor written; a
- * row of a 1-row op and the same row of a many-row op are not bitwise equal. */
+ * thread's first row loaded right after the wait, with x: entry 47).
+ * Rows at or beyond the step tensor's row count (0 or 1) are neither read
+ * nor written; a row of a 1-row op and the same row of a many-row op are
+ * not bitwise equal. */
 #include "cuda_device.h"
 #include "cuda_internal.h"
 
