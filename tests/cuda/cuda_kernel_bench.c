@@ -74,6 +74,7 @@ typedef struct bench_op {
   double flops;         /* 0 unless a matmul kind */
   uint32_t bias_inputs; /* bit i: input i holds quantization biases */
   const char *shape;    /* described instead of the main input's, or NULL */
+  bool one_row_only;    /* a decode op: not timed at --rows above 1 */
 } bench_op;
 
 #define MAX_BLOCK_SHAPES 8
@@ -301,7 +302,9 @@ static bench_op fused(const char *name, fdy_op_kind kind, const options *o,
 /* The decode's final RMSNorm and LM head: NORM_MATMUL_Q4 of one weight (the
  * decode graph runs this instance, not the plain matmul_q4 lm_head's). */
 static bench_op norm_head(const options *o) {
-  bench_op b = {.name = "norm+lm_head", .shape = "norm, 128256 x 3072"};
+  bench_op b = {.name = "norm+lm_head",
+                .shape = "norm, 128256 x 3072",
+                .one_row_only = true};
   fdy_op *op = &b.op;
   *op = (fdy_op){
       .kind = FDY_OP_NORM_MATMUL_Q4, .input_count = 6, .output_count = 1};
@@ -370,7 +373,8 @@ static bench_op rope(const char *name, const options *o, uint32_t heads) {
 /* ATTENTION (or ROPE_ATTENTION when fused, one row) of the last o->rows
  * tokens of a context of o->context positions. */
 static bench_op attention(const options *o, bool fused) {
-  bench_op b = {.name = fused ? "rope_attention" : "attention"};
+  bench_op b = {.name = fused ? "rope_attention" : "attention",
+                .one_row_only = fused};
   fdy_op *op = &b.op;
   const uint32_t q = HEADS * HEAD_DIM, kv = KV_HEADS * HEAD_DIM;
   *op = (fdy_op){.kind = fused ? FDY_OP_ROPE_ATTENTION : FDY_OP_ATTENTION,
@@ -792,8 +796,7 @@ int main(int argc, char **argv) {
   printf("%-20s %-24s %12s %10s %10s %10s %7s %10s\n", "op", "shape", "bytes",
          "median us", "min us", "GB/s", "of d2d", "GFLOP/s");
   for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
-    if (o.rows > 1 && (ops[i].op.kind == FDY_OP_ROPE_ATTENTION ||
-                       strcmp(ops[i].name, "norm+lm_head") == 0)) {
+    if (o.rows > 1 && ops[i].one_row_only) {
       continue;
     }
     if (time_op(ctx, &o, &ops[i], flush, flush_bytes, &results[count]) != 0) {
