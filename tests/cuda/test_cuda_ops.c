@@ -1921,6 +1921,74 @@ static void test_decode_swiglu(void **state) {
   }
 }
 
+/* One row of x whose first 32 inputs are `huge` in magnitude and the rest
+ * about 1e-3, against a matrix whose first group's scales and biases are
+ * zero: the result is the small inputs' alone. The GEMV stages x with a
+ * power-of-two scale per 32-input chunk (docs/tuning-log.md entry 47), so
+ * the small chunks keep their precision beside the huge one; one scale
+ * for the whole of x would flush them to zero in F16 (relative error 1).
+ * MATMUL_Q4, and NORM_MATMUL_Q4 (RMSNorm first: the small chunks become
+ * ~1e-3 / huge, still exact to the bound). */
+static void chunk_scale_case(const char *label, uint32_t in, uint32_t out,
+                             fdy_dtype dtype, float huge, bool norm) {
+  const uint32_t group = 32;
+  int32_t *step = make_step(1, 0, 0);
+  float *x = random_floats(in);
+  for (uint32_t i = 0; i < in; i++) {
+    x[i] *= i < group ? huge : 1e-3f;
+  }
+  uint16_t *norm_weight = random_halves(in, dtype, false, -1);
+  q4_matrix w = q4_random(out, in, group, dtype);
+  for (uint32_t r = 0; r < out; r++) {
+    w.scales[(uint64_t)r * (in / group)] = 0;
+    w.biases[(uint64_t)r * (in / group)] = 0;
+  }
+  float *y = poisoned(out);
+  fdy_op op = matmul_unbound(&w, 1);
+  void *plain[] = {step, x, w.words, w.scales, w.biases, y};
+  void *normed[] = {step, x, norm_weight, w.words, w.scales, w.biases, y};
+  if (norm) {
+    op = (fdy_op){
+        .kind = FDY_OP_NORM_MATMUL_Q4, .input_count = 6, .output_count = 1};
+    op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+    op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(1, in));
+    op.inputs[2] = view(dtype, FDY_SHAPE(in));
+    op.inputs[3] = view(FDY_DTYPE_U32, FDY_SHAPE(out, in / 8));
+    op.inputs[4] = view(dtype, FDY_SHAPE(out, in / group));
+    op.inputs[5] = op.inputs[4];
+    op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(1, out));
+    op.params.rmsnorm.eps = 1e-5;
+  }
+  results r = run_both(&op, norm ? normed : plain);
+  const uint32_t o = op.input_count;
+  char what[160];
+  snprintf(what, sizeof what, "%s %s [1 x %u] out %u, chunk 0 %.0e %s",
+           norm ? "norm_matmul_q4" : "matmul_q4", label, in, out, (double)huge,
+           fdy_dtype_name(dtype));
+  expect_close(what, r.cpu[o], r.gpu[o], out, REDUCTION_BOUND);
+  free_results(&r);
+  q4_free(&w);
+  free(step);
+  free(x);
+  free(norm_weight);
+  free(y);
+}
+
+/* chunk_scale_case on 16-warp (in 3072, out 64) and 8-warp blocks (in
+ * 3072, out 8192: 512 tiles), both scale dtypes; x's largest chunk at
+ * 1e30 (MATMUL_Q4) and 1e15 (NORM_MATMUL_Q4, whose float sum of squares
+ * must stay finite). */
+static void test_gemv_chunk_scales(void **state) {
+  (void)state;
+  const fdy_dtype dtypes[] = {FDY_DTYPE_F16, FDY_DTYPE_BF16};
+  for (size_t d = 0; d < 2; d++) {
+    chunk_scale_case("wide", 3072, 64, dtypes[d], 1e30f, false);
+    chunk_scale_case("wide", 3072, 64, dtypes[d], 1e15f, true);
+    chunk_scale_case("narrow", 3072, 8192, dtypes[d], 1e30f, false);
+    chunk_scale_case("narrow", 3072, 8192, dtypes[d], 1e15f, true);
+  }
+}
+
 /* Shapes off the models' grid: counts of 0, below 0 and above the rows,
  * widths that are not multiples of 4, outputs not a multiple of 64, inputs
  * not a multiple of 64 (group 32, also split over the inputs), a single-row
@@ -2203,6 +2271,7 @@ int main(void) {
       cmocka_unit_test(test_logits_against_cpu),
       /* last: the tests above keep the random numbers they drew before */
       cmocka_unit_test(test_decode_swiglu),
+      cmocka_unit_test(test_gemv_chunk_scales),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
