@@ -1,0 +1,34 @@
+#!/bin/bash
+# GPU call 79 (2026-12-04): where call 77's NORM_MLP_Q4 slab kernel
+# (branch mlp, 27.1 us in a chain against 11.9 + 9.0 for the pair) spends
+# its time: the kernel bench's chain of 20 for main, mlp and three
+# timing-only builds of mlp (diag-*.diff; results wrong by design):
+# nocopy (the down columns not copied into shared memory), nodown (no
+# copy, no down items), noreduce (the reduction kernel returns after its
+# wait); then ncu on one mlp_q4_kernel of mlp and of nocopy (L1 and
+# memory throughput, warp stalls). Also main's test_cuda_ops with the new
+# test_gemv_chunk_scales (branch chunktest).
+cd "$(dirname "$0")/../../.."
+export LD_LIBRARY_PATH=$PWD/build-gpu-run/lib:$LD_LIBRARY_PATH
+d=build-gpu-run/diag; o=/tmp/o79; mkdir -p $o
+gunzip $d/*.gz build-gpu-run/main/*.gz && chmod +x $d/* build-gpu-run/main/*
+exec > >(tee "$o/log79.txt") 2>&1
+date -u
+for v in base mlp nocopy nodown noreduce; do
+  echo "=== $v kernel bench, chain 20"
+  timeout 120 $d/kb-$v --chain 20 --repeats 30 --report "$o/kb-$v.json" | grep -E "device-to|norm\+gate|down\+|norm\+mlp"
+done
+for v in mlp nocopy; do
+  echo "=== $v ncu mlp_q4_kernel"
+  timeout 120 ncu --clock-control none -k regex:mlp_q4_kernel --launch-skip 5 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats $d/kb-$v --repeats 3 --warmup 2 > $o/ncu-$v.txt 2>&1
+  grep -E "Duration|Throughput|L1/TEX Hit|Issued Warp|No Eligible|Stall|Mem Busy|Max Bandwidth|Mem Pipes" $o/ncu-$v.txt | head -30
+done
+echo "=== base ncu gate/up gemv (norm+swiglu instance)"
+timeout 120 ncu --clock-control none -k regex:gemv_q4_kernel --launch-skip 12 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats $d/kb-base --repeats 3 --warmup 2 > $o/ncu-base.txt 2>&1
+grep -E "gemv_q4_kernel|Duration|Throughput|L1/TEX Hit|Mem Busy|Max Bandwidth|Mem Pipes" $o/ncu-base.txt | head -20
+FOUNDRY_REQUIRE_CUDA=1 FOUNDRY_TEST_DATA=$PWD/tests/data timeout 300 build-gpu-run/main/test_cuda_ops > $o/ops-main.txt 2>&1
+echo "=== main (chunktest) test_cuda_ops rc=$?"
+grep -E '^\[  FAILED|^\[  PASSED|^\[  ERROR|LINE|chunk 0' $o/ops-main.txt | head -20
+gzip $o/ops-main.txt
+date -u
+tar -C /tmp -czf "$OUT/call79.tgz" o79
