@@ -20,12 +20,9 @@ for v in base mlp nocopy nodown noreduce; do
 done
 for v in mlp nocopy; do
   echo "=== $v ncu mlp_q4_kernel"
-  timeout 120 ncu --clock-control none -k regex:mlp_q4_kernel --launch-skip 5 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats $d/kb-$v --repeats 3 --warmup 2 > $o/ncu-$v.txt 2>&1
+  timeout 120 ncu --clock-control none -k regex:mlp_q4_kernel --launch-skip 2 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats $d/kb-$v --repeats 3 --warmup 2 > $o/ncu-$v.txt 2>&1
   grep -E "Duration|Throughput|L1/TEX Hit|Issued Warp|No Eligible|Stall|Mem Busy|Max Bandwidth|Mem Pipes" $o/ncu-$v.txt | head -30
 done
-echo "=== base ncu gate/up gemv (norm+swiglu instance)"
-timeout 120 ncu --clock-control none -k regex:gemv_q4_kernel --launch-skip 12 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats $d/kb-base --repeats 3 --warmup 2 > $o/ncu-base.txt 2>&1
-grep -E "gemv_q4_kernel|Duration|Throughput|L1/TEX Hit|Mem Busy|Max Bandwidth|Mem Pipes" $o/ncu-base.txt | head -20
 FOUNDRY_REQUIRE_CUDA=1 FOUNDRY_TEST_DATA=$PWD/tests/data timeout 300 build-gpu-run/main/test_cuda_ops > $o/ops-main.txt 2>&1
 echo "=== main (chunktest) test_cuda_ops rc=$?"
 grep -E '^\[  FAILED|^\[  PASSED|^\[  ERROR|LINE|chunk 0' $o/ops-main.txt | head -20
