@@ -7,11 +7,15 @@
 # copy, no down items), noreduce (the reduction kernel returns after its
 # wait); then ncu on one mlp_q4_kernel of mlp and of nocopy (L1 and
 # memory throughput, warp stalls). Also main's test_cuda_ops with the new
-# test_gemv_chunk_scales (branch chunktest).
+# test_gemv_chunk_scales (branch chunktest), and mlp-tma (branch mlp-tma:
+# the slab's down columns, scales and biases by TMA tensor copies, 12 x 3
+# a block, instead of 24 cp.async a thread): its test_cuda_ops, verify of
+# the 3B, the chain of 20 and infer-bench in three rounds against main.
 cd "$(dirname "$0")/../../.."
 export LD_LIBRARY_PATH=$PWD/build-gpu-run/lib:$LD_LIBRARY_PATH
 d=build-gpu-run/diag; o=/tmp/o79; mkdir -p $o
-gunzip $d/*.gz build-gpu-run/main/*.gz && chmod +x $d/* build-gpu-run/main/*
+t=build-gpu-run/tma; m=/tmp/m3b
+gunzip $d/*.gz build-gpu-run/main/*.gz $t/*.gz && chmod +x $d/* build-gpu-run/main/* $t/*
 exec > >(tee "$o/log79.txt") 2>&1
 date -u
 for v in base mlp nocopy nodown noreduce; do
@@ -27,5 +31,21 @@ FOUNDRY_REQUIRE_CUDA=1 FOUNDRY_TEST_DATA=$PWD/tests/data timeout 300 build-gpu-r
 echo "=== main (chunktest) test_cuda_ops rc=$?"
 grep -E '^\[  FAILED|^\[  PASSED|^\[  ERROR|LINE|chunk 0' $o/ops-main.txt | head -20
 gzip $o/ops-main.txt
+echo "=== tma $($t/foundry --version | sed -n 2p)"
+FOUNDRY_REQUIRE_CUDA=1 FOUNDRY_TEST_DATA=$PWD/tests/data timeout 300 $t/test_cuda_ops > $o/ops-tma.txt 2>&1
+echo "=== tma test_cuda_ops rc=$?"
+grep -E '^\[  FAILED|^\[  PASSED|^\[  ERROR|LINE|norm_mlp' $o/ops-tma.txt | head -30
+gzip $o/ops-tma.txt
+echo "=== tma kernel bench, chain 20"
+timeout 120 $t/cuda_kernel_bench --chain 20 --repeats 30 --report "$o/kb-tma.json" | grep -E "device-to|norm\+gate|down\+|norm\+mlp"
+$t/foundry-base make-model --preset llama-3.2-3b --seed 1 --out "$m" | tail -1
+echo "=== tma verify 3b cuda against cpu"
+timeout 150 $t/foundry verify --model "$m" --backend cuda --against cpu 2>&1 | grep -E "relative|largest|steps|verify"
+for r in 1 2 3; do
+  for v in foundry-base foundry; do
+    echo "=== $v infer-bench (round $r)"
+    timeout 100 $t/$v infer-bench --model "$m" --backend cuda --report "$o/infer-$v-$r.json" | grep -E "end to end|decode:"
+  done
+done
 date -u
 tar -C /tmp -czf "$OUT/call79.tgz" o79
