@@ -11,6 +11,15 @@
 # the slab's down columns, scales and biases by TMA tensor copies, 12 x 3
 # a block, instead of 24 cp.async a thread): its test_cuda_ops, verify of
 # the 3B, the chain of 20 and infer-bench in three rounds against main.
+#
+# Not run: no device was lent after call 78 (2026-12-04 21:40 UTC). Its
+# binaries, gzipped under build-gpu-run/ (ignored; rebuild them with the
+# Release build of README, -DFOUNDRY_WERROR=ON): diag/kb-base from main
+# 0da4328; diag/kb-mlp from branch mlp (d2e3815); diag/kb-nocopy, kb-nodown
+# and kb-noreduce from mlp with diag-*.diff applied; main/test_cuda_ops
+# from main with test_gemv_chunk_scales; tma/foundry, cuda_kernel_bench
+# and test_cuda_ops from branch mlp-tma (1352c63, mlp-tma.diff against
+# mlp), tma/foundry-base from main. lib/libcmocka.so.0 as in earlier calls.
 cd "$(dirname "$0")/../../.."
 export LD_LIBRARY_PATH=$PWD/build-gpu-run/lib:$LD_LIBRARY_PATH
 d=build-gpu-run/diag; o=/tmp/o79; mkdir -p $o
