@@ -22,7 +22,9 @@
  * GEMV alone at every llama-3.2-3b projection (LM head included) with
  * groups 32, 64 and 128 and F16 and BF16 scales, at widths around its
  * work item (FOUNDRY_CUDA_OPS_SMALL=1 keeps only the small ones), and with
- * x far outside F16's range, far below it, and all zero (zeros bitwise).
+ * x far outside F16's range, far below it, and all zero (zeros bitwise);
+ * one 32-input chunk of x at 1e30 beside chunks near 1e-3, whose result
+ * needs the per-chunk staging scale (test_gemv_chunk_scales).
  * ATTENTION's two variants also run over decode positions and prefill
  * counts (test_attention_positions: both sides of the decode chunks, the
  * cache's last position, a cache of 70,000 positions), the decode kernel's
@@ -1551,6 +1553,22 @@ static fdy_op norm_swiglu_unbound(const q4_matrix *w, uint32_t rows) {
   return op;
 }
 
+/* A NORM_MATMUL_Q4 op of x [rows, w->in] (norm weights of w's dtype) and
+ * the one weight w, unbound. */
+static fdy_op norm_matmul_unbound(const q4_matrix *w, uint32_t rows) {
+  fdy_op op = {
+      .kind = FDY_OP_NORM_MATMUL_Q4, .input_count = 6, .output_count = 1};
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, w->in));
+  op.inputs[2] = view(w->dtype, FDY_SHAPE(w->in));
+  op.inputs[3] = view(FDY_DTYPE_U32, FDY_SHAPE(w->out, w->in / 8));
+  op.inputs[4] = view(w->dtype, FDY_SHAPE(w->out, w->in / w->group));
+  op.inputs[5] = op.inputs[4];
+  op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, w->out));
+  op.params.rmsnorm.eps = 1e-5;
+  return op;
+}
+
 /* x of `rows` rows and its norm weight, q4 matrices a (for NORM_MATMUL_Q4
  * and MATMUL_ADD_Q4), b and c of one shape (b, c as gate and up), all over
  * `in` inputs; a residual shaped like a's output. One row runs on the
@@ -1944,21 +1962,9 @@ static void chunk_scale_case(const char *label, uint32_t in, uint32_t out,
     w.biases[(uint64_t)r * (in / group)] = 0;
   }
   float *y = poisoned(out);
-  fdy_op op = matmul_unbound(&w, 1);
+  const fdy_op op = norm ? norm_matmul_unbound(&w, 1) : matmul_unbound(&w, 1);
   void *plain[] = {step, x, w.words, w.scales, w.biases, y};
   void *normed[] = {step, x, norm_weight, w.words, w.scales, w.biases, y};
-  if (norm) {
-    op = (fdy_op){
-        .kind = FDY_OP_NORM_MATMUL_Q4, .input_count = 6, .output_count = 1};
-    op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
-    op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(1, in));
-    op.inputs[2] = view(dtype, FDY_SHAPE(in));
-    op.inputs[3] = view(FDY_DTYPE_U32, FDY_SHAPE(out, in / 8));
-    op.inputs[4] = view(dtype, FDY_SHAPE(out, in / group));
-    op.inputs[5] = op.inputs[4];
-    op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(1, out));
-    op.params.rmsnorm.eps = 1e-5;
-  }
   results r = run_both(&op, norm ? normed : plain);
   const uint32_t o = op.input_count;
   char what[160];
