@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """`foundry chat` driven through a pseudo-terminal, as a person would: the
 prompt "> " appears (stdin is a terminal), a line in gives an answer streamed
-and its speed; Ctrl-C during an answer stops it and the conversation goes on;
-Ctrl-D at the prompt exits with 0. A second chat: Ctrl-C at the prompt
-drops the line being typed and a second Ctrl-C exits with 0.
+and its speed, and Ctrl-D at the prompt exits with 0. A second chat, whose
+answers may run to the end of the context: Ctrl-C during an answer stops it
+and the conversation goes on, twice. A third: Ctrl-C at the prompt drops
+the line being typed and a second Ctrl-C exits with 0.
 
 usage: test_chat_pty.py FOUNDRY_BINARY MODEL_DIR
 Exits 0 when every check passes, 1 with the terminal's output otherwise."""
@@ -74,10 +75,21 @@ def conversation(chat):
     at = chat.read_until(b"Hello\r\n", at)
     at = chat.read_until(b"tokens/s", at)
     at = chat.read_until(b"> ", at)
-    # Ctrl-C once the answer streams stops it (160 ids take a second, far
-    # longer with sanitizers); the conversation goes on
-    chat.send(b"Tell me a long story.\n")
-    at = chat.read_until(b"story.\r\n", at)
+    chat.send(b"Thanks\n")
+    at = chat.read_until(b"tokens/s", at)
+    at = chat.read_until(b"> ", at)
+    # Ctrl-D at the prompt: a clean exit
+    chat.send(b"\x04")
+    code = chat.wait()
+    if code != 0:
+        raise AssertionError("Ctrl-D exited %d" % code)
+
+
+def interrupt_answer(chat, line, at):
+    """Sends line and Ctrl-C once its answer streams; returns the offset
+    after the prompt that follows the interrupted answer."""
+    chat.send(line + b"\n")
+    at = chat.read_until(line + b"\r\n", at)
     deadline = time.monotonic() + TIMEOUT
     while len(chat.output) < at + 8 and time.monotonic() < deadline:
         ready, _, _ = select.select([chat.fd], [], [], 0.1)
@@ -85,11 +97,18 @@ def conversation(chat):
             chat.output += os.read(chat.fd, 4096)
     chat.send(b"\x03")
     at = chat.read_until(b", interrupted]", at)
-    at = chat.read_until(b"> ", at)
-    chat.send(b"Thanks\n")
-    at = chat.read_until(b"tokens/s", at)
-    at = chat.read_until(b"> ", at)
-    # Ctrl-D at the prompt: a clean exit
+    return chat.read_until(b"> ", at)
+
+
+def interrupts_answers(chat):
+    # Ctrl-C once an answer streams stops it, and the conversation goes on
+    # to the next turn, stopped the same way: the answers may run to the
+    # end of the context (4,096 ids, seconds even without sanitizers), so
+    # the Ctrl-C always comes before an answer ends, however late this
+    # process is scheduled
+    at = chat.read_until(b"> ")
+    at = interrupt_answer(chat, b"Tell me a long story.", at)
+    at = interrupt_answer(chat, b"Go on.", at)
     chat.send(b"\x04")
     code = chat.wait()
     if code != 0:
@@ -122,6 +141,7 @@ def main():
     checks = (
         (conversation, chat + ["--system", "Answer briefly.",
                                "--max-tokens", "160"]),
+        (interrupts_answers, chat),
         (interrupts_at_prompt, chat + ["--max-tokens", "4"]),
     )
     for check, argv in checks:
