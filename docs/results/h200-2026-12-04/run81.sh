@@ -8,8 +8,7 @@
 # torch.compile) on the same prompt in the same call, with the
 # device-to-device copy (the kernel bench's ceiling line).
 #
-# Binaries: build-gpu-run/ring/ (run80.sh's header; test_cuda_faults and
-# test_cuda_lost from b71e1a4, whose CUDA code is c98dcee's).
+# Binaries: build-gpu-run/ring/ (run80.sh's header).
 cd "$(dirname "$0")/../../.."
 export LD_LIBRARY_PATH=$PWD/build-gpu-run/lib:$LD_LIBRARY_PATH
 export FOUNDRY_TEST_DATA=$PWD/tests/data
