@@ -12,7 +12,9 @@
 # a block, instead of 24 cp.async a thread): its test_cuda_ops, verify of
 # the 3B, the chain of 20 and infer-bench in three rounds against main.
 #
-# Not run: no device was lent after call 78 (2026-12-04 21:40 UTC). Its
+# Not run: no device was lent after call 78 (2026-12-04 21:40 UTC), and
+# superseded by run80.sh (the ring replaces the slab design; run80 also
+# runs main's chunk test); its mlp and tma binaries were deleted. Its
 # binaries, gzipped under build-gpu-run/ (ignored; rebuild them with the
 # Release build of README, -DFOUNDRY_WERROR=ON): diag/kb-base from main
 # 0da4328; diag/kb-mlp from branch mlp (d2e3815); diag/kb-nocopy, kb-nodown
