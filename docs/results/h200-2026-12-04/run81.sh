@@ -1,6 +1,7 @@
 #!/bin/bash
-# GPU call 81, to run after call 80 if the rings are kept: issue #11's
-# measurement of branch mlp-ring as call 76 made it of main: every GPU test
+# GPU call 81, to run after calls 80 and 82 with the build they keep
+# (argument: tail, the default, for branch tail-ring, or ring for
+# mlp-ring): issue #11's measurement as call 76 made it of main: every GPU test
 # (test_cuda, test_cuda_faults, test_cuda_lost and test_cuda_graph each
 # alone; test_cuda_ops beside the verify runs, which check no memory
 # levels), verify on every fixture and the 3B against the CPU, infer-bench
@@ -8,11 +9,12 @@
 # torch.compile) on the same prompt in the same call, with the
 # device-to-device copy (the kernel bench's ceiling line).
 #
-# Binaries: build-gpu-run/ring/ (run80.sh's header).
+# Binaries: build-gpu-run/tail/ or ring/ (run82.sh's and run80.sh's
+# headers).
 cd "$(dirname "$0")/../../.."
 export LD_LIBRARY_PATH=$PWD/build-gpu-run/lib:$LD_LIBRARY_PATH
 export FOUNDRY_TEST_DATA=$PWD/tests/data
-b=build-gpu-run/ring; m=/tmp/m3b; o=/tmp/o81; mkdir -p $o
+b=build-gpu-run/${1:-tail}; m=/tmp/m3b; o=/tmp/o81; mkdir -p $o
 gunzip $b/*.gz && chmod +x $b/*
 exec > >(tee "$o/log81.txt") 2>&1
 date -u; $b/foundry --version | head -3
