@@ -19,8 +19,8 @@
 #
 # Binaries, gzipped under build-gpu-run/ (ignored; rebuild them with the
 # Release build of README, -DFOUNDRY_WERROR=ON): ring/ from branch
-# mlp-ring (9ae7b96); ringmlp/foundry, ringpacked/ and ringdiag/kb-* from
-# 9ae7b96 with diag-ring-*.diff applied; tma/foundry-base and diag/kb-base from main
+# mlp-ring (5cd9881); ringmlp/foundry, ringpacked/ and ringdiag/kb-* from
+# 5cd9881 with diag-ring-*.diff applied; tma/foundry-base and diag/kb-base from main
 # 0da4328 (main's source since then differs in tests and docs only);
 # main/test_cuda_ops from main 6344130; lib/libcmocka.so.0 as in earlier
 # calls.

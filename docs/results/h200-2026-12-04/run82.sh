@@ -10,7 +10,7 @@
 #
 # Binaries, gzipped under build-gpu-run/ (ignored; rebuild them with the
 # Release build of README, -DFOUNDRY_WERROR=ON): tail/ from branch
-# tail-ring (a10022f; c8618e7 adds docs only), ring/ from mlp-ring (run80.sh),
+# tail-ring (94696e9), ring/ from mlp-ring (run80.sh),
 # tma/foundry-base and diag/kb-base from main 0da4328 (main's source since
 # then differs in tests and docs only); lib/libcmocka.so.0.
 cd "$(dirname "$0")/../../.."
