@@ -264,22 +264,16 @@ static __device__ __forceinline__ void warp_sums_step(float v[16],
 
 /* The warp sums of 16 values at once: at each xor step a lane keeps half
  * of its values and sends the other half, so 16 shuffles instead of 16 x 5.
- * Returns the sum of value index_of_lane(lane), which lanes 2k and 2k + 1
- * hold; each value's sum is the same tree of additions as fdy_warp_sum's
- * (bitwise equal). */
+ * Returns the sum of value lane / 2 (lanes 2k and 2k + 1 hold value k's:
+ * the steps over lane bits 4, 3, 2, 1 keep the values whose index has
+ * those bits); each value's sum is the same tree of additions as
+ * fdy_warp_sum's (bitwise equal). */
 static __device__ __forceinline__ float warp_sums16(float v[16]) {
   warp_sums_step<8>(v, 16);
   warp_sums_step<4>(v, 8);
   warp_sums_step<2>(v, 4);
   warp_sums_step<1>(v, 2);
   return v[0] + __shfl_xor_sync(0xffffffffu, v[0], 1);
-}
-
-/* The value index whose sum warp_sums16 leaves in lane. */
-static __device__ __forceinline__ unsigned int
-index_of_lane(unsigned int lane) {
-  return ((lane >> 4) & 1) * 8 + ((lane >> 3) & 1) * 4 + ((lane >> 2) & 1) * 2 +
-         ((lane >> 1) & 1);
 }
 
 /* Asks L2 for the 16 bytes at p (F16: 8) ahead of their load. */
@@ -609,7 +603,7 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
       }
       const float total = warp_sums16(sums);
       {
-        const unsigned int i = index_of_lane(lane);
+        const unsigned int i = lane / 2;
         const unsigned int u = i / DECODE_GROUP, g = i % DECODE_GROUP;
         const unsigned int pp = base + u * ATTENTION_WARPS;
         if (lane % 2 == 0 && pp < n && g < gn) {
