@@ -19,8 +19,8 @@
 #
 # Binaries, gzipped under build-gpu-run/ (ignored; rebuild them with the
 # Release build of README, -DFOUNDRY_WERROR=ON): ring/ from branch
-# mlp-ring (5cd9881); ringmlp/foundry, ringpacked/ and ringdiag/kb-* from
-# 5cd9881 with diag-ring-*.diff applied; tma/foundry-base and diag/kb-base from main
+# mlp-ring (b63082c); ringmlp/foundry, ringpacked/ and ringdiag/kb-* from
+# b63082c with diag-ring-*.diff applied; tma/foundry-base and diag/kb-base from main
 # 0da4328 (main's source since then differs in tests and docs only);
 # main/test_cuda_ops from main 6344130; lib/libcmocka.so.0 as in earlier
 # calls.
@@ -45,14 +45,14 @@ for f in tests/data/llama3-*; do
 done
 for f in $ring $packed; do
   echo "=== $f: verify 3b cuda against cpu"
-  timeout 150 $f verify --model "$m" --backend cuda --against cpu 2>&1 | grep -E "relative|largest|steps|verify"
+  timeout 150 $f verify --model "$m" --backend cuda --against cpu 2>&1 | grep -E "relative|largest|steps|verify|ring kernel"
 done
 wait $ops
 echo "=== ring test_cuda_ops $(tail -1 $o/ops-ring.txt)"
-grep -E '^\[  FAILED|^\[  PASSED|^\[  ERROR|LINE|norm_mlp|2047 tiles|2048 tiles|lm_head|out 4000' $o/ops-ring.txt | head -90
+grep -E '^\[  FAILED|^\[  PASSED|^\[  ERROR|LINE|ring kernel|norm_mlp|2047 tiles|2048 tiles|lm_head|out 4000' $o/ops-ring.txt | head -90
 FOUNDRY_REQUIRE_CUDA=1 timeout 300 $g/main/test_cuda_ops > $o/ops-main.txt 2>&1
 echo "=== main test_cuda_ops rc=$?"
-grep -E '^\[  FAILED|^\[  PASSED|^\[  ERROR|LINE|chunk 0' $o/ops-main.txt | head -20
+grep -E '^\[  FAILED|^\[  PASSED|^\[  ERROR|LINE|ring kernel|chunk 0' $o/ops-main.txt | head -20
 for v in base ring packed nocompute nowait; do
   kb=$g/ringdiag/kb-$v; [ $v = base ] && kb=$g/diag/kb-base; [ $v = ring ] && kb=$g/ring/cuda_kernel_bench
   [ $v = packed ] && kb=$g/ringpacked/cuda_kernel_bench
@@ -68,7 +68,7 @@ for r in 1 2 3; do
   for v in base ringmlp ring packed; do
     f=$base; [ $v = ring ] && f=$ring; [ $v = ringmlp ] && f=$ringmlp; [ $v = packed ] && f=$packed
     echo "=== $v infer-bench (round $r)"
-    timeout 100 $f infer-bench --model "$m" --backend cuda --report "$o/infer-$v-$r.json" | grep -E "end to end|prefill:|decode:"
+    timeout 100 $f infer-bench --model "$m" --backend cuda --report "$o/infer-$v-$r.json" | grep -E "end to end|prefill:|decode:|ring kernel|error"
   done
 done
 python3 -c "
@@ -82,7 +82,7 @@ for t in test_cuda_graph test_cuda; do
   s=$(date +%s)
   FOUNDRY_REQUIRE_CUDA=1 timeout 300 $g/ring/$t > $o/$t.txt 2>&1
   echo "=== ring $t rc=$? ($(( $(date +%s) - s )) s)"
-  grep -E '^\[  FAILED|^\[  PASSED|^\[  ERROR|LINE|above|exception' $o/$t.txt | grep -v " 0 of " | head -20
+  grep -E '^\[  FAILED|^\[  PASSED|^\[  ERROR|LINE|ring kernel|above|exception' $o/$t.txt | grep -v " 0 of " | head -20
 done
 date -u
 gzip $o/ops-*.txt $o/test_cuda*.txt $o/ncu-*.txt

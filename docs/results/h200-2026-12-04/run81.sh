@@ -26,15 +26,15 @@ for f in tests/data/llama3-*; do
   timeout 60 $b/foundry verify --model "$f/model" --reference "$f/expected.safetensors" --backend cuda 2>&1 | tail -1
 done
 echo "=== verify 3b cuda against cpu"
-timeout 150 $b/foundry verify --model "$m" --backend cuda --against cpu 2>&1 | grep -E "relative|largest|steps|verify"
+timeout 150 $b/foundry verify --model "$m" --backend cuda --against cpu 2>&1 | grep -E "relative|largest|steps|verify|ring kernel"
 wait $ops
 echo "=== test_cuda_ops $(tail -1 $o/test_cuda_ops.txt)"
-grep -E '^\[  FAILED|^\[  PASSED|^\[  ERROR|LINE' $o/test_cuda_ops.txt | head -20
+grep -E '^\[  FAILED|^\[  PASSED|^\[  ERROR|LINE|ring kernel' $o/test_cuda_ops.txt | head -20
 for t in test_cuda_graph test_cuda test_cuda_faults; do
   s=$(date +%s)
   FOUNDRY_REQUIRE_CUDA=1 timeout 300 $b/$t > $o/$t.txt 2>&1
   echo "=== $t rc=$? ($(( $(date +%s) - s )) s)"
-  grep -E '^\[  FAILED|^\[  PASSED|^\[  ERROR|LINE|above|exception' $o/$t.txt | grep -v " 0 of " | head -20
+  grep -E '^\[  FAILED|^\[  PASSED|^\[  ERROR|LINE|ring kernel|above|exception' $o/$t.txt | grep -v " 0 of " | head -20
 done
 for sc in host_wait drain; do
   FOUNDRY_REQUIRE_CUDA=1 timeout 60 $b/test_cuda_lost $sc > $o/l.txt 2>&1; echo "=== test_cuda_lost $sc rc=$?"
@@ -43,7 +43,7 @@ echo "=== the ceiling: device-to-device copy"
 timeout 120 $b/cuda_kernel_bench --chain 20 --repeats 30 --report "$o/kb.json" | grep -E "device-to|norm\+mlp|head"
 for r in 1 2 3; do
   echo "=== infer-bench (round $r)"
-  timeout 100 $b/foundry infer-bench --model "$m" --backend cuda --report "$o/infer-$r.json" | grep -E "end to end|prefill:|decode:|decode bandwidth"
+  timeout 100 $b/foundry infer-bench --model "$m" --backend cuda --report "$o/infer-$r.json" | grep -E "end to end|prefill:|decode:|decode bandwidth|ring kernel|error"
 done
 echo "=== transformers bf16 static cache, torch.compile, same prompt"
 timeout 240 python3 scripts/torch_baseline.py --model "$m" --prompt-from "$o/infer-1.json" --report "$o/torch-compile.json" 2>&1 | tail -3

@@ -10,7 +10,7 @@
 #
 # Binaries, gzipped under build-gpu-run/ (ignored; rebuild them with the
 # Release build of README, -DFOUNDRY_WERROR=ON): tail/ from branch
-# tail-ring (94696e9), ring/ from mlp-ring (run80.sh),
+# tail-ring (cd2309a), ring/ from mlp-ring (run80.sh),
 # tma/foundry-base and diag/kb-base from main 0da4328 (main's source since
 # then differs in tests and docs only); lib/libcmocka.so.0.
 cd "$(dirname "$0")/../../.."
@@ -31,10 +31,10 @@ for f in tests/data/llama3-*; do
   timeout 60 $tail verify --model "$f/model" --reference "$f/expected.safetensors" --backend cuda 2>&1 | tail -1
 done
 echo "=== tail: verify 3b cuda against cpu"
-timeout 150 $tail verify --model "$m" --backend cuda --against cpu 2>&1 | grep -E "relative|largest|steps|verify"
+timeout 150 $tail verify --model "$m" --backend cuda --against cpu 2>&1 | grep -E "relative|largest|steps|verify|ring kernel"
 wait $ops
 echo "=== tail test_cuda_ops $(tail -1 $o/ops-tail.txt)"
-grep -E '^\[  FAILED|^\[  PASSED|^\[  ERROR|LINE|_mlp_q4|2047 tiles|2048 tiles|lm_head|out 4000' $o/ops-tail.txt | head -100
+grep -E '^\[  FAILED|^\[  PASSED|^\[  ERROR|LINE|ring kernel|_mlp_q4|2047 tiles|2048 tiles|lm_head|out 4000' $o/ops-tail.txt | head -100
 for v in base tail; do
   kb=$g/diag/kb-base; [ $v = tail ] && kb=$g/tail/cuda_kernel_bench
   echo "=== $v kernel bench, chain 20"
@@ -47,7 +47,7 @@ for r in 1 2 3; do
   for v in base ring tail; do
     f=$base; [ $v = ring ] && f=$ring; [ $v = tail ] && f=$tail
     echo "=== $v infer-bench (round $r)"
-    timeout 100 $f infer-bench --model "$m" --backend cuda --report "$o/infer-$v-$r.json" | grep -E "end to end|prefill:|decode:"
+    timeout 100 $f infer-bench --model "$m" --backend cuda --report "$o/infer-$v-$r.json" | grep -E "end to end|prefill:|decode:|ring kernel|error"
   done
 done
 python3 -c "
@@ -61,7 +61,7 @@ for t in test_cuda_graph test_cuda test_cuda_faults; do
   s=$(date +%s)
   FOUNDRY_REQUIRE_CUDA=1 timeout 300 $g/tail/$t > $o/$t.txt 2>&1
   echo "=== tail $t rc=$? ($(( $(date +%s) - s )) s)"
-  grep -E '^\[  FAILED|^\[  PASSED|^\[  ERROR|LINE|above|exception' $o/$t.txt | grep -v " 0 of " | head -20
+  grep -E '^\[  FAILED|^\[  PASSED|^\[  ERROR|LINE|ring kernel|above|exception' $o/$t.txt | grep -v " 0 of " | head -20
 done
 for sc in host_wait drain; do
   FOUNDRY_REQUIRE_CUDA=1 timeout 60 $g/tail/test_cuda_lost $sc > $o/l.txt 2>&1; echo "=== tail test_cuda_lost $sc rc=$?"
