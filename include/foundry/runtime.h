@@ -20,7 +20,9 @@
  * read host memory with fdy_host_copy, and so does packing), reported by
  * the host wait that observes it (or by create, while packing); the
  * executor then names the file that shrank (name, expected = bytes mapped,
- * actual = bytes now). Mappings that no step reads (resident uploads and
+ * actual = bytes now). A run that would copy from the registered mapping
+ * of a file that already shrank fails so before it issues anything
+ * (command_index -1). Mappings that no step reads (resident uploads and
  * packed weights only) are unmapped once setup is done, so runs never
  * read them. A failed executor refuses
  * further runs (FDY_ERR_INVALID_ARGUMENT) and must still be destroyed.

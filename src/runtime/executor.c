@@ -1348,16 +1348,20 @@ static void name_shrunk_file(const fdy_executor *x, fdy_status st,
   }
 }
 
-/* After copies from registered mappings completed: a backend may read
- * registered (page-locked) memory by DMA, which sees other bytes, and no
- * error, where the file behind a mapping was truncated (the CUDA backend
- * does: docs/reliability.md). So a mapped file that is now shorter than its
- * mapping fails the run or create that copied from it with FDY_ERR_IO
- * (named by name_shrunk_file). step_only: only the mappings steps copy from
- * (unpacked streamed weights). Detection after the fact, not prevention: packed
+/* A backend may read registered (page-locked) memory by DMA, which sees
+ * other bytes, and no error, where the file behind a mapping was truncated
+ * (the CUDA backend does: docs/reliability.md). So a mapped file that is
+ * shorter than its mapping fails with FDY_ERR_IO (named by
+ * name_shrunk_file):
+ * - after create's copies and after every run (`before` false): the run
+ *   or create that copied from it;
+ * - before every run (`before` true): the run, which then issues nothing,
+ *   so a file truncated between runs is never copied from.
+ * step_only: only the mappings steps copy from (unpacked streamed weights).
+ * A truncation during a run is detected after it, not prevented: packed
  * streaming (the default) never reads the files during runs. */
 static fdy_status check_registered_files(const fdy_executor *x, bool step_only,
-                                         fdy_error *e) {
+                                         bool before, fdy_error *e) {
   for (size_t i = 0; i < x->map_count; i++) {
     const ex_mapping *m = &x->maps[i];
     struct stat sb;
@@ -1367,8 +1371,10 @@ static fdy_status check_registered_files(const fdy_executor *x, bool step_only,
     }
     /* fail_executor prefixes the file, its mapped and current sizes */
     return fdy_error_set(e, FDY_ERR_IO,
-                         "copies from its registered pages may have read "
-                         "other bytes");
+                         before ? "the run copies from its registered pages, "
+                                  "so it was not started"
+                                : "copies from its registered pages may have "
+                                  "read other bytes");
   }
   return FDY_OK;
 }
@@ -1478,7 +1484,7 @@ fdy_status fdy_executor_create(const fdy_plan *plan, const fdy_graph *graph,
     st = run_section(x, 0, &e);
   }
   if (st == FDY_OK) {
-    st = check_registered_files(x, false, &e);
+    st = check_registered_files(x, false, false, &e);
   }
   if (st == FDY_OK) {
     x->stats.upload_ns = fdy_now_ns() - upload;
@@ -1597,11 +1603,14 @@ fdy_status fdy_executor_run(fdy_executor *x, size_t step, fdy_error *err) {
   }
   x->stats.last_run_graph_launches = 0;
   const ex_step *recorded = x->steps != NULL ? &x->steps[step] : NULL;
-  fdy_status st = recorded != NULL && recorded->mode == FDY_STEP_GRAPHS
-                      ? run_graphs(x, recorded, &e)
-                      : run_section(x, step, &e);
+  fdy_status st = check_registered_files(x, true, true, &e);
   if (st == FDY_OK) {
-    st = check_registered_files(x, true, &e);
+    st = recorded != NULL && recorded->mode == FDY_STEP_GRAPHS
+             ? run_graphs(x, recorded, &e)
+             : run_section(x, step, &e);
+  }
+  if (st == FDY_OK) {
+    st = check_registered_files(x, true, false, &e);
   }
   if (st != FDY_OK) {
     fail_executor(x, st, &e);

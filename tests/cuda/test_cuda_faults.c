@@ -274,9 +274,10 @@ static void test_truncated_checkpoint_streamed(void **state) {
       /* nothing reads the file after create */
       assert_int_equal(st, FDY_OK);
     } else {
-      /* registered pages (the executor's check after the run) or copies
-       * staged from the mapping (fdy_host_copy, where registration was
-       * refused): an I/O error naming the file either way */
+      /* registered pages (the executor's check before the run, which then
+       * issues nothing) or copies staged from the mapping (fdy_host_copy,
+       * where registration was refused): an I/O error naming the file
+       * either way */
       assert_int_equal(st, FDY_ERR_IO);
       assert_non_null(strstr(err.message, "shrank"));
       assert_string_equal(err.name, path);

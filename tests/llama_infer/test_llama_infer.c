@@ -1747,7 +1747,9 @@ static void test_truncated_shard(void **state) {
   assert_string_equal(err.name, shard);
   assert_int_equal(err.expected, (uint64_t)sb.st_size);
   assert_int_equal(err.actual, (uint64_t)(sb.st_size / 2));
-  assert_true(err.command_index >= 0);
+  /* refused before the run issued anything: no command failed */
+  assert_non_null(strstr(err.message, "not started"));
+  assert_int_equal(err.command_index, -1);
   assert_int_equal(err.cleanup_kind, FDY_OK);
   assert_int_equal(
       fdy_llama_session_forward(unpacked, prompt, 1, NULL, NULL, &err),
@@ -1755,6 +1757,74 @@ static void test_truncated_shard(void **state) {
   for (int i = 0; i < 3; i++) {
     fdy_llama_session_destroy(all[i]);
   }
+  fdy_llama_close(model);
+  fdy_backend_destroy(cpu);
+  remove_model_copy(dir);
+}
+
+/* The shard that truncating_copy_to_device truncates to half its size on
+ * its first call, and the table it forwards to. */
+static const char *truncate_on_copy;
+static const fdy_backend_ops *uncopied;
+
+static fdy_status
+truncating_copy_to_device(fdy_backend *b, fdy_backend_stream *stream,
+                          fdy_backend_buffer *dst, uint64_t dst_offset,
+                          const void *src, uint64_t bytes, fdy_error *err) {
+  if (truncate_on_copy != NULL) {
+    struct stat sb;
+    assert_int_equal(stat(truncate_on_copy, &sb), 0);
+    assert_int_equal(truncate(truncate_on_copy, sb.st_size / 2), 0);
+    truncate_on_copy = NULL;
+  }
+  return uncopied->copy_to_device(b, stream, dst, dst_offset, src, bytes, err);
+}
+
+/* The shard truncated during a decode run of a session that streams the
+ * weights from the file's mapping (unpacked), by the run's first copy: the
+ * run started (the check before it passed), the copies from the truncated
+ * pages fail (the CPU backend reads them with fdy_host_copy) and the run
+ * reports FDY_ERR_IO for the copy command, naming the shard and how it
+ * shrank; the session refuses further passes. */
+static void test_shard_truncated_during_run(void **state) {
+  (void)state;
+  char dir[64], shard[128];
+  model_copy("llama3-micro", dir, sizeof dir);
+  snprintf(shard, sizeof shard, "%s/model.safetensors", dir);
+  fdy_llama_model *model = NULL;
+  fdy_error err;
+  assert_int_equal(fdy_llama_open(dir, &model, &err), FDY_OK);
+  fdy_backend *cpu = cpu_backend(2);
+  fdy_llama_session_options o = streamed_options(model, cpu);
+  o.skip_packing = true;
+  /* the executor keeps the backend's table from create on */
+  fdy_backend_ops hooked = *cpu->ops;
+  hooked.copy_to_device = truncating_copy_to_device;
+  uncopied = cpu->ops;
+  cpu->ops = &hooked;
+  truncate_on_copy = NULL;
+  fdy_llama_session *s = make_session(model, &o);
+  int32_t prompt[5] = {5, 900, 17, 3, 250};
+  assert_int_equal(fdy_llama_session_forward(s, prompt, 5, NULL, NULL, &err),
+                   FDY_OK);
+  struct stat sb;
+  assert_int_equal(stat(shard, &sb), 0);
+  truncate_on_copy = shard;
+  fdy_error_clear(&err);
+  assert_int_equal(fdy_llama_session_forward(s, prompt, 1, NULL, NULL, &err),
+                   FDY_ERR_IO);
+  print_message("%s\n", err.message);
+  assert_null(truncate_on_copy);
+  assert_string_equal(err.name, shard);
+  assert_int_equal(err.expected, (uint64_t)sb.st_size);
+  assert_int_equal(err.actual, (uint64_t)(sb.st_size / 2));
+  assert_null(strstr(err.message, "not started"));
+  assert_true(err.command_index >= 0);
+  assert_int_equal(err.cleanup_kind, FDY_OK);
+  assert_int_equal(fdy_llama_session_forward(s, prompt, 1, NULL, NULL, &err),
+                   FDY_ERR_BACKEND);
+  cpu->ops = uncopied;
+  fdy_llama_session_destroy(s);
   fdy_llama_close(model);
   fdy_backend_destroy(cpu);
   remove_model_copy(dir);
@@ -2003,6 +2073,7 @@ int main(void) {
       cmocka_unit_test(test_backend_failure),
       cmocka_unit_test(test_device_fault_attribution),
       cmocka_unit_test(test_truncated_shard),
+      cmocka_unit_test(test_shard_truncated_during_run),
       cmocka_unit_test(test_shard_truncated_at_create),
       cmocka_unit_test(test_truncated_reference),
       cmocka_unit_test(test_fake_backend),
