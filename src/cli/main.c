@@ -1,6 +1,7 @@
 /* The foundry command-line tool: dispatches `foundry COMMAND ARGS...` to the
  * command implementations in cmd_*.c and handles --help, --version and
  * `foundry help COMMAND`. Exit codes: 0 success, 1 failure, 2 usage error. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -137,5 +138,9 @@ static int run(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+  /* A write past the file size limit (ulimit -f) then fails with EFBIG,
+   * which every writer reports, removing its temporary, instead of the
+   * process dying of SIGXFSZ with the temporary left behind. */
+  signal(SIGXFSZ, SIG_IGN);
   return fdy_cli_finish_stdout(run(argc, argv));
 }

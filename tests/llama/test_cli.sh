@@ -62,6 +62,15 @@ if [ -n "$ro" ]; then
   contains "$err" "cannot create a temporary directory next to"
 fi
 ls "$work" | grep -q '\.tmp\.' && fail "make-model left a temporary: $(ls "$work")"
+# a file size limit (ulimit -f, 512-byte blocks in sh) below the weights:
+# an error naming the failed write, nothing left behind
+expect_cmd 1 "make-model under ulimit -f 16" \
+  sh -c 'ulimit -f 16 && exec "$0" "$@"' "$foundry" make-model --preset tiny \
+  --seed 1 --out "$work/limited"
+contains "$err" "File too large"
+[ -e "$work/limited" ] && fail "make-model wrote $work/limited past the limit"
+ls "$work" | grep -q '\.tmp\.' &&
+  fail "make-model left a temporary past the file size limit: $(ls "$work")"
 
 # usage errors
 expect 2 make-model --preset nope --seed 1 --out "$work/x"
