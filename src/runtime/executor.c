@@ -1352,16 +1352,21 @@ static void name_shrunk_file(const fdy_executor *x, fdy_status st,
  * other bytes, and no error, where the file behind a mapping was truncated
  * (the CUDA backend does: docs/reliability.md). So a mapped file that is
  * shorter than its mapping fails with FDY_ERR_IO (named by
- * name_shrunk_file):
- * - after create's copies and after every run (`before` false): the run
- *   or create that copied from it;
- * - before every run (`before` true): the run, which then issues nothing,
+ * name_shrunk_file), its message `why`:
+ * - after create's copies and after every run (COPIED_FROM_SHRUNK_FILE):
+ *   the run or create that copied from it;
+ * - before every run (RUN_NOT_STARTED): the run, which then issues nothing,
  *   so a file truncated between runs is never copied from.
  * step_only: only the mappings steps copy from (unpacked streamed weights).
  * A truncation during a run is detected after it, not prevented: packed
  * streaming (the default) never reads the files during runs. */
+static const char COPIED_FROM_SHRUNK_FILE[] =
+    "copies from its registered pages may have read other bytes";
+static const char RUN_NOT_STARTED[] =
+    "the run copies from its registered pages, so it was not started";
+
 static fdy_status check_registered_files(const fdy_executor *x, bool step_only,
-                                         bool before, fdy_error *e) {
+                                         const char *why, fdy_error *e) {
   for (size_t i = 0; i < x->map_count; i++) {
     const ex_mapping *m = &x->maps[i];
     struct stat sb;
@@ -1370,11 +1375,7 @@ static fdy_status check_registered_files(const fdy_executor *x, bool step_only,
       continue;
     }
     /* fail_executor prefixes the file, its mapped and current sizes */
-    return fdy_error_set(e, FDY_ERR_IO,
-                         before ? "the run copies from its registered pages, "
-                                  "so it was not started"
-                                : "copies from its registered pages may have "
-                                  "read other bytes");
+    return fdy_error_set(e, FDY_ERR_IO, "%s", why);
   }
   return FDY_OK;
 }
@@ -1484,7 +1485,7 @@ fdy_status fdy_executor_create(const fdy_plan *plan, const fdy_graph *graph,
     st = run_section(x, 0, &e);
   }
   if (st == FDY_OK) {
-    st = check_registered_files(x, false, false, &e);
+    st = check_registered_files(x, false, COPIED_FROM_SHRUNK_FILE, &e);
   }
   if (st == FDY_OK) {
     x->stats.upload_ns = fdy_now_ns() - upload;
@@ -1603,14 +1604,14 @@ fdy_status fdy_executor_run(fdy_executor *x, size_t step, fdy_error *err) {
   }
   x->stats.last_run_graph_launches = 0;
   const ex_step *recorded = x->steps != NULL ? &x->steps[step] : NULL;
-  fdy_status st = check_registered_files(x, true, true, &e);
+  fdy_status st = check_registered_files(x, true, RUN_NOT_STARTED, &e);
   if (st == FDY_OK) {
     st = recorded != NULL && recorded->mode == FDY_STEP_GRAPHS
              ? run_graphs(x, recorded, &e)
              : run_section(x, step, &e);
   }
   if (st == FDY_OK) {
-    st = check_registered_files(x, true, false, &e);
+    st = check_registered_files(x, true, COPIED_FROM_SHRUNK_FILE, &e);
   }
   if (st != FDY_OK) {
     fail_executor(x, st, &e);
