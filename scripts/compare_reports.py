@@ -3,9 +3,10 @@
 scripts/torch_baseline.py), each column after the first with the ratio of
 the first report to it (first / this: for a time above 1 means the first
 report is slower, for a rate that it is faster). Says whether the reports
-ran the same protocol, shapes and prompt ids (a difference is flagged
-MISMATCH and the ratios are not a comparison) and for how many leading ids
-the generated ids agree.
+ran the same protocol, batch, shapes and prompt ids (a difference is
+flagged MISMATCH and the ratios are not a comparison) and for how many
+leading ids the generated ids agree, for each sequence of a batch (version
+3: `--batch`; the reports of versions 1 and 2 are batches of one).
 
 usage: compare_reports.py REPORT REPORT...
 exit: 0 printed (mismatches included), 1 a file that is not a successful
@@ -15,7 +16,7 @@ import json
 import sys
 
 FORMAT = "foundry.infer.report"
-VERSIONS = (1, 2)
+VERSIONS = (1, 2, 3)
 SHOWN_IDS = 8
 
 # (label, path in the report, unit scale, unit)
@@ -27,6 +28,10 @@ ROWS = [
     ("prefill", ("statistics", "prefill_tokens_per_second"), 1.0, "tok/s"),
     ("time to first token", ("statistics", "time_to_first_token_seconds"), 1e3, "ms"),
     ("decode", ("statistics", "decode_tokens_per_second"), 1.0, "tok/s"),
+    ("aggregate decode", ("statistics", "aggregate_decode_tokens_per_second"), 1.0, "tok/s"),
+    ("decode step p50", ("statistics", "decode_step_seconds", "p50"), 1e3, "ms"),
+    ("decode step p99", ("statistics", "decode_step_seconds", "p99"), 1e3, "ms"),
+    ("decode step mean", ("statistics", "decode_step_seconds", "mean"), 1e3, "ms"),
     ("decode weight bytes/token", ("bandwidth", "decode_weight_bytes_per_token"), 1e-6, "MB"),
     ("achieved decode bandwidth", ("bandwidth", "achieved_bytes_per_second"), 1e-9, "GB/s"),
     ("device d2d bandwidth", ("bandwidth", "d2d", "bytes_per_second"), 1e-9, "GB/s"),
@@ -36,6 +41,10 @@ ROWS = [
     ("offload budget", ("peer", "offload", "budget_bytes"), 1e-6, "MB"),
     ("copied to device per token", ("peer", "offload", "streamed_bytes_per_token"), 1e-6, "MB"),
     ("host-to-device pinned", ("peer", "offload", "h2d_pinned_bytes_per_second"), 1e-9, "GB/s"),
+    ("streamed per decode step", ("weights", "streamed_bytes_per_decode_step"), 1e-6, "MB"),
+    ("host-to-device ceiling", ("streaming", "h2d", "bytes_per_second"), 1e-9, "GB/s"),
+    ("aggregate PCIe bound", ("streaming", "aggregate_decode_tokens_per_second_bound"), 1.0,
+     "tok/s"),
     ("KV cache", ("memory", "kv_cache"), 1e-6, "MB"),
     ("device memory peak / in use", ("memory", "device_in_use_bytes"), 1e-6, "MB"),
     ("setup", ("setup_seconds",), 1.0, "s"),
@@ -45,6 +54,7 @@ ROWS = [
 # what must be equal for the ratios to compare like with like
 SAME = [
     ("protocol", ("protocol", "name")),
+    ("batch", ("protocol", "batch")),
     ("prompt tokens", ("protocol", "prompt_tokens")),
     ("generated tokens", ("protocol", "gen_tokens")),
     ("warmup executions", ("protocol", "warmup")),
@@ -61,9 +71,26 @@ SAME = [
 def get(report, path):
     for key in path:
         if not isinstance(report, dict) or report.get(key) is None:
-            return None
+            # a report before version 3 is a batch of one
+            return 1 if path == ("protocol", "batch") else None
         report = report[key]
     return report
+
+
+def sequences(report):
+    """The generated ids of each sequence: sequence 0's generated_ids (every
+    version has them), then those of generated_ids_by_sequence (version 3)
+    after its first."""
+    by_sequence = get(report, ("generated_ids_by_sequence",)) or []
+    return [get(report, ("generated_ids",)) or []] + by_sequence[1:]
+
+
+def leading(a, b):
+    """How many leading ids a and b share."""
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
 
 
 def load(path):
@@ -98,9 +125,9 @@ def table(reports):
     rows = [["", *[title(r) for r in reports]],
             ["device", *[str(get(r, ("environment", "device", "name"))) for r in reports]],
             ["commit / versions", *[versions(r) for r in reports]],
-            ["protocol", *["%s %sx%s, %s+%s" % tuple(
+            ["protocol", *["%s %sx%s, %s+%s, batch %s" % tuple(
                 get(r, ("protocol", k)) for k in
-                ("name", "prompt_tokens", "gen_tokens", "warmup", "iterations"))
+                ("name", "prompt_tokens", "gen_tokens", "warmup", "iterations", "batch"))
                 for r in reports]]]
     for label, path, scale, unit in ROWS:
         if all(get(r, path) is None for r in reports):
@@ -130,6 +157,12 @@ def mismatches(reports):
                 out.append("MISMATCH: %s: report 1 %s, report %d %s" % (label, a, i, b))
         if get(reports[0], ("protocol", "prompt_ids")) != get(r, ("protocol", "prompt_ids")):
             out.append("MISMATCH: prompt ids of report %d differ from report 1's" % i)
+        elif (get(r, ("protocol", "batch")) > 1 and
+              get(reports[0], ("protocol", "seed")) != get(r, ("protocol", "seed"))):
+            # sequence k's prompt comes from seed + k
+            out.append("MISMATCH: seed: report 1 %s, report %d %s (the prompts of "
+                       "sequences 1 and later)" % (get(reports[0], ("protocol", "seed")), i,
+                                                   get(r, ("protocol", "seed"))))
     for i, r in enumerate(reports, 1):
         if get(r, ("protocol", "deviations")):
             out.append("note: report %d is not the whole protocol: %s"
@@ -155,15 +188,19 @@ def main(argv):
                               else "yes"))
     prompts = {json.dumps(get(r, ("protocol", "prompt_ids"))) for r in reports}
     print("same prompt ids: %s" % ("yes" if len(prompts) == 1 else "NO"))
-    ids = [get(r, ("generated_ids",)) or [] for r in reports]
+    seqs = [sequences(r) for r in reports]
     for i, r in enumerate(reports):
-        print("first generated ids of report %d: %s" % (i + 1, ids[i][:SHOWN_IDS]))
+        print("first generated ids of report %d: %s" % (i + 1, seqs[i][0][:SHOWN_IDS]))
     for i in range(1, len(reports)):
-        agree = 0
-        while agree < min(len(ids[0]), len(ids[i])) and ids[0][agree] == ids[i][agree]:
-            agree += 1
         print("generated ids of report %d agree with report 1 for the first %d of %d"
-              % (i + 1, agree, len(ids[0])))
+              % (i + 1, leading(seqs[0][0], seqs[i][0]), len(seqs[0][0])))
+        if len(seqs[0]) > 1 or len(seqs[i]) > 1:
+            shared = min(len(seqs[0]), len(seqs[i]))
+            agree = [leading(seqs[0][k], seqs[i][k]) for k in range(shared)]
+            whole = sum(1 for k in range(shared) if seqs[0][k] == seqs[i][k])
+            print("per sequence, leading ids of report %d agreeing with report 1: %s "
+                  "(%d of %d sequences agree on every id)"
+                  % (i + 1, " ".join(map(str, agree)), whole, shared))
     return 0
 
 

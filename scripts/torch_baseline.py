@@ -28,25 +28,36 @@ Modes:
            (about 1 token/s for a 3B model): --gen-tokens, --warmup and
            --iterations shorten the run, and the report records them.
 
+Batch (--batch B, default 1 or the --prompt-from report's): B sequences,
+sequence k's prompt from seed + k (mod 2^64) by the rule below (sequence 0's
+is the prompt of a batch of one), decoded together the way transformers'
+generate() decodes a batch: the StaticCache holds B rows, the B prompts
+(all of one length: no padding) are prefilled in one forward pass of
+(B, prompt) ids, and each decode pass feeds a (B, 1) tensor of the previous
+argmaxes. Resident, compiled or eager, and under --offload-budget alike.
+
 Timing: torch.cuda.synchronize() before and after each execution (the host
-clock gives total_seconds); CUDA events split prefill (up to the first
-argmax on the device) from decode. Warmup executions are discarded. The
-report has the schema of foundry.infer.report version 1
-(docs/infer-bench.md) with implementation "transformers", backend
-"transformers-<dtype>-<mode>[-offload]" and a "peer" section (mode, dtype,
-attention, cache, compilation, offload); it is never overwritten.
+clock gives total_seconds); CUDA events (the host clock on the CPU) mark the
+first argmax on the device and the end of every decode pass, so they split
+prefill from decode and time each decode step (device time between the
+marks, no host synchronization inside an execution). Warmup executions are
+discarded. The report has the schema of foundry.infer.report version 3
+(docs/infer-bench.md; the fields this peer can fill) with implementation
+"transformers", backend "transformers-<dtype>-<mode>[-offload]" and a
+"peer" section (mode, dtype, attention, cache, compilation, offload); it is
+never overwritten.
 
 The prompt is either taken from an infer-bench report (--prompt-from: the
-same ids, seed and generated count) or made from --seed by the infer-bench
-rule (foundry/infer_bench.h): SplitMix64 with initial state
+same ids, seed, generated count and batch) or made from --seed by the
+infer-bench rule (foundry/infer_bench.h): SplitMix64 with initial state
 stream_seed(seed, 2 << 32), each id next() % vocab_size, drawn again while
 it is the BOS id or an EOS id.
 
 usage:
   torch_baseline.py --model DIR --report PATH [--prompt-from REPORT]
-      [--seed S] [--prompt-tokens N] [--gen-tokens N] [--warmup N]
-      [--iterations N] [--mode compile|eager] [--offload-budget SIZE]
-      [--device cuda|cpu] [--dtype bfloat16|float32]
+      [--seed S] [--prompt-tokens N] [--gen-tokens N] [--batch B]
+      [--warmup N] [--iterations N] [--mode compile|eager]
+      [--offload-budget SIZE] [--device cuda|cpu] [--dtype bfloat16|float32]
 exit: 0 success, 1 failure (model, an existing report, a run that fails),
       2 usage error
 """
@@ -70,6 +81,9 @@ ITERATIONS = 10
 PROTOCOL = "token-ids-512x128-v1"
 RESAMPLES = 10000
 CEILING_BYTES = 512 << 20
+MAX_BATCH = 1024  # FDY_LLAMA_MAX_SEQUENCES
+REPORT_VERSION = 3  # FDY_INFER_REPORT_VERSION: the fields of --batch
+SEED_MASK = (1 << 64) - 1
 UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
 
 
@@ -95,6 +109,13 @@ def special_ids(config):
     if config.get("bos_token_id") is not None:
         ids.add(config["bos_token_id"])
     return ids
+
+
+def batch_prompts(config, seed, count, batch, first=None):
+    """The prompts of a batch: sequence k's from seed + k (mod 2^64), or
+    sequence 0's given as first (a report's prompt_ids)."""
+    return [first if k == 0 and first is not None else
+            prompt_ids(config, (seed + k) & SEED_MASK, count) for k in range(batch)]
 
 
 def prompt_ids(config, seed, count):
@@ -322,17 +343,18 @@ class Clock:
 
 
 class Generator:
-    """Greedy generation with a StaticCache: the prefill pass eager, the
-    decode pass eager or compiled (mode reduce-overhead, fullgraph: CUDA
-    graphs). Every id stays on the device: the decode input is one static
-    (1, 1) tensor that each step's argmax is copied into."""
+    """Greedy generation of a batch with a StaticCache: the prefill pass
+    eager, the decode pass eager or compiled (mode reduce-overhead,
+    fullgraph: CUDA graphs). Every id stays on the device: the decode input
+    is one static (batch, 1) tensor that each step's argmaxes are copied
+    into."""
 
-    def __init__(self, model, cache, device, compiled):
+    def __init__(self, model, cache, device, compiled, batch):
         import torch
 
         self.torch = torch
         self.model, self.cache, self.compiled = model, cache, compiled
-        self.token = torch.zeros((1, 1), dtype=torch.long, device=device)
+        self.token = torch.zeros((batch, 1), dtype=torch.long, device=device)
         decode = self._argmax_of_next
         if compiled:
             torch._dynamo.mark_static_address(self.token)
@@ -344,34 +366,37 @@ class Generator:
                             logits_to_keep=1).logits
         return logits[:, -1].argmax(-1)
 
-    def run(self, prompt, out, clock):
-        """Fills out (gen_tokens ids) from the prompt (1, P); marks 0, 1, 2 at
-        the start, after the first argmax and at the end."""
+    def run(self, prompts, out, clock):
+        """Fills out (batch, gen_tokens ids) from the prompts (batch, P);
+        marks 0 at the start, 1 after the first argmaxes, 1 + i after decode
+        pass i (1 to gen_tokens - 1)."""
         clock.mark(0)
         self.cache.reset()
-        first = self._argmax_of_next(prompt)
-        out[0:1] = first
-        self.token.copy_(first.view(1, 1))
+        first = self._argmax_of_next(prompts)
+        out[:, 0] = first
+        self.token.copy_(first.view(-1, 1))
         clock.mark(1)
-        for i in range(1, out.shape[0]):
+        for i in range(1, out.shape[1]):
             if self.compiled:
                 self.torch.compiler.cudagraph_mark_step_begin()
             nxt = self._decode(self.token)
-            out[i:i + 1] = nxt
-            self.token.copy_(nxt.view(1, 1))
-        clock.mark(2)
+            out[:, i] = nxt
+            self.token.copy_(nxt.view(-1, 1))
+            clock.mark(1 + i)
 
 
-def execution(generator, prompt, out, clock):
+def execution(generator, prompts, out, clock):
     """One reset + prefill + decode, out poisoned first: (total, prefill,
-    decode seconds, ids)."""
+    decode seconds, each decode step's seconds, ids of each sequence)."""
     out.fill_(-1)
     clock.synchronize()
     t0 = time.perf_counter()
-    generator.run(prompt, out, clock)
+    generator.run(prompts, out, clock)
     clock.synchronize()
     total = time.perf_counter() - t0
-    return total, clock.seconds(0, 1), clock.seconds(1, 2), out.tolist()
+    gen = out.shape[1]
+    steps = [clock.seconds(i, i + 1) for i in range(1, gen)]
+    return total, clock.seconds(0, 1), clock.seconds(1, gen), steps, out.tolist()
 
 
 def d2d_ceiling(device):
@@ -445,6 +470,9 @@ def parse_args(argv):
     ap.add_argument("--prompt-tokens", type=int, help="seeded prompt ids (%d)" % PROMPT_TOKENS)
     ap.add_argument("--gen-tokens", type=int,
                     help="ids generated per execution (%d, or the report's)" % GEN_TOKENS)
+    ap.add_argument("--batch", type=int,
+                    help="sequences decoded together, 1 to %d (1, or the report's); "
+                         "sequence k's prompt from seed + k" % MAX_BATCH)
     ap.add_argument("--warmup", type=int, default=WARMUP)
     ap.add_argument("--iterations", type=int, default=ITERATIONS)
     ap.add_argument("--mode", choices=("compile", "eager"),
@@ -464,6 +492,8 @@ def parse_args(argv):
             ap.error("--%s must be positive" % name.replace("_", "-"))
     if args.warmup < 0:
         ap.error("--warmup must not be negative")
+    if args.batch is not None and not 1 <= args.batch <= MAX_BATCH:
+        ap.error("--batch must be from 1 to %d" % MAX_BATCH)
     if args.prompt_from and args.prompt_tokens is not None:
         ap.error("--prompt-from gives the prompt: --prompt-tokens does not apply")
     args.budget = None
@@ -500,7 +530,20 @@ def deviations(protocol):
     return out
 
 
-def statistics(runs, prompt_tokens, seed):
+def step_statistics(measured):
+    """p50, p99 (bench_summary's interpolated percentiles), mean and count of
+    the decode steps of the measured executions, or None without steps."""
+    steps = [t for r in measured for t in r["decode_step_seconds"]]
+    if not steps:
+        return None
+    mean = bench_summary.mean(steps)
+    steps.sort()
+    return {"p50": bench_summary.percentile_sorted(steps, 0.50),
+            "p99": bench_summary.percentile_sorted(steps, 0.99),
+            "mean": mean, "count": len(steps)}
+
+
+def statistics(runs, prompt_tokens, batch, seed):
     measured = [r for r in runs if r["measured"]]
     totals = [r["total_seconds"] for r in measured]
     low, high = bench_summary.bootstrap(totals, bench_summary.median, RESAMPLES,
@@ -513,11 +556,14 @@ def statistics(runs, prompt_tokens, seed):
                        "stddev_seconds": bench_summary.stddev(totals),
                        "min_seconds": min(totals), "max_seconds": max(totals)},
         "prefill_median_seconds": prefill,
-        "prefill_tokens_per_second": prompt_tokens / prefill,
+        "prefill_tokens_per_second": batch * prompt_tokens / prefill,
         "time_to_first_token_seconds": prefill,
         "decode_median_seconds": bench_summary.median([r["decode_seconds"] for r in measured]),
         "decode_tokens_per_second": bench_summary.median(
             [r["decode_tokens_per_second"] for r in measured]),
+        "aggregate_decode_tokens_per_second": bench_summary.median(
+            [r["aggregate_decode_tokens_per_second"] for r in measured]),
+        "decode_step_seconds": step_statistics(measured),
     }
 
 
@@ -546,6 +592,7 @@ def run(args, report):
     except (OSError, ValueError, KeyError, RuntimeError) as e:
         raise Failure("setup", "model %s: %s" % (args.model, e))
     proto = report["protocol"]
+    batch = proto["batch"]
     if args.prompt_from:
         prompt = proto["prompt_ids"]
         if not all(isinstance(i, int) and 0 <= i < config.vocab_size for i in prompt):
@@ -554,6 +601,7 @@ def run(args, report):
     else:
         prompt = prompt_ids(raw, args.seed, proto["prompt_tokens"])
         proto["prompt_ids"] = prompt
+    prompts = batch_prompts(raw, int(proto["seed"]), len(prompt), batch, first=prompt)
     wbytes = decode_weight_bytes(model, config)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     peer = report["peer"]
@@ -584,10 +632,10 @@ def run(args, report):
     context = len(prompt) + proto["gen_tokens"]
     proto["context"] = context
     cache = make_cache(config, context)
-    ids = torch.tensor([prompt], dtype=torch.long, device=args.device)
-    out = torch.empty(proto["gen_tokens"], dtype=torch.long, device=args.device)
-    clock = Clock(args.device, 3)
-    generator = Generator(model, cache, args.device, args.mode == "compile")
+    ids = torch.tensor(prompts, dtype=torch.long, device=args.device)
+    out = torch.empty((batch, proto["gen_tokens"]), dtype=torch.long, device=args.device)
+    clock = Clock(args.device, proto["gen_tokens"] + 1)
+    generator = Generator(model, cache, args.device, args.mode == "compile", batch)
     clock.synchronize()
     report["setup_seconds"] = time.perf_counter() - t_setup
     if cuda:
@@ -598,7 +646,7 @@ def run(args, report):
         if args.mode == "compile":
             t0 = time.perf_counter()
             try:
-                _, _, _, first = execution(generator, ids, out, clock)
+                _, _, _, _, first = execution(generator, ids, out, clock)
             except Exception as e:  # torch.compile raises many kinds
                 raise Failure("compile", "%s: %s" % (type(e).__name__, e))
             peer["compile"]["seconds"] = time.perf_counter() - t0
@@ -606,22 +654,25 @@ def run(args, report):
                   file=sys.stderr)
         for i in range(args.warmup + args.iterations):
             try:
-                total, prefill, decode, gen = execution(generator, ids, out, clock)
+                total, prefill, decode, steps, gen = execution(generator, ids, out, clock)
             except Exception as e:
                 raise Failure("executions", "execution %d: %s: %s" % (i + 1, type(e).__name__, e))
-            tps = (len(gen) - 1) / decode if len(gen) > 1 and decode > 0 else 0.0
+            tps = len(steps) / decode if steps and decode > 0 else 0.0
             runs.append(dict(measured=i >= args.warmup, total_seconds=total,
                              prefill_seconds=prefill, decode_seconds=decode,
-                             decode_tokens_per_second=tps))
+                             decode_tokens_per_second=tps,
+                             aggregate_decode_tokens_per_second=batch * tps,
+                             decode_step_seconds=steps))
             if first is None:
                 first = gen
             same = same and gen == first
             print("torch-baseline: %s %d: %.4f s" % ("warmup" if i < args.warmup else "execution",
                                                      i + 1, total), file=sys.stderr)
     report["executions"] = runs
-    report["generated_ids"] = first
+    report["generated_ids"] = first[0]
+    report["generated_ids_by_sequence"] = first
     report["ids_identical_across_executions"] = same
-    stats = statistics(runs, len(prompt), int(proto["seed"]))
+    stats = statistics(runs, len(prompt), batch, int(proto["seed"]))
     report["statistics"] = stats
     tps = stats["decode_tokens_per_second"]
     ceiling = d2d_ceiling(args.device) if cuda else None
@@ -635,6 +686,9 @@ def run(args, report):
                            layers=config.num_hidden_layers,
                            group_size=raw["quantization"]["group_size"],
                            decode_weight_bytes_per_token=wbytes)
+    streamed = peer["offload"]["streamed_bytes_per_token"] if args.budget else 0
+    report["weights"] = {"resident_bytes": resident, "streamed_bytes_per_decode_token": streamed,
+                         "streamed_bytes_per_decode_step": streamed}
     report["memory"] = {"weights_resident": resident, "weights_slots": 0,
                         "weights_offloaded": offloaded, "kv_cache": kv_cache_bytes(cache),
                         "activations": None, "io": None, "workspace": None,
@@ -649,11 +703,20 @@ def run(args, report):
         "note": "achieved = weight bytes per decode token x median decode tokens/s"}
     if args.budget:
         h2d = h2d_ceilings(args.device)
-        streamed = peer["offload"]["streamed_bytes_per_token"]
+        bound = h2d["pinned"] / streamed if streamed else None
         peer["offload"].update(
             h2d_pinned_bytes_per_second=h2d["pinned"],
             h2d_pageable_bytes_per_second=h2d["pageable"],
-            decode_fraction_of_pinned_bound=tps * streamed / h2d["pinned"] if streamed else None)
+            decode_fraction_of_pinned_bound=tps / bound if bound else None)
+        report["streaming"] = {
+            "streamed_bytes_per_decode_token": streamed,
+            "h2d": {"method": "torch copy_ from pinned host memory", "bytes": CEILING_BYTES,
+                    "repeats": 5, "bytes_per_second": h2d["pinned"]},
+            "decode_tokens_per_second_bound": bound,
+            "fraction_of_bound": tps / bound if bound else None,
+            "aggregate_decode_tokens_per_second_bound": batch * bound if bound else None,
+            "note": "bound = pinned h2d ceiling / bytes Accelerate copies per forward pass "
+                    "(one decode step of every sequence); aggregate bound = batch x bound"}
     report["status"] = "ok"
 
 
@@ -665,12 +728,14 @@ def main(argv):
         return 1
     seed, source, gen = args.seed, "seed", args.gen_tokens or GEN_TOKENS
     prompt, prompt_tokens = None, args.prompt_tokens or PROMPT_TOKENS
+    batch = args.batch or 1
     if args.prompt_from:
         try:
             with open(args.prompt_from) as f:
                 given = json.load(f)["protocol"]
             prompt, seed = list(given["prompt_ids"]), int(given["seed"])
             gen = args.gen_tokens or int(given["gen_tokens"])
+            batch = args.batch or int(given.get("batch") or 1)
         except (OSError, ValueError, KeyError, TypeError) as e:
             print("torch_baseline.py: error: %s is not an infer-bench report: %s"
                   % (args.prompt_from, e), file=sys.stderr)
@@ -680,16 +745,27 @@ def main(argv):
                   file=sys.stderr)
             return 1
         source, prompt_tokens = "report", len(prompt)
+        if not 1 <= batch <= MAX_BATCH:
+            print("torch_baseline.py: error: %s: batch %d is not 1 to %d"
+                  % (args.prompt_from, batch, MAX_BATCH), file=sys.stderr)
+            return 1
+        if batch > 1 and given.get("prompt_source") == "file":
+            print("torch_baseline.py: error: %s: a prompt file gives one prompt: no batch "
+                  "of %d" % (args.prompt_from, batch), file=sys.stderr)
+            return 1
     protocol = {
         "name": PROTOCOL if (prompt_tokens, gen) == (PROMPT_TOKENS, GEN_TOKENS) else "custom",
         "prompt_source": source, "prompt_file": args.prompt_from, "seed": str(seed),
-        "prompt_tokens": prompt_tokens, "gen_tokens": gen, "ignore_eos": True,
+        "prompt_tokens": prompt_tokens, "gen_tokens": gen, "batch": batch, "ignore_eos": True,
         "warmup": args.warmup, "iterations": args.iterations,
         "bootstrap_resamples": RESAMPLES, "context": prompt_tokens + gen,
         "prompt_ids": prompt,
-        "execution": "StaticCache reset + one eager prefill forward (LM head on the last "
-                     "position) + gen_tokens - 1 single-token forwards (%s), argmax on the "
-                     "device fed back without host synchronization; setup%s outside"
+        "sequence_prompts": "sequence k (0 to batch - 1): the prompt rule from seed + k "
+                            "(mod 2^64); prompt_ids are sequence 0's",
+        "execution": "StaticCache (batch rows) reset + one eager prefill forward of the batch's "
+                     "prompts (LM head on the last position) + gen_tokens - 1 forwards of one "
+                     "token per sequence (%s), argmaxes on the device fed back without host "
+                     "synchronization, a CUDA event after each; setup%s outside"
                      % ("torch.compile reduce-overhead: CUDA graphs" if args.mode == "compile"
                         else "eager", " and the compile execution" if args.mode == "compile"
                         else ""),
@@ -697,7 +773,8 @@ def main(argv):
     protocol["deviations"] = deviations(protocol)
     mode = args.mode + ("-offload" if args.budget else "")
     report = {
-        "format": "foundry.infer.report", "version": 1, "status": "failed", "error": None,
+        "format": "foundry.infer.report", "version": REPORT_VERSION, "status": "failed",
+        "error": None,
         "implementation": "transformers",
         "backend": "transformers-%s-%s" % ("bf16" if args.dtype == "bfloat16" else "f32", mode),
         "build": {"python": platform.python_version()},
@@ -713,8 +790,9 @@ def main(argv):
                              "fullgraph": True, "seconds": None}
                  if args.mode == "compile" else None,
                  "offload": None},
-        "setup_seconds": None, "memory": None, "bandwidth": None, "executions": [],
-        "statistics": None, "generated_ids": None, "ids_identical_across_executions": None,
+        "setup_seconds": None, "memory": None, "weights": None, "bandwidth": None,
+        "streaming": None, "executions": [], "statistics": None, "generated_ids": None,
+        "generated_ids_by_sequence": None, "ids_identical_across_executions": None,
     }
     try:
         run(args, report)
@@ -736,6 +814,14 @@ def main(argv):
              s["prefill_tokens_per_second"], s["decode_tokens_per_second"],
              b["achieved_bytes_per_second"] * 1e-9,
              "%.1f" % (ceiling * 1e-9) if ceiling else "not measured"))
+    steps = s["decode_step_seconds"]
+    print("batch of %d: decode %.1f tokens/s aggregate%s"
+          % (protocol["batch"], s["aggregate_decode_tokens_per_second"],
+             "; decode step p50 %.3f ms, p99 %.3f ms" % (steps["p50"] * 1e3, steps["p99"] * 1e3)
+             if steps else ""))
+    if report["streaming"]:
+        print("streamed: %.1f tokens/s aggregate bound (pinned host-to-device / bytes copied "
+              "per step)" % report["streaming"]["aggregate_decode_tokens_per_second_bound"])
     if report["peer"]["compile"]:
         print("compile execution (outside the measurement): %.1f s"
               % report["peer"]["compile"]["seconds"])

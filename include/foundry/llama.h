@@ -109,7 +109,9 @@ uint64_t fdy_llama_total_bytes(const fdy_llama_model *model);
  * ------------------------------------------------ */
 
 typedef struct fdy_llama_graph_options {
-  uint32_t context;      /* KV cache positions, >= 1 */
+  uint32_t context;      /* KV cache positions per sequence, >= 1 */
+  uint32_t sequences;    /* sequences of the KV cache and rows of the decode
+                            step; 0 = 1 */
   uint32_t prefill_rows; /* tokens one prefill run takes, >= 1 */
   fdy_dtype kv_dtype;    /* F32 or F16 */
   bool all_logits;       /* prefill outputs the logits of every row (verify)
@@ -121,12 +123,12 @@ typedef struct fdy_llama_graph_options {
 
 /* The tensors and ops a session needs from the graph. */
 typedef struct fdy_llama_graph_io {
-  fdy_tensor_id prefill_step;   /* I32 [2 + prefill_rows] (FDY_STEP_* layout) */
-  fdy_tensor_id decode_step;    /* I32 [3] */
+  fdy_tensor_id prefill_step;   /* I32 [FDY_STEP_ELEMENTS(prefill_rows)] */
+  fdy_tensor_id decode_step;    /* I32 [FDY_STEP_ELEMENTS(sequences)] */
   fdy_tensor_id prefill_logits; /* F32 [prefill_rows or 1, vocab] */
   fdy_tensor_id prefill_next;   /* I32 [1]: argmax of the last row */
-  fdy_tensor_id decode_logits;  /* F32 [1, vocab] */
-  fdy_tensor_id decode_next;    /* I32 [1] */
+  fdy_tensor_id decode_logits;  /* F32 [sequences, vocab] */
+  fdy_tensor_id decode_next;    /* I32 [sequences]: each row's argmax */
   uint32_t prefill_first_op, prefill_op_count; /* ops [first, first+count) */
   uint32_t decode_first_op, decode_op_count;
   bool ids_only; /* the graph options' (fdy_llama_plan's outputs) */
@@ -138,9 +140,11 @@ typedef struct fdy_llama_graph_io {
  * untied; a tied head reads the embedding's views), each a gather of file
  * extents in fdy_llama_layout order with padding so that every tensor is a
  * view at a FDY_TENSOR_ALIGNMENT offset; state "layer.<i>.k_cache" and
- * "layer.<i>.v_cache" (kv_dtype [context, kv_heads * head_dim]); and two
- * sets of ops over the same weights and state: "prefill.*" over
- * prefill_rows rows and "decode.*" over one row. Per layer, in the fused
+ * "layer.<i>.v_cache" (kv_dtype [sequences, context, kv_heads *
+ * head_dim]); and two sets of ops over the same weights and state:
+ * "prefill.*" over prefill_rows rows (a chunk of one sequence) and
+ * "decode.*" over `sequences` rows (one per sequence of a batch, each at
+ * its own position). Per layer, in the fused
  * kinds: norm + q/k/v (NORM_MATMUL_Q4), the rope of q and k and attention
  * (appending k and v to the caches; ROPE_ATTENTION in the decode step, three
  * ops in the prefill), o + residual (MATMUL_ADD_Q4), norm + gate/up +

@@ -21,6 +21,8 @@ typedef struct fdy_llama_session fdy_llama_session;
 /* Default tokens per prefill run, capped at the context: a prompt of up to
  * 512 tokens is one run of the prefill step. */
 #define FDY_LLAMA_DEFAULT_PREFILL_ROWS 512u
+/* Most sequences one session holds. */
+#define FDY_LLAMA_MAX_SEQUENCES 1024u
 /* Default slots for streamed weights (when the budget streams any). */
 #define FDY_LLAMA_DEFAULT_BUFFERS 2u
 
@@ -32,6 +34,10 @@ typedef struct fdy_llama_session_options {
   uint32_t prefill_rows;  /* tokens per prefill run; 0 = the smaller of
                              FDY_LLAMA_DEFAULT_PREFILL_ROWS and the
                              context */
+  uint32_t max_sequences; /* sequences held at once (slots 0 to
+                             max_sequences - 1), each with its own KV
+                             region of `context` positions, and rows of
+                             the decode step; 0 = 1 */
   fdy_dtype kv_dtype;     /* F32 (the zero value) or F16 */
   bool all_logits;        /* prefill returns every row's logits (verify) */
   bool ids_only;          /* forward passes return only the next id: the
@@ -52,22 +58,25 @@ typedef struct fdy_llama_session_options {
 } fdy_llama_session_options;
 
 /* A session: the model's graph, its plan (steps "prefill" and "decode")
- * and an executor on options->backend, with the KV cache as plan state.
- * Everything is allocated and the resident weights uploaded here; a forward
- * pass allocates nothing. The model must outlive the session. Errors: a
- * context above max_position_embeddings (FDY_ERR_INVALID_ARGUMENT,
- * expected = that limit, actual = the context), no backend, and whatever
- * the planner and executor report (an impossible budget, an op the backend
- * does not support, a device allocation that fails, naming what and how
- * much). A session is used by one thread at a time; results do not depend
- * on the backend's thread count. */
+ * and an executor on options->backend, with the KV cache of max_sequences
+ * regions as plan state. Everything is allocated and the resident weights
+ * uploaded here; a forward pass allocates nothing. The model must outlive
+ * the session. Errors: a context above max_position_embeddings
+ * (FDY_ERR_INVALID_ARGUMENT, expected = that limit, actual = the context),
+ * more than FDY_LLAMA_MAX_SEQUENCES sequences (FDY_ERR_INVALID_ARGUMENT,
+ * expected = that limit), no backend, and whatever the planner and executor
+ * report (an impossible budget, an op the backend does not support, a
+ * KV cache or other device allocation that does not fit: FDY_ERR_BUDGET
+ * naming the bytes needed and available). A session is used by one thread
+ * at a time; results do not depend on the backend's thread count. */
 fdy_status fdy_llama_session_create(const fdy_llama_model *model,
                                     const fdy_llama_session_options *options,
                                     fdy_llama_session **out, fdy_error *err);
 void fdy_llama_session_destroy(fdy_llama_session *session);
-/* Positions used so far. */
+/* Positions used so far by slot 0 (the sequence of forward and
+ * generate). */
 uint32_t fdy_llama_session_position(const fdy_llama_session *session);
-/* The context (KV cache positions) in use, default resolved. */
+/* The context (KV cache positions of each sequence), default resolved. */
 uint32_t fdy_llama_session_context(const fdy_llama_session *session);
 /* What the executor allocated: device bytes per memory class (resident
  * weights, slots, activation arena, KV state, io) and setup times. */
@@ -82,23 +91,81 @@ uint32_t fdy_llama_session_prefill_rows(const fdy_llama_session *session);
  * *count 0). Valid until the next forward or destroy. */
 const fdy_command_timing *
 fdy_llama_session_timings(const fdy_llama_session *session, size_t *count);
-/* Forgets every position (the KV cache is overwritten as it refills). */
+/* Frees every slot and forgets every position (the KV cache is
+ * overwritten as it refills). */
 void fdy_llama_session_reset(fdy_llama_session *session);
-/* Appends count tokens at the current position: runs of the prefill step
- * over chunks of up to prefill_rows tokens (a single token runs the decode
- * step). all_logits (count * vocab floats; only for sessions created with
- * all_logits) and last_logits (vocab floats; NULL for sessions created
- * ids_only: FDY_ERR_INVALID_ARGUMENT otherwise) may each be NULL. Ids outside
- * the vocabulary: FDY_ERR_INVALID_ARGUMENT; exceeding the context:
- * FDY_ERR_CONTEXT; the session is unchanged on these errors. A backend
- * failure leaves the session failed (every later call fails). */
+/* Appends count tokens to slot 0's sequence: fdy_llama_session_append with
+ * slot 0. */
 fdy_status fdy_llama_session_forward(fdy_llama_session *session,
                                      const int32_t *ids, uint32_t count,
                                      float *all_logits, float *last_logits,
                                      fdy_error *err);
 /* The argmax (lowest id on ties), computed on the backend, of the last
- * token's logits of the latest forward; -1 before any. */
+ * token's logits of slot 0's latest pass; -1 before any. */
 int32_t fdy_llama_session_next(const fdy_llama_session *session);
+
+/* ---- sequences by slot ----------------------------------------------------
+ * A session of max_sequences holds that many independent sequences, each in
+ * a slot (0 to max_sequences - 1) with its own position and KV region. A
+ * slot is active from its first append (or admit) until it is released or
+ * the session reset. Every error below is reported before any work and
+ * leaves the session unchanged; a backend failure leaves it failed (every
+ * later call fails). */
+
+/* Slots, default resolved. */
+uint32_t fdy_llama_session_max_sequences(const fdy_llama_session *session);
+/* Positions used by the sequence in slot (0 when free or out of range). */
+uint32_t fdy_llama_session_slot_position(const fdy_llama_session *session,
+                                         uint32_t slot);
+/* The argmax of the last token of the slot's latest pass; -1 before any,
+ * when free or out of range. */
+int32_t fdy_llama_session_slot_next(const fdy_llama_session *session,
+                                    uint32_t slot);
+/* Whether the slot holds a sequence. */
+bool fdy_llama_session_slot_active(const fdy_llama_session *session,
+                                   uint32_t slot);
+
+/* Appends count tokens to the sequence in slot at its position: runs of
+ * the prefill step over chunks of up to prefill_rows tokens (a single
+ * token runs the decode step with one row), which the slot's next id
+ * follows. all_logits (count * vocab floats; only for sessions created
+ * with all_logits) and last_logits (vocab floats; NULL for sessions
+ * created ids_only: FDY_ERR_INVALID_ARGUMENT otherwise) may each be NULL.
+ * A slot out of range or ids outside the vocabulary:
+ * FDY_ERR_INVALID_ARGUMENT; exceeding the context: FDY_ERR_CONTEXT. */
+fdy_status fdy_llama_session_append(fdy_llama_session *session, uint32_t slot,
+                                    const int32_t *ids, uint32_t count,
+                                    float *all_logits, float *last_logits,
+                                    fdy_error *err);
+
+/* Admits a prompt into the lowest free slot (*slot) and prefills it
+ * (fdy_llama_session_append); its first generated id is then
+ * fdy_llama_session_slot_next(session, *slot). Every slot in use:
+ * FDY_ERR_INVALID_ARGUMENT (expected = max_sequences). */
+fdy_status fdy_llama_session_admit(fdy_llama_session *session,
+                                   const int32_t *ids, uint32_t count,
+                                   uint32_t *slot, fdy_error *err);
+
+/* One decode step for count sequences at once: row r feeds ids[r] to the
+ * sequence in slots[r] at that slot's position; next[r] receives the row's
+ * argmax (lowest id on ties), also the slot's next id; logits, when not
+ * NULL, receives the rows' logits (count * vocab floats; NULL for
+ * sessions created ids_only). Every streamed weight is copied once for
+ * the whole step. A row's results do not depend on the other rows (on the
+ * CPU backend bitwise for every count; on CUDA bitwise for every count of
+ * 2 or more). Errors: count of 0 or above max_sequences, a slot out of
+ * range, free or repeated, ids outside the vocabulary
+ * (FDY_ERR_INVALID_ARGUMENT, ids[0] = the row), a slot whose context is
+ * full (FDY_ERR_CONTEXT). */
+fdy_status fdy_llama_session_decode(fdy_llama_session *session,
+                                    const uint32_t *slots, const int32_t *ids,
+                                    uint32_t count, int32_t *next,
+                                    float *logits, fdy_error *err);
+
+/* Frees slot: its positions are forgotten and its KV region reused by the
+ * next admit. A slot out of range or free: FDY_ERR_INVALID_ARGUMENT. */
+fdy_status fdy_llama_session_release(fdy_llama_session *session, uint32_t slot,
+                                     fdy_error *err);
 
 typedef struct fdy_llama_generation {
   int32_t *ids; /* generated ids (malloc'd; fdy_llama_generation_free) */
@@ -149,6 +216,87 @@ fdy_status fdy_llama_generate(fdy_llama_session *session, const int32_t *prompt,
                               uint32_t prompt_count,
                               const fdy_llama_generate_options *options,
                               fdy_llama_generation *out, fdy_error *err);
+
+/* ---- continuous batching ------------------------------------------------
+ * fdy_llama_generate over many prompts at once on one session: each in a
+ * slot of its own, decoded together one step at a time, a finished
+ * sequence's slot refilled with the next waiting prompt. */
+
+/* One prompt of a batch; the caller owns ids. */
+typedef struct fdy_llama_batch_prompt {
+  const int32_t *ids;  /* the prompt, at least one id */
+  uint32_t count;      /* ids */
+  uint32_t max_tokens; /* ids to generate at most; 0: checked, not run */
+} fdy_llama_batch_prompt;
+
+/* Receives generated id `id` of prompt `index` as soon as the backend has
+ * computed it, before the next pass; returning false stops that prompt
+ * after this id (the others go on). */
+typedef bool (*fdy_llama_batch_token_fn)(void *ctx, uint32_t index, int32_t id);
+
+typedef struct fdy_llama_batch_options {
+  bool ignore_eos; /* decode max_tokens ids even after a stop id */
+  /* ids to stop after besides config.json's eos_token_id list, for every
+   * prompt; NULL when 0 */
+  const int32_t *stop_ids;
+  uint32_t stop_count;
+  fdy_llama_batch_token_fn on_token; /* may be NULL */
+  void *ctx;                         /* passed to on_token */
+} fdy_llama_batch_options;
+
+/* What one prompt generated. */
+typedef struct fdy_llama_batch_sequence {
+  int32_t *ids; /* generated ids (malloc'd; freed with the generation) */
+  uint32_t count;
+  bool stopped_at_eos; /* the last id is a stop id */
+  bool interrupted;    /* on_token returned false for the last id */
+} fdy_llama_batch_sequence;
+
+typedef struct fdy_llama_batch_generation {
+  fdy_llama_batch_sequence *sequences; /* [count], in the prompts' order */
+  uint32_t count;
+  uint32_t max_rows;       /* most sequences decoded in one step */
+  uint64_t prefill_tokens; /* prompt ids prefilled (every admit) */
+  uint64_t decode_steps;   /* decode steps run */
+  uint64_t decode_tokens;  /* rows of every decode step: the ids generated
+                              after each prompt's first */
+  double prefill_seconds;  /* every admit (the prefills) */
+  double decode_seconds;   /* every decode step */
+  /* decode_tokens / decode_seconds, 0 when there were none */
+  double decode_tokens_per_second;
+} fdy_llama_batch_generation;
+
+/* Frees the sequences' ids and the array and zeroes *generation; NULL is a
+ * no-op. */
+void fdy_llama_batch_generation_free(fdy_llama_batch_generation *generation);
+
+/* Greedy generation of prompt_count prompts with continuous batching.
+ * Resets the session, then admits the prompts in order into its free slots
+ * (fdy_llama_session_admit: a prefill whose argmax is the prompt's first
+ * id) and runs decode steps (fdy_llama_session_decode) over every slot in
+ * use, each row feeding its sequence's last id. A sequence ends at its
+ * max_tokens, after a stop id (an EOS id of the config or of stop_ids)
+ * unless ignore_eos, or after an id for which on_token returned false; its
+ * slot is released and the next waiting prompt admitted before the next
+ * step, so that up to max_sequences prompts run at once and the others
+ * wait. As in fdy_llama_generate the last id is never fed back: a prompt
+ * uses count + max_tokens - 1 positions of its slot. Each prompt's ids
+ * equal fdy_llama_generate's for that prompt alone (a decode row does not
+ * depend on the others). Before any work (session unchanged): no options
+ * or output, no prompts, stop_ids NULL with stop_count > 0
+ * (FDY_ERR_INVALID_ARGUMENT); and checked for every prompt, err->ids[0] =
+ * its index: an empty prompt or an id outside the vocabulary
+ * (FDY_ERR_INVALID_ARGUMENT; err->ids[1] = the id's index in the prompt),
+ * more positions than the context (FDY_ERR_CONTEXT, err->expected = the
+ * context, err->actual = the positions needed). On success *out owns
+ * everything and every slot is free; on failure *out is zeroed (on_token
+ * may have seen ids by then). */
+fdy_status fdy_llama_generate_batch(fdy_llama_session *session,
+                                    const fdy_llama_batch_prompt *prompts,
+                                    uint32_t prompt_count,
+                                    const fdy_llama_batch_options *options,
+                                    fdy_llama_batch_generation *out,
+                                    fdy_error *err);
 
 /* ---- reference verification --------------------------------------------- */
 

@@ -7,17 +7,22 @@
  * checked by fdy_op_check before anything runs; backends answer
  * supports_op for an op whose views carry no buffers yet.
  *
- * Row-wise kinds read the active row count and the first position from a
- * small I32 "step" tensor in device memory (layout FDY_STEP_*), so one
- * recorded launch serves any prompt chunk: such an op processes
- * min(step[FDY_STEP_COUNT], rows of its output) rows and leaves the other
- * rows untouched. Activations are F32.
+ * Row-wise kinds read the active row count and each row's token id,
+ * position and sequence from a small I32 "step" tensor in device memory
+ * (layout FDY_STEP_*: the count, then one (id, position, sequence) triple
+ * per row), so one recorded launch serves any prompt chunk and any batch of
+ * sequences: such an op processes min(step[FDY_STEP_COUNT], rows of its
+ * output) rows and leaves the other rows untouched. Activations are F32.
+ *
+ * The KV caches hold S sequences (C [S, context, kv * d]); a row's
+ * sequence picks its region.
  *
  * Step values are data, read when the op runs and never checked at launch:
  * a count below 0 counts as 0; a row whose token id lies outside the table
- * (EMBED_Q4) or whose position lies outside the cache (ATTENTION, which
- * then does not append it) is written as NaN. No step value makes an op
- * read or write outside its views.
+ * (EMBED_Q4), or whose position lies outside the context or sequence
+ * outside the S sequences of the cache (ATTENTION, ROPE_ATTENTION, which
+ * then do not append it) is written as NaN. No step value makes an op read
+ * or write outside its views.
  *
  * Kinds and operands (T rows, H hidden, I in features, O out features,
  * G = I / group quantization groups, S = F16 or BF16):
@@ -26,7 +31,7 @@
  *                 (mod 2^64; prev = 0 when absent). params.checksum.
  *   EMBED_Q4      in: step, table U32 [V, H/8], scales S [V, H/g],
  *                 biases S [V, H/g]; out: F32 [T, H]: row t is the
- *                 dequantized row of id step[FDY_STEP_IDS + t].
+ *                 dequantized row of id step[FDY_STEP_ID(t)].
  *   RMSNORM       in: step, x F32 [T, n], weight S [n]; out F32 [T, n].
  *                 params.rmsnorm.eps.
  *   MATMUL_Q4     in: step, x F32 [T, I], weight U32 [O, I/8],
@@ -35,17 +40,21 @@
  *                 (32, 64 or 128), q the nibbles low first (the MLX
  *                 affine layout).
  *   ROPE          in: step, x F32 [T, heads * head_dim]; out: the same
- *                 shape, rotated in split halves (pairs j, j + head_dim/2)
- *                 at positions step[FDY_STEP_POSITION] + t. params.rope.
+ *                 shape, rotated in split halves (pairs j, j + head_dim/2),
+ *                 row t at position step[FDY_STEP_POSITION(t)]. params.rope.
  *   ATTENTION     in: step, q F32 [T, heads * d], k F32 [T, kv * d],
- *                 v F32 [T, kv * d], k_cache C [context, kv * d],
- *                 v_cache C [context, kv * d] (C = F32 or F16, both alike);
- *                 out: F32 [T, heads * d]. Appends k and v at positions
- *                 p0 + t (p0 = step[FDY_STEP_POSITION]; the caches are
- *                 read and written in place), then causal attention of
- *                 each query row over positions 0..p0 + t with scale
- *                 1/sqrt(d); query head h reads kv head h / (heads / kv).
- *                 params.attention.
+ *                 v F32 [T, kv * d], k_cache C [S, context, kv * d],
+ *                 v_cache C [S, context, kv * d] (C = F32 or F16, both
+ *                 alike); out: F32 [T, heads * d]. The rows are one chunk
+ *                 of one sequence (a prompt's): row t is at position
+ *                 p0 + t of sequence s, p0 and s row 0's
+ *                 (step[FDY_STEP_POSITION(0)], step[FDY_STEP_SEQUENCE(0)];
+ *                 the other rows' positions and sequences are not read).
+ *                 Appends k and v at those positions of region s (the
+ *                 caches are read and written in place), then causal
+ *                 attention of each query row over positions 0..p0 + t of
+ *                 region s with scale 1/sqrt(d); query head h reads kv
+ *                 head h / (heads / kv). params.attention.
  *   SWIGLU        in: step, gate F32 [T, n], up F32 [T, n]; out F32 [T, n]
  *                 = silu(gate) * up.
  *   ADD           in: step, a F32 [T, n], b F32 [T, n]; out F32 [T, n].
@@ -74,8 +83,16 @@
  *                 MATMUL_Q4's, [O, ...]), residual F32 [T, O]; out: F32
  *                 [T, O] = residual + x W^T (a layer's residual add).
  *   ROPE_ATTENTION in: as ATTENTION's (q and k not yet rotated); out: as
- *                 ATTENTION's = ATTENTION(ROPE(q), ROPE(k), v, caches): the
- *                 caches receive the rotated k. params.rope_attention: the
+ *                 ATTENTION's. The rows are independent (one decode row per
+ *                 sequence of a batch): row t, at position
+ *                 p = step[FDY_STEP_POSITION(t)] of sequence
+ *                 s = step[FDY_STEP_SEQUENCE(t)], is the one-row
+ *                 ATTENTION(ROPE(q_t), ROPE(k_t), v_t) at p of region s:
+ *                 the caches receive the rotated k. Every row appends
+ *                 before any row attends; the rows of one step name
+ *                 distinct sequences (rows sharing a sequence get
+ *                 unspecified values, inside the views). One row is
+ *                 bitwise the unfused sequence. params.rope_attention: the
  *                 rope's (head_dim equal to the attention's) and the
  *                 attention's.
  *
@@ -116,10 +133,23 @@ const char *fdy_op_kind_name(fdy_op_kind kind);
 fdy_status fdy_op_kind_parse(const char *name, fdy_op_kind *out,
                              fdy_error *err);
 
-/* Layout of the I32 step tensor: [count, position, ids...]. */
-#define FDY_STEP_COUNT    0
-#define FDY_STEP_POSITION 1
-#define FDY_STEP_IDS      2
+/* Layout of the I32 step tensor of T rows (1 + 3 T elements): the active
+ * row count, then per row t its token id, its position in its sequence and
+ * its sequence (the KV cache region). */
+#define FDY_STEP_COUNT          0
+#define FDY_STEP_ID(t)          (1u + 3u * (t))
+#define FDY_STEP_POSITION(t)    (2u + 3u * (t))
+#define FDY_STEP_SEQUENCE(t)    (3u + 3u * (t))
+#define FDY_STEP_ELEMENTS(rows) (1u + 3u * (rows))
+
+/* Fills a step tensor for `count` rows that continue sequence `sequence`
+ * from position `position` (a prompt chunk): row t gets ids[t], position
+ * position + t and the sequence. */
+void fdy_step_set_chunk(int32_t *step, const int32_t *ids, uint32_t count,
+                        uint32_t sequence, uint32_t position);
+/* Sets row t of a step tensor (the count is not changed). */
+void fdy_step_set_row(int32_t *step, uint32_t t, int32_t id, uint32_t sequence,
+                      uint32_t position);
 
 /* Multiplier of the checksum chain (the 64-bit FNV prime). */
 #define FDY_CHAIN_PRIME 0x100000001b3ull

@@ -197,6 +197,9 @@ json_t *bench_trace_span(const char *name, const char *cat, int tid,
 /* Prints the console summary of a successful run. */
 void bench_print_summary(const bench_state *s, FILE *out);
 
+/* Sorts n values ascending in place (for fdy_bench_percentile_sorted). */
+void bench_sort(double *v, size_t n);
+
 /* Report pieces shared by both benchmarks (new references). */
 json_t *bench_build_json(void);
 /* started_utc, and the host (cpu count and model, memory, os). */

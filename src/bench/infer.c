@@ -1,7 +1,9 @@
 /* `foundry infer-bench` (foundry/infer_bench.h): the protocol's prompt, the
- * weight bytes of a decode token and the bytes its plan streams, the
- * executions on one session, their statistics, the ceilings, the traced
- * execution and its Chrome trace, the console summary and the report. */
+ * weight bytes of a decode step and the bytes its plan streams, the
+ * executions on one session of `batch` sequences (prefills, then decode
+ * steps of one row per sequence, each step timed), their statistics, the
+ * ceilings, the traced execution and its Chrome trace, the console summary
+ * and the report. */
 #include <inttypes.h>
 #include <math.h>
 #include <stddef.h>
@@ -127,6 +129,19 @@ fdy_status fdy_infer_check_options(const fdy_infer_options *o, fdy_error *err) {
     }
     return FDY_ERR_INVALID_ARGUMENT;
   }
+  if (o->batch == 0 || o->batch > FDY_LLAMA_MAX_SEQUENCES ||
+      (o->prompt_file && o->batch > 1)) {
+    fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                  o->prompt_file && o->batch > 1
+                      ? "--prompt-file gives one prompt: --batch must be 1 "
+                        "(1 to %u with seeded prompts), got %" PRIu32
+                      : "--batch must be from 1 to %u, got %" PRIu32,
+                  FDY_LLAMA_MAX_SEQUENCES, o->batch);
+    if (err) {
+      snprintf(err->name, sizeof err->name, "--batch");
+    }
+    return FDY_ERR_INVALID_ARGUMENT;
+  }
   if ((uint64_t)o->warmup + o->iterations > UINT32_MAX) {
     fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
                   "--warmup plus --iterations exceed 4294967295");
@@ -150,15 +165,18 @@ fdy_status fdy_infer_check_options(const fdy_infer_options *o, fdy_error *err) {
   return st;
 }
 
-/* One execution's times (seconds) and ids. */
+/* One execution's times (seconds): the whole call, the prefills of every
+ * sequence, the decode steps; decode tokens/s of each sequence (steps /
+ * decode) and of the batch (batch x steps / decode). */
 typedef struct infer_execution {
-  double total, prefill, decode, decode_tps;
+  double total, prefill, decode, decode_tps, aggregate_tps;
 } infer_execution;
 
-/* One executor run of the traced execution: a forward of `tokens` ids. */
+/* One executor run of the traced execution: a prefill chunk of `tokens`
+ * ids, or a decode step of `tokens` rows. */
 typedef struct trace_run {
   uint32_t tokens;
-  int64_t begin_ns, end_ns; /* fdy_now_ns around the forward */
+  int64_t begin_ns, end_ns; /* fdy_now_ns around the call */
   size_t first, count;      /* its timings: infer_trace.timings[first..] */
 } trace_run;
 
@@ -168,11 +186,18 @@ typedef struct infer_trace {
   size_t run_count;
   fdy_command_timing *timings;
   size_t timing_count, timing_cap;
-  int32_t *ids;
-  uint32_t id_count;
+  int32_t *ids;  /* batch x gen_tokens, as infer_batch.ids */
   bool same_ids; /* the ids of the measured executions */
   bool written;  /* the trace file is in place */
 } infer_trace;
+
+/* Buffers of an execution: the slots of the decode rows (0 to batch - 1),
+ * the ids fed to a step and those it returns (batch each), and the ids
+ * generated (batch x gen_tokens: sequence k's at k x gen_tokens). */
+typedef struct infer_batch {
+  uint32_t *slots;
+  int32_t *feed, *next, *ids;
+} infer_batch;
 
 typedef struct infer_state {
   const fdy_infer_options *opt;
@@ -197,14 +222,19 @@ typedef struct infer_state {
   bench_ceiling d2d, read, h2d;
   uint32_t done; /* executions finished, warmup first */
   infer_execution *runs;
-  int32_t *first_ids; /* the first execution's ids */
-  uint32_t first_count;
-  bool same_ids; /* every execution produced first_ids */
+  uint32_t steps;       /* decode steps per execution: gen_tokens - 1 */
+  double *step_seconds; /* execution i's steps at i x steps */
+  infer_batch batch;
+  int32_t *first_ids; /* the first execution's ids (as batch.ids) */
+  bool same_ids;      /* every execution produced first_ids */
   bool have_stats;
   fdy_executor_stats after; /* the session's stats after the measured runs */
   fdy_bench_stats total;
   fdy_bench_interval total_ci;
   double prefill_median, decode_median, decode_tps_median;
+  double aggregate_tps_median;
+  /* over the steps of the measured executions (when there are steps) */
+  double step_p50, step_p99, step_mean;
   infer_trace trace;
   const char *stage;
 } infer_state;
@@ -244,6 +274,7 @@ static json_t *protocol_json(const infer_state *s) {
   json_object_set_new(p, "seed", json_string(seed));
   json_object_set_new(p, "prompt_tokens", jint(o->prompt_count));
   json_object_set_new(p, "gen_tokens", jint(o->gen_tokens));
+  json_object_set_new(p, "batch", jint(o->batch));
   json_object_set_new(p, "ignore_eos", json_true());
   json_object_set_new(p, "warmup", jint(o->warmup));
   json_object_set_new(p, "iterations", jint(o->iterations));
@@ -258,11 +289,18 @@ static json_t *protocol_json(const infer_state *s) {
                                    !o->serial_launch));
   json_object_set_new(p, "prompt_ids", ids_json(o->prompt, o->prompt_count));
   json_object_set_new(
+      p, "sequence_prompts",
+      o->prompt_file
+          ? json_null()
+          : json_string("sequence k (0 to batch - 1): the prompt rule from "
+                        "seed + k (mod 2^64); prompt_ids are sequence 0's"));
+  json_object_set_new(
       p, "execution",
-      json_string("session reset + prefill of the prompt (runs of up to "
-                  "prefill_rows ids) + gen_tokens - 1 single-token decode "
-                  "passes (fdy_llama_generate); setup (session creation) "
-                  "outside"));
+      json_string("session reset + each sequence's prompt prefilled in its "
+                  "slot (fdy_llama_session_append: runs of up to "
+                  "prefill_rows ids) + gen_tokens - 1 decode steps of batch "
+                  "rows (fdy_llama_session_decode, host wall time of each "
+                  "step); setup (session creation) outside"));
   return p;
 }
 
@@ -342,6 +380,8 @@ static json_t *weights_json(const infer_state *s) {
   json_object_set_new(w, "streamed_bytes", jint(s->streamed_bytes));
   json_object_set_new(w, "streamed_bytes_per_decode_token",
                       jint(s->streamed_decode_bytes));
+  json_object_set_new(w, "streamed_bytes_per_decode_step",
+                      jint(s->streamed_decode_bytes));
   json_object_set_new(w, "streamed_bytes_per_prefill_run",
                       jint(s->streamed_prefill_bytes));
   json_object_set_new(w, "largest_streamed_bytes",
@@ -387,10 +427,16 @@ static json_t *ceiling_json(const bench_ceiling *c, const char *method) {
   return o;
 }
 
-/* Decode tokens/s that streaming allows: the host-to-device ceiling over
- * the bytes streamed per token. */
+/* Decode tokens/s of each sequence that streaming allows: the
+ * host-to-device ceiling over the bytes streamed per decode step (a token
+ * of every sequence). */
 static double streaming_bound(const infer_state *s) {
   return s->h2d.bytes_per_second / (double)s->streamed_decode_bytes;
+}
+
+/* The same for the batch: batch x the steps/s that streaming allows. */
+static double aggregate_bound(const infer_state *s) {
+  return s->opt->batch * streaming_bound(s);
 }
 
 static const char *streaming_note(const infer_state *s) {
@@ -400,8 +446,9 @@ static const char *streaming_note(const infer_state *s) {
   if (!s->h2d.available) {
     return "the host-to-device ceiling is measured on the cuda backend only";
   }
-  return "bound = h2d ceiling / streamed bytes per decode token; fraction = "
-         "median decode tokens/s / bound";
+  return "bound = h2d ceiling / streamed bytes per decode step (one token "
+         "of each sequence); fraction = median decode tokens/s of a sequence "
+         "/ bound; aggregate bound = batch x bound";
 }
 
 static json_t *streaming_json(const infer_state *s) {
@@ -420,6 +467,8 @@ static json_t *streaming_json(const infer_state *s) {
                       bound && s->have_stats
                           ? jreal(s->decode_tps_median / streaming_bound(s))
                           : json_null());
+  json_object_set_new(o, "aggregate_decode_tokens_per_second_bound",
+                      bound ? jreal(aggregate_bound(s)) : json_null());
   json_object_set_new(o, "note", json_string(streaming_note(s)));
   return o;
 }
@@ -465,6 +514,14 @@ static json_t *executions_json(const infer_state *s) {
     json_object_set_new(o, "prefill_seconds", jreal(x->prefill));
     json_object_set_new(o, "decode_seconds", jreal(x->decode));
     json_object_set_new(o, "decode_tokens_per_second", jreal(x->decode_tps));
+    json_object_set_new(o, "aggregate_decode_tokens_per_second",
+                        jreal(x->aggregate_tps));
+    json_t *steps = json_array();
+    for (uint32_t k = 0; k < s->steps; k++) {
+      json_array_append_new(steps,
+                            jreal(s->step_seconds[(size_t)i * s->steps + k]));
+    }
+    json_object_set_new(o, "decode_step_seconds", steps);
     json_array_append_new(a, o);
   }
   return a;
@@ -486,13 +543,26 @@ static json_t *statistics_json(const infer_state *s) {
   json_object_set_new(e, "max_seconds", jreal(s->total.max));
   json_object_set_new(st, "end_to_end", e);
   json_object_set_new(st, "prefill_median_seconds", jreal(s->prefill_median));
-  json_object_set_new(st, "prefill_tokens_per_second",
-                      jreal(o->prompt_count / s->prefill_median));
+  json_object_set_new(
+      st, "prefill_tokens_per_second",
+      jreal((double)o->batch * o->prompt_count / s->prefill_median));
   json_object_set_new(st, "time_to_first_token_seconds",
                       jreal(s->prefill_median));
   json_object_set_new(st, "decode_median_seconds", jreal(s->decode_median));
   json_object_set_new(st, "decode_tokens_per_second",
                       jreal(s->decode_tps_median));
+  json_object_set_new(st, "aggregate_decode_tokens_per_second",
+                      jreal(s->aggregate_tps_median));
+  json_t *steps = json_null();
+  if (s->steps > 0) {
+    steps = json_object();
+    json_object_set_new(steps, "p50", jreal(s->step_p50));
+    json_object_set_new(steps, "p99", jreal(s->step_p99));
+    json_object_set_new(steps, "mean", jreal(s->step_mean));
+    json_object_set_new(steps, "count",
+                        jint((uint64_t)o->iterations * s->steps));
+  }
+  json_object_set_new(st, "decode_step_seconds", steps);
   return st;
 }
 
@@ -530,10 +600,19 @@ static json_t *report_json(const infer_state *s, fdy_status status,
   json_object_set_new(r, "streaming", streaming_json(s));
   json_object_set_new(r, "executions", executions_json(s));
   json_object_set_new(r, "statistics", statistics_json(s));
+  const fdy_infer_options *o = s->opt;
+  bool have_ids = s->done > 0;
   json_object_set_new(r, "generated_ids",
-                      ids_json(s->first_ids, s->first_count));
+                      ids_json(s->first_ids, have_ids ? o->gen_tokens : 0));
+  json_t *by_sequence = json_array();
+  for (uint32_t k = 0; have_ids && k < o->batch; k++) {
+    json_array_append_new(
+        by_sequence,
+        ids_json(s->first_ids + (size_t)k * o->gen_tokens, o->gen_tokens));
+  }
+  json_object_set_new(r, "generated_ids_by_sequence", by_sequence);
   json_object_set_new(r, "ids_identical_across_executions",
-                      s->first_ids ? json_boolean(s->same_ids) : json_null());
+                      have_ids ? json_boolean(s->same_ids) : json_null());
   json_object_set_new(r, "trace",
                       s->trace.written ? bench_json_text(s->opt->trace_path)
                                        : json_null());
@@ -545,8 +624,8 @@ static void print_weights(const infer_state *s, FILE *out) {
   const fdy_infer_options *o = s->opt;
   char budget[32], resident[32], streamed[32], slots[32];
   fprintf(out,
-          "weights: %s resident, %s streamed per decode token through %s of "
-          "slots (budget %s%s, %" PRIu32 " buffers; %" PRIu32
+          "weights: %s resident, %s streamed per decode token (step) through "
+          "%s of slots (budget %s%s, %" PRIu32 " buffers; %" PRIu32
           " prefill rows)\n",
           fdy_format_bytes(s->resident_weight_bytes, resident, sizeof resident),
           fdy_format_bytes(s->streamed_decode_bytes, streamed, sizeof streamed),
@@ -585,6 +664,12 @@ static void print_streaming(const infer_state *s, FILE *out) {
           (double)s->streamed_decode_bytes * 1e-6, streaming_bound(s),
           s->decode_tps_median,
           100.0 * s->decode_tps_median / streaming_bound(s));
+  if (s->opt->batch > 1) {
+    fprintf(out,
+            "streaming, batch of %" PRIu32 ": %.1f tokens/s aggregate bound; "
+            "decode %.1f tokens/s aggregate\n",
+            s->opt->batch, aggregate_bound(s), s->aggregate_tps_median);
+  }
 }
 
 static void print_summary(const infer_state *s, FILE *out) {
@@ -593,21 +678,38 @@ static void print_summary(const infer_state *s, FILE *out) {
   char w[32], kv[32], act[32], rd[32];
   fprintf(out,
           "foundry infer-bench: %s backend%s%s, protocol %s (%" PRIu32
-          " prompt ids, %" PRIu32 " generated, EOS ignored), %" PRIu32
-          " measured executions after %" PRIu32 " warmup\n",
+          " prompt ids, %" PRIu32 " generated, EOS ignored) for %" PRIu32
+          " sequence%s, %" PRIu32 " measured executions after %" PRIu32
+          " warmup\n",
           o->backend_name, s->have_caps ? ", " : "",
           s->have_caps ? s->caps.name : "", protocol_name(o), o->prompt_count,
-          o->gen_tokens, o->iterations, o->warmup);
+          o->gen_tokens, o->batch, o->batch == 1 ? "" : "s", o->iterations,
+          o->warmup);
   fprintf(out, "setup: %.3f s (session creation, weights uploaded)\n",
           (double)s->setup.setup_ns * 1e-9);
   fprintf(out, "end to end: median %.4f s (95%% CI %.4f .. %.4f)\n",
           s->total.median, s->total_ci.low, s->total_ci.high);
   fprintf(out,
           "prefill: median %.4f s, %.1f tokens/s; time to first token "
-          "%.4f s\n",
-          s->prefill_median, o->prompt_count / s->prefill_median,
-          s->prefill_median);
-  fprintf(out, "decode: median %.1f tokens/s\n", s->decode_tps_median);
+          "%.4f s%s\n",
+          s->prefill_median,
+          (double)o->batch * o->prompt_count / s->prefill_median,
+          s->prefill_median, o->batch > 1 ? " (every sequence's)" : "");
+  if (o->batch > 1) {
+    fprintf(out,
+            "decode: median %.1f tokens/s per sequence, %.1f tokens/s "
+            "aggregate over %" PRIu32 " sequences\n",
+            s->decode_tps_median, s->aggregate_tps_median, o->batch);
+  } else {
+    fprintf(out, "decode: median %.1f tokens/s\n", s->decode_tps_median);
+  }
+  if (s->steps > 0) {
+    fprintf(out,
+            "decode step of %" PRIu32 " row%s: p50 %.3f ms, p99 %.3f ms, "
+            "mean %.3f ms\n",
+            o->batch, o->batch == 1 ? "" : "s", s->step_p50 * 1e3,
+            s->step_p99 * 1e3, s->step_mean * 1e3);
+  }
   fprintf(out, "device memory: weights %s, KV cache %s, activations %s\n",
           fdy_format_bytes(b[FDY_BUFFER_RESIDENT] + b[FDY_BUFFER_SLOT], w,
                            sizeof w),
@@ -695,36 +797,103 @@ static fdy_status measure_ceilings(infer_state *s, fdy_error *err) {
   return st;
 }
 
+/* The context check of fdy_llama_generate, before any work: each sequence
+ * uses prompt_count + gen_tokens - 1 positions (the last id is not fed). */
+static fdy_status check_context(const infer_state *s, fdy_error *err) {
+  const fdy_infer_options *o = s->opt;
+  uint64_t needed = (uint64_t)o->prompt_count + o->gen_tokens - 1;
+  if (needed <= s->context) {
+    return FDY_OK;
+  }
+  fdy_error_set(err, FDY_ERR_CONTEXT,
+                "a prompt of %" PRIu32 " ids and %" PRIu32
+                " new ids need %" PRIu64 " positions (every id but the last "
+                "is fed back), but the context holds %" PRIu32,
+                o->prompt_count, o->gen_tokens, needed, s->context);
+  if (err) {
+    err->expected = s->context;
+    err->actual = needed;
+  }
+  return FDY_ERR_CONTEXT;
+}
+
+/* Decode step t (1 to gen_tokens - 1) of every sequence: row k feeds
+ * sequence k's id t - 1 of ids (batch x gen_tokens, sequence k's at k x
+ * gen_tokens) and stores the step's id as its id t. *begin and *end: the
+ * host clock around fdy_llama_session_decode (which ends with a host
+ * wait). */
+static fdy_status decode_step(infer_state *s, int32_t *ids, uint32_t t,
+                              int64_t *begin, int64_t *end, fdy_error *err) {
+  const fdy_infer_options *o = s->opt;
+  infer_batch *b = &s->batch;
+  for (uint32_t k = 0; k < o->batch; k++) {
+    b->feed[k] = ids[(size_t)k * o->gen_tokens + t - 1];
+  }
+  *begin = fdy_now_ns();
+  fdy_status st = fdy_llama_session_decode(s->session, b->slots, b->feed,
+                                           o->batch, b->next, NULL, err);
+  *end = fdy_now_ns();
+  for (uint32_t k = 0; st == FDY_OK && k < o->batch; k++) {
+    ids[(size_t)k * o->gen_tokens + t] = b->next[k];
+  }
+  return st;
+}
+
+/* Execution i into s->batch.ids: session reset, each sequence's prompt
+ * appended to its slot (one append each), then the decode steps, each
+ * timed into s->step_seconds. */
+static fdy_status execute(infer_state *s, uint32_t i, fdy_error *err) {
+  const fdy_infer_options *o = s->opt;
+  int32_t *ids = s->batch.ids;
+  double *steps = s->step_seconds + (size_t)i * s->steps;
+  int64_t t0 = fdy_now_ns();
+  fdy_llama_session_reset(s->session);
+  int64_t t1 = fdy_now_ns();
+  fdy_status st = FDY_OK;
+  for (uint32_t k = 0; st == FDY_OK && k < o->batch; k++) {
+    st = fdy_llama_session_append(s->session, k,
+                                  o->prompt + (size_t)k * o->prompt_count,
+                                  o->prompt_count, NULL, NULL, err);
+    ids[(size_t)k * o->gen_tokens] = fdy_llama_session_slot_next(s->session, k);
+  }
+  int64_t t2 = fdy_now_ns();
+  for (uint32_t t = 1; st == FDY_OK && t < o->gen_tokens; t++) {
+    int64_t begin, end;
+    st = decode_step(s, ids, t, &begin, &end, err);
+    steps[t - 1] = (double)(end - begin) * 1e-9;
+  }
+  int64_t t3 = fdy_now_ns();
+  if (st != FDY_OK) {
+    return st;
+  }
+  double decode = (double)(t3 - t2) * 1e-9;
+  double tps = s->steps > 0 && decode > 0 ? s->steps / decode : 0.0;
+  s->runs[i] = (infer_execution){.total = (double)(t3 - t0) * 1e-9,
+                                 .prefill = (double)(t2 - t1) * 1e-9,
+                                 .decode = decode,
+                                 .decode_tps = tps,
+                                 .aggregate_tps = o->batch * tps};
+  return FDY_OK;
+}
+
 static fdy_status run_executions(infer_state *s, fdy_error *err) {
   const fdy_infer_options *o = s->opt;
   uint32_t total = o->warmup + o->iterations;
+  size_t id_bytes = sizeof *s->batch.ids * o->batch * (size_t)o->gen_tokens;
   s->stage = "executions";
   s->same_ids = true;
-  for (uint32_t i = 0; i < total; i++) {
-    fdy_llama_generation gen;
-    fdy_llama_generate_options go = {.max_tokens = o->gen_tokens,
-                                     .ignore_eos = true};
-    int64_t t0 = fdy_now_ns();
-    fdy_status st = fdy_llama_generate(s->session, o->prompt, o->prompt_count,
-                                       &go, &gen, err);
-    int64_t t1 = fdy_now_ns();
+  fdy_status st = check_context(s, err);
+  for (uint32_t i = 0; st == FDY_OK && i < total; i++) {
+    st = execute(s, i, err);
     if (st != FDY_OK) {
-      return st;
+      break;
     }
-    s->runs[i] = (infer_execution){.total = (double)(t1 - t0) * 1e-9,
-                                   .prefill = gen.prefill_seconds,
-                                   .decode = gen.decode_seconds,
-                                   .decode_tps = gen.decode_tokens_per_second};
     s->done = i + 1;
-    if (!s->first_ids) {
-      s->first_ids = gen.ids;
-      s->first_count = gen.count;
-      gen.ids = NULL;
-    } else if (gen.count != s->first_count ||
-               memcmp(gen.ids, s->first_ids, sizeof *gen.ids * gen.count)) {
+    if (i == 0) {
+      memcpy(s->first_ids, s->batch.ids, id_bytes);
+    } else if (memcmp(s->batch.ids, s->first_ids, id_bytes) != 0) {
       s->same_ids = false;
     }
-    fdy_llama_generation_free(&gen);
     if (o->progress) {
       fprintf(stderr, "infer-bench: %s %" PRIu32 "/%" PRIu32 ": %.4f s\n",
               i < o->warmup ? "warmup" : "execution",
@@ -732,7 +901,7 @@ static fdy_status run_executions(infer_state *s, fdy_error *err) {
               i < o->warmup ? o->warmup : o->iterations, s->runs[i].total);
     }
   }
-  return FDY_OK;
+  return st;
 }
 
 /* The measured executions' values of one field, and their median. */
@@ -743,6 +912,24 @@ static fdy_status measured_median(const infer_state *s, double *x, size_t field,
     memcpy(&x[i], (const char *)&s->runs[o->warmup + i] + field, sizeof *x);
   }
   return fdy_bench_median(x, o->iterations, median, err);
+}
+
+/* The decode steps of the measured executions: mean (in execution order),
+ * p50 and p99 (fdy_bench_percentile_sorted). */
+static fdy_status step_statistics(infer_state *s, fdy_error *err) {
+  const fdy_infer_options *o = s->opt;
+  size_t n = (size_t)o->iterations * s->steps;
+  double *v = malloc(sizeof *v * n);
+  if (!v) {
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  memcpy(v, s->step_seconds + (size_t)o->warmup * s->steps, sizeof *v * n);
+  s->step_mean = fdy_bench_mean(v, n);
+  bench_sort(v, n);
+  s->step_p50 = fdy_bench_percentile_sorted(v, n, 0.50);
+  s->step_p99 = fdy_bench_percentile_sorted(v, n, 0.99);
+  free(v);
+  return FDY_OK;
 }
 
 static fdy_status statistics(infer_state *s, fdy_error *err) {
@@ -761,6 +948,13 @@ static fdy_status statistics(infer_state *s, fdy_error *err) {
   if (st == FDY_OK) {
     st = measured_median(s, x, offsetof(infer_execution, decode_tps),
                          &s->decode_tps_median, err);
+  }
+  if (st == FDY_OK) {
+    st = measured_median(s, x, offsetof(infer_execution, aggregate_tps),
+                         &s->aggregate_tps_median, err);
+  }
+  if (st == FDY_OK && s->steps > 0) {
+    st = step_statistics(s, err);
   }
   double total;
   if (st == FDY_OK) {
@@ -851,6 +1045,7 @@ session_options(const infer_state *s, uint64_t context, bool timings) {
   const fdy_infer_options *o = s->opt;
   return (fdy_llama_session_options){.backend = o->backend,
                                      .context = (uint32_t)context,
+                                     .max_sequences = o->batch,
                                      .prefill_rows = o->prefill_rows,
                                      .kv_dtype = o->kv_dtype,
                                      .weight_budget = o->weight_budget,
@@ -889,21 +1084,12 @@ static fdy_status record_run(infer_state *s, uint32_t tokens, int64_t begin,
   return FDY_OK;
 }
 
-/* One forward of count ids, recorded. */
-static fdy_status traced_forward(infer_state *s, const int32_t *ids,
-                                 uint32_t count, fdy_error *err) {
-  int64_t begin = fdy_now_ns();
-  fdy_status st =
-      fdy_llama_session_forward(s->session, ids, count, NULL, NULL, err);
-  int64_t end = fdy_now_ns();
-  return st == FDY_OK ? record_run(s, count, begin, end, err) : st;
-}
-
 /* The traced execution: the measured session is replaced (device memory
- * for one) by one that collects timings, which runs what
- * fdy_llama_generate runs (prefill runs of up to prefill_rows ids, then
- * gen_tokens - 1 single-id runs feeding back the device argmax) one
- * forward at a time, so that every run's timings are kept. */
+ * for one) by one that collects timings, which runs what an execution runs
+ * (each sequence's prompt in prefill runs of up to prefill_rows ids, then
+ * gen_tokens - 1 decode steps of batch rows feeding back the device
+ * argmax) one executor run at a time, so that every run's timings are
+ * kept. */
 static fdy_status run_trace(infer_state *s, fdy_error *err) {
   const fdy_infer_options *o = s->opt;
   infer_trace *t = &s->trace;
@@ -916,26 +1102,36 @@ static fdy_status run_trace(infer_state *s, fdy_error *err) {
     return st;
   }
   uint32_t rows = fdy_llama_session_prefill_rows(s->session);
-  size_t runs = (o->prompt_count + (size_t)rows - 1) / rows + o->gen_tokens - 1;
+  size_t chunks = (o->prompt_count + (size_t)rows - 1) / rows;
+  size_t runs = o->batch * chunks + s->steps;
   t->runs = calloc(runs, sizeof *t->runs);
-  t->ids = calloc(o->gen_tokens, sizeof *t->ids);
+  t->ids = calloc((size_t)o->batch * o->gen_tokens, sizeof *t->ids);
   if (!t->runs || !t->ids) {
     return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   }
-  for (uint32_t done = 0; st == FDY_OK && done < o->prompt_count;) {
-    uint32_t n = o->prompt_count - done < rows ? o->prompt_count - done : rows;
-    st = traced_forward(s, o->prompt + done, n, err);
-    done += n;
-  }
-  while (st == FDY_OK) {
-    t->ids[t->id_count++] = fdy_llama_session_next(s->session);
-    if (t->id_count == o->gen_tokens) {
-      break;
+  for (uint32_t k = 0; st == FDY_OK && k < o->batch; k++) {
+    const int32_t *prompt = o->prompt + (size_t)k * o->prompt_count;
+    for (uint32_t done = 0; st == FDY_OK && done < o->prompt_count;) {
+      uint32_t n =
+          o->prompt_count - done < rows ? o->prompt_count - done : rows;
+      int64_t begin = fdy_now_ns();
+      st = fdy_llama_session_append(s->session, k, prompt + done, n, NULL, NULL,
+                                    err);
+      int64_t end = fdy_now_ns();
+      st = st == FDY_OK ? record_run(s, n, begin, end, err) : st;
+      done += n;
     }
-    st = traced_forward(s, &t->ids[t->id_count - 1], 1, err);
+    t->ids[(size_t)k * o->gen_tokens] =
+        fdy_llama_session_slot_next(s->session, k);
   }
-  t->same_ids = st == FDY_OK && t->id_count == s->first_count &&
-                memcmp(t->ids, s->first_ids, sizeof *t->ids * t->id_count) == 0;
+  for (uint32_t step = 1; st == FDY_OK && step < o->gen_tokens; step++) {
+    int64_t begin, end;
+    st = decode_step(s, t->ids, step, &begin, &end, err);
+    st = st == FDY_OK ? record_run(s, o->batch, begin, end, err) : st;
+  }
+  t->same_ids = st == FDY_OK &&
+                memcmp(t->ids, s->first_ids,
+                       sizeof *t->ids * o->batch * (size_t)o->gen_tokens) == 0;
   return st;
 }
 
@@ -1128,8 +1324,9 @@ static json_t *trace_json(const infer_state *s) {
   json_object_set_new(
       other, "execution",
       json_string("one unmeasured execution after the measured ones, on a "
-                  "session created with collect_timings: the runs of "
-                  "fdy_llama_generate one forward at a time"));
+                  "session created with collect_timings: each sequence's "
+                  "prefill runs, then the decode steps of batch rows, one "
+                  "executor run at a time"));
   json_object_set_new(
       other, "timestamps",
       json_string("microseconds since the first run began (fdy_now_ns); "
@@ -1140,6 +1337,7 @@ static json_t *trace_json(const infer_state *s) {
   json_object_set_new(other, "device_timed_events", jint(device_timed));
   json_object_set_new(other, "host_timed_events", jint(host_timed));
   json_object_set_new(other, "runs", jint(t->run_count));
+  json_object_set_new(other, "batch", jint(s->opt->batch));
   json_object_set_new(other, "prefill_rows",
                       jint(fdy_llama_session_prefill_rows(s->session)));
   json_object_set_new(other, "ids_identical_to_measured",
@@ -1191,6 +1389,46 @@ static fdy_status run(infer_state *s, fdy_error *err) {
   return st;
 }
 
+/* The executions' times and steps, the decode rows' buffers and the first
+ * execution's ids; free_buffers releases what was allocated. */
+static fdy_status alloc_buffers(infer_state *s, fdy_error *err) {
+  const fdy_infer_options *o = s->opt;
+  size_t executions = (size_t)o->warmup + o->iterations;
+  size_t steps, ids;
+  if (__builtin_mul_overflow(executions, (size_t)s->steps, &steps) ||
+      __builtin_mul_overflow((size_t)o->batch, (size_t)o->gen_tokens, &ids)) {
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
+                         "out of memory: the executions' decode steps or "
+                         "ids overflow the address space");
+  }
+  infer_batch *b = &s->batch;
+  s->runs = calloc(executions, sizeof *s->runs);
+  s->step_seconds = calloc(steps ? steps : 1, sizeof *s->step_seconds);
+  b->slots = calloc(o->batch, sizeof *b->slots);
+  b->feed = calloc(o->batch, sizeof *b->feed);
+  b->next = calloc(o->batch, sizeof *b->next);
+  b->ids = calloc(ids, sizeof *b->ids);
+  s->first_ids = calloc(ids, sizeof *s->first_ids);
+  if (!s->runs || !s->step_seconds || !b->slots || !b->feed || !b->next ||
+      !b->ids || !s->first_ids) {
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  for (uint32_t k = 0; k < o->batch; k++) {
+    b->slots[k] = k;
+  }
+  return FDY_OK;
+}
+
+static void free_buffers(infer_state *s) {
+  free(s->runs);
+  free(s->step_seconds);
+  free(s->batch.slots);
+  free(s->batch.feed);
+  free(s->batch.next);
+  free(s->batch.ids);
+  free(s->first_ids);
+}
+
 fdy_status fdy_infer_bench_run(const fdy_infer_options *options, bool *written,
                                fdy_error *err) {
   if (written) {
@@ -1200,12 +1438,14 @@ fdy_status fdy_infer_bench_run(const fdy_infer_options *options, bool *written,
   if (st != FDY_OK) {
     return st;
   }
-  infer_state s = {
-      .opt = options, .started_unix = (int64_t)time(NULL), .stage = "setup"};
-  s.runs =
-      calloc((size_t)options->warmup + options->iterations, sizeof *s.runs);
-  if (!s.runs) {
-    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  infer_state s = {.opt = options,
+                   .started_unix = (int64_t)time(NULL),
+                   .stage = "setup",
+                   .steps = options->gen_tokens - 1};
+  st = alloc_buffers(&s, err);
+  if (st != FDY_OK) {
+    free_buffers(&s);
+    return st;
   }
   st = run(&s, err);
   if (st == FDY_OK && options->trace_path) {
@@ -1234,7 +1474,6 @@ fdy_status fdy_infer_bench_run(const fdy_infer_options *options, bool *written,
   free(s.trace.runs);
   free(s.trace.timings);
   free(s.trace.ids);
-  free(s.first_ids);
-  free(s.runs);
+  free_buffers(&s);
   return st;
 }

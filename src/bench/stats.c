@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_internal.h"
 #include "foundry/bench.h"
 
 uint64_t fdy_splitmix64_next(fdy_splitmix64 *g) {
@@ -26,9 +27,13 @@ static int compare_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+void bench_sort(double *v, size_t n) {
+  qsort(v, n, sizeof *v, compare_double);
+}
+
 /* Median of values sorted in place. */
 static double median_inplace(double *v, size_t n) {
-  qsort(v, n, sizeof *v, compare_double);
+  bench_sort(v, n);
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
 }
 

@@ -1,7 +1,8 @@
 /* `foundry infer-bench`: end-to-end Llama inference benchmark
  * (foundry/infer_bench.h, docs/infer-bench.md). Parses the flags, checks
  * the report path before any work, opens the model and the backend, builds
- * the prompt (from --seed or --prompt-file) and runs the benchmark. */
+ * the prompts (sequence k's from --seed + k, or the --prompt-file's) and
+ * runs the benchmark. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -21,12 +22,16 @@ void fdy_cmd_infer_bench_help(FILE *out) {
       "Measures Llama inference end to end with protocol %s: %u\n"
       "prompt ids from --seed, then %u greedy ids with EOS ignored;\n"
       "2 warmup and 10 measured executions (session reset + prefill +\n"
-      "decode) on one session created once. Prints the end-to-end\n"
-      "median with a bootstrap interval, prefill and decode speed, time\n"
-      "to first token, device memory and the achieved decode bandwidth,\n"
-      "the weights resident and streamed per decode token, host memory\n"
-      "and (cuda, weights streamed) decode against the bound of the\n"
-      "host-to-device ceiling, and writes a JSON report (%s\n"
+      "decode) on one session created once. With --batch B, B sequences\n"
+      "(prompts from --seed to --seed + B - 1) are prefilled one after\n"
+      "the other and decoded together, B rows per decode step. Prints\n"
+      "the end-to-end median with a bootstrap interval, prefill and\n"
+      "decode speed (per sequence and aggregate), the decode step's p50\n"
+      "and p99, time to first token, device memory and the achieved\n"
+      "decode bandwidth, the weights resident and streamed per decode\n"
+      "step, host memory and (cuda, weights streamed) decode against\n"
+      "the bound of the host-to-device ceiling, and writes a JSON\n"
+      "report (%s\n"
       "version %d; never overwritten). --trace PATH writes a Chrome\n"
       "trace of one more, unmeasured execution: every command of each\n"
       "prefill and decode run on a row per plan stream (never\n"
@@ -38,15 +43,18 @@ void fdy_cmd_infer_bench_help(FILE *out) {
       "  --seed S            prompt ids and bootstrap (default 0)\n"
       "  --prompt-file PATH  prompt ids from a file (comma-separated)\n"
       "  --prompt-tokens N   prompt ids from the seed (default %u)\n"
-      "  --gen-tokens N      ids generated per execution (default %u)\n"
+      "  --gen-tokens N      ids generated per sequence and execution\n"
+      "                      (default %u)\n"
+      "  --batch B           sequences decoded together, 1 to %u\n"
+      "                      (default 1; 1 with --prompt-file)\n"
       "  --warmup N          discarded executions (default 2)\n"
       "  --iterations N      measured executions (default 10)\n"
-      "  --context C         KV cache positions (default: prompt +\n"
-      "                      generated ids)\n"
+      "  --context C         KV cache positions of each sequence\n"
+      "                      (default: prompt + generated ids)\n"
       "  --kv-dtype D        KV cache dtype: f32 (default) or f16\n",
       FDY_INFER_PROTOCOL, FDY_INFER_PROMPT_TOKENS, FDY_INFER_GEN_TOKENS,
       FDY_INFER_REPORT_FORMAT, FDY_INFER_REPORT_VERSION,
-      FDY_INFER_PROMPT_TOKENS, FDY_INFER_GEN_TOKENS);
+      FDY_INFER_PROMPT_TOKENS, FDY_INFER_GEN_TOKENS, FDY_LLAMA_MAX_SEQUENCES);
   fdy_cli_session_flags_help(out);
   fprintf(out,
           "\n"
@@ -85,6 +93,7 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
     OPT_GEN_TOKENS,
     OPT_WARMUP,
     OPT_ITERATIONS,
+    OPT_BATCH,
   };
   static const struct option options[] = {
       {"model", required_argument, NULL, OPT_MODEL},
@@ -97,6 +106,7 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
       {"gen-tokens", required_argument, NULL, OPT_GEN_TOKENS},
       {"warmup", required_argument, NULL, OPT_WARMUP},
       {"iterations", required_argument, NULL, OPT_ITERATIONS},
+      {"batch", required_argument, NULL, OPT_BATCH},
       FDY_CLI_ENGINE_OPTIONS,
       {NULL, 0, NULL, 0},
   };
@@ -105,6 +115,7 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
   const char *prompt_file = NULL;
   uint64_t seed = 0, prompt_tokens = FDY_INFER_PROMPT_TOKENS;
   uint64_t gen_tokens = FDY_INFER_GEN_TOKENS, warmup = 2, iterations = 10;
+  uint64_t batch = 1;
   bool have_prompt_tokens = false;
   fdy_error err;
   optind = 1;
@@ -145,6 +156,10 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
       status = fdy_cli_parse_uint("--iterations", optarg, 1, UINT32_MAX / 2,
                                   &iterations, &err);
       break;
+    case OPT_BATCH:
+      status = fdy_cli_parse_uint("--batch", optarg, 1, FDY_LLAMA_MAX_SEQUENCES,
+                                  &batch, &err);
+      break;
     case ':':
       return fdy_cli_usage("infer-bench", "%s needs a value", argv[optind - 1]);
     default: {
@@ -183,6 +198,7 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
                          .prompt_count = (uint32_t)prompt_tokens,
                          .prompt_file = prompt_file,
                          .seed = seed,
+                         .batch = (uint32_t)batch,
                          .gen_tokens = (uint32_t)gen_tokens,
                          .warmup = (uint32_t)warmup,
                          .iterations = (uint32_t)iterations,
@@ -223,14 +239,16 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
   }
   if (!prompt_file) {
     prompt_count = (uint32_t)prompt_tokens;
-    prompt = malloc(sizeof *prompt * prompt_count);
+    prompt = malloc(sizeof *prompt * prompt_count * (size_t)batch);
     if (!prompt) {
       fdy_error_set(&err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
       code = fdy_cli_fail(&err);
       goto cleanup;
     }
-    fdy_infer_prompt_ids(fdy_llama_model_config(model), seed, prompt,
-                         prompt_count);
+    for (uint64_t k = 0; k < batch; k++) {
+      fdy_infer_prompt_ids(fdy_llama_model_config(model), seed + k,
+                           prompt + k * prompt_count, prompt_count);
+    }
   }
   o.model = model;
   o.backend = engine;

@@ -118,7 +118,7 @@ static const kind_table tables[FDY_OP_KIND_COUNT] = {
                            DT(FDY_DTYPE_F32) | DT(FDY_DTYPE_F16),
                            DT(FDY_DTYPE_F32) | DT(FDY_DTYPE_F16),
                            DT(FDY_DTYPE_F32)},
-                          {1, 2, 2, 2, 2, 2, 2}},
+                          {1, 2, 2, 2, 3, 3, 2}},
     [FDY_OP_SWIGLU] = {3,
                        3,
                        {"step", "gate", "up", "out"},
@@ -170,7 +170,7 @@ static const kind_table tables[FDY_OP_KIND_COUNT] = {
                                {I32, F32, F32, F32,
                                 DT(FDY_DTYPE_F32) | DT(FDY_DTYPE_F16),
                                 DT(FDY_DTYPE_F32) | DT(FDY_DTYPE_F16), F32},
-                               {1, 2, 2, 2, 2, 2, 2}},
+                               {1, 2, 2, 2, 3, 3, 2}},
 };
 
 /* The op being checked: operand i is inputs[i] for i < input_count, then
@@ -282,9 +282,10 @@ static fdy_status want_like(const check *c, uint32_t i, uint32_t j) {
   return FDY_OK;
 }
 
-/* The step tensor (operand 0) holds count, position and `ids` ids. */
-static fdy_status want_step(const check *c, uint64_t ids) {
-  uint64_t need = FDY_STEP_IDS + ids;
+/* The step tensor (operand 0) holds the count and the triples of `rows`
+ * rows. */
+static fdy_status want_step(const check *c, uint64_t rows) {
+  uint64_t need = FDY_STEP_ELEMENTS(rows);
   uint64_t got = operand(c, 0)->shape.dims[0];
   if (got >= need) {
     return FDY_OK;
@@ -413,7 +414,10 @@ static fdy_status check_attention(const check *c,
   uint32_t heads = a->heads;
   uint32_t kv = a->kv_heads;
   uint64_t d = a->head_dim;
-  if ((st = want_step(c, 0)) != FDY_OK) {
+  /* ATTENTION reads row 0's position and sequence, ROPE_ATTENTION every
+   * row's */
+  uint64_t t = op->inputs[1].shape.dims[0];
+  if ((st = want_step(c, op->kind == FDY_OP_ATTENTION ? 1 : t)) != FDY_OK) {
     return st;
   }
   if (heads == 0 || kv == 0 || d == 0 || heads % kv != 0) {
@@ -422,12 +426,11 @@ static fdy_status check_attention(const check *c,
                 "kv_heads dividing heads",
                 heads, kv, (unsigned long long)d);
   }
-  uint64_t t = op->inputs[1].shape.dims[0];
   if ((st = want_dim(c, 1, 1, heads * d)) != FDY_OK ||
       (st = want_dim(c, 2, 0, t)) != FDY_OK ||
       (st = want_dim(c, 2, 1, kv * d)) != FDY_OK ||
       (st = want_like(c, 3, 2)) != FDY_OK ||
-      (st = want_dim(c, 4, 1, kv * d)) != FDY_OK ||
+      (st = want_dim(c, 4, 2, kv * d)) != FDY_OK ||
       (st = want_like(c, 5, 4)) != FDY_OK) {
     return st;
   }
@@ -474,7 +477,7 @@ static fdy_status check_relations(const check *c) {
     }
     return want_dim(c, out, 0, op->inputs[1].shape.dims[0]);
   case FDY_OP_ROPE:
-    if ((st = want_step(c, 0)) != FDY_OK ||
+    if ((st = want_step(c, op->inputs[1].shape.dims[0])) != FDY_OK ||
         (st = check_rope_params(c)) != FDY_OK) {
       return st;
     }
@@ -629,4 +632,19 @@ fdy_op_params fdy_rope_params_of(const fdy_op *op) {
     p.rope = op->params.rope_attention.rope;
   }
   return p;
+}
+
+void fdy_step_set_row(int32_t *step, uint32_t t, int32_t id, uint32_t sequence,
+                      uint32_t position) {
+  step[FDY_STEP_ID(t)] = id;
+  step[FDY_STEP_POSITION(t)] = (int32_t)position;
+  step[FDY_STEP_SEQUENCE(t)] = (int32_t)sequence;
+}
+
+void fdy_step_set_chunk(int32_t *step, const int32_t *ids, uint32_t count,
+                        uint32_t sequence, uint32_t position) {
+  step[FDY_STEP_COUNT] = (int32_t)count;
+  for (uint32_t t = 0; t < count; t++) {
+    fdy_step_set_row(step, t, ids[t], sequence, position + t);
+  }
 }

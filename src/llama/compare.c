@@ -64,14 +64,10 @@ static fdy_status check(const fdy_llama_session *a, const fdy_llama_session *b,
                          "the tolerance must be finite and non-negative");
   }
   uint64_t extra = steps > 0 ? steps - 1 : 0;
-  fdy_llama_session *sessions[2] = {(fdy_llama_session *)a,
-                                    (fdy_llama_session *)b};
+  const fdy_llama_session *sessions[2] = {a, b};
   for (int i = 0; i < 2; i++) {
-    uint32_t saved = sessions[i]->position;
-    sessions[i]->position = 0;
-    fdy_status st =
-        fdy_llama_session_check(sessions[i], prompt, prompt_count, extra, err);
-    sessions[i]->position = saved;
+    fdy_status st = fdy_llama_session_check(sessions[i], prompt, prompt_count,
+                                            0, extra, err);
     if (st != FDY_OK) {
       return st;
     }

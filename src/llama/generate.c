@@ -58,7 +58,8 @@ fdy_status fdy_llama_generate(fdy_llama_session *session, const int32_t *prompt,
                          "the prompt is empty: give at least one token id");
   }
   uint32_t max_tokens = options->max_tokens;
-  uint32_t start = options->keep_context ? session->position : 0;
+  uint32_t start =
+      options->keep_context ? fdy_llama_session_position(session) : 0;
   /* the prompt and every generated id but the last are fed */
   uint64_t needed =
       (uint64_t)start + prompt_count + (max_tokens ? max_tokens - 1 : 0);
@@ -79,11 +80,8 @@ fdy_status fdy_llama_generate(fdy_llama_session *session, const int32_t *prompt,
     }
     return FDY_ERR_CONTEXT;
   }
-  uint32_t saved = session->position;
-  session->position = start;
   fdy_status st =
-      fdy_llama_session_check(session, prompt, prompt_count, 0, err);
-  session->position = saved;
+      fdy_llama_session_check(session, prompt, prompt_count, start, 0, err);
   if (st != FDY_OK) {
     return st;
   }

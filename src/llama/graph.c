@@ -352,8 +352,9 @@ static void add_step(builder *b, const char *prefix, uint64_t rows,
   char name[NAME_MAX_LEN];
   snprintf(name, sizeof name, "%s.step", prefix);
   if (b->st == FDY_OK) {
-    b->st = fdy_graph_add_input(b->g, name, FDY_DTYPE_I32,
-                                FDY_SHAPE(FDY_STEP_IDS + rows), step, b->err);
+    b->st =
+        fdy_graph_add_input(b->g, name, FDY_DTYPE_I32,
+                            FDY_SHAPE(FDY_STEP_ELEMENTS(rows)), step, b->err);
   }
   fdy_tensor_id in[4] = {*step,
                          view(b, FDY_LLAMA_EMBED, FDY_LLAMA_PART_PACKED, -1),
@@ -376,7 +377,10 @@ static void add_step(builder *b, const char *prefix, uint64_t rows,
         b, prefix, "last_logits", FDY_OP_LAST_ROW, no_params(), take, 2,
         activation(b, prefix, "last_logits", FDY_DTYPE_F32, 1, c->vocab_size));
   } else {
-    if (rows > 1) {
+    /* the prefill's logits are its last row's; the decode step's every
+     * row's (one per sequence) */
+    uint64_t head_rows = fused ? rows : 1;
+    if (!fused && rows > 1) {
       fdy_tensor_id take[2] = {*step, h};
       h = add_op(b, prefix, "last_hidden", FDY_OP_LAST_ROW, no_params(), take,
                  2,
@@ -388,7 +392,7 @@ static void add_step(builder *b, const char *prefix, uint64_t rows,
       static const char *const names[1] = {"logits"};
       uint64_t features[1] = {c->vocab_size};
       norm_matmul(b, prefix, "logits", *step, h, norm, head, names, features, 1,
-                  -1, 1, logits);
+                  -1, head_rows, logits);
     } else {
       fdy_tensor_id x = rmsnorm(b, prefix, "final_norm", *step, h, norm, 1);
       *logits = matmul(b, prefix, "logits", *step, x, FDY_LLAMA_LM_HEAD, -1, 1,
@@ -396,24 +400,32 @@ static void add_step(builder *b, const char *prefix, uint64_t rows,
     }
     last = *logits;
   }
+  uint64_t next_rows = all_logits || !fused ? 1 : rows;
   *next = add_op(b, prefix, "next", FDY_OP_ARGMAX, no_params(), &last, 1,
-                 activation(b, prefix, "next", FDY_DTYPE_I32, 1, 0));
+                 activation(b, prefix, "next", FDY_DTYPE_I32, next_rows, 0));
+}
+
+static uint32_t sequences_of(const fdy_llama_graph_options *o) {
+  return o->sequences ? o->sequences : 1;
 }
 
 static void add_caches(builder *b) {
   const fdy_llama_config *c = b->c;
   uint64_t kv_dim = (uint64_t)c->num_kv_heads * c->head_dim;
+  uint64_t sequences = sequences_of(b->options);
   for (uint32_t l = 0; b->st == FDY_OK && l < c->num_layers; l++) {
     char name[NAME_MAX_LEN];
     snprintf(name, sizeof name, "layer.%u.k_cache", l);
-    b->st = fdy_graph_add_state(b->g, name, b->options->kv_dtype,
-                                FDY_SHAPE(b->options->context, kv_dim),
-                                &b->k_cache[l], b->err);
+    b->st =
+        fdy_graph_add_state(b->g, name, b->options->kv_dtype,
+                            FDY_SHAPE(sequences, b->options->context, kv_dim),
+                            &b->k_cache[l], b->err);
     snprintf(name, sizeof name, "layer.%u.v_cache", l);
     if (b->st == FDY_OK) {
-      b->st = fdy_graph_add_state(b->g, name, b->options->kv_dtype,
-                                  FDY_SHAPE(b->options->context, kv_dim),
-                                  &b->v_cache[l], b->err);
+      b->st =
+          fdy_graph_add_state(b->g, name, b->options->kv_dtype,
+                              FDY_SHAPE(sequences, b->options->context, kv_dim),
+                              &b->v_cache[l], b->err);
     }
   }
 }
@@ -494,8 +506,8 @@ fdy_status fdy_llama_graph(const fdy_llama_model *model,
     ids.prefill_op_count = (uint32_t)fdy_graph_op_count(b.g);
     ids.decode_first_op = ids.prefill_op_count;
   }
-  add_step(&b, "decode", 1, false, true, &ids.decode_step, &ids.decode_logits,
-           &ids.decode_next);
+  add_step(&b, "decode", sequences_of(options), false, true, &ids.decode_step,
+           &ids.decode_logits, &ids.decode_next);
   if (b.st == FDY_OK) {
     ids.decode_op_count =
         (uint32_t)fdy_graph_op_count(b.g) - ids.decode_first_op;

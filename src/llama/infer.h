@@ -9,13 +9,16 @@
 struct fdy_llama_session {
   const fdy_llama_model *model;
   const fdy_llama_config *config;
-  uint32_t context;      /* positions in the KV cache */
-  uint32_t prefill_rows; /* tokens per prefill run */
-  bool all_logits;       /* prefill copies out every row's logits */
-  bool ids_only;         /* the steps copy out only the next id */
-  uint32_t position;     /* positions used so far */
-  int32_t next;          /* argmax of the latest forward, or -1 */
-  bool failed;           /* a backend failure ended the executor */
+  uint32_t context;       /* positions in the KV cache */
+  uint32_t prefill_rows;  /* tokens per prefill run */
+  bool all_logits;        /* prefill copies out every row's logits */
+  bool ids_only;          /* the steps copy out only the next id */
+  uint32_t max_sequences; /* slots: KV regions and decode rows */
+  uint32_t *positions;    /* [max_sequences]: positions used by each slot */
+  int32_t *nexts;         /* [max_sequences]: argmax of each slot's latest
+                             pass, or -1 */
+  bool *active;           /* [max_sequences]: the slot holds a sequence */
+  bool failed;            /* a backend failure ended the executor */
   fdy_graph *graph;
   fdy_llama_graph_io io;
   fdy_plan *plan;
@@ -26,11 +29,12 @@ struct fdy_llama_session {
 };
 
 /* Validates ids against the vocabulary (FDY_ERR_INVALID_ARGUMENT, ids[0] =
- * index, ids[1] = id, expected = vocab) and position + count + extra
- * against the context (FDY_ERR_CONTEXT, expected = context, actual =
- * needed). */
+ * index, ids[1] = id, expected = vocab) and start + count + extra
+ * positions against the context (FDY_ERR_CONTEXT, expected = context,
+ * actual = needed; the message says `start` positions are in use). */
 fdy_status fdy_llama_session_check(const fdy_llama_session *session,
                                    const int32_t *ids, uint32_t count,
-                                   uint64_t extra, fdy_error *err);
+                                   uint32_t start, uint64_t extra,
+                                   fdy_error *err);
 
 #endif

@@ -1,8 +1,10 @@
 /* Sessions: the model's graph and plan (steps "prefill" and "decode") on an
  * executor, so that every computation is a backend op. Create builds and
- * uploads everything; a forward pass writes the step inputs (count,
- * position, ids) into the executor's staging, runs a step and reads the
- * logits and the argmax back, allocating nothing. */
+ * uploads everything; a pass writes the step inputs (the count, then each
+ * row's id, position and sequence slot) into the executor's staging, runs
+ * a step and reads the logits and the argmax back, allocating nothing. A
+ * prompt chunk of one slot runs the prefill step; a decode step carries
+ * one row for each of up to max_sequences slots. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +23,54 @@ static fdy_status device_memory(fdy_backend *b, uint64_t *out, fdy_error *err) {
   fdy_status st = b->ops->capabilities(b, &caps, err);
   *out = caps.total_memory;
   return st;
+}
+
+/* Refuses a plan whose KV cache (with the arena and io) does not fit the
+ * device memory free beside its weights and slots: FDY_ERR_BUDGET, expected
+ * = the bytes available to them, actual = the bytes they need. */
+static fdy_status check_state_fits(const fdy_plan *plan, fdy_backend *b,
+                                   uint32_t sequences, uint32_t context,
+                                   fdy_error *err) {
+  fdy_device_caps caps;
+  memset(&caps, 0, sizeof caps);
+  fdy_status st = b->ops->capabilities(b, &caps, err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  uint64_t weights = 0, kv = 0, rest = 0;
+  for (uint32_t i = 0; i < fdy_plan_buffer_count(plan); i++) {
+    const fdy_plan_buffer *buf = fdy_plan_buffer_at(plan, i);
+    bool weight =
+        buf->cls == FDY_BUFFER_RESIDENT || buf->cls == FDY_BUFFER_SLOT;
+    uint64_t *sum = weight                         ? &weights
+                    : buf->cls == FDY_BUFFER_STATE ? &kv
+                                                   : &rest;
+    if (__builtin_add_overflow(*sum, buf->bytes, sum)) {
+      *sum = UINT64_MAX;
+    }
+  }
+  uint64_t device = caps.free_memory ? caps.free_memory : caps.total_memory;
+  uint64_t available = device > weights ? device - weights : 0;
+  uint64_t needed = 0;
+  if (__builtin_add_overflow(kv, rest, &needed)) {
+    needed = UINT64_MAX;
+  }
+  if (needed <= available) {
+    return FDY_OK;
+  }
+  fdy_error_set(err, FDY_ERR_BUDGET,
+                "the KV cache of %u sequences x %u positions needs %llu bytes "
+                "(and activations and io %llu more), but %llu bytes of %s "
+                "are available beside the weights and slots (%llu bytes): "
+                "lower --max-sequences or --context, or use --kv-dtype f16",
+                sequences, context, (unsigned long long)kv,
+                (unsigned long long)rest, (unsigned long long)available,
+                caps.name, (unsigned long long)weights);
+  if (err) {
+    err->expected = available;
+    err->actual = needed;
+  }
+  return FDY_ERR_BUDGET;
 }
 
 fdy_status fdy_llama_session_create(const fdy_llama_model *model,
@@ -49,9 +99,30 @@ fdy_status fdy_llama_session_create(const fdy_llama_model *model,
     }
     return FDY_ERR_INVALID_ARGUMENT;
   }
+  uint32_t sequences = options->max_sequences ? options->max_sequences : 1;
+  if (sequences > FDY_LLAMA_MAX_SEQUENCES) {
+    fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                  "max_sequences %u is above the %u a session holds", sequences,
+                  FDY_LLAMA_MAX_SEQUENCES);
+    if (err) {
+      err->expected = FDY_LLAMA_MAX_SEQUENCES;
+      err->actual = sequences;
+    }
+    return FDY_ERR_INVALID_ARGUMENT;
+  }
   fdy_llama_session *s = calloc(1, sizeof *s);
-  if (!s) {
+  if (s) {
+    s->positions = calloc(sequences, sizeof *s->positions);
+    s->nexts = malloc(sizeof *s->nexts * sequences);
+    s->active = calloc(sequences, sizeof *s->active);
+  }
+  if (!s || !s->positions || !s->nexts || !s->active) {
+    fdy_llama_session_destroy(s);
     return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  s->max_sequences = sequences;
+  for (uint32_t i = 0; i < sequences; i++) {
+    s->nexts[i] = -1;
   }
   s->model = model;
   s->config = c;
@@ -62,8 +133,8 @@ fdy_status fdy_llama_session_create(const fdy_llama_model *model,
                         : FDY_LLAMA_DEFAULT_PREFILL_ROWS;
   s->all_logits = options->all_logits;
   s->ids_only = options->ids_only;
-  s->next = -1;
   fdy_llama_graph_options graph_options = {.context = context,
+                                           .sequences = sequences,
                                            .prefill_rows = s->prefill_rows,
                                            .kv_dtype = options->kv_dtype,
                                            .all_logits = options->all_logits,
@@ -79,6 +150,9 @@ fdy_status fdy_llama_session_create(const fdy_llama_model *model,
                         options->buffers ? options->buffers
                                          : FDY_LLAMA_DEFAULT_BUFFERS,
                         &s->plan, err);
+  }
+  if (st == FDY_OK) {
+    st = check_state_fits(s->plan, options->backend, sequences, context, err);
   }
   if (st == FDY_OK) {
     fdy_executor_options executor_options = {
@@ -109,11 +183,14 @@ void fdy_llama_session_destroy(fdy_llama_session *s) {
   fdy_executor_destroy(s->executor);
   fdy_plan_destroy(s->plan);
   fdy_graph_destroy(s->graph);
+  free(s->positions);
+  free(s->nexts);
+  free(s->active);
   free(s);
 }
 
 uint32_t fdy_llama_session_position(const fdy_llama_session *session) {
-  return session ? session->position : 0;
+  return fdy_llama_session_slot_position(session, 0);
 }
 
 uint32_t fdy_llama_session_context(const fdy_llama_session *session) {
@@ -138,19 +215,48 @@ fdy_llama_session_timings(const fdy_llama_session *session, size_t *count) {
 }
 
 int32_t fdy_llama_session_next(const fdy_llama_session *session) {
-  return session ? session->next : -1;
+  return fdy_llama_session_slot_next(session, 0);
+}
+
+uint32_t fdy_llama_session_max_sequences(const fdy_llama_session *session) {
+  return session ? session->max_sequences : 0;
+}
+
+static bool in_range(const fdy_llama_session *s, uint32_t slot) {
+  return s && slot < s->max_sequences;
+}
+
+uint32_t fdy_llama_session_slot_position(const fdy_llama_session *session,
+                                         uint32_t slot) {
+  return in_range(session, slot) ? session->positions[slot] : 0;
+}
+
+int32_t fdy_llama_session_slot_next(const fdy_llama_session *session,
+                                    uint32_t slot) {
+  return in_range(session, slot) ? session->nexts[slot] : -1;
+}
+
+bool fdy_llama_session_slot_active(const fdy_llama_session *session,
+                                   uint32_t slot) {
+  return in_range(session, slot) && session->active[slot];
+}
+
+static void free_slot(fdy_llama_session *s, uint32_t slot) {
+  s->positions[slot] = 0;
+  s->nexts[slot] = -1;
+  s->active[slot] = false;
 }
 
 void fdy_llama_session_reset(fdy_llama_session *session) {
-  if (session) {
-    session->position = 0;
-    session->next = -1;
+  for (uint32_t i = 0; session && i < session->max_sequences; i++) {
+    free_slot(session, i);
   }
 }
 
 fdy_status fdy_llama_session_check(const fdy_llama_session *s,
                                    const int32_t *ids, uint32_t count,
-                                   uint64_t extra, fdy_error *err) {
+                                   uint32_t start, uint64_t extra,
+                                   fdy_error *err) {
   uint32_t vocab = s->config->vocab_size;
   for (uint32_t i = 0; i < count; i++) {
     if (ids[i] < 0 || (uint32_t)ids[i] >= vocab) {
@@ -166,12 +272,12 @@ fdy_status fdy_llama_session_check(const fdy_llama_session *s,
       return FDY_ERR_INVALID_ARGUMENT;
     }
   }
-  uint64_t needed = (uint64_t)s->position + count + extra;
+  uint64_t needed = (uint64_t)start + count + extra;
   if (needed > s->context) {
     fdy_error_set(err, FDY_ERR_CONTEXT,
                   "%llu positions are needed but the context holds %u "
                   "(%u already used)",
-                  (unsigned long long)needed, s->context, s->position);
+                  (unsigned long long)needed, s->context, start);
     if (err) {
       err->expected = s->context;
       err->actual = needed;
@@ -181,20 +287,53 @@ fdy_status fdy_llama_session_check(const fdy_llama_session *s,
   return FDY_OK;
 }
 
-/* Runs one chunk of 1 to prefill_rows checked tokens at the position:
- * the decode step for one token, else the prefill step. */
-static fdy_status run_chunk(fdy_llama_session *s, const int32_t *ids,
-                            uint32_t count, float *all_logits,
-                            float *last_logits, fdy_error *err) {
-  bool decode = count == 1 && !all_logits;
-  int32_t *in = decode ? s->decode_in : s->prefill_in;
-  in[FDY_STEP_COUNT] = (int32_t)count;
-  in[FDY_STEP_POSITION] = (int32_t)s->position;
-  memcpy(in + FDY_STEP_IDS, ids, sizeof *ids * count);
-  fdy_status st =
-      fdy_executor_run(s->executor, decode ? s->decode : s->prefill, err);
+/* Errors of a call on a session before any check of its own. */
+static fdy_status check_usable(const fdy_llama_session *s, const char *what,
+                               fdy_error *err) {
+  if (!s) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT, "%s needs a session",
+                         what);
+  }
+  if (s->failed) {
+    return fdy_error_set(err, FDY_ERR_BACKEND,
+                         "the session failed earlier; create a new one");
+  }
+  return FDY_OK;
+}
+
+static fdy_status slot_error(const fdy_llama_session *s, uint32_t slot,
+                             const char *why, fdy_error *err) {
+  fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                "slot %u %s (the session has slots 0 to %u)", slot, why,
+                s->max_sequences - 1);
+  if (err) {
+    err->ids[0] = slot;
+    err->expected = s->max_sequences;
+    err->actual = slot;
+  }
+  return FDY_ERR_INVALID_ARGUMENT;
+}
+
+/* Runs step `step` (already staged) and records a backend failure. */
+static fdy_status run_step(fdy_llama_session *s, size_t step, fdy_error *err) {
+  fdy_status st = fdy_executor_run(s->executor, step, err);
   if (st != FDY_OK) {
     s->failed = true;
+  }
+  return st;
+}
+
+/* Runs one chunk of 1 to prefill_rows checked tokens of slot at its
+ * position: the decode step for one token, else the prefill step. */
+static fdy_status run_chunk(fdy_llama_session *s, uint32_t slot,
+                            const int32_t *ids, uint32_t count,
+                            float *all_logits, float *last_logits,
+                            fdy_error *err) {
+  bool decode = count == 1 && !all_logits;
+  int32_t *in = decode ? s->decode_in : s->prefill_in;
+  fdy_step_set_chunk(in, ids, count, slot, s->positions[slot]);
+  fdy_status st = run_step(s, decode ? s->decode : s->prefill, err);
+  if (st != FDY_OK) {
     return st;
   }
   uint64_t vocab = s->config->vocab_size;
@@ -214,23 +353,25 @@ static fdy_status run_chunk(fdy_llama_session *s, const int32_t *ids,
     memcpy(last_logits, logits + (rows ? (uint64_t)(count - 1) * vocab : 0),
            sizeof *logits * vocab);
   }
-  s->next = next[0];
-  s->position += count;
+  s->nexts[slot] = next[0];
+  s->positions[slot] += count;
   return FDY_OK;
 }
 
-fdy_status fdy_llama_session_forward(fdy_llama_session *session,
-                                     const int32_t *ids, uint32_t count,
-                                     float *all_logits, float *last_logits,
-                                     fdy_error *err) {
-  if (!session || !ids || count == 0) {
-    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                         "fdy_llama_session_forward needs a session and at "
-                         "least one token id");
+fdy_status fdy_llama_session_append(fdy_llama_session *session, uint32_t slot,
+                                    const int32_t *ids, uint32_t count,
+                                    float *all_logits, float *last_logits,
+                                    fdy_error *err) {
+  fdy_status st = check_usable(session, "fdy_llama_session_append", err);
+  if (st != FDY_OK) {
+    return st;
   }
-  if (session->failed) {
-    return fdy_error_set(err, FDY_ERR_BACKEND,
-                         "the session failed earlier; create a new one");
+  if (!ids || count == 0) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "an append needs at least one token id");
+  }
+  if (slot >= session->max_sequences) {
+    return slot_error(session, slot, "does not exist", err);
   }
   if (all_logits && !session->all_logits) {
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
@@ -242,16 +383,161 @@ fdy_status fdy_llama_session_forward(fdy_llama_session *session,
                          "the session was created ids_only: its forward "
                          "passes return no logits");
   }
-  fdy_status st = fdy_llama_session_check(session, ids, count, 0, err);
+  st = fdy_llama_session_check(session, ids, count, session->positions[slot], 0,
+                               err);
+  if (st == FDY_OK) {
+    session->active[slot] = true;
+  }
   uint64_t vocab = session->config->vocab_size;
   for (uint32_t done = 0; st == FDY_OK && done < count;) {
     uint32_t n = count - done < session->prefill_rows ? count - done
                                                       : session->prefill_rows;
     bool last = done + n == count;
-    st = run_chunk(session, ids + done, n,
+    st = run_chunk(session, slot, ids + done, n,
                    all_logits ? all_logits + (uint64_t)done * vocab : NULL,
                    last ? last_logits : NULL, err);
     done += n;
   }
   return st;
+}
+
+fdy_status fdy_llama_session_forward(fdy_llama_session *session,
+                                     const int32_t *ids, uint32_t count,
+                                     float *all_logits, float *last_logits,
+                                     fdy_error *err) {
+  return fdy_llama_session_append(session, 0, ids, count, all_logits,
+                                  last_logits, err);
+}
+
+fdy_status fdy_llama_session_admit(fdy_llama_session *session,
+                                   const int32_t *ids, uint32_t count,
+                                   uint32_t *slot, fdy_error *err) {
+  fdy_status st = check_usable(session, "fdy_llama_session_admit", err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  if (!slot) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "fdy_llama_session_admit needs a slot output");
+  }
+  uint32_t free = 0;
+  while (free < session->max_sequences && session->active[free]) {
+    free++;
+  }
+  if (free == session->max_sequences) {
+    fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                  "all %u sequences of the session are in use: release one "
+                  "first (or create the session with more max_sequences)",
+                  session->max_sequences);
+    if (err) {
+      err->expected = session->max_sequences;
+      err->actual = session->max_sequences + 1;
+    }
+    return FDY_ERR_INVALID_ARGUMENT;
+  }
+  st = fdy_llama_session_append(session, free, ids, count, NULL, NULL, err);
+  if (st == FDY_OK) {
+    *slot = free;
+  }
+  return st;
+}
+
+/* The checks of a decode step: rows, slots and ids; err->ids[0] the row. */
+static fdy_status check_decode(const fdy_llama_session *s,
+                               const uint32_t *slots, const int32_t *ids,
+                               uint32_t count, const int32_t *next,
+                               const float *logits, fdy_error *err) {
+  if (!slots || !ids || !next || count == 0 || count > s->max_sequences) {
+    fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                  "a decode step takes 1 to %u rows (max_sequences) with "
+                  "slots, ids and a next-id output; got %u rows",
+                  s->max_sequences, count);
+    if (err) {
+      err->expected = s->max_sequences;
+      err->actual = count;
+    }
+    return FDY_ERR_INVALID_ARGUMENT;
+  }
+  if (logits && s->ids_only) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "the session was created ids_only: its decode steps "
+                         "return no logits");
+  }
+  for (uint32_t r = 0; r < count; r++) {
+    uint32_t slot = slots[r];
+    fdy_status st = FDY_OK;
+    if (slot >= s->max_sequences) {
+      st = slot_error(s, slot, "does not exist", err);
+    } else if (!s->active[slot]) {
+      st = slot_error(s, slot, "holds no sequence (admit one first)", err);
+    } else {
+      for (uint32_t q = 0; q < r && st == FDY_OK; q++) {
+        if (slots[q] == slot) {
+          st = slot_error(s, slot, "appears twice in one decode step", err);
+        }
+      }
+    }
+    if (st == FDY_OK) {
+      st = fdy_llama_session_check(s, &ids[r], 1, s->positions[slot], 0, err);
+    }
+    if (st != FDY_OK) {
+      if (err) {
+        err->ids[0] = r;
+      }
+      return st;
+    }
+  }
+  return FDY_OK;
+}
+
+fdy_status fdy_llama_session_decode(fdy_llama_session *session,
+                                    const uint32_t *slots, const int32_t *ids,
+                                    uint32_t count, int32_t *next,
+                                    float *logits, fdy_error *err) {
+  fdy_status st = check_usable(session, "fdy_llama_session_decode", err);
+  if (st == FDY_OK) {
+    st = check_decode(session, slots, ids, count, next, logits, err);
+  }
+  if (st != FDY_OK) {
+    return st;
+  }
+  int32_t *in = session->decode_in;
+  in[FDY_STEP_COUNT] = (int32_t)count;
+  for (uint32_t r = 0; r < count; r++) {
+    fdy_step_set_row(in, r, ids[r], slots[r], session->positions[slots[r]]);
+  }
+  st = run_step(session, session->decode, err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  const int32_t *out =
+      fdy_executor_output(session->executor, session->io.decode_next, NULL);
+  for (uint32_t r = 0; r < count; r++) {
+    next[r] = out[r];
+    session->nexts[slots[r]] = out[r];
+    session->positions[slots[r]]++;
+  }
+  if (logits) {
+    const float *rows =
+        fdy_executor_output(session->executor, session->io.decode_logits, NULL);
+    memcpy(logits, rows,
+           sizeof *logits * session->config->vocab_size * (uint64_t)count);
+  }
+  return FDY_OK;
+}
+
+fdy_status fdy_llama_session_release(fdy_llama_session *session, uint32_t slot,
+                                     fdy_error *err) {
+  fdy_status st = check_usable(session, "fdy_llama_session_release", err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  if (slot >= session->max_sequences) {
+    return slot_error(session, slot, "does not exist", err);
+  }
+  if (!session->active[slot]) {
+    return slot_error(session, slot, "holds no sequence", err);
+  }
+  free_slot(session, slot);
+  return FDY_OK;
 }

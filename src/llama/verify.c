@@ -87,11 +87,8 @@ fdy_status fdy_llama_verify(fdy_llama_session *session,
   uint32_t greedy_count = ref.greedy_count;
   const int32_t *prompt = ref.prompt_ids;
   const int32_t *greedy = ref.greedy_ids;
-  uint32_t saved = session->position;
-  session->position = 0;
-  st = fdy_llama_session_check(session, prompt, prompt_count,
+  st = fdy_llama_session_check(session, prompt, prompt_count, 0,
                                greedy_count ? greedy_count - 1 : 0, err);
-  session->position = saved;
   if (st != FDY_OK) {
     goto cleanup;
   }

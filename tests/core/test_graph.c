@@ -294,7 +294,8 @@ static void test_operand_checks(void **state) {
                    FDY_OK);
   /* ADD and RMSNORM over T = 2 rows of n = 4. */
   assert_int_equal(fdy_graph_add_input(f->g, "step", FDY_DTYPE_I32,
-                                       FDY_SHAPE(2 + 2), &step, NULL),
+                                       FDY_SHAPE(FDY_STEP_ELEMENTS(2)), &step,
+                                       NULL),
                    FDY_OK);
   assert_int_equal(
       fdy_graph_add_input(f->g, "a", FDY_DTYPE_F32, FDY_SHAPE(2, 4), &a, NULL),
@@ -810,9 +811,10 @@ static void test_state_tensors(void **state) {
   fdy_error err;
   assert_int_equal(fdy_graph_create("s", &g, &err), FDY_OK);
   fdy_tensor_id step, q, k, v, kc, vc, out;
-  assert_int_equal(
-      fdy_graph_add_input(g, "step", FDY_DTYPE_I32, FDY_SHAPE(3), &step, &err),
-      FDY_OK);
+  assert_int_equal(fdy_graph_add_input(g, "step", FDY_DTYPE_I32,
+                                       FDY_SHAPE(FDY_STEP_ELEMENTS(1)), &step,
+                                       &err),
+                   FDY_OK);
   assert_int_equal(
       fdy_graph_add_input(g, "q", FDY_DTYPE_F32, FDY_SHAPE(1, 8), &q, &err),
       FDY_OK);
@@ -823,10 +825,10 @@ static void test_state_tensors(void **state) {
       fdy_graph_add_input(g, "v", FDY_DTYPE_F32, FDY_SHAPE(1, 4), &v, &err),
       FDY_OK);
   assert_int_equal(fdy_graph_add_state(g, "k_cache", FDY_DTYPE_F32,
-                                       FDY_SHAPE(16, 4), &kc, &err),
+                                       FDY_SHAPE(1, 16, 4), &kc, &err),
                    FDY_OK);
   assert_int_equal(fdy_graph_add_state(g, "v_cache", FDY_DTYPE_F32,
-                                       FDY_SHAPE(16, 4), &vc, &err),
+                                       FDY_SHAPE(1, 16, 4), &vc, &err),
                    FDY_OK);
   assert_int_equal(fdy_graph_add_activation(g, "out", FDY_DTYPE_F32,
                                             FDY_SHAPE(1, 8), &out, &err),
@@ -981,9 +983,10 @@ static fdy_graph *params_graph(double eps, double theta, double factor) {
   fdy_graph *g = NULL;
   fdy_tensor_id step, x, w, normed, roped;
   assert_int_equal(fdy_graph_create("n", &g, NULL), FDY_OK);
-  assert_int_equal(
-      fdy_graph_add_input(g, "step", FDY_DTYPE_I32, FDY_SHAPE(4), &step, NULL),
-      FDY_OK);
+  assert_int_equal(fdy_graph_add_input(g, "step", FDY_DTYPE_I32,
+                                       FDY_SHAPE(FDY_STEP_ELEMENTS(2)), &step,
+                                       NULL),
+                   FDY_OK);
   assert_int_equal(
       fdy_graph_add_input(g, "x", FDY_DTYPE_F32, FDY_SHAPE(2, 8), &x, NULL),
       FDY_OK);
@@ -1029,9 +1032,10 @@ static fdy_graph *add_graph(fdy_op_params params) {
   fdy_graph *g = NULL;
   fdy_tensor_id step, a, out;
   assert_int_equal(fdy_graph_create("add", &g, NULL), FDY_OK);
-  assert_int_equal(
-      fdy_graph_add_input(g, "step", FDY_DTYPE_I32, FDY_SHAPE(3), &step, NULL),
-      FDY_OK);
+  assert_int_equal(fdy_graph_add_input(g, "step", FDY_DTYPE_I32,
+                                       FDY_SHAPE(FDY_STEP_ELEMENTS(1)), &step,
+                                       NULL),
+                   FDY_OK);
   assert_int_equal(
       fdy_graph_add_input(g, "a", FDY_DTYPE_F32, FDY_SHAPE(1, 4), &a, NULL),
       FDY_OK);

@@ -37,7 +37,7 @@ static fdy_op valid_op(fdy_op_kind kind) {
     break;
   case FDY_OP_EMBED_Q4:
     op.input_count = 4;
-    op.inputs[0] = step_view(FDY_STEP_IDS + 4);
+    op.inputs[0] = step_view(FDY_STEP_ELEMENTS(4));
     op.inputs[1] = view(FDY_DTYPE_U32, FDY_SHAPE(100, 256 / 8));
     op.inputs[2] = view(FDY_DTYPE_F16, FDY_SHAPE(100, 4));
     op.inputs[3] = view(FDY_DTYPE_F16, FDY_SHAPE(100, 4));
@@ -62,7 +62,7 @@ static fdy_op valid_op(fdy_op_kind kind) {
     break;
   case FDY_OP_ROPE:
     op.input_count = 2;
-    op.inputs[0] = step_view(2);
+    op.inputs[0] = step_view(FDY_STEP_ELEMENTS(4));
     op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(4, 8 * 64));
     op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(4, 8 * 64));
     op.params.rope.head_dim = 64;
@@ -75,12 +75,12 @@ static fdy_op valid_op(fdy_op_kind kind) {
     break;
   case FDY_OP_ATTENTION:
     op.input_count = 6;
-    op.inputs[0] = step_view(2);
+    op.inputs[0] = step_view(FDY_STEP_ELEMENTS(4));
     op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(4, 8 * 64));
     op.inputs[2] = view(FDY_DTYPE_F32, FDY_SHAPE(4, 2 * 64));
     op.inputs[3] = view(FDY_DTYPE_F32, FDY_SHAPE(4, 2 * 64));
-    op.inputs[4] = view(FDY_DTYPE_F16, FDY_SHAPE(128, 2 * 64));
-    op.inputs[5] = view(FDY_DTYPE_F16, FDY_SHAPE(128, 2 * 64));
+    op.inputs[4] = view(FDY_DTYPE_F16, FDY_SHAPE(3, 128, 2 * 64));
+    op.inputs[5] = view(FDY_DTYPE_F16, FDY_SHAPE(3, 128, 2 * 64));
     op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(4, 8 * 64));
     op.params.attention.heads = 8;
     op.params.attention.kv_heads = 2;
@@ -245,8 +245,11 @@ static void test_valid_ops_accepted(void **state) {
   op.inputs[5].dtype = FDY_DTYPE_F32;
   expect_ok(&op);
   op.params.attention.kv_heads = 8;
-  for (uint32_t i = 2; i <= 5; i++) {
+  for (uint32_t i = 2; i <= 3; i++) {
     op.inputs[i].shape.dims[1] = 8 * 64;
+  }
+  for (uint32_t i = 4; i <= 5; i++) {
+    op.inputs[i].shape.dims[2] = 8 * 64;
   }
   expect_ok(&op);
   op = valid_op(FDY_OP_ROPE);
@@ -380,12 +383,12 @@ static void test_checksum_relations(void **state) {
 static void test_embed_relations(void **state) {
   (void)state;
   fdy_op op = valid_op(FDY_OP_EMBED_Q4);
-  op.inputs[0].shape.dims[0] = FDY_STEP_IDS + 3; /* 4 ids needed */
+  op.inputs[0].shape.dims[0] = FDY_STEP_ELEMENTS(3); /* 4 rows needed */
   fdy_error err;
   assert_int_equal(fdy_op_check(&op, &err), FDY_ERR_INVALID_ARGUMENT);
   assert_int_equal(err.ids[0], 0);
-  assert_int_equal(err.expected, FDY_STEP_IDS + 4);
-  assert_int_equal(err.actual, FDY_STEP_IDS + 3);
+  assert_int_equal(err.expected, FDY_STEP_ELEMENTS(4));
+  assert_int_equal(err.actual, FDY_STEP_ELEMENTS(3));
   op = valid_op(FDY_OP_EMBED_Q4);
   op.inputs[1].shape.dims[1] = 31;
   expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 1);
@@ -418,8 +421,10 @@ static void test_embed_relations(void **state) {
 static void test_rmsnorm_relations(void **state) {
   (void)state;
   fdy_op op = valid_op(FDY_OP_RMSNORM);
-  op.inputs[0].shape.dims[0] = 1;
+  op.inputs[0].shape.dims[0] = 0; /* not even the count */
   expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 0);
+  op.inputs[0].shape.dims[0] = 1; /* the count is all it reads */
+  expect_ok(&op);
   op = valid_op(FDY_OP_RMSNORM);
   op.inputs[2].shape.dims[0] = 255;
   expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 2);
@@ -528,8 +533,24 @@ static void test_attention_relations(void **state) {
   op.inputs[3].shape.dims[0] = 5;
   expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 3);
   op = valid_op(FDY_OP_ATTENTION);
-  op.inputs[4].shape.dims[1] = 64;
+  op.inputs[4].shape.dims[2] = 64;
   expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 4);
+  op = valid_op(FDY_OP_ATTENTION);
+  op.inputs[4].shape = FDY_SHAPE(128, 2 * 64); /* caches are [S, context, .] */
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 4);
+  op = valid_op(FDY_OP_ATTENTION);
+  op.inputs[5].shape.dims[0] = 2; /* other sequences than k_cache's */
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 5);
+  /* ATTENTION reads row 0's position and sequence, ROPE_ATTENTION every
+   * row's */
+  op = valid_op(FDY_OP_ATTENTION);
+  op.inputs[0] = step_view(FDY_STEP_ELEMENTS(1));
+  expect_ok(&op);
+  op.inputs[0] = step_view(FDY_STEP_ELEMENTS(1) - 1);
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 0);
+  op = valid_op(FDY_OP_ROPE_ATTENTION);
+  op.inputs[0] = step_view(FDY_STEP_ELEMENTS(3));
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 0);
   op = valid_op(FDY_OP_ATTENTION);
   op.inputs[5].dtype = FDY_DTYPE_F32;
   expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 5);
@@ -612,7 +633,7 @@ static void test_row_kind_relations(void **state) {
     op.outputs[0].shape.dims[1] = 101;
     expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 3);
     op = valid_op(kinds[k]);
-    op.inputs[0].shape.dims[0] = 1;
+    op.inputs[0].shape.dims[0] = 0;
     expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 0);
   }
   fdy_op op = valid_op(FDY_OP_LAST_ROW);
@@ -634,7 +655,7 @@ static void test_fused_relations(void **state) {
   op.inputs[2].shape.dims[0] = 255;
   expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 2);
   op = valid_op(FDY_OP_NORM_MATMUL_Q4);
-  op.inputs[0].shape.dims[0] = 1;
+  op.inputs[0].shape.dims[0] = 0;
   expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 0);
   op = valid_op(FDY_OP_NORM_MATMUL_Q4);
   op.params.rmsnorm.eps = NAN;

@@ -314,12 +314,16 @@ static void run_everywhere(const fdy_op *op_in, void **data) {
   }
 }
 
-/* A step tensor [count, position, ids...] of 2 + ids elements. */
-static int32_t *make_step(int32_t count, int32_t position, uint32_t ids) {
-  int32_t *step = calloc(FDY_STEP_IDS + ids, sizeof *step);
+/* A step tensor of `rows` rows (at least one) holding a chunk of sequence
+ * 0: count, and row t at position position + t with id 0. */
+static int32_t *make_step(int32_t count, int32_t position, uint32_t rows) {
+  rows = rows ? rows : 1;
+  int32_t *step = calloc(FDY_STEP_ELEMENTS(rows), sizeof *step);
   assert_non_null(step);
   step[FDY_STEP_COUNT] = count;
-  step[FDY_STEP_POSITION] = position;
+  for (uint32_t t = 0; t < rows; t++) {
+    step[FDY_STEP_POSITION(t)] = position + (int32_t)t;
+  }
   return step;
 }
 
@@ -367,10 +371,12 @@ static void embed_case(uint32_t hidden, uint32_t group, fdy_dtype dtype) {
       random_halves((uint64_t)vocab * groups, dtype, -0.2f, -0.1f);
   int32_t *step = make_step(4, 0, rows);
   int32_t ids[6] = {7, 0, vocab - 1, 7, 3, 3};
-  memcpy(step + FDY_STEP_IDS, ids, sizeof ids);
+  for (uint32_t t = 0; t < rows; t++) {
+    step[FDY_STEP_ID(t)] = ids[t];
+  }
   float *out = poisoned((uint64_t)rows * hidden);
   fdy_op op = {.kind = FDY_OP_EMBED_Q4, .input_count = 4, .output_count = 1};
-  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(FDY_STEP_IDS + rows));
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(FDY_STEP_ELEMENTS(rows)));
   op.inputs[1] = view(FDY_DTYPE_U32, FDY_SHAPE(vocab, hidden / 8));
   op.inputs[2] = view(dtype, FDY_SHAPE(vocab, groups));
   op.inputs[3] = view(dtype, FDY_SHAPE(vocab, groups));
@@ -393,9 +399,9 @@ static void embed_case(uint32_t hidden, uint32_t group, fdy_dtype dtype) {
 
   /* ids outside the table give NaN rows */
   step[FDY_STEP_COUNT] = 3;
-  step[FDY_STEP_IDS + 0] = -1;
-  step[FDY_STEP_IDS + 1] = (int32_t)vocab;
-  step[FDY_STEP_IDS + 2] = 0;
+  step[FDY_STEP_ID(0)] = -1;
+  step[FDY_STEP_ID(1)] = (int32_t)vocab;
+  step[FDY_STEP_ID(2)] = 0;
   float *bad = poisoned((uint64_t)rows * hidden);
   data[4] = bad;
   run_everywhere(&op, data);
@@ -601,11 +607,13 @@ static double reference_inverse_frequency(const fdy_op_params *p, uint32_t j) {
 static void rope_case(bool llama3, uint32_t heads, int32_t position) {
   const uint32_t rows = 5, d = 64;
   uint32_t width = heads * d;
-  int32_t *step = make_step(4, position, 0);
+  int32_t *step = make_step(4, position, rows);
+  /* row 2 out of order: each row has its own position */
+  step[FDY_STEP_POSITION(2)] = position + 40;
   float *x = random_floats((uint64_t)rows * width);
   float *out = poisoned((uint64_t)rows * width);
   fdy_op op = {.kind = FDY_OP_ROPE, .input_count = 2, .output_count = 1};
-  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(FDY_STEP_ELEMENTS(rows)));
   op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, width));
   op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, width));
   op.params.rope.head_dim = d;
@@ -620,8 +628,8 @@ static void rope_case(bool llama3, uint32_t heads, int32_t position) {
   double *ref = doubles(4 * (uint64_t)width);
   for (uint32_t t = 0; t < 4; t++) {
     for (uint32_t j = 0; j < d / 2; j++) {
-      double angle =
-          (position + t) * reference_inverse_frequency(&op.params, j);
+      double angle = step[FDY_STEP_POSITION(t)] *
+                     reference_inverse_frequency(&op.params, j);
       for (uint32_t h = 0; h < heads; h++) {
         uint64_t at = (uint64_t)t * width + h * d + j;
         double x0 = x[at], x1 = x[at + d / 2];
@@ -655,6 +663,11 @@ typedef struct attention_case {
   fdy_dtype cache;
 } attention_case;
 
+/* Sequences of the caches of the attention tests, and the one the chunk
+ * of run_attention_case continues. */
+#define CASE_SEQUENCES 3u
+#define CASE_SEQUENCE  1u
+
 /* Cache element i as a double. */
 static double cache_value(const void *cache, fdy_dtype dtype, uint64_t i) {
   return dtype == FDY_DTYPE_F16 ? f16_value(((const uint16_t *)cache)[i])
@@ -676,15 +689,22 @@ static bool cache_row_is(const void *cache, fdy_dtype dtype, uint64_t r,
   return true;
 }
 
+/* ATTENTION of a chunk of sequence CASE_SEQUENCE in caches of
+ * CASE_SEQUENCES sequences: its region's earlier positions random, every
+ * other byte poisoned and left so. */
 static void run_attention_case(const attention_case *c) {
   uint32_t q_dim = c->heads * c->d, kv_dim = c->kv_heads * c->d;
   uint64_t esize = c->cache == FDY_DTYPE_F16 ? 2 : 4;
-  uint64_t cache_words = (uint64_t)c->context * kv_dim * esize / 4;
-  int32_t *step = make_step(c->count, c->position, 0);
+  uint64_t region_words = (uint64_t)c->context * kv_dim * esize / 4;
+  uint64_t cache_words = CASE_SEQUENCES * region_words;
+  uint64_t region = CASE_SEQUENCE * region_words; /* words */
+  int32_t *step = make_step(c->count, c->position, 1);
+  step[FDY_STEP_SEQUENCE(0)] = CASE_SEQUENCE;
   float *q = random_floats((uint64_t)c->rows * q_dim);
   float *k = random_floats((uint64_t)c->rows * kv_dim);
   float *v = random_floats((uint64_t)c->rows * kv_dim);
-  void *kc = poisoned(cache_words), *vc = poisoned(cache_words);
+  void *kc_all = poisoned(cache_words), *vc_all = poisoned(cache_words);
+  void *kc = (uint32_t *)kc_all + region, *vc = (uint32_t *)vc_all + region;
   /* positions before the step's hold earlier tokens */
   for (uint64_t i = 0; i < (uint64_t)c->position * kv_dim; i++) {
     if (c->cache == FDY_DTYPE_F16) {
@@ -695,29 +715,32 @@ static void run_attention_case(const attention_case *c) {
       ((float *)vc)[i] = rand_float();
     }
   }
-  void *kc0 = malloc(cache_words * 4);
+  void *kc0 = malloc(region_words * 4);
   assert_non_null(kc0);
-  memcpy(kc0, kc, cache_words * 4);
+  memcpy(kc0, kc, region_words * 4);
   float *out = poisoned((uint64_t)c->rows * q_dim);
   fdy_op op = {.kind = FDY_OP_ATTENTION, .input_count = 6, .output_count = 1};
-  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(FDY_STEP_ELEMENTS(1)));
   op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(c->rows, q_dim));
   op.inputs[2] = view(FDY_DTYPE_F32, FDY_SHAPE(c->rows, kv_dim));
   op.inputs[3] = view(FDY_DTYPE_F32, FDY_SHAPE(c->rows, kv_dim));
-  op.inputs[4] = view(c->cache, FDY_SHAPE(c->context, kv_dim));
-  op.inputs[5] = view(c->cache, FDY_SHAPE(c->context, kv_dim));
+  op.inputs[4] = view(c->cache, FDY_SHAPE(CASE_SEQUENCES, c->context, kv_dim));
+  op.inputs[5] = op.inputs[4];
   op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(c->rows, q_dim));
   op.params.attention.heads = c->heads;
   op.params.attention.kv_heads = c->kv_heads;
   op.params.attention.head_dim = c->d;
-  void *data[] = {step, q, k, v, kc, vc, out};
+  void *data[] = {step, q, k, v, kc_all, vc_all, out};
   run_everywhere(&op, data);
 
   uint32_t active = (uint32_t)c->count;
   uint32_t valid = c->position + active <= c->context
                        ? active
                        : c->context - (uint32_t)c->position;
-  /* the caches: earlier rows kept, new rows appended, the rest untouched */
+  /* the caches: earlier rows kept, new rows appended, the rest and the
+   * other sequences' regions untouched */
+  assert_true(is_poison((uint32_t *)kc_all, region));
+  assert_true(is_poison((uint32_t *)vc_all, region));
   assert_memory_equal(kc, kc0, (uint64_t)c->position * kv_dim * esize);
   for (uint32_t t = 0; t < valid; t++) {
     uint64_t p = (uint64_t)c->position + t;
@@ -727,8 +750,8 @@ static void run_attention_case(const attention_case *c) {
         cache_row_is(vc, c->cache, p, v + (uint64_t)t * kv_dim, kv_dim));
   }
   uint64_t end = ((uint64_t)c->position + valid) * kv_dim * esize / 4;
-  assert_true(is_poison((uint32_t *)kc + end, cache_words - end));
-  assert_true(is_poison((uint32_t *)vc + end, cache_words - end));
+  assert_true(is_poison((uint32_t *)kc + end, cache_words - region - end));
+  assert_true(is_poison((uint32_t *)vc + end, cache_words - region - end));
 
   double *ref = doubles((uint64_t)valid * q_dim);
   double *scores = doubles(c->context);
@@ -775,8 +798,8 @@ static void run_attention_case(const attention_case *c) {
   free(q);
   free(k);
   free(v);
-  free(kc);
-  free(vc);
+  free(kc_all);
+  free(vc_all);
   free(out);
 }
 
@@ -1166,25 +1189,41 @@ static void fused_case(uint32_t rows, int32_t count, uint32_t in,
 /* The decode shape (one row), several rows with the count below them (the
  * rows past it stay poisoned alike), groups of 32 (a short last block), 64
  * and 128, F16 and BF16. */
-/* ROPE_ATTENTION equals ROPE(q), ROPE(k), then ATTENTION bitwise: the
- * output and both caches (earlier positions random, the rest poisoned). */
+/* ROPE_ATTENTION of independent rows equals, row by row, ROPE(q), ROPE(k)
+ * and a one-row ATTENTION of that row alone, bitwise: the output and both
+ * caches. Row t is at position (position + 7 t) mod (context + 2) (so
+ * some rows fall outside the cache) of sequence rows - t in caches of
+ * rows + 1 sequences (region 0 stays poisoned); each region's positions before
+ * its row's are random, the rest poisoned. */
 static void rope_attention_case(const attention_case *c, bool llama3) {
   uint32_t q_dim = c->heads * c->d, kv_dim = c->kv_heads * c->d;
+  uint32_t sequences = c->rows + 1;
   uint64_t esize = c->cache == FDY_DTYPE_F16 ? 2 : 4;
-  uint64_t cache_words = (uint64_t)c->context * kv_dim * esize / 4;
+  uint64_t region = (uint64_t)c->context * kv_dim; /* elements */
+  uint64_t cache_words = sequences * region * esize / 4;
   uint64_t cache_bytes = cache_words * 4;
-  int32_t *step = make_step(c->count, c->position, 0);
+  int32_t *step = make_step(c->count, 0, c->rows);
+  for (uint32_t t = 0; t < c->rows; t++) {
+    step[FDY_STEP_POSITION(t)] =
+        (int32_t)(((uint32_t)c->position + 7 * t) % (c->context + 2));
+    step[FDY_STEP_SEQUENCE(t)] = (int32_t)(c->rows - t);
+  }
   float *q = random_floats((uint64_t)c->rows * q_dim);
   float *k = random_floats((uint64_t)c->rows * kv_dim);
   float *v = random_floats((uint64_t)c->rows * kv_dim);
   void *kc = poisoned(cache_words), *vc = poisoned(cache_words);
-  for (uint64_t i = 0; i < (uint64_t)c->position * kv_dim; i++) {
-    if (c->cache == FDY_DTYPE_F16) {
-      ((uint16_t *)kc)[i] = f16_bits(rand_float());
-      ((uint16_t *)vc)[i] = f16_bits(rand_float());
-    } else {
-      ((float *)kc)[i] = rand_float();
-      ((float *)vc)[i] = rand_float();
+  for (uint32_t t = 0; t < c->rows; t++) {
+    uint32_t p = (uint32_t)step[FDY_STEP_POSITION(t)];
+    uint64_t at = (uint64_t)step[FDY_STEP_SEQUENCE(t)] * region;
+    for (uint64_t i = at; i < at + (uint64_t)(p < c->context ? p : 0) * kv_dim;
+         i++) {
+      if (c->cache == FDY_DTYPE_F16) {
+        ((uint16_t *)kc)[i] = f16_bits(rand_float());
+        ((uint16_t *)vc)[i] = f16_bits(rand_float());
+      } else {
+        ((float *)kc)[i] = rand_float();
+        ((float *)vc)[i] = rand_float();
+      }
     }
   }
   void *kc1 = malloc(cache_bytes), *vc1 = malloc(cache_bytes);
@@ -1200,40 +1239,62 @@ static void rope_attention_case(const attention_case *c, bool llama3) {
                           .high_freq_factor = 4.0,
                           .original_max_position = 8192};
   fdy_attention_params attention = {c->heads, c->kv_heads, c->d};
+  fdy_tensor_view caches =
+      view(c->cache, FDY_SHAPE(sequences, c->context, kv_dim));
 
-  /* the unfused sequence */
-  float *qr = poisoned((uint64_t)c->rows * q_dim);
-  float *kr = poisoned((uint64_t)c->rows * kv_dim);
-  fdy_op op = {.kind = FDY_OP_ROPE, .input_count = 2, .output_count = 1};
-  op.params.rope = rope;
-  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
-  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(c->rows, q_dim));
-  op.outputs[0] = op.inputs[1];
-  void *rope_q[] = {step, q, qr};
-  run_everywhere(&op, rope_q);
-  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(c->rows, kv_dim));
-  op.outputs[0] = op.inputs[1];
-  void *rope_k[] = {step, k, kr};
-  run_everywhere(&op, rope_k);
+  /* each active row alone through the unfused sequence */
   float *out1 = poisoned((uint64_t)c->rows * q_dim);
-  op = (fdy_op){.kind = FDY_OP_ATTENTION, .input_count = 6, .output_count = 1};
-  op.params.attention = attention;
-  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
-  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(c->rows, q_dim));
-  op.inputs[2] = view(FDY_DTYPE_F32, FDY_SHAPE(c->rows, kv_dim));
-  op.inputs[3] = view(FDY_DTYPE_F32, FDY_SHAPE(c->rows, kv_dim));
-  op.inputs[4] = view(c->cache, FDY_SHAPE(c->context, kv_dim));
-  op.inputs[5] = view(c->cache, FDY_SHAPE(c->context, kv_dim));
-  op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(c->rows, q_dim));
-  void *single[] = {step, qr, kr, v, kc1, vc1, out1};
-  run_everywhere(&op, single);
+  for (uint32_t t = 0; t < (uint32_t)c->count; t++) {
+    int32_t *one = make_step(1, step[FDY_STEP_POSITION(t)], 1);
+    one[FDY_STEP_SEQUENCE(0)] = step[FDY_STEP_SEQUENCE(t)];
+    float *qr = poisoned(q_dim), *kr = poisoned(kv_dim);
+    fdy_op op = {.kind = FDY_OP_ROPE, .input_count = 2, .output_count = 1};
+    op.params.rope = rope;
+    op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(FDY_STEP_ELEMENTS(1)));
+    op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(1, q_dim));
+    op.outputs[0] = op.inputs[1];
+    void *rope_q[] = {one, q + (uint64_t)t * q_dim, qr};
+    run_everywhere(&op, rope_q);
+    op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(1, kv_dim));
+    op.outputs[0] = op.inputs[1];
+    void *rope_k[] = {one, k + (uint64_t)t * kv_dim, kr};
+    run_everywhere(&op, rope_k);
+    op =
+        (fdy_op){.kind = FDY_OP_ATTENTION, .input_count = 6, .output_count = 1};
+    op.params.attention = attention;
+    op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(FDY_STEP_ELEMENTS(1)));
+    op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(1, q_dim));
+    op.inputs[2] = view(FDY_DTYPE_F32, FDY_SHAPE(1, kv_dim));
+    op.inputs[3] = op.inputs[2];
+    op.inputs[4] = caches;
+    op.inputs[5] = caches;
+    op.outputs[0] = op.inputs[1];
+    void *single[] = {one,
+                      qr,
+                      kr,
+                      v + (uint64_t)t * kv_dim,
+                      kc1,
+                      vc1,
+                      out1 + (uint64_t)t * q_dim};
+    run_everywhere(&op, single);
+    free(one);
+    free(qr);
+    free(kr);
+  }
 
-  /* the fused op on the same operands */
+  /* the fused op over every row at once */
   float *out = poisoned((uint64_t)c->rows * q_dim);
-  op.kind = FDY_OP_ROPE_ATTENTION;
-  memset(&op.params, 0, sizeof op.params);
+  fdy_op op = {
+      .kind = FDY_OP_ROPE_ATTENTION, .input_count = 6, .output_count = 1};
   op.params.rope_attention.rope = rope;
   op.params.rope_attention.attention = attention;
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(FDY_STEP_ELEMENTS(c->rows)));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(c->rows, q_dim));
+  op.inputs[2] = view(FDY_DTYPE_F32, FDY_SHAPE(c->rows, kv_dim));
+  op.inputs[3] = op.inputs[2];
+  op.inputs[4] = caches;
+  op.inputs[5] = caches;
+  op.outputs[0] = op.inputs[1];
   void *fused[] = {step, q, k, v, kc, vc, out};
   run_everywhere(&op, fused);
   expect_same_bits(out, out1, (uint64_t)c->rows * q_dim);
@@ -1247,8 +1308,6 @@ static void rope_attention_case(const attention_case *c, bool llama3) {
   free(vc);
   free(kc1);
   free(vc1);
-  free(qr);
-  free(kr);
   free(out1);
   free(out);
 }
@@ -1261,11 +1320,11 @@ static void test_rope_attention_equal_single_ops(void **state) {
       {8, 2, 64, 64, 1, 1, 40, FDY_DTYPE_F16},
       /* decode at position 0, llama-3.2-3b heads */
       {24, 8, 128, 32, 1, 1, 0, FDY_DTYPE_F32},
-      /* prefill from 9, one row beyond the count */
+      /* a batch of 6 sequences, one row beyond the count */
       {8, 2, 64, 64, 6, 5, 9, FDY_DTYPE_F16},
       /* MHA, odd pairs count (head_dim 36: 18 pairs) */
       {4, 4, 36, 32, 7, 7, 0, FDY_DTYPE_F32},
-      /* the last two rows fall outside the cache */
+      /* rows outside the cache */
       {4, 2, 32, 16, 5, 4, 14, FDY_DTYPE_F32},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -4,12 +4,13 @@
  * projection and the LM head, RMSNORM, ROPE (query and key widths),
  * ATTENTION over a context of 640 positions (F32 cache unless --cache
  * f16), SWIGLU, ADD, EMBED_Q4, ARGMAX (one row of vocab logits) and the
- * fused ops of a layer: NORM_MATMUL_Q4 (q, k, v), ROPE_ATTENTION (one row
- * only), MATMUL_ADD_Q4 (o), NORM_SWIGLU_Q4 (gate, up) and MATMUL_ADD_Q4
+ * fused ops of a layer: NORM_MATMUL_Q4 (q, k, v), ROPE_ATTENTION (a decode
+ * step of --rows sequences, each at the last position of a context of its
+ * own), MATMUL_ADD_Q4 (o), NORM_SWIGLU_Q4 (gate, up) and MATMUL_ADD_Q4
  * (down), and the decode's final NORM_MATMUL_Q4 (the LM head, one row
  * only). --rows 1 (default) gives the decode shapes; --rows 512 the
- * prefill shapes (the last 512 tokens of the context; ARGMAX keeps one
- * row).
+ * prefill shapes (the last 512 tokens of the context of one sequence;
+ * ARGMAX keeps one row).
  *
  * Each op is built as an fdy_op over device memory filled with random
  * non-zero values and enqueued with fdy_cuda_op_enqueue, the backend's own
@@ -24,7 +25,8 @@
  * after the first launch when they fit; --l2 warm leaves out the flush
  * before each sample. Rates count the fewest bytes the
  * op must move (every operand read or written once; ATTENTION reads the
- * caches only up to its last position, EMBED_Q4 only the rows it gathers)
+ * caches only up to its last position, ROPE_ATTENTION every row's region
+ * up to its position, EMBED_Q4 only the rows it gathers)
  * against the device-to-device rate (read + write) measured in the same
  * run by fdy_cuda_measure_d2d; the matmul kinds also report GFLOP/s (2 x
  * rows x in x out over their weights), and with several rows every block
@@ -356,7 +358,7 @@ static bench_op rope(const char *name, const options *o, uint32_t heads) {
   bench_op b = {.name = name};
   fdy_op *op = &b.op;
   *op = (fdy_op){.kind = FDY_OP_ROPE, .input_count = 2, .output_count = 1};
-  op->inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op->inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(FDY_STEP_ELEMENTS(o->rows)));
   op->inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(o->rows, heads * HEAD_DIM));
   op->outputs[0] = op->inputs[1];
   op->params.rope.head_dim = HEAD_DIM;
@@ -370,21 +372,23 @@ static bench_op rope(const char *name, const options *o, uint32_t heads) {
   return b;
 }
 
-/* ATTENTION (or ROPE_ATTENTION when fused, one row) of the last o->rows
- * tokens of a context of o->context positions. */
+/* ATTENTION of the last o->rows tokens of a context of o->context
+ * positions (one sequence), or (fused) ROPE_ATTENTION of o->rows
+ * sequences, each row at the last position of its sequence's context
+ * (step_rows fills the step). */
 static bench_op attention(const options *o, bool fused) {
-  bench_op b = {.name = fused ? "rope_attention" : "attention",
-                .one_row_only = fused};
+  bench_op b = {.name = fused ? "rope_attention" : "attention"};
   fdy_op *op = &b.op;
   const uint32_t q = HEADS * HEAD_DIM, kv = KV_HEADS * HEAD_DIM;
+  const uint32_t sequences = fused ? o->rows : 1;
   *op = (fdy_op){.kind = fused ? FDY_OP_ROPE_ATTENTION : FDY_OP_ATTENTION,
                  .input_count = 6,
                  .output_count = 1};
-  op->inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op->inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(FDY_STEP_ELEMENTS(o->rows)));
   op->inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(o->rows, q));
   op->inputs[2] = view(FDY_DTYPE_F32, FDY_SHAPE(o->rows, kv));
   op->inputs[3] = op->inputs[2];
-  op->inputs[4] = view(o->cache, FDY_SHAPE(o->context, kv));
+  op->inputs[4] = view(o->cache, FDY_SHAPE(sequences, o->context, kv));
   op->inputs[5] = op->inputs[4];
   op->outputs[0] = op->inputs[1];
   const fdy_attention_params a = {HEADS, KV_HEADS, HEAD_DIM};
@@ -395,10 +399,10 @@ static bench_op attention(const options *o, bool fused) {
     op->params.attention = a;
   }
   /* q, k, v and the output once, the appended rows written, and both
-   * caches read up to the last position */
+   * caches read up to the last position of each sequence */
   b.bytes = 2 * view_bytes(&op->inputs[1]) + 2 * view_bytes(&op->inputs[2]) +
             2ull * o->rows * kv * fdy_dtype_size(o->cache) +
-            2ull * o->context * kv * fdy_dtype_size(o->cache);
+            2ull * sequences * o->context * kv * fdy_dtype_size(o->cache);
   return b;
 }
 
@@ -407,7 +411,7 @@ static bench_op embed(const options *o) {
   fdy_op *op = &b.op;
   const uint32_t groups = HIDDEN / o->group;
   *op = (fdy_op){.kind = FDY_OP_EMBED_Q4, .input_count = 4, .output_count = 1};
-  op->inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(FDY_STEP_IDS + o->rows));
+  op->inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(FDY_STEP_ELEMENTS(o->rows)));
   op->inputs[1] = view(FDY_DTYPE_U32, FDY_SHAPE(VOCAB, HIDDEN / 8));
   op->inputs[2] = view(o->scales, FDY_SHAPE(VOCAB, groups));
   op->inputs[3] = op->inputs[2];
@@ -570,6 +574,20 @@ static bool time_block_shapes(fdy_cuda_ctx *ctx, const options *o,
   return ok;
 }
 
+/* A step of `elements` values for o->rows rows: the count, then random
+ * ids, and rows at the last o->rows positions of sequence 0's context (a
+ * prompt chunk), or (batch) each row t at the last position of sequence
+ * t's. */
+static void step_rows(const options *o, bool batch, int32_t *step,
+                      uint64_t elements) {
+  memset(step, 0, elements * sizeof *step);
+  step[FDY_STEP_COUNT] = (int32_t)o->rows;
+  for (uint32_t t = 0; t < o->rows && FDY_STEP_SEQUENCE(t) < elements; t++) {
+    fdy_step_set_row(step, t, (int32_t)(next_u64() % VOCAB), batch ? t : 0,
+                     batch ? o->context - 1 : o->context - o->rows + t);
+  }
+}
+
 /* Allocates and fills every operand of b->op on the device, times the op
  * (time_launches) and fills r with the time per launch; a prefill matmul
  * kind also with every block shape. Returns 0, or 1 with the failure
@@ -595,12 +613,7 @@ static int time_op(fdy_cuda_ctx *ctx, const options *o, const bench_op *b,
     void *host = malloc(bytes);
     ok = host != NULL;
     if (ok && i == 0 && v->dtype == FDY_DTYPE_I32) {
-      int32_t *step = host;
-      step[FDY_STEP_COUNT] = (int32_t)o->rows;
-      step[FDY_STEP_POSITION] = (int32_t)(o->context - o->rows);
-      for (uint64_t k = FDY_STEP_IDS; k < count; k++) {
-        step[k] = (int32_t)(next_u64() % VOCAB);
-      }
+      step_rows(o, op->kind == FDY_OP_ROPE_ATTENTION, host, count);
     } else if (ok) {
       /* norm weights near 1, scales near 2^-7, biases near -2^-4 */
       bool is_bias = i < 32 && (b->bias_inputs >> i & 1u) != 0;
@@ -774,8 +787,7 @@ int main(int argc, char **argv) {
       rows_op("add", FDY_OP_ADD, &o, HIDDEN),
       embed(&o),
       argmax(),
-      /* last: the fused kinds (ROPE_ATTENTION and the LM head of one row
-       * only) */
+      /* last: the fused kinds (the LM head of one row only) */
       fused("norm+q/k/v", FDY_OP_NORM_MATMUL_Q4, &o, HIDDEN),
       attention(&o, true),
       fused("o+residual", FDY_OP_MATMUL_ADD_Q4, &o, HIDDEN),

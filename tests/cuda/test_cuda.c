@@ -634,7 +634,7 @@ static void test_bad_inputs(void **state) {
   assert_string_equal(err.backend_op, "launch");
   /* rope beyond the kernel's pairs: a valid op the backend refuses */
   fdy_op rope = {.kind = FDY_OP_ROPE, .input_count = 2, .output_count = 1};
-  rope.inputs[0] = chain_view(buf, 0, FDY_DTYPE_I32, 2);
+  rope.inputs[0] = chain_view(buf, 0, FDY_DTYPE_I32, FDY_STEP_ELEMENTS(1));
   rope.inputs[1] = (fdy_tensor_view){
       .buffer = buf, .dtype = FDY_DTYPE_F32, .shape = FDY_SHAPE(1, 1024)};
   rope.outputs[0] = rope.inputs[1];

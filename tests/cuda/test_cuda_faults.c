@@ -76,16 +76,16 @@ static void llama_free(llama_case *l) {
   fdy_llama_close(l->model);
 }
 
-/* Writes one decode token at `position` into the step input. */
+/* Writes one decode token at `position` of sequence 0 into the step
+ * input. */
 static void set_decode(fdy_executor *x, const llama_case *l, int32_t id,
-                       int32_t position) {
+                       uint32_t position) {
   uint64_t bytes = 0;
   int32_t *in = fdy_executor_input(x, l->io.decode_step, &bytes);
   assert_non_null(in);
-  assert_int_equal(bytes, 3 * sizeof(int32_t));
+  assert_int_equal(bytes, FDY_STEP_ELEMENTS(1) * sizeof(int32_t));
   in[FDY_STEP_COUNT] = 1;
-  in[FDY_STEP_POSITION] = position;
-  in[FDY_STEP_IDS] = id;
+  fdy_step_set_row(in, 0, id, 0, position);
 }
 
 static uint64_t memory_in_use(fdy_backend *b) {

@@ -132,17 +132,16 @@ static fdy_status decode(const model_case *m, fdy_backend *b,
   int32_t *in = fdy_executor_input(x, m->io.prefill_step, &bytes);
   assert_non_null(in);
   in[FDY_STEP_COUNT] = PROMPT;
-  in[FDY_STEP_POSITION] = 0;
   for (int32_t i = 0; i < PROMPT; i++) {
-    in[FDY_STEP_IDS + i] = (int32_t)((i * 37 + 11) % (int32_t)m->vocab);
+    fdy_step_set_row(in, (uint32_t)i, (i * 37 + 11) % (int32_t)m->vocab, 0,
+                     (uint32_t)i);
   }
   st = fdy_executor_run(x, prefill, err);
   for (int32_t t = 0; st == FDY_OK && t <= TOKENS; t++) {
     if (t > 0) {
       int32_t *d = fdy_executor_input(x, m->io.decode_step, NULL);
       d[FDY_STEP_COUNT] = 1;
-      d[FDY_STEP_POSITION] = PROMPT + t - 1;
-      d[FDY_STEP_IDS] = out->ids[t - 1];
+      fdy_step_set_row(d, 0, out->ids[t - 1], 0, (uint32_t)(PROMPT + t - 1));
       st = fdy_executor_run(x, step, err);
       if (st != FDY_OK) {
         break;
@@ -325,14 +324,12 @@ static void test_graph_fault_sweep(void **state) {
   size_t step = (size_t)fdy_executor_step(x, "decode");
   int32_t *in = fdy_executor_input(x, m.io.prefill_step, NULL);
   in[FDY_STEP_COUNT] = 1;
-  in[FDY_STEP_POSITION] = 0;
-  in[FDY_STEP_IDS] = 1;
+  fdy_step_set_row(in, 0, 1, 0, 0);
   int32_t *d = fdy_executor_input(x, m.io.decode_step, NULL);
   d[FDY_STEP_COUNT] = 1;
-  d[FDY_STEP_IDS] = 2;
   assert_int_equal(fdy_executor_run(x, prefill, &err), FDY_OK);
-  for (int32_t p = 1; p <= 2; p++) {
-    d[FDY_STEP_POSITION] = p;
+  for (uint32_t p = 1; p <= 2; p++) {
+    fdy_step_set_row(d, 0, 2, 0, p);
     assert_int_equal(fdy_executor_run(x, step, &err), FDY_OK);
   }
   uint64_t total = fdy_fault_get_stats(counting).calls;
@@ -353,14 +350,12 @@ static void test_graph_fault_sweep(void **state) {
         assert_int_equal(st, FDY_OK);
         in = fdy_executor_input(x, m.io.prefill_step, NULL);
         in[FDY_STEP_COUNT] = 1;
-        in[FDY_STEP_POSITION] = 0;
-        in[FDY_STEP_IDS] = 1;
+        fdy_step_set_row(in, 0, 1, 0, 0);
         d = fdy_executor_input(x, m.io.decode_step, NULL);
         d[FDY_STEP_COUNT] = 1;
-        d[FDY_STEP_IDS] = 2;
         st = fdy_executor_run(x, prefill, &err);
-        for (int32_t p = 1; st == FDY_OK && p <= 2; p++) {
-          d[FDY_STEP_POSITION] = p;
+        for (uint32_t p = 1; st == FDY_OK && p <= 2; p++) {
+          fdy_step_set_row(d, 0, 2, 0, p);
           st = fdy_executor_run(x, step, &err);
         }
         fdy_executor_destroy(x);

@@ -30,9 +30,16 @@
  * cache's last position, a cache of 70,000 positions), the decode kernel's
  * block layouts (test_attention_decode_blocks: several blocks per kv head,
  * more slices than the stream's counters, caches of several lengths), and
- * its decode workspace is required (test_attention_workspace_refused).
+ * its decode workspace is required (test_attention_workspace_refused);
+ * chunks and decode rows in a region other than 0 of caches of several
+ * sequences, and of a sequence outside them (test_attention_regions).
  * ROPE_ATTENTION (decode) against the CPU's rope, rope and attention
- * (test_rope_attention_decode: caches bitwise).
+ * (test_rope_attention_decode: caches bitwise); of batches of 1 to 64
+ * rows, each at its own position of its own sequence (ragged, shuffled
+ * regions, rows outside the caches; test_rope_attention_batch: caches
+ * bitwise), and a row's result bitwise the same in batches of 3 and 32
+ * (test_rope_attention_batch_invariance, GPU alone). ROPE of rows at
+ * positions of their own (rope_case, ragged).
  * ARGMAX ties on both sides of the blocks a long row is cut into
  * (test_argmax_blocks).
  *
@@ -223,11 +230,17 @@ static bool written_nan(const float *p, uint64_t n) {
   return true;
 }
 
-static int32_t *make_step(int32_t count, int32_t position, uint32_t ids) {
-  int32_t *step = calloc(FDY_STEP_IDS + ids, sizeof *step);
+/* A step of max(rows, 1) rows (so that every step view of up to
+ * FDY_STEP_ELEMENTS(max(rows, 1)) elements reads set values): the count,
+ * and row t at position `position` + t of sequence 0, id 0 (a chunk). */
+static int32_t *make_step(int32_t count, int32_t position, uint32_t rows) {
+  uint32_t n = rows > 0 ? rows : 1;
+  int32_t *step = calloc(FDY_STEP_ELEMENTS(n), sizeof *step);
   assert_non_null(step);
   step[FDY_STEP_COUNT] = count;
-  step[FDY_STEP_POSITION] = position;
+  for (uint32_t t = 0; t < n; t++) {
+    step[FDY_STEP_POSITION(t)] = position + (int32_t)t;
+  }
   return step;
 }
 
@@ -453,17 +466,17 @@ static void embed_case(const char *label, const q4_matrix *table, uint32_t rows,
   uint32_t vocab = table->out, hidden = table->in;
   int32_t *step = make_step(count, 0, rows);
   for (uint32_t t = 0; t < rows; t++) {
-    step[FDY_STEP_IDS + t] = (int32_t)(next_u64() % vocab);
+    step[FDY_STEP_ID(t)] = (int32_t)(next_u64() % vocab);
   }
-  step[FDY_STEP_IDS] = (int32_t)vocab - 1;
+  step[FDY_STEP_ID(0)] = (int32_t)vocab - 1;
   uint32_t active = active_rows(count, rows);
   if (active >= 3) { /* rows 1 and 2: ids outside the table */
-    step[FDY_STEP_IDS + 1] = -1;
-    step[FDY_STEP_IDS + 2] = (int32_t)vocab;
+    step[FDY_STEP_ID(1)] = -1;
+    step[FDY_STEP_ID(2)] = (int32_t)vocab;
   }
   float *out = poisoned((uint64_t)rows * hidden);
   fdy_op op = {.kind = FDY_OP_EMBED_Q4, .input_count = 4, .output_count = 1};
-  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(FDY_STEP_IDS + rows));
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(FDY_STEP_ELEMENTS(rows)));
   op.inputs[1] = view(FDY_DTYPE_U32, FDY_SHAPE(vocab, hidden / 8));
   op.inputs[2] = view(table->dtype, FDY_SHAPE(vocab, hidden / table->group));
   op.inputs[3] = op.inputs[2];
@@ -752,15 +765,22 @@ static void test_prefill_needs_workspace(void **state) {
 /* ---- rope -------------------------------------------------------------------
  */
 
+/* ROPE of rows at positions `position` + t, or (ragged) row t at a
+ * position of its own (0 for every third row, else uniform below
+ * 100,000). */
 static void rope_case(const char *label, uint32_t rows, int32_t count,
                       int32_t position, uint32_t heads, uint32_t head_dim,
-                      bool llama3) {
+                      bool llama3, bool ragged) {
   uint32_t width = heads * head_dim;
-  int32_t *step = make_step(count, position, 0);
+  int32_t *step = make_step(count, position, rows);
+  for (uint32_t t = 0; ragged && t < rows; t++) {
+    step[FDY_STEP_POSITION(t)] =
+        t % 3 == 0 ? 0 : (int32_t)(next_u64() % 100000);
+  }
   float *x = random_floats((uint64_t)rows * width);
   float *out = poisoned((uint64_t)rows * width);
   fdy_op op = {.kind = FDY_OP_ROPE, .input_count = 2, .output_count = 1};
-  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(FDY_STEP_ELEMENTS(rows)));
   op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, width));
   op.outputs[0] = op.inputs[1];
   op.params.rope.head_dim = head_dim;
@@ -774,8 +794,9 @@ static void rope_case(const char *label, uint32_t rows, int32_t count,
   results r = run_both(&op, data);
   uint32_t active = active_rows(count, rows);
   char what[160];
-  snprintf(what, sizeof what, "rope %s [%u x %u] d%u %s at %d, count %d", label,
-           rows, width, head_dim, llama3 ? "llama3" : "plain", position, count);
+  snprintf(what, sizeof what, "rope %s [%u x %u] d%u %s at %d%s, count %d",
+           label, rows, width, head_dim, llama3 ? "llama3" : "plain", position,
+           ragged ? " (ragged)" : "", count);
   if (active > 0) {
     expect_close(what, r.cpu[2], r.gpu[2], (uint64_t)active * width,
                  ELEMENT_BOUND);
@@ -790,32 +811,38 @@ static void rope_case(const char *label, uint32_t rows, int32_t count,
 /* ---- attention --------------------------------------------------------------
  */
 
+/* An ATTENTION case: the rows are a chunk from `position` (ROPE_ATTENTION
+ * cases have one row). */
 typedef struct attention_case {
   uint32_t heads, kv_heads, d, context, rows;
   int32_t count, position;
   fdy_dtype cache;
 } attention_case;
 
-/* ATTENTION, or ROPE_ATTENTION (rope: theta 500000, llama3 scaling) of
- * case c against the CPU backend. */
-static void run_attention_kind(const char *label, const attention_case *c,
-                               bool rope) {
-  uint32_t q_dim = c->heads * c->d, kv_dim = c->kv_heads * c->d;
-  uint64_t esize = c->cache == FDY_DTYPE_F16 ? 2 : 4;
-  uint64_t cache_words = (uint64_t)c->context * kv_dim * esize / 4;
-  int32_t *step = make_step(c->count, c->position, 0);
-  float *q = random_floats((uint64_t)c->rows * q_dim);
-  float *k = random_floats((uint64_t)c->rows * kv_dim);
-  float *v = random_floats((uint64_t)c->rows * kv_dim);
-  void *kc = poisoned(cache_words), *vc = poisoned(cache_words);
-  /* positions before the step's hold earlier tokens (F16: halves in
-   * [-1, 1) built from bits) */
-  uint64_t before = c->position > 0 ? (uint64_t)c->position * kv_dim : 0;
-  if (before > (uint64_t)c->context * kv_dim) {
-    before = (uint64_t)c->context * kv_dim;
-  }
-  for (uint64_t i = 0; i < before; i++) {
-    if (c->cache == FDY_DTYPE_F16) {
+/* ROPE_ATTENTION's parameters in these tests: the llama3 rope (theta
+ * 500000, factor 32, low 1, high 4, original 8192) of head_dim d. */
+static fdy_op_params rope_attention_params(uint32_t heads, uint32_t kv_heads,
+                                           uint32_t d) {
+  fdy_op_params p;
+  memset(&p, 0, sizeof p);
+  p.rope_attention.rope = (fdy_rope_params){.head_dim = d,
+                                            .theta = 500000.0,
+                                            .llama3 = true,
+                                            .factor = 32.0,
+                                            .low_freq_factor = 1.0,
+                                            .high_freq_factor = 4.0,
+                                            .original_max_position = 8192};
+  p.rope_attention.attention = (fdy_attention_params){heads, kv_heads, d};
+  return p;
+}
+
+/* Elements [first, first + n) of a k and a v cache of dtype set to random
+ * earlier tokens: F32 in [-1, 1], F16 halves in [-1, 1) built from bits,
+ * the v half correlated with the k half. */
+static void fill_caches(void *kc, void *vc, fdy_dtype dtype, uint64_t first,
+                        uint64_t n) {
+  for (uint64_t i = first; i < first + n; i++) {
+    if (dtype == FDY_DTYPE_F16) {
       uint64_t r = next_u64();
       uint16_t h = (uint16_t)((r & 0x8000u) | (uint16_t)(10 + r % 5) << 10 |
                               ((r >> 16) & 0x3ffu));
@@ -826,27 +853,49 @@ static void run_attention_kind(const char *label, const attention_case *c,
       ((float *)vc)[i] = rand_float();
     }
   }
+}
+
+/* ATTENTION, or ROPE_ATTENTION (rope: rope_attention_params) of case c
+ * against the CPU backend, its rows of sequence `sequence` of caches of
+ * `sequences` regions. The chunk's sequence holds random earlier tokens
+ * before its position; every other cache element is poisoned (a NaN in
+ * F32, half of them NaN in F16), so reading another region or a later
+ * position shows. */
+static void run_attention_in(const char *label, const attention_case *c,
+                             bool rope, uint32_t sequences, int32_t sequence) {
+  uint32_t q_dim = c->heads * c->d, kv_dim = c->kv_heads * c->d;
+  uint64_t esize = c->cache == FDY_DTYPE_F16 ? 2 : 4;
+  uint64_t region = (uint64_t)c->context * kv_dim; /* elements */
+  uint64_t cache_words = sequences * region * esize / 4;
+  int32_t *step = make_step(c->count, c->position, c->rows);
+  for (uint32_t t = 0; t < c->rows; t++) {
+    step[FDY_STEP_SEQUENCE(t)] = sequence;
+  }
+  float *q = random_floats((uint64_t)c->rows * q_dim);
+  float *k = random_floats((uint64_t)c->rows * kv_dim);
+  float *v = random_floats((uint64_t)c->rows * kv_dim);
+  void *kc = poisoned(cache_words), *vc = poisoned(cache_words);
+  const bool in = sequence >= 0 && (uint32_t)sequence < sequences;
+  uint64_t before = c->position > 0 ? (uint64_t)c->position * kv_dim : 0;
+  if (before > region) {
+    before = region;
+  }
+  if (in) {
+    fill_caches(kc, vc, c->cache, (uint64_t)sequence * region, before);
+  }
   float *out = poisoned((uint64_t)c->rows * q_dim);
   fdy_op op = {.kind = FDY_OP_ATTENTION, .input_count = 6, .output_count = 1};
-  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(FDY_STEP_ELEMENTS(c->rows)));
   op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(c->rows, q_dim));
   op.inputs[2] = view(FDY_DTYPE_F32, FDY_SHAPE(c->rows, kv_dim));
   op.inputs[3] = op.inputs[2];
-  op.inputs[4] = view(c->cache, FDY_SHAPE(c->context, kv_dim));
+  op.inputs[4] = view(c->cache, FDY_SHAPE(sequences, c->context, kv_dim));
   op.inputs[5] = op.inputs[4];
   op.outputs[0] = op.inputs[1];
   if (rope) {
+    assert_int_equal(c->rows, 1);
     op.kind = FDY_OP_ROPE_ATTENTION;
-    op.params.rope_attention.rope =
-        (fdy_rope_params){.head_dim = c->d,
-                          .theta = 500000.0,
-                          .llama3 = true,
-                          .factor = 32.0,
-                          .low_freq_factor = 1.0,
-                          .high_freq_factor = 4.0,
-                          .original_max_position = 8192};
-    op.params.rope_attention.attention =
-        (fdy_attention_params){c->heads, c->kv_heads, c->d};
+    op.params = rope_attention_params(c->heads, c->kv_heads, c->d);
   } else {
     op.params.attention.heads = c->heads;
     op.params.attention.kv_heads = c->kv_heads;
@@ -857,16 +906,17 @@ static void run_attention_kind(const char *label, const attention_case *c,
 
   uint32_t active = active_rows(c->count, c->rows);
   uint32_t valid = 0; /* rows whose position lies in the cache */
-  while (valid < active && (int64_t)c->position + valid < (int64_t)c->context) {
+  while (in && valid < active &&
+         (int64_t)c->position + valid < (int64_t)c->context) {
     valid++;
   }
   char what[200];
   snprintf(what, sizeof what,
-           "%s %s %u/%u heads d%u, %s cache of %u, [%u rows] at %d, "
-           "count %d",
+           "%s %s %u/%u heads d%u, %s cache of %u x %u, [%u rows] at %d of "
+           "sequence %d, count %d",
            rope ? "rope_attention" : "attention", label, c->heads, c->kv_heads,
-           c->d, fdy_dtype_name(c->cache), c->context, c->rows, c->position,
-           c->count);
+           c->d, fdy_dtype_name(c->cache), sequences, c->context, c->rows,
+           c->position, sequence, c->count);
   /* prefill with head_dim a multiple of 16 up to 128 runs on the tensor
    * cores: q, k, v and the weights rounded to F16 (2^-11 relative each;
    * src/backends/cuda/attention_prefill.cu works out ~3e-4 for these
@@ -876,6 +926,8 @@ static void run_attention_kind(const char *label, const attention_case *c,
   if (valid > 0) {
     expect_close(what, r.cpu[6], r.gpu[6], (uint64_t)valid * q_dim,
                  mma ? MMA_BOUND : REDUCTION_BOUND);
+  } else {
+    print_message("  %-58s no row in the cache\n", what);
   }
   const float *g = r.gpu[6];
   assert_true(written_nan(g + (uint64_t)valid * q_dim,
@@ -887,6 +939,10 @@ static void run_attention_kind(const char *label, const attention_case *c,
   snprintf(what, sizeof what, "  v cache after the append (%s)",
            fdy_dtype_name(c->cache));
   expect_same(what, r.cpu[5], r.gpu[5], cache_words * 4);
+  if (valid == 0) { /* nothing appended */
+    expect_same("  k cache as it was", kc, r.gpu[4], cache_words * 4);
+    expect_same("  v cache as it was", vc, r.gpu[5], cache_words * 4);
+  }
   free_results(&r);
   free(step);
   free(q);
@@ -897,9 +953,21 @@ static void run_attention_kind(const char *label, const attention_case *c,
   free(out);
 }
 
+static void run_attention_kind(const char *label, const attention_case *c,
+                               bool rope) {
+  run_attention_in(label, c, rope, 1, 0);
+}
+
 static void run_attention_case(const char *label, const attention_case *c) {
   run_attention_kind(label, c, false);
 }
+
+/* An attention case in a region of caches of several sequences. */
+typedef struct region_case {
+  attention_case c;
+  uint32_t sequences;
+  int32_t sequence;
+} region_case;
 
 /* Decode (one row) at positions that start, end and straddle the decode
  * chunks (64 positions from a cache of 4096) up to the cache's last, and
@@ -1013,8 +1081,10 @@ static void test_attention_decode_blocks(void **state) {
  * a 4096 cache); blocks that take several chunks in turn (MHA of 80 heads
  * at 2047 of 2048; llama-3.2-3b at 16,000, the first slot of a
  * 128-position chunk, in its held round of 64, and 16,383 of 16,384, past
- * it).
- * supports_op refuses it for two rows. */
+ * it). A row of region 2 or 1 of caches of 3 sequences, and a row whose
+ * sequence lies outside them (3 and -1: NaN, caches untouched).
+ * supports_op takes two rows (and needs no workspace for them) and
+ * refuses a rope of 257 pairs. */
 static void test_rope_attention_decode(void **state) {
   (void)state;
   const attention_case small[] = {
@@ -1076,26 +1146,319 @@ static void test_rope_attention_decode(void **state) {
                         caches[i]};
     run_attention_kind("long cache", &c, true);
   }
+  /* a row of a region other than 0 of caches of 3 sequences, and rows of
+   * a sequence outside them (NaN, nothing appended) */
+  const region_case regions[] = {
+      {{24, 8, 128, 640, 1, 1, 639, FDY_DTYPE_F16}, 3, 2},
+      {{16, 2, 64, 700, 1, 1, 300, FDY_DTYPE_F32}, 3, 1},
+      {{24, 8, 128, 640, 1, 1, 100, FDY_DTYPE_F16}, 3, 3},
+      {{24, 8, 128, 640, 1, 1, 100, FDY_DTYPE_F32}, 3, -1},
+  };
+  for (size_t i = 0; i < sizeof regions / sizeof regions[0]; i++) {
+    run_attention_in("decode", &regions[i].c, true, regions[i].sequences,
+                     regions[i].sequence);
+  }
+  /* any row count (several on the batch kernel); a rope of more than 256
+   * pairs is refused */
   fdy_op op = {
       .kind = FDY_OP_ROPE_ATTENTION, .input_count = 6, .output_count = 1};
-  op.params.rope_attention.rope =
-      (fdy_rope_params){.head_dim = 64, .theta = 10000.0};
-  op.params.rope_attention.attention = (fdy_attention_params){4, 2, 64};
-  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.params = rope_attention_params(4, 2, 64);
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(FDY_STEP_ELEMENTS(2)));
   op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(2, 256));
   op.inputs[2] = view(FDY_DTYPE_F32, FDY_SHAPE(2, 128));
   op.inputs[3] = op.inputs[2];
-  op.inputs[4] = view(FDY_DTYPE_F16, FDY_SHAPE(100, 128));
+  op.inputs[4] = view(FDY_DTYPE_F16, FDY_SHAPE(3, 100, 128));
+  op.inputs[5] = op.inputs[4];
+  op.outputs[0] = op.inputs[1];
+  assert_int_equal(fdy_op_check(&op, NULL), FDY_OK);
+  assert_true(gpu.b->ops->supports_op(gpu.b, &op));
+  assert_int_equal(gpu.b->ops->workspace_bytes(gpu.b, &op), 0);
+  op.params = rope_attention_params(1, 1, 514);
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(2, 514));
+  op.inputs[2] = op.inputs[1];
+  op.inputs[3] = op.inputs[1];
+  op.inputs[4] = view(FDY_DTYPE_F16, FDY_SHAPE(3, 100, 514));
   op.inputs[5] = op.inputs[4];
   op.outputs[0] = op.inputs[1];
   assert_int_equal(fdy_op_check(&op, NULL), FDY_OK);
   assert_false(gpu.b->ops->supports_op(gpu.b, &op));
   assert_true(cpu.b->ops->supports_op(cpu.b, &op));
-  op.inputs[1].shape.dims[0] = 1;
-  op.inputs[2].shape.dims[0] = 1;
+}
+
+/* ATTENTION of a chunk of a sequence other than 0 of caches of 3
+ * sequences: prefill on the tensor cores (head_dim 64) and in float
+ * (head_dim 36), a chunk that runs past the context, one row (the decode
+ * kernel); and chunks of a sequence outside the caches (3 and -1: every
+ * row NaN, nothing appended). The other regions are poisoned, so a read
+ * of one shows. */
+static void test_attention_regions(void **state) {
+  (void)state;
+  const region_case cases[] = {
+      {{8, 2, 64, 300, 40, 37, 100, FDY_DTYPE_F16}, 3, 1},
+      {{8, 2, 64, 300, 40, 40, 280, FDY_DTYPE_F32}, 3, 2},
+      {{4, 4, 36, 64, 7, 7, 10, FDY_DTYPE_F32}, 3, 2},
+      {{4, 4, 36, 64, 7, 6, 3, FDY_DTYPE_F16}, 3, 1},
+      {{24, 8, 128, 640, 1, 1, 639, FDY_DTYPE_F16}, 3, 2},
+      {{16, 2, 64, 2048, 1, 1, 1000, FDY_DTYPE_F32}, 3, 1},
+      {{8, 2, 64, 300, 40, 37, 100, FDY_DTYPE_F16}, 3, 3},
+      {{8, 2, 64, 300, 40, 37, 100, FDY_DTYPE_F32}, 3, -1},
+      {{4, 4, 36, 64, 7, 7, 10, FDY_DTYPE_F32}, 3, 3},
+      {{24, 8, 128, 640, 1, 1, 100, FDY_DTYPE_F16}, 3, -1},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    run_attention_in("regions", &cases[i].c, false, cases[i].sequences,
+                     cases[i].sequence);
+  }
+}
+
+/* ---- rope_attention of a batch of sequences -------------------------------
+ */
+
+/* ROPE_ATTENTION of `rows` rows of distinct sequences of caches of
+ * `sequences` (>= rows) regions of `context` positions, every cache
+ * element a random earlier token. With `outside`, row 1 lies past the
+ * context, row 2 has sequence -1 and row 3 (when active) sequence
+ * `sequences`. */
+typedef struct batch_case {
+  uint32_t heads, kv_heads, d, context, sequences, rows;
+  int32_t count;
+  fdy_dtype cache;
+  bool outside;
+} batch_case;
+
+/* A batch's operands in operand order. */
+typedef struct batch_data {
+  int32_t *step;
+  float *q, *k, *v;
+  void *kc, *vc;
+  float *out;
+} batch_data;
+
+static uint64_t batch_cache_words(const batch_case *c) {
+  uint64_t esize = c->cache == FDY_DTYPE_F16 ? 2 : 4;
+  return (uint64_t)c->sequences * c->context * c->kv_heads * c->d * esize / 4;
+}
+
+static fdy_op batch_op(const batch_case *c) {
+  uint32_t q_dim = c->heads * c->d, kv_dim = c->kv_heads * c->d;
+  fdy_op op = {
+      .kind = FDY_OP_ROPE_ATTENTION, .input_count = 6, .output_count = 1};
+  op.params = rope_attention_params(c->heads, c->kv_heads, c->d);
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(FDY_STEP_ELEMENTS(c->rows)));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(c->rows, q_dim));
+  op.inputs[2] = view(FDY_DTYPE_F32, FDY_SHAPE(c->rows, kv_dim));
   op.inputs[3] = op.inputs[2];
+  op.inputs[4] = view(c->cache, FDY_SHAPE(c->sequences, c->context, kv_dim));
+  op.inputs[5] = op.inputs[4];
   op.outputs[0] = op.inputs[1];
-  assert_true(gpu.b->ops->supports_op(gpu.b, &op));
+  return op;
+}
+
+/* Random operands of case c. The step: row t of sequence perm[t] (a
+ * shuffle of the sequences), at position 0 when t % 5 == 1, at the
+ * context's last when t % 5 == 2, else uniform in the context (then
+ * c->outside's rows); rows at or beyond the count hold values outside the
+ * cache (never read). */
+static batch_data batch_random(const batch_case *c) {
+  assert_true(c->sequences >= c->rows);
+  uint32_t q_dim = c->heads * c->d, kv_dim = c->kv_heads * c->d;
+  uint32_t *perm = checked_malloc(c->sequences * sizeof *perm);
+  for (uint32_t i = 0; i < c->sequences; i++) {
+    perm[i] = i;
+  }
+  for (uint32_t i = c->sequences - 1; i > 0; i--) {
+    uint32_t j = (uint32_t)(next_u64() % (i + 1));
+    uint32_t x = perm[i];
+    perm[i] = perm[j];
+    perm[j] = x;
+  }
+  batch_data b = {.step = make_step(c->count, 0, c->rows)};
+  uint32_t active = active_rows(c->count, c->rows);
+  for (uint32_t t = 0; t < c->rows; t++) {
+    uint32_t p = t % 5 == 1   ? 0
+                 : t % 5 == 2 ? c->context - 1
+                              : (uint32_t)(next_u64() % c->context);
+    fdy_step_set_row(b.step, t, 0, perm[t], p);
+    if (t >= active) {
+      b.step[FDY_STEP_POSITION(t)] = -7;
+      b.step[FDY_STEP_SEQUENCE(t)] = INT32_MAX;
+    }
+  }
+  free(perm);
+  if (c->outside) {
+    b.step[FDY_STEP_POSITION(1)] = (int32_t)c->context;
+    b.step[FDY_STEP_SEQUENCE(2)] = -1;
+    b.step[FDY_STEP_SEQUENCE(3)] = (int32_t)c->sequences;
+  }
+  b.q = random_floats((uint64_t)c->rows * q_dim);
+  b.k = random_floats((uint64_t)c->rows * kv_dim);
+  b.v = random_floats((uint64_t)c->rows * kv_dim);
+  uint64_t words = batch_cache_words(c);
+  b.kc = checked_malloc(words * 4);
+  b.vc = checked_malloc(words * 4);
+  fill_caches(b.kc, b.vc, c->cache, 0,
+              (uint64_t)c->sequences * c->context * kv_dim);
+  b.out = poisoned((uint64_t)c->rows * q_dim);
+  return b;
+}
+
+static void batch_free(batch_data *b) {
+  free(b->step);
+  free(b->q);
+  free(b->k);
+  free(b->v);
+  free(b->kc);
+  free(b->vc);
+  free(b->out);
+}
+
+/* Whether row t of a step lies in caches of `sequences` regions of
+ * `context` positions. */
+static bool batch_row_in(const int32_t *step, uint32_t t, uint32_t context,
+                         uint32_t sequences) {
+  int32_t p = step[FDY_STEP_POSITION(t)], s = step[FDY_STEP_SEQUENCE(t)];
+  return p >= 0 && (uint32_t)p < context && s >= 0 && (uint32_t)s < sequences;
+}
+
+/* Case c against the CPU backend: the rows in the caches within
+ * REDUCTION_BOUND, the others NaN on both, rows at or beyond the count
+ * untouched, both caches bitwise the CPU's (the rotated k included). */
+static void run_batch_case(const char *label, const batch_case *c) {
+  batch_data b = batch_random(c);
+  fdy_op op = batch_op(c);
+  void *data[] = {b.step, b.q, b.k, b.v, b.kc, b.vc, b.out};
+  results r = run_both(&op, data);
+  uint32_t q_dim = c->heads * c->d;
+  uint32_t active = active_rows(c->count, c->rows);
+  float *cpu_out = r.cpu[6], *gpu_out = r.gpu[6];
+  char what[200];
+  snprintf(what, sizeof what,
+           "rope_attention %s %u/%u heads d%u, %s caches of %u x %u, %u rows, "
+           "count %d%s",
+           label, c->heads, c->kv_heads, c->d, fdy_dtype_name(c->cache),
+           c->sequences, c->context, c->rows, c->count,
+           c->outside ? ", 3 outside" : "");
+  for (uint32_t t = 0; t < active; t++) {
+    if (!batch_row_in(b.step, t, c->context, c->sequences)) {
+      /* NaN bits differ between the backends: compare the other rows */
+      float *g = gpu_out + (uint64_t)t * q_dim,
+            *p = cpu_out + (uint64_t)t * q_dim;
+      assert_true(written_nan(g, q_dim));
+      assert_true(written_nan(p, q_dim));
+      memset(g, 0, sizeof(float) * q_dim);
+      memset(p, 0, sizeof(float) * q_dim);
+    }
+  }
+  expect_close(what, cpu_out, gpu_out, (uint64_t)active * q_dim,
+               REDUCTION_BOUND);
+  expect_untouched(what, gpu_out, active, c->rows, q_dim);
+  uint64_t words = batch_cache_words(c);
+  expect_same("  k cache after the appends", r.cpu[4], r.gpu[4], words * 4);
+  expect_same("  v cache after the appends", r.cpu[5], r.gpu[5], words * 4);
+  free_results(&r);
+  batch_free(&b);
+}
+
+/* ROPE_ATTENTION of several rows (the batch kernel; one row: the decode
+ * kernel) against the CPU backend, each row at its own position of its own
+ * sequence (rows in shuffled regions of caches of more sequences than
+ * rows; ragged positions, some 0, some the context's last; F32 and F16
+ * caches): llama-3.2-3b heads (24/8 of 128) and llama-3.1-8b's (32/8) at
+ * 1, 3, 32 and 64 rows over contexts of 1030 positions (up to 5 chunks
+ * of 256; skipped by FOUNDRY_CUDA_OPS_SMALL=1), then small shapes: a
+ * count below the rows, rows outside the caches (a position past the
+ * context, sequences -1 and S: NaN, nothing appended), a group of 8 (two
+ * slices of 4 heads), a group of 10 (a slice of 2), MHA (a slice of 1),
+ * head_dim 36 (18 pairs, elements not in fours) and 256 (two float4s a
+ * lane). */
+static void test_rope_attention_batch(void **state) {
+  (void)state;
+  const fdy_dtype caches[] = {FDY_DTYPE_F32, FDY_DTYPE_F16};
+  const uint32_t rows[] = {1, 3, 32, 64};
+  for (int i = 0; i < 2 && !small_shapes(); i++) {
+    for (size_t n = 0; n < sizeof rows / sizeof rows[0]; n++) {
+      batch_case c3b = {
+          24,        8,    128, 1030, rows[n] + 3, rows[n], (int32_t)rows[n],
+          caches[i], false};
+      run_batch_case("llama-3.2-3b", &c3b);
+      batch_case c8b = {
+          32,        8,    128, 1030, rows[n] + 5, rows[n], (int32_t)rows[n],
+          caches[i], false};
+      run_batch_case("llama-3.1-8b", &c8b);
+    }
+  }
+  const batch_case small[] = {
+      {24, 8, 128, 300, 12, 9, 6, FDY_DTYPE_F16, false},
+      {24, 8, 128, 300, 12, 9, 9, FDY_DTYPE_F32, true},
+      {24, 8, 128, 300, 12, 9, 9, FDY_DTYPE_F16, true},
+      {16, 2, 64, 600, 5, 4, 4, FDY_DTYPE_F32, false},
+      {40, 4, 32, 520, 7, 5, 5, FDY_DTYPE_F16, false},
+      {8, 8, 32, 260, 4, 3, 3, FDY_DTYPE_F32, false},
+      {6, 2, 36, 100, 6, 5, 5, FDY_DTYPE_F32, true},
+      {6, 2, 36, 100, 6, 5, 4, FDY_DTYPE_F16, false},
+      {4, 2, 256, 300, 4, 2, 2, FDY_DTYPE_F16, false},
+      {4, 2, 256, 300, 4, 2, 2, FDY_DTYPE_F32, false},
+  };
+  for (size_t i = 0; i < sizeof small / sizeof small[0]; i++) {
+    run_batch_case("small", &small[i]);
+  }
+}
+
+/* A row's result does not depend on its batch: rows 13 and 7 of a batch of
+ * 32 (one at a random position, one at the context's last) computed again
+ * in a batch of 3 as rows 0 and 1, beside a new row of another sequence
+ * (row 0's of the 32), from the same caches, on the GPU alone: their
+ * outputs and their sequences' regions after the op bitwise equal. F16
+ * and F32 caches, llama-3.2-3b heads. */
+static void test_rope_attention_batch_invariance(void **state) {
+  (void)state;
+  const fdy_dtype caches[] = {FDY_DTYPE_F16, FDY_DTYPE_F32};
+  for (int i = 0; i < 2; i++) {
+    const batch_case wide = {24, 8, 128, 700, 40, 32, 32, caches[i], false};
+    const batch_case narrow = {24, 8, 128, 700, 40, 3, 3, caches[i], false};
+    const uint32_t q_dim = wide.heads * wide.d, kv_dim = wide.kv_heads * wide.d;
+    const uint32_t from[2] = {13, 7}; /* rows of the wide batch */
+    batch_data w = batch_random(&wide);
+    batch_data n = batch_random(&narrow);
+    uint64_t words = batch_cache_words(&wide);
+    memcpy(n.kc, w.kc, words * 4);
+    memcpy(n.vc, w.vc, words * 4);
+    for (uint32_t t = 0; t < 2; t++) {
+      uint32_t f = from[t];
+      fdy_step_set_row(n.step, t, 0, (uint32_t)w.step[FDY_STEP_SEQUENCE(f)],
+                       (uint32_t)w.step[FDY_STEP_POSITION(f)]);
+      memcpy(n.q + (uint64_t)t * q_dim, w.q + (uint64_t)f * q_dim,
+             sizeof(float) * q_dim);
+      memcpy(n.k + (uint64_t)t * kv_dim, w.k + (uint64_t)f * kv_dim,
+             sizeof(float) * kv_dim);
+      memcpy(n.v + (uint64_t)t * kv_dim, w.v + (uint64_t)f * kv_dim,
+             sizeof(float) * kv_dim);
+    }
+    fdy_step_set_row(n.step, 2, 0, (uint32_t)w.step[FDY_STEP_SEQUENCE(0)], 123);
+    fdy_op wide_op = batch_op(&wide), narrow_op = batch_op(&narrow);
+    void *wide_data[] = {w.step, w.q, w.k, w.v, w.kc, w.vc, w.out};
+    void *narrow_data[] = {n.step, n.q, n.k, n.v, n.kc, n.vc, n.out};
+    run_on(&gpu, &wide_op, wide_data);
+    run_on(&gpu, &narrow_op, narrow_data);
+    uint64_t esize = caches[i] == FDY_DTYPE_F16 ? 2 : 4;
+    uint64_t region = (uint64_t)wide.context * kv_dim * esize; /* bytes */
+    for (uint32_t t = 0; t < 2; t++) {
+      uint32_t f = from[t];
+      char what[160];
+      snprintf(what, sizeof what,
+               "rope_attention %s: row %u of 32 as row %u of 3",
+               fdy_dtype_name(caches[i]), f, t);
+      expect_same(what, w.out + (uint64_t)f * q_dim,
+                  n.out + (uint64_t)t * q_dim, sizeof(float) * q_dim);
+      uint64_t at = (uint64_t)w.step[FDY_STEP_SEQUENCE(f)] * region;
+      expect_same("  its k region after the op", (unsigned char *)w.kc + at,
+                  (unsigned char *)n.kc + at, region);
+      expect_same("  its v region after the op", (unsigned char *)w.vc + at,
+                  (unsigned char *)n.vc + at, region);
+    }
+    batch_free(&w);
+    batch_free(&n);
+  }
 }
 
 /* The one-row ATTENTION needs its workspace: without one, or with one too
@@ -1109,11 +1472,11 @@ static void test_attention_workspace_refused(void **state) {
   op.params.attention.heads = 4;
   op.params.attention.kv_heads = 2;
   op.params.attention.head_dim = 64;
-  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(FDY_STEP_ELEMENTS(1)));
   op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(1, 256));
   op.inputs[2] = view(FDY_DTYPE_F32, FDY_SHAPE(1, 128));
   op.inputs[3] = op.inputs[2];
-  op.inputs[4] = view(FDY_DTYPE_F32, FDY_SHAPE(100, 128));
+  op.inputs[4] = view(FDY_DTYPE_F32, FDY_SHAPE(1, 100, 128));
   op.inputs[5] = op.inputs[4];
   op.outputs[0] = op.inputs[1];
   uint64_t need = b->ops->workspace_bytes(b, &op);
@@ -1154,7 +1517,7 @@ static void test_attention_workspace_refused(void **state) {
   wide.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(8, 4096));
   wide.inputs[2] = view(FDY_DTYPE_F32, FDY_SHAPE(8, 2048));
   wide.inputs[3] = wide.inputs[2];
-  wide.inputs[4] = view(FDY_DTYPE_F32, FDY_SHAPE(100, 2048));
+  wide.inputs[4] = view(FDY_DTYPE_F32, FDY_SHAPE(1, 100, 2048));
   wide.inputs[5] = wide.inputs[4];
   wide.outputs[0] = wide.inputs[1];
   assert_int_equal(fdy_op_check(&wide, NULL), FDY_OK);
@@ -1380,11 +1743,13 @@ static void model_ops(const model_shape *m, bool lm_head_prefill) {
   q4_free(&embed);
 
   rope_case(m->name, prefill, partial, m->prefill_position, m->heads,
-            m->head_dim, m->llama3);
+            m->head_dim, m->llama3, false);
   rope_case(m->name, prefill, partial, m->prefill_position, m->kv_heads,
-            m->head_dim, m->llama3);
-  rope_case(m->name, 1, 1, m->decode_position, m->heads, m->head_dim,
-            m->llama3);
+            m->head_dim, m->llama3, false);
+  rope_case(m->name, prefill, partial, 0, m->kv_heads, m->head_dim, m->llama3,
+            true);
+  rope_case(m->name, 1, 1, m->decode_position, m->heads, m->head_dim, m->llama3,
+            false);
 
   const fdy_dtype caches[] = {FDY_DTYPE_F32, FDY_DTYPE_F16};
   for (int i = 0; i < 2; i++) {
@@ -2035,8 +2400,9 @@ static void test_odd_shapes(void **state) {
   /* rows longer than the 4096 values a block keeps in registers */
   rmsnorm_case("long", 3, 2, 8196, FDY_DTYPE_BF16);
   rmsnorm_case("long", 2, 2, 4100, FDY_DTYPE_F16);
-  rope_case("odd", 5, 4, 0, 3, 36, false);
-  rope_case("odd", 5, 9, 37, 2, 64, true);
+  rope_case("odd", 5, 4, 0, 3, 36, false, false);
+  rope_case("odd", 5, 9, 37, 2, 64, true, false);
+  rope_case("odd", 7, 6, 0, 3, 36, false, true);
   binary_case(FDY_OP_SWIGLU, "odd", 6, 5, 4999);
   binary_case(FDY_OP_ADD, "odd", 6, 5, 4999);
   binary_case(FDY_OP_ADD, "odd", 6, -2, 5000);
@@ -2265,6 +2631,9 @@ int main(void) {
       cmocka_unit_test(test_attention_positions),
       cmocka_unit_test(test_attention_decode_blocks),
       cmocka_unit_test(test_rope_attention_decode),
+      cmocka_unit_test(test_attention_regions),
+      cmocka_unit_test(test_rope_attention_batch),
+      cmocka_unit_test(test_rope_attention_batch_invariance),
       cmocka_unit_test(test_prefill_needs_workspace),
       cmocka_unit_test(test_prefill_matmul),
       cmocka_unit_test(test_prefill_matmul_ragged),

@@ -482,15 +482,16 @@ static void expect_graph(const fdy_llama_model *m, const fdy_graph *g,
   assert_int_equal(units, c->num_layers + 2);
   assert_int_equal(views, fdy_llama_tensor_count(m));
   assert_int_equal(file_extent_bytes(g), fdy_llama_total_bytes(m));
-  /* the KV caches: state of the KV dtype, [context, kv_heads * head_dim] */
+  /* the KV caches: state of the KV dtype, [sequences, context, kv_heads *
+   * head_dim] */
   assert_int_equal(states, 2 * c->num_layers);
   for (uint32_t l = 0; l < c->num_layers; l++) {
     for (int kv = 0; kv < 2; kv++) {
       char name[32];
       snprintf(name, sizeof name, "layer.%u.%s", l, kv ? "v_cache" : "k_cache");
-      expect_io_tensor(
-          g, tensor_named(g, name), FDY_TENSOR_STATE, o->kv_dtype,
-          FDY_SHAPE(o->context, (uint64_t)c->num_kv_heads * c->head_dim));
+      expect_io_tensor(g, tensor_named(g, name), FDY_TENSOR_STATE, o->kv_dtype,
+                       FDY_SHAPE(o->sequences ? o->sequences : 1, o->context,
+                                 (uint64_t)c->num_kv_heads * c->head_dim));
     }
   }
   /* the steps: prefill ops, then decode ops, covering the graph */
@@ -503,9 +504,9 @@ static void expect_graph(const fdy_llama_model *m, const fdy_graph *g,
   expect_step(g, c, "decode", io->decode_first_op, io->decode_op_count,
               io->decode_step, 1, false, true);
   expect_io_tensor(g, io->prefill_step, FDY_TENSOR_INPUT, FDY_DTYPE_I32,
-                   FDY_SHAPE(FDY_STEP_IDS + o->prefill_rows));
+                   FDY_SHAPE(FDY_STEP_ELEMENTS(o->prefill_rows)));
   expect_io_tensor(g, io->decode_step, FDY_TENSOR_INPUT, FDY_DTYPE_I32,
-                   FDY_SHAPE(FDY_STEP_IDS + 1));
+                   FDY_SHAPE(FDY_STEP_ELEMENTS(1)));
   expect_io_tensor(
       g, io->prefill_logits, FDY_TENSOR_ACTIVATION, FDY_DTYPE_F32,
       FDY_SHAPE(o->all_logits ? o->prefill_rows : 1, c->vocab_size));

@@ -4,10 +4,14 @@
 # 1 failure, 2 usage), the report's fields and their consistency (checked
 # with python3 when given), a report never overwritten, and the comparison
 # of a backend with itself (errors exactly 0) at different thread counts;
-# with python3, the pure-Python parts of the peers' scripts: the prompt rule
-# of scripts/torch_baseline.py against the report's ids, its dequantizer
-# (numpy, when present) against scripts/make_reference_fixture.py's on a
-# make-model tiny checkpoint, and scripts/compare_reports.py.
+# `--batch` on the llama3-micro fixture: the batched fields, sequence k's
+# ids those of seed + k alone, the streamed bytes per step independent of
+# the batch, its trace, bad values; with python3, the pure-Python parts of
+# the peers' scripts: the prompt rule of scripts/torch_baseline.py (batches
+# too) against the report's ids, its dequantizer (numpy, when present)
+# against scripts/make_reference_fixture.py's on a make-model tiny
+# checkpoint, scripts/compare_reports.py and scripts/plot_batch.py (its
+# errors; the plot where python3 imports matplotlib).
 # usage: test_infer_bench.sh FOUNDRY_BINARY TEST_DATA_DIR SCRIPTS [PYTHON3]
 set -u
 foundry=$1
@@ -34,7 +38,7 @@ if [ -n "$python" ]; then
   expect_cmd 0 "report consistency" "$python" - "$work/r.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
-assert r["format"] == "foundry.infer.report" and r["version"] == 2, r
+assert r["format"] == "foundry.infer.report" and r["version"] == 3, r
 assert r["status"] == "ok" and r["error"] is None
 assert r["implementation"] == "foundry" and r["backend"] == "cpu"
 assert r["build"]["git_commit"] and "git_dirty" in r["build"]
@@ -43,7 +47,7 @@ p = r["protocol"]
 assert p["name"] == "custom" and p["prompt_source"] == "seed"
 assert p["seed"] == "7" and p["prompt_tokens"] == 12 and p["gen_tokens"] == 5
 assert p["warmup"] == 1 and p["iterations"] == 3 and p["context"] == 17
-assert p["kv_dtype"] == "F32"
+assert p["kv_dtype"] == "F32" and p["batch"] == 1
 ids = p["prompt_ids"]
 assert len(ids) == 12 and all(0 <= i < r["model"]["vocab_size"] for i in ids)
 assert not {1, 2, 3} & set(ids)  # the fixture's BOS and EOS ids
@@ -73,6 +77,16 @@ assert b["decode_weight_bytes_per_token"] == r["model"]["decode_weight_bytes_per
 assert abs(b["achieved_bytes_per_second"] - b["decode_weight_bytes_per_token"] * tps) <= 1e-6 * b["achieved_bytes_per_second"]
 assert b["d2d"] is None and b["fraction_of_d2d"] is None
 assert len(r["generated_ids"]) == 5 and r["ids_identical_across_executions"] is True
+# a batch of one: the aggregate is the decode rate, the one sequence's ids
+assert s["aggregate_decode_tokens_per_second"] == tps
+assert r["generated_ids_by_sequence"] == [r["generated_ids"]]
+assert r["weights"]["streamed_bytes_per_decode_step"] == 0
+assert r["weights"]["streamed_bytes_per_decode_token"] == 0
+assert r["streaming"]["aggregate_decode_tokens_per_second_bound"] is None
+for e in ex:
+    assert len(e["decode_step_seconds"]) == 4
+    assert e["aggregate_decode_tokens_per_second"] == e["decode_tokens_per_second"]
+assert s["decode_step_seconds"]["count"] == 12
 PY
 fi
 
@@ -349,6 +363,172 @@ expect 2 infer-bench --model "$model" --report "$work/u.json" \
 [ -e "$work/u.json" ] && fail "a usage error left a report"
 expect 0 help infer-bench
 contains "$out" "token-ids-512x128-v1"
+
+# --batch B on llama3-micro (CPU): B sequences, sequence k's prompt from
+# seed + k, prefilled one by one and decoded together. Sequence 0 generates
+# the ids of --batch 1, sequence 1 those of --seed 8 alone (the CPU
+# backend's rows do not depend on each other); the budget of 512 KiB with
+# one buffer streams both layers (314,368 bytes each) at every batch, and
+# the bytes streamed per decode step do not grow with it. A trace of a
+# batch holds each sequence's prefill run, then the decode steps of 4 rows.
+# No timing is checked, only the fields and their consistency.
+micro=$data/llama3-micro/model
+expect 0 infer-bench --model "$micro" --threads 2 $small --seed 7 \
+  --report "$work/m1.json"
+expect 0 infer-bench --model "$micro" --threads 2 $small --seed 8 \
+  --report "$work/m1s8.json"
+expect 0 infer-bench --model "$micro" --threads 2 $small --seed 7 \
+  --batch 4 --report "$work/m4.json" --trace "$work/m4.trace.json"
+contains "$out" "aggregate over 4 sequences"
+contains "$out" "decode step of 4 rows: p50"
+expect 0 infer-bench --model "$micro" --threads 2 $small --seed 7 \
+  --weight-budget 512KiB --buffers 1 --report "$work/ms1.json"
+expect 0 infer-bench --model "$micro" --threads 2 $small --seed 7 \
+  --weight-budget 512KiB --buffers 1 --batch 4 --report "$work/ms4.json"
+contains "$out" "streamed per decode token (step)"
+expect 0 infer-bench --model "$micro" --threads 2 $small --seed 7 \
+  --batch 4 --kv-dtype f16 --report "$work/m4h.json"
+for bad in 0 -1 1025 4x ""; do
+  expect 2 infer-bench --model "$micro" --report "$work/u.json" --batch "$bad"
+  contains "$err" "infer-bench: error: --batch"
+done
+expect 2 infer-bench --model "$micro" --report "$work/u.json" --batch
+expect 2 infer-bench --model "$micro" --report "$work/u.json" \
+  --prompt-file "$work/prompt.txt" --batch 2
+contains "$err" "--prompt-file gives one prompt"
+[ -e "$work/u.json" ] && fail "a bad --batch left a report"
+expect 0 help infer-bench
+contains "$out" "--batch B"
+if [ -n "$python" ]; then
+  expect_cmd 0 "batched reports" "$python" - "$work" "$scripts" <<'PY'
+import json, os, sys
+work = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+import bench_summary
+def load(name):
+    return json.load(open(os.path.join(work, name)))
+m1, m1s8, m4, ms1, ms4 = (load(n + ".json") for n in ("m1", "m1s8", "m4", "ms1", "ms4"))
+for r, batch in ((m1, 1), (m4, 4), (ms1, 1), (ms4, 4)):
+    assert r["version"] == 3 and r["status"] == "ok"
+    p = r["protocol"]
+    assert p["batch"] == batch and p["context"] == 17 and p["prompt_ids"] == m1["protocol"]["prompt_ids"]
+    assert p["name"] == "custom" and p["iterations"] == 3 and p["warmup"] == 1
+    by = r["generated_ids_by_sequence"]
+    assert len(by) == batch and all(len(ids) == 5 for ids in by)
+    assert r["generated_ids"] == by[0] == m1["generated_ids"]
+    assert r["ids_identical_across_executions"] is True
+    ex, s = r["executions"], r["statistics"]
+    assert len(ex) == 4
+    for e in ex:
+        assert len(e["decode_step_seconds"]) == 4
+        assert all(t > 0 for t in e["decode_step_seconds"])
+        assert sum(e["decode_step_seconds"]) <= e["decode_seconds"]
+        assert abs(e["decode_tokens_per_second"] * e["decode_seconds"] - 4) < 1e-9
+        assert abs(e["aggregate_decode_tokens_per_second"]
+                   - batch * e["decode_tokens_per_second"]) <= 1e-9 * e["aggregate_decode_tokens_per_second"]
+    measured = ex[1:]
+    agg = sorted(e["aggregate_decode_tokens_per_second"] for e in measured)[1]
+    assert s["aggregate_decode_tokens_per_second"] == agg > 0
+    steps = [t for e in measured for t in e["decode_step_seconds"]]
+    d = s["decode_step_seconds"]
+    assert d["count"] == 12 == len(steps)
+    assert abs(d["mean"] - bench_summary.mean(steps)) <= 1e-12
+    steps.sort()
+    assert d["p50"] == bench_summary.percentile_sorted(steps, 0.5)
+    assert d["p99"] == bench_summary.percentile_sorted(steps, 0.99)
+    assert steps[0] <= d["p50"] <= d["p99"] <= steps[-1]
+    prefill = s["prefill_median_seconds"]
+    assert abs(s["prefill_tokens_per_second"] - batch * 12 / prefill) < 1e-6 * s["prefill_tokens_per_second"]
+    w = r["weights"]
+    assert w["streamed_bytes_per_decode_step"] == w["streamed_bytes_per_decode_token"]
+    assert r["streaming"]["aggregate_decode_tokens_per_second_bound"] is None  # no h2d on cpu
+# sequence k's prompt is seed + k's: sequence 1 decodes what seed 8 decodes alone
+assert m4["generated_ids_by_sequence"][1] == m1s8["generated_ids"]
+# streamed: the same bytes per step at every batch; the same ids as resident
+assert m1["weights"]["streamed_bytes_per_decode_step"] == 0
+assert m4["weights"]["streamed_bytes_per_decode_step"] == 0
+step = ms1["weights"]["streamed_bytes_per_decode_step"]
+assert step == 2 * 314368 == ms4["weights"]["streamed_bytes_per_decode_step"], step
+assert ms1["weights"]["streamed_units"] == ms4["weights"]["streamed_units"] == ["layer.0", "layer.1"]
+assert ms4["generated_ids_by_sequence"] == m4["generated_ids_by_sequence"]
+# the KV cache: batch regions of context positions (F16: half the bytes)
+m4h = load("m4h.json")
+assert m4h["protocol"]["kv_dtype"] == "F16" and m4["protocol"]["kv_dtype"] == "F32"
+assert m4h["protocol"]["batch"] == 4 and len(m4h["generated_ids_by_sequence"]) == 4
+assert m4["memory"]["kv_cache"] == 4 * m1["memory"]["kv_cache"]
+assert m4h["memory"]["kv_cache"] * 2 == m4["memory"]["kv_cache"]
+t = load("m4.trace.json")
+o = t["otherData"]
+assert o["batch"] == 4 and o["runs"] == 4 + 4 and o["ids_identical_to_measured"] is True
+runs = [e for e in t["traceEvents"] if e["ph"] == "X" and e["cat"] == "run"]
+assert [e["args"]["step"] for e in runs] == ["prefill"] * 4 + ["decode"] * 4
+assert [e["args"]["tokens"] for e in runs] == [12] * 4 + [4] * 4
+PY
+  # compare_reports.py reads batched reports: the batch is part of what
+  # must match, and the ids agree sequence by sequence
+  expect_cmd 0 "compare_reports.py, batches" "$python" \
+    "$scripts/compare_reports.py" "$work/m4.json" "$work/ms4.json"
+  contains "$out" "aggregate decode (tok/s)"
+  contains "$out" "decode step p99 (ms)"
+  contains "$out" "comparable: yes"
+  contains "$out" "(4 of 4 sequences agree on every id)"
+  expect_cmd 0 "compare_reports.py, batch 1 against 4" "$python" \
+    "$scripts/compare_reports.py" "$work/m1.json" "$work/m4.json"
+  contains "$out" "MISMATCH: batch: report 1 1, report 2 4"
+  # the peer's batch prompts: sequence k from seed + k, the report's first
+  expect_cmd 0 "batch prompt rule" "$python" - "$scripts" "$work/m1.json" \
+    "$work/m1s8.json" "$micro/config.json" <<'PY'
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import torch_baseline as tb
+m1, m1s8, config = (json.load(open(p)) for p in sys.argv[2:])
+prompts = tb.batch_prompts(config, 7, 12, 3)
+assert prompts[0] == m1["protocol"]["prompt_ids"]
+assert prompts[1] == m1s8["protocol"]["prompt_ids"]
+assert tb.batch_prompts(config, 7, 12, 2, first=[5] * 12) == [[5] * 12, prompts[1]]
+assert tb.batch_prompts(config, 2**64 - 1, 4, 2)[1] == tb.prompt_ids(config, 0, 4)
+PY
+  # scripts/plot_batch.py: errors before any plot; the plot with matplotlib
+  "$python" - "$work" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+r = json.load(open(os.path.join(d, "m4.json")))
+json.dump(dict(r, version=2), open(os.path.join(d, "v2.json"), "w"))
+del r["statistics"]["aggregate_decode_tokens_per_second"]
+json.dump(r, open(os.path.join(d, "noagg.json"), "w"))
+PY
+  expect_cmd 1 "plot_batch.py on a version 2 report" "$python" \
+    "$scripts/plot_batch.py" --out "$work/p.png" "$work/m4.json" \
+    "$work/v2.json"
+  contains "$err" "version 2 has no batch"
+  expect_cmd 1 "plot_batch.py on a failed report" "$python" \
+    "$scripts/plot_batch.py" --out "$work/p.png" "$work/b.json"
+  contains "$err" "failed run"
+  expect_cmd 1 "plot_batch.py on a report without the aggregate" "$python" \
+    "$scripts/plot_batch.py" --out "$work/p.png" "$work/noagg.json"
+  contains "$err" "no statistics.aggregate_decode_tokens_per_second"
+  expect_cmd 1 "plot_batch.py, one series twice at one batch" "$python" \
+    "$scripts/plot_batch.py" --out "$work/p.png" "$work/m4.json" \
+    "$work/m4.json"
+  contains "$err" "at batch 4: give one"
+  expect_cmd 2 "plot_batch.py without --out" "$python" \
+    "$scripts/plot_batch.py" "$work/m4.json"
+  expect_cmd 0 "plot_batch.py --help" "$python" "$scripts/plot_batch.py" --help
+  [ -e "$work/p.png" ] && fail "a refused plot left a file"
+  if "$python" -c "import matplotlib" 2>/dev/null; then
+    expect_cmd 0 "plot_batch.py" "$python" "$scripts/plot_batch.py" \
+      --out "$work/p.png" "$work/m1.json" "$work/m4.json" "$work/ms1.json" \
+      "$work/ms4.json"
+    contains "$out" "| 4 | "
+    [ -s "$work/p.png" ] || fail "plot_batch.py wrote no plot"
+    expect_cmd 1 "plot_batch.py over an existing plot" "$python" \
+      "$scripts/plot_batch.py" --out "$work/p.png" "$work/m4.json"
+  else
+    expect_cmd 1 "plot_batch.py without matplotlib" "$python" \
+      "$scripts/plot_batch.py" --out "$work/p.png" "$work/m4.json"
+    contains "$err" "matplotlib is needed"
+  fi
+fi
 
 # verify --against: a backend against itself, at different thread counts
 expect 0 verify --model "$model" --against cpu --threads 1 \

@@ -263,7 +263,7 @@ static void embed_through_engine(const void *packed, const void *scales,
       {.kind = FDY_EXTENT_HOST, .host = biases, .length = 2 * rows * groups}};
   fdy_tensor_id reads[4], result;
   assert_int_equal(fdy_graph_add_input(g, "step", FDY_DTYPE_I32,
-                                       FDY_SHAPE(FDY_STEP_IDS + rows),
+                                       FDY_SHAPE(FDY_STEP_ELEMENTS(rows)),
                                        &reads[0], &err),
                    FDY_OK);
   assert_int_equal(fdy_graph_add_weight(g, "table", FDY_DTYPE_U32,
@@ -299,9 +299,8 @@ static void embed_through_engine(const void *packed, const void *scales,
   int32_t *in_step = fdy_executor_input(x, reads[0], NULL);
   assert_non_null(in_step);
   in_step[FDY_STEP_COUNT] = (int32_t)rows;
-  in_step[FDY_STEP_POSITION] = 0;
   for (uint32_t r = 0; r < rows; r++) {
-    in_step[FDY_STEP_IDS + r] = (int32_t)r;
+    fdy_step_set_row(in_step, r, (int32_t)r, 0, r);
   }
   int64_t section = fdy_executor_step(x, "embed");
   assert_true(section > 0);

@@ -92,7 +92,7 @@ other = dict(r, protocol=dict(r["protocol"], gen_tokens=7, iterations=4,
 json.dump(other, open(os.path.join(d, "other.json"), "w"))
 json.dump(dict(r, status="failed", error={"stage": "executions"}),
           open(os.path.join(d, "failed.json"), "w"))
-json.dump(dict(r, version=3), open(os.path.join(d, "v3.json"), "w"))
+json.dump(dict(r, version=4), open(os.path.join(d, "v4.json"), "w"))
 PY
 expect_cmd 0 "compare_reports.py, a peer" "$python" "$cmp" "$work/f.json" \
   "$work/peer.json"
@@ -111,8 +111,8 @@ contains "$out" "comparable: no"
 expect_cmd 1 "compare_reports.py on a failed report" "$python" "$cmp" \
   "$work/f.json" "$work/failed.json"
 contains "$err" "failed run"
-expect_cmd 1 "compare_reports.py on version 3" "$python" "$cmp" \
-  "$work/f.json" "$work/v3.json"
+expect_cmd 1 "compare_reports.py on version 4" "$python" "$cmp" \
+  "$work/f.json" "$work/v4.json"
 expect_cmd 1 "compare_reports.py on a missing file" "$python" "$cmp" \
   "$work/f.json" "$work/none.json"
 expect_cmd 2 "compare_reports.py with an option" "$python" "$cmp" \
@@ -132,7 +132,7 @@ contains "$out" "not the token-ids-512x128-v1 protocol"
 expect_cmd 0 "float32 report" "$python" - "$work/f.json" "$work/t32.json" <<'PY'
 import json, sys
 f, t = (json.load(open(p)) for p in sys.argv[1:])
-assert t["format"] == "foundry.infer.report" and t["version"] == 1
+assert t["format"] == "foundry.infer.report" and t["version"] == 3
 assert t["status"] == "ok" and t["error"] is None
 assert t["implementation"] == "transformers" and t["backend"] == "transformers-f32-eager"
 assert t["build"]["torch"] and t["build"]["transformers"]

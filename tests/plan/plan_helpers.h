@@ -243,7 +243,8 @@ static inline test_block block_make(void) {
   fdy_op_params norm = {.rmsnorm = {.eps = 1e-5}};
   fdy_op_params none = {0};
   assert_int_equal(fdy_graph_create("block", &k.graph, NULL), FDY_OK);
-  k.step = add_input(k.graph, "step", FDY_DTYPE_I32, FDY_SHAPE(3));
+  k.step = add_input(k.graph, "step", FDY_DTYPE_I32,
+                     FDY_SHAPE(FDY_STEP_ELEMENTS(1)));
   k.x = add_input(k.graph, "x", FDY_DTYPE_F32, row);
   k.norm =
       add_weight(k.graph, "norm", FDY_DTYPE_F16, FDY_SHAPE(2 * TEST_HIDDEN));

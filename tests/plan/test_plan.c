@@ -1132,7 +1132,8 @@ static void test_binding_views_of_one_weight(void **state) {
   fixture *f = *state;
   fdy_graph *g = NULL;
   assert_int_equal(fdy_graph_create("layer", &g, NULL), FDY_OK);
-  uint32_t step = add_input(g, "step", FDY_DTYPE_I32, FDY_SHAPE(3));
+  uint32_t step =
+      add_input(g, "step", FDY_DTYPE_I32, FDY_SHAPE(FDY_STEP_ELEMENTS(1)));
   uint32_t x = add_input(g, "x", FDY_DTYPE_F32, FDY_SHAPE(1, 64));
   uint32_t layer = add_weight(g, "layer", FDY_DTYPE_U8, FDY_SHAPE(2560));
   uint32_t q =
@@ -1312,8 +1313,9 @@ static void test_placement_hazard_state_overlap(void **state) {
   (void)state;
   fdy_graph *g = NULL;
   assert_int_equal(fdy_graph_create("attention", &g, NULL), FDY_OK);
-  fdy_shape row = FDY_SHAPE(1, 64), cache = FDY_SHAPE(4, 64);
-  uint32_t step = add_input(g, "step", FDY_DTYPE_I32, FDY_SHAPE(3));
+  fdy_shape row = FDY_SHAPE(1, 64), cache = FDY_SHAPE(1, 4, 64);
+  uint32_t step =
+      add_input(g, "step", FDY_DTYPE_I32, FDY_SHAPE(FDY_STEP_ELEMENTS(1)));
   uint32_t q = add_input(g, "q", FDY_DTYPE_F32, row);
   uint32_t kk = add_input(g, "k", FDY_DTYPE_F32, row);
   uint32_t vv = add_input(g, "v", FDY_DTYPE_F32, row);

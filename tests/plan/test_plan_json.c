@@ -174,7 +174,7 @@ static fdy_graph *every_kind_graph(void) {
   fdy_graph *g = NULL;
   fdy_shape row = FDY_SHAPE(2, 64), half = FDY_SHAPE(2, 32);
   assert_int_equal(fdy_graph_create("every kind", &g, NULL), FDY_OK);
-  add_input(g, "step", FDY_DTYPE_I32, FDY_SHAPE(4));
+  add_input(g, "step", FDY_DTYPE_I32, FDY_SHAPE(FDY_STEP_ELEMENTS(2)));
   add_weight(g, "embed", FDY_DTYPE_U8, FDY_SHAPE(1024));
   add_view(g, "embed.table", T_EMBED, 0, FDY_DTYPE_U32, FDY_SHAPE(16, 8));
   add_view(g, "embed.scales", T_EMBED, 512, FDY_DTYPE_F16, FDY_SHAPE(16, 2));
@@ -189,8 +189,8 @@ static fdy_graph *every_kind_graph(void) {
   add_view(g, "wk.scales", T_WK, 1024, FDY_DTYPE_BF16, FDY_SHAPE(32, 2));
   add_view(g, "wk.biases", T_WK, 1280, FDY_DTYPE_BF16, FDY_SHAPE(32, 2));
   add_weight(g, "blob", FDY_DTYPE_U8, FDY_SHAPE(64));
-  add_state(g, "k_cache", FDY_DTYPE_F32, FDY_SHAPE(8, 32));
-  add_state(g, "v_cache", FDY_DTYPE_F32, FDY_SHAPE(8, 32));
+  add_state(g, "k_cache", FDY_DTYPE_F32, FDY_SHAPE(1, 8, 32));
+  add_state(g, "v_cache", FDY_DTYPE_F32, FDY_SHAPE(1, 8, 32));
   add_activation(g, "h", FDY_DTYPE_F32, row);
   add_activation(g, "n", FDY_DTYPE_F32, row);
   add_activation(g, "q", FDY_DTYPE_F32, row);
@@ -373,7 +373,8 @@ static void test_round_trip_extremes(void **state) {
   fdy_graph *g = NULL;
   assert_int_equal(
       fdy_graph_create("\"quoted\" \xc3\xa9t\xc3\xa9 \\", &g, NULL), FDY_OK);
-  uint32_t step = add_input(g, "step", FDY_DTYPE_I32, FDY_SHAPE(2));
+  uint32_t step =
+      add_input(g, "step", FDY_DTYPE_I32, FDY_SHAPE(FDY_STEP_ELEMENTS(1)));
   uint32_t x = add_input(g, "x", FDY_DTYPE_F32, FDY_SHAPE(1, 8));
   uint32_t big = add_weight(g, "big", FDY_DTYPE_U8, FDY_SHAPE(JSON_MAX));
   uint32_t view = add_view(g, "big.tail", big, (JSON_MAX - 16) / 256 * 256,
@@ -485,12 +486,13 @@ static void test_round_trip_rope_attention(void **state) {
   (void)state;
   fdy_graph *g = NULL;
   assert_int_equal(fdy_graph_create("rope attention", &g, NULL), FDY_OK);
-  uint32_t step = add_input(g, "step", FDY_DTYPE_I32, FDY_SHAPE(2));
+  uint32_t step =
+      add_input(g, "step", FDY_DTYPE_I32, FDY_SHAPE(FDY_STEP_ELEMENTS(1)));
   uint32_t q = add_input(g, "q", FDY_DTYPE_F32, FDY_SHAPE(1, 64));
   uint32_t k = add_input(g, "k", FDY_DTYPE_F32, FDY_SHAPE(1, 32));
   uint32_t v = add_input(g, "v", FDY_DTYPE_F32, FDY_SHAPE(1, 32));
-  uint32_t kc = add_state(g, "k_cache", FDY_DTYPE_F16, FDY_SHAPE(8, 32));
-  uint32_t vc = add_state(g, "v_cache", FDY_DTYPE_F16, FDY_SHAPE(8, 32));
+  uint32_t kc = add_state(g, "k_cache", FDY_DTYPE_F16, FDY_SHAPE(1, 8, 32));
+  uint32_t vc = add_state(g, "v_cache", FDY_DTYPE_F16, FDY_SHAPE(1, 8, 32));
   uint32_t out = add_activation(g, "att", FDY_DTYPE_F32, FDY_SHAPE(1, 64));
   fdy_op_params p = {
       .rope_attention = {
@@ -558,7 +560,8 @@ static void test_encode_refuses_unrepresentable(void **state) {
   (void)state;
   fdy_graph *g = NULL;
   assert_int_equal(fdy_graph_create("g", &g, NULL), FDY_OK);
-  uint32_t step = add_input(g, "step", FDY_DTYPE_I32, FDY_SHAPE(2));
+  uint32_t step =
+      add_input(g, "step", FDY_DTYPE_I32, FDY_SHAPE(FDY_STEP_ELEMENTS(1)));
   uint32_t x = add_input(g, "x", FDY_DTYPE_F32, FDY_SHAPE(1, 8));
   uint32_t huge = add_weight(g, "huge", FDY_DTYPE_U8, FDY_SHAPE(UINT64_MAX));
   add_view(g, "huge.view", huge, JSON_MAX + 1, FDY_DTYPE_U8, FDY_SHAPE(8));
@@ -584,7 +587,7 @@ static void test_encode_refuses_unrepresentable(void **state) {
 
   /* Now without the huge weight: its view, the NaN and placements. */
   assert_int_equal(fdy_graph_create("g", &g, NULL), FDY_OK);
-  step = add_input(g, "step", FDY_DTYPE_I32, FDY_SHAPE(2));
+  step = add_input(g, "step", FDY_DTYPE_I32, FDY_SHAPE(FDY_STEP_ELEMENTS(1)));
   x = add_input(g, "x", FDY_DTYPE_F32, FDY_SHAPE(1, 8));
   huge = add_weight(g, "huge", FDY_DTYPE_U8, FDY_SHAPE(JSON_MAX));
   y = add_activation(g, "y", FDY_DTYPE_F32, FDY_SHAPE(1, 8));

@@ -323,10 +323,8 @@ static void set_decode(fdy_executor *x, const llama_case *l, int32_t id,
   uint64_t bytes = 0;
   int32_t *in = fdy_executor_input(x, l->io.decode_step, &bytes);
   assert_non_null(in);
-  assert_int_equal(bytes, 3 * sizeof(int32_t));
-  in[FDY_STEP_COUNT] = 1;
-  in[FDY_STEP_POSITION] = position;
-  in[FDY_STEP_IDS] = id;
+  assert_int_equal(bytes, FDY_STEP_ELEMENTS(1) * sizeof(int32_t));
+  fdy_step_set_chunk(in, &id, 1, 0, (uint32_t)position);
 }
 
 static void test_llama_decode_on_fake(void **state) {
@@ -399,8 +397,9 @@ static void test_llama_streamed_copies_on_fake(void **state) {
     assert_int_equal(after.copies_to_device - before.copies_to_device,
                      10 * (1 + 2 * per_layer));
     if (!skip) {
-      assert_int_equal(after.bytes_to_device - before.bytes_to_device,
-                       10 * (3 * sizeof(int32_t) + 2 * layer));
+      assert_int_equal(
+          after.bytes_to_device - before.bytes_to_device,
+          10 * (FDY_STEP_ELEMENTS(1) * sizeof(int32_t) + 2 * layer));
     }
     assert_int_equal(after.host_registrations, before.host_registrations);
     fdy_executor_destroy(x);

@@ -16,9 +16,10 @@
  * argmax) combine per-chunk results in chunk order.
  *
  * Step values are data: a count below 0 counts as 0 rows; a row whose token
- * id lies outside the table (EMBED_Q4) or whose position lies outside the
- * cache (ATTENTION) is written as NaN and nothing is read or written out of
- * bounds (ATTENTION does not append it). */
+ * id lies outside the table (EMBED_Q4) or whose position or sequence lies
+ * outside the cache (ATTENTION, ROPE_ATTENTION) is written as NaN and
+ * nothing is read or written out of bounds (the attention does not append
+ * it). */
 #include "kernels.h"
 
 #include "foundry/checksum.h"
@@ -68,7 +69,7 @@ static fdy_status score_stride(const fdy_op *op, uint64_t *out,
                                fdy_error *err) {
   uint64_t bytes = 0;
   fdy_status st =
-      fdy_mul_u64(op->inputs[4].shape.dims[0], sizeof(float), &bytes, err);
+      fdy_mul_u64(op->inputs[4].shape.dims[1], sizeof(float), &bytes, err);
   return st == FDY_OK ? fdy_align_up(bytes, FDY_CPU_WORKSPACE_ALIGN, out, err)
                       : st;
 }
@@ -317,7 +318,7 @@ static void run_checksum(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
  */
 
 typedef struct embed_job {
-  const int32_t *ids;
+  const int32_t *step;
   const unsigned char *table;
   const void *scales, *biases;
   fdy_dtype dtype;
@@ -333,7 +334,7 @@ static void embed_task(void *ctx, uint32_t begin, uint32_t end,
   const embed_job *job = ctx;
   uint32_t group = job->group;
   for (uint32_t t = begin; t < end; t++) {
-    int32_t id = job->ids[t];
+    int32_t id = job->step[FDY_STEP_ID(t)];
     float *out = job->out + (uint64_t)t * job->hidden;
     if (id < 0 || (uint64_t)id >= job->vocab) {
       fill_nan(out, job->hidden);
@@ -363,7 +364,7 @@ static void run_embed(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
   const fdy_op *op = a->op;
   const int32_t *step = a->inputs[0];
   embed_job job = {
-      .ids = step + FDY_STEP_IDS,
+      .step = step,
       .table = a->inputs[1],
       .scales = a->inputs[2],
       .biases = a->inputs[3],
@@ -433,9 +434,9 @@ static void run_rmsnorm(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
 
 typedef struct rope_job {
   const fdy_op_params *params;
+  const int32_t *step; /* row t's position: step[FDY_STEP_POSITION(t)] */
   const float *x;
   float *out;
-  int64_t position; /* of row 0 */
   uint32_t width, heads, head_dim;
 } rope_job;
 
@@ -445,7 +446,7 @@ static void rope_task(void *ctx, uint32_t begin, uint32_t end,
   const rope_job *job = ctx;
   uint32_t half = job->head_dim / 2;
   for (uint32_t t = begin; t < end; t++) {
-    double position = (double)(job->position + t);
+    double position = (double)job->step[FDY_STEP_POSITION(t)];
     const float *x = job->x + (uint64_t)t * job->width;
     float *out = job->out + (uint64_t)t * job->width;
     for (uint32_t j = 0; j < half; j++) {
@@ -463,16 +464,16 @@ static void rope_task(void *ctx, uint32_t begin, uint32_t end,
   }
 }
 
-/* ROPE of rows x [rows, width] into out at positions from the step's, with
- * the rope parameters of params (a ROPE op's). */
+/* ROPE of rows x [rows, width] into out, each row at its position in the
+ * step, with the rope parameters of params (a ROPE op's). */
 static void rope_rows(fdy_cpu_pool *pool, const fdy_op_params *params,
                       const int32_t *step, const float *x, float *out,
                       uint64_t rows, uint64_t width) {
   rope_job job = {
       .params = params,
+      .step = step,
       .x = x,
       .out = out,
-      .position = step[FDY_STEP_POSITION],
       .width = (uint32_t)width,
       .head_dim = params->rope.head_dim,
   };
@@ -496,8 +497,10 @@ typedef struct attention_job {
   const float *f16_table;
   float *out;
   uint32_t heads, group, d; /* group: query heads per kv head */
-  uint64_t q_dim, kv_dim, context;
-  int64_t position; /* of row 0 */
+  uint64_t q_dim, kv_dim, context, sequences;
+  const int32_t *step;
+  bool chunk; /* ATTENTION: the rows continue row 0's sequence and
+                 position; else (ROPE_ATTENTION) each row has its own */
   unsigned char *scores;
   uint64_t score_stride; /* bytes */
 } attention_job;
@@ -534,18 +537,36 @@ static float dot_f16(const float *a, const uint16_t *b, uint32_t n,
          ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
-/* Query head `head` of row t over positions 0..last of the cache. */
+/* The cache row of row t (its sequence's region, its position), or false
+ * when the position or the sequence lies outside the cache. */
+static bool cache_row(const attention_job *job, uint32_t t, uint64_t *row,
+                      uint32_t *position) {
+  uint32_t r = job->chunk ? 0 : t;
+  int64_t p = (int64_t)job->step[FDY_STEP_POSITION(r)] + (job->chunk ? t : 0);
+  int64_t s = job->step[FDY_STEP_SEQUENCE(r)];
+  if (p < 0 || (uint64_t)p >= job->context || s < 0 ||
+      (uint64_t)s >= job->sequences) {
+    return false;
+  }
+  *row = (uint64_t)s * job->context + (uint64_t)p;
+  *position = (uint32_t)p;
+  return true;
+}
+
+/* Query head `head` of row t over positions 0..its position of its
+ * sequence's region of the cache. */
 static void attend(const attention_job *job, uint32_t t, uint32_t head,
                    float *scores) {
   uint32_t d = job->d;
   float *out = job->out + (uint64_t)t * job->q_dim + (uint64_t)head * d;
-  int64_t position = job->position + t;
-  if (position < 0 || (uint64_t)position >= job->context) {
+  uint64_t row = 0;
+  uint32_t last = 0;
+  if (!cache_row(job, t, &row, &last)) {
     fill_nan(out, d);
     return;
   }
-  uint32_t last = (uint32_t)position;
-  uint64_t kv_at = (uint64_t)(head / job->group) * d;
+  uint64_t kv_at =
+      (row - last) * job->kv_dim + (uint64_t)(head / job->group) * d;
   float scale = (float)(1.0 / sqrt((double)d));
   const float *q = job->q + (uint64_t)t * job->q_dim + (uint64_t)head * d;
   float max = -INFINITY;
@@ -603,7 +624,10 @@ static void append(void *cache, bool f16, uint64_t row, const float *src,
   }
 }
 
-static void run_attention(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
+/* ATTENTION of chunk rows, or (chunk false) of independent rows: every
+ * row's k and v appended, then each row's attention. */
+static void attention_rows(fdy_cpu_pool *pool, const fdy_cpu_args *a,
+                           bool chunk) {
   const fdy_op *op = a->op;
   const int32_t *step = a->inputs[0];
   uint32_t rows = active_rows(step, op->inputs[1].shape.dims[0]);
@@ -618,8 +642,10 @@ static void run_attention(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
       .d = op->params.attention.head_dim,
       .q_dim = op->inputs[1].shape.dims[1],
       .kv_dim = op->inputs[2].shape.dims[1],
-      .context = op->inputs[4].shape.dims[0],
-      .position = step[FDY_STEP_POSITION],
+      .context = op->inputs[4].shape.dims[1],
+      .sequences = op->inputs[4].shape.dims[0],
+      .step = step,
+      .chunk = chunk,
       .scores = a->workspace,
   };
   if (job.f16) {
@@ -628,19 +654,25 @@ static void run_attention(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
   /* The launch computed the stride already; it cannot fail here. */
   score_stride(op, &job.score_stride, NULL);
   for (uint32_t t = 0; t < rows; t++) {
-    int64_t position = job.position + t;
-    if (position >= 0 && (uint64_t)position < job.context) {
+    uint64_t row = 0;
+    uint32_t position = 0;
+    if (cache_row(&job, t, &row, &position)) {
       const float *k = (const float *)a->inputs[2] + (uint64_t)t * job.kv_dim;
       const float *v = (const float *)a->inputs[3] + (uint64_t)t * job.kv_dim;
-      append(a->inputs[4], job.f16, (uint64_t)position, k, job.kv_dim);
-      append(a->inputs[5], job.f16, (uint64_t)position, v, job.kv_dim);
+      append(a->inputs[4], job.f16, row, k, job.kv_dim);
+      append(a->inputs[5], job.f16, row, v, job.kv_dim);
     }
   }
   fdy_cpu_pool_run(pool, rows * job.heads, 1, attention_task, &job);
 }
 
-/* ROPE_ATTENTION: the rope of q and of k into the workspace, then
- * ATTENTION of the rotated rows (the unfused sequence's kernels). */
+static void run_attention(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
+  attention_rows(pool, a, true);
+}
+
+/* ROPE_ATTENTION: the rope of q and of k into the workspace, then the
+ * attention of the rotated rows, each at its own position and sequence
+ * (for one row the unfused sequence's kernels). */
 static void run_rope_attention(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
   const fdy_op *op = a->op;
   rope_attention_layout l;
@@ -663,7 +695,7 @@ static void run_rope_attention(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
   args.inputs[1] = q;
   args.inputs[2] = k;
   args.workspace = a->workspace + l.scores;
-  run_attention(pool, &args);
+  attention_rows(pool, &args, false);
 }
 
 /* ---- element-wise kinds -----------------------------------------------------

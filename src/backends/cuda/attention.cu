@@ -1,6 +1,9 @@
-/* ATTENTION and ROPE_ATTENTION on CUDA: one of two variants chosen from the
- * shapes alone (the rows of q; ROPE_ATTENTION is decode only). Every kernel
- * is a programmatic dependent launch when the op asks (cuda_device.h).
+/* ATTENTION and ROPE_ATTENTION on CUDA: one of three variants chosen from
+ * the shapes alone (the kind and the rows of q). Every kernel is a
+ * programmatic dependent launch when the op asks (cuda_device.h). The KV
+ * caches hold S regions of `context` positions, one per sequence; a row
+ * reads and appends in its sequence's region only (fdy_kv_row_of: a
+ * decode row's own position and sequence, a prefill chunk's row 0's).
  *
  * 1. decode (q has one row): one kernel, launched through fdy_launch (a
  *    programmatic dependent launch when the op asks: the step and the cache
@@ -25,7 +28,7 @@
  *    F16 load, coalesced; q from shared memory, and past the first round the
  *    value rows requested from L2 at once), the round's 16 dots summed by
  *    one butterfly that keeps half of a lane's values at each step
- *    (warp_sums16: 16 shuffles, each sum the tree of a butterfly of its
+ *    (fdy_warp_sums16: 16 shuffles, each sum the tree of a butterfly of its
  *    own; docs/tuning-log.md entry 53), times (float)(1 / sqrt(d)); then
  *    per head the chunk's maximum m, e = expf(score - m) and their float
  *    sum l (lanes, then a butterfly), and the unnormalized sum of e * v
@@ -46,9 +49,13 @@
  *    w + 16, ... in order, then the sixteen warps' sums in order. The
  *    grid's y extent follows the multiprocessor count; the chunk size and
  *    every order of addition follow the shapes only.
- * 2. prefill (several rows): the append kernel (block t stores rows t of
- *    k and v at cache position p0 + t, for the step's rows whose position
- *    lies in the cache), then flash attention (attention_prefill.cu).
+ * 2. batch (ROPE_ATTENTION of several rows: a decode step of several
+ *    sequences): one block per row, kv head and slice of its query heads,
+ *    each row at its own position and sequence (attention_batch.cu).
+ * 3. prefill (ATTENTION of several rows): the append kernel (block t
+ *    stores rows t of k and v at position p0 + t of the chunk's sequence,
+ *    for the step's rows whose position lies in the cache), then flash
+ *    attention (attention_prefill.cu).
  *
  * Against the CPU backend (src/backends/cpu/kernels.c: exp(score - max) in
  * float summed in double, sequential float sums over positions): every
@@ -58,9 +65,10 @@
  * the relative difference stays near the CPU's own rounding error (see
  * docs/tuning-log.md, "flash attention").
  *
- * A row whose position lies outside the cache is NaN. Rows at or beyond
- * the step's count are neither read nor written; the count and p0 are read
- * by the kernels when they run. */
+ * A row whose position or sequence lies outside the cache is NaN and
+ * appends nothing. Rows at or beyond the step's count are neither read nor
+ * written; the count, positions and sequences are read by the kernels when
+ * they run. */
 #include "cuda_device.h"
 #include "cuda_internal.h"
 
@@ -75,71 +83,34 @@
 #define DECODE_BLOCKS_SM     1   /* decode blocks per multiprocessor */
 #define DECODE_COMBINE_ROUND 4   /* chunks a warp's combine loads at once */
 
-static __device__ __forceinline__ void
-cache_store(void *cache, bool f16, unsigned long long i, float v) {
-  if (f16) {
-    ((uint16_t *)cache)[i] = __half_as_ushort(__float2half_rn(v));
-  } else {
-    ((float *)cache)[i] = v;
-  }
-}
-
-static __device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
-  acc = fmaf(a.x, b.x, acc);
-  acc = fmaf(a.y, b.y, acc);
-  acc = fmaf(a.z, b.z, acc);
-  return fmaf(a.w, b.w, acc);
-}
-
-static __device__ __forceinline__ float4 axpy4(float a, float4 x, float4 y) {
-  return make_float4(fmaf(a, x.x, y.x), fmaf(a, x.y, y.y), fmaf(a, x.z, y.z),
-                     fmaf(a, x.w, y.w));
-}
-
-static __device__ __forceinline__ float warp_max(float v) {
-  for (int offset = 16; offset > 0; offset /= 2) {
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  }
-  return v;
-}
-
-/* The position of row t, or -1 when it lies outside the cache. */
-static __device__ __forceinline__ long long
-row_position(const int32_t *step, unsigned int t, unsigned long long context) {
-  const long long p = (long long)step[FDY_STEP_POSITION] + t;
-  return p < 0 || (unsigned long long)p >= context ? -1 : p;
-}
-
+/* Block t stores rows t of k and v at position p0 + t of the chunk's
+ * sequence (fdy_kv_row_of of row 0), when that lies in the cache. */
 __global__ void __launch_bounds__(APPEND_THREADS)
     append_kernel(const int32_t *step, const float *k, const float *v,
                   void *k_cache, void *v_cache, bool f16, unsigned int kv_dim,
-                  unsigned int rows, unsigned long long context) {
+                  unsigned int rows, unsigned long long context,
+                  unsigned long long sequences) {
   fdy_grid_launch_dependents();
   fdy_grid_wait();
   const unsigned int t = blockIdx.x;
   if (t >= fdy_active_rows(step, rows)) {
     return;
   }
-  const long long p = row_position(step, t, context);
-  if (p < 0) {
+  const fdy_kv_row at = fdy_kv_row_of(step, 0, t, context, sequences);
+  if (at.position < 0) {
     return;
   }
   const unsigned long long src = (unsigned long long)t * kv_dim;
-  const unsigned long long dst = (unsigned long long)p * kv_dim;
+  const unsigned long long dst =
+      (at.sequence * context + (unsigned long long)at.position) * kv_dim;
   for (unsigned int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
-    cache_store(k_cache, f16, dst + i, k[src + i]);
-    cache_store(v_cache, f16, dst + i, v[src + i]);
+    fdy_cache_store(k_cache, f16, dst + i, k[src + i]);
+    fdy_cache_store(v_cache, f16, dst + i, v[src + i]);
   }
 }
 
 /* ---- decode: chunks, then the combine by the last block ------------------
  */
-
-/* The rope of ROPE_ATTENTION: the inverse frequency of pair j (from
- * fdy_rope_inverse_frequency on the host). */
-typedef struct decode_rope {
-  double inv[FDY_CUDA_ROPE_MAX_PAIRS];
-} decode_rope;
 
 /* The decode variant's workspace: (m, l) per chunk and head, then (at a
  * multiple of 16 bytes) the partial outputs, 4 ceil(d / 4) floats per chunk
@@ -244,38 +215,6 @@ held_positions(unsigned int c, unsigned int chunks, unsigned int chunk,
              : 0;
 }
 
-/* One step of warp_sums16: a lane keeps values 0 .. kWidth - 1 (lanes
- * without `offset`) or kWidth .. 2 kWidth - 1 (lanes with it), adding the
- * partner's copy of them; bit selects, so that the choice is not turned
- * into an index into local memory. */
-template <int kWidth>
-static __device__ __forceinline__ void warp_sums_step(float v[16],
-                                                      unsigned int offset) {
-  const unsigned int upper = (threadIdx.x & offset) != 0 ? ~0u : 0u;
-#pragma unroll
-  for (int i = 0; i < kWidth; i++) {
-    const unsigned int lo = __float_as_uint(v[i]);
-    const unsigned int hi = __float_as_uint(v[i + kWidth]);
-    const float keep = __uint_as_float((hi & upper) | (lo & ~upper));
-    const float send = __uint_as_float((lo & upper) | (hi & ~upper));
-    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, offset);
-  }
-}
-
-/* The warp sums of 16 values at once: at each xor step a lane keeps half
- * of its values and sends the other half, so 16 shuffles instead of 16 x 5.
- * Returns the sum of value lane / 2 (lanes 2k and 2k + 1 hold value k's:
- * the steps over lane bits 4, 3, 2, 1 keep the values whose index has
- * those bits); each value's sum is the same tree of additions as
- * fdy_warp_sum's (bitwise equal). */
-static __device__ __forceinline__ float warp_sums16(float v[16]) {
-  warp_sums_step<8>(v, 16);
-  warp_sums_step<4>(v, 8);
-  warp_sums_step<2>(v, 4);
-  warp_sums_step<1>(v, 2);
-  return v[0] + __shfl_xor_sync(0xffffffffu, v[0], 1);
-}
-
 /* Asks L2 for the 16 bytes at p (F16: 8) ahead of their load. */
 static __device__ __forceinline__ void prefetch_l2(const void *p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
@@ -309,7 +248,7 @@ static __device__ void combine_heads(unsigned int h0, unsigned int gn,
                   : make_float2(-CUDART_INF_F, 0.0f);
       m = fmaxf(m, ml[i].x);
     }
-    m = warp_max(m);
+    m = fdy_warp_max(m);
     double sum = 0.0;
 #pragma unroll
     for (int i = 0; i < DECODE_MAX_CHUNKS / 32; i++) {
@@ -357,8 +296,8 @@ static __device__ void combine_heads(unsigned int h0, unsigned int gn,
 #pragma unroll
         for (int g = 0; g < DECODE_GROUP; g++) {
           if (c < chunks && (unsigned int)g < gn) {
-            acc[g] =
-                axpy4(weight[g * DECODE_MAX_CHUNKS + c], part[r][g], acc[g]);
+            acc[g] = fdy_axpy4(weight[g * DECODE_MAX_CHUNKS + c], part[r][g],
+                               acc[g]);
           }
         }
       }
@@ -384,7 +323,8 @@ static __device__ void combine_heads(unsigned int h0, unsigned int gn,
 }
 
 /* Block (x, y), x = kv head x slices + slice, takes chunks y, y + gridDim.y,
- * ... for the query heads of its slice. The block that holds the chunk of
+ * ... for the query heads of its slice, over the region of the row's
+ * sequence (kv_at starts there). The block that holds the chunk of
  * the last position in slice 0 also appends the step's k and v rows of its
  * kv head there; every block reads that position from the step's rows
  * instead of the cache, so no block waits for another. Each block then
@@ -405,9 +345,10 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
                   const float *v_new, void *k_cache, void *v_cache, bool f16,
                   bool vec, unsigned int heads, unsigned int group,
                   unsigned int slices, unsigned int d,
-                  unsigned long long context, unsigned int chunk,
-                  decode_partials partials, unsigned int *counters, float *out,
-                  bool rope, const __grid_constant__ decode_rope table) {
+                  unsigned long long context, unsigned long long sequences,
+                  unsigned int chunk, decode_partials partials,
+                  unsigned int *counters, float *out, bool rope,
+                  const __grid_constant__ fdy_cuda_rope_table table) {
   extern __shared__ float4 decode_shared[];
   const unsigned int d4 = (d + 3) / 4;
   const unsigned int scores_stride =
@@ -424,11 +365,18 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
   const unsigned int g0 = (blockIdx.x % slices) * DECODE_GROUP;
   const unsigned int gn = min((unsigned int)DECODE_GROUP, group - g0);
   const unsigned int h0 = kv_head * group + g0;
-  const long long last_p = row_position(step, 0, context);
-  const unsigned long long last = last_p < 0 ? 0 : (unsigned long long)last_p;
+  const fdy_kv_row row = fdy_kv_row_of(step, 0, 0, context, sequences);
+  const long long last_p = row.position;
+  /* positions and chunk starts in 32 bits (below context, below 2^31): with
+   * the sequence's 64-bit region in kv_at, 64-bit ones took the kernel past
+   * its 128 registers */
+  const unsigned int last = last_p < 0 ? 0 : (unsigned int)last_p;
   const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const unsigned long long kv_dim = (unsigned long long)(heads / group) * d;
-  const unsigned long long kv_at = (unsigned long long)kv_head * d;
+  /* the kv head's elements in the step's rows, and in the caches at
+   * position 0 of the row's sequence */
+  const unsigned long long own_at = (unsigned long long)kv_head * d;
+  const unsigned long long kv_at = row.sequence * context * kv_dim + own_at;
   const unsigned int chunks = (unsigned int)(last / chunk) + 1;
 
   /* Before the wait, what needs nothing of the kernels before: the held
@@ -454,10 +402,7 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
   float cos_p = 0.0f, sin_p = 0.0f;
   if (rope && last_p >= 0 && threadIdx.x < (gn + 1) * half) {
     pair = threadIdx.x % half;
-    double ds = 0.0, dc = 0.0;
-    sincos((double)last * table.inv[pair], &ds, &dc);
-    cos_p = (float)dc;
-    sin_p = (float)ds;
+    fdy_rope_cos_sin((double)last, table.inv[pair], &cos_p, &sin_p);
   }
   const float scale = (float)(1.0 / sqrt((double)d));
   fdy_grid_wait(); /* q, k and v come from the kernels before */
@@ -468,7 +413,7 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
     }
     return;
   }
-  const float *v_own = v_new + kv_at;
+  const float *v_own = v_new + own_at;
 
   /* q rows 0 .. gn - 1 of the slice's heads and the step's k row (row
    * DECODE_GROUP) into shared memory, rotated by the rope at position
@@ -487,7 +432,7 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
         if (i < items) {
           const unsigned int r = i / half, j = i % half;
           const float *x =
-              r < gn ? q + (unsigned long long)(h0 + r) * d : k_new + kv_at;
+              r < gn ? q + (unsigned long long)(h0 + r) * d : k_new + own_at;
           x0[t] = x[j];
           x1[t] = x[j + half];
         }
@@ -499,16 +444,12 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
           const unsigned int r = i / half, j = i % half;
           float *dst = (float *)(q_rows + (r < gn ? r : DECODE_GROUP) * d4);
           if (j != pair) {
-            double ds = 0.0, dc = 0.0;
-            sincos((double)last * table.inv[j], &ds, &dc);
-            cos_p = (float)dc;
-            sin_p = (float)ds;
+            fdy_rope_cos_sin((double)last, table.inv[j], &cos_p, &sin_p);
             pair = j;
           }
-          /* the CPU backend's float expressions, rounded alike (no FMA) */
-          dst[j] = __fsub_rn(__fmul_rn(x0[t], cos_p), __fmul_rn(x1[t], sin_p));
-          dst[j + half] =
-              __fadd_rn(__fmul_rn(x1[t], cos_p), __fmul_rn(x0[t], sin_p));
+          const float2 rotated = fdy_rope_rotate(x0[t], x1[t], cos_p, sin_p);
+          dst[j] = rotated.x;
+          dst[j + half] = rotated.y;
         }
       }
     }
@@ -516,7 +457,7 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
     for (unsigned int i = threadIdx.x; i < (gn + 1) * d; i += blockDim.x) {
       const unsigned int r = i / d, j = i % d;
       const float *x =
-          r < gn ? q + (unsigned long long)(h0 + r) * d : k_new + kv_at;
+          r < gn ? q + (unsigned long long)(h0 + r) * d : k_new + own_at;
       ((float *)(q_rows + (r < gn ? r : DECODE_GROUP) * d4))[j] = x[j];
     }
   }
@@ -529,15 +470,14 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
   const float *k_own = k_row;
   if (g0 == 0 && blockIdx.y == (chunks - 1) % gridDim.y) {
     for (unsigned int i = threadIdx.x; i < d; i += blockDim.x) {
-      cache_store(k_cache, f16, last * kv_dim + kv_at + i, k_own[i]);
-      cache_store(v_cache, f16, last * kv_dim + kv_at + i, v_own[i]);
+      fdy_cache_store(k_cache, f16, last * kv_dim + kv_at + i, k_own[i]);
+      fdy_cache_store(v_cache, f16, last * kv_dim + kv_at + i, v_own[i]);
     }
   }
 
   for (unsigned int c = blockIdx.y; c < chunks; c += gridDim.y) {
-    const unsigned long long begin = (unsigned long long)c * chunk;
-    const unsigned int n =
-        (unsigned int)min((unsigned long long)chunk, last + 1 - begin);
+    const unsigned int begin = c * chunk;
+    const unsigned int n = min(chunk, last + 1 - begin);
     /* the next chunk's held round, loaded once this one's is used */
     const unsigned long long next_begin =
         begin + (unsigned long long)gridDim.y * chunk;
@@ -585,7 +525,7 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
             const float4 qv = q_rows[g * d4 + j4];
 #pragma unroll
             for (int u = 0; u < DECODE_INFLIGHT; u++) {
-              dot[u][g] = dot4(qv, key[u], dot[u][g]);
+              dot[u][g] = fdy_dot4(qv, key[u], dot[u][g]);
             }
           }
         }
@@ -601,7 +541,7 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
           sums[u * DECODE_GROUP + g] = dot[u][g];
         }
       }
-      const float total = warp_sums16(sums);
+      const float total = fdy_warp_sums16(sums);
       {
         const unsigned int i = lane / 2;
         const unsigned int u = i / DECODE_GROUP, g = i % DECODE_GROUP;
@@ -621,7 +561,7 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
       for (unsigned int i = lane; i < n; i += 32) {
         m = fmaxf(m, s[i]);
       }
-      m = warp_max(m);
+      m = fdy_warp_max(m);
       float l = 0.0f;
       for (unsigned int i = lane; i < n; i += 32) {
         const float e = expf(s[i] - m);
@@ -664,7 +604,7 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
             for (int g = 0; g < DECODE_GROUP; g++) {
               if (g < gn) {
                 acc[g] =
-                    axpy4(scores[g * scores_stride + pp], value[u], acc[g]);
+                    fdy_axpy4(scores[g * scores_stride + pp], value[u], acc[g]);
               }
             }
           }
@@ -725,7 +665,7 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
 
 typedef struct attention_shape {
   unsigned int heads, kv_heads, group, d, rows, kv_dim;
-  unsigned long long context;
+  unsigned long long context, sequences; /* the caches' [S, context, kv_dim] */
   bool f16, vec;
   unsigned int chunk, slices; /* the decode variant's */
 } attention_shape;
@@ -751,7 +691,8 @@ static attention_shape shape_of(const fdy_op *op) {
   s.d = p->head_dim;
   s.rows = (unsigned int)op->inputs[1].shape.dims[0];
   s.kv_dim = (unsigned int)op->inputs[2].shape.dims[1];
-  s.context = op->inputs[4].shape.dims[0];
+  s.sequences = op->inputs[4].shape.dims[0];
+  s.context = op->inputs[4].shape.dims[1];
   s.f16 = op->inputs[4].dtype == FDY_DTYPE_F16;
   s.vec = s.d % 4 == 0;
   s.chunk = decode_chunk(s.context);
@@ -778,6 +719,9 @@ extern "C" uint64_t fdy_cuda_attention_shared_bytes(const fdy_op *op) {
                sizeof(float4) +
            (DECODE_GROUP * stride + DECODE_GROUP) * sizeof(float);
   }
+  if (op->kind == FDY_OP_ROPE_ATTENTION) {
+    return fdy_cuda_attention_batch_shared_bytes(op);
+  }
   return fdy_cuda_attention_prefill_shared_bytes(op);
 }
 
@@ -793,8 +737,8 @@ extern "C" uint64_t fdy_cuda_attention_workspace_bytes(const fdy_op *op) {
 extern "C" bool fdy_cuda_attention_grid_fits(const fdy_op *op) {
   const attention_shape s = shape_of(op);
   if (op->kind == FDY_OP_ROPE_ATTENTION) {
-    /* decode only (the one-row step of the llama decode chain) */
-    return s.rows == 1 && s.d / 2 <= FDY_CUDA_ROPE_MAX_PAIRS;
+    return s.d / 2 <= FDY_CUDA_ROPE_MAX_PAIRS &&
+           (s.rows == 1 || fdy_cuda_attention_batch_grid_fits(op));
   }
   return s.rows == 1 || fdy_cuda_attention_prefill_grid_fits(op);
 }
@@ -804,6 +748,9 @@ extern "C" cudaError_t fdy_cuda_attention_prepare(uint64_t smem_optin) {
       fdy_cuda_allow_dynamic_shared((const void *)decode_kernel, smem_optin);
   if (rc == cudaSuccess) {
     rc = fdy_cuda_attention_prefill_prepare(smem_optin);
+  }
+  if (rc == cudaSuccess) {
+    rc = fdy_cuda_attention_batch_prepare(smem_optin);
   }
   struct cudaFuncAttributes attributes;
   return rc != cudaSuccess ? rc
@@ -819,14 +766,8 @@ static cudaError_t launch_decode(const fdy_cuda_op_args *a,
   partials.ml = (float2 *)a->workspace;
   partials.o = (float *)((unsigned char *)a->workspace + decode_ml_bytes(s));
   const bool rope = a->op->kind == FDY_OP_ROPE_ATTENTION;
-  decode_rope table;
-  memset(&table, 0, sizeof table);
-  if (rope) {
-    const fdy_op_params params = fdy_rope_params_of(a->op);
-    for (uint32_t j = 0; j < s->d / 2; j++) {
-      table.inv[j] = fdy_rope_inverse_frequency(&params, j);
-    }
-  }
+  /* all zero for ATTENTION (no rope) */
+  const fdy_cuda_rope_table table = fdy_cuda_rope_table_of(a->op);
   /* the y extent only sets how many chunks a block takes in turn */
   const uint64_t x = (uint64_t)s->kv_heads * s->slices;
   const uint64_t target = (uint64_t)DECODE_BLOCKS_SM * a->sm_count;
@@ -837,12 +778,15 @@ static cudaError_t launch_decode(const fdy_cuda_op_args *a,
                     (size_t)fdy_cuda_attention_shared_bytes(a->op), stream,
                     step, (const float *)a->in[1], (const float *)a->in[2],
                     (const float *)a->in[3], a->in[4], a->in[5], s->f16, s->vec,
-                    s->heads, s->group, s->slices, s->d, s->context, s->chunk,
-                    partials, a->counters, (float *)a->out, rope, table);
+                    s->heads, s->group, s->slices, s->d, s->context,
+                    s->sequences, s->chunk, partials, a->counters,
+                    (float *)a->out, rope, table);
 }
 
-/* ATTENTION or ROPE_ATTENTION (one row only: decode_kernel rotates q and k
- * itself; cuda_ops.c refuses more rows). */
+/* ATTENTION or ROPE_ATTENTION: one row on decode_kernel (which rotates q
+ * and k itself for ROPE_ATTENTION), ROPE_ATTENTION of several rows on the
+ * batch kernel, ATTENTION of several rows by the append kernel, then the
+ * prefill kernel. */
 extern "C" cudaError_t fdy_cuda_attention_enqueue(const fdy_cuda_op_args *a,
                                                   cudaStream_t stream) {
   const attention_shape s = shape_of(a->op);
@@ -850,10 +794,13 @@ extern "C" cudaError_t fdy_cuda_attention_enqueue(const fdy_cuda_op_args *a,
   if (s.rows == 1) {
     return launch_decode(a, &s, stream);
   }
-  cudaError_t rc =
-      fdy_launch(a->dependent, append_kernel, s.rows, APPEND_THREADS, 0, stream,
-                 step, (const float *)a->in[2], (const float *)a->in[3],
-                 a->in[4], a->in[5], s.f16, s.kv_dim, s.rows, s.context);
+  if (a->op->kind == FDY_OP_ROPE_ATTENTION) {
+    return fdy_cuda_attention_batch_enqueue(a, stream);
+  }
+  cudaError_t rc = fdy_launch(
+      a->dependent, append_kernel, s.rows, APPEND_THREADS, 0, stream, step,
+      (const float *)a->in[2], (const float *)a->in[3], a->in[4], a->in[5],
+      s.f16, s.kv_dim, s.rows, s.context, s.sequences);
   if (rc != cudaSuccess) {
     return rc;
   }

@@ -50,10 +50,13 @@
  * a few 1e-4 relative for scores of order one (tests/cuda/test_cuda_ops.c
  * checks MMA_BOUND, 2e-3).
  *
- * A row whose position lies outside the cache is NaN. Rows at or beyond
- * the step's count are neither read nor written; the count and p0 are read
- * by the kernels when they run. PDL: the kernels wait (fdy_grid_wait)
- * before reading q or the caches. */
+ * The rows are one chunk of one sequence s (row t at position p0 + t; p0
+ * and s are row 0's in the step): every key and value comes from s's
+ * region of the caches. A row whose position lies outside the cache, or
+ * every row when s does, is NaN. Rows at or beyond the step's count are
+ * neither read nor written; the count, p0 and s are read by the kernels
+ * when they run. PDL: the kernels wait (fdy_grid_wait) before reading q or
+ * the caches. */
 #include "cuda_device.h"
 #include "cuda_internal.h"
 
@@ -76,26 +79,34 @@ static_assert(ATTENTION_THREADS == 128 && PREFILL_Q == 32 && PREFILL_KV == 32,
 static_assert(MMA_ROWS == 16 && MMA_KV == 64 && MMA_MAX_THREADS <= 1024,
               "tensor-core prefill layout");
 
-/* Query tile `tile` of tile_rows rows: r0 its first row, nr its active
- * rows (0: none), p0 the position of row r0, last the last key position
- * its rows read (-1: none, every row lies outside the cache or none is
- * active). Reads only the step tensor (allowed before fdy_grid_wait). */
+/* Query tile `tile` of tile_rows rows of the chunk (row t at position
+ * p0 + t of sequence s, p0 and s row 0's in the step): r0 its first row,
+ * nr its active rows (0: none), p0 the position of row r0, end the bound
+ * of the positions that lie in the cache (context, or 0 when s lies
+ * outside the cache: no row's does), last the last key position its rows
+ * read (-1: none, every row lies outside the cache or none is active),
+ * first the cache row of position 0 of sequence s (0 when s lies outside).
+ * Reads only the step tensor (allowed before fdy_grid_wait). */
 typedef struct prefill_tile {
   unsigned int r0, nr;
-  long long p0, last;
+  long long p0, end, last;
+  unsigned long long first;
 } prefill_tile;
 
 static __device__ __forceinline__ prefill_tile
 prefill_tile_at(const int32_t *step, unsigned int rows, unsigned int tile_rows,
-                unsigned int tile, unsigned long long context) {
+                unsigned int tile, unsigned long long context,
+                unsigned long long sequences) {
   const unsigned int active = fdy_active_rows(step, rows);
+  const long long s = step[FDY_STEP_SEQUENCE(0)];
+  const bool in = s >= 0 && (unsigned long long)s < sequences;
   prefill_tile t;
   t.r0 = tile * tile_rows;
   t.nr = t.r0 < active ? min(tile_rows, active - t.r0) : 0;
-  t.p0 = (long long)step[FDY_STEP_POSITION] + t.r0;
-  t.last = t.nr == 0 || t.p0 >= (long long)context
-               ? -1
-               : min(t.p0 + t.nr - 1, (long long)context - 1);
+  t.p0 = (long long)step[FDY_STEP_POSITION(0)] + t.r0;
+  t.end = in ? (long long)context : 0;
+  t.last = t.nr == 0 || t.p0 >= t.end ? -1 : min(t.p0 + t.nr - 1, t.end - 1);
+  t.first = in ? (unsigned long long)s * context : 0;
   return t;
 }
 
@@ -111,7 +122,8 @@ __global__ void __launch_bounds__(ATTENTION_THREADS)
     prefill_kernel(const int32_t *step, const float *q, const void *k_cache,
                    const void *v_cache, bool f16, bool vec, unsigned int heads,
                    unsigned int group, unsigned int d, unsigned int rows,
-                   unsigned long long context, float *out) {
+                   unsigned long long context, unsigned long long sequences,
+                   float *out) {
   extern __shared__ double prefill_shared[];
   double *row_l = prefill_shared;
   float *S = (float *)(row_l + PREFILL_Q);
@@ -125,16 +137,19 @@ __global__ void __launch_bounds__(ATTENTION_THREADS)
   fdy_grid_launch_dependents();
   /* tiles from the last (the most positions) to the first, heads inner */
   const unsigned int tiles = (rows + PREFILL_Q - 1) / PREFILL_Q;
-  const prefill_tile pt = prefill_tile_at(
-      step, rows, PREFILL_Q, tiles - 1 - blockIdx.x / heads, context);
+  const prefill_tile pt =
+      prefill_tile_at(step, rows, PREFILL_Q, tiles - 1 - blockIdx.x / heads,
+                      context, sequences);
   if (pt.nr == 0) {
     return;
   }
   const unsigned int h = blockIdx.x % heads, r0 = pt.r0, nr = pt.nr;
-  const long long p0 = pt.p0, last = pt.last;
+  const long long p0 = pt.p0, end = pt.end, last = pt.last;
+  /* kv_at: the kv head's elements of position 0 of the chunk's sequence */
   const unsigned long long q_dim = (unsigned long long)heads * d,
                            kv_dim = (unsigned long long)(heads / group) * d,
-                           kv_at = (unsigned long long)(h / group) * d;
+                           kv_at = pt.first * kv_dim +
+                                   (unsigned long long)(h / group) * d;
   const unsigned int d4 = (d + 3) / 4;
   const unsigned int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   fdy_grid_wait();
@@ -193,8 +208,7 @@ __global__ void __launch_bounds__(ATTENTION_THREADS)
 #pragma unroll
         for (int i = 0; i < 4; i++) {
           const long long p = kv0 + cg + 8 * i;
-          const bool seen =
-              r < nr && row_p >= 0 && row_p < (long long)context && p <= row_p;
+          const bool seen = r < nr && row_p >= 0 && row_p < end && p <= row_p;
           S[r * PREFILL_S_WIDTH + cg + 8 * i] =
               seen ? acc[a][i] * scale : -CUDART_INF_F;
         }
@@ -264,9 +278,8 @@ __global__ void __launch_bounds__(ATTENTION_THREADS)
     const unsigned int r = i / d, j = i % d;
     const long long row_p = p0 + r;
     float *o = out + (r0 + r) * q_dim + (unsigned long long)h * d + j;
-    *o = row_p >= 0 && row_p < (long long)context
-             ? Os[r * d + j] * (float)(1.0 / row_l[r])
-             : CUDART_NAN_F;
+    *o = row_p >= 0 && row_p < end ? Os[r * d + j] * (float)(1.0 / row_l[r])
+                                   : CUDART_NAN_F;
   }
 }
 
@@ -409,7 +422,7 @@ __global__ void __launch_bounds__(MMA_MAX_THREADS, 1)
                        const void *v_cache, bool f16, unsigned int heads,
                        unsigned int group, unsigned int block_heads,
                        unsigned int rows, unsigned long long context,
-                       float *out) {
+                       unsigned long long sequences, float *out) {
   constexpr unsigned int D = 16 * DK, KS = mma_k_stride(D);
   extern __shared__ uint4 mma_shared[];
   unsigned char *stages = (unsigned char *)mma_shared;
@@ -424,14 +437,16 @@ __global__ void __launch_bounds__(MMA_MAX_THREADS, 1)
   const unsigned int units = heads / group * parts;
   const unsigned int tiles = (rows + MMA_ROWS - 1) / MMA_ROWS;
   const unsigned int pair = blockIdx.x / units, unit = blockIdx.x % units;
-  const prefill_tile ta = prefill_tile_at(step, rows, MMA_ROWS, pair, context);
+  const prefill_tile ta =
+      prefill_tile_at(step, rows, MMA_ROWS, pair, context, sequences);
   if (ta.nr == 0) { /* the other tile lies further still */
     return;
   }
   const unsigned int tile_b = tiles - 1 - pair;
   const prefill_tile tb =
-      tile_b != pair ? prefill_tile_at(step, rows, MMA_ROWS, tile_b, context)
-                     : prefill_tile{0, 0, 0, -1};
+      tile_b != pair
+          ? prefill_tile_at(step, rows, MMA_ROWS, tile_b, context, sequences)
+          : prefill_tile{0, 0, 0, 0, -1, 0};
   const long long last = max(ta.last, tb.last); /* of the block */
   const unsigned int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const prefill_tile wt = warp < block_heads ? ta : tb; /* the warp's */
@@ -441,9 +456,11 @@ __global__ void __launch_bounds__(MMA_MAX_THREADS, 1)
   const unsigned int in_group =
       (unit % parts) * block_heads + warp % block_heads;
   const unsigned int h = kvh * group + in_group;
+  /* kv_at: the kv head's elements of position 0 of the chunk's sequence */
   const unsigned long long q_dim = (unsigned long long)heads * D,
                            kv_dim = (unsigned long long)(heads / group) * D,
-                           kv_at = (unsigned long long)kvh * D;
+                           kv_at =
+                               ta.first * kv_dim + (unsigned long long)kvh * D;
   /* warp-uniform: a head of the group and a tile with an active row */
   const bool active = in_group < group && nr > 0;
   const unsigned int g = lane / 4, t = lane % 4;
@@ -625,8 +642,8 @@ __global__ void __launch_bounds__(MMA_MAX_THREADS, 1)
   l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
   l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
   l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
-  const bool in_a = pa >= 0 && pa < (long long)context;
-  const bool in_b = pb >= 0 && pb < (long long)context;
+  const bool in_a = pa >= 0 && pa < wt.end;
+  const bool in_b = pb >= 0 && pb < wt.end;
   const float inv_a = in_a ? 1.0f / l_a : CUDART_NAN_F;
   const float inv_b = in_b ? 1.0f / l_b : CUDART_NAN_F;
   float *oa = out + (r0 + ra) * q_dim + (unsigned long long)h * D + 2 * t;
@@ -653,7 +670,7 @@ typedef struct prefill_shape {
   unsigned int heads, group, d, rows;
   unsigned int block_heads; /* tensor cores: query heads of a block */
   unsigned int parts;       /* tensor cores: blocks of a kv head's group */
-  unsigned long long context;
+  unsigned long long context, sequences; /* the caches' [S, context, ...] */
   bool f16, vec, mma;
 } prefill_shape;
 
@@ -663,7 +680,8 @@ static prefill_shape prefill_shape_of(const fdy_op *op) {
   s.group = s.heads / op->params.attention.kv_heads;
   s.d = op->params.attention.head_dim;
   s.rows = (unsigned int)op->inputs[1].shape.dims[0];
-  s.context = op->inputs[4].shape.dims[0];
+  s.sequences = op->inputs[4].shape.dims[0];
+  s.context = op->inputs[4].shape.dims[1];
   s.f16 = op->inputs[4].dtype == FDY_DTYPE_F16;
   s.vec = s.d % 4 == 0;
   s.mma = mma_fits(s.d);
@@ -702,10 +720,10 @@ extern "C" bool fdy_cuda_attention_prefill_grid_fits(const fdy_op *op) {
 static void (*const mma_kernels[MMA_MAX_D / 16])(
     const int32_t *, const float *, const void *, const void *, bool,
     unsigned int, unsigned int, unsigned int, unsigned int, unsigned long long,
-    float *) = {prefill_mma_kernel<1>, prefill_mma_kernel<2>,
-                prefill_mma_kernel<3>, prefill_mma_kernel<4>,
-                prefill_mma_kernel<5>, prefill_mma_kernel<6>,
-                prefill_mma_kernel<7>, prefill_mma_kernel<8>};
+    unsigned long long, float *) = {
+    prefill_mma_kernel<1>, prefill_mma_kernel<2>, prefill_mma_kernel<3>,
+    prefill_mma_kernel<4>, prefill_mma_kernel<5>, prefill_mma_kernel<6>,
+    prefill_mma_kernel<7>, prefill_mma_kernel<8>};
 
 extern "C" cudaError_t fdy_cuda_attention_prefill_prepare(uint64_t smem_optin) {
   cudaError_t rc =
@@ -730,10 +748,11 @@ fdy_cuda_attention_prefill_enqueue(const fdy_cuda_op_args *a,
     return fdy_launch(a->dependent, mma_kernels[s.d / 16 - 1], grid,
                       dim3(32 * 2 * s.block_heads), shared, stream, step, q,
                       (const void *)a->in[4], (const void *)a->in[5], s.f16,
-                      s.heads, s.group, s.block_heads, s.rows, s.context, out);
+                      s.heads, s.group, s.block_heads, s.rows, s.context,
+                      s.sequences, out);
   }
   return fdy_launch(a->dependent, prefill_kernel, grid, dim3(ATTENTION_THREADS),
                     shared, stream, step, q, (const void *)a->in[4],
                     (const void *)a->in[5], s.f16, s.vec, s.heads, s.group, s.d,
-                    s.rows, s.context, out);
+                    s.rows, s.context, s.sequences, out);
 }

@@ -1,6 +1,8 @@
 /* Device helpers of the CUDA op kernels (ops_kernels.cu, matmul_q4.cu,
- * matmul_q4_mma.cu, attention.cu, attention_prefill.cu): programmatic
- * dependent launch, the step tensor's row count, half and KV cache loads,
+ * matmul_q4_mma.cu, attention.cu, attention_prefill.cu,
+ * attention_batch.cu): programmatic dependent launch, the step tensor's
+ * row count and a row's place in the KV cache, half and KV cache loads and
+ * stores, the rope's angles and rotation (the CPU backend's arithmetic),
  * and sums whose order is fixed by the block shape alone (butterflies
  * within a warp, then the warps' sums in warp order), so that a result
  * never depends on scheduling. Included by .cu files only. */
@@ -68,6 +70,32 @@ fdy_active_rows(const int32_t *step, unsigned long long rows) {
                                           : (unsigned int)rows;
 }
 
+/* Where a row of ATTENTION or ROPE_ATTENTION lies in a KV cache of
+ * `sequences` regions of `context` positions: position
+ * step[FDY_STEP_POSITION(r)] + offset of sequence
+ * step[FDY_STEP_SEQUENCE(r)] (row t of ATTENTION's chunk: r = 0, offset t;
+ * row t of ROPE_ATTENTION: r = t, offset 0). position is -1 and sequence 0
+ * when the position or the sequence lies outside the cache. Reads only
+ * the step tensor (allowed before fdy_grid_wait). */
+typedef struct fdy_kv_row {
+  long long position;
+  unsigned long long sequence;
+} fdy_kv_row;
+
+static __device__ __forceinline__ fdy_kv_row
+fdy_kv_row_of(const int32_t *step, unsigned int r, unsigned int offset,
+              unsigned long long context, unsigned long long sequences) {
+  const long long p = (long long)step[FDY_STEP_POSITION(r)] + offset;
+  const long long s = step[FDY_STEP_SEQUENCE(r)];
+  fdy_kv_row row = {-1, 0};
+  if (p >= 0 && (unsigned long long)p < context && s >= 0 &&
+      (unsigned long long)s < sequences) {
+    row.position = p;
+    row.sequence = (unsigned long long)s;
+  }
+  return row;
+}
+
 /* The F16 (bf16 false) or BF16 value with bits h, exactly. */
 static __device__ __forceinline__ float fdy_half_bits(uint16_t h, bool bf16) {
   return bf16 ? __uint_as_float((unsigned int)h << 16)
@@ -126,6 +154,66 @@ static __device__ __forceinline__ float4 fdy_cache_load4(const void *cache,
                      j + 3 < d ? fdy_cache_at(cache, f16, at + j + 3) : 0.0f);
 }
 
+/* Stores v at element i of a KV cache of F32 (f16 false) or F16 values
+ * (rounded to nearest even, as the CPU backend appends). */
+static __device__ __forceinline__ void
+fdy_cache_store(void *cache, bool f16, unsigned long long i, float v) {
+  if (f16) {
+    ((uint16_t *)cache)[i] = __half_as_ushort(__float2half_rn(v));
+  } else {
+    ((float *)cache)[i] = v;
+  }
+}
+
+/* v as an F16 cache holds it once appended (rounded to nearest even), or v
+ * itself for an F32 cache. */
+static __device__ __forceinline__ float fdy_cache_round(bool f16, float v) {
+  return f16 ? __half2float(__float2half_rn(v)) : v;
+}
+
+/* The rope's cos and sin of the pair of inverse frequency inv at
+ * `position`: the angle and both functions in double, rounded to float
+ * (the CPU backend's). */
+static __device__ __forceinline__ void
+fdy_rope_cos_sin(double position, double inv, float *c, float *s) {
+  double ds = 0.0, dc = 0.0;
+  sincos(position * inv, &ds, &dc);
+  *c = (float)dc;
+  *s = (float)ds;
+}
+
+/* The pair (x0, x1) rotated by cos c and sin s: the CPU backend's float
+ * expressions, each product and difference rounded alike (no FMA). */
+static __device__ __forceinline__ float2 fdy_rope_rotate(float x0, float x1,
+                                                         float c, float s) {
+  return make_float2(__fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)),
+                     __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s)));
+}
+
+/* acc + a . b, one FMA per element in element order. */
+static __device__ __forceinline__ float fdy_dot4(float4 a, float4 b,
+                                                 float acc) {
+  acc = fmaf(a.x, b.x, acc);
+  acc = fmaf(a.y, b.y, acc);
+  acc = fmaf(a.z, b.z, acc);
+  return fmaf(a.w, b.w, acc);
+}
+
+/* a x + y, one FMA per element. */
+static __device__ __forceinline__ float4 fdy_axpy4(float a, float4 x,
+                                                   float4 y) {
+  return make_float4(fmaf(a, x.x, y.x), fmaf(a, x.y, y.y), fmaf(a, x.z, y.z),
+                     fmaf(a, x.w, y.w));
+}
+
+/* Maximum over the warp; every lane gets the same value. */
+static __device__ __forceinline__ float fdy_warp_max(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  }
+  return v;
+}
+
 /* Sum over the warp; every lane gets the same value. */
 static __device__ __forceinline__ float fdy_warp_sum(float v) {
   for (int offset = 16; offset > 0; offset /= 2) {
@@ -139,6 +227,38 @@ static __device__ __forceinline__ double fdy_warp_sum_double(double v) {
     v += __shfl_xor_sync(0xffffffffu, v, offset);
   }
   return v;
+}
+
+/* One step of fdy_warp_sums16: a lane keeps values 0 .. kWidth - 1 (lanes
+ * without `offset`) or kWidth .. 2 kWidth - 1 (lanes with it), adding the
+ * partner's copy of them; bit selects, so that the choice is not turned
+ * into an index into local memory. */
+template <int kWidth>
+static __device__ __forceinline__ void fdy_warp_sums_step(float v[16],
+                                                          unsigned int offset) {
+  const unsigned int upper = (threadIdx.x & offset) != 0 ? ~0u : 0u;
+#pragma unroll
+  for (int i = 0; i < kWidth; i++) {
+    const unsigned int lo = __float_as_uint(v[i]);
+    const unsigned int hi = __float_as_uint(v[i + kWidth]);
+    const float keep = __uint_as_float((hi & upper) | (lo & ~upper));
+    const float send = __uint_as_float((lo & upper) | (hi & ~upper));
+    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, offset);
+  }
+}
+
+/* The warp sums of 16 values at once: at each xor step a lane keeps half
+ * of its values and sends the other half, so 16 shuffles instead of 16 x 5.
+ * Returns the sum of value lane / 2 (lanes 2k and 2k + 1 hold value k's:
+ * the steps over lane bits 4, 3, 2, 1 keep the values whose index has
+ * those bits); each value's sum is the same tree of additions as
+ * fdy_warp_sum's (bitwise equal). Every lane of the warp must call it. */
+static __device__ __forceinline__ float fdy_warp_sums16(float v[16]) {
+  fdy_warp_sums_step<8>(v, 16);
+  fdy_warp_sums_step<4>(v, 8);
+  fdy_warp_sums_step<2>(v, 4);
+  fdy_warp_sums_step<1>(v, 2);
+  return v[0] + __shfl_xor_sync(0xffffffffu, v[0], 1);
 }
 
 /* Sum over the block (blockDim.x a multiple of 32); every thread gets the

@@ -1,7 +1,8 @@
 /* Internal interface of the CUDA backend, shared by its host-side C files
  * (cuda_backend.c, cuda_ops.c, cuda_staging.c, cuda_measure.c) and the
  * kernel files (checksum_kernel.cu, ops_kernels.cu, matmul_q4.cu,
- * matmul_q4_mma.cu, attention.cu, attention_prefill.cu). Not installed; outside
+ * matmul_q4_mma.cu, attention.cu, attention_prefill.cu,
+ * attention_batch.cu). Not installed; outside
  * src/backends/cuda only the CUDA tests include it. */
 #ifndef FOUNDRY_CUDA_INTERNAL_H
 #define FOUNDRY_CUDA_INTERNAL_H
@@ -199,11 +200,20 @@ cudaError_t fdy_cuda_fill_enqueue(void *data, uint64_t bytes, uint64_t seed,
 /* Most rope pairs (head_dim / 2): the rope kernel takes its inverse
  * frequencies, computed on the host, as a kernel parameter. */
 #define FDY_CUDA_ROPE_MAX_PAIRS 256
+/* The inverse frequency of each rope pair (fdy_rope_inverse_frequency,
+ * computed on the host), a kernel parameter of the rope kernels. */
+typedef struct fdy_cuda_rope_table {
+  double inv[FDY_CUDA_ROPE_MAX_PAIRS];
+} fdy_cuda_rope_table;
 /* Rows of x per block of the tensor-core MATMUL_Q4 kernel (several rows of
  * x); its grid has ceil(rows / FDY_CUDA_GEMM_ROWS) blocks in y, at most
  * 65535. */
 #define FDY_CUDA_GEMM_ROWS  128
 #define FDY_CUDA_MAX_GRID_Y 65535u
+
+/* The table of the rope of op (a ROPE or ROPE_ATTENTION op of at most
+ * FDY_CUDA_ROPE_MAX_PAIRS pairs), zero past its pairs. */
+fdy_cuda_rope_table fdy_cuda_rope_table_of(const fdy_op *op);
 
 /* Whether the kernels run op (not NULL): it passes fdy_op_check, every
  * dimension is below 2^31 (the checksum's byte count aside), and the
@@ -243,9 +253,9 @@ uint64_t fdy_cuda_op_workspace_bytes(const fdy_op *op);
 uint64_t fdy_cuda_attention_workspace_bytes(const fdy_op *op);
 uint64_t fdy_cuda_argmax_workspace_bytes(const fdy_op *op);
 uint64_t fdy_cuda_matmul_q4_mma_workspace_bytes(const fdy_op *op);
-/* Whether the grid of an ATTENTION launch fits CUDA's limits (and, for
- * ROPE_ATTENTION, whether it is one row of at most FDY_CUDA_ROPE_MAX_PAIRS
- * rope pairs: the decode kernel alone rotates q and k). */
+/* Whether the grid of an ATTENTION or ROPE_ATTENTION launch fits CUDA's
+ * limits (and, for ROPE_ATTENTION, whether its rope has at most
+ * FDY_CUDA_ROPE_MAX_PAIRS pairs). */
 bool fdy_cuda_attention_grid_fits(const fdy_op *op);
 
 /* Loads every op kernel (so device memory in use does not change at a
@@ -316,6 +326,18 @@ bool fdy_cuda_attention_prefill_grid_fits(const fdy_op *op);
 cudaError_t fdy_cuda_attention_prefill_prepare(uint64_t smem_optin);
 cudaError_t fdy_cuda_attention_prefill_enqueue(const fdy_cuda_op_args *a,
                                                cudaStream_t stream);
+
+/* ROPE_ATTENTION of several rows (attention_batch.cu: a decode step of
+ * several sequences, each row at its own position and sequence): the
+ * dynamic shared memory bytes of its launch, whether its grid fits CUDA's
+ * limits, loading its kernel (dynamic shared memory up to smem_optin), and
+ * enqueueing it on stream (the launch's error; a->dependent: a
+ * programmatic dependent launch). Needs no workspace. */
+uint64_t fdy_cuda_attention_batch_shared_bytes(const fdy_op *op);
+bool fdy_cuda_attention_batch_grid_fits(const fdy_op *op);
+cudaError_t fdy_cuda_attention_batch_prepare(uint64_t smem_optin);
+cudaError_t fdy_cuda_attention_batch_enqueue(const fdy_cuda_op_args *a,
+                                             cudaStream_t stream);
 
 #ifdef __cplusplus
 }

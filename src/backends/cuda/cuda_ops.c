@@ -2,11 +2,12 @@
  * the dtypes fdy_op_check allows, every dimension below 2^31 (the
  * checksum's byte count aside; kernels index rows and features with 32-bit
  * integers), and launches that fit the device: the dynamic shared memory of
- * the one-row MATMUL_Q4 kernel (x and its group sums) and of ATTENTION (a
- * decode chunk's scores, or a prefill tile's q, keys, values and output)
+ * the one-row MATMUL_Q4 kernel (x and its group sums) and of ATTENTION and
+ * ROPE_ATTENTION (a decode chunk's scores, a batch block's q rows, scores
+ * and partial outputs, or a prefill tile's q, keys, values and output)
  * within what a block may use, grid dimensions within CUDA's limits, and at
- * most FDY_CUDA_ROPE_MAX_PAIRS rope pairs. ROPE_ATTENTION runs for one row
- * only (the decode step's; prefill keeps ROPE and ATTENTION). The
+ * most FDY_CUDA_ROPE_MAX_PAIRS rope pairs (ROPE and ROPE_ATTENTION, of
+ * any row count: one decode row, or a batch of independent rows). The
  * workspace of an op: the one-row ATTENTION's and ROPE_ATTENTION's partial
  * results (attention.cu), the blocks' winners of ARGMAX over long rows
  * (ops_kernels.cu), and MATMUL_Q4 and the fused matmul kinds
@@ -17,6 +18,7 @@
 #include "cuda_internal.h"
 
 #include <stdint.h>
+#include <string.h>
 
 static const fdy_tensor_view *view_at(const fdy_op *op, uint32_t i) {
   return i < op->input_count ? &op->inputs[i]
@@ -57,11 +59,21 @@ bool fdy_cuda_op_supported(const fdy_cuda_ctx *ctx, const fdy_op *op) {
   case FDY_OP_ROPE:
     return op->params.rope.head_dim / 2 <= FDY_CUDA_ROPE_MAX_PAIRS;
   case FDY_OP_ATTENTION:
-  case FDY_OP_ROPE_ATTENTION: /* one row only (decode) */
+  case FDY_OP_ROPE_ATTENTION:
     return fdy_cuda_attention_grid_fits(op);
   default:
     return true;
   }
+}
+
+fdy_cuda_rope_table fdy_cuda_rope_table_of(const fdy_op *op) {
+  fdy_cuda_rope_table table;
+  memset(&table, 0, sizeof table);
+  const fdy_op_params params = fdy_rope_params_of(op);
+  for (uint32_t j = 0; j < params.rope.head_dim / 2; j++) {
+    table.inv[j] = fdy_rope_inverse_frequency(&params, j);
+  }
+  return table;
 }
 
 uint64_t fdy_cuda_op_workspace_bytes(const fdy_op *op) {

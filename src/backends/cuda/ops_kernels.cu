@@ -4,7 +4,7 @@
  *
  * Grids are sized from the tensors' shapes: row kinds launch one block per
  * row of the tensor and the blocks of rows at or beyond the step's count
- * return at once, so a launch reads the count (and the position) from
+ * return at once, so a launch reads the count (and the ids or positions) from
  * device memory when it runs and can be captured in a graph. Element-wise
  * kinds run a grid-stride loop over count * n elements, 16 bytes per access
  * when the row width is a multiple of 4 (the views are 256-byte aligned).
@@ -31,8 +31,6 @@
 #include "cuda_device.h"
 #include "cuda_internal.h"
 
-#include <string.h>
-
 #define ROW_THREADS       256 /* embed, rmsnorm, rope */
 #define RMSNORM_HELD      4   /* float4 of a row a thread keeps */
 #define ELEMENT_THREADS   256 /* swiglu, add, last_row */
@@ -46,7 +44,7 @@
 /* ---- embedding ------------------------------------------------------------
  */
 
-/* Block t writes row t: the dequantized table row of id step[IDS + t], or
+/* Block t writes row t: the dequantized table row of id step[ID(t)], or
  * NaN for an id outside the table. Each thread expands whole words (8
  * values, two 16-byte stores). */
 __global__ void __launch_bounds__(ROW_THREADS)
@@ -60,7 +58,7 @@ __global__ void __launch_bounds__(ROW_THREADS)
   if (t >= fdy_active_rows(step, rows)) {
     return;
   }
-  const int id = step[FDY_STEP_IDS + t];
+  const int id = step[FDY_STEP_ID(t)];
   float *o = out + (unsigned long long)t * hidden;
   if (id < 0 || (unsigned long long)id >= vocab) {
     for (unsigned int i = threadIdx.x; i < hidden; i += blockDim.x) {
@@ -190,17 +188,14 @@ __global__ void __launch_bounds__(ROW_THREADS)
 /* ---- rope -----------------------------------------------------------------
  */
 
-typedef struct rope_table {
-  double inv[FDY_CUDA_ROPE_MAX_PAIRS]; /* inverse frequency of pair j */
-} rope_table;
-
-/* Block t rotates row t: cos and sin of each pair once into shared memory
- * (from the step's position only: before the wait for the kernel that
- * wrote x), then every (head, pair) of the row. */
+/* Block t rotates row t at its position step[FDY_STEP_POSITION(t)]: cos
+ * and sin of each pair once into shared memory (from the step only: before
+ * the wait for the kernel that wrote x), then every (head, pair) of the
+ * row. */
 __global__ void __launch_bounds__(ROW_THREADS)
     rope_kernel(const int32_t *step, const float *x, float *out,
                 unsigned int width, unsigned int head_dim, unsigned int rows,
-                const __grid_constant__ rope_table table) {
+                const __grid_constant__ fdy_cuda_rope_table table) {
   fdy_grid_launch_dependents();
   __shared__ float cos_j[FDY_CUDA_ROPE_MAX_PAIRS];
   __shared__ float sin_j[FDY_CUDA_ROPE_MAX_PAIRS];
@@ -209,12 +204,9 @@ __global__ void __launch_bounds__(ROW_THREADS)
     return;
   }
   const unsigned int half = head_dim / 2;
-  const double position = (double)((long long)step[FDY_STEP_POSITION] + t);
+  const double position = (double)step[FDY_STEP_POSITION(t)];
   for (unsigned int j = threadIdx.x; j < half; j += blockDim.x) {
-    double s = 0.0, c = 0.0;
-    sincos(position * table.inv[j], &s, &c);
-    cos_j[j] = (float)c;
-    sin_j[j] = (float)s;
+    fdy_rope_cos_sin(position, table.inv[j], &cos_j[j], &sin_j[j]);
   }
   __syncthreads();
   fdy_grid_wait(); /* x is an earlier kernel's output */
@@ -224,10 +216,9 @@ __global__ void __launch_bounds__(ROW_THREADS)
   for (unsigned int i = threadIdx.x; i < pairs; i += blockDim.x) {
     const unsigned int j = i % half;
     const unsigned int at = (i / half) * head_dim + j;
-    const float x0 = xr[at], x1 = xr[at + half];
-    const float c = cos_j[j], s = sin_j[j];
-    o[at] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-    o[at + half] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+    const float2 r = fdy_rope_rotate(xr[at], xr[at + half], cos_j[j], sin_j[j]);
+    o[at] = r.x;
+    o[at + half] = r.y;
   }
 }
 
@@ -461,11 +452,7 @@ static unsigned int element_blocks(unsigned long long units, int sm_count) {
 
 static cudaError_t launch_rope(const fdy_cuda_op_args *a, cudaStream_t stream) {
   const fdy_op *op = a->op;
-  rope_table table;
-  memset(&table, 0, sizeof table);
-  for (uint32_t j = 0; j < op->params.rope.head_dim / 2; j++) {
-    table.inv[j] = fdy_rope_inverse_frequency(&op->params, j);
-  }
+  const fdy_cuda_rope_table table = fdy_cuda_rope_table_of(op);
   return fdy_launch(a->dependent, rope_kernel, dim_of(&op->inputs[1], 0),
                     ROW_THREADS, 0, stream, (const int32_t *)a->in[0],
                     (const float *)a->in[1], (float *)a->out,

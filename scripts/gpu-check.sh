@@ -1,0 +1,197 @@
+#!/bin/bash
+# The GPU verification and the batched measurements, on a machine with an
+# NVIDIA GPU, from binaries built for it (the build directory of
+# `cmake -B DIR -DCMAKE_BUILD_TYPE=Release` with CUDA, or a folder holding
+# its foundry binary and tests/cuda test executables in the same layout):
+#
+#   scripts/gpu-check.sh OUTDIR BUILD [BASELINE_FOUNDRY] [--quick]
+#
+# 1. every GPU test with FOUNDRY_REQUIRE_CUDA=1 (test_cuda_ops, test_cuda,
+#    test_cuda_graph, test_cuda_faults);
+# 2. verify --backend cuda on every fixture of tests/data, and a random
+#    Llama 3.2 3B (make-model, seed 1) against the CPU backend;
+# 3. infer-bench (token-ids-512x128-v1, --kv-dtype f16) at batch 1, 8, 32,
+#    64 and 128, resident and streamed under a 512 MiB weight budget
+#    (--quick: batch 1 and 64 only, streamed with 1 warm-up and 3
+#    measured executions), with each report's same-run host-to-device
+#    ceiling; the ids of every sequence compared between the batched runs
+#    (bitwise batch invariance for B >= 2 makes them equal);
+# 4. batch 1 against BASELINE_FOUNDRY (a foundry binary of the commit to
+#    compare with) in alternating rounds;
+# 5. the peers at batch 64 when python3 imports torch and transformers:
+#    transformers bf16 with a static cache (resident) and with Accelerate
+#    offload under 2 GiB (the smallest budget it accepts for the 3B).
+#
+# Writes every report and a summary (summary.txt) to OUTDIR; prints the
+# summary. Exits 1 when a test or a check fails.
+set -u
+if [ $# -lt 2 ]; then
+  echo "usage: scripts/gpu-check.sh OUTDIR BUILD [BASELINE_FOUNDRY] [--quick]" >&2
+  exit 2
+fi
+out=$1
+build=$2
+baseline=${3:-}
+quick=0
+if [ "$baseline" = "--quick" ]; then
+  baseline=""
+  quick=1
+fi
+[ "${4:-}" = "--quick" ] && quick=1
+root=$(cd "$(dirname "$0")/.." && pwd)
+foundry=$build/foundry
+[ -x "$foundry" ] || foundry=$build/src/cli/foundry
+if [ ! -x "$foundry" ]; then
+  echo "gpu-check: no foundry binary in $build" >&2
+  exit 2
+fi
+mkdir -p "$out"
+summary=$out/summary.txt
+: >"$summary"
+failed=0
+note() { echo "$*" | tee -a "$summary"; }
+fail() {
+  note "FAIL: $*"
+  failed=1
+}
+export FOUNDRY_TEST_DATA=$root/tests/data FOUNDRY_REQUIRE_CUDA=1
+note "gpu-check $(date -u +%Y-%m-%dT%H:%MZ) $("$foundry" --version | head -1)"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader |
+  tee -a "$summary"
+
+# 1. the GPU tests
+for t in test_cuda_ops test_cuda test_cuda_graph test_cuda_faults; do
+  bin=$build/tests/cuda/$t
+  [ -x "$bin" ] || bin=$build/$t
+  if [ ! -x "$bin" ]; then
+    fail "$t: not built"
+    continue
+  fi
+  start=$(date +%s)
+  timeout 300 "$bin" >"$out/$t.txt" 2>&1
+  rc=$?
+  note "$t: rc $rc ($(($(date +%s) - start)) s)"
+  grep -E '^\[  FAILED|^\[  ERROR|LINE' "$out/$t.txt" | head -20 | tee -a "$summary"
+  [ $rc -eq 0 ] || fail "$t"
+done
+
+# 2. verify
+for f in "$root"/tests/data/llama3-*; do
+  [ -f "$f/expected.safetensors" ] || continue
+  line=$(timeout 120 "$foundry" verify --model "$f/model" \
+    --reference "$f/expected.safetensors" --backend cuda 2>&1 | tail -1)
+  note "verify $(basename "$f"): $line"
+  case $line in *passed*) ;; *) fail "verify $(basename "$f")" ;; esac
+done
+model=/tmp/gpu-check-3b
+[ -d "$model" ] || "$foundry" make-model --preset llama-3.2-3b --seed 1 \
+  --out "$model" >/dev/null
+timeout 300 "$foundry" verify --model "$model" --backend cuda --against cpu \
+  >"$out/verify-3b.txt" 2>&1
+rc=$?
+note "verify 3B cuda against cpu: rc $rc: $(tail -1 "$out/verify-3b.txt")"
+[ $rc -eq 0 ] || fail "verify 3B against cpu"
+
+# 3. batched infer-bench
+if [ $quick -eq 1 ]; then
+  batches="1 64"
+  streamed_runs="--warmup 1 --iterations 3"
+else
+  batches="1 8 32 64 128"
+  streamed_runs=""
+fi
+bench() { # NAME ARGS...: one infer-bench report
+  local name=$1
+  shift
+  timeout 420 "$foundry" infer-bench --model "$model" --backend cuda \
+    --kv-dtype f16 "$@" --report "$out/$name.json" >"$out/$name.txt" 2>&1 ||
+    fail "infer-bench $name: $(tail -1 "$out/$name.txt")"
+}
+for b in $batches; do
+  bench "resident-b$b" --batch "$b"
+  # shellcheck disable=SC2086
+  bench "streamed-b$b" --batch "$b" --weight-budget 512MiB --buffers 2 \
+    $streamed_runs
+done
+python3 - "$out" $batches <<'PY' | tee -a "$summary"
+import json, os, sys
+out, batches = sys.argv[1], [int(b) for b in sys.argv[2:]]
+def load(name):
+    path = os.path.join(out, name + ".json")
+    return json.load(open(path)) if os.path.exists(path) else None
+print("B | resident tok/s | streamed tok/s | streamed bound | streamed bytes/step")
+ids = {}
+for b in batches:
+    r, s = load(f"resident-b{b}"), load(f"streamed-b{b}")
+    cell = lambda x, k: "-" if x is None else "%.1f" % x["statistics"][k]
+    bound = "-"
+    if s and s.get("streaming") and s["streaming"].get("aggregate_decode_tokens_per_second_bound"):
+        bound = "%.1f" % s["streaming"]["aggregate_decode_tokens_per_second_bound"]
+    step = "-" if s is None else s["weights"]["streamed_bytes_per_decode_step"]
+    print(f"{b} | {cell(r, 'aggregate_decode_tokens_per_second')} | "
+          f"{cell(s, 'aggregate_decode_tokens_per_second')} | {bound} | {step}")
+    for kind, x in (("resident", r), ("streamed", s)):
+        if x is not None and b >= 2:
+            ids[(kind, b)] = x["generated_ids_by_sequence"]
+# batch invariance: a sequence's ids equal in every batch of 2 or more
+bad = 0
+for (kind, b), seqs in ids.items():
+    for (kind2, b2), seqs2 in ids.items():
+        n = min(len(seqs), len(seqs2))
+        for k in range(n):
+            if seqs[k] != seqs2[k]:
+                bad += 1
+                print(f"FAIL: sequence {k} differs: {kind} B={b} vs {kind2} B={b2}")
+print(f"batched ids compared across {len(ids)} reports: {bad} differences")
+sys.exit(1 if bad else 0)
+PY
+[ "${PIPESTATUS[0]}" -eq 0 ] || failed=1
+
+# 4. batch 1 against the baseline
+if [ -n "$baseline" ]; then
+  for r in 1 2; do
+    timeout 200 "$baseline" infer-bench --model "$model" --backend cuda \
+      --report "$out/baseline-$r.json" >/dev/null 2>&1 ||
+      fail "baseline infer-bench round $r"
+    timeout 200 "$foundry" infer-bench --model "$model" --backend cuda \
+      --report "$out/new-$r.json" >/dev/null 2>&1 ||
+      fail "infer-bench round $r"
+  done
+  python3 - "$out" <<'PY' | tee -a "$summary"
+import json, os, sys
+out = sys.argv[1]
+for r in (1, 2):
+    for name in (f"baseline-{r}", f"new-{r}"):
+        p = os.path.join(out, name + ".json")
+        if os.path.exists(p):
+            s = json.load(open(p))["statistics"]
+            print(f"batch 1 {name}: decode {s['decode_tokens_per_second']:.1f} "
+                  f"tok/s, prefill {s['prefill_median_seconds'] * 1e3:.2f} ms, "
+                  f"end to end {s['end_to_end']['median_seconds']:.4f} s")
+PY
+fi
+
+# 5. the peers
+if python3 -c "import torch, transformers" 2>/dev/null &&
+  [ -f "$out/resident-b64.json" ]; then
+  timeout 400 python3 "$root/scripts/torch_baseline.py" --model "$model" \
+    --prompt-from "$out/resident-b64.json" --batch 64 \
+    --report "$out/torch-b64.json" >"$out/torch-b64.txt" 2>&1 ||
+    fail "transformers batch 64: $(tail -1 "$out/torch-b64.txt")"
+  timeout 400 python3 "$root/scripts/torch_baseline.py" --model "$model" \
+    --prompt-from "$out/resident-b64.json" --batch 64 --offload-budget 2GiB \
+    --gen-tokens 16 --warmup 1 --iterations 3 \
+    --report "$out/torch-offload-b64.json" >"$out/torch-offload-b64.txt" 2>&1 ||
+    fail "transformers offload batch 64: $(tail -1 "$out/torch-offload-b64.txt")"
+  for p in torch-b64 torch-offload-b64; do
+    [ -f "$out/$p.json" ] && python3 -c "
+import json, sys
+s = json.load(open(sys.argv[1]))['statistics']
+print(sys.argv[2], 'aggregate decode %.1f tok/s' % s['aggregate_decode_tokens_per_second'])
+" "$out/$p.json" "$p" | tee -a "$summary"
+  done
+else
+  note "peers: skipped (no torch and transformers, or no batch-64 report)"
+fi
+note "gpu-check: $([ $failed -eq 0 ] && echo passed || echo FAILED)"
+exit $failed

@@ -1,0 +1,250 @@
+/* Continuous batching: greedy generation of many prompts on one session.
+ * Every prompt is checked before any work; then prompts are admitted in
+ * order into free slots (each admit a prefill, whose argmax is the
+ * prompt's first id) and decode steps run over every slot in use, one row
+ * per sequence feeding its last id. A sequence that ends (its max_tokens,
+ * a stop id, the callback) frees its slot at once and the next waiting
+ * prompt is admitted before the next step. The last id of a sequence is
+ * never fed back, as in generate.c. Prefill time covers the admits, decode
+ * time the decode steps. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "infer.h"
+
+/* The owner of a free slot. */
+#define NO_PROMPT UINT32_MAX
+
+void fdy_llama_batch_generation_free(fdy_llama_batch_generation *generation) {
+  if (!generation) {
+    return;
+  }
+  for (uint32_t i = 0; generation->sequences && i < generation->count; i++) {
+    free(generation->sequences[i].ids);
+  }
+  free(generation->sequences);
+  memset(generation, 0, sizeof *generation);
+}
+
+/* Every prompt against the context and the vocabulary; err->ids[0] = the
+ * prompt's index. */
+static fdy_status check_prompts(const fdy_llama_session *s,
+                                const fdy_llama_batch_prompt *prompts,
+                                uint32_t count, fdy_error *err) {
+  for (uint32_t i = 0; i < count; i++) {
+    const fdy_llama_batch_prompt *p = &prompts[i];
+    if (!p->ids || p->count == 0) {
+      fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                    "prompt %u is empty: give at least one token id", i);
+      if (err) {
+        err->ids[0] = i;
+      }
+      return FDY_ERR_INVALID_ARGUMENT;
+    }
+    /* the prompt and every generated id but the last are fed */
+    uint64_t needed =
+        (uint64_t)p->count + (p->max_tokens ? p->max_tokens - 1 : 0);
+    if (needed > s->context) {
+      fdy_error_set(err, FDY_ERR_CONTEXT,
+                    "prompt %u: %u ids and up to %u new ids need %llu "
+                    "positions (every id but the last is fed back), but the "
+                    "context holds %u",
+                    i, p->count, p->max_tokens, (unsigned long long)needed,
+                    s->context);
+      if (err) {
+        err->ids[0] = i;
+        err->expected = s->context;
+        err->actual = needed;
+      }
+      return FDY_ERR_CONTEXT;
+    }
+    fdy_status st = fdy_llama_session_check(s, p->ids, p->count, 0, 0, err);
+    if (st != FDY_OK) {
+      if (err) {
+        err->ids[1] = err->ids[0];
+        err->ids[0] = i;
+      }
+      fdy_error_prefix(err, "prompt %u", i);
+      return st;
+    }
+  }
+  return FDY_OK;
+}
+
+/* One generation in progress. */
+typedef struct batch {
+  fdy_llama_session *session;
+  const fdy_llama_batch_prompt *prompts;
+  const fdy_llama_batch_options *options;
+  fdy_llama_batch_generation *out;
+  uint32_t *owner; /* [max_sequences]: the prompt in each slot, or
+                      NO_PROMPT */
+  uint32_t active; /* slots in use */
+  uint32_t *slots; /* [max_sequences]: the rows of a decode step */
+  int32_t *ids;    /* [max_sequences] */
+  int32_t *next;   /* [max_sequences] */
+  int64_t prefill_ns, decode_ns;
+} batch;
+
+static bool is_stop(const batch *b, int32_t id) {
+  const fdy_llama_config *c = b->session->config;
+  for (uint32_t i = 0; i < c->eos_count && i < FDY_LLAMA_MAX_EOS; i++) {
+    if (c->eos_ids[i] == id) {
+      return true;
+    }
+  }
+  for (uint32_t i = 0; i < b->options->stop_count; i++) {
+    if (b->options->stop_ids[i] == id) {
+      return true;
+    }
+  }
+  return false;
+}
+
+/* Adds id to the sequence in slot and hands it to the callback; when the
+ * sequence has ended, releases the slot. */
+static fdy_status take(batch *b, uint32_t slot, int32_t id, fdy_error *err) {
+  uint32_t index = b->owner[slot];
+  const fdy_llama_batch_options *o = b->options;
+  fdy_llama_batch_sequence *seq = &b->out->sequences[index];
+  seq->ids[seq->count++] = id;
+  bool stop = !o->ignore_eos && is_stop(b, id);
+  bool more = !o->on_token || o->on_token(o->ctx, index, id);
+  seq->stopped_at_eos = stop;
+  seq->interrupted = !more;
+  if (more && !stop && seq->count < b->prompts[index].max_tokens) {
+    return FDY_OK;
+  }
+  b->owner[slot] = NO_PROMPT;
+  b->active--;
+  return fdy_llama_session_release(b->session, slot, err);
+}
+
+/* Admits waiting prompts from *waiting on while slots are free. */
+static fdy_status refill(batch *b, uint32_t prompt_count, uint32_t *waiting,
+                         fdy_error *err) {
+  fdy_status st = FDY_OK;
+  while (st == FDY_OK && *waiting < prompt_count &&
+         b->active < b->session->max_sequences) {
+    uint32_t index = (*waiting)++;
+    const fdy_llama_batch_prompt *p = &b->prompts[index];
+    if (p->max_tokens == 0) {
+      continue;
+    }
+    uint32_t slot = 0;
+    int64_t t0 = fdy_now_ns();
+    st = fdy_llama_session_admit(b->session, p->ids, p->count, &slot, err);
+    b->prefill_ns += fdy_now_ns() - t0;
+    if (st == FDY_OK) {
+      b->out->prefill_tokens += p->count;
+      b->owner[slot] = index;
+      b->active++;
+      st = take(b, slot, fdy_llama_session_slot_next(b->session, slot), err);
+    }
+  }
+  return st;
+}
+
+/* One decode step over every slot in use. */
+static fdy_status step(batch *b, fdy_error *err) {
+  uint32_t rows = 0;
+  for (uint32_t slot = 0; slot < b->session->max_sequences; slot++) {
+    uint32_t index = b->owner[slot];
+    if (index != NO_PROMPT) {
+      const fdy_llama_batch_sequence *seq = &b->out->sequences[index];
+      b->slots[rows] = slot;
+      b->ids[rows++] = seq->ids[seq->count - 1];
+    }
+  }
+  int64_t t0 = fdy_now_ns();
+  fdy_status st = fdy_llama_session_decode(b->session, b->slots, b->ids, rows,
+                                           b->next, NULL, err);
+  b->decode_ns += fdy_now_ns() - t0;
+  if (st != FDY_OK) {
+    return st;
+  }
+  b->out->decode_steps++;
+  b->out->decode_tokens += rows;
+  if (rows > b->out->max_rows) {
+    b->out->max_rows = rows;
+  }
+  for (uint32_t r = 0; st == FDY_OK && r < rows; r++) {
+    st = take(b, b->slots[r], b->next[r], err);
+  }
+  return st;
+}
+
+fdy_status fdy_llama_generate_batch(fdy_llama_session *session,
+                                    const fdy_llama_batch_prompt *prompts,
+                                    uint32_t prompt_count,
+                                    const fdy_llama_batch_options *options,
+                                    fdy_llama_batch_generation *out,
+                                    fdy_error *err) {
+  if (out) {
+    memset(out, 0, sizeof *out);
+  }
+  if (!session || !options || !out || !prompts || prompt_count == 0 ||
+      (options->stop_count > 0 && !options->stop_ids)) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "fdy_llama_generate_batch needs a session, at least "
+                         "one prompt, options (with stop_ids when stop_count "
+                         "> 0) and an output");
+  }
+  fdy_status st = check_prompts(session, prompts, prompt_count, err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  uint32_t slots = session->max_sequences;
+  batch b = {
+      .session = session, .prompts = prompts, .options = options, .out = out};
+  b.owner = malloc(sizeof *b.owner * slots);
+  b.slots = malloc(sizeof *b.slots * slots);
+  b.ids = malloc(sizeof *b.ids * slots);
+  b.next = malloc(sizeof *b.next * slots);
+  out->sequences = calloc(prompt_count, sizeof *out->sequences);
+  if (out->sequences) {
+    out->count = prompt_count;
+  }
+  for (uint32_t i = 0; out->sequences && i < prompt_count; i++) {
+    uint32_t n = prompts[i].max_tokens ? prompts[i].max_tokens : 1;
+    out->sequences[i].ids = malloc(sizeof *out->sequences[i].ids * n);
+    if (!out->sequences[i].ids) {
+      st = FDY_ERR_OUT_OF_MEMORY;
+    }
+  }
+  if (st != FDY_OK || !b.owner || !b.slots || !b.ids || !b.next ||
+      !out->sequences) {
+    st = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+    goto cleanup;
+  }
+  for (uint32_t slot = 0; slot < slots; slot++) {
+    b.owner[slot] = NO_PROMPT;
+  }
+
+  fdy_llama_session_reset(session);
+  uint32_t waiting = 0;
+  st = refill(&b, prompt_count, &waiting, err);
+  while (st == FDY_OK && b.active > 0) {
+    st = step(&b, err);
+    if (st == FDY_OK) {
+      st = refill(&b, prompt_count, &waiting, err);
+    }
+  }
+  out->prefill_seconds = (double)b.prefill_ns * 1e-9;
+  out->decode_seconds = (double)b.decode_ns * 1e-9;
+  out->decode_tokens_per_second =
+      out->decode_seconds > 0 && out->decode_tokens > 0
+          ? (double)out->decode_tokens / out->decode_seconds
+          : 0.0;
+
+cleanup:
+  if (st != FDY_OK) {
+    fdy_llama_batch_generation_free(out);
+  }
+  free(b.owner);
+  free(b.slots);
+  free(b.ids);
+  free(b.next);
+  return st;
+}
