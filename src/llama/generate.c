@@ -12,15 +12,15 @@
 
 #include "infer.h"
 
-static bool is_stop(const fdy_llama_config *c,
-                    const fdy_llama_generate_options *o, int32_t id) {
-  for (uint32_t i = 0; i < c->eos_count && i < FDY_LLAMA_MAX_EOS; i++) {
-    if (c->eos_ids[i] == id) {
+bool fdy_llama_is_stop(const fdy_llama_config *config, const int32_t *stop_ids,
+                       uint32_t stop_count, int32_t id) {
+  for (uint32_t i = 0; i < config->eos_count && i < FDY_LLAMA_MAX_EOS; i++) {
+    if (config->eos_ids[i] == id) {
       return true;
     }
   }
-  for (uint32_t i = 0; i < o->stop_count; i++) {
-    if (o->stop_ids[i] == id) {
+  for (uint32_t i = 0; i < stop_count; i++) {
+    if (stop_ids[i] == id) {
       return true;
     }
   }
@@ -102,7 +102,8 @@ fdy_status fdy_llama_generate(fdy_llama_session *session, const int32_t *prompt,
   uint32_t steps = 0;
   if (st == FDY_OK && max_tokens > 0) {
     ids[count++] = fdy_llama_session_next(session);
-    stop = is_stop(session->config, options, ids[0]);
+    stop = fdy_llama_is_stop(session->config, options->stop_ids,
+                             options->stop_count, ids[0]);
     more = deliver(options, ids[0]);
     while (st == FDY_OK && more && count < max_tokens &&
            (options->ignore_eos || !stop)) {
@@ -111,7 +112,8 @@ fdy_status fdy_llama_generate(fdy_llama_session *session, const int32_t *prompt,
       if (st == FDY_OK) {
         steps++;
         ids[count] = fdy_llama_session_next(session);
-        stop = is_stop(session->config, options, ids[count]);
+        stop = fdy_llama_is_stop(session->config, options->stop_ids,
+                                 options->stop_count, ids[count]);
         more = deliver(options, ids[count]);
         count++;
       }

@@ -87,21 +87,6 @@ typedef struct batch {
   int64_t prefill_ns, decode_ns;
 } batch;
 
-static bool is_stop(const batch *b, int32_t id) {
-  const fdy_llama_config *c = b->session->config;
-  for (uint32_t i = 0; i < c->eos_count && i < FDY_LLAMA_MAX_EOS; i++) {
-    if (c->eos_ids[i] == id) {
-      return true;
-    }
-  }
-  for (uint32_t i = 0; i < b->options->stop_count; i++) {
-    if (b->options->stop_ids[i] == id) {
-      return true;
-    }
-  }
-  return false;
-}
-
 /* Adds id to the sequence in slot and hands it to the callback; when the
  * sequence has ended, releases the slot. */
 static fdy_status take(batch *b, uint32_t slot, int32_t id, fdy_error *err) {
@@ -109,7 +94,9 @@ static fdy_status take(batch *b, uint32_t slot, int32_t id, fdy_error *err) {
   const fdy_llama_batch_options *o = b->options;
   fdy_llama_batch_sequence *seq = &b->out->sequences[index];
   seq->ids[seq->count++] = id;
-  bool stop = !o->ignore_eos && is_stop(b, id);
+  bool stop =
+      !o->ignore_eos &&
+      fdy_llama_is_stop(b->session->config, o->stop_ids, o->stop_count, id);
   bool more = !o->on_token || o->on_token(o->ctx, index, id);
   seq->stopped_at_eos = stop;
   seq->interrupted = !more;

@@ -37,4 +37,9 @@ fdy_status fdy_llama_session_check(const fdy_llama_session *session,
                                    uint32_t start, uint64_t extra,
                                    fdy_error *err);
 
+/* Whether id ends a generation: one of the config's EOS ids or of the
+ * caller's stop ids (count of them; stop_ids may be NULL when 0). */
+bool fdy_llama_is_stop(const fdy_llama_config *config, const int32_t *stop_ids,
+                       uint32_t stop_count, int32_t id);
+
 #endif
