@@ -862,6 +862,44 @@ static void test_bad_inputs(void **state) {
   fdy_llama_close(model);
 }
 
+/* A KV cache that does not fit the device memory free beside the weights
+ * is refused at create, naming the bytes needed and available; a session
+ * that fits the same backend is then created. */
+static void test_kv_cache_refused(void **state) {
+  (void)state;
+  fdy_llama_model *model = open_fixture("llama3-micro");
+  fdy_backend *cpu = cpu_backend();
+  fdy_llama_session_options o = options(cpu, 1);
+  fdy_llama_session *one = make_session(model, &o);
+  fdy_executor_stats st = fdy_llama_session_stats(one);
+  uint64_t weights =
+      st.class_bytes[FDY_BUFFER_RESIDENT] + st.class_bytes[FDY_BUFFER_SLOT];
+  uint64_t rest = st.class_bytes[FDY_BUFFER_STATE] +
+                  st.class_bytes[FDY_BUFFER_ARENA] +
+                  st.class_bytes[FDY_BUFFER_IO];
+  fdy_llama_session_destroy(one);
+  fdy_backend_destroy(cpu);
+
+  /* room for one sequence's cache twice over, not for 32 */
+  fdy_cpu_options small = {.threads = 2, .memory_bytes = weights + 2 * rest};
+  assert_int_equal(fdy_cpu_backend_create(&small, &cpu, NULL), FDY_OK);
+  o = options(cpu, 32);
+  fdy_llama_session *session = NULL;
+  fdy_error err;
+  assert_int_equal(fdy_llama_session_create(model, &o, &session, &err),
+                   FDY_ERR_BUDGET);
+  assert_int_equal(err.kind, FDY_ERR_BUDGET);
+  assert_null(session);
+  assert_int_equal(err.expected, 2 * rest);
+  assert_true(err.actual > 16 * st.class_bytes[FDY_BUFFER_STATE]);
+  assert_non_null(strstr(err.message, "KV cache of 32 sequences"));
+  o = options(cpu, 1);
+  session = make_session(model, &o);
+  fdy_llama_session_destroy(session);
+  fdy_backend_destroy(cpu);
+  fdy_llama_close(model);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_batch_invariance),
@@ -870,6 +908,7 @@ int main(void) {
       cmocka_unit_test(test_release_and_reuse),
       cmocka_unit_test(test_streamed_equals_resident),
       cmocka_unit_test(test_bad_inputs),
+      cmocka_unit_test(test_kv_cache_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
