@@ -20,45 +20,19 @@
 #include "foundry/cpu.h"
 #include "foundry/fault.h"
 #include "foundry/llama_session.h"
+#include "llama_fixtures.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 
-static fdy_llama_model *open_fixture(const char *fixture) {
-  const char *data = getenv("FOUNDRY_TEST_DATA");
-  char dir[512];
-  snprintf(dir, sizeof dir, "%s/%s/model", data ? data : "tests/data", fixture);
-  fdy_llama_model *model = NULL;
-  fdy_error err;
-  fdy_status st = fdy_llama_open(dir, &model, &err);
-  if (st != FDY_OK) {
-    print_error("open %s: %s\n", dir, err.message);
-  }
-  assert_int_equal(st, FDY_OK);
-  return model;
-}
-
-static fdy_backend *cpu_backend(void) {
-  fdy_cpu_options options = {.threads = 2};
-  fdy_backend *backend = NULL;
-  assert_int_equal(fdy_cpu_backend_create(&options, &backend, NULL), FDY_OK);
-  return backend;
-}
-
-static fdy_llama_session *make_session(const fdy_llama_model *model,
-                                       fdy_backend *backend, uint32_t context,
-                                       uint32_t sequences) {
+static fdy_llama_session *generate_session(const fdy_llama_model *model,
+                                           fdy_backend *backend,
+                                           uint32_t context,
+                                           uint32_t sequences) {
   fdy_llama_session_options o = {.backend = backend,
                                  .context = context,
                                  .max_sequences = sequences,
                                  .ids_only = true};
-  fdy_llama_session *session = NULL;
-  fdy_error err;
-  fdy_status st = fdy_llama_session_create(model, &o, &session, &err);
-  if (st != FDY_OK) {
-    print_error("session: %s\n", err.message);
-  }
-  assert_int_equal(st, FDY_OK);
-  return session;
+  return make_session(model, &o);
 }
 
 /* Five prompts of different lengths and max_tokens over the vocabulary
@@ -123,8 +97,8 @@ static void free_alone(fdy_llama_generation *alone, uint32_t count) {
  * slots, with and without ignore_eos; the counts add up. */
 static void batch_equals_alone(const char *fixture) {
   fdy_llama_model *model = open_fixture(fixture);
-  fdy_backend *cpu = cpu_backend();
-  fdy_llama_session *single = make_session(model, cpu, 64, 1);
+  fdy_backend *cpu = cpu_backend(2);
+  fdy_llama_session *single = generate_session(model, cpu, 64, 1);
   fdy_llama_batch_prompt prompts[PROMPTS];
   five_prompts(prompts);
   for (int ignore = 0; ignore < 2; ignore++) {
@@ -133,7 +107,7 @@ static void batch_equals_alone(const char *fixture) {
     generate_alone(single, prompts, PROMPTS, &o, alone);
     const uint32_t slot_counts[] = {1, 2, 3, 8};
     for (size_t k = 0; k < sizeof slot_counts / sizeof *slot_counts; k++) {
-      fdy_llama_session *s = make_session(model, cpu, 64, slot_counts[k]);
+      fdy_llama_session *s = generate_session(model, cpu, 64, slot_counts[k]);
       fdy_llama_batch_generation batch;
       fdy_error err;
       assert_int_equal(
@@ -183,8 +157,8 @@ static void test_batch_equals_alone_tiny(void **state) {
 static void test_stop_in_one_sequence(void **state) {
   (void)state;
   fdy_llama_model *model = open_fixture("llama3-micro");
-  fdy_backend *cpu = cpu_backend();
-  fdy_llama_session *single = make_session(model, cpu, 64, 1);
+  fdy_backend *cpu = cpu_backend(2);
+  fdy_llama_session *single = generate_session(model, cpu, 64, 1);
   fdy_llama_batch_prompt prompts[3] = {{p0, 9, 10}, {p2, 18, 10}, {p4, 5, 10}};
   fdy_llama_batch_options o = {.ignore_eos = true};
   fdy_llama_generation free_run[3];
@@ -211,7 +185,7 @@ static void test_stop_in_one_sequence(void **state) {
   assert_true(stop >= 0);
   uint32_t stop_count = k; /* ids up to and including the stop id */
 
-  fdy_llama_session *s = make_session(model, cpu, 64, 3);
+  fdy_llama_session *s = generate_session(model, cpu, 64, 3);
   int32_t stops[2] = {-7, stop};
   o = (fdy_llama_batch_options){.stop_ids = stops, .stop_count = 2};
   fdy_llama_generation alone[3];
@@ -270,8 +244,8 @@ static bool see(void *ctx, uint32_t index, int32_t id) {
 static void test_callback(void **state) {
   (void)state;
   fdy_llama_model *model = open_fixture("llama3-micro");
-  fdy_backend *cpu = cpu_backend();
-  fdy_llama_session *s = make_session(model, cpu, 64, 2);
+  fdy_backend *cpu = cpu_backend(2);
+  fdy_llama_session *s = generate_session(model, cpu, 64, 2);
   fdy_llama_batch_prompt prompts[PROMPTS];
   five_prompts(prompts);
   prompts[3].max_tokens = 0;
@@ -312,8 +286,8 @@ static bool count_call(void *ctx, uint32_t index, int32_t id) {
 static void test_bad_inputs(void **state) {
   (void)state;
   fdy_llama_model *model = open_fixture("llama3-micro");
-  fdy_backend *cpu = cpu_backend();
-  fdy_llama_session *s = make_session(model, cpu, 16, 2);
+  fdy_backend *cpu = cpu_backend(2);
+  fdy_llama_session *s = generate_session(model, cpu, 16, 2);
   fdy_error err;
   /* a sequence in slot 1 that a refused batch must leave alone */
   uint32_t slot = 0;
@@ -407,7 +381,7 @@ static void test_bad_inputs(void **state) {
 static void test_backend_failure(void **state) {
   (void)state;
   fdy_llama_model *model = open_fixture("llama3-micro");
-  fdy_backend *cpu = cpu_backend();
+  fdy_backend *cpu = cpu_backend(2);
   fdy_llama_batch_prompt prompts[PROMPTS];
   five_prompts(prompts);
   fdy_llama_batch_options o = {.ignore_eos = true};
@@ -416,7 +390,7 @@ static void test_backend_failure(void **state) {
   fdy_backend *counting = NULL;
   assert_int_equal(fdy_fault_backend_create(cpu, NULL, &counting, &err),
                    FDY_OK);
-  fdy_llama_session *s = make_session(model, counting, 64, 2);
+  fdy_llama_session *s = generate_session(model, counting, 64, 2);
   uint64_t create_calls = fdy_fault_get_stats(counting).calls;
   fdy_llama_batch_generation batch;
   assert_int_equal(
@@ -431,7 +405,7 @@ static void test_backend_failure(void **state) {
     fdy_fault_options fo = {.fail_at_call = create_calls + n};
     fdy_backend *faulty = NULL;
     assert_int_equal(fdy_fault_backend_create(cpu, &fo, &faulty, &err), FDY_OK);
-    s = make_session(model, faulty, 64, 2);
+    s = generate_session(model, faulty, 64, 2);
     assert_int_equal(
         fdy_llama_generate_batch(s, prompts, PROMPTS, &o, &batch, &err),
         FDY_ERR_BACKEND);

@@ -23,6 +23,7 @@
 
 #include "foundry/cpu.h"
 #include "foundry/llama_session.h"
+#include "llama_fixtures.h"
 
 #define CONTEXT      64u /* KV positions of every session here */
 #define PREFILL_ROWS 16u /* so that the longer prompts take two runs */
@@ -42,30 +43,8 @@ static uint32_t rng_next(void) {
   return (uint32_t)(rng_state >> 11);
 }
 
-static fdy_llama_model *open_fixture(const char *fixture) {
-  const char *data = getenv("FOUNDRY_TEST_DATA");
-  char dir[512];
-  snprintf(dir, sizeof dir, "%s/%s/model", data ? data : "tests/data", fixture);
-  fdy_llama_model *model = NULL;
-  fdy_error err;
-  fdy_status st = fdy_llama_open(dir, &model, &err);
-  if (st != FDY_OK) {
-    print_error("open %s: %s\n", dir, err.message);
-  }
-  assert_int_equal(st, FDY_OK);
-  return model;
-}
-
 static uint32_t vocab_of(const fdy_llama_model *model) {
   return fdy_llama_model_config(model)->vocab_size;
-}
-
-static fdy_backend *cpu_backend(void) {
-  fdy_cpu_options options = {.threads = 2};
-  fdy_backend *backend = NULL;
-  fdy_error err;
-  assert_int_equal(fdy_cpu_backend_create(&options, &backend, &err), FDY_OK);
-  return backend;
 }
 
 /* Options of every session here: CONTEXT positions, PREFILL_ROWS. */
@@ -78,15 +57,10 @@ static fdy_llama_session_options options(fdy_backend *cpu,
   return o;
 }
 
-static fdy_llama_session *make_session(const fdy_llama_model *model,
-                                       const fdy_llama_session_options *o) {
-  fdy_llama_session *session = NULL;
-  fdy_error err;
-  fdy_status st = fdy_llama_session_create(model, o, &session, &err);
-  if (st != FDY_OK) {
-    print_error("session: %s\n", err.message);
-  }
-  assert_int_equal(st, FDY_OK);
+/* A session of o, its slots checked. */
+static fdy_llama_session *batch_session(const fdy_llama_model *model,
+                                        const fdy_llama_session_options *o) {
+  fdy_llama_session *session = make_session(model, o);
   assert_int_equal(fdy_llama_session_max_sequences(session),
                    o->max_sequences ? o->max_sequences : 1);
   return session;
@@ -152,7 +126,7 @@ static alone decode_alone(const fdy_llama_model *model, fdy_backend *cpu,
                           const prompt *p) {
   uint32_t vocab = vocab_of(model);
   fdy_llama_session_options o = options(cpu, 0);
-  fdy_llama_session *s = make_session(model, &o);
+  fdy_llama_session *s = batch_session(model, &o);
   alone a;
   a.logits = poisoned((uint64_t)STEPS * vocab);
   fdy_error err;
@@ -211,7 +185,7 @@ static void run_schedule(const fdy_llama_model *model,
                          const uint32_t *order, uint32_t n) {
   assert_true(n <= MAX_BATCH && n <= o->max_sequences);
   uint32_t vocab = vocab_of(model);
-  fdy_llama_session *s = make_session(model, o);
+  fdy_llama_session *s = batch_session(model, o);
   fdy_error err;
   uint32_t done[MAX_BATCH] = {0};
   for (uint32_t i = 0; i < n; i++) {
@@ -280,7 +254,7 @@ static void run_schedule(const fdy_llama_model *model,
 static void test_batch_invariance(void **state) {
   (void)state;
   fdy_llama_model *model = open_fixture("llama3-micro");
-  fdy_backend *cpu = cpu_backend();
+  fdy_backend *cpu = cpu_backend(2);
   prompt prompts[PROMPTS];
   alone refs[PROMPTS];
   decode_all_alone(model, cpu, prompts, refs);
@@ -305,7 +279,7 @@ static void test_batch_invariance(void **state) {
 static int32_t *generate_alone(const fdy_llama_model *model, fdy_backend *cpu,
                                const prompt *p, uint32_t n) {
   fdy_llama_session_options o = options(cpu, 1);
-  fdy_llama_session *s = make_session(model, &o);
+  fdy_llama_session *s = batch_session(model, &o);
   fdy_llama_generate_options g = {.max_tokens = n, .ignore_eos = true};
   fdy_llama_generation gen;
   fdy_error err;
@@ -326,14 +300,14 @@ static void test_batched_equals_alone(void **state) {
                                          "llama3-micro-mha-g128"};
   static const uint32_t lengths[] = {1, 4, 11, 6, 19};
   enum { N = sizeof lengths / sizeof lengths[0] };
-  fdy_backend *cpu = cpu_backend();
+  fdy_backend *cpu = cpu_backend(2);
   for (size_t f = 0; f < sizeof fixtures / sizeof fixtures[0]; f++) {
     fdy_llama_model *model = open_fixture(fixtures[f]);
     prompt prompts[N];
     make_prompts(prompts, lengths, N, vocab_of(model));
     fdy_llama_session_options o = options(cpu, N + 1);
     o.ids_only = true;
-    fdy_llama_session *s = make_session(model, &o);
+    fdy_llama_session *s = batch_session(model, &o);
     int32_t batched[N][GEN_TOKENS];
     fdy_error err;
     for (uint32_t p = 0; p < N; p++) {
@@ -409,7 +383,7 @@ static void test_isolation(void **state) {
   (void)state;
   fdy_llama_model *model = open_fixture("llama3-micro");
   uint32_t vocab = vocab_of(model);
-  fdy_backend *cpu = cpu_backend();
+  fdy_backend *cpu = cpu_backend(2);
   prompt prompts[PROMPTS];
   alone refs[PROMPTS];
   decode_all_alone(model, cpu, prompts, refs);
@@ -418,7 +392,7 @@ static void test_isolation(void **state) {
   fdy_error err;
   static const uint32_t neighbours[2][3] = {{0, 1, 2}, {7, 5, 4}};
   for (int set = 0; set < 2; set++) {
-    fdy_llama_session *s = make_session(model, &o);
+    fdy_llama_session *s = batch_session(model, &o);
     uint32_t slot = UINT32_MAX;
     for (uint32_t i = 0; i < 4; i++) {
       const prompt *p = &prompts[i == 2 ? x : neighbours[set][i - (i > 2)]];
@@ -434,7 +408,7 @@ static void test_isolation(void **state) {
   int32_t *junk = malloc(sizeof *junk * garbage);
   assert_non_null(junk);
   for (uint32_t watched = 0; watched < 4; watched += 3) {
-    fdy_llama_session *s = make_session(model, &o);
+    fdy_llama_session *s = batch_session(model, &o);
     uint32_t slot = UINT32_MAX;
     for (uint32_t i = 0; i < 4; i++) {
       for (uint32_t t = 0; t < garbage; t++) {
@@ -518,7 +492,7 @@ static void check_running(const running *q, int32_t *const *generated) {
 static void test_release_and_reuse(void **state) {
   (void)state;
   fdy_llama_model *model = open_fixture("llama3-micro");
-  fdy_backend *cpu = cpu_backend();
+  fdy_backend *cpu = cpu_backend(2);
   static const uint32_t lengths[REUSE_PROMPTS] = {5, 13, 2, 8, 17, 1, 10};
   prompt prompts[REUSE_PROMPTS];
   make_prompts(prompts, lengths, REUSE_PROMPTS, vocab_of(model));
@@ -527,7 +501,7 @@ static void test_release_and_reuse(void **state) {
     generated[p] = generate_alone(model, cpu, &prompts[p], REUSE_TOKENS);
   }
   fdy_llama_session_options o = options(cpu, 4);
-  fdy_llama_session *s = make_session(model, &o);
+  fdy_llama_session *s = batch_session(model, &o);
   running in_slot[4];
   fdy_error err;
   for (uint32_t p = 0; p < 4; p++) {
@@ -605,7 +579,7 @@ static void test_streamed_equals_resident(void **state) {
   static const char *const fixtures[2] = {"llama3-micro",
                                           "llama3-micro-untied-g32"};
   static const uint32_t order[4] = {6, 3, 0, 5};
-  fdy_backend *cpu = cpu_backend();
+  fdy_backend *cpu = cpu_backend(2);
   for (int f = 0; f < 2; f++) {
     fdy_llama_model *model = open_fixture(fixtures[f]);
     prompt prompts[PROMPTS];
@@ -613,7 +587,7 @@ static void test_streamed_equals_resident(void **state) {
     decode_all_alone(model, cpu, prompts, refs);
     fdy_llama_session_options o = options(cpu, 4);
     run_schedule(model, &o, prompts, refs, order, 4);
-    fdy_llama_session *resident = make_session(model, &o);
+    fdy_llama_session *resident = batch_session(model, &o);
     fdy_executor_stats rs = fdy_llama_session_stats(resident);
     assert_int_equal(rs.class_bytes[FDY_BUFFER_SLOT], 0);
     uint64_t largest, layer;
@@ -622,7 +596,7 @@ static void test_streamed_equals_resident(void **state) {
     o.weight_budget =
         f == 0 ? rs.class_bytes[FDY_BUFFER_RESIDENT] - layer : 2 * largest;
     o.buffers = f == 0 ? 1 : 2;
-    fdy_llama_session *streamed = make_session(model, &o);
+    fdy_llama_session *streamed = batch_session(model, &o);
     fdy_executor_stats ss = fdy_llama_session_stats(streamed);
     assert_true(ss.class_bytes[FDY_BUFFER_SLOT] > 0);
     assert_true(ss.class_bytes[FDY_BUFFER_RESIDENT] +
@@ -697,13 +671,13 @@ static void test_bad_inputs(void **state) {
   (void)state;
   fdy_llama_model *model = open_fixture("llama3-micro");
   uint32_t vocab = vocab_of(model);
-  fdy_backend *cpu = cpu_backend();
+  fdy_backend *cpu = cpu_backend(2);
   fdy_error err;
   fdy_status st;
   fdy_llama_session_options o = options(cpu, 3);
   o.context = 16;
-  fdy_llama_session *s = make_session(model, &o);
-  fdy_llama_session *twin = make_session(model, &o);
+  fdy_llama_session *s = batch_session(model, &o);
+  fdy_llama_session *twin = batch_session(model, &o);
   static const uint32_t lengths[4] = {4, 3, 14, 2};
   prompt prompts[4];
   make_prompts(prompts, lengths, 4, vocab);
@@ -827,7 +801,7 @@ static void test_bad_inputs(void **state) {
 
   /* logits from an ids_only session: append and decode */
   o.ids_only = true;
-  s = make_session(model, &o);
+  s = batch_session(model, &o);
   float *logits = poisoned(vocab);
   assert_int_equal(
       fdy_llama_session_admit(s, prompts[0].ids, prompts[0].count, &slot, &err),
@@ -855,7 +829,7 @@ static void test_bad_inputs(void **state) {
   assert_int_equal(err.expected, FDY_LLAMA_MAX_SEQUENCES);
   assert_int_equal(err.actual, FDY_LLAMA_MAX_SEQUENCES + 1);
   o = options(cpu, 0);
-  s = make_session(model, &o);
+  s = batch_session(model, &o);
   assert_int_equal(fdy_llama_session_max_sequences(s), 1);
   fdy_llama_session_destroy(s);
   fdy_backend_destroy(cpu);
@@ -868,9 +842,9 @@ static void test_bad_inputs(void **state) {
 static void test_kv_cache_refused(void **state) {
   (void)state;
   fdy_llama_model *model = open_fixture("llama3-micro");
-  fdy_backend *cpu = cpu_backend();
+  fdy_backend *cpu = cpu_backend(2);
   fdy_llama_session_options o = options(cpu, 1);
-  fdy_llama_session *one = make_session(model, &o);
+  fdy_llama_session *one = batch_session(model, &o);
   fdy_executor_stats st = fdy_llama_session_stats(one);
   uint64_t weights =
       st.class_bytes[FDY_BUFFER_RESIDENT] + st.class_bytes[FDY_BUFFER_SLOT];
@@ -894,7 +868,7 @@ static void test_kv_cache_refused(void **state) {
   assert_true(err.actual > 16 * st.class_bytes[FDY_BUFFER_STATE]);
   assert_non_null(strstr(err.message, "KV cache of 32 sequences"));
   o = options(cpu, 1);
-  session = make_session(model, &o);
+  session = batch_session(model, &o);
   fdy_llama_session_destroy(session);
   fdy_backend_destroy(cpu);
   fdy_llama_close(model);

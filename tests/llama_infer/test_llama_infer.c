@@ -30,6 +30,7 @@
 #include "foundry/fake.h"
 #include "foundry/fault.h"
 #include "foundry/llama_session.h"
+#include "llama_fixtures.h"
 
 /* Relative logits error of an F16 KV cache, against the F32 cache and
  * against the float64 references: keys and values rounded to 11 significant
@@ -57,42 +58,6 @@ static const char *data_dir(void) {
 static void fixture_path(char *buf, size_t cap, const char *fixture,
                          const char *leaf) {
   snprintf(buf, cap, "%s/%s/%s", data_dir(), fixture, leaf);
-}
-
-static fdy_llama_model *open_fixture(const char *fixture) {
-  char dir[512];
-  fixture_path(dir, sizeof dir, fixture, "model");
-  fdy_llama_model *model = NULL;
-  fdy_error err;
-  fdy_status st = fdy_llama_open(dir, &model, &err);
-  if (st != FDY_OK) {
-    print_error("open %s: %s\n", dir, err.message);
-  }
-  assert_int_equal(st, FDY_OK);
-  return model;
-}
-
-static fdy_backend *cpu_backend(uint32_t threads) {
-  fdy_cpu_options options = {.threads = threads};
-  fdy_backend *backend = NULL;
-  fdy_error err;
-  assert_int_equal(fdy_cpu_backend_create(&options, &backend, &err), FDY_OK);
-  if (threads) {
-    assert_int_equal(fdy_cpu_backend_threads(backend), threads);
-  }
-  return backend;
-}
-
-static fdy_llama_session *make_session(const fdy_llama_model *model,
-                                       const fdy_llama_session_options *o) {
-  fdy_llama_session *session = NULL;
-  fdy_error err;
-  fdy_status st = fdy_llama_session_create(model, o, &session, &err);
-  if (st != FDY_OK) {
-    print_error("session: %s\n", err.message);
-  }
-  assert_int_equal(st, FDY_OK);
-  return session;
 }
 
 /* fdy_llama_generate with only max_tokens and ignore_eos set. */
