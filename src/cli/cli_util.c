@@ -191,6 +191,41 @@ fdy_status fdy_cli_read_file(const char *path, char **out, size_t *len,
   return fdy_input_read(path, "file", UINT64_MAX, out, len, err);
 }
 
+fdy_status fdy_cli_read_ids_file(const char *path, const char *label,
+                                 bool allow_empty, int32_t **out,
+                                 uint32_t *count, fdy_error *err) {
+  char *text = NULL;
+  size_t len = 0;
+  *out = NULL;
+  *count = 0;
+  fdy_status st = fdy_cli_read_file(path, &text, &len, err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  const char *nul = len > 0 ? memchr(text, '\0', len) : NULL;
+  if (nul) {
+    const size_t offset = (size_t)(nul - text);
+    free(text);
+    fdy_error_set(err, FDY_ERR_PARSE,
+                  "%s: NUL byte at byte offset %zu (an id list is text)", path,
+                  offset);
+    if (err) {
+      snprintf(err->name, sizeof err->name, "%s", path);
+      err->actual = offset;
+    }
+    return FDY_ERR_PARSE;
+  }
+  while (len > 0 && strchr(" \t\r\n", text[len - 1])) {
+    text[--len] = '\0';
+  }
+  const size_t start = strspn(text, " \t\r\n");
+  if (start < len || !allow_empty) {
+    st = fdy_cli_parse_ids(label, text + start, out, count, err);
+  }
+  free(text);
+  return st;
+}
+
 bool fdy_cli_stderr_is_tty(void) {
   return isatty(STDERR_FILENO) == 1;
 }
@@ -231,15 +266,33 @@ static fdy_status parse_kv_dtype(const char *text, fdy_dtype *out,
                        "--kv-dtype must be f32 or f16, got '%s'", text);
 }
 
-/* A positive size ("512MiB", "2GiB", "1048576") as a weight budget. */
-static fdy_status parse_budget(const char *text, uint64_t *out,
-                               fdy_error *err) {
+fdy_status fdy_cli_parse_size(const char *flag, const char *text, uint64_t *out,
+                              fdy_error *err) {
   uint64_t bytes = 0;
-  if (fdy_parse_bytes(text, &bytes, NULL) != FDY_OK || bytes == 0) {
-    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                         "--weight-budget must be a positive size in bytes "
-                         "or binary units (512MiB, 2GiB), got '%s'",
-                         text);
+  fdy_status st = FDY_OK;
+  if (fdy_parse_bytes(text, &bytes, err) != FDY_OK) {
+    fdy_error_prefix(err, "%s", flag);
+    st = FDY_ERR_INVALID_ARGUMENT;
+  } else if (bytes == 0) {
+    st = fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                       "%s must be positive, got '%s'", flag, text);
+  } else if (bytes > FDY_CLI_MAX_BYTES) {
+    st = fdy_error_set(
+        err, FDY_ERR_INVALID_ARGUMENT,
+        "%s: '%s' is above the largest size a JSON report or plan "
+        "holds, %llu bytes (2^63 - 1)",
+        flag, text, (unsigned long long)FDY_CLI_MAX_BYTES);
+    if (err) {
+      err->expected = FDY_CLI_MAX_BYTES;
+      err->actual = bytes;
+    }
+  }
+  if (st != FDY_OK) {
+    if (err) {
+      err->kind = FDY_ERR_INVALID_ARGUMENT;
+      snprintf(err->name, sizeof err->name, "%s", flag);
+    }
+    return st;
   }
   *out = bytes;
   return FDY_OK;
@@ -265,7 +318,8 @@ fdy_status fdy_cli_session_flag(int opt, const char *arg,
   case FDY_CLI_OPT_KV_DTYPE:
     return parse_kv_dtype(arg, &flags->kv_dtype, err);
   case FDY_CLI_OPT_WEIGHT_BUDGET:
-    return parse_budget(arg, &flags->weight_budget, err);
+    return fdy_cli_parse_size("--weight-budget", arg, &flags->weight_budget,
+                              err);
   case FDY_CLI_OPT_BUFFERS:
     return fdy_cli_parse_uint("--buffers", arg, 1, FDY_CLI_MAX_BUFFERS,
                               &flags->buffers, err);

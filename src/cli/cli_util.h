@@ -48,6 +48,19 @@ int fdy_cli_check_arguments(const char *command, int argc, char **argv);
 fdy_status fdy_cli_parse_uint(const char *flag, const char *text, uint64_t min,
                               uint64_t max, uint64_t *out, fdy_error *err);
 
+/* The largest byte count a size flag takes: 2^63 - 1, the largest integer
+ * that a JSON report or plan holds (plan/json.c refuses more). */
+#define FDY_CLI_MAX_BYTES ((uint64_t)INT64_MAX)
+
+/* The one parser of size flags (--weight-budget, plan's --budget, bench's
+ * --cpu-memory): a positive size in bytes or binary units ("512MiB",
+ * "1048576"; fdy_parse_bytes) of at most FDY_CLI_MAX_BYTES. Every failure
+ * is FDY_ERR_INVALID_ARGUMENT naming the flag (err->name = flag); a size
+ * above the limit sets err->expected = FDY_CLI_MAX_BYTES and err->actual =
+ * the size. *out is left alone on failure. */
+fdy_status fdy_cli_parse_size(const char *flag, const char *text, uint64_t *out,
+                              fdy_error *err);
+
 /* The one parser of comma-separated integer lists ("1,2,3"): each item is
  * decimal digits only (no sign, space or empty item; leading zeros allowed
  * at any length) from min to max. *out is malloc'd with *count >= 1 values.
@@ -164,6 +177,17 @@ void fdy_cli_explain_budget(const fdy_cli_session_flags *flags, fdy_error *err);
  * FDY_ERR_IO name the path. */
 fdy_status fdy_cli_read_file(const char *path, char **out, size_t *len,
                              fdy_error *err);
+
+/* Reads a file of comma-separated ids (fdy_cli_read_file), as
+ * infer-bench --prompt-file and detokenize --file take: surrounding
+ * blanks and newlines are dropped, the rest goes to fdy_cli_parse_ids
+ * under the name label. A NUL byte anywhere is FDY_ERR_PARSE naming the
+ * file (err->name = path) and the byte offset of the first one from 0
+ * (err->actual), so that it cannot end the list early. A file of blanks
+ * gives *count 0 and *out NULL when allow_empty, else the parser's error. */
+fdy_status fdy_cli_read_ids_file(const char *path, const char *label,
+                                 bool allow_empty, int32_t **out,
+                                 uint32_t *count, fdy_error *err);
 
 /* True when stderr is a terminal (progress output). */
 bool fdy_cli_stderr_is_tty(void);

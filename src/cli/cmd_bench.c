@@ -344,14 +344,8 @@ int fdy_cmd_bench(int argc, char **argv) {
       o.cuda_device = (int)v;
       break;
     case OPT_CPU_MEMORY:
-      st = fdy_parse_bytes(optarg, &o.cpu_memory_bytes, &err);
-      if (st == FDY_OK && o.cpu_memory_bytes == 0) {
-        st = fdy_error_set(&err, FDY_ERR_INVALID_ARGUMENT,
-                           "--cpu-memory must be positive");
-      }
-      if (st != FDY_OK) {
-        fdy_error_prefix(&err, "--cpu-memory");
-      }
+      st =
+          fdy_cli_parse_size("--cpu-memory", optarg, &o.cpu_memory_bytes, &err);
       break;
     case OPT_REPORT:
       o.report_path = optarg;

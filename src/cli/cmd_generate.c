@@ -39,7 +39,8 @@ void fdy_cmd_generate_help(FILE *out) {
           "up to N ids greedily, stopping after an EOS id from config.json\n"
           "(and, for a text prompt, the tokenizer's EOS and <|eot_id|>).\n"
           "Prints the generated ids, or the text of a text prompt as it is\n"
-          "generated, then the prefill and decode speed in tokens/s.\n"
+          "generated, on stdout; the prefill and decode speed in tokens/s\n"
+          "and the device memory go to stderr.\n"
           "\n"
           "With --prompts-file, PATH holds one JSON object per line (no empty\n"
           "lines): {\"ids\": [1,2,3]} or {\"prompt\": \"text\"} (with a\n"
@@ -148,29 +149,31 @@ static void print_text(const run_info *run, uint32_t prompt_count,
     }
     printf("\n");
   }
-  printf("generated %" PRIu32 " ids%s\n", gen->count,
-         gen->stopped_at_eos ? ", stopped at EOS" : "");
-  printf("prefill: %" PRIu32 " tokens in %.3f s, %.2f tokens/s\n", prompt_count,
-         gen->prefill_seconds, gen->prefill_tokens_per_second);
-  printf("decode: %" PRIu32 " tokens in %.3f s, %.2f tokens/s (%s",
-         gen->count > 0 ? gen->count - 1 : 0, gen->decode_seconds,
-         gen->decode_tokens_per_second, run->backend);
+  fprintf(stderr, "generated %" PRIu32 " ids%s\n", gen->count,
+          gen->stopped_at_eos ? ", stopped at EOS" : "");
+  fprintf(stderr, "prefill: %" PRIu32 " tokens in %.3f s, %.2f tokens/s\n",
+          prompt_count, gen->prefill_seconds, gen->prefill_tokens_per_second);
+  fprintf(stderr, "decode: %" PRIu32 " tokens in %.3f s, %.2f tokens/s (%s",
+          gen->count > 0 ? gen->count - 1 : 0, gen->decode_seconds,
+          gen->decode_tokens_per_second, run->backend);
   if (run->threads > 0) {
-    printf(", %" PRIu32 " threads", run->threads);
+    fprintf(stderr, ", %" PRIu32 " threads", run->threads);
   }
-  printf(")\n");
+  fprintf(stderr, ")\n");
   const uint64_t *bytes = run->stats.class_bytes;
   char weights[32], kv[32], act[32];
-  printf("device memory: weights %s, KV cache %s (%" PRIu32
-         " positions), activations %s\n",
-         fdy_format_bytes(bytes[FDY_BUFFER_RESIDENT] + bytes[FDY_BUFFER_SLOT],
-                          weights, sizeof weights),
-         fdy_format_bytes(bytes[FDY_BUFFER_STATE], kv, sizeof kv), run->context,
-         fdy_format_bytes(bytes[FDY_BUFFER_ARENA], act, sizeof act));
+  fprintf(stderr,
+          "device memory: weights %s, KV cache %s (%" PRIu32
+          " positions), activations %s\n",
+          fdy_format_bytes(bytes[FDY_BUFFER_RESIDENT] + bytes[FDY_BUFFER_SLOT],
+                           weights, sizeof weights),
+          fdy_format_bytes(bytes[FDY_BUFFER_STATE], kv, sizeof kv),
+          run->context,
+          fdy_format_bytes(bytes[FDY_BUFFER_ARENA], act, sizeof act));
   if (bytes[FDY_BUFFER_SLOT] > 0) {
     char resident[32], slots[32];
-    printf(
-        "weights: %s resident, %s of slots for the streamed ones\n",
+    fprintf(
+        stderr, "weights: %s resident, %s of slots for the streamed ones\n",
         fdy_format_bytes(bytes[FDY_BUFFER_RESIDENT], resident, sizeof resident),
         fdy_format_bytes(bytes[FDY_BUFFER_SLOT], slots, sizeof slots));
   }
@@ -781,6 +784,23 @@ int fdy_cmd_generate(int argc, char **argv) {
     return fdy_cli_usage("generate", "--prompts-file takes every prompt from "
                                      "the file: not with --prompt, "
                                      "--prompt-file or --prompt-ids");
+  }
+  if (prompt_flags > 1) {
+    /* the prompt flags given, in the order of the usage line */
+    const char *given[3];
+    int n = 0;
+    if (prompt_text != NULL) {
+      given[n++] = "--prompt-ids";
+    }
+    if (text != NULL) {
+      given[n++] = "--prompt";
+    }
+    if (text_file != NULL) {
+      given[n++] = "--prompt-file";
+    }
+    return fdy_cli_usage(
+        "generate", "%s%s%s and %s exclude each other: give one prompt",
+        given[0], n > 2 ? ", " : "", n > 2 ? given[1] : "", given[n - 1]);
   }
   if (!model_dir || prompt_flags != 1 || (!have_max && !prompts_file)) {
     return fdy_cli_usage("generate", "--model, --max-tokens and one of "

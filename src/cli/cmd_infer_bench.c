@@ -63,25 +63,6 @@ void fdy_cmd_infer_bench_help(FILE *out) {
           "error.\n");
 }
 
-/* Reads comma-separated ids (surrounding whitespace and newlines
- * allowed) from path. */
-static fdy_status read_prompt_file(const char *path, int32_t **ids,
-                                   uint32_t *count, fdy_error *err) {
-  char *text = NULL;
-  size_t len = 0;
-  fdy_status st = fdy_cli_read_file(path, &text, &len, err);
-  if (st != FDY_OK) {
-    return st;
-  }
-  while (len > 0 && strchr(" \t\r\n", text[len - 1])) {
-    text[--len] = '\0';
-  }
-  size_t start = strspn(text, " \t\r\n");
-  st = fdy_cli_parse_ids("--prompt-file", text + start, ids, count, err);
-  free(text);
-  return st;
-}
-
 int fdy_cmd_infer_bench(int argc, char **argv) {
   enum {
     OPT_MODEL = 256,
@@ -229,7 +210,8 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
   int32_t *prompt = NULL;
   uint32_t prompt_count = 0;
   if ((prompt_file &&
-       read_prompt_file(prompt_file, &prompt, &prompt_count, &err) != FDY_OK) ||
+       fdy_cli_read_ids_file(prompt_file, "--prompt-file", false, &prompt,
+                             &prompt_count, &err) != FDY_OK) ||
       fdy_llama_open(model_dir, &model, &err) != FDY_OK ||
       fdy_cli_backend_create(
           session_flags.backend, (uint32_t)session_flags.threads,

@@ -281,13 +281,7 @@ int fdy_cmd_plan(int argc, char **argv) {
       dump_option_seen = true;
       break;
     case OPT_BUDGET:
-      status = fdy_parse_bytes(optarg, &budget, &err);
-      if (status != FDY_OK) {
-        fdy_error_prefix(&err, "--budget");
-      } else if (budget == 0) {
-        status = fdy_error_set(&err, FDY_ERR_INVALID_ARGUMENT,
-                               "--budget must be positive");
-      }
+      status = fdy_cli_parse_size("--budget", optarg, &budget, &err);
       dump_option_seen = budget_given = true;
       break;
     case OPT_ALIGNMENT:

@@ -252,20 +252,19 @@ int fdy_cmd_detokenize(int argc, char **argv) {
     return code;
   }
   char *ids_text = NULL;
-  size_t ids_len = 0;
   int32_t *ids = NULL;
   uint32_t count = 0;
   fdy_tokenizer *tok = NULL;
   char *bytes = NULL;
   size_t len = 0;
-  fdy_status s =
-      a.file ? fdy_cli_read_file(a.file, &ids_text, &ids_len, &err) : FDY_OK;
-  if (s == FDY_OK && !ids_text && !(ids_text = strdup(a.text))) {
+  fdy_status s = FDY_OK;
+  if (a.file) {
+    s = fdy_cli_read_ids_file(a.file, a.file, true, &ids, &count, &err);
+  } else if (!(ids_text = strdup(a.text))) {
     s = fdy_error_set(&err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
-  }
-  if (s == FDY_OK) {
-    s = parse_ids(a.file ? a.file : "--ids", ids_text, &ids, &count, &err);
-    if (s != FDY_OK && !a.file) {
+  } else {
+    s = parse_ids("--ids", ids_text, &ids, &count, &err);
+    if (s != FDY_OK) {
       code = fdy_cli_usage("detokenize", "%s", err.message);
       goto cleanup;
     }

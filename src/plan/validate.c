@@ -1052,9 +1052,26 @@ static fdy_status check_placements(validator *v, fdy_error *err) {
     const char *problem = NULL;
     uint64_t end = 0;
     if (want == FDY_BUFFER_CLASS_COUNT) {
-      problem = placed ? "a weight has no placement (bindings place it)" : NULL;
+      if (placed) {
+        /* bindings place a weight: a placement of its own is an error */
+        fdy_error_set(err, FDY_ERR_PLAN_PLACEMENT,
+                      "tensor %zu ('%s', %s, %llu bytes) is placed at buffer "
+                      "%u offset %llu: a weight takes no placement (bindings "
+                      "place it)",
+                      t, info.name, fdy_tensor_role_name(info.role),
+                      (unsigned long long)info.bytes, p.buffer.v,
+                      (unsigned long long)p.offset);
+        problem = "";
+      }
     } else if (!placed) {
-      problem = "it has no placement";
+      fdy_error_set(err, FDY_ERR_PLAN_PLACEMENT,
+                    "tensor %zu ('%s', %s, %llu bytes) has no placement (it "
+                    "belongs in a%s %s buffer)",
+                    t, info.name, fdy_tensor_role_name(info.role),
+                    (unsigned long long)info.bytes,
+                    want == FDY_BUFFER_ARENA ? "n" : "",
+                    fdy_buffer_class_name(want));
+      problem = "";
     } else if (p.buffer.v >= v->plan->buffer_count) {
       fdy_error_set(err, FDY_ERR_PLAN_UNKNOWN_ID,
                     "tensor %zu ('%s') is placed in buffer %u; the plan has "
@@ -1075,15 +1092,16 @@ static fdy_status check_placements(validator *v, fdy_error *err) {
       problem = "it does not fit its buffer";
     }
     if (problem != NULL) {
-      fdy_error_set(
-          err, FDY_ERR_PLAN_PLACEMENT,
-          "tensor %zu ('%s', %s, %llu bytes) at buffer %u offset "
-          "%llu: %s (it belongs in a%s %s buffer)",
-          t, info.name, fdy_tensor_role_name(info.role),
-          (unsigned long long)info.bytes, p.buffer.v,
-          (unsigned long long)p.offset, problem,
-          want == FDY_BUFFER_ARENA ? "n" : "",
-          want == FDY_BUFFER_CLASS_COUNT ? "no" : fdy_buffer_class_name(want));
+      if (problem[0] != '\0') {
+        fdy_error_set(err, FDY_ERR_PLAN_PLACEMENT,
+                      "tensor %zu ('%s', %s, %llu bytes) at buffer %u offset "
+                      "%llu: %s (it belongs in a%s %s buffer)",
+                      t, info.name, fdy_tensor_role_name(info.role),
+                      (unsigned long long)info.bytes, p.buffer.v,
+                      (unsigned long long)p.offset, problem,
+                      want == FDY_BUFFER_ARENA ? "n" : "",
+                      fdy_buffer_class_name(want));
+      }
       if (err != NULL) {
         err->ids[0] = (int64_t)t;
         err->ids[1] = placed ? (int64_t)p.buffer.v : -1;

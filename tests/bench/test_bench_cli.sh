@@ -257,6 +257,11 @@ expect 2 bench --backend cpu --host-mode staged
 expect 2 bench --backend cuda --cpu-memory 1GiB
 expect 2 bench --backend cpu --cpu-memory 12XB
 expect 2 bench --backend cpu --cpu-memory 0
+# byte counts above 2^63 - 1 (issue #31: 2^64 - 1 was reported as -1)
+for size in 9223372036854775808 18446744073709551615 8388608TiB; do
+  expect 2 bench --backend cpu --cpu-memory "$size"
+  contains "$err" "--cpu-memory: '$size' is above the largest size"
+done
 expect 2 bench --device -1
 expect 2 bench --device 2147483648
 expect 2 bench --frobnicate

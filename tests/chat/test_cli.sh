@@ -47,8 +47,9 @@ contains "$out" '"prompt_ids":[128000,9906]'
 expect 0 generate --model "$model" --chat --system "Answer briefly." \
   --prompt Hello --max-tokens 6
 head -n 1 "$out" >"$work/generated.txt"
-contains "$out" "generated 6 ids"
-contains "$out" "tokens/s"
+contains "$err" "generated 6 ids"
+contains "$err" "tokens/s"
+grep -q 'tokens/s' "$out" && fail "generate printed its speeds on stdout"
 
 # the positions used are the prompt's 19 + max-tokens - 1
 expect 0 generate --model "$model" --chat --system "Answer briefly." \

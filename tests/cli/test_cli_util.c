@@ -8,8 +8,10 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli_util.h"
 
@@ -101,6 +103,116 @@ static void test_empty_arguments(void **state) {
   char *empty_positional[] = {"inspect", "", NULL};
   assert_int_equal(fdy_cli_check_arguments("inspect", 2, empty_positional),
                    FDY_EXIT_USAGE);
+}
+
+/* Size flags: positive sizes up to 2^63 - 1 (the largest integer a JSON
+ * report holds); everything else is INVALID_ARGUMENT naming the flag, the
+ * value untouched (issue #31: 2^63 was reported as a negative number). */
+static void test_size(void **state) {
+  (void)state;
+  fdy_error err;
+  uint64_t v = 0;
+  assert_int_equal(fdy_cli_parse_size("--s", "2GiB", &v, &err), FDY_OK);
+  assert_true(v == 2 * FDY_GIB);
+  assert_int_equal(fdy_cli_parse_size("--s", "9223372036854775807", &v, &err),
+                   FDY_OK);
+  assert_true(v == FDY_CLI_MAX_BYTES);
+  assert_true(FDY_CLI_MAX_BYTES == (uint64_t)INT64_MAX);
+  static const struct {
+    const char *text;
+    uint64_t actual; /* 0: not parsed */
+  } above[] = {{"9223372036854775808", (uint64_t)1 << 63},
+               {"18446744073709551615", UINT64_MAX},
+               {"8388608TiB", (uint64_t)1 << 63}};
+  for (size_t i = 0; i < sizeof above / sizeof above[0]; i++) {
+    v = 7;
+    assert_int_equal(fdy_cli_parse_size("--s", above[i].text, &v, &err),
+                     FDY_ERR_INVALID_ARGUMENT);
+    assert_int_equal(err.kind, FDY_ERR_INVALID_ARGUMENT);
+    assert_string_equal(err.name, "--s");
+    assert_true(err.expected == FDY_CLI_MAX_BYTES);
+    assert_true(err.actual == above[i].actual);
+    assert_int_equal(v, 7);
+  }
+  static const char *const bad[] = {"0",
+                                    "0MiB",
+                                    "-1",
+                                    "1.5GiB",
+                                    "2gib",
+                                    "",
+                                    "1XB",
+                                    "18446744073709551616",
+                                    "99999999999GiB"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    assert_int_equal(fdy_cli_parse_size("--s", bad[i], &v, &err),
+                     FDY_ERR_INVALID_ARGUMENT);
+    assert_int_equal(err.kind, FDY_ERR_INVALID_ARGUMENT);
+    assert_string_equal(err.name, "--s");
+    assert_int_equal(v, 7);
+  }
+}
+
+/* Writes len bytes to a new temporary file; returns its path (static). */
+static const char *temp_file(const char *bytes, size_t len) {
+  static char path[] = "/tmp/fdy_ids_XXXXXX";
+  strcpy(path, "/tmp/fdy_ids_XXXXXX");
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, bytes, len), (ssize_t)len);
+  close(fd);
+  return path;
+}
+
+/* Id-list files: blanks around the list dropped; a NUL byte anywhere is
+ * FDY_ERR_PARSE naming the file and the NUL's byte offset (issue #31: it
+ * ended the list early); an empty file only where allowed. */
+static void test_ids_file(void **state) {
+  (void)state;
+  fdy_error err;
+  int32_t *ids = NULL;
+  uint32_t count = 0;
+  const char *path = temp_file(" 5,6,7\n", 7);
+  assert_int_equal(
+      fdy_cli_read_ids_file(path, "--f", false, &ids, &count, &err), FDY_OK);
+  assert_int_equal(count, 3);
+  assert_int_equal(ids[2], 7);
+  free(ids);
+  unlink(path);
+  static const struct {
+    const char *bytes;
+    size_t len;
+    uint64_t offset;
+  } nul[] = {{"1,2\0,3", 7, 3},
+             {"40,41\0,42", 10, 5},
+             {"\0", 1, 0},
+             {"1,2\n\0", 5, 4},
+             {"1,2,3\0", 6, 5}};
+  for (size_t i = 0; i < sizeof nul / sizeof nul[0]; i++) {
+    path = temp_file(nul[i].bytes, nul[i].len);
+    ids = (int32_t *)&count; /* must come back NULL */
+    assert_int_equal(
+        fdy_cli_read_ids_file(path, "--f", true, &ids, &count, &err),
+        FDY_ERR_PARSE);
+    assert_int_equal(err.kind, FDY_ERR_PARSE);
+    assert_string_equal(err.name, path);
+    assert_true(err.actual == nul[i].offset);
+    assert_null(ids);
+    assert_int_equal(count, 0);
+    unlink(path);
+  }
+  path = temp_file(" \n", 2);
+  assert_int_equal(fdy_cli_read_ids_file(path, "--f", true, &ids, &count, &err),
+                   FDY_OK);
+  assert_null(ids);
+  assert_int_equal(count, 0);
+  assert_int_equal(
+      fdy_cli_read_ids_file(path, "--f", false, &ids, &count, &err),
+      FDY_ERR_INVALID_ARGUMENT);
+  assert_string_equal(err.name, "--f");
+  unlink(path);
+  assert_int_equal(fdy_cli_read_ids_file("/nonexistent/ids", "--f", true, &ids,
+                                         &count, &err),
+                   FDY_ERR_NOT_FOUND);
 }
 
 /* --weight-budget takes sizes in bytes or binary units, --buffers and
@@ -209,6 +321,8 @@ int main(void) {
       cmocka_unit_test(test_uint),
       cmocka_unit_test(test_list),
       cmocka_unit_test(test_ids),
+      cmocka_unit_test(test_size),
+      cmocka_unit_test(test_ids_file),
       cmocka_unit_test(test_empty_arguments),
       cmocka_unit_test(test_session_flags),
       cmocka_unit_test(test_explain_budget),

@@ -137,6 +137,9 @@ expect 2 plan --dump "$dir/x.json" --budget 0GiB
 contains "$err" "--budget must be positive"
 expect 2 plan --dump "$dir/x.json" --budget 99999999999GiB
 contains "$err" "--budget: byte size '99999999999GiB' does not fit 64 bits"
+expect 2 plan --dump "$dir/x.json" --budget 9223372036854775808
+contains "$err" "--budget: '9223372036854775808' is above the largest size"
+expect 2 plan --dump "$dir/x.json" --budget 8388608TiB
 [ -e "$dir/x.json" ] && fail "a rejected dump left a file"
 expect 2 plan --dump "$dir/x.json" --check "$dir/b1.json"
 expect 2 plan

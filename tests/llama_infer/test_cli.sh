@@ -20,7 +20,12 @@ trap 'rm -rf "$work"' EXIT
 expect 0 generate --model "$model" --prompt-ids "$prompt" --max-tokens 4 \
   --threads 2
 contains "$out" "ids: 850,433,850,274"
-contains "$out" "tokens/s"
+# the statistics go to stderr, as chat's do: stdout is only the ids
+contains "$err" "tokens/s"
+contains "$err" "generated 4 ids"
+contains "$err" "device memory:"
+[ "$(cat "$out")" = "ids: 850,433,850,274" ] ||
+  fail "generate printed more than the ids on stdout: $(cat "$out")"
 expect 0 generate --model "$model" --prompt-ids "$prompt" --max-tokens 4 \
   --json --ignore-eos
 contains "$out" '"ids":[850,433,850,274]'
@@ -60,6 +65,19 @@ expect 2 generate --model "$model" --prompt-ids 1,2
 expect 2 generate --model "$model" --prompt-ids 1,2 --max-tokens 2 \
   --backend metal
 expect 2 generate --model "$model" --prompt-ids 1,2 --max-tokens 2 --bogus
+# two prompt flags exclude each other: the message names both (and not
+# a missing flag)
+printf 'a' >"$work/a.txt"
+expect 2 generate --model "$model" --prompt a --prompt-file "$work/a.txt" \
+  --max-tokens 2
+contains "$err" "--prompt and --prompt-file exclude each other"
+grep -q "required" "$err" && fail "generate called exclusive flags missing"
+expect 2 generate --model "$model" --prompt-ids 1 --prompt-file \
+  "$work/a.txt" --max-tokens 2
+contains "$err" "--prompt-ids and --prompt-file exclude each other"
+expect 2 generate --model "$model" --prompt-ids 1 --prompt a --prompt-file \
+  "$work/a.txt" --max-tokens 2
+contains "$err" "--prompt-ids, --prompt and --prompt-file exclude each other"
 expect 1 generate --model /nonexistent --prompt-ids 1,2 --max-tokens 2
 
 # verify: passes within the CPU tolerance, fails outside it
@@ -139,7 +157,7 @@ for flags in "--weight-budget 700000 --buffers 1" \
     --ignore-eos $flags
   ids | cmp -s - "$work/ids.resident" || fail "generate $flags: other ids"
   case $flags in
-  *700000*) contains "$out" "of slots for the streamed ones" ;;
+  *700000*) contains "$err" "of slots for the streamed ones" ;;
   esac
   # shellcheck disable=SC2086
   expect 0 verify --model "$model" --reference "$reference" $flags

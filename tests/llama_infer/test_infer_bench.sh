@@ -341,6 +341,12 @@ expect 1 infer-bench --model "$work/missing" $small --report "$work/m.json"
 [ -e "$work/m.json" ] && fail "a report for a model that does not open"
 expect 1 infer-bench --model "$model" --prompt-file "$work/none.txt" \
   --report "$work/m2.json"
+# a NUL byte inside the id list (issue #31: it ended the list at 1,2)
+printf '1,2\0,3' >"$work/nul.txt"
+expect 1 infer-bench --model "$model" --prompt-file "$work/nul.txt" \
+  --gen-tokens 1 --warmup 0 --iterations 1 --report "$work/nul.json"
+contains "$err" "foundry: error: $work/nul.txt: NUL byte at byte offset 3"
+[ -e "$work/nul.json" ] && fail "a report for a prompt file with a NUL byte"
 expect 1 infer-bench --model "$model" $small --context 8 \
   --report "$work/ctx.json"
 contains "$work/ctx.json" '"status": "failed"'
@@ -354,6 +360,15 @@ expect 2 infer-bench --model "$model" --report "$work/u.json" --gen-tokens 0
 expect 2 infer-bench --model "$model" --report "$work/u.json" \
   --prompt-tokens 0
 expect 2 infer-bench --model "$model" --report "$work/u.json" --seed -1
+# byte counts above 2^63 - 1 (issue #31: reported as negative numbers)
+for size in 9223372036854775808 18446744073709551615 8388608TiB; do
+  expect 2 infer-bench --model "$model" --report "$work/u.json" \
+    --weight-budget "$size"
+  contains "$err" "--weight-budget: '$size' is above the largest size"
+done
+expect 0 infer-bench --model "$model" $small --weight-budget \
+  9223372036854775807 --report "$work/max.json"
+contains "$work/max.json" '"budget_bytes": 9223372036854775807'
 expect 2 infer-bench --model "$model" --report "$work/u.json" --bogus
 expect 2 infer-bench --model "$model" --report "$work/u.json" extra
 expect 2 infer-bench --model "$model" --report "$work/u.json" \

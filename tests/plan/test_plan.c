@@ -1433,6 +1433,40 @@ static void test_rule_placement(void **state) {
   }
 }
 
+/* An unplaced tensor's message says so instead of printing the
+ * FDY_NO_BUFFER sentinel as a buffer, and a placed weight's names no
+ * "no buffer" class (issue #31: the message text is the fix). */
+static void test_rule_placement_message(void **state) {
+  fixture *f = *state;
+  const test_block *k = &f->blk;
+  struct {
+    uint32_t tensor, buffer;
+    const char *says;
+  } cases[] = {
+      {k->a, FDY_NO_BUFFER, "has no placement"},
+      {k->step, FDY_NO_BUFFER, "has no placement"},
+      {k->norm, B_RES, "a weight takes no placement"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    fdy_plan *p = block_plan(k);
+    place(p, cases[i].tensor, cases[i].buffer, 0);
+    fdy_error err;
+    fdy_error_clear(&err);
+    assert_int_equal(fdy_plan_validate(p, NULL, &err), FDY_ERR_PLAN_PLACEMENT);
+    assert_int_equal(err.kind, FDY_ERR_PLAN_PLACEMENT);
+    assert_int_equal(err.ids[0], cases[i].tensor);
+    assert_int_equal(err.ids[1], cases[i].buffer == FDY_NO_BUFFER
+                                     ? -1
+                                     : (int64_t)cases[i].buffer);
+    if (strstr(err.message, "4294967295") != NULL ||
+        strstr(err.message, "a no buffer") != NULL ||
+        strstr(err.message, cases[i].says) == NULL) {
+      fail_msg("case %zu: '%s'", i, err.message);
+    }
+    fdy_plan_destroy(p);
+  }
+}
+
 /* ---- unknown ids ----------------------------------------------------- */
 
 static void test_rule_unknown_id(void **state) {
@@ -1925,6 +1959,7 @@ int main(void) {
       T(test_placement_hazard_state_overlap),
       T(test_placement_hazard_copy_output),
       T(test_rule_placement),
+      T(test_rule_placement_message),
       T(test_rule_unknown_id),
       T(test_first_error_in_command_order),
       T(test_summary),

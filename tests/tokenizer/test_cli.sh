@@ -105,6 +105,14 @@ contains "$err" "128256"
 printf '1,2,x\n' >"$work/x.ids"
 expect 1 detokenize --tokenizer "$ranks" --file "$work/x.ids"
 contains "$err" "x.ids"
+# a NUL byte inside the id list (issue #31: it ended the list, printing IJ)
+printf '40,41\0,42' >"$work/nul.ids"
+expect 1 detokenize --tokenizer "$ranks" --file "$work/nul.ids"
+contains "$err" "foundry: error: $work/nul.ids: NUL byte at byte offset 5"
+[ -s "$out" ] && fail "detokenize printed text of a file with a NUL byte"
+printf '\0' >"$work/nul1.ids"
+expect 1 detokenize --tokenizer "$ranks" --file "$work/nul1.ids"
+contains "$err" "NUL byte at byte offset 0"
 if [ -w /dev/full ]; then
   "$foundry" tokenize --tokenizer "$ranks" --text hi >/dev/full 2>"$err"
   [ $? -eq 1 ] || fail "tokenize to /dev/full did not exit 1"
@@ -120,7 +128,8 @@ contains "$out" '"mb_per_second"'
 # generate from a text prompt (a bytes-only tokenizer: 512 ids, as micro)
 expect 0 generate --model "$micro" --tokenizer "$data/bytes.tiktoken" \
   --prompt "Hello" --max-tokens 4 --ignore-eos
-contains "$out" "prefill: 6 tokens"
+contains "$err" "prefill: 6 tokens"
+grep -q 'prefill:' "$out" && fail "generate --prompt printed its speeds on stdout"
 grep -q '^ids:' "$out" && fail "generate --prompt printed ids instead of text"
 printf 'Hello' >"$work/prompt.txt"
 expect 0 generate --model "$micro" --tokenizer "$data/bytes.tiktoken" \
@@ -129,6 +138,7 @@ contains "$out" '"prompt_tokens":6'
 expect 0 generate --model "$micro" --prompt-ids 256,72 --max-tokens 2
 contains "$out" "ids:"
 expect 2 generate --model "$micro" --prompt hi --prompt-ids 1 --max-tokens 2
+contains "$err" "--prompt-ids and --prompt exclude each other"
 expect 1 generate --model "$micro" --prompt hi --max-tokens 2
 contains "$err" "no tokenizer"
 expect 1 generate --model "$micro" --tokenizer "$ranks" --prompt hi \
