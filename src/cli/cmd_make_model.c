@@ -12,12 +12,12 @@
 #include "foundry/llama.h"
 
 void fdy_cmd_make_model_help(FILE *out) {
-  fprintf(out, "usage: foundry make-model --preset NAME --seed S --out DIR\n"
+  fprintf(out, "usage: foundry make-model --preset NAME [--seed S] --out DIR\n"
                "\n"
                "Writes a random-weight checkpoint (config.json,\n"
                "model.safetensors, model.safetensors.index.json) into the new\n"
                "directory DIR, which must not exist. The files are identical\n"
-               "for the same preset and seed.\n"
+               "for the same preset and seed (default 0).\n"
                "\n"
                "presets:");
   for (const char *const *p = fdy_llama_presets(); *p; p++) {
@@ -56,7 +56,6 @@ int fdy_cmd_make_model(int argc, char **argv) {
   };
   const char *preset = NULL, *out = NULL;
   uint64_t seed = 0;
-  bool seed_seen = false;
   fdy_error err;
   optind = 1;
   opterr = 0;
@@ -74,7 +73,6 @@ int fdy_cmd_make_model(int argc, char **argv) {
           FDY_OK) {
         return fdy_cli_usage("make-model", "%s", err.message);
       }
-      seed_seen = true;
       break;
     case ':':
       return fdy_cli_usage("make-model", "%s needs a value", argv[optind - 1]);
@@ -87,16 +85,21 @@ int fdy_cmd_make_model(int argc, char **argv) {
     return fdy_cli_usage("make-model", "unexpected argument '%s'",
                          argv[optind]);
   }
-  if (!preset || !seed_seen || !out) {
-    return fdy_cli_usage("make-model", "--preset, --seed and --out are all "
-                                       "required");
+  if (!preset || !out) {
+    return fdy_cli_usage("make-model", "--preset and --out are required");
   }
   bool known = false;
+  char names[256] = "";
+  size_t used = 0;
   for (const char *const *p = fdy_llama_presets(); *p; p++) {
     known = known || strcmp(*p, preset) == 0;
+    int n = snprintf(names + used, sizeof names - used, "%s%s",
+                     used ? ", " : "", *p);
+    used = n > 0 && (size_t)n < sizeof names - used ? used + (size_t)n : used;
   }
   if (!known) {
-    return fdy_cli_usage("make-model", "unknown preset '%s'", preset);
+    return fdy_cli_usage("make-model", "unknown preset '%s' (presets: %s)",
+                         preset, names);
   }
   progress_state state = {-1};
   bool tty = fdy_cli_stderr_is_tty();

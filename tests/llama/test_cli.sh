@@ -34,6 +34,18 @@ if cmp -s "$work/a/model.safetensors" "$work/c/model.safetensors"; then
   fail "make-model seeds 3 and 4 wrote the same weights"
 fi
 
+# --seed defaults to 0; an unknown preset is refused with the list
+expect 0 make-model --preset tiny --out "$work/default-seed"
+expect 0 make-model --preset tiny --seed 0 --out "$work/seed0"
+cmp -s "$work/default-seed/model.safetensors" "$work/seed0/model.safetensors" ||
+  fail "make-model without --seed differs from --seed 0"
+expect 2 make-model --preset nope --out "$work/nope"
+contains "$err" "unknown preset 'nope' (presets: llama-3.2-1b,"
+contains "$err" "micro-llama3-vocab)"
+[ -e "$work/nope" ] && fail "make-model with an unknown preset wrote $work/nope"
+expect 2 make-model --preset tiny
+contains "$err" "--preset and --out are required"
+
 # never overwrites: an existing directory is refused and left untouched
 cp "$work/a/model.safetensors" "$work/before"
 expect 1 make-model --preset tiny --seed 9 --out "$work/a"
@@ -74,7 +86,7 @@ ls "$work" | grep -q '\.tmp\.' &&
 
 # usage errors
 expect 2 make-model --preset nope --seed 1 --out "$work/x"
-expect 2 make-model --preset tiny --out "$work/x"
+expect 2 make-model --seed 1 --out "$work/x"
 expect 2 make-model --preset tiny --seed -1 --out "$work/x"
 expect 1 make-model --preset tiny --seed 1 --out "$work/missing/x"
 [ -e "$work/x" ] && fail "make-model created $work/x after a usage error"
