@@ -367,6 +367,9 @@ static void add_step(builder *b, const char *prefix, uint64_t rows,
     h = decoder_layer(b, prefix, *step, h, l, rows, fused);
   }
   fdy_tensor_id norm = view(b, FDY_LLAMA_FINAL_NORM, FDY_LLAMA_PART_NORM, -1);
+  /* the prefill's logits (unless all_logits) and next id are its last
+   * row's; the decode step's every row's (one per sequence) */
+  uint64_t head_rows = fused ? rows : 1;
   fdy_tensor_id last;
   if (all_logits) {
     fdy_tensor_id x = rmsnorm(b, prefix, "final_norm", *step, h, norm, rows);
@@ -377,9 +380,6 @@ static void add_step(builder *b, const char *prefix, uint64_t rows,
         b, prefix, "last_logits", FDY_OP_LAST_ROW, no_params(), take, 2,
         activation(b, prefix, "last_logits", FDY_DTYPE_F32, 1, c->vocab_size));
   } else {
-    /* the prefill's logits are its last row's; the decode step's every
-     * row's (one per sequence) */
-    uint64_t head_rows = fused ? rows : 1;
     if (!fused && rows > 1) {
       fdy_tensor_id take[2] = {*step, h};
       h = add_op(b, prefix, "last_hidden", FDY_OP_LAST_ROW, no_params(), take,
@@ -400,9 +400,8 @@ static void add_step(builder *b, const char *prefix, uint64_t rows,
     }
     last = *logits;
   }
-  uint64_t next_rows = all_logits || !fused ? 1 : rows;
   *next = add_op(b, prefix, "next", FDY_OP_ARGMAX, no_params(), &last, 1,
-                 activation(b, prefix, "next", FDY_DTYPE_I32, next_rows, 0));
+                 activation(b, prefix, "next", FDY_DTYPE_I32, head_rows, 0));
 }
 
 static uint32_t sequences_of(const fdy_llama_graph_options *o) {
