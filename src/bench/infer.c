@@ -1043,10 +1043,14 @@ static fdy_status describe_plan(infer_state *s, fdy_error *err) {
 static fdy_llama_session_options
 session_options(const infer_state *s, uint64_t context, bool timings) {
   const fdy_infer_options *o = s->opt;
+  /* --prefill-rows above the context runs as the context (rows beyond it
+   * could never run, and would size the activations) */
+  const uint32_t rows =
+      o->prefill_rows < context ? o->prefill_rows : (uint32_t)context;
   return (fdy_llama_session_options){.backend = o->backend,
                                      .context = (uint32_t)context,
                                      .max_sequences = o->batch,
-                                     .prefill_rows = o->prefill_rows,
+                                     .prefill_rows = rows,
                                      .kv_dtype = o->kv_dtype,
                                      .weight_budget = o->weight_budget,
                                      .buffers = o->buffers,

@@ -355,6 +355,18 @@ fdy_status fdy_cli_session_flag(int opt, const char *arg,
   }
 }
 
+void fdy_cli_cap_prefill_rows(fdy_llama_session_options *o,
+                              const fdy_llama_config *config) {
+  uint32_t context = o->context;
+  if (context == 0) {
+    const uint32_t max = config->max_position_embeddings;
+    context = max < FDY_LLAMA_DEFAULT_CONTEXT ? max : FDY_LLAMA_DEFAULT_CONTEXT;
+  }
+  if (o->prefill_rows > context) {
+    o->prefill_rows = context;
+  }
+}
+
 void fdy_cli_explain_budget(const fdy_cli_session_flags *flags,
                             fdy_error *err) {
   if (!err || err->kind != FDY_ERR_BUDGET) {
@@ -379,8 +391,8 @@ void fdy_cli_session_flags_help(FILE *out) {
           "                   weight resident when it fits); what does not\n"
           "                   fit is streamed through --buffers slots\n"
           "  --buffers N      slots of streamed weights, 1 to %u (default %u)\n"
-          "  --prefill-rows N tokens per prefill run, 1 to %u (default %u,\n"
-          "                   at most the context)\n"
+          "  --prefill-rows N tokens per prefill run, 1 to %u (default %u);\n"
+          "                   more than the context runs as the context\n"
           "  --graphs on|off  record each step once and replay it (CUDA\n"
           "                   graphs; default on), or issue every command\n"
           "                   per run\n"

@@ -164,6 +164,14 @@ fdy_llama_session_options
 fdy_cli_session_options(const fdy_cli_session_flags *flags,
                         fdy_backend *backend);
 
+/* Caps o->prefill_rows at the context the session will have (o->context,
+ * or when 0 config's max_position_embeddings capped at
+ * FDY_LLAMA_DEFAULT_CONTEXT), so that --prefill-rows above the context
+ * neither sizes the activations for rows that can never run nor fails
+ * creation with a budget error. Call it once o->context is final. */
+void fdy_cli_cap_prefill_rows(fdy_llama_session_options *o,
+                              const fdy_llama_config *config);
+
 /* After a session failed to be created with FDY_ERR_BUDGET (the planner:
  * err->expected = the budget, err->actual = the least budget that works
  * with these buffers), appends to err->message the minimum in binary units

@@ -231,6 +231,7 @@ static fdy_status open_session(const fdy_cli_session_flags *flags,
   fdy_llama_session_options options = fdy_cli_session_options(flags, *engine);
   options.ids_only = true;
   options.max_sequences = sequences;
+  fdy_cli_cap_prefill_rows(&options, fdy_llama_model_config(model));
   st = fdy_llama_session_create(model, &options, session, err);
   if (st != FDY_OK) {
     fdy_cli_explain_budget(flags, err);

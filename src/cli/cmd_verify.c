@@ -128,6 +128,7 @@ static int run_against(const against_run *r) {
       o.buffers = 0;
     }
     if (st == FDY_OK) {
+      fdy_cli_cap_prefill_rows(&o, fdy_llama_model_config(model));
       st = fdy_llama_session_create(model, &o, &sessions[i], &err);
     }
     if (st != FDY_OK) {
@@ -303,6 +304,7 @@ int fdy_cmd_verify(int argc, char **argv) {
   fdy_llama_session_options session_options =
       fdy_cli_session_options(&session_flags, engine);
   session_options.all_logits = true;
+  fdy_cli_cap_prefill_rows(&session_options, fdy_llama_model_config(model));
   if (fdy_llama_session_create(model, &session_options, &session, &err) !=
       FDY_OK) {
     fdy_cli_explain_budget(&session_flags, &err);

@@ -316,6 +316,31 @@ static void test_explain_budget(void **state) {
   assert_string_equal(err.message, "unchanged");
 }
 
+/* --prefill-rows above the context runs as the context (issue #31: 65,536
+ * rows of activations were allocated, and the failure blamed
+ * --weight-budget): the explicit context, else max_position_embeddings
+ * capped at FDY_LLAMA_DEFAULT_CONTEXT. */
+static void test_cap_prefill_rows(void **state) {
+  (void)state;
+  fdy_llama_config config = {.max_position_embeddings = 131072};
+  fdy_llama_session_options o = {.context = 64, .prefill_rows = 65536};
+  fdy_cli_cap_prefill_rows(&o, &config);
+  assert_int_equal(o.prefill_rows, 64);
+  o = (fdy_llama_session_options){.context = 64, .prefill_rows = 5};
+  fdy_cli_cap_prefill_rows(&o, &config);
+  assert_int_equal(o.prefill_rows, 5);
+  o = (fdy_llama_session_options){.prefill_rows = 65536};
+  fdy_cli_cap_prefill_rows(&o, &config);
+  assert_int_equal(o.prefill_rows, FDY_LLAMA_DEFAULT_CONTEXT);
+  assert_int_equal(o.context, 0);
+  config.max_position_embeddings = 100;
+  fdy_cli_cap_prefill_rows(&o, &config);
+  assert_int_equal(o.prefill_rows, 100);
+  o = (fdy_llama_session_options){.context = 64};
+  fdy_cli_cap_prefill_rows(&o, &config);
+  assert_int_equal(o.prefill_rows, 0); /* the session's default */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_uint),
@@ -326,6 +351,7 @@ int main(void) {
       cmocka_unit_test(test_empty_arguments),
       cmocka_unit_test(test_session_flags),
       cmocka_unit_test(test_explain_budget),
+      cmocka_unit_test(test_cap_prefill_rows),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,6 +24,24 @@ expect 0 inspect "$work/u"
 expect 0 generate --model "$work/u" --prompt-ids 5,6 --max-tokens 3 \
   --ignore-eos
 
+# --prefill-rows above the context runs as the context: the activations of
+# --prefill-rows 65536 --context 64 are those of --prefill-rows 64
+# (issue #31: 65,536 rows were allocated), and infer-bench records the cap
+activations() {
+  sed -n 's/.*"activations":\([0-9]*\).*/\1/p' "$out"
+}
+expect 0 generate --model "$work/a" --prompt-ids 1,2,3 --max-tokens 2 \
+  --context 64 --prefill-rows 64 --json
+want=$(activations)
+expect 0 generate --model "$work/a" --prompt-ids 1,2,3 --max-tokens 2 \
+  --context 64 --prefill-rows 65536 --json
+[ -n "$want" ] && [ "$(activations)" = "$want" ] ||
+  fail "--prefill-rows 65536 --context 64: activations $(activations), not $want"
+expect 0 infer-bench --model "$work/a" --prompt-tokens 4 --gen-tokens 2 \
+  --warmup 0 --iterations 1 --prefill-rows 65536 --report "$work/capped.json"
+grep -q '"prefill_rows": 6[,}]' "$work/capped.json" ||
+  fail "infer-bench --prefill-rows 65536 with a context of 6: $(grep -o '"prefill_rows": [0-9]*' "$work/capped.json")"
+
 # deterministic for a seed, different for another
 expect 0 make-model --preset tiny --seed 3 --out "$work/b"
 for f in config.json model.safetensors model.safetensors.index.json; do
