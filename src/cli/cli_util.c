@@ -6,6 +6,7 @@
 #include "foundry/input.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -85,6 +86,60 @@ int fdy_cli_check_arguments(const char *command, int argc, char **argv) {
     return fdy_cli_usage(command, "argument %d is empty", i);
   }
   return FDY_EXIT_OK;
+}
+
+int fdy_cli_check_repeats(const char *command, int argc, char **argv,
+                          const struct option *options) {
+  size_t n = 0;
+  while (options[n].name) {
+    n++;
+  }
+  char **copy = malloc(sizeof *copy * ((size_t)argc + 1));
+  int *seen = malloc(sizeof *seen * (n ? n : 1)); /* options seen */
+  if (!copy || !seen) {
+    free(copy);
+    free(seen);
+    fdy_error err;
+    fdy_error_set(&err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+    return fdy_cli_fail(&err);
+  }
+  memcpy(copy, argv, sizeof *copy * (size_t)argc);
+  copy[argc] = NULL;
+  size_t count = 0;
+  int code = FDY_EXIT_OK;
+  optind = 0; /* glibc: start over, whatever an earlier scan left */
+  opterr = 0;
+  int opt, index = -1;
+  while (code == FDY_EXIT_OK &&
+         (opt = getopt_long(argc, copy, ":", options, &index)) != -1) {
+    if (opt == '?' || opt == ':' || index < 0 || (size_t)index >= n) {
+      index = -1;
+      continue; /* the command's own loop reports it */
+    }
+    /* the first entry of the same meaning: one val, no flag pointer */
+    int key = index;
+    for (int j = 0; j < index; j++) {
+      if (!options[index].flag && !options[j].flag &&
+          options[j].val == options[index].val) {
+        key = j;
+        break;
+      }
+    }
+    for (size_t k = 0; k < count; k++) {
+      if (seen[k] == key) {
+        code = fdy_cli_usage(command, "--%s is given twice; give it once",
+                             options[index].name);
+      }
+    }
+    if (count < n) {
+      seen[count++] = key;
+    }
+    index = -1;
+  }
+  optind = 0;
+  free(copy);
+  free(seen);
+  return code;
 }
 
 /* The len bytes at p as a decimal number: at least one digit, digits only,

@@ -42,6 +42,20 @@ int fdy_cli_finish_stdout(int code);
  * usage error and returns FDY_EXIT_USAGE. */
 int fdy_cli_check_arguments(const char *command, int argc, char **argv);
 
+struct option;
+
+/* The one check, before a command's getopt_long loop, that no flag is given
+ * twice: runs getopt_long over a copy of argv (argv itself is left
+ * unpermuted) with the command's options table, ":" as the short options
+ * and opterr off, and refuses the second occurrence of any option
+ * ("--model is given twice; give it once"), whether spelled "--x v",
+ * "--x=v" or as an abbreviation. Unknown options and missing values are
+ * left to the command's own loop, which starts again from optind = 1.
+ * Returns FDY_EXIT_OK, or prints the usage error and returns
+ * FDY_EXIT_USAGE (FDY_EXIT_FAILURE when out of memory). */
+int fdy_cli_check_repeats(const char *command, int argc, char **argv,
+                          const struct option *options);
+
 /* Parses a decimal integer in [min, max] for flag; on failure fills err with
  * FDY_ERR_INVALID_ARGUMENT naming the flag ("--layers must be an integer
  * from 1 to 4294967295, got 'x'"). */

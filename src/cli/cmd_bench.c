@@ -179,6 +179,10 @@ static int bench_overhead(int argc, char **argv) {
   o.argv = argv;
   fdy_error err;
   fdy_error_clear(&err);
+  const int repeated = fdy_cli_check_repeats("bench", argc, argv, longopts);
+  if (repeated != FDY_EXIT_OK) {
+    return repeated;
+  }
   optind = 1;
   opterr = 0;
   int opt;
@@ -284,6 +288,10 @@ int fdy_cmd_bench(int argc, char **argv) {
   bool host_mode_seen = false;
   fdy_error err;
   fdy_error_clear(&err);
+  const int repeated = fdy_cli_check_repeats("bench", argc, argv, longopts);
+  if (repeated != FDY_EXIT_OK) {
+    return repeated;
+  }
   optind = 1;
   opterr = 0;
   int opt;

@@ -243,6 +243,10 @@ int fdy_cmd_chat(int argc, char **argv) {
   uint64_t max_tokens = 0;
   fdy_cli_session_flags session_flags = FDY_CLI_SESSION_FLAGS_DEFAULT;
   fdy_error err;
+  const int repeated = fdy_cli_check_repeats("chat", argc, argv, options);
+  if (repeated != FDY_EXIT_OK) {
+    return repeated;
+  }
   optind = 1;
   opterr = 0;
   int opt;

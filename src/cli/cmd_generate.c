@@ -714,6 +714,10 @@ int fdy_cmd_generate(int argc, char **argv) {
   fdy_cli_session_flags session_flags = FDY_CLI_SESSION_FLAGS_DEFAULT;
   bool have_max = false, ignore_eos = false, json = false, chat = false;
   fdy_error err;
+  const int repeated = fdy_cli_check_repeats("generate", argc, argv, options);
+  if (repeated != FDY_EXIT_OK) {
+    return repeated;
+  }
   optind = 1;
   opterr = 0;
   int opt;

@@ -99,6 +99,11 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
   uint64_t batch = 1;
   bool have_prompt_tokens = false;
   fdy_error err;
+  const int repeated =
+      fdy_cli_check_repeats("infer-bench", argc, argv, options);
+  if (repeated != FDY_EXIT_OK) {
+    return repeated;
+  }
   optind = 1;
   opterr = 0;
   int opt;

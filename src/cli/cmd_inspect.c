@@ -116,6 +116,10 @@ int fdy_cmd_inspect(int argc, char **argv) {
       {NULL, 0, NULL, 0},
   };
   bool json = false;
+  const int repeated = fdy_cli_check_repeats("inspect", argc, argv, options);
+  if (repeated != FDY_EXIT_OK) {
+    return repeated;
+  }
   optind = 1;
   opterr = 0;
   int opt;

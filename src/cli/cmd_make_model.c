@@ -57,6 +57,10 @@ int fdy_cmd_make_model(int argc, char **argv) {
   const char *preset = NULL, *out = NULL;
   uint64_t seed = 0;
   fdy_error err;
+  const int repeated = fdy_cli_check_repeats("make-model", argc, argv, options);
+  if (repeated != FDY_EXIT_OK) {
+    return repeated;
+  }
   optind = 1;
   opterr = 0;
   int opt;

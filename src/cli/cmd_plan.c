@@ -253,6 +253,10 @@ int fdy_cmd_plan(int argc, char **argv) {
   uint64_t budget = 4 * FDY_GIB;
   bool dump_option_seen = false;
   fdy_error err;
+  const int repeated = fdy_cli_check_repeats("plan", argc, argv, options);
+  if (repeated != FDY_EXIT_OK) {
+    return repeated;
+  }
   optind = 1;
   opterr = 0;
   int opt;

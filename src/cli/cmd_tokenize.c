@@ -113,6 +113,10 @@ int fdy_cmd_tokenize(int argc, char **argv) {
   bool bos = false, json = false;
   uint64_t repeats = 0;
   fdy_error err;
+  const int repeated = fdy_cli_check_repeats("tokenize", argc, argv, options);
+  if (repeated != FDY_EXIT_OK) {
+    return repeated;
+  }
   optind = 1;
   opterr = 0;
   int opt;
@@ -219,6 +223,10 @@ int fdy_cmd_detokenize(int argc, char **argv) {
   };
   source_args a = {0};
   fdy_error err;
+  const int repeated = fdy_cli_check_repeats("detokenize", argc, argv, options);
+  if (repeated != FDY_EXIT_OK) {
+    return repeated;
+  }
   optind = 1;
   opterr = 0;
   int opt;

@@ -201,6 +201,10 @@ int fdy_cmd_verify(int argc, char **argv) {
   uint64_t steps = 16, seed = 0;
   bool compare_flag = false;
   fdy_error err;
+  const int repeated = fdy_cli_check_repeats("verify", argc, argv, options);
+  if (repeated != FDY_EXIT_OK) {
+    return repeated;
+  }
   optind = 1;
   opterr = 0;
   int opt;

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -316,6 +317,36 @@ static void test_explain_budget(void **state) {
   assert_string_equal(err.message, "unchanged");
 }
 
+/* A flag given twice is a usage error however it is spelled (issue #31);
+ * one of each is fine, an alias (same val) counts as the same flag, and
+ * argv is left as it was (getopt_long permutes only the copy). */
+static void test_repeats(void **state) {
+  (void)state;
+  static const struct option options[] = {
+      {"alpha", required_argument, NULL, 300},
+      {"beta", no_argument, NULL, 301},
+      {"also-alpha", required_argument, NULL, 300},
+      {NULL, 0, NULL, 0},
+  };
+  char *ok[] = {"cmd", "pos", "--alpha", "1", "--beta", "--unknown", NULL};
+  assert_int_equal(fdy_cli_check_repeats("cmd", 6, ok, options), FDY_EXIT_OK);
+  assert_string_equal(ok[1], "pos");
+  assert_string_equal(ok[2], "--alpha");
+  char *twice[] = {"cmd", "--alpha", "1", "pos", "--alpha=2", NULL};
+  assert_int_equal(fdy_cli_check_repeats("cmd", 5, twice, options),
+                   FDY_EXIT_USAGE);
+  assert_string_equal(twice[3], "pos");
+  char *abbreviated[] = {"cmd", "--beta", "--be", NULL};
+  assert_int_equal(fdy_cli_check_repeats("cmd", 3, abbreviated, options),
+                   FDY_EXIT_USAGE);
+  char *alias[] = {"cmd", "--alpha", "1", "--also-alpha", "2", NULL};
+  assert_int_equal(fdy_cli_check_repeats("cmd", 5, alias, options),
+                   FDY_EXIT_USAGE);
+  char *after_dashes[] = {"cmd", "--beta", "--", "--beta", NULL};
+  assert_int_equal(fdy_cli_check_repeats("cmd", 4, after_dashes, options),
+                   FDY_EXIT_OK);
+}
+
 /* --prefill-rows above the context runs as the context (issue #31: 65,536
  * rows of activations were allocated, and the failure blamed
  * --weight-budget): the explicit context, else max_position_embeddings
@@ -352,6 +383,7 @@ int main(void) {
       cmocka_unit_test(test_session_flags),
       cmocka_unit_test(test_explain_budget),
       cmocka_unit_test(test_cap_prefill_rows),
+      cmocka_unit_test(test_repeats),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -69,4 +69,34 @@ expect 2 bench --backend cpu --report r.json --trace ""
 [ -z "$(ls -A "$dir" | grep -v '^std')" ] ||
   fail "an empty-path usage error wrote something: $(ls -A "$dir")"
 
+# A flag given twice is a usage error of every command naming the flag,
+# however it is spelled (issue #31: the last value won silently)
+expect 2 plan --dump p.json --layers 2 --layers=3
+contains "$err" "foundry plan: error: --layers is given twice; give it once"
+expect 2 generate --model a --mod b --prompt-ids 1
+contains "$err" "--model is given twice"
+expect 2 generate --model a --prompt-ids 1 --json --json
+contains "$err" "--json is given twice"
+expect 2 bench --backend cpu --backend cpu
+contains "$err" "--backend is given twice"
+expect 2 bench --overhead --ops 1 --ops 2
+contains "$err" "--ops is given twice"
+expect 2 tokenize --text a --text b
+contains "$err" "foundry tokenize: error: --text is given twice"
+expect 2 detokenize --ids 1 --ids 2
+contains "$err" "foundry detokenize: error: --ids is given twice"
+for command in chat verify infer-bench inspect make-model; do
+  expect 2 "$command" --model a --model b
+  case $command in
+  inspect | make-model) contains "$err" "unknown option '--model'" ;;
+  *) contains "$err" "foundry $command: error: --model is given twice" ;;
+  esac
+done
+expect 2 inspect --json --json m
+contains "$err" "--json is given twice"
+expect 2 make-model --preset tiny --preset tiny --out m
+contains "$err" "--preset is given twice"
+[ -z "$(ls -A "$dir" | grep -v '^std')" ] ||
+  fail "a repeated flag wrote something: $(ls -A "$dir")"
+
 finish "cli main"
