@@ -101,6 +101,15 @@ fdy_status fdy_error_set(fdy_error *err, fdy_status kind, const char *fmt, ...)
 void fdy_error_prefix(fdy_error *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Copies text into buf (cap bytes, always NUL-terminated when cap > 0,
+ * truncated at a whole escape) with each control byte (0x01 to 0x1f and
+ * 0x7f) written as C writes it: \n, \r, \t, else \xNN. Other bytes, UTF-8
+ * included, are copied. For printing a message whose names come from
+ * files (a shard name with a newline, a tensor name with an escape
+ * sequence) on one line of a terminal; 4 * strlen(text) + 1 bytes always
+ * suffice. Returns buf. */
+char *fdy_escape_controls(const char *text, char *buf, size_t cap);
+
 /* Stable lowercase identifier of a status ("plan_slot_busy"); never NULL. */
 const char *fdy_status_name(fdy_status status);
 

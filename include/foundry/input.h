@@ -27,11 +27,15 @@
 fdy_status fdy_input_open(const char *path, const char *what, int *fd,
                           uint64_t *size, fdy_error *err);
 
-/* Reads the whole regular file path (fdy_input_open) into *text, malloc'd,
- * NUL-terminated after *len bytes (the caller frees it). FDY_ERR_FORMAT
- * (expected = limit, actual = size) when the file is larger than limit
- * bytes, FDY_ERR_IO when a read fails, FDY_ERR_OUT_OF_MEMORY. On failure
- * *text is NULL. */
+/* Reads the whole regular file path (fdy_input_open) to end of file into
+ * *text, malloc'd, NUL-terminated after *len bytes (the caller frees it).
+ * It reads to end of file, whatever size fstat gave: a /proc file, whose
+ * size reads as 0, is read in full, not as empty. FDY_ERR_FORMAT ("WHAT
+ * 'PATH' is larger than the limit of 64 MiB (67108864 bytes)", expected =
+ * limit, actual = the size, or the bytes read once past the limit) when
+ * the file holds more than limit bytes, before any read when its stated
+ * size says so; FDY_ERR_IO when a read fails, FDY_ERR_OUT_OF_MEMORY. On
+ * failure *text is NULL. */
 fdy_status fdy_input_read(const char *path, const char *what, uint64_t limit,
                           char **text, size_t *len, fdy_error *err);
 

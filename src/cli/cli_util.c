@@ -14,23 +14,29 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Control bytes in names from files or arguments (a shard name with a
+ * newline) are escaped, so that each error is one line. */
 int fdy_cli_fail(const fdy_error *err) {
+  char line[4 * FDY_ERROR_MESSAGE_MAX];
   fprintf(stderr, "foundry: error: %s\n",
-          err && err->message[0] ? err->message : "unknown failure");
+          fdy_escape_controls(err && err->message[0] ? err->message
+                                                     : "unknown failure",
+                              line, sizeof line));
   if (err && err->cleanup_kind != FDY_OK) {
     fprintf(stderr, "foundry: error: cleanup also failed: %s\n",
-            err->cleanup_message);
+            fdy_escape_controls(err->cleanup_message, line, sizeof line));
   }
   return FDY_EXIT_FAILURE;
 }
 
 int fdy_cli_usage(const char *command, const char *fmt, ...) {
+  char message[FDY_ERROR_MESSAGE_MAX], line[4 * FDY_ERROR_MESSAGE_MAX];
   va_list args;
   va_start(args, fmt);
-  fprintf(stderr, "foundry %s: error: ", command);
-  vfprintf(stderr, fmt, args);
-  fprintf(stderr, "\nTry 'foundry help %s'.\n", command);
+  vsnprintf(message, sizeof message, fmt, args);
   va_end(args);
+  fprintf(stderr, "foundry %s: error: %s\nTry 'foundry help %s'.\n", command,
+          fdy_escape_controls(message, line, sizeof line), command);
   return FDY_EXIT_USAGE;
 }
 
@@ -241,9 +247,9 @@ fdy_status fdy_cli_parse_ids(const char *flag, const char *text, int32_t **out,
   return FDY_OK;
 }
 
-fdy_status fdy_cli_read_file(const char *path, char **out, size_t *len,
-                             fdy_error *err) {
-  return fdy_input_read(path, "file", UINT64_MAX, out, len, err);
+fdy_status fdy_cli_read_file(const char *path, const char *what, char **out,
+                             size_t *len, fdy_error *err) {
+  return fdy_input_read(path, what, FDY_CLI_MAX_INPUT_BYTES, out, len, err);
 }
 
 fdy_status fdy_cli_read_ids_file(const char *path, const char *label,
@@ -253,7 +259,7 @@ fdy_status fdy_cli_read_ids_file(const char *path, const char *label,
   size_t len = 0;
   *out = NULL;
   *count = 0;
-  fdy_status st = fdy_cli_read_file(path, &text, &len, err);
+  fdy_status st = fdy_cli_read_file(path, "id file", &text, &len, err);
   if (st != FDY_OK) {
     return st;
   }

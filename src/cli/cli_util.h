@@ -1,7 +1,8 @@
 /* Shared helpers of the CLI commands: error reporting and strict number
  * parsing. Messages go to stderr as "foundry: error: ..." (failures, exit 1)
  * or "foundry COMMAND: error: ..." plus a hint to `foundry help COMMAND`
- * (usage errors, exit 2). */
+ * (usage errors, exit 2), each on one line: control bytes in them (a shard
+ * name with a newline) are escaped (fdy_escape_controls). */
 #ifndef FOUNDRY_CLI_UTIL_H
 #define FOUNDRY_CLI_UTIL_H
 
@@ -194,11 +195,22 @@ void fdy_cli_cap_prefill_rows(fdy_llama_session_options *o,
  * FDY_LLAMA_DEFAULT_BUFFERS. Any other error is left alone. */
 void fdy_cli_explain_budget(const fdy_cli_session_flags *flags, fdy_error *err);
 
-/* Reads the whole regular file at path as raw bytes (foundry/input.h);
- * *out is malloc'd with a NUL after the *len bytes. FDY_ERR_NOT_FOUND /
- * FDY_ERR_IO name the path. */
-fdy_status fdy_cli_read_file(const char *path, char **out, size_t *len,
-                             fdy_error *err);
+/* The most bytes the CLI reads from a prompt, prompt-list, text or id
+ * file: 64 MiB, a hundred times the text of the longest context (128k
+ * tokens), so that a wrong file (900 MB of NUL bytes) is refused at once
+ * instead of exhausting memory. */
+#define FDY_CLI_MAX_INPUT_BYTES (64ull << 20)
+
+/* The one reader of the CLI's input files (generate --prompt-file and
+ * --prompts-file, tokenize --file, id lists): the whole regular file at
+ * path as raw bytes, read to end of file (fdy_input_read: a /proc file is
+ * not empty); *out is malloc'd with a NUL after the *len bytes.
+ * FDY_ERR_NOT_FOUND / FDY_ERR_IO name the path ("cannot open WHAT
+ * 'PATH'"); a file of more than FDY_CLI_MAX_INPUT_BYTES is FDY_ERR_FORMAT
+ * ("WHAT 'PATH' is larger than the limit of 64 MiB ...", err->name = the
+ * path, expected = the limit, actual = the size). */
+fdy_status fdy_cli_read_file(const char *path, const char *what, char **out,
+                             size_t *len, fdy_error *err);
 
 /* Reads a file of comma-separated ids (fdy_cli_read_file), as
  * infer-bench --prompt-file and detokenize --file take: surrounding

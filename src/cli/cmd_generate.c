@@ -194,7 +194,9 @@ static fdy_status text_prompt(fdy_tokenizer *tok, fdy_llama_session *session,
   fdy_chat *conversation = NULL;
   fdy_tokens tokens = {0};
   fdy_chat_options options = {.system = system};
-  fdy_status s = text ? FDY_OK : fdy_cli_read_file(text_file, &file, &len, err);
+  fdy_status s =
+      text ? FDY_OK
+           : fdy_cli_read_file(text_file, "prompt file", &file, &len, err);
   if (s == FDY_OK) {
     s = fdy_chat_create(session, tok, &options, &conversation, err);
   }
@@ -412,7 +414,7 @@ static fdy_status read_prompts(const char *path, fdy_tokenizer *tok,
   char *text = NULL;
   size_t len = 0;
   *list = (prompt_list){0};
-  fdy_status st = fdy_cli_read_file(path, &text, &len, err);
+  fdy_status st = fdy_cli_read_file(path, "prompts file", &text, &len, err);
   if (st != FDY_OK) {
     return st;
   }

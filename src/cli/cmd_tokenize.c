@@ -169,7 +169,7 @@ int fdy_cmd_tokenize(int argc, char **argv) {
   const char *text = a.text;
   fdy_status s = fdy_cli_open_tokenizer(a.model, a.tokenizer, &tok, &err);
   if (s == FDY_OK && a.file) {
-    s = fdy_cli_read_file(a.file, &file, &len, &err);
+    s = fdy_cli_read_file(a.file, "text file", &file, &len, &err);
     text = file;
   }
   if (s == FDY_OK && repeats > 0) {

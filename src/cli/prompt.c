@@ -29,7 +29,7 @@ fdy_status fdy_cli_prompt_ids(fdy_tokenizer *tok, const char *text,
     goto cleanup;
   }
   if (!text) {
-    s = fdy_cli_read_file(path, &file, &len, err);
+    s = fdy_cli_read_file(path, "prompt file", &file, &len, err);
     text = file;
   }
   if (s == FDY_OK) {

@@ -88,6 +88,22 @@ fdy_status fdy_input_open(const char *path, const char *what, int *fd,
   return FDY_OK;
 }
 
+/* FDY_ERR_FORMAT for a file of more than limit bytes (size: its size, or
+ * the bytes read before the limit was passed). */
+static fdy_status too_large(fdy_error *err, const char *what, const char *path,
+                            uint64_t limit, uint64_t size) {
+  char bytes[32];
+  fdy_format_bytes(limit, bytes, sizeof bytes);
+  path_error(err, FDY_ERR_FORMAT, path,
+             "%s '%s' is larger than the limit of %s (%llu bytes)", what, path,
+             bytes, (unsigned long long)limit);
+  if (err != NULL) {
+    err->expected = limit;
+    err->actual = size;
+  }
+  return FDY_ERR_FORMAT;
+}
+
 fdy_status fdy_input_read(const char *path, const char *what, uint64_t limit,
                           char **text, size_t *len, fdy_error *err) {
   *text = NULL;
@@ -99,26 +115,35 @@ fdy_status fdy_input_read(const char *path, const char *what, uint64_t limit,
     return st;
   }
   char *buf = NULL;
-  if (size > limit || size >= SIZE_MAX) {
-    path_error(err, FDY_ERR_FORMAT, path, "%s '%s' is larger than %llu bytes",
-               what, path, (unsigned long long)limit);
-    if (err != NULL) {
-      err->expected = limit;
-      err->actual = size;
-    }
-    st = FDY_ERR_FORMAT;
-    goto cleanup;
-  }
-  buf = malloc((size_t)size + 1);
-  if (buf == NULL) {
-    st = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
-                       "out of memory reading %s '%s' (%llu bytes)", what, path,
-                       (unsigned long long)size);
-    goto cleanup;
-  }
   size_t done = 0;
-  while (done < (size_t)size) {
-    ssize_t n = read(fd, buf + done, (size_t)size - done);
+  if (size > limit || size >= SIZE_MAX - 2) {
+    st = too_large(err, what, path, limit, size);
+    goto cleanup;
+  }
+  /* Reads to end of file, not to the size fstat gave: a /proc file
+   * reports 0 bytes and a file may grow while it is read; the limit holds
+   * for what is read. Room for the stated size, one byte more (so that
+   * the read finding end of file needs no growth) and the NUL. */
+  size_t cap = size < 4096 ? 4096 : (size_t)size + 2;
+  buf = malloc(cap);
+  for (;;) {
+    if (buf != NULL && done + 1 == cap) {
+      char *grown = cap <= SIZE_MAX / 2 ? realloc(buf, cap * 2) : NULL;
+      if (grown == NULL) {
+        free(buf);
+        buf = NULL;
+      } else {
+        buf = grown;
+        cap *= 2;
+      }
+    }
+    if (buf == NULL) {
+      st = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
+                         "out of memory reading %s '%s' (%zu bytes read)", what,
+                         path, done);
+      goto cleanup;
+    }
+    ssize_t n = read(fd, buf + done, cap - 1 - done);
     if (n < 0 && errno == EINTR) {
       continue;
     }
@@ -128,9 +153,14 @@ fdy_status fdy_input_read(const char *path, const char *what, uint64_t limit,
       goto cleanup;
     }
     if (n == 0) {
-      break; /* the file shrank; the parser sees what is there */
+      break; /* end of file (also of one that shrank: the parser sees what
+                is there) */
     }
     done += (size_t)n;
+    if (done > limit) {
+      st = too_large(err, what, path, limit, done);
+      goto cleanup;
+    }
   }
   buf[done] = '\0';
   *text = buf;

@@ -87,6 +87,36 @@ fdy_status fdy_error_set(fdy_error *err, fdy_status kind, const char *fmt,
   return kind;
 }
 
+char *fdy_escape_controls(const char *text, char *buf, size_t cap) {
+  if (cap == 0) {
+    return buf;
+  }
+  size_t n = 0;
+  for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+    char one[5];
+    const char *named = *p == '\n'   ? "\\n"
+                        : *p == '\r' ? "\\r"
+                        : *p == '\t' ? "\\t"
+                                     : NULL;
+    if (named) {
+      snprintf(one, sizeof one, "%s", named);
+    } else if (*p < 0x20 || *p == 0x7f) {
+      snprintf(one, sizeof one, "\\x%02x", *p);
+    } else {
+      one[0] = (char)*p;
+      one[1] = '\0';
+    }
+    const size_t len = strlen(one);
+    if (n + len >= cap) {
+      break;
+    }
+    memcpy(buf + n, one, len);
+    n += len;
+  }
+  buf[n] = '\0';
+  return buf;
+}
+
 void fdy_error_prefix(fdy_error *err, const char *fmt, ...) {
   if (!err) {
     return;

@@ -53,8 +53,11 @@ static fdy_status load_json(const hf_file *f, json_t **out) {
     free(text);
     return status;
   }
+  /* A UTF-8 byte-order mark, which some editors write, is not JSON text
+   * (RFC 8259 lets a parser ignore it): skipped, as Python's utf-8-sig. */
+  const size_t bom = len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0;
   json_error_t jerr;
-  *out = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+  *out = json_loadb(text + bom, len - bom, JSON_REJECT_DUPLICATES, &jerr);
   free(text);
   if (!*out) {
     fdy_error_set(f->err, FDY_ERR_PARSE,

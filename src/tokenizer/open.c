@@ -28,7 +28,8 @@ static bool exists(const char *path) {
   return stat(path, &sb) == 0;
 }
 
-/* True when the first non-blank byte of the file is '{'. The file must be
+/* True when the first non-blank byte of the file, after a UTF-8 byte-order
+ * mark, is '{' (a tiktoken file is base64, never either). The file must be
  * a regular one (fdy_input_open: a FIFO fails at once). */
 static fdy_status looks_like_json(const char *path, bool *json,
                                   fdy_error *err) {
@@ -48,10 +49,13 @@ static fdy_status looks_like_json(const char *path, bool *json,
     }
     return FDY_ERR_IO;
   }
-  int c;
-  do {
+  int c = getc(f);
+  if (c == 0xEF && getc(f) == 0xBB && getc(f) == 0xBF) {
+    c = getc(f); /* the byte-order mark, which load_json skips too */
+  }
+  while (c == ' ' || c == '\t' || c == '\r' || c == '\n') {
     c = getc(f);
-  } while (c == ' ' || c == '\t' || c == '\r' || c == '\n');
+  }
   fclose(f);
   *json = c == '{';
   return FDY_OK;

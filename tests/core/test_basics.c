@@ -53,6 +53,25 @@ static void test_error_prefix_truncates(void **state) {
   assert_int_equal(strlen(err.message), FDY_ERROR_MESSAGE_MAX - 1);
 }
 
+/* Control bytes are escaped as C writes them, UTF-8 is kept, and a
+ * truncation never cuts an escape (issue #31: a shard name with a newline
+ * broke the error line). */
+static void test_escape_controls(void **state) {
+  (void)state;
+  char buf[64];
+  assert_string_equal(
+      fdy_escape_controls("a\nb\r\tc\x1b[31m\x7f\xc3\xa9\\", buf, sizeof buf),
+      "a\\nb\\r\\tc\\x1b[31m\\x7f\xc3\xa9\\");
+  assert_string_equal(fdy_escape_controls("plain", buf, sizeof buf), "plain");
+  assert_string_equal(fdy_escape_controls("", buf, sizeof buf), "");
+  assert_string_equal(fdy_escape_controls("ab\x01", buf, 6), "ab");
+  assert_string_equal(fdy_escape_controls("ab\x01", buf, 7), "ab\\x01");
+  assert_string_equal(fdy_escape_controls("a\n", buf, 3), "a");
+  buf[0] = 'x';
+  fdy_escape_controls("abc", buf, 0);
+  assert_int_equal(buf[0], 'x');
+}
+
 static void test_status_names(void **state) {
   (void)state;
   assert_string_equal(fdy_status_name(FDY_OK), "ok");
@@ -407,6 +426,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_error_clear_and_set),
       cmocka_unit_test(test_error_prefix_truncates),
+      cmocka_unit_test(test_escape_controls),
       cmocka_unit_test(test_status_names),
       cmocka_unit_test(test_add_mul),
       cmocka_unit_test(test_align_up),

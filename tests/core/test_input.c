@@ -65,6 +65,65 @@ static void test_regular_file(void **state) {
   scratch_remove(&s);
 }
 
+/* A file whose size reads as 0 (/proc) is read to end of file, not as
+ * empty (issue #31), and its limit holds for the bytes read. */
+static void test_proc_file(void **state) {
+  (void)state;
+  if (access("/proc/self/status", R_OK) != 0) {
+    skip();
+  }
+  fdy_error err;
+  int fd = -1;
+  uint64_t size = 1;
+  assert_int_equal(
+      fdy_input_open("/proc/self/status", "test file", &fd, &size, &err),
+      FDY_OK);
+  close(fd);
+  assert_int_equal(size, 0);
+  char *text = NULL;
+  size_t len = 0;
+  assert_int_equal(fdy_input_read("/proc/self/status", "test file", 1 << 20,
+                                  &text, &len, &err),
+                   FDY_OK);
+  assert_true(len > 0);
+  assert_int_equal(strlen(text), len);
+  assert_non_null(strstr(text, "Name:"));
+  free(text);
+  assert_int_equal(
+      fdy_input_read("/proc/self/status", "test file", 10, &text, &len, &err),
+      FDY_ERR_FORMAT);
+  assert_null(text);
+  assert_int_equal(err.expected, 10);
+  assert_true(err.actual > 10);
+  assert_string_equal(err.name, "/proc/self/status");
+}
+
+/* A file larger than the first buffer (4096 bytes) is read whole. */
+static void test_long_file(void **state) {
+  (void)state;
+  char path[] = "/tmp/fdy-input-long-XXXXXX";
+  const int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  char block[1000];
+  memset(block, 'x', sizeof block);
+  for (int i = 0; i < 10; i++) {
+    assert_int_equal(write(fd, block, sizeof block), (ssize_t)sizeof block);
+  }
+  close(fd);
+  fdy_error err;
+  char *text = NULL;
+  size_t len = 0;
+  assert_int_equal(fdy_input_read(path, "test file", 10000, &text, &len, &err),
+                   FDY_OK);
+  assert_int_equal(len, 10000);
+  assert_int_equal(strlen(text), 10000);
+  free(text);
+  assert_int_equal(fdy_input_read(path, "test file", 9999, &text, &len, &err),
+                   FDY_ERR_FORMAT);
+  assert_int_equal(err.actual, 10000);
+  unlink(path);
+}
+
 /* A FIFO without a writer, a directory and a device fail at once. */
 static void test_not_regular(void **state) {
   (void)state;
@@ -128,6 +187,8 @@ static void test_json_nul(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_regular_file),
+      cmocka_unit_test(test_proc_file),
+      cmocka_unit_test(test_long_file),
       cmocka_unit_test(test_not_regular),
       cmocka_unit_test(test_missing_and_empty),
       cmocka_unit_test(test_json_nul),

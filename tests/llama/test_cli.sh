@@ -149,6 +149,16 @@ contains "$out" "\"model\":\"$work/$replacement\""
 expect 0 inspect "$bad"
 rm -rf "$bad"
 
+# a shard name from the index with a newline and an escape sequence is
+# escaped in the error, which stays one line (issue #31)
+rm -rf "$work/evil"
+cp -r "$work/a" "$work/evil"
+sed 's/"model.safetensors"/"evil\\nfoundry: ok\\u001b[31m.safetensors"/' \
+  "$work/a/model.safetensors.index.json" >"$work/evil/model.safetensors.index.json"
+expect 1 inspect "$work/evil"
+contains "$err" "evil\\nfoundry: ok\\x1b[31m.safetensors': No such file"
+[ "$(wc -l <"$err")" -eq 1 ] || fail "the shard name's newline split the error: $(cat "$err")"
+
 # a FIFO given as config.json, the index or the shard fails at once
 for f in config.json model.safetensors.index.json model.safetensors; do
   rm -rf "$work/fifo"

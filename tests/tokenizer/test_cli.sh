@@ -58,6 +58,15 @@ expect 0 tokenize --model "$work/model" --text " thing"
 contains "$out" "32,256,261"
 expect 0 tokenize --model "$data/tiny" --text " thing" --bos
 contains "$out" "263,32,256,261"
+# a tokenizer.json behind a UTF-8 byte-order mark is JSON, not a tiktoken
+# file (issue #31: "missing rank"), given as a file or in a directory
+mkdir "$work/bom"
+printf '\357\273\277' >"$work/bom/tokenizer.json"
+cat "$data/tiny/tokenizer.json" >>"$work/bom/tokenizer.json"
+expect 0 tokenize --tokenizer "$work/bom/tokenizer.json" --text " thing"
+contains "$out" "32,256,261"
+expect 0 tokenize --model "$work/bom" --text " thing"
+contains "$out" "32,256,261"
 
 # usage errors
 expect 2 tokenize --text hi
@@ -113,6 +122,34 @@ contains "$err" "foundry: error: $work/nul.ids: NUL byte at byte offset 5"
 printf '\0' >"$work/nul1.ids"
 expect 1 detokenize --tokenizer "$ranks" --file "$work/nul1.ids"
 contains "$err" "NUL byte at byte offset 0"
+# input files are read to end of file: a /proc file, whose size reads as
+# 0, is not empty (issue #31)
+if [ -r /proc/self/status ]; then
+  expect 0 tokenize --tokenizer "$ranks" --file /proc/self/status
+  [ -s "$out" ] || fail "tokenize --file /proc/self/status gave no ids"
+fi
+# prompt, prompt-list, text and id files hold at most 64 MiB
+# (FDY_CLI_MAX_INPUT_BYTES): one byte more is refused at once, naming the
+# file and the limit, instead of exhausting memory (a sparse file of NULs)
+big=$work/big
+truncate -s 67108865 "$big"
+expect 1 tokenize --tokenizer "$ranks" --file "$big"
+contains "$err" "foundry: error: text file '$big' is larger than the limit of 64 MiB"
+expect 1 detokenize --tokenizer "$ranks" --file "$big"
+contains "$err" "id file '$big' is larger than the limit of 64 MiB"
+expect 1 generate --model "$micro" --tokenizer "$data/bytes.tiktoken" \
+  --prompt-file "$big" --max-tokens 1
+contains "$err" "prompt file '$big' is larger than the limit of 64 MiB"
+expect 1 generate --model "$micro" --prompts-file "$big" --max-tokens 1
+contains "$err" "prompts file '$big' is larger than the limit of 64 MiB"
+expect 1 infer-bench --model "$micro" --prompt-file "$big" \
+  --report "$work/big.json"
+contains "$err" "id file '$big' is larger than the limit of 64 MiB"
+[ -e "$work/big.json" ] && fail "infer-bench wrote a report for a too large file"
+truncate -s 67108864 "$big"
+expect 1 detokenize --tokenizer "$ranks" --file "$big"
+contains "$err" "NUL byte at byte offset 0"
+rm -f "$big"
 if [ -w /dev/full ]; then
   "$foundry" tokenize --tokenizer "$ranks" --text hi >/dev/full 2>"$err"
   [ $? -eq 1 ] || fail "tokenize to /dev/full did not exit 1"
