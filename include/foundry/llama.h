@@ -110,8 +110,10 @@ uint64_t fdy_llama_total_bytes(const fdy_llama_model *model);
 
 typedef struct fdy_llama_graph_options {
   uint32_t context;      /* KV cache positions per sequence, >= 1 */
-  uint32_t sequences;    /* sequences of the KV cache and rows of the decode
-                            step; 0 = 1 */
+  uint32_t sequences;    /* sequences of the KV cache; 0 = 1 */
+  uint32_t step_rows;    /* rows of the decode step (a step of the batch:
+                            decode rows and prompt chunks), >= sequences;
+                            0 = sequences */
   uint32_t prefill_rows; /* tokens one prefill run takes, >= 1 */
   fdy_dtype kv_dtype;    /* F32 or F16 */
   bool all_logits;       /* prefill outputs the logits of every row (verify)
@@ -124,11 +126,11 @@ typedef struct fdy_llama_graph_options {
 /* The tensors and ops a session needs from the graph. */
 typedef struct fdy_llama_graph_io {
   fdy_tensor_id prefill_step;   /* I32 [FDY_STEP_ELEMENTS(prefill_rows)] */
-  fdy_tensor_id decode_step;    /* I32 [FDY_STEP_ELEMENTS(sequences)] */
+  fdy_tensor_id decode_step;    /* I32 [FDY_STEP_ELEMENTS(step_rows)] */
   fdy_tensor_id prefill_logits; /* F32 [prefill_rows or 1, vocab] */
   fdy_tensor_id prefill_next;   /* I32 [1]: argmax of the last row */
-  fdy_tensor_id decode_logits;  /* F32 [sequences, vocab] */
-  fdy_tensor_id decode_next;    /* I32 [sequences]: each row's argmax */
+  fdy_tensor_id decode_logits;  /* F32 [step_rows, vocab] */
+  fdy_tensor_id decode_next;    /* I32 [step_rows]: each row's argmax */
   uint32_t prefill_first_op, prefill_op_count; /* ops [first, first+count) */
   uint32_t decode_first_op, decode_op_count;
   bool ids_only; /* the graph options' (fdy_llama_plan's outputs) */
@@ -143,8 +145,9 @@ typedef struct fdy_llama_graph_io {
  * "layer.<i>.v_cache" (kv_dtype [sequences, context, kv_heads *
  * head_dim]); and two sets of ops over the same weights and state:
  * "prefill.*" over prefill_rows rows (a chunk of one sequence) and
- * "decode.*" over `sequences` rows (one per sequence of a batch, each at
- * its own position). Per layer, in the fused
+ * "decode.*" over step_rows rows (each at its own position of its own
+ * sequence: one row per decoding sequence of a batch, consecutive rows
+ * for a prompt chunk). Per layer, in the fused
  * kinds: norm + q/k/v (NORM_MATMUL_Q4), the rope of q and k and attention
  * (appending k and v to the caches; ROPE_ATTENTION in the decode step, three
  * ops in the prefill), o + residual (MATMUL_ADD_Q4), norm + gate/up +
@@ -152,8 +155,8 @@ typedef struct fdy_llama_graph_io {
  * rmsnorm, LM head matmul, argmax; the decode step's norm and LM head in
  * one NORM_MATMUL_Q4). Errors: a context
  * or prefill_rows of 0 or a context above max_position_embeddings, a
- * kv_dtype other than F32/F16, ids_only with all_logits
- * (FDY_ERR_INVALID_ARGUMENT). The graph copies
+ * kv_dtype other than F32/F16, ids_only with all_logits, step_rows below
+ * sequences (FDY_ERR_INVALID_ARGUMENT). The graph copies
  * the paths; the model may be closed after this returns. Caller owns *out
  * (fdy_graph_destroy); io may be NULL. */
 fdy_status fdy_llama_graph(const fdy_llama_model *model,

@@ -36,8 +36,12 @@ typedef struct fdy_llama_session_options {
                              context */
   uint32_t max_sequences; /* sequences held at once (slots 0 to
                              max_sequences - 1), each with its own KV
-                             region of `context` positions, and rows of
-                             the decode step; 0 = 1 */
+                             region of `context` positions; 0 = 1 */
+  uint32_t step_rows;     /* rows of one step of the batch
+                             (fdy_llama_session_step): decode rows and
+                             prompt chunks together, >= max_sequences;
+                             0 = 1 for one sequence, else max_sequences +
+                             prefill_rows */
   fdy_dtype kv_dtype;     /* F32 (the zero value) or F16 */
   bool all_logits;        /* prefill returns every row's logits (verify) */
   bool ids_only;          /* forward passes return only the next id: the
@@ -114,6 +118,8 @@ int32_t fdy_llama_session_next(const fdy_llama_session *session);
 
 /* Slots, default resolved. */
 uint32_t fdy_llama_session_max_sequences(const fdy_llama_session *session);
+/* Rows of one step of the batch, default resolved. */
+uint32_t fdy_llama_session_step_rows(const fdy_llama_session *session);
 /* Positions used by the sequence in slot (0 when free or out of range). */
 uint32_t fdy_llama_session_slot_position(const fdy_llama_session *session,
                                          uint32_t slot);
@@ -161,6 +167,31 @@ fdy_status fdy_llama_session_decode(fdy_llama_session *session,
                                     const uint32_t *slots, const int32_t *ids,
                                     uint32_t count, int32_t *next,
                                     float *logits, fdy_error *err);
+
+/* One part of a step of the batch: count ids appended to the sequence in
+ * slot (one id: a decode row; more: a chunk of a prompt). */
+typedef struct fdy_llama_step_part {
+  uint32_t slot;
+  const int32_t *ids;
+  uint32_t count;
+} fdy_llama_step_part;
+
+/* One step of the batch: every part appends its ids to the sequence in its
+ * slot at that slot's position (a free slot starts a sequence), all in one
+ * pass of the decode step, so that every streamed weight is copied once
+ * for decode rows and prompt chunks together. next[i] receives the argmax
+ * of part i's last row (lowest id on ties), also the slot's next id;
+ * logits, when not NULL, receives the logits of each part's last row
+ * (part_count * vocab floats; NULL for sessions created ids_only). A row's
+ * results do not depend on the other rows, as in fdy_llama_session_decode.
+ * Errors: no parts, more rows in all than step_rows, a part without ids, a
+ * slot out of range or repeated, ids outside the vocabulary
+ * (FDY_ERR_INVALID_ARGUMENT, ids[0] = the part), a part beyond its slot's
+ * context (FDY_ERR_CONTEXT, ids[0] = the part). */
+fdy_status fdy_llama_session_step(fdy_llama_session *session,
+                                  const fdy_llama_step_part *parts,
+                                  uint32_t part_count, int32_t *next,
+                                  float *logits, fdy_error *err);
 
 /* Frees slot: its positions are forgotten and its KV region reused by the
  * next admit. A slot out of range or free: FDY_ERR_INVALID_ARGUMENT. */
@@ -256,12 +287,15 @@ typedef struct fdy_llama_batch_generation {
   fdy_llama_batch_sequence *sequences; /* [count], in the prompts' order */
   uint32_t count;
   uint32_t max_rows;       /* most sequences decoded in one step */
-  uint64_t prefill_tokens; /* prompt ids prefilled (every admit) */
-  uint64_t decode_steps;   /* decode steps run */
-  uint64_t decode_tokens;  /* rows of every decode step: the ids generated
+  uint64_t prefill_tokens; /* prompt ids fed (admitted alone or in chunks) */
+  uint64_t chunked_tokens; /* of them, fed as chunks in steps of the batch
+                              beside decode rows */
+  uint64_t decode_steps;   /* steps of the batch run */
+  uint64_t decode_tokens;  /* decode rows of every step: the ids generated
                               after each prompt's first */
-  double prefill_seconds;  /* every admit (the prefills) */
-  double decode_seconds;   /* every decode step */
+  double prefill_seconds;  /* the prompts admitted alone */
+  double decode_seconds;   /* every step of the batch (decode rows and the
+                              chunks beside them) */
   /* decode_tokens / decode_seconds, 0 when there were none */
   double decode_tokens_per_second;
 } fdy_llama_batch_generation;
@@ -271,19 +305,23 @@ typedef struct fdy_llama_batch_generation {
 void fdy_llama_batch_generation_free(fdy_llama_batch_generation *generation);
 
 /* Greedy generation of prompt_count prompts with continuous batching.
- * Resets the session, then admits the prompts in order into its free slots
- * (fdy_llama_session_admit: a prefill whose argmax is the prompt's first
- * id) and runs decode steps (fdy_llama_session_decode) over every slot in
- * use, each row feeding its sequence's last id. A sequence ends at its
- * max_tokens, after a stop id (an EOS id of the config or of stop_ids)
- * unless ignore_eos, or after an id for which on_token returned false; its
- * slot is released and the next waiting prompt admitted before the next
- * step, so that up to max_sequences prompts run at once and the others
- * wait. As in fdy_llama_generate the last id is never fed back: a prompt
- * uses count + max_tokens - 1 positions of its slot. Each prompt's ids
- * equal fdy_llama_generate's for that prompt alone (a decode row does not
- * depend on the others). Before any work (session unchanged): no options
- * or output, no prompts, stop_ids NULL with stop_count > 0
+ * Resets the session, then takes the prompts in order into its free slots.
+ * While no sequence is in the session, the next prompt is admitted alone
+ * (fdy_llama_session_admit: a prefill whose argmax is its first id).
+ * Otherwise each step of the batch (fdy_llama_session_step) carries a
+ * decode row for every sequence whose prompt is in, feeding its last id,
+ * and fills the step's other rows with prompt chunks (of prompts begun,
+ * then of waiting prompts taking free slots), so that a new prompt never
+ * stalls the running sequences for more than a step; the step feeding a
+ * prompt's last id gives its first id. A sequence ends at its max_tokens,
+ * after a stop id (an EOS id of the config or of stop_ids) unless
+ * ignore_eos, or after an id for which on_token returned false; its slot is
+ * released for the next step, so that up to max_sequences prompts run at
+ * once and the others wait. As in fdy_llama_generate the last id is never
+ * fed back: a prompt uses count + max_tokens - 1 positions of its slot.
+ * Each prompt's ids equal fdy_llama_generate's for that prompt alone (a
+ * row does not depend on the others). Before any work (session unchanged): no
+ * options or output, no prompts, stop_ids NULL with stop_count > 0
  * (FDY_ERR_INVALID_ARGUMENT); and checked for every prompt, err->ids[0] =
  * its index: an empty prompt or an id outside the vocabulary
  * (FDY_ERR_INVALID_ARGUMENT; err->ids[1] = the id's index in the prompt),

@@ -83,15 +83,16 @@
  *                 MATMUL_Q4's, [O, ...]), residual F32 [T, O]; out: F32
  *                 [T, O] = residual + x W^T (a layer's residual add).
  *   ROPE_ATTENTION in: as ATTENTION's (q and k not yet rotated); out: as
- *                 ATTENTION's. The rows are independent (one decode row per
- *                 sequence of a batch): row t, at position
- *                 p = step[FDY_STEP_POSITION(t)] of sequence
- *                 s = step[FDY_STEP_SEQUENCE(t)], is the one-row
- *                 ATTENTION(ROPE(q_t), ROPE(k_t), v_t) at p of region s:
- *                 the caches receive the rotated k. Every row appends
- *                 before any row attends; the rows of one step name
- *                 distinct sequences (rows sharing a sequence get
- *                 unspecified values, inside the views). One row is
+ *                 ATTENTION's. Each row has its own position
+ *                 p = step[FDY_STEP_POSITION(t)] and sequence
+ *                 s = step[FDY_STEP_SEQUENCE(t)] (the step of a batch:
+ *                 decode rows of some sequences, chunks of consecutive
+ *                 positions of others). First every row appends its
+ *                 rotated k and its v at p of region s; then row t attends
+ *                 positions 0..p of region s, as the one-row
+ *                 ATTENTION(ROPE(q_t), ROPE(k_t), v_t) at p does. Rows
+ *                 sharing a sequence have distinct positions (else the
+ *                 values are unspecified, inside the views). One row is
  *                 bitwise the unfused sequence. params.rope_attention: the
  *                 rope's (head_dim equal to the attention's) and the
  *                 attention's.

@@ -1050,6 +1050,7 @@ session_options(const infer_state *s, uint64_t context, bool timings) {
   return (fdy_llama_session_options){.backend = o->backend,
                                      .context = (uint32_t)context,
                                      .max_sequences = o->batch,
+                                     .step_rows = o->batch,
                                      .prefill_rows = rows,
                                      .kv_dtype = o->kv_dtype,
                                      .weight_budget = o->weight_budget,

@@ -1,12 +1,15 @@
 /* Continuous batching: greedy generation of many prompts on one session.
- * Every prompt is checked before any work; then prompts are admitted in
- * order into free slots (each admit a prefill, whose argmax is the
- * prompt's first id) and decode steps run over every slot in use, one row
- * per sequence feeding its last id. A sequence that ends (its max_tokens,
- * a stop id, the callback) frees its slot at once and the next waiting
- * prompt is admitted before the next step. The last id of a sequence is
- * never fed back, as in generate.c. Prefill time covers the admits, decode
- * time the decode steps. */
+ * Every prompt is checked before any work. When no sequence is in the
+ * session, the next prompt is admitted alone (the prefill step, whose
+ * argmax is its first id). Otherwise each step of the batch
+ * (fdy_llama_session_step) carries a decode row for every sequence whose
+ * prompt is in, feeding its last id, and fills its other rows with prompt
+ * chunks: of prompts begun, then of waiting prompts taking free slots; the
+ * step that feeds a prompt's last id gives its first generated id. A
+ * sequence that ends (its max_tokens, a stop id, the callback) frees its
+ * slot at once for the next step. The last id of a sequence is never fed
+ * back, as in generate.c. Prefill time covers the prompts admitted alone,
+ * decode time the steps of the batch. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,12 +81,13 @@ typedef struct batch {
   const fdy_llama_batch_prompt *prompts;
   const fdy_llama_batch_options *options;
   fdy_llama_batch_generation *out;
-  uint32_t *owner; /* [max_sequences]: the prompt in each slot, or
-                      NO_PROMPT */
-  uint32_t active; /* slots in use */
-  uint32_t *slots; /* [max_sequences]: the rows of a decode step */
-  int32_t *ids;    /* [max_sequences] */
-  int32_t *next;   /* [max_sequences] */
+  uint32_t *owner;  /* [max_sequences]: the prompt in each slot, or
+                       NO_PROMPT */
+  uint32_t *fed;    /* [max_sequences]: the owner's prompt ids fed so far */
+  uint32_t active;  /* slots in use */
+  uint32_t waiting; /* the next prompt to admit */
+  fdy_llama_step_part *parts; /* [max_sequences]: the parts of a step */
+  int32_t *next;              /* [max_sequences] */
   int64_t prefill_ns, decode_ns;
 } batch;
 
@@ -108,56 +112,101 @@ static fdy_status take(batch *b, uint32_t slot, int32_t id, fdy_error *err) {
   return fdy_llama_session_release(b->session, slot, err);
 }
 
-/* Admits waiting prompts from *waiting on while slots are free. */
-static fdy_status refill(batch *b, uint32_t prompt_count, uint32_t *waiting,
-                         fdy_error *err) {
-  fdy_status st = FDY_OK;
-  while (st == FDY_OK && *waiting < prompt_count &&
-         b->active < b->session->max_sequences) {
-    uint32_t index = (*waiting)++;
-    const fdy_llama_batch_prompt *p = &b->prompts[index];
-    if (p->max_tokens == 0) {
-      continue;
-    }
-    uint32_t slot = 0;
-    int64_t t0 = fdy_now_ns();
-    st = fdy_llama_session_admit(b->session, p->ids, p->count, &slot, err);
-    b->prefill_ns += fdy_now_ns() - t0;
-    if (st == FDY_OK) {
-      b->out->prefill_tokens += p->count;
-      b->owner[slot] = index;
-      b->active++;
-      st = take(b, slot, fdy_llama_session_slot_next(b->session, slot), err);
-    }
+/* The next waiting prompt that generates anything, or prompt_count. */
+static uint32_t next_waiting(batch *b, uint32_t prompt_count) {
+  while (b->waiting < prompt_count && b->prompts[b->waiting].max_tokens == 0) {
+    b->waiting++;
   }
-  return st;
+  return b->waiting;
 }
 
-/* One decode step over every slot in use. */
-static fdy_status step(batch *b, fdy_error *err) {
-  uint32_t rows = 0;
-  for (uint32_t slot = 0; slot < b->session->max_sequences; slot++) {
+/* Admits the next waiting prompt alone, through the prefill step (nothing
+ * is decoding, so that no sequence waits for it). */
+static fdy_status admit_alone(batch *b, fdy_error *err) {
+  uint32_t index = b->waiting++;
+  const fdy_llama_batch_prompt *p = &b->prompts[index];
+  uint32_t slot = 0;
+  int64_t t0 = fdy_now_ns();
+  fdy_status st =
+      fdy_llama_session_admit(b->session, p->ids, p->count, &slot, err);
+  b->prefill_ns += fdy_now_ns() - t0;
+  if (st != FDY_OK) {
+    return st;
+  }
+  b->out->prefill_tokens += p->count;
+  b->owner[slot] = index;
+  b->fed[slot] = p->count;
+  b->active++;
+  return take(b, slot, fdy_llama_session_slot_next(b->session, slot), err);
+}
+
+/* The parts of the next step: a decode row for every sequence whose
+ * prompt is in, then the rest of the step's rows for prompt chunks, first
+ * of the prompts begun, then of waiting prompts admitted into free slots;
+ * *decode_rows = the decode rows. */
+static uint32_t plan_step(batch *b, uint32_t prompt_count,
+                          uint32_t *decode_rows) {
+  fdy_llama_session *s = b->session;
+  uint32_t count = 0;
+  for (uint32_t slot = 0; slot < s->max_sequences; slot++) {
     uint32_t index = b->owner[slot];
-    if (index != NO_PROMPT) {
+    if (index != NO_PROMPT && b->fed[slot] == b->prompts[index].count) {
       const fdy_llama_batch_sequence *seq = &b->out->sequences[index];
-      b->slots[rows] = slot;
-      b->ids[rows++] = seq->ids[seq->count - 1];
+      b->parts[count++] = (fdy_llama_step_part){
+          .slot = slot, .ids = &seq->ids[seq->count - 1], .count = 1};
     }
   }
+  *decode_rows = count;
+  uint32_t room = s->step_rows - count;
+  for (uint32_t slot = 0; room > 0 && slot < s->max_sequences; slot++) {
+    uint32_t index = b->owner[slot];
+    if (index == NO_PROMPT && next_waiting(b, prompt_count) < prompt_count) {
+      index = b->owner[slot] = b->waiting++;
+      b->fed[slot] = 0;
+      b->active++;
+    }
+    const fdy_llama_batch_prompt *p =
+        index == NO_PROMPT ? NULL : &b->prompts[index];
+    if (p && b->fed[slot] < p->count) {
+      uint32_t n =
+          p->count - b->fed[slot] < room ? p->count - b->fed[slot] : room;
+      b->parts[count++] = (fdy_llama_step_part){
+          .slot = slot, .ids = p->ids + b->fed[slot], .count = n};
+      room -= n;
+    }
+  }
+  return count;
+}
+
+/* One step of the batch: the decode rows and prompt chunks of plan_step;
+ * each part that ends a prompt gives that prompt's first id. */
+static fdy_status step(batch *b, uint32_t prompt_count, fdy_error *err) {
+  uint32_t decode_rows = 0;
+  uint32_t count = plan_step(b, prompt_count, &decode_rows);
   int64_t t0 = fdy_now_ns();
-  fdy_status st = fdy_llama_session_decode(b->session, b->slots, b->ids, rows,
-                                           b->next, NULL, err);
+  fdy_status st =
+      fdy_llama_session_step(b->session, b->parts, count, b->next, NULL, err);
   b->decode_ns += fdy_now_ns() - t0;
   if (st != FDY_OK) {
     return st;
   }
-  b->out->decode_steps++;
-  b->out->decode_tokens += rows;
-  if (rows > b->out->max_rows) {
-    b->out->max_rows = rows;
-  }
-  for (uint32_t r = 0; st == FDY_OK && r < rows; r++) {
-    st = take(b, b->slots[r], b->next[r], err);
+  fdy_llama_batch_generation *out = b->out;
+  out->decode_steps++;
+  out->decode_tokens += decode_rows;
+  out->max_rows = decode_rows > out->max_rows ? decode_rows : out->max_rows;
+  for (uint32_t i = 0; st == FDY_OK && i < count; i++) {
+    const fdy_llama_step_part *part = &b->parts[i];
+    uint32_t slot = part->slot;
+    if (i < decode_rows) {
+      st = take(b, slot, b->next[i], err);
+      continue;
+    }
+    out->prefill_tokens += part->count;
+    out->chunked_tokens += part->count;
+    b->fed[slot] += part->count;
+    if (b->fed[slot] == b->prompts[b->owner[slot]].count) {
+      st = take(b, slot, b->next[i], err);
+    }
   }
   return st;
 }
@@ -186,8 +235,8 @@ fdy_status fdy_llama_generate_batch(fdy_llama_session *session,
   batch b = {
       .session = session, .prompts = prompts, .options = options, .out = out};
   b.owner = malloc(sizeof *b.owner * slots);
-  b.slots = malloc(sizeof *b.slots * slots);
-  b.ids = malloc(sizeof *b.ids * slots);
+  b.fed = malloc(sizeof *b.fed * slots);
+  b.parts = malloc(sizeof *b.parts * slots);
   b.next = malloc(sizeof *b.next * slots);
   out->sequences = calloc(prompt_count, sizeof *out->sequences);
   if (out->sequences) {
@@ -200,7 +249,7 @@ fdy_status fdy_llama_generate_batch(fdy_llama_session *session,
       st = FDY_ERR_OUT_OF_MEMORY;
     }
   }
-  if (st != FDY_OK || !b.owner || !b.slots || !b.ids || !b.next ||
+  if (st != FDY_OK || !b.owner || !b.fed || !b.parts || !b.next ||
       !out->sequences) {
     st = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
     goto cleanup;
@@ -210,13 +259,9 @@ fdy_status fdy_llama_generate_batch(fdy_llama_session *session,
   }
 
   fdy_llama_session_reset(session);
-  uint32_t waiting = 0;
-  st = refill(&b, prompt_count, &waiting, err);
-  while (st == FDY_OK && b.active > 0) {
-    st = step(&b, err);
-    if (st == FDY_OK) {
-      st = refill(&b, prompt_count, &waiting, err);
-    }
+  while (st == FDY_OK &&
+         (b.active > 0 || next_waiting(&b, prompt_count) < prompt_count)) {
+    st = b.active == 0 ? admit_alone(&b, err) : step(&b, prompt_count, err);
   }
   out->prefill_seconds = (double)b.prefill_ns * 1e-9;
   out->decode_seconds = (double)b.decode_ns * 1e-9;
@@ -230,8 +275,8 @@ cleanup:
     fdy_llama_batch_generation_free(out);
   }
   free(b.owner);
-  free(b.slots);
-  free(b.ids);
+  free(b.fed);
+  free(b.parts);
   free(b.next);
   return st;
 }

@@ -308,8 +308,8 @@ static fdy_tensor_id attend(builder *b, const char *prefix, fdy_tensor_id step,
 /* One decoder layer over `rows` rows in fused ops; returns the new hidden
  * state: [norm + q, k, v] [rope q] [rope k] [attention] [o + residual]
  * [norm + gate, up + swiglu] [down + residual] (7 ops), the ropes and the
- * attention as one ROPE_ATTENTION when `decode` (5 ops; that kind runs
- * for the decode step's one row). */
+ * attention as one ROPE_ATTENTION when `decode` (5 ops; rows at their own
+ * positions of their own sequences). */
 static fdy_tensor_id decoder_layer(builder *b, const char *prefix,
                                    fdy_tensor_id step, fdy_tensor_id h,
                                    uint32_t l, uint64_t rows, bool decode) {
@@ -368,7 +368,7 @@ static void add_step(builder *b, const char *prefix, uint64_t rows,
   }
   fdy_tensor_id norm = view(b, FDY_LLAMA_FINAL_NORM, FDY_LLAMA_PART_NORM, -1);
   /* the prefill's logits (unless all_logits) and next id are its last
-   * row's; the decode step's every row's (one per sequence) */
+   * row's; the decode step's every row's (each row's next id) */
   uint64_t head_rows = fused ? rows : 1;
   fdy_tensor_id last;
   if (all_logits) {
@@ -406,6 +406,10 @@ static void add_step(builder *b, const char *prefix, uint64_t rows,
 
 static uint32_t sequences_of(const fdy_llama_graph_options *o) {
   return o->sequences ? o->sequences : 1;
+}
+
+static uint32_t step_rows_of(const fdy_llama_graph_options *o) {
+  return o->step_rows ? o->step_rows : sequences_of(o);
 }
 
 static void add_caches(builder *b) {
@@ -450,6 +454,18 @@ static fdy_status check_options(const fdy_llama_config *c,
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
                          "the KV cache dtype must be F32 or F16, not %s",
                          fdy_dtype_name(o->kv_dtype));
+  }
+  if (o->step_rows && o->step_rows < sequences_of(o)) {
+    fdy_status st = fdy_error_set(
+        err, FDY_ERR_INVALID_ARGUMENT,
+        "the decode step needs at least one row per sequence: %u step rows "
+        "for %u sequences",
+        o->step_rows, sequences_of(o));
+    if (err) {
+      err->expected = sequences_of(o);
+      err->actual = o->step_rows;
+    }
+    return st;
   }
   if (o->ids_only && o->all_logits) {
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
@@ -505,7 +521,7 @@ fdy_status fdy_llama_graph(const fdy_llama_model *model,
     ids.prefill_op_count = (uint32_t)fdy_graph_op_count(b.g);
     ids.decode_first_op = ids.prefill_op_count;
   }
-  add_step(&b, "decode", sequences_of(options), false, true, &ids.decode_step,
+  add_step(&b, "decode", step_rows_of(options), false, true, &ids.decode_step,
            &ids.decode_logits, &ids.decode_next);
   if (b.st == FDY_OK) {
     ids.decode_op_count =

@@ -9,16 +9,18 @@
 struct fdy_llama_session {
   const fdy_llama_model *model;
   const fdy_llama_config *config;
-  uint32_t context;       /* positions in the KV cache */
-  uint32_t prefill_rows;  /* tokens per prefill run */
-  bool all_logits;        /* prefill copies out every row's logits */
-  bool ids_only;          /* the steps copy out only the next id */
-  uint32_t max_sequences; /* slots: KV regions and decode rows */
-  uint32_t *positions;    /* [max_sequences]: positions used by each slot */
-  int32_t *nexts;         /* [max_sequences]: argmax of each slot's latest
-                             pass, or -1 */
-  bool *active;           /* [max_sequences]: the slot holds a sequence */
-  bool failed;            /* a backend failure ended the executor */
+  uint32_t context;           /* positions in the KV cache */
+  uint32_t prefill_rows;      /* tokens per prefill run */
+  bool all_logits;            /* prefill copies out every row's logits */
+  bool ids_only;              /* the steps copy out only the next id */
+  uint32_t max_sequences;     /* slots: KV regions */
+  uint32_t step_rows;         /* rows of the decode step */
+  fdy_llama_step_part *parts; /* [max_sequences]: a decode step's parts */
+  uint32_t *positions;        /* [max_sequences]: positions used by each slot */
+  int32_t *nexts;             /* [max_sequences]: argmax of each slot's latest
+                                 pass, or -1 */
+  bool *active;               /* [max_sequences]: the slot holds a sequence */
+  bool failed;                /* a backend failure ended the executor */
   fdy_graph *graph;
   fdy_llama_graph_io io;
   fdy_plan *plan;

@@ -3,8 +3,9 @@
  * uploads everything; a pass writes the step inputs (the count, then each
  * row's id, position and sequence slot) into the executor's staging, runs
  * a step and reads the logits and the argmax back, allocating nothing. A
- * prompt chunk of one slot runs the prefill step; a decode step carries
- * one row for each of up to max_sequences slots. */
+ * prompt chunk of one slot alone runs the prefill step; the decode step
+ * carries up to step_rows rows of any slots: one row per decoding
+ * sequence, consecutive rows for a prompt chunk (fdy_llama_session_step). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,8 +116,9 @@ fdy_status fdy_llama_session_create(const fdy_llama_model *model,
     s->positions = calloc(sequences, sizeof *s->positions);
     s->nexts = malloc(sizeof *s->nexts * sequences);
     s->active = calloc(sequences, sizeof *s->active);
+    s->parts = malloc(sizeof *s->parts * sequences);
   }
-  if (!s || !s->positions || !s->nexts || !s->active) {
+  if (!s || !s->positions || !s->nexts || !s->active || !s->parts) {
     fdy_llama_session_destroy(s);
     return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   }
@@ -131,10 +133,14 @@ fdy_status fdy_llama_session_create(const fdy_llama_model *model,
                     : context < FDY_LLAMA_DEFAULT_PREFILL_ROWS
                         ? context
                         : FDY_LLAMA_DEFAULT_PREFILL_ROWS;
+  s->step_rows = options->step_rows ? options->step_rows
+                 : sequences == 1   ? 1
+                                    : sequences + s->prefill_rows;
   s->all_logits = options->all_logits;
   s->ids_only = options->ids_only;
   fdy_llama_graph_options graph_options = {.context = context,
                                            .sequences = sequences,
+                                           .step_rows = s->step_rows,
                                            .prefill_rows = s->prefill_rows,
                                            .kv_dtype = options->kv_dtype,
                                            .all_logits = options->all_logits,
@@ -186,6 +192,7 @@ void fdy_llama_session_destroy(fdy_llama_session *s) {
   free(s->positions);
   free(s->nexts);
   free(s->active);
+  free(s->parts);
   free(s);
 }
 
@@ -220,6 +227,10 @@ int32_t fdy_llama_session_next(const fdy_llama_session *session) {
 
 uint32_t fdy_llama_session_max_sequences(const fdy_llama_session *session) {
   return session ? session->max_sequences : 0;
+}
+
+uint32_t fdy_llama_session_step_rows(const fdy_llama_session *session) {
+  return session ? session->step_rows : 0;
 }
 
 static bool in_range(const fdy_llama_session *s, uint32_t slot) {
@@ -442,52 +453,137 @@ fdy_status fdy_llama_session_admit(fdy_llama_session *session,
   return st;
 }
 
-/* The checks of a decode step: rows, slots and ids; err->ids[0] the row. */
-static fdy_status check_decode(const fdy_llama_session *s,
-                               const uint32_t *slots, const int32_t *ids,
-                               uint32_t count, const int32_t *next,
-                               const float *logits, fdy_error *err) {
-  if (!slots || !ids || !next || count == 0 || count > s->max_sequences) {
+/* The rows of a step: 1 to limit, with ids and a next-id output; logits
+ * only when the session copies them out. */
+static fdy_status check_rows(const fdy_llama_session *s, const void *rows,
+                             uint32_t count, uint32_t limit, const char *what,
+                             const int32_t *next, const float *logits,
+                             fdy_error *err) {
+  if (!rows || !next || count == 0 || count > limit) {
     fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                  "a decode step takes 1 to %u rows (max_sequences) with "
-                  "slots, ids and a next-id output; got %u rows",
-                  s->max_sequences, count);
+                  "a %s takes 1 to %u rows with a next-id output; got %u "
+                  "rows",
+                  what, limit, count);
     if (err) {
-      err->expected = s->max_sequences;
+      err->expected = limit;
       err->actual = count;
     }
     return FDY_ERR_INVALID_ARGUMENT;
   }
   if (logits && s->ids_only) {
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                         "the session was created ids_only: its decode steps "
-                         "return no logits");
+                         "the session was created ids_only: its steps return "
+                         "no logits");
   }
-  for (uint32_t r = 0; r < count; r++) {
-    uint32_t slot = slots[r];
+  return FDY_OK;
+}
+
+/* The checks of the parts of a step: slots in range and distinct, ids in
+ * the vocabulary and positions in the context (active: the slots must hold
+ * a sequence); err->ids[0] = the part. */
+static fdy_status check_parts(const fdy_llama_session *s,
+                              const fdy_llama_step_part *parts, uint32_t count,
+                              bool active, fdy_error *err) {
+  uint64_t rows = 0;
+  for (uint32_t i = 0; i < count; i++) {
+    const fdy_llama_step_part *part = &parts[i];
+    uint32_t slot = part->slot;
     fdy_status st = FDY_OK;
-    if (slot >= s->max_sequences) {
+    if (!part->ids || part->count == 0) {
+      st = fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "part %u of the step has no ids", i);
+    } else if (slot >= s->max_sequences) {
       st = slot_error(s, slot, "does not exist", err);
-    } else if (!s->active[slot]) {
+    } else if (active && !s->active[slot]) {
       st = slot_error(s, slot, "holds no sequence (admit one first)", err);
     } else {
-      for (uint32_t q = 0; q < r && st == FDY_OK; q++) {
-        if (slots[q] == slot) {
-          st = slot_error(s, slot, "appears twice in one decode step", err);
+      for (uint32_t q = 0; q < i && st == FDY_OK; q++) {
+        if (parts[q].slot == slot) {
+          st = slot_error(s, slot, "appears twice in one step", err);
         }
       }
     }
     if (st == FDY_OK) {
-      st = fdy_llama_session_check(s, &ids[r], 1, s->positions[slot], 0, err);
+      st = fdy_llama_session_check(s, part->ids, part->count,
+                                   s->positions[slot], 0, err);
     }
     if (st != FDY_OK) {
       if (err) {
-        err->ids[0] = r;
+        err->ids[0] = i;
       }
       return st;
     }
+    rows += part->count;
+  }
+  if (rows > s->step_rows) {
+    fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                  "the step's parts hold %llu rows, but a step of the "
+                  "session holds %u (step_rows)",
+                  (unsigned long long)rows, s->step_rows);
+    if (err) {
+      err->expected = s->step_rows;
+      err->actual = rows;
+    }
+    return FDY_ERR_INVALID_ARGUMENT;
   }
   return FDY_OK;
+}
+
+/* Runs the decode step over checked parts: their rows in order, each at
+ * its slot's next position; then each part's last row's next id (and
+ * logits) out and the slots advanced. */
+static fdy_status run_parts(fdy_llama_session *s,
+                            const fdy_llama_step_part *parts, uint32_t count,
+                            int32_t *next, float *logits, fdy_error *err) {
+  int32_t *in = s->decode_in;
+  uint32_t rows = 0;
+  for (uint32_t i = 0; i < count; i++) {
+    for (uint32_t k = 0; k < parts[i].count; k++) {
+      fdy_step_set_row(in, rows++, parts[i].ids[k], parts[i].slot,
+                       s->positions[parts[i].slot] + k);
+    }
+  }
+  in[FDY_STEP_COUNT] = (int32_t)rows;
+  fdy_status st = run_step(s, s->decode, err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  const int32_t *out =
+      fdy_executor_output(s->executor, s->io.decode_next, NULL);
+  const float *all =
+      logits ? fdy_executor_output(s->executor, s->io.decode_logits, NULL)
+             : NULL;
+  uint64_t vocab = s->config->vocab_size;
+  uint32_t last = 0;
+  for (uint32_t i = 0; i < count; i++) {
+    uint32_t slot = parts[i].slot;
+    last += parts[i].count;
+    next[i] = out[last - 1];
+    s->nexts[slot] = out[last - 1];
+    s->positions[slot] += parts[i].count;
+    s->active[slot] = true;
+    if (logits) {
+      memcpy(logits + i * vocab, all + (uint64_t)(last - 1) * vocab,
+             sizeof *logits * vocab);
+    }
+  }
+  return FDY_OK;
+}
+
+fdy_status fdy_llama_session_step(fdy_llama_session *session,
+                                  const fdy_llama_step_part *parts,
+                                  uint32_t part_count, int32_t *next,
+                                  float *logits, fdy_error *err) {
+  fdy_status st = check_usable(session, "fdy_llama_session_step", err);
+  if (st == FDY_OK) {
+    st = check_rows(session, parts, part_count, session->step_rows, "step",
+                    next, logits, err);
+  }
+  if (st == FDY_OK) {
+    st = check_parts(session, parts, part_count, false, err);
+  }
+  return st == FDY_OK ? run_parts(session, parts, part_count, next, logits, err)
+                      : st;
 }
 
 fdy_status fdy_llama_session_decode(fdy_llama_session *session,
@@ -496,34 +592,24 @@ fdy_status fdy_llama_session_decode(fdy_llama_session *session,
                                     float *logits, fdy_error *err) {
   fdy_status st = check_usable(session, "fdy_llama_session_decode", err);
   if (st == FDY_OK) {
-    st = check_decode(session, slots, ids, count, next, logits, err);
+    st = check_rows(session, slots, count, session->max_sequences,
+                    "decode step", next, logits, err);
+  }
+  if (st == FDY_OK && !ids) {
+    st = fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                       "a decode step needs one id per row");
   }
   if (st != FDY_OK) {
     return st;
   }
-  int32_t *in = session->decode_in;
-  in[FDY_STEP_COUNT] = (int32_t)count;
+  fdy_llama_step_part *parts = session->parts;
   for (uint32_t r = 0; r < count; r++) {
-    fdy_step_set_row(in, r, ids[r], slots[r], session->positions[slots[r]]);
+    parts[r] =
+        (fdy_llama_step_part){.slot = slots[r], .ids = &ids[r], .count = 1};
   }
-  st = run_step(session, session->decode, err);
-  if (st != FDY_OK) {
-    return st;
-  }
-  const int32_t *out =
-      fdy_executor_output(session->executor, session->io.decode_next, NULL);
-  for (uint32_t r = 0; r < count; r++) {
-    next[r] = out[r];
-    session->nexts[slots[r]] = out[r];
-    session->positions[slots[r]]++;
-  }
-  if (logits) {
-    const float *rows =
-        fdy_executor_output(session->executor, session->io.decode_logits, NULL);
-    memcpy(logits, rows,
-           sizeof *logits * session->config->vocab_size * (uint64_t)count);
-  }
-  return FDY_OK;
+  st = check_parts(session, parts, count, true, err);
+  return st == FDY_OK ? run_parts(session, parts, count, next, logits, err)
+                      : st;
 }
 
 fdy_status fdy_llama_session_release(fdy_llama_session *session, uint32_t slot,

@@ -38,8 +38,12 @@
  * rows, each at its own position of its own sequence (ragged, shuffled
  * regions, rows outside the caches; test_rope_attention_batch: caches
  * bitwise), and a row's result bitwise the same in batches of 3 and 32
- * (test_rope_attention_batch_invariance, GPU alone). ROPE of rows at
- * positions of their own (rope_case, ragged).
+ * (test_rope_attention_batch_invariance, GPU alone); of steps whose rows
+ * share a sequence, a prompt chunk beside decode rows of others, the
+ * chunk's positions poisoned in the caches until appended
+ * (test_rope_attention_mixed: caches bitwise, and each chunk row bitwise
+ * the same when run alone in order on the GPU). ROPE of rows at positions
+ * of their own (rope_case, ragged).
  * ARGMAX ties on both sides of the blocks a long row is cut into
  * (test_argmax_blocks).
  *
@@ -1461,6 +1465,208 @@ static void test_rope_attention_batch_invariance(void **state) {
   }
 }
 
+/* ---- rope_attention of a chunk beside decode rows --------------------------
+ */
+
+#define MIXED_SEQUENCE 2 /* the chunk's */
+
+/* ROPE_ATTENTION of a step that mixes `chunk` rows of sequence
+ * MIXED_SEQUENCE at positions first .. first + chunk - 1 (a prompt chunk)
+ * with decode rows of the other sequences, one each, in the context's
+ * upper half (every fourth row at its last position); c.count of c.rows
+ * active (c.outside false). The chunk is rows 1 .. chunk in position
+ * order, or with `spread` its last position is row 0 and its others the
+ * last rows in descending position order, so that the blocks of row 0
+ * start long before those that append what they read. The caches hold
+ * random earlier tokens, but region MIXED_SEQUENCE is poisoned from
+ * position `first` on (NaN in F32, half of them NaN in F16): a read of a
+ * position before its append shows. Rows at or beyond the count name
+ * position first + chunk of MIXED_SEQUENCE (an append there would show). */
+typedef struct mixed_case {
+  batch_case c;
+  uint32_t chunk;
+  int32_t first;
+  bool spread;
+} mixed_case;
+
+/* The row of the chunk's position first + i. */
+static uint32_t mixed_chunk_row(const mixed_case *m, uint32_t i) {
+  if (!m->spread) {
+    return 1 + i;
+  }
+  return i == m->chunk - 1 ? 0 : m->c.rows - 1 - i;
+}
+
+/* Random operands of case m. */
+static batch_data mixed_random(const mixed_case *m) {
+  const batch_case *c = &m->c;
+  uint32_t active = active_rows(c->count, c->rows);
+  assert_true(m->chunk >= 2 && active > m->chunk);
+  assert_true(!m->spread || active == c->rows);
+  assert_true(c->sequences > MIXED_SEQUENCE &&
+              c->sequences - 1 >= active - m->chunk);
+  assert_true(m->first >= 0 &&
+              (uint64_t)m->first + m->chunk < (uint64_t)c->context);
+  uint32_t q_dim = c->heads * c->d, kv_dim = c->kv_heads * c->d;
+  batch_data b = {.step = make_step(c->count, 0, c->rows)};
+  bool *in_chunk = calloc(c->rows, sizeof *in_chunk);
+  assert_non_null(in_chunk);
+  for (uint32_t i = 0; i < m->chunk; i++) {
+    uint32_t t = mixed_chunk_row(m, i);
+    fdy_step_set_row(b.step, t, 0, MIXED_SEQUENCE, (uint32_t)m->first + i);
+    in_chunk[t] = true;
+  }
+  /* the other sequences, shuffled, for the decode rows */
+  uint32_t others = c->sequences - 1;
+  uint32_t *perm = checked_malloc(others * sizeof *perm);
+  for (uint32_t i = 0; i < others; i++) {
+    perm[i] = i < MIXED_SEQUENCE ? i : i + 1;
+  }
+  for (uint32_t i = others - 1; i > 0; i--) {
+    uint32_t j = (uint32_t)(next_u64() % (i + 1));
+    uint32_t x = perm[i];
+    perm[i] = perm[j];
+    perm[j] = x;
+  }
+  uint32_t next = 0, upper = c->context / 2;
+  for (uint32_t t = 0; t < c->rows; t++) {
+    if (t >= active) {
+      fdy_step_set_row(b.step, t, 0, MIXED_SEQUENCE,
+                       (uint32_t)m->first + m->chunk);
+    } else if (!in_chunk[t]) {
+      uint32_t p = t % 4 == 3
+                       ? c->context - 1
+                       : upper + (uint32_t)(next_u64() % (c->context - upper));
+      fdy_step_set_row(b.step, t, 0, perm[next++], p);
+    }
+  }
+  free(perm);
+  free(in_chunk);
+  b.q = random_floats((uint64_t)c->rows * q_dim);
+  b.k = random_floats((uint64_t)c->rows * kv_dim);
+  b.v = random_floats((uint64_t)c->rows * kv_dim);
+  uint64_t words = batch_cache_words(c);
+  b.kc = checked_malloc(words * 4);
+  b.vc = checked_malloc(words * 4);
+  fill_caches(b.kc, b.vc, c->cache, 0,
+              (uint64_t)c->sequences * c->context * kv_dim);
+  uint64_t esize = c->cache == FDY_DTYPE_F16 ? 2 : 4;
+  uint64_t from = ((uint64_t)MIXED_SEQUENCE * c->context + (uint64_t)m->first) *
+                  kv_dim * esize / 4; /* words; kv_dim is even */
+  uint64_t to =
+      ((uint64_t)MIXED_SEQUENCE + 1) * c->context * kv_dim * esize / 4;
+  for (uint64_t i = from; i < to; i++) {
+    ((uint32_t *)b.kc)[i] = poison_bits;
+    ((uint32_t *)b.vc)[i] = poison_bits;
+  }
+  b.out = poisoned((uint64_t)c->rows * q_dim);
+  return b;
+}
+
+/* Case m against the CPU backend as run_batch_case (rows within
+ * REDUCTION_BOUND, rows at or beyond the count untouched, both caches
+ * bitwise the CPU's). Then on the GPU alone, each row of the chunk in
+ * position order as the only active row (row 0, count 1) of an op of the
+ * same shape, from the caches before the step, each run's appends kept for
+ * the next: its output bitwise the step's row, and region MIXED_SEQUENCE
+ * after the last bitwise the step's. */
+static void run_mixed_case(const char *label, const mixed_case *m) {
+  const batch_case *c = &m->c;
+  batch_data b = mixed_random(m);
+  fdy_op op = batch_op(c);
+  void *data[] = {b.step, b.q, b.k, b.v, b.kc, b.vc, b.out};
+  results r = run_both(&op, data);
+  uint32_t q_dim = c->heads * c->d, kv_dim = c->kv_heads * c->d;
+  uint32_t active = active_rows(c->count, c->rows);
+  const float *gpu_out = r.gpu[6];
+  char what[200];
+  snprintf(what, sizeof what,
+           "rope_attention %s %u/%u heads d%u, %s caches of %u x %u, %u rows, "
+           "count %d, chunk %d..%d%s",
+           label, c->heads, c->kv_heads, c->d, fdy_dtype_name(c->cache),
+           c->sequences, c->context, c->rows, c->count, m->first,
+           m->first + (int32_t)m->chunk - 1, m->spread ? " spread" : "");
+  expect_close(what, r.cpu[6], gpu_out, (uint64_t)active * q_dim,
+               REDUCTION_BOUND);
+  expect_untouched(what, gpu_out, active, c->rows, q_dim);
+  uint64_t words = batch_cache_words(c);
+  expect_same("  k cache after the appends", r.cpu[4], r.gpu[4], words * 4);
+  expect_same("  v cache after the appends", r.cpu[5], r.gpu[5], words * 4);
+
+  batch_data one = {.step = make_step(1, 0, c->rows)};
+  for (uint32_t t = 1; t < c->rows; t++) { /* never read */
+    one.step[FDY_STEP_POSITION(t)] = -7;
+    one.step[FDY_STEP_SEQUENCE(t)] = INT32_MAX;
+  }
+  one.q = checked_malloc(sizeof(float) * c->rows * q_dim);
+  one.k = checked_malloc(sizeof(float) * c->rows * kv_dim);
+  one.v = checked_malloc(sizeof(float) * c->rows * kv_dim);
+  memcpy(one.q, b.q, sizeof(float) * c->rows * q_dim);
+  memcpy(one.k, b.k, sizeof(float) * c->rows * kv_dim);
+  memcpy(one.v, b.v, sizeof(float) * c->rows * kv_dim);
+  one.kc = checked_malloc(words * 4);
+  one.vc = checked_malloc(words * 4);
+  memcpy(one.kc, b.kc, words * 4);
+  memcpy(one.vc, b.vc, words * 4);
+  one.out = poisoned((uint64_t)c->rows * q_dim);
+  void *one_data[] = {one.step, one.q, one.k, one.v, one.kc, one.vc, one.out};
+  for (uint32_t i = 0; i < m->chunk; i++) {
+    uint32_t t = mixed_chunk_row(m, i);
+    fdy_step_set_row(one.step, 0, 0, MIXED_SEQUENCE, (uint32_t)m->first + i);
+    memcpy(one.q, b.q + (uint64_t)t * q_dim, sizeof(float) * q_dim);
+    memcpy(one.k, b.k + (uint64_t)t * kv_dim, sizeof(float) * kv_dim);
+    memcpy(one.v, b.v + (uint64_t)t * kv_dim, sizeof(float) * kv_dim);
+    run_on(&gpu, &op, one_data);
+    snprintf(what, sizeof what, "  position %d (row %u) alone in a step",
+             m->first + (int32_t)i, t);
+    expect_same(what, gpu_out + (uint64_t)t * q_dim, one.out,
+                sizeof(float) * q_dim);
+  }
+  expect_untouched("  alone in a step", one.out, 1, c->rows, q_dim);
+  uint64_t esize = c->cache == FDY_DTYPE_F16 ? 2 : 4;
+  uint64_t region = (uint64_t)c->context * kv_dim * esize; /* bytes */
+  uint64_t at = (uint64_t)MIXED_SEQUENCE * region;
+  expect_same("  its k region after the rows alone",
+              (unsigned char *)r.gpu[4] + at, (unsigned char *)one.kc + at,
+              region);
+  expect_same("  its v region after the rows alone",
+              (unsigned char *)r.gpu[5] + at, (unsigned char *)one.vc + at,
+              region);
+  batch_free(&one);
+  free_results(&r);
+  batch_free(&b);
+}
+
+/* ROPE_ATTENTION of a step whose rows share a sequence: a prompt chunk of
+ * one sequence beside decode rows of others (mixed_case), F32 and F16
+ * caches. llama-3.2-3b heads with a chunk of 5 at positions 7..11 beside 4
+ * decode rows; llama-3.1-8b's with a chunk across the attention's first
+ * chunk of 256 positions (254..258) and a row past the count; a chunk of
+ * 8 from position 0; a group of 10 (slices of 4, 4 and 2) at head_dim 36
+ * (18 pairs, elements not in fours); and a chunk spread around 91 decode
+ * rows (8 attention blocks a row; the 728 of the decode rows are more than
+ * a GPU of 132 multiprocessors holds at once, 4 a multiprocessor, so that
+ * under a kernel that appended and attended in one launch row 0 would
+ * read the poison that the last rows have not yet appended). */
+static void test_rope_attention_mixed(void **state) {
+  (void)state;
+  const fdy_dtype caches[] = {FDY_DTYPE_F32, FDY_DTYPE_F16};
+  const mixed_case cases[] = {
+      {{24, 8, 128, 300, 6, 9, 9, FDY_DTYPE_F32, false}, 5, 7, false},
+      {{32, 8, 128, 600, 9, 12, 11, FDY_DTYPE_F32, false}, 5, 254, false},
+      {{8, 2, 64, 64, 4, 10, 10, FDY_DTYPE_F32, false}, 8, 0, false},
+      {{20, 2, 36, 100, 4, 7, 7, FDY_DTYPE_F32, false}, 5, 7, false},
+      {{32, 8, 64, 512, 93, 96, 96, FDY_DTYPE_F32, false}, 5, 7, true},
+  };
+  for (int i = 0; i < 2; i++) {
+    for (size_t n = 0; n < sizeof cases / sizeof cases[0]; n++) {
+      mixed_case m = cases[n];
+      m.c.cache = caches[i];
+      run_mixed_case("mixed", &m);
+    }
+  }
+}
+
 /* The one-row ATTENTION needs its workspace: without one, or with one too
  * small, the launch fails with FDY_ERR_INVALID_ARGUMENT naming it, and
  * queues nothing. A prefill whose tiles do not fit a block's shared memory
@@ -2634,6 +2840,7 @@ int main(void) {
       cmocka_unit_test(test_attention_regions),
       cmocka_unit_test(test_rope_attention_batch),
       cmocka_unit_test(test_rope_attention_batch_invariance),
+      cmocka_unit_test(test_rope_attention_mixed),
       cmocka_unit_test(test_prefill_needs_workspace),
       cmocka_unit_test(test_prefill_matmul),
       cmocka_unit_test(test_prefill_matmul_ragged),

@@ -653,6 +653,8 @@ static void test_graph_bad_options(void **state) {
       {{.context = 64, .prefill_rows = 8, .kv_dtype = FDY_DTYPE_BF16}, false},
       {{.context = 64, .prefill_rows = 8, .kv_dtype = FDY_DTYPE_I32}, false},
       {{.context = 64, .prefill_rows = 8, .kv_dtype = FDY_DTYPE_COUNT}, false},
+      {{.context = 64, .prefill_rows = 8, .sequences = 4, .step_rows = 3},
+       false},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     fdy_graph *g = (fdy_graph *)(uintptr_t)1;
@@ -663,6 +665,10 @@ static void test_graph_bad_options(void **state) {
     if (cases[i].context) {
       assert_int_equal(err.expected, limit);
       assert_int_equal(err.actual, cases[i].o.context);
+    }
+    if (cases[i].o.step_rows) {
+      assert_int_equal(err.expected, cases[i].o.sequences);
+      assert_int_equal(err.actual, cases[i].o.step_rows);
     }
   }
   fdy_graph *g = NULL;

@@ -24,15 +24,22 @@
 
 /* ---- helpers ------------------------------------------------------------ */
 
+static fdy_llama_session *step_session(const fdy_llama_model *model,
+                                       fdy_backend *backend, uint32_t context,
+                                       uint32_t sequences, uint32_t step_rows) {
+  fdy_llama_session_options o = {.backend = backend,
+                                 .context = context,
+                                 .max_sequences = sequences,
+                                 .step_rows = step_rows,
+                                 .ids_only = true};
+  return make_session(model, &o);
+}
+
 static fdy_llama_session *generate_session(const fdy_llama_model *model,
                                            fdy_backend *backend,
                                            uint32_t context,
                                            uint32_t sequences) {
-  fdy_llama_session_options o = {.backend = backend,
-                                 .context = context,
-                                 .max_sequences = sequences,
-                                 .ids_only = true};
-  return make_session(model, &o);
+  return step_session(model, backend, context, sequences, 0);
 }
 
 /* Five prompts of different lengths and max_tokens over the vocabulary
@@ -94,7 +101,9 @@ static void free_alone(fdy_llama_generation *alone, uint32_t count) {
 /* ---- tests -------------------------------------------------------------- */
 
 /* Every prompt's ids equal generate's alone, for 1, 2 (refilled), 3 and 8
- * slots, with and without ignore_eos; the counts add up. */
+ * slots, and 3 slots with steps of 5 rows (the 18-id prompt fed in chunks
+ * over several steps), with and without ignore_eos; the counts add up, and
+ * prompts taken while others decode are fed in chunks beside them. */
 static void batch_equals_alone(const char *fixture) {
   fdy_llama_model *model = open_fixture(fixture);
   fdy_backend *cpu = cpu_backend(2);
@@ -105,9 +114,11 @@ static void batch_equals_alone(const char *fixture) {
     fdy_llama_batch_options o = {.ignore_eos = ignore};
     fdy_llama_generation alone[PROMPTS];
     generate_alone(single, prompts, PROMPTS, &o, alone);
-    const uint32_t slot_counts[] = {1, 2, 3, 8};
+    const uint32_t slot_counts[] = {1, 2, 3, 8, 3};
+    const uint32_t step_rows[] = {0, 0, 0, 0, 5};
     for (size_t k = 0; k < sizeof slot_counts / sizeof *slot_counts; k++) {
-      fdy_llama_session *s = generate_session(model, cpu, 64, slot_counts[k]);
+      fdy_llama_session *s =
+          step_session(model, cpu, 64, slot_counts[k], step_rows[k]);
       fdy_llama_batch_generation batch;
       fdy_error err;
       assert_int_equal(
@@ -120,8 +131,15 @@ static void batch_equals_alone(const char *fixture) {
         prompt_ids += prompts[i].count;
         assert_false(fdy_llama_session_slot_active(s, i));
       }
-      /* each prompt's first id comes from its prefill */
+      /* each prompt's first id comes from its prefill: admitted alone
+       * when nothing else runs (always with one slot), else in chunks */
       assert_int_equal(batch.prefill_tokens, prompt_ids);
+      if (slot_counts[k] == 1) {
+        assert_int_equal(batch.chunked_tokens, 0);
+      } else {
+        assert_true(batch.chunked_tokens > 0);
+        assert_true(batch.chunked_tokens < prompt_ids);
+      }
       assert_int_equal(batch.decode_tokens, generated - PROMPTS);
       assert_true(batch.max_rows <= slot_counts[k]);
       assert_true(batch.decode_steps >= batch.decode_tokens / slot_counts[k]);

@@ -6,7 +6,9 @@
  * each prompt alone on every fixture; a sequence untouched by its
  * neighbours' prompts and by garbage left in every KV region; released
  * slots reused by the next admit with nothing carried over; weights
- * streamed through slots giving the bits of resident ones; and every bad
+ * streamed through slots giving the bits of resident ones; steps mixing
+ * decode rows with prompt chunks (fdy_llama_session_step) giving the alone
+ * bits, the chunks' KV as the prefill's; and every bad
  * input (a full session, free, unknown and repeated slots, bad row counts,
  * ids outside the vocabulary, a full context, logits from an ids_only
  * session, too many sequences) refused with its kind and fields, the
@@ -836,6 +838,135 @@ static void test_bad_inputs(void **state) {
   fdy_llama_close(model);
 }
 
+/* ---- steps of decode rows and prompt chunks ------------------------------ */
+
+/* Runs one fdy_llama_session_step of parts (logits of each part's last row
+ * poisoned first) and checks every decode part (count 1, `decode[i]` the
+ * alone reference and step of the part, or NULL for a prompt chunk)
+ * against its reference bitwise; returns the next ids in next. */
+static void mixed_step(fdy_llama_session *s, uint32_t vocab,
+                       const fdy_llama_step_part *parts, uint32_t n,
+                       const alone *const *refs, const uint32_t *steps,
+                       int32_t *next) {
+  float *logits = poisoned((uint64_t)n * vocab);
+  fdy_error err;
+  assert_int_equal(fdy_llama_session_step(s, parts, n, next, logits, &err),
+                   FDY_OK);
+  for (uint32_t i = 0; i < n; i++) {
+    const float *row = logits + (uint64_t)i * vocab;
+    assert_int_equal(next[i], argmax(row, vocab));
+    assert_int_equal(fdy_llama_session_slot_next(s, parts[i].slot), next[i]);
+    if (refs[i]) {
+      assert_memory_equal(row, refs[i]->logits + (uint64_t)steps[i] * vocab,
+                          sizeof *row * vocab);
+      assert_int_equal(next[i], refs[i]->next[steps[i]]);
+    }
+  }
+  free(logits);
+}
+
+/* Steps mixing decode rows with prompt chunks: a prompt fed in two chunks
+ * beside the decode rows of two running sequences gives its alone first id,
+ * the running rows their alone logits bitwise, and then decoding all three
+ * gives their alone logits (the chunk rows wrote the KV cache the prefill
+ * would have). A step beyond step_rows, a repeated slot, a part without
+ * ids or a slot out of range is refused, the session unchanged. */
+static void test_mixed_steps(void **state) {
+  (void)state;
+  fdy_llama_model *model = open_fixture("llama3-micro");
+  uint32_t vocab = vocab_of(model);
+  fdy_backend *cpu = cpu_backend(2);
+  prompt prompts[PROMPTS];
+  alone refs[PROMPTS];
+  decode_all_alone(model, cpu, prompts, refs);
+  fdy_llama_session_options o = options(cpu, 4);
+  o.step_rows = 12;
+  fdy_llama_session *s = batch_session(model, &o);
+  assert_int_equal(fdy_llama_session_step_rows(s), 12);
+  fdy_error err;
+  uint32_t slot = UINT32_MAX;
+  const prompt *a = &prompts[0], *b = &prompts[1], *c = &prompts[3];
+  assert_int_equal(a->count, 3);
+  assert_int_equal(b->count, 9);
+  assert_int_equal(c->count, 17);
+  assert_int_equal(fdy_llama_session_admit(s, a->ids, a->count, &slot, &err),
+                   FDY_OK);
+  assert_int_equal(slot, 0);
+  int32_t next[3];
+
+  /* a decodes while b's whole prompt goes in (slot 1, free until now) */
+  fdy_llama_step_part step1[2] = {{0, &refs[0].feed[0], 1},
+                                  {1, b->ids, b->count}};
+  const alone *r1[2] = {&refs[0], NULL};
+  const uint32_t k1[2] = {0, 0};
+  mixed_step(s, vocab, step1, 2, r1, k1, next);
+  assert_int_equal(next[1], refs[1].first);
+  assert_true(fdy_llama_session_slot_active(s, 1));
+  assert_int_equal(fdy_llama_session_slot_position(s, 1), b->count);
+
+  /* the first 8 ids of c's prompt (slot 2) ahead of a's and b's rows */
+  fdy_llama_step_part step2[3] = {
+      {2, c->ids, 8}, {0, &refs[0].feed[1], 1}, {1, &refs[1].feed[0], 1}};
+  const alone *r2[3] = {NULL, &refs[0], &refs[1]};
+  const uint32_t k2[3] = {0, 1, 0};
+  mixed_step(s, vocab, step2, 3, r2, k2, next);
+  assert_int_equal(fdy_llama_session_slot_position(s, 2), 8);
+
+  /* refused, the session unchanged: 13 rows, a repeated slot, no ids, a
+   * slot out of range */
+  fdy_llama_step_part bad[3] = {
+      {2, c->ids + 8, 9}, {0, &refs[0].feed[2], 1}, {3, a->ids, 3}};
+  assert_refused(fdy_llama_session_step(s, bad, 3, next, NULL, &err), &err,
+                 FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(err.expected, 12);
+  assert_int_equal(err.actual, 13);
+  bad[2] = (fdy_llama_step_part){0, a->ids, 1};
+  assert_refused(fdy_llama_session_step(s, bad, 3, next, NULL, &err), &err,
+                 FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(err.ids[0], 2);
+  bad[2] = (fdy_llama_step_part){3, a->ids, 0};
+  assert_refused(fdy_llama_session_step(s, bad, 3, next, NULL, &err), &err,
+                 FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(err.ids[0], 2);
+  bad[2] = (fdy_llama_step_part){4, a->ids, 1};
+  assert_refused(fdy_llama_session_step(s, bad, 3, next, NULL, &err), &err,
+                 FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(err.ids[0], 2);
+  assert_int_equal(fdy_llama_session_slot_position(s, 0), a->count + 2);
+  assert_int_equal(fdy_llama_session_slot_position(s, 1), b->count + 1);
+  assert_int_equal(fdy_llama_session_slot_position(s, 2), 8);
+  assert_false(fdy_llama_session_slot_active(s, 3));
+
+  /* the rest of c's prompt between a's and b's rows: its first id */
+  fdy_llama_step_part step3[3] = {
+      {0, &refs[0].feed[2], 1}, {2, c->ids + 8, 9}, {1, &refs[1].feed[1], 1}};
+  const alone *r3[3] = {&refs[0], NULL, &refs[1]};
+  const uint32_t k3[3] = {2, 0, 1};
+  mixed_step(s, vocab, step3, 3, r3, k3, next);
+  assert_int_equal(next[1], refs[3].first);
+
+  /* then all three decode as alone, to their last feed */
+  uint32_t done[3] = {3, 2, 0};
+  const alone *of[3] = {&refs[0], &refs[1], &refs[3]};
+  while (done[0] < STEPS || done[1] < STEPS || done[2] < STEPS) {
+    fdy_llama_step_part parts[3];
+    const alone *r[3];
+    uint32_t k[3], n = 0;
+    for (uint32_t i = 0; i < 3; i++) {
+      if (done[i] < STEPS) {
+        parts[n] = (fdy_llama_step_part){i, &of[i]->feed[done[i]], 1};
+        r[n] = of[i];
+        k[n++] = done[i]++;
+      }
+    }
+    mixed_step(s, vocab, parts, n, r, k, next);
+  }
+  fdy_llama_session_destroy(s);
+  free_alone(refs, PROMPTS);
+  fdy_backend_destroy(cpu);
+  fdy_llama_close(model);
+}
+
 /* A KV cache that does not fit the device memory free beside the weights
  * is refused at create, naming the bytes needed and available; a session
  * that fits the same backend is then created. */
@@ -883,6 +1014,7 @@ int main(void) {
       cmocka_unit_test(test_streamed_equals_resident),
       cmocka_unit_test(test_bad_inputs),
       cmocka_unit_test(test_kv_cache_refused),
+      cmocka_unit_test(test_mixed_steps),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

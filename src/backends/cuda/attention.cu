@@ -49,9 +49,11 @@
  *    w + 16, ... in order, then the sixteen warps' sums in order. The
  *    grid's y extent follows the multiprocessor count; the chunk size and
  *    every order of addition follow the shapes only.
- * 2. batch (ROPE_ATTENTION of several rows: a decode step of several
- *    sequences): one block per row, kv head and slice of its query heads,
- *    each row at its own position and sequence (attention_batch.cu).
+ * 2. batch (ROPE_ATTENTION of several rows: a step of decode rows and
+ *    prompt chunks): every row's rotated k and v appended first, then one
+ *    block per row, kv head and slice of its query heads, each row at its
+ *    own position and sequence, reading its positions from the cache
+ *    (attention_batch.cu).
  * 3. prefill (ATTENTION of several rows): the append kernel (block t
  *    stores rows t of k and v at position p0 + t of the chunk's sequence,
  *    for the step's rows whose position lies in the cache), then flash

@@ -327,12 +327,13 @@ cudaError_t fdy_cuda_attention_prefill_prepare(uint64_t smem_optin);
 cudaError_t fdy_cuda_attention_prefill_enqueue(const fdy_cuda_op_args *a,
                                                cudaStream_t stream);
 
-/* ROPE_ATTENTION of several rows (attention_batch.cu: a decode step of
- * several sequences, each row at its own position and sequence): the
- * dynamic shared memory bytes of its launch, whether its grid fits CUDA's
- * limits, loading its kernel (dynamic shared memory up to smem_optin), and
- * enqueueing it on stream (the launch's error; a->dependent: a
- * programmatic dependent launch). Needs no workspace. */
+/* ROPE_ATTENTION of several rows (attention_batch.cu: each row at its own
+ * position and sequence, rows of one sequence at distinct positions
+ * allowed; an append kernel, then the attention kernel): the dynamic
+ * shared memory bytes of its launches, whether their grids fit CUDA's
+ * limits, loading its kernels (dynamic shared memory up to smem_optin),
+ * and enqueueing them on stream (the first launch error; a->dependent:
+ * programmatic dependent launches). Needs no workspace. */
 uint64_t fdy_cuda_attention_batch_shared_bytes(const fdy_op *op);
 bool fdy_cuda_attention_batch_grid_fits(const fdy_op *op);
 cudaError_t fdy_cuda_attention_batch_prepare(uint64_t smem_optin);
