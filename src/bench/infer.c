@@ -619,6 +619,12 @@ static json_t *report_json(const infer_state *s, fdy_status status,
   return r;
 }
 
+/* True on the cpu backend, whose "device" memory is host memory: the
+ * console does not call it the device's. */
+static bool on_host(const fdy_infer_options *o) {
+  return o->backend_name && strcmp(o->backend_name, "cpu") == 0;
+}
+
 /* The weights under the budget, and host memory. */
 static void print_weights(const infer_state *s, FILE *out) {
   const fdy_infer_options *o = s->opt;
@@ -632,7 +638,9 @@ static void print_weights(const infer_state *s, FILE *out) {
           fdy_format_bytes(s->setup.class_bytes[FDY_BUFFER_SLOT], slots,
                            sizeof slots),
           fdy_format_bytes(s->budget, budget, sizeof budget),
-          o->weight_budget ? "" : ": the device's memory",
+          o->weight_budget ? ""
+          : on_host(o)     ? ": host memory (cpu backend)"
+                           : ": the device's memory",
           o->buffers ? o->buffers : FDY_LLAMA_DEFAULT_BUFFERS, s->prefill_rows);
   char rss[32], mapped[32], registered[32], packed[32];
   fprintf(out,
@@ -710,7 +718,8 @@ static void print_summary(const infer_state *s, FILE *out) {
             o->batch, o->batch == 1 ? "" : "s", s->step_p50 * 1e3,
             s->step_p99 * 1e3, s->step_mean * 1e3);
   }
-  fprintf(out, "device memory: weights %s, KV cache %s, activations %s\n",
+  fprintf(out, "%s: weights %s, KV cache %s, activations %s\n",
+          on_host(s->opt) ? "host memory of the cpu backend" : "device memory",
           fdy_format_bytes(b[FDY_BUFFER_RESIDENT] + b[FDY_BUFFER_SLOT], w,
                            sizeof w),
           fdy_format_bytes(b[FDY_BUFFER_STATE], kv, sizeof kv),

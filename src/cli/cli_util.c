@@ -447,8 +447,9 @@ void fdy_cli_explain_budget(const fdy_cli_session_flags *flags,
 
 void fdy_cli_session_flags_help(FILE *out) {
   fprintf(out,
-          "  --weight-budget SIZE  device bytes for weights: 512MiB, 2GiB or\n"
-          "                   bytes (default: the device's memory, every\n"
+          "  --weight-budget SIZE  backend memory for weights: 512MiB, 2GiB\n"
+          "                   or bytes (default: the backend's memory, the\n"
+          "                   device's on cuda, host memory on cpu; every\n"
           "                   weight resident when it fits); what does not\n"
           "                   fit is streamed through --buffers slots\n"
           "  --buffers N      slots of streamed weights, 1 to %u (default %u)\n"

@@ -119,16 +119,12 @@ static fdy_status parse_buffers(const char *text, fdy_bench_options *o,
   return FDY_OK;
 }
 
-/* Prints a failed run's errors; exit status 1. written_report is the
- * report's path when this run put it in place (fdy_bench_written), else
- * NULL: a file another process created at the path is never named as
- * recording the failure. */
+/* Prints a failed run's errors as every failure ("foundry: error: ...",
+ * fdy_cli_fail); exit status 1. written_report is the report's path when
+ * this run put it in place (fdy_bench_written), else NULL: a file another
+ * process created at the path is never named as recording the failure. */
 static int run_failed(const fdy_error *err, const char *written_report) {
-  fprintf(stderr, "foundry bench: error: %s\n",
-          err->message[0] ? err->message : "unknown failure");
-  if (err->cleanup_kind != FDY_OK) {
-    fprintf(stderr, "foundry bench: error: %s\n", err->cleanup_message);
-  }
+  fdy_cli_fail(err);
   if (written_report) {
     fprintf(stderr, "foundry bench: the report %s records the failure\n",
             written_report);
@@ -136,14 +132,13 @@ static int run_failed(const fdy_error *err, const char *written_report) {
   return FDY_EXIT_FAILURE;
 }
 
-/* An option check's refusal: exit 1 for an existing output file, a
- * missing directory or one where no file can be created, else a usage
- * error. */
+/* An option check's refusal: a failure (exit 1, "foundry: error: ...") for
+ * an existing output file, a missing directory or one where no file can be
+ * created, else a usage error (exit 2, "foundry bench: error: ..."). */
 static int refused(fdy_status checked, const fdy_error *err) {
   if (checked == FDY_ERR_EXISTS || checked == FDY_ERR_NOT_FOUND ||
       checked == FDY_ERR_IO) {
-    fprintf(stderr, "foundry bench: error: %s\n", err->message);
-    return FDY_EXIT_FAILURE;
+    return fdy_cli_fail(err);
   }
   return usage("%s", err->message);
 }

@@ -36,12 +36,14 @@ void fdy_cmd_detokenize_help(FILE *out) {
           "usage: foundry detokenize (--model DIR | --tokenizer FILE)\n"
           "                          (--ids 1,2,3 | --file PATH)\n"
           "\n"
-          "Prints the bytes of the token ids exactly (no newline added);\n"
+          "Prints the bytes of the token ids exactly, then a newline;\n"
           "special tokens print as their spelling. --file holds ids as\n"
           "'foundry tokenize' prints them (a trailing newline is allowed).\n"
           "\n"
           "  --model DIR       the checkpoint's tokenizer (as for tokenize)\n"
-          "  --tokenizer FILE  a tokenizer.json or tiktoken ranks file\n");
+          "  --tokenizer FILE  a tokenizer.json or tiktoken ranks file\n"
+          "  --no-newline      print the bytes alone, so that tokenize\n"
+          "                    --file and detokenize round-trip a file\n");
 }
 
 typedef struct source_args {
@@ -213,15 +215,17 @@ static fdy_status parse_ids(const char *flag, char *text, int32_t **ids,
 }
 
 int fdy_cmd_detokenize(int argc, char **argv) {
-  enum { OPT_MODEL = 256, OPT_TOKENIZER, OPT_IDS, OPT_FILE };
+  enum { OPT_MODEL = 256, OPT_TOKENIZER, OPT_IDS, OPT_FILE, OPT_NO_NEWLINE };
   static const struct option options[] = {
       {"model", required_argument, NULL, OPT_MODEL},
       {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
       {"ids", required_argument, NULL, OPT_IDS},
       {"file", required_argument, NULL, OPT_FILE},
+      {"no-newline", no_argument, NULL, OPT_NO_NEWLINE},
       {NULL, 0, NULL, 0},
   };
   source_args a = {0};
+  bool newline = true;
   fdy_error err;
   const int repeated = fdy_cli_check_repeats("detokenize", argc, argv, options);
   if (repeated != FDY_EXIT_OK) {
@@ -243,6 +247,9 @@ int fdy_cmd_detokenize(int argc, char **argv) {
       break;
     case OPT_FILE:
       a.file = optarg;
+      break;
+    case OPT_NO_NEWLINE:
+      newline = false;
       break;
     case ':':
       return fdy_cli_usage("detokenize", "%s needs a value", argv[optind - 1]);
@@ -285,6 +292,9 @@ int fdy_cmd_detokenize(int argc, char **argv) {
   }
   if (s == FDY_OK) {
     fwrite(bytes, 1, len, stdout);
+    if (newline) {
+      putchar('\n');
+    }
   }
   code = s == FDY_OK ? FDY_EXIT_OK : fdy_cli_fail(&err);
 cleanup:

@@ -37,7 +37,9 @@ cp "$work/r.json" "$work/before.json"
 # shellcheck disable=SC2086
 expect 1 bench $small --report "$work/r.json"
 cmp -s "$work/r.json" "$work/before.json" || fail "existing report was modified"
-grep -q "foundry bench: error: .*refusing to overwrite" "$err" || fail "message: $(cat "$err")"
+# a failure (exit 1) reads as every failure does, not as a usage error
+grep -q "^foundry: error: .*refusing to overwrite" "$err" || fail "message: $(cat "$err")"
+grep -q "foundry bench: error\|Try 'foundry help" "$err" && fail "exit 1 with the usage prefix: $(cat "$err")"
 # shellcheck disable=SC2086
 expect 1 bench $small --report "$work/new.json" --trace "$work/t.json"
 [ -e "$work/new.json" ] && fail "a refused run wrote a report"
@@ -143,7 +145,7 @@ expect_full bench $tiny --report "$work/full.json"
 # A budget below the slots fails (exit 1) and still writes a failed report.
 # shellcheck disable=SC2086
 expect 1 bench $small --cpu-memory 2MiB --report "$work/budget.json"
-grep -q "foundry bench: error: .*exceed" "$err" || fail "budget message: $(cat "$err")"
+grep -q "^foundry: error: .*exceed" "$err" || fail "budget message: $(cat "$err")"
 [ -s "$work/budget.json" ] || fail "no report for the failed run"
 if [ -n "$python" ]; then
   expect_cmd 0 "budget report content" "$python" -c '

@@ -35,12 +35,19 @@ expect 0 generate --model "$work/a" --prompt-ids 1,2,3 --max-tokens 2 \
 want=$(activations)
 expect 0 generate --model "$work/a" --prompt-ids 1,2,3 --max-tokens 2 \
   --context 64 --prefill-rows 65536 --json
-[ -n "$want" ] && [ "$(activations)" = "$want" ] ||
+if [ -z "$want" ] || [ "$(activations)" != "$want" ]; then
   fail "--prefill-rows 65536 --context 64: activations $(activations), not $want"
+fi
 expect 0 infer-bench --model "$work/a" --prompt-tokens 4 --gen-tokens 2 \
   --warmup 0 --iterations 1 --prefill-rows 65536 --report "$work/capped.json"
 grep -q '"prefill_rows": 6[,}]' "$work/capped.json" ||
   fail "infer-bench --prefill-rows 65536 with a context of 6: $(grep -o '"prefill_rows": [0-9]*' "$work/capped.json")"
+# on the cpu backend the budget is host memory, not "the device's memory"
+contains "$out" "(budget "
+contains "$out" ": host memory (cpu backend),"
+contains "$out" "host memory of the cpu backend: weights"
+grep -q "device's memory\|^device memory" "$out" &&
+  fail "infer-bench --backend cpu calls host memory the device's: $(grep device "$out")"
 
 # deterministic for a seed, different for another
 expect 0 make-model --preset tiny --seed 3 --out "$work/b"

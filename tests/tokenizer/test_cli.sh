@@ -22,8 +22,12 @@ contains "$out" "128000,2028,374,264,1296,11914,13"
 expect 0 tokenize --tokenizer "$ranks" --text "This is a test sentence." --json
 contains "$out" '{"ids": [2028, 374, 264, 1296, 11914, 13]}'
 expect 0 detokenize --tokenizer "$ranks" --ids 128000,2028,374,264,1296,11914,13,128001
-printf '<|begin_of_text|>This is a test sentence.<|end_of_text|>' >"$work/want"
+printf '<|begin_of_text|>This is a test sentence.<|end_of_text|>\n' >"$work/want"
 cmp -s "$out" "$work/want" || fail "detokenize of the README vector"
+# the output ends with a newline (issue #31), unless --no-newline
+expect 0 detokenize --tokenizer "$ranks" --ids 2028,374 --no-newline
+[ "$(od -An -c "$out" | tr -d ' ')" = "Thisis" ] ||
+  fail "detokenize --no-newline: $(od -An -c "$out")"
 
 # every corpus file: tiktoken's ids, and back to the same bytes
 for file in "$data"/corpus/*; do
@@ -31,7 +35,7 @@ for file in "$data"/corpus/*; do
   ids=$data/expected/${name%.*}.ids
   expect 0 tokenize --tokenizer "$ranks" --file "$file"
   cmp -s "$out" "$ids" || fail "tokenize $name differs from tiktoken's ids"
-  expect 0 detokenize --tokenizer "$ranks" --file "$ids"
+  expect 0 detokenize --tokenizer "$ranks" --file "$ids" --no-newline
   cmp -s "$out" "$file" || fail "detokenize $name is not the original"
 done
 
@@ -39,7 +43,7 @@ done
 printf 'ok\377\376 \344\270 end\200' >"$work/bad.txt"
 expect 0 tokenize --tokenizer "$ranks" --file "$work/bad.txt"
 cp "$out" "$work/bad.ids"
-expect 0 detokenize --tokenizer "$ranks" --file "$work/bad.ids"
+expect 0 detokenize --tokenizer "$ranks" --file "$work/bad.ids" --no-newline
 cmp -s "$out" "$work/bad.txt" || fail "invalid UTF-8 did not round-trip"
 
 # special-token spellings in user text stay text
@@ -49,6 +53,8 @@ grep -q '128009' "$out" && fail "tokenize turned <|eot_id|> text into the specia
 expect 0 tokenize --tokenizer "$ranks" --text ""
 [ "$(cat "$out")" = "" ] || fail "empty text gave ids"
 expect 0 detokenize --tokenizer "$ranks" --ids ""
+[ "$(od -An -c "$out" | tr -d ' ')" = '\n' ] || fail "no ids gave more than the newline"
+expect 0 detokenize --tokenizer "$ranks" --ids "" --no-newline
 [ -s "$out" ] && fail "no ids gave bytes"
 
 # a model directory's tokenizer.model
