@@ -5,42 +5,80 @@
 # its foundry binary and tests/cuda test executables in the same layout):
 #
 #   scripts/gpu-check.sh OUTDIR BUILD [BASELINE_FOUNDRY] [--quick]
+#                        [--stages LIST]
 #
-# 1. every GPU test with FOUNDRY_REQUIRE_CUDA=1 (test_cuda_ops, test_cuda,
-#    test_cuda_graph, test_cuda_faults);
-# 2. verify --backend cuda on every fixture of tests/data, and a random
-#    Llama 3.2 3B (make-model, seed 1) against the CPU backend;
-# 3. infer-bench (token-ids-512x128-v1, --kv-dtype f16) at batch 1, 8, 32,
-#    64 and 128, resident and streamed under a 512 MiB weight budget, with
-#    each report's same-run host-to-device ceiling; the ids of every
-#    sequence compared between the batched runs (bitwise batch invariance
-#    for B >= 2 makes them equal);
-# 4. batch 1 against BASELINE_FOUNDRY (a foundry binary of the commit to
-#    compare with) in alternating rounds;
-# 5. the peers at batch 64 when python3 imports torch and transformers:
-#    transformers bf16 with a static cache (resident) and with Accelerate
-#    offload under 2 GiB (the smallest budget it accepts for the 3B).
+# Stages (all by default, in this order; LIST is comma-separated):
+#   tests     every GPU test with FOUNDRY_REQUIRE_CUDA=1 (test_cuda_ops,
+#             test_cuda, test_cuda_graph, test_cuda_faults);
+#   verify    verify --backend cuda on every fixture of tests/data;
+#   verify3b  a random Llama 3.2 3B (make-model, seed 1) against the CPU
+#             backend;
+#   batched   infer-bench (token-ids-512x128-v1, --kv-dtype f16) of the 3B
+#             at batch 1, 8, 32, 64 and 128, resident and streamed under a
+#             512 MiB weight budget, with each report's same-run
+#             host-to-device ceiling; the ids of every sequence compared
+#             between the batched runs (bitwise batch invariance for
+#             B >= 2 makes them equal);
+#   trace     a Chrome trace of the streamed 3B at batch 64 (the copies
+#             against the batch's compute);
+#   8b        a random Llama 3.1 8B streamed under 1 GiB at batch 64;
+#   baseline  batch 1 against BASELINE_FOUNDRY (a foundry binary of the
+#             commit to compare with) in alternating rounds;
+#   peers     when python3 imports torch and transformers, at batch 64:
+#             transformers bf16 with a static cache (resident) and with
+#             Accelerate offload under 2 GiB (the smallest budget it
+#             accepts for the 3B).
 #
 # --quick (for a short device lease): test_cuda_ops alone, no 3B check
 # against the CPU, batches 1, 8 and 64 resident and 1 and 64 streamed (1
-# warm-up and 3 measured executions), no offload peer.
+# warm-up and 3 measured executions), no trace, no 8B, no offload peer.
 #
-# Writes every report and a summary (summary.txt) to OUTDIR; prints the
-# summary. Exits 1 when a test or a check fails.
+# Writes every report and a summary (summary.txt, appended to) to OUTDIR;
+# prints the summary. Exits 1 when a test or a check fails.
 set -u
-if [ $# -lt 2 ]; then
-  echo "usage: scripts/gpu-check.sh OUTDIR BUILD [BASELINE_FOUNDRY] [--quick]" >&2
+usage() {
+  echo "usage: scripts/gpu-check.sh OUTDIR BUILD [BASELINE_FOUNDRY] [--quick]" \
+    "[--stages LIST]" >&2
   exit 2
-fi
+}
+[ $# -ge 2 ] || usage
 out=$1
 build=$2
-baseline=${3:-}
+shift 2
+baseline=""
 quick=0
-if [ "$baseline" = "--quick" ]; then
-  baseline=""
-  quick=1
+stages=tests,verify,verify3b,batched,trace,8b,baseline,peers
+while [ $# -gt 0 ]; do
+  case $1 in
+  --quick) quick=1 ;;
+  --stages)
+    [ $# -ge 2 ] || usage
+    stages=$2
+    shift
+    ;;
+  -*) usage ;;
+  *)
+    [ -z "$baseline" ] || usage
+    baseline=$1
+    ;;
+  esac
+  shift
+done
+if [ $quick -eq 1 ]; then
+  stages=$(echo ",$stages," | sed -e 's/,verify3b,/,/; s/,trace,/,/; s/,8b,/,/' \
+    -e 's/^,//; s/,$//')
 fi
-[ "${4:-}" = "--quick" ] && quick=1
+for stage in ${stages//,/ }; do
+  case $stage in
+  tests | verify | verify3b | batched | trace | 8b | baseline | peers) ;;
+  *)
+    echo "gpu-check: unknown stage '$stage' (tests, verify, verify3b," \
+      "batched, trace, 8b, baseline, peers)" >&2
+    exit 2
+    ;;
+  esac
+done
+runs() { case ",$stages," in *",$1,"*) return 0 ;; esac; return 1; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 foundry=$build/foundry
 [ -x "$foundry" ] || foundry=$build/src/cli/foundry
@@ -50,7 +88,6 @@ if [ ! -x "$foundry" ]; then
 fi
 mkdir -p "$out"
 summary=$out/summary.txt
-: >"$summary"
 failed=0
 note() { echo "$*" | tee -a "$summary"; }
 fail() {
@@ -58,40 +95,48 @@ fail() {
   failed=1
 }
 export FOUNDRY_TEST_DATA=$root/tests/data FOUNDRY_REQUIRE_CUDA=1
-note "gpu-check $(date -u +%Y-%m-%dT%H:%MZ) $("$foundry" --version | head -1)"
+note "gpu-check $(date -u +%Y-%m-%dT%H:%MZ) $("$foundry" --version | head -1)" \
+  "stages $stages"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader |
   tee -a "$summary"
-
-# 1. the GPU tests
-tests="test_cuda_ops test_cuda test_cuda_graph test_cuda_faults"
-[ $quick -eq 1 ] && tests=test_cuda_ops
-for t in $tests; do
-  bin=$build/tests/cuda/$t
-  [ -x "$bin" ] || bin=$build/$t
-  if [ ! -x "$bin" ]; then
-    fail "$t: not built"
-    continue
-  fi
-  start=$(date +%s)
-  timeout 300 "$bin" >"$out/$t.txt" 2>&1
-  rc=$?
-  note "$t: rc $rc ($(($(date +%s) - start)) s)"
-  grep -E '^\[  FAILED|^\[  ERROR|LINE' "$out/$t.txt" | head -20 | tee -a "$summary"
-  [ $rc -eq 0 ] || fail "$t"
-done
-
-# 2. verify
-for f in "$root"/tests/data/llama3-*; do
-  [ -f "$f/expected.safetensors" ] || continue
-  line=$(timeout 120 "$foundry" verify --model "$f/model" \
-    --reference "$f/expected.safetensors" --backend cuda 2>&1 | tail -1)
-  note "verify $(basename "$f"): $line"
-  case $line in *passed*) ;; *) fail "verify $(basename "$f")" ;; esac
-done
 model=/tmp/gpu-check-3b
-[ -d "$model" ] || "$foundry" make-model --preset llama-3.2-3b --seed 1 \
-  --out "$model" >/dev/null
-if [ $quick -eq 0 ]; then
+if runs verify3b || runs batched || runs trace || runs baseline ||
+  runs peers; then
+  [ -d "$model" ] || "$foundry" make-model --preset llama-3.2-3b --seed 1 \
+    --out "$model" >/dev/null
+fi
+
+if runs tests; then
+  tests="test_cuda_ops test_cuda test_cuda_graph test_cuda_faults"
+  [ $quick -eq 1 ] && tests=test_cuda_ops
+  for t in $tests; do
+    bin=$build/tests/cuda/$t
+    [ -x "$bin" ] || bin=$build/$t
+    if [ ! -x "$bin" ]; then
+      fail "$t: not built"
+      continue
+    fi
+    start=$(date +%s)
+    timeout 300 "$bin" >"$out/$t.txt" 2>&1
+    rc=$?
+    note "$t: rc $rc ($(($(date +%s) - start)) s)"
+    grep -E '^\[  FAILED|^\[  ERROR|LINE' "$out/$t.txt" | head -20 |
+      tee -a "$summary"
+    [ $rc -eq 0 ] || fail "$t"
+  done
+fi
+
+if runs verify; then
+  for f in "$root"/tests/data/llama3-*; do
+    [ -f "$f/expected.safetensors" ] || continue
+    line=$(timeout 120 "$foundry" verify --model "$f/model" \
+      --reference "$f/expected.safetensors" --backend cuda 2>&1 | tail -1)
+    note "verify $(basename "$f"): $line"
+    case $line in *passed*) ;; *) fail "verify $(basename "$f")" ;; esac
+  done
+fi
+
+if runs verify3b; then
   timeout 300 "$foundry" verify --model "$model" --backend cuda --against cpu \
     >"$out/verify-3b.txt" 2>&1
   rc=$?
@@ -99,32 +144,34 @@ if [ $quick -eq 0 ]; then
   [ $rc -eq 0 ] || fail "verify 3B against cpu"
 fi
 
-# 3. batched infer-bench
-if [ $quick -eq 1 ]; then
-  batches="1 8 64"
-  streamed_batches="1 64"
-  streamed_runs="--warmup 1 --iterations 3"
-else
-  batches="1 8 32 64 128"
-  streamed_batches=$batches
-  streamed_runs=""
-fi
-bench() { # NAME ARGS...: one infer-bench report
-  local name=$1
-  shift
-  timeout 420 "$foundry" infer-bench --model "$model" --backend cuda \
+bench() { # NAME MODEL ARGS...: one infer-bench report
+  local name=$1 m=$2
+  shift 2
+  timeout 420 "$foundry" infer-bench --model "$m" --backend cuda \
     --kv-dtype f16 "$@" --report "$out/$name.json" >"$out/$name.txt" 2>&1 ||
     fail "infer-bench $name: $(tail -1 "$out/$name.txt")"
 }
-for b in $batches; do
-  bench "resident-b$b" --batch "$b"
-done
-for b in $streamed_batches; do
+
+if runs batched; then
+  if [ $quick -eq 1 ]; then
+    batches="1 8 64"
+    streamed_batches="1 64"
+    streamed_runs="--warmup 1 --iterations 3"
+  else
+    batches="1 8 32 64 128"
+    streamed_batches=$batches
+    streamed_runs=""
+  fi
+  for b in $batches; do
+    bench "resident-b$b" "$model" --batch "$b"
+  done
+  for b in $streamed_batches; do
+    # shellcheck disable=SC2086
+    bench "streamed-b$b" "$model" --batch "$b" --weight-budget 512MiB \
+      --buffers 2 $streamed_runs
+  done
   # shellcheck disable=SC2086
-  bench "streamed-b$b" --batch "$b" --weight-budget 512MiB --buffers 2 \
-    $streamed_runs
-done
-python3 - "$out" $batches <<'PY' | tee -a "$summary"
+  python3 - "$out" $batches <<'PY' | tee -a "$summary"
 import json, os, sys
 out, batches = sys.argv[1], [int(b) for b in sys.argv[2:]]
 def load(name):
@@ -156,10 +203,32 @@ for (kind, b), seqs in ids.items():
 print(f"batched ids compared across {len(ids)} reports: {bad} differences")
 sys.exit(1 if bad else 0)
 PY
-[ "${PIPESTATUS[0]}" -eq 0 ] || failed=1
+  [ "${PIPESTATUS[0]}" -eq 0 ] || failed=1
+fi
 
-# 4. batch 1 against the baseline
-if [ -n "$baseline" ]; then
+if runs trace; then
+  bench streamed-b64-traced "$model" --batch 64 --weight-budget 512MiB \
+    --buffers 2 --warmup 1 --iterations 1 --trace "$out/streamed-b64.trace.json"
+  note "trace: $out/streamed-b64.trace.json"
+fi
+
+if runs 8b; then
+  model8=/tmp/gpu-check-8b
+  [ -d "$model8" ] || "$foundry" make-model --preset llama-3.1-8b --seed 1 \
+    --out "$model8" >/dev/null
+  bench streamed-8b-b64 "$model8" --batch 64 --weight-budget 1GiB --buffers 2 \
+    --warmup 1 --iterations 3
+  [ -f "$out/streamed-8b-b64.json" ] && python3 -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+b = (r.get('streaming') or {}).get('aggregate_decode_tokens_per_second_bound')
+print('8B streamed 1 GiB, batch 64: %.1f tok/s aggregate (bound %s)' % (
+    r['statistics']['aggregate_decode_tokens_per_second'],
+    '-' if b is None else '%.1f' % b))
+" "$out/streamed-8b-b64.json" | tee -a "$summary"
+fi
+
+if runs baseline && [ -n "$baseline" ]; then
   for r in 1 2; do
     timeout 200 "$baseline" infer-bench --model "$model" --backend cuda \
       --report "$out/baseline-$r.json" >/dev/null 2>&1 ||
@@ -182,30 +251,31 @@ for r in (1, 2):
 PY
 fi
 
-# 5. the peers
-if python3 -c "import torch, transformers" 2>/dev/null &&
-  [ -f "$out/resident-b64.json" ]; then
-  timeout 400 python3 "$root/scripts/torch_baseline.py" --model "$model" \
-    --prompt-from "$out/resident-b64.json" --batch 64 \
-    --report "$out/torch-b64.json" >"$out/torch-b64.txt" 2>&1 ||
-    fail "transformers batch 64: $(tail -1 "$out/torch-b64.txt")"
-  if [ $quick -eq 0 ]; then
+if runs peers; then
+  if python3 -c "import torch, transformers" 2>/dev/null &&
+    [ -f "$out/resident-b64.json" ]; then
     timeout 400 python3 "$root/scripts/torch_baseline.py" --model "$model" \
       --prompt-from "$out/resident-b64.json" --batch 64 \
-      --offload-budget 2GiB --gen-tokens 16 --warmup 1 --iterations 3 \
-      --report "$out/torch-offload-b64.json" \
-      >"$out/torch-offload-b64.txt" 2>&1 ||
-      fail "transformers offload batch 64: $(tail -1 "$out/torch-offload-b64.txt")"
-  fi
-  for p in torch-b64 torch-offload-b64; do
-    [ -f "$out/$p.json" ] && python3 -c "
+      --report "$out/torch-b64.json" >"$out/torch-b64.txt" 2>&1 ||
+      fail "transformers batch 64: $(tail -1 "$out/torch-b64.txt")"
+    if [ $quick -eq 0 ]; then
+      timeout 400 python3 "$root/scripts/torch_baseline.py" --model "$model" \
+        --prompt-from "$out/resident-b64.json" --batch 64 \
+        --offload-budget 2GiB --gen-tokens 16 --warmup 1 --iterations 3 \
+        --report "$out/torch-offload-b64.json" \
+        >"$out/torch-offload-b64.txt" 2>&1 ||
+        fail "transformers offload batch 64: $(tail -1 "$out/torch-offload-b64.txt")"
+    fi
+    for p in torch-b64 torch-offload-b64; do
+      [ -f "$out/$p.json" ] && python3 -c "
 import json, sys
 s = json.load(open(sys.argv[1]))['statistics']
 print(sys.argv[2], 'aggregate decode %.1f tok/s' % s['aggregate_decode_tokens_per_second'])
 " "$out/$p.json" "$p" | tee -a "$summary"
-  done
-else
-  note "peers: skipped (no torch and transformers, or no batch-64 report)"
+    done
+  else
+    note "peers: skipped (no torch and transformers, or no resident-b64.json)"
+  fi
 fi
 note "gpu-check: $([ $failed -eq 0 ] && echo passed || echo FAILED)"
 exit $failed
