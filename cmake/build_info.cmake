@@ -32,6 +32,7 @@ const fdy_build_info *fdy_build_info_get(void) {
       .build_type = \"${BUILD_TYPE}\",
       .sanitizers = \"${SANITIZE}\",
       .cuda = \"${CUDA}\",
+      .cuda_note = \"${CUDA_NOTE}\",
   };
   return &info;
 }

@@ -2,7 +2,8 @@
 # Installs missing packages, builds Foundry with warnings as errors and runs
 # every test, as many at once as there are CPUs (GPU tests skip without a
 # device). Pass --sanitize for the AddressSanitizer + UndefinedBehavior-
-# Sanitizer build instead, or --tsan for the ThreadSanitizer build.
+# Sanitizer build instead, or --tsan for the ThreadSanitizer build. Prints
+# one line saying whether the CUDA backend is built, and why not.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/setup-deps.sh"
@@ -18,5 +19,7 @@ case "${1:-}" in
 esac
 cd "$root"
 cmake --preset "$preset" >/dev/null
+echo "test.sh: CUDA backend $(sed -n 's/^FOUNDRY_CUDA_STATUS:INTERNAL=//p' \
+  "$root/build-$preset/CMakeCache.txt")"
 cmake --build --preset "$preset" -j "$(nproc)"
 ctest --preset "$preset" --parallel "$(nproc)"

@@ -17,6 +17,11 @@ typedef struct fdy_build_info {
   const char *build_type;
   const char *sanitizers; /* "ON" or "OFF" */
   const char *cuda;       /* "ON" when the CUDA backend is built */
+  /* Why, in words: the nvcc version and architectures when built, else
+   * "configured with FOUNDRY_CUDA=OFF: ..." or "no CUDA compiler found at
+   * configure time: put nvcc on PATH or set CUDACXX, then configure a fresh
+   * build directory" */
+  const char *cuda_note;
 } fdy_build_info;
 
 /* Static data; never NULL. */

@@ -712,6 +712,14 @@ void bench_print_summary(const bench_state *s, FILE *out) {
   } else {
     fprintf(out, "\noverlap: the backend gave no device timings\n");
   }
+  if (!cuda) {
+    fprintf(out, "note: on the cpu backend the copies and the compute share "
+                 "the same cores,\n"
+                 "      so more buffers cannot overlap them: a speedup near "
+                 "1.0 is expected;\n"
+                 "      overlap needs a device with its own copy engine "
+                 "(--backend cuda on a GPU)\n");
+  }
   char peak[32], budget[32], total[32];
   fprintf(out,
           "device slots: peak %s of a %s budget (%s for all configurations); "

@@ -1,6 +1,7 @@
 /* Shared helpers of the CLI commands (see cli_util.h). */
 #include "cli_util.h"
 
+#include "foundry/build_info.h"
 #include "foundry/cpu.h"
 #include "foundry/cuda.h"
 #include "foundry/input.h"
@@ -300,10 +301,18 @@ fdy_status fdy_cli_backend_create(const char *name, uint32_t threads,
     return fdy_cpu_backend_create(&options, out, err);
   }
   if (strcmp(name, "cuda") == 0) {
+    const fdy_build_info *info = fdy_build_info_get();
+    if (strcmp(info->cuda, "ON") != 0) {
+      return fdy_error_set(err, FDY_ERR_UNSUPPORTED,
+                           "--backend cuda: this foundry was built without "
+                           "the CUDA backend (%s)",
+                           info->cuda_note);
+    }
     if (fdy_cuda_device_count() == 0) {
       return fdy_error_set(err, FDY_ERR_UNSUPPORTED,
-                           "--backend cuda needs a CUDA device and a CUDA "
-                           "build; none is available here");
+                           "--backend cuda: the CUDA backend is built, but no "
+                           "CUDA device is visible here (nvidia-smi lists "
+                           "the devices)");
     }
     fdy_cuda_options options = {.serial_launch = serial_launch};
     return fdy_cuda_backend_create(&options, out, err);

@@ -93,9 +93,10 @@ fdy_status fdy_cli_parse_ids(const char *flag, const char *text, int32_t **out,
                              uint32_t *count, fdy_error *err);
 
 /* Creates backend `name`: "cpu" (threads: pool threads, 0 = online CPUs)
- * or "cuda" (device 0, serial_launch: fdy_cuda_options';
- * FDY_ERR_UNSUPPORTED without a device or a CUDA build). An unknown name is
- * FDY_ERR_INVALID_ARGUMENT (a usage error). */
+ * or "cuda" (device 0, serial_launch: fdy_cuda_options'). FDY_ERR_UNSUPPORTED
+ * tells a build without the CUDA backend (and why: fdy_build_info's
+ * cuda_note, how to get one) from a CUDA build without a device. An unknown
+ * name is FDY_ERR_INVALID_ARGUMENT (a usage error). */
 fdy_status fdy_cli_backend_create(const char *name, uint32_t threads,
                                   bool serial_launch, fdy_backend **out,
                                   fdy_error *err);

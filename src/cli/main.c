@@ -68,8 +68,9 @@ static void print_version(void) {
   const fdy_build_info *info = fdy_build_info_get();
   printf("foundry %s\n", fdy_version());
   printf("commit %s%s\n", info->git_commit, info->git_dirty ? " (dirty)" : "");
-  printf("compiler %s, %s build, sanitizers %s, CUDA backend %s\n",
-         info->compiler, info->build_type, info->sanitizers, info->cuda);
+  printf("compiler %s, %s build, sanitizers %s, CUDA backend %s (%s)\n",
+         info->compiler, info->build_type, info->sanitizers, info->cuda,
+         info->cuda_note);
 }
 
 static void print_help_help(FILE *out) {

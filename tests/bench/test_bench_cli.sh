@@ -28,6 +28,10 @@ expect 0 bench $small --report "$work/r.json" --trace "$work/t.json" --progress
 for word in "median ms" "speedup vs 1" "ceiling" "ideal speedup" "verified"; do
   contains "$out" "$word"
 done
+# the cpu backend cannot overlap copies with compute: the output says so
+# and that a speedup near 1.0 is expected (issue #31)
+contains "$out" "a speedup near 1.0 is expected"
+contains "$out" "overlap needs a device with its own copy engine"
 contains "$err" "bench: [18/18] measured"
 [ -s "$work/r.json" ] || fail "no report"
 [ -s "$work/t.json" ] || fail "no trace"

@@ -99,4 +99,18 @@ contains "$err" "--preset is given twice"
 [ -z "$(ls -A "$dir" | grep -v '^std')" ] ||
   fail "a repeated flag wrote something: $(ls -A "$dir")"
 
+# --backend cuda says whether this build lacks the CUDA backend (and how to
+# get it) or only a device (issue #31)
+expect 0 --version
+if grep -q "CUDA backend OFF" "$out"; then
+  grep -q "CUDA backend OFF (configured with FOUNDRY_CUDA=OFF: configure with nvcc on PATH\|CUDA backend OFF (no CUDA compiler found at configure time: put nvcc on PATH" "$out" ||
+    fail "--version does not say why the CUDA backend is not built: $(cat "$out")"
+  expect 0 make-model --preset micro --out "$dir/m"
+  expect 1 generate --model "$dir/m" --prompt-ids 1 --max-tokens 1 --backend cuda
+  contains "$err" "--backend cuda: this foundry was built without the CUDA backend ("
+  contains "$err" "nvcc on PATH"
+else
+  contains "$out" "CUDA backend ON (nvcc "
+fi
+
 finish "cli main"

@@ -420,6 +420,12 @@ static void test_time_version_build_info(void **state) {
   assert_true(strcmp(info->sanitizers, "ON") == 0 ||
               strcmp(info->sanitizers, "OFF") == 0);
   assert_true(strcmp(info->cuda, "ON") == 0 || strcmp(info->cuda, "OFF") == 0);
+  /* why the CUDA backend is or is not built, in words (issue #31) */
+  assert_non_null(info->cuda_note);
+  assert_true(strcmp(info->cuda, "ON") == 0
+                  ? strstr(info->cuda_note, "nvcc") != NULL
+                  : strstr(info->cuda_note, "FOUNDRY_CUDA=OFF") != NULL ||
+                        strstr(info->cuda_note, "no CUDA compiler") != NULL);
 }
 
 int main(void) {
