@@ -658,11 +658,12 @@ static int generate_file(const batch_args *a, fdy_cli_session_flags flags) {
     fprintf(stderr, ", %" PRIu32 " threads", threads);
   }
   fprintf(stderr,
-          "): prefill %" PRIu64 " tokens in %.3f s; decode %" PRIu64
+          "): prefill %" PRIu64 " tokens (%" PRIu64
+          " in chunks beside decode rows), %.3f s alone; decode %" PRIu64
           " ids in %" PRIu64 " steps of up to %" PRIu32
           " rows in %.3f s, %.2f tokens/s\n",
-          gen.prefill_tokens, gen.prefill_seconds, gen.decode_tokens,
-          gen.decode_steps, gen.max_rows, gen.decode_seconds,
+          gen.prefill_tokens, gen.chunked_tokens, gen.prefill_seconds,
+          gen.decode_tokens, gen.decode_steps, gen.max_rows, gen.decode_seconds,
           gen.decode_tokens_per_second);
   code = FDY_EXIT_OK;
 
