@@ -29,6 +29,7 @@
 #include <stdio.h>
 
 #include "foundry/llama_session.h"
+#include "foundry/manifest.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -69,32 +70,37 @@ fdy_status fdy_infer_copied_weight_bytes(const fdy_plan *plan,
 /* Everything `foundry infer-bench` was given. Borrowed for the call. */
 typedef struct fdy_infer_options {
   const fdy_llama_model *model;
-  const char *model_dir;    /* --model, recorded */
-  fdy_backend *backend;     /* runs the session (cpu or cuda) */
-  const char *backend_name; /* "cpu" or "cuda", recorded */
-  const int32_t *prompt;    /* batch x prompt_count ids: sequence k's prompt
-                               at prompt + k x prompt_count (from seed + k
-                               by the rule above without a file) */
-  uint32_t prompt_count;    /* > 0: ids of each sequence's prompt */
-  const char *prompt_file;  /* their file, or NULL: from seed */
-  uint64_t seed;            /* prompt (without a file) and bootstrap */
-  uint32_t batch;           /* sequences decoded together: the session's
-                               max_sequences and the rows of each decode
-                               step, 1 to FDY_LLAMA_MAX_SEQUENCES */
-  uint32_t gen_tokens;      /* > 0: ids generated per execution */
-  uint32_t warmup;          /* discarded executions */
-  uint32_t iterations;      /* > 0: measured executions */
-  uint32_t context;         /* KV positions; 0 = prompt + gen_tokens */
-  uint64_t weight_budget;   /* device bytes for weights; 0 = the device's
-                               memory (everything resident when it fits) */
-  uint32_t buffers;         /* slots of streamed weights; 0 = the default */
-  bool skip_packing;        /* streamed units copied extent by extent
-                               (--pack-streamed off; fdy_executor_options) */
-  uint32_t prefill_rows;    /* tokens per prefill run; 0 = the default */
-  fdy_dtype kv_dtype;       /* KV cache: F32 (the zero value) or F16 */
-  bool no_graphs;           /* steps run command by command (--graphs off) */
-  bool serial_launch;       /* the backend was created with serial
-                               launches (--dependent-launch off): recorded */
+  const char *model_dir;          /* --model, recorded */
+  const fdy_manifest *checkpoint; /* the files of model_dir with their
+                                     SHA-256 and the time hashing took,
+                                     recorded; NULL = not recorded */
+  const char *pinned_manifest;    /* --manifest the checkpoint was checked
+                                     against, recorded; NULL = none */
+  fdy_backend *backend;           /* runs the session (cpu or cuda) */
+  const char *backend_name;       /* "cpu" or "cuda", recorded */
+  const int32_t *prompt;   /* batch x prompt_count ids: sequence k's prompt
+                              at prompt + k x prompt_count (from seed + k
+                              by the rule above without a file) */
+  uint32_t prompt_count;   /* > 0: ids of each sequence's prompt */
+  const char *prompt_file; /* their file, or NULL: from seed */
+  uint64_t seed;           /* prompt (without a file) and bootstrap */
+  uint32_t batch;          /* sequences decoded together: the session's
+                              max_sequences and the rows of each decode
+                              step, 1 to FDY_LLAMA_MAX_SEQUENCES */
+  uint32_t gen_tokens;     /* > 0: ids generated per execution */
+  uint32_t warmup;         /* discarded executions */
+  uint32_t iterations;     /* > 0: measured executions */
+  uint32_t context;        /* KV positions; 0 = prompt + gen_tokens */
+  uint64_t weight_budget;  /* device bytes for weights; 0 = the device's
+                              memory (everything resident when it fits) */
+  uint32_t buffers;        /* slots of streamed weights; 0 = the default */
+  bool skip_packing;       /* streamed units copied extent by extent
+                              (--pack-streamed off; fdy_executor_options) */
+  uint32_t prefill_rows;   /* tokens per prefill run; 0 = the default */
+  fdy_dtype kv_dtype;      /* KV cache: F32 (the zero value) or F16 */
+  bool no_graphs;          /* steps run command by command (--graphs off) */
+  bool serial_launch;      /* the backend was created with serial
+                              launches (--dependent-launch off): recorded */
   uint32_t bootstrap_resamples;
   const char *report_path; /* required: never overwritten */
   const char *trace_path;  /* NULL = no trace; never overwritten */

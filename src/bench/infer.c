@@ -335,6 +335,26 @@ static json_t *environment_json(const infer_state *s) {
   return o;
 }
 
+/* The checkpoint's files as the manifest lists them (fdy_manifest_json),
+ * the time hashing took and the manifest checked against; null when not
+ * recorded. */
+static json_t *checkpoint_json(const fdy_infer_options *o) {
+  if (!o->checkpoint) {
+    return json_null();
+  }
+  char *text = fdy_manifest_json(o->checkpoint);
+  json_t *manifest = text ? json_loads(text, 0, NULL) : NULL;
+  free(text);
+  json_t *c = json_object();
+  json_object_set(c, "files", json_object_get(manifest, "files"));
+  json_object_set_new(c, "hash_seconds", jreal(o->checkpoint->hash_seconds));
+  json_object_set_new(c, "manifest",
+                      o->pinned_manifest ? bench_json_text(o->pinned_manifest)
+                                         : json_null());
+  json_decref(manifest);
+  return c;
+}
+
 static json_t *model_json(const infer_state *s) {
   const fdy_llama_config *c = fdy_llama_model_config(s->opt->model);
   json_t *m = json_object();
@@ -345,6 +365,7 @@ static json_t *model_json(const infer_state *s) {
   json_object_set_new(m, "group_size", jint(c->group_size));
   json_object_set_new(m, "decode_weight_bytes_per_token",
                       jint(s->decode_weight_bytes));
+  json_object_set_new(m, "checkpoint", checkpoint_json(s->opt));
   return m;
 }
 

@@ -419,6 +419,9 @@ fdy_status fdy_cli_session_flag(int opt, const char *arg,
     }
     flags->serial_launch = strcmp(arg, "off") == 0;
     return FDY_OK;
+  case FDY_CLI_OPT_MANIFEST:
+    flags->manifest = arg;
+    return FDY_OK;
   default:
     *handled = false;
     return FDY_OK;
@@ -475,9 +478,43 @@ void fdy_cli_session_flags_help(FILE *out) {
           "                   kernel starts while the one before it\n"
           "                   finishes and waits for its results inside\n"
           "                   (programmatic dependent launch); off: after\n"
-          "                   it completes\n",
+          "                   it completes\n"
+          "  --manifest FILE  refuse, before any work, a checkpoint whose\n"
+          "                   files differ from FILE (foundry manifest)\n",
           FDY_CLI_MAX_BUFFERS, FDY_LLAMA_DEFAULT_BUFFERS,
           FDY_CLI_MAX_PREFILL_ROWS, FDY_LLAMA_DEFAULT_PREFILL_ROWS);
+}
+
+fdy_status fdy_cli_check_manifest(const fdy_cli_session_flags *flags,
+                                  const char *model_dir, fdy_manifest *actual,
+                                  fdy_error *err) {
+  fdy_manifest own;
+  fdy_manifest *dir = actual ? actual : &own;
+  memset(dir, 0, sizeof *dir);
+  if (!flags->manifest && !actual) {
+    return FDY_OK;
+  }
+  fdy_manifest pinned;
+  fdy_status st = flags->manifest
+                      ? fdy_manifest_read(flags->manifest, &pinned, err)
+                      : FDY_OK;
+  if (st != FDY_OK) {
+    return st;
+  }
+  st = fdy_manifest_of_dir(model_dir, dir, err);
+  if (st == FDY_OK && flags->manifest) {
+    st = fdy_manifest_check(&pinned, dir, err);
+    if (st != FDY_OK) {
+      fdy_error_prefix(err, "--manifest %s", flags->manifest);
+    }
+  }
+  if (flags->manifest) {
+    fdy_manifest_free(&pinned);
+  }
+  if (st != FDY_OK || !actual) {
+    fdy_manifest_free(dir);
+  }
+  return st;
 }
 
 fdy_llama_session_options

@@ -15,6 +15,7 @@
 #include "foundry/backend.h"
 #include "foundry/core.h"
 #include "foundry/llama_session.h"
+#include "foundry/manifest.h"
 
 enum { FDY_EXIT_OK = 0, FDY_EXIT_FAILURE = 1, FDY_EXIT_USAGE = 2 };
 
@@ -123,6 +124,7 @@ typedef struct fdy_cli_session_flags {
   bool skip_packing;      /* --pack-streamed off: streamed units copied
                              extent by extent (fdy_executor_options) */
   bool serial_launch;     /* --dependent-launch off (fdy_cuda_options) */
+  const char *manifest;   /* --manifest FILE: the checkpoint pinned to it */
 } fdy_cli_session_flags;
 
 #define FDY_CLI_SESSION_FLAGS_DEFAULT                                          \
@@ -141,7 +143,8 @@ enum {
   FDY_CLI_OPT_PREFILL_ROWS,
   FDY_CLI_OPT_GRAPHS,
   FDY_CLI_OPT_PACK_STREAMED,
-  FDY_CLI_OPT_DEPENDENT_LAUNCH
+  FDY_CLI_OPT_DEPENDENT_LAUNCH,
+  FDY_CLI_OPT_MANIFEST
 };
 
 /* The getopt_long entries of the session flags: those every session
@@ -159,7 +162,8 @@ enum {
   {"prefill-rows", required_argument, NULL, FDY_CLI_OPT_PREFILL_ROWS},         \
   {"graphs", required_argument, NULL, FDY_CLI_OPT_GRAPHS},                     \
   {"pack-streamed", required_argument, NULL, FDY_CLI_OPT_PACK_STREAMED},       \
-  {"dependent-launch", required_argument, NULL, FDY_CLI_OPT_DEPENDENT_LAUNCH}
+  {"dependent-launch", required_argument, NULL, FDY_CLI_OPT_DEPENDENT_LAUNCH}, \
+  {"manifest", required_argument, NULL, FDY_CLI_OPT_MANIFEST}
 /* clang-format on */
 
 /* Parses option opt into flags when it is one of the FDY_CLI_OPT_* values
@@ -173,6 +177,16 @@ fdy_status fdy_cli_session_flag(int opt, const char *arg,
 /* The help lines of --weight-budget, --buffers, --prefill-rows and
  * --graphs and --pack-streamed. */
 void fdy_cli_session_flags_help(FILE *out);
+
+/* The checkpoint in model_dir against flags->manifest, before any work:
+ * when flags->manifest is set or actual is not NULL, hashes the directory
+ * (fdy_manifest_of_dir; into *actual, which the caller then frees with
+ * fdy_manifest_free); when flags->manifest is set, reads it and refuses a
+ * directory whose files differ (FDY_ERR_CHECKSUM naming the file and both
+ * hashes: fdy_manifest_check). Nothing is done when neither is asked. */
+fdy_status fdy_cli_check_manifest(const fdy_cli_session_flags *flags,
+                                  const char *model_dir, fdy_manifest *actual,
+                                  fdy_error *err);
 
 /* The session options of flags on backend (all_logits and collect_timings
  * off). */

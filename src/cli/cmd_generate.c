@@ -581,12 +581,14 @@ static int generate_file(const batch_args *a, fdy_cli_session_flags flags) {
   fdy_llama_batch_generation gen = {0};
   char **lines = NULL;
   int32_t stop[FDY_TOKENIZER_MAX_STOP];
+  fdy_status st = fdy_cli_check_manifest(&flags, a->model_dir, NULL, &err);
   /* the model directory's tokenizer when it has one; an explicit one must
    * open */
-  fdy_status st =
-      fdy_cli_open_tokenizer(a->model_dir, a->tokenizer_path, &tok, &err);
-  if (st == FDY_ERR_NOT_FOUND && !a->tokenizer_path) {
-    st = FDY_OK;
+  if (st == FDY_OK) {
+    st = fdy_cli_open_tokenizer(a->model_dir, a->tokenizer_path, &tok, &err);
+    if (st == FDY_ERR_NOT_FOUND && !a->tokenizer_path) {
+      st = FDY_OK;
+    }
   }
   if (st == FDY_OK) {
     st = fdy_llama_open(a->model_dir, &model, &err);
@@ -857,8 +859,9 @@ int fdy_cmd_generate(int argc, char **argv) {
   int32_t stop[FDY_TOKENIZER_MAX_STOP];
   fdy_llama_generate_options generate_options = {
       .max_tokens = (uint32_t)max_tokens, .ignore_eos = ignore_eos};
-  if (!prompt_text &&
-      fdy_cli_open_tokenizer(model_dir, tokenizer_path, &tok, &err) != FDY_OK) {
+  if (fdy_cli_check_manifest(&session_flags, model_dir, NULL, &err) != FDY_OK ||
+      (!prompt_text && fdy_cli_open_tokenizer(model_dir, tokenizer_path, &tok,
+                                              &err) != FDY_OK)) {
     code = fdy_cli_fail(&err);
     goto cleanup;
   }

@@ -214,7 +214,11 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
   fdy_backend *engine = NULL;
   int32_t *prompt = NULL;
   uint32_t prompt_count = 0;
-  if ((prompt_file &&
+  /* every report records the checkpoint's files */
+  fdy_manifest checkpoint = {0};
+  if (fdy_cli_check_manifest(&session_flags, model_dir, &checkpoint, &err) !=
+          FDY_OK ||
+      (prompt_file &&
        fdy_cli_read_ids_file(prompt_file, "--prompt-file", false, &prompt,
                              &prompt_count, &err) != FDY_OK) ||
       fdy_llama_open(model_dir, &model, &err) != FDY_OK ||
@@ -238,6 +242,8 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
     }
   }
   o.model = model;
+  o.checkpoint = &checkpoint;
+  o.pinned_manifest = session_flags.manifest;
   o.backend = engine;
   o.prompt = prompt;
   o.prompt_count = prompt_count;
@@ -260,6 +266,7 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
   code = FDY_EXIT_OK;
 
 cleanup:
+  fdy_manifest_free(&checkpoint);
   free(prompt);
   fdy_backend_destroy(engine);
   fdy_llama_close(model);

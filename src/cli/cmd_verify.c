@@ -274,6 +274,11 @@ int fdy_cmd_verify(int argc, char **argv) {
     return fdy_cli_usage("verify", "--against must be cpu or cuda, got '%s'",
                          against);
   }
+  fdy_error pin_err;
+  if (fdy_cli_check_manifest(&session_flags, model_dir, NULL, &pin_err) !=
+      FDY_OK) {
+    return fdy_cli_fail(&pin_err);
+  }
   if (against) {
     against_run r = {.model_dir = model_dir,
                      .against = against,

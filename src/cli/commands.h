@@ -15,6 +15,9 @@ void fdy_cmd_bench_help(FILE *out);
 int fdy_cmd_inspect(int argc, char **argv);
 void fdy_cmd_inspect_help(FILE *out);
 
+int fdy_cmd_manifest(int argc, char **argv);
+void fdy_cmd_manifest_help(FILE *out);
+
 int fdy_cmd_make_model(int argc, char **argv);
 void fdy_cmd_make_model_help(FILE *out);
 

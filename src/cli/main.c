@@ -24,6 +24,8 @@ static const command_entry commands[] = {
      fdy_cmd_plan_help},
     {"inspect", "summarize a Llama MLX 4-bit checkpoint", fdy_cmd_inspect,
      fdy_cmd_inspect_help},
+    {"manifest", "the SHA-256 of every file of a checkpoint", fdy_cmd_manifest,
+     fdy_cmd_manifest_help},
     {"generate", "greedy Llama generation from a prompt", fdy_cmd_generate,
      fdy_cmd_generate_help},
     {"chat", "talk with a Llama 3 Instruct checkpoint", fdy_cmd_chat,
