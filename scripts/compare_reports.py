@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Prints foundry.infer.report files side by side (foundry infer-bench,
-scripts/torch_baseline.py), each column after the first with the ratio of
+scripts/torch_baseline.py, scripts/mlx_baseline.py), each column after the first with the ratio of
 the first report to it (first / this: for a time above 1 means the first
 report is slower, for a rate that it is faster). Says whether the reports
 ran the same protocol, batch, shapes and prompt ids (a difference is
@@ -116,8 +116,9 @@ def title(r):
 def versions(r):
     if get(r, ("build", "git_commit")):
         return str(get(r, ("build", "git_commit")))[:12]
-    parts = ["%s %s" % (k, get(r, ("build", k)))
-             for k in ("torch", "transformers", "accelerate") if get(r, ("build", k))]
+    parts = ["%s %s" % (k.replace("_", "-"), get(r, ("build", k)))
+             for k in ("torch", "transformers", "accelerate", "mlx", "mlx_lm")
+             if get(r, ("build", k))]
     return ", ".join(parts)
 
 

@@ -46,26 +46,51 @@ id), and where a fixture tests plain rope, applying llama3 scaling instead
 would change the prompt logits by at least MIN_SENSITIVITY (so the fixture
 can tell the two apart at the 1e-4 CPU tolerance).
 
+With --engine mlx the expected outputs come from MLX's own forward pass
+instead (mlx-lm loads the checkpoint unchanged, scripts/mlx_baseline.py's
+loader): the model cast to float32 (the packed words stay; every F16 or
+BF16 scale, bias and norm converts exactly), the prompt in one pass with a
+KV cache (logits of every position), then one pass per greedy id, the
+rows read back as float32, argmax with the lowest id on ties. The fixture
+directory then also holds reference.txt: the MLX and mlx-lm versions, the
+dtype and the command. --dtype native keeps the checkpoint's dtype (what
+mlx-lm runs: float16 activations for F16 scales), which only a half-precision
+tolerance accepts (about 2e-2 relative error).
+
 usage:
-  make_reference_fixture.py OUT_DIR [NAME...]
+  make_reference_fixture.py [--engine python|mlx] OUT_DIR [NAME...]
       writes OUT_DIR/NAME/model/{config.json, model.safetensors,
       model.safetensors.index.json} and OUT_DIR/NAME/expected.safetensors
-      for the named fixtures (default: all); refuses to overwrite.
-  make_reference_fixture.py --check FIXTURE_DIR
+      for the named fixtures (default: every fixture of the engine: the
+      python engine's llama3-micro-untied-g32 and llama3-micro-mha-g128,
+      the mlx engine's llama3-micro-mlx); refuses to overwrite.
+  make_reference_fixture.py --engine mlx --model DIR --out FILE
+      [--seed S] [--prompt-tokens T] [--greedy-tokens N] [--dtype D]
+      writes FILE (expected.safetensors) for any checkpoint DIR from MLX:
+      T prompt ids (32) by infer-bench's prompt rule from S (0), N greedy
+      ids (8), dtype float32 (or native, float16, bfloat16); prints the
+      smallest top-2 margin of the greedy rows; refuses to overwrite.
+  make_reference_fixture.py [--engine python|mlx] --check FIXTURE_DIR
       recomputes FIXTURE_DIR/expected.safetensors (for example the shared
-      transformers reference of tests/data/llama3-micro) from
-      FIXTURE_DIR/model and prints the relative errors and greedy agreement;
-      exit 1 when the logits differ by more than 1e-5 or an id disagrees.
+      transformers reference of tests/data/llama3-micro, or an MLX-made
+      one) from FIXTURE_DIR/model with the engine (python: the float64
+      reference, mlx: MLX in float32) and prints the relative errors and
+      greedy agreement; exit 1 when the logits differ by more than 1e-5
+      or an id disagrees.
 
-Standard library only; about a minute for both fixtures. The committed
-fixtures are this script's output: tests never run it.
+The python engine is standard library only; about a minute for both its
+fixtures. The mlx engine needs mlx and mlx-lm (pip install mlx mlx-lm; on
+Linux without a GPU the CPU wheel, mlx[cpu]). The committed fixtures are
+this script's output: tests never run it to make them.
 """
 
 import json
 import math
 import operator
 import os
+import platform
 import random
+import shlex
 import struct
 import sys
 
@@ -137,7 +162,23 @@ FIXTURES = {
         "prompt_tokens": 16,
         "greedy_tokens": 8,
     },
+    # expected.safetensors from MLX (--engine mlx): the configuration of
+    # the mlx-community Llama 3.2 checkpoints (tied, llama3 rope, F16, group
+    # 64, 4:1 grouped queries) on the small shapes
+    "llama3-micro-mlx": {
+        "seed": 35,
+        "group_size": 64,
+        "dtype": "F16",
+        "config": {"torch_dtype": "float16"},
+        "remove": [],
+        "prompt_tokens": 24,
+        "greedy_tokens": 8,
+        "engine": "mlx",
+    },
 }
+
+ENGINES = ("python", "mlx")
+MLX_DTYPES = ("float32", "native", "float16", "bfloat16")
 
 LINEARS = [  # (name, out, in) in units of the config
     ("self_attn.q_proj", "q", "hidden"),
@@ -480,6 +521,72 @@ def relative_error(ours, ref):
     return math.sqrt(num) / math.sqrt(den)
 
 
+# ---- the MLX engine ------------------------------------------------------------
+
+
+class MLXReference:
+    """MLX's forward pass over a checkpoint (mlx-lm's model, cast to dtype
+    unless "native"), with the interface of Reference.run."""
+
+    def __init__(self, model_dir, dtype="float32"):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import mlx_baseline
+
+        self.mx, self.model, self.config, self.dtype = mlx_baseline.load(model_dir, dtype)
+        import mlx_lm
+
+        self.versions = {"mlx": self.mx.__version__,
+                         "mlx_lm": getattr(mlx_lm, "__version__", "unknown")}
+
+    def _rows(self, ids, cache):
+        mx = self.mx
+        logits = self.model(mx.array([ids], dtype=mx.int32), cache=cache)
+        return logits[0].astype(mx.float32).tolist()
+
+    def run(self, prompt, greedy=None, count=0):
+        from mlx_lm.models.cache import make_prompt_cache
+
+        cache = make_prompt_cache(self.model)
+        logits = self._rows(prompt, cache)
+        ids, rows = [], []
+        row = logits[-1]
+        count = len(greedy) if greedy is not None else count
+        for i in range(count):
+            ids.append(argmax(row))
+            rows.append(row)
+            if i + 1 < count:
+                row = self._rows([greedy[i] if greedy is not None else ids[-1]], cache)[0]
+        return logits, ids, rows
+
+    def description(self):
+        return ("MLX %s, mlx-lm %s: mlx_lm.utils.load_model, %s, KV cache from "
+                "make_prompt_cache, teacher-forced greedy rows"
+                % (self.versions["mlx"], self.versions["mlx_lm"],
+                   "cast to float32 (set_dtype)" if self.dtype == "float32" else
+                   "activations in %s" % self.dtype))
+
+
+def reference_of(engine, model_dir, dtype="float32"):
+    if engine == "mlx":
+        try:
+            return MLXReference(model_dir, dtype)
+        except ImportError as e:
+            raise SystemExit("error: --engine mlx needs mlx and mlx-lm (pip install mlx "
+                             "mlx-lm): %s" % e)
+    return Reference(model_dir)
+
+
+def write_reference_note(path, ref, command):
+    """reference.txt beside an MLX-made expected.safetensors."""
+    with open(path, "x") as f:
+        f.write("expected.safetensors: %s\n" % ref.description())
+        f.write("mlx %s\nmlx-lm %s\ndtype %s\ndevice %s (%s %s)\npython %s\n"
+                % (ref.versions["mlx"], ref.versions["mlx_lm"], ref.dtype,
+                   ref.mx.default_device(), platform.system(), platform.machine(),
+                   sys.version.split()[0]))
+        f.write("command: %s\n" % command)
+
+
 # ---- expected.safetensors -----------------------------------------------------
 
 
@@ -520,7 +627,7 @@ def read_expected(path):
 # ---- commands -------------------------------------------------------------------
 
 
-def make_fixture(out_root, name):
+def make_fixture(out_root, name, engine="python", command=None):
     spec = FIXTURES[name]
     config = make_config(spec)
     root = os.path.join(out_root, name)
@@ -530,7 +637,7 @@ def make_fixture(out_root, name):
     write_checkpoint(model_dir, spec, config)
     rng = random.Random("%d:prompt" % spec["seed"])
     prompt = [rng.randrange(config["vocab_size"]) for _ in range(spec["prompt_tokens"])]
-    ref = Reference(model_dir)
+    ref = reference_of(engine, model_dir)
     logits, greedy, greedy_logits = ref.run(prompt, count=spec["greedy_tokens"])
     margin = min(top2_margin(row) for row in greedy_logits)
     if margin < MIN_MARGIN:
@@ -544,44 +651,109 @@ def make_fixture(out_root, name):
             raise SystemExit("error: %s: llama3 rope scaling changes the logits "
                              "by only %.3g" % (name, change))
         report += ", llama3 scaling would change the logits by %.3g" % change
+    if engine == "mlx":
+        # the independent float64 reference on the same prompt and ids
+        ours, ids, rows = Reference(model_dir).run(prompt, greedy=greedy)
+        report += (", float64 reference: logits %.3g, greedy logits %.3g relative error, "
+                   "greedy ids %s" % (relative_error(ours, logits),
+                                      relative_error(rows, greedy_logits),
+                                      "equal" if ids == greedy else "DIFFERENT %s" % ids))
+        description = "scripts/make_reference_fixture.py --engine mlx: " + ref.description()
+        write_reference_note(os.path.join(root, "reference.txt"), ref, command)
+    else:
+        description = ("scripts/make_reference_fixture.py: pure-Python float64 forward "
+                       "pass on the dequantized weights")
     write_expected(os.path.join(root, "expected.safetensors"), prompt, logits,
-                   greedy, greedy_logits,
-                   {"reference": "scripts/make_reference_fixture.py: pure-Python "
-                    "float64 forward pass on the dequantized weights",
-                    "fixture": name})
+                   greedy, greedy_logits, {"reference": description, "fixture": name})
     print(report)
 
 
-def check_fixture(fixture_dir):
+def make_expected(model_dir, out, seed, prompt_tokens, greedy_tokens, dtype, command):
+    """expected.safetensors for any checkpoint from MLX (--model, --out)."""
+    import peer_common
+
+    if os.path.exists(out):
+        raise SystemExit("error: %s already exists; refusing to overwrite" % out)
+    ref = reference_of("mlx", model_dir, dtype)
+    prompt = peer_common.prompt_ids(ref.config, seed, prompt_tokens)
+    logits, greedy, greedy_logits = ref.run(prompt, count=greedy_tokens)
+    write_expected(out, prompt, logits, greedy, greedy_logits,
+                   {"reference": "scripts/make_reference_fixture.py --engine mlx: "
+                    + ref.description(), "model": model_dir, "seed": str(seed),
+                    "command": command})
+    print("%s: %d prompt ids (seed %d), greedy %s, smallest top-2 margin %.3g"
+          % (out, len(prompt), seed, greedy,
+             min(top2_margin(row) for row in greedy_logits)))
+    return 0
+
+
+def check_fixture(fixture_dir, engine="python"):
     prompt, logits, greedy, greedy_logits = read_expected(
         os.path.join(fixture_dir, "expected.safetensors"))
-    ref = Reference(os.path.join(fixture_dir, "model"))
+    ref = reference_of(engine, os.path.join(fixture_dir, "model"))
     ours, ids, rows = ref.run(prompt, greedy=greedy)
     agree = 0
     while agree < len(greedy) and ids[agree] == greedy[agree]:
         agree += 1
     e_logits = relative_error(ours, logits)
     e_greedy = relative_error(rows, greedy_logits)
-    print("%s: logits relative error %.3e, greedy logits %.3e, greedy agreement %d/%d"
-          % (fixture_dir, e_logits, e_greedy, agree, len(greedy)))
+    print("%s: %s engine: logits relative error %.3e, greedy logits %.3e, greedy "
+          "agreement %d/%d" % (fixture_dir, engine, e_logits, e_greedy, agree, len(greedy)))
     ok = e_logits <= CHECK_TOLERANCE and e_greedy <= CHECK_TOLERANCE and agree == len(greedy)
     return 0 if ok else 1
 
 
+def usage():
+    print(__doc__.split("usage:")[1].split("The python engine")[0], file=sys.stderr)
+    return 2
+
+
 def main(argv):
-    if len(argv) == 2 and argv[0] == "--check":
-        return check_fixture(argv[1])
-    if not argv or argv[0].startswith("-"):
-        print(__doc__.split("usage:")[1].split("Standard library")[0], file=sys.stderr)
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="make_reference_fixture.py", add_help=False)
+    ap.add_argument("--engine", choices=ENGINES, default="python")
+    ap.add_argument("--check", metavar="FIXTURE_DIR")
+    ap.add_argument("--model")
+    ap.add_argument("--out")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--prompt-tokens", type=int, default=32)
+    ap.add_argument("--greedy-tokens", type=int, default=8)
+    ap.add_argument("--dtype", choices=MLX_DTYPES, default="float32")
+    ap.add_argument("rest", nargs="*")
+    args, unknown = ap.parse_known_args(argv)
+    if unknown or not argv:
+        return usage()
+    if args.dtype != "float32" and not args.model:
+        print("error: --dtype applies to --model (fixtures are made in float32)",
+              file=sys.stderr)
         return 2
-    names = argv[1:] or sorted(FIXTURES)
+    command = " ".join(shlex.quote(a) for a in ["scripts/make_reference_fixture.py"] + argv)
+    if args.check:
+        if args.rest or args.model or args.out:
+            return usage()
+        return check_fixture(args.check, args.engine)
+    if args.model or args.out:
+        if not (args.model and args.out) or args.rest or args.engine != "mlx":
+            print("error: --model and --out go together, with --engine mlx", file=sys.stderr)
+            return 2
+        if args.seed < 0 or args.prompt_tokens < 1 or args.greedy_tokens < 1:
+            print("error: --seed must be non-negative, --prompt-tokens and --greedy-tokens "
+                  "positive", file=sys.stderr)
+            return 2
+        return make_expected(args.model, args.out, args.seed, args.prompt_tokens,
+                             args.greedy_tokens, args.dtype, command)
+    if not args.rest:
+        return usage()
+    names = args.rest[1:] or sorted(n for n, spec in FIXTURES.items()
+                                    if spec.get("engine", "python") == args.engine)
     unknown = [n for n in names if n not in FIXTURES]
     if unknown:
         print("error: unknown fixture %s (known: %s)" % (", ".join(unknown),
               ", ".join(sorted(FIXTURES))), file=sys.stderr)
         return 2
     for name in names:
-        make_fixture(argv[0], name)
+        make_fixture(args.rest[0], name, args.engine, command)
     return 0
 
 

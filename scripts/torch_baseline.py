@@ -64,26 +64,23 @@ exit: 0 success, 1 failure (model, an existing report, a run that fails),
 import argparse
 import json
 import os
-import platform
 import re
 import struct
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_summary  # noqa: E402  (SplitMix64 and the statistics)
+import bench_summary  # noqa: E402  (the median of the ceilings)
+# the protocol, the prompt rule, the statistics and the report (shared with
+# scripts/mlx_baseline.py); prompt_ids and batch_prompts stay importable from
+# here (the tests check the prompt rule through this module)
+from peer_common import (Failure, Refused, add_protocol_arguments,  # noqa: E402
+                         check_protocol_arguments, execution_record, finish_executions,
+                         new_report, print_deviations, print_summary, protocol_of,
+                         resolve_prompts, write_report)
+from peer_common import batch_prompts, prompt_ids, special_ids  # noqa: E402,F401
 
-PROMPT_STREAM = 2 << 32
-PROMPT_TOKENS = 512
-GEN_TOKENS = 128
-WARMUP = 2
-ITERATIONS = 10
-PROTOCOL = "token-ids-512x128-v1"
-RESAMPLES = 10000
 CEILING_BYTES = 512 << 20
-MAX_BATCH = 1024  # FDY_LLAMA_MAX_SEQUENCES
-REPORT_VERSION = 3  # FDY_INFER_REPORT_VERSION: the fields of --batch
-SEED_MASK = (1 << 64) - 1
 UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
 
 
@@ -98,37 +95,6 @@ def parse_bytes(text):
     if value == 0 or value >= 1 << 64:
         raise ValueError("%r is not a positive 64-bit size" % text)
     return value
-
-
-# ---- the prompt -------------------------------------------------------------
-
-
-def special_ids(config):
-    eos = config.get("eos_token_id")
-    ids = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
-    if config.get("bos_token_id") is not None:
-        ids.add(config["bos_token_id"])
-    return ids
-
-
-def batch_prompts(config, seed, count, batch, first=None):
-    """The prompts of a batch: sequence k's from seed + k (mod 2^64), or
-    sequence 0's given as first (a report's prompt_ids)."""
-    return [first if k == 0 and first is not None else
-            prompt_ids(config, (seed + k) & SEED_MASK, count) for k in range(batch)]
-
-
-def prompt_ids(config, seed, count):
-    """The infer-bench prompt of `count` ids from seed."""
-    g = bench_summary.SplitMix64(bench_summary.stream_seed(seed, PROMPT_STREAM))
-    special = special_ids(config)
-    vocab = config["vocab_size"]
-    out = []
-    while len(out) < count:
-        i = g.next() % vocab
-        if i not in special:
-            out.append(i)
-    return out
 
 
 # ---- the checkpoint ---------------------------------------------------------
@@ -462,19 +428,7 @@ def parse_args(argv):
     """The options, after every usage check (argparse exits 2 on an error)."""
     ap = argparse.ArgumentParser(prog="torch_baseline.py",
                                  description=__doc__.split("\n")[0])
-    ap.add_argument("--model", required=True, help="MLX 4-bit Llama checkpoint")
-    ap.add_argument("--report", required=True, help="the JSON report (never overwritten)")
-    ap.add_argument("--prompt-from", metavar="REPORT",
-                    help="an infer-bench report: its prompt ids, seed and generated count")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--prompt-tokens", type=int, help="seeded prompt ids (%d)" % PROMPT_TOKENS)
-    ap.add_argument("--gen-tokens", type=int,
-                    help="ids generated per execution (%d, or the report's)" % GEN_TOKENS)
-    ap.add_argument("--batch", type=int,
-                    help="sequences decoded together, 1 to %d (1, or the report's); "
-                         "sequence k's prompt from seed + k" % MAX_BATCH)
-    ap.add_argument("--warmup", type=int, default=WARMUP)
-    ap.add_argument("--iterations", type=int, default=ITERATIONS)
+    add_protocol_arguments(ap)
     ap.add_argument("--mode", choices=("compile", "eager"),
                     help="torch.compile the decode pass or not (compile; eager with "
                          "--offload-budget)")
@@ -485,17 +439,7 @@ def parse_args(argv):
     ap.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16",
                     help="weights and activations (float32 only to test the script)")
     args = ap.parse_args(argv)
-    if args.seed < 0:
-        ap.error("--seed must be non-negative")
-    for name in ("prompt_tokens", "gen_tokens", "iterations"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            ap.error("--%s must be positive" % name.replace("_", "-"))
-    if args.warmup < 0:
-        ap.error("--warmup must not be negative")
-    if args.batch is not None and not 1 <= args.batch <= MAX_BATCH:
-        ap.error("--batch must be from 1 to %d" % MAX_BATCH)
-    if args.prompt_from and args.prompt_tokens is not None:
-        ap.error("--prompt-from gives the prompt: --prompt-tokens does not apply")
+    check_protocol_arguments(ap, args)
     args.budget = None
     if args.offload_budget is not None:
         try:
@@ -509,62 +453,6 @@ def parse_args(argv):
     if args.mode is None:
         args.mode = "eager" if args.budget else "compile"
     return args
-
-
-class Failure(Exception):
-    """A failed run: the stage (setup, compile, executions, statistics) and
-    why."""
-
-    def __init__(self, stage, message):
-        super().__init__(message)
-        self.stage = stage
-
-
-def deviations(protocol):
-    """The ways protocol differs from token-ids-512x128-v1."""
-    out = []
-    for key, want in (("prompt_tokens", PROMPT_TOKENS), ("gen_tokens", GEN_TOKENS),
-                      ("warmup", WARMUP), ("iterations", ITERATIONS)):
-        if protocol[key] != want:
-            out.append("%s %d (protocol %d)" % (key, protocol[key], want))
-    return out
-
-
-def step_statistics(measured):
-    """p50, p99 (bench_summary's interpolated percentiles), mean and count of
-    the decode steps of the measured executions, or None without steps."""
-    steps = [t for r in measured for t in r["decode_step_seconds"]]
-    if not steps:
-        return None
-    mean = bench_summary.mean(steps)
-    steps.sort()
-    return {"p50": bench_summary.percentile_sorted(steps, 0.50),
-            "p99": bench_summary.percentile_sorted(steps, 0.99),
-            "mean": mean, "count": len(steps)}
-
-
-def statistics(runs, prompt_tokens, batch, seed):
-    measured = [r for r in runs if r["measured"]]
-    totals = [r["total_seconds"] for r in measured]
-    low, high = bench_summary.bootstrap(totals, bench_summary.median, RESAMPLES,
-                                        bench_summary.stream_seed(seed, 0))
-    prefill = bench_summary.median([r["prefill_seconds"] for r in measured])
-    return {
-        "end_to_end": {"median_seconds": bench_summary.median(totals),
-                       "median_ci_low_seconds": low, "median_ci_high_seconds": high,
-                       "mean_seconds": bench_summary.mean(totals),
-                       "stddev_seconds": bench_summary.stddev(totals),
-                       "min_seconds": min(totals), "max_seconds": max(totals)},
-        "prefill_median_seconds": prefill,
-        "prefill_tokens_per_second": batch * prompt_tokens / prefill,
-        "time_to_first_token_seconds": prefill,
-        "decode_median_seconds": bench_summary.median([r["decode_seconds"] for r in measured]),
-        "decode_tokens_per_second": bench_summary.median(
-            [r["decode_tokens_per_second"] for r in measured]),
-        "aggregate_decode_tokens_per_second": bench_summary.median(
-            [r["aggregate_decode_tokens_per_second"] for r in measured]),
-        "decode_step_seconds": step_statistics(measured),
-    }
 
 
 def run(args, report):
@@ -593,15 +481,11 @@ def run(args, report):
         raise Failure("setup", "model %s: %s" % (args.model, e))
     proto = report["protocol"]
     batch = proto["batch"]
-    if args.prompt_from:
-        prompt = proto["prompt_ids"]
-        if not all(isinstance(i, int) and 0 <= i < config.vocab_size for i in prompt):
-            raise Failure("setup", "%s: prompt ids outside the vocabulary of %d"
-                          % (args.prompt_from, config.vocab_size))
-    else:
-        prompt = prompt_ids(raw, args.seed, proto["prompt_tokens"])
-        proto["prompt_ids"] = prompt
-    prompts = batch_prompts(raw, int(proto["seed"]), len(prompt), batch, first=prompt)
+    try:
+        prompts = resolve_prompts(proto, raw, args.prompt_from)
+    except ValueError as e:
+        raise Failure("setup", str(e))
+    prompt = prompts[0]
     wbytes = decode_weight_bytes(model, config)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     peer = report["peer"]
@@ -657,24 +541,15 @@ def run(args, report):
                 total, prefill, decode, steps, gen = execution(generator, ids, out, clock)
             except Exception as e:
                 raise Failure("executions", "execution %d: %s: %s" % (i + 1, type(e).__name__, e))
-            tps = len(steps) / decode if steps and decode > 0 else 0.0
-            runs.append(dict(measured=i >= args.warmup, total_seconds=total,
-                             prefill_seconds=prefill, decode_seconds=decode,
-                             decode_tokens_per_second=tps,
-                             aggregate_decode_tokens_per_second=batch * tps,
-                             decode_step_seconds=steps))
+            runs.append(execution_record(i >= args.warmup, total, prefill, decode, steps,
+                                         batch))
             if first is None:
                 first = gen
             same = same and gen == first
             print("torch-baseline: %s %d: %.4f s" % ("warmup" if i < args.warmup else "execution",
                                                      i + 1, total), file=sys.stderr)
-    report["executions"] = runs
-    report["generated_ids"] = first[0]
-    report["generated_ids_by_sequence"] = first
-    report["ids_identical_across_executions"] = same
-    stats = statistics(runs, len(prompt), batch, int(proto["seed"]))
-    report["statistics"] = stats
-    tps = stats["decode_tokens_per_second"]
+    finish_executions(report, runs, first, same)
+    tps = report["statistics"]["decode_tokens_per_second"]
     ceiling = d2d_ceiling(args.device) if cuda else None
     achieved = wbytes * tps
     props = torch.cuda.get_device_properties(0) if cuda else None
@@ -722,103 +597,39 @@ def run(args, report):
 
 def main(argv):
     args = parse_args(argv)
-    if os.path.exists(args.report):
-        print("torch_baseline.py: error: %s exists; reports are never overwritten"
-              % args.report, file=sys.stderr)
+    execution = ("StaticCache (batch rows) reset + one eager prefill forward of the batch's "
+                 "prompts (LM head on the last position) + gen_tokens - 1 forwards of one "
+                 "token per sequence (%s), argmaxes on the device fed back without host "
+                 "synchronization, a CUDA event after each; setup%s outside"
+                 % ("torch.compile reduce-overhead: CUDA graphs" if args.mode == "compile"
+                    else "eager", " and the compile execution" if args.mode == "compile"
+                    else ""))
+    try:
+        protocol = protocol_of(args, execution)
+    except Refused as e:
+        print("torch_baseline.py: error: %s" % e, file=sys.stderr)
         return 1
-    seed, source, gen = args.seed, "seed", args.gen_tokens or GEN_TOKENS
-    prompt, prompt_tokens = None, args.prompt_tokens or PROMPT_TOKENS
-    batch = args.batch or 1
-    if args.prompt_from:
-        try:
-            with open(args.prompt_from) as f:
-                given = json.load(f)["protocol"]
-            prompt, seed = list(given["prompt_ids"]), int(given["seed"])
-            gen = args.gen_tokens or int(given["gen_tokens"])
-            batch = args.batch or int(given.get("batch") or 1)
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            print("torch_baseline.py: error: %s is not an infer-bench report: %s"
-                  % (args.prompt_from, e), file=sys.stderr)
-            return 1
-        if not prompt:
-            print("torch_baseline.py: error: %s has no prompt ids" % args.prompt_from,
-                  file=sys.stderr)
-            return 1
-        source, prompt_tokens = "report", len(prompt)
-        if not 1 <= batch <= MAX_BATCH:
-            print("torch_baseline.py: error: %s: batch %d is not 1 to %d"
-                  % (args.prompt_from, batch, MAX_BATCH), file=sys.stderr)
-            return 1
-        if batch > 1 and given.get("prompt_source") == "file":
-            print("torch_baseline.py: error: %s: a prompt file gives one prompt: no batch "
-                  "of %d" % (args.prompt_from, batch), file=sys.stderr)
-            return 1
-    protocol = {
-        "name": PROTOCOL if (prompt_tokens, gen) == (PROMPT_TOKENS, GEN_TOKENS) else "custom",
-        "prompt_source": source, "prompt_file": args.prompt_from, "seed": str(seed),
-        "prompt_tokens": prompt_tokens, "gen_tokens": gen, "batch": batch, "ignore_eos": True,
-        "warmup": args.warmup, "iterations": args.iterations,
-        "bootstrap_resamples": RESAMPLES, "context": prompt_tokens + gen,
-        "prompt_ids": prompt,
-        "sequence_prompts": "sequence k (0 to batch - 1): the prompt rule from seed + k "
-                            "(mod 2^64); prompt_ids are sequence 0's",
-        "execution": "StaticCache (batch rows) reset + one eager prefill forward of the batch's "
-                     "prompts (LM head on the last position) + gen_tokens - 1 forwards of one "
-                     "token per sequence (%s), argmaxes on the device fed back without host "
-                     "synchronization, a CUDA event after each; setup%s outside"
-                     % ("torch.compile reduce-overhead: CUDA graphs" if args.mode == "compile"
-                        else "eager", " and the compile execution" if args.mode == "compile"
-                        else ""),
-    }
-    protocol["deviations"] = deviations(protocol)
     mode = args.mode + ("-offload" if args.budget else "")
-    report = {
-        "format": "foundry.infer.report", "version": REPORT_VERSION, "status": "failed",
-        "error": None,
-        "implementation": "transformers",
-        "backend": "transformers-%s-%s" % ("bf16" if args.dtype == "bfloat16" else "f32", mode),
-        "build": {"python": platform.python_version()},
-        "environment": {"started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                        "backend": args.device, "threads": None, "device": None,
-                        "host": {"cpu_count": os.cpu_count(), "machine": platform.machine()}},
-        "invocation": {"program": "torch_baseline.py", "argv": sys.argv},
-        "model": {"path": args.model},
-        "protocol": protocol,
-        "peer": {"mode": args.mode, "dtype": args.dtype, "attention": "sdpa",
-                 "cache": "transformers StaticCache",
-                 "compile": {"target": "decode forward + argmax", "mode": "reduce-overhead",
-                             "fullgraph": True, "seconds": None}
-                 if args.mode == "compile" else None,
-                 "offload": None},
-        "setup_seconds": None, "memory": None, "weights": None, "bandwidth": None,
-        "streaming": None, "executions": [], "statistics": None, "generated_ids": None,
-        "generated_ids_by_sequence": None, "ids_identical_across_executions": None,
-    }
+    report = new_report(
+        "transformers", "transformers-%s-%s" % ("bf16" if args.dtype == "bfloat16" else "f32",
+                                                mode),
+        "torch_baseline.py", args.device, args.model, protocol,
+        {"mode": args.mode, "dtype": args.dtype, "attention": "sdpa",
+         "cache": "transformers StaticCache",
+         "compile": {"target": "decode forward + argmax", "mode": "reduce-overhead",
+                     "fullgraph": True, "seconds": None}
+         if args.mode == "compile" else None,
+         "offload": None})
     try:
         run(args, report)
     except Failure as e:
         report["error"] = {"stage": e.stage, "message": str(e)}
         print("torch_baseline.py: error: %s: %s" % (e.stage, e), file=sys.stderr)
-    with open(args.report, "x") as f:
-        json.dump(report, f, indent=1)
+    write_report(args.report, report)
     if report["status"] != "ok":
         print("report: %s (failed)" % args.report)
         return 1
-    s, b = report["statistics"], report["bandwidth"]
-    e2e = s["end_to_end"]
-    ceiling = b["d2d"]["bytes_per_second"] if b["d2d"] else None
-    print("transformers %s %s: end to end median %.4f s (95%% CI %.4f .. %.4f), prefill "
-          "%.4f s (%.0f tokens/s), decode %.1f tokens/s, %.1f GB/s (device copy %s GB/s)"
-          % (args.dtype, mode, e2e["median_seconds"], e2e["median_ci_low_seconds"],
-             e2e["median_ci_high_seconds"], s["prefill_median_seconds"],
-             s["prefill_tokens_per_second"], s["decode_tokens_per_second"],
-             b["achieved_bytes_per_second"] * 1e-9,
-             "%.1f" % (ceiling * 1e-9) if ceiling else "not measured"))
-    steps = s["decode_step_seconds"]
-    print("batch of %d: decode %.1f tokens/s aggregate%s"
-          % (protocol["batch"], s["aggregate_decode_tokens_per_second"],
-             "; decode step p50 %.3f ms, p99 %.3f ms" % (steps["p50"] * 1e3, steps["p99"] * 1e3)
-             if steps else ""))
+    print_summary(report, "transformers %s %s" % (args.dtype, mode))
     if report["streaming"]:
         print("streamed: %.1f tokens/s aggregate bound (pinned host-to-device / bytes copied "
               "per step)" % report["streaming"]["aggregate_decode_tokens_per_second_bound"])
@@ -833,8 +644,7 @@ def main(argv):
                  off["weights_resident_bytes"] * 1e-9, off["streamed_bytes_per_token"] * 1e-9,
                  off["h2d_pinned_bytes_per_second"] * 1e-9,
                  off["h2d_pageable_bytes_per_second"] * 1e-9))
-    if protocol["deviations"]:
-        print("not the %s protocol: %s" % (PROTOCOL, ", ".join(protocol["deviations"])))
+    print_deviations(report)
     print("report: %s" % args.report)
     return 0
 

@@ -1,6 +1,6 @@
 #!/bin/sh
 # End-to-end tests of `foundry generate` and `foundry verify` on the
-# llama3-micro fixture, and `foundry verify` on llama3-tiny and the two
+# llama3-micro fixture, and `foundry verify` on llama3-tiny and the three
 # generated variants (tests/data/README.md): exit codes (0 ok, 1 failure,
 # 2 usage) and the key facts of the output (generated ids, agreement, the
 # same results with weights streamed through any budget and buffer count,
@@ -110,9 +110,10 @@ expect_cmd 1 "verify with a FIFO as the reference" timeout 20 "$foundry" \
 contains "$err" "not a regular file"
 
 # the tiny fixture and the generated variants (untied, plain rope, BF16,
-# group 32; one kv head per head, group 128), each against its reference
+# group 32; one kv head per head, group 128; expected outputs from MLX),
+# each against its reference
 for fixture in llama3-tiny:24 llama3-micro-untied-g32:8 \
-  llama3-micro-mha-g128:8; do
+  llama3-micro-mha-g128:8 llama3-micro-mlx:8; do
   name=${fixture%:*}
   expect 0 verify --model "$data/$name/model" \
     --reference "$data/$name/expected.safetensors" --tolerance 1e-4
