@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Prints foundry.infer.report files side by side (foundry infer-bench,
-scripts/torch_baseline.py, scripts/mlx_baseline.py), each column after the first with the ratio of
-the first report to it (first / this: for a time above 1 means the first
-report is slower, for a rate that it is faster). Says whether the reports
-ran the same protocol, batch, shapes and prompt ids (a difference is
-flagged MISMATCH and the ratios are not a comparison) and for how many
-leading ids the generated ids agree, for each sequence of a batch (version
-3: `--batch`; the reports of versions 1 and 2 are batches of one).
+scripts/torch_baseline.py, scripts/mlx_baseline.py), each column after
+the first with the ratio of the first report to it (first / this: for a
+time above 1 means the first report is slower, for a rate that it is
+faster). Says whether the reports ran the same protocol, batch, shapes,
+prompt ids and (where both record them) checkpoint file hashes (a
+difference is flagged MISMATCH and the ratios are not a comparison) and
+for how many leading ids the generated ids agree, for each sequence of a
+batch (version 3: `--batch`; the reports of versions 1 and 2 are batches
+of one).
 
 usage: compare_reports.py REPORT REPORT...
 exit: 0 printed (mismatches included), 1 a file that is not a successful
@@ -164,6 +166,15 @@ def mismatches(reports):
             out.append("MISMATCH: seed: report 1 %s, report %d %s (the prompts of "
                        "sequences 1 and later)" % (get(reports[0], ("protocol", "seed")), i,
                                                    get(r, ("protocol", "seed"))))
+        files = [get(x, ("model", "checkpoint", "files")) for x in (reports[0], r)]
+        if all(isinstance(f, list) for f in files):
+            # every report since issue #35 records the checkpoint's SHA-256s
+            a, b = ({e.get("name"): e.get("sha256") for e in f if isinstance(e, dict)}
+                    for f in files)
+            differ = sorted(n for n in set(a) | set(b) if a.get(n) != b.get(n))
+            if differ:
+                out.append("MISMATCH: checkpoint files of report %d differ from report 1's: %s"
+                           % (i, ", ".join(differ)))
     for i, r in enumerate(reports, 1):
         if get(r, ("protocol", "deviations")):
             out.append("note: report %d is not the whole protocol: %s"

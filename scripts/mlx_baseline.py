@@ -54,9 +54,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from peer_common import (Failure, Refused, add_protocol_arguments,  # noqa: E402
-                         check_protocol_arguments, execution_record, finish_executions,
-                         new_report, print_deviations, print_summary, protocol_of,
-                         resolve_prompts, write_report)
+                         check_protocol_arguments, checkpoint_record, execution_record,
+                         finish_executions, new_report, print_deviations, print_summary,
+                         protocol_of, resolve_prompts, write_report)
 
 DTYPES = ("native", "float16", "bfloat16", "float32")
 SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
@@ -176,6 +176,10 @@ def run(args, report):
     else:
         mx.set_default_device(mx.cpu)
 
+    try:
+        report["model"]["checkpoint"] = checkpoint_record(args.model)
+    except OSError as e:
+        raise Failure("setup", "model %s: %s" % (args.model, e))
     t_setup = time.perf_counter()
     try:
         mx, model, raw, dtype = load(args.model, args.dtype)

@@ -10,6 +10,7 @@ again while it is the BOS id or an EOS id; sequence k of a batch from
 seed + k (mod 2^64). Standard library only: a peer imports its framework
 itself, after the usage checks.
 """
+import hashlib
 import json
 import os
 import platform
@@ -204,6 +205,27 @@ def new_report(implementation, backend, program, environment_backend, model, pro
         "streaming": None, "executions": [], "statistics": None, "generated_ids": None,
         "generated_ids_by_sequence": None, "ids_identical_across_executions": None,
     }
+
+
+def checkpoint_record(model_dir):
+    """model.checkpoint of a report, as infer-bench records it: every file
+    of the checkpoint directory (regular files, symbolic links followed,
+    names not starting with ".", subdirectories not entered; names in byte
+    order) with its bytes and SHA-256, the seconds hashing took (outside
+    the timings) and no manifest. Raises OSError."""
+    t0 = time.perf_counter()
+    files = []
+    for name in sorted(os.listdir(model_dir), key=os.fsencode):
+        path = os.path.join(model_dir, name)
+        if name.startswith(".") or not os.path.isfile(path):
+            continue
+        h, size = hashlib.sha256(), 0
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+                size += len(chunk)
+        files.append({"name": name, "bytes": size, "sha256": h.hexdigest()})
+    return {"files": files, "hash_seconds": time.perf_counter() - t0, "manifest": None}
 
 
 def execution_record(measured, total, prefill, decode, steps, batch):

@@ -75,9 +75,9 @@ import bench_summary  # noqa: E402  (the median of the ceilings)
 # scripts/mlx_baseline.py); prompt_ids and batch_prompts stay importable from
 # here (the tests check the prompt rule through this module)
 from peer_common import (Failure, Refused, add_protocol_arguments,  # noqa: E402
-                         check_protocol_arguments, execution_record, finish_executions,
-                         new_report, print_deviations, print_summary, protocol_of,
-                         resolve_prompts, write_report)
+                         check_protocol_arguments, checkpoint_record, execution_record,
+                         finish_executions, new_report, print_deviations, print_summary,
+                         protocol_of, resolve_prompts, write_report)
 from peer_common import batch_prompts, prompt_ids, special_ids  # noqa: E402,F401
 
 CEILING_BYTES = 512 << 20
@@ -474,6 +474,10 @@ def run(args, report):
                                    "(pip install accelerate)")
         report["build"]["accelerate"] = accelerate.__version__
 
+    try:
+        report["model"]["checkpoint"] = checkpoint_record(args.model)
+    except OSError as e:
+        raise Failure("setup", "model %s: %s" % (args.model, e))
     t_setup = time.perf_counter()
     try:
         raw, config, model = build_model(args.model, args.device, dtype)

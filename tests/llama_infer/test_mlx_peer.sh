@@ -111,6 +111,12 @@ mlx["generated_ids_by_sequence"] = [mlx["generated_ids"]]
 json.dump(mlx, open(os.path.join(d, "mlx.json"), "w"))
 json.dump(dict(mlx, model=dict(r["model"], layers=3)),
           open(os.path.join(d, "mlx3.json"), "w"))
+# another checkpoint: model.safetensors' hash differs
+files = [dict(f, sha256="0" * 64) if f["name"] == "model.safetensors" else f
+         for f in r["model"]["checkpoint"]["files"]]
+json.dump(dict(mlx, model=dict(r["model"], checkpoint=dict(r["model"]["checkpoint"],
+                                                           files=files))),
+          open(os.path.join(d, "mlxck.json"), "w"))
 PY
   expect_cmd 0 "compare_reports.py, foundry and mlx" "$python" "$cmp" \
     "$work/f.json" "$work/mlx.json"
@@ -127,6 +133,10 @@ PY
   expect_cmd 0 "compare_reports.py, another shape" "$python" "$cmp" \
     "$work/f.json" "$work/mlx3.json"
   contains "$out" "MISMATCH: layers: report 1 2, report 2 3"
+  contains "$out" "comparable: no"
+  expect_cmd 0 "compare_reports.py, another checkpoint" "$python" "$cmp" \
+    "$work/f.json" "$work/mlxck.json"
+  contains "$out" "MISMATCH: checkpoint files of report 2 differ from report 1's: model.safetensors"
   contains "$out" "comparable: no"
   finish mlx_peer_scripts
   exit 0
@@ -175,6 +185,10 @@ b = m["bandwidth"]
 assert b["decode_weight_bytes_per_token"] > 0 and b["d2d"] is None
 assert abs(b["achieved_bytes_per_second"]
            - b["decode_weight_bytes_per_token"] * s["decode_tokens_per_second"]) < 1e-3
+# the checkpoint's files and SHA-256s, as infer-bench records them
+ck = m["model"]["checkpoint"]
+assert ck["files"] == f["model"]["checkpoint"]["files"], (ck, f["model"]["checkpoint"])
+assert ck["hash_seconds"] >= 0 and ck["manifest"] is None
 PY
 expect_cmd 0 "compare_reports.py, foundry and mlx" "$python" "$cmp" \
   "$work/f.json" "$work/m32.json"
