@@ -3,7 +3,8 @@
  *
  * An op is a kind, typed parameters and its operands: inputs and outputs,
  * each a view (buffer, byte offset, dtype, shape) of contiguous row-major
- * memory. The operand order of every kind is fixed (table below) and
+ * memory. The operand order of every kind is fixed (table below; its
+ * one description in code is the op table, foundry/op_table.h) and
  * checked by fdy_op_check before anything runs; backends answer
  * supports_op for an op whose views carry no buffers yet.
  *
@@ -211,14 +212,15 @@ typedef struct fdy_op {
   fdy_tensor_view workspace; /* U8 [bytes]; buffer NULL when none */
 } fdy_op;
 
-/* Checks an op against its kind's table: operand counts, dtypes, ranks,
- * non-zero dimensions and the shape relations above, and its parameters
- * (group 32/64/128, head counts dividing, eps >= 0, ...). Buffers and
- * offsets are not looked at. Errors: FDY_ERR_INVALID_ARGUMENT with ids[0] =
- * the operand index (inputs first, then outputs) or -1 for a parameter or
- * an operand count (expected/actual = the counts), name = the kind's name,
- * and a message naming the kind and the operand; FDY_ERR_OVERFLOW (ids[0]
- * set) when an operand's byte size does not fit 64 bits. */
+/* Checks an op against its kind's row of the op table (foundry/op_table.h):
+ * operand counts, dtypes, ranks, non-zero dimensions, its parameters'
+ * ranges and the shape relations above (group 32/64/128, head counts
+ * dividing, ...). Buffers and offsets are not looked at. Errors:
+ * FDY_ERR_INVALID_ARGUMENT with ids[0] = the operand index (inputs first,
+ * then outputs) or -1 for a parameter or an operand count (expected/actual
+ * = the counts), name = the kind's name, and a message naming the kind and
+ * the operand; FDY_ERR_OVERFLOW (ids[0] set) when an operand's byte size
+ * does not fit 64 bits. */
 fdy_status fdy_op_check(const fdy_op *op, fdy_error *err);
 
 /* Rope inverse frequency of pair j (llama3 scaling when params say so):

@@ -6,6 +6,7 @@
  * FNV-1a, linear probing, grown at half load), so building and checking a
  * graph takes time linear in its size. */
 #include "foundry/graph.h"
+#include "foundry/op_table.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -636,54 +637,6 @@ static fdy_status op_error(fdy_error *err, fdy_status kind, const char *op,
   return s;
 }
 
-/* The kind's parameters alone, every other byte zero, so that params can
- * be hashed and compared bytewise. */
-static fdy_op_params normalized_params(fdy_op_kind kind,
-                                       const fdy_op_params *p) {
-  fdy_op_params n;
-  memset(&n, 0, sizeof n);
-  switch (kind) {
-  case FDY_OP_CHECKSUM:
-    n.checksum.passes = p->checksum.passes;
-    break;
-  case FDY_OP_RMSNORM:
-  case FDY_OP_NORM_MATMUL_Q4:
-  case FDY_OP_NORM_SWIGLU_Q4:
-    n.rmsnorm.eps = p->rmsnorm.eps;
-    break;
-  case FDY_OP_ROPE:
-  case FDY_OP_ROPE_ATTENTION: {
-    const fdy_rope_params *r =
-        kind == FDY_OP_ROPE ? &p->rope : &p->rope_attention.rope;
-    fdy_rope_params *nr =
-        kind == FDY_OP_ROPE ? &n.rope : &n.rope_attention.rope;
-    nr->head_dim = r->head_dim;
-    nr->theta = r->theta;
-    nr->llama3 = r->llama3;
-    nr->factor = r->factor;
-    nr->low_freq_factor = r->low_freq_factor;
-    nr->high_freq_factor = r->high_freq_factor;
-    nr->original_max_position = r->original_max_position;
-    if (kind == FDY_OP_ROPE_ATTENTION) {
-      n.rope_attention.attention.heads = p->rope_attention.attention.heads;
-      n.rope_attention.attention.kv_heads =
-          p->rope_attention.attention.kv_heads;
-      n.rope_attention.attention.head_dim =
-          p->rope_attention.attention.head_dim;
-    }
-    break;
-  }
-  case FDY_OP_ATTENTION:
-    n.attention.heads = p->attention.heads;
-    n.attention.kv_heads = p->attention.kv_heads;
-    n.attention.head_dim = p->attention.head_dim;
-    break;
-  default:
-    break;
-  }
-  return n;
-}
-
 /* fdy_op_check on the op the description makes of the tensors' dtypes and
  * shapes; an error names the op and keeps the operand index in ids[0]. */
 static fdy_status check_operands(const fdy_graph *g, const fdy_op_desc *desc,
@@ -785,7 +738,7 @@ fdy_status fdy_graph_add_op(fdy_graph *graph, const fdy_op_desc *desc,
     return fdy_error_set(err, FDY_ERR_OVERFLOW, "too many ops");
   }
   graph_op op = {.kind = desc->kind,
-                 .params = normalized_params(desc->kind, &desc->params),
+                 .params = fdy_op_params_normalized(desc->kind, &desc->params),
                  .read_count = desc->read_count,
                  .write_count = desc->write_count};
   bool ok_r, ok_w;

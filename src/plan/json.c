@@ -1,15 +1,17 @@
 /* Plan JSON, version 2 (docs/plan-format.md): a deterministic encoder and a
  * strict decoder over jansson. Commands, bindings, placements and op
- * parameters are described once, as tables of (key, type, offset) fields
- * that both directions walk. The decoder rejects unknown fields, wrong
- * types, out-of-range integers and unknown names with the JSON path of the
- * offending value in err->name (and the global command index where one
- * applies); it rebuilds the graph and the plan through their public
- * mutators and does not validate the plan. */
+ * parameters (from the op table, foundry/op_table.h) are described once,
+ * as tables of (key, type, offset) fields that both directions walk. The
+ * decoder rejects unknown fields, wrong types, out-of-range integers and
+ * unknown names with the JSON path of the offending value in err->name (and the
+ * global command index where one applies); it rebuilds the graph and the plan
+ * through their public mutators and does not validate the plan. */
 #include "plan_internal.h"
 
 #include "foundry/input.h"
+#include "foundry/op_table.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
@@ -103,58 +105,20 @@ static const field placement_fields[] = {
     {"offset", FIELD_U64, offsetof(fdy_placement, offset)},
 };
 
-#define PARAM(kind, member, type)                                              \
-  { #member, type, offsetof(fdy_op_params, kind.member) }
-
-static const field checksum_params[] = {
-    PARAM(checksum, passes, FIELD_U32),
-};
-static const field rmsnorm_params[] = {
-    PARAM(rmsnorm, eps, FIELD_F64),
-};
-static const field rope_params[] = {
-    PARAM(rope, head_dim, FIELD_U32),
-    PARAM(rope, theta, FIELD_F64),
-    PARAM(rope, llama3, FIELD_BOOL),
-    PARAM(rope, factor, FIELD_F64),
-    PARAM(rope, low_freq_factor, FIELD_F64),
-    PARAM(rope, high_freq_factor, FIELD_F64),
-    PARAM(rope, original_max_position, FIELD_U32),
-};
-static const field attention_params[] = {
-    PARAM(attention, heads, FIELD_U32),
-    PARAM(attention, kv_heads, FIELD_U32),
-    PARAM(attention, head_dim, FIELD_U32),
-};
-
-#define ROPE_ATTENTION(part, key, member, type)                                \
-  { key, type, offsetof(fdy_op_params, rope_attention.part.member) }
-
-/* The rope's head_dim, equal to the attention's, is "rope_head_dim". */
-static const field rope_attention_params[] = {
-    ROPE_ATTENTION(rope, "rope_head_dim", head_dim, FIELD_U32),
-    ROPE_ATTENTION(rope, "theta", theta, FIELD_F64),
-    ROPE_ATTENTION(rope, "llama3", llama3, FIELD_BOOL),
-    ROPE_ATTENTION(rope, "factor", factor, FIELD_F64),
-    ROPE_ATTENTION(rope, "low_freq_factor", low_freq_factor, FIELD_F64),
-    ROPE_ATTENTION(rope, "high_freq_factor", high_freq_factor, FIELD_F64),
-    ROPE_ATTENTION(rope, "original_max_position", original_max_position,
-                   FIELD_U32),
-    ROPE_ATTENTION(attention, "heads", heads, FIELD_U32),
-    ROPE_ATTENTION(attention, "kv_heads", kv_heads, FIELD_U32),
-    ROPE_ATTENTION(attention, "head_dim", head_dim, FIELD_U32),
-};
-
-/* The parameters of each op kind; kinds without any have an empty table. */
-static const field_table op_params[FDY_OP_KIND_COUNT] = {
-    [FDY_OP_CHECKSUM] = TABLE(checksum_params),
-    [FDY_OP_RMSNORM] = TABLE(rmsnorm_params),
-    [FDY_OP_NORM_MATMUL_Q4] = TABLE(rmsnorm_params),
-    [FDY_OP_NORM_SWIGLU_Q4] = TABLE(rmsnorm_params),
-    [FDY_OP_ROPE] = TABLE(rope_params),
-    [FDY_OP_ATTENTION] = TABLE(attention_params),
-    [FDY_OP_ROPE_ATTENTION] = TABLE(rope_attention_params),
-};
+/* The fields of a kind's parameters: its op table row's, in its order.
+ * fields has room for FDY_OP_MAX_PARAMS; returns the count. */
+static size_t op_param_fields(fdy_op_kind kind, field *fields) {
+  static const field_type types[] = {[FDY_OP_PARAM_U32] = FIELD_U32,
+                                     [FDY_OP_PARAM_F64] = FIELD_F64,
+                                     [FDY_OP_PARAM_BOOL] = FIELD_BOOL};
+  const fdy_op_row *row = fdy_op_row_of(kind);
+  assert(row->param_count <= FDY_OP_MAX_PARAMS);
+  for (uint32_t i = 0; i < row->param_count; i++) {
+    const fdy_op_param *p = &row->params[i];
+    fields[i] = (field){p->key, types[p->type], p->offset};
+  }
+  return row->param_count;
+}
 
 /* ---- JSON paths -----------------------------------------------------------
  */
@@ -406,9 +370,9 @@ static fdy_status encode_op(const void *graph, size_t i, const char *path,
   }
   join(where, sizeof(where), path, "params");
   if (st == FDY_OK) {
-    const field_table *table = &op_params[info.kind];
-    st = put_fields(params, where, table->fields, table->count, &info.params,
-                    -1, err);
+    field fields[FDY_OP_MAX_PARAMS];
+    size_t count = op_param_fields(info.kind, fields);
+    st = put_fields(params, where, fields, count, &info.params, -1, err);
   }
   if (st != FDY_OK) {
     json_decref(params);
@@ -997,15 +961,14 @@ static fdy_status decode_op(fdy_graph *graph, const json_t *o, const char *path,
     st = schema(err, where, -1, "expected an op kind name (\"rmsnorm\", ...)");
   }
   if (st == FDY_OK) {
-    const field_table *table = &op_params[desc.kind];
+    field fields[FDY_OP_MAX_PARAMS];
+    size_t count = op_param_fields(desc.kind, fields);
     st = member(o, path, "params", -1, &params, where, err);
     if (st == FDY_OK) {
-      st = check_object(params, where, table->fields, table->count, NULL, 0, -1,
-                        err);
+      st = check_object(params, where, fields, count, NULL, 0, -1, err);
     }
     if (st == FDY_OK) {
-      st = get_fields(params, where, table->fields, table->count, &desc.params,
-                      -1, err);
+      st = get_fields(params, where, fields, count, &desc.params, -1, err);
     }
   }
   if (st == FDY_OK) {

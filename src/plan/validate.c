@@ -12,6 +12,8 @@
  * touched. */
 #include "plan_internal.h"
 
+#include "foundry/op_table.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -767,10 +769,9 @@ static fdy_status check_bindings(validator *v, size_t index,
   return FDY_OK;
 }
 
-/* True when the op's kind updates input `i` in place. */
+/* True when the op's kind updates input `i` in place (state). */
 static bool mutates_input(fdy_op_kind kind, size_t i) {
-  return (kind == FDY_OP_ATTENTION || kind == FDY_OP_ROPE_ATTENTION) &&
-         (i == 4 || i == 5);
+  return (fdy_op_row_of(kind)->inputs[i].flags & FDY_OPERAND_STATE) != 0;
 }
 
 static fdy_status do_launch(validator *v, size_t index, const fdy_command *c,

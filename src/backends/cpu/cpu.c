@@ -38,6 +38,7 @@
  * drain; drain clears it. */
 #include "foundry/cpu.h"
 #include "foundry/host_copy.h"
+#include "foundry/op_table.h"
 
 #include "handle_list.h"
 #include "kernels.h"
@@ -783,7 +784,7 @@ static fdy_status check_views(const cpu_backend *b, const fdy_op *op,
                                    : &op->outputs[i - op->input_count];
     uint64_t bytes = 0;
     fdy_tensor_bytes(v->dtype, v->shape, &bytes, NULL); /* op was checked */
-    uint64_t element = op->kind == FDY_OP_CHECKSUM && i == 0
+    uint64_t element = fdy_op_operand_of(op, i)->flags & FDY_OPERAND_WORDS
                            ? sizeof(uint64_t)
                            : fdy_dtype_size(v->dtype);
     fdy_status st = check_view(v, i, view_alignment(b, element), bytes, err);

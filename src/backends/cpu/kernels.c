@@ -23,6 +23,7 @@
 #include "kernels.h"
 
 #include "foundry/checksum.h"
+#include "foundry/op_table.h"
 
 #include <math.h>
 #include <string.h>
@@ -255,7 +256,7 @@ bool fdy_cpu_op_supported(const fdy_op *op, uint32_t threads) {
       return false;
     }
     for (uint32_t d = 0; d < v->shape.rank; d++) {
-      bool bytes = op->kind == FDY_OP_CHECKSUM && i == 0;
+      bool bytes = fdy_op_operand_of(op, i)->flags & FDY_OPERAND_WORDS;
       if (!bytes && v->shape.dims[d] > INT32_MAX) {
         return false;
       }

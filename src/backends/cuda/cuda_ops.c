@@ -17,6 +17,8 @@
  * on the GEMV (matmul_q4.cu), several on the tensor cores. */
 #include "cuda_internal.h"
 
+#include "foundry/op_table.h"
+
 #include <stdint.h>
 #include <string.h>
 
@@ -29,7 +31,7 @@ static bool dims_fit(const fdy_op *op) {
   for (uint32_t i = 0; i < op->input_count + op->output_count; i++) {
     const fdy_tensor_view *v = view_at(op, i);
     for (uint32_t d = 0; d < v->shape.rank; d++) {
-      bool bytes = op->kind == FDY_OP_CHECKSUM && i == 0;
+      bool bytes = fdy_op_operand_of(op, i)->flags & FDY_OPERAND_WORDS;
       if (!bytes && v->shape.dims[d] > INT32_MAX) {
         return false;
       }
@@ -45,17 +47,14 @@ bool fdy_cuda_op_supported(const fdy_cuda_ctx *ctx, const fdy_op *op) {
   if (fdy_cuda_op_shared_bytes(op) > ctx->smem_optin) {
     return false;
   }
-  switch (op->kind) {
-  case FDY_OP_MATMUL_Q4:
-  case FDY_OP_NORM_MATMUL_Q4:
-  case FDY_OP_NORM_SWIGLU_Q4:
-  case FDY_OP_MATMUL_ADD_Q4: {
+  if (fdy_op_row_of(op->kind)->flags & FDY_OP_Q4_MATMUL) {
     /* one row: the GEMV (with the fused kinds' prologue or epilogue);
      * several: the tensor-core kernel, 128 rows per block in y */
     uint64_t rows = op->inputs[1].shape.dims[0];
     return (rows + FDY_CUDA_GEMM_ROWS - 1) / FDY_CUDA_GEMM_ROWS <=
            FDY_CUDA_MAX_GRID_Y;
   }
+  switch (op->kind) {
   case FDY_OP_ROPE:
     return op->params.rope.head_dim / 2 <= FDY_CUDA_ROPE_MAX_PAIRS;
   case FDY_OP_ATTENTION:
@@ -83,9 +82,7 @@ uint64_t fdy_cuda_op_workspace_bytes(const fdy_op *op) {
   if (op->kind == FDY_OP_ARGMAX) {
     return fdy_cuda_argmax_workspace_bytes(op);
   }
-  const bool q4 =
-      op->kind == FDY_OP_MATMUL_Q4 || op->kind == FDY_OP_NORM_MATMUL_Q4 ||
-      op->kind == FDY_OP_NORM_SWIGLU_Q4 || op->kind == FDY_OP_MATMUL_ADD_Q4;
+  const bool q4 = fdy_op_row_of(op->kind)->flags & FDY_OP_Q4_MATMUL;
   if (q4 && op->inputs[1].shape.dims[0] != 1) {
     return fdy_cuda_matmul_q4_mma_workspace_bytes(op);
   }

@@ -31,6 +31,8 @@
 #include "cuda_device.h"
 #include "cuda_internal.h"
 
+#include "foundry/op_table.h"
+
 #define ROW_THREADS       256 /* embed, rmsnorm, rope */
 #define RMSNORM_HELD      4   /* float4 of a row a thread keeps */
 #define ELEMENT_THREADS   256 /* swiglu, add, last_row */
@@ -461,12 +463,10 @@ static cudaError_t launch_rope(const fdy_cuda_op_args *a, cudaStream_t stream) {
 }
 
 extern "C" uint64_t fdy_cuda_op_shared_bytes(const fdy_op *op) {
-  switch (op->kind) {
-  case FDY_OP_MATMUL_Q4:
-  case FDY_OP_NORM_MATMUL_Q4:
-  case FDY_OP_NORM_SWIGLU_Q4:
-  case FDY_OP_MATMUL_ADD_Q4:
+  if (fdy_op_row_of(op->kind)->flags & FDY_OP_Q4_MATMUL) {
     return fdy_cuda_matmul_q4_shared_bytes(op);
+  }
+  switch (op->kind) {
   case FDY_OP_ATTENTION:
   case FDY_OP_ROPE_ATTENTION:
     return fdy_cuda_attention_shared_bytes(op);
