@@ -1,6 +1,7 @@
 /* Tests of the op table (include/foundry/op_table.h): every row is whole,
- * normalisation keeps exactly a kind's fields, and the flags name the kinds
- * the backends and the validator rely on. */
+ * normalisation keeps exactly a kind's fields, the flags name the kinds the
+ * backends and the validator rely on, and docs/plan-format.md lists every
+ * kind with exactly its row's parameters. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,6 +10,8 @@
 
 #include "foundry/op_table.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static size_t param_size(fdy_op_param_type type) {
@@ -111,11 +114,84 @@ static void test_flags(void **state) {
   }
 }
 
+/* ---- docs/plan-format.md ------------------------------------------------- */
+
+/* The params cell docs/plan-format.md gives a row: "none", or each field as
+ * `key` (type[, range]), joined by ", ". */
+static void params_cell(const fdy_op_row *row, char *out, size_t cap) {
+  static const char *const types[] = {[FDY_OP_PARAM_U32] = "integer",
+                                      [FDY_OP_PARAM_F64] = "number",
+                                      [FDY_OP_PARAM_BOOL] = "boolean"};
+  static const char *const ranges[] = {[FDY_OP_RANGE_ANY] = "",
+                                       [FDY_OP_RANGE_NON_NEGATIVE] = ", >= 0",
+                                       [FDY_OP_RANGE_POSITIVE] = ", > 0",
+                                       [FDY_OP_RANGE_POSITIVE_EVEN] =
+                                           ", even, > 0"};
+  size_t used =
+      (size_t)snprintf(out, cap, "%s", row->param_count == 0 ? "none" : "");
+  for (uint32_t i = 0; i < row->param_count; i++) {
+    const fdy_op_param *p = &row->params[i];
+    used += (size_t)snprintf(out + used, cap - used, "%s`%s` (%s%s)",
+                             i > 0 ? ", " : "", p->key, types[p->type],
+                             ranges[p->range]);
+    assert_true(used < cap);
+  }
+}
+
+static char *read_text(const char *path) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  assert_int_equal(fseek(f, 0, SEEK_END), 0);
+  long size = ftell(f);
+  assert_true(size >= 0);
+  rewind(f);
+  char *text = malloc((size_t)size + 1);
+  assert_non_null(text);
+  assert_int_equal(fread(text, 1, (size_t)size, f), (size_t)size);
+  text[size] = '\0';
+  fclose(f);
+  return text;
+}
+
+/* The "| kind | params |" table of docs/plan-format.md has one row per
+ * kind, in fdy_op_kind order, each with exactly its row's parameters. */
+static void test_plan_format_lists_the_table(void **state) {
+  (void)state;
+  const char *root = getenv("FOUNDRY_SOURCE_DIR");
+  if (root == NULL) {
+    skip();
+  }
+  char path[1024];
+  snprintf(path, sizeof path, "%s/docs/plan-format.md", root);
+  char *text = read_text(path);
+  const char *header = "| kind | params |\n|------|--------|\n";
+  char *line = strstr(text, header);
+  assert_non_null(line);
+  line += strlen(header);
+  int kind = 0;
+  while (strncmp(line, "| ", 2) == 0) {
+    char *end = strchr(line, '\n');
+    assert_non_null(end);
+    *end = '\0';
+    assert_true(kind < FDY_OP_KIND_COUNT);
+    const fdy_op_row *row = fdy_op_row_of((fdy_op_kind)kind);
+    char cell[1024], want[1200];
+    params_cell(row, cell, sizeof cell);
+    snprintf(want, sizeof want, "| `%s` | %s |", row->name, cell);
+    assert_string_equal(line, want);
+    kind++;
+    line = end + 1;
+  }
+  assert_int_equal(kind, FDY_OP_KIND_COUNT);
+  free(text);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rows_whole),
       cmocka_unit_test(test_params_normalized),
       cmocka_unit_test(test_flags),
+      cmocka_unit_test(test_plan_format_lists_the_table),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
