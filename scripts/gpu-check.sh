@@ -5,17 +5,19 @@
 # its foundry binary and tests/cuda test executables in the same layout):
 #
 #   scripts/gpu-check.sh OUTDIR BUILD [BASELINE_FOUNDRY] [--quick]
-#                        [--stages LIST]
+#                        [--stages LIST] [--batches LIST]
 #
 # Stages (all by default, in this order; LIST is comma-separated):
-#   tests     every GPU test with FOUNDRY_REQUIRE_CUDA=1 (test_cuda_ops,
-#             test_cuda, test_cuda_graph, test_cuda_faults);
+#   ops       test_cuda_ops with FOUNDRY_REQUIRE_CUDA=1;
+#   tests     the other GPU tests likewise (test_cuda, test_cuda_graph,
+#             test_cuda_faults);
 #   verify    verify --backend cuda on every fixture of tests/data;
 #   verify3b  a random Llama 3.2 3B (make-model, seed 1) against the CPU
 #             backend;
 #   batched   infer-bench (token-ids-512x128-v1, --kv-dtype f16) of the 3B
-#             at batch 1, 8, 32, 64 and 128, resident and streamed under a
-#             512 MiB weight budget, with each report's same-run
+#             at batch 1, 8, 32, 64 and 128 (--batches), resident and
+#             streamed under a 512 MiB weight budget, with each report's
+#             same-run
 #             host-to-device ceiling; the ids of every sequence compared
 #             between the batched runs (bitwise batch invariance for
 #             B >= 2 makes them equal);
@@ -24,17 +26,20 @@
 #   8b        a random Llama 3.1 8B streamed under 1 GiB at batch 64;
 #   baseline  batch 1 against BASELINE_FOUNDRY (a foundry binary of the
 #             commit to compare with) in alternating rounds;
-#   peers     when python3 imports torch and transformers, at batch 64:
-#             transformers bf16 with a static cache (resident) and with
-#             Accelerate offload under 2 GiB (the smallest budget it
-#             accepts for the 3B).
+#   peers     when python3 imports torch and transformers, at batch 64 on
+#             the prompts of OUTDIR/resident-b64.json: transformers bf16
+#             with a static cache (resident);
+#   offload   the same with Accelerate offload under 2 GiB (the smallest
+#             budget it accepts for the 3B), 16 ids per sequence.
 #
-# --quick (for a short device lease): test_cuda_ops alone, no 3B check
-# against the CPU, batches 1, 8 and 64 resident and 1 and 64 streamed (1
-# warm-up and 3 measured executions), no trace, no 8B, no offload peer.
+# --quick (for a short device lease): the stages ops, verify, batched,
+# baseline and peers unless --stages says otherwise; batches 1, 8 and 64
+# resident and 1 and 64 streamed unless --batches says otherwise, the
+# streamed ones with 1 warm-up and 3 measured executions.
 #
-# Writes every report and a summary (summary.txt, appended to) to OUTDIR;
-# prints the summary. Exits 1 when a test or a check fails.
+# Writes every report and a summary (summary.txt, appended to) to OUTDIR,
+# and all of it as OUTDIR.tar.gz; prints the summary. Exits 1 when a test
+# or a check fails.
 set -u
 usage() {
   echo "usage: scripts/gpu-check.sh OUTDIR BUILD [BASELINE_FOUNDRY] [--quick]" \
@@ -47,13 +52,19 @@ build=$2
 shift 2
 baseline=""
 quick=0
-stages=tests,verify,verify3b,batched,trace,8b,baseline,peers
+stages=""
+batches=""
 while [ $# -gt 0 ]; do
   case $1 in
   --quick) quick=1 ;;
   --stages)
     [ $# -ge 2 ] || usage
     stages=$2
+    shift
+    ;;
+  --batches)
+    [ $# -ge 2 ] || usage
+    batches=${2//,/ }
     shift
     ;;
   -*) usage ;;
@@ -64,18 +75,23 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-if [ $quick -eq 1 ]; then
-  stages=$(echo ",$stages," | sed -e 's/,verify3b,/,/; s/,trace,/,/; s/,8b,/,/' \
-    -e 's/^,//; s/,$//')
+if [ -z "$stages" ]; then
+  stages=ops,tests,verify,verify3b,batched,trace,8b,baseline,peers,offload
+  [ $quick -eq 1 ] && stages=ops,verify,batched,baseline,peers
 fi
 for stage in ${stages//,/ }; do
   case $stage in
-  tests | verify | verify3b | batched | trace | 8b | baseline | peers) ;;
+  ops | tests | verify | verify3b | batched | trace | 8b | baseline | peers | offload) ;;
   *)
-    echo "gpu-check: unknown stage '$stage' (tests, verify, verify3b," \
-      "batched, trace, 8b, baseline, peers)" >&2
+    echo "gpu-check: unknown stage '$stage' (ops, tests, verify, verify3b," \
+      "batched, trace, 8b, baseline, peers, offload)" >&2
     exit 2
     ;;
+  esac
+done
+for b in $batches; do
+  case $b in
+  '' | *[!0-9]*) usage ;;
   esac
 done
 runs() { case ",$stages," in *",$1,"*) return 0 ;; esac; return 1; }
@@ -101,14 +117,15 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader |
   tee -a "$summary"
 model=/tmp/gpu-check-3b
 if runs verify3b || runs batched || runs trace || runs baseline ||
-  runs peers; then
+  runs peers || runs offload; then
   [ -d "$model" ] || "$foundry" make-model --preset llama-3.2-3b --seed 1 \
     --out "$model" >/dev/null
 fi
 
-if runs tests; then
-  tests="test_cuda_ops test_cuda test_cuda_graph test_cuda_faults"
-  [ $quick -eq 1 ] && tests=test_cuda_ops
+tests=""
+runs ops && tests=test_cuda_ops
+runs tests && tests="$tests test_cuda test_cuda_graph test_cuda_faults"
+if [ -n "$tests" ]; then
   for t in $tests; do
     bin=$build/tests/cuda/$t
     [ -x "$bin" ] || bin=$build/$t
@@ -153,15 +170,13 @@ bench() { # NAME MODEL ARGS...: one infer-bench report
 }
 
 if runs batched; then
+  streamed_batches=$batches
+  streamed_runs=""
   if [ $quick -eq 1 ]; then
-    batches="1 8 64"
-    streamed_batches="1 64"
+    [ -n "$batches" ] || { batches="1 8 64" && streamed_batches="1 64"; }
     streamed_runs="--warmup 1 --iterations 3"
-  else
-    batches="1 8 32 64 128"
-    streamed_batches=$batches
-    streamed_runs=""
   fi
+  [ -n "$batches" ] || { batches="1 8 32 64 128" && streamed_batches=$batches; }
   for b in $batches; do
     bench "resident-b$b" "$model" --batch "$b"
   done
@@ -251,31 +266,27 @@ for r in (1, 2):
 PY
 fi
 
-if runs peers; then
-  if python3 -c "import torch, transformers" 2>/dev/null &&
-    [ -f "$out/resident-b64.json" ]; then
-    timeout 400 python3 "$root/scripts/torch_baseline.py" --model "$model" \
-      --prompt-from "$out/resident-b64.json" --batch 64 \
-      --report "$out/torch-b64.json" >"$out/torch-b64.txt" 2>&1 ||
-      fail "transformers batch 64: $(tail -1 "$out/torch-b64.txt")"
-    if [ $quick -eq 0 ]; then
-      timeout 400 python3 "$root/scripts/torch_baseline.py" --model "$model" \
-        --prompt-from "$out/resident-b64.json" --batch 64 \
-        --offload-budget 2GiB --gen-tokens 16 --warmup 1 --iterations 3 \
-        --report "$out/torch-offload-b64.json" \
-        >"$out/torch-offload-b64.txt" 2>&1 ||
-        fail "transformers offload batch 64: $(tail -1 "$out/torch-offload-b64.txt")"
-    fi
-    for p in torch-b64 torch-offload-b64; do
-      [ -f "$out/$p.json" ] && python3 -c "
+peer() { # NAME ARGS...: one transformers report at batch 64
+  local name=$1
+  shift
+  if ! python3 -c "import torch, transformers" 2>/dev/null ||
+    [ ! -f "$out/resident-b64.json" ]; then
+    note "$name: skipped (no torch and transformers, or no resident-b64.json)"
+    return
+  fi
+  timeout 400 python3 "$root/scripts/torch_baseline.py" --model "$model" \
+    --prompt-from "$out/resident-b64.json" --batch 64 "$@" \
+    --report "$out/$name.json" >"$out/$name.txt" 2>&1 ||
+    fail "$name: $(tail -1 "$out/$name.txt")"
+  [ -f "$out/$name.json" ] && python3 -c "
 import json, sys
 s = json.load(open(sys.argv[1]))['statistics']
 print(sys.argv[2], 'aggregate decode %.1f tok/s' % s['aggregate_decode_tokens_per_second'])
-" "$out/$p.json" "$p" | tee -a "$summary"
-    done
-  else
-    note "peers: skipped (no torch and transformers, or no resident-b64.json)"
-  fi
-fi
+" "$out/$name.json" "$name" | tee -a "$summary"
+}
+runs peers && peer torch-b64
+runs offload && peer torch-offload-b64 --offload-budget 2GiB --gen-tokens 16 \
+  --warmup 1 --iterations 3
 note "gpu-check: $([ $failed -eq 0 ] && echo passed || echo FAILED)"
+tar -czf "$out.tar.gz" -C "$(dirname "$out")" "$(basename "$out")"
 exit $failed
