@@ -69,6 +69,23 @@ typedef struct fdy_backend_event fdy_backend_event;
 typedef struct fdy_backend_host fdy_backend_host;
 typedef struct fdy_backend_graph fdy_backend_graph;
 
+/* The same-run ceilings of measure_ceiling. */
+typedef enum fdy_ceiling_kind {
+  FDY_CEILING_H2D = 0,    /* host-to-device copies from the caller's src */
+  FDY_CEILING_H2D_PINNED, /* the same from src page-locked for the run */
+  FDY_CEILING_D2D,        /* device-to-device copies: bytes read + written */
+  FDY_CEILING_CHECKSUM,   /* the CHECKSUM op over a resident buffer: bytes
+                             read */
+} fdy_ceiling_kind;
+
+/* How a backend's copies meet host memory (a backend without the choice
+ * ignores it): straight from memory registered with host_register, or
+ * through pinned staging buffers for all host memory. */
+typedef enum fdy_host_mode {
+  FDY_HOST_REGISTERED = 0,
+  FDY_HOST_STAGED,
+} fdy_host_mode;
+
 typedef struct fdy_backend_ops {
   const char *name; /* "fake", "cpu", "cuda" */
 
@@ -172,6 +189,21 @@ typedef struct fdy_backend_ops {
    * lies in; the executor maps the number back to its command. */
   uint64_t (*submitted)(fdy_backend *b);
 
+  /* Optional: measures a same-run ceiling outside any plan (the rates a
+   * benchmark compares its runs against): one untimed warm-up, then
+   * `repeats` timed runs of `bytes`, and *bytes_per_second from the median
+   * time. src is the host source of FDY_CEILING_H2D (as the caller
+   * registered it or not) and FDY_CEILING_H2D_PINNED (registered by the
+   * backend for the measurement), NULL for the others. A backend that does
+   * not measure kind sets *bytes_per_second to 0 ("not measured") and
+   * returns FDY_OK; NULL means none is measured (fdy_backend_measure_ceiling
+   * below). Errors: FDY_ERR_INVALID_ARGUMENT (bytes or repeats 0, src NULL
+   * for a host kind), FDY_ERR_BACKEND; *bytes_per_second is 0 then. */
+  fdy_status (*measure_ceiling)(fdy_backend *b, fdy_ceiling_kind kind,
+                                const void *src, uint64_t bytes,
+                                uint32_t repeats, double *bytes_per_second,
+                                fdy_error *err);
+
   /* Waits for all submitted work on every stream. Safe to call at any time,
    * also after failures. Returns a failure of work that no host_wait
    * returned, and clears it (failed work, above). */
@@ -193,6 +225,19 @@ static inline void fdy_backend_destroy(fdy_backend *b) {
   if (b) {
     b->ops->destroy(b);
   }
+}
+/* b->ops->measure_ceiling, or "not measured" (*bytes_per_second = 0,
+ * FDY_OK) when the backend has none. */
+static inline fdy_status
+fdy_backend_measure_ceiling(fdy_backend *b, fdy_ceiling_kind kind,
+                            const void *src, uint64_t bytes, uint32_t repeats,
+                            double *bytes_per_second, fdy_error *err) {
+  if (b->ops->measure_ceiling) {
+    return b->ops->measure_ceiling(b, kind, src, bytes, repeats,
+                                   bytes_per_second, err);
+  }
+  *bytes_per_second = 0;
+  return FDY_OK;
 }
 /* Name of the backend ("cpu", ...). */
 static inline const char *fdy_backend_name(const fdy_backend *b) {

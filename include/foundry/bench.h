@@ -36,8 +36,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "foundry/backend.h"
 #include "foundry/core.h"
-#include "foundry/cuda.h"
 #include "foundry/graph.h"
 #include "foundry/plan.h"
 
@@ -179,15 +179,15 @@ typedef struct fdy_bench_options {
   uint64_t seed;                /* --seed (0): payload and bootstrap */
   uint32_t buffer_count;        /* --buffers list length (3) */
   uint32_t buffers[FDY_BENCH_MAX_CONFIGS]; /* distinct, 1 .. MAX (1,2,3) */
-  uint32_t compute_passes;      /* --compute-passes, > 0 (1): the chain ops'
-                                   params.checksum.passes */
-  fdy_cuda_host_mode host_mode; /* --host-mode, cuda only (registered) */
-  int cuda_device;              /* --device (0) */
-  uint64_t cpu_memory_bytes;    /* --cpu-memory: CPU "device" memory (0 =
-                                   the backend's default) */
-  const char *report_path;      /* --report, or NULL */
-  const char *trace_path;       /* --trace (requires report_path), or NULL */
-  int argc;                     /* invocation recorded in the report */
+  uint32_t compute_passes;   /* --compute-passes, > 0 (1): the chain ops'
+                                params.checksum.passes */
+  fdy_host_mode host_mode;   /* --host-mode, cuda only (registered) */
+  int cuda_device;           /* --device (0) */
+  uint64_t cpu_memory_bytes; /* --cpu-memory: CPU "device" memory (0 =
+                                the backend's default) */
+  const char *report_path;   /* --report, or NULL */
+  const char *trace_path;    /* --trace (requires report_path), or NULL */
+  int argc;                  /* invocation recorded in the report */
   char *const *argv;
   FILE *console; /* summary table; NULL = none */
   bool progress; /* progress lines on stderr: setup steps, each execution */

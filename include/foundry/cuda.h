@@ -81,10 +81,11 @@
 extern "C" {
 #endif
 
-typedef enum fdy_cuda_host_mode {
-  FDY_CUDA_HOST_REGISTERED = 0, /* copies straight from registered memory */
-  FDY_CUDA_HOST_STAGED,         /* copies through pinned staging buffers */
-} fdy_cuda_host_mode;
+/* The host modes of backend.h: copies straight from registered memory, or
+ * through pinned staging buffers. */
+typedef fdy_host_mode fdy_cuda_host_mode;
+#define FDY_CUDA_HOST_REGISTERED FDY_HOST_REGISTERED
+#define FDY_CUDA_HOST_STAGED     FDY_HOST_STAGED
 
 const char *fdy_cuda_host_mode_name(fdy_cuda_host_mode mode);
 

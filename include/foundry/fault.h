@@ -9,9 +9,9 @@
  * host_wait, event_time, graph_begin, graph_end, graph_launch, drain),
  * 1-based, in the order they reach the
  * wrapper. The other entries (supports_op, workspace_bytes, releases,
- * destroys) are forwarded and never fail. A test runs its scenario once to
- * read the count (fdy_fault_get_stats), then sweeps fail_at_call over
- * 1 .. count.
+ * destroys) are forwarded and never fail; measure_ceiling is forwarded
+ * uncounted. A test runs its scenario once to read the count
+ * (fdy_fault_get_stats), then sweeps fail_at_call over 1 .. count.
  *
  * The injected failure is FDY_ERR_BACKEND with backend_op set to the entry's
  * name ("launch") and a message naming the call number and the mode:

@@ -9,7 +9,6 @@
 
 #include "foundry/backend.h"
 #include "foundry/bench.h"
-#include "foundry/fault.h"
 #include "foundry/plan.h"
 #include "foundry/runtime.h"
 
@@ -31,11 +30,14 @@
 typedef struct bench_hooks {
   bool corrupt;              /* in: flip a bit of one execution's result */
   uint64_t corrupt_sequence; /* in: the execution whose result is flipped */
-  /* in: run every backend call of the run through the fault backend
-   * (foundry/fault.h) with these options, wrapping the real backend; the
-   * cuda measurement functions keep using the real one */
-  const fdy_fault_options *fault;
-  fdy_fault_stats fault_stats; /* out: the wrapper's counters at the end */
+  /* in: wrap the real backend (tests: in the fault backend) so that every
+   * backend call of the run goes through *out; the ceilings and memory
+   * readings keep using the real one. unwrap is called right before the
+   * wrapper is destroyed (tests read its counters). ctx is the tests'. */
+  fdy_status (*wrap)(struct bench_hooks *h, fdy_backend *inner,
+                     fdy_backend **out, fdy_error *err);
+  void (*unwrap)(struct bench_hooks *h, fdy_backend *wrapper);
+  void *ctx;
   /* in: a file created (empty) right before the outputs are written, as if
    * another process had raced the run to that path */
   const char *create_before_outputs;
@@ -131,7 +133,7 @@ typedef struct bench_state {
   fdy_tensor_id output;           /* the chain's result tensor */
   fdy_backend_host *registration; /* the registered payload, or NULL */
   bench_ceiling h2d, d2d, kernel;
-  /* cuda: device memory in use (fdy_cuda_memory_in_use); each reading is
+  /* cuda: device memory in use (bench_memory_in_use); each reading is
    * BENCH_NOT_MEASURED until taken (a run that failed before it) */
   bool have_memory_in_use;
   uint64_t memory_in_use_backend;   /* after backend creation */
@@ -156,6 +158,10 @@ typedef struct bench_state {
 fdy_status bench_run_hooked(const fdy_bench_options *options,
                             bench_hooks *hooks, fdy_bench_written *written,
                             fdy_error *err);
+
+/* Device memory in use on b now: its capabilities' total_memory -
+ * free_memory (the cuda backend reads both from the device). */
+fdy_status bench_memory_in_use(fdy_backend *b, uint64_t *out, fdy_error *err);
 
 /* Bootstrap streams of configuration k (see foundry/bench.h): 3k for the
  * median, 3k + 1 for the mean, 3k + 2 for the paired speedup. */

@@ -13,8 +13,8 @@
 #include <time.h>
 
 #include "bench_internal.h"
-#include "foundry/cpu.h"
 #include "foundry/infer_bench.h"
+#include "foundry/registry.h"
 
 #define INFER_CEILING_REPEATS 10u
 
@@ -322,7 +322,7 @@ static json_t *environment_json(const infer_state *s) {
   json_t *o = json_object();
   json_object_set_new(o, "started_utc", bench_started_json(s->started_unix));
   json_object_set_new(o, "backend", bench_json_text(s->opt->backend_name));
-  uint32_t threads = fdy_cpu_backend_threads(s->opt->backend);
+  uint32_t threads = fdy_backend_threads(s->opt->backend);
   json_object_set_new(o, "threads", threads ? jint(threads) : json_null());
   json_t *dev = json_null();
   if (s->have_caps) {
@@ -781,18 +781,9 @@ static fdy_status measure_h2d(infer_state *s, fdy_error *err) {
                          c.bytes);
   }
   memset(host, 0x5a, (size_t)c.bytes);
-  fdy_backend_host *registration = NULL;
   fdy_status st =
-      b->ops->host_register
-          ? b->ops->host_register(b, host, c.bytes, &registration, err)
-          : FDY_OK;
-  if (st == FDY_OK) {
-    st = fdy_cuda_measure_h2d(b, host, c.bytes, c.repeats, &c.bytes_per_second,
-                              err);
-  }
-  if (registration) {
-    b->ops->host_unregister(b, registration);
-  }
+      fdy_backend_measure_ceiling(b, FDY_CEILING_H2D_PINNED, host, c.bytes,
+                                  c.repeats, &c.bytes_per_second, err);
   free(host);
   if (st != FDY_OK) {
     fdy_error_prefix(err, "measuring the host-to-device ceiling");
@@ -810,14 +801,16 @@ static fdy_status measure_ceilings(infer_state *s, fdy_error *err) {
   bench_ceiling c = {.available = true,
                      .bytes = FDY_INFER_CEILING_BYTES,
                      .repeats = INFER_CEILING_REPEATS};
-  fdy_status st = fdy_cuda_measure_d2d(s->opt->backend, c.bytes, c.repeats,
-                                       &c.bytes_per_second, err);
+  fdy_status st =
+      fdy_backend_measure_ceiling(s->opt->backend, FDY_CEILING_D2D, NULL,
+                                  c.bytes, c.repeats, &c.bytes_per_second, err);
   if (st != FDY_OK) {
     return st;
   }
   s->d2d = c;
-  st = fdy_cuda_measure_checksum(s->opt->backend, c.bytes, c.repeats,
-                                 &c.bytes_per_second, err);
+  st =
+      fdy_backend_measure_ceiling(s->opt->backend, FDY_CEILING_CHECKSUM, NULL,
+                                  c.bytes, c.repeats, &c.bytes_per_second, err);
   if (st == FDY_OK) {
     s->read = c;
   }
@@ -1402,7 +1395,7 @@ static fdy_status run(infer_state *s, fdy_error *err) {
   }
   st = describe_plan(s, err);
   if (st == FDY_OK && strcmp(o->backend_name, "cuda") == 0) {
-    st = fdy_cuda_memory_in_use(o->backend, &s->in_use_bytes, err);
+    st = bench_memory_in_use(o->backend, &s->in_use_bytes, err);
     s->have_in_use = st == FDY_OK;
   }
   if (st == FDY_OK) {

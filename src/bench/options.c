@@ -35,7 +35,7 @@ void fdy_bench_options_default(fdy_bench_options *options) {
       .buffer_count = 3,
       .buffers = {1, 2, 3},
       .compute_passes = 1,
-      .host_mode = FDY_CUDA_HOST_REGISTERED,
+      .host_mode = FDY_HOST_REGISTERED,
       .cuda_device = 0,
   };
 }
@@ -296,8 +296,7 @@ fdy_status fdy_bench_check_options(const fdy_bench_options *o, fdy_error *err) {
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT, "unknown backend %d",
                          (int)o->backend);
   }
-  if (o->host_mode != FDY_CUDA_HOST_REGISTERED &&
-      o->host_mode != FDY_CUDA_HOST_STAGED) {
+  if (o->host_mode != FDY_HOST_REGISTERED && o->host_mode != FDY_HOST_STAGED) {
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT, "unknown host mode %d",
                          (int)o->host_mode);
   }

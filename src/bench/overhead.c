@@ -14,8 +14,7 @@
 
 #include "bench_internal.h"
 #include "foundry/checksum.h"
-#include "foundry/cpu.h"
-#include "foundry/fake.h"
+#include "foundry/registry.h"
 
 enum { PLAN_RESIDENT = 0, PLAN_STREAMED, PLAN_COUNT };
 enum { BACKEND_FAKE = 0, BACKEND_CPU, BACKEND_COUNT };
@@ -113,8 +112,8 @@ static fdy_status prepare(overhead_state *s, fdy_error *err) {
 }
 
 static fdy_status make_backend(int kind, fdy_backend **out, fdy_error *err) {
-  return kind == BACKEND_FAKE ? fdy_fake_backend_create(NULL, out, err)
-                              : fdy_cpu_backend_create(NULL, out, err);
+  return fdy_backend_create_named(kind == BACKEND_FAKE ? "fake" : "cpu", NULL,
+                                  out, err);
 }
 
 /* The result of the last run against the expected one (cpu only: the fake

@@ -12,8 +12,8 @@
 
 #include "bench_internal.h"
 #include "foundry/build_info.h"
-#include "foundry/cuda.h"
 #include "foundry/new_file.h"
+#include "foundry/registry.h"
 
 /* ---- JSON helpers
  * ------------------------------------------------------------ */
@@ -59,7 +59,7 @@ static json_t *jhex(uint64_t v) {
 json_t *bench_build_json(void) {
   const fdy_build_info *b = fdy_build_info_get();
   int runtime = 0, driver = 0;
-  fdy_cuda_versions(&runtime, &driver);
+  fdy_backend_runtime_versions("cuda", &runtime, &driver);
   json_t *o = json_object();
   json_object_set_new(o, "version", jstr(b->version));
   json_object_set_new(o, "git_commit", jstr(b->git_commit));
@@ -186,7 +186,7 @@ static json_t *parameters_json(const bench_state *s) {
   json_object_set_new(p, "buffers", buffers);
   json_object_set_new(p, "compute_passes", jint(o->compute_passes));
   json_object_set_new(p, "host_mode",
-                      cuda ? json_string(fdy_cuda_host_mode_name(o->host_mode))
+                      cuda ? json_string(fdy_host_mode_name(o->host_mode))
                            : json_null());
   json_object_set_new(p, "cuda_device",
                       cuda ? json_integer(o->cuda_device) : json_null());
@@ -476,7 +476,7 @@ static json_t *measured(uint64_t bytes) {
 static json_t *memory_json(const bench_state *s) {
   /* the ring the cuda backend was created with in staged mode */
   bool staging = s->device && s->backend_kind == FDY_BENCH_BACKEND_CUDA &&
-                 s->opt->host_mode == FDY_CUDA_HOST_STAGED;
+                 s->opt->host_mode == FDY_HOST_STAGED;
   json_t *m = json_object();
   json_object_set_new(m, "host_payload_bytes",
                       jint(s->payload ? s->payload_bytes : 0));
@@ -662,7 +662,7 @@ void bench_print_summary(const bench_state *s, FILE *out) {
           fdy_bench_backend_name(s->backend_kind), s->caps.name, o->layers,
           weight, payload, o->iterations, o->warmup, o->compute_passes,
           o->compute_passes == 1 ? "" : "es", cuda ? ", host memory " : "",
-          cuda ? fdy_cuda_host_mode_name(o->host_mode) : "");
+          cuda ? fdy_host_mode_name(o->host_mode) : "");
   fprintf(out, "host-to-device ceiling (%s, %s): %.2f GiB/s\n",
           cuda ? h2d_host_memory(s) : "memcpy", weight,
           s->h2d.bytes_per_second / (double)FDY_GIB);

@@ -15,10 +15,8 @@
 
 #include "bench_internal.h"
 #include "foundry/checksum.h"
-#include "foundry/cpu.h"
-#include "foundry/cuda.h"
-#include "foundry/fault.h"
 #include "foundry/graph.h"
+#include "foundry/registry.h"
 
 static void progress(const bench_state *s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -40,46 +38,52 @@ static double throughput_gib_s(uint64_t payload_bytes, double median_ms) {
   return (double)payload_bytes / (median_ms / 1e3) / (double)FDY_GIB;
 }
 
+fdy_status bench_memory_in_use(fdy_backend *b, uint64_t *out, fdy_error *err) {
+  fdy_device_caps caps;
+  fdy_status st = b->ops->capabilities(b, &caps, err);
+  *out = st == FDY_OK ? caps.total_memory - caps.free_memory : 0;
+  return st;
+}
+
 static fdy_status create_backend(bench_state *s, bench_hooks *hooks,
                                  fdy_error *err) {
   const fdy_bench_options *o = s->opt;
   s->stage = "backend";
   s->backend_kind = o->backend;
   if (s->backend_kind == FDY_BENCH_BACKEND_AUTO) {
-    s->backend_kind = fdy_cuda_device_count() > 0 ? FDY_BENCH_BACKEND_CUDA
-                                                  : FDY_BENCH_BACKEND_CPU;
+    s->backend_kind = fdy_backend_available("cuda") ? FDY_BENCH_BACKEND_CUDA
+                                                    : FDY_BENCH_BACKEND_CPU;
   }
-  fdy_status st;
+  fdy_backend_config config = {0};
   if (s->backend_kind == FDY_BENCH_BACKEND_CUDA) {
     if (o->cpu_memory_bytes != 0) {
       return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
                            "--cpu-memory applies to the cpu backend only "
                            "(auto chose cuda)");
     }
-    fdy_cuda_options co = {.device = o->cuda_device,
-                           .host_mode = o->host_mode,
-                           .staging_bytes = BENCH_STAGING_BYTES,
-                           .staging_buffers = BENCH_STAGING_BUFFERS};
-    st = fdy_cuda_backend_create(&co, &s->device, err);
+    config = (fdy_backend_config){.device = o->cuda_device,
+                                  .host_mode = o->host_mode,
+                                  .staging_bytes = BENCH_STAGING_BYTES,
+                                  .staging_buffers = BENCH_STAGING_BUFFERS};
   } else {
-    if (o->host_mode == FDY_CUDA_HOST_STAGED) {
+    if (o->host_mode == FDY_HOST_STAGED) {
       return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
                            "--host-mode staged applies to the cuda backend "
                            "only (%s chose cpu)",
                            o->backend == FDY_BENCH_BACKEND_AUTO ? "auto"
                                                                 : "--backend");
     }
-    fdy_cpu_options co = {.memory_bytes = o->cpu_memory_bytes};
-    st = fdy_cpu_backend_create(&co, &s->device, err);
+    config = (fdy_backend_config){.memory_bytes = o->cpu_memory_bytes};
   }
+  const char *name = fdy_bench_backend_name(s->backend_kind);
+  fdy_status st = fdy_backend_create_named(name, &config, &s->device, err);
   if (st != FDY_OK) {
-    fdy_error_prefix(err, "creating the %s backend",
-                     fdy_bench_backend_name(s->backend_kind));
+    fdy_error_prefix(err, "creating the %s backend", name);
     return st;
   }
   s->backend = s->device;
-  if (hooks && hooks->fault) {
-    st = fdy_fault_backend_create(s->device, hooks->fault, &s->backend, err);
+  if (hooks && hooks->wrap) {
+    st = hooks->wrap(hooks, s->device, &s->backend, err);
     if (st != FDY_OK) {
       s->backend = NULL;
       return st;
@@ -91,7 +95,7 @@ static fdy_status create_backend(bench_state *s, bench_hooks *hooks,
   }
   s->have_caps = true;
   if (s->backend_kind == FDY_BENCH_BACKEND_CUDA &&
-      fdy_cuda_memory_in_use(s->device, &s->memory_in_use_backend, NULL) ==
+      bench_memory_in_use(s->device, &s->memory_in_use_backend, NULL) ==
           FDY_OK) {
     s->have_memory_in_use = true;
   }
@@ -260,7 +264,7 @@ static fdy_status make_payload(bench_state *s, bench_hooks *hooks,
 static fdy_status register_payload(bench_state *s, fdy_error *err) {
   s->stage = "registration";
   if (s->backend_kind != FDY_BENCH_BACKEND_CUDA ||
-      s->opt->host_mode != FDY_CUDA_HOST_REGISTERED ||
+      s->opt->host_mode != FDY_HOST_REGISTERED ||
       !s->backend->ops->host_register) {
     return FDY_OK;
   }
@@ -315,26 +319,29 @@ static fdy_status measure_ceilings(bench_state *s, fdy_error *err) {
   if (s->backend_kind == FDY_BENCH_BACKEND_CPU) {
     return cpu_h2d_ceiling(s, err);
   }
-  /* the measurement functions need the cuda backend itself, not a wrapper */
+  /* measured on the backend itself, not a wrapper */
   bench_ceiling c = {.available = true,
                      .bytes = s->weight_bytes,
                      .repeats = BENCH_CEILING_REPEATS};
-  fdy_status st = fdy_cuda_measure_h2d(s->device, s->payload, s->weight_bytes,
-                                       c.repeats, &c.bytes_per_second, err);
+  fdy_status st = fdy_backend_measure_ceiling(
+      s->device, FDY_CEILING_H2D, s->payload, s->weight_bytes, c.repeats,
+      &c.bytes_per_second, err);
   if (st != FDY_OK) {
     fdy_error_prefix(err, "measuring the host-to-device ceiling");
     return st;
   }
   s->h2d = c;
-  st = fdy_cuda_measure_d2d(s->device, s->weight_bytes, c.repeats,
-                            &c.bytes_per_second, err);
+  st = fdy_backend_measure_ceiling(s->device, FDY_CEILING_D2D, NULL,
+                                   s->weight_bytes, c.repeats,
+                                   &c.bytes_per_second, err);
   if (st != FDY_OK) {
     fdy_error_prefix(err, "measuring the device-to-device bandwidth");
     return st;
   }
   s->d2d = c;
-  st = fdy_cuda_measure_checksum(s->device, s->weight_bytes, c.repeats,
-                                 &c.bytes_per_second, err);
+  st = fdy_backend_measure_ceiling(s->device, FDY_CEILING_CHECKSUM, NULL,
+                                   s->weight_bytes, c.repeats,
+                                   &c.bytes_per_second, err);
   if (st != FDY_OK) {
     fdy_error_prefix(err, "measuring the checksum kernel");
     return st;
@@ -367,7 +374,7 @@ static fdy_status create_executors(bench_state *s, fdy_error *err) {
     c->step = (size_t)fdy_executor_step(c->executor, FDY_BENCH_STEP);
   }
   if (s->have_memory_in_use &&
-      fdy_cuda_memory_in_use(s->device, &s->memory_in_use_executors, NULL) !=
+      bench_memory_in_use(s->device, &s->memory_in_use_executors, NULL) !=
           FDY_OK) {
     s->have_memory_in_use = false;
   }
@@ -557,7 +564,7 @@ static fdy_status teardown(bench_state *s, fdy_error *err) {
     }
   }
   if (s->have_memory_in_use &&
-      fdy_cuda_memory_in_use(s->device, &s->memory_in_use_rounds, NULL) !=
+      bench_memory_in_use(s->device, &s->memory_in_use_rounds, NULL) !=
           FDY_OK) {
     s->have_memory_in_use = false;
   }
@@ -723,8 +730,7 @@ static fdy_status write_outputs(bench_state *s, fdy_status status,
  * setup, before any executor exists. */
 static void read_memory_after_setup(bench_state *s) {
   if (s->have_memory_in_use &&
-      fdy_cuda_memory_in_use(s->device, &s->memory_in_use_setup, NULL) !=
-          FDY_OK) {
+      bench_memory_in_use(s->device, &s->memory_in_use_setup, NULL) != FDY_OK) {
     s->have_memory_in_use = false;
   }
 }
@@ -745,8 +751,8 @@ static void state_free(bench_state *s, bench_hooks *hooks) {
   free(s->executions);
   fdy_graph_destroy(s->graph);
   if (s->backend && s->backend != s->device) {
-    if (hooks) {
-      hooks->fault_stats = fdy_fault_get_stats(s->backend);
+    if (hooks && hooks->unwrap) {
+      hooks->unwrap(hooks, s->backend);
     }
     fdy_backend_destroy(s->backend);
   }

@@ -2,9 +2,8 @@
 #include "cli_util.h"
 
 #include "foundry/build_info.h"
-#include "foundry/cpu.h"
-#include "foundry/cuda.h"
 #include "foundry/input.h"
+#include "foundry/registry.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -296,11 +295,11 @@ fdy_status fdy_cli_backend_create(const char *name, uint32_t threads,
                                   bool serial_launch, fdy_backend **out,
                                   fdy_error *err) {
   *out = NULL;
-  if (strcmp(name, "cpu") == 0) {
-    fdy_cpu_options options = {.threads = threads};
-    return fdy_cpu_backend_create(&options, out, err);
+  if (strcmp(name, "cpu") != 0 && strcmp(name, "cuda") != 0) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "--backend must be cpu or cuda, got '%s'", name);
   }
-  if (strcmp(name, "cuda") == 0) {
+  if (!fdy_backend_available(name)) {
     const fdy_build_info *info = fdy_build_info_get();
     if (strcmp(info->cuda, "ON") != 0) {
       return fdy_error_set(err, FDY_ERR_UNSUPPORTED,
@@ -308,17 +307,14 @@ fdy_status fdy_cli_backend_create(const char *name, uint32_t threads,
                            "the CUDA backend (%s)",
                            info->cuda_note);
     }
-    if (fdy_cuda_device_count() == 0) {
-      return fdy_error_set(err, FDY_ERR_UNSUPPORTED,
-                           "--backend cuda: the CUDA backend is built, but no "
-                           "CUDA device is visible here (nvidia-smi lists "
-                           "the devices)");
-    }
-    fdy_cuda_options options = {.serial_launch = serial_launch};
-    return fdy_cuda_backend_create(&options, out, err);
+    return fdy_error_set(err, FDY_ERR_UNSUPPORTED,
+                         "--backend cuda: the CUDA backend is built, but no "
+                         "CUDA device is visible here (nvidia-smi lists "
+                         "the devices)");
   }
-  return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                       "--backend must be cpu or cuda, got '%s'", name);
+  const fdy_backend_config config = {.threads = threads,
+                                     .serial_launch = serial_launch};
+  return fdy_backend_create_named(name, &config, out, err);
 }
 
 /* "f32" or "f16" as a KV cache dtype. */

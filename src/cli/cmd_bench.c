@@ -334,9 +334,9 @@ int fdy_cmd_bench(int argc, char **argv) {
     case OPT_HOST_MODE:
       host_mode_seen = true;
       if (strcmp(optarg, "registered") == 0) {
-        o.host_mode = FDY_CUDA_HOST_REGISTERED;
+        o.host_mode = FDY_HOST_REGISTERED;
       } else if (strcmp(optarg, "staged") == 0) {
-        o.host_mode = FDY_CUDA_HOST_STAGED;
+        o.host_mode = FDY_HOST_STAGED;
       } else {
         return usage("--host-mode must be registered or staged, got '%s'",
                      optarg);

@@ -22,8 +22,10 @@
 #include <unistd.h>
 
 #include "bench_internal.h"
+#include "fault_hooks.h"
 #include "foundry/bench.h"
 #include "foundry/checksum.h"
+#include "foundry/cuda.h"
 #include "foundry/fault.h"
 
 /* ---- helpers
@@ -627,6 +629,7 @@ typedef struct run_fixture {
   char *report, *trace;
   fdy_bench_options o;
   bench_hooks hooks;
+  fault_hooks fault;
   fdy_bench_written written;
   fdy_error err;
 } run_fixture;
@@ -944,11 +947,11 @@ static void test_fault_at_every_call(void **state) {
   run_fixture *f = *state;
   sweep_options(f);
   fdy_fault_options fault = {0};
-  f->hooks.fault = &fault;
+  fault_hooks_use(&f->hooks, &f->fault, &fault);
   assert_int_equal(run(f), FDY_OK);
-  uint64_t calls = f->hooks.fault_stats.calls;
+  uint64_t calls = f->fault.stats.calls;
   assert_true(calls > 20);
-  assert_false(f->hooks.fault_stats.fired);
+  assert_false(f->fault.stats.fired);
   unlink(f->report);
   unlink(f->trace);
   size_t per_stage[4] = {0}, ignored = 0;
@@ -957,26 +960,25 @@ static void test_fault_at_every_call(void **state) {
       fault = (fdy_fault_options){.fail_at_call = call,
                                   .mode = mode ? FDY_FAULT_AFTER_SUBMIT
                                                : FDY_FAULT_BEFORE_SUBMIT};
-      f->hooks.fault_stats = (fdy_fault_stats){0};
+      f->fault.stats = (fdy_fault_stats){0};
       fdy_status st = run(f);
-      if (st == FDY_OK && f->hooks.fault_stats.fired) {
+      if (st == FDY_OK && f->fault.stats.fired) {
         /* the drain of fdy_executor_destroy after a successful finish,
          * whose failure is ignored by contract (foundry/runtime.h) */
-        assert_string_equal(f->hooks.fault_stats.fired_op, "drain");
+        assert_string_equal(f->fault.stats.fired_op, "drain");
         ignored++;
         unlink(f->report);
         unlink(f->trace);
         continue;
       }
-      if (st != FDY_ERR_BACKEND || !f->hooks.fault_stats.fired) {
+      if (st != FDY_ERR_BACKEND || !f->fault.stats.fired) {
         print_error("call %llu (mode %d): %s\n", (unsigned long long)call, mode,
                     f->err.message);
       }
       assert_int_equal(st, FDY_ERR_BACKEND);
-      assert_true(f->hooks.fault_stats.fired);
-      assert_string_equal(f->err.backend_op, f->hooks.fault_stats.fired_op);
-      const char *stage =
-          check_fault_report(f, call, f->hooks.fault_stats.fired_op);
+      assert_true(f->fault.stats.fired);
+      assert_string_equal(f->err.backend_op, f->fault.stats.fired_op);
+      const char *stage = check_fault_report(f, call, f->fault.stats.fired_op);
       per_stage[strcmp(stage, "backend") == 0     ? 0
                 : strcmp(stage, "executors") == 0 ? 1
                 : strcmp(stage, "rounds") == 0    ? 2
@@ -997,11 +999,10 @@ static void test_fault_with_failing_cleanup(void **state) {
   run_fixture *f = *state;
   sweep_options(f);
   fdy_fault_options fault = {.fail_drain = true};
-  f->hooks.fault = &fault;
+  fault_hooks_use(&f->hooks, &f->fault, &fault);
   /* the first call that is a launch */
   for (uint64_t call = 1;
-       strcmp(f->hooks.fault_stats.fired_op ? f->hooks.fault_stats.fired_op
-                                            : "",
+       strcmp(f->fault.stats.fired_op ? f->fault.stats.fired_op : "",
               "launch") != 0;
        call++) {
     unlink(f->report);

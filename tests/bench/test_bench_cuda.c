@@ -19,7 +19,9 @@
 #include <unistd.h>
 
 #include "bench_internal.h"
+#include "fault_hooks.h"
 #include "foundry/bench.h"
+#include "foundry/cuda.h"
 
 /* Small cuda options writing a report into a fresh directory dir. */
 static void small_cuda_options(fdy_bench_options *o, char *dir, char *report,
@@ -145,17 +147,20 @@ static void test_executor_alloc_failure(void **state) {
   const char *path = o.report_path;
   o.report_path = NULL;
   fdy_fault_options fault = {0};
-  bench_hooks hooks = {.fault = &fault};
+  bench_hooks hooks = {0};
+  fault_hooks fh;
+  fault_hooks_use(&hooks, &fh, &fault);
   fdy_error err;
   uint64_t call = 0;
   do {
     fault.fail_at_call = ++call;
     assert_true(call < 1000);
     assert_int_not_equal(bench_run_hooked(&o, &hooks, NULL, &err), FDY_OK);
-  } while (!hooks.fault_stats.fired_op ||
-           strcmp(hooks.fault_stats.fired_op, "buffer_alloc") != 0);
+  } while (!fh.stats.fired_op ||
+           strcmp(fh.stats.fired_op, "buffer_alloc") != 0);
   o.report_path = path;
-  hooks = (bench_hooks){.fault = &fault};
+  hooks = (bench_hooks){0};
+  fault_hooks_use(&hooks, &fh, &fault);
   fdy_bench_written written = {false, true};
   assert_int_equal(bench_run_hooked(&o, &hooks, &written, &err),
                    FDY_ERR_BACKEND);

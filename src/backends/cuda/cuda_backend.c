@@ -9,8 +9,8 @@
  * host no more than its CUDA calls. A launch checks the op (fdy_op_check,
  * supports_op in cuda_ops.c), resolves its views (and the workspace of a
  * MATMUL_Q4 of several rows) to device addresses and
- * enqueues its kernels (checksum_kernel.cu; every other kind through
- * fdy_cuda_op_enqueue in ops_kernels.cu).
+ * enqueues its kernels through fdy_cuda_op_enqueue (ops_kernels.cu), the
+ * CHECKSUM kind's among them.
  *
  * Host memory is copied straight from and to registered (page-locked)
  * memory, or through the staging ring (cuda_staging.c) in staged mode and
@@ -1086,8 +1086,8 @@ static bool one_row_op(const fdy_op *op) {
 }
 
 /* Checks the op (fdy_op_check, then supports_op), resolves every view, and
- * enqueues the op's kernels: the checksum with the stream's word set, every
- * other kind through fdy_cuda_op_enqueue. */
+ * enqueues the op's kernels through fdy_cuda_op_enqueue with the stream's
+ * word set. */
 static fdy_status cuda_launch(fdy_backend *base, fdy_backend_stream *stream,
                               const fdy_op *op, fdy_error *err) {
   cuda_backend *b = cuda_of(base);
@@ -1131,30 +1131,22 @@ static fdy_status cuda_launch(fdy_backend *base, fdy_backend_stream *stream,
     return settle(b, st, "launch", err);
   }
   count_submission(b, stream, "launch", op);
-  cudaError_t rc = cudaSuccess;
-  if (op->kind == FDY_OP_CHECKSUM) {
-    bool chained = op->input_count == 2;
-    rc = fdy_cuda_checksum_enqueue(
-        address[0], op->inputs[0].shape.dims[0], op->params.checksum.passes,
-        b->ctx.max_blocks, &b->words[stream->words],
-        chained ? (const uint64_t *)address[1] : NULL,
-        (uint64_t *)address[op->input_count], stream->stream);
-  } else {
-    fdy_cuda_op_args args = {
-        .op = op,
-        .workspace = workspace,
-        .sm_count = b->ctx.sm_count,
-        .dependent = !b->opts.serial_launch && one_row_op(op),
-        .counters = &b->words[stream->words].op_counters[0]};
-    for (uint32_t i = 0; i < op->input_count; i++) {
-      args.in[i] = address[i];
-    }
-    for (uint32_t j = 0; j < op->output_count; j++) {
-      args.outputs[j] = address[op->input_count + j];
-    }
-    args.out = args.outputs[0];
-    rc = fdy_cuda_op_enqueue(&args, stream->stream);
+  fdy_cuda_op_args args = {.op = op,
+                           .workspace = workspace,
+                           .sm_count = b->ctx.sm_count,
+                           .max_blocks = b->ctx.max_blocks,
+                           .dependent =
+                               !b->opts.serial_launch && one_row_op(op),
+                           .words = &b->words[stream->words],
+                           .counters = &b->words[stream->words].op_counters[0]};
+  for (uint32_t i = 0; i < op->input_count; i++) {
+    args.in[i] = address[i];
   }
+  for (uint32_t j = 0; j < op->output_count; j++) {
+    args.outputs[j] = address[op->input_count + j];
+  }
+  args.out = args.outputs[0];
+  const cudaError_t rc = fdy_cuda_op_enqueue(&args, stream->stream);
   st = fdy_cuda_check(rc, err, "launch", "the kernel launch");
   if (st != FDY_OK && err != NULL) {
     snprintf(err->name, sizeof err->name, "%s", fdy_op_kind_name(op->kind));
@@ -1361,6 +1353,7 @@ static const fdy_backend_ops cuda_ops = {
     .graph_launch = fdy_cuda_graph_launch,
     .graph_destroy = fdy_cuda_graph_destroy,
     .submitted = cuda_submitted,
+    .measure_ceiling = fdy_cuda_measure_ceiling,
     .drain = cuda_drain,
     .destroy = cuda_destroy,
 };

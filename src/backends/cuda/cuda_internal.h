@@ -142,6 +142,14 @@ fdy_status fdy_cuda_staging_copy_to_host(fdy_cuda_staging *s,
                                          const void *src, uint64_t bytes,
                                          fdy_error *err);
 
+/* The measure_ceiling entry of the backend (cuda_measure.c): the
+ * fdy_cuda_measure_* helpers of cuda.h by kind; FDY_CEILING_H2D_PINNED
+ * registers src with host_register for the measurement. */
+fdy_status fdy_cuda_measure_ceiling(fdy_backend *b, fdy_ceiling_kind kind,
+                                    const void *src, uint64_t bytes,
+                                    uint32_t repeats, double *bytes_per_second,
+                                    fdy_error *err);
+
 /* ---- checksum kernel (checksum_kernel.cu) ---------------------------------
  */
 
@@ -220,16 +228,19 @@ fdy_cuda_rope_table fdy_cuda_rope_table_of(const fdy_op *op);
  * launch fits the device (shared memory, grid limits, rope pairs). */
 bool fdy_cuda_op_supported(const fdy_cuda_ctx *ctx, const fdy_op *op);
 
-/* A supported op other than CHECKSUM whose views resolved to device
- * addresses: in[i] is op->inputs[i], outputs[j] op->outputs[j], out the
- * first output. */
+/* A supported op whose views resolved to device addresses: in[i] is
+ * op->inputs[i], outputs[j] op->outputs[j], out the first output. */
 typedef struct fdy_cuda_op_args {
   const fdy_op *op;
   void *in[FDY_OP_MAX_INPUTS];
   void *out;
   void *workspace; /* fdy_cuda_op_workspace_bytes of scratch, or NULL */
   void *outputs[FDY_OP_MAX_OUTPUTS];
-  int sm_count; /* sizes persistent grids (results do not depend on it) */
+  int sm_count;   /* sizes persistent grids (results do not depend on it) */
+  int max_blocks; /* the checksum grid for large inputs */
+  /* the stream's words (the checksum's sums; counters below are its
+   * op_counters) */
+  fdy_cuda_checksum_words *words;
   /* FDY_CUDA_OP_COUNTERS counters of the stream's words, zero between
    * launches on the stream (struct fdy_cuda_checksum_words) */
   unsigned int *counters;
@@ -252,6 +263,8 @@ uint64_t fdy_cuda_attention_shared_bytes(const fdy_op *op);
 uint64_t fdy_cuda_op_workspace_bytes(const fdy_op *op);
 uint64_t fdy_cuda_attention_workspace_bytes(const fdy_op *op);
 uint64_t fdy_cuda_argmax_workspace_bytes(const fdy_op *op);
+/* SAMPLE's: its rows' chunk sums and its ARGMAX's. */
+uint64_t fdy_cuda_sample_workspace_bytes(const fdy_op *op);
 uint64_t fdy_cuda_matmul_q4_mma_workspace_bytes(const fdy_op *op);
 /* Whether the grid of an ATTENTION or ROPE_ATTENTION launch fits CUDA's
  * limits (and, for ROPE_ATTENTION, whether its rope has at most

@@ -268,3 +268,34 @@ fdy_status fdy_cuda_measure_checksum(fdy_backend *b, uint64_t bytes,
   measure_end(&m);
   return st;
 }
+
+fdy_status fdy_cuda_measure_ceiling(fdy_backend *b, fdy_ceiling_kind kind,
+                                    const void *src, uint64_t bytes,
+                                    uint32_t repeats, double *bytes_per_second,
+                                    fdy_error *err) {
+  switch (kind) {
+  case FDY_CEILING_H2D:
+    return fdy_cuda_measure_h2d(b, src, bytes, repeats, bytes_per_second, err);
+  case FDY_CEILING_H2D_PINNED: {
+    fdy_backend_host *registration = NULL;
+    fdy_status st =
+        src == NULL ? FDY_OK
+                    : b->ops->host_register(b, src, bytes, &registration, err);
+    if (st == FDY_OK) {
+      st = fdy_cuda_measure_h2d(b, src, bytes, repeats, bytes_per_second, err);
+    }
+    if (registration != NULL) {
+      b->ops->host_unregister(b, registration);
+    }
+    return st;
+  }
+  case FDY_CEILING_D2D:
+    return fdy_cuda_measure_d2d(b, bytes, repeats, bytes_per_second, err);
+  case FDY_CEILING_CHECKSUM:
+    return fdy_cuda_measure_checksum(b, bytes, repeats, bytes_per_second, err);
+  }
+  if (bytes_per_second != NULL) {
+    *bytes_per_second = 0;
+  }
+  return FDY_OK;
+}

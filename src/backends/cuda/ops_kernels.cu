@@ -498,6 +498,12 @@ extern "C" cudaError_t fdy_cuda_op_enqueue(const fdy_cuda_op_args *a,
   const fdy_tensor_view *in = op->inputs;
   const int32_t *step = (const int32_t *)a->in[0];
   switch (op->kind) {
+  case FDY_OP_CHECKSUM:
+    return fdy_cuda_checksum_enqueue(
+        a->in[0], in[0].shape.dims[0], op->params.checksum.passes,
+        a->max_blocks, a->words,
+        op->input_count == 2 ? (const uint64_t *)a->in[1] : NULL,
+        (uint64_t *)a->out, stream);
   case FDY_OP_EMBED_Q4: {
     const unsigned int hidden = dim_of(&op->outputs[0], 1);
     return fdy_launch(a->dependent, embed_kernel, dim_of(&op->outputs[0], 0),

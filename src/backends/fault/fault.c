@@ -427,6 +427,17 @@ static uint64_t fault_submitted(fdy_backend *b) {
   return inner_ops(f)->submitted(f->inner);
 }
 
+/* Forwarded, not counted: a measurement outside any plan. */
+static fdy_status fault_measure_ceiling(fdy_backend *b, fdy_ceiling_kind kind,
+                                        const void *src, uint64_t bytes,
+                                        uint32_t repeats,
+                                        double *bytes_per_second,
+                                        fdy_error *err) {
+  fault_backend *f = fault_of(b);
+  return fdy_backend_measure_ceiling(f->inner, kind, src, bytes, repeats,
+                                     bytes_per_second, err);
+}
+
 static void fault_destroy(fdy_backend *b) {
   free(fault_of(b));
 }
@@ -457,6 +468,7 @@ static const fdy_backend_ops fault_template = {
     .graph_destroy = fault_graph_destroy,
     .drain = fault_drain,
     .submitted = fault_submitted,
+    .measure_ceiling = fault_measure_ceiling,
     .destroy = fault_destroy,
 };
 
@@ -504,6 +516,9 @@ fdy_status fdy_fault_backend_create(fdy_backend *inner,
   }
   if (!in->submitted) {
     f->ops.submitted = NULL;
+  }
+  if (!in->measure_ceiling) {
+    f->ops.measure_ceiling = NULL;
   }
   if (!in->graph_begin || !in->graph_end || !in->graph_launch ||
       !in->graph_destroy) {
