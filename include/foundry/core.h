@@ -6,6 +6,7 @@
 #ifndef FOUNDRY_CORE_H
 #define FOUNDRY_CORE_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -97,8 +98,22 @@ void fdy_error_clear(fdy_error *err);
 fdy_status fdy_error_set(fdy_error *err, fdy_status kind, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* The one error-setting helper: fdy_error_set plus the fields that say what
+ * failed: err->name = name (NULL leaves ""), err->expected and err->actual
+ * (0 where they do not apply). A module's own helper that adds a prefix or
+ * more fields calls fdy_error_vsetf, then fdy_error_prefix. */
+fdy_status fdy_error_setf(fdy_error *err, fdy_status kind, const char *name,
+                          uint64_t expected, uint64_t actual, const char *fmt,
+                          ...) __attribute__((format(printf, 6, 7)));
+fdy_status fdy_error_vsetf(fdy_error *err, fdy_status kind, const char *name,
+                           uint64_t expected, uint64_t actual, const char *fmt,
+                           va_list ap) __attribute__((format(printf, 6, 0)));
+
 /* Prepends "prefix: " to err->message (truncating at the buffer end). */
 void fdy_error_prefix(fdy_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Prepends the formatted text as it is (no ": " after it). */
+void fdy_error_prepend(fdy_error *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* Copies text into buf (cap bytes, always NUL-terminated when cap > 0,
@@ -167,6 +182,10 @@ uint64_t fdy_dtype_size(fdy_dtype dtype);
 const char *fdy_dtype_name(fdy_dtype dtype);
 /* Inverse of fdy_dtype_name; FDY_ERR_UNSUPPORTED for an unknown name. */
 fdy_status fdy_dtype_parse(const char *name, fdy_dtype *out, fdy_error *err);
+/* The one float to F16 conversion: IEEE half bits of value, rounded to
+ * nearest even (overflow to infinity, a NaN kept a NaN). The CPU backend's
+ * F16 KV caches and the checkpoints make_model writes use it. */
+uint16_t fdy_float_to_f16(float value);
 
 #define FDY_MAX_RANK 8
 

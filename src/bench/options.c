@@ -40,25 +40,6 @@ void fdy_bench_options_default(fdy_bench_options *options) {
   };
 }
 
-/* Sets err from fmt and its arguments, with name = path. */
-static fdy_status named_error(fdy_error *err, fdy_status kind, const char *path,
-                              const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static fdy_status named_error(fdy_error *err, fdy_status kind, const char *path,
-                              const char *fmt, ...) {
-  char message[FDY_ERROR_MESSAGE_MAX];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(message, sizeof message, fmt, ap);
-  va_end(ap);
-  fdy_error_set(err, kind, "%s", message);
-  if (err) {
-    snprintf(err->name, sizeof err->name, "%s", path);
-  }
-  return kind;
-}
-
 /* The directory part of path ("." when it has none). *out is malloc'd. */
 static fdy_status directory_of(const char *path, char **out, fdy_error *err) {
   const char *slash = strrchr(path, '/');
@@ -129,9 +110,9 @@ fdy_status bench_check_distinct(const char *report_path, const char *trace_path,
     return st;
   }
   if (same) {
-    return named_error(err, FDY_ERR_INVALID_ARGUMENT, trace_path,
-                       "--trace and --report name the same file '%s'",
-                       trace_path);
+    return fdy_error_setf(err, FDY_ERR_INVALID_ARGUMENT, trace_path, 0, 0,
+                          "--trace and --report name the same file '%s'",
+                          trace_path);
   }
   return FDY_OK;
 }

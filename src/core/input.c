@@ -10,25 +10,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Sets err to kind with the formatted message and name = path. */
-static fdy_status path_error(fdy_error *err, fdy_status kind, const char *path,
-                             const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static fdy_status path_error(fdy_error *err, fdy_status kind, const char *path,
-                             const char *fmt, ...) {
-  char message[FDY_ERROR_MESSAGE_MAX];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(message, sizeof message, fmt, ap);
-  va_end(ap);
-  fdy_error_set(err, kind, "%s", message);
-  if (err != NULL) {
-    snprintf(err->name, sizeof err->name, "%s", path);
-  }
-  return kind;
-}
-
 static const char *file_type(mode_t mode) {
   if (S_ISDIR(mode)) {
     return "a directory";
@@ -59,29 +40,31 @@ fdy_status fdy_input_open(const char *path, const char *what, int *fd,
   int f = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (f < 0) {
     const int errnum = errno;
-    return path_error(err, errnum == ENOENT ? FDY_ERR_NOT_FOUND : FDY_ERR_IO,
-                      path, "cannot open %s '%s': %s", what, path,
-                      strerror(errnum));
+    return fdy_error_setf(
+        err, errnum == ENOENT ? FDY_ERR_NOT_FOUND : FDY_ERR_IO, path, 0, 0,
+        "cannot open %s '%s': %s", what, path, strerror(errnum));
   }
   struct stat sb;
   if (fstat(f, &sb) != 0) {
     const int errnum = errno;
     close(f);
-    return path_error(err, FDY_ERR_IO, path, "cannot stat %s '%s': %s", what,
-                      path, strerror(errnum));
+    return fdy_error_setf(err, FDY_ERR_IO, path, 0, 0,
+                          "cannot stat %s '%s': %s", what, path,
+                          strerror(errnum));
   }
   if (!S_ISREG(sb.st_mode)) {
     close(f);
-    return path_error(err, FDY_ERR_IO, path,
-                      "%s '%s' is not a regular file (%s)", what, path,
-                      file_type(sb.st_mode));
+    return fdy_error_setf(err, FDY_ERR_IO, path, 0, 0,
+                          "%s '%s' is not a regular file (%s)", what, path,
+                          file_type(sb.st_mode));
   }
   const int flags = fcntl(f, F_GETFL);
   if (flags < 0 || fcntl(f, F_SETFL, flags & ~O_NONBLOCK) != 0) {
     const int errnum = errno;
     close(f);
-    return path_error(err, FDY_ERR_IO, path, "cannot open %s '%s': %s", what,
-                      path, strerror(errnum));
+    return fdy_error_setf(err, FDY_ERR_IO, path, 0, 0,
+                          "cannot open %s '%s': %s", what, path,
+                          strerror(errnum));
   }
   *fd = f;
   *size = (uint64_t)sb.st_size;
@@ -94,14 +77,9 @@ static fdy_status too_large(fdy_error *err, const char *what, const char *path,
                             uint64_t limit, uint64_t size) {
   char bytes[32];
   fdy_format_bytes(limit, bytes, sizeof bytes);
-  path_error(err, FDY_ERR_FORMAT, path,
-             "%s '%s' is larger than the limit of %s (%llu bytes)", what, path,
-             bytes, (unsigned long long)limit);
-  if (err != NULL) {
-    err->expected = limit;
-    err->actual = size;
-  }
-  return FDY_ERR_FORMAT;
+  return fdy_error_setf(err, FDY_ERR_FORMAT, path, limit, size,
+                        "%s '%s' is larger than the limit of %s (%llu bytes)",
+                        what, path, bytes, (unsigned long long)limit);
 }
 
 fdy_status fdy_input_read(const char *path, const char *what, uint64_t limit,
@@ -148,8 +126,9 @@ fdy_status fdy_input_read(const char *path, const char *what, uint64_t limit,
       continue;
     }
     if (n < 0) {
-      st = path_error(err, FDY_ERR_IO, path, "cannot read %s '%s': %s", what,
-                      path, strerror(errno));
+      st =
+          fdy_error_setf(err, FDY_ERR_IO, path, 0, 0, "cannot read %s '%s': %s",
+                         what, path, strerror(errno));
       goto cleanup;
     }
     if (n == 0) {

@@ -12,11 +12,8 @@
 
 static fdy_status file_error(fdy_error *err, fdy_status kind, const char *what,
                              const char *path, int errnum) {
-  fdy_error_set(err, kind, "%s '%s': %s", what, path, strerror(errnum));
-  if (err != NULL) {
-    snprintf(err->name, sizeof err->name, "%s", path);
-  }
-  return kind;
+  return fdy_error_setf(err, kind, path, 0, 0, "%s '%s': %s", what, path,
+                        strerror(errnum));
 }
 
 static void release(fdy_new_file *f) {

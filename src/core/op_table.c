@@ -46,16 +46,13 @@ static fdy_status fail(const check *c, fdy_status kind, int64_t index,
 
 static fdy_status fail(const check *c, fdy_status kind, int64_t index,
                        const char *fmt, ...) {
-  char detail[FDY_ERROR_MESSAGE_MAX];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(detail, sizeof detail, fmt, ap);
+  fdy_error_vsetf(c->err, kind, c->row->name, 0, 0, fmt, ap);
   va_end(ap);
-  fdy_error_set(c->err, kind, "%s op: %s: %s", c->row->name,
-                operand_name(c, index), detail);
+  fdy_error_prefix(c->err, "%s op: %s", c->row->name, operand_name(c, index));
   if (c->err != NULL) {
     c->err->ids[0] = index;
-    snprintf(c->err->name, sizeof c->err->name, "%s", c->row->name);
   }
   return kind;
 }
@@ -67,18 +64,12 @@ static fdy_status fail_count(const check *c, uint32_t expected, uint32_t actual,
 
 static fdy_status fail_count(const check *c, uint32_t expected, uint32_t actual,
                              const char *fmt, ...) {
-  char detail[FDY_ERROR_MESSAGE_MAX];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(detail, sizeof detail, fmt, ap);
+  fdy_error_vsetf(c->err, FDY_ERR_INVALID_ARGUMENT, c->row->name, expected,
+                  actual, fmt, ap);
   va_end(ap);
-  fdy_error_set(c->err, FDY_ERR_INVALID_ARGUMENT, "%s op: %s", c->row->name,
-                detail);
-  if (c->err != NULL) {
-    c->err->expected = expected;
-    c->err->actual = actual;
-    snprintf(c->err->name, sizeof c->err->name, "%s", c->row->name);
-  }
+  fdy_error_prefix(c->err, "%s op", c->row->name);
   return FDY_ERR_INVALID_ARGUMENT;
 }
 

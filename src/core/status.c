@@ -73,16 +73,38 @@ void fdy_error_clear(fdy_error *err) {
   err->cleanup_kind = FDY_OK;
 }
 
-fdy_status fdy_error_set(fdy_error *err, fdy_status kind, const char *fmt,
-                         ...) {
+fdy_status fdy_error_vsetf(fdy_error *err, fdy_status kind, const char *name,
+                           uint64_t expected, uint64_t actual, const char *fmt,
+                           va_list ap) {
   if (!err) {
     return kind;
   }
   fdy_error_clear(err);
   err->kind = kind;
+  err->expected = expected;
+  err->actual = actual;
+  if (name) {
+    snprintf(err->name, sizeof(err->name), "%s", name);
+  }
+  vsnprintf(err->message, sizeof(err->message), fmt, ap);
+  return kind;
+}
+
+fdy_status fdy_error_setf(fdy_error *err, fdy_status kind, const char *name,
+                          uint64_t expected, uint64_t actual, const char *fmt,
+                          ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(err->message, sizeof(err->message), fmt, ap);
+  fdy_error_vsetf(err, kind, name, expected, actual, fmt, ap);
+  va_end(ap);
+  return kind;
+}
+
+fdy_status fdy_error_set(fdy_error *err, fdy_status kind, const char *fmt,
+                         ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fdy_error_vsetf(err, kind, NULL, 0, 0, fmt, ap);
   va_end(ap);
   return kind;
 }
@@ -117,29 +139,46 @@ char *fdy_escape_controls(const char *text, char *buf, size_t cap) {
   return buf;
 }
 
-void fdy_error_prefix(fdy_error *err, const char *fmt, ...) {
-  if (!err) {
-    return;
-  }
+/* Puts prefix and then sep (each cut at the buffer end) before
+ * err->message. */
+static void error_prepend(fdy_error *err, const char *sep, const char *fmt,
+                          va_list ap) {
   char prefix[FDY_ERROR_MESSAGE_MAX];
-  va_list ap;
-  va_start(ap, fmt);
   vsnprintf(prefix, sizeof(prefix), fmt, ap);
-  va_end(ap);
   size_t cap = sizeof(err->message);
   size_t plen = strnlen(prefix, cap - 1);
-  size_t head = plen + 2 < cap ? plen + 2 : cap - 1;
+  size_t slen = strlen(sep);
+  size_t head = plen + slen < cap ? plen + slen : cap - 1;
   size_t mlen = strnlen(err->message, cap - 1);
   if (mlen > cap - 1 - head) {
     mlen = cap - 1 - head;
   }
   memmove(err->message + head, err->message, mlen);
   memcpy(err->message, prefix, head < plen ? head : plen);
-  if (head == plen + 2) {
-    err->message[plen] = ':';
-    err->message[plen + 1] = ' ';
+  if (head == plen + slen) {
+    memcpy(err->message + plen, sep, slen);
   }
   err->message[head + mlen] = '\0';
+}
+
+void fdy_error_prefix(fdy_error *err, const char *fmt, ...) {
+  if (!err) {
+    return;
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  error_prepend(err, ": ", fmt, ap);
+  va_end(ap);
+}
+
+void fdy_error_prepend(fdy_error *err, const char *fmt, ...) {
+  if (!err) {
+    return;
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  error_prepend(err, "", fmt, ap);
+  va_end(ap);
 }
 
 int64_t fdy_now_ns(void) {

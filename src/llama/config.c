@@ -25,16 +25,12 @@ typedef struct parse_ctx {
 static fdy_status vfield_error(const parse_ctx *p, fdy_status kind,
                                const char *topic, const char *field,
                                const char *fmt, va_list args) {
-  char message[FDY_ERROR_MESSAGE_MAX];
-  vsnprintf(message, sizeof message, fmt, args);
+  fdy_error_vsetf(p->err, kind, field, 0, 0, fmt, args);
   if (topic) {
-    fdy_error_set(p->err, kind, "%s: unsupported %s: field '%s' %s", p->path,
-                  topic, field, message);
+    fdy_error_prepend(p->err, "%s: unsupported %s: field '%s' ", p->path, topic,
+                      field);
   } else {
-    fdy_error_set(p->err, kind, "%s: field '%s' %s", p->path, field, message);
-  }
-  if (p->err) {
-    snprintf(p->err->name, sizeof p->err->name, "%s", field);
+    fdy_error_prepend(p->err, "%s: field '%s' ", p->path, field);
   }
   return kind;
 }

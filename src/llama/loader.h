@@ -19,8 +19,8 @@ fdy_status fdy_st_write_stream(const char *path,
                                const fdy_st_write_tensor *tensors, size_t count,
                                fdy_st_fill_fn fill, void *ctx, fdy_error *err);
 
-/* IEEE half and bfloat16 encodings of f (round to nearest even). */
-uint16_t fdy_llama_float_to_f16(float f);
+/* The bfloat16 encoding of f (round to nearest even; F16: core's
+ * fdy_float_to_f16). */
 uint16_t fdy_llama_float_to_bf16(float f);
 
 /* Sets err to kind with "PATH: message", and err->name to path. */

@@ -248,7 +248,7 @@ static fdy_status gen_fill(void *ctx, size_t index, uint64_t offset, void *buf,
       float v = value_at(t, (offset + b) / 2);
       put_u16(out + b, t->spec.dtype == FDY_DTYPE_BF16
                            ? fdy_llama_float_to_bf16(v)
-                           : fdy_llama_float_to_f16(v));
+                           : fdy_float_to_f16(v));
     }
   }
   g->done += len;

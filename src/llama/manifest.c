@@ -32,12 +32,6 @@ void fdy_manifest_free(fdy_manifest *manifest) {
 }
 
 /* err->name = name (err may be NULL). */
-static void name_error(fdy_error *err, const char *name) {
-  if (err) {
-    snprintf(err->name, sizeof err->name, "%s", name);
-  }
-}
-
 static double now_seconds(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -70,10 +64,9 @@ static fdy_status hash_file(const char *path, unsigned char *buffer,
       continue;
     }
     if (n < 0) {
-      st =
-          fdy_error_set(err, FDY_ERR_IO, "cannot read checkpoint file '%s': %s",
-                        path, strerror(errno));
-      name_error(err, path);
+      st = fdy_error_setf(err, FDY_ERR_IO, path, 0, 0,
+                          "cannot read checkpoint file '%s': %s", path,
+                          strerror(errno));
       break;
     }
     if (n == 0) {
@@ -113,9 +106,9 @@ static fdy_status list_files(const char *dir, fdy_manifest *out,
   DIR *d = opendir(dir);
   if (!d) {
     fdy_status kind = errno == ENOENT ? FDY_ERR_NOT_FOUND : FDY_ERR_IO;
-    fdy_error_set(err, kind, "cannot open checkpoint directory '%s': %s", dir,
-                  strerror(errno));
-    name_error(err, dir);
+    fdy_error_setf(err, kind, dir, 0, 0,
+                   "cannot open checkpoint directory '%s': %s", dir,
+                   strerror(errno));
     return kind;
   }
   size_t cap = 0;
@@ -206,8 +199,8 @@ fdy_status fdy_manifest_of_dir(const char *dir, fdy_manifest *out,
 /* FDY_ERR_SCHEMA for the manifest file path: "PATH: message". */
 static fdy_status schema_error(fdy_error *err, const char *path,
                                const char *field, const char *what) {
-  fdy_error_set(err, FDY_ERR_SCHEMA, "manifest '%s': %s %s", path, field, what);
-  name_error(err, path);
+  fdy_error_setf(err, FDY_ERR_SCHEMA, path, 0, 0, "manifest '%s': %s %s", path,
+                 field, what);
   return FDY_ERR_SCHEMA;
 }
 
@@ -321,11 +314,10 @@ fdy_status fdy_manifest_read(const char *path, fdy_manifest *out,
     json_error_t jerr;
     root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
-      st = fdy_error_set(err, FDY_ERR_PARSE,
-                         "manifest '%s' is not valid JSON (line %d, column "
-                         "%d): %s",
-                         path, jerr.line, jerr.column, jerr.text);
-      name_error(err, path);
+      st = fdy_error_setf(err, FDY_ERR_PARSE, path, 0, 0,
+                          "manifest '%s' is not valid JSON (line %d, column "
+                          "%d): %s",
+                          path, jerr.line, jerr.column, jerr.text);
       if (err) {
         err->line = jerr.line;
         err->column = jerr.column;
@@ -380,32 +372,26 @@ fdy_status fdy_manifest_check(const fdy_manifest *pinned,
     const fdy_manifest_file *p = &pinned->files[i];
     const fdy_manifest_file *a = find(actual, p->name);
     if (!a) {
-      fdy_error_set(err, FDY_ERR_CHECKSUM,
-                    "checkpoint file '%s' of the manifest is missing", p->name);
-      name_error(err, p->name);
+      fdy_error_setf(err, FDY_ERR_CHECKSUM, p->name, 0, 0,
+                     "checkpoint file '%s' of the manifest is missing",
+                     p->name);
       return FDY_ERR_CHECKSUM;
     }
     if (strcmp(p->sha256, a->sha256) != 0 || p->bytes != a->bytes) {
-      fdy_error_set(err, FDY_ERR_CHECKSUM,
-                    "checkpoint file '%s' differs from the manifest: sha256 "
-                    "%s (%llu bytes), the manifest's %s (%llu bytes)",
-                    p->name, a->sha256, (unsigned long long)a->bytes, p->sha256,
-                    (unsigned long long)p->bytes);
-      name_error(err, p->name);
-      if (err) {
-        err->expected = p->bytes;
-        err->actual = a->bytes;
-      }
+      fdy_error_setf(err, FDY_ERR_CHECKSUM, p->name, p->bytes, a->bytes,
+                     "checkpoint file '%s' differs from the manifest: sha256 "
+                     "%s (%llu bytes), the manifest's %s (%llu bytes)",
+                     p->name, a->sha256, (unsigned long long)a->bytes,
+                     p->sha256, (unsigned long long)p->bytes);
       return FDY_ERR_CHECKSUM;
     }
   }
   for (size_t i = 0; i < actual->count; i++) {
     const fdy_manifest_file *a = &actual->files[i];
     if (!find(pinned, a->name)) {
-      fdy_error_set(err, FDY_ERR_CHECKSUM,
-                    "checkpoint file '%s' (sha256 %s) is not in the manifest",
-                    a->name, a->sha256);
-      name_error(err, a->name);
+      fdy_error_setf(err, FDY_ERR_CHECKSUM, a->name, 0, 0,
+                     "checkpoint file '%s' (sha256 %s) is not in the manifest",
+                     a->name, a->sha256);
       return FDY_ERR_CHECKSUM;
     }
   }

@@ -10,11 +10,8 @@
 
 static fdy_status schema_error(fdy_error *err, const char *tensor,
                                const char *path, const char *what) {
-  fdy_error_set(err, FDY_ERR_SCHEMA, "%s: tensor '%s' %s", path, tensor, what);
-  if (err) {
-    snprintf(err->name, sizeof err->name, "%s", tensor);
-  }
-  return FDY_ERR_SCHEMA;
+  return fdy_error_setf(err, FDY_ERR_SCHEMA, tensor, 0, 0, "%s: tensor '%s' %s",
+                        path, tensor, what);
 }
 
 /* Finds name with dtype and rank; dims[1] must equal vocab for rank 2. */

@@ -27,15 +27,11 @@ struct fdy_safetensors {
 
 fdy_status fdy_llama_file_error(fdy_error *err, fdy_status kind,
                                 const char *path, const char *fmt, ...) {
-  char message[FDY_ERROR_MESSAGE_MAX];
   va_list args;
   va_start(args, fmt);
-  vsnprintf(message, sizeof message, fmt, args);
+  fdy_error_vsetf(err, kind, path, 0, 0, fmt, args);
   va_end(args);
-  fdy_error_set(err, kind, "%s: %s", path, message);
-  if (err) {
-    snprintf(err->name, sizeof err->name, "%s", path);
-  }
+  fdy_error_prefix(err, "%s", path);
   return kind;
 }
 

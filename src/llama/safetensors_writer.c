@@ -14,41 +14,6 @@
 
 #define CHUNK_BYTES ((uint64_t)4 << 20)
 
-uint16_t fdy_llama_float_to_f16(float f) {
-  uint32_t x;
-  memcpy(&x, &f, sizeof x);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t exp = (x >> 23) & 0xffu;
-  uint32_t mant = x & 0x7fffffu;
-  if (exp == 0xffu) {
-    return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u : 0));
-  }
-  int32_t e = (int32_t)exp - 127 + 15;
-  if (e >= 31) {
-    return (uint16_t)(sign | 0x7c00u);
-  }
-  if (e <= 0) {
-    if (e < -10) {
-      return (uint16_t)sign;
-    }
-    mant |= 0x800000u;
-    uint32_t shift = (uint32_t)(14 - e);
-    uint32_t half = mant >> shift;
-    uint32_t rest = mant & ((1u << shift) - 1);
-    uint32_t mid = 1u << (shift - 1);
-    if (rest > mid || (rest == mid && (half & 1u))) {
-      half++;
-    }
-    return (uint16_t)(sign | half);
-  }
-  uint32_t half = ((uint32_t)e << 10) | (mant >> 13);
-  uint32_t rest = mant & 0x1fffu;
-  if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) {
-    half++; /* may carry into the exponent, which is still correct */
-  }
-  return (uint16_t)(sign | half);
-}
-
 uint16_t fdy_llama_float_to_bf16(float f) {
   uint32_t x;
   memcpy(&x, &f, sizeof x);

@@ -140,12 +140,11 @@ static fdy_status cpu_fail(fdy_error *err, fdy_status kind, const char *op,
 
 static fdy_status cpu_fail(fdy_error *err, fdy_status kind, const char *op,
                            const char *fmt, ...) {
-  char message[FDY_ERROR_MESSAGE_MAX];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(message, sizeof message, fmt, ap);
+  fdy_error_vsetf(err, kind, NULL, 0, 0, fmt, ap);
   va_end(ap);
-  fdy_error_set(err, kind, "cpu %s: %s", op, message);
+  fdy_error_prefix(err, "cpu %s", op);
   if (err != NULL) {
     snprintf(err->backend_op, sizeof err->backend_op, "%s", op);
   }

@@ -1,7 +1,7 @@
 /* Half-precision conversions of the CPU backend: F16 and BF16 to float
- * (exact; F16 through a table of all 65536 values built once), and float to
- * F16 rounded to nearest even for F16 KV caches. Loads are bytewise
- * little-endian, like the checkpoint bytes they read. */
+ * (exact; F16 through a table of all 65536 values built once); float to
+ * F16 is core's fdy_float_to_f16. Loads are bytewise little-endian, like
+ * the checkpoint bytes they read. */
 #include "kernels.h"
 
 #include <pthread.h>
@@ -40,37 +40,6 @@ float fdy_cpu_bf16_to_float(uint16_t h) {
   float out;
   memcpy(&out, &bits, sizeof out);
   return out;
-}
-
-/* Rounds m >> shift to nearest even (1 <= shift <= 31). */
-static uint32_t round_shift(uint32_t m, uint32_t shift) {
-  uint32_t q = m >> shift;
-  uint32_t rest = m & ((1u << shift) - 1);
-  uint32_t half = 1u << (shift - 1);
-  return rest > half || (rest == half && (q & 1u)) ? q + 1 : q;
-}
-
-uint16_t fdy_cpu_float_to_f16(float value) {
-  uint32_t bits;
-  memcpy(&bits, &value, sizeof bits);
-  uint32_t sign = (bits >> 16) & 0x8000u;
-  uint32_t abs = bits & 0x7fffffffu;
-  if (abs > 0x7f800000u) { /* NaN: keep the top mantissa bits, stay NaN */
-    return (uint16_t)(sign | 0x7e00u | ((abs >> 13) & 0x3ffu));
-  }
-  if (abs >= 0x477ff000u) { /* 65520 and above round to infinity */
-    return (uint16_t)(sign | 0x7c00u);
-  }
-  if (abs >= 0x38800000u) { /* normal: rebias the exponent by 127 - 15 */
-    return (uint16_t)(sign | round_shift(abs - 0x38000000u, 13));
-  }
-  if (abs < 0x33000000u) { /* below 2^-25: rounds to zero */
-    return (uint16_t)sign;
-  }
-  /* subnormal half: value / 2^-24 = m * 2^(e - 126), e the biased exponent */
-  uint32_t e = abs >> 23;
-  uint32_t m = (abs & 0x7fffffu) | 0x800000u;
-  return (uint16_t)(sign | round_shift(m, 126 - e));
 }
 
 static void f16_table_init(void) {

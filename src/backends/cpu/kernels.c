@@ -618,7 +618,7 @@ static void append(void *cache, bool f16, uint64_t row, const float *src,
   if (f16) {
     uint16_t *dst = (uint16_t *)cache + row * n;
     for (uint64_t i = 0; i < n; i++) {
-      dst[i] = fdy_cpu_float_to_f16(src[i]);
+      dst[i] = fdy_float_to_f16(src[i]);
     }
   } else {
     memcpy((float *)cache + row * n, src, sizeof(float) * n);

@@ -57,9 +57,6 @@ void fdy_cpu_matmul_q4(fdy_cpu_pool *pool, const fdy_cpu_args *args,
 float fdy_cpu_f16_to_float(uint16_t bits);
 /* BF16 bits to float (exact). */
 float fdy_cpu_bf16_to_float(uint16_t bits);
-/* Float to F16 bits, rounded to nearest even (overflow to infinity, NaN
- * kept a NaN). */
-uint16_t fdy_cpu_float_to_f16(float value);
 /* All 65536 F16 values as floats (built on first use; thread-safe). */
 const float *fdy_cpu_f16_table(void);
 /* Element i of an F16 or BF16 vector (little-endian bytes). */

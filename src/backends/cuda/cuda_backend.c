@@ -158,12 +158,11 @@ static cuda_backend *cuda_of(fdy_backend *b) {
 
 fdy_status fdy_cuda_fail(fdy_error *err, fdy_status kind, const char *op,
                          const char *fmt, ...) {
-  char message[FDY_ERROR_MESSAGE_MAX];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(message, sizeof message, fmt, ap);
+  fdy_error_vsetf(err, kind, NULL, 0, 0, fmt, ap);
   va_end(ap);
-  fdy_error_set(err, kind, "cuda %s: %s", op, message);
+  fdy_error_prefix(err, "cuda %s", op);
   if (err != NULL) {
     snprintf(err->backend_op, sizeof err->backend_op, "%s", op);
   }
