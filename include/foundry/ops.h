@@ -65,6 +65,35 @@
  *   ARGMAX        in: x F32 [R, n]; out: I32 [R], the index of each row's
  *                 largest value, the lowest index on ties; NaN loses to
  *                 every number (index 0 when all are NaN).
+ *   SAMPLE        in: step, x F32 [R, V] (logits), params U32
+ *                 [R, FDY_SAMPLE_FIELDS] (a row's sampling parameters,
+ *                 layout FDY_SAMPLE_*); out: I32 [R], the id drawn from
+ *                 each of the first min(step[FDY_STEP_COUNT], R) rows (the
+ *                 other rows untouched). Row r's id, with t, k, p, m, seed
+ *                 and c its temperature, top_k, top_p, min_p, seed and
+ *                 counter, and a = ARGMAX of the row:
+ *                 - -1 when t is negative or not finite, p is neither 0
+ *                   nor in (0, 1] or m not in [0, 1] (no id);
+ *                 - a when t = 0 (greedy), k = 1 or x[a] is not finite;
+ *                 - else a draw. In double: w_i = fdy_sample_exp((x_i -
+ *                   x_a) / t) for finite x_i (0 otherwise), ranks by the
+ *                   key (order-preserving bits of x_i << 32 | ~i: larger
+ *                   logit, then lower id, first; 0 for a non-finite x_i).
+ *                   Top-k keeps the k highest keys (k = 0 or k >= V: every
+ *                   finite one); top-p then keeps the ids whose logit bits
+ *                   are at least the smallest b such that the kept weight
+ *                   of logits above b is < p * (the kept weight) (the
+ *                   shortest run of highest logits holding p of the mass,
+ *                   ties at its edge kept; off when p is 0 or 1); min-p then
+ *                   keeps w_i >= m. A sum over the kept ids is the sum, in
+ *                   chunk order, of the chunks' sums (FDY_SAMPLE_CHUNK ids
+ *                   each, summed in id order), from 0. With S that sum and
+ *                   u = fdy_sample_uniform(seed, c), the id is the first
+ *                   kept id (id order) whose running sum (the preceding
+ *                   chunks' sum plus its chunk's sum up to it) exceeds
+ *                   u * S, the last kept id when none does.
+ *                 A row's id depends only on that row's logits and
+ *                 parameters, so equal on every backend and in any batch.
  *
  * Fused kinds (one launch where the unfused sequence takes several; each
  * gives bitwise the result of that sequence on the CPU backend). The
@@ -99,9 +128,9 @@
  *                 attention's.
  *
  * Determinism: a kind's result depends only on its operands' values and
- * shapes: not on thread counts, on the memory class a view lives in, or on
- * which backend variant runs (chosen from shapes only). No float atomics in
- * reductions. */
+ * shapes (and variant_rows, fdy_op): not on thread counts, on the memory
+ * class a view lives in, or on which backend variant runs (chosen from
+ * shapes and variant_rows only). No float atomics in reductions. */
 #ifndef FOUNDRY_OPS_H
 #define FOUNDRY_OPS_H
 
@@ -126,6 +155,7 @@ typedef enum fdy_op_kind {
   FDY_OP_NORM_SWIGLU_Q4,
   FDY_OP_MATMUL_ADD_Q4,
   FDY_OP_ROPE_ATTENTION,
+  FDY_OP_SAMPLE,
   FDY_OP_KIND_COUNT
 } fdy_op_kind;
 
@@ -152,6 +182,49 @@ void fdy_step_set_chunk(int32_t *step, const int32_t *ids, uint32_t count,
 /* Sets row t of a step tensor (the count is not changed). */
 void fdy_step_set_row(int32_t *step, uint32_t t, int32_t id, uint32_t sequence,
                       uint32_t position);
+
+/* Layout of SAMPLE's U32 params tensor [R, FDY_SAMPLE_FIELDS]: per row its
+ * temperature, top_p and min_p (IEEE binary32 bits), top_k (0 = no limit),
+ * the 64-bit seed (low word first) and the counter that picks the draw of
+ * the seed's stream (a sequence's position). All zero is greedy. */
+#define FDY_SAMPLE_TEMPERATURE 0u
+#define FDY_SAMPLE_TOP_K       1u
+#define FDY_SAMPLE_TOP_P       2u
+#define FDY_SAMPLE_MIN_P       3u
+#define FDY_SAMPLE_SEED_LOW    4u
+#define FDY_SAMPLE_SEED_HIGH   5u
+#define FDY_SAMPLE_COUNTER     6u
+#define FDY_SAMPLE_FIELDS      7u
+/* Ids per chunk of SAMPLE's sums. */
+#define FDY_SAMPLE_CHUNK 256u
+
+/* One row's sampling parameters. */
+typedef struct fdy_sample_params {
+  float temperature; /* 0 = greedy (ARGMAX); else > 0 */
+  uint32_t top_k;    /* keep the k most likely ids; 0 = every id */
+  float top_p;       /* keep the most likely ids holding this much of the
+                        probability, in (0, 1]; 0 or 1 = off */
+  float min_p;       /* keep ids at least this fraction of the most likely
+                        one's probability, in [0, 1]; 0 = off */
+  uint64_t seed;     /* the random stream */
+} fdy_sample_params;
+
+/* Writes row t of a SAMPLE params tensor: p and the counter (the draw of
+ * p->seed's stream this row takes). */
+void fdy_sample_set_row(uint32_t *params, uint32_t t,
+                        const fdy_sample_params *p, uint32_t counter);
+
+/* Draw `counter` of the stream `seed`, uniform in [0, 1): the SplitMix64
+ * output number counter + 1 of the generator seeded with seed (z = seed +
+ * (counter + 1) * 0x9e3779b97f4a7c15, mixed), its top 53 bits * 2^-53. */
+double fdy_sample_uniform(uint64_t seed, uint32_t counter);
+
+/* SAMPLE's exponential of y <= 0 in double, the same bits on every
+ * backend: 0 below -708, else 2^k * P(r) with k = floor(y log2(e) + 0.5),
+ * r = y - k ln 2 (in two parts) and P the degree-13 Taylor polynomial of
+ * e^r (Horner), basic operations each rounded once (no fused
+ * multiply-add). Relative error below 1e-15. */
+double fdy_sample_exp(double y);
 
 /* Multiplier of the checksum chain (the 64-bit FNV prime). */
 #define FDY_CHAIN_PRIME 0x100000001b3ull
@@ -210,6 +283,16 @@ typedef struct fdy_op {
   fdy_tensor_view inputs[FDY_OP_MAX_INPUTS];
   fdy_tensor_view outputs[FDY_OP_MAX_OUTPUTS];
   fdy_tensor_view workspace; /* U8 [bytes]; buffer NULL when none */
+  /* 0, or for an op of 2 or more rows (the leading dimension of its
+   * row-wise operands) more rows than its own: a backend whose choice of
+   * kernel variant (a block shape, a split of a sum) follows the row count
+   * chooses as for an op of this many rows, so that the op computes each
+   * row bitwise as that larger op does. One-row ops ignore it (their
+   * one-row variants may round differently). The executor sets it on the
+   * launches of a step narrowed to a batch-size bucket of 2 or more rows
+   * (runtime.h) to the step's full rows. It never changes which rows are
+   * computed. */
+  uint64_t variant_rows;
 } fdy_op;
 
 /* Checks an op against its kind's row of the op table (foundry/op_table.h):

@@ -394,6 +394,20 @@ static fdy_status argmax_shapes(const fdy_op *op, fdy_error *err) {
   return want_dim(&c, op->input_count, 0, op->inputs[0].shape.dims[0]);
 }
 
+/* SAMPLE: a params row of FDY_SAMPLE_FIELDS words and an id per logits
+ * row. */
+static fdy_status sample_shapes(const fdy_op *op, fdy_error *err) {
+  const check c = checking(op, err);
+  uint64_t rows = op->inputs[1].shape.dims[0];
+  fdy_status st = FDY_OK;
+  if ((st = want_step(&c, 0)) != FDY_OK ||
+      (st = want_dim(&c, 2, 0, rows)) != FDY_OK ||
+      (st = want_dim(&c, 2, 1, FDY_SAMPLE_FIELDS)) != FDY_OK) {
+    return st;
+  }
+  return want_dim(&c, op->input_count, 0, rows);
+}
+
 /* Weight j at 3 + 3j against output j. */
 static fdy_status norm_matmul_q4_shapes(const fdy_op *op, fdy_error *err) {
   const check c = checking(op, err);
@@ -606,6 +620,13 @@ static const fdy_op_row kind_rows[FDY_OP_KIND_COUNT] = {
                                .inputs = {ATTENTION_INPUTS},
                                .outputs = {ROWS("out")},
                                .shape_rule = rope_attention_shapes},
+    [FDY_OP_SAMPLE] =
+        {.name = "sample",
+         INPUTS(3),
+         .inputs = {STEP, ROWS("x"),
+                    OPERAND("params", FDY_DTYPE_BIT(FDY_DTYPE_U32), 2, 0)},
+         .outputs = {OPERAND("out", FDY_DTYPE_BIT(FDY_DTYPE_I32), 1, 0)},
+         .shape_rule = sample_shapes},
 };
 
 /* ---- reading the table --------------------------------------------------- */

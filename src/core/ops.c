@@ -1,8 +1,11 @@
 /* Op helpers every backend shares: the rope inverse frequency, the rope
- * parameters of an op, and filling step tensors. The op kinds themselves
+ * parameters of an op, filling step tensors and SAMPLE's params tensors,
+ * and SAMPLE's shared arithmetic (sample_math.h). The op kinds themselves
  * (names, operands, parameters, checks) are the op table's
  * (src/core/op_table.c). */
 #include "foundry/ops.h"
+
+#include "sample_math.h"
 
 #include <math.h>
 #include <string.h>
@@ -55,4 +58,24 @@ void fdy_step_set_chunk(int32_t *step, const int32_t *ids, uint32_t count,
   for (uint32_t t = 0; t < count; t++) {
     fdy_step_set_row(step, t, ids[t], sequence, position + t);
   }
+}
+
+void fdy_sample_set_row(uint32_t *params, uint32_t t,
+                        const fdy_sample_params *p, uint32_t counter) {
+  uint32_t *w = params + (uint64_t)t * FDY_SAMPLE_FIELDS;
+  memcpy(&w[FDY_SAMPLE_TEMPERATURE], &p->temperature, sizeof(float));
+  w[FDY_SAMPLE_TOP_K] = p->top_k;
+  memcpy(&w[FDY_SAMPLE_TOP_P], &p->top_p, sizeof(float));
+  memcpy(&w[FDY_SAMPLE_MIN_P], &p->min_p, sizeof(float));
+  w[FDY_SAMPLE_SEED_LOW] = (uint32_t)p->seed;
+  w[FDY_SAMPLE_SEED_HIGH] = (uint32_t)(p->seed >> 32);
+  w[FDY_SAMPLE_COUNTER] = counter;
+}
+
+double fdy_sample_uniform(uint64_t seed, uint32_t counter) {
+  return fdy_sample_uniform_of(seed, counter);
+}
+
+double fdy_sample_exp(double y) {
+  return fdy_sample_exp_of(y);
 }

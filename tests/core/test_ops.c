@@ -150,6 +150,13 @@ static fdy_op valid_op(fdy_op_kind kind) {
     op.inputs[5] = view(FDY_DTYPE_F32, FDY_SHAPE(4, 96));
     op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(4, 96));
     break;
+  case FDY_OP_SAMPLE:
+    op.input_count = 3;
+    op.inputs[0] = step_view(FDY_STEP_ELEMENTS(1));
+    op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(3, 1000));
+    op.inputs[2] = view(FDY_DTYPE_U32, FDY_SHAPE(3, FDY_SAMPLE_FIELDS));
+    op.outputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(3));
+    break;
   case FDY_OP_KIND_COUNT:
     fail();
   }
@@ -647,6 +654,59 @@ static void test_row_kind_relations(void **state) {
   expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 1);
 }
 
+/* SAMPLE: a params row of FDY_SAMPLE_FIELDS U32 words per logits row, I32
+ * ids, the step holding at least the count. */
+static void test_sample_relations(void **state) {
+  (void)state;
+  fdy_op op = valid_op(FDY_OP_SAMPLE);
+  expect_ok(&op);
+  op.inputs[2].shape.dims[1] = FDY_SAMPLE_FIELDS - 1;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 2);
+  op = valid_op(FDY_OP_SAMPLE);
+  op.inputs[2].shape.dims[0] = 2;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 2);
+  op = valid_op(FDY_OP_SAMPLE);
+  op.inputs[2].dtype = FDY_DTYPE_F32;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 2);
+  op = valid_op(FDY_OP_SAMPLE);
+  op.outputs[0].shape.dims[0] = 4;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 3);
+  op = valid_op(FDY_OP_SAMPLE);
+  op.outputs[0].dtype = FDY_DTYPE_U32;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 3);
+  op = valid_op(FDY_OP_SAMPLE);
+  op.inputs[1].dtype = FDY_DTYPE_F16;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 1);
+  op = valid_op(FDY_OP_SAMPLE);
+  op.input_count = 2;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, PARAM);
+}
+
+/* The shared arithmetic: a uniform draw in [0, 1) that depends on the
+ * seed and the counter, and an exponential within 1e-15 of the C
+ * library's. */
+static void test_sample_math(void **state) {
+  (void)state;
+  double first = fdy_sample_uniform(42, 0);
+  assert_true(first >= 0.0 && first < 1.0);
+  assert_true(first == fdy_sample_uniform(42, 0));
+  assert_true(first != fdy_sample_uniform(42, 1));
+  assert_true(first != fdy_sample_uniform(43, 0));
+  double mean = 0.0;
+  for (uint32_t c = 0; c < 10000; c++) {
+    double u = fdy_sample_uniform(7, c);
+    assert_true(u >= 0.0 && u < 1.0);
+    mean += u / 10000;
+  }
+  assert_true(fabs(mean - 0.5) < 0.01);
+  assert_true(fdy_sample_exp(0.0) == 1.0);
+  assert_true(fdy_sample_exp(-709.0) == 0.0);
+  for (double y = -700.0; y <= 0.0; y += 0.37) {
+    double want = exp(y);
+    assert_true(fabs(fdy_sample_exp(y) - want) <= 1e-15 * want);
+  }
+}
+
 static void test_fused_relations(void **state) {
   (void)state;
   /* NORM_MATMUL_Q4: the norm's width, each weight against its output, the
@@ -762,6 +822,8 @@ int main(void) {
       cmocka_unit_test(test_rope_attention_relations),
       cmocka_unit_test(test_row_kind_relations),
       cmocka_unit_test(test_fused_relations),
+      cmocka_unit_test(test_sample_relations),
+      cmocka_unit_test(test_sample_math),
       cmocka_unit_test(test_rope_inverse_frequency),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

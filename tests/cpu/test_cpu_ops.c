@@ -922,6 +922,320 @@ static void test_argmax(void **state) {
   free(out);
 }
 
+/* ---- sample ---------------------------------------------------------------
+ */
+
+/* Runs SAMPLE on every thread count over rows of n logits (count active
+ * rows; the ids of the others must stay poisoned); out receives the ids. */
+static void sample_run(const float *x, const uint32_t *params, uint32_t rows,
+                       uint32_t n, int32_t count, int32_t *out) {
+  int32_t *step = make_step(count, 0, 1);
+  float *logits = malloc(sizeof *logits * rows * n);
+  uint32_t *words = malloc(sizeof *words * rows * FDY_SAMPLE_FIELDS);
+  int32_t *ids = poisoned(rows);
+  assert_non_null(logits);
+  assert_non_null(words);
+  memcpy(logits, x, sizeof *logits * rows * n);
+  memcpy(words, params, sizeof *words * rows * FDY_SAMPLE_FIELDS);
+  fdy_op op = {.kind = FDY_OP_SAMPLE, .input_count = 3, .output_count = 1};
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(FDY_STEP_ELEMENTS(1)));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, n));
+  op.inputs[2] = view(FDY_DTYPE_U32, FDY_SHAPE(rows, FDY_SAMPLE_FIELDS));
+  op.outputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(rows));
+  void *data[] = {step, logits, words, ids};
+  run_everywhere(&op, data);
+  uint32_t active = count < 0 ? 0 : (uint32_t)count;
+  active = active < rows ? active : rows;
+  assert_true(is_poison(ids + active, rows - active));
+  memcpy(out, ids, sizeof *out * rows);
+  free(step);
+  free(logits);
+  free(words);
+  free(ids);
+}
+
+static fdy_sample_params sampling(float temperature, uint32_t top_k,
+                                  float top_p, float min_p, uint64_t seed) {
+  return (fdy_sample_params){temperature, top_k, top_p, min_p, seed};
+}
+
+/* Temperature 0, top_k 1 and a zeroed row are ARGMAX (ties, NaN); rows
+ * past the count are untouched. */
+static void test_sample_greedy(void **state) {
+  (void)state;
+  const uint32_t rows = 6, n = 40000;
+  float *x = random_floats((uint64_t)rows * n);
+  x[n + 20000] = 2.0f; /* ties: the lowest id */
+  x[n + 5000] = 2.0f;
+  x[2 * n] = NAN;
+  x[2 * n + 9] = 3.0f;
+  x[2 * n + 7] = 3.0f;
+  for (uint32_t i = 0; i < n; i++) {
+    x[3 * n + i] = 0.5f;
+  }
+  x[4 * n + 123] = INFINITY; /* a sampled row with +inf takes it */
+  uint32_t *params = calloc(rows * FDY_SAMPLE_FIELDS, sizeof *params);
+  assert_non_null(params);
+  fdy_sample_params greedy = sampling(0.0f, 0, 1.0f, 0.0f, 99);
+  fdy_sample_params top1 = sampling(1.5f, 1, 0.9f, 0.0f, 5);
+  fdy_sample_params hot = sampling(1.0f, 0, 1.0f, 0.0f, 5);
+  fdy_sample_set_row(params, 1, &greedy, 3);
+  fdy_sample_set_row(params, 2, &top1, 4);
+  fdy_sample_set_row(params, 3, &greedy, 0);
+  fdy_sample_set_row(params, 4, &hot, 0);
+  int32_t *ids = malloc(sizeof *ids * rows);
+  int32_t *argmax = poisoned(rows);
+  assert_non_null(ids);
+  sample_run(x, params, rows, n, 5, ids);
+  fdy_op op = {.kind = FDY_OP_ARGMAX, .input_count = 1, .output_count = 1};
+  op.inputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, n));
+  op.outputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(rows));
+  void *data[] = {x, argmax};
+  run_everywhere(&op, data);
+  for (uint32_t r = 0; r < 4; r++) {
+    assert_int_equal(ids[r], argmax[r]);
+  }
+  assert_int_equal(ids[1], 5000);
+  assert_int_equal(ids[2], 7);
+  assert_int_equal(ids[3], 0);
+  assert_int_equal(ids[4], 123);
+  free(x);
+  free(params);
+  free(ids);
+  free(argmax);
+}
+
+/* The reference's kept ids of one row of n logits (1 = kept), from the
+ * definition with a sort: top_k by (logit desc, id asc), then top_p over
+ * those (the mass above each id), then min_p; the weights
+ * fdy_sample_exp((x - max) / t). Returns the kept weight's sum; w gets the
+ * weights. Borderline top-p decisions (within 1e-9 of the limit) are
+ * marked 2: either answer is right. */
+static double sample_reference(const float *x, uint32_t n,
+                               const fdy_sample_params *p, double *w,
+                               int *kept) {
+  uint32_t *order = malloc(sizeof *order * n);
+  assert_non_null(order);
+  for (uint32_t i = 0; i < n; i++) {
+    order[i] = i;
+  }
+  for (uint32_t i = 1; i < n; i++) { /* insertion sort: n is small */
+    uint32_t v = order[i], j = i;
+    while (j > 0 && (x[order[j - 1]] < x[v] ||
+                     (x[order[j - 1]] == x[v] && order[j - 1] > v))) {
+      order[j] = order[j - 1];
+      j--;
+    }
+    order[j] = v;
+  }
+  double m = x[order[0]];
+  uint32_t k = p->top_k == 0 || p->top_k > n ? n : p->top_k;
+  double mass = 0.0;
+  for (uint32_t i = 0; i < n; i++) {
+    w[i] = fdy_sample_exp(((double)x[i] - m) / (double)p->temperature);
+    kept[i] = 0;
+  }
+  for (uint32_t r = 0; r < k; r++) {
+    mass += w[order[r]];
+  }
+  /* above: the mass of the top-k logits strictly above the current one */
+  double above = 0.0, group = 0.0, sum = 0.0;
+  double limit =
+      p->top_p > 0.0f && p->top_p < 1.0f ? p->top_p * mass : 2.0 * mass;
+  for (uint32_t r = 0; r < k; r++) {
+    uint32_t i = order[r];
+    if (r > 0 && x[order[r - 1]] != x[i]) {
+      above += group;
+      group = 0.0;
+    }
+    group += w[i];
+    int in = above < limit ? 1 : 0;
+    if (fabs(above - limit) <= 1e-9 * mass) {
+      in = 2;
+    }
+    if (in && w[i] >= p->min_p) {
+      kept[i] = in;
+      sum += w[i];
+    }
+  }
+  free(order);
+  return sum;
+}
+
+/* Chi-square of counts against probabilities prob over n categories
+ * (those of probability 0 must have count 0). */
+static double chi_square(const uint32_t *counts, const double *prob, uint32_t n,
+                         uint32_t draws) {
+  double chi = 0.0;
+  for (uint32_t i = 0; i < n; i++) {
+    if (prob[i] == 0.0) {
+      assert_int_equal(counts[i], 0);
+      continue;
+    }
+    double e = prob[i] * draws;
+    chi += (counts[i] - e) * (counts[i] - e) / e;
+  }
+  return chi;
+}
+
+/* Over many draws (counters 0, 1, ...) from fixed logits the frequencies
+ * match the target distribution: a chi-square test at a fixed seed with
+ * the 0.1% critical value of its degrees of freedom; excluded ids are
+ * never drawn. */
+static void test_sample_distribution(void **state) {
+  (void)state;
+  enum { N = 8, ROWS = 1000, RUNS = 20 };
+  static const float logits[N] = {1.0f, 0.5f,  0.0f,  -0.5f,
+                                  2.0f, -1.0f, 0.25f, 1.5f};
+  /* plain softmax at 0.8 (7 degrees of freedom: 24.32); top_k 5 with
+   * top_p 0.9 (logits 2, 1.5, 1, 0.5: 3 dof, 16.27); min_p 0.2 (the same
+   * four) */
+  const fdy_sample_params cases[3] = {sampling(0.8f, 0, 1.0f, 0.0f, 11),
+                                      sampling(1.0f, 5, 0.9f, 0.0f, 12),
+                                      sampling(1.0f, 0, 1.0f, 0.2f, 13)};
+  const double critical[3] = {24.32, 16.27, 16.27};
+  const uint32_t kept_count[3] = {8, 4, 4};
+  float *x = malloc(sizeof *x * ROWS * N);
+  uint32_t *params = malloc(sizeof *params * ROWS * FDY_SAMPLE_FIELDS);
+  int32_t *ids = malloc(sizeof *ids * ROWS);
+  assert_non_null(x);
+  assert_non_null(params);
+  assert_non_null(ids);
+  for (uint32_t r = 0; r < ROWS; r++) {
+    memcpy(x + r * N, logits, sizeof logits);
+  }
+  for (int c = 0; c < 3; c++) {
+    double w[N];
+    int kept[N];
+    double sum = sample_reference(logits, N, &cases[c], w, kept);
+    double prob[N];
+    uint32_t kept_ids = 0, counts[N] = {0};
+    for (uint32_t i = 0; i < N; i++) {
+      assert_true(kept[i] != 2);
+      prob[i] = kept[i] ? w[i] / sum : 0.0;
+      kept_ids += kept[i] != 0;
+    }
+    assert_int_equal(kept_ids, kept_count[c]);
+    for (uint32_t run = 0; run < RUNS; run++) {
+      for (uint32_t r = 0; r < ROWS; r++) {
+        fdy_sample_set_row(params, r, &cases[c], run * ROWS + r);
+      }
+      sample_run(x, params, ROWS, N, ROWS, ids);
+      for (uint32_t r = 0; r < ROWS; r++) {
+        assert_true(ids[r] >= 0 && ids[r] < N);
+        counts[ids[r]]++;
+      }
+    }
+    double chi = chi_square(counts, prob, N, ROWS * RUNS);
+    if (!(chi < critical[c])) {
+      print_error("case %d: chi-square %g, critical %g\n", c, chi, critical[c]);
+      fail();
+    }
+  }
+  free(x);
+  free(params);
+  free(ids);
+}
+
+/* On random logits with ties, every drawn id passes top_k, top_p and
+ * min_p by the reference; invalid values give -1. */
+static void test_sample_filters(void **state) {
+  (void)state;
+  enum { N = 700, ROWS = 48 };
+  float *x = malloc(sizeof *x * ROWS * N);
+  uint32_t *params = malloc(sizeof *params * ROWS * FDY_SAMPLE_FIELDS);
+  int32_t *ids = malloc(sizeof *ids * ROWS);
+  fdy_sample_params *p = calloc(ROWS, sizeof *p);
+  assert_non_null(x);
+  assert_non_null(params);
+  assert_non_null(ids);
+  assert_non_null(p);
+  for (uint32_t i = 0; i < ROWS * N; i++) {
+    x[i] = (float)(int)(rand_range(-8.0f, 8.0f) * 4.0f) / 4.0f; /* ties */
+  }
+  const float temperatures[4] = {0.5f, 1.0f, 2.0f, 7.0f};
+  const uint32_t top_ks[4] = {0, 2, 40, 699};
+  const float top_ps[4] = {1.0f, 0.1f, 0.5f, 0.95f};
+  const float min_ps[3] = {0.0f, 0.05f, 0.5f};
+  for (uint32_t r = 0; r < ROWS - 4; r++) {
+    p[r] = sampling(temperatures[r % 4], top_ks[(r / 4) % 4],
+                    top_ps[(r / 2) % 4], min_ps[r % 3], 1000 + r);
+    fdy_sample_set_row(params, r, &p[r], r);
+  }
+  const fdy_sample_params bad[4] = {
+      sampling(-1.0f, 0, 1.0f, 0.0f, 1), sampling(NAN, 0, 1.0f, 0.0f, 1),
+      sampling(1.0f, 0, 1.5f, 0.0f, 1), sampling(1.0f, 0, 1.0f, -0.1f, 1)};
+  for (uint32_t b = 0; b < 4; b++) {
+    fdy_sample_set_row(params, ROWS - 4 + b, &bad[b], 0);
+  }
+  for (uint32_t round = 0; round < 5; round++) {
+    for (uint32_t r = 0; r < ROWS - 4; r++) {
+      params[r * FDY_SAMPLE_FIELDS + FDY_SAMPLE_COUNTER] = round;
+    }
+    sample_run(x, params, ROWS, N, ROWS, ids);
+    for (uint32_t r = 0; r < ROWS - 4; r++) {
+      double w[N];
+      int kept[N];
+      sample_reference(x + r * N, N, &p[r], w, kept);
+      assert_true(ids[r] >= 0 && ids[r] < N);
+      if (!kept[ids[r]]) {
+        print_error("row %u drew excluded id %d\n", r, ids[r]);
+        fail();
+      }
+    }
+    for (uint32_t b = 0; b < 4; b++) {
+      assert_int_equal(ids[ROWS - 4 + b], -1);
+    }
+  }
+  free(x);
+  free(params);
+  free(ids);
+  free(p);
+}
+
+/* The same (logits, parameters, counter) gives the same id whatever the
+ * other rows, their number and the row's place; another seed or counter
+ * draws another stream. */
+static void test_sample_batch_invariant(void **state) {
+  (void)state;
+  enum { N = 3000, ROWS = 7, DRAWS = 40 };
+  float *x = random_floats((uint64_t)ROWS * N);
+  float *one = random_floats(N);
+  uint32_t *params = calloc(ROWS * FDY_SAMPLE_FIELDS, sizeof *params);
+  uint32_t words[FDY_SAMPLE_FIELDS];
+  int32_t ids[ROWS], alone = 0;
+  assert_non_null(params);
+  const fdy_sample_params target = sampling(1.3f, 100, 0.9f, 0.01f, 77);
+  const fdy_sample_params other = sampling(0.7f, 0, 0.8f, 0.0f, 5);
+  uint32_t differ_seed = 0, distinct = 0;
+  int32_t first = -1;
+  for (uint32_t c = 0; c < DRAWS; c++) {
+    fdy_sample_set_row(words, 0, &target, c);
+    sample_run(one, words, 1, N, 1, &alone);
+    first = c == 0 ? alone : first;
+    distinct += alone != first;
+    uint32_t place = c % ROWS;
+    for (uint32_t r = 0; r < ROWS; r++) {
+      fdy_sample_set_row(params, r, r == place ? &target : &other,
+                         r == place ? c : c + 17 * r + 1000);
+    }
+    memcpy(x + (uint64_t)place * N, one, sizeof *one * N);
+    sample_run(x, params, ROWS, N, ROWS, ids);
+    assert_int_equal(ids[place], alone);
+    fdy_sample_params reseeded = target;
+    reseeded.seed = 78;
+    fdy_sample_set_row(words, 0, &reseeded, c);
+    int32_t id = 0;
+    sample_run(one, words, 1, N, 1, &id);
+    differ_seed += id != alone;
+  }
+  assert_true(differ_seed > 0);
+  assert_true(distinct > 0);
+  free(x);
+  free(one);
+  free(params);
+}
+
 /* ---- supports_op and workspace --------------------------------------------
  */
 
@@ -1351,6 +1665,10 @@ int main(void) {
       cmocka_unit_test(test_swiglu_and_add),
       cmocka_unit_test(test_last_row),
       cmocka_unit_test(test_argmax),
+      cmocka_unit_test(test_sample_greedy),
+      cmocka_unit_test(test_sample_distribution),
+      cmocka_unit_test(test_sample_filters),
+      cmocka_unit_test(test_sample_batch_invariant),
       cmocka_unit_test(test_supports_op),
       cmocka_unit_test(test_workspace),
       cmocka_unit_test(test_fused_equal_single_ops),

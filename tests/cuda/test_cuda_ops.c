@@ -1901,6 +1901,69 @@ static void test_argmax_blocks(void **state) {
   argmax_ties("one block", 9, s, short_ties, 3);
 }
 
+/* ---- sample ---------------------------------------------------------------
+ */
+
+/* SAMPLE on random logits ([rows x n], count active rows, the output
+ * poisoned) with parameters cycling through greedy, top_k 1, plain
+ * temperatures, top_k, top_p, min_p, their mix and invalid values: the
+ * device ids equal the CPU's, rows past the count stay poisoned. Several
+ * rounds of counters. */
+static void sample_case(const char *label, uint32_t rows, int32_t count,
+                        uint32_t n) {
+  static const fdy_sample_params kinds[] = {
+      {0.0f, 0, 1.0f, 0.0f, 1},    {1.0f, 1, 1.0f, 0.0f, 2},
+      {1.0f, 0, 1.0f, 0.0f, 3},    {0.6f, 0, 0.0f, 0.0f, 4},
+      {1.2f, 50, 1.0f, 0.0f, 5},   {1.0f, 0, 0.9f, 0.0f, 6},
+      {0.8f, 0, 1.0f, 0.05f, 7},   {1.1f, 40, 0.95f, 0.02f, 8},
+      {2.0f, 3000, 0.5f, 0.0f, 9}, {-1.0f, 0, 1.0f, 0.0f, 10},
+      {1.0f, 0, 1.5f, 0.0f, 11},   {5.0f, 0, 0.99f, 0.0f, 12},
+  };
+  const uint32_t kind_count = sizeof kinds / sizeof kinds[0];
+  float *x = random_floats((uint64_t)rows * n);
+  for (uint64_t i = 0; i < (uint64_t)rows * n; i += 97) {
+    x[i] = x[i + 1 < (uint64_t)rows * n ? i + 1 : i]; /* some ties */
+  }
+  uint32_t *params =
+      checked_malloc(sizeof(uint32_t) * rows * FDY_SAMPLE_FIELDS);
+  int32_t *step = make_step(count, 0, 1);
+  int32_t *out = poisoned(rows);
+  fdy_op op = {.kind = FDY_OP_SAMPLE, .input_count = 3, .output_count = 1};
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(FDY_STEP_ELEMENTS(1)));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, n));
+  op.inputs[2] = view(FDY_DTYPE_U32, FDY_SHAPE(rows, FDY_SAMPLE_FIELDS));
+  op.outputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(rows));
+  for (uint32_t round = 0; round < 3; round++) {
+    for (uint32_t r = 0; r < rows; r++) {
+      fdy_sample_set_row(params, r, &kinds[(r + round) % kind_count],
+                         round * 1000 + r);
+    }
+    void *data[] = {step, x, params, out};
+    results res = run_both(&op, data);
+    char what[160];
+    snprintf(what, sizeof what, "sample %s [%u x %u] round %u", label, rows, n,
+             round);
+    uint32_t active = active_rows(count, rows);
+    expect_same(what, res.cpu[3], res.gpu[3], sizeof(int32_t) * active);
+    assert_true(is_poison((const int32_t *)res.gpu[3] + active, rows - active));
+    free_results(&res);
+  }
+  free(x);
+  free(params);
+  free(step);
+  free(out);
+}
+
+/* Short rows, rows not a multiple of a chunk, a vocabulary's rows (one
+ * and a decode batch), and a count below the rows. */
+static void test_sample_equals_cpu(void **state) {
+  (void)state;
+  sample_case("short", 12, 12, 7);
+  sample_case("odd", 13, 10, 40001);
+  sample_case("vocab", 1, 1, 128256);
+  sample_case("vocab batch", 12, 12, 128256);
+}
+
 /* ---- every op on one model's shapes
  * -------------------------------------------
  */
@@ -2832,6 +2895,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_odd_shapes),
       cmocka_unit_test(test_argmax_blocks),
+      cmocka_unit_test(test_sample_equals_cpu),
       cmocka_unit_test(test_gemv_shapes),
       cmocka_unit_test(test_attention_workspace_refused),
       cmocka_unit_test(test_attention_positions),

@@ -10,11 +10,11 @@
  * any row count: one decode row, or a batch of independent rows). The
  * workspace of an op: the one-row ATTENTION's and ROPE_ATTENTION's partial
  * results (attention.cu), the blocks' winners of ARGMAX over long rows
- * (ops_kernels.cu), and MATMUL_Q4 and the fused matmul kinds
- * (NORM_MATMUL_Q4, NORM_SWIGLU_Q4, MATMUL_ADD_Q4) of several rows (x,
- * normed where the kind says, in F16, partial sums: matmul_q4_mma.cu);
- * other ops need none. Those fused kinds run for any row count: one row
- * on the GEMV (matmul_q4.cu), several on the tensor cores. */
+ * and SAMPLE's chunk sums and argmax ids (ops_kernels.cu), and MATMUL_Q4 and
+ * the fused matmul kinds (NORM_MATMUL_Q4, NORM_SWIGLU_Q4, MATMUL_ADD_Q4) of
+ * several rows (x, normed where the kind says, in F16, partial sums:
+ * matmul_q4_mma.cu); other ops need none. Those fused kinds run for any row
+ * count: one row on the GEMV (matmul_q4.cu), several on the tensor cores. */
 #include "cuda_internal.h"
 
 #include "foundry/op_table.h"
@@ -79,8 +79,8 @@ uint64_t fdy_cuda_op_workspace_bytes(const fdy_op *op) {
   if (op->kind == FDY_OP_ATTENTION || op->kind == FDY_OP_ROPE_ATTENTION) {
     return fdy_cuda_attention_workspace_bytes(op);
   }
-  if (op->kind == FDY_OP_ARGMAX) {
-    return fdy_cuda_argmax_workspace_bytes(op);
+  if (op->kind == FDY_OP_ARGMAX || op->kind == FDY_OP_SAMPLE) {
+    return fdy_cuda_argmax_workspace_bytes(op); /* SAMPLE runs ARGMAX */
   }
   const bool q4 = fdy_op_row_of(op->kind)->flags & FDY_OP_Q4_MATMUL;
   if (q4 && op->inputs[1].shape.dims[0] != 1) {

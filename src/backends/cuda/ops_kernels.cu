@@ -1,6 +1,7 @@
 /* The CUDA kernels of the row-wise and element-wise op kinds (EMBED_Q4,
- * RMSNORM, ROPE, SWIGLU, ADD, LAST_ROW, ARGMAX), and the dispatch of every
- * kind but CHECKSUM (MATMUL_Q4 in matmul_q4.cu, ATTENTION in attention.cu).
+ * RMSNORM, ROPE, SWIGLU, ADD, LAST_ROW, ARGMAX, SAMPLE), and the dispatch of
+ * every kind but CHECKSUM (MATMUL_Q4 in matmul_q4.cu, ATTENTION in
+ * attention.cu).
  *
  * Grids are sized from the tensors' shapes: row kinds launch one block per
  * row of the tensor and the blocks of rows at or beyond the step's count
@@ -24,6 +25,14 @@
  * winners the last block to finish reduces (a counter of the stream's,
  * zeroed again by that block, so the launch can be replayed in a graph).
  *
+ * SAMPLE runs ARGMAX's kernel over its logits into workspace, then a
+ * block per row that does the op's definition with the CPU's arithmetic
+ * (src/core/sample_math.h, every double operation an explicitly rounded
+ * intrinsic): a greedy row takes the argmax; a sampled row's radix select
+ * counts with integer atomics (exact), each thread sums whole chunks of
+ * FDY_SAMPLE_CHUNK ids in id order and thread 0 sums the chunks in order
+ * and walks them, so its id is the CPU's.
+ *
  * Every kernel is launched by fdy_launch and follows its rules (PDL,
  * cuda_device.h): it lets the next kernel start at once and waits for the
  * previous one before touching activations; rope computes its angles
@@ -32,6 +41,8 @@
 #include "cuda_internal.h"
 
 #include "foundry/op_table.h"
+
+#include "../../core/sample_math.h"
 
 #define ROW_THREADS       256 /* embed, rmsnorm, rope */
 #define RMSNORM_HELD      4   /* float4 of a row a thread keeps */
@@ -42,6 +53,7 @@
 #define ARGMAX_LOADS      4 /* 16-byte loads a thread issues at once */
 #define ARGMAX_SPAN       (ARGMAX_THREADS * ARGMAX_LOADS) /* loads */
 #define ARGMAX_MAX_PARTS  64 /* blocks of one row */
+#define SAMPLE_THREADS    512
 
 /* ---- embedding ------------------------------------------------------------
  */
@@ -428,10 +440,251 @@ static unsigned int argmax_parts(unsigned long long rows,
   return (unsigned int)parts;
 }
 
+static uint64_t sample_workspace_bytes(const fdy_op *op);
+
+/* ARGMAX's partial winners; SAMPLE's layout (sample_layout_of). */
 extern "C" uint64_t fdy_cuda_argmax_workspace_bytes(const fdy_op *op) {
+  if (op->kind == FDY_OP_SAMPLE) {
+    return sample_workspace_bytes(op);
+  }
   const unsigned long long rows = op->inputs[0].shape.dims[0];
   const unsigned int parts = argmax_parts(rows, op->inputs[0].shape.dims[1]);
   return parts > 1 ? rows * parts * sizeof(uint2) : 0;
+}
+
+/* ---- sample ---------------------------------------------------------------
+ */
+
+/* A sampled row's filters (SAMPLE in ops.h), shared by its block. */
+typedef struct sample_filters {
+  double m, t, min_p;
+  unsigned long long min_key;
+  unsigned int min_order;
+} sample_filters;
+
+static __device__ __forceinline__ bool
+sample_kept(const sample_filters *f, float x, unsigned int i, double w) {
+  return fdy_sample_key(x, i) >= f->min_key &&
+         fdy_sample_order(x) >= f->min_order && w >= f->min_p;
+}
+
+/* The CPU's sample_sum: thread j sums chunks j, j + SAMPLE_THREADS, ...
+ * (each in id order) into chunks[], thread 0 sums them in chunk order;
+ * every thread gets the total. */
+static __device__ double sample_sum(const sample_filters *f, const float *x,
+                                    unsigned long long n, unsigned int above,
+                                    bool strictly, double *chunks,
+                                    double *total) {
+  const unsigned long long count =
+      (n + FDY_SAMPLE_CHUNK - 1) / FDY_SAMPLE_CHUNK;
+  for (unsigned long long c = threadIdx.x; c < count; c += SAMPLE_THREADS) {
+    const unsigned long long first = c * FDY_SAMPLE_CHUNK;
+    const unsigned long long stop =
+        first + FDY_SAMPLE_CHUNK < n ? first + FDY_SAMPLE_CHUNK : n;
+    double sum = 0.0;
+    for (unsigned long long i = first; i < stop; i++) {
+      const double w = fdy_sample_weight(x[i], f->m, f->t);
+      if (sample_kept(f, x[i], (unsigned int)i, w) &&
+          (!strictly || fdy_sample_order(x[i]) > above)) {
+        sum = __dadd_rn(sum, w);
+      }
+    }
+    chunks[c] = sum;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double sum = 0.0;
+    for (unsigned long long c = 0; c < count; c++) {
+      sum = __dadd_rn(sum, chunks[c]);
+    }
+    *total = sum;
+  }
+  __syncthreads();
+  const double result = *total;
+  __syncthreads();
+  return result;
+}
+
+/* The k-th largest key of the row (k >= 1), the CPU's radix select. */
+static __device__ unsigned long long
+sample_kth_key(const float *x, unsigned long long n, unsigned int k) {
+  __shared__ unsigned int counts[256];
+  __shared__ unsigned long long prefix;
+  __shared__ unsigned int left;
+  if (threadIdx.x == 0) {
+    prefix = 0;
+    left = k;
+  }
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    for (unsigned int d = threadIdx.x; d < 256; d += SAMPLE_THREADS) {
+      counts[d] = 0;
+    }
+    __syncthreads();
+    const unsigned long long mask = shift == 56 ? 0 : ~0ull << (shift + 8);
+    const unsigned long long want = prefix;
+    for (unsigned long long i = threadIdx.x; i < n; i += SAMPLE_THREADS) {
+      const unsigned long long key = fdy_sample_key(x[i], (unsigned int)i);
+      if ((key & mask) == want) {
+        atomicAdd(&counts[(key >> shift) & 0xff], 1u);
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      unsigned int digit = 255;
+      while (counts[digit] < left) {
+        left -= counts[digit];
+        digit--;
+      }
+      prefix |= (unsigned long long)digit << shift;
+    }
+    __syncthreads();
+  }
+  return prefix;
+}
+
+/* Block r samples row r (rows at or beyond the step's count return):
+ * argmax[r] is ARGMAX's answer, chunks the row's FDY_SAMPLE_CHUNK sums. */
+__global__ void __launch_bounds__(SAMPLE_THREADS)
+    sample_kernel(const int32_t *step, const float *x, const uint32_t *params,
+                  unsigned int rows, unsigned long long n,
+                  const int32_t *argmax, double *chunks, int32_t *out) {
+  fdy_grid_launch_dependents();
+  fdy_grid_wait();
+  __shared__ sample_filters f;
+  __shared__ double total;
+  const unsigned int r = blockIdx.x;
+  if (r >= fdy_active_rows(step, rows)) {
+    return;
+  }
+  const float *xr = x + (unsigned long long)r * n;
+  const unsigned long long count =
+      (n + FDY_SAMPLE_CHUNK - 1) / FDY_SAMPLE_CHUNK;
+  double *row_chunks = chunks + (unsigned long long)r * count;
+  const fdy_sample_row p =
+      fdy_sample_row_of(params + (unsigned long long)r * FDY_SAMPLE_FIELDS);
+  const int32_t a = argmax[r];
+  if (!fdy_sample_row_valid(&p) || fdy_sample_row_greedy(&p) ||
+      !fdy_sample_finite(xr[a])) {
+    if (threadIdx.x == 0) {
+      out[r] = fdy_sample_row_valid(&p) ? a : -1;
+    }
+    return;
+  }
+  if (threadIdx.x == 0) {
+    f.m = (double)xr[a];
+    f.t = (double)p.temperature;
+    f.min_p = 0.0;
+    f.min_key = 1;
+    f.min_order = 0;
+  }
+  __syncthreads();
+  if (p.top_k != 0 && p.top_k < n) {
+    const unsigned long long kth = sample_kth_key(xr, n, p.top_k);
+    if (threadIdx.x == 0) {
+      f.min_key = kth > 1 ? kth : 1;
+    }
+    __syncthreads();
+  }
+  if (p.top_p > 0.0f && p.top_p < 1.0f) {
+    const double limit = __dmul_rn(
+        (double)p.top_p, sample_sum(&f, xr, n, 0, false, row_chunks, &total));
+    unsigned int lo = 0, hi = 0xffffffffu;
+    while (lo < hi) {
+      const unsigned int mid = lo + (hi - lo) / 2;
+      if (sample_sum(&f, xr, n, mid, true, row_chunks, &total) < limit) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    if (threadIdx.x == 0) {
+      f.min_order = lo;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    f.min_p = (double)p.min_p;
+  }
+  __syncthreads();
+  const double sum = sample_sum(&f, xr, n, 0, false, row_chunks, &total);
+  if (threadIdx.x != 0) {
+    return;
+  }
+  const double target =
+      __dmul_rn(fdy_sample_uniform_of(p.seed, p.counter), sum);
+  double run = 0.0;
+  for (unsigned long long c = 0; c < count; c++) {
+    if (__dadd_rn(run, row_chunks[c]) > target) {
+      const unsigned long long first = c * FDY_SAMPLE_CHUNK;
+      const unsigned long long stop =
+          first + FDY_SAMPLE_CHUNK < n ? first + FDY_SAMPLE_CHUNK : n;
+      double chunk = 0.0;
+      for (unsigned long long i = first; i < stop; i++) {
+        const double w = fdy_sample_weight(xr[i], f.m, f.t);
+        if (sample_kept(&f, xr[i], (unsigned int)i, w)) {
+          chunk = __dadd_rn(chunk, w);
+          if (__dadd_rn(run, chunk) > target) {
+            out[r] = (int32_t)i;
+            return;
+          }
+        }
+      }
+    }
+    run = __dadd_rn(run, row_chunks[c]);
+  }
+  for (unsigned long long i = n; i-- > 0;) { /* the last kept id */
+    if (sample_kept(&f, xr[i], (unsigned int)i,
+                    fdy_sample_weight(xr[i], f.m, f.t))) {
+      out[r] = (int32_t)i;
+      return;
+    }
+  }
+}
+
+/* SAMPLE's workspace: each row's chunk sums, then its ARGMAX's partial
+ * winners and ids. */
+typedef struct sample_layout {
+  unsigned long long chunks, partial, ids, total;
+} sample_layout;
+
+static sample_layout sample_layout_of(const fdy_op *op) {
+  const unsigned long long rows = op->inputs[1].shape.dims[0];
+  const unsigned long long n = op->inputs[1].shape.dims[1];
+  const unsigned int parts = argmax_parts(rows, n);
+  sample_layout l;
+  l.chunks = 0;
+  l.partial =
+      rows * ((n + FDY_SAMPLE_CHUNK - 1) / FDY_SAMPLE_CHUNK) * sizeof(double);
+  l.ids = l.partial + (parts > 1 ? rows * parts * sizeof(uint2) : 0);
+  l.total = l.ids + rows * sizeof(int32_t);
+  return l;
+}
+
+static uint64_t sample_workspace_bytes(const fdy_op *op) {
+  return sample_layout_of(op).total;
+}
+
+static cudaError_t launch_sample(const fdy_cuda_op_args *a,
+                                 cudaStream_t stream) {
+  const fdy_op *op = a->op;
+  const unsigned int rows = (unsigned int)op->inputs[1].shape.dims[0];
+  const unsigned int n = (unsigned int)op->inputs[1].shape.dims[1];
+  const unsigned int parts = argmax_parts(rows, n);
+  const sample_layout l = sample_layout_of(op);
+  unsigned char *ws = (unsigned char *)a->workspace;
+  int32_t *ids = (int32_t *)(ws + l.ids);
+  cudaError_t rc =
+      fdy_launch(a->dependent, argmax_kernel, rows * parts, ARGMAX_THREADS, 0,
+                 stream, (const float *)a->in[1], rows, n, parts, n % 4 == 0,
+                 (uint2 *)(ws + l.partial), a->counters, ids);
+  if (rc != cudaSuccess) {
+    return rc;
+  }
+  return fdy_launch(a->dependent, sample_kernel, rows, SAMPLE_THREADS, 0,
+                    stream, (const int32_t *)a->in[0], (const float *)a->in[1],
+                    (const uint32_t *)a->in[2], rows, (unsigned long long)n,
+                    (const int32_t *)ids, (double *)(ws + l.chunks),
+                    (int32_t *)a->out);
 }
 
 /* ---- dispatch -------------------------------------------------------------
@@ -480,6 +733,7 @@ extern "C" cudaError_t fdy_cuda_ops_prepare(uint64_t smem_optin) {
       (const void *)embed_kernel,    (const void *)rmsnorm_kernel,
       (const void *)rope_kernel,     (const void *)binary_kernel,
       (const void *)last_row_kernel, (const void *)argmax_kernel,
+      (const void *)sample_kernel,
   };
   for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
     struct cudaFuncAttributes attributes;
@@ -559,6 +813,8 @@ extern "C" cudaError_t fdy_cuda_op_enqueue(const fdy_cuda_op_args *a,
                       n % 4 == 0, (uint2 *)a->workspace, a->counters,
                       (int32_t *)a->out);
   }
+  case FDY_OP_SAMPLE:
+    return launch_sample(a, stream);
   default:
     return cudaErrorInvalidValue;
   }
