@@ -2,8 +2,11 @@
  * the tiktoken ranks parser (even) or the tokenizer.json parser (odd; the
  * rest splits at the first NUL into tokenizer.json and
  * tokenizer_config.json). Any input must load or fail with an error, never
- * crash or leak; a loaded tokenizer must round-trip a fixed text (valid
- * and invalid UTF-8) through encode and decode. The parsers read files, so
+ * crash or leak; a loaded tiktoken file must round-trip a fixed text (valid
+ * and invalid UTF-8) through encode and decode. A tokenizer.json need not
+ * (Hugging Face's normalizers, Removed splits, lstrip/rstrip and missing
+ * bytes lose text): its ids must decode, and encoding may fail only with
+ * FDY_ERR_UNSUPPORTED (a regex at PCRE2's limits). The parsers read files, so
  * each input is written to a private temporary directory first. */
 #include <stdint.h>
 #include <stdio.h>
@@ -39,6 +42,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_write_file(json, rest, first);
     fuzz_write_file(config, nul ? nul + 1 : rest, nul ? n - first - 1 : 0);
     (void)fdy_tokenizer_load_hf(json, nul ? config : NULL, &tok, &err);
+  }
+  if (tok && data[0] % 2 == 1) {
+    static const char text[] = "Hello, world! 123 \xe4\xb8\xad\xff\r\n  x";
+    fdy_tokens ids = {0};
+    char *back = NULL;
+    size_t len = 0;
+    fdy_status s = fdy_tokenizer_encode(tok, text, sizeof text - 1,
+                                        FDY_ENCODE_SPECIAL, &ids, &err);
+    if ((s != FDY_OK && s != FDY_ERR_UNSUPPORTED) ||
+        (s == FDY_OK && fdy_tokenizer_decode(tok, ids.ids, ids.count, &back,
+                                             &len, &err) != FDY_OK)) {
+      abort(); /* a loaded tokenizer must encode and decode */
+    }
+    free(back);
+    fdy_tokens_free(&ids);
+    fdy_tokenizer_destroy(tok);
+    tok = NULL;
   }
   if (tok) {
     static const char text[] = "Hello, world! 123 \xe4\xb8\xad\xff\r\n  x";

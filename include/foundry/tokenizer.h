@@ -39,17 +39,20 @@ typedef struct fdy_tokenizer fdy_tokenizer;
 fdy_status fdy_tokenizer_load_tiktoken(const char *path, fdy_tokenizer **out,
                                        fdy_error *err);
 
-/* Loads a Hugging Face tokenizer.json (a ByteLevel BPE: model.vocab,
- * model.merges, added_tokens, a Split regex + ByteLevel pre-tokenizer) and,
- * when config_path is not NULL, its tokenizer_config.json (bos_token,
- * eos_token, added_tokens_decoder, chat_template). Strict: wrong types,
- * duplicate ids or tokens, merges of unknown tokens, unsupported
- * normalizers, pre-tokenizers or model options are errors naming the file
- * in the message and the entry in err->name ("model.merges[17]"): FDY_ERR_PARSE
- * (not JSON, a NUL byte included; err->line/column set, err->name the
- * file), FDY_ERR_SCHEMA (wrong structure),
- * FDY_ERR_UNSUPPORTED (valid but not a byte-level BPE Foundry handles),
- * FDY_ERR_IO/NOT_FOUND (as for tiktoken), FDY_ERR_FORMAT (larger than 1 GiB),
+/* Loads a Hugging Face tokenizer.json (any byte-level BPE: model.vocab,
+ * model.merges as strings or pairs, added_tokens with Hugging Face's
+ * semantics, a null or NFC normalizer, Split/Digits/ByteLevel
+ * pre-tokenizers, the ByteLevel decoder; docs/tokenizer.md) and, when
+ * config_path is not NULL, its tokenizer_config.json (bos_token,
+ * eos_token, add_bos_token, added_tokens_decoder, chat_template). Strict:
+ * errors name the file in the message and the entry in err->name
+ * ("model.merges[17]"): FDY_ERR_PARSE (not JSON, a NUL byte included;
+ * err->line/column set, err->name the file), FDY_ERR_SCHEMA (wrong
+ * structure; duplicate ids or spellings; an added token spelled like a
+ * vocabulary token of another id; a null decoder; a Split regex that can
+ * match the empty string or backtracks catastrophically), FDY_ERR_UNSUPPORTED
+ * (valid but not a byte-level BPE Foundry handles), FDY_ERR_IO/NOT_FOUND
+ * (as for tiktoken), FDY_ERR_FORMAT (larger than 1 GiB),
  * FDY_ERR_OUT_OF_MEMORY. On failure *out is NULL. */
 fdy_status fdy_tokenizer_load_hf(const char *tokenizer_json_path,
                                  const char *config_path, fdy_tokenizer **out,
@@ -79,6 +82,12 @@ uint32_t fdy_tokenizer_vocab_size(const fdy_tokenizer *tok);
 int32_t fdy_tokenizer_bos(const fdy_tokenizer *tok);
 /* The end-of-text id (eos_token, else <|end_of_text|>), or -1. */
 int32_t fdy_tokenizer_eos(const fdy_tokenizer *tok);
+/* Whether a text prompt starts with the BOS, as Hugging Face's encode
+ * with special tokens does: tokenizer_config.json's add_bos_token when it
+ * has one, else whether tokenizer.json's post_processor is a
+ * TemplateProcessing that starts with a special token (Llama 3); a tiktoken
+ * file: true. False when the tokenizer has no BOS. */
+bool fdy_tokenizer_add_bos(const fdy_tokenizer *tok);
 /* True when id is a special token (valid ids only). */
 bool fdy_tokenizer_is_special(const fdy_tokenizer *tok, int32_t id);
 /* The id of the special token spelled name ("<|eot_id|>"), or -1. */
@@ -124,11 +133,13 @@ enum {
  * merged by rank. Bytes that are not valid UTF-8 are never part of a piece:
  * each becomes its own single-byte token, and the valid text around them is
  * split as if they were not there (so decode(encode(x)) == x for any
- * bytes). flags: FDY_ENCODE_SPECIAL or 0; other bits
+ * bytes, when every byte has a token). Added tokens that are not special are
+ * always recognised. flags: FDY_ENCODE_SPECIAL or 0; other bits
  * FDY_ERR_INVALID_ARGUMENT. Errors (out keeps its earlier ids, later ones
  * may have been appended): FDY_ERR_OUT_OF_MEMORY, FDY_ERR_INVALID_ARGUMENT
- * for text over 4 GiB, FDY_ERR_UNSUPPORTED when the regex engine fails
- * (message says why). Not thread-safe on one tokenizer. */
+ * for text over 4 GiB, FDY_ERR_UNSUPPORTED when the regex engine fails,
+ * a regex reaching PCRE2's match limits included (message says why,
+ * err->name the file). Not thread-safe on one tokenizer. */
 fdy_status fdy_tokenizer_encode(fdy_tokenizer *tok, const char *text,
                                 size_t len, unsigned flags, fdy_tokens *out,
                                 fdy_error *err);

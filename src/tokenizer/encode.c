@@ -5,6 +5,7 @@
  * rank, the leftmost on ties. Short pieces use tiktoken's array scan;
  * long ones (a 1 MB run of letters is one piece) a heap, so that encoding
  * stays O(n log n). Both give the same merges. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,6 +53,17 @@ static inline uint32_t pair_rank(const fdy_tokenizer *tok, const char *piece,
   return tok->tokens[found].rank;
 }
 
+/* The rank and id of the pair of parts i and i + 1: tiktoken's rank of
+ * their concatenation (bytes p[i].start to p[i + 2].start), or Hugging
+ * Face's rank of the pair of ids. */
+static inline uint32_t rank_at(const fdy_tokenizer *tok, const char *piece,
+                               const part *p, uint32_t i, int32_t *id) {
+  if (tok->pair_merges) {
+    return tok_merge_rank(tok, p[i].id, p[i + 1].id, id);
+  }
+  return pair_rank(tok, piece, p[i].start, p[i + 2].start, id);
+}
+
 static fdy_status merge_short(fdy_tokenizer *tok, const char *piece, uint32_t n,
                               fdy_tokens *out, fdy_error *err) {
   tok_scratch *s = &tok->scratch;
@@ -64,15 +76,20 @@ static fdy_status merge_short(fdy_tokenizer *tok, const char *piece, uint32_t n,
     s->parts_cap = (size_t)n + 1;
   }
   part *p = s->parts;
-  for (uint32_t i = 0; i <= n; i++) {
-    p[i] = (part){i, TOK_NO_RANK, -1,
-                  i < n ? tok->byte_ids[(unsigned char)piece[i]] : -1};
+  /* a byte without a token is left out, as Hugging Face does (only
+   * possible with pair merges: tiktoken files have all 256) */
+  uint32_t count = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    int32_t id = tok->byte_ids[(unsigned char)piece[i]];
+    if (id >= 0) {
+      p[count++] = (part){i, TOK_NO_RANK, -1, id};
+    }
   }
-  for (uint32_t i = 0; i + 1 < n; i++) {
-    p[i].rank = pair_rank(tok, piece, i, i + 2, &p[i].pair_id);
+  p[count++] = (part){n, TOK_NO_RANK, -1, -1};
+  for (uint32_t i = 0; i + 2 < count; i++) {
+    p[i].rank = rank_at(tok, piece, p, i, &p[i].pair_id);
   }
   /* count parts and a sentinel at p[count - 1] (start = n). */
-  uint32_t count = n + 1;
   for (;;) {
     uint32_t best = TOK_NO_RANK, at = 0;
     for (uint32_t i = 0; i + 1 < count; i++) {
@@ -88,11 +105,9 @@ static fdy_status merge_short(fdy_tokenizer *tok, const char *piece, uint32_t n,
     memmove(&p[at + 1], &p[at + 2], (count - at - 2) * sizeof *p);
     count--;
     if (at > 0) {
-      p[at - 1].rank = pair_rank(tok, piece, p[at - 1].start, p[at + 1].start,
-                                 &p[at - 1].pair_id);
+      p[at - 1].rank = rank_at(tok, piece, p, at - 1, &p[at - 1].pair_id);
     }
-    p[at].rank = at + 2 < count ? pair_rank(tok, piece, p[at].start,
-                                            p[at + 2].start, &p[at].pair_id)
+    p[at].rank = at + 2 < count ? rank_at(tok, piece, p, at, &p[at].pair_id)
                                 : TOK_NO_RANK;
   }
   for (uint32_t i = 0; i + 1 < count; i++) {
@@ -137,13 +152,15 @@ static candidate heap_pop(candidate *heap, size_t *size) {
   return top;
 }
 
-/* Pushes the pair that starts at left and ends at end when it is a token
- * that a merge produces. */
+/* Pushes the pair of parts left and right (which ends at end) when a merge
+ * makes it a token. */
 static void push_pair(const fdy_tokenizer *tok, const char *piece,
-                      candidate *heap, size_t *size, uint32_t left,
-                      uint32_t end) {
+                      const int32_t *ids, candidate *heap, size_t *size,
+                      uint32_t left, uint32_t right, uint32_t end) {
   int32_t id = -1;
-  uint32_t rank = pair_rank(tok, piece, left, end, &id);
+  uint32_t rank = tok->pair_merges
+                      ? tok_merge_rank(tok, ids[left], ids[right], &id)
+                      : pair_rank(tok, piece, left, end, &id);
   if (rank != TOK_NO_RANK) {
     heap_push(heap, size, (candidate){(uint64_t)rank << 32 | left, end, id});
   }
@@ -184,13 +201,26 @@ static fdy_status merge_long(fdy_tokenizer *tok, const char *piece, uint32_t n,
   int32_t *ids = s->ids;
   candidate *heap = s->heap;
   size_t size = 0;
+  /* a byte without a token is left out (pair merges only) */
+  uint32_t first = n, last = n;
   for (uint32_t i = 0; i < n; i++) {
-    next[i] = i + 1;
-    prev[i] = i - 1; /* prev[0] is never read */
     ids[i] = tok->byte_ids[(unsigned char)piece[i]];
+    if (ids[i] < 0) {
+      continue;
+    }
+    if (last < n) {
+      next[last] = i;
+    } else {
+      first = i;
+    }
+    prev[i] = last; /* prev[first] is never read */
+    last = i;
   }
-  for (uint32_t i = 0; i + 1 < n; i++) {
-    push_pair(tok, piece, heap, &size, i, i + 2);
+  if (last < n) {
+    next[last] = n;
+  }
+  for (uint32_t i = first; i < n && next[i] < n; i = next[i]) {
+    push_pair(tok, piece, ids, heap, &size, i, next[i], next[next[i]]);
   }
   while (size > 0) {
     candidate c = heap_pop(heap, &size);
@@ -205,14 +235,14 @@ static fdy_status merge_long(fdy_tokenizer *tok, const char *piece, uint32_t n,
     if (c.end < n) {
       prev[c.end] = left;
     }
-    if (left > 0) {
-      push_pair(tok, piece, heap, &size, prev[left], c.end);
+    if (left != first) {
+      push_pair(tok, piece, ids, heap, &size, prev[left], left, c.end);
     }
     if (c.end < n) {
-      push_pair(tok, piece, heap, &size, left, next[c.end]);
+      push_pair(tok, piece, ids, heap, &size, left, c.end, next[c.end]);
     }
   }
-  for (uint32_t i = 0; i < n; i = next[i]) {
+  for (uint32_t i = first; i < n; i = next[i]) {
     fdy_status status = fdy_tokens_push(out, ids[i], err);
     if (status != FDY_OK) {
       return status;
@@ -221,10 +251,17 @@ static fdy_status merge_long(fdy_tokenizer *tok, const char *piece, uint32_t n,
   return FDY_OK;
 }
 
+static fdy_status push_byte(const fdy_tokenizer *tok, unsigned char c,
+                            fdy_tokens *out, fdy_error *err) {
+  int32_t id = tok->byte_ids[c];
+  /* a byte without a token (pair merges only) is left out */
+  return id < 0 ? FDY_OK : fdy_tokens_push(out, id, err);
+}
+
 static fdy_status encode_piece(fdy_tokenizer *tok, const char *piece,
                                uint32_t n, fdy_tokens *out, fdy_error *err) {
   if (n == 1) {
-    return fdy_tokens_push(out, tok->byte_ids[(unsigned char)piece[0]], err);
+    return push_byte(tok, (unsigned char)piece[0], out, err);
   }
   if (tok->ignore_merges) {
     int32_t id = tok_lookup(tok, piece, n);
@@ -236,59 +273,281 @@ static fdy_status encode_piece(fdy_tokenizer *tok, const char *piece,
                           : merge_long(tok, piece, n, out, err);
 }
 
-/* One token per byte of [a, b): bytes the regex skipped (invalid UTF-8). */
-static fdy_status encode_bytes(const fdy_tokenizer *tok, const char *text,
-                               size_t a, size_t b, fdy_tokens *out,
-                               fdy_error *err) {
-  for (size_t i = a; i < b; i++) {
-    fdy_status status =
-        fdy_tokens_push(out, tok->byte_ids[(unsigned char)text[i]], err);
-    if (status != FDY_OK) {
-      return status;
+/* Bytes of the valid UTF-8 character at p (n bytes left), 0 when invalid. */
+static size_t utf8_char(const unsigned char *p, size_t n) {
+  unsigned char c = p[0];
+  size_t k = c < 0x80                 ? 1
+             : c >= 0xC2 && c <= 0xDF ? 2
+             : c >= 0xE0 && c <= 0xEF ? 3
+             : c >= 0xF0 && c <= 0xF4 ? 4
+                                      : 0;
+  if (k == 0 || k > n) {
+    return 0;
+  }
+  for (size_t i = 1; i < k; i++) {
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (i == 1) {
+      lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
+      hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+    }
+    if (p[i] < lo || p[i] > hi) {
+      return 0;
     }
   }
-  return FDY_OK;
+  return k;
 }
 
-static fdy_status regex_failure(int rc, fdy_error *err) {
+/* A final piece that may hold invalid UTF-8 (text between regex matches):
+ * each invalid byte is its own single-byte token, the valid runs around
+ * them are merged as pieces. */
+static fdy_status encode_mixed(fdy_tokenizer *tok, const char *text, size_t len,
+                               fdy_tokens *out, fdy_error *err) {
+  const unsigned char *u = (const unsigned char *)text;
+  size_t run = 0, i = 0;
+  fdy_status status = FDY_OK;
+  while (status == FDY_OK && i < len) {
+    size_t k = utf8_char(u + i, len - i);
+    if (k > 0) {
+      i += k;
+      continue;
+    }
+    if (i > run) {
+      status = encode_piece(tok, text + run, (uint32_t)(i - run), out, err);
+    }
+    if (status == FDY_OK) {
+      status = push_byte(tok, u[i], out, err);
+    }
+    run = ++i;
+  }
+  if (status == FDY_OK && len > run) {
+    status = encode_piece(tok, text + run, (uint32_t)(len - run), out, err);
+  }
+  return status;
+}
+
+static fdy_status regex_failure(const fdy_tokenizer *tok, const char *what,
+                                int rc, size_t at, fdy_error *err) {
   PCRE2_UCHAR message[256];
   pcre2_get_error_message(rc, message, sizeof message);
-  return fdy_error_set(err, FDY_ERR_UNSUPPORTED,
-                       "the pre-tokenizer regex failed: %s", message);
+  fdy_status s = fdy_error_set(err, FDY_ERR_UNSUPPORTED,
+                               "%s: the %s failed at byte %zu of a piece of "
+                               "text: %s",
+                               tok->source, what, at, message);
+  if (err) {
+    snprintf(err->name, sizeof err->name, "%s", tok->source);
+  }
+  return s;
 }
 
-/* Text without special tokens: split by the regex, merge each piece. */
-static fdy_status encode_ordinary(fdy_tokenizer *tok, const char *text,
-                                  size_t len, fdy_tokens *out, fdy_error *err) {
+/* One pcre2_match with the match and depth limits that bound its work by
+ * the bytes left. */
+static int match_bounded(fdy_tokenizer *tok, const pcre2_code *re,
+                         const char *text, size_t len, size_t at) {
+  uint64_t limit = TOK_MATCH_LIMIT_BASE +
+                   (uint64_t)TOK_MATCH_LIMIT_PER_BYTE * (uint64_t)(len - at);
+  uint32_t l = limit > UINT32_MAX ? UINT32_MAX : (uint32_t)limit;
+  pcre2_set_match_limit(tok->match_context, l);
+  pcre2_set_depth_limit(tok->match_context, l);
+  return pcre2_match(re, (PCRE2_SPTR)text, len, at, 0, tok->match,
+                     tok->match_context);
+}
+
+/* Pre-tokenizer step k on one piece (valid: the piece is known to be valid
+ * UTF-8, a regex match), then the steps after it, then the merges. */
+static fdy_status pre_tokenize(fdy_tokenizer *tok, uint32_t k, const char *text,
+                               size_t len, bool valid, fdy_tokens *out,
+                               fdy_error *err) {
+  if (len == 0) {
+    return FDY_OK;
+  }
+  if (k == tok->step_count) {
+    return valid ? encode_piece(tok, text, (uint32_t)len, out, err)
+                 : encode_mixed(tok, text, len, out, err);
+  }
+  const tok_step *step = &tok->steps[k];
+  char *copy = NULL;
+  if (step->prefix_space && text[0] != ' ') {
+    if (len == SIZE_MAX || !(copy = malloc(len + 1))) {
+      return out_of_memory(err);
+    }
+    copy[0] = ' ';
+    memcpy(copy + 1, text, len);
+    text = copy;
+    len++;
+  }
+  fdy_status status = FDY_OK;
+  if (!step->re) {
+    status = pre_tokenize(tok, k + 1, text, len, valid, out, err);
+    free(copy);
+    return status;
+  }
+  /* Isolated: the pieces between matches and the matches; Removed: only
+   * the pieces between (inverted: only the matches). */
+  bool keep_gaps = !step->removed || !step->invert;
+  bool keep_matches = !step->removed || step->invert;
   PCRE2_SIZE *ovector = pcre2_get_ovector_pointer(tok->match);
   size_t at = 0;
-  while (at < len) {
-    int rc = pcre2_match(tok->split, (PCRE2_SPTR)text, len, at, 0, tok->match,
-                         tok->match_context);
+  while (status == FDY_OK && at < len) {
+    int rc = match_bounded(tok, step->re, text, len, at);
     if (rc == PCRE2_ERROR_NOMATCH) {
-      return encode_bytes(tok, text, at, len, out, err);
+      break;
     }
     if (rc < 0) {
-      return regex_failure(rc, err);
+      char what[160];
+      snprintf(what, sizeof what, "pre-tokenizer regex (%s)", step->field);
+      status = regex_failure(tok, what, rc, at, err);
+      break;
     }
     size_t start = ovector[0], end = ovector[1];
-    if (end <= start) {
-      return fdy_error_set(err, FDY_ERR_UNSUPPORTED,
-                           "the pre-tokenizer regex matched an empty string "
-                           "at byte %zu",
-                           start);
+    if (end <= start) { /* tok_add_step refuses such patterns */
+      end = start + 1;
     }
-    fdy_status status = encode_bytes(tok, text, at, start, out, err);
-    if (status == FDY_OK) {
+    if (keep_gaps && start > at) {
+      status = pre_tokenize(tok, k + 1, text + at, start - at, false, out, err);
+    }
+    if (status == FDY_OK && keep_matches) {
       status =
-          encode_piece(tok, text + start, (uint32_t)(end - start), out, err);
-    }
-    if (status != FDY_OK) {
-      return status;
+          pre_tokenize(tok, k + 1, text + start, end - start, true, out, err);
     }
     at = end;
   }
-  return FDY_OK;
+  if (status == FDY_OK && keep_gaps && at < len) {
+    status = pre_tokenize(tok, k + 1, text + at, len - at, false, out, err);
+  }
+  free(copy);
+  return status;
+}
+
+/* Python's (and Rust's) whitespace: Unicode White_Space. */
+static bool is_space(uint32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 ||
+         cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
+         cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+/* The code point of the valid character of k bytes at p. */
+static uint32_t code_point(const unsigned char *p, size_t k) {
+  uint32_t cp = k == 1 ? p[0] : p[0] & (0x7F >> k);
+  for (size_t i = 1; i < k; i++) {
+    cp = cp << 6 | (p[i] & 0x3F);
+  }
+  return cp;
+}
+
+/* The start of the character that ends at end (valid UTF-8 or one byte). */
+static size_t char_before(const char *text, size_t end) {
+  size_t s = end - 1;
+  while (s > 0 && end - s < 4 && ((unsigned char)text[s] & 0xC0) == 0x80) {
+    s--;
+  }
+  return utf8_char((const unsigned char *)text + s, end - s) == end - s
+             ? s
+             : end - 1;
+}
+
+static bool space_at(const char *text, size_t len, size_t at, size_t *k) {
+  *k = utf8_char((const unsigned char *)text + at, len - at);
+  return *k > 0 && is_space(code_point((const unsigned char *)text + at, *k));
+}
+
+/* Whether the character at [at, end) is a word character (regex \w). */
+static bool word_char(fdy_tokenizer *tok, const char *text, size_t at,
+                      size_t end) {
+  if (!tok->word) {
+    return false;
+  }
+  int rc = pcre2_match(tok->word, (PCRE2_SPTR)text, end, at, PCRE2_ANCHORED,
+                       tok->match, NULL);
+  return rc > 0;
+}
+
+static fdy_status after_added(fdy_tokenizer *tok, int level, const char *text,
+                              size_t len, bool special, fdy_tokens *out,
+                              fdy_error *err);
+
+/* Text split at the added tokens of one kind (level 0: those matched in the
+ * text as it is; 1: those matched in the normalized text), with Hugging
+ * Face's lstrip, rstrip and single_word; special ones only when special. */
+static fdy_status split_added(fdy_tokenizer *tok, int level, const char *text,
+                              size_t len, bool special, fdy_tokens *out,
+                              fdy_error *err) {
+  const pcre2_code *re = level == 0 ? tok->added_raw : tok->added_norm;
+  if (!re || (!special && !tok->plain_added)) {
+    return after_added(tok, level, text, len, special, out, err);
+  }
+  PCRE2_SIZE *ovector = pcre2_get_ovector_pointer(tok->match);
+  size_t from = 0, done = 0;
+  fdy_status status = FDY_OK;
+  while (status == FDY_OK && from < len) {
+    int rc = pcre2_match(re, (PCRE2_SPTR)text, len, from, 0, tok->match,
+                         tok->match_context);
+    if (rc == PCRE2_ERROR_NOMATCH) {
+      break;
+    }
+    if (rc < 0) {
+      return regex_failure(tok, "added tokens' pattern", rc, from, err);
+    }
+    size_t start = ovector[0], end = ovector[1];
+    from = end;
+    int32_t id = tok_added_lookup(tok, text + start, end - start, false);
+    const tok_entry *e = &tok->tokens[id];
+    if (e->special && !special) {
+      continue; /* text, as Hugging Face's encode_special_tokens */
+    }
+    if ((e->added & TOK_SINGLE_WORD) &&
+        ((start > 0 && word_char(tok, text, char_before(text, start), start)) ||
+         (end < len && word_char(tok, text, end, len)))) {
+      continue;
+    }
+    size_t k = 0;
+    if (e->added & TOK_LSTRIP) {
+      while (start > done) {
+        size_t s = char_before(text, start);
+        if (!space_at(text, len, s, &k) || s + k != start) {
+          break;
+        }
+        start = s;
+      }
+    }
+    if (e->added & TOK_RSTRIP) {
+      while (end < len && space_at(text, len, end, &k)) {
+        end += k;
+      }
+    }
+    if (start > done) {
+      status =
+          after_added(tok, level, text + done, start - done, special, out, err);
+    }
+    if (status == FDY_OK) {
+      status = fdy_tokens_push(out, id, err);
+    }
+    done = end;
+    from = end > from ? end : from;
+  }
+  if (status == FDY_OK && done < len) {
+    status =
+        after_added(tok, level, text + done, len - done, special, out, err);
+  }
+  return status;
+}
+
+static fdy_status after_added(fdy_tokenizer *tok, int level, const char *text,
+                              size_t len, bool special, fdy_tokens *out,
+                              fdy_error *err) {
+  if (level == 1) {
+    return pre_tokenize(tok, 0, text, len, false, out, err);
+  }
+  if (!tok->nfc) {
+    return split_added(tok, 1, text, len, special, out, err);
+  }
+  char *norm = NULL;
+  size_t n = 0;
+  fdy_status status = tok_nfc(text, len, &norm, &n, err);
+  if (status == FDY_OK) {
+    status = split_added(tok, 1, norm, n, special, out, err);
+  }
+  free(norm);
+  return status;
 }
 
 fdy_status fdy_tokenizer_encode(fdy_tokenizer *tok, const char *text,
@@ -304,30 +563,6 @@ fdy_status fdy_tokenizer_encode(fdy_tokenizer *tok, const char *text,
                          "at once",
                          len);
   }
-  if (!(flags & FDY_ENCODE_SPECIAL) || !tok->specials) {
-    return encode_ordinary(tok, text, len, out, err);
-  }
-  PCRE2_SIZE *ovector = pcre2_get_ovector_pointer(tok->match);
-  size_t at = 0;
-  while (at < len) {
-    int rc = pcre2_match(tok->specials, (PCRE2_SPTR)text, len, at, 0,
-                         tok->match, tok->match_context);
-    if (rc == PCRE2_ERROR_NOMATCH) {
-      return encode_ordinary(tok, text + at, len - at, out, err);
-    }
-    if (rc < 0) {
-      return regex_failure(rc, err);
-    }
-    size_t start = ovector[0], end = ovector[1];
-    int32_t id = tok_special_lookup(tok, text + start, end - start);
-    fdy_status status = encode_ordinary(tok, text + at, start - at, out, err);
-    if (status == FDY_OK) {
-      status = fdy_tokens_push(out, id, err);
-    }
-    if (status != FDY_OK) {
-      return status;
-    }
-    at = end;
-  }
-  return FDY_OK;
+  return split_added(tok, 0, text, len, (flags & FDY_ENCODE_SPECIAL) != 0, out,
+                     err);
 }

@@ -37,6 +37,245 @@ static fdy_status entry_error(const hf_file *f, fdy_status kind,
   return kind;
 }
 
+static fdy_error *err_of(const hf_file *f) {
+  return f->err;
+}
+
+/* GPT-2's pre-tokenizer regex: ByteLevel's use_regex. */
+#define GPT2_PATTERN                                                           \
+  "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|"         \
+  "\\s+(?!\\S)|\\s+"
+
+static fdy_status check_normalizer(const hf_file *f, json_t *root, bool *nfc) {
+  json_t *n = json_object_get(root, "normalizer");
+  *nfc = false;
+  if (!n || json_is_null(n)) {
+    return FDY_OK;
+  }
+  json_t *type = json_object_get(n, "type");
+  json_t *list = json_object_get(n, "normalizers");
+  const char *t = json_string_value(type);
+  bool ok = t && strcmp(t, "NFC") == 0;
+  if (t && strcmp(t, "Sequence") == 0 && json_is_array(list)) {
+    ok = json_array_size(list) <= 1;
+    json_t *only = json_array_get(list, 0);
+    const char *t1 = json_string_value(json_object_get(only, "type"));
+    if (json_array_size(list) == 1 && !(t1 && strcmp(t1, "NFC") == 0)) {
+      ok = false;
+    }
+    if (json_array_size(list) == 0) {
+      return FDY_OK;
+    }
+  }
+  if (!ok) {
+    char *shown = json_dumps(n, JSON_ENCODE_ANY | JSON_COMPACT);
+    fdy_status s = entry_error(f, FDY_ERR_UNSUPPORTED, "normalizer",
+                               "is %.64s; Foundry supports null and NFC",
+                               shown ? shown : "unprintable");
+    free(shown);
+    return s;
+  }
+  if (!tok_nfc_available()) {
+    return entry_error(f, FDY_ERR_UNSUPPORTED, "normalizer",
+                       "is NFC, which needs ICU; this build of Foundry lacks "
+                       "it (install libicu-dev and rebuild)");
+  }
+  *nfc = true;
+  return FDY_OK;
+}
+
+static fdy_status check_decoder(const hf_file *f, json_t *root) {
+  json_t *d = json_object_get(root, "decoder");
+  if (!d || json_is_null(d)) {
+    return entry_error(f, FDY_ERR_SCHEMA, "decoder",
+                       "is %s; a byte-level BPE needs the ByteLevel decoder",
+                       d ? "null" : "missing");
+  }
+  const char *t = json_string_value(json_object_get(d, "type"));
+  json_t *list = json_object_get(d, "decoders");
+  if (t && strcmp(t, "Sequence") == 0 && json_array_size(list) == 1) {
+    t = json_string_value(json_object_get(json_array_get(list, 0), "type"));
+  }
+  if (!t || strcmp(t, "ByteLevel") != 0) {
+    return entry_error(f, FDY_ERR_UNSUPPORTED, "decoder",
+                       "is '%s'; Foundry supports only ByteLevel",
+                       t ? t : "not an object with a type");
+  }
+  return FDY_OK;
+}
+
+/* A literal as a PCRE2 pattern: ASCII punctuation escaped as \x{..}. */
+static char *literal_pattern(const char *s, size_t len) {
+  char *p = malloc(len * 6 + 1);
+  size_t at = 0;
+  for (size_t i = 0; p && i < len; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c >= 0x80 || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
+        (c >= 'A' && c <= 'Z')) {
+      p[at++] = (char)c;
+    } else {
+      at += (size_t)snprintf(p + at, 7, "\\x{%02x}", c);
+    }
+  }
+  if (p) {
+    p[at] = '\0';
+  }
+  return p;
+}
+
+static fdy_status bool_field(const hf_file *f, json_t *obj, const char *key,
+                             const char *entry, bool dflt, bool *out) {
+  json_t *v = json_object_get(obj, key);
+  if (!v || json_is_null(v)) {
+    *out = dflt;
+    return FDY_OK;
+  }
+  if (!json_is_boolean(v)) {
+    char name[FDY_ERROR_NAME_MAX];
+    snprintf(name, sizeof name, "%s.%s", entry, key);
+    return entry_error(f, FDY_ERR_SCHEMA, name, "must be true or false");
+  }
+  *out = json_is_true(v);
+  return FDY_OK;
+}
+
+/* One pre-tokenizer (entry names it) as steps of tok. *byte_level is set
+ * when it is the ByteLevel one. */
+static fdy_status add_pre_tokenizer(const hf_file *f, fdy_tokenizer *tok,
+                                    json_t *p, const char *entry,
+                                    bool *byte_level) {
+  const char *type = json_string_value(json_object_get(p, "type"));
+  tok_step step = {0};
+  *byte_level = false;
+  if (!type) {
+    return entry_error(f, FDY_ERR_SCHEMA, entry,
+                       "must be an object with a string type");
+  }
+  fdy_status s = FDY_OK;
+  if (strcmp(type, "ByteLevel") == 0) {
+    bool use_regex = true;
+    s = bool_field(f, p, "add_prefix_space", entry, true, &step.prefix_space);
+    if (s == FDY_OK) {
+      s = bool_field(f, p, "use_regex", entry, true, &use_regex);
+    }
+    if (s != FDY_OK) {
+      return s;
+    }
+    *byte_level = true;
+    snprintf(step.field, sizeof step.field, "%s", entry);
+    if (!use_regex && !step.prefix_space) {
+      return FDY_OK; /* the byte mapping only: nothing to split */
+    }
+    return tok_add_step(tok, use_regex ? GPT2_PATTERN : NULL,
+                        PCRE2_ZERO_TERMINATED, &step, err_of(f));
+  }
+  if (strcmp(type, "Digits") == 0) {
+    bool individual = false;
+    s = bool_field(f, p, "individual_digits", entry, false, &individual);
+    if (s != FDY_OK) {
+      return s;
+    }
+    snprintf(step.field, sizeof step.field, "%s", entry);
+    return tok_add_step(tok, individual ? "\\p{N}" : "\\p{N}+",
+                        PCRE2_ZERO_TERMINATED, &step, err_of(f));
+  }
+  if (strcmp(type, "Split") != 0) {
+    return entry_error(f, FDY_ERR_UNSUPPORTED, entry,
+                       "is '%s'; Foundry supports Split, ByteLevel and "
+                       "Digits pre-tokenizers",
+                       type);
+  }
+  json_t *pattern = json_object_get(p, "pattern");
+  json_t *regex = json_object_get(pattern, "Regex");
+  json_t *string = json_object_get(pattern, "String");
+  const char *behavior = json_string_value(json_object_get(p, "behavior"));
+  bool invert = false;
+  snprintf(step.field, sizeof step.field, "%s.pattern", entry);
+  if (!json_is_string(regex) && !json_is_string(string)) {
+    return entry_error(f, FDY_ERR_SCHEMA, step.field,
+                       "must be {\"Regex\": string} or {\"String\": string}");
+  }
+  if (!behavior) {
+    char name[FDY_ERROR_NAME_MAX];
+    snprintf(name, sizeof name, "%s.behavior", entry);
+    return entry_error(f, FDY_ERR_SCHEMA, name, "must be a string");
+  }
+  if (strcmp(behavior, "Isolated") != 0 && strcmp(behavior, "Removed") != 0) {
+    char name[FDY_ERROR_NAME_MAX];
+    snprintf(name, sizeof name, "%s.behavior", entry);
+    return entry_error(f, FDY_ERR_UNSUPPORTED, name,
+                       "is '%s'; Foundry supports Isolated and Removed",
+                       behavior);
+  }
+  s = bool_field(f, p, "invert", entry, false, &invert);
+  if (s != FDY_OK) {
+    return s;
+  }
+  step.removed = strcmp(behavior, "Removed") == 0;
+  step.invert = invert;
+  if (json_is_string(regex)) {
+    return tok_add_step(tok, json_string_value(regex),
+                        json_string_length(regex), &step, err_of(f));
+  }
+  char *lit =
+      literal_pattern(json_string_value(string), json_string_length(string));
+  if (!lit) {
+    return fdy_error_set(err_of(f), FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  s = tok_add_step(tok, lit, PCRE2_ZERO_TERMINATED, &step, err_of(f));
+  free(lit);
+  return s;
+}
+
+/* The pre-tokenizer: one of Split, ByteLevel, Digits, or a Sequence of
+ * them, with exactly one ByteLevel, last. */
+static fdy_status read_pre_tokenizer(const hf_file *f, fdy_tokenizer *tok,
+                                     json_t *root) {
+  json_t *pre = json_object_get(root, "pre_tokenizer");
+  const char *type = json_string_value(json_object_get(pre, "type"));
+  json_t *list = json_object_get(pre, "pretokenizers");
+  bool byte_level = false;
+  if (!type) {
+    return entry_error(f, FDY_ERR_UNSUPPORTED, "pre_tokenizer",
+                       "must be ByteLevel, or a Sequence ending in ByteLevel "
+                       "(a byte-level BPE)");
+  }
+  if (strcmp(type, "Sequence") != 0) {
+    fdy_status s = add_pre_tokenizer(f, tok, pre, "pre_tokenizer", &byte_level);
+    if (s == FDY_OK && !byte_level) {
+      s = entry_error(f, FDY_ERR_UNSUPPORTED, "pre_tokenizer",
+                      "is '%s' without ByteLevel; Foundry reads byte-level "
+                      "BPE tokenizers",
+                      type);
+    }
+    return s;
+  }
+  if (!json_is_array(list)) {
+    return entry_error(f, FDY_ERR_SCHEMA, "pre_tokenizer.pretokenizers",
+                       "must be an array");
+  }
+  size_t i;
+  json_t *item;
+  json_array_foreach(list, i, item) {
+    char entry[64];
+    snprintf(entry, sizeof entry, "pre_tokenizer.pretokenizers[%zu]", i);
+    if (byte_level) {
+      return entry_error(f, FDY_ERR_UNSUPPORTED, entry,
+                         "follows ByteLevel; Foundry needs ByteLevel last");
+    }
+    fdy_status s = add_pre_tokenizer(f, tok, item, entry, &byte_level);
+    if (s != FDY_OK) {
+      return s;
+    }
+  }
+  if (!byte_level) {
+    return entry_error(f, FDY_ERR_UNSUPPORTED, "pre_tokenizer",
+                       "has no ByteLevel; Foundry reads byte-level BPE "
+                       "tokenizers");
+  }
+  return FDY_OK;
+}
+
 static fdy_status load_json(const hf_file *f, json_t **out) {
   char *text = NULL;
   size_t len = 0;
@@ -192,55 +431,6 @@ static fdy_status check_model(const hf_file *f, json_t *model,
   return FDY_OK;
 }
 
-/* The pre-tokenizer must be Sequence[Split(Regex, Isolated), ByteLevel
- * without prefix space or its own regex]; *pattern is the Split regex. */
-static fdy_status check_pipeline(const hf_file *f, json_t *root,
-                                 const char **pattern) {
-  fdy_status s = expect_value(f, root, "normalizer", "normalizer", NULL);
-  if (s != FDY_OK) {
-    return s;
-  }
-  json_t *decoder = json_object_get(root, "decoder");
-  json_t *dtype = json_object_get(decoder, "type");
-  if (decoder && !json_is_null(decoder) &&
-      !(json_is_string(dtype) &&
-        strcmp(json_string_value(dtype), "ByteLevel") == 0)) {
-    return entry_error(f, FDY_ERR_UNSUPPORTED, "decoder", "must be ByteLevel");
-  }
-  json_t *pre = json_object_get(root, "pre_tokenizer");
-  const char *type = NULL, *split_type = NULL, *behavior = NULL, *regex = NULL,
-             *bl_type = NULL;
-  json_t *split = NULL, *bytelevel = NULL;
-  int invert = 0, prefix = 0, use_regex = 0;
-  json_error_t jerr;
-  if (json_unpack_ex(pre, &jerr, 0, "{s:s, s:[oo!]}", "type", &type,
-                     "pretokenizers", &split, &bytelevel) != 0 ||
-      strcmp(type, "Sequence") != 0) {
-    return entry_error(f, FDY_ERR_UNSUPPORTED, "pre_tokenizer",
-                       "must be a Sequence of a Split regex and ByteLevel "
-                       "(as for Llama 3)");
-  }
-  if (json_unpack_ex(split, &jerr, 0, "{s:s, s:{s:s}, s:s, s:b}", "type",
-                     &split_type, "pattern", "Regex", &regex, "behavior",
-                     &behavior, "invert", &invert) != 0 ||
-      strcmp(split_type, "Split") != 0 || strcmp(behavior, "Isolated") != 0 ||
-      invert) {
-    return entry_error(f, FDY_ERR_UNSUPPORTED, "pre_tokenizer.pretokenizers[0]",
-                       "must be a Split with a Regex pattern, behavior "
-                       "Isolated and invert false");
-  }
-  if (json_unpack_ex(bytelevel, &jerr, 0, "{s:s, s:b, s:b}", "type", &bl_type,
-                     "add_prefix_space", &prefix, "use_regex",
-                     &use_regex) != 0 ||
-      strcmp(bl_type, "ByteLevel") != 0 || prefix || use_regex) {
-    return entry_error(f, FDY_ERR_UNSUPPORTED, "pre_tokenizer.pretokenizers[1]",
-                       "must be ByteLevel with add_prefix_space and "
-                       "use_regex false");
-  }
-  *pattern = regex;
-  return FDY_OK;
-}
-
 /* Decodes one vocab or merge token into buf; *n bytes. */
 static fdy_status token_text(const hf_file *f, const int16_t *to_byte,
                              json_t *v, const char *entry, char *buf,
@@ -314,7 +504,8 @@ static fdy_status read_vocab(const hf_file *f, fdy_tokenizer *tok,
       return s;
     }
     int32_t other = -1;
-    tok_define_result r = tok_define(tok, (uint32_t)id, buf, n, false, &other);
+    tok_define_result r =
+        tok_define(tok, (uint32_t)id, buf, n, false, 0, &other);
     if (r != TOK_DEFINED) {
       return define_error(f, tok, r, entry, id, other);
     }
@@ -322,8 +513,19 @@ static fdy_status read_vocab(const hf_file *f, fdy_tokenizer *tok,
   return FDY_OK;
 }
 
+/* added_tokens with Hugging Face's semantics: an id may be a vocabulary
+ * id when the token is spelled as the vocabulary spells it (GPT-2's
+ * <|endoftext|>, SmolLM's <|im_start|>); special or not; lstrip, rstrip,
+ * single_word and normalized (default: not special). Refused: two added
+ * tokens of one spelling or one id, a token spelled like a vocabulary token
+ * of another id, an id the vocabulary gives to another spelling. */
 static fdy_status read_added(const hf_file *f, fdy_tokenizer *tok,
-                             json_t *added) {
+                             json_t *vocab, json_t *added) {
+  json_t *seen = json_object();
+  if (!seen) {
+    return fdy_error_set(f->err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  fdy_status s = FDY_OK;
   size_t i;
   json_t *item;
   json_array_foreach(added, i, item) {
@@ -332,51 +534,111 @@ static fdy_status read_added(const hf_file *f, fdy_tokenizer *tok,
     json_t *content = json_object_get(item, "content");
     json_t *special = json_object_get(item, "special");
     json_int_t id = 0;
-    fdy_status s = read_id(f, json_object_get(item, "id"), entry, &id);
+    s = read_id(f, json_object_get(item, "id"), entry, &id);
     if (s != FDY_OK) {
-      return s;
+      break;
     }
     if (!json_is_string(content) || json_string_length(content) == 0) {
-      return entry_error(f, FDY_ERR_SCHEMA, entry,
-                         "content must be a non-empty string");
+      s = entry_error(f, FDY_ERR_SCHEMA, entry,
+                      "content must be a non-empty string");
+      break;
     }
     if (!json_is_boolean(special)) {
-      return entry_error(f, FDY_ERR_SCHEMA, entry,
-                         "special must be true or false");
+      s = entry_error(f, FDY_ERR_SCHEMA, entry,
+                      "special must be true or false");
+      break;
     }
-    if (!json_is_true(special)) {
-      return entry_error(f, FDY_ERR_UNSUPPORTED, entry,
-                         "is not special; Foundry supports only special "
-                         "added tokens");
+    const char *text = json_string_value(content);
+    size_t len = json_string_length(content);
+    bool is_special = json_is_true(special);
+    static const char *const names[] = {"lstrip", "rstrip", "single_word",
+                                        "normalized"};
+    static const uint8_t bits[] = {TOK_LSTRIP, TOK_RSTRIP, TOK_SINGLE_WORD,
+                                   TOK_NORMALIZED};
+    uint8_t flags = TOK_ADDED;
+    for (size_t k = 0; s == FDY_OK && k < 4; k++) {
+      bool on = false;
+      s = bool_field(f, item, names[k], entry, k == 3 && !is_special, &on);
+      flags |= on ? bits[k] : 0;
     }
-    static const char *const flags[] = {"lstrip", "rstrip", "single_word"};
-    for (size_t k = 0; k < 3; k++) {
-      json_t *flag = json_object_get(item, flags[k]);
-      if (flag && !json_is_false(flag)) {
-        return entry_error(f, FDY_ERR_UNSUPPORTED, entry, "%s must be false",
-                           flags[k]);
+    if (s != FDY_OK) {
+      break;
+    }
+    json_t *before = json_object_getn(seen, text, len);
+    if (before) {
+      s = entry_error(f, FDY_ERR_SCHEMA, entry,
+                      "content '%.64s' is that of added_tokens[%lld] too", text,
+                      (long long)json_integer_value(before));
+      break;
+    }
+    if (json_object_setn_new(seen, text, len, json_integer((json_int_t)i))) {
+      s = fdy_error_set(f->err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+      break;
+    }
+    json_t *vid = json_object_getn(vocab, text, len);
+    if (vid && json_integer_value(vid) != id) {
+      s = entry_error(f, FDY_ERR_SCHEMA, entry,
+                      "content '%.64s' is model.vocab's token %lld, but its "
+                      "id is %lld",
+                      text, (long long)json_integer_value(vid), (long long)id);
+      break;
+    }
+    tok_entry *e = (uint64_t)id < tok->capacity ? &tok->tokens[id] : NULL;
+    if (e && e->len != 0) {
+      if (e->added) {
+        s = entry_error(f, FDY_ERR_SCHEMA, entry,
+                        "reuses id %lld of an earlier added token",
+                        (long long)id);
+        break;
       }
+      if (!vid) {
+        s = entry_error(f, FDY_ERR_SCHEMA, entry,
+                        "has id %lld, which model.vocab gives to another "
+                        "token",
+                        (long long)id);
+        break;
+      }
+      if (e->len != len || memcmp(tok->arena + e->offset, text, len) != 0) {
+        s = entry_error(f, FDY_ERR_UNSUPPORTED, entry,
+                        "'%.64s' is vocabulary token %lld, whose bytes differ "
+                        "from its spelling (characters of the byte-level "
+                        "alphabet); Foundry cannot match it in text",
+                        text, (long long)id);
+        break;
+      }
+      e->special = is_special;
+      e->added = flags;
+      continue;
     }
     int32_t other = -1;
     tok_define_result r =
-        tok_define(tok, (uint32_t)id, json_string_value(content),
-                   json_string_length(content), true, &other);
+        tok_define(tok, (uint32_t)id, text, len, is_special, flags, &other);
     if (r != TOK_DEFINED) {
-      return define_error(f, tok, r, entry, id, other);
+      s = define_error(f, tok, r, entry, id, other);
+      break;
     }
   }
-  return FDY_OK;
+  json_decref(seen);
+  return s;
 }
 
-/* Merge k makes its token's rank k; tiktoken-style merging needs every
- * merge of one token to be adjacent in the list (TikTokenConverter lists
- * every split of a token together, in the token's rank order). */
+/* Hugging Face's merges: merge k makes the pair (left, right) the token of
+ * their concatenation, with priority k (a pair listed twice: the later). */
 static fdy_status read_merges(const hf_file *f, fdy_tokenizer *tok,
                               const int16_t *to_byte, json_t *merges,
                               char *buf) {
+  size_t slots = 16;
+  while (slots < 2 * json_array_size(merges)) {
+    slots *= 2;
+  }
+  if (slots > UINT32_MAX ||
+      !(tok->merges = calloc(slots, sizeof *tok->merges))) {
+    return fdy_error_set(f->err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  tok->merge_mask = (uint32_t)(slots - 1);
+  tok->pair_merges = true;
   size_t k;
   json_t *item;
-  int32_t last = -1;
   json_array_foreach(merges, k, item) {
     char entry[64];
     snprintf(entry, sizeof entry, "model.merges[%zu]", k);
@@ -410,7 +672,8 @@ static fdy_status read_merges(const hf_file *f, fdy_tokenizer *tok,
     if (s != FDY_OK) {
       return s;
     }
-    if (tok_lookup(tok, buf, a) < 0 || tok_lookup(tok, buf + a, b) < 0) {
+    int32_t l = tok_lookup(tok, buf, a), r = tok_lookup(tok, buf + a, b);
+    if (l < 0 || r < 0) {
       return entry_error(f, FDY_ERR_SCHEMA, entry,
                          "merges a token that is not in model.vocab");
     }
@@ -419,16 +682,13 @@ static fdy_status read_merges(const hf_file *f, fdy_tokenizer *tok,
       return entry_error(f, FDY_ERR_SCHEMA, entry,
                          "makes a token that is not in model.vocab");
     }
-    if (tok->tokens[id].rank == TOK_NO_RANK) {
-      tok->tokens[id].rank = (uint32_t)k;
-    } else if (id != last) {
-      return entry_error(f, FDY_ERR_UNSUPPORTED, entry,
-                         "makes id %d, which an earlier, not adjacent merge "
-                         "(model.merges[%u]) makes too; Foundry merges by "
-                         "the rank of the merged token",
-                         id, tok->tokens[id].rank);
+    uint64_t key = (uint64_t)(uint32_t)l << 32 | (uint32_t)r;
+    uint64_t h = key * 0x9E3779B97F4A7C15ull;
+    uint32_t i = (uint32_t)(h >> 32) & tok->merge_mask;
+    while (tok->merges[i].id1 != 0 && tok->merges[i].key != key) {
+      i = (i + 1) & tok->merge_mask;
     }
-    last = id;
+    tok->merges[i] = (tok_merge){key, (uint32_t)k, (uint32_t)id + 1};
   }
   return FDY_OK;
 }
@@ -450,10 +710,10 @@ static fdy_status config_token(const hf_file *f, const fdy_tokenizer *tok,
                        "must be a string or an object with a string content");
   }
   int32_t found =
-      tok_special_lookup(tok, json_string_value(v), json_string_length(v));
+      tok_added_lookup(tok, json_string_value(v), json_string_length(v), false);
   if (found < 0) {
     return entry_error(f, FDY_ERR_SCHEMA, key,
-                       "'%.64s' is not a special token of the tokenizer",
+                       "'%.64s' is not an added token of the tokenizer",
                        json_string_value(v));
   }
   *id = found;
@@ -497,10 +757,19 @@ static fdy_status read_config(const hf_file *f, fdy_tokenizer *tok) {
                                          f->err) == FDY_OK &&
                (len != json_string_length(content) ||
                 memcmp(bytes, json_string_value(content), len) != 0 ||
-                !tok->tokens[id].special)) {
+                !tok->tokens[id].added)) {
       s = entry_error(f, FDY_ERR_SCHEMA, entry,
-                      "'%.64s' is not special token %lld of tokenizer.json",
+                      "'%.64s' is not added token %lld of tokenizer.json",
                       json_string_value(content), id);
+    }
+  }
+  json_t *add_bos = root ? json_object_get(root, "add_bos_token") : NULL;
+  if (s == FDY_OK && add_bos && !json_is_null(add_bos)) {
+    if (!json_is_boolean(add_bos)) {
+      s = entry_error(f, FDY_ERR_SCHEMA, "add_bos_token",
+                      "must be true or false");
+    } else {
+      tok->add_bos = json_is_true(add_bos);
     }
   }
   json_t *chat = root ? json_object_get(root, "chat_template") : NULL;
@@ -514,6 +783,71 @@ static fdy_status read_config(const hf_file *f, fdy_tokenizer *tok) {
   }
   json_decref(root);
   return s;
+}
+
+/* Post-processing that puts the BOS first: a TemplateProcessing whose
+ * single sequence starts with a special token (Llama 3's). */
+static bool post_processor_adds_bos(json_t *root) {
+  json_t *pp = json_object_get(root, "post_processor");
+  const char *t = json_string_value(json_object_get(pp, "type"));
+  json_t *list = json_object_get(pp, "processors");
+  if (t && strcmp(t, "Sequence") == 0) {
+    for (size_t i = 0; i < json_array_size(list); i++) {
+      json_t *one = json_array_get(list, i);
+      const char *t1 = json_string_value(json_object_get(one, "type"));
+      if (t1 && strcmp(t1, "TemplateProcessing") == 0) {
+        pp = one;
+        t = t1;
+      }
+    }
+  }
+  if (!t || strcmp(t, "TemplateProcessing") != 0) {
+    return false;
+  }
+  json_t *first = json_array_get(json_object_get(pp, "single"), 0);
+  return json_object_get(first, "SpecialToken") != NULL;
+}
+
+/* The highest id of the vocabulary and the added tokens, each id checked;
+ * an id past their count is out of range (ids may repeat, never skip). */
+static fdy_status count_ids(const hf_file *f, json_t *vocab, json_t *added,
+                            uint32_t *capacity) {
+  uint64_t limit = json_object_size(vocab) + json_array_size(added);
+  json_int_t top = -1, id = 0;
+  const char *key;
+  json_t *v;
+  fdy_status s = FDY_OK;
+  json_object_foreach(vocab, key, v) {
+    char entry[FDY_ERROR_NAME_MAX];
+    snprintf(entry, sizeof entry, "model.vocab[\"%s\"]", key);
+    if ((s = read_id(f, v, entry, &id)) != FDY_OK) {
+      return s;
+    }
+    if ((uint64_t)id >= limit) {
+      return entry_error(f, FDY_ERR_SCHEMA, entry,
+                         "id %lld is out of range: the file has %llu tokens, "
+                         "so ids are below that (one is missing or wrong)",
+                         (long long)id, (unsigned long long)limit);
+    }
+    top = id > top ? id : top;
+  }
+  size_t i;
+  json_array_foreach(added, i, v) {
+    char entry[64];
+    snprintf(entry, sizeof entry, "added_tokens[%zu]", i);
+    if ((s = read_id(f, json_object_get(v, "id"), entry, &id)) != FDY_OK) {
+      return s;
+    }
+    if ((uint64_t)id >= limit) {
+      return entry_error(f, FDY_ERR_SCHEMA, entry,
+                         "id %lld is out of range: the file has %llu tokens, "
+                         "so ids are below that (one is missing or wrong)",
+                         (long long)id, (unsigned long long)limit);
+    }
+    top = id > top ? id : top;
+  }
+  *capacity = (uint32_t)(top + 1);
+  return FDY_OK;
 }
 
 fdy_status fdy_tokenizer_load_hf(const char *tokenizer_json_path,
@@ -531,11 +865,13 @@ fdy_status fdy_tokenizer_load_hf(const char *tokenizer_json_path,
     goto cleanup;
   }
   json_t *model = json_object_get(root, "model");
-  bool ignore_merges = false;
-  const char *pattern = NULL;
+  bool ignore_merges = false, nfc = false;
   s = check_model(&f, model, &ignore_merges);
   if (s == FDY_OK) {
-    s = check_pipeline(&f, root, &pattern);
+    s = check_normalizer(&f, root, &nfc);
+  }
+  if (s == FDY_OK) {
+    s = check_decoder(&f, root);
   }
   if (s != FDY_OK) {
     goto cleanup;
@@ -552,6 +888,10 @@ fdy_status fdy_tokenizer_load_hf(const char *tokenizer_json_path,
   } else if (json_object_size(vocab) + json_array_size(added) >= INT32_MAX) {
     s = entry_error(&f, FDY_ERR_UNSUPPORTED, "model.vocab",
                     "has more than 2^31 tokens");
+  }
+  uint32_t count = 0;
+  if (s == FDY_OK) {
+    s = count_ids(&f, vocab, added, &count);
   }
   if (s != FDY_OK) {
     goto cleanup;
@@ -574,7 +914,6 @@ fdy_status fdy_tokenizer_load_hf(const char *tokenizer_json_path,
     longest = n > longest ? n : longest;
   }
   buf = malloc(longest + 1);
-  uint32_t count = (uint32_t)(json_object_size(vocab) + json_array_size(added));
   if (!buf) {
     s = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
     goto cleanup;
@@ -584,16 +923,29 @@ fdy_status fdy_tokenizer_load_hf(const char *tokenizer_json_path,
     s = read_vocab(&f, tok, to_byte, vocab, buf);
   }
   if (s == FDY_OK) {
-    s = read_added(&f, tok, added);
+    s = read_added(&f, tok, vocab, added);
+  }
+  for (uint32_t id = 0; s == FDY_OK && id < count; id++) {
+    if (tok->tokens[id].len == 0) {
+      s = entry_error(&f, FDY_ERR_SCHEMA, "model.vocab",
+                      "lacks id %u: it is neither in model.vocab nor in "
+                      "added_tokens, but ids run to %u",
+                      id, count - 1);
+    }
   }
   if (s == FDY_OK) {
     s = read_merges(&f, tok, to_byte, merges, buf);
+  }
+  if (s == FDY_OK) {
+    s = read_pre_tokenizer(&f, tok, root);
   }
   if (s != FDY_OK) {
     goto cleanup;
   }
   tok->ignore_merges = ignore_merges;
-  s = tok_finish(tok, pattern, err);
+  tok->nfc = nfc;
+  tok->add_bos = post_processor_adds_bos(root);
+  s = tok_finish(tok, false, err);
   if (s == FDY_OK && config_path) {
     hf_file c = {config_path, err};
     s = read_config(&c, tok);

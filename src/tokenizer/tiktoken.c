@@ -105,7 +105,7 @@ static fdy_status parse_line(fdy_tokenizer *tok, const parser *p, uint32_t line,
                       (int)(b64_len > 64 ? 64 : b64_len), text);
   }
   int32_t other = -1;
-  switch (tok_define(tok, (uint32_t)rank, scratch, n, false, &other)) {
+  switch (tok_define(tok, (uint32_t)rank, scratch, n, false, 0, &other)) {
   case TOK_DEFINED:
     p->line_of[rank] = line;
     return FDY_OK;
@@ -206,14 +206,20 @@ fdy_status fdy_tokenizer_load_tiktoken(const char *path, fdy_tokenizer **out,
     char name[64];
     int32_t other = -1;
     special_name(i, name, sizeof name);
-    if (tok_define(tok, ranks + i, name, strlen(name), true, &other) !=
-        TOK_DEFINED) {
+    if (tok_define(tok, ranks + i, name, strlen(name), true, TOK_ADDED,
+                   &other) != TOK_DEFINED) {
       status = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
       goto cleanup;
     }
   }
   tok->ignore_merges = true; /* tiktoken emits a piece that is a token */
-  status = tok_finish(tok, TOK_LLAMA3_PATTERN, err);
+  tok->add_bos = true;       /* Llama 3 */
+  tok_step split = {.field = "pre-tokenizer"};
+  status =
+      tok_add_step(tok, TOK_LLAMA3_PATTERN, PCRE2_ZERO_TERMINATED, &split, err);
+  if (status == FDY_OK) {
+    status = tok_finish(tok, true, err);
+  }
   if (status != FDY_OK) {
     goto cleanup;
   }

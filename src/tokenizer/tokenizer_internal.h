@@ -23,12 +23,52 @@
   "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "   \
   "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
+/* Flags of an added token (tok_entry.added): how its spelling is found in
+ * text (Hugging Face's AddedToken). */
+enum {
+  TOK_ADDED = 1u << 0,       /* an added token: found in text before BPE */
+  TOK_LSTRIP = 1u << 1,      /* takes the whitespace on its left */
+  TOK_RSTRIP = 1u << 2,      /* takes the whitespace on its right */
+  TOK_SINGLE_WORD = 1u << 3, /* only between non-word characters */
+  TOK_NORMALIZED = 1u << 4,  /* found in the normalized text */
+};
+
+/* PCRE2's match and depth limits for the probe texts of tok_add_step,
+ * and for one pcre2_match call when encoding: TOK_MATCH_LIMIT_BASE +
+ * TOK_MATCH_LIMIT_PER_BYTE for each byte of text left. */
+#define TOK_PROBE_MATCH_LIMIT    1000000u
+#define TOK_MATCH_LIMIT_BASE     10000000u
+#define TOK_MATCH_LIMIT_PER_BYTE 64u
+
 typedef struct tok_entry {
   uint32_t offset; /* of its bytes in the arena */
   uint32_t len;    /* bytes; 0 = id not (yet) defined */
   uint32_t rank;   /* merge priority (lower merges first), or TOK_NO_RANK */
-  bool special;    /* matched only with FDY_ENCODE_SPECIAL, not in the map */
+  bool special;    /* a special token: found only with FDY_ENCODE_SPECIAL */
+  uint8_t added;   /* TOK_ADDED and its flags, or 0 */
+  bool in_map;     /* an ordinary (model) token, in the map */
 } tok_entry;
+
+/* A merge of Hugging Face's BPE: the pair (left id, right id) makes id
+ * with priority rank (its index in model.merges). */
+typedef struct tok_merge {
+  uint64_t key; /* (uint64_t)left << 32 | right */
+  uint32_t rank;
+  uint32_t id1; /* id + 1; 0 = empty slot */
+} tok_merge;
+
+/* One step of the pre-tokenizer: every piece of the step before is split
+ * by the regex (Split, ByteLevel's use_regex, Digits), after a space is put
+ * before a piece that does not start with one (ByteLevel's
+ * add_prefix_space). */
+#define TOK_MAX_STEPS 8
+typedef struct tok_step {
+  pcre2_code *re;    /* NULL: no splitting */
+  bool removed;      /* Removed: the delimiters are dropped; else Isolated */
+  bool invert;       /* the pattern matches the pieces, not the delimiters */
+  bool prefix_space; /* ByteLevel's add_prefix_space */
+  char field[96];    /* the tokenizer.json entry, for errors */
+} tok_step;
 
 /* Scratch of the merge loops, grown on demand and kept between calls. */
 typedef struct tok_scratch {
@@ -49,14 +89,26 @@ struct fdy_tokenizer {
   uint32_t capacity;     /* entries allocated in tokens */
   uint64_t *map;         /* open addressing: (hash >> 32) << 32 | (id + 1) */
   uint32_t map_mask;     /* slots - 1 (a power of two minus one) */
-  int32_t byte_ids[256]; /* id of each single-byte token */
+  int32_t byte_ids[256]; /* id of each single-byte token, -1 when none */
   bool ignore_merges;    /* a piece that is a token is emitted whole */
-  int32_t bos, eos;      /* -1 when none */
-  char *chat_template;   /* owned, NULL when none */
-  pcre2_code *split;     /* the pre-tokenizer */
-  uint32_t *special_ids; /* the special tokens, longest spelling first */
-  uint32_t special_count;
-  pcre2_code *specials; /* alternation of every special spelling, or NULL */
+  /* Hugging Face's BPE: only the listed pairs merge, by the pair's rank
+   * (else tiktoken's: any two parts whose concatenation has a rank) */
+  bool pair_merges;
+  tok_merge *merges; /* open addressing, merge_mask + 1 slots */
+  uint32_t merge_mask;
+  bool nfc; /* the NFC normalizer */
+  tok_step steps[TOK_MAX_STEPS];
+  uint32_t step_count;
+  int32_t bos, eos;    /* -1 when none */
+  bool add_bos;        /* a text starts with bos (fdy_tokenizer_add_bos) */
+  char *chat_template; /* owned, NULL when none */
+  uint32_t *added_ids; /* the added tokens, longest spelling first */
+  uint32_t added_count;
+  /* alternations of the added spellings: those matched in the text as it
+   * is, and those matched in the normalized text (or NULL) */
+  pcre2_code *added_raw, *added_norm;
+  bool plain_added; /* some added token is not special */
+  pcre2_code *word; /* \w, when an added token is single_word */
   pcre2_match_data *match;
   pcre2_match_context *match_context;
   pcre2_jit_stack *jit_stack;
@@ -78,11 +130,12 @@ typedef enum tok_define_result {
   TOK_TOO_LARGE, /* the arena would pass 4 GiB */
 } tok_define_result;
 
-/* Defines id as len > 0 bytes (copied). Ordinary tokens enter the map; special
- * tokens do not (their bytes may equal an ordinary token's). The rank of an
- * ordinary token starts as TOK_NO_RANK. */
+/* Defines id as len > 0 bytes (copied). Ordinary tokens enter the map;
+ * added tokens (added != 0) do not (their bytes may equal an ordinary
+ * token's). The rank of an ordinary token starts as TOK_NO_RANK. */
 tok_define_result tok_define(fdy_tokenizer *tok, uint32_t id, const char *bytes,
-                             size_t len, bool special, int32_t *other);
+                             size_t len, bool special, uint8_t added,
+                             int32_t *other);
 
 /* A 64-bit hash of a short byte string (8 bytes per step). */
 static inline uint64_t tok_hash(const char *p, size_t n) {
@@ -127,18 +180,42 @@ static inline int32_t tok_lookup(const fdy_tokenizer *tok, const char *bytes,
   }
 }
 
-/* Completes a tokenizer whose capacity ids are all defined (the loaders
- * define capacity distinct ids below capacity, so none is missing): count
- * = capacity, the 256 single-byte tokens present (else FDY_ERR_FORMAT,
- * err->ids[0] = the byte), the pre-tokenizer pattern and the specials
- * compiled (a pattern PCRE2 rejects: FDY_ERR_UNSUPPORTED), bos and eos
- * defaulted from <|begin_of_text|> / <|end_of_text|> when still -1. */
-fdy_status tok_finish(fdy_tokenizer *tok, const char *pattern, fdy_error *err);
+/* Compiles a pre-tokenizer regex into step (field names it in errors) and
+ * appends the step. A pattern PCRE2 rejects is FDY_ERR_UNSUPPORTED; one
+ * that can match the empty string, or that reaches PCRE2's match limit on
+ * short probe texts (catastrophic backtracking), is FDY_ERR_SCHEMA; both
+ * name the file in the message and field in err->name. */
+fdy_status tok_add_step(fdy_tokenizer *tok, const char *pattern, size_t len,
+                        const tok_step *step, fdy_error *err);
 
-/* The id of the special token spelled by these bytes, or -1 (after
- * tok_finish). */
-int32_t tok_special_lookup(const fdy_tokenizer *tok, const char *bytes,
-                           size_t len);
+/* Completes a tokenizer whose ids are all defined: count = capacity, the
+ * 256 single-byte tokens present when all_bytes (else FDY_ERR_FORMAT,
+ * err->ids[0] = the byte), the added spellings compiled, bos and eos
+ * defaulted from <|begin_of_text|> / <|end_of_text|> when still -1. */
+fdy_status tok_finish(fdy_tokenizer *tok, bool all_bytes, fdy_error *err);
+
+/* The id of the added token spelled by these bytes (special ones only when
+ * special_only), or -1 (after tok_finish). */
+int32_t tok_added_lookup(const fdy_tokenizer *tok, const char *bytes,
+                         size_t len, bool special_only);
+
+/* The merge of the pair (left, right): its rank and *id, or TOK_NO_RANK. */
+static inline uint32_t tok_merge_rank(const fdy_tokenizer *tok, int32_t left,
+                                      int32_t right, int32_t *id) {
+  uint64_t key = (uint64_t)(uint32_t)left << 32 | (uint32_t)right;
+  uint64_t h = key * 0x9E3779B97F4A7C15ull;
+  for (uint32_t i = (uint32_t)(h >> 32) & tok->merge_mask;;
+       i = (i + 1) & tok->merge_mask) {
+    const tok_merge *m = &tok->merges[i];
+    if (m->id1 == 0) {
+      return TOK_NO_RANK;
+    }
+    if (m->key == key) {
+      *id = (int32_t)(m->id1 - 1);
+      return m->rank;
+    }
+  }
+}
 
 /* Reads a whole regular file (at most TOK_MAX_FILE_BYTES) through
  * fdy_input_read, so that a FIFO, a device or a directory fails at once;
@@ -147,6 +224,13 @@ int32_t tok_special_lookup(const fdy_tokenizer *tok, const char *bytes,
  * the size), each naming path in the message and err->name. */
 fdy_status tok_read_file(const char *path, char **out, size_t *len,
                          fdy_error *err);
+
+/* The NFC normalization of len bytes of text (invalid UTF-8 is kept as
+ * it is) into *out (malloc'd, *n bytes). FDY_ERR_UNSUPPORTED when this
+ * build lacks it (tok_nfc_available), FDY_ERR_OUT_OF_MEMORY. */
+fdy_status tok_nfc(const char *text, size_t len, char **out, size_t *n,
+                   fdy_error *err);
+bool tok_nfc_available(void);
 
 /* Frees the encoder's scratch (part of fdy_tokenizer_destroy). */
 void tok_scratch_free(tok_scratch *scratch);

@@ -39,7 +39,8 @@ fdy_status tok_create(const char *source, uint32_t capacity,
 }
 
 tok_define_result tok_define(fdy_tokenizer *tok, uint32_t id, const char *bytes,
-                             size_t len, bool special, int32_t *other) {
+                             size_t len, bool special, uint8_t added,
+                             int32_t *other) {
   if (id >= tok->capacity) {
     return TOK_ID_RANGE;
   }
@@ -47,7 +48,7 @@ tok_define_result tok_define(fdy_tokenizer *tok, uint32_t id, const char *bytes,
     *other = (int32_t)id;
     return TOK_DUPLICATE_ID;
   }
-  if (!special) {
+  if (!added) {
     int32_t found = tok_lookup(tok, bytes, len);
     if (found >= 0) {
       *other = found;
@@ -70,10 +71,14 @@ tok_define_result tok_define(fdy_tokenizer *tok, uint32_t id, const char *bytes,
     tok->arena_cap = cap;
   }
   memcpy(tok->arena + tok->arena_len, bytes, len);
-  tok->tokens[id] = (tok_entry){(uint32_t)tok->arena_len, (uint32_t)len,
-                                TOK_NO_RANK, special};
+  tok->tokens[id] = (tok_entry){(uint32_t)tok->arena_len,
+                                (uint32_t)len,
+                                TOK_NO_RANK,
+                                special,
+                                added,
+                                !added};
   tok->arena_len += len;
-  if (special) {
+  if (added) {
     return TOK_DEFINED;
   }
   /* The map has room: at most capacity of its 2 * capacity slots fill. */
@@ -140,32 +145,122 @@ static fdy_status compile(const fdy_tokenizer *tok, const char *pattern,
   return FDY_OK;
 }
 
-/* The specials (tok->special_ids, longest first) as one alternation, so
- * that the longest spelling wins at a position; ASCII punctuation is
- * escaped as \x{..}. */
-static fdy_status compile_specials(fdy_tokenizer *tok, fdy_error *err) {
-  fdy_status status = FDY_OK;
-  char *pattern = NULL;
-  size_t len = 0, cap = 0, n = 0;
-  for (uint32_t id = 0; id < tok->count; id++) {
-    n += tok->tokens[id].special;
+static fdy_status step_error(const fdy_tokenizer *tok, const tok_step *step,
+                             fdy_status kind, const char *what,
+                             fdy_error *err) {
+  fdy_error_set(err, kind, "%s: entry '%s' %s", tok->source, step->field, what);
+  if (err) {
+    snprintf(err->name, sizeof err->name, "%s", step->field);
   }
-  if (n == 0) {
+  return kind;
+}
+
+/* Texts on which a pattern with nested or overlapping repeats backtracks
+ * exponentially: a long run of one kind of character, then one that ends
+ * every match attempt differently. */
+static const char *const probe_texts[] = {
+    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!",
+    "                                                 !",
+    "1111111111111111111111111111111111111111111111111!",
+    "\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n!",
+    "a a a a a a a a a a a a a a a a a a a a a a a a a !",
+    "a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1\x01",
+    "''''''''''''''''''''''''''''''''''''''''''''''''''a",
+    "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!a",
+};
+
+fdy_status tok_add_step(fdy_tokenizer *tok, const char *pattern, size_t len,
+                        const tok_step *step, fdy_error *err) {
+  if (tok->step_count == TOK_MAX_STEPS) {
+    return step_error(tok, step, FDY_ERR_UNSUPPORTED,
+                      "is one pre-tokenizer step too many (Foundry takes 8)",
+                      err);
+  }
+  tok_step *s = &tok->steps[tok->step_count];
+  *s = *step;
+  s->re = NULL;
+  if (!pattern) {
+    tok->step_count++;
     return FDY_OK;
   }
-  tok->special_ids = malloc(n * sizeof *tok->special_ids);
-  if (!tok->special_ids) {
+  char what[160];
+  snprintf(what, sizeof what, "pre-tokenizer regex (%s)", step->field);
+  fdy_status status = compile(tok, pattern, len,
+                              PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF,
+                              what, &s->re, err);
+  if (status != FDY_OK) {
+    if (err) {
+      snprintf(err->name, sizeof err->name, "%s", step->field);
+    }
+    return status;
+  }
+  tok->step_count++; /* owned by tok from here */
+  uint32_t min = 0;
+  if (pcre2_pattern_info(s->re, PCRE2_INFO_MINLENGTH, &min) != 0 || min == 0) {
+    return step_error(tok, step, FDY_ERR_SCHEMA,
+                      "can match the empty string; a pre-tokenizer regex "
+                      "must match at least one character",
+                      err);
+  }
+  pcre2_match_data *md = pcre2_match_data_create(1, NULL);
+  pcre2_match_context *mc = pcre2_match_context_create(NULL);
+  if (!md || !mc) {
+    pcre2_match_data_free(md);
+    pcre2_match_context_free(mc);
     return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   }
-  for (uint32_t id = 0; id < tok->count; id++) {
-    if (tok->tokens[id].special) {
-      tok->special_ids[tok->special_count++] = id;
+  pcre2_set_match_limit(mc, TOK_PROBE_MATCH_LIMIT);
+  pcre2_set_depth_limit(mc, TOK_PROBE_MATCH_LIMIT);
+  int bad = 0;
+  for (size_t i = 0; !bad && i < sizeof probe_texts / sizeof *probe_texts;
+       i++) {
+    const char *t = probe_texts[i];
+    size_t n = strlen(t), at = 0;
+    while (at < n) {
+      int rc = pcre2_match(s->re, (PCRE2_SPTR)t, n, at, 0, md, mc);
+      if (rc == PCRE2_ERROR_NOMATCH) {
+        break;
+      }
+      if (rc < 0) {
+        bad = rc;
+        break;
+      }
+      PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+      at = ov[1] > ov[0] ? ov[1] : ov[0] + 1;
     }
   }
-  qsort_r(tok->special_ids, n, sizeof *tok->special_ids, by_length_desc, tok);
-  for (size_t i = 0; i < n; i++) {
-    const tok_entry *e = &tok->tokens[tok->special_ids[i]];
-    bool ok = i == 0 || append(&pattern, &len, &cap, "|", 1);
+  pcre2_match_data_free(md);
+  pcre2_match_context_free(mc);
+  if (bad) {
+    PCRE2_UCHAR message[256];
+    pcre2_get_error_message(bad, message, sizeof message);
+    char text[400];
+    snprintf(text, sizeof text,
+             "backtracks catastrophically: on a text of 50 bytes it passes "
+             "PCRE2's limits (%s)",
+             (const char *)message);
+    return step_error(tok, step, FDY_ERR_SCHEMA, text, err);
+  }
+  return FDY_OK;
+}
+
+/* The added tokens (tok->added_ids, longest first) with normalized ==
+ * want_norm as one alternation, so that the longest spelling wins at a
+ * position; ASCII punctuation is escaped as \x{..}. *out stays NULL when
+ * there is none. */
+static fdy_status compile_added(fdy_tokenizer *tok, bool want_norm,
+                                pcre2_code **out, fdy_error *err) {
+  fdy_status status = FDY_OK;
+  char *pattern = NULL;
+  size_t len = 0, cap = 0;
+  bool first = true;
+  for (size_t i = 0; i < tok->added_count; i++) {
+    const tok_entry *e = &tok->tokens[tok->added_ids[i]];
+    if (((e->added & TOK_NORMALIZED) != 0) != want_norm) {
+      continue;
+    }
+    bool ok = first || append(&pattern, &len, &cap, "|", 1);
+    first = false;
     for (uint32_t k = 0; ok && k < e->len; k++) {
       unsigned char c = (unsigned char)tok->arena[e->offset + k];
       char esc[8];
@@ -183,16 +278,18 @@ static fdy_status compile_specials(fdy_tokenizer *tok, fdy_error *err) {
       goto cleanup;
     }
   }
-  status = compile(tok, pattern, len, PCRE2_UTF | PCRE2_MATCH_INVALID_UTF,
-                   "special tokens", &tok->specials, err);
+  if (!first) {
+    status = compile(tok, pattern, len, PCRE2_UTF | PCRE2_MATCH_INVALID_UTF,
+                     "added tokens", out, err);
+  }
 cleanup:
   free(pattern);
   return status;
 }
 
-fdy_status tok_finish(fdy_tokenizer *tok, const char *pattern, fdy_error *err) {
+fdy_status tok_finish(fdy_tokenizer *tok, bool all_bytes, fdy_error *err) {
   tok->count = tok->capacity;
-  for (int b = 0; b < 256; b++) {
+  for (int b = 0; all_bytes && b < 256; b++) {
     if (tok->byte_ids[b] < 0) {
       fdy_error_set(err, FDY_ERR_FORMAT,
                     "%s: no token for the single byte 0x%02x (a byte-level "
@@ -205,10 +302,38 @@ fdy_status tok_finish(fdy_tokenizer *tok, const char *pattern, fdy_error *err) {
       return FDY_ERR_FORMAT;
     }
   }
-  fdy_status status = compile(tok, pattern, PCRE2_ZERO_TERMINATED,
-                              PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF,
-                              "pre-tokenizer regex", &tok->split, err);
-  if (status != FDY_OK || (status = compile_specials(tok, err)) != FDY_OK) {
+  size_t n = 0;
+  for (uint32_t id = 0; id < tok->count; id++) {
+    n += tok->tokens[id].added != 0;
+  }
+  if (n > 0) {
+    tok->added_ids = malloc(n * sizeof *tok->added_ids);
+    if (!tok->added_ids) {
+      return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    for (uint32_t id = 0; id < tok->count; id++) {
+      if (tok->tokens[id].added) {
+        tok->added_ids[tok->added_count++] = id;
+      }
+    }
+    qsort_r(tok->added_ids, n, sizeof *tok->added_ids, by_length_desc, tok);
+  }
+  bool single_word = false;
+  for (uint32_t i = 0; i < tok->added_count; i++) {
+    const tok_entry *e = &tok->tokens[tok->added_ids[i]];
+    tok->plain_added |= !e->special;
+    single_word |= (e->added & TOK_SINGLE_WORD) != 0;
+  }
+  fdy_status status = compile_added(tok, false, &tok->added_raw, err);
+  if (status == FDY_OK && single_word) {
+    status = compile(tok, "\\w", PCRE2_ZERO_TERMINATED,
+                     PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF,
+                     "word pattern", &tok->word, err);
+  }
+  if (status == FDY_OK) {
+    status = compile_added(tok, true, &tok->added_norm, err);
+  }
+  if (status != FDY_OK) {
     return status;
   }
   tok->match = pcre2_match_data_create(1, NULL);
@@ -240,11 +365,16 @@ void fdy_tokenizer_destroy(fdy_tokenizer *tok) {
   pcre2_jit_stack_free(tok->jit_stack);
   pcre2_match_context_free(tok->match_context);
   pcre2_match_data_free(tok->match);
-  pcre2_code_free(tok->specials);
-  pcre2_code_free(tok->split);
+  pcre2_code_free(tok->added_raw);
+  pcre2_code_free(tok->added_norm);
+  pcre2_code_free(tok->word);
+  for (uint32_t i = 0; i < tok->step_count; i++) {
+    pcre2_code_free(tok->steps[i].re);
+  }
   tok_scratch_free(&tok->scratch);
   free(tok->chat_template);
-  free(tok->special_ids);
+  free(tok->added_ids);
+  free(tok->merges);
   free(tok->map);
   free(tok->tokens);
   free(tok->arena);
@@ -264,23 +394,28 @@ int32_t fdy_tokenizer_eos(const fdy_tokenizer *tok) {
   return tok->eos;
 }
 
+bool fdy_tokenizer_add_bos(const fdy_tokenizer *tok) {
+  return tok->add_bos && tok->bos >= 0;
+}
+
 bool fdy_tokenizer_is_special(const fdy_tokenizer *tok, int32_t id) {
   return id >= 0 && (uint32_t)id < tok->count && tok->tokens[id].special;
 }
 
-int32_t tok_special_lookup(const fdy_tokenizer *tok, const char *bytes,
-                           size_t len) {
-  for (uint32_t i = 0; i < tok->special_count; i++) {
-    const tok_entry *e = &tok->tokens[tok->special_ids[i]];
-    if (e->len == len && memcmp(tok->arena + e->offset, bytes, len) == 0) {
-      return (int32_t)tok->special_ids[i];
+int32_t tok_added_lookup(const fdy_tokenizer *tok, const char *bytes,
+                         size_t len, bool special_only) {
+  for (uint32_t i = 0; i < tok->added_count; i++) {
+    const tok_entry *e = &tok->tokens[tok->added_ids[i]];
+    if (e->len == len && (e->special || !special_only) &&
+        memcmp(tok->arena + e->offset, bytes, len) == 0) {
+      return (int32_t)tok->added_ids[i];
     }
   }
   return -1;
 }
 
 int32_t fdy_tokenizer_special_id(const fdy_tokenizer *tok, const char *name) {
-  return tok_special_lookup(tok, name, strlen(name));
+  return tok_added_lookup(tok, name, strlen(name), true);
 }
 
 uint32_t fdy_tokenizer_stop_ids(const fdy_tokenizer *tok,
