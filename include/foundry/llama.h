@@ -128,9 +128,14 @@ typedef struct fdy_llama_graph_io {
   fdy_tensor_id prefill_step;   /* I32 [FDY_STEP_ELEMENTS(prefill_rows)] */
   fdy_tensor_id decode_step;    /* I32 [FDY_STEP_ELEMENTS(step_rows)] */
   fdy_tensor_id prefill_logits; /* F32 [prefill_rows or 1, vocab] */
-  fdy_tensor_id prefill_next;   /* I32 [1]: argmax of the last row */
-  fdy_tensor_id decode_logits;  /* F32 [step_rows, vocab] */
-  fdy_tensor_id decode_next;    /* I32 [step_rows]: each row's argmax */
+  /* U32 [1, FDY_SAMPLE_FIELDS]: the last row's SAMPLE parameters */
+  fdy_tensor_id prefill_sampling;
+  fdy_tensor_id prefill_next;  /* I32 [1]: the id SAMPLE draws from the
+                                  last row (its argmax when greedy) */
+  fdy_tensor_id decode_logits; /* F32 [step_rows, vocab] */
+  /* U32 [step_rows, FDY_SAMPLE_FIELDS]: each row's SAMPLE parameters */
+  fdy_tensor_id decode_sampling;
+  fdy_tensor_id decode_next; /* I32 [step_rows]: each row's drawn id */
   uint32_t prefill_first_op, prefill_op_count; /* ops [first, first+count) */
   uint32_t decode_first_op, decode_op_count;
   bool ids_only; /* the graph options' (fdy_llama_plan's outputs) */

@@ -104,9 +104,42 @@ fdy_status fdy_llama_session_forward(fdy_llama_session *session,
                                      const int32_t *ids, uint32_t count,
                                      float *all_logits, float *last_logits,
                                      fdy_error *err);
-/* The argmax (lowest id on ties), computed on the backend, of the last
- * token's logits of slot 0's latest pass; -1 before any. */
+/* The id drawn on the backend (fdy_llama_session_set_sampling; greedy:
+ * the argmax, lowest id on ties) from the last token's logits of slot 0's
+ * latest pass; -1 before any. */
 int32_t fdy_llama_session_next(const fdy_llama_session *session);
+
+/* ---- sampling --------------------------------------------------------------
+ * Each slot draws its next ids with its own parameters (fdy_sample_params
+ * of foundry/ops.h; greedy until set): the SAMPLE op on the backend over
+ * the last row of the slot's pass, with the slot's seed and, as the
+ * counter, the position of that row in the sequence. So a seeded sequence
+ * draws the same ids whatever else is in the batch and however its prompt
+ * was cut into chunks (given the same logits: bitwise on the CPU backend,
+ * on CUDA among batches of 2 rows or more). */
+
+/* Greedy: temperature 0 (the argmax, lowest id on ties). */
+#define FDY_LLAMA_GREEDY                                                       \
+  ((fdy_sample_params){.temperature = 0.0f,                                    \
+                       .top_k = 0,                                             \
+                       .top_p = 1.0f,                                          \
+                       .min_p = 0.0f,                                          \
+                       .seed = 0})
+
+/* Checks sampling parameters: temperature finite and >= 0, top_p in
+ * [0, 1] (0 and 1: off), min_p in [0, 1]; else FDY_ERR_INVALID_ARGUMENT
+ * with err->name the field ("temperature", "top_p", "min_p"). NULL is
+ * refused likewise. */
+fdy_status fdy_llama_sampling_check(const fdy_sample_params *sampling,
+                                    fdy_error *err);
+
+/* Sets the sampling of slot (NULL: greedy) for its later passes; kept
+ * across release and reset. A slot out of range or parameters refused by
+ * fdy_llama_sampling_check: FDY_ERR_INVALID_ARGUMENT, nothing changed. */
+fdy_status fdy_llama_session_set_sampling(fdy_llama_session *session,
+                                          uint32_t slot,
+                                          const fdy_sample_params *sampling,
+                                          fdy_error *err);
 
 /* ---- sequences by slot ----------------------------------------------------
  * A session of max_sequences holds that many independent sequences, each in
@@ -123,8 +156,8 @@ uint32_t fdy_llama_session_step_rows(const fdy_llama_session *session);
 /* Positions used by the sequence in slot (0 when free or out of range). */
 uint32_t fdy_llama_session_slot_position(const fdy_llama_session *session,
                                          uint32_t slot);
-/* The argmax of the last token of the slot's latest pass; -1 before any,
- * when free or out of range. */
+/* The id drawn from the last token of the slot's latest pass (greedy: its
+ * argmax); -1 before any, when free or out of range. */
 int32_t fdy_llama_session_slot_next(const fdy_llama_session *session,
                                     uint32_t slot);
 /* Whether the slot holds a sequence. */
@@ -198,6 +231,27 @@ fdy_status fdy_llama_session_step(fdy_llama_session *session,
 fdy_status fdy_llama_session_release(fdy_llama_session *session, uint32_t slot,
                                      fdy_error *err);
 
+/* Appends count ids to the sequence in slot (a free slot starts one) in one
+ * pass of the decode step, and gives every row's next id: row_next[i] is
+ * the id drawn after ids[0..i] (greedy: their argmax), as if each had been
+ * fed alone (the rows of a step do not depend on one another): the
+ * verification of drafted ids in speculative decoding. count is at most
+ * step_rows. Errors as fdy_llama_session_step's for one part of count ids,
+ * and a NULL row_next (FDY_ERR_INVALID_ARGUMENT). */
+fdy_status fdy_llama_session_append_rows(fdy_llama_session *session,
+                                         uint32_t slot, const int32_t *ids,
+                                         uint32_t count, int32_t *row_next,
+                                         fdy_error *err);
+
+/* Takes the sequence in slot back to its first `position` positions: the
+ * later ones are forgotten (their KV entries are never read again and are
+ * overwritten by the next appends), and the slot's next id is -1 until its
+ * next pass. A slot out of range or free, or a position beyond the slot's:
+ * FDY_ERR_INVALID_ARGUMENT (expected = the slot's position), nothing
+ * changed. */
+fdy_status fdy_llama_session_rewind(fdy_llama_session *session, uint32_t slot,
+                                    uint32_t position, fdy_error *err);
+
 typedef struct fdy_llama_generation {
   int32_t *ids; /* generated ids (malloc'd; fdy_llama_generation_free) */
   uint32_t count;
@@ -229,17 +283,22 @@ typedef struct fdy_llama_generate_options {
   uint32_t stop_count;
   fdy_llama_token_fn on_token; /* may be NULL */
   void *ctx;                   /* passed to on_token */
+  /* slot 0's sampling for this generation (set on the session); NULL =
+   * greedy */
+  const fdy_sample_params *sampling;
 } fdy_llama_generate_options;
 
-/* Greedy generation: resets the session (unless keep_context), prefills the
- * prompt, then decodes up to max_tokens ids (argmax, lowest id on ties),
+/* Generation: sets slot 0's sampling (options->sampling; greedy when
+ * NULL: the argmax, lowest id on ties), resets the session (unless
+ * keep_context), prefills the prompt, then decodes up to max_tokens ids,
  * stopping after a stop id (an EOS id of the config or of stop_ids) unless
  * ignore_eos, and after an id for which on_token returned false. The
  * positions used are prompt_count + max_tokens - 1 after the starting
  * position (0, or the session's with keep_context): the last id is returned,
  * never fed back (prompt_count when max_tokens is 0). Before any work
  * (session unchanged): no options, an empty prompt or an id outside the
- * vocabulary FDY_ERR_INVALID_ARGUMENT, more positions than the context
+ * vocabulary or sampling refused by fdy_llama_sampling_check
+ * FDY_ERR_INVALID_ARGUMENT, more positions than the context
  * FDY_ERR_CONTEXT (err->expected = the context, err->actual = the positions
  * needed, the starting position included). On success *out owns ids; on
  * failure *out is zeroed (on_token may have seen ids by then). */
@@ -273,6 +332,9 @@ typedef struct fdy_llama_batch_options {
   uint32_t stop_count;
   fdy_llama_batch_token_fn on_token; /* may be NULL */
   void *ctx;                         /* passed to on_token */
+  /* every slot's sampling for this generation (set on the session); NULL
+   * = greedy */
+  const fdy_sample_params *sampling;
 } fdy_llama_batch_options;
 
 /* What one prompt generated. */
@@ -304,8 +366,9 @@ typedef struct fdy_llama_batch_generation {
  * no-op. */
 void fdy_llama_batch_generation_free(fdy_llama_batch_generation *generation);
 
-/* Greedy generation of prompt_count prompts with continuous batching.
- * Resets the session, then takes the prompts in order into its free slots.
+/* Generation of prompt_count prompts with continuous batching, every slot
+ * sampling with options->sampling (greedy when NULL). Resets the session,
+ * then takes the prompts in order into its free slots.
  * While no sequence is in the session, the next prompt is admitted alone
  * (fdy_llama_session_admit: a prefill whose argmax is its first id).
  * Otherwise each step of the batch (fdy_llama_session_step) carries a
@@ -321,14 +384,14 @@ void fdy_llama_batch_generation_free(fdy_llama_batch_generation *generation);
  * fed back: a prompt uses count + max_tokens - 1 positions of its slot.
  * Each prompt's ids equal fdy_llama_generate's for that prompt alone (a
  * row does not depend on the others). Before any work (session unchanged): no
- * options or output, no prompts, stop_ids NULL with stop_count > 0
- * (FDY_ERR_INVALID_ARGUMENT); and checked for every prompt, err->ids[0] =
- * its index: an empty prompt or an id outside the vocabulary
- * (FDY_ERR_INVALID_ARGUMENT; err->ids[1] = the id's index in the prompt),
- * more positions than the context (FDY_ERR_CONTEXT, err->expected = the
- * context, err->actual = the positions needed). On success *out owns
- * everything and every slot is free; on failure *out is zeroed (on_token
- * may have seen ids by then). */
+ * options or output, no prompts, stop_ids NULL with stop_count > 0,
+ * sampling refused by fdy_llama_sampling_check (FDY_ERR_INVALID_ARGUMENT); and
+ * checked for every prompt, err->ids[0] = its index: an empty prompt or an id
+ * outside the vocabulary (FDY_ERR_INVALID_ARGUMENT; err->ids[1] = the id's
+ * index in the prompt), more positions than the context (FDY_ERR_CONTEXT,
+ * err->expected = the context, err->actual = the positions needed). On success
+ * *out owns everything and every slot is free; on failure *out is zeroed
+ * (on_token may have seen ids by then). */
 fdy_status fdy_llama_generate_batch(fdy_llama_session *session,
                                     const fdy_llama_batch_prompt *prompts,
                                     uint32_t prompt_count,

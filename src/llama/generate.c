@@ -1,6 +1,7 @@
-/* Greedy generation: every input is checked before any work, then the
- * prompt is prefilled and ids are decoded one at a time (the argmax the
- * backend computes, lowest id on ties) until max_tokens, a stop id (the
+/* Generation: every input is checked before any work, then the prompt is
+ * prefilled and ids are decoded one at a time (the ids the backend's
+ * SAMPLE op draws with slot 0's sampling; greedy: the argmax, lowest id on
+ * ties) until max_tokens, a stop id (the
  * config's EOS ids and the caller's) or the caller's callback says stop.
  * Each id goes to the callback before the next pass. The last id is
  * returned without a pass of its own, so a generation uses prompt +
@@ -82,6 +83,12 @@ fdy_status fdy_llama_generate(fdy_llama_session *session, const int32_t *prompt,
   }
   fdy_status st =
       fdy_llama_session_check(session, prompt, prompt_count, start, 0, err);
+  if (st == FDY_OK && options->sampling) {
+    st = fdy_llama_sampling_check(options->sampling, err);
+  }
+  if (st == FDY_OK) {
+    st = fdy_llama_session_set_sampling(session, 0, options->sampling, err);
+  }
   if (st != FDY_OK) {
     return st;
   }

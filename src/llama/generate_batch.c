@@ -1,7 +1,8 @@
-/* Continuous batching: greedy generation of many prompts on one session.
+/* Continuous batching: generation of many prompts on one session, every
+ * slot sampling alike (greedy by default).
  * Every prompt is checked before any work. When no sequence is in the
  * session, the next prompt is admitted alone (the prefill step, whose
- * argmax is its first id). Otherwise each step of the batch
+ * drawn id is its first id). Otherwise each step of the batch
  * (fdy_llama_session_step) carries a decode row for every sequence whose
  * prompt is in, feeding its last id, and fills its other rows with prompt
  * chunks: of prompts begun, then of waiting prompts taking free slots; the
@@ -228,6 +229,13 @@ fdy_status fdy_llama_generate_batch(fdy_llama_session *session,
                          "> 0) and an output");
   }
   fdy_status st = check_prompts(session, prompts, prompt_count, err);
+  if (st == FDY_OK && options->sampling) {
+    st = fdy_llama_sampling_check(options->sampling, err);
+  }
+  for (uint32_t slot = 0; st == FDY_OK && slot < session->max_sequences;
+       slot++) {
+    st = fdy_llama_session_set_sampling(session, slot, options->sampling, err);
+  }
   if (st != FDY_OK) {
     return st;
   }

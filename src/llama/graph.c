@@ -347,7 +347,8 @@ static fdy_tensor_id decoder_layer(builder *b, const char *prefix,
  * RMSNORM and MATMUL_Q4); `fused` for the decode step. */
 static void add_step(builder *b, const char *prefix, uint64_t rows,
                      bool all_logits, bool fused, fdy_tensor_id *step,
-                     fdy_tensor_id *logits, fdy_tensor_id *next) {
+                     fdy_tensor_id *sampling, fdy_tensor_id *logits,
+                     fdy_tensor_id *next) {
   const fdy_llama_config *c = b->c;
   char name[NAME_MAX_LEN];
   snprintf(name, sizeof name, "%s.step", prefix);
@@ -400,7 +401,14 @@ static void add_step(builder *b, const char *prefix, uint64_t rows,
     }
     last = *logits;
   }
-  *next = add_op(b, prefix, "next", FDY_OP_ARGMAX, no_params(), &last, 1,
+  snprintf(name, sizeof name, "%s.sampling", prefix);
+  if (b->st == FDY_OK) {
+    b->st = fdy_graph_add_input(b->g, name, FDY_DTYPE_U32,
+                                FDY_SHAPE(head_rows, FDY_SAMPLE_FIELDS),
+                                sampling, b->err);
+  }
+  fdy_tensor_id draw[3] = {*step, last, *sampling};
+  *next = add_op(b, prefix, "next", FDY_OP_SAMPLE, no_params(), draw, 3,
                  activation(b, prefix, "next", FDY_DTYPE_I32, head_rows, 0));
 }
 
@@ -516,13 +524,14 @@ fdy_status fdy_llama_graph(const fdy_llama_model *model,
   ids.prefill_first_op = 0;
   ids.ids_only = options->ids_only;
   add_step(&b, "prefill", options->prefill_rows, options->all_logits, false,
-           &ids.prefill_step, &ids.prefill_logits, &ids.prefill_next);
+           &ids.prefill_step, &ids.prefill_sampling, &ids.prefill_logits,
+           &ids.prefill_next);
   if (b.st == FDY_OK) {
     ids.prefill_op_count = (uint32_t)fdy_graph_op_count(b.g);
     ids.decode_first_op = ids.prefill_op_count;
   }
   add_step(&b, "decode", step_rows_of(options), false, true, &ids.decode_step,
-           &ids.decode_logits, &ids.decode_next);
+           &ids.decode_sampling, &ids.decode_logits, &ids.decode_next);
   if (b.st == FDY_OK) {
     ids.decode_op_count =
         (uint32_t)fdy_graph_op_count(b.g) - ids.decode_first_op;

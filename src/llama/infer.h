@@ -17,17 +17,20 @@ struct fdy_llama_session {
   uint32_t step_rows;         /* rows of the decode step */
   fdy_llama_step_part *parts; /* [max_sequences]: a decode step's parts */
   uint32_t *positions;        /* [max_sequences]: positions used by each slot */
-  int32_t *nexts;             /* [max_sequences]: argmax of each slot's latest
-                                 pass, or -1 */
+  int32_t *nexts;             /* [max_sequences]: the id drawn from each
+                                 slot's latest pass, or -1 */
   bool *active;               /* [max_sequences]: the slot holds a sequence */
-  bool failed;                /* a backend failure ended the executor */
+  fdy_sample_params *sampling; /* [max_sequences]: each slot's sampling */
+  bool failed;                 /* a backend failure ended the executor */
   fdy_graph *graph;
   fdy_llama_graph_io io;
   fdy_plan *plan;
   fdy_executor *executor;
-  size_t prefill, decode; /* step sections */
-  int32_t *prefill_in;    /* staging of io.prefill_step */
-  int32_t *decode_in;     /* staging of io.decode_step */
+  size_t prefill, decode;        /* step sections */
+  int32_t *prefill_in;           /* staging of io.prefill_step */
+  int32_t *decode_in;            /* staging of io.decode_step */
+  uint32_t *prefill_sampling_in; /* staging of io.prefill_sampling */
+  uint32_t *decode_sampling_in;  /* staging of io.decode_sampling */
 };
 
 /* Validates ids against the vocabulary (FDY_ERR_INVALID_ARGUMENT, ids[0] =

@@ -2,10 +2,14 @@
  * executor, so that every computation is a backend op. Create builds and
  * uploads everything; a pass writes the step inputs (the count, then each
  * row's id, position and sequence slot) into the executor's staging, runs
- * a step and reads the logits and the argmax back, allocating nothing. A
+ * a step and reads the logits and the drawn ids back, allocating nothing
+ * (the last row of each slot's part samples with the slot's parameters
+ * and its position as the counter; other rows are greedy). A
  * prompt chunk of one slot alone runs the prefill step; the decode step
  * carries up to step_rows rows of any slots: one row per decoding
  * sequence, consecutive rows for a prompt chunk (fdy_llama_session_step). */
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -117,8 +121,10 @@ fdy_status fdy_llama_session_create(const fdy_llama_model *model,
     s->nexts = malloc(sizeof *s->nexts * sequences);
     s->active = calloc(sequences, sizeof *s->active);
     s->parts = malloc(sizeof *s->parts * sequences);
+    s->sampling = calloc(sequences, sizeof *s->sampling);
   }
-  if (!s || !s->positions || !s->nexts || !s->active || !s->parts) {
+  if (!s || !s->positions || !s->nexts || !s->active || !s->parts ||
+      !s->sampling) {
     fdy_llama_session_destroy(s);
     return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   }
@@ -173,6 +179,10 @@ fdy_status fdy_llama_session_create(const fdy_llama_model *model,
     s->decode = (size_t)fdy_executor_step(s->executor, "decode");
     s->prefill_in = fdy_executor_input(s->executor, s->io.prefill_step, NULL);
     s->decode_in = fdy_executor_input(s->executor, s->io.decode_step, NULL);
+    s->prefill_sampling_in =
+        fdy_executor_input(s->executor, s->io.prefill_sampling, NULL);
+    s->decode_sampling_in =
+        fdy_executor_input(s->executor, s->io.decode_sampling, NULL);
   }
   if (st != FDY_OK) {
     fdy_llama_session_destroy(s);
@@ -193,6 +203,7 @@ void fdy_llama_session_destroy(fdy_llama_session *s) {
   free(s->nexts);
   free(s->active);
   free(s->parts);
+  free(s->sampling);
   free(s);
 }
 
@@ -334,6 +345,64 @@ static fdy_status run_step(fdy_llama_session *s, size_t step, fdy_error *err) {
   return st;
 }
 
+fdy_status fdy_llama_sampling_check(const fdy_sample_params *p,
+                                    fdy_error *err) {
+  if (!p) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "no sampling parameters");
+  }
+  const char *bad = NULL;
+  double value = 0.0;
+  if (!(p->temperature >= 0.0f && isfinite(p->temperature))) {
+    bad = "temperature must be finite and >= 0";
+    value = p->temperature;
+  } else if (!(p->top_p >= 0.0f && p->top_p <= 1.0f)) {
+    bad = "top_p must be in [0, 1]";
+    value = p->top_p;
+  } else if (!(p->min_p >= 0.0f && p->min_p <= 1.0f)) {
+    bad = "min_p must be in [0, 1]";
+    value = p->min_p;
+  }
+  if (bad) {
+    fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT, "sampling: %s, got %g", bad,
+                  value);
+    if (err) {
+      snprintf(err->name, sizeof err->name, "%.*s", (int)strcspn(bad, " "),
+               bad);
+    }
+    return FDY_ERR_INVALID_ARGUMENT;
+  }
+  return FDY_OK;
+}
+
+fdy_status fdy_llama_session_set_sampling(fdy_llama_session *session,
+                                          uint32_t slot,
+                                          const fdy_sample_params *sampling,
+                                          fdy_error *err) {
+  fdy_status st = check_usable(session, "fdy_llama_session_set_sampling", err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  if (slot >= session->max_sequences) {
+    return slot_error(session, slot, "does not exist", err);
+  }
+  fdy_sample_params greedy = FDY_LLAMA_GREEDY;
+  st = fdy_llama_sampling_check(sampling ? sampling : &greedy, err);
+  if (st == FDY_OK) {
+    session->sampling[slot] = sampling ? *sampling : greedy;
+  }
+  return st;
+}
+
+/* Row t of a step's sampling parameters: slot's, drawing at `position`
+ * (the row's), or greedy when not the last row of its part. */
+static void set_sampling_row(const fdy_llama_session *s, uint32_t *params,
+                             uint32_t t, uint32_t slot, uint32_t position,
+                             bool last) {
+  static const fdy_sample_params greedy = FDY_LLAMA_GREEDY;
+  fdy_sample_set_row(params, t, last ? &s->sampling[slot] : &greedy, position);
+}
+
 /* Runs one chunk of 1 to prefill_rows checked tokens of slot at its
  * position: the decode step for one token, else the prefill step. */
 static fdy_status run_chunk(fdy_llama_session *s, uint32_t slot,
@@ -343,6 +412,8 @@ static fdy_status run_chunk(fdy_llama_session *s, uint32_t slot,
   bool decode = count == 1 && !all_logits;
   int32_t *in = decode ? s->decode_in : s->prefill_in;
   fdy_step_set_chunk(in, ids, count, slot, s->positions[slot]);
+  set_sampling_row(s, decode ? s->decode_sampling_in : s->prefill_sampling_in,
+                   0, slot, s->positions[slot] + count - 1, true);
   fdy_status st = run_step(s, decode ? s->decode : s->prefill, err);
   if (st != FDY_OK) {
     return st;
@@ -539,8 +610,10 @@ static fdy_status run_parts(fdy_llama_session *s,
   uint32_t rows = 0;
   for (uint32_t i = 0; i < count; i++) {
     for (uint32_t k = 0; k < parts[i].count; k++) {
-      fdy_step_set_row(in, rows++, parts[i].ids[k], parts[i].slot,
-                       s->positions[parts[i].slot] + k);
+      uint32_t position = s->positions[parts[i].slot] + k;
+      set_sampling_row(s, s->decode_sampling_in, rows, parts[i].slot, position,
+                       k + 1 == parts[i].count);
+      fdy_step_set_row(in, rows++, parts[i].ids[k], parts[i].slot, position);
     }
   }
   in[FDY_STEP_COUNT] = (int32_t)rows;
@@ -625,5 +698,58 @@ fdy_status fdy_llama_session_release(fdy_llama_session *session, uint32_t slot,
     return slot_error(session, slot, "holds no sequence", err);
   }
   free_slot(session, slot);
+  return FDY_OK;
+}
+
+fdy_status fdy_llama_session_append_rows(fdy_llama_session *session,
+                                         uint32_t slot, const int32_t *ids,
+                                         uint32_t count, int32_t *row_next,
+                                         fdy_error *err) {
+  fdy_status st = check_usable(session, "fdy_llama_session_append_rows", err);
+  fdy_llama_step_part part = {.slot = slot, .ids = ids, .count = count};
+  int32_t last = -1;
+  if (st == FDY_OK) {
+    st = check_rows(session, ids, count, session->step_rows, "step", row_next,
+                    NULL, err);
+  }
+  if (st == FDY_OK) {
+    st = check_parts(session, &part, 1, false, err);
+  }
+  if (st == FDY_OK) {
+    st = run_parts(session, &part, 1, &last, NULL, err);
+  }
+  if (st == FDY_OK) {
+    memcpy(
+        row_next,
+        fdy_executor_output(session->executor, session->io.decode_next, NULL),
+        sizeof *row_next * count);
+  }
+  return st;
+}
+
+fdy_status fdy_llama_session_rewind(fdy_llama_session *session, uint32_t slot,
+                                    uint32_t position, fdy_error *err) {
+  fdy_status st = check_usable(session, "fdy_llama_session_rewind", err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  if (slot >= session->max_sequences) {
+    return slot_error(session, slot, "does not exist", err);
+  }
+  if (!session->active[slot]) {
+    return slot_error(session, slot, "holds no sequence", err);
+  }
+  if (position > session->positions[slot]) {
+    fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                  "slot %u cannot rewind to position %u: it holds %u", slot,
+                  position, session->positions[slot]);
+    if (err) {
+      err->expected = session->positions[slot];
+      err->actual = position;
+    }
+    return FDY_ERR_INVALID_ARGUMENT;
+  }
+  session->positions[slot] = position;
+  session->nexts[slot] = -1;
   return FDY_OK;
 }

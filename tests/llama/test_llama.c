@@ -372,7 +372,7 @@ static size_t step_kinds(uint32_t layers, uint32_t rows, bool all_logits,
   }
   if (fused) {
     out[n++] = FDY_OP_NORM_MATMUL_Q4;
-    out[n++] = FDY_OP_ARGMAX;
+    out[n++] = FDY_OP_SAMPLE;
     return n;
   }
   out[n++] = FDY_OP_RMSNORM;
@@ -380,7 +380,7 @@ static size_t step_kinds(uint32_t layers, uint32_t rows, bool all_logits,
   if (all_logits) {
     out[n++] = FDY_OP_LAST_ROW;
   }
-  out[n++] = FDY_OP_ARGMAX;
+  out[n++] = FDY_OP_SAMPLE;
   return n;
 }
 
@@ -403,9 +403,7 @@ static void expect_step(const fdy_graph *g, const fdy_llama_config *c,
     assert_int_equal(op.kind, kinds[i]);
     assert_memory_equal(op.name, prefix, prefix_len);
     assert_int_equal(op.name[prefix_len], '.');
-    if (op.kind != FDY_OP_ARGMAX) {
-      assert_int_equal(op.reads[0].v, step.v);
-    }
+    assert_int_equal(op.reads[0].v, step.v);
     bool in_layer =
         i > 0 && i <= (fused ? FUSED_LAYER_OPS : LAYER_OPS) * c->num_layers;
     fdy_tensor_info out = tensor_at(g, op.writes[0]);

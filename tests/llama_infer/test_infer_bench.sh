@@ -208,7 +208,7 @@ for report, trace, plan in (("s1.json", "s1.trace.json", "p1.json"),
     names = [e["name"] for e in x]
     assert "matmul_add_q4 decode.layer.1.mlp_residual" in names
     assert "matmul_add_q4 prefill.layer.1.mlp_residual" in names
-    assert "embed_q4 prefill.embed" in names and "argmax decode.next" in names
+    assert "embed_q4 prefill.embed" in names and "sample decode.next" in names
     assert o["device_timed_events"] + o["host_timed_events"] == len(x) - 5
     threads = {e["tid"]: e["args"]["name"] for e in t["traceEvents"]
                if e["name"] == "thread_name"}

@@ -349,8 +349,8 @@ static void test_llama_decode_on_fake(void **state) {
   assert_int_equal(after.buffer_allocs, before.buffer_allocs);
   assert_int_equal(after.host_registrations, before.host_registrations);
   assert_int_equal(after.events_created, before.events_created);
-  /* one step input in, logits and next id out, per run */
-  assert_int_equal(after.copies_to_device - before.copies_to_device, 100);
+  /* the step and sampling inputs in, logits and next id out, per run */
+  assert_int_equal(after.copies_to_device - before.copies_to_device, 200);
   assert_int_equal(after.copies_to_host - before.copies_to_host, 200);
   fdy_executor_destroy(x);
   assert_int_equal(fdy_fake_get_stats(b).live_buffers, 0);
@@ -392,14 +392,15 @@ static void test_llama_streamed_copies_on_fake(void **state) {
       assert_int_equal(fdy_executor_run(x, decode, &err), FDY_OK);
     }
     fdy_fake_stats after = fdy_fake_get_stats(b);
-    /* per token: the step input, then each of the two layers */
+    /* per token: the step input, each of the two layers, then the
+     * sampling input */
     uint64_t per_layer = skip ? pieces : 1;
     assert_int_equal(after.copies_to_device - before.copies_to_device,
-                     10 * (1 + 2 * per_layer));
+                     10 * (2 + 2 * per_layer));
     if (!skip) {
-      assert_int_equal(
-          after.bytes_to_device - before.bytes_to_device,
-          10 * (FDY_STEP_ELEMENTS(1) * sizeof(int32_t) + 2 * layer));
+      assert_int_equal(after.bytes_to_device - before.bytes_to_device,
+                       10 * (FDY_STEP_ELEMENTS(1) * sizeof(int32_t) +
+                             FDY_SAMPLE_FIELDS * sizeof(uint32_t) + 2 * layer));
     }
     assert_int_equal(after.host_registrations, before.host_registrations);
     fdy_executor_destroy(x);
@@ -758,7 +759,7 @@ static void test_graphs_llama_decode_on_fake(void **state) {
   assert_int_equal(after.buffer_allocs, before.buffer_allocs);
   assert_int_equal(after.host_registrations, before.host_registrations);
   assert_int_equal(after.events_created, before.events_created);
-  assert_int_equal(after.copies_to_device - before.copies_to_device, 100);
+  assert_int_equal(after.copies_to_device - before.copies_to_device, 200);
   assert_int_equal(after.copies_to_host - before.copies_to_host, 200);
   fdy_executor_destroy(x);
   assert_fake_clean(b);

@@ -1,0 +1,318 @@
+/* Tests of speculative decoding (fdy_llama_generate_speculative) on the
+ * CPU backend: greedy is lossless, i.e. the ids equal fdy_llama_generate's
+ * on the target alone, bitwise, for every fixture drafting for itself
+ * (every proposal accepted) and for every pair of fixtures of one
+ * vocabulary (random weights: the draft is mostly wrong), with a fixed K of
+ * 1, 3 and 8 and adaptive K, with and without EOS; the sessions hold
+ * exactly the accepted positions afterwards (continuing both gives the
+ * logits of a plain run bitwise, so no rejected id's KV entry is ever
+ * read); fdy_llama_session_append_rows equals one pass per id and
+ * fdy_llama_session_rewind refuses bad positions; a draft of another
+ * vocabulary, a target whose steps are too small for K, K out of range,
+ * sampling and a prompt beyond the draft's context are refused before any
+ * work. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "foundry/speculative.h"
+#include "llama_fixtures.h"
+
+#define CONTEXT    64u
+#define GEN_TOKENS 24u
+#define MAX_K      8u
+
+static fdy_llama_session *session_of(const fdy_llama_model *model,
+                                     fdy_backend *cpu, uint32_t step_rows,
+                                     uint32_t context) {
+  fdy_llama_session_options o = {.backend = cpu,
+                                 .context = context,
+                                 .step_rows = step_rows,
+                                 .ids_only = true};
+  return make_session(model, &o);
+}
+
+static const int32_t prompt[] = {5, 17, 250, 3, 99, 41, 7};
+#define PROMPT_COUNT (sizeof prompt / sizeof prompt[0])
+
+/* The target's own greedy ids (fdy_llama_generate on a session of one
+ * step row). */
+static fdy_llama_generation plain(const fdy_llama_model *model,
+                                  fdy_backend *cpu, bool ignore_eos) {
+  fdy_llama_session *s = session_of(model, cpu, 0, CONTEXT);
+  fdy_llama_generate_options o = {.max_tokens = GEN_TOKENS,
+                                  .ignore_eos = ignore_eos};
+  fdy_llama_generation g;
+  fdy_error err;
+  assert_int_equal(fdy_llama_generate(s, prompt, PROMPT_COUNT, &o, &g, &err),
+                   FDY_OK);
+  fdy_llama_session_destroy(s);
+  return g;
+}
+
+/* Speculative ids equal to plain ones for the target and draft fixtures,
+ * fixed K 1, 3, 8 and adaptive; every proposal accepted when the draft is
+ * the target's own checkpoint. */
+static void lossless(const char *target_name, const char *draft_name) {
+  fdy_llama_model *target_model = open_fixture(target_name);
+  fdy_llama_model *draft_model = open_fixture(draft_name);
+  fdy_backend *cpu = cpu_backend(2);
+  bool same = strcmp(target_name, draft_name) == 0;
+  for (int ignore = 0; ignore < 2; ignore++) {
+    fdy_llama_generation reference = plain(target_model, cpu, ignore);
+    const struct {
+      uint32_t k, max;
+      bool fixed;
+    } modes[] = {{1, 0, true}, {3, 0, true}, {8, 0, true}, {2, MAX_K, false}};
+    for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+      fdy_llama_session *target =
+          session_of(target_model, cpu, MAX_K + 1, CONTEXT);
+      fdy_llama_session *draft = session_of(draft_model, cpu, 0, CONTEXT);
+      fdy_llama_generate_options o = {.max_tokens = GEN_TOKENS,
+                                      .ignore_eos = ignore};
+      fdy_llama_speculative_options spec = {.draft_tokens = modes[m].k,
+                                            .max_draft_tokens = modes[m].max,
+                                            .fixed = modes[m].fixed};
+      fdy_llama_generation g;
+      fdy_llama_speculative_stats stats;
+      fdy_error err;
+      assert_int_equal(fdy_llama_generate_speculative(target, draft, prompt,
+                                                      PROMPT_COUNT, &o, &spec,
+                                                      &g, &stats, &err),
+                       FDY_OK);
+      assert_int_equal(g.count, reference.count);
+      assert_memory_equal(g.ids, reference.ids, sizeof *g.ids * g.count);
+      assert_int_equal(g.stopped_at_eos, reference.stopped_at_eos);
+      assert_true(stats.accepted <= stats.proposed);
+      assert_true(stats.target_passes >= 1);
+      /* every pass emits its accepted proposals and one id of its own */
+      assert_int_equal(stats.accepted + stats.target_passes, g.count - 1);
+      if (same && g.count == GEN_TOKENS) {
+        assert_int_equal(stats.accepted, stats.proposed);
+        assert_true(stats.target_passes < g.count - 1 || modes[m].k == 1);
+      }
+      /* both hold the prompt and every id but the last */
+      assert_int_equal(fdy_llama_session_slot_position(target, 0),
+                       PROMPT_COUNT + g.count - 1);
+      assert_int_equal(fdy_llama_session_slot_position(draft, 0),
+                       PROMPT_COUNT + g.count - 1);
+      fdy_llama_generation_free(&g);
+      fdy_llama_session_destroy(target);
+      fdy_llama_session_destroy(draft);
+    }
+    fdy_llama_generation_free(&reference);
+  }
+  fdy_backend_destroy(cpu);
+  fdy_llama_close(target_model);
+  fdy_llama_close(draft_model);
+}
+
+static void test_self_draft(void **state) {
+  (void)state;
+  static const char *const fixtures[] = {"llama3-micro", "llama3-tiny",
+                                         "llama3-micro-untied-g32",
+                                         "llama3-micro-mha-g128"};
+  for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) {
+    lossless(fixtures[i], fixtures[i]);
+  }
+}
+
+/* The fixtures of 512 ids drafting for one another. */
+static void test_other_drafts(void **state) {
+  (void)state;
+  static const char *const fixtures[] = {
+      "llama3-micro-untied-g32", "llama3-micro-mha-g128", "llama3-micro-mlx"};
+  for (size_t t = 0; t < 3; t++) {
+    for (size_t d = 0; d < 3; d++) {
+      if (t != d) {
+        lossless(fixtures[t], fixtures[d]);
+      }
+    }
+  }
+}
+
+/* After speculation, the target continued with more ids gives the logits of
+ * a plain session fed the same ids, bitwise: the rejected ids left nothing
+ * that is read. */
+static void test_no_state_leaks(void **state) {
+  (void)state;
+  fdy_llama_model *target_model = open_fixture("llama3-micro-untied-g32");
+  fdy_llama_model *draft_model = open_fixture("llama3-micro-mha-g128");
+  fdy_backend *cpu = cpu_backend(2);
+  uint32_t vocab = fdy_llama_model_config(target_model)->vocab_size;
+  fdy_llama_session_options o = {
+      .backend = cpu, .context = CONTEXT, .step_rows = MAX_K + 1};
+  fdy_llama_session *target = make_session(target_model, &o);
+  o.step_rows = 0;
+  fdy_llama_session *draft = make_session(draft_model, &o);
+  fdy_llama_session *alone = make_session(target_model, &o);
+  fdy_llama_generate_options go = {.max_tokens = GEN_TOKENS,
+                                   .ignore_eos = true};
+  fdy_llama_speculative_options spec = {.draft_tokens = 4, .fixed = true};
+  fdy_llama_generation g;
+  fdy_llama_speculative_stats stats;
+  fdy_error err;
+  assert_int_equal(fdy_llama_generate_speculative(target, draft, prompt,
+                                                  PROMPT_COUNT, &go, &spec, &g,
+                                                  &stats, &err),
+                   FDY_OK);
+  assert_true(stats.accepted < stats.proposed); /* something was rejected */
+  int32_t fed[PROMPT_COUNT + GEN_TOKENS];
+  memcpy(fed, prompt, sizeof prompt);
+  memcpy(fed + PROMPT_COUNT, g.ids, sizeof *g.ids * (g.count - 1));
+  assert_int_equal(fdy_llama_session_append(alone, 0, fed,
+                                            PROMPT_COUNT + g.count - 1, NULL,
+                                            NULL, &err),
+                   FDY_OK);
+  const int32_t more[4] = {g.ids[g.count - 1], 11, 300, 2};
+  float *a = malloc(sizeof *a * vocab), *b = malloc(sizeof *b * vocab);
+  assert_non_null(a);
+  assert_non_null(b);
+  for (int i = 0; i < 4; i++) {
+    memset(a, 0xff, sizeof *a * vocab);
+    memset(b, 0x7f, sizeof *b * vocab);
+    assert_int_equal(
+        fdy_llama_session_append(target, 0, &more[i], 1, NULL, a, &err),
+        FDY_OK);
+    assert_int_equal(
+        fdy_llama_session_append(alone, 0, &more[i], 1, NULL, b, &err), FDY_OK);
+    assert_memory_equal(a, b, sizeof *a * vocab);
+  }
+  free(a);
+  free(b);
+  fdy_llama_generation_free(&g);
+  fdy_llama_session_destroy(target);
+  fdy_llama_session_destroy(draft);
+  fdy_llama_session_destroy(alone);
+  fdy_backend_destroy(cpu);
+  fdy_llama_close(target_model);
+  fdy_llama_close(draft_model);
+}
+
+/* append_rows gives each row the next id of feeding the ids one by one;
+ * rewind refuses positions beyond the slot's and free slots. */
+static void test_append_rows_and_rewind(void **state) {
+  (void)state;
+  fdy_llama_model *model = open_fixture("llama3-micro");
+  fdy_backend *cpu = cpu_backend(2);
+  fdy_llama_session *rows = session_of(model, cpu, 6, CONTEXT);
+  fdy_llama_session *one = session_of(model, cpu, 0, CONTEXT);
+  fdy_error err;
+  int32_t next[6];
+  assert_int_equal(
+      fdy_llama_session_append_rows(rows, 0, prompt, 6, next, &err), FDY_OK);
+  for (uint32_t i = 0; i < 6; i++) {
+    assert_int_equal(
+        fdy_llama_session_append(one, 0, &prompt[i], 1, NULL, NULL, &err),
+        FDY_OK);
+    assert_int_equal(next[i], fdy_llama_session_slot_next(one, 0));
+  }
+  assert_int_equal(fdy_llama_session_slot_next(rows, 0), next[5]);
+  /* 7 rows in steps of 6 */
+  assert_int_equal(
+      fdy_llama_session_append_rows(rows, 0, prompt, 7, next, &err),
+      FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(
+      fdy_llama_session_append_rows(rows, 0, prompt, 1, NULL, &err),
+      FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(fdy_llama_session_rewind(rows, 0, 7, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(err.expected, 6);
+  assert_int_equal(fdy_llama_session_rewind(rows, 1, 0, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(fdy_llama_session_slot_position(rows, 0), 6);
+  /* back to 3 positions, then the same ids again: the same next ids */
+  assert_int_equal(fdy_llama_session_rewind(rows, 0, 3, &err), FDY_OK);
+  assert_int_equal(fdy_llama_session_slot_position(rows, 0), 3);
+  assert_int_equal(fdy_llama_session_slot_next(rows, 0), -1);
+  int32_t again[3];
+  assert_int_equal(
+      fdy_llama_session_append_rows(rows, 0, prompt + 3, 3, again, &err),
+      FDY_OK);
+  assert_memory_equal(again, next + 3, sizeof again);
+  fdy_llama_session_destroy(rows);
+  fdy_llama_session_destroy(one);
+  fdy_backend_destroy(cpu);
+  fdy_llama_close(model);
+}
+
+/* Bad pairs and options, refused before any work with their fields. */
+static void test_refused(void **state) {
+  (void)state;
+  fdy_llama_model *micro = open_fixture("llama3-micro");
+  fdy_llama_model *tiny = open_fixture("llama3-tiny");
+  fdy_backend *cpu = cpu_backend(2);
+  fdy_llama_session *target = session_of(micro, cpu, 5, CONTEXT);
+  fdy_llama_session *other = session_of(tiny, cpu, 0, CONTEXT);
+  fdy_llama_session *draft = session_of(micro, cpu, 0, 8);
+  fdy_llama_generate_options o = {.max_tokens = 4};
+  fdy_llama_speculative_options spec = {.draft_tokens = 4, .fixed = true};
+  fdy_llama_generation g = {.count = 7};
+  fdy_error err;
+  /* another vocabulary, naming both sizes */
+  assert_int_equal(fdy_llama_generate_speculative(target, other, prompt,
+                                                  PROMPT_COUNT, &o, &spec, &g,
+                                                  NULL, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(err.expected, 1024);
+  assert_int_equal(err.actual, 2048);
+  assert_non_null(strstr(err.message, "2048"));
+  assert_int_equal(g.count, 0);
+  /* K beyond the target's rows (5 rows: K at most 4) */
+  spec.draft_tokens = 5;
+  assert_int_equal(fdy_llama_generate_speculative(target, draft, prompt,
+                                                  PROMPT_COUNT, &o, &spec, &g,
+                                                  NULL, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(err.expected, 6);
+  assert_int_equal(err.actual, 5);
+  spec =
+      (fdy_llama_speculative_options){.draft_tokens = 2, .max_draft_tokens = 9};
+  assert_int_equal(fdy_llama_generate_speculative(target, draft, prompt,
+                                                  PROMPT_COUNT, &o, &spec, &g,
+                                                  NULL, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  spec = (fdy_llama_speculative_options){.draft_tokens = 0, .fixed = true};
+  assert_int_equal(fdy_llama_generate_speculative(target, draft, prompt,
+                                                  PROMPT_COUNT, &o, &spec, &g,
+                                                  NULL, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  spec.draft_tokens = 2;
+  /* sampling */
+  fdy_sample_params hot = FDY_LLAMA_GREEDY;
+  hot.temperature = 0.7f;
+  o.sampling = &hot;
+  assert_int_equal(fdy_llama_generate_speculative(target, draft, prompt,
+                                                  PROMPT_COUNT, &o, &spec, &g,
+                                                  NULL, &err),
+                   FDY_ERR_UNSUPPORTED);
+  o.sampling = NULL;
+  /* the draft's context of 8 cannot hold 7 + 4 - 1 positions */
+  assert_int_equal(fdy_llama_generate_speculative(target, draft, prompt,
+                                                  PROMPT_COUNT, &o, &spec, &g,
+                                                  NULL, &err),
+                   FDY_ERR_CONTEXT);
+  assert_non_null(strstr(err.message, "the draft"));
+  assert_int_equal(fdy_llama_session_slot_position(target, 0), 0);
+  fdy_llama_session_destroy(target);
+  fdy_llama_session_destroy(other);
+  fdy_llama_session_destroy(draft);
+  fdy_backend_destroy(cpu);
+  fdy_llama_close(micro);
+  fdy_llama_close(tiny);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_self_draft),
+      cmocka_unit_test(test_other_drafts),
+      cmocka_unit_test(test_no_state_leaks),
+      cmocka_unit_test(test_append_rows_and_rewind),
+      cmocka_unit_test(test_refused),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
