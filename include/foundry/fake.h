@@ -103,6 +103,8 @@ typedef struct fdy_fake_call {
   int op_kind;       /* fdy_op_kind of launch, supports_op and
                         workspace_bytes, or -1 */
   bool recorded;     /* made between graph_begin and graph_end */
+  uint64_t rows;     /* a launch's first output's leading dimension, else 0 */
+  uint64_t variant_rows; /* a launch's op's variant_rows (ops.h), else 0 */
 } fdy_fake_call;
 
 typedef struct fdy_fake_stats {

@@ -74,6 +74,8 @@ typedef struct fdy_tensor_info {
   uint64_t offset;             /* weight views: byte offset in the weight */
   uint32_t residency_priority; /* weights: the planner's hint (see
                                   fdy_graph_set_residency_priority), else 0 */
+  uint64_t step_rows;          /* a step input's rows (see
+                                  fdy_graph_set_step_rows), else 0 */
 } fdy_tensor_info;
 
 /* Read-only view of an op, valid until the graph is mutated or destroyed. */
@@ -124,6 +126,26 @@ fdy_status fdy_graph_add_weight_view(fdy_graph *graph, const char *name,
 fdy_status fdy_graph_set_residency_priority(fdy_graph *graph,
                                             fdy_tensor_id weight,
                                             uint32_t priority, fdy_error *err);
+/* Declares input `step` the step tensor (ops.h: I32
+ * [FDY_STEP_ELEMENTS(rows)], the active row count, then each row's id,
+ * position and sequence) of a step of `rows` rows: its row-wise ops touch
+ * only the first step[FDY_STEP_COUNT] rows of every tensor indexed by the
+ * step's rows, which are, in the plan step whose launches read `step`,
+ * every input and activation operand of those launches whose leading
+ * dimension is `rows` (row r of it is the step's row r; weights, weight
+ * views and state are never row-indexed). An executor that records steps
+ * may then run such a step narrowed to b >= the count rows (batch-size
+ * buckets, runtime.h), so a graph declares it only where that rule holds
+ * (the Llama graph: for its decode step). Like the residency priority a
+ * hint, not structure: neither in the fingerprint nor in a plan's JSON (a
+ * plan loaded from JSON runs its steps at their full rows unless the
+ * executor is given the declaring graph). rows 1 declares nothing to
+ * narrow. Errors: an id out of range FDY_ERR_GRAPH_UNKNOWN_TENSOR; a
+ * tensor that is not an input FDY_ERR_GRAPH_ROLE (ids[0] the tensor);
+ * rows 0, or a dtype or shape other than I32 [FDY_STEP_ELEMENTS(rows)]:
+ * FDY_ERR_INVALID_ARGUMENT (expected/actual the elements). */
+fdy_status fdy_graph_set_step_rows(fdy_graph *graph, fdy_tensor_id step,
+                                   uint64_t rows, fdy_error *err);
 /* Adds a state tensor (persists across runs; read, and updated in place by
  * kinds that say so, e.g. the attention's KV caches). */
 fdy_status fdy_graph_add_state(fdy_graph *graph, const char *name,

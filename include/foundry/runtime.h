@@ -12,6 +12,28 @@
  * allocates nothing. fdy_executor_destroy runs teardown and releases
  * everything.
  *
+ * Graphs. When the backend records graphs (graph_begin and the rest in
+ * backend.h) and neither collect_timings nor no_graphs is set, create cuts
+ * every step at its host waits and records each stretch of device
+ * commands as one graph; a run launches them. Batch-size buckets: a step
+ * whose launches read a step input declared with fdy_graph_set_step_rows
+ * (graph.h) for R >= 2 rows is recorded once per bucket b = 1, 2, 4, ...
+ * below R, and R: in bucket b every row-indexed operand (graph.h) of its
+ * launches has leading dimension b (the step input FDY_STEP_ELEMENTS(b)
+ * elements), its copies of row-indexed tensors in and out move b rows, and
+ * for b >= 2 each op's variant_rows is R (ops.h), so that a backend picks
+ * the kernel variants of the full step and every row is computed bitwise
+ * as in the full step; for b = 1 the ops are plain one-row ops (their
+ * one-row kernels may round differently). A bucket whose narrowed ops
+ * fail fdy_op_check or supports_op is left out (the next larger one
+ * serves). A run of such a step reads the count from the step input's
+ * staging (FDY_STEP_COUNT) and launches the smallest bucket of at least
+ * that many rows (the last for a larger count), so its grids cover the
+ * active rows, not R; output rows at or beyond the bucket are not copied
+ * out (they keep the run's poison). The narrowed ops and copies are made
+ * at create: runs allocate nothing. Without graphs every run issues the
+ * step at its full rows, as before.
+ *
  * On any failure (create or run) the executor drains the backend, releases
  * everything it acquired, and reports in *err: kind, the failing
  * command_index, backend_op (e.g. "copy_to_device"), and, when the cleanup
@@ -71,7 +93,8 @@ typedef struct fdy_executor_options {
 typedef enum fdy_step_mode {
   FDY_STEP_COMMANDS = 0, /* command by command: the backend has no graph
                             entries, or collect_timings or no_graphs */
-  FDY_STEP_GRAPHS,       /* recorded at create, replayed by every run */
+  FDY_STEP_GRAPHS,       /* recorded at create (per bucket, above),
+                            replayed by every run */
   FDY_STEP_FALLBACK,     /* the backend refused to record it: command by
                             command */
 } fdy_step_mode;
@@ -101,10 +124,16 @@ typedef struct fdy_executor_stats {
   uint64_t setup_transfer_bytes;
   uint32_t graph_steps;             /* steps recorded as graphs */
   uint32_t graph_fallbacks;         /* steps the backend refused to record */
-  uint64_t graphs;                  /* graphs recorded, all steps */
+  uint32_t bucket_steps;            /* of graph_steps, those recorded per
+                                       batch-size bucket (above) */
+  uint64_t graphs;                  /* graphs recorded, all steps and
+                                       buckets */
   uint64_t last_run_graph_launches; /* by the last run (1 per token for a
                                        decode step recorded whole) */
   uint64_t graph_launches;          /* by every run so far */
+  uint64_t last_run_rows; /* the bucket's rows the last run's graphs were
+                             recorded for; 0 when its step has no buckets
+                             or it ran command by command */
 } fdy_executor_stats;
 
 /* Preflight only (see above): no backend side effects. graph may be NULL to

@@ -25,6 +25,7 @@ typedef struct graph_tensor {
   int64_t weight;              /* views: the weight, else -1 */
   uint64_t offset;             /* views: byte offset in the weight */
   uint32_t residency_priority; /* weights: the planner's hint */
+  uint64_t step_rows;          /* step inputs: fdy_graph_set_step_rows */
 } graph_tensor;
 
 typedef struct graph_op {
@@ -547,6 +548,46 @@ fdy_status fdy_graph_set_residency_priority(fdy_graph *graph,
   return FDY_OK;
 }
 
+fdy_status fdy_graph_set_step_rows(fdy_graph *graph, fdy_tensor_id step,
+                                   uint64_t rows, fdy_error *err) {
+  if (!graph || step.v >= graph->tensor_count) {
+    fdy_status s = fdy_error_set(
+        err, FDY_ERR_GRAPH_UNKNOWN_TENSOR,
+        "no input with id %" PRIu32 " to declare a step tensor", step.v);
+    if (err) {
+      err->ids[0] = step.v;
+    }
+    return s;
+  }
+  graph_tensor *t = &graph->tensors[step.v];
+  if (t->role != FDY_TENSOR_INPUT) {
+    fdy_status s = fdy_error_set(err, FDY_ERR_GRAPH_ROLE,
+                                 "tensor '%s' is a %s, not an input: only "
+                                 "inputs are step tensors",
+                                 t->name, fdy_tensor_role_name(t->role));
+    set_tensor_fields(err, step.v, t->name);
+    return s;
+  }
+  const uint64_t elements =
+      rows == 0 || rows > (UINT64_MAX - 1) / 3 ? 0 : FDY_STEP_ELEMENTS(rows);
+  if (elements == 0 || t->dtype != FDY_DTYPE_I32 || t->shape.rank != 1 ||
+      t->shape.dims[0] != elements) {
+    fdy_status s =
+        fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                      "input '%s' is not the I32 step tensor of %" PRIu64
+                      " rows (%" PRIu64 " elements)",
+                      t->name, rows, elements);
+    set_tensor_fields(err, step.v, t->name);
+    if (err) {
+      err->expected = elements;
+      err->actual = t->shape.rank == 1 ? t->shape.dims[0] : 0;
+    }
+    return s;
+  }
+  t->step_rows = rows;
+  return FDY_OK;
+}
+
 fdy_status fdy_graph_add_weight_view(fdy_graph *graph, const char *name,
                                      fdy_tensor_id weight, uint64_t offset,
                                      fdy_dtype dtype, fdy_shape shape,
@@ -852,7 +893,8 @@ fdy_status fdy_graph_tensor(const fdy_graph *graph, fdy_tensor_id id,
                            .producer = t->producer,
                            .weight = t->weight,
                            .offset = t->offset,
-                           .residency_priority = t->residency_priority};
+                           .residency_priority = t->residency_priority,
+                           .step_rows = t->step_rows};
   return FDY_OK;
 }
 

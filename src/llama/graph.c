@@ -357,6 +357,9 @@ static void add_step(builder *b, const char *prefix, uint64_t rows,
         fdy_graph_add_input(b->g, name, FDY_DTYPE_I32,
                             FDY_SHAPE(FDY_STEP_ELEMENTS(rows)), step, b->err);
   }
+  if (b->st == FDY_OK && fused) { /* every decode tensor of `rows` is by row */
+    b->st = fdy_graph_set_step_rows(b->g, *step, rows, b->err);
+  }
   fdy_tensor_id in[4] = {*step,
                          view(b, FDY_LLAMA_EMBED, FDY_LLAMA_PART_PACKED, -1),
                          view(b, FDY_LLAMA_EMBED, FDY_LLAMA_PART_SCALES, -1),

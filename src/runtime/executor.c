@@ -17,7 +17,10 @@
  * launches the stretches' graphs, each followed, where the plan has host
  * waits after it, by one host wait on the executor's own event recorded on
  * stream 0 after the graph (graph_launch joins every stream of the graph
- * into stream 0, backend.h). */
+ * into stream 0, backend.h). A step that reads a declared step input
+ * (fdy_graph_set_step_rows) is recorded once per batch-size bucket, its
+ * launches and copies narrowed to the bucket's rows from copies made at
+ * create (plan_buckets); a run launches the bucket of its count. */
 #include "foundry/runtime.h"
 
 #include "foundry/host_copy.h"
@@ -69,11 +72,29 @@ typedef struct ex_segment {
   fdy_backend_graph *graph; /* NULL until recorded */
 } ex_segment;
 
-/* How a step runs (by section index). */
+/* Batch-size buckets of a step: 1, 2, 4, ... below its rows, then its
+ * rows (at most 64 powers of two below a 64-bit count, and the rows). */
+#define EX_MAX_BUCKETS 65
+
+/* How a step runs (by section index). A step whose launches read a
+ * declared step input (fdy_graph_set_step_rows) of R >= 2 rows has, when
+ * graphs are recorded, one set of segments per batch-size bucket: bucket
+ * j's at first_segment + j * segment_count, recorded with the step's
+ * launches narrowed to bucket_rows[j] rows (narrowed: the buckets below R,
+ * each `launches` ops in command order) and its copies of row-indexed
+ * tensors to those rows' bytes (narrowed_bytes: per bucket, per command of
+ * the section, 0 where the copy keeps its bytes). The last bucket is R,
+ * the commands as resolved. A step without buckets has bucket_count 1. */
 typedef struct ex_step {
   fdy_step_mode mode;
   fdy_error why; /* FDY_STEP_FALLBACK: the refusal */
   size_t first_segment, segment_count;
+  size_t bucket_count;
+  uint64_t bucket_rows[EX_MAX_BUCKETS]; /* ascending; 0 without buckets */
+  uint32_t step_input;                  /* the declared step input */
+  size_t launches;                      /* launches of the section */
+  fdy_op *narrowed;
+  uint64_t *narrowed_bytes;
 } ex_step;
 
 /* Host staging of one input or output tensor. */
@@ -854,8 +875,219 @@ static fdy_status resolve_view(fdy_executor *x, const fdy_command *c,
   return FDY_OK;
 }
 
+/* ---- batch-size buckets
+ * ------------------------------------------------------ */
+
+/* The declared step input (fdy_graph_set_step_rows) the launches of
+ * section s read, and its rows in *rows; UINT32_MAX when they read none,
+ * or several different ones (then nothing is narrowed). */
+static uint32_t step_input_of(const fdy_executor *x, size_t s, uint64_t *rows) {
+  const fdy_section *sec = fdy_plan_section(x->plan, s);
+  uint32_t found = UINT32_MAX;
+  *rows = 0;
+  for (size_t i = sec->first; i < sec->first + sec->count; i++) {
+    const fdy_command *c = fdy_plan_command(x->plan, i);
+    fdy_op_info info;
+    if (c->kind != FDY_CMD_LAUNCH ||
+        fdy_graph_op(x->graph, c->u.launch.op, &info, NULL) != FDY_OK) {
+      continue;
+    }
+    for (size_t k = 0; k < info.read_count; k++) {
+      fdy_tensor_info t;
+      if (fdy_graph_tensor(x->graph, info.reads[k], &t, NULL) != FDY_OK ||
+          t.step_rows == 0 || info.reads[k].v == found) {
+        continue;
+      }
+      if (found != UINT32_MAX) {
+        return UINT32_MAX;
+      }
+      found = info.reads[k].v;
+      *rows = t.step_rows;
+    }
+  }
+  return found;
+}
+
+/* The leading dimension of tensor t narrowed to b of the step's `rows`
+ * rows (graph.h): the step input's elements, or b for an input or
+ * activation whose leading dimension is rows; 0 when t is not
+ * row-indexed. */
+static uint64_t narrowed_dim(const fdy_executor *x, fdy_tensor_id t,
+                             uint32_t input, uint64_t rows, uint64_t b) {
+  fdy_tensor_info info;
+  if (fdy_graph_tensor(x->graph, t, &info, NULL) != FDY_OK) {
+    return 0;
+  }
+  if (t.v == input) {
+    return FDY_STEP_ELEMENTS(b);
+  }
+  bool indexed =
+      (info.role == FDY_TENSOR_INPUT || info.role == FDY_TENSOR_ACTIVATION) &&
+      info.shape.rank >= 1 && info.shape.dims[0] == rows;
+  return indexed ? b : 0;
+}
+
+/* Fills bucket b of step s: its launches' ops (from the resolved ones,
+ * row-indexed operands narrowed, variant_rows the full rows for b >= 2,
+ * ops.h) and its copies' bytes. False when a narrowed op fails
+ * fdy_op_check or the backend does not support it (the bucket is then not
+ * used). */
+static bool narrow_bucket(fdy_executor *x, size_t s, uint64_t rows, uint64_t b,
+                          fdy_op *ops, uint64_t *bytes) {
+  const fdy_section *sec = fdy_plan_section(x->plan, s);
+  const ex_step *step = &x->steps[s];
+  size_t n = 0;
+  for (size_t i = sec->first; i < sec->first + sec->count; i++) {
+    const fdy_command *c = fdy_plan_command(x->plan, i);
+    if (c->kind == FDY_CMD_COPY_INPUT || c->kind == FDY_CMD_COPY_OUTPUT) {
+      uint64_t dim =
+          narrowed_dim(x, c->u.copy.tensor, step->step_input, rows, b);
+      fdy_tensor_info info;
+      if (dim != 0 &&
+          fdy_graph_tensor(x->graph, c->u.copy.tensor, &info, NULL) == FDY_OK) {
+        bytes[i - sec->first] = info.bytes / info.shape.dims[0] * dim;
+      }
+      continue;
+    }
+    if (c->kind != FDY_CMD_LAUNCH) {
+      continue;
+    }
+    fdy_op *op = &ops[n++];
+    *op = *x->cmds[i].op;
+    fdy_op_info info;
+    if (fdy_graph_op(x->graph, c->u.launch.op, &info, NULL) != FDY_OK) {
+      return false;
+    }
+    for (size_t k = 0; k < info.read_count + info.write_count; k++) {
+      bool input = k < info.read_count;
+      fdy_tensor_id t =
+          input ? info.reads[k] : info.writes[k - info.read_count];
+      fdy_tensor_view *v =
+          input ? &op->inputs[k] : &op->outputs[k - info.read_count];
+      uint64_t dim = narrowed_dim(x, t, step->step_input, rows, b);
+      if (dim != 0) {
+        v->shape.dims[0] = dim;
+      }
+    }
+    op->variant_rows = b >= 2 ? rows : 0;
+    if (fdy_op_check(op, NULL) != FDY_OK || !x->ops->supports_op(x->b, op)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* The steps (by section) and, for each step that reads a declared step
+ * input of R >= 2 rows, its buckets 1, 2, 4, ... below R (those whose
+ * narrowed ops the backend runs) and R, with their narrowed ops and copy
+ * bytes, each stream's workspace grown for the narrowed ops. Needs the
+ * resolved launches. */
+static fdy_status plan_buckets(fdy_executor *x, fdy_error *e) {
+  size_t sections = fdy_plan_section_count(x->plan);
+  x->steps = calloc(sections, sizeof(*x->steps));
+  if (!x->steps) {
+    return oom(e);
+  }
+  for (size_t s = 1; s + 1 < sections; s++) {
+    ex_step *step = &x->steps[s];
+    const fdy_section *sec = fdy_plan_section(x->plan, s);
+    uint64_t rows = 0;
+    step->bucket_count = 1;
+    step->step_input = step_input_of(x, s, &rows);
+    if (step->step_input == UINT32_MAX || rows < 2) {
+      step->step_input = UINT32_MAX;
+      continue;
+    }
+    for (size_t i = sec->first; i < sec->first + sec->count; i++) {
+      step->launches += fdy_plan_command(x->plan, i)->kind == FDY_CMD_LAUNCH;
+    }
+    size_t below = 0;
+    for (uint64_t b = 1; b < rows && b != 0; b *= 2) {
+      below++;
+    }
+    step->narrowed = calloc(below * step->launches + 1, sizeof(fdy_op));
+    step->narrowed_bytes = calloc(below * sec->count + 1, sizeof(uint64_t));
+    if (!step->narrowed || !step->narrowed_bytes) {
+      return oom(e);
+    }
+    size_t kept = 0;
+    for (uint64_t b = 1; b < rows && b != 0; b *= 2) {
+      fdy_op *ops = &step->narrowed[kept * step->launches];
+      uint64_t *bytes = &step->narrowed_bytes[kept * sec->count];
+      memset(bytes, 0, sec->count * sizeof(*bytes));
+      if (narrow_bucket(x, s, rows, b, ops, bytes)) {
+        step->bucket_rows[kept++] = b;
+      }
+    }
+    step->bucket_rows[kept] = rows;
+    step->bucket_count = kept + 1;
+    for (size_t j = 0; j + 1 < step->bucket_count; j++) {
+      size_t n = 0;
+      for (size_t i = sec->first; i < sec->first + sec->count; i++) {
+        const fdy_command *c = fdy_plan_command(x->plan, i);
+        if (c->kind != FDY_CMD_LAUNCH) {
+          continue;
+        }
+        const fdy_op *op = &step->narrowed[j * step->launches + n++];
+        uint64_t need =
+            x->ops->workspace_bytes ? x->ops->workspace_bytes(x->b, op) : 0;
+        uint32_t st = c->u.launch.stream.v;
+        if (need > x->workspace_bytes[st]) {
+          x->workspace_bytes[st] = need;
+        }
+      }
+    }
+  }
+  return FDY_OK;
+}
+
+/* Exchanges the resolved launch ops and copy bytes of step s with those of
+ * its bucket j (below its rows): called once to record bucket j, again to
+ * restore. */
+static void swap_bucket(fdy_executor *x, size_t s, size_t j) {
+  const fdy_section *sec = fdy_plan_section(x->plan, s);
+  ex_step *step = &x->steps[s];
+  size_t n = 0;
+  for (size_t i = sec->first; i < sec->first + sec->count; i++) {
+    const fdy_command *c = fdy_plan_command(x->plan, i);
+    ex_command *rc = &x->cmds[i];
+    if (c->kind == FDY_CMD_LAUNCH) {
+      fdy_op *narrow = &step->narrowed[j * step->launches + n++];
+      fdy_op held = *rc->op;
+      *rc->op = *narrow;
+      *narrow = held;
+    } else if (c->kind == FDY_CMD_COPY_INPUT ||
+               c->kind == FDY_CMD_COPY_OUTPUT) {
+      uint64_t *bytes = &step->narrowed_bytes[j * sec->count + i - sec->first];
+      if (*bytes != 0) {
+        uint64_t held = rc->bytes;
+        rc->bytes = *bytes;
+        *bytes = held;
+      }
+    }
+  }
+}
+
+/* The bucket a run of step s launches: the smallest whose rows hold the
+ * count its step input's staging holds now (the last for a count above
+ * every bucket; the first for a count of 0 or less). */
+static size_t bucket_of(const fdy_executor *x, const ex_step *step) {
+  if (step->bucket_count < 2) {
+    return 0;
+  }
+  const int32_t *in = x->staging[step->step_input].data;
+  int64_t count = in != NULL ? in[FDY_STEP_COUNT] : INT64_MAX;
+  size_t j = 0;
+  while (j + 1 < step->bucket_count &&
+         (count < 0 ? 0 : (uint64_t)count) > step->bucket_rows[j]) {
+    j++;
+  }
+  return j;
+}
+
 /* Every launch of the steps as an op of views, and each stream's workspace
- * sized for the largest op it runs. Needs the buffers (after setup). */
+ * sized for the largest op it runs (that of a bucket included). Needs the
+ * buffers (after setup). */
 static fdy_status resolve_launches(fdy_executor *x, fdy_error *e) {
   size_t launches = 0;
   for (size_t i = 0; i < x->command_count; i++) {
@@ -892,6 +1124,12 @@ static fdy_status resolve_launches(fdy_executor *x, fdy_error *e) {
       x->workspace_bytes[s] = need;
     }
   }
+  if (x->graphs) {
+    fdy_status st = plan_buckets(x, e);
+    if (st != FDY_OK) {
+      return st;
+    }
+  }
   for (uint32_t s = 0; s < x->stream_count; s++) {
     if (x->workspace_bytes[s] == 0) {
       continue;
@@ -917,6 +1155,21 @@ static fdy_status resolve_launches(fdy_executor *x, fdy_error *e) {
           (fdy_tensor_view){.buffer = x->workspace[s],
                             .dtype = FDY_DTYPE_U8,
                             .shape = FDY_SHAPE(x->workspace_bytes[s])};
+    }
+  }
+  /* the buckets' ops share their command's workspace */
+  size_t sections = fdy_plan_section_count(x->plan);
+  for (size_t s = 1; x->steps != NULL && s + 1 < sections; s++) {
+    ex_step *step = &x->steps[s];
+    const fdy_section *sec = fdy_plan_section(x->plan, s);
+    for (size_t j = 0; j + 1 < step->bucket_count; j++) {
+      size_t k = 0;
+      for (size_t i = sec->first; i < sec->first + sec->count; i++) {
+        if (fdy_plan_command(x->plan, i)->kind == FDY_CMD_LAUNCH) {
+          step->narrowed[j * step->launches + k++].workspace =
+              x->cmds[i].op->workspace;
+        }
+      }
     }
   }
   return FDY_OK;
@@ -1095,12 +1348,17 @@ static bool is_host_wait(const fdy_command *c) {
 }
 
 /* Cuts every step into stretches of device commands ended by a host wait
- * (or the end of the step). */
+ * (or the end of the step), one set of them per bucket of the step (the
+ * same stretches: bucket j's follow bucket j - 1's). */
 static fdy_status cut_steps(fdy_executor *x, fdy_error *e) {
   size_t sections = fdy_plan_section_count(x->plan);
-  x->steps = calloc(sections, sizeof(*x->steps));
-  x->segments = calloc(x->command_count + 1, sizeof(*x->segments));
-  if (!x->steps || !x->segments) {
+  size_t total = 1;
+  for (size_t s = 1; s + 1 < sections; s++) {
+    size_t count = fdy_plan_section(x->plan, s)->count;
+    total += count * x->steps[s].bucket_count;
+  }
+  x->segments = calloc(total, sizeof(*x->segments));
+  if (!x->segments) {
     return oom(e);
   }
   for (size_t s = 1; s + 1 < sections; s++) {
@@ -1123,6 +1381,11 @@ static fdy_status cut_steps(fdy_executor *x, fdy_error *e) {
       open->count++;
     }
     step->segment_count = x->segment_count - step->first_segment;
+    for (size_t j = 1; j < step->bucket_count; j++) {
+      for (size_t k = 0; k < step->segment_count; k++) {
+        x->segments[x->segment_count++] = x->segments[step->first_segment + k];
+      }
+    }
   }
   return FDY_OK;
 }
@@ -1180,11 +1443,23 @@ static fdy_status record_steps(fdy_executor *x, fdy_error *e) {
   size_t sections = fdy_plan_section_count(x->plan);
   for (size_t s = 1; st == FDY_OK && s + 1 < sections; s++) {
     ex_step *step = &x->steps[s];
-    for (size_t k = 0; st == FDY_OK && k < step->segment_count; k++) {
-      st = record_segment(x, &x->segments[step->first_segment + k], e);
+    const size_t segments = step->segment_count * step->bucket_count;
+    for (size_t j = 0; st == FDY_OK && j < step->bucket_count; j++) {
+      const bool narrowed = j + 1 < step->bucket_count;
+      if (narrowed) {
+        swap_bucket(x, s, j);
+      }
+      for (size_t k = 0; st == FDY_OK && k < step->segment_count; k++) {
+        st = record_segment(
+            x, &x->segments[step->first_segment + j * step->segment_count + k],
+            e);
+      }
+      if (narrowed) {
+        swap_bucket(x, s, j);
+      }
     }
     if (st == FDY_ERR_UNSUPPORTED) {
-      destroy_graphs(x, step->first_segment, step->segment_count);
+      destroy_graphs(x, step->first_segment, segments);
       step->mode = FDY_STEP_FALLBACK;
       step->why = *e;
       fdy_error_clear(e);
@@ -1193,7 +1468,8 @@ static fdy_status record_steps(fdy_executor *x, fdy_error *e) {
     } else if (st == FDY_OK) {
       step->mode = FDY_STEP_GRAPHS;
       x->stats.graph_steps++;
-      x->stats.graphs += step->segment_count;
+      x->stats.bucket_steps += step->bucket_count > 1;
+      x->stats.graphs += segments;
     }
   }
   return st;
@@ -1214,8 +1490,11 @@ static fdy_status graph_failed(fdy_error *e, fdy_status st,
  * where the plan waits after it. */
 static fdy_status run_graphs(fdy_executor *x, const ex_step *step,
                              fdy_error *e) {
+  const size_t bucket = bucket_of(x, step);
+  x->stats.last_run_rows = step->bucket_rows[bucket];
   for (size_t k = 0; k < step->segment_count; k++) {
-    const ex_segment *seg = &x->segments[step->first_segment + k];
+    const ex_segment *seg =
+        &x->segments[step->first_segment + bucket * step->segment_count + k];
     fdy_status st = x->ops->graph_launch(x->b, seg->graph, e);
     if (st != FDY_OK) {
       return graph_failed(e, st, seg, "graph_launch");
@@ -1323,6 +1602,10 @@ static void free_executor(fdy_executor *x) {
   free(x->cmds);
   free(x->launch_ops);
   free(x->timings);
+  for (size_t s = 0; x->steps && s < fdy_plan_section_count(x->plan); s++) {
+    free(x->steps[s].narrowed);
+    free(x->steps[s].narrowed_bytes);
+  }
   free(x->steps);
   free(x->segments);
   free(x);
@@ -1603,6 +1886,7 @@ fdy_status fdy_executor_run(fdy_executor *x, size_t step, fdy_error *err) {
     }
   }
   x->stats.last_run_graph_launches = 0;
+  x->stats.last_run_rows = 0;
   const ex_step *recorded = x->steps != NULL ? &x->steps[step] : NULL;
   fdy_status st = check_registered_files(x, true, RUN_NOT_STARTED, &e);
   if (st == FDY_OK) {

@@ -1318,6 +1318,58 @@ static void test_residency_priority(void **state) {
   fdy_graph_destroy(g);
 }
 
+/* A declared step input (fdy_graph_set_step_rows): 0 until set, kept by
+ * clone, not part of the structure; only an I32 input of
+ * FDY_STEP_ELEMENTS(rows) elements is one (GRAPH_ROLE, INVALID_ARGUMENT,
+ * UNKNOWN_TENSOR otherwise, the graph unchanged). */
+static void test_step_rows(void **state) {
+  (void)state;
+  fdy_graph *g = NULL;
+  assert_int_equal(fdy_graph_create("g", &g, NULL), FDY_OK);
+  fdy_tensor_id step, other, a;
+  assert_int_equal(fdy_graph_add_input(g, "step", FDY_DTYPE_I32,
+                                       FDY_SHAPE(FDY_STEP_ELEMENTS(6)), &step,
+                                       NULL),
+                   FDY_OK);
+  assert_int_equal(fdy_graph_add_input(g, "other", FDY_DTYPE_U32,
+                                       FDY_SHAPE(FDY_STEP_ELEMENTS(6)), &other,
+                                       NULL),
+                   FDY_OK);
+  assert_int_equal(fdy_graph_add_activation(g, "a", FDY_DTYPE_F32,
+                                            FDY_SHAPE(6, 4), &a, NULL),
+                   FDY_OK);
+  fdy_tensor_info info;
+  assert_int_equal(fdy_graph_tensor(g, step, &info, NULL), FDY_OK);
+  assert_int_equal(info.step_rows, 0);
+  uint64_t before = fdy_graph_fingerprint(g);
+  fdy_error err;
+  assert_int_equal(fdy_graph_set_step_rows(g, step, 5, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(err.expected, FDY_STEP_ELEMENTS(5));
+  assert_int_equal(err.actual, FDY_STEP_ELEMENTS(6));
+  assert_int_equal(fdy_graph_set_step_rows(g, step, 0, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(fdy_graph_set_step_rows(g, other, 6, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(fdy_graph_set_step_rows(g, a, 6, &err), FDY_ERR_GRAPH_ROLE);
+  assert_int_equal(err.ids[0], a.v);
+  assert_int_equal(fdy_graph_set_step_rows(g, (fdy_tensor_id){99}, 6, &err),
+                   FDY_ERR_GRAPH_UNKNOWN_TENSOR);
+  assert_int_equal(fdy_graph_tensor(g, step, &info, NULL), FDY_OK);
+  assert_int_equal(info.step_rows, 0);
+  assert_int_equal(fdy_graph_set_step_rows(g, step, 6, &err), FDY_OK);
+  assert_int_equal(fdy_graph_tensor(g, step, &info, NULL), FDY_OK);
+  assert_int_equal(info.step_rows, 6);
+  assert_true(fdy_graph_fingerprint(g) == before);
+  fdy_graph *twin = NULL;
+  assert_int_equal(fdy_graph_clone(g, &twin, NULL), FDY_OK);
+  assert_int_equal(fdy_graph_tensor(twin, step, &info, NULL), FDY_OK);
+  assert_int_equal(info.step_rows, 6);
+  assert_true(fdy_graph_same_structure(g, twin));
+  fdy_graph_destroy(twin);
+  fdy_graph_destroy(g);
+}
+
 static void test_big_file_weights_allocate_nothing(void **state) {
   (void)state;
 #ifdef FOUNDRY_SHADOW_MEMORY
@@ -1364,6 +1416,7 @@ int main(void) {
       cmocka_unit_test(test_many_names),
       cmocka_unit_test(test_big_file_weights_allocate_nothing),
       cmocka_unit_test(test_residency_priority),
+      cmocka_unit_test(test_step_rows),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

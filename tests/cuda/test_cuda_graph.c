@@ -13,7 +13,12 @@
  * executor poisons outputs before each run. Staged host copies cannot be
  * captured: the steps fall back to commands, reported, with the same
  * results. A fault sweep through the fault wrapper over create and two
- * replays: a clear error, and the backend whole afterwards. */
+ * replays: a clear error, and the backend whole afterwards. Batch-size
+ * buckets (runtime.h): sessions of several sequences decode through steps
+ * of varying counts with graphs (each step launched as the graph of its
+ * bucket) and without: for every count of 2 or more, ids and logits
+ * bitwise equal (the buckets' ops choose their kernels as the full step's,
+ * ops.h variant_rows). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -381,6 +386,113 @@ static void test_graph_fault_sweep(void **state) {
   fdy_backend_destroy(gpu);
 }
 
+/* Sessions of BATCH_SEQUENCES sequences and 160 step rows (two blocks of
+ * 128 rows in the tensor-core matmul's grid, so that the buckets of 2 to
+ * 8 rows narrow across the kernels' row-count choices), with graphs and
+ * without, fed the same prompts of different lengths, then the same ids
+ * (the graphs session's) through decode steps of 2 to 6 rows over varying
+ * slots: each step's next ids and logits bitwise equal, and the graphs
+ * session's step launched as the graph of its bucket (the next power of
+ * two of the count). */
+#define BATCH_SEQUENCES 6
+#define BATCH_STEP_ROWS 160
+static void test_buckets_bitwise_equal(void **state) {
+  (void)state;
+  fdy_backend *gpu = cuda_backend(FDY_CUDA_HOST_REGISTERED, false);
+  static const uint32_t counts[] = {6, 3, 5, 2, 4, 6, 2, 5, 3, 4};
+  const size_t steps = sizeof counts / sizeof counts[0];
+  for (size_t f = 0; f < sizeof fixtures / sizeof fixtures[0]; f++) {
+    char dir[512];
+    fdy_error err;
+    fdy_llama_model *model = NULL;
+    fixture_model(fixtures[f], dir, sizeof dir);
+    assert_int_equal(fdy_llama_open(dir, &model, &err), FDY_OK);
+    const uint32_t vocab = fdy_llama_model_config(model)->vocab_size;
+    fdy_llama_session *s[2] = {NULL, NULL}; /* with graphs, without */
+    for (int k = 0; k < 2; k++) {
+      fdy_llama_session_options so = {.backend = gpu,
+                                      .context = CONTEXT,
+                                      .prefill_rows = PREFILL_ROWS,
+                                      .max_sequences = BATCH_SEQUENCES,
+                                      .step_rows = BATCH_STEP_ROWS,
+                                      .no_graphs = k == 1};
+      fdy_status st = fdy_llama_session_create(model, &so, &s[k], &err);
+      if (st != FDY_OK) {
+        print_error("%s: %s\n", fixtures[f], err.message);
+      }
+      assert_int_equal(st, FDY_OK);
+    }
+    assert_int_equal(fdy_llama_session_stats(s[0]).bucket_steps, 1);
+    assert_int_equal(fdy_llama_session_stats(s[1]).bucket_steps, 0);
+    int32_t last[BATCH_SEQUENCES];
+    for (uint32_t q = 0; q < BATCH_SEQUENCES; q++) {
+      int32_t prompt[16];
+      const uint32_t length = 3 + 2 * q;
+      for (uint32_t t = 0; t < length; t++) {
+        prompt[t] = (int32_t)((7 * q + 13 * t + 1) % vocab);
+      }
+      for (int k = 0; k < 2; k++) {
+        uint32_t slot = UINT32_MAX;
+        assert_int_equal(
+            fdy_llama_session_admit(s[k], prompt, length, &slot, &err), FDY_OK);
+        assert_int_equal(slot, q);
+      }
+      last[q] = fdy_llama_session_slot_next(s[0], q);
+      assert_int_equal(last[q], fdy_llama_session_slot_next(s[1], q));
+    }
+    float *logits[2];
+    for (int k = 0; k < 2; k++) {
+      logits[k] = malloc((size_t)BATCH_SEQUENCES * vocab * sizeof(float));
+      assert_non_null(logits[k]);
+    }
+    for (size_t r = 0; r < steps; r++) {
+      uint32_t slots[BATCH_SEQUENCES];
+      int32_t ids[BATCH_SEQUENCES], next[2][BATCH_SEQUENCES];
+      for (uint32_t i = 0; i < counts[r]; i++) {
+        slots[i] = (uint32_t)((r + 2 * i) % BATCH_SEQUENCES);
+        for (uint32_t j = 0; j < i; j++) { /* distinct slots */
+          if (slots[j] == slots[i]) {
+            slots[i] = (slots[i] + 1) % BATCH_SEQUENCES;
+            j = UINT32_MAX; /* again from the first */
+          }
+        }
+        ids[i] = last[slots[i]];
+      }
+      for (int k = 0; k < 2; k++) {
+        memset(logits[k], 0, (size_t)counts[r] * vocab * sizeof(float));
+        fdy_status st = fdy_llama_session_decode(s[k], slots, ids, counts[r],
+                                                 next[k], logits[k], &err);
+        if (st != FDY_OK) {
+          print_error("%s step %zu: %s\n", fixtures[f], r, err.message);
+        }
+        assert_int_equal(st, FDY_OK);
+      }
+      uint64_t bucket = 1;
+      while (bucket < counts[r]) {
+        bucket *= 2;
+      }
+      assert_int_equal(fdy_llama_session_stats(s[0]).last_run_rows, bucket);
+      assert_int_equal(fdy_llama_session_stats(s[1]).last_run_rows, 0);
+      assert_memory_equal(next[0], next[1], counts[r] * sizeof(int32_t));
+      assert_memory_equal(logits[0], logits[1],
+                          (size_t)counts[r] * vocab * sizeof(float));
+      for (uint32_t i = 0; i < counts[r]; i++) {
+        last[slots[i]] = next[0][i];
+      }
+    }
+    print_message("  %-26s %u sequences, %zu steps of 2 to 6 rows in "
+                  "buckets of %u step rows: graphs and commands bitwise "
+                  "equal\n",
+                  fixtures[f], BATCH_SEQUENCES, steps, BATCH_STEP_ROWS);
+    free(logits[0]);
+    free(logits[1]);
+    fdy_llama_session_destroy(s[0]);
+    fdy_llama_session_destroy(s[1]);
+    fdy_llama_close(model);
+  }
+  fdy_backend_destroy(gpu);
+}
+
 int main(void) {
   if (fdy_cuda_device_count() == 0) {
     const char *req = getenv("FOUNDRY_REQUIRE_CUDA");
@@ -396,6 +508,7 @@ int main(void) {
       cmocka_unit_test(test_graphs_bitwise_equal),
       cmocka_unit_test(test_staged_falls_back),
       cmocka_unit_test(test_graph_fault_sweep),
+      cmocka_unit_test(test_buckets_bitwise_equal),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -767,6 +767,165 @@ static void test_graphs_llama_decode_on_fake(void **state) {
   llama_free(&l);
 }
 
+/* A Llama decode step of 4 sequences and 12 rows (a declared step input,
+ * graph.h) recorded per batch-size bucket (runtime.h): buckets 1, 2, 4, 8
+ * and 12, each recorded once at create with every launch narrowed to its
+ * rows (variant_rows 12 for 2, 4 and 8; the full step's ops as they are),
+ * the step input copied in for its rows and the next ids and logits out
+ * for its rows; a run of count c launches the graph of the smallest bucket
+ * of at least c rows and records, allocates and registers nothing. */
+static void test_graphs_decode_buckets_on_fake(void **state) {
+  (void)state;
+  enum { ROWS = 12, BUCKETS = 5, SEQUENCES = 4 };
+  static const uint64_t bucket_rows[BUCKETS] = {1, 2, 4, 8, ROWS};
+  char dir[1024];
+  fdy_error err;
+  llama_case l;
+  memset(&l, 0, sizeof l);
+  snprintf(dir, sizeof dir, "%s/llama3-micro/model",
+           getenv("FOUNDRY_TEST_DATA"));
+  assert_int_equal(fdy_llama_open(dir, &l.model, &err), FDY_OK);
+  fdy_llama_graph_options go = {.context = 64,
+                                .prefill_rows = 8,
+                                .sequences = SEQUENCES,
+                                .step_rows = ROWS};
+  assert_int_equal(fdy_llama_graph(l.model, &go, &l.graph, &l.io, &err),
+                   FDY_OK);
+  fdy_tensor_info step_info;
+  assert_int_equal(
+      fdy_graph_tensor(l.graph, l.io.decode_step, &step_info, NULL), FDY_OK);
+  assert_int_equal(step_info.step_rows, ROWS);
+  assert_int_equal(
+      fdy_graph_tensor(l.graph, l.io.prefill_step, &step_info, NULL), FDY_OK);
+  assert_int_equal(step_info.step_rows, 0);
+  assert_int_equal(fdy_llama_plan(l.graph, &l.io, FDY_GIB, 2, &l.plan, &err),
+                   FDY_OK);
+  const uint64_t vocab = fdy_llama_model_config(l.model)->vocab_size;
+  fdy_backend *b = graph_fake();
+  fdy_executor *x = NULL;
+  assert_int_equal(fdy_executor_create(l.plan, l.graph, b, NULL, &x, &err),
+                   FDY_OK);
+  size_t decode = (size_t)fdy_executor_step(x, "decode");
+  assert_int_equal(fdy_executor_step_mode(x, decode, NULL), FDY_STEP_GRAPHS);
+  fdy_executor_stats xs = fdy_executor_get_stats(x);
+  assert_int_equal(xs.graph_steps, 2);
+  assert_int_equal(xs.bucket_steps, 1);
+  assert_int_equal(fdy_fake_get_stats(b).graphs_recorded, xs.graphs);
+  /* The recordings of the decode step (those with a ROPE_ATTENTION), in
+   * bucket order: every launch's rows the bucket's, the copies its rows'. */
+  int64_t graph_of[BUCKETS];
+  size_t seen = 0;
+  bool attends = false;
+  uint64_t low = UINT64_MAX, high = 0, variant = 0, step_copies = 0;
+  uint64_t full_copies = 0;
+  uint64_t to_host = 0;
+  size_t launches = 0;
+  for (size_t i = 0; i < fdy_fake_call_count(b); i++) {
+    const fdy_fake_call *call = fdy_fake_call_at(b, i);
+    if (strcmp(call->op, "graph_begin") == 0) {
+      attends = false;
+      low = UINT64_MAX;
+      high = variant = step_copies = full_copies = to_host = 0;
+      launches = 0;
+      continue;
+    }
+    if (strcmp(call->op, "graph_end") == 0) {
+      if (!attends) {
+        continue;
+      }
+      assert_true(seen < BUCKETS);
+      uint64_t rows = bucket_rows[seen];
+      assert_int_equal(low, rows);
+      assert_int_equal(high, rows);
+      assert_int_equal(variant, rows >= 2 && rows < ROWS ? ROWS : 0);
+      assert_int_equal(launches, l.io.decode_op_count);
+      /* the step input in for the bucket's rows, not the step's */
+      assert_true(step_copies >= 1);
+      assert_int_equal(full_copies, rows < ROWS ? 0 : step_copies);
+      assert_int_equal(to_host,
+                       rows * sizeof(int32_t) + rows * vocab * sizeof(float));
+      graph_of[seen++] = call->handle;
+      continue;
+    }
+    if (!call->recorded) {
+      continue;
+    }
+    if (strcmp(call->op, "launch") == 0) {
+      attends |= call->op_kind == FDY_OP_ROPE_ATTENTION;
+      low = call->rows < low ? call->rows : low;
+      high = call->rows > high ? call->rows : high;
+      variant |= call->variant_rows;
+      launches++;
+    } else if (strcmp(call->op, "copy_to_host") == 0) {
+      to_host += call->bytes;
+    } else if (strcmp(call->op, "copy_to_device") == 0 && seen < BUCKETS) {
+      const uint64_t rows = bucket_rows[seen];
+      step_copies += call->bytes == FDY_STEP_ELEMENTS(rows) * sizeof(int32_t);
+      full_copies += call->bytes == FDY_STEP_ELEMENTS(ROWS) * sizeof(int32_t);
+    }
+  }
+  assert_int_equal(seen, BUCKETS);
+  /* Runs of counts 1 to 12 in a mixed order: the bucket of each. */
+  static const uint32_t counts[] = {3, 1, 12, 5, 8, 2, 9, 4, 7, 1, 11, 6};
+  const size_t runs = sizeof counts / sizeof counts[0];
+  fdy_fake_stats before = fdy_fake_get_stats(b);
+  uint64_t expected_to_host = 0;
+  for (size_t r = 0; r < runs; r++) {
+    int32_t *in = fdy_executor_input(x, l.io.decode_step, NULL);
+    assert_non_null(in);
+    for (uint32_t t = 0; t < counts[r]; t++) {
+      fdy_step_set_row(in, t, (int32_t)(t % 7), t % SEQUENCES,
+                       (uint32_t)(r + t / SEQUENCES));
+    }
+    in[FDY_STEP_COUNT] = (int32_t)counts[r];
+    assert_int_equal(fdy_executor_run(x, decode, &err), FDY_OK);
+    size_t j = 0;
+    while (bucket_rows[j] < counts[r]) {
+      j++;
+    }
+    xs = fdy_executor_get_stats(x);
+    assert_int_equal(xs.last_run_rows, bucket_rows[j]);
+    assert_int_equal(xs.last_run_graph_launches, 1);
+    const fdy_fake_call *launch = NULL;
+    for (size_t i = fdy_fake_call_count(b); i-- > 0 && launch == NULL;) {
+      const fdy_fake_call *call = fdy_fake_call_at(b, i);
+      launch = strcmp(call->op, "graph_launch") == 0 ? call : NULL;
+    }
+    assert_non_null(launch);
+    assert_int_equal(launch->handle, graph_of[j]);
+    expected_to_host += bucket_rows[j] * (sizeof(int32_t) + vocab * 4);
+  }
+  fdy_fake_stats after = fdy_fake_get_stats(b);
+  assert_int_equal(after.graphs_recorded, before.graphs_recorded);
+  assert_int_equal(after.graph_launches - before.graph_launches, runs);
+  assert_int_equal(after.launches - before.launches,
+                   runs * (uint64_t)l.io.decode_op_count);
+  assert_int_equal(after.bytes_to_host - before.bytes_to_host,
+                   expected_to_host);
+  assert_int_equal(after.buffer_allocs, before.buffer_allocs);
+  assert_int_equal(after.host_registrations, before.host_registrations);
+  assert_int_equal(after.events_created, before.events_created);
+  fdy_executor_destroy(x);
+  assert_fake_clean(b);
+  /* Without graphs the step runs at its full rows, as before. */
+  fdy_executor_options no = {.no_graphs = true};
+  assert_int_equal(fdy_executor_create(l.plan, l.graph, b, &no, &x, &err),
+                   FDY_OK);
+  int32_t *in = fdy_executor_input(x, l.io.decode_step, NULL);
+  fdy_step_set_row(in, 0, 1, 0, 0);
+  in[FDY_STEP_COUNT] = 1;
+  before = fdy_fake_get_stats(b);
+  assert_int_equal(fdy_executor_run(x, decode, &err), FDY_OK);
+  after = fdy_fake_get_stats(b);
+  assert_int_equal(fdy_executor_get_stats(x).last_run_rows, 0);
+  assert_int_equal(after.bytes_to_host - before.bytes_to_host,
+                   ROWS * (sizeof(int32_t) + vocab * 4));
+  fdy_executor_destroy(x);
+  assert_fake_clean(b);
+  fdy_backend_destroy(b);
+  llama_free(&l);
+}
+
 /* Every counted backend call of executor create, then of one decode step,
  * failed in both modes on the CPU backend, everything resident and with
  * the layers streamed from packed images: the error names the entry,
@@ -796,6 +955,7 @@ int main(void) {
       cmocka_unit_test(test_graphs_fallback_is_reported),
       cmocka_unit_test(test_graphs_fault_sweep),
       cmocka_unit_test(test_graphs_llama_decode_on_fake),
+      cmocka_unit_test(test_graphs_decode_buckets_on_fake),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -56,8 +56,9 @@
  * weights and reads their scales before it waits for half_rows_kernel.
  *
  * The block shape and the split are chosen from the op's shapes only
- * (rows, the outputs of all its matrices together, inputs; NORM_SWIGLU_Q4
- * among the shapes of an even NT), for the H200's 132 multiprocessors, so
+ * (rows, or variant_rows when more: ops.h; the outputs of all its matrices
+ * together, inputs; NORM_SWIGLU_Q4 among the shapes of an even NT), for
+ * the H200's 132 multiprocessors, so
  * every output element is summed in the same order on every device and
  * run: results are deterministic, with no atomics. Shapes without a k-split
  * within the block sum every output in the same order (k-blocks in order,
@@ -767,13 +768,28 @@ static unsigned int width_of(const fdy_op *op, unsigned int j) {
                                            : out;
 }
 
-/* The tiles of 128 rows x bn tile rows over every matrix of op. */
-static uint64_t tiles_of(const fdy_op *op, unsigned int bn) {
+/* The tiles of bn tile rows over every matrix of op, for one block of 128
+ * rows. */
+static uint64_t row_tiles(const fdy_op *op, unsigned int bn) {
   uint64_t tiles = 0;
   for (unsigned int j = 0; j < matrices_of(op); j++) {
     tiles += ceil_div(width_of(op, j), bn);
   }
-  return tiles * ceil_div(op->inputs[1].shape.dims[0], MMA_BM);
+  return tiles;
+}
+
+/* The rows the block shape and the split are chosen for: the op's own, or
+ * its variant_rows when more (ops.h), so that a step narrowed to a
+ * batch-size bucket sums every output in the order of its full rows. */
+static uint64_t choice_rows(const fdy_op *op) {
+  const uint64_t rows = op->inputs[1].shape.dims[0];
+  return op->variant_rows > rows ? op->variant_rows : rows;
+}
+
+/* The tiles of 128 rows x bn tile rows over every matrix of op, for
+ * choice_rows (what the choices weigh; the grid covers the op's rows). */
+static uint64_t tiles_of(const fdy_op *op, unsigned int bn) {
+  return row_tiles(op, bn) * ceil_div(choice_rows(op), MMA_BM);
 }
 
 /* The kernel of shape s for op (NULL: s cannot run it). */
@@ -968,9 +984,8 @@ fdy_cuda_matmul_q4_mma_enqueue_shape(const fdy_cuda_op_args *a, unsigned int c,
       norm ? (const uint16_t *)a->in[2] : (const uint16_t *)NULL,
       norm && op->inputs[2].dtype == FDY_DTYPE_BF16,
       norm ? op->params.rmsnorm.eps : 0.0, xh, yscale);
-  const dim3 grid(
-      (unsigned int)(tiles_of(op, s->bn) / ceil_div(d.rows, MMA_BM)),
-      (unsigned int)ceil_div(d.rows, MMA_BM), d.split);
+  const dim3 grid((unsigned int)row_tiles(op, s->bn),
+                  (unsigned int)ceil_div(d.rows, MMA_BM), d.split);
   const bool bf16 = op->inputs[first_weight(op) + 1].dtype == FDY_DTYPE_BF16;
   if (rc == cudaSuccess) {
     rc = fdy_launch(a->dependent, kernel, grid, dim3(s->threads),

@@ -936,6 +936,10 @@ static fdy_status fake_launch(fdy_backend *b, fdy_backend_stream *stream,
   if (entry) {
     entry->bytes = input_bytes;
     entry->handle = op->output_count > 0 ? op->outputs[0].buffer->id : -1;
+    entry->rows = op->output_count > 0 && op->outputs[0].shape.rank > 0
+                      ? op->outputs[0].shape.dims[0]
+                      : 0;
+    entry->variant_rows = op->variant_rows;
   }
   fake_recorded c = {.kind = REC_LAUNCH,
                      .stream = stream,
