@@ -84,23 +84,30 @@ typedef struct fdy_infer_options {
   uint32_t prompt_count;   /* > 0: ids of each sequence's prompt */
   const char *prompt_file; /* their file, or NULL: from seed */
   uint64_t seed;           /* prompt (without a file) and bootstrap */
-  uint32_t batch;          /* sequences decoded together: the session's
-                              max_sequences and the rows of each decode
-                              step, 1 to FDY_LLAMA_MAX_SEQUENCES */
-  uint32_t gen_tokens;     /* > 0: ids generated per execution */
-  uint32_t warmup;         /* discarded executions */
-  uint32_t iterations;     /* > 0: measured executions */
-  uint32_t context;        /* KV positions; 0 = prompt + gen_tokens */
-  uint64_t weight_budget;  /* device bytes for weights; 0 = the device's
-                              memory (everything resident when it fits) */
-  uint32_t buffers;        /* slots of streamed weights; 0 = the default */
-  bool skip_packing;       /* streamed units copied extent by extent
-                              (--pack-streamed off; fdy_executor_options) */
-  uint32_t prefill_rows;   /* tokens per prefill run; 0 = the default */
-  fdy_dtype kv_dtype;      /* KV cache: F32 (the zero value) or F16 */
-  bool no_graphs;          /* steps run command by command (--graphs off) */
-  bool serial_launch;      /* the backend was created with serial
-                              launches (--dependent-launch off): recorded */
+  const fdy_llama_model *draft_model; /* speculative decoding: the draft
+                                         (resident, same backend); NULL =
+                                         none (batch must be 1 with one) */
+  const char *draft_dir;              /* --draft-model, recorded */
+  uint32_t draft_tokens;              /* K (fdy_llama_speculative_options): 1 to
+                                         FDY_LLAMA_MAX_DRAFT_TOKENS */
+  bool draft_fixed;                   /* K fixed, else adaptive up to 2 K */
+  uint32_t batch;         /* sequences decoded together: the session's
+                             max_sequences and the rows of each decode
+                             step, 1 to FDY_LLAMA_MAX_SEQUENCES */
+  uint32_t gen_tokens;    /* > 0: ids generated per execution */
+  uint32_t warmup;        /* discarded executions */
+  uint32_t iterations;    /* > 0: measured executions */
+  uint32_t context;       /* KV positions; 0 = prompt + gen_tokens */
+  uint64_t weight_budget; /* device bytes for weights; 0 = the device's
+                             memory (everything resident when it fits) */
+  uint32_t buffers;       /* slots of streamed weights; 0 = the default */
+  bool skip_packing;      /* streamed units copied extent by extent
+                             (--pack-streamed off; fdy_executor_options) */
+  uint32_t prefill_rows;  /* tokens per prefill run; 0 = the default */
+  fdy_dtype kv_dtype;     /* KV cache: F32 (the zero value) or F16 */
+  bool no_graphs;         /* steps run command by command (--graphs off) */
+  bool serial_launch;     /* the backend was created with serial
+                             launches (--dependent-launch off): recorded */
   uint32_t bootstrap_resamples;
   const char *report_path; /* required: never overwritten */
   const char *trace_path;  /* NULL = no trace; never overwritten */

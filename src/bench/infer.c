@@ -15,6 +15,7 @@
 #include "bench_internal.h"
 #include "foundry/infer_bench.h"
 #include "foundry/registry.h"
+#include "foundry/speculative.h"
 
 #define INFER_CEILING_REPEATS 10u
 
@@ -142,6 +143,20 @@ fdy_status fdy_infer_check_options(const fdy_infer_options *o, fdy_error *err) {
     }
     return FDY_ERR_INVALID_ARGUMENT;
   }
+  if (o->draft_dir && (o->batch != 1 || o->draft_tokens == 0 ||
+                       o->draft_tokens > FDY_LLAMA_MAX_DRAFT_TOKENS)) {
+    fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                  o->batch != 1
+                      ? "--draft-model decodes one sequence: --batch must be "
+                        "1, got %" PRIu32
+                      : "--draft-tokens must be from 1 to %" PRIu32,
+                  o->batch != 1 ? o->batch : FDY_LLAMA_MAX_DRAFT_TOKENS);
+    if (err) {
+      snprintf(err->name, sizeof err->name, "%s",
+               o->batch != 1 ? "--batch" : "--draft-tokens");
+    }
+    return FDY_ERR_INVALID_ARGUMENT;
+  }
   if ((uint64_t)o->warmup + o->iterations > UINT32_MAX) {
     fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
                   "--warmup plus --iterations exceed 4294967295");
@@ -170,6 +185,7 @@ fdy_status fdy_infer_check_options(const fdy_infer_options *o, fdy_error *err) {
  * decode) and of the batch (batch x steps / decode). */
 typedef struct infer_execution {
   double total, prefill, decode, decode_tps, aggregate_tps;
+  fdy_llama_speculative_stats speculative; /* with a draft */
 } infer_execution;
 
 /* One executor run of the traced execution: a prefill chunk of `tokens`
@@ -205,6 +221,7 @@ typedef struct infer_state {
   bool have_caps;
   fdy_device_caps caps;
   fdy_llama_session *session;
+  fdy_llama_session *draft; /* with --draft-model: the draft's, resident */
   fdy_executor_stats setup;
   uint32_t context;
   uint32_t prefill_rows;
@@ -537,8 +554,8 @@ static json_t *executions_json(const infer_state *s) {
     json_object_set_new(o, "decode_tokens_per_second", jreal(x->decode_tps));
     json_object_set_new(o, "aggregate_decode_tokens_per_second",
                         jreal(x->aggregate_tps));
-    json_t *steps = json_array();
-    for (uint32_t k = 0; k < s->steps; k++) {
+    json_t *steps = s->draft ? json_null() : json_array();
+    for (uint32_t k = 0; !s->draft && k < s->steps; k++) {
       json_array_append_new(steps,
                             jreal(s->step_seconds[(size_t)i * s->steps + k]));
     }
@@ -546,6 +563,62 @@ static json_t *executions_json(const infer_state *s) {
     json_array_append_new(a, o);
   }
   return a;
+}
+
+/* The bound of adaptive K: twice the start, within the most a draft
+ * proposes. */
+static uint32_t max_draft_tokens(const fdy_infer_options *o) {
+  uint32_t twice = 2 * o->draft_tokens;
+  return o->draft_fixed                       ? o->draft_tokens
+         : twice < FDY_LLAMA_MAX_DRAFT_TOKENS ? twice
+                                              : FDY_LLAMA_MAX_DRAFT_TOKENS;
+}
+
+/* The measured executions' speculative counts, summed. */
+static fdy_llama_speculative_stats speculative_sums(const infer_state *s) {
+  fdy_llama_speculative_stats sum = {0};
+  for (uint32_t i = s->opt->warmup; i < s->done; i++) {
+    const fdy_llama_speculative_stats *x = &s->runs[i].speculative;
+    sum.target_passes += x->target_passes;
+    sum.draft_passes += x->draft_passes;
+    sum.proposed += x->proposed;
+    sum.accepted += x->accepted;
+    sum.target_seconds += x->target_seconds;
+    sum.draft_seconds += x->draft_seconds;
+  }
+  return sum;
+}
+
+/* With a draft: K, the acceptance, the ids per target pass and the
+ * draft's and the target's seconds per decoded id over the measured
+ * executions; null without. */
+static json_t *speculative_json(const infer_state *s) {
+  const fdy_infer_options *o = s->opt;
+  if (!s->draft || !s->have_stats) {
+    return json_null();
+  }
+  fdy_llama_speculative_stats sum = speculative_sums(s);
+  double ids = (double)(s->done - o->warmup) * s->steps;
+  json_t *x = json_object();
+  json_object_set_new(x, "draft_model", bench_json_text(o->draft_dir));
+  json_object_set_new(x, "draft_tokens", jint(o->draft_tokens));
+  json_object_set_new(x, "max_draft_tokens", jint(max_draft_tokens(o)));
+  json_object_set_new(x, "adaptive", json_boolean(!o->draft_fixed));
+  json_object_set_new(x, "target_passes", jint(sum.target_passes));
+  json_object_set_new(x, "draft_passes", jint(sum.draft_passes));
+  json_object_set_new(x, "proposed", jint(sum.proposed));
+  json_object_set_new(x, "accepted", jint(sum.accepted));
+  json_object_set_new(x, "acceptance_rate",
+                      sum.proposed ? jreal((double)sum.accepted / sum.proposed)
+                                   : json_null());
+  json_object_set_new(x, "ids_per_target_pass",
+                      sum.target_passes ? jreal(ids / sum.target_passes)
+                                        : json_null());
+  json_object_set_new(x, "draft_seconds_per_id",
+                      ids > 0 ? jreal(sum.draft_seconds / ids) : json_null());
+  json_object_set_new(x, "target_seconds_per_id",
+                      ids > 0 ? jreal(sum.target_seconds / ids) : json_null());
+  return x;
 }
 
 static json_t *statistics_json(const infer_state *s) {
@@ -575,7 +648,7 @@ static json_t *statistics_json(const infer_state *s) {
   json_object_set_new(st, "aggregate_decode_tokens_per_second",
                       jreal(s->aggregate_tps_median));
   json_t *steps = json_null();
-  if (s->steps > 0) {
+  if (s->steps > 0 && !s->draft) {
     steps = json_object();
     json_object_set_new(steps, "p50", jreal(s->step_p50));
     json_object_set_new(steps, "p99", jreal(s->step_p99));
@@ -610,6 +683,7 @@ static json_t *report_json(const infer_state *s, fdy_status status,
   json_object_set_new(r, "invocation",
                       bench_invocation_json(s->opt->argc, s->opt->argv));
   json_object_set_new(r, "model", model_json(s));
+  json_object_set_new(r, "speculative", speculative_json(s));
   json_object_set_new(r, "protocol", protocol_json(s));
   json_object_set_new(r, "setup_seconds",
                       jreal((double)s->setup.setup_ns * 1e-9));
@@ -732,12 +806,25 @@ static void print_summary(const infer_state *s, FILE *out) {
   } else {
     fprintf(out, "decode: median %.1f tokens/s\n", s->decode_tps_median);
   }
-  if (s->steps > 0) {
+  if (s->steps > 0 && !s->draft) {
     fprintf(out,
             "decode step of %" PRIu32 " row%s: p50 %.3f ms, p99 %.3f ms, "
             "mean %.3f ms\n",
             o->batch, o->batch == 1 ? "" : "s", s->step_p50 * 1e3,
             s->step_p99 * 1e3, s->step_mean * 1e3);
+  }
+  if (s->draft) {
+    fdy_llama_speculative_stats sum = speculative_sums(s);
+    double ids = (double)o->iterations * s->steps;
+    fprintf(out,
+            "speculative: K %" PRIu32 "%s, %.1f%% of %" PRIu64
+            " proposed ids accepted, %.2f ids per target pass; per id: "
+            "draft %.3f ms, target %.3f ms\n",
+            o->draft_tokens, o->draft_fixed ? " fixed" : " adaptive",
+            sum.proposed ? 100.0 * (double)sum.accepted / sum.proposed : 0.0,
+            sum.proposed, sum.target_passes ? ids / sum.target_passes : 0.0,
+            ids > 0 ? sum.draft_seconds / ids * 1e3 : 0.0,
+            ids > 0 ? sum.target_seconds / ids * 1e3 : 0.0);
   }
   fprintf(out, "%s: weights %s, KV cache %s, activations %s\n",
           on_host(s->opt) ? "host memory of the cpu backend" : "device memory",
@@ -862,11 +949,48 @@ static fdy_status decode_step(infer_state *s, int32_t *ids, uint32_t t,
   return st;
 }
 
+/* Execution i with the draft: fdy_llama_generate_speculative of the prompt
+ * (EOS ignored) into s->batch.ids; the prefill is both prompts', the
+ * decode everything after; no per-step times. */
+static fdy_status execute_speculative(infer_state *s, uint32_t i,
+                                      fdy_error *err) {
+  const fdy_infer_options *o = s->opt;
+  fdy_llama_generate_options go = {.max_tokens = o->gen_tokens,
+                                   .ignore_eos = true};
+  fdy_llama_speculative_options spec = {.draft_tokens = o->draft_tokens,
+                                        .max_draft_tokens = max_draft_tokens(o),
+                                        .fixed = o->draft_fixed};
+  fdy_llama_generation g;
+  fdy_llama_speculative_stats stats;
+  int64_t t0 = fdy_now_ns();
+  fdy_status st = fdy_llama_generate_speculative(s->session, s->draft,
+                                                 o->prompt, o->prompt_count,
+                                                 &go, &spec, &g, &stats, err);
+  int64_t t1 = fdy_now_ns();
+  if (st != FDY_OK) {
+    return st;
+  }
+  memcpy(s->batch.ids, g.ids, sizeof *g.ids * g.count);
+  double tps =
+      s->steps > 0 && g.decode_seconds > 0 ? s->steps / g.decode_seconds : 0.0;
+  s->runs[i] = (infer_execution){.total = (double)(t1 - t0) * 1e-9,
+                                 .prefill = g.prefill_seconds,
+                                 .decode = g.decode_seconds,
+                                 .decode_tps = tps,
+                                 .aggregate_tps = tps,
+                                 .speculative = stats};
+  fdy_llama_generation_free(&g);
+  return FDY_OK;
+}
+
 /* Execution i into s->batch.ids: session reset, each sequence's prompt
  * appended to its slot (one append each), then the decode steps, each
  * timed into s->step_seconds. */
 static fdy_status execute(infer_state *s, uint32_t i, fdy_error *err) {
   const fdy_infer_options *o = s->opt;
+  if (s->draft) {
+    return execute_speculative(s, i, err);
+  }
   int32_t *ids = s->batch.ids;
   double *steps = s->step_seconds + (size_t)i * s->steps;
   int64_t t0 = fdy_now_ns();
@@ -976,7 +1100,7 @@ static fdy_status statistics(infer_state *s, fdy_error *err) {
     st = measured_median(s, x, offsetof(infer_execution, aggregate_tps),
                          &s->aggregate_tps_median, err);
   }
-  if (st == FDY_OK && s->steps > 0) {
+  if (st == FDY_OK && s->steps > 0 && !s->draft) {
     st = step_statistics(s, err);
   }
   double total;
@@ -1070,18 +1194,19 @@ session_options(const infer_state *s, uint64_t context, bool timings) {
    * could never run, and would size the activations) */
   const uint32_t rows =
       o->prefill_rows < context ? o->prefill_rows : (uint32_t)context;
-  return (fdy_llama_session_options){.backend = o->backend,
-                                     .context = (uint32_t)context,
-                                     .max_sequences = o->batch,
-                                     .step_rows = o->batch,
-                                     .prefill_rows = rows,
-                                     .kv_dtype = o->kv_dtype,
-                                     .weight_budget = o->weight_budget,
-                                     .buffers = o->buffers,
-                                     .no_graphs = o->no_graphs,
-                                     .skip_packing = o->skip_packing,
-                                     .ids_only = true,
-                                     .collect_timings = timings};
+  return (fdy_llama_session_options){
+      .backend = o->backend,
+      .context = (uint32_t)context,
+      .max_sequences = o->batch,
+      .step_rows = o->draft_model ? max_draft_tokens(o) + 1 : o->batch,
+      .prefill_rows = rows,
+      .kv_dtype = o->kv_dtype,
+      .weight_budget = o->weight_budget,
+      .buffers = o->buffers,
+      .no_graphs = o->no_graphs,
+      .skip_packing = o->skip_packing,
+      .ids_only = true,
+      .collect_timings = timings};
 }
 
 /* Appends the timings of the session's latest run as run `tokens`. */
@@ -1393,6 +1518,18 @@ static fdy_status run(infer_state *s, fdy_error *err) {
   if (st != FDY_OK) {
     return st;
   }
+  if (o->draft_model) {
+    /* resident on the same backend, one sequence */
+    fdy_llama_session_options ds = so;
+    ds.weight_budget = 0;
+    ds.buffers = 0;
+    ds.step_rows = 0;
+    st = fdy_llama_session_create(o->draft_model, &ds, &s->draft, err);
+    if (st != FDY_OK) {
+      fdy_error_prefix(err, "the draft (--draft-model)");
+      return st;
+    }
+  }
   st = describe_plan(s, err);
   if (st == FDY_OK && strcmp(o->backend_name, "cuda") == 0) {
     st = bench_memory_in_use(o->backend, &s->in_use_bytes, err);
@@ -1497,6 +1634,7 @@ fdy_status fdy_infer_bench_run(const fdy_infer_options *options, bool *written,
     st = wst;
   }
   fdy_llama_session_destroy(s.session);
+  fdy_llama_session_destroy(s.draft);
   json_decref(s.resident_units);
   json_decref(s.streamed_units);
   free(s.trace.runs);

@@ -12,6 +12,7 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "foundry/infer_bench.h"
+#include "foundry/speculative.h"
 
 void fdy_cmd_infer_bench_help(FILE *out) {
   fprintf(
@@ -51,10 +52,19 @@ void fdy_cmd_infer_bench_help(FILE *out) {
       "  --iterations N      measured executions (default 10)\n"
       "  --context C         KV cache positions of each sequence\n"
       "                      (default: prompt + generated ids)\n"
-      "  --kv-dtype D        KV cache dtype: f32 (default) or f16\n",
+      "  --kv-dtype D        KV cache dtype: f32 (default) or f16\n"
+      "  --draft-model DIR   speculative decoding: DIR's model, resident\n"
+      "                      on the same backend, proposes ids that the\n"
+      "                      model verifies in one pass (greedy, the\n"
+      "                      same ids; --batch 1); the report adds the\n"
+      "                      acceptance and ids per target pass\n"
+      "  --draft-tokens K    ids proposed per pass, 1 to %u (default 4;\n"
+      "                      adaptive up to 2 K unless --draft-fixed)\n"
+      "  --draft-fixed       keep K fixed\n",
       FDY_INFER_PROTOCOL, FDY_INFER_PROMPT_TOKENS, FDY_INFER_GEN_TOKENS,
       FDY_INFER_REPORT_FORMAT, FDY_INFER_REPORT_VERSION,
-      FDY_INFER_PROMPT_TOKENS, FDY_INFER_GEN_TOKENS, FDY_LLAMA_MAX_SEQUENCES);
+      FDY_INFER_PROMPT_TOKENS, FDY_INFER_GEN_TOKENS, FDY_LLAMA_MAX_SEQUENCES,
+      FDY_LLAMA_MAX_DRAFT_TOKENS);
   fdy_cli_session_flags_help(out);
   fprintf(out,
           "\n"
@@ -75,6 +85,9 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
     OPT_WARMUP,
     OPT_ITERATIONS,
     OPT_BATCH,
+    OPT_DRAFT_MODEL,
+    OPT_DRAFT_TOKENS,
+    OPT_DRAFT_FIXED,
   };
   static const struct option options[] = {
       {"model", required_argument, NULL, OPT_MODEL},
@@ -88,6 +101,9 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
       {"warmup", required_argument, NULL, OPT_WARMUP},
       {"iterations", required_argument, NULL, OPT_ITERATIONS},
       {"batch", required_argument, NULL, OPT_BATCH},
+      {"draft-model", required_argument, NULL, OPT_DRAFT_MODEL},
+      {"draft-tokens", required_argument, NULL, OPT_DRAFT_TOKENS},
+      {"draft-fixed", no_argument, NULL, OPT_DRAFT_FIXED},
       FDY_CLI_ENGINE_OPTIONS,
       {NULL, 0, NULL, 0},
   };
@@ -96,8 +112,9 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
   const char *prompt_file = NULL;
   uint64_t seed = 0, prompt_tokens = FDY_INFER_PROMPT_TOKENS;
   uint64_t gen_tokens = FDY_INFER_GEN_TOKENS, warmup = 2, iterations = 10;
-  uint64_t batch = 1;
-  bool have_prompt_tokens = false;
+  uint64_t batch = 1, draft_tokens = 4;
+  const char *draft_dir = NULL;
+  bool have_prompt_tokens = false, draft_flag = false, draft_fixed = false;
   fdy_error err;
   const int repeated =
       fdy_cli_check_repeats("infer-bench", argc, argv, options);
@@ -146,6 +163,18 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
       status = fdy_cli_parse_uint("--batch", optarg, 1, FDY_LLAMA_MAX_SEQUENCES,
                                   &batch, &err);
       break;
+    case OPT_DRAFT_MODEL:
+      draft_dir = optarg;
+      break;
+    case OPT_DRAFT_TOKENS:
+      status =
+          fdy_cli_parse_uint("--draft-tokens", optarg, 1,
+                             FDY_LLAMA_MAX_DRAFT_TOKENS, &draft_tokens, &err);
+      draft_flag = true;
+      break;
+    case OPT_DRAFT_FIXED:
+      draft_fixed = draft_flag = true;
+      break;
     case ':':
       return fdy_cli_usage("infer-bench", "%s needs a value", argv[optind - 1]);
     default: {
@@ -175,6 +204,10 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
                          "--prompt-file and --prompt-tokens exclude each "
                          "other");
   }
+  if (draft_flag && !draft_dir) {
+    return fdy_cli_usage("infer-bench",
+                         "--draft-tokens and --draft-fixed need --draft-model");
+  }
   if (strcmp(session_flags.backend, "cpu") != 0 && session_flags.threads) {
     return fdy_cli_usage("infer-bench", "--threads applies to the cpu backend");
   }
@@ -185,6 +218,9 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
                          .prompt_file = prompt_file,
                          .seed = seed,
                          .batch = (uint32_t)batch,
+                         .draft_dir = draft_dir,
+                         .draft_tokens = (uint32_t)draft_tokens,
+                         .draft_fixed = draft_fixed,
                          .gen_tokens = (uint32_t)gen_tokens,
                          .warmup = (uint32_t)warmup,
                          .iterations = (uint32_t)iterations,
@@ -210,7 +246,7 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
                : fdy_cli_fail(&err);
   }
   int code = FDY_EXIT_FAILURE;
-  fdy_llama_model *model = NULL;
+  fdy_llama_model *model = NULL, *draft = NULL;
   fdy_backend *engine = NULL;
   int32_t *prompt = NULL;
   uint32_t prompt_count = 0;
@@ -222,9 +258,19 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
        fdy_cli_read_ids_file(prompt_file, "--prompt-file", false, &prompt,
                              &prompt_count, &err) != FDY_OK) ||
       fdy_llama_open(model_dir, &model, &err) != FDY_OK ||
+      (draft_dir && fdy_llama_open(draft_dir, &draft, &err) != FDY_OK) ||
       fdy_cli_backend_create(
           session_flags.backend, (uint32_t)session_flags.threads,
           session_flags.serial_launch, &engine, &err) != FDY_OK) {
+    code = fdy_cli_fail(&err);
+    goto cleanup;
+  }
+  uint32_t vocab = fdy_llama_model_config(model)->vocab_size;
+  if (draft && fdy_llama_model_config(draft)->vocab_size != vocab) {
+    fdy_error_set(&err, FDY_ERR_INVALID_ARGUMENT,
+                  "the draft %s has a vocabulary of %u ids, the model %u: a "
+                  "draft must share the model's vocabulary",
+                  draft_dir, fdy_llama_model_config(draft)->vocab_size, vocab);
     code = fdy_cli_fail(&err);
     goto cleanup;
   }
@@ -242,6 +288,7 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
     }
   }
   o.model = model;
+  o.draft_model = draft;
   o.checkpoint = &checkpoint;
   o.pinned_manifest = session_flags.manifest;
   o.backend = engine;
@@ -266,6 +313,7 @@ int fdy_cmd_infer_bench(int argc, char **argv) {
   code = FDY_EXIT_OK;
 
 cleanup:
+  fdy_llama_close(draft);
   fdy_manifest_free(&checkpoint);
   free(prompt);
   fdy_backend_destroy(engine);

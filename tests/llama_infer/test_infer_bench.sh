@@ -545,6 +545,51 @@ PY
   fi
 fi
 
+# --draft-model: speculative decoding gives the ids of the plain run, for a
+# draft of another checkpoint (mostly rejected) and the model drafting for
+# itself (every proposal accepted); the report's speculative section
+untied=$data/llama3-micro-untied-g32/model
+mha=$data/llama3-micro-mha-g128/model
+spec="--prompt-tokens 16 --gen-tokens 20 --warmup 1 --iterations 2 --threads 2"
+# shellcheck disable=SC2086
+expect 0 infer-bench --model "$untied" $spec --report "$work/plain.json"
+for draft in "$mha" "$untied"; do
+  rm -f "$work/spec.json"
+  # shellcheck disable=SC2086
+  expect 0 infer-bench --model "$untied" --draft-model "$draft" \
+    --draft-tokens 3 $spec --report "$work/spec.json"
+  contains "$out" "speculative: K 3 adaptive"
+  expect_cmd 0 "speculative ids against plain ($draft)" python3 -c "
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+x = a['speculative']
+assert a['generated_ids'] == b['generated_ids'], 'ids differ'
+assert b['speculative'] is None
+assert x['draft_tokens'] == 3 and x['max_draft_tokens'] == 6 and x['adaptive']
+assert x['accepted'] <= x['proposed'] and x['target_passes'] > 0
+assert abs(x['ids_per_target_pass'] - 2 * 19 / x['target_passes']) < 1e-9
+if sys.argv[3] == 'self':
+    assert x['acceptance_rate'] == 1.0 and x['ids_per_target_pass'] > 3, x
+assert a['statistics']['decode_step_seconds'] is None
+" "$work/spec.json" "$work/plain.json" \
+    "$([ "$draft" = "$untied" ] && echo self || echo other)"
+done
+# shellcheck disable=SC2086
+expect 0 infer-bench --model "$untied" --draft-model "$mha" --draft-fixed \
+  $spec --report "$work/fixed.json"
+contains "$out" "speculative: K 4 fixed"
+expect 1 infer-bench --model "$model" --draft-model "$untied" $spec \
+  --report "$work/vocab.json"
+contains "$err" "vocabulary of 512 ids"
+[ ! -e "$work/vocab.json" ] || fail "a refused draft wrote a report"
+expect 2 infer-bench --model "$untied" --draft-model "$mha" --batch 2 \
+  --report "$work/b2.json"
+contains "$err" "--batch must be 1"
+expect 2 infer-bench --model "$untied" --draft-tokens 3 --report "$work/x.json"
+contains "$err" "need --draft-model"
+expect 2 infer-bench --model "$untied" --draft-model "$mha" --draft-tokens 65 \
+  --report "$work/x.json"
+
 # verify --against: a backend against itself, at different thread counts
 expect 0 verify --model "$model" --against cpu --threads 1 \
   --against-threads 2 --prompt-tokens 20 --steps 5 --seed 3
