@@ -19,4 +19,12 @@ struct fdy_plan {
   fdy_command *commands;
 };
 
+/* fdy_plan_validate, also storing in *log_visits (when not NULL, whatever
+ * the result) how many access-log records the replay visited: a measure
+ * of its work that tests hold near linear in the plan's length
+ * (tests/plan/test_plan_scaling.c). */
+fdy_status fdy_plan_validate_counted(const fdy_plan *plan,
+                                     fdy_plan_summary *summary,
+                                     uint64_t *log_visits, fdy_error *err);
+
 #endif

@@ -8,8 +8,11 @@
  * leaves an access record (buffer, byte range, read or write, tensor,
  * event) so that a write is proven ordered after every earlier access of
  * the bytes it overwrites, and a read proven to see the bytes its tensor's
- * latest write left. Nothing outside the validator's own scratch memory is
- * touched. */
+ * latest write left. A buffer's records form an interval tree, so that a
+ * check visits only the records of the bytes it touches (plus a path of
+ * the tree) and validation stays near linear in the plan's length however
+ * many tensors a buffer holds. Nothing outside the validator's own scratch
+ * memory is touched. */
 #include "plan_internal.h"
 
 #include "foundry/op_table.h"
@@ -29,12 +32,32 @@ typedef struct access {
   bool write;
 } access;
 
+/* A record of a buffer's access log: a node of a treap ordered by
+ * (begin, seq), seq being the order in which accesses were logged (from 1),
+ * whose max_end is the largest end in its subtree (an interval tree) and
+ * max_write the largest seq of a write in it (0: none). */
+typedef struct log_node {
+  access a;
+  uint64_t seq;
+  uint64_t max_end;
+  uint64_t max_write;
+  uint32_t left, right; /* node indices, or NONE */
+  uint32_t priority;    /* heap order: a parent's is at least its children's */
+} log_node;
+
 typedef struct buffer_state {
   bool live;
   bool ever_allocated;
-  access *log; /* accesses in command order */
-  size_t log_count, log_cap;
+  log_node *nodes; /* node pool; freed nodes are chained through `left` */
+  uint32_t node_count, node_cap;
+  uint32_t root, free_nodes; /* NONE when empty */
 } buffer_state;
+
+static void log_clear(buffer_state *buf) {
+  buf->node_count = 0;
+  buf->root = NONE;
+  buf->free_nodes = NONE;
+}
 
 typedef struct validator {
   const fdy_plan *plan;
@@ -59,6 +82,9 @@ typedef struct validator {
   bool *op_launched;      /* ever, for INCOMPLETE */
   uint64_t live_weight_bytes;
   uint64_t run_transfer_bytes;
+  uint64_t access_seq; /* accesses logged so far */
+  uint32_t random;     /* xorshift state for treap priorities */
+  uint64_t log_visits; /* access-log nodes visited (work measure) */
   const char *section; /* name of the section being replayed */
   size_t section_index;
   fdy_plan_summary summary;
@@ -102,7 +128,7 @@ static fdy_status unknown_id(validator *v, fdy_error *err, size_t index,
 static void validator_free(validator *v) {
   if (v->buffers != NULL) {
     for (uint32_t i = 0; i < v->plan->buffer_count; i++) {
-      free(v->buffers[i].log);
+      free(v->buffers[i].nodes);
     }
   }
   free(v->buffers);
@@ -149,6 +175,11 @@ static fdy_status validator_init(validator *v, const fdy_plan *plan,
   v->tensor_write = calloc(v->tensor_count + 1, sizeof(uint32_t));
   v->tensor_written = calloc(v->tensor_count + 1, sizeof(bool));
   v->op_launched = calloc(v->op_count + 1, sizeof(bool));
+  for (uint32_t b = 0; v->buffers != NULL && b < plan->buffer_count; b++) {
+    v->buffers[b].root = NONE;
+    v->buffers[b].free_nodes = NONE;
+  }
+  v->random = 2463534242u;
   if (v->buffers == NULL || v->event_signal == NULL ||
       v->signal_stream == NULL || v->signal_seq == NULL ||
       v->signal_event == NULL || v->signal_clock == NULL ||
@@ -223,10 +254,10 @@ static void start_section(validator *v) {
   for (uint32_t b = 0; b < v->plan->buffer_count; b++) {
     buffer_state *buf = &v->buffers[b];
     if (v->plan->buffers[b].cls != FDY_BUFFER_RESIDENT) {
-      buf->log_count = 0;
+      log_clear(buf);
     }
-    for (size_t i = 0; i < buf->log_count; i++) {
-      buf->log[i].event = NONE;
+    for (uint32_t i = 0; i < buf->node_count; i++) {
+      buf->nodes[i].a.event = NONE; /* freed nodes too: harmless */
     }
   }
   for (size_t t = 0; t < v->tensor_count; t++) {
@@ -240,36 +271,170 @@ static void start_section(validator *v) {
 /* ---- byte accesses
  * ----------------------------------------------------------- */
 
+/* A buffer's access log is a treap (a binary search tree by (begin, seq),
+ * a heap by random priority, so expected O(log n) deep) whose nodes carry
+ * the largest end of their subtree: the accesses overlapping a byte range
+ * are found by a descent that skips every subtree ending at or before the
+ * range and every right subtree beginning at or after its end. Every node
+ * entered counts in log_visits. */
+
+static uint32_t next_priority(validator *v) {
+  uint32_t x = v->random; /* xorshift32: deterministic, never 0 */
+  x ^= x << 13;
+  x ^= x >> 17;
+  x ^= x << 5;
+  v->random = x;
+  return x;
+}
+
+static uint64_t max_end_of(const buffer_state *buf, uint32_t t) {
+  return t == NONE ? 0 : buf->nodes[t].max_end;
+}
+
+static uint64_t max_write_of(const buffer_state *buf, uint32_t t) {
+  return t == NONE ? 0 : buf->nodes[t].max_write;
+}
+
+static uint64_t max3(uint64_t a, uint64_t b, uint64_t c) {
+  uint64_t m = a > b ? a : b;
+  return m > c ? m : c;
+}
+
+static void update(buffer_state *buf, uint32_t t) {
+  log_node *n = &buf->nodes[t];
+  n->max_end =
+      max3(n->a.end, max_end_of(buf, n->left), max_end_of(buf, n->right));
+  n->max_write = max3(n->a.write ? n->seq : 0, max_write_of(buf, n->left),
+                      max_write_of(buf, n->right));
+}
+
+/* Splits tree t into the nodes ordered before (begin, seq) and the rest. */
+static void split(validator *v, buffer_state *buf, uint32_t t, uint64_t begin,
+                  uint64_t seq, uint32_t *before, uint32_t *rest) {
+  if (t == NONE) {
+    *before = NONE;
+    *rest = NONE;
+    return;
+  }
+  v->log_visits++;
+  log_node *n = &buf->nodes[t];
+  if (n->a.begin < begin || (n->a.begin == begin && n->seq < seq)) {
+    split(v, buf, n->right, begin, seq, &n->right, rest);
+    *before = t;
+  } else {
+    split(v, buf, n->left, begin, seq, before, &n->left);
+    *rest = t;
+  }
+  update(buf, t);
+}
+
+/* Joins two trees, every node of `a` ordered before every node of `b`. */
+static uint32_t merge(validator *v, buffer_state *buf, uint32_t a, uint32_t b) {
+  if (a == NONE) {
+    return b;
+  }
+  if (b == NONE) {
+    return a;
+  }
+  v->log_visits++;
+  if (buf->nodes[a].priority >= buf->nodes[b].priority) {
+    uint32_t right = merge(v, buf, buf->nodes[a].right, b);
+    buf->nodes[a].right = right;
+    update(buf, a);
+    return a;
+  }
+  uint32_t left = merge(v, buf, a, buf->nodes[b].left);
+  buf->nodes[b].left = left;
+  update(buf, b);
+  return b;
+}
+
+static void free_node(buffer_state *buf, uint32_t t) {
+  buf->nodes[t].left = buf->free_nodes;
+  buf->free_nodes = t;
+}
+
+static void free_tree(validator *v, buffer_state *buf, uint32_t t) {
+  if (t == NONE) {
+    return;
+  }
+  v->log_visits++;
+  uint32_t left = buf->nodes[t].left, right = buf->nodes[t].right;
+  free_tree(v, buf, left);
+  free_tree(v, buf, right);
+  free_node(buf, t);
+}
+
+/* Removes from tree t, whose accesses all begin inside a write ending at
+ * `end`, those that end inside it too. */
+static uint32_t drop_inside(validator *v, buffer_state *buf, uint32_t t,
+                            uint64_t end) {
+  if (t == NONE) {
+    return NONE;
+  }
+  v->log_visits++;
+  if (buf->nodes[t].max_end <= end) {
+    free_tree(v, buf, t);
+    return NONE;
+  }
+  uint32_t left = drop_inside(v, buf, buf->nodes[t].left, end);
+  uint32_t right = drop_inside(v, buf, buf->nodes[t].right, end);
+  if (buf->nodes[t].a.end <= end) {
+    free_node(buf, t);
+    return merge(v, buf, left, right);
+  }
+  buf->nodes[t].left = left;
+  buf->nodes[t].right = right;
+  update(buf, t);
+  return t;
+}
+
 /* Logs an access. A write was proven ordered after every earlier access of
  * its bytes (or failed), so the earlier accesses that lie wholly inside it
  * can never decide a later check (what is ordered after the write is
  * ordered after them; what is not fails against the write itself): they
  * are dropped, which keeps a log as long as the live tensors of its buffer
- * and validation linear in the plan's length. */
+ * (and the reads of them since their writes). */
 static fdy_status log_access(validator *v, uint32_t buffer, access a,
                              fdy_error *err) {
   buffer_state *buf = &v->buffers[buffer];
-  if (a.write) {
-    size_t kept = 0;
-    for (size_t i = 0; i < buf->log_count; i++) {
-      const access *old = &buf->log[i];
-      if (old->begin < a.begin || old->end > a.end) {
-        buf->log[kept++] = *old;
+  uint32_t t = buf->free_nodes;
+  if (t != NONE) {
+    buf->free_nodes = buf->nodes[t].left;
+  } else {
+    if (buf->node_count == buf->node_cap) {
+      uint32_t cap = buf->node_cap == 0 ? 16 : buf->node_cap * 2;
+      log_node *grown = buf->node_cap >= NONE / 4
+                            ? NULL
+                            : realloc(buf->nodes, cap * sizeof(log_node));
+      if (grown == NULL) {
+        return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
+                             "out of memory validating a plan");
       }
+      buf->nodes = grown;
+      buf->node_cap = cap;
     }
-    buf->log_count = kept;
+    t = buf->node_count++;
   }
-  if (buf->log_count == buf->log_cap) {
-    size_t cap = buf->log_cap == 0 ? 16 : buf->log_cap * 2;
-    access *grown = realloc(buf->log, cap * sizeof(access));
-    if (grown == NULL) {
-      return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
-                           "out of memory validating a plan");
-    }
-    buf->log = grown;
-    buf->log_cap = cap;
+  if (a.write) {
+    uint32_t before, inside, after;
+    split(v, buf, buf->root, a.begin, 0, &before, &inside);
+    split(v, buf, inside, a.end, UINT64_MAX, &inside, &after);
+    inside = drop_inside(v, buf, inside, a.end);
+    buf->root = merge(v, buf, merge(v, buf, before, inside), after);
   }
-  buf->log[buf->log_count++] = a;
+  /* the newest access goes after every other of the same begin */
+  uint64_t seq = ++v->access_seq;
+  buf->nodes[t] = (log_node){.a = a,
+                             .seq = seq,
+                             .max_end = a.end,
+                             .max_write = a.write ? seq : 0,
+                             .left = NONE,
+                             .right = NONE,
+                             .priority = next_priority(v)};
+  uint32_t before, after;
+  split(v, buf, buf->root, a.begin, seq, &before, &after);
+  buf->root = merge(v, buf, merge(v, buf, before, t), after);
   return FDY_OK;
 }
 
@@ -277,34 +442,75 @@ static bool overlaps(const access *a, uint64_t begin, uint64_t end) {
   return a->begin < end && begin < a->end;
 }
 
+/* Into *found: the earliest access of tree t overlapping [begin, end) not
+ * ordered before the work being issued (issue_clock), or leaves it. */
+static void find_unordered(validator *v, const buffer_state *buf, uint32_t t,
+                           uint64_t begin, uint64_t end,
+                           const log_node **found) {
+  while (t != NONE && buf->nodes[t].max_end > begin) {
+    v->log_visits++;
+    const log_node *n = &buf->nodes[t];
+    find_unordered(v, buf, n->left, begin, end, found);
+    if (n->a.begin >= end) {
+      return; /* and so does everything to its right */
+    }
+    if (overlaps(&n->a, begin, end) &&
+        (*found == NULL || n->seq < (*found)->seq) &&
+        !covers(v, v->issue_clock, n->a.event)) {
+      *found = n;
+    }
+    t = n->right;
+  }
+}
+
+/* Into *found: the latest write of tree t overlapping [begin, end), or
+ * leaves it. Subtrees without a later write than *found are skipped, so
+ * reads piling up on the same bytes (a tensor every op reads) cost
+ * nothing here. */
+static void find_latest_write(validator *v, const buffer_state *buf, uint32_t t,
+                              uint64_t begin, uint64_t end,
+                              const log_node **found) {
+  while (t != NONE && buf->nodes[t].max_end > begin &&
+         buf->nodes[t].max_write > (*found == NULL ? 0 : (*found)->seq)) {
+    v->log_visits++;
+    const log_node *n = &buf->nodes[t];
+    if (n->a.begin < end) { /* else nothing to its right overlaps */
+      find_latest_write(v, buf, n->right, begin, end, found);
+      if (n->a.write && overlaps(&n->a, begin, end) &&
+          (*found == NULL || n->seq > (*found)->seq)) {
+        *found = n;
+      }
+    }
+    t = n->left;
+  }
+}
+
 /* The first earlier access of [begin, end) not ordered before the work
  * being issued (issue_clock), or NULL. */
-static const access *unordered_access(const validator *v, uint32_t buffer,
+static const access *unordered_access(validator *v, uint32_t buffer,
                                       uint64_t begin, uint64_t end) {
   const buffer_state *buf = &v->buffers[buffer];
-  for (size_t i = 0; i < buf->log_count; i++) {
-    const access *a = &buf->log[i];
-    if (overlaps(a, begin, end) && !covers(v, v->issue_clock, a->event)) {
-      return a;
-    }
-  }
-  return NULL;
+  const log_node *found = NULL;
+  find_unordered(v, buf, buf->root, begin, end, &found);
+  return found != NULL ? &found->a : NULL;
+}
+
+/* The latest write of [begin, end), or NULL. */
+static const access *latest_write(validator *v, uint32_t buffer, uint64_t begin,
+                                  uint64_t end) {
+  const buffer_state *buf = &v->buffers[buffer];
+  const log_node *found = NULL;
+  find_latest_write(v, buf, buf->root, begin, end, &found);
+  return found != NULL ? &found->a : NULL;
 }
 
 /* The latest write of [begin, end) by a tensor other than `tensor` after
  * that tensor's own latest write there, or NULL. */
-static const access *clobbering_write(const validator *v, uint32_t buffer,
+static const access *clobbering_write(validator *v, uint32_t buffer,
                                       uint64_t begin, uint64_t end,
                                       uint32_t tensor) {
-  const buffer_state *buf = &v->buffers[buffer];
-  for (size_t i = buf->log_count; i-- > 0;) {
-    const access *a = &buf->log[i];
-    if (!a->write || !overlaps(a, begin, end)) {
-      continue;
-    }
-    return a->tensor == tensor ? NULL : a;
-  }
-  return NULL;
+  const access *a = latest_write(v, buffer, begin, end);
+  return a == NULL || a->tensor == tensor ? NULL : a;
 }
 
 static fdy_status check_new_event(validator *v, fdy_error *err, size_t index,
@@ -403,7 +609,7 @@ static fdy_status do_allocate(validator *v, size_t index, const fdy_command *c,
   }
   buf->live = true;
   buf->ever_allocated = true;
-  buf->log_count = 0;
+  log_clear(buf);
   return FDY_OK;
 }
 
@@ -742,15 +948,8 @@ static fdy_status check_bindings(validator *v, size_t index,
     }
     uint64_t begin = b[i].offset;
     uint64_t end = begin + info.bytes;
-    const access *latest = NULL;
-    if (end >= begin) {
-      for (size_t k = buf->log_count; k-- > 0 && latest == NULL;) {
-        const access *a = &buf->log[k];
-        if (a->write && overlaps(a, begin, end)) {
-          latest = a;
-        }
-      }
-    }
+    const access *latest =
+        end >= begin ? latest_write(v, b[i].buffer.v, begin, end) : NULL;
     if (latest == NULL || latest->tensor != b[i].weight.v ||
         latest->begin != begin || latest->end != end) {
       return binding_mismatch(v, err, index, op_id, b[i].weight.v,
@@ -1162,7 +1361,16 @@ static fdy_status run_sections(validator *v, fdy_error *err) {
 
 fdy_status fdy_plan_validate(const fdy_plan *plan, fdy_plan_summary *summary,
                              fdy_error *err) {
+  return fdy_plan_validate_counted(plan, summary, NULL, err);
+}
+
+fdy_status fdy_plan_validate_counted(const fdy_plan *plan,
+                                     fdy_plan_summary *summary,
+                                     uint64_t *log_visits, fdy_error *err) {
   validator v;
+  if (log_visits != NULL) {
+    *log_visits = 0;
+  }
   if (plan == NULL) {
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
                          "plan validation needs a plan");
@@ -1191,6 +1399,9 @@ fdy_status fdy_plan_validate(const fdy_plan *plan, fdy_plan_summary *summary,
       v.summary.streams += v.stream_used[s] ? 1 : 0;
     }
     *summary = v.summary;
+  }
+  if (log_visits != NULL) {
+    *log_visits = v.log_visits;
   }
   validator_free(&v);
   return st;
