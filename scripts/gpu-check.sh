@@ -24,6 +24,10 @@
 #   trace     a Chrome trace of the streamed 3B at batch 64 (the copies
 #             against the batch's compute);
 #   8b        a random Llama 3.1 8B streamed under 1 GiB at batch 64;
+#   speculative  the 3B streamed under 512 MiB drafting for itself (K 8
+#             fixed: every proposal accepted, the mechanism's ceiling)
+#             and without a draft; unless --quick, a random Llama 3.2 1B
+#             drafting for the 8B streamed under 1 GiB, and the 8B alone;
 #   baseline  batch 1 against BASELINE_FOUNDRY (a foundry binary of the
 #             commit to compare with) in alternating rounds;
 #   peers     when python3 imports torch and transformers, at batch 64 on
@@ -76,15 +80,15 @@ while [ $# -gt 0 ]; do
   shift
 done
 if [ -z "$stages" ]; then
-  stages=ops,tests,verify,verify3b,batched,trace,8b,baseline,peers,offload
+  stages=ops,tests,verify,verify3b,batched,trace,8b,speculative,baseline,peers,offload
   [ $quick -eq 1 ] && stages=ops,verify,batched,baseline,peers
 fi
 for stage in ${stages//,/ }; do
   case $stage in
-  ops | tests | verify | verify3b | batched | trace | 8b | baseline | peers | offload) ;;
+  ops | tests | verify | verify3b | batched | trace | 8b | speculative | baseline | peers | offload) ;;
   *)
     echo "gpu-check: unknown stage '$stage' (ops, tests, verify, verify3b," \
-      "batched, trace, 8b, baseline, peers, offload)" >&2
+      "batched, trace, 8b, speculative, baseline, peers, offload)" >&2
     exit 2
     ;;
   esac
@@ -117,7 +121,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader |
   tee -a "$summary"
 model=/tmp/gpu-check-3b
 if runs verify3b || runs batched || runs trace || runs baseline ||
-  runs peers || runs offload; then
+  runs peers || runs offload || runs speculative; then
   [ -d "$model" ] || "$foundry" make-model --preset llama-3.2-3b --seed 1 \
     --out "$model" >/dev/null
 fi
@@ -241,6 +245,40 @@ print('8B streamed 1 GiB, batch 64: %.1f tok/s aggregate (bound %s)' % (
     r['statistics']['aggregate_decode_tokens_per_second'],
     '-' if b is None else '%.1f' % b))
 " "$out/streamed-8b-b64.json" | tee -a "$summary"
+fi
+
+spec_line() { # NAME: a speculative report's figures
+  [ -f "$out/$1.json" ] || return 0
+  python3 -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+s, x = r['statistics'], r.get('speculative') or {}
+print('%s: decode %.1f tok/s, end to end %.3f s' % (sys.argv[2],
+      s['decode_tokens_per_second'], s['end_to_end']['median_seconds']) +
+      ('' if not x else ', acceptance %.3f, %.2f ids per target pass'
+       % (x['acceptance_rate'], x['ids_per_target_pass'])))
+" "$out/$1.json" "$1" | tee -a "$summary"
+}
+if runs speculative; then
+  runs3="--warmup 1 --iterations 3 --weight-budget 512MiB --buffers 2"
+  # shellcheck disable=SC2086
+  bench spec-3b-plain "$model" $runs3 && spec_line spec-3b-plain
+  # shellcheck disable=SC2086
+  bench spec-3b-self "$model" $runs3 --draft-model "$model" \
+    --draft-tokens 8 --draft-fixed && spec_line spec-3b-self
+  if [ $quick -eq 0 ]; then
+    model8=/tmp/gpu-check-8b model1=/tmp/gpu-check-1b
+    [ -d "$model8" ] || "$foundry" make-model --preset llama-3.1-8b --seed 1 \
+      --out "$model8" >/dev/null
+    [ -d "$model1" ] || "$foundry" make-model --preset llama-3.2-1b --seed 1 \
+      --out "$model1" >/dev/null
+    runs8="--warmup 1 --iterations 2 --weight-budget 1GiB --buffers 2"
+    # shellcheck disable=SC2086
+    bench spec-8b-plain "$model8" $runs8 && spec_line spec-8b-plain
+    # shellcheck disable=SC2086
+    bench spec-8b-1b "$model8" $runs8 --draft-model "$model1" \
+      --draft-tokens 4 && spec_line spec-8b-1b
+  fi
 fi
 
 if runs baseline && [ -n "$baseline" ]; then
