@@ -33,6 +33,8 @@ typedef struct fdy_chat_options {
                           one) */
   uint32_t max_tokens; /* ids per answer at most; 0 = until a stop id or the
                           context is full */
+  const fdy_sample_params *sampling; /* how answers are drawn (copied);
+                                        NULL = greedy */
 } fdy_chat_options;
 
 /* A conversation on session with the Llama 3 Instruct template and the
@@ -46,8 +48,8 @@ typedef struct fdy_chat_options {
  * FDY_ERR_UNSUPPORTED (err->name "chat_template"; the message names the
  * kind of template and quotes its start), a missing BOS or special token
  * FDY_ERR_UNSUPPORTED (err->name its spelling), no session or tokenizer
- * FDY_ERR_INVALID_ARGUMENT, FDY_ERR_OUT_OF_MEMORY. *out is NULL on
- * failure. */
+ * or sampling refused by fdy_llama_sampling_check FDY_ERR_INVALID_ARGUMENT,
+ * FDY_ERR_OUT_OF_MEMORY. *out is NULL on failure. */
 fdy_status fdy_chat_create(fdy_llama_session *session, fdy_tokenizer *tok,
                            const fdy_chat_options *options, fdy_chat **out,
                            fdy_error *err);
@@ -83,7 +85,9 @@ typedef struct fdy_chat_answer {
 } fdy_chat_answer;
 
 /* One turn: the ids of fdy_chat_prompt(text) are prefilled after what the
- * session holds, then the answer is decoded greedily, each id handed to
+ * session holds, then the answer is decoded with the chat's sampling
+ * (greedy by default; a seeded stream draws by position, so each turn
+ * continues it), each id handed to
  * on_token (may be NULL; returning false stops the answer after that id)
  * as soon as it is computed, until a stop id, max_tokens ids or the end of
  * the context. A turn whose prompt does not fit in what is left of the

@@ -15,6 +15,7 @@ struct fdy_chat {
   fdy_tokenizer *tok;
   char *system; /* NULL for none */
   uint32_t max_tokens;
+  fdy_sample_params sampling;
   int32_t bos, start_header, end_header, eot;
   int32_t stop[FDY_TOKENIZER_MAX_STOP];
   uint32_t stop_count;
@@ -99,6 +100,12 @@ fdy_status fdy_chat_create(fdy_llama_session *session, fdy_tokenizer *tok,
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
                          "fdy_chat_create needs a session and a tokenizer");
   }
+  if (options && options->sampling) {
+    fdy_status s = fdy_llama_sampling_check(options->sampling, err);
+    if (s != FDY_OK) {
+      return s;
+    }
+  }
   const char *t = fdy_tokenizer_chat_template(tok);
   if (t && !is_llama3_template(t)) {
     return unsupported_template(tok, t, err);
@@ -110,6 +117,8 @@ fdy_status fdy_chat_create(fdy_llama_session *session, fdy_tokenizer *tok,
   chat->session = session;
   chat->tok = tok;
   chat->max_tokens = options ? options->max_tokens : 0;
+  chat->sampling =
+      options && options->sampling ? *options->sampling : FDY_LLAMA_GREEDY;
   chat->pending = -1;
   chat->bos = fdy_tokenizer_bos(tok);
   fdy_status s = FDY_OK;
@@ -293,7 +302,8 @@ fdy_status fdy_chat_turn(fdy_chat *chat, const char *text, size_t len,
                                   .stop_ids = chat->stop,
                                   .stop_count = chat->stop_count,
                                   .on_token = on_token,
-                                  .ctx = ctx};
+                                  .ctx = ctx,
+                                  .sampling = &chat->sampling};
   fdy_llama_generation gen;
   s = fdy_llama_generate(chat->session, ids.ids, (uint32_t)ids.count, &o, &gen,
                          err);

@@ -7,11 +7,15 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Control bytes in names from files or arguments (a shard name with a
@@ -525,4 +529,251 @@ fdy_cli_session_options(const fdy_cli_session_flags *flags,
                                      .buffers = (uint32_t)flags->buffers,
                                      .no_graphs = flags->no_graphs,
                                      .skip_packing = flags->skip_packing};
+}
+
+/* ---- sampling ------------------------------------------------------------ */
+
+/* A finite decimal number in [min, max] for flag. */
+static fdy_status parse_number(const char *flag, const char *text, double min,
+                               double max, double *out, fdy_error *err) {
+  char *end = NULL;
+  errno = 0;
+  double value = text && *text ? strtod(text, &end) : NAN;
+  if (!end || *end != '\0' || !isfinite(value) || value < min || value > max) {
+    return fdy_error_setf(err, FDY_ERR_INVALID_ARGUMENT, flag, 0, 0,
+                          "%s must be a number from %g to %g, got '%s'", flag,
+                          min, max, text ? text : "");
+  }
+  *out = value;
+  return FDY_OK;
+}
+
+/* The largest temperature taken: logits divided by less than 1e-3 of
+ * themselves are greedy in all but name, and more than 1e3 is uniform. */
+#define MAX_TEMPERATURE 1000.0
+
+fdy_status fdy_cli_sampling_flag(int opt, const char *arg,
+                                 fdy_cli_sampling_flags *flags, bool *handled,
+                                 fdy_error *err) {
+  *handled = true;
+  double value = 0.0;
+  uint64_t n = 0;
+  fdy_status st = FDY_OK;
+  switch (opt) {
+  case FDY_CLI_OPT_TEMPERATURE:
+    st = parse_number("--temperature", arg, 0.0, MAX_TEMPERATURE, &value, err);
+    flags->params.temperature = (float)value;
+    flags->temperature = true;
+    break;
+  case FDY_CLI_OPT_TOP_K:
+    st = fdy_cli_parse_uint("--top-k", arg, 0, UINT32_MAX, &n, err);
+    flags->params.top_k = (uint32_t)n;
+    flags->top_k = true;
+    break;
+  case FDY_CLI_OPT_TOP_P:
+    st = parse_number("--top-p", arg, 0.0, 1.0, &value, err);
+    flags->params.top_p = (float)value;
+    flags->top_p = true;
+    break;
+  case FDY_CLI_OPT_MIN_P:
+    st = parse_number("--min-p", arg, 0.0, 1.0, &value, err);
+    flags->params.min_p = (float)value;
+    flags->min_p = true;
+    break;
+  case FDY_CLI_OPT_SEED:
+    st = fdy_cli_parse_uint("--seed", arg, 0, INT64_MAX, &n, err);
+    flags->params.seed = n;
+    flags->seed = true;
+    break;
+  default:
+    *handled = false;
+    return FDY_OK;
+  }
+  if (st != FDY_OK && err) {
+    snprintf(err->name, sizeof err->name, "%s",
+             opt == FDY_CLI_OPT_TEMPERATURE ? "--temperature"
+             : opt == FDY_CLI_OPT_TOP_K     ? "--top-k"
+             : opt == FDY_CLI_OPT_TOP_P     ? "--top-p"
+             : opt == FDY_CLI_OPT_MIN_P     ? "--min-p"
+                                            : "--seed");
+  }
+  return st;
+}
+
+void fdy_cli_sampling_help(FILE *out, const char *default_text) {
+  fprintf(out,
+          "  --temperature T  sample at temperature T, 0 to %g (0: greedy,\n"
+          "                   the most likely id)\n"
+          "                   default: %s\n"
+          "  --top-k K        sample among the K most likely ids (0: all)\n"
+          "  --top-p P        among the most likely ids holding P of the\n"
+          "                   probability, 0 to 1 (0 or 1: off)\n"
+          "  --min-p P        among the ids at least P times as likely as\n"
+          "                   the most likely one, 0 to 1 (0: off)\n"
+          "  --seed S         the random stream, 0 to 2^63 - 1 (default: a\n"
+          "                   random one, printed on stderr); a seeded run\n"
+          "                   draws the same ids on the cpu backend\n",
+          MAX_TEMPERATURE, default_text);
+}
+
+/* A generation_config.json field: schema error naming file and field. */
+static fdy_status config_field_error(const char *path, const char *field,
+                                     const char *expected, fdy_error *err) {
+  return fdy_error_setf(err, FDY_ERR_SCHEMA, field, 0, 0,
+                        "%s: \"%s\" must be %s", path, field, expected);
+}
+
+fdy_status fdy_cli_generation_config(const char *model_dir,
+                                     fdy_sample_params *out, bool *found,
+                                     fdy_error *err) {
+  *out = FDY_LLAMA_GREEDY;
+  *found = false;
+  size_t dir_len = strlen(model_dir);
+  char *path = malloc(dir_len + sizeof "/generation_config.json");
+  if (!path) {
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  memcpy(path, model_dir, dir_len);
+  memcpy(path + dir_len, "/generation_config.json",
+         sizeof "/generation_config.json");
+  char *text = NULL;
+  size_t len = 0;
+  json_t *root = NULL;
+  fdy_sample_params p = FDY_LLAMA_GREEDY;
+  fdy_status st =
+      fdy_cli_read_file(path, "generation config", &text, &len, err);
+  if (st == FDY_ERR_NOT_FOUND) {
+    st = FDY_OK;
+    goto cleanup;
+  }
+  if (st != FDY_OK) {
+    goto cleanup;
+  }
+  json_error_t jerr;
+  root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!root || !json_is_object(root)) {
+    st = fdy_error_setf(err, FDY_ERR_PARSE, path, 0, 0,
+                        "%s: %s (line %d, column %d)", path,
+                        root ? "not a JSON object" : jerr.text,
+                        root ? 1 : jerr.line, root ? 1 : jerr.column);
+    if (err && !root) {
+      err->line = jerr.line;
+      err->column = jerr.column;
+    }
+    goto cleanup;
+  }
+  const json_t *v = json_object_get(root, "do_sample");
+  int do_sample = -1; /* absent */
+  if (v && !json_is_null(v)) {
+    if (!json_is_boolean(v)) {
+      st = config_field_error(path, "do_sample", "true or false", err);
+      goto cleanup;
+    }
+    do_sample = json_is_true(v);
+  }
+  v = json_object_get(root, "temperature");
+  bool have_temperature = v && !json_is_null(v);
+  if (have_temperature) {
+    double t = json_is_number(v) ? json_number_value(v) : -1.0;
+    if (!isfinite(t) || t < 0.0 || t > MAX_TEMPERATURE) {
+      st = config_field_error(path, "temperature", "a number from 0 to 1000",
+                              err);
+      goto cleanup;
+    }
+    p.temperature = (float)t;
+  }
+  v = json_object_get(root, "top_k");
+  if (v && !json_is_null(v)) {
+    json_int_t k = json_is_integer(v) ? json_integer_value(v) : -1;
+    if (k < 0 || k > (json_int_t)UINT32_MAX) {
+      st = config_field_error(path, "top_k", "an integer from 0 to 4294967295",
+                              err);
+      goto cleanup;
+    }
+    p.top_k = (uint32_t)k;
+  }
+  v = json_object_get(root, "top_p");
+  if (v && !json_is_null(v)) {
+    double t = json_is_number(v) ? json_number_value(v) : -1.0;
+    if (!isfinite(t) || t < 0.0 || t > 1.0) {
+      st = config_field_error(path, "top_p", "a number from 0 to 1", err);
+      goto cleanup;
+    }
+    p.top_p = (float)t;
+  }
+  /* Hugging Face samples only with do_sample, at temperature 1.0 unless
+   * told otherwise */
+  if (do_sample == 0) {
+    p = FDY_LLAMA_GREEDY;
+  } else if (do_sample == 1 && !have_temperature) {
+    p.temperature = 1.0f;
+  }
+  *out = p;
+  *found = true;
+
+cleanup:
+  json_decref(root);
+  free(text);
+  free(path);
+  return st;
+}
+
+/* A seed from the system's entropy, else from the clock and the pid. */
+static uint64_t random_seed(void) {
+  uint64_t seed = 0;
+  FILE *f = fopen("/dev/urandom", "rb");
+  if (!f || fread(&seed, sizeof seed, 1, f) != 1) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    seed = ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^
+           ((uint64_t)getpid() << 32);
+  }
+  if (f) {
+    fclose(f);
+  }
+  return seed >> 1; /* a JSON integer */
+}
+
+fdy_sample_params fdy_cli_sampling_resolve(const fdy_cli_sampling_flags *flags,
+                                           fdy_sample_params base,
+                                           bool *random) {
+  fdy_sample_params p = base;
+  if (flags->temperature) {
+    p.temperature = flags->params.temperature;
+  }
+  if (flags->top_k) {
+    p.top_k = flags->params.top_k;
+  }
+  if (flags->top_p) {
+    p.top_p = flags->params.top_p;
+  }
+  if (flags->min_p) {
+    p.min_p = flags->params.min_p;
+  }
+  *random = false;
+  if (flags->seed) {
+    p.seed = flags->params.seed;
+  } else if (p.temperature > 0.0f) {
+    p.seed = random_seed();
+    *random = true;
+  }
+  return p;
+}
+
+void fdy_cli_sampling_print(FILE *out, const fdy_sample_params *p, bool random,
+                            const char *source) {
+  if (p->temperature == 0.0f) {
+    fprintf(out, "sampling: greedy%s%s\n", source ? " from " : "",
+            source ? source : "");
+    return;
+  }
+  fprintf(out,
+          "sampling: temperature %g, top-k %" PRIu32 ", top-p %g, min-p %g, "
+          "seed %" PRIu64 "%s%s",
+          (double)p->temperature, p->top_k, (double)p->top_p, (double)p->min_p,
+          p->seed, source ? " from " : "", source ? source : "");
+  if (random) {
+    fprintf(out, " (random: --seed %" PRIu64 " repeats it)", p->seed);
+  }
+  fputc('\n', out);
 }

@@ -16,6 +16,7 @@
 #include "foundry/core.h"
 #include "foundry/llama_session.h"
 #include "foundry/manifest.h"
+#include "foundry/ops.h"
 
 enum { FDY_EXIT_OK = 0, FDY_EXIT_FAILURE = 1, FDY_EXIT_USAGE = 2 };
 
@@ -209,6 +210,72 @@ void fdy_cli_cap_prefill_rows(fdy_llama_session_options *o,
  * --buffers 2: at least 6.76 MiB)"); --buffers unset counts as
  * FDY_LLAMA_DEFAULT_BUFFERS. Any other error is left alone. */
 void fdy_cli_explain_budget(const fdy_cli_session_flags *flags, fdy_error *err);
+
+/* The sampling flags of generate and chat, parsed once here:
+ * --temperature T (finite, >= 0; 0 = greedy), --top-k K (0 = every id),
+ * --top-p P (in [0, 1]; 0 or 1 = off), --min-p P (in [0, 1]; 0 = off) and
+ * --seed S (0 to 2^63 - 1, a JSON integer). Each remembers whether it was
+ * given, so that the flags given override a default (chat's
+ * generation_config.json) one field at a time. */
+typedef struct fdy_cli_sampling_flags {
+  fdy_sample_params params; /* the values given (others greedy's) */
+  bool temperature, top_k, top_p, min_p, seed; /* given */
+} fdy_cli_sampling_flags;
+
+enum {
+  FDY_CLI_OPT_TEMPERATURE = 0x1100,
+  FDY_CLI_OPT_TOP_K,
+  FDY_CLI_OPT_TOP_P,
+  FDY_CLI_OPT_MIN_P,
+  FDY_CLI_OPT_SEED
+};
+
+/* clang-format off */
+#define FDY_CLI_SAMPLING_OPTIONS                                               \
+  {"temperature", required_argument, NULL, FDY_CLI_OPT_TEMPERATURE},           \
+  {"top-k", required_argument, NULL, FDY_CLI_OPT_TOP_K},                       \
+  {"top-p", required_argument, NULL, FDY_CLI_OPT_TOP_P},                       \
+  {"min-p", required_argument, NULL, FDY_CLI_OPT_MIN_P},                       \
+  {"seed", required_argument, NULL, FDY_CLI_OPT_SEED}
+/* clang-format on */
+
+/* Parses option opt into flags when it is one of the sampling options
+ * (*handled true), else leaves flags alone (*handled false). A bad value
+ * is FDY_ERR_INVALID_ARGUMENT naming the flag (err->name the flag): a
+ * usage error. */
+fdy_status fdy_cli_sampling_flag(int opt, const char *arg,
+                                 fdy_cli_sampling_flags *flags, bool *handled,
+                                 fdy_error *err);
+
+/* The help lines of the sampling flags; default says what is used when
+ * none is given ("greedy"). */
+void fdy_cli_sampling_help(FILE *out, const char *default_text);
+
+/* Reads model_dir/generation_config.json into *out when the file exists
+ * (*found true): temperature, top_k and top_p where present (others
+ * greedy's; do_sample false means greedy). A file that is not JSON
+ * (FDY_ERR_PARSE, err->line/column) or a field of the wrong type or out
+ * of range (FDY_ERR_SCHEMA, err->name the field) is an error naming the
+ * file and the field. No file: *found false, *out greedy, FDY_OK. */
+fdy_status fdy_cli_generation_config(const char *model_dir,
+                                     fdy_sample_params *out, bool *found,
+                                     fdy_error *err);
+
+/* The sampling a command uses: base (greedy, or chat's
+ * generation_config.json) with each flag given overriding its field; when
+ * the result samples (temperature > 0) and no --seed was given, a random
+ * seed (*random_seed true), which the command prints so that the run can
+ * be repeated. */
+fdy_sample_params fdy_cli_sampling_resolve(const fdy_cli_sampling_flags *flags,
+                                           fdy_sample_params base,
+                                           bool *random_seed);
+
+/* One line on out describing p ("sampling: temperature 0.7, top-k 40,
+ * top-p 0.9, min-p 0, seed 12 (random: --seed 12 repeats it)" or
+ * "sampling: greedy"), with source saying where the defaults came from
+ * (NULL: nothing). */
+void fdy_cli_sampling_print(FILE *out, const fdy_sample_params *p,
+                            bool random_seed, const char *source);
 
 /* The most bytes the CLI reads from a prompt, prompt-list, text or id
  * file: 64 MiB, a hundred times the text of the longest context (128k

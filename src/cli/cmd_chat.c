@@ -50,6 +50,11 @@ void fdy_cmd_chat_help(FILE *out) {
           "                   (default: the model's max_position_embeddings,\n"
           "                   at most 4096)\n"
           "  --kv-dtype D     KV cache dtype: f32 (default) or f16\n");
+  fdy_cli_sampling_help(out, "the temperature, top_k and top_p of the\n"
+                             "                   model directory's "
+                             "generation_config.json\n"
+                             "                   when it has one, else "
+                             "greedy");
 }
 
 /* Set by SIGINT, cleared by whoever acts on it. */
@@ -237,11 +242,13 @@ int fdy_cmd_chat(int argc, char **argv) {
       {"system", required_argument, NULL, OPT_SYSTEM},
       {"max-tokens", required_argument, NULL, OPT_MAX},
       FDY_CLI_SESSION_OPTIONS,
+      FDY_CLI_SAMPLING_OPTIONS,
       {NULL, 0, NULL, 0},
   };
   const char *model_dir = NULL, *tokenizer_path = NULL, *system = NULL;
   uint64_t max_tokens = 0;
   fdy_cli_session_flags session_flags = FDY_CLI_SESSION_FLAGS_DEFAULT;
+  fdy_cli_sampling_flags sampling_flags = {.params = FDY_LLAMA_GREEDY};
   fdy_error err;
   const int repeated = fdy_cli_check_repeats("chat", argc, argv, options);
   if (repeated != FDY_EXIT_OK) {
@@ -272,6 +279,10 @@ int fdy_cmd_chat(int argc, char **argv) {
       bool handled = false;
       status =
           fdy_cli_session_flag(opt, optarg, &session_flags, &handled, &err);
+      if (!handled) {
+        status =
+            fdy_cli_sampling_flag(opt, optarg, &sampling_flags, &handled, &err);
+      }
       if (!handled) {
         return fdy_cli_usage("chat", "unknown option '%s'", argv[optind - 1]);
       }
@@ -312,8 +323,18 @@ int fdy_cmd_chat(int argc, char **argv) {
       .context = (uint32_t)session_flags.context,
       .kv_dtype = session_flags.kv_dtype,
       .ids_only = true};
+  /* the model's generation_config.json, else greedy, under the flags */
+  fdy_sample_params defaults = FDY_LLAMA_GREEDY, sampling = FDY_LLAMA_GREEDY;
+  bool from_config = false, random_seed = false;
   fdy_chat_options chat_options = {.system = system,
-                                   .max_tokens = (uint32_t)max_tokens};
+                                   .max_tokens = (uint32_t)max_tokens,
+                                   .sampling = &sampling};
+  if (fdy_cli_generation_config(model_dir, &defaults, &from_config, &err) !=
+      FDY_OK) {
+    code = fdy_cli_fail(&err);
+    goto cleanup;
+  }
+  sampling = fdy_cli_sampling_resolve(&sampling_flags, defaults, &random_seed);
   if (fdy_cli_open_tokenizer(model_dir, tokenizer_path, &tok, &err) != FDY_OK ||
       fdy_llama_open(model_dir, &model, &err) != FDY_OK ||
       fdy_cli_backend_create(
@@ -330,6 +351,10 @@ int fdy_cmd_chat(int argc, char **argv) {
           FDY_OK) {
     code = fdy_cli_fail(&err);
     goto cleanup;
+  }
+  if (from_config || sampling.temperature > 0.0f) {
+    fdy_cli_sampling_print(stderr, &sampling, random_seed,
+                           from_config ? "generation_config.json" : NULL);
   }
   pthread_sigmask(SIG_SETMASK, &original, NULL); /* a pending Ctrl-C ends */
   struct sigaction action = {.sa_handler = on_interrupt};

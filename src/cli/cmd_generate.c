@@ -19,11 +19,15 @@
 #include "foundry/chat.h"
 #include "foundry/cpu.h"
 #include "foundry/llama_session.h"
+#include "foundry/speculative.h"
 #include "prompt.h"
 
 /* generate --prompts-file: sequences at once by default, at most this
  * many and no more than the prompts. */
 #define DEFAULT_SEQUENCES 16u
+/* generate --draft-model: ids drafted per target pass at first; adaptive,
+ * up to twice --draft-tokens. */
+#define DEFAULT_DRAFT_TOKENS 4u
 
 void fdy_cmd_generate_help(FILE *out) {
   fprintf(out,
@@ -36,7 +40,8 @@ void fdy_cmd_generate_help(FILE *out) {
           "                        [--max-sequences N] [options]\n"
           "\n"
           "Prefills the prompt on a Llama MLX 4-bit checkpoint, then decodes\n"
-          "up to N ids greedily, stopping after an EOS id from config.json\n"
+          "up to N ids, greedily unless --temperature is above 0 (then drawn\n"
+          "on the backend), stopping after an EOS id from config.json\n"
           "(and, for a text prompt, the tokenizer's EOS and <|eot_id|>).\n"
           "Prints the generated ids, or the text of a text prompt as it is\n"
           "generated, on stdout; the prefill and decode speed in tokens/s\n"
@@ -52,11 +57,13 @@ void fdy_cmd_generate_help(FILE *out) {
           "line per prompt, in order: \"index\", \"ids\", \"stopped_at_eos\"\n"
           "and, when the model has a tokenizer (whose EOS and <|eot_id|>\n"
           "then stop every line), \"text\"; the totals and the decode speed\n"
-          "go to stderr (--json changes nothing).\n"
+          "go to stderr (--json changes nothing). The sampling flags apply\n"
+          "to every line, each drawing from its own stream of --seed.\n"
           "\n"
           "options:\n"
           "  --prompt-ids IDS token ids, decimal, separated by commas\n"
-          "  --prompt TEXT    text, encoded as BOS + its ids\n"
+          "  --prompt TEXT    text, encoded as its ids, after the BOS when\n"
+          "                   the tokenizer adds one (add_bos_token)\n"
           "  --prompt-file PATH  the same from a file's raw bytes\n"
           "  --prompts-file PATH  many prompts, as JSON lines (above); the\n"
           "                   context defaults to the most positions one\n"
@@ -70,13 +77,27 @@ void fdy_cmd_generate_help(FILE *out) {
           "  --system TEXT    with --chat: a system message first\n"
           "  --tokenizer FILE a tokenizer.json or tiktoken file instead of\n"
           "                   the model directory's\n"
+          "  --draft-model DIR  speculative decoding (greedy, one prompt):\n"
+          "                   DIR, a small checkpoint of the same vocabulary\n"
+          "                   on the same backend with every weight resident,\n"
+          "                   proposes ids that the model checks in one pass;\n"
+          "                   the ids are the model's own greedy ids. The\n"
+          "                   acceptance rate, ids per pass of the model and\n"
+          "                   both models' seconds per id go to stderr\n"
+          "  --draft-tokens K ids drafted per pass at first, 1 to %u (default\n"
+          "                   %u); adaptive: doubled after a pass that\n"
+          "                   accepts every one, up to 2K, cut to the ids\n"
+          "                   accepted + 1 after a rejection\n"
+          "  --draft-fixed    draft K ids every pass\n"
           "  --backend NAME   cpu (the default) or cuda\n"
           "  --threads T      cpu backend threads (default: online CPUs)\n"
           "  --context C      KV cache positions (default: the model's\n"
           "                   max_position_embeddings, at most 4096)\n"
           "  --kv-dtype D     KV cache dtype: f32 (default) or f16\n",
-          FDY_LLAMA_MAX_SEQUENCES, DEFAULT_SEQUENCES);
+          FDY_LLAMA_MAX_SEQUENCES, DEFAULT_SEQUENCES,
+          FDY_LLAMA_MAX_DRAFT_TOKENS, DEFAULT_DRAFT_TOKENS);
   fdy_cli_session_flags_help(out);
+  fdy_cli_sampling_help(out, "greedy");
   fprintf(out, "  --ignore-eos     decode all N ids even after an EOS id\n"
                "  --json           print one JSON object instead of text\n");
 }
@@ -88,6 +109,12 @@ typedef struct run_info {
   uint32_t threads; /* 0 for non-cpu backends */
   uint32_t context;
   fdy_executor_stats stats;
+  const fdy_sample_params *sampling;
+  bool random_seed; /* the seed was drawn, not given */
+  /* --draft-model: the options and what happened; spec NULL otherwise */
+  const fdy_llama_speculative_options *spec;
+  const fdy_llama_speculative_stats *spec_stats;
+  const char *draft_dir;
 } run_info;
 
 /* A JSON array of ids, or NULL when out of memory. */
@@ -102,6 +129,34 @@ static json_t *json_ids(const int32_t *ids, uint32_t count) {
   return array;
 }
 
+/* The speculative figures: the ids after the first (which the prefill
+ * gives) come from the target's verification passes. */
+typedef struct spec_figures {
+  double acceptance;    /* accepted / proposed */
+  double ids_per_pass;  /* ids after the first per target pass */
+  double draft_per_id;  /* the draft's seconds per id after the first */
+  double target_per_id; /* the target's seconds per id after the first */
+} spec_figures;
+
+static spec_figures speculative_figures(const fdy_llama_speculative_stats *s,
+                                        const fdy_llama_generation *gen) {
+  uint32_t after = gen->count > 0 ? gen->count - 1 : 0;
+  return (spec_figures){
+      .acceptance = s->proposed ? (double)s->accepted / (double)s->proposed : 0,
+      .ids_per_pass =
+          s->target_passes ? (double)after / (double)s->target_passes : 0,
+      .draft_per_id = after ? s->draft_seconds / after : 0,
+      .target_per_id = after ? s->target_seconds / after : 0};
+}
+
+/* A float parameter as JSON shows it: the shortest decimal that reads back
+ * as the float (0.9, not 0.89999997615814209). */
+static double float_value(float f) {
+  char text[32];
+  snprintf(text, sizeof text, "%.7g", (double)f);
+  return strtod(text, NULL);
+}
+
 static int print_json(const run_info *run, const int32_t *prompt,
                       uint32_t prompt_count, const fdy_llama_generation *gen) {
   json_t *ids = json_ids(gen->ids, gen->count);
@@ -114,11 +169,16 @@ static int print_json(const run_info *run, const int32_t *prompt,
                 (json_int_t)bytes[FDY_BUFFER_STATE], "activations",
                 (json_int_t)bytes[FDY_BUFFER_ARENA], "workspace",
                 (json_int_t)run->stats.workspace_bytes);
+  const fdy_sample_params *p = run->sampling;
+  json_t *sampling = json_pack(
+      "{s:f, s:I, s:f, s:f, s:I}", "temperature", float_value(p->temperature),
+      "top_k", (json_int_t)p->top_k, "top_p", float_value(p->top_p), "min_p",
+      float_value(p->min_p), "seed", (json_int_t)p->seed);
   /* the directory as given may not be UTF-8, which jansson refuses */
   char *model = fdy_utf8_sanitize(run->model_dir);
   json_t *root = json_pack(
       "{s:s, s:s, s:I, s:I, s:I, s:o, s:o, s:b, s:f, s:f, s:f, s:f, s:f, "
-      "s:o}",
+      "s:o, s:o}",
       "model", model ? model : "", "backend", run->backend, "threads",
       (json_int_t)run->threads, "context", (json_int_t)run->context,
       "prompt_tokens", (json_int_t)prompt_count, "prompt_ids", prompt_ids,
@@ -127,8 +187,31 @@ static int print_json(const run_info *run, const int32_t *prompt,
       gen->prefill_seconds, "prefill_tokens_per_second",
       gen->prefill_tokens_per_second, "decode_seconds", gen->decode_seconds,
       "decode_tokens_per_second", gen->decode_tokens_per_second, "device_bytes",
-      memory);
+      memory, "sampling", sampling);
   free(model);
+  if (root && run->spec) {
+    const fdy_llama_speculative_stats *st = run->spec_stats;
+    spec_figures f = speculative_figures(st, gen);
+    char *draft = fdy_utf8_sanitize(run->draft_dir);
+    json_t *spec = json_pack(
+        "{s:s, s:I, s:I, s:b, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, "
+        "s:f}",
+        "draft_model", draft ? draft : "", "draft_tokens",
+        (json_int_t)run->spec->draft_tokens, "max_draft_tokens",
+        (json_int_t)run->spec->max_draft_tokens, "adaptive", !run->spec->fixed,
+        "target_passes", (json_int_t)st->target_passes, "draft_passes",
+        (json_int_t)st->draft_passes, "proposed", (json_int_t)st->proposed,
+        "accepted", (json_int_t)st->accepted, "acceptance_rate", f.acceptance,
+        "ids_per_target_pass", f.ids_per_pass, "draft_seconds",
+        st->draft_seconds, "target_seconds", st->target_seconds,
+        "draft_seconds_per_id", f.draft_per_id, "target_seconds_per_id",
+        f.target_per_id);
+    free(draft);
+    if (!spec || json_object_set_new(root, "speculative", spec) != 0) {
+      json_decref(root);
+      root = NULL;
+    }
+  }
   char *text = root ? json_dumps(root, JSON_COMPACT) : NULL;
   json_decref(root);
   if (!text) {
@@ -138,6 +221,19 @@ static int print_json(const run_info *run, const int32_t *prompt,
   printf("%s\n", text);
   free(text);
   return FDY_EXIT_OK;
+}
+
+static void print_speculative(const run_info *run,
+                              const fdy_llama_generation *gen) {
+  const fdy_llama_speculative_stats *s = run->spec_stats;
+  spec_figures f = speculative_figures(s, gen);
+  fprintf(stderr,
+          "speculative: K %" PRIu32 "%s, %.1f%% of %" PRIu64
+          " proposed ids accepted, %.2f ids per target pass (%" PRIu64
+          " passes); per id: draft %.3f ms, target %.3f ms\n",
+          run->spec->draft_tokens, run->spec->fixed ? " fixed" : " adaptive",
+          100.0 * f.acceptance, s->proposed, f.ids_per_pass, s->target_passes,
+          f.draft_per_id * 1e3, f.target_per_id * 1e3);
 }
 
 static void print_text(const run_info *run, uint32_t prompt_count,
@@ -160,6 +256,12 @@ static void print_text(const run_info *run, uint32_t prompt_count,
     fprintf(stderr, ", %" PRIu32 " threads", run->threads);
   }
   fprintf(stderr, ")\n");
+  if (run->sampling->temperature > 0.0f) {
+    fdy_cli_sampling_print(stderr, run->sampling, run->random_seed, NULL);
+  }
+  if (run->spec) {
+    print_speculative(run, gen);
+  }
   const uint64_t *bytes = run->stats.class_bytes;
   char weights[32], kv[32], act[32];
   fprintf(stderr,
@@ -219,10 +321,11 @@ static fdy_status text_prompt(fdy_tokenizer *tok, fdy_llama_session *session,
 }
 
 /* The backend of flags and a session of model on it with `sequences`
- * slots, created ids_only (greedy generation reads the ids alone). */
+ * slots and steps of step_rows rows (0: the default), created ids_only
+ * (generation reads the ids alone). */
 static fdy_status open_session(const fdy_cli_session_flags *flags,
                                const fdy_llama_model *model, uint32_t sequences,
-                               fdy_backend **engine,
+                               uint32_t step_rows, fdy_backend **engine,
                                fdy_llama_session **session, fdy_error *err) {
   fdy_status st =
       fdy_cli_backend_create(flags->backend, (uint32_t)flags->threads,
@@ -233,10 +336,60 @@ static fdy_status open_session(const fdy_cli_session_flags *flags,
   fdy_llama_session_options options = fdy_cli_session_options(flags, *engine);
   options.ids_only = true;
   options.max_sequences = sequences;
+  options.step_rows = step_rows;
   fdy_cli_cap_prefill_rows(&options, fdy_llama_model_config(model));
   st = fdy_llama_session_create(model, &options, session, err);
   if (st != FDY_OK) {
     fdy_cli_explain_budget(flags, err);
+  }
+  return st;
+}
+
+/* --draft-model: opens the draft checkpoint and refuses, before any work,
+ * one whose vocabulary is not the target's (naming both sizes). */
+static fdy_status open_draft(const char *dir, const fdy_llama_model *target,
+                             fdy_llama_model **out, fdy_error *err) {
+  fdy_status st = fdy_llama_open(dir, out, err);
+  if (st != FDY_OK) {
+    fdy_error_prefix(err, "--draft-model");
+    return st;
+  }
+  uint32_t want = fdy_llama_model_config(target)->vocab_size;
+  uint32_t have = fdy_llama_model_config(*out)->vocab_size;
+  if (have != want) {
+    fdy_llama_close(*out);
+    *out = NULL;
+    return fdy_error_setf(err, FDY_ERR_INVALID_ARGUMENT, "--draft-model", want,
+                          have,
+                          "--draft-model %s has a vocabulary of %" PRIu32
+                          " ids, the model's has %" PRIu32
+                          ": a draft must share the model's vocabulary",
+                          dir, have, want);
+  }
+  return FDY_OK;
+}
+
+/* The draft's session on the target's backend: every weight resident (no
+ * budget), the target's context (at most the draft's
+ * max_position_embeddings), steps of one row. */
+static fdy_status draft_session(const fdy_cli_session_flags *flags,
+                                const fdy_llama_model *model,
+                                fdy_backend *engine, uint32_t context,
+                                fdy_llama_session **out, fdy_error *err) {
+  const fdy_llama_config *config = fdy_llama_model_config(model);
+  fdy_llama_session_options o = {.backend = engine,
+                                 .context =
+                                     context < config->max_position_embeddings
+                                         ? context
+                                         : config->max_position_embeddings,
+                                 .prefill_rows = (uint32_t)flags->prefill_rows,
+                                 .kv_dtype = flags->kv_dtype,
+                                 .ids_only = true,
+                                 .no_graphs = flags->no_graphs};
+  fdy_cli_cap_prefill_rows(&o, config);
+  fdy_status st = fdy_llama_session_create(model, &o, out, err);
+  if (st != FDY_OK) {
+    fdy_error_prefix(err, "--draft-model");
   }
   return st;
 }
@@ -565,6 +718,8 @@ typedef struct batch_args {
   uint64_t max_tokens; /* 0: every line gives its own */
   uint64_t sequences;  /* 0: the default */
   bool ignore_eos;
+  const fdy_sample_params *sampling; /* every line's */
+  bool random_seed;                  /* its seed was drawn */
 } batch_args;
 
 /* `generate --prompts-file`: every line read and checked, then the prompts
@@ -620,12 +775,13 @@ static int generate_file(const batch_args *a, fdy_cli_session_flags flags) {
   uint32_t sequences = a->sequences                     ? (uint32_t)a->sequences
                        : list.count < DEFAULT_SEQUENCES ? list.count
                                                         : DEFAULT_SEQUENCES;
-  if (open_session(&flags, model, sequences, &engine, &session, &err) !=
+  if (open_session(&flags, model, sequences, 0, &engine, &session, &err) !=
       FDY_OK) {
     code = fdy_cli_fail(&err);
     goto cleanup;
   }
-  fdy_llama_batch_options options = {.ignore_eos = a->ignore_eos};
+  fdy_llama_batch_options options = {.ignore_eos = a->ignore_eos,
+                                     .sampling = a->sampling};
   if (tok) {
     /* every line ends at the tokenizer's EOS and <|eot_id|> too */
     options.stop_ids = stop;
@@ -667,6 +823,9 @@ static int generate_file(const batch_args *a, fdy_cli_session_flags flags) {
           gen.prefill_tokens, gen.chunked_tokens, gen.prefill_seconds,
           gen.decode_tokens, gen.decode_steps, gen.max_rows, gen.decode_seconds,
           gen.decode_tokens_per_second);
+  if (a->sampling->temperature > 0.0f) {
+    fdy_cli_sampling_print(stderr, a->sampling, a->random_seed, NULL);
+  }
   code = FDY_EXIT_OK;
 
 cleanup:
@@ -693,7 +852,10 @@ int fdy_cmd_generate(int argc, char **argv) {
     OPT_CHAT,
     OPT_SYSTEM,
     OPT_PROMPTS_FILE,
-    OPT_SEQUENCES
+    OPT_SEQUENCES,
+    OPT_DRAFT_MODEL,
+    OPT_DRAFT_TOKENS,
+    OPT_DRAFT_FIXED
   };
   static const struct option options[] = {
       {"model", required_argument, NULL, OPT_MODEL},
@@ -701,6 +863,7 @@ int fdy_cmd_generate(int argc, char **argv) {
       {"max-tokens", required_argument, NULL, OPT_MAX},
       FDY_CLI_SESSION_OPTIONS,
       FDY_CLI_ENGINE_OPTIONS,
+      FDY_CLI_SAMPLING_OPTIONS,
       {"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
       {"json", no_argument, NULL, OPT_JSON},
       {"prompt", required_argument, NULL, OPT_TEXT},
@@ -710,13 +873,18 @@ int fdy_cmd_generate(int argc, char **argv) {
       {"system", required_argument, NULL, OPT_SYSTEM},
       {"prompts-file", required_argument, NULL, OPT_PROMPTS_FILE},
       {"max-sequences", required_argument, NULL, OPT_SEQUENCES},
+      {"draft-model", required_argument, NULL, OPT_DRAFT_MODEL},
+      {"draft-tokens", required_argument, NULL, OPT_DRAFT_TOKENS},
+      {"draft-fixed", no_argument, NULL, OPT_DRAFT_FIXED},
       {NULL, 0, NULL, 0},
   };
   const char *model_dir = NULL, *prompt_text = NULL;
   const char *text = NULL, *text_file = NULL, *tokenizer_path = NULL;
-  const char *system = NULL, *prompts_file = NULL;
-  uint64_t max_tokens = 0, sequences = 0;
+  const char *system = NULL, *prompts_file = NULL, *draft_dir = NULL;
+  uint64_t max_tokens = 0, sequences = 0, draft_tokens = 0;
+  bool draft_fixed = false;
   fdy_cli_session_flags session_flags = FDY_CLI_SESSION_FLAGS_DEFAULT;
+  fdy_cli_sampling_flags sampling_flags = {.params = FDY_LLAMA_GREEDY};
   bool have_max = false, ignore_eos = false, json = false, chat = false;
   fdy_error err;
   const int repeated = fdy_cli_check_repeats("generate", argc, argv, options);
@@ -768,12 +936,27 @@ int fdy_cmd_generate(int argc, char **argv) {
       status = fdy_cli_parse_uint("--max-sequences", optarg, 1,
                                   FDY_LLAMA_MAX_SEQUENCES, &sequences, &err);
       break;
+    case OPT_DRAFT_MODEL:
+      draft_dir = optarg;
+      break;
+    case OPT_DRAFT_TOKENS:
+      status =
+          fdy_cli_parse_uint("--draft-tokens", optarg, 1,
+                             FDY_LLAMA_MAX_DRAFT_TOKENS, &draft_tokens, &err);
+      break;
+    case OPT_DRAFT_FIXED:
+      draft_fixed = true;
+      break;
     case ':':
       return fdy_cli_usage("generate", "%s needs a value", argv[optind - 1]);
     default: {
       bool handled = false;
       status =
           fdy_cli_session_flag(opt, optarg, &session_flags, &handled, &err);
+      if (!handled) {
+        status =
+            fdy_cli_sampling_flag(opt, optarg, &sampling_flags, &handled, &err);
+      }
       if (!handled) {
         return fdy_cli_usage("generate", "unknown option '%s'",
                              argv[optind - 1]);
@@ -833,8 +1016,36 @@ int fdy_cmd_generate(int argc, char **argv) {
   if (system && !chat) {
     return fdy_cli_usage("generate", "--system needs --chat");
   }
+  if ((draft_tokens || draft_fixed) && !draft_dir) {
+    return fdy_cli_usage("generate", "%s needs --draft-model",
+                         draft_tokens ? "--draft-tokens" : "--draft-fixed");
+  }
+  if (draft_dir && prompts_file) {
+    return fdy_cli_usage("generate", "--draft-model takes one prompt: not "
+                                     "with --prompts-file (speculative "
+                                     "decoding of a batch is not supported "
+                                     "yet)");
+  }
+  bool random_seed = false;
+  const fdy_sample_params sampling =
+      fdy_cli_sampling_resolve(&sampling_flags, FDY_LLAMA_GREEDY, &random_seed);
+  if (draft_dir && sampling.temperature > 0.0f) {
+    return fdy_cli_usage("generate", "--draft-model decodes greedily: not "
+                                     "with --temperature above 0");
+  }
+  /* K, and the most K grows to: twice K unless fixed */
+  fdy_llama_speculative_options spec = {
+      .draft_tokens =
+          draft_tokens ? (uint32_t)draft_tokens : DEFAULT_DRAFT_TOKENS,
+      .fixed = draft_fixed};
+  spec.max_draft_tokens = draft_fixed ? spec.draft_tokens
+                          : 2 * spec.draft_tokens > FDY_LLAMA_MAX_DRAFT_TOKENS
+                              ? FDY_LLAMA_MAX_DRAFT_TOKENS
+                              : 2 * spec.draft_tokens;
   if (prompts_file) {
-    batch_args batch = {.model_dir = model_dir,
+    batch_args batch = {.sampling = &sampling,
+                        .random_seed = random_seed,
+                        .model_dir = model_dir,
                         .tokenizer_path = tokenizer_path,
                         .path = prompts_file,
                         .max_tokens = max_tokens,
@@ -853,12 +1064,17 @@ int fdy_cmd_generate(int argc, char **argv) {
   fdy_backend *engine = NULL;
   fdy_llama_model *model = NULL;
   fdy_llama_session *session = NULL;
+  fdy_llama_model *draft_model = NULL;
+  fdy_llama_session *draft = NULL;
+  fdy_llama_speculative_stats spec_stats = {0};
   fdy_llama_generation gen = {0};
   fdy_tokenizer *tok = NULL;
   fdy_cli_printer printer = {0};
   int32_t stop[FDY_TOKENIZER_MAX_STOP];
-  fdy_llama_generate_options generate_options = {
-      .max_tokens = (uint32_t)max_tokens, .ignore_eos = ignore_eos};
+  fdy_llama_generate_options generate_options = {.max_tokens =
+                                                     (uint32_t)max_tokens,
+                                                 .ignore_eos = ignore_eos,
+                                                 .sampling = &sampling};
   if (fdy_cli_check_manifest(&session_flags, model_dir, NULL, &err) != FDY_OK ||
       (!prompt_text && fdy_cli_open_tokenizer(model_dir, tokenizer_path, &tok,
                                               &err) != FDY_OK)) {
@@ -866,8 +1082,14 @@ int fdy_cmd_generate(int argc, char **argv) {
     goto cleanup;
   }
   if (fdy_llama_open(model_dir, &model, &err) != FDY_OK ||
-      open_session(&session_flags, model, 1, &engine, &session, &err) !=
-          FDY_OK) {
+      (draft_dir &&
+       open_draft(draft_dir, model, &draft_model, &err) != FDY_OK) ||
+      open_session(&session_flags, model, 1,
+                   draft_dir ? spec.max_draft_tokens + 1 : 0, &engine, &session,
+                   &err) != FDY_OK ||
+      (draft_dir && draft_session(&session_flags, draft_model, engine,
+                                  fdy_llama_session_context(session), &draft,
+                                  &err) != FDY_OK)) {
     code = fdy_cli_fail(&err);
     goto cleanup;
   }
@@ -889,8 +1111,13 @@ int fdy_cmd_generate(int argc, char **argv) {
     generate_options.on_token = json ? NULL : fdy_cli_printer_token;
     generate_options.ctx = &printer;
   }
-  if (fdy_llama_generate(session, prompt, prompt_count, &generate_options, &gen,
-                         &err) != FDY_OK ||
+  fdy_status generated =
+      draft ? fdy_llama_generate_speculative(session, draft, prompt,
+                                             prompt_count, &generate_options,
+                                             &spec, &gen, &spec_stats, &err)
+            : fdy_llama_generate(session, prompt, prompt_count,
+                                 &generate_options, &gen, &err);
+  if (generated != FDY_OK ||
       (printer.stream && fdy_cli_printer_finish(&printer, &err) != FDY_OK)) {
     code = fdy_cli_fail(&err);
     goto cleanup;
@@ -903,7 +1130,12 @@ int fdy_cmd_generate(int argc, char **argv) {
                   .backend = session_flags.backend,
                   .threads = fdy_cpu_backend_threads(engine),
                   .context = fdy_llama_session_context(session),
-                  .stats = fdy_llama_session_stats(session)};
+                  .stats = fdy_llama_session_stats(session),
+                  .sampling = &sampling,
+                  .random_seed = random_seed,
+                  .spec = draft ? &spec : NULL,
+                  .spec_stats = &spec_stats,
+                  .draft_dir = draft_dir};
   if (json) {
     code = print_json(&run, prompt, prompt_count, &gen);
   } else {
@@ -914,8 +1146,10 @@ int fdy_cmd_generate(int argc, char **argv) {
 cleanup:
   fdy_cli_printer_destroy(&printer);
   fdy_llama_generation_free(&gen);
+  fdy_llama_session_destroy(draft);
   fdy_llama_session_destroy(session);
   fdy_backend_destroy(engine);
+  fdy_llama_close(draft_model);
   fdy_llama_close(model);
   fdy_tokenizer_destroy(tok);
   free(prompt);

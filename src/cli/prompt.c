@@ -22,21 +22,22 @@ fdy_status fdy_cli_prompt_ids(fdy_tokenizer *tok, const char *text,
   size_t len = text ? strlen(text) : 0;
   fdy_tokens tokens = {0};
   fdy_status s = FDY_OK;
-  if (fdy_tokenizer_bos(tok) < 0) {
-    s = fdy_error_set(err, FDY_ERR_UNSUPPORTED,
-                      "%s: the tokenizer has no beginning-of-text token",
-                      fdy_tokenizer_source(tok));
-    goto cleanup;
-  }
   if (!text) {
     s = fdy_cli_read_file(path, "prompt file", &file, &len, err);
     text = file;
   }
-  if (s == FDY_OK) {
+  if (s == FDY_OK && fdy_tokenizer_add_bos(tok)) {
     s = fdy_tokens_push(&tokens, fdy_tokenizer_bos(tok), err);
   }
   if (s == FDY_OK) {
     s = fdy_tokenizer_encode(tok, text, len, 0, &tokens, err);
+  }
+  if (s == FDY_OK && tokens.count == 0) {
+    s = fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                      "the prompt is empty and %s adds no beginning-of-text "
+                      "token (add_bos_token): there is nothing to generate "
+                      "from",
+                      fdy_tokenizer_source(tok));
   }
   if (s == FDY_OK && tokens.count > UINT32_MAX) {
     s = fdy_error_set(err, FDY_ERR_OVERFLOW, "the prompt has %zu ids",

@@ -1,5 +1,5 @@
 /* Text prompts for the CLI: the tokenizer a command uses (an explicit file,
- * else the one in the model directory), a prompt turned into BOS + ids, and
+ * else the one in the model directory), a prompt turned into ids, and
  * generated ids written as text, through the streaming decoder, while they
  * are generated. */
 #ifndef FOUNDRY_CLI_PROMPT_H
@@ -18,11 +18,13 @@ fdy_status fdy_cli_open_tokenizer(const char *model_dir,
                                   const char *tokenizer_path,
                                   fdy_tokenizer **out, fdy_error *err);
 
-/* The ids of a prompt: BOS, then the encoded text (special-token spellings
- * are plain text). text is used when not NULL, else the raw bytes of the
- * file at path. A tokenizer without BOS is FDY_ERR_UNSUPPORTED, a prompt
- * of more than UINT32_MAX ids FDY_ERR_OVERFLOW. *ids (malloc'd, *count of
- * them) is owned by the caller; NULL on failure. */
+/* The ids of a prompt: the BOS when the tokenizer adds one
+ * (fdy_tokenizer_add_bos: tokenizer_config.json's add_bos_token, as Hugging
+ * Face's encode does), then the encoded text (special-token spellings are
+ * plain text). text is used when not NULL, else the raw bytes of the file
+ * at path. An empty prompt without BOS is FDY_ERR_INVALID_ARGUMENT, a
+ * prompt of more than UINT32_MAX ids FDY_ERR_OVERFLOW. *ids (malloc'd, *count
+ * of them) is owned by the caller; NULL on failure. */
 fdy_status fdy_cli_prompt_ids(fdy_tokenizer *tok, const char *text,
                               const char *path, int32_t **ids, uint32_t *count,
                               fdy_error *err);

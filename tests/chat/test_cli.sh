@@ -170,6 +170,59 @@ else
   grep -q "max-tokens reached" "$err" && fail "chat did not stop at EOS"
 fi
 
+# ---- sampling (issue #29) ---------------------------------------------------
+
+# chat follows generation_config.json, else greedy; the flags win field by
+# field. A seeded answer is generate --chat's with the same sampling.
+mkdir "$work/gen"
+for f in config.json model.safetensors model.safetensors.index.json \
+  tokenizer.model; do
+  ln -s "$model/$f" "$work/gen/$f"
+done
+expect_cmd 0 "chat greedy" "$foundry" chat --model "$work/gen" \
+  --max-tokens 6 <"$work/hello.in"
+cp "$out" "$work/greedy.chat"
+grep -q "sampling:" "$err" && fail "chat without a config printed sampling"
+printf '{"do_sample": true, "temperature": 0.9, "top_p": 0.8, "top_k": 40}' \
+  >"$work/gen/generation_config.json"
+expect_cmd 0 "chat from generation_config.json" "$foundry" chat \
+  --model "$work/gen" --max-tokens 6 --seed 5 <"$work/hello.in"
+cp "$out" "$work/sampled.chat"
+contains "$err" "temperature 0.9, top-k 40, top-p 0.8, min-p 0, seed 5"
+contains "$err" "generation_config.json"
+expect 0 generate --model "$work/gen" --chat --prompt Hello --max-tokens 6 \
+  --temperature 0.9 --top-p 0.8 --top-k 40 --seed 5
+cmp -s "$out" "$work/sampled.chat" ||
+  fail "chat's sampled answer differs from generate --chat's"
+# generate ignores generation_config.json: greedy unless told
+expect 0 generate --model "$work/gen" --chat --prompt Hello --max-tokens 6
+cmp -s "$out" "$work/greedy.chat" || fail "generate --chat did not stay greedy"
+# --temperature 0 overrides the config
+expect_cmd 0 "chat --temperature 0" "$foundry" chat --model "$work/gen" \
+  --max-tokens 6 --temperature 0 <"$work/hello.in"
+cmp -s "$out" "$work/greedy.chat" || fail "chat --temperature 0 not greedy"
+# do_sample false is greedy whatever the temperature
+printf '{"do_sample": false, "temperature": 0.9}' \
+  >"$work/gen/generation_config.json"
+expect_cmd 0 "chat do_sample false" "$foundry" chat --model "$work/gen" \
+  --max-tokens 6 <"$work/hello.in"
+cmp -s "$out" "$work/greedy.chat" || fail "do_sample false did not stay greedy"
+contains "$err" "sampling: greedy from generation_config.json"
+# a bad file or field: exit 1 naming the file and the field
+for bad in '{"temperature": "hot"}:temperature' '{"top_k": -3}:top_k' \
+  '{"top_p": 1.5}:top_p' '{"do_sample": 1}:do_sample' \
+  '{"temperature": 0.7,:generation_config.json' '[1]:generation_config.json'; do
+  printf '%s' "${bad%:*}" >"$work/gen/generation_config.json"
+  expect_cmd 1 "chat with generation_config.json ${bad%:*}" "$foundry" chat \
+    --model "$work/gen" <"$work/hello.in"
+  contains "$err" "$work/gen/generation_config.json"
+  contains "$err" "${bad##*:}"
+done
+expect 2 chat --model "$work/gen" --temperature -0.5
+contains "$err" "--temperature"
+expect 2 chat --model "$work/gen" --top-p 2
+contains "$err" "--top-p"
+
 # usage errors and failures
 expect 2 chat
 expect 2 chat --model "$model" extra
