@@ -179,7 +179,12 @@ static fdy_status validator_init(validator *v, const fdy_plan *plan,
     v->buffers[b].root = NONE;
     v->buffers[b].free_nodes = NONE;
   }
-  v->random = 2463534242u;
+  /* Treap priorities from a seed no plan can predict, so that no plan can
+   * be written to make a log a deep chain (the recursion's depth). The
+   * results do not depend on the tree's shape. */
+  uint64_t seed = (uint64_t)fdy_now_ns() ^ (uint64_t)(uintptr_t)v;
+  seed = (seed ^ (seed >> 31)) * 0x9e3779b97f4a7c15u;
+  v->random = (uint32_t)(seed >> 32) | 1u;
   if (v->buffers == NULL || v->event_signal == NULL ||
       v->signal_stream == NULL || v->signal_seq == NULL ||
       v->signal_event == NULL || v->signal_clock == NULL ||
@@ -279,7 +284,7 @@ static void start_section(validator *v) {
  * entered counts in log_visits. */
 
 static uint32_t next_priority(validator *v) {
-  uint32_t x = v->random; /* xorshift32: deterministic, never 0 */
+  uint32_t x = v->random; /* xorshift32, never 0 */
   x ^= x << 13;
   x ^= x >> 17;
   x ^= x << 5;

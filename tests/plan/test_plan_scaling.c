@@ -9,8 +9,11 @@
  * - with one input that every op reads as prev, so that its bytes carry
  *   a read per op.
  * Searching a whole log per access (what validation did before) visits
- * about N^2 / 2 records: 4x per doubling. The records visited per op may
- * grow only as the depth of a balanced tree (log N). */
+ * about N^2 / 2 records, N / 2 per op: 16x as many per op at 4096 ops as
+ * at 256. The records visited per op may grow only as the depth of a
+ * balanced tree (log N): at most 2.5x from 256 to 4096 ops (the treap's
+ * priorities are random, so the counts vary a little from run to run; 40
+ * runs gave at most 1.72x). */
 #include "plan_helpers.h"
 #include "plan_internal.h"
 
@@ -70,28 +73,19 @@ static uint64_t visits_for(size_t n, int shape) {
 static void test_visits_grow_near_linearly(void **state) {
   (void)state;
   for (int shape = 0; shape < SHAPE_COUNT; shape++) {
-    uint64_t previous = 0;
     double first_per_op = 0;
     for (size_t n = 256; n <= 4096; n *= 2) {
       uint64_t visits = visits_for(n, shape);
       double per_op = (double)visits / (double)n;
       print_message("%s: %zu ops, %llu log records visited (%.1f per op)\n",
                     shape_names[shape], n, (unsigned long long)visits, per_op);
-      if (previous != 0 && (double)visits > 2.6 * (double)previous) {
-        fail_msg("%s: %zu ops visit %llu log records, %.2fx the %llu of %zu "
-                 "ops: validation grows faster than n log n",
-                 shape_names[shape], n, (unsigned long long)visits,
-                 (double)visits / (double)previous,
-                 (unsigned long long)previous, n / 2);
-      }
-      if (first_per_op == 0) {
+      if (n == 256) {
         first_per_op = per_op;
       } else if (per_op > 2.5 * first_per_op) {
         fail_msg("%s: %.1f log records visited per op at %zu ops, %.1f at "
-                 "256",
+                 "256: validation grows faster than n log n",
                  shape_names[shape], per_op, n, first_per_op);
       }
-      previous = visits;
     }
   }
 }
