@@ -1,13 +1,19 @@
-/* Llama 3 Instruct conversations: the chat template (messages to token ids
- * through a tokenizer) and a conversation on a session that keeps the KV
- * cache across turns, so that a turn prefills only its own new ids.
+/* Chat conversations: the chat template (messages to token ids through a
+ * tokenizer) and a conversation on a session that keeps the KV cache across
+ * turns, so that a turn prefills only its own new ids.
  *
- * The template (docs/llama.md, "Chat"): BOS first; each message is
+ * Two templates (docs/llama.md, "Chat"). Llama 3 Instruct: BOS first; each
+ * message is
  * <|start_header_id|>ROLE<|end_header_id|> "\n\n" TEXT <|eot_id|> with TEXT
  * stripped of leading and trailing whitespace (Python's str.strip(), as the
  * templates' `| trim` does) and encoded as plain text, so special-token
  * spellings in it stay text; the answer follows
  * <|start_header_id|>assistant<|end_header_id|> "\n\n".
+ * ChatML (SmolLM2, Qwen2.5, Qwen3): no BOS; each message is
+ * <|im_start|> ROLE "\n" TEXT <|im_end|> "\n" with TEXT as it is, the answer
+ * follows <|im_start|> "assistant\n" and ends at <|im_end|>; a system
+ * message that the template writes when there is none (SmolLM2's, Qwen2.5's)
+ * is written likewise.
  *
  * Thread-safety: a chat uses its session and tokenizer; one thread at a
  * time uses the three. */
@@ -27,6 +33,16 @@ extern "C" {
 
 typedef struct fdy_chat fdy_chat;
 
+/* Which template a chat applies. */
+typedef enum fdy_chat_template {
+  FDY_CHAT_TEMPLATE_AUTO,   /* the tokenizer's (below) */
+  FDY_CHAT_TEMPLATE_LLAMA3, /* Llama 3 Instruct */
+  FDY_CHAT_TEMPLATE_CHATML, /* ChatML */
+} fdy_chat_template;
+
+/* The most stop ids of a chat: the tokenizer's and the end of turn. */
+#define FDY_CHAT_MAX_STOP (FDY_TOKENIZER_MAX_STOP + 1)
+
 typedef struct fdy_chat_options {
   const char *system;  /* the system message (copied), written before the
                           first user message; NULL for none ("" is an empty
@@ -35,35 +51,47 @@ typedef struct fdy_chat_options {
                           context is full */
   const fdy_sample_params *sampling; /* how answers are drawn (copied);
                                         NULL = greedy */
+  fdy_chat_template template_kind;   /* AUTO (the zero value), or a template
+                                        forced whatever the tokenizer's */
 } fdy_chat_options;
 
-/* A conversation on session with the Llama 3 Instruct template and the
- * stop ids (fdy_tokenizer_stop_ids) of tok. The session and the tokenizer
- * must outlive the chat; the first turn resets the session. The template is
- * taken from tok: a tokenizer_config.json chat_template must be a Llama 3
- * Instruct template (recognised by its <|start_header_id|>,
- * <|end_header_id|> and <|eot_id|>: Llama 3, 3.1, 3.2 and 3.3 Instruct);
- * without one (a tiktoken file, a base model) the Llama 3 template is used
- * when tok has its special tokens. Errors: another template
- * FDY_ERR_UNSUPPORTED (err->name "chat_template"; the message names the
- * kind of template and quotes its start), a missing BOS or special token
- * FDY_ERR_UNSUPPORTED (err->name its spelling), no session or tokenizer
- * or sampling refused by fdy_llama_sampling_check FDY_ERR_INVALID_ARGUMENT,
- * FDY_ERR_OUT_OF_MEMORY. *out is NULL on failure. */
+/* A conversation on session with a template and the stop ids of tok
+ * (fdy_tokenizer_stop_ids) and of the template (<|eot_id|>, <|im_end|>).
+ * The session and the tokenizer must outlive the chat; the first turn
+ * resets the session. The template is options->template_kind when not
+ * AUTO; else taken from tok: a tokenizer_config.json chat_template is Llama
+ * 3's when it writes <|start_header_id|>, <|end_header_id|> and <|eot_id|>
+ * (Llama 3, 3.1, 3.2 and 3.3 Instruct), ChatML when it writes <|im_start|>
+ * and <|im_end|> and no Llama 3 header; without one (a tiktoken file, a
+ * base model) Llama 3's, or ChatML's when tok has <|im_start|> and no
+ * <|start_header_id|>. Errors: another template FDY_ERR_UNSUPPORTED
+ * (err->name "chat_template"; the message names the file, the kind of
+ * template and quotes its start), a missing BOS or special token of the
+ * template FDY_ERR_UNSUPPORTED (err->name its spelling), no session or
+ * tokenizer or sampling refused by fdy_llama_sampling_check
+ * FDY_ERR_INVALID_ARGUMENT, FDY_ERR_OUT_OF_MEMORY. *out is NULL on failure. */
 fdy_status fdy_chat_create(fdy_llama_session *session, fdy_tokenizer *tok,
                            const fdy_chat_options *options, fdy_chat **out,
                            fdy_error *err);
 /* Frees the chat (not its session or tokenizer); NULL is a no-op. */
 void fdy_chat_destroy(fdy_chat *chat);
 
+/* The template the chat applies (LLAMA3 or CHATML). */
+fdy_chat_template fdy_chat_template_kind(const fdy_chat *chat);
+
+/* Writes the ids that end an answer (the tokenizer's stop ids and the
+ * template's end of turn, each once) to ids; returns how many. */
+uint32_t fdy_chat_stop_ids(const fdy_chat *chat,
+                           int32_t ids[FDY_CHAT_MAX_STOP]);
+
 /* Appends to out the ids that fdy_chat_turn would prefill for the user
- * message text (len bytes, any bytes): on the first turn BOS and the system
- * message when there is one; on a later turn the end of the previous
- * answer (its last id, which generation returns but never feeds, unless it
- * is a stop id, then <|eot_id|>: every answer ends with <|eot_id|> in the
- * cache, whatever stopped it); then the user message and the assistant
- * header. The chat is unchanged. Errors as fdy_tokenizer_encode's; out
- * keeps its earlier ids on failure. */
+ * message text (len bytes, any bytes): on the first turn BOS (Llama 3) and
+ * the system message when there is one; on a later turn the end of the
+ * previous answer (its last id, which generation returns but never feeds,
+ * unless it is a stop id, then the end of turn, <|eot_id|> or <|im_end|>
+ * "\n": every answer ends with it in the cache, whatever stopped it); then
+ * the user message and the assistant header. The chat is unchanged. Errors as
+ * fdy_tokenizer_encode's; out keeps its earlier ids on failure. */
 fdy_status fdy_chat_prompt(fdy_chat *chat, const char *text, size_t len,
                            fdy_tokens *out, fdy_error *err);
 

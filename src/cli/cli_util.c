@@ -777,3 +777,32 @@ void fdy_cli_sampling_print(FILE *out, const fdy_sample_params *p, bool random,
   }
   fputc('\n', out);
 }
+
+/* ---- chat templates ------------------------------------------------------ */
+
+fdy_status fdy_cli_parse_chat_template(const char *text, fdy_chat_template *out,
+                                       fdy_error *err) {
+  if (strcmp(text, "llama3") == 0) {
+    *out = FDY_CHAT_TEMPLATE_LLAMA3;
+  } else if (strcmp(text, "chatml") == 0) {
+    *out = FDY_CHAT_TEMPLATE_CHATML;
+  } else {
+    return fdy_error_setf(err, FDY_ERR_INVALID_ARGUMENT, "--chat-template", 0,
+                          0,
+                          "--chat-template must be llama3 or chatml, got "
+                          "'%s'",
+                          text);
+  }
+  return FDY_OK;
+}
+
+void fdy_cli_explain_template(fdy_error *err) {
+  if (!err || err->kind != FDY_ERR_UNSUPPORTED ||
+      strcmp(err->name, "chat_template") != 0) {
+    return;
+  }
+  size_t len = strlen(err->message);
+  snprintf(err->message + len, sizeof err->message - len,
+           " (--chat-template llama3 or chatml applies one of those "
+           "instead)");
+}

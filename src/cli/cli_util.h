@@ -13,6 +13,7 @@
 #include <stdio.h>
 
 #include "foundry/backend.h"
+#include "foundry/chat.h"
 #include "foundry/core.h"
 #include "foundry/llama_session.h"
 #include "foundry/manifest.h"
@@ -276,6 +277,16 @@ fdy_sample_params fdy_cli_sampling_resolve(const fdy_cli_sampling_flags *flags,
  * (NULL: nothing). */
 void fdy_cli_sampling_print(FILE *out, const fdy_sample_params *p,
                             bool random_seed, const char *source);
+
+/* --chat-template NAME (generate --chat, chat): llama3 or chatml; anything
+ * else FDY_ERR_INVALID_ARGUMENT naming the flag (a usage error). */
+fdy_status fdy_cli_parse_chat_template(const char *text, fdy_chat_template *out,
+                                       fdy_error *err);
+
+/* After fdy_chat_create refused the tokenizer's chat template (err->name
+ * "chat_template"), appends how to force one: --chat-template. Any other
+ * error is left alone; err may be NULL. */
+void fdy_cli_explain_template(fdy_error *err);
 
 /* The most bytes the CLI reads from a prompt, prompt-list, text or id
  * file: 64 MiB, a hundred times the text of the longest context (128k

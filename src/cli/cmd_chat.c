@@ -30,7 +30,8 @@ void fdy_cmd_chat_help(FILE *out) {
   fprintf(out,
           "usage: foundry chat --model DIR [options]\n"
           "\n"
-          "Talks with a Llama 3 Instruct MLX 4-bit checkpoint. Each line of\n"
+          "Talks with an Instruct MLX 4-bit checkpoint through its chat\n"
+          "template (Llama 3 or ChatML). Each line of\n"
           "standard input is a message; the answer is printed to standard\n"
           "output as it is generated, then its speed to standard error. The\n"
           "conversation stays in the KV cache, so a message costs only its\n"
@@ -42,6 +43,10 @@ void fdy_cmd_chat_help(FILE *out) {
           "  --tokenizer FILE a tokenizer.json or tiktoken file instead of\n"
           "                   the model directory's\n"
           "  --system TEXT    a system message before the first one\n"
+          "  --chat-template llama3|chatml  this template, whatever the\n"
+          "                   tokenizer's (default: the chat_template of\n"
+          "                   tokenizer_config.json, which must be Llama 3's\n"
+          "                   or ChatML)\n"
           "  --max-tokens N   tokens per answer at most (default: until the\n"
           "                   end of the answer or of the context)\n"
           "  --backend NAME   cpu (the default) or cuda\n"
@@ -235,18 +240,21 @@ int fdy_cmd_chat(int argc, char **argv) {
     OPT_TOKENIZER,
     OPT_SYSTEM,
     OPT_MAX,
+    OPT_CHAT_TEMPLATE,
   };
   static const struct option options[] = {
       {"model", required_argument, NULL, OPT_MODEL},
       {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
       {"system", required_argument, NULL, OPT_SYSTEM},
       {"max-tokens", required_argument, NULL, OPT_MAX},
+      {"chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE},
       FDY_CLI_SESSION_OPTIONS,
       FDY_CLI_SAMPLING_OPTIONS,
       {NULL, 0, NULL, 0},
   };
   const char *model_dir = NULL, *tokenizer_path = NULL, *system = NULL;
   uint64_t max_tokens = 0;
+  fdy_chat_template template_kind = FDY_CHAT_TEMPLATE_AUTO;
   fdy_cli_session_flags session_flags = FDY_CLI_SESSION_FLAGS_DEFAULT;
   fdy_cli_sampling_flags sampling_flags = {.params = FDY_LLAMA_GREEDY};
   fdy_error err;
@@ -272,6 +280,9 @@ int fdy_cmd_chat(int argc, char **argv) {
     case OPT_MAX:
       status = fdy_cli_parse_uint("--max-tokens", optarg, 1, UINT32_MAX,
                                   &max_tokens, &err);
+      break;
+    case OPT_CHAT_TEMPLATE:
+      status = fdy_cli_parse_chat_template(optarg, &template_kind, &err);
       break;
     case ':':
       return fdy_cli_usage("chat", "%s needs a value", argv[optind - 1]);
@@ -328,7 +339,8 @@ int fdy_cmd_chat(int argc, char **argv) {
   bool from_config = false, random_seed = false;
   fdy_chat_options chat_options = {.system = system,
                                    .max_tokens = (uint32_t)max_tokens,
-                                   .sampling = &sampling};
+                                   .sampling = &sampling,
+                                   .template_kind = template_kind};
   if (fdy_cli_generation_config(model_dir, &defaults, &from_config, &err) !=
       FDY_OK) {
     code = fdy_cli_fail(&err);
@@ -349,6 +361,7 @@ int fdy_cmd_chat(int argc, char **argv) {
       fdy_chat_create(session, tok, &chat_options, &chat, &err) != FDY_OK ||
       fdy_cli_printer_init(&printer, tok, stdout, &interrupted, &err) !=
           FDY_OK) {
+    fdy_cli_explain_template(&err);
     code = fdy_cli_fail(&err);
     goto cleanup;
   }

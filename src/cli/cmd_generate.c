@@ -71,10 +71,13 @@ void fdy_cmd_generate_help(FILE *out) {
           "  --max-sequences N  with --prompts-file: prompts generated at\n"
           "                   once, 1 to %u (default: the prompts, at most\n"
           "                   %u), each with a KV cache of the context\n"
-          "  --chat           apply the Llama 3 Instruct chat template to the\n"
-          "                   text: a user message, then the assistant's\n"
-          "                   header\n"
+          "  --chat           apply the chat template to the text: a user\n"
+          "                   message, then the assistant's header\n"
           "  --system TEXT    with --chat: a system message first\n"
+          "  --chat-template llama3|chatml  with --chat: this template,\n"
+          "                   whatever the tokenizer's (default: the\n"
+          "                   chat_template of tokenizer_config.json, which\n"
+          "                   must be Llama 3's or ChatML)\n"
           "  --tokenizer FILE a tokenizer.json or tiktoken file instead of\n"
           "                   the model directory's\n"
           "  --draft-model DIR  speculative decoding (greedy, one prompt):\n"
@@ -282,25 +285,31 @@ static void print_text(const run_info *run, uint32_t prompt_count,
 }
 
 /* The prompt's ids from text (text, else the file at text_file): BOS +
- * the text, or with chat the Llama 3 template of a user message (after a
- * system message when system is not NULL) on session. */
+ * the text, or with chat the chat template (kind, or the tokenizer's) of a
+ * user message (after a system message when system is not NULL) on
+ * session; then the ids that end the text in stop (*stop_count of them):
+ * the tokenizer's, and with chat the template's end of turn. */
 static fdy_status text_prompt(fdy_tokenizer *tok, fdy_llama_session *session,
-                              bool chat, const char *system, const char *text,
+                              bool chat, fdy_chat_template kind,
+                              const char *system, const char *text,
                               const char *text_file, int32_t **ids,
-                              uint32_t *count, fdy_error *err) {
+                              uint32_t *count, int32_t stop[FDY_CHAT_MAX_STOP],
+                              uint32_t *stop_count, fdy_error *err) {
   if (!chat) {
+    *stop_count = fdy_tokenizer_stop_ids(tok, stop);
     return fdy_cli_prompt_ids(tok, text, text_file, ids, count, err);
   }
   char *file = NULL;
   size_t len = text ? strlen(text) : 0;
   fdy_chat *conversation = NULL;
   fdy_tokens tokens = {0};
-  fdy_chat_options options = {.system = system};
+  fdy_chat_options options = {.system = system, .template_kind = kind};
   fdy_status s =
       text ? FDY_OK
            : fdy_cli_read_file(text_file, "prompt file", &file, &len, err);
   if (s == FDY_OK) {
     s = fdy_chat_create(session, tok, &options, &conversation, err);
+    fdy_cli_explain_template(err);
   }
   if (s == FDY_OK) {
     s = fdy_chat_prompt(conversation, text ? text : file, len, &tokens, err);
@@ -313,6 +322,7 @@ static fdy_status text_prompt(fdy_tokenizer *tok, fdy_llama_session *session,
     *ids = tokens.ids;
     *count = (uint32_t)tokens.count;
     tokens = (fdy_tokens){0};
+    *stop_count = fdy_chat_stop_ids(conversation, stop);
   }
   fdy_tokens_free(&tokens);
   fdy_chat_destroy(conversation);
@@ -855,7 +865,8 @@ int fdy_cmd_generate(int argc, char **argv) {
     OPT_SEQUENCES,
     OPT_DRAFT_MODEL,
     OPT_DRAFT_TOKENS,
-    OPT_DRAFT_FIXED
+    OPT_DRAFT_FIXED,
+    OPT_CHAT_TEMPLATE
   };
   static const struct option options[] = {
       {"model", required_argument, NULL, OPT_MODEL},
@@ -876,6 +887,7 @@ int fdy_cmd_generate(int argc, char **argv) {
       {"draft-model", required_argument, NULL, OPT_DRAFT_MODEL},
       {"draft-tokens", required_argument, NULL, OPT_DRAFT_TOKENS},
       {"draft-fixed", no_argument, NULL, OPT_DRAFT_FIXED},
+      {"chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE},
       {NULL, 0, NULL, 0},
   };
   const char *model_dir = NULL, *prompt_text = NULL;
@@ -883,6 +895,7 @@ int fdy_cmd_generate(int argc, char **argv) {
   const char *system = NULL, *prompts_file = NULL, *draft_dir = NULL;
   uint64_t max_tokens = 0, sequences = 0, draft_tokens = 0;
   bool draft_fixed = false;
+  fdy_chat_template template_kind = FDY_CHAT_TEMPLATE_AUTO;
   fdy_cli_session_flags session_flags = FDY_CLI_SESSION_FLAGS_DEFAULT;
   fdy_cli_sampling_flags sampling_flags = {.params = FDY_LLAMA_GREEDY};
   bool have_max = false, ignore_eos = false, json = false, chat = false;
@@ -946,6 +959,9 @@ int fdy_cmd_generate(int argc, char **argv) {
       break;
     case OPT_DRAFT_FIXED:
       draft_fixed = true;
+      break;
+    case OPT_CHAT_TEMPLATE:
+      status = fdy_cli_parse_chat_template(optarg, &template_kind, &err);
       break;
     case ':':
       return fdy_cli_usage("generate", "%s needs a value", argv[optind - 1]);
@@ -1016,6 +1032,9 @@ int fdy_cmd_generate(int argc, char **argv) {
   if (system && !chat) {
     return fdy_cli_usage("generate", "--system needs --chat");
   }
+  if (template_kind != FDY_CHAT_TEMPLATE_AUTO && !chat) {
+    return fdy_cli_usage("generate", "--chat-template needs --chat");
+  }
   if ((draft_tokens || draft_fixed) && !draft_dir) {
     return fdy_cli_usage("generate", "%s needs --draft-model",
                          draft_tokens ? "--draft-tokens" : "--draft-fixed");
@@ -1070,7 +1089,7 @@ int fdy_cmd_generate(int argc, char **argv) {
   fdy_llama_generation gen = {0};
   fdy_tokenizer *tok = NULL;
   fdy_cli_printer printer = {0};
-  int32_t stop[FDY_TOKENIZER_MAX_STOP];
+  int32_t stop[FDY_CHAT_MAX_STOP];
   fdy_llama_generate_options generate_options = {.max_tokens =
                                                      (uint32_t)max_tokens,
                                                  .ignore_eos = ignore_eos,
@@ -1093,16 +1112,19 @@ int fdy_cmd_generate(int argc, char **argv) {
     code = fdy_cli_fail(&err);
     goto cleanup;
   }
-  if (tok && text_prompt(tok, session, chat, system, text, text_file, &prompt,
-                         &prompt_count, &err) != FDY_OK) {
+  uint32_t stop_count = 0;
+  if (tok &&
+      text_prompt(tok, session, chat, template_kind, system, text, text_file,
+                  &prompt, &prompt_count, stop, &stop_count, &err) != FDY_OK) {
     code = fdy_cli_fail(&err);
     goto cleanup;
   }
   if (tok) {
-    /* text ends at the tokenizer's EOS and <|eot_id|> too, printed while it
-     * is generated (JSON prints ids) */
+    /* text ends at the tokenizer's EOS and <|eot_id|> too (and with --chat
+     * at the template's end of turn), printed while it is generated (JSON
+     * prints ids) */
     generate_options.stop_ids = stop;
-    generate_options.stop_count = fdy_tokenizer_stop_ids(tok, stop);
+    generate_options.stop_count = stop_count;
     if (!json &&
         fdy_cli_printer_init(&printer, tok, stdout, NULL, &err) != FDY_OK) {
       code = fdy_cli_fail(&err);

@@ -4,7 +4,8 @@
  * prefills only its new ids and answers as a fresh session given the whole
  * history does, an interrupted answer, a stop id closing the answer with
  * <|eot_id|>, the refusal of a turn at context + 1 (the chat unchanged), an
- * answer that fills the context, and the templates that are refused. On a
+ * answer that fills the context, the templates that are refused, and the
+ * ChatML template against Hugging Face's ids. On a
  * make-model micro-llama3-vocab checkpoint (the real 128,256-id
  * vocabulary, random weights) with the shared Llama 3 tokenizer. */
 #include <setjmp.h>
@@ -476,7 +477,8 @@ static void test_templates(void **state) {
   fdy_chat_destroy(chat);
   fdy_tokenizer_destroy(tok);
 
-  /* any other template is refused, naming it */
+  /* a ChatML template is taken, and needs ChatML's special tokens, which
+   * the tiny vocabulary lacks */
   tokenizer_dir(w, "chatml",
                 "{% for message in messages %}{{'<|im_start|>' + "
                 "message['role'] + '\\n' + message['content'] + "
@@ -486,8 +488,33 @@ static void test_templates(void **state) {
   assert_int_equal(fdy_chat_create(s, tok, NULL, &chat, &err),
                    FDY_ERR_UNSUPPORTED);
   assert_null(chat);
+  assert_string_equal(err.name, "<|im_start|>");
+  /* forcing Llama 3's works there */
+  fdy_chat_options forced = {.template_kind = FDY_CHAT_TEMPLATE_LLAMA3};
+  assert_int_equal(fdy_chat_create(s, tok, &forced, &chat, &err), FDY_OK);
+  assert_int_equal(fdy_chat_template_kind(chat), FDY_CHAT_TEMPLATE_LLAMA3);
+  fdy_chat_destroy(chat);
+  fdy_tokenizer_destroy(tok);
+
+  /* any other template is refused, naming the file and the kind */
+  tokenizer_dir(w, "mistral",
+                "{{ bos_token }}{% for message in messages %}[INST] "
+                "{{ message['content'] }} [/INST]{% endfor %}",
+                NULL, dir, sizeof dir);
+  assert_int_equal(fdy_tokenizer_open(dir, &tok, &err), FDY_OK);
+  assert_int_equal(fdy_chat_create(s, tok, NULL, &chat, &err),
+                   FDY_ERR_UNSUPPORTED);
+  assert_null(chat);
   assert_int_equal(err.kind, FDY_ERR_UNSUPPORTED);
   assert_string_equal(err.name, "chat_template");
+  assert_non_null(strstr(err.message, "mistral/tokenizer_config.json"));
+  assert_non_null(strstr(err.message, "[INST]"));
+  /* unless a template is forced */
+  assert_int_equal(fdy_chat_create(s, tok, &forced, &chat, &err), FDY_OK);
+  fdy_chat_destroy(chat);
+  forced.template_kind = (fdy_chat_template)7;
+  assert_int_equal(fdy_chat_create(s, tok, &forced, &chat, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
   fdy_tokenizer_destroy(tok);
 
   /* a tokenizer without a special token of the template */
@@ -508,6 +535,91 @@ static void test_templates(void **state) {
   fdy_llama_session_destroy(s);
 }
 
+/* ChatML on the SmolLM-style tokenizer (tests/data/tokenizer/hf/smollm,
+ * whose tokenizer_config.json carries SmolLM2-Instruct's template): the ids
+ * equal Hugging Face's (jinja2 rendering the template, then `tokenizers`
+ * encoding the text with its special tokens; tests/chat/test_cli.sh has
+ * the same vectors), the template's default system message, <|im_end|>
+ * among the stops, a second turn, and forcing templates. */
+static void test_chatml(void **state) {
+  world *w = *state;
+  fdy_llama_session *s = session_of(w, w->model, 256);
+  fdy_error err;
+  fdy_tokenizer *tok = NULL;
+  char dir[700];
+  snprintf(dir, sizeof dir, "%s/tokenizer/hf/smollm", data_dir());
+  assert_int_equal(fdy_tokenizer_open(dir, &tok, &err), FDY_OK);
+  assert_false(fdy_tokenizer_add_bos(tok));
+
+  static const int32_t system_user[] = {
+      1,  85,  91, 327, 601, 201, 35,  622, 454, 84,  223, 68,  84,
+      75, 71,  72, 618, 16,  2,   201, 1,   87,  357, 84,  201, 42,
+      71, 368, 81, 2,   201, 1,   472, 85,  779, 325, 86,  201};
+  fdy_chat_options o = {.system = SYSTEM_TEXT, .max_tokens = 3};
+  fdy_chat *chat = NULL;
+  assert_int_equal(fdy_chat_create(s, tok, &o, &chat, &err), FDY_OK);
+  assert_int_equal(fdy_chat_template_kind(chat), FDY_CHAT_TEMPLATE_CHATML);
+  int32_t stop[FDY_CHAT_MAX_STOP];
+  uint32_t n = fdy_chat_stop_ids(chat, stop);
+  assert_true(seen_before(stop, n, 2)); /* <|im_end|> */
+  fdy_tokens ids = prompt_of(chat, "Hello");
+  expect_ids(&ids, system_user, sizeof system_user / sizeof *system_user);
+  fdy_tokens_free(&ids);
+
+  /* a second turn: the answer's last id (unless a stop id), <|im_end|>,
+   * "\n", the message and the header */
+  answer_ids a = {0};
+  fdy_chat_answer answer;
+  assert_int_equal(fdy_chat_turn(chat, "Hello", 5, collect, &a, &answer, &err),
+                   FDY_OK);
+  static const int32_t how[] = {1,   87,  357, 84,  201, 42, 391, 659,
+                                71,  223, 91,  370, 33,  2,  201, 1,
+                                472, 85,  779, 325, 86,  201};
+  fdy_tokens want = {0};
+  if (answer.stop != FDY_CHAT_STOP_EOS) {
+    push(&want, &a.ids[a.count - 1], 1);
+  }
+  push(&want, (const int32_t[]){2, 201}, 2);
+  push(&want, how, sizeof how / sizeof *how);
+  ids = prompt_of(chat, "How are you?");
+  expect_ids(&ids, want.ids, want.count);
+  fdy_tokens_free(&ids);
+  fdy_tokens_free(&want);
+  fdy_chat_destroy(chat);
+
+  /* without a system message, the template's own; whitespace kept */
+  static const int32_t user[] = {
+      1,   85,  91,  327, 601, 201, 59,  370, 659, 71,  223, 67,  658,
+      78,  624, 550, 223, 35,  43,  223, 472, 85,  779, 325, 86,  419,
+      434, 760, 501, 79,  81,  78,  46,  47,  14,  331, 451, 691, 70,
+      223, 68,  91,  223, 42,  87,  604, 692, 223, 40,  355, 71,  2,
+      201, 1,   87,  357, 84,  201, 42,  71,  368, 81,  223, 89,  369,
+      78,  70,  2,   201, 1,   472, 85,  779, 325, 86,  201};
+  assert_int_equal(fdy_chat_create(s, tok, NULL, &chat, &err), FDY_OK);
+  ids = prompt_of(chat, "Hello world");
+  expect_ids(&ids, user, sizeof user / sizeof *user);
+  fdy_tokens_free(&ids);
+  fdy_chat_destroy(chat);
+  static const int32_t spaces[] = {
+      1,   85,  91,  327, 601, 201, 223, 82,  744, 330, 70,  223, 2,
+      201, 1,   87,  357, 84,  201, 223, 331, 89,  81,  201, 503, 691,
+      85,  223, 201, 2,   201, 1,   472, 85,  779, 325, 86,  201};
+  o = (fdy_chat_options){.system = " padded "};
+  assert_int_equal(fdy_chat_create(s, tok, &o, &chat, &err), FDY_OK);
+  ids = prompt_of(chat, "  two\n lines \n");
+  expect_ids(&ids, spaces, sizeof spaces / sizeof *spaces);
+  fdy_tokens_free(&ids);
+  fdy_chat_destroy(chat);
+
+  /* Llama 3's cannot be forced on a ChatML vocabulary */
+  o = (fdy_chat_options){.template_kind = FDY_CHAT_TEMPLATE_LLAMA3};
+  assert_int_equal(fdy_chat_create(s, tok, &o, &chat, &err),
+                   FDY_ERR_UNSUPPORTED);
+  assert_string_equal(err.name, "<|start_header_id|>");
+  fdy_tokenizer_destroy(tok);
+  fdy_llama_session_destroy(s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_first_turn_ids),
@@ -516,6 +628,7 @@ int main(void) {
       cmocka_unit_test(test_stop_id),
       cmocka_unit_test(test_context_refusal),
       cmocka_unit_test(test_templates),
+      cmocka_unit_test(test_chatml),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
