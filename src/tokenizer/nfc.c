@@ -64,7 +64,9 @@ static bool put(buffer *b, const char *s, size_t n) {
     b->p = p;
     b->cap = cap;
   }
-  memcpy(b->p + b->len, s, n);
+  if (n > 0) { /* an empty buffer's p is NULL, which memcpy may not take */
+    memcpy(b->p + b->len, s, n);
+  }
   b->len += n;
   return true;
 }

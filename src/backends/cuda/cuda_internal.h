@@ -263,8 +263,6 @@ uint64_t fdy_cuda_attention_shared_bytes(const fdy_op *op);
 uint64_t fdy_cuda_op_workspace_bytes(const fdy_op *op);
 uint64_t fdy_cuda_attention_workspace_bytes(const fdy_op *op);
 uint64_t fdy_cuda_argmax_workspace_bytes(const fdy_op *op);
-/* SAMPLE's: its rows' chunk sums and its ARGMAX's. */
-uint64_t fdy_cuda_sample_workspace_bytes(const fdy_op *op);
 uint64_t fdy_cuda_matmul_q4_mma_workspace_bytes(const fdy_op *op);
 /* Whether the grid of an ATTENTION or ROPE_ATTENTION launch fits CUDA's
  * limits (and, for ROPE_ATTENTION, whether its rope has at most
