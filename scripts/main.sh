@@ -6,6 +6,16 @@
 # --trace, which this script gives). The report and trace land in
 # build/reports/ under a fresh timestamped name; the last lines say where.
 set -eu
+case "${1:-}" in
+-h | --help)
+  echo "usage: scripts/main.sh [BENCH_OPTION...]"
+  echo "Installs missing Debian packages (scripts/setup-deps.sh), builds in"
+  echo "build/ and runs \`foundry bench\` with its defaults; the options go to"
+  echo "bench (\`build/foundry help bench\` lists them once built). The report"
+  echo "and trace land in build/reports/."
+  exit 0
+  ;;
+esac
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/setup-deps.sh"
 cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=Release -DFOUNDRY_TESTS=OFF >/dev/null

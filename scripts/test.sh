@@ -5,18 +5,25 @@
 # Sanitizer build instead, or --tsan for the ThreadSanitizer build. Prints
 # one line saying whether the CUDA backend is built, and why not.
 set -eu
-root=$(cd "$(dirname "$0")/.." && pwd)
-"$root/scripts/setup-deps.sh"
+usage="usage: scripts/test.sh [--sanitize | --tsan]"
 preset=ci
 case "${1:-}" in
 --sanitize) preset=asan ;;
 --tsan) preset=tsan ;;
+-h | --help)
+  echo "$usage"
+  echo "Installs missing Debian packages (scripts/setup-deps.sh), builds in"
+  echo "build-ci/ (build-asan/, build-tsan/) and runs every test."
+  exit 0
+  ;;
 "") ;;
 *)
-  echo "usage: scripts/test.sh [--sanitize | --tsan]" >&2
+  echo "$usage" >&2
   exit 2
   ;;
 esac
+root=$(cd "$(dirname "$0")/.." && pwd)
+"$root/scripts/setup-deps.sh"
 cd "$root"
 cmake --preset "$preset" >/dev/null
 echo "test.sh: CUDA backend $(sed -n 's/^FOUNDRY_CUDA_STATUS:INTERNAL=//p' \

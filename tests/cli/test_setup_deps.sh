@@ -2,7 +2,8 @@
 # scripts/setup-deps.sh with dpkg-query, apt-get and sudo stubbed on PATH
 # (nothing is installed): one line per set of packages instead of apt-get's
 # and dpkg's progress, and on a failure apt-get's whole output and its exit
-# status.
+# status; and --help of scripts/main.sh and scripts/test.sh answers at
+# once, installing nothing.
 # usage: test_setup_deps.sh SETUP_DEPS_SH
 set -u
 script=$1
@@ -51,5 +52,15 @@ expect_cmd 100 "setup-deps.sh whose apt-get install fails" \
 contains "$err" "... failed; apt-get said:"
 contains "$err" "Unpacking package 399 ..."
 contains "$err" "E: Unable to locate package nope"
+
+# --help of the README's two commands: usage at once, nothing installed
+# (apt-get, stubbed, would record a call)
+for sh_script in main.sh test.sh; do
+  : >"$work/calls"
+  expect_cmd 0 "$sh_script --help" \
+    env PATH="$work/bin:$PATH" sh "$(dirname "$script")/$sh_script" --help
+  contains "$out" "usage: scripts/$sh_script"
+  [ -s "$work/calls" ] && fail "$sh_script --help ran apt-get"
+done
 
 finish setup_deps
