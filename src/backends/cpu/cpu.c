@@ -1,7 +1,7 @@
 /* The CPU backend: the backend contract implemented on the host with
  * pthreads, so the whole system runs without a GPU, and the reference
  * implementation of every op (kernels.c, matmul_q4.c) on one thread pool
- * (pool.c).
+ * (core's foundry/pool.h).
  *
  * Each stream is a worker thread draining a FIFO of items: copy to device,
  * copy to host, launch, record, wait. One backend mutex guards all shared
@@ -39,10 +39,10 @@
 #include "foundry/cpu.h"
 #include "foundry/host_copy.h"
 #include "foundry/op_table.h"
+#include "foundry/pool.h"
 
 #include "handle_list.h"
 #include "kernels.h"
-#include "pool.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -120,7 +120,7 @@ struct cpu_backend {
   uint64_t pending;    /* submitted items not yet completed */
   fdy_budget budget;
   uint64_t alignment;
-  fdy_cpu_pool *pool;
+  fdy_pool *pool;
   cpu_item *free_items;                          /* completed, for reuse */
   fdy_list_node buffers, events, streams, hosts; /* list heads */
   uint64_t submitted;    /* copies and launches queued (backend.h) */
@@ -393,7 +393,7 @@ static fdy_status cpu_capabilities(fdy_backend *base, fdy_device_caps *out,
 
 static bool cpu_supports_op(fdy_backend *base, const fdy_op *op) {
   cpu_backend *b = cpu_of(base);
-  return op != NULL && fdy_cpu_op_supported(op, fdy_cpu_pool_threads(b->pool));
+  return op != NULL && fdy_cpu_op_supported(op, fdy_pool_threads(b->pool));
 }
 
 /* UINT64_MAX when the op is not supported (no workspace can be that big). */
@@ -401,7 +401,7 @@ static uint64_t cpu_workspace_bytes(fdy_backend *base, const fdy_op *op) {
   cpu_backend *b = cpu_of(base);
   uint64_t bytes = 0;
   if (!cpu_supports_op(base, op) ||
-      fdy_cpu_op_workspace(op, fdy_cpu_pool_threads(b->pool), &bytes, NULL) !=
+      fdy_cpu_op_workspace(op, fdy_pool_threads(b->pool), &bytes, NULL) !=
           FDY_OK) {
     return UINT64_MAX;
   }
@@ -825,7 +825,7 @@ static fdy_status check_views(const cpu_backend *b, const fdy_op *op,
 static fdy_status cpu_launch(fdy_backend *base, fdy_backend_stream *stream,
                              const fdy_op *op, fdy_error *err) {
   cpu_backend *b = cpu_of(base);
-  uint32_t threads = fdy_cpu_pool_threads(b->pool);
+  uint32_t threads = fdy_pool_threads(b->pool);
   if (stream == NULL || op == NULL) {
     return cpu_fail(err, FDY_ERR_INVALID_ARGUMENT, "launch",
                     "NULL stream or op");
@@ -953,7 +953,7 @@ static void cpu_destroy(fdy_backend *base) {
     free(item);
   }
   pthread_mutex_unlock(&b->mu);
-  fdy_cpu_pool_destroy(b->pool);
+  fdy_pool_destroy(b->pool);
   pthread_cond_destroy(&b->idle);
   pthread_mutex_destroy(&b->mu);
   free(b);
@@ -1077,7 +1077,7 @@ fdy_status fdy_cpu_backend_create(const fdy_cpu_options *options,
     goto cleanup;
   }
   idle_ready = true;
-  st = fdy_cpu_pool_create(opts.threads, &b->pool, err);
+  st = fdy_pool_create(opts.threads, &b->pool, err);
   if (st != FDY_OK) {
     cpu_tag(err, st, "create");
     goto cleanup;
@@ -1108,5 +1108,5 @@ uint32_t fdy_cpu_backend_threads(const fdy_backend *backend) {
   if (backend == NULL || backend->ops != &cpu_ops) {
     return 0;
   }
-  return fdy_cpu_pool_threads(((const cpu_backend *)backend)->pool);
+  return fdy_pool_threads(((const cpu_backend *)backend)->pool);
 }

@@ -301,14 +301,14 @@ static void checksum_task(void *ctx, uint32_t begin, uint32_t end,
   }
 }
 
-static void run_checksum(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
+static void run_checksum(fdy_pool *pool, const fdy_cpu_args *a) {
   const fdy_op *op = a->op;
   uint64_t n = op->inputs[0].shape.dims[0];
   checksum_job job = {a->inputs[0], n / 8, (uint64_t *)a->workspace};
   uint32_t items = (uint32_t)ceil_div(job.count, CHECKSUM_CHUNK_WORDS);
   uint32_t passes = op->params.checksum.passes ? op->params.checksum.passes : 1;
   for (uint32_t pass = 0; pass < passes; pass++) {
-    fdy_cpu_pool_run(pool, items, 1, checksum_task, &job);
+    fdy_pool_run(pool, items, 1, checksum_task, &job);
   }
   uint64_t sum = 0;
   for (uint32_t i = 0; i < items; i++) {
@@ -365,7 +365,7 @@ static void embed_task(void *ctx, uint32_t begin, uint32_t end,
   }
 }
 
-static void run_embed(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
+static void run_embed(fdy_pool *pool, const fdy_cpu_args *a) {
   const fdy_op *op = a->op;
   const int32_t *step = a->inputs[0];
   embed_job job = {
@@ -380,8 +380,8 @@ static void run_embed(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
       .out = a->outputs[0],
   };
   job.group = job.hidden / job.groups;
-  fdy_cpu_pool_run(pool, active_rows(step, op->outputs[0].shape.dims[0]), 1,
-                   embed_task, &job);
+  fdy_pool_run(pool, active_rows(step, op->outputs[0].shape.dims[0]), 1,
+               embed_task, &job);
 }
 
 /* ---- rmsnorm --------------------------------------------------------------
@@ -420,7 +420,7 @@ static void rmsnorm_task(void *ctx, uint32_t begin, uint32_t end,
   }
 }
 
-static void run_rmsnorm(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
+static void run_rmsnorm(fdy_pool *pool, const fdy_cpu_args *a) {
   const fdy_op *op = a->op;
   rmsnorm_job job = {
       .x = a->inputs[1],
@@ -430,8 +430,8 @@ static void run_rmsnorm(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
       .eps = op->params.rmsnorm.eps,
       .out = a->outputs[0],
   };
-  fdy_cpu_pool_run(pool, active_rows(a->inputs[0], op->inputs[1].shape.dims[0]),
-                   1, rmsnorm_task, &job);
+  fdy_pool_run(pool, active_rows(a->inputs[0], op->inputs[1].shape.dims[0]), 1,
+               rmsnorm_task, &job);
 }
 
 /* ---- rope -------------------------------------------------------------------
@@ -471,7 +471,7 @@ static void rope_task(void *ctx, uint32_t begin, uint32_t end,
 
 /* ROPE of rows x [rows, width] into out, each row at its position in the
  * step, with the rope parameters of params (a ROPE op's). */
-static void rope_rows(fdy_cpu_pool *pool, const fdy_op_params *params,
+static void rope_rows(fdy_pool *pool, const fdy_op_params *params,
                       const int32_t *step, const float *x, float *out,
                       uint64_t rows, uint64_t width) {
   rope_job job = {
@@ -483,10 +483,10 @@ static void rope_rows(fdy_cpu_pool *pool, const fdy_op_params *params,
       .head_dim = params->rope.head_dim,
   };
   job.heads = job.width / job.head_dim;
-  fdy_cpu_pool_run(pool, active_rows(step, rows), 1, rope_task, &job);
+  fdy_pool_run(pool, active_rows(step, rows), 1, rope_task, &job);
 }
 
-static void run_rope(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
+static void run_rope(fdy_pool *pool, const fdy_cpu_args *a) {
   const fdy_op *op = a->op;
   rope_rows(pool, &op->params, a->inputs[0], a->inputs[1], a->outputs[0],
             op->inputs[1].shape.dims[0], op->inputs[1].shape.dims[1]);
@@ -631,8 +631,7 @@ static void append(void *cache, bool f16, uint64_t row, const float *src,
 
 /* ATTENTION of chunk rows, or (chunk false) of independent rows: every
  * row's k and v appended, then each row's attention. */
-static void attention_rows(fdy_cpu_pool *pool, const fdy_cpu_args *a,
-                           bool chunk) {
+static void attention_rows(fdy_pool *pool, const fdy_cpu_args *a, bool chunk) {
   const fdy_op *op = a->op;
   const int32_t *step = a->inputs[0];
   uint32_t rows = active_rows(step, op->inputs[1].shape.dims[0]);
@@ -668,21 +667,21 @@ static void attention_rows(fdy_cpu_pool *pool, const fdy_cpu_args *a,
       append(a->inputs[5], job.f16, row, v, job.kv_dim);
     }
   }
-  fdy_cpu_pool_run(pool, rows * job.heads, 1, attention_task, &job);
+  fdy_pool_run(pool, rows * job.heads, 1, attention_task, &job);
 }
 
-static void run_attention(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
+static void run_attention(fdy_pool *pool, const fdy_cpu_args *a) {
   attention_rows(pool, a, true);
 }
 
 /* ROPE_ATTENTION: the rope of q and of k into the workspace, then the
  * attention of the rotated rows, each at its own position and sequence
  * (for one row the unfused sequence's kernels). */
-static void run_rope_attention(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
+static void run_rope_attention(fdy_pool *pool, const fdy_cpu_args *a) {
   const fdy_op *op = a->op;
   rope_attention_layout l;
   /* The launch computed the same layout; it cannot fail here. */
-  rope_attention_layout_of(op, fdy_cpu_pool_threads(pool), &l, NULL);
+  rope_attention_layout_of(op, fdy_pool_threads(pool), &l, NULL);
   float *q = (float *)(a->workspace + l.q);
   float *k = (float *)(a->workspace + l.k);
   const fdy_op_params rope = fdy_rope_params_of(op);
@@ -738,7 +737,7 @@ static void elementwise_task(void *ctx, uint32_t begin, uint32_t end,
   }
 }
 
-static void run_elementwise(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
+static void run_elementwise(fdy_pool *pool, const fdy_cpu_args *a) {
   const fdy_op *op = a->op;
   uint64_t n = op->inputs[1].shape.dims[1];
   uint32_t rows = active_rows(a->inputs[0], op->inputs[1].shape.dims[0]);
@@ -753,8 +752,8 @@ static void run_elementwise(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
     job.b = a->inputs[2];
     job.count = rows * n;
   }
-  fdy_cpu_pool_run(pool, (uint32_t)ceil_div(job.count, ELEMENT_CHUNK), 1,
-                   elementwise_task, &job);
+  fdy_pool_run(pool, (uint32_t)ceil_div(job.count, ELEMENT_CHUNK), 1,
+               elementwise_task, &job);
 }
 
 /* ---- argmax -----------------------------------------------------------------
@@ -793,7 +792,7 @@ static void argmax_task(void *ctx, uint32_t begin, uint32_t end,
   }
 }
 
-static void run_argmax(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
+static void run_argmax(fdy_pool *pool, const fdy_cpu_args *a) {
   const fdy_op *op = a->op;
   uint64_t rows = op->inputs[0].shape.dims[0];
   argmax_job job = {
@@ -802,7 +801,7 @@ static void run_argmax(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
       .best = (argmax_best *)a->workspace,
   };
   job.chunks = (uint32_t)ceil_div(job.n, ARGMAX_CHUNK);
-  fdy_cpu_pool_run(pool, (uint32_t)(rows * job.chunks), 1, argmax_task, &job);
+  fdy_pool_run(pool, (uint32_t)(rows * job.chunks), 1, argmax_task, &job);
   int32_t *out = a->outputs[0];
   for (uint64_t r = 0; r < rows; r++) {
     argmax_best best = job.best[r * job.chunks];
@@ -957,14 +956,14 @@ static void sample_task(void *ctx, uint32_t begin, uint32_t end,
   }
 }
 
-static void run_sample(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
+static void run_sample(fdy_pool *pool, const fdy_cpu_args *a) {
   const fdy_op *op = a->op;
   sample_job job = {.x = a->inputs[1],
                     .params = a->inputs[2],
                     .n = op->inputs[1].shape.dims[1],
                     .out = a->outputs[0]};
-  fdy_cpu_pool_run(pool, active_rows(a->inputs[0], op->inputs[1].shape.dims[0]),
-                   1, sample_task, &job);
+  fdy_pool_run(pool, active_rows(a->inputs[0], op->inputs[1].shape.dims[0]), 1,
+               sample_task, &job);
 }
 
 /* ---- fused kinds -----------------------------------------------------------
@@ -972,9 +971,9 @@ static void run_sample(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
 
 /* y = x W^T for the first `rows` rows of x, W the weight at input w of the
  * fused op of args, y of out's shape. */
-static void matmul_into(fdy_cpu_pool *pool, const fdy_cpu_args *args,
-                        uint32_t w, const fdy_tensor_view *out, const float *x,
-                        float *y, unsigned char *workspace, uint32_t rows) {
+static void matmul_into(fdy_pool *pool, const fdy_cpu_args *args, uint32_t w,
+                        const fdy_tensor_view *out, const float *x, float *y,
+                        unsigned char *workspace, uint32_t rows) {
   fdy_op part = matmul_part(args->op, w, out);
   fdy_cpu_args part_args = {.op = &part, .workspace = workspace};
   part_args.inputs[0] = args->inputs[0];
@@ -987,18 +986,18 @@ static void matmul_into(fdy_cpu_pool *pool, const fdy_cpu_args *args,
 }
 
 /* SWIGLU (out = silu(a) * b) or ADD (out = a + b) over count elements. */
-static void elementwise(fdy_cpu_pool *pool, fdy_op_kind kind, const float *a,
+static void elementwise(fdy_pool *pool, fdy_op_kind kind, const float *a,
                         const float *b, float *out, uint64_t count) {
   elementwise_job job = {kind, a, b, out, count};
-  fdy_cpu_pool_run(pool, (uint32_t)ceil_div(count, ELEMENT_CHUNK), 1,
-                   elementwise_task, &job);
+  fdy_pool_run(pool, (uint32_t)ceil_div(count, ELEMENT_CHUNK), 1,
+               elementwise_task, &job);
 }
 
-static void run_fused(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
+static void run_fused(fdy_pool *pool, const fdy_cpu_args *a) {
   const fdy_op *op = a->op;
   fused_layout l;
   /* The launch computed the same layout; it cannot fail here. */
-  fused_layout_of(op, fdy_cpu_pool_threads(pool), &l, NULL);
+  fused_layout_of(op, fdy_pool_threads(pool), &l, NULL);
   unsigned char *matmul_workspace = a->workspace + l.matmul;
   uint32_t rows = active_rows(a->inputs[0], op->inputs[1].shape.dims[0]);
   uint64_t width = op->outputs[0].shape.dims[1];
@@ -1013,7 +1012,7 @@ static void run_fused(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
         .eps = op->params.rmsnorm.eps,
         .out = normed,
     };
-    fdy_cpu_pool_run(pool, rows, 1, rmsnorm_task, &job);
+    fdy_pool_run(pool, rows, 1, rmsnorm_task, &job);
     x = normed;
   }
   switch (op->kind) {
@@ -1040,7 +1039,7 @@ static void run_fused(fdy_cpu_pool *pool, const fdy_cpu_args *a) {
   }
 }
 
-void fdy_cpu_op_run(fdy_cpu_pool *pool, const fdy_cpu_args *args) {
+void fdy_cpu_op_run(fdy_pool *pool, const fdy_cpu_args *args) {
   switch (args->op->kind) {
   case FDY_OP_CHECKSUM:
     run_checksum(pool, args);

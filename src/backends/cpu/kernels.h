@@ -6,7 +6,7 @@
 #define FOUNDRY_CPU_KERNELS_H
 
 #include "foundry/ops.h"
-#include "pool.h"
+#include "foundry/pool.h"
 
 /* Regions of a workspace (per-thread scratch above all) start at multiples
  * of this many bytes from its start, so threads do not share cache lines. */
@@ -32,7 +32,7 @@ typedef struct fdy_cpu_args {
 
 /* Runs a supported op on pool (all views in bounds and aligned).
  * Cannot fail: values read from the step tensor only select rows. */
-void fdy_cpu_op_run(fdy_cpu_pool *pool, const fdy_cpu_args *args);
+void fdy_cpu_op_run(fdy_pool *pool, const fdy_cpu_args *args);
 
 /* ---- matmul_q4.c ---------------------------------------------------------
  */
@@ -47,8 +47,7 @@ typedef struct fdy_cpu_matmul_layout {
 fdy_status fdy_cpu_matmul_layout_of(const fdy_op *op, uint32_t threads,
                                     fdy_cpu_matmul_layout *out, fdy_error *err);
 /* y = x W^T for the first `rows` rows of x. */
-void fdy_cpu_matmul_q4(fdy_cpu_pool *pool, const fdy_cpu_args *args,
-                       uint32_t rows);
+void fdy_cpu_matmul_q4(fdy_pool *pool, const fdy_cpu_args *args, uint32_t rows);
 
 /* ---- half.c ---------------------------------------------------------------
  */

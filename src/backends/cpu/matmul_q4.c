@@ -351,12 +351,12 @@ fdy_status fdy_cpu_matmul_layout_of(const fdy_op *op, uint32_t threads,
   return st;
 }
 
-void fdy_cpu_matmul_q4(fdy_cpu_pool *pool, const fdy_cpu_args *args,
+void fdy_cpu_matmul_q4(fdy_pool *pool, const fdy_cpu_args *args,
                        uint32_t rows) {
   const fdy_op *op = args->op;
   fdy_cpu_matmul_layout l;
   /* The launch computed the same layout; it cannot fail here. */
-  fdy_cpu_matmul_layout_of(op, fdy_cpu_pool_threads(pool), &l, NULL);
+  fdy_cpu_matmul_layout_of(op, fdy_pool_threads(pool), &l, NULL);
   matmul_job job = {
       .d = dims_of(op),
       .rows = rows,
@@ -372,6 +372,6 @@ void fdy_cpu_matmul_q4(fdy_cpu_pool *pool, const fdy_cpu_args *args,
       .row_scratch = args->workspace + l.rows,
       .row_stride = l.row_stride,
   };
-  fdy_cpu_pool_run(pool, rows, 1, prepare_task, &job);
-  fdy_cpu_pool_run(pool, job.out, MATMUL_CHUNK, matmul_task, &job);
+  fdy_pool_run(pool, rows, 1, prepare_task, &job);
+  fdy_pool_run(pool, job.out, MATMUL_CHUNK, matmul_task, &job);
 }

@@ -1,7 +1,8 @@
 /* The staging ring of the CUDA backend: copies between pageable host memory
  * and the device go through a few page-locked buffers. On the way in, each
- * chunk is filled by the caller and a few fill threads (memcpy of one part
- * each), then moved to the device with cudaMemcpyAsync. On the way out, the
+ * chunk is filled in parts on a host thread pool of the staging's own
+ * (foundry/pool.h: the caller and parts - 1 workers, one fdy_host_copy a
+ * part), then moved to the device with cudaMemcpyAsync. On the way out, the
  * DMA into the buffer is followed on the stream by a host function
  * (cudaLaunchHostFunc, run by a CUDA thread) that copies it to its
  * destination. Either way an event recorded after the buffer's last use
@@ -13,8 +14,8 @@
 #include "cuda_internal.h"
 
 #include "foundry/host_copy.h"
+#include "foundry/pool.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,12 @@ typedef struct staging_out {
   size_t bytes;
 } staging_out;
 
+/* The outcome of one part of a fill. */
+typedef struct fill_part {
+  fdy_status status;
+  fdy_error error;
+} fill_part;
+
 struct fdy_cuda_staging {
   uint64_t buffer_bytes;
   uint32_t count; /* buffers */
@@ -37,28 +44,11 @@ struct fdy_cuda_staging {
   cudaEvent_t *ready; /* recorded after the buffer's latest use */
   bool *used;         /* ready[i] was recorded at least once */
   staging_out *out;   /* per buffer: its chunk on the way out */
-  /* fill threads: part p (1 .. parts - 1) of the current job */
-  uint32_t parts;
-  uint32_t threads_started;
-  pthread_t *threads;
-  pthread_mutex_t mu;
-  pthread_cond_t go;   /* a new job or stop */
-  pthread_cond_t done; /* remaining reached 0 */
-  /* which of the three were initialized (only those are destroyed) */
-  bool mu_ready, go_ready, done_ready;
-  uint64_t generation;
-  uint32_t remaining;
-  bool stop;
-  unsigned char *job_dst;
-  const unsigned char *job_src;
-  uint64_t job_bytes;
-  fdy_error job_error; /* first failed part of the job (kind FDY_OK: none) */
+  uint32_t parts;     /* a chunk of STAGING_PARALLEL_MIN or more is filled in
+                         this many parts */
+  fdy_pool *pool;     /* parts threads, the caller included */
+  fill_part *results; /* per part: the outcome of the current fill */
 };
-
-typedef struct fill_arg {
-  fdy_cuda_staging *s;
-  uint32_t part;
-} fill_arg;
 
 /* Bytes [*begin, *end) of part p of a job split in `parts`. */
 static void part_range(uint64_t bytes, uint32_t parts, uint32_t p,
@@ -68,39 +58,28 @@ static void part_range(uint64_t bytes, uint32_t parts, uint32_t p,
   *end = p + 1 == parts || piece * (p + 1) > bytes ? bytes : piece * (p + 1);
 }
 
-static void *fill_main(void *arg) {
-  fill_arg a = *(fill_arg *)arg;
-  free(arg);
-  fdy_cuda_staging *s = a.s;
-  uint64_t seen = 0;
-  pthread_mutex_lock(&s->mu);
-  for (;;) {
-    while (s->generation == seen && !s->stop) {
-      pthread_cond_wait(&s->go, &s->mu);
-    }
-    if (s->stop) {
-      break;
-    }
-    seen = s->generation;
-    unsigned char *dst = s->job_dst;
-    const unsigned char *src = s->job_src;
-    uint64_t bytes = s->job_bytes, begin = 0, end = 0;
-    pthread_mutex_unlock(&s->mu);
-    part_range(bytes, s->parts, a.part, &begin, &end);
-    fdy_error error;
-    fdy_status st = end > begin ? fdy_host_copy(dst + begin, src + begin,
-                                                end - begin, &error)
-                                : FDY_OK;
-    pthread_mutex_lock(&s->mu);
-    if (st != FDY_OK && s->job_error.kind == FDY_OK) {
-      s->job_error = error;
-    }
-    if (--s->remaining == 0) {
-      pthread_cond_signal(&s->done);
-    }
+/* One fill: bytes of src into dst, in s->parts parts. */
+typedef struct fill_job {
+  fdy_cuda_staging *s;
+  unsigned char *dst;
+  const unsigned char *src;
+  uint64_t bytes;
+} fill_job;
+
+/* Copies parts [first, end) of the job (a pool task), each part's outcome
+ * into its own result. */
+static void fill_task(void *ctx, uint32_t first, uint32_t end,
+                      uint32_t thread) {
+  (void)thread;
+  const fill_job *job = ctx;
+  for (uint32_t p = first; p < end; p++) {
+    uint64_t begin = 0, stop = 0;
+    part_range(job->bytes, job->s->parts, p, &begin, &stop);
+    fill_part *r = &job->s->results[p];
+    r->status = stop > begin ? fdy_host_copy(job->dst + begin, job->src + begin,
+                                             stop - begin, &r->error)
+                             : FDY_OK;
   }
-  pthread_mutex_unlock(&s->mu);
-  return NULL;
 }
 
 /* Tags a failed fill as the failure of copy_to_device. */
@@ -112,36 +91,24 @@ static fdy_status fill_status(fdy_status st, fdy_error *err) {
   return st;
 }
 
-/* FDY_ERR_IO (backend_op copy_to_device) when src cannot be read. */
+/* FDY_ERR_IO (backend_op copy_to_device) when src cannot be read: the
+ * error of the first part that failed. */
 static fdy_status fill(fdy_cuda_staging *s, void *dst, const void *src,
                        uint64_t bytes, fdy_error *err) {
-  if (s->threads_started == 0 || bytes < STAGING_PARALLEL_MIN) {
+  if (s->parts == 1 || bytes < STAGING_PARALLEL_MIN) {
     return fill_status(fdy_host_copy(dst, src, bytes, err), err);
   }
-  pthread_mutex_lock(&s->mu);
-  s->job_dst = dst;
-  s->job_src = src;
-  s->job_bytes = bytes;
-  s->remaining = s->threads_started;
-  fdy_error_clear(&s->job_error);
-  s->generation++;
-  pthread_cond_broadcast(&s->go);
-  pthread_mutex_unlock(&s->mu);
-  uint64_t begin = 0, end = 0;
-  part_range(bytes, s->parts, 0, &begin, &end);
-  fdy_status st = fdy_host_copy(dst, src, end, err);
-  pthread_mutex_lock(&s->mu);
-  while (s->remaining > 0) {
-    pthread_cond_wait(&s->done, &s->mu);
-  }
-  if (st == FDY_OK && s->job_error.kind != FDY_OK) {
-    st = s->job_error.kind;
-    if (err != NULL) {
-      *err = s->job_error;
+  fill_job job = {.s = s, .dst = dst, .src = src, .bytes = bytes};
+  fdy_pool_run(s->pool, s->parts, 1, fill_task, &job);
+  for (uint32_t p = 0; p < s->parts; p++) {
+    if (s->results[p].status != FDY_OK) {
+      if (err != NULL) {
+        *err = s->results[p].error;
+      }
+      return fill_status(s->results[p].status, err);
     }
   }
-  pthread_mutex_unlock(&s->mu);
-  return fill_status(st, err);
+  return FDY_OK;
 }
 
 fdy_status fdy_cuda_staging_create(uint64_t buffer_bytes, uint32_t buffers,
@@ -162,30 +129,13 @@ fdy_status fdy_cuda_staging_create(uint64_t buffer_bytes, uint32_t buffers,
   s->buffer_bytes = buffer_bytes;
   s->count = buffers;
   s->parts = parts;
-  int rc = pthread_mutex_init(&s->mu, NULL);
-  s->mu_ready = rc == 0;
-  if (rc == 0) {
-    rc = pthread_cond_init(&s->go, NULL);
-    s->go_ready = rc == 0;
-  }
-  if (rc == 0) {
-    rc = pthread_cond_init(&s->done, NULL);
-    s->done_ready = rc == 0;
-  }
-  if (rc != 0) {
-    st = fdy_cuda_fail(err, FDY_ERR_BACKEND, "create",
-                       "cannot set up the staging fill threads: %s failed: %s",
-                       s->mu_ready ? "pthread_cond_init" : "pthread_mutex_init",
-                       strerror(rc));
-    goto cleanup;
-  }
   s->buffers = calloc(buffers, sizeof *s->buffers);
   s->ready = calloc(buffers, sizeof *s->ready);
   s->used = calloc(buffers, sizeof *s->used);
   s->out = calloc(buffers, sizeof *s->out);
-  s->threads = calloc(parts, sizeof *s->threads);
+  s->results = calloc(parts, sizeof *s->results);
   if (s->buffers == NULL || s->ready == NULL || s->used == NULL ||
-      s->out == NULL || s->threads == NULL) {
+      s->out == NULL || s->results == NULL) {
     st = fdy_cuda_fail(err, FDY_ERR_OUT_OF_MEMORY, "create",
                        "cannot allocate the staging ring");
     goto cleanup;
@@ -206,25 +156,13 @@ fdy_status fdy_cuda_staging_create(uint64_t buffer_bytes, uint32_t buffers,
       goto cleanup;
     }
   }
-  for (uint32_t p = 1; p < parts; p++) {
-    fill_arg *a = malloc(sizeof *a);
-    if (a == NULL) {
-      st = fdy_cuda_fail(err, FDY_ERR_OUT_OF_MEMORY, "create",
-                         "cannot allocate a fill thread argument");
-      goto cleanup;
+  st = fdy_pool_create(parts, &s->pool, err);
+  if (st != FDY_OK) {
+    if (err != NULL) {
+      fdy_error_prefix(err, "cuda create: the staging fill threads");
+      snprintf(err->backend_op, sizeof err->backend_op, "create");
     }
-    a->s = s;
-    a->part = p;
-    rc = pthread_create(&s->threads[p - 1], NULL, fill_main, a);
-    if (rc != 0) {
-      free(a);
-      st = fdy_cuda_fail(err, FDY_ERR_BACKEND, "create",
-                         "cannot start staging fill thread %u of %u: "
-                         "pthread_create failed: %s",
-                         p, parts - 1, strerror(rc));
-      goto cleanup;
-    }
-    s->threads_started++;
+    goto cleanup;
   }
   *out = s;
   return FDY_OK;
@@ -238,15 +176,7 @@ void fdy_cuda_staging_destroy(fdy_cuda_staging *s, bool device_lost) {
   if (s == NULL) {
     return;
   }
-  if (s->threads_started > 0) { /* threads start after every init */
-    pthread_mutex_lock(&s->mu);
-    s->stop = true;
-    pthread_cond_broadcast(&s->go);
-    pthread_mutex_unlock(&s->mu);
-    for (uint32_t i = 0; i < s->threads_started; i++) {
-      pthread_join(s->threads[i], NULL);
-    }
-  }
+  fdy_pool_destroy(s->pool);
   /* Creation fills the arrays only once all of them were allocated. */
   bool arrays =
       !device_lost && s->buffers != NULL && s->ready != NULL && s->used != NULL;
@@ -261,16 +191,7 @@ void fdy_cuda_staging_destroy(fdy_cuda_staging *s, bool device_lost) {
       fdy_cuda_ignore(cudaFreeHost(s->buffers[i]));
     }
   }
-  if (s->done_ready) {
-    pthread_cond_destroy(&s->done);
-  }
-  if (s->go_ready) {
-    pthread_cond_destroy(&s->go);
-  }
-  if (s->mu_ready) {
-    pthread_mutex_destroy(&s->mu);
-  }
-  free(s->threads);
+  free(s->results);
   free(s->out);
   free(s->used);
   free(s->ready);

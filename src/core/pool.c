@@ -1,9 +1,9 @@
-/* The CPU backend's thread pool: workers sleep on a condition variable,
+/* The host thread pool (foundry/pool.h): workers sleep on a condition variable,
  * a run bumps a generation counter and hands out chunks of items through an
  * atomic cursor; the caller works too and then waits until every worker has
  * finished the generation. A second mutex serializes runs so that ops of
  * several streams never re-enter the pool. */
-#include "pool.h"
+#include "foundry/pool.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -11,11 +11,11 @@
 #include <string.h>
 
 typedef struct pool_worker {
-  struct fdy_cpu_pool *pool;
+  struct fdy_pool *pool;
   uint32_t index;
 } pool_worker;
 
-struct fdy_cpu_pool {
+struct fdy_pool {
   uint32_t threads;
   uint32_t started; /* workers running */
   pthread_t *handles;
@@ -28,14 +28,14 @@ struct fdy_cpu_pool {
   uint64_t generation;
   uint32_t busy; /* workers still in the current generation */
   bool stop;
-  fdy_cpu_task_fn fn;
+  fdy_pool_task_fn fn;
   void *ctx;
   uint32_t count;
   uint32_t chunk;
   atomic_uint next; /* first item not yet handed out */
 };
 
-static void pool_work(struct fdy_cpu_pool *pool, uint32_t thread) {
+static void pool_work(struct fdy_pool *pool, uint32_t thread) {
   for (;;) {
     uint32_t begin = atomic_fetch_add(&pool->next, pool->chunk);
     if (begin >= pool->count) {
@@ -49,7 +49,7 @@ static void pool_work(struct fdy_cpu_pool *pool, uint32_t thread) {
 
 static void *pool_main(void *arg) {
   pool_worker *worker = arg;
-  struct fdy_cpu_pool *pool = worker->pool;
+  struct fdy_pool *pool = worker->pool;
   uint64_t seen = 0;
   for (;;) {
     pthread_mutex_lock(&pool->mutex);
@@ -76,13 +76,12 @@ static fdy_status pthread_check(int rc, const char *call, fdy_error *err) {
   if (rc == 0) {
     return FDY_OK;
   }
-  return fdy_error_set(err, FDY_ERR_BACKEND, "cpu thread pool: %s failed: %s",
-                       call, strerror(rc));
+  return fdy_error_set(err, FDY_ERR_BACKEND, "thread pool: %s failed: %s", call,
+                       strerror(rc));
 }
 
-fdy_status fdy_cpu_pool_create(uint32_t threads, fdy_cpu_pool **out,
-                               fdy_error *err) {
-  struct fdy_cpu_pool *pool = NULL;
+fdy_status fdy_pool_create(uint32_t threads, fdy_pool **out, fdy_error *err) {
+  struct fdy_pool *pool = NULL;
   fdy_status st = FDY_OK;
   *out = NULL;
   if (threads == 0) {
@@ -131,7 +130,7 @@ fdy_status fdy_cpu_pool_create(uint32_t threads, fdy_cpu_pool **out,
         pthread_create(&pool->handles[i], NULL, pool_main, &pool->workers[i]);
     if (rc != 0) {
       st = fdy_error_set(err, FDY_ERR_BACKEND,
-                         "cpu thread pool: pthread_create failed for worker "
+                         "thread pool: pthread_create failed for worker "
                          "%u of %u: %s",
                          i + 1, threads - 1, strerror(rc));
       goto cleanup;
@@ -142,11 +141,11 @@ fdy_status fdy_cpu_pool_create(uint32_t threads, fdy_cpu_pool **out,
   return FDY_OK;
 
 cleanup:
-  fdy_cpu_pool_destroy(pool);
+  fdy_pool_destroy(pool);
   return st;
 }
 
-void fdy_cpu_pool_destroy(fdy_cpu_pool *pool) {
+void fdy_pool_destroy(fdy_pool *pool) {
   if (pool == NULL) {
     return;
   }
@@ -176,12 +175,12 @@ void fdy_cpu_pool_destroy(fdy_cpu_pool *pool) {
   free(pool);
 }
 
-uint32_t fdy_cpu_pool_threads(const fdy_cpu_pool *pool) {
+uint32_t fdy_pool_threads(const fdy_pool *pool) {
   return pool->threads;
 }
 
-void fdy_cpu_pool_run(fdy_cpu_pool *pool, uint32_t count, uint32_t chunk,
-                      fdy_cpu_task_fn fn, void *ctx) {
+void fdy_pool_run(fdy_pool *pool, uint32_t count, uint32_t chunk,
+                  fdy_pool_task_fn fn, void *ctx) {
   if (count == 0) {
     return;
   }
