@@ -39,4 +39,8 @@ void fdy_cmd_tokenize_help(FILE *out);
 int fdy_cmd_detokenize(int argc, char **argv);
 void fdy_cmd_detokenize_help(FILE *out);
 
+/* Built with libmicrohttpd only (FOUNDRY_HAVE_SERVE). */
+int fdy_cmd_serve(int argc, char **argv);
+void fdy_cmd_serve_help(FILE *out);
+
 #endif

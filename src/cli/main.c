@@ -40,6 +40,10 @@ static const command_entry commands[] = {
      fdy_cmd_infer_bench, fdy_cmd_infer_bench_help},
     {"make-model", "write a random-weight Llama checkpoint", fdy_cmd_make_model,
      fdy_cmd_make_model_help},
+#ifdef FOUNDRY_HAVE_SERVE
+    {"serve", "an OpenAI-compatible HTTP server", fdy_cmd_serve,
+     fdy_cmd_serve_help},
+#endif
 };
 
 static const command_entry *find_command(const char *name) {

@@ -1,0 +1,244 @@
+#!/bin/sh
+# End-to-end tests of `foundry serve` on loopback with curl (CPU backend):
+# /health and /v1/models; greedy /v1/completions over token ids equal to
+# `generate --prompt-ids`, alone and 8 at once with different prompts;
+# streaming (SSE chunks, the same ids, [DONE]); chat through the Llama 3
+# template (a make-model checkpoint with the Llama 3 tokenizer), streamed
+# and not; bad requests (malformed JSON 400, wrong types 400, context
+# overflow 400 naming both numbers, unknown model 404, oversized body 413,
+# unknown path 404); SIGTERM exits 0.
+# usage: test_serve.sh FOUNDRY_BINARY TEST_DATA_DIR
+set -u
+foundry=$1
+data=$2
+model=$data/llama3-micro/model
+work=$(mktemp -d)
+pid=
+cleanup() {
+  [ -n "$pid" ] && kill "$pid" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+. "$(dirname "$0")/../cli_lib.sh"
+
+command -v curl >/dev/null 2>&1 || {
+  echo "curl is missing: skipped"
+  exit 77
+}
+
+# starts the server on a free port (args: the serve flags); sets $pid and
+# $url once /health answers
+start() {
+  "$foundry" serve --port 0 --threads 2 "$@" 2>"$work/server.log" &
+  pid=$!
+  url=
+  i=0
+  while [ "$i" -lt 300 ]; do
+    port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' \
+      "$work/server.log")
+    if [ -n "$port" ] &&
+      curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1; then
+      url=http://127.0.0.1:$port
+      return 0
+    fi
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+    i=$((i + 1))
+  done
+  fail "the server did not start: $(cat "$work/server.log")"
+  exit 1
+}
+
+# stops the server with SIGTERM; it must exit 0
+stop() {
+  kill -TERM "$pid"
+  wait "$pid"
+  code=$?
+  pid=
+  [ "$code" -eq 0 ] || fail "serve exited $code after SIGTERM: \
+$(cat "$work/server.log")"
+}
+
+# POSTs $2 to path $1; the body in $work/body, the status printed
+post() {
+  curl -s -o "$work/body" -w '%{http_code}' -H 'Content-Type: application/json' \
+    --data-binary "$2" "$url$1"
+}
+
+# the ids of one JSON response or of every SSE chunk, comma-separated
+ids_of() {
+  grep -o '"token_ids":\[[^]]*\]' "$1" | sed 's/.*\[//; s/\]//' |
+    grep -v '^$' | paste -sd, -
+}
+
+status_is() {
+  [ "$1" = "$2" ] || fail "$3: status $1, expected $2: $(cat "$work/body")"
+}
+
+start --model "$model" --model-id micro --max-sequences 4
+
+status=$(curl -s -o "$work/body" -w '%{http_code}' "$url/health")
+status_is "$status" 200 /health
+contains "$work/body" '"status":"ok"'
+status=$(curl -s -o "$work/body" -w '%{http_code}' "$url/v1/models")
+status_is "$status" 200 /v1/models
+contains "$work/body" '"id":"micro"'
+
+# greedy completions equal generate --prompt-ids, alone then 8 at once
+set -- 968,278,546,257,75,219,762,27,789:7 5:12 \
+  17,3,250,64,1,900,12,400,33,8,71,600,2,19,88,1000,7,42:3 300,301:1 \
+  9,99,999,90,909:9 1,2,3,4,5,6:5 700:6 44,45,46,47:8
+i=0
+for prompt in "$@"; do
+  expect 0 generate --model "$model" --prompt-ids "${prompt%:*}" \
+    --max-tokens "${prompt#*:}" --threads 2
+  sed -n 's/^ids: //p' "$out" >"$work/expected.$i"
+  i=$((i + 1))
+done
+status=$(post /v1/completions \
+  '{"model":"micro","prompt":[968,278,546,257,75,219,762,27,789],
+    "max_tokens":7,"temperature":0}')
+status_is "$status" 200 "one completion"
+contains "$work/body" '"object":"text_completion"'
+contains "$work/body" '"finish_reason":"length"'
+contains "$work/body" '"completion_tokens":7'
+[ "$(ids_of "$work/body")" = "$(cat "$work/expected.0")" ] ||
+  fail "completion: $(cat "$work/body"), generate: $(cat "$work/expected.0")"
+
+i=0
+clients=
+for prompt in "$@"; do
+  curl -s -o "$work/got.$i" -H 'Content-Type: application/json' \
+    --data-binary "{\"prompt\":[${prompt%:*}],\"max_tokens\":${prompt#*:},\
+\"temperature\":0}" "$url/v1/completions" &
+  clients="$clients $!"
+  i=$((i + 1))
+done
+for client in $clients; do
+  wait "$client"
+done
+i=0
+for prompt in "$@"; do
+  [ "$(ids_of "$work/got.$i")" = "$(cat "$work/expected.$i")" ] ||
+    fail "concurrent prompt $i: $(cat "$work/got.$i"), \
+generate: $(cat "$work/expected.$i")"
+  i=$((i + 1))
+done
+
+# streaming: one chunk per id, the same ids, usage, then [DONE]
+status=$(post /v1/completions '{"prompt":[5],"max_tokens":12,
+  "temperature":0,"stream":true}')
+status_is "$status" 200 "streamed completion"
+[ "$(grep -c '^data: {' "$work/body")" -eq 12 ] ||
+  fail "expected 12 chunks: $(cat "$work/body")"
+[ "$(ids_of "$work/body")" = "$(cat "$work/expected.1")" ] ||
+  fail "stream: $(cat "$work/body"), generate: $(cat "$work/expected.1")"
+[ "$(tail -n 2 "$work/body" | head -n 1)" = "data: [DONE]" ] ||
+  fail "no [DONE] last: $(cat "$work/body")"
+contains "$work/body" '"usage":'
+
+# a seeded sample is repeatable
+status=$(post /v1/completions '{"prompt":[5,6,7],"max_tokens":8,
+  "temperature":0.9,"top_k":40,"top_p":0.9,"min_p":0.01,"seed":7}')
+status_is "$status" 200 "seeded sample"
+ids_of "$work/body" >"$work/seeded"
+status=$(post /v1/completions '{"prompt":[5,6,7],"max_tokens":8,
+  "temperature":0.9,"top_k":40,"top_p":0.9,"min_p":0.01,"seed":7}')
+[ "$(ids_of "$work/body")" = "$(cat "$work/seeded")" ] ||
+  fail "seeded samples differ: $(cat "$work/body"), $(cat "$work/seeded")"
+
+# bad requests
+status=$(post /v1/completions '{"prompt":[5,6')
+status_is "$status" 400 "malformed JSON"
+contains "$work/body" '"type":"invalid_request_error"'
+status=$(post /v1/completions '[1,2]')
+status_is "$status" 400 "not an object"
+status=$(post /v1/completions '{"prompt":[5],"max_tokens":"7"}')
+status_is "$status" 400 "max_tokens a string"
+contains "$work/body" '"param":"max_tokens"'
+status=$(post /v1/completions '{"prompt":[5],"temperature":-1}')
+status_is "$status" 400 "negative temperature"
+contains "$work/body" '"param":"temperature"'
+status=$(post /v1/completions '{"prompt":[5,99999]}')
+status_is "$status" 400 "id outside the vocabulary"
+status=$(post /v1/completions '{"prompt":[5]}' >/dev/null)
+status=$(post /v1/completions '{"prompt":"text"}')
+status_is "$status" 400 "text without a tokenizer"
+status=$(post /v1/completions '{"prompt":[5,6],"max_tokens":5000}')
+status_is "$status" 400 "context overflow"
+contains "$work/body" 5001
+contains "$work/body" 4096
+status=$(post /v1/completions '{"model":"other","prompt":[5]}')
+status_is "$status" 404 "unknown model"
+contains "$work/body" '"code":"model_not_found"'
+head -c 2000000 /dev/zero | tr '\0' ' ' >"$work/big"
+status=$(curl -s -o "$work/body" -w '%{http_code}' \
+  --data-binary @"$work/big" "$url/v1/completions")
+status_is "$status" 413 "oversized body"
+status=$(curl -s -o "$work/body" -w '%{http_code}' "$url/v1/nothing")
+status_is "$status" 404 "unknown path"
+status=$(curl -s -o "$work/body" -w '%{http_code}' "$url/health")
+status_is "$status" 200 "/health after the bad requests"
+
+stop
+
+# chat through the Llama 3 template on a checkpoint of the Llama 3
+# vocabulary: the ids of generate --chat, streamed and not
+chat=$work/chat
+expect 0 make-model --preset micro-llama3-vocab --seed 1 --out "$chat"
+cp "$data/tokenizer/llama3-tokenizer.model" "$chat/tokenizer.model"
+expect 0 generate --model "$chat" --prompt Hello --chat --system Be \
+  --max-tokens 6 --threads 2 --json
+grep -o '"ids":\[[^]]*\]' "$out" | sed 's/.*\[//; s/\]//' >"$work/chat.ids"
+start --model "$chat"
+contains "$work/server.log" "'chat'"
+status=$(post /v1/chat/completions '{"model":"chat","messages":[
+  {"role":"system","content":"Be"},{"role":"user","content":"Hello"}],
+  "max_tokens":6,"temperature":0}')
+status_is "$status" 200 "chat"
+contains "$work/body" '"object":"chat.completion"'
+contains "$work/body" '"role":"assistant"'
+[ "$(ids_of "$work/body")" = "$(cat "$work/chat.ids")" ] ||
+  fail "chat: $(cat "$work/body"), generate: $(cat "$work/chat.ids")"
+status=$(post /v1/chat/completions '{"messages":[
+  {"role":"system","content":"Be"},{"role":"user","content":"Hello"}],
+  "max_tokens":6,"temperature":0,"stream":true}')
+status_is "$status" 200 "streamed chat"
+contains "$work/body" '"object":"chat.completion.chunk"'
+contains "$work/body" 'data: [DONE]'
+[ "$(ids_of "$work/body")" = "$(cat "$work/chat.ids")" ] ||
+  fail "streamed chat: $(cat "$work/body"), generate: $(cat "$work/chat.ids")"
+status=$(post /v1/chat/completions '{"messages":"Hello"}')
+status_is "$status" 400 "messages a string"
+contains "$work/body" '"param":"messages"'
+status=$(post /v1/completions '{"prompt":"Hello","max_tokens":2,
+  "temperature":0}')
+status_is "$status" 200 "text completion"
+contains "$work/body" '"text":'
+stop
+
+# one slot and no queue: a second request gets 429 while the first runs;
+# SIGTERM lets the first finish (its stream ends with [DONE])
+start --model "$model" --max-sequences 1 --max-queue 0
+curl -s -N -o "$work/long" -H 'Content-Type: application/json' \
+  --data-binary '{"prompt":[5],"max_tokens":3000,"temperature":0,
+  "stream":true}' "$url/v1/completions" &
+long=$!
+i=0
+while [ "$i" -lt 100 ] && ! grep -q '^data: {' "$work/long" 2>/dev/null; do
+  sleep 0.05
+  i=$((i + 1))
+done
+status=$(curl -s -D "$work/headers" -o "$work/body" -w '%{http_code}' \
+  --data-binary '{"prompt":[6],"max_tokens":2}' "$url/v1/completions")
+status_is "$status" 429 "a full queue"
+grep -qi '^Retry-After:' "$work/headers" ||
+  fail "429 without Retry-After: $(cat "$work/headers")"
+stop
+wait "$long"
+[ "$(tail -n 2 "$work/long" | head -n 1)" = "data: [DONE]" ] ||
+  fail "the running stream did not finish: $(tail -c 300 "$work/long")"
+[ "$(grep -c '^data: {' "$work/long")" -eq 3000 ] ||
+  fail "the running stream has $(grep -c '^data: {' "$work/long") chunks"
+
+finish serve
