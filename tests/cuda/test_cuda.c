@@ -1,26 +1,28 @@
-/* CUDA backend tests (label gpu): capabilities, the checksum op against
- * fdy_checksum on random non-zero data with poisoned outputs (with and
- * without prev, several passes), copies both ways through registered,
- * read-only registered (a shared file mapping; a private one is refused)
- * and staged host memory, the reference rule, events
- * recorded many times, the checksum chain of tests/fault/chain_scenario.h
- * with 1, 2 and 3 slots in registered and staged modes, a fault sweep over
- * that chain through the fault backend (every counted call failed before
- * and after submitting: the failure comes back, device memory returns to
- * its level and the backend still works), bad inputs, and the measurement
- * helpers, and staged copies from a file mapping whose file was truncated
- * (FDY_ERR_IO from copy_to_device, on the caller's part and on the fill
- * threads' parts; the backend still works), and registered copies from a
- * mapping whose file was truncated while registered (FDY_ERR_IO or the
- * former bytes, never a SIGBUS). (Every other op kind against
- * the CPU backend: test_cuda_ops.c.) Exits 77 (skipped) without a
- * CUDA device unless FOUNDRY_REQUIRE_CUDA=1. */
+/* The CUDA backend's own tests (label gpu; the cases every backend shares,
+ * the checksum op against fdy_checksum among them, are the contract
+ * suite's, tests/contract/test_backend_contract.c, run over cuda as
+ * test_backend_contract_cuda): capabilities, a layer at the wrong place
+ * in its slot, copies both ways through registered, read-only registered
+ * (a shared file mapping; a private one is refused) and staged host
+ * memory, the reference rule with device memory in use, the checksum chain
+ * of tests/fault/chain_scenario.h with 1, 2 and 3 slots in registered and
+ * staged modes, a fault sweep over that chain through the fault backend
+ * (every counted call failed before and after submitting: the failure
+ * comes back, device memory returns to its level and the backend still
+ * works), its own bad inputs, the measurement helpers, staged copies from
+ * a file mapping whose file was truncated (FDY_ERR_IO from copy_to_device,
+ * on the caller's part and on the fill threads' parts; the backend still
+ * works), and registered copies from a mapping whose file was truncated
+ * while registered (FDY_ERR_IO or the former bytes, never a SIGBUS).
+ * (Every other op kind against the CPU backend: test_cuda_ops.c.) Exits 77
+ * (skipped) without a CUDA device unless FOUNDRY_REQUIRE_CUDA=1. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 
 #include <cmocka.h>
 
+#include "backend_calls.h"
 #include "fault/chain_scenario.h"
 #include "foundry/checksum.h"
 #include "foundry/cpu.h"
@@ -36,12 +38,6 @@
 #include <unistd.h>
 
 #define POISON 0xDEADBEEFCAFEF00Dull
-
-static unsigned char *random_bytes(uint64_t n, uint64_t seed) {
-  unsigned char *p = chain_random_bytes(n, seed);
-  assert_non_null(p);
-  return p;
-}
 
 static fdy_backend *make_backend(const fdy_cuda_options *opts) {
   fdy_error err;
@@ -108,11 +104,6 @@ static uint64_t device_checksum(fdy_backend *b, const void *data, uint64_t n,
   return value;
 }
 
-/* fdy_checksum of n bytes of data chained to prev. */
-static uint64_t expected_op(const void *data, uint64_t n, uint64_t prev) {
-  return fdy_checksum(data, n) + prev * FDY_CHAIN_PRIME;
-}
-
 /* ---- capabilities and the kernel ------------------------------------------
  */
 
@@ -159,42 +150,6 @@ static void test_capabilities(void **state) {
                 caps.name, (double)caps.total_memory / (double)FDY_GIB,
                 caps.copy_engines, rv, dv);
   fdy_backend_destroy(b);
-}
-
-static void test_kernel_matches_reference(void **state) {
-  (void)state;
-  const uint64_t sizes[] = {8,         16,
-                            24,        4096,
-                            4104,      65536 + 24,
-                            1u << 20,  (1u << 20) + 8,
-                            64u << 20, (64u << 20) + 40};
-  const uint64_t prev = 0x0123456789ABCDEFull;
-  fdy_backend *b = make_backend(NULL);
-  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-    uint64_t n = sizes[i];
-    unsigned char *data = random_bytes(n, 77 + i);
-    uint64_t got = device_checksum(b, data, n, n, 0, NULL, 1);
-    assert_int_equal(got, expected_op(data, n, 0));
-    got = device_checksum(b, data, n, n, 0, &prev, 1);
-    assert_int_equal(got, expected_op(data, n, prev));
-    free(data);
-  }
-  fdy_backend_destroy(b);
-}
-
-static void test_passes_same_result(void **state) {
-  (void)state;
-  const uint64_t n = (8u << 20) + 16;
-  unsigned char *data = random_bytes(n, 5);
-  fdy_backend *b = make_backend(NULL);
-  uint64_t r0 = device_checksum(b, data, n, n, 0, NULL, 0);
-  uint64_t r1 = device_checksum(b, data, n, n, 0, NULL, 1);
-  uint64_t r8 = device_checksum(b, data, n, n, 0, NULL, 8);
-  assert_int_equal(r1, fdy_checksum(data, n));
-  assert_int_equal(r0, r1);
-  assert_int_equal(r8, r1);
-  fdy_backend_destroy(b);
-  free(data);
 }
 
 /* A layer copied to the wrong place in its slot does not pass. */
@@ -582,6 +537,11 @@ static void test_release_while_in_flight(void **state) {
 /* ---- bad inputs ------------------------------------------------------------
  */
 
+/* The CUDA backend's own refusals and their fields (the refusals every
+ * backend shares are the contract suite's, tests/contract): bad create
+ * options, the bounds a copy or view broke, an op the kernels do not
+ * cover, the measurement helpers' arguments, and a backend that is not a
+ * CUDA backend. */
 static void test_bad_inputs(void **state) {
   (void)state;
   fdy_error err;
@@ -601,37 +561,17 @@ static void test_bad_inputs(void **state) {
   const fdy_backend_ops *o = b->ops;
   fdy_backend_buffer *buf = NULL;
   fdy_backend_stream *s = NULL;
-  fdy_backend_event *e = NULL;
-  assert_int_equal(o->buffer_alloc(b, 0, &buf, &err), FDY_ERR_INVALID_ARGUMENT);
-  assert_null(buf);
-  assert_string_equal(err.backend_op, "buffer_alloc");
   assert_int_equal(o->buffer_alloc(b, 4096, &buf, &err), FDY_OK);
   assert_int_equal(o->stream_create(b, &s, &err), FDY_OK);
-  assert_int_equal(o->event_create(b, &e, &err), FDY_OK);
   char src[64] = {1};
   assert_int_equal(o->copy_to_device(b, s, buf, 4090, src, 7, &err),
                    FDY_ERR_INVALID_ARGUMENT);
   assert_int_equal(err.expected, 4096);
   assert_int_equal(err.actual, 7);
   assert_string_equal(err.backend_op, "copy_to_device");
-  assert_int_equal(o->copy_to_device(b, s, buf, UINT64_MAX, src, 2, &err),
-                   FDY_ERR_INVALID_ARGUMENT);
-  assert_int_equal(o->copy_to_device(b, s, buf, 0, NULL, 2, &err),
-                   FDY_ERR_INVALID_ARGUMENT);
-  assert_int_equal(o->copy_to_device(b, NULL, buf, 0, src, 2, &err),
-                   FDY_ERR_INVALID_ARGUMENT);
-  assert_int_equal(o->copy_to_host(b, s, src, buf, 4095, 2, &err),
-                   FDY_ERR_INVALID_ARGUMENT);
-  assert_string_equal(err.backend_op, "copy_to_host");
-  assert_int_equal(o->copy_to_host(b, s, NULL, buf, 0, 2, &err),
-                   FDY_ERR_INVALID_ARGUMENT);
 
   fdy_op op = chain_checksum_op(buf, 256, NULL,
                                 chain_view(buf, 256, FDY_DTYPE_U64, 1), 1);
-  fdy_op add = {.kind = FDY_OP_ADD};
-  assert_int_equal(o->launch(b, s, &add, &err), FDY_ERR_INVALID_ARGUMENT);
-  assert_string_equal(err.name, "add");
-  assert_string_equal(err.backend_op, "launch");
   /* rope beyond the kernel's pairs: a valid op the backend refuses */
   fdy_op rope = {.kind = FDY_OP_ROPE, .input_count = 2, .output_count = 1};
   rope.inputs[0] = chain_view(buf, 0, FDY_DTYPE_I32, FDY_STEP_ELEMENTS(1));
@@ -644,12 +584,7 @@ static void test_bad_inputs(void **state) {
   assert_int_equal(o->launch(b, s, &rope, &err), FDY_ERR_UNSUPPORTED);
   assert_string_equal(err.name, "rope");
   assert_string_equal(err.backend_op, "launch");
-  assert_int_equal(o->launch(b, s, NULL, &err), FDY_ERR_INVALID_ARGUMENT);
-  assert_int_equal(o->launch(b, NULL, &op, &err), FDY_ERR_INVALID_ARGUMENT);
   fdy_op bad = op;
-  bad.outputs[0].offset = 264; /* not a multiple of 256 */
-  assert_int_equal(o->launch(b, s, &bad, &err), FDY_ERR_INVALID_ARGUMENT);
-  bad = op;
   bad.outputs[0].offset = 4096; /* outside the buffer */
   assert_int_equal(o->launch(b, s, &bad, &err), FDY_ERR_INVALID_ARGUMENT);
   assert_int_equal(err.expected, 4096);
@@ -658,26 +593,6 @@ static void test_bad_inputs(void **state) {
   assert_int_equal(o->launch(b, s, &bad, &err), FDY_ERR_INVALID_ARGUMENT);
   assert_int_equal(err.ids[0], 0);
   assert_int_equal(err.actual, 4096 + 8);
-  bad = op;
-  bad.inputs[0].buffer = NULL;
-  assert_int_equal(o->launch(b, s, &bad, &err), FDY_ERR_INVALID_ARGUMENT);
-  bad = op;
-  bad.output_count = 0;
-  assert_int_equal(o->launch(b, s, &bad, &err), FDY_ERR_INVALID_ARGUMENT);
-
-  assert_int_equal(o->stream_wait(b, s, NULL, &err), FDY_ERR_INVALID_ARGUMENT);
-  assert_int_equal(o->event_record(b, NULL, e, &err), FDY_ERR_INVALID_ARGUMENT);
-  assert_int_equal(o->host_wait(b, NULL, &err), FDY_ERR_INVALID_ARGUMENT);
-  int64_t at = 0;
-  assert_int_equal(o->event_time(b, e, &at, &err), FDY_ERR_INVALID_ARGUMENT);
-  assert_string_equal(err.backend_op, "event_time");
-  fdy_backend_host *h = NULL;
-  assert_int_equal(o->host_register(b, NULL, 10, &h, &err),
-                   FDY_ERR_INVALID_ARGUMENT);
-  assert_int_equal(o->host_register(b, src, 0, &h, &err),
-                   FDY_ERR_INVALID_ARGUMENT);
-  assert_null(h);
-  assert_int_equal(o->capabilities(b, NULL, &err), FDY_ERR_INVALID_ARGUMENT);
 
   double rate = 1;
   assert_int_equal(fdy_cuda_measure_h2d(b, src, 0, 3, &rate, &err),
@@ -709,7 +624,6 @@ static void test_bad_inputs(void **state) {
   fdy_backend_destroy(wrapped);
 
   assert_int_equal(o->drain(b, &err), FDY_OK);
-  o->event_destroy(b, e);
   o->buffer_release(b, buf);
   o->stream_destroy(b, s);
   fdy_backend_destroy(b);
@@ -888,8 +802,6 @@ int main(void) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_capabilities),
-      cmocka_unit_test(test_kernel_matches_reference),
-      cmocka_unit_test(test_passes_same_result),
       cmocka_unit_test(test_wrong_position_fails),
       cmocka_unit_test(test_staging_ring_reuse),
       cmocka_unit_test(test_staged_copy_from_truncated_mapping),

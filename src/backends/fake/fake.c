@@ -593,11 +593,13 @@ static fdy_status fake_buffer_alloc(fdy_backend *b, uint64_t bytes,
                                     fdy_backend_buffer **out, fdy_error *err) {
   fake_backend *f = fake_of(b);
   uint64_t n = call_begin(f, "buffer_alloc", bytes, -1, -1);
+  if (out) {
+    *out = NULL;
+  }
   if (!out || bytes == 0) {
     return fail_violation(f, n, "buffer_alloc", "zero bytes or NULL output",
                           err);
   }
-  *out = NULL;
   uint64_t total;
   if (bytes > f->caps.max_allocation ||
       __builtin_add_overflow(f->stats.buffer_bytes, bytes, &total) ||
@@ -664,11 +666,13 @@ static fdy_status fake_host_register(fdy_backend *b, const void *ptr,
                                      fdy_error *err) {
   fake_backend *f = fake_of(b);
   uint64_t n = call_begin(f, "host_register", bytes, -1, -1);
+  if (out) {
+    *out = NULL;
+  }
   if (!ptr || bytes == 0 || !out) {
     return fail_violation(f, n, "host_register",
                           "NULL memory, zero bytes or NULL output", err);
   }
-  *out = NULL;
   fdy_backend_host *host = calloc(1, sizeof(*host));
   if (!host || !ptr_array_push(&f->hosts, host)) {
     free(host);
