@@ -69,6 +69,17 @@ fdy_status fdy_tokenizer_load_hf(const char *tokenizer_json_path,
 fdy_status fdy_tokenizer_open(const char *path, fdy_tokenizer **out,
                               fdy_error *err);
 
+/* Writes the Llama 3 tokenizer built into Foundry (the 128,000 ranks of
+ * Meta's tokenizer.model and its 256 special tokens) into the existing
+ * directory dir as a Hugging Face checkpoint has it: tokenizer.json (the
+ * vocabulary in the GPT-2 byte alphabet, the merges transformers'
+ * TikTokenConverter derives from the ranks, the Llama 3 pre-tokenizer)
+ * and tokenizer_config.json (bos_token <|begin_of_text|>, eos_token
+ * <|eot_id|>, the Llama 3 Instruct chat_template). Neither file may exist:
+ * FDY_ERR_IO naming it (err->name the path), as for any failure to write;
+ * FDY_ERR_OUT_OF_MEMORY. A file written before a failure stays. */
+fdy_status fdy_tokenizer_write_llama3(const char *dir, fdy_error *err);
+
 /* Frees everything; NULL is a no-op. */
 void fdy_tokenizer_destroy(fdy_tokenizer *tok);
 

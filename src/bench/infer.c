@@ -18,6 +18,9 @@
 #include "foundry/speculative.h"
 
 #define INFER_CEILING_REPEATS 10u
+/* Rates print in GiB/s, sizes in binary units (fdy_format_bytes), as
+ * everywhere in the CLI; the report has bytes per second. */
+#define GIB 1073741824.0
 
 static bool is_special(const fdy_llama_config *c, int32_t id) {
   if (id == c->bos_id) {
@@ -759,14 +762,16 @@ static void print_streaming(const infer_state *s, FILE *out) {
                  "backend\n");
     return;
   }
-  fprintf(out,
-          "streaming: host-to-device %.1f GB/s (pinned, same run) / %.1f MB "
-          "per token = %.1f tokens/s bound; decode %.1f tokens/s = %.1f%% "
-          "of it\n",
-          s->h2d.bytes_per_second * 1e-9,
-          (double)s->streamed_decode_bytes * 1e-6, streaming_bound(s),
-          s->decode_tps_median,
-          100.0 * s->decode_tps_median / streaming_bound(s));
+  char per_token[32];
+  fprintf(
+      out,
+      "streaming: host-to-device %.2f GiB/s (pinned, same run) / %s "
+      "per token = %.1f tokens/s bound; decode %.1f tokens/s = %.1f%% "
+      "of it\n",
+      s->h2d.bytes_per_second / GIB,
+      fdy_format_bytes(s->streamed_decode_bytes, per_token, sizeof per_token),
+      streaming_bound(s), s->decode_tps_median,
+      100.0 * s->decode_tps_median / streaming_bound(s));
   if (s->opt->batch > 1) {
     fprintf(out,
             "streaming, batch of %" PRIu32 ": %.1f tokens/s aggregate bound; "
@@ -833,15 +838,15 @@ static void print_summary(const infer_state *s, FILE *out) {
           fdy_format_bytes(b[FDY_BUFFER_STATE], kv, sizeof kv),
           fdy_format_bytes(b[FDY_BUFFER_ARENA], act, sizeof act));
   print_weights(s, out);
-  fprintf(out, "decode bandwidth: %s per token x %.1f tokens/s = %.1f GB/s",
+  fprintf(out, "decode bandwidth: %s per token x %.1f tokens/s = %.2f GiB/s",
           fdy_format_bytes(s->decode_weight_bytes, rd, sizeof rd),
-          s->decode_tps_median, achieved_bandwidth(s) * 1e-9);
+          s->decode_tps_median, achieved_bandwidth(s) / GIB);
   if (s->d2d.available) {
-    fprintf(out, " (%.1f%% of the %.1f GB/s device-to-device copy",
+    fprintf(out, " (%.1f%% of the %.2f GiB/s device-to-device copy",
             100.0 * achieved_bandwidth(s) / s->d2d.bytes_per_second,
-            s->d2d.bytes_per_second * 1e-9);
+            s->d2d.bytes_per_second / GIB);
     if (s->read.available) {
-      fprintf(out, ", read kernel %.1f GB/s", s->read.bytes_per_second * 1e-9);
+      fprintf(out, ", read kernel %.2f GiB/s", s->read.bytes_per_second / GIB);
     }
     fprintf(out, ")\n");
   } else {

@@ -10,16 +10,25 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "foundry/llama.h"
+#include "foundry/tokenizer.h"
+
+/* ids of the Llama 3 vocabulary: 128,000 ranks and 256 special tokens */
+#define FDY_LLAMA3_VOCAB_SIZE 128256u
 
 void fdy_cmd_make_model_help(FILE *out) {
-  fprintf(out, "usage: foundry make-model --preset NAME [--seed S] --out DIR\n"
-               "\n"
-               "Writes a random-weight checkpoint (config.json,\n"
-               "model.safetensors, model.safetensors.index.json) into the new\n"
-               "directory DIR, which must not exist. The files are identical\n"
-               "for the same preset and seed (default 0).\n"
-               "\n"
-               "presets:");
+  fprintf(out,
+          "usage: foundry make-model --preset NAME [--seed S] --out DIR\n"
+          "\n"
+          "Writes a random-weight checkpoint (config.json,\n"
+          "model.safetensors, model.safetensors.index.json) into the new\n"
+          "directory DIR, which must not exist. The files are identical\n"
+          "for the same preset and seed (default 0). The presets of the\n"
+          "Llama 3 vocabulary (llama-3.*, micro-llama3-vocab) also get\n"
+          "its tokenizer.json and tokenizer_config.json (with the Llama 3\n"
+          "Instruct chat template), so that --prompt and chat work; the\n"
+          "weights are random, and so is the text.\n"
+          "\n"
+          "presets:");
   for (const char *const *p = fdy_llama_presets(); *p; p++) {
     fprintf(out, " %s", *p);
   }
@@ -114,7 +123,15 @@ int fdy_cmd_make_model(int argc, char **argv) {
     }
     return fdy_cli_fail(&err);
   }
-  fprintf(stderr, "wrote %s (preset %s, seed %" PRIu64 ")\n", out, preset,
-          seed);
+  /* the Llama 3 vocabulary: its tokenizer beside the weights, as a real
+   * checkpoint has it, so that text prompts and chat work */
+  fdy_llama_config config;
+  bool text = fdy_llama_preset_config(preset, &config, NULL, &err) == FDY_OK &&
+              config.vocab_size == FDY_LLAMA3_VOCAB_SIZE;
+  if (text && fdy_tokenizer_write_llama3(out, &err) != FDY_OK) {
+    return fdy_cli_fail(&err);
+  }
+  fprintf(stderr, "wrote %s (preset %s, seed %" PRIu64 "%s)\n", out, preset,
+          seed, text ? ", with the Llama 3 tokenizer" : "");
   return FDY_EXIT_OK;
 }

@@ -1,16 +1,67 @@
 /* Text prompts for the CLI (see prompt.h). */
 #include "prompt.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli_util.h"
+#include "foundry/llama.h"
+
+/* Refuses a tokenizer that can produce ids the model has no row for
+ * (before any work: otherwise prefill runs and decoding fails on the
+ * first such id). A missing or invalid config.json is left to the model's
+ * loader. */
+static fdy_status check_fits(const char *model_dir, const fdy_tokenizer *tok,
+                             fdy_error *err) {
+  size_t n = strlen(model_dir) + sizeof "/config.json";
+  char *path = malloc(n);
+  if (!path) {
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  snprintf(path, n, "%s/config.json", model_dir);
+  char *json = NULL;
+  size_t len = 0;
+  fdy_llama_config config;
+  fdy_error ignored;
+  fdy_status s = FDY_OK;
+  if (access(path, F_OK) == 0 &&
+      fdy_cli_read_file(path, "config", &json, &len, &ignored) == FDY_OK &&
+      fdy_llama_config_parse(json, len, path, &config, &ignored) == FDY_OK &&
+      fdy_tokenizer_vocab_size(tok) > config.vocab_size) {
+    s = fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                      "the tokenizer %s has %" PRIu32
+                      " ids but the model's vocabulary (vocab_size in %s) "
+                      "has %" PRIu32
+                      ": it does not fit this model (give the model's own "
+                      "tokenizer with --tokenizer FILE)",
+                      fdy_tokenizer_source(tok), fdy_tokenizer_vocab_size(tok),
+                      path, config.vocab_size);
+    if (err) {
+      err->expected = config.vocab_size;
+      err->actual = fdy_tokenizer_vocab_size(tok);
+    }
+  }
+  free(json);
+  free(path);
+  return s;
+}
 
 fdy_status fdy_cli_open_tokenizer(const char *model_dir,
                                   const char *tokenizer_path,
                                   fdy_tokenizer **out, fdy_error *err) {
-  return fdy_tokenizer_open(tokenizer_path ? tokenizer_path : model_dir, out,
-                            err);
+  fdy_status s =
+      fdy_tokenizer_open(tokenizer_path ? tokenizer_path : model_dir, out, err);
+  if (s == FDY_OK && model_dir) {
+    s = check_fits(model_dir, *out, err);
+    if (s != FDY_OK) {
+      fdy_tokenizer_destroy(*out);
+      *out = NULL;
+    }
+  }
+  return s;
 }
 
 fdy_status fdy_cli_prompt_ids(fdy_tokenizer *tok, const char *text,

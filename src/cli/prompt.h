@@ -13,7 +13,10 @@
 #include "foundry/tokenizer.h"
 
 /* Opens tokenizer_path when not NULL, else the tokenizer in model_dir
- * (fdy_tokenizer_open). *out is owned by the caller. */
+ * (fdy_tokenizer_open). When model_dir is not NULL and its config.json
+ * parses, a tokenizer with more ids than its vocab_size is refused
+ * (FDY_ERR_INVALID_ARGUMENT naming both files and both sizes; expected =
+ * vocab_size, actual = the tokenizer's ids). *out is owned by the caller. */
 fdy_status fdy_cli_open_tokenizer(const char *model_dir,
                                   const char *tokenizer_path,
                                   fdy_tokenizer **out, fdy_error *err);

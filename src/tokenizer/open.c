@@ -121,7 +121,8 @@ fdy_status fdy_tokenizer_open(const char *path, fdy_tokenizer **out,
   } else {
     s = fdy_error_set(err, FDY_ERR_NOT_FOUND,
                       "%s: no tokenizer: neither tokenizer.json nor "
-                      "tokenizer.model is there",
+                      "tokenizer.model is there (give one with --tokenizer "
+                      "FILE)",
                       path);
     if (err) {
       snprintf(err->name, sizeof err->name, "%s", path);

@@ -148,17 +148,14 @@ static void special_name(uint32_t i, char *buf, size_t cap) {
   }
 }
 
-fdy_status fdy_tokenizer_load_tiktoken(const char *path, fdy_tokenizer **out,
-                                       fdy_error *err) {
+fdy_status tok_load_tiktoken_text(const char *path, const char *text,
+                                  size_t len, fdy_tokenizer **out,
+                                  fdy_error *err) {
   *out = NULL;
   fdy_tokenizer *tok = NULL;
-  char *text = NULL, *scratch = NULL;
-  size_t len = 0;
+  char *scratch = NULL;
   parser p = {path, err, NULL};
-  fdy_status status = tok_read_file(path, &text, &len, err);
-  if (status != FDY_OK) {
-    goto cleanup;
-  }
+  fdy_status status = FDY_OK;
   uint32_t ranks = 0;
   for (size_t i = 0; i < len;) {
     const char *nl = memchr(text + i, '\n', len - i);
@@ -229,6 +226,18 @@ cleanup:
   fdy_tokenizer_destroy(tok);
   free(scratch);
   free(p.line_of);
+  return status;
+}
+
+fdy_status fdy_tokenizer_load_tiktoken(const char *path, fdy_tokenizer **out,
+                                       fdy_error *err) {
+  *out = NULL;
+  char *text = NULL;
+  size_t len = 0;
+  fdy_status status = tok_read_file(path, &text, &len, err);
+  if (status == FDY_OK) {
+    status = tok_load_tiktoken_text(path, text, len, out, err);
+  }
   free(text);
   return status;
 }

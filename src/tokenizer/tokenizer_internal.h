@@ -232,6 +232,12 @@ fdy_status tok_nfc(const char *text, size_t len, char **out, size_t *n,
                    fdy_error *err);
 bool tok_nfc_available(void);
 
+/* fdy_tokenizer_load_tiktoken on len bytes of text already read (path
+ * names the source in the tokenizer and in errors; text is not kept). */
+fdy_status tok_load_tiktoken_text(const char *path, const char *text,
+                                  size_t len, fdy_tokenizer **out,
+                                  fdy_error *err);
+
 /* Frees the encoder's scratch (part of fdy_tokenizer_destroy). */
 void tok_scratch_free(tok_scratch *scratch);
 

@@ -155,11 +155,10 @@ expect_full generate --model "$model" --prompts-file "$prompts" \
   --max-tokens 2
 
 # text prompts with the model directory's tokenizer (a make-model
-# checkpoint with the Llama 3 vocabulary): the ids of generate --prompt
-# alone, and "text" on every line
+# checkpoint with the Llama 3 vocabulary has its tokenizer.json): the ids
+# of generate --prompt alone, and "text" on every line
 text=$work/text
 expect 0 make-model --preset micro-llama3-vocab --seed 1 --out "$text"
-cp "$data/tokenizer/llama3-tokenizer.model" "$text/tokenizer.model"
 expect 0 generate --model "$text" --prompt Hello --max-tokens 4 --json
 ids <"$out" >"$work/hello"
 printf '{"prompt":"Hello"}\n{"ids":[128000,9906],"max_tokens":2}\n' \
@@ -170,7 +169,7 @@ sed -n 1p "$out" | ids | cmp -s - "$work/hello" ||
   fail "text prompt: $(cat "$out"), alone: $(cat "$work/hello")"
 [ "$(grep -c '"text":"' "$out")" -eq 2 ] || fail "no text: $(cat "$out")"
 # without the tokenizer, a text line is refused; an explicit one works
-rm "$text/tokenizer.model"
+rm "$text/tokenizer.json" "$text/tokenizer_config.json"
 expect 1 generate --model "$text" --prompts-file "$work/text.jsonl" \
   --max-tokens 4
 contains "$err" "text.jsonl line 1:"

@@ -184,9 +184,13 @@ expect 2 generate --model "$micro" --prompt hi --prompt-ids 1 --max-tokens 2
 contains "$err" "--prompt-ids and --prompt exclude each other"
 expect 1 generate --model "$micro" --prompt hi --max-tokens 2
 contains "$err" "no tokenizer"
+# a tokenizer larger than the model's vocabulary: refused before any work,
+# naming both sizes (issue #31)
 expect 1 generate --model "$micro" --tokenizer "$ranks" --prompt hi \
   --max-tokens 2
-contains "$err" "128000"
+contains "$err" "128256 ids"
+contains "$err" "has 512"
+[ -s "$out" ] && fail "generate printed before refusing the tokenizer"
 
 expect 0 help tokenize
 contains "$out" "--bos"
