@@ -278,6 +278,11 @@ typedef struct fdy_stream_id {
 /* True when the NUL-terminated s is well-formed UTF-8 (RFC 3629: no overlong
  * forms, no surrogates, nothing above U+10FFFF). NULL is false. */
 bool fdy_utf8_valid(const char *s);
+/* Bytes (1 to 4) of the well-formed UTF-8 character at p, of n bytes
+ * available, or 0 when p starts none (the rule of fdy_utf8_valid). Reads
+ * the bytes in order and stops at the first that fails, so a NUL ends any
+ * character. */
+size_t fdy_utf8_char_length(const char *p, size_t n);
 /* A malloc'd copy of s in which every byte that does not belong to a
  * well-formed UTF-8 sequence is replaced by U+FFFD (EF BF BD), one per byte;
  * well-formed text is copied unchanged. The one way text that Foundry did

@@ -5,42 +5,30 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool continuation(unsigned char c) {
-  return (c & 0xC0) == 0x80;
-}
-
-/* Length of the well-formed sequence starting at p (1 to 4), or 0. The
- * second byte's range excludes overlong forms (E0, F0), surrogates (ED) and
- * code points above U+10FFFF (F4); the string's NUL ends any sequence. */
-static size_t sequence_length(const unsigned char *p) {
+size_t fdy_utf8_char_length(const char *s, size_t n) {
+  const unsigned char *p = (const unsigned char *)s;
   unsigned char c = p[0];
-  if (c < 0x80) {
-    return 1;
-  }
-  size_t n = 0;
-  unsigned char lo = 0x80, hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) {
-    n = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    n = 3;
-    lo = c == 0xE0 ? 0xA0 : 0x80;
-    hi = c == 0xED ? 0x9F : 0xBF;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    n = 4;
-    lo = c == 0xF0 ? 0x90 : 0x80;
-    hi = c == 0xF4 ? 0x8F : 0xBF;
-  } else {
+  size_t k = c < 0x80                 ? 1
+             : c >= 0xC2 && c <= 0xDF ? 2
+             : c >= 0xE0 && c <= 0xEF ? 3
+             : c >= 0xF0 && c <= 0xF4 ? 4
+                                      : 0;
+  if (k == 0 || k > n) {
     return 0;
   }
-  if (p[1] < lo || p[1] > hi) {
-    return 0;
-  }
-  for (size_t i = 2; i < n; i++) {
-    if (!continuation(p[i])) {
+  /* the second byte's range excludes overlong forms (E0, F0), surrogates
+   * (ED) and code points above U+10FFFF (F4) */
+  for (size_t i = 1; i < k; i++) {
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (i == 1) {
+      lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
+      hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+    }
+    if (p[i] < lo || p[i] > hi) {
       return 0;
     }
   }
-  return n;
+  return k;
 }
 
 bool fdy_utf8_valid(const char *s) {
@@ -49,7 +37,7 @@ bool fdy_utf8_valid(const char *s) {
   }
   const unsigned char *p = (const unsigned char *)s;
   while (*p) {
-    size_t n = sequence_length(p);
+    size_t n = fdy_utf8_char_length((const char *)p, 4);
     if (n == 0) {
       return false;
     }
@@ -73,7 +61,7 @@ char *fdy_utf8_sanitize(const char *s) {
   const unsigned char *p = (const unsigned char *)s;
   char *o = out;
   while (*p) {
-    size_t n = sequence_length(p);
+    size_t n = fdy_utf8_char_length((const char *)p, 4);
     if (n == 0) {
       memcpy(o, "\xEF\xBF\xBD", 3);
       o += 3;

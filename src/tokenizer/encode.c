@@ -273,30 +273,6 @@ static fdy_status encode_piece(fdy_tokenizer *tok, const char *piece,
                           : merge_long(tok, piece, n, out, err);
 }
 
-/* Bytes of the valid UTF-8 character at p (n bytes left), 0 when invalid. */
-static size_t utf8_char(const unsigned char *p, size_t n) {
-  unsigned char c = p[0];
-  size_t k = c < 0x80                 ? 1
-             : c >= 0xC2 && c <= 0xDF ? 2
-             : c >= 0xE0 && c <= 0xEF ? 3
-             : c >= 0xF0 && c <= 0xF4 ? 4
-                                      : 0;
-  if (k == 0 || k > n) {
-    return 0;
-  }
-  for (size_t i = 1; i < k; i++) {
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (i == 1) {
-      lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
-      hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
-    }
-    if (p[i] < lo || p[i] > hi) {
-      return 0;
-    }
-  }
-  return k;
-}
-
 /* A final piece that may hold invalid UTF-8 (text between regex matches):
  * each invalid byte is its own single-byte token, the valid runs around
  * them are merged as pieces. */
@@ -306,7 +282,7 @@ static fdy_status encode_mixed(fdy_tokenizer *tok, const char *text, size_t len,
   size_t run = 0, i = 0;
   fdy_status status = FDY_OK;
   while (status == FDY_OK && i < len) {
-    size_t k = utf8_char(u + i, len - i);
+    size_t k = fdy_utf8_char_length((const char *)(u + i), len - i);
     if (k > 0) {
       i += k;
       continue;
@@ -440,13 +416,11 @@ static size_t char_before(const char *text, size_t end) {
   while (s > 0 && end - s < 4 && ((unsigned char)text[s] & 0xC0) == 0x80) {
     s--;
   }
-  return utf8_char((const unsigned char *)text + s, end - s) == end - s
-             ? s
-             : end - 1;
+  return fdy_utf8_char_length(text + s, end - s) == end - s ? s : end - 1;
 }
 
 static bool space_at(const char *text, size_t len, size_t at, size_t *k) {
-  *k = utf8_char((const unsigned char *)text + at, len - at);
+  *k = fdy_utf8_char_length(text + at, len - at);
   return *k > 0 && is_space(code_point((const unsigned char *)text + at, *k));
 }
 

@@ -19,30 +19,6 @@ bool tok_nfc_available(void) {
 #endif
 }
 
-/* Bytes of the valid UTF-8 character at p (n bytes left), 0 when invalid. */
-static size_t valid_char(const unsigned char *p, size_t n) {
-  unsigned char c = p[0];
-  size_t k = c < 0x80                 ? 1
-             : c >= 0xC2 && c <= 0xDF ? 2
-             : c >= 0xE0 && c <= 0xEF ? 3
-             : c >= 0xF0 && c <= 0xF4 ? 4
-                                      : 0;
-  if (k == 0 || k > n) {
-    return 0;
-  }
-  for (size_t i = 1; i < k; i++) {
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (i == 1) {
-      lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
-      hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
-    }
-    if (p[i] < lo || p[i] > hi) {
-      return 0;
-    }
-  }
-  return k;
-}
-
 typedef struct buffer {
   char *p;
   size_t len, cap;
@@ -118,7 +94,6 @@ fdy_status tok_nfc(const char *text, size_t len, char **out, size_t *n,
 #ifndef FOUNDRY_HAVE_ICU
   (void)text;
   (void)len;
-  (void)valid_char;
   (void)put;
   return fdy_error_set(err, FDY_ERR_UNSUPPORTED,
                        "NFC normalization needs ICU, which this build lacks");
@@ -131,7 +106,8 @@ fdy_status tok_nfc(const char *text, size_t len, char **out, size_t *n,
     size_t run = i;
     bool ascii = true;
     size_t k;
-    while (i < len && (k = valid_char(u + i, len - i)) > 0) {
+    while (i < len &&
+           (k = fdy_utf8_char_length((const char *)(u + i), len - i)) > 0) {
       ascii &= k == 1;
       i += k;
     }
