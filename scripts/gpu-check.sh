@@ -10,7 +10,8 @@
 # Stages (all by default, in this order; LIST is comma-separated):
 #   ops       test_cuda_ops with FOUNDRY_REQUIRE_CUDA=1;
 #   tests     the other GPU tests likewise (test_cuda, test_cuda_graph,
-#             test_cuda_faults);
+#             test_cuda_faults) and the backend contract suite over cuda
+#             (test_backend_contract cuda);
 #   verify    verify --backend cuda on every fixture of tests/data;
 #   verify3b  a random Llama 3.2 3B (make-model, seed 1) against the CPU
 #             backend;
@@ -145,6 +146,21 @@ if [ -n "$tests" ]; then
       tee -a "$summary"
     [ $rc -eq 0 ] || fail "$t"
   done
+fi
+if runs tests; then
+  bin=$build/tests/contract/test_backend_contract
+  [ -x "$bin" ] || bin=$build/test_backend_contract
+  if [ -x "$bin" ]; then
+    start=$(date +%s)
+    timeout 300 "$bin" cuda >"$out/contract_cuda.txt" 2>&1
+    rc=$?
+    note "test_backend_contract cuda: rc $rc ($(($(date +%s) - start)) s)"
+    grep -E '^\[  FAILED|^\[  ERROR|LINE' "$out/contract_cuda.txt" | head -20 |
+      tee -a "$summary"
+    [ $rc -eq 0 ] || fail "test_backend_contract cuda"
+  else
+    fail "test_backend_contract: not built"
+  fi
 fi
 
 if runs verify; then
