@@ -1,16 +1,11 @@
 /* `foundry serve`: an OpenAI-compatible HTTP server (libmicrohttpd, one
  * thread per connection) over one Llama session with many slots.
  *
- * One engine thread owns the session. HTTP threads parse a request, turn
- * its prompt into ids and put it in a bounded queue (429 with Retry-After
- * when full), then wait on the server's condition variable for its ids.
- * Each step of the engine carries a decode row for every running request
- * and fills the other rows with prompt chunks of new requests taken from
- * the queue into free slots (as fdy_llama_generate_batch's steps do), so
- * a new prompt stalls the running streams by at most one step. A request
- * ends at a stop id, at max_tokens, or when its streaming client goes
- * away; its slot is released for the next step. SIGINT or SIGTERM: new
- * requests get 503, the accepted ones finish, the process exits 0.
+ * This file is the HTTP layer and the command: a connection's body is
+ * parsed (serve_request.h), its prompt turned into ids, and the job
+ * submitted to the engine (serve_engine.h), whose ids the connection then
+ * sends as one JSON response or as server-sent events. SIGINT or SIGTERM:
+ * new requests get 503, the accepted ones finish, the process exits 0.
  * docs/serve.md describes the endpoints and limits. */
 #include <arpa/inet.h>
 #include <getopt.h>
@@ -32,264 +27,23 @@
 #include "foundry/llama_session.h"
 #include "foundry/tokenizer.h"
 #include "prompt.h"
+#include "serve_engine.h"
+#include "serve_request.h"
 
-#define DEFAULT_SEQUENCES  16u
-#define DEFAULT_QUEUE      64u
-#define DEFAULT_PORT       8080u
-#define DEFAULT_MAX_TOKENS 16u        /* /v1/completions, as OpenAI */
-#define MAX_BODY_BYTES     (1u << 20) /* a larger body is a 413 */
+#define DEFAULT_SEQUENCES 16u
+#define DEFAULT_QUEUE     64u
+#define DEFAULT_PORT      8080u
+#define MAX_BODY_BYTES    (1u << 20) /* a larger body is a 413 */
 
-typedef struct request request;
-typedef struct server server;
-
-/* One request; refs: the HTTP thread's and, once queued, the engine's
- * (both under server.lock). */
-struct request {
-  server *srv;
-  int refs;
-  uint64_t number;
-  bool chat, stream;
-  int32_t *prompt; /* [prompt_count] */
-  uint32_t prompt_count;
-  uint32_t max_tokens;
-  fdy_sample_params sampling;
-  int32_t stop[FDY_CHAT_MAX_STOP]; /* besides config.json's EOS ids */
-  uint32_t stop_count;
-  /* engine side, read by the HTTP thread under the lock */
-  int32_t *ids; /* [max_tokens] generated */
-  uint32_t count;
-  uint32_t fed; /* prompt ids fed so far */
-  bool done, cancelled, failed;
-  const char *finish; /* "stop", "length" */
-  char error[256];    /* when failed */
-  request *next;      /* the queue */
-  /* the streaming reader's state (HTTP thread only) */
-  fdy_token_stream *decoder;
-  uint32_t emitted;
+/* What a connection sends of its job: the HTTP thread's alone. */
+typedef struct reply {
+  fdy_serve_job *job;
+  fdy_token_stream *decoder; /* NULL without a tokenizer */
+  uint32_t emitted;          /* ids sent so far (streaming) */
   bool sent_role, sent_final, sent_done;
-  char *pending;
+  char *pending; /* the event being sent */
   size_t pending_len, pending_sent;
-  time_t created;
-};
-
-struct server {
-  const char *model_id;
-  const fdy_llama_config *config;
-  fdy_llama_session *session;
-  fdy_tokenizer *tok; /* may be NULL: token ids only */
-  pthread_mutex_t tok_lock;
-  fdy_sample_params default_sampling;
-  uint32_t vocab, context, max_queue, slots;
-  pthread_mutex_t lock;
-  pthread_cond_t work;    /* the engine: a request queued or cancelled */
-  pthread_cond_t changed; /* the HTTP threads: ids, ends, requests freed */
-  request *head, *tail;   /* the queue */
-  uint32_t queued;
-  request **running; /* [slots] */
-  uint32_t active;
-  uint64_t live; /* requests not yet freed */
-  uint64_t numbers;
-  bool stopping;
-  bool failed;
-  char failure[512];
-  fdy_llama_step_part *parts; /* [slots] */
-  int32_t *next;              /* [slots] */
-};
-
-/* ---- requests ------------------------------------------------------------ */
-
-/* Copies text into dst of size bytes, cut when longer. */
-static void copy_text(char *dst, size_t size, const char *text) {
-  size_t n = strlen(text);
-  n = n < size - 1 ? n : size - 1;
-  memcpy(dst, text, n);
-  dst[n] = '\0';
-}
-
-static void request_unref(request *r) {
-  server *srv = r->srv;
-  if (--r->refs > 0) {
-    return;
-  }
-  free(r->prompt);
-  free(r->ids);
-  free(r->pending);
-  fdy_token_stream_destroy(r->decoder);
-  free(r);
-  srv->live--;
-  pthread_cond_broadcast(&srv->changed);
-}
-
-static bool is_stop(const server *srv, const request *r, int32_t id) {
-  for (uint32_t i = 0; i < srv->config->eos_count; i++) {
-    if (srv->config->eos_ids[i] == id) {
-      return true;
-    }
-  }
-  for (uint32_t i = 0; i < r->stop_count; i++) {
-    if (r->stop[i] == id) {
-      return true;
-    }
-  }
-  return false;
-}
-
-/* Under the lock: ends the request in slot (released) and drops the
- * engine's reference. */
-static void finish_slot(server *srv, uint32_t slot) {
-  request *r = srv->running[slot];
-  fdy_error err;
-  if (fdy_llama_session_slot_active(srv->session, slot)) {
-    (void)fdy_llama_session_release(srv->session, slot, &err);
-  }
-  srv->running[slot] = NULL;
-  srv->active--;
-  r->done = true;
-  request_unref(r);
-}
-
-/* Under the lock: id generated for the request in slot. */
-static void take(server *srv, uint32_t slot, int32_t id) {
-  request *r = srv->running[slot];
-  r->ids[r->count++] = id;
-  if (is_stop(srv, r, id)) {
-    r->finish = "stop";
-  } else if (r->count == r->max_tokens) {
-    r->finish = "length";
-  }
-  if (r->finish) {
-    finish_slot(srv, slot);
-  }
-}
-
-/* Under the lock: fails every running and queued request (a backend
- * failure leaves the session failed). */
-static void fail_all(server *srv, const char *message) {
-  srv->failed = true;
-  copy_text(srv->failure, sizeof srv->failure, message);
-  for (uint32_t slot = 0; slot < srv->slots; slot++) {
-    if (srv->running[slot]) {
-      request *r = srv->running[slot];
-      r->failed = true;
-      copy_text(r->error, sizeof r->error, message);
-      finish_slot(srv, slot);
-    }
-  }
-  while (srv->head) {
-    request *r = srv->head;
-    srv->head = r->next;
-    r->failed = true;
-    r->done = true;
-    copy_text(r->error, sizeof r->error, message);
-    request_unref(r);
-  }
-  srv->tail = NULL;
-  srv->queued = 0;
-}
-
-/* ---- the engine ---------------------------------------------------------- */
-
-static void *engine_main(void *arg) {
-  server *srv = arg;
-  fdy_error err;
-  pthread_mutex_lock(&srv->lock);
-  for (;;) {
-    while (srv->active == 0 && !srv->head && !srv->stopping) {
-      pthread_cond_wait(&srv->work, &srv->lock);
-    }
-    if (srv->active == 0 && !srv->head) {
-      break;
-    }
-    for (uint32_t slot = 0; slot < srv->slots; slot++) {
-      request *r = srv->running[slot];
-      if (r && r->cancelled) {
-        r->finish = "cancelled";
-        finish_slot(srv, slot);
-      }
-    }
-    for (uint32_t slot = 0; slot < srv->slots && srv->head; slot++) {
-      if (srv->running[slot]) {
-        continue;
-      }
-      request *r = srv->head;
-      srv->head = r->next;
-      if (!srv->head) {
-        srv->tail = NULL;
-      }
-      srv->queued--;
-      if (r->cancelled) {
-        r->done = true;
-        request_unref(r);
-        slot--; /* the slot is still free */
-        continue;
-      }
-      if (fdy_llama_session_set_sampling(srv->session, slot, &r->sampling,
-                                         &err) != FDY_OK) {
-        r->failed = true;
-        r->done = true;
-        copy_text(r->error, sizeof r->error, err.message);
-        request_unref(r);
-        slot--;
-        continue;
-      }
-      r->fed = 0;
-      srv->running[slot] = r;
-      srv->active++;
-    }
-    if (srv->active == 0) {
-      pthread_cond_broadcast(&srv->changed);
-      continue;
-    }
-    /* the step: decode rows, then prompt chunks in the rows left */
-    uint32_t count = 0, decode_rows = 0;
-    for (uint32_t slot = 0; slot < srv->slots; slot++) {
-      request *r = srv->running[slot];
-      if (r && r->fed == r->prompt_count) {
-        srv->parts[count++] = (fdy_llama_step_part){
-            .slot = slot, .ids = &r->ids[r->count - 1], .count = 1};
-      }
-    }
-    decode_rows = count;
-    uint32_t room = fdy_llama_session_step_rows(srv->session) - count;
-    for (uint32_t slot = 0; room > 0 && slot < srv->slots; slot++) {
-      request *r = srv->running[slot];
-      if (r && r->fed < r->prompt_count) {
-        uint32_t left = r->prompt_count - r->fed;
-        uint32_t n = left < room ? left : room;
-        srv->parts[count++] = (fdy_llama_step_part){
-            .slot = slot, .ids = r->prompt + r->fed, .count = n};
-        room -= n;
-      }
-    }
-    pthread_mutex_unlock(&srv->lock);
-    fdy_status st = fdy_llama_session_step(srv->session, srv->parts, count,
-                                           srv->next, NULL, &err);
-    pthread_mutex_lock(&srv->lock);
-    if (st != FDY_OK) {
-      char message[600];
-      snprintf(message, sizeof message, "the engine failed: %.512s",
-               err.message);
-      fprintf(stderr, "foundry serve: error: %s\n", message);
-      fail_all(srv, message);
-      pthread_cond_broadcast(&srv->changed);
-      break;
-    }
-    for (uint32_t i = 0; i < count; i++) {
-      uint32_t slot = srv->parts[i].slot;
-      request *r = srv->running[slot];
-      if (i >= decode_rows) {
-        r->fed += srv->parts[i].count;
-        if (r->fed < r->prompt_count) {
-          continue;
-        }
-      }
-      take(srv, slot, srv->next[i]);
-    }
-    pthread_cond_broadcast(&srv->changed);
-  }
-  pthread_mutex_unlock(&srv->lock);
-  return NULL;
-}
+} reply;
 
 /* ---- HTTP helpers -------------------------------------------------------- */
 
@@ -361,262 +115,82 @@ static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status,
   send_error(c, MHD_HTTP_BAD_REQUEST, "invalid_request_error", param, NULL,    \
              __VA_ARGS__)
 
-/* ---- request parsing ----------------------------------------------------- */
+/* ---- prompts ---------------------------------------------------------------
+ */
 
-/* Parses the sampling and length fields of root into r; on a bad field
- * fills param and message and returns false. */
-static bool parse_common(server *srv, json_t *root, request *r,
-                         const char **param, char *message, size_t size) {
-  r->sampling = srv->default_sampling;
-  r->sampling.seed = (uint64_t)time(NULL) * 1000003u + r->number;
-  json_t *v;
-  static const char *const floats[] = {"temperature", "top_p", "min_p"};
-  float *targets[] = {&r->sampling.temperature, &r->sampling.top_p,
-                      &r->sampling.min_p};
-  for (int i = 0; i < 3; i++) {
-    v = json_object_get(root, floats[i]);
-    if (v && !json_is_null(v)) {
-      if (!json_is_number(v)) {
-        *param = floats[i];
-        snprintf(message, size, "%s must be a number", floats[i]);
-        return false;
-      }
-      *targets[i] = (float)json_number_value(v);
-    }
+/* The ids of req's prompt into job (prompt, prompt_count, stop ids): its
+ * ids as they are, a text through the tokenizer, or the chat's messages
+ * through the chat template. On failure fills err (400). */
+static fdy_status prompt_ids(fdy_server *srv, fdy_serve_request *req,
+                             fdy_serve_job *job, fdy_serve_error *e) {
+  *e = (fdy_serve_error){.status = 400, .type = "invalid_request_error"};
+  snprintf(e->param, sizeof e->param, "%s", req->chat ? "messages" : "prompt");
+  if (req->ids) {
+    job->prompt = req->ids;
+    job->prompt_count = req->id_count;
+    req->ids = NULL;
+    return FDY_OK;
   }
-  v = json_object_get(root, "top_k");
-  if (v && !json_is_null(v)) {
-    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-        json_integer_value(v) > UINT32_MAX) {
-      *param = "top_k";
-      snprintf(message, size, "top_k must be an integer from 0 to %u",
-               UINT32_MAX);
-      return false;
-    }
-    r->sampling.top_k = (uint32_t)json_integer_value(v);
-  }
-  v = json_object_get(root, "seed");
-  if (v && !json_is_null(v)) {
-    if (!json_is_integer(v) || json_integer_value(v) < 0) {
-      *param = "seed";
-      snprintf(message, size, "seed must be a non-negative integer");
-      return false;
-    }
-    r->sampling.seed = (uint64_t)json_integer_value(v);
-  }
-  fdy_error err;
-  if (fdy_llama_sampling_check(&r->sampling, &err) != FDY_OK) {
-    snprintf(message, size, "%s", err.message);
-    *param = strcmp(err.name, "temperature") == 0 ? "temperature"
-             : strcmp(err.name, "top_p") == 0     ? "top_p"
-             : strcmp(err.name, "min_p") == 0     ? "min_p"
-                                                  : NULL;
-    return false;
-  }
-  v = json_object_get(root, "stream");
-  if (v && !json_is_null(v)) {
-    if (!json_is_boolean(v)) {
-      *param = "stream";
-      snprintf(message, size, "stream must be a boolean");
-      return false;
-    }
-    r->stream = json_is_true(v);
-  }
-  v = json_object_get(root, "n");
-  if (v && !json_is_null(v) &&
-      (!json_is_integer(v) || json_integer_value(v) != 1)) {
-    *param = "n";
-    snprintf(message, size, "only n = 1 is supported");
-    return false;
-  }
-  v = json_object_get(root, "stop");
-  if (v && !json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0)) {
-    *param = "stop";
-    snprintf(message, size, "stop strings are not supported yet");
-    return false;
-  }
-  /* max_tokens (max_completion_tokens for chat) */
-  v = json_object_get(root, "max_tokens");
-  if ((!v || json_is_null(v)) && r->chat) {
-    v = json_object_get(root, "max_completion_tokens");
-  }
-  uint64_t room = (uint64_t)srv->context + 1 - r->prompt_count;
-  if (r->prompt_count > srv->context) {
-    room = 0;
-  }
-  if (v && !json_is_null(v)) {
-    if (!json_is_integer(v) || json_integer_value(v) < 1 ||
-        json_integer_value(v) > UINT32_MAX) {
-      *param = "max_tokens";
-      snprintf(message, size, "max_tokens must be an integer from 1 to %u",
-               UINT32_MAX);
-      return false;
-    }
-    r->max_tokens = (uint32_t)json_integer_value(v);
-  } else {
-    r->max_tokens = r->chat ? (uint32_t)(room ? room : 1) : DEFAULT_MAX_TOKENS;
-  }
-  uint64_t needed = (uint64_t)r->prompt_count + r->max_tokens - 1;
-  if (needed > srv->context) {
-    *param = r->prompt_count > srv->context ? "messages" : "max_tokens";
-    snprintf(message, size,
-             "the prompt of %" PRIu32 " tokens plus max_tokens %" PRIu32
-             " needs %" PRIu64 " positions; the context holds %" PRIu32,
-             r->prompt_count, r->max_tokens, needed, srv->context);
-    return false;
-  }
-  return true;
-}
-
-/* The prompt of /v1/completions: a string (with a tokenizer) or ids. */
-static bool parse_prompt(server *srv, json_t *root, request *r,
-                         const char **param, char *message, size_t size) {
-  json_t *p = json_object_get(root, "prompt");
-  *param = "prompt";
-  if (json_is_string(p)) {
-    if (!srv->tok) {
-      snprintf(message, size,
-               "the model has no tokenizer: give the prompt as token ids");
-      return false;
-    }
-    fdy_error err;
-    pthread_mutex_lock(&srv->tok_lock);
-    fdy_status st = fdy_cli_prompt_ids(srv->tok, json_string_value(p), NULL,
-                                       &r->prompt, &r->prompt_count, &err);
-    if (st == FDY_OK) {
-      r->stop_count = fdy_tokenizer_stop_ids(srv->tok, r->stop);
-    }
-    pthread_mutex_unlock(&srv->tok_lock);
-    if (st != FDY_OK) {
-      snprintf(message, size, "%s", err.message);
-      return false;
-    }
-    return true;
-  }
-  if (!json_is_array(p) || json_array_size(p) == 0) {
-    snprintf(message, size,
-             p ? "prompt must be a string or a non-empty array of token ids"
-               : "prompt is required");
-    return false;
-  }
-  size_t n = json_array_size(p);
-  r->prompt = malloc(n * sizeof *r->prompt);
-  if (!r->prompt) {
-    snprintf(message, size, "out of memory");
-    return false;
-  }
-  for (size_t i = 0; i < n; i++) {
-    json_t *id = json_array_get(p, i);
-    if (!json_is_integer(id) || json_integer_value(id) < 0 ||
-        json_integer_value(id) >= srv->vocab) {
-      snprintf(message, size,
-               "prompt[%zu] must be a token id from 0 to %" PRIu32, i,
-               srv->vocab - 1);
-      return false;
-    }
-    r->prompt[i] = (int32_t)json_integer_value(id);
-  }
-  r->prompt_count = (uint32_t)n;
-  return true;
-}
-
-/* The messages of /v1/chat/completions: an optional system message, then
- * one user message, through the chat template. */
-static bool parse_messages(server *srv, json_t *root, request *r,
-                           const char **param, char *message, size_t size) {
-  *param = "messages";
   if (!srv->tok) {
-    snprintf(message, size, "the model has no tokenizer: no chat");
-    return false;
-  }
-  json_t *m = json_object_get(root, "messages");
-  if (!json_is_array(m) || json_array_size(m) == 0) {
-    snprintf(message, size, "messages must be a non-empty array");
-    return false;
-  }
-  const char *system = NULL, *user = NULL;
-  size_t user_len = 0;
-  for (size_t i = 0; i < json_array_size(m); i++) {
-    json_t *msg = json_array_get(m, i);
-    json_t *role = json_object_get(msg, "role");
-    json_t *content = json_object_get(msg, "content");
-    if (!json_is_string(role) || !json_is_string(content)) {
-      snprintf(message, size,
-               "messages[%zu] must have a string role and string content", i);
-      return false;
-    }
-    const char *name = json_string_value(role);
-    if (i == 0 && strcmp(name, "system") == 0 && json_array_size(m) > 1) {
-      system = json_string_value(content);
-    } else if (i == json_array_size(m) - 1 && strcmp(name, "user") == 0) {
-      user = json_string_value(content);
-      user_len = json_string_length(content);
-    } else {
-      snprintf(message, size,
-               "messages[%zu]: only a system message followed by one user "
-               "message is supported",
-               i);
-      return false;
-    }
-  }
-  if (!user) {
-    snprintf(message, size, "the last message must be the user's");
-    return false;
-  }
-  if (system && strlen(system) != json_string_length(json_object_get(
-                                      json_array_get(m, 0), "content"))) {
-    snprintf(message, size, "the system message holds a NUL character");
-    return false;
+    snprintf(e->message, sizeof e->message, "%s",
+             req->chat ? "the model has no tokenizer: no chat"
+                       : "the model has no tokenizer: give the prompt as "
+                         "token ids");
+    return FDY_ERR_INVALID_ARGUMENT;
   }
   fdy_error err;
-  fdy_chat *chat = NULL;
-  fdy_tokens tokens = {0};
-  fdy_chat_options options = {.system = system};
+  fdy_status st;
   pthread_mutex_lock(&srv->tok_lock);
-  fdy_status st =
-      fdy_chat_create(srv->session, srv->tok, &options, &chat, &err);
-  if (st == FDY_OK) {
-    st = fdy_chat_prompt(chat, user, user_len, &tokens, &err);
-  }
-  if (st == FDY_OK) {
-    r->stop_count = fdy_chat_stop_ids(chat, r->stop);
+  if (req->chat) {
+    fdy_chat *chat = NULL;
+    fdy_tokens tokens = {0};
+    fdy_chat_options options = {.system = req->system};
+    st = fdy_chat_create(srv->session, srv->tok, &options, &chat, &err);
+    if (st == FDY_OK) {
+      st = fdy_chat_prompt(chat, req->text, strlen(req->text), &tokens, &err);
+    }
+    if (st == FDY_OK && tokens.count > UINT32_MAX) {
+      st = fdy_error_set(&err, FDY_ERR_OVERFLOW, "the prompt is too long");
+    }
+    if (st == FDY_OK) {
+      job->stop_count = fdy_chat_stop_ids(chat, job->stop);
+      job->prompt = tokens.ids;
+      job->prompt_count = (uint32_t)tokens.count;
+    } else {
+      fdy_tokens_free(&tokens);
+    }
+    fdy_chat_destroy(chat);
+  } else {
+    st = fdy_cli_prompt_ids(srv->tok, req->text, NULL, &job->prompt,
+                            &job->prompt_count, &err);
+    if (st == FDY_OK) {
+      job->stop_count = fdy_tokenizer_stop_ids(srv->tok, job->stop);
+    }
   }
   pthread_mutex_unlock(&srv->tok_lock);
-  fdy_chat_destroy(chat);
-  if (st == FDY_OK && (tokens.count == 0 || tokens.count > srv->context)) {
-    snprintf(message, size,
-             "the prompt of %zu tokens does not fit the context of %" PRIu32,
-             tokens.count, srv->context);
-    st = FDY_ERR_CONTEXT;
-  } else if (st != FDY_OK) {
-    snprintf(message, size, "%s", err.message);
-  }
   if (st != FDY_OK) {
-    fdy_tokens_free(&tokens);
-    return false;
+    snprintf(e->message, sizeof e->message, "%s", err.message);
   }
-  r->prompt = tokens.ids;
-  r->prompt_count = (uint32_t)tokens.count;
-  return true;
+  return st;
 }
 
 /* ---- responses ----------------------------------------------------------- */
 
 /* Appends the text of ids[from..to) (special ids left out) to *text. */
-static void append_text(server *srv, request *r, uint32_t from, uint32_t to,
+static void append_text(fdy_server *srv, reply *rp, uint32_t from, uint32_t to,
                         bool done, char **text, size_t *len) {
   for (uint32_t i = from; i <= to; i++) {
     const char *bytes = NULL;
     size_t n = 0;
     fdy_error err;
     if (i < to) {
-      if (fdy_tokenizer_is_special(srv->tok, r->ids[i]) ||
-          fdy_token_stream_push(r->decoder, r->ids[i], &bytes, &n, &err) !=
-              FDY_OK) {
+      if (fdy_tokenizer_is_special(srv->tok, rp->job->ids[i]) ||
+          fdy_token_stream_push(rp->decoder, rp->job->ids[i], &bytes, &n,
+                                &err) != FDY_OK) {
         continue;
       }
     } else if (done) {
-      fdy_token_stream_finish(r->decoder, &bytes, &n);
+      fdy_token_stream_finish(rp->decoder, &bytes, &n);
     }
     if (n) {
       char *grown = realloc(*text, *len + n + 1);
@@ -631,11 +205,11 @@ static void append_text(server *srv, request *r, uint32_t from, uint32_t to,
   }
 }
 
-static json_t *usage(const request *r) {
+static json_t *usage(const fdy_serve_job *job) {
   return json_pack("{s:I, s:I, s:I}", "prompt_tokens",
-                   (json_int_t)r->prompt_count, "completion_tokens",
-                   (json_int_t)r->count, "total_tokens",
-                   (json_int_t)(r->prompt_count + r->count));
+                   (json_int_t)job->prompt_count, "completion_tokens",
+                   (json_int_t)job->count, "total_tokens",
+                   (json_int_t)(job->prompt_count + job->count));
 }
 
 static json_t *ids_array(const int32_t *ids, uint32_t from, uint32_t to) {
@@ -646,25 +220,26 @@ static json_t *ids_array(const int32_t *ids, uint32_t from, uint32_t to) {
   return a;
 }
 
-/* One choice: the message (chat) or text, ids[from..to), finish. */
-static json_t *choice(server *srv, request *r, uint32_t from, uint32_t to,
+/* One choice: the message (chat) or text of ids[from..to), and the finish
+ * reason when final (the job is done and to is its last id). */
+static json_t *choice(fdy_server *srv, reply *rp, uint32_t from, uint32_t to,
                       bool delta, bool final) {
-  /* final: the request is done and to is its last id */
+  fdy_serve_job *job = rp->job;
   char *text = NULL;
   size_t len = 0;
   if (srv->tok) {
-    append_text(srv, r, from, to, final, &text, &len);
+    append_text(srv, rp, from, to, final, &text, &len);
   }
   char *safe = fdy_utf8_sanitize(text ? text : "");
   free(text);
   json_t *c = json_pack("{s:i}", "index", 0);
   json_t *content = json_string(safe ? safe : "");
   free(safe);
-  if (r->chat) {
+  if (job->chat) {
     json_t *m = json_object();
-    if (!delta || !r->sent_role) {
+    if (!delta || !rp->sent_role) {
       json_object_set_new(m, "role", json_string("assistant"));
-      r->sent_role = true;
+      rp->sent_role = true;
     }
     if (!delta || to > from || json_string_length(content) > 0) {
       json_object_set(m, "content", content);
@@ -675,201 +250,212 @@ static json_t *choice(server *srv, request *r, uint32_t from, uint32_t to,
     json_object_set_new(c, "logprobs", json_null());
   }
   json_decref(content);
-  json_object_set_new(c, "token_ids", ids_array(r->ids, from, to));
+  json_object_set_new(c, "token_ids", ids_array(job->ids, from, to));
   json_object_set_new(c, "finish_reason",
-                      final && r->finish ? json_string(r->finish)
-                                         : json_null());
+                      final && job->finish ? json_string(job->finish)
+                                           : json_null());
   return c;
 }
 
-static json_t *envelope(server *srv, request *r, json_t *choice_obj,
-                        bool chunk) {
+static json_t *envelope(fdy_server *srv, const fdy_serve_job *job,
+                        json_t *choice_obj, bool chunk) {
   char id[48];
-  snprintf(id, sizeof id, "%s-%" PRIu64, r->chat ? "chatcmpl" : "cmpl",
-           r->number);
+  snprintf(id, sizeof id, "%s-%" PRIu64, job->chat ? "chatcmpl" : "cmpl",
+           job->number);
   const char *object =
-      r->chat ? (chunk ? "chat.completion.chunk" : "chat.completion")
-              : "text_completion";
+      job->chat ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                : "text_completion";
   return json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", id, "object", object,
-                   "created", (json_int_t)r->created, "model", srv->model_id,
+                   "created", (json_int_t)job->created, "model", srv->model_id,
                    "choices", choice_obj);
+}
+
+/* Ends the connection's hold on its job and frees the reply. */
+static void reply_free(reply *rp) {
+  fdy_server *srv = rp->job->srv;
+  pthread_mutex_lock(&srv->lock);
+  fdy_serve_cancel(rp->job);
+  fdy_serve_job_unref(rp->job);
+  pthread_mutex_unlock(&srv->lock);
+  fdy_token_stream_destroy(rp->decoder);
+  free(rp->pending);
+  free(rp);
 }
 
 /* The SSE reader of a streaming response: blocks until ids or the end. */
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
   (void)pos;
-  request *r = cls;
-  server *srv = r->srv;
-  while (r->pending_sent == r->pending_len) {
-    free(r->pending);
-    r->pending = NULL;
-    r->pending_len = r->pending_sent = 0;
-    if (r->sent_done) {
+  reply *rp = cls;
+  fdy_serve_job *job = rp->job;
+  fdy_server *srv = job->srv;
+  while (rp->pending_sent == rp->pending_len) {
+    free(rp->pending);
+    rp->pending = NULL;
+    rp->pending_len = rp->pending_sent = 0;
+    if (rp->sent_done) {
       return MHD_CONTENT_READER_END_OF_STREAM;
     }
     pthread_mutex_lock(&srv->lock);
-    while (!r->done && r->count == r->emitted) {
+    while (!job->done && job->count == rp->emitted) {
       pthread_cond_wait(&srv->changed, &srv->lock);
     }
     /* one id per event */
-    uint32_t count = r->count;
-    uint32_t to = count > r->emitted ? r->emitted + 1 : count;
-    bool done = r->done, failed = r->failed;
+    uint32_t count = job->count;
+    uint32_t to = count > rp->emitted ? rp->emitted + 1 : count;
+    bool done = job->done, failed = job->failed;
     pthread_mutex_unlock(&srv->lock);
     json_t *event = NULL;
     if (failed) {
-      event = json_pack("{s:{s:s, s:s}}", "error", "message", r->error, "type",
-                        "server_error");
-    } else if (to > r->emitted || (done && !r->sent_final)) {
+      event = json_pack("{s:{s:s, s:s}}", "error", "message", job->error,
+                        "type", "server_error");
+    } else if (to > rp->emitted || (done && !rp->sent_final)) {
       bool final = done && to == count;
-      event =
-          envelope(srv, r, choice(srv, r, r->emitted, to, true, final), true);
+      event = envelope(srv, job, choice(srv, rp, rp->emitted, to, true, final),
+                       true);
       if (event && final) {
-        json_object_set_new(event, "usage", usage(r));
+        json_object_set_new(event, "usage", usage(job));
       }
-      r->emitted = to;
-      r->sent_final = final;
+      rp->emitted = to;
+      rp->sent_final = final;
     }
     char *text = event ? json_dumps(event, JSON_COMPACT) : NULL;
     json_decref(event);
     size_t n = text ? strlen(text) : 0;
-    bool last = done && (failed || r->sent_final);
-    r->pending = malloc(n + 32);
-    if (!r->pending) {
+    bool last = done && (failed || rp->sent_final);
+    rp->pending = malloc(n + 32);
+    if (!rp->pending) {
       free(text);
       return MHD_CONTENT_READER_END_WITH_ERROR;
     }
-    r->pending_len = 0;
+    rp->pending_len = 0;
     if (text) {
-      r->pending_len = (size_t)sprintf(r->pending, "data: %s\n\n", text);
+      rp->pending_len = (size_t)sprintf(rp->pending, "data: %s\n\n", text);
     }
     free(text);
     if (last) {
-      r->pending_len +=
-          (size_t)sprintf(r->pending + r->pending_len, "data: [DONE]\n\n");
-      r->sent_done = true;
+      rp->pending_len +=
+          (size_t)sprintf(rp->pending + rp->pending_len, "data: [DONE]\n\n");
+      rp->sent_done = true;
     }
   }
-  size_t n = r->pending_len - r->pending_sent;
+  size_t n = rp->pending_len - rp->pending_sent;
   n = n < max ? n : max;
-  memcpy(buf, r->pending + r->pending_sent, n);
-  r->pending_sent += n;
+  memcpy(buf, rp->pending + rp->pending_sent, n);
+  rp->pending_sent += n;
   return (ssize_t)n;
 }
 
-/* The stream's end (finished or the client gone): cancels the request
- * when it still runs and drops the HTTP thread's reference. */
+/* The stream's end (finished or the client gone): cancels the job when it
+ * still runs. */
 static void stream_free(void *cls) {
-  request *r = cls;
-  server *srv = r->srv;
-  pthread_mutex_lock(&srv->lock);
-  if (!r->done) {
-    r->cancelled = true;
-    pthread_cond_signal(&srv->work);
+  reply_free(cls);
+}
+
+/* Sends a refusal of the parser or of the checks after it. */
+static enum MHD_Result send_refusal(struct MHD_Connection *c,
+                                    const fdy_serve_error *e) {
+  return send_error(c, e->status, e->type, e->param[0] ? e->param : NULL,
+                    e->code, "%s", e->message);
+}
+
+/* The job of a parsed request: prompt ids, sampling checked, max_tokens
+ * fitted to the context. NULL with e filled on a refusal. */
+static fdy_serve_job *make_job(fdy_server *srv, fdy_serve_request *req,
+                               fdy_serve_error *e) {
+  fdy_serve_job *job = fdy_serve_job_create(srv);
+  if (!job) {
+    *e = (fdy_serve_error){.status = 500, .type = "server_error"};
+    snprintf(e->message, sizeof e->message, "out of memory");
+    return NULL;
   }
-  request_unref(r);
-  pthread_mutex_unlock(&srv->lock);
+  job->chat = req->chat;
+  job->stream = req->stream;
+  job->sampling = req->sampling;
+  if (!req->seed_given) {
+    job->sampling.seed = (uint64_t)time(NULL) * 1000003u + job->number;
+  }
+  fdy_error err;
+  fdy_status st = prompt_ids(srv, req, job, e);
+  if (st == FDY_OK &&
+      (st = fdy_llama_sampling_check(&job->sampling, &err)) != FDY_OK) {
+    *e = (fdy_serve_error){.status = 400, .type = "invalid_request_error"};
+    snprintf(e->param, sizeof e->param, "%.63s", err.name);
+    snprintf(e->message, sizeof e->message, "%s", err.message);
+  }
+  if (st == FDY_OK) {
+    st = fdy_serve_request_fit(req, job->prompt_count, srv->context, e);
+  }
+  if (st == FDY_OK) {
+    job->max_tokens = req->max_tokens;
+    if (!(job->ids = malloc(sizeof *job->ids * job->max_tokens))) {
+      *e = (fdy_serve_error){.status = 500, .type = "server_error"};
+      snprintf(e->message, sizeof e->message, "out of memory for max_tokens");
+      st = FDY_ERR_OUT_OF_MEMORY;
+    }
+  }
+  if (st != FDY_OK) {
+    pthread_mutex_lock(&srv->lock);
+    fdy_serve_job_unref(job);
+    pthread_mutex_unlock(&srv->lock);
+    return NULL;
+  }
+  return job;
 }
 
 /* POST /v1/completions and /v1/chat/completions. */
-static enum MHD_Result handle_generation(server *srv, struct MHD_Connection *c,
+static enum MHD_Result handle_generation(fdy_server *srv,
+                                         struct MHD_Connection *c,
                                          const body *b, bool chat) {
-  json_error_t jerr;
-  json_t *root = json_loadb(b->data ? b->data : "", b->len, 0, &jerr);
-  if (!root || !json_is_object(root)) {
-    json_decref(root);
-    return BAD_REQUEST(
-        c, NULL, "the body is not a JSON object (line %d, column %d: %s)",
-        jerr.line, jerr.column, root ? "not an object" : jerr.text);
+  fdy_serve_limits limits = {.model_id = srv->model_id,
+                             .vocab = srv->vocab,
+                             .sampling = srv->default_sampling};
+  fdy_serve_request req;
+  fdy_serve_error e;
+  if (fdy_serve_request_parse(b->data, b->len, chat, &limits, &req, &e) !=
+      FDY_OK) {
+    return send_refusal(c, &e);
   }
-  json_t *model = json_object_get(root, "model");
-  if (model && !json_is_null(model) && !json_is_string(model)) {
-    json_decref(root);
-    return BAD_REQUEST(c, "model", "model must be a string");
+  if (req.stop_count > 0) {
+    fdy_serve_request_free(&req);
+    return BAD_REQUEST(c, "stop", "stop strings are not supported yet");
   }
-  if (json_is_string(model) &&
-      strcmp(json_string_value(model), srv->model_id) != 0) {
-    char *name = fdy_utf8_sanitize(json_string_value(model));
-    enum MHD_Result ret =
-        send_error(c, MHD_HTTP_NOT_FOUND, "invalid_request_error", "model",
-                   "model_not_found",
-                   "the model '%s' does not exist; this server serves '%s'",
-                   name ? name : "", srv->model_id);
-    free(name);
-    json_decref(root);
-    return ret;
+  fdy_serve_job *job = make_job(srv, &req, &e);
+  fdy_serve_request_free(&req);
+  if (!job) {
+    return send_refusal(c, &e);
   }
-  request *r = calloc(1, sizeof *r);
-  if (!r) {
-    json_decref(root);
+  reply *rp = calloc(1, sizeof *rp);
+  fdy_error err;
+  if (!rp || (srv->tok && fdy_token_stream_create(srv->tok, &rp->decoder,
+                                                  &err) != FDY_OK)) {
+    free(rp);
+    pthread_mutex_lock(&srv->lock);
+    fdy_serve_job_unref(job);
+    pthread_mutex_unlock(&srv->lock);
     return MHD_NO;
   }
-  r->srv = srv;
-  r->refs = 1;
-  r->chat = chat;
-  r->created = time(NULL);
-  pthread_mutex_lock(&srv->lock);
-  r->number = ++srv->numbers;
-  srv->live++;
-  pthread_mutex_unlock(&srv->lock);
-  const char *param = NULL;
-  char message[512];
-  bool ok = chat ? parse_messages(srv, root, r, &param, message, sizeof message)
-                 : parse_prompt(srv, root, r, &param, message, sizeof message);
-  ok = ok && parse_common(srv, root, r, &param, message, sizeof message);
-  json_decref(root);
-  fdy_error err;
-  if (ok && !(r->ids = malloc(sizeof *r->ids * r->max_tokens))) {
-    ok = false;
-    snprintf(message, sizeof message, "out of memory for max_tokens");
-  }
-  if (ok && srv->tok &&
-      fdy_token_stream_create(srv->tok, &r->decoder, &err) != FDY_OK) {
-    ok = false;
-    copy_text(message, sizeof message, err.message);
-  }
-  if (!ok) {
-    pthread_mutex_lock(&srv->lock);
-    request_unref(r);
-    pthread_mutex_unlock(&srv->lock);
-    return BAD_REQUEST(c, param, "%s", message);
-  }
-  /* the queue */
-  pthread_mutex_lock(&srv->lock);
-  unsigned refused = 0;
-  if (srv->stopping || srv->failed) {
-    refused = MHD_HTTP_SERVICE_UNAVAILABLE;
-  } else if (srv->queued >= srv->max_queue + (srv->slots - srv->active)) {
-    /* beyond the free slots, max_queue requests may wait */
-    refused = MHD_HTTP_TOO_MANY_REQUESTS;
-  } else {
-    r->refs++;
-    if (srv->tail) {
-      srv->tail->next = r;
-    } else {
-      srv->head = r;
-    }
-    srv->tail = r;
-    srv->queued++;
-    pthread_cond_signal(&srv->work);
-  }
+  rp->job = job;
+  unsigned refused = fdy_serve_submit(srv, job);
   if (refused) {
-    request_unref(r);
-    pthread_mutex_unlock(&srv->lock);
+    reply_free(rp);
     if (refused == MHD_HTTP_TOO_MANY_REQUESTS) {
       return send_error(c, refused, "rate_limit_error", NULL, "queue_full",
                         "%" PRIu32 " requests are waiting already; try again",
                         srv->max_queue);
     }
-    return send_error(c, refused, "server_error", NULL, "unavailable", "%s",
-                      srv->failed ? srv->failure : "the server is stopping");
-  }
-  if (r->stream) {
+    pthread_mutex_lock(&srv->lock);
+    char failure[sizeof srv->failure];
+    snprintf(failure, sizeof failure, "%s",
+             srv->failed ? srv->failure : "the server is stopping");
     pthread_mutex_unlock(&srv->lock);
+    return send_error(c, refused, "server_error", NULL, "unavailable", "%s",
+                      failure);
+  }
+  if (job->stream) {
     struct MHD_Response *resp = MHD_create_response_from_callback(
-        MHD_SIZE_UNKNOWN, 4096, stream_read, r, stream_free);
+        MHD_SIZE_UNKNOWN, 4096, stream_read, rp, stream_free);
     if (!resp) {
-      stream_free(r);
+      reply_free(rp);
       return MHD_NO;
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
@@ -879,25 +465,24 @@ static enum MHD_Result handle_generation(server *srv, struct MHD_Connection *c,
     MHD_destroy_response(resp);
     return ret;
   }
-  while (!r->done) {
+  pthread_mutex_lock(&srv->lock);
+  while (!job->done) {
     pthread_cond_wait(&srv->changed, &srv->lock);
   }
   pthread_mutex_unlock(&srv->lock);
   enum MHD_Result ret;
-  if (r->failed) {
+  if (job->failed) {
     ret = send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "server_error", NULL,
-                     NULL, "%s", r->error);
+                     NULL, "%s", job->error);
   } else {
     json_t *resp =
-        envelope(srv, r, choice(srv, r, 0, r->count, false, true), false);
+        envelope(srv, job, choice(srv, rp, 0, job->count, false, true), false);
     if (resp) {
-      json_object_set_new(resp, "usage", usage(r));
+      json_object_set_new(resp, "usage", usage(job));
     }
     ret = send_json(c, MHD_HTTP_OK, resp);
   }
-  pthread_mutex_lock(&srv->lock);
-  request_unref(r);
-  pthread_mutex_unlock(&srv->lock);
+  reply_free(rp);
   return ret;
 }
 
@@ -906,7 +491,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c,
                               const char *version, const char *upload_data,
                               size_t *upload_data_size, void **con_cls) {
   (void)version;
-  server *srv = cls;
+  fdy_server *srv = cls;
   body *b = *con_cls;
   if (!b) {
     b = calloc(1, sizeof *b);
@@ -1126,12 +711,12 @@ int fdy_cmd_serve(int argc, char **argv) {
                          host);
   }
 
-  server srv = {.max_queue = (uint32_t)queue, .slots = (uint32_t)sequences};
+  fdy_server srv = {.max_queue = (uint32_t)queue, .slots = (uint32_t)sequences};
   fdy_llama_model *model = NULL;
   fdy_backend *backend = NULL;
   char *default_id = NULL;
   struct MHD_Daemon *daemon = NULL;
-  bool engine_started = false, locks = false;
+  bool engine_started = false;
   pthread_t engine;
   code = FDY_EXIT_FAILURE;
   fdy_status st = fdy_cli_check_manifest(&flags, model_dir, NULL, &err);
@@ -1182,18 +767,14 @@ int fdy_cmd_serve(int argc, char **argv) {
   srv.context = fdy_llama_session_context(srv.session);
   default_id = base_name(model_dir);
   srv.model_id = model_id ? model_id : default_id;
-  srv.running = calloc(srv.slots, sizeof *srv.running);
-  srv.parts = calloc(srv.slots, sizeof *srv.parts);
-  srv.next = calloc(srv.slots, sizeof *srv.next);
-  if (!default_id || !srv.running || !srv.parts || !srv.next) {
+  if (!default_id) {
     fprintf(stderr, "foundry: error: out of memory\n");
     goto cleanup;
   }
-  pthread_mutex_init(&srv.lock, NULL);
-  pthread_mutex_init(&srv.tok_lock, NULL);
-  pthread_cond_init(&srv.work, NULL);
-  pthread_cond_init(&srv.changed, NULL);
-  locks = true;
+  if (fdy_server_init(&srv, &err) != FDY_OK) {
+    code = fdy_cli_fail(&err);
+    goto cleanup;
+  }
 
   /* SIGINT and SIGTERM go to sigwait below, in no other thread */
   sigset_t stop_signals;
@@ -1203,7 +784,7 @@ int fdy_cmd_serve(int argc, char **argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
   signal(SIGPIPE, SIG_IGN);
 
-  if (pthread_create(&engine, NULL, engine_main, &srv) != 0) {
+  if (pthread_create(&engine, NULL, fdy_serve_engine_main, &srv) != 0) {
     fprintf(stderr, "foundry: error: cannot start the engine thread\n");
     goto cleanup;
   }
@@ -1263,15 +844,7 @@ cleanup:
     pthread_mutex_unlock(&srv.lock);
     pthread_join(engine, NULL);
   }
-  if (locks) {
-    pthread_mutex_destroy(&srv.lock);
-    pthread_mutex_destroy(&srv.tok_lock);
-    pthread_cond_destroy(&srv.work);
-    pthread_cond_destroy(&srv.changed);
-  }
-  free(srv.running);
-  free(srv.parts);
-  free(srv.next);
+  fdy_server_release(&srv);
   free(default_id);
   fdy_tokenizer_destroy(srv.tok);
   fdy_llama_session_destroy(srv.session);

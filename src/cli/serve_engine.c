@@ -1,0 +1,289 @@
+/* The engine of `foundry serve` (serve_engine.h): jobs, the bounded queue
+ * and the engine thread's steps over one session. */
+#include "serve_engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Copies text into dst of size bytes, cut when longer. */
+static void copy_text(char *dst, size_t size, const char *text) {
+  size_t n = strlen(text);
+  n = n < size - 1 ? n : size - 1;
+  memcpy(dst, text, n);
+  dst[n] = '\0';
+}
+
+fdy_status fdy_server_init(fdy_server *srv, fdy_error *err) {
+  srv->running = calloc(srv->slots, sizeof *srv->running);
+  srv->parts = calloc(srv->slots, sizeof *srv->parts);
+  srv->next = calloc(srv->slots, sizeof *srv->next);
+  if (!srv->running || !srv->parts || !srv->next) {
+    fdy_server_release(srv);
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
+                         "out of memory for %u slots", srv->slots);
+  }
+  pthread_mutex_init(&srv->lock, NULL);
+  pthread_mutex_init(&srv->tok_lock, NULL);
+  pthread_cond_init(&srv->work, NULL);
+  pthread_cond_init(&srv->changed, NULL);
+  return FDY_OK;
+}
+
+void fdy_server_release(fdy_server *srv) {
+  if (srv->running && srv->parts && srv->next) {
+    pthread_mutex_destroy(&srv->lock);
+    pthread_mutex_destroy(&srv->tok_lock);
+    pthread_cond_destroy(&srv->work);
+    pthread_cond_destroy(&srv->changed);
+  }
+  free(srv->running);
+  free(srv->parts);
+  free(srv->next);
+  srv->running = NULL;
+  srv->parts = NULL;
+  srv->next = NULL;
+}
+
+fdy_serve_job *fdy_serve_job_create(fdy_server *srv) {
+  fdy_serve_job *job = calloc(1, sizeof *job);
+  if (!job) {
+    return NULL;
+  }
+  job->srv = srv;
+  job->refs = 1;
+  job->created = time(NULL);
+  pthread_mutex_lock(&srv->lock);
+  job->number = ++srv->numbers;
+  srv->live++;
+  pthread_mutex_unlock(&srv->lock);
+  return job;
+}
+
+void fdy_serve_job_unref(fdy_serve_job *job) {
+  fdy_server *srv = job->srv;
+  if (--job->refs > 0) {
+    return;
+  }
+  free(job->prompt);
+  free(job->ids);
+  free(job);
+  srv->live--;
+  pthread_cond_broadcast(&srv->changed);
+}
+
+unsigned fdy_serve_submit(fdy_server *srv, fdy_serve_job *job) {
+  unsigned refused = 0;
+  pthread_mutex_lock(&srv->lock);
+  if (srv->stopping || srv->failed) {
+    refused = 503;
+  } else if (srv->queued >= srv->max_queue + (srv->slots - srv->active)) {
+    /* beyond the free slots, max_queue jobs may wait */
+    refused = 429;
+  } else {
+    job->refs++;
+    if (srv->tail) {
+      srv->tail->next = job;
+    } else {
+      srv->head = job;
+    }
+    srv->tail = job;
+    srv->queued++;
+    pthread_cond_signal(&srv->work);
+  }
+  pthread_mutex_unlock(&srv->lock);
+  return refused;
+}
+
+void fdy_serve_cancel(fdy_serve_job *job) {
+  if (!job->done) {
+    job->cancelled = true;
+    pthread_cond_signal(&job->srv->work);
+  }
+}
+
+static bool is_stop(const fdy_server *srv, const fdy_serve_job *job,
+                    int32_t id) {
+  for (uint32_t i = 0; i < srv->config->eos_count; i++) {
+    if (srv->config->eos_ids[i] == id) {
+      return true;
+    }
+  }
+  for (uint32_t i = 0; i < job->stop_count; i++) {
+    if (job->stop[i] == id) {
+      return true;
+    }
+  }
+  return false;
+}
+
+/* Under the lock: ends the job in slot (released) and drops the engine's
+ * reference. */
+static void finish_slot(fdy_server *srv, uint32_t slot) {
+  fdy_serve_job *job = srv->running[slot];
+  fdy_error err;
+  if (fdy_llama_session_slot_active(srv->session, slot)) {
+    (void)fdy_llama_session_release(srv->session, slot, &err);
+  }
+  srv->running[slot] = NULL;
+  srv->active--;
+  job->done = true;
+  fdy_serve_job_unref(job);
+}
+
+/* Under the lock: id generated for the job in slot. */
+static void take(fdy_server *srv, uint32_t slot, int32_t id) {
+  fdy_serve_job *job = srv->running[slot];
+  job->ids[job->count++] = id;
+  if (is_stop(srv, job, id)) {
+    job->finish = "stop";
+  } else if (job->count == job->max_tokens) {
+    job->finish = "length";
+  }
+  if (job->finish) {
+    finish_slot(srv, slot);
+  }
+}
+
+/* Under the lock: ends a job that never ran (cancelled, refused or
+ * failed while queued). */
+static void drop_queued(fdy_serve_job *job, const char *error) {
+  if (error) {
+    job->failed = true;
+    copy_text(job->error, sizeof job->error, error);
+  }
+  job->done = true;
+  fdy_serve_job_unref(job);
+}
+
+/* Under the lock: fails every running and queued job (a backend failure
+ * leaves the session failed). */
+static void fail_all(fdy_server *srv, const char *message) {
+  srv->failed = true;
+  copy_text(srv->failure, sizeof srv->failure, message);
+  for (uint32_t slot = 0; slot < srv->slots; slot++) {
+    fdy_serve_job *job = srv->running[slot];
+    if (job) {
+      job->failed = true;
+      copy_text(job->error, sizeof job->error, message);
+      finish_slot(srv, slot);
+    }
+  }
+  while (srv->head) {
+    fdy_serve_job *job = srv->head;
+    srv->head = job->next;
+    drop_queued(job, message);
+  }
+  srv->tail = NULL;
+  srv->queued = 0;
+}
+
+/* Under the lock: drops cancelled jobs and moves queued ones into free
+ * slots. */
+static void admit(fdy_server *srv) {
+  fdy_error err;
+  for (uint32_t slot = 0; slot < srv->slots; slot++) {
+    fdy_serve_job *job = srv->running[slot];
+    if (job && job->cancelled) {
+      job->finish = "cancelled";
+      finish_slot(srv, slot);
+    }
+  }
+  for (uint32_t slot = 0; slot < srv->slots && srv->head;) {
+    if (srv->running[slot]) {
+      slot++;
+      continue;
+    }
+    fdy_serve_job *job = srv->head;
+    srv->head = job->next;
+    if (!srv->head) {
+      srv->tail = NULL;
+    }
+    srv->queued--;
+    if (job->cancelled) {
+      drop_queued(job, NULL);
+    } else if (fdy_llama_session_set_sampling(srv->session, slot,
+                                              &job->sampling, &err) != FDY_OK) {
+      drop_queued(job, err.message);
+    } else {
+      job->fed = 0;
+      srv->running[slot] = job;
+      srv->active++;
+    }
+  }
+}
+
+/* Under the lock: the parts of the next step, decode rows first, then
+ * prompt chunks in the rows left; returns how many and sets
+ * *decode_rows. */
+static uint32_t plan_step(fdy_server *srv, uint32_t *decode_rows) {
+  uint32_t count = 0;
+  for (uint32_t slot = 0; slot < srv->slots; slot++) {
+    fdy_serve_job *job = srv->running[slot];
+    if (job && job->fed == job->prompt_count) {
+      srv->parts[count++] = (fdy_llama_step_part){
+          .slot = slot, .ids = &job->ids[job->count - 1], .count = 1};
+    }
+  }
+  *decode_rows = count;
+  uint32_t room = fdy_llama_session_step_rows(srv->session) - count;
+  for (uint32_t slot = 0; room > 0 && slot < srv->slots; slot++) {
+    fdy_serve_job *job = srv->running[slot];
+    if (job && job->fed < job->prompt_count) {
+      uint32_t left = job->prompt_count - job->fed;
+      uint32_t n = left < room ? left : room;
+      srv->parts[count++] = (fdy_llama_step_part){
+          .slot = slot, .ids = job->prompt + job->fed, .count = n};
+      room -= n;
+    }
+  }
+  return count;
+}
+
+void *fdy_serve_engine_main(void *arg) {
+  fdy_server *srv = arg;
+  fdy_error err;
+  pthread_mutex_lock(&srv->lock);
+  for (;;) {
+    while (srv->active == 0 && !srv->head && !srv->stopping) {
+      pthread_cond_wait(&srv->work, &srv->lock);
+    }
+    if (srv->active == 0 && !srv->head) {
+      break;
+    }
+    admit(srv);
+    if (srv->active == 0) {
+      pthread_cond_broadcast(&srv->changed);
+      continue;
+    }
+    uint32_t decode_rows = 0;
+    uint32_t count = plan_step(srv, &decode_rows);
+    pthread_mutex_unlock(&srv->lock);
+    fdy_status st = fdy_llama_session_step(srv->session, srv->parts, count,
+                                           srv->next, NULL, &err);
+    pthread_mutex_lock(&srv->lock);
+    if (st != FDY_OK) {
+      char message[600];
+      snprintf(message, sizeof message, "the engine failed: %.512s",
+               err.message);
+      fprintf(stderr, "foundry serve: error: %s\n", message);
+      fail_all(srv, message);
+      pthread_cond_broadcast(&srv->changed);
+      break;
+    }
+    for (uint32_t i = 0; i < count; i++) {
+      uint32_t slot = srv->parts[i].slot;
+      fdy_serve_job *job = srv->running[slot];
+      if (i >= decode_rows) {
+        job->fed += srv->parts[i].count;
+        if (job->fed < job->prompt_count) {
+          continue;
+        }
+      }
+      take(srv, slot, srv->next[i]);
+    }
+    pthread_cond_broadcast(&srv->changed);
+  }
+  pthread_mutex_unlock(&srv->lock);
+  return NULL;
+}
