@@ -38,8 +38,7 @@
 /* What a connection sends of its job: the HTTP thread's alone. */
 typedef struct reply {
   fdy_serve_job *job;
-  fdy_token_stream *decoder; /* NULL without a tokenizer */
-  uint32_t emitted;          /* ids sent so far (streaming) */
+  uint32_t emitted; /* ids sent so far (streaming) */
   bool sent_role, sent_final, sent_done;
   char *pending; /* the event being sent */
   size_t pending_len, pending_sent;
@@ -111,10 +110,6 @@ static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status,
                    status == MHD_HTTP_TOO_MANY_REQUESTS ? "1" : NULL);
 }
 
-#define BAD_REQUEST(c, param, ...)                                             \
-  send_error(c, MHD_HTTP_BAD_REQUEST, "invalid_request_error", param, NULL,    \
-             __VA_ARGS__)
-
 /* ---- prompts ---------------------------------------------------------------
  */
 
@@ -176,33 +171,22 @@ static fdy_status prompt_ids(fdy_server *srv, fdy_serve_request *req,
 
 /* ---- responses ----------------------------------------------------------- */
 
-/* Appends the text of ids[from..to) (special ids left out) to *text. */
-static void append_text(fdy_server *srv, reply *rp, uint32_t from, uint32_t to,
-                        bool done, char **text, size_t *len) {
-  for (uint32_t i = from; i <= to; i++) {
-    const char *bytes = NULL;
-    size_t n = 0;
-    fdy_error err;
-    if (i < to) {
-      if (fdy_tokenizer_is_special(srv->tok, rp->job->ids[i]) ||
-          fdy_token_stream_push(rp->decoder, rp->job->ids[i], &bytes, &n,
-                                &err) != FDY_OK) {
-        continue;
-      }
-    } else if (done) {
-      fdy_token_stream_finish(rp->decoder, &bytes, &n);
-    }
-    if (n) {
-      char *grown = realloc(*text, *len + n + 1);
-      if (!grown) {
-        return;
-      }
-      memcpy(grown + *len, bytes, n);
-      *len += n;
-      grown[*len] = '\0';
-      *text = grown;
-    }
+/* The released text of the job's ids[from..to) (malloc'd, sanitized to
+ * valid UTF-8 for JSON), or NULL when out of memory. */
+static char *text_of(fdy_server *srv, const fdy_serve_job *job, uint32_t from,
+                     uint32_t to) {
+  pthread_mutex_lock(&srv->lock);
+  size_t start = from ? job->text_at[from - 1] : 0;
+  size_t end = to ? job->text_at[to - 1] : 0;
+  char *raw = malloc(end - start + 1);
+  if (raw) {
+    memcpy(raw, job->text.buf ? job->text.buf + start : "", end - start);
+    raw[end - start] = '\0';
   }
+  pthread_mutex_unlock(&srv->lock);
+  char *safe = raw ? fdy_utf8_sanitize(raw) : NULL;
+  free(raw);
+  return safe;
 }
 
 static json_t *usage(const fdy_serve_job *job) {
@@ -225,13 +209,7 @@ static json_t *ids_array(const int32_t *ids, uint32_t from, uint32_t to) {
 static json_t *choice(fdy_server *srv, reply *rp, uint32_t from, uint32_t to,
                       bool delta, bool final) {
   fdy_serve_job *job = rp->job;
-  char *text = NULL;
-  size_t len = 0;
-  if (srv->tok) {
-    append_text(srv, rp, from, to, final, &text, &len);
-  }
-  char *safe = fdy_utf8_sanitize(text ? text : "");
-  free(text);
+  char *safe = text_of(srv, job, from, to);
   json_t *c = json_pack("{s:i}", "index", 0);
   json_t *content = json_string(safe ? safe : "");
   free(safe);
@@ -277,7 +255,6 @@ static void reply_free(reply *rp) {
   fdy_serve_cancel(rp->job);
   fdy_serve_job_unref(rp->job);
   pthread_mutex_unlock(&srv->lock);
-  fdy_token_stream_destroy(rp->decoder);
   free(rp->pending);
   free(rp);
 }
@@ -376,6 +353,13 @@ static fdy_serve_job *make_job(fdy_server *srv, fdy_serve_request *req,
   }
   fdy_error err;
   fdy_status st = prompt_ids(srv, req, job, e);
+  if (st == FDY_OK && req->stop_count > 0 && !srv->tok) {
+    *e = (fdy_serve_error){
+        .status = 400, .type = "invalid_request_error", .param = "stop"};
+    snprintf(e->message, sizeof e->message,
+             "the model has no tokenizer: no stop strings");
+    st = FDY_ERR_INVALID_ARGUMENT;
+  }
   if (st == FDY_OK &&
       (st = fdy_llama_sampling_check(&job->sampling, &err)) != FDY_OK) {
     *e = (fdy_serve_error){.status = 400, .type = "invalid_request_error"};
@@ -387,10 +371,12 @@ static fdy_serve_job *make_job(fdy_server *srv, fdy_serve_request *req,
   }
   if (st == FDY_OK) {
     job->max_tokens = req->max_tokens;
-    if (!(job->ids = malloc(sizeof *job->ids * job->max_tokens))) {
+    memcpy(job->stop_text, req->stop, sizeof req->stop);
+    job->stop_text_count = req->stop_count;
+    req->stop_count = 0;
+    if ((st = fdy_serve_job_alloc(job, &err)) != FDY_OK) {
       *e = (fdy_serve_error){.status = 500, .type = "server_error"};
-      snprintf(e->message, sizeof e->message, "out of memory for max_tokens");
-      st = FDY_ERR_OUT_OF_MEMORY;
+      snprintf(e->message, sizeof e->message, "%s", err.message);
     }
   }
   if (st != FDY_OK) {
@@ -415,20 +401,13 @@ static enum MHD_Result handle_generation(fdy_server *srv,
       FDY_OK) {
     return send_refusal(c, &e);
   }
-  if (req.stop_count > 0) {
-    fdy_serve_request_free(&req);
-    return BAD_REQUEST(c, "stop", "stop strings are not supported yet");
-  }
   fdy_serve_job *job = make_job(srv, &req, &e);
   fdy_serve_request_free(&req);
   if (!job) {
     return send_refusal(c, &e);
   }
   reply *rp = calloc(1, sizeof *rp);
-  fdy_error err;
-  if (!rp || (srv->tok && fdy_token_stream_create(srv->tok, &rp->decoder,
-                                                  &err) != FDY_OK)) {
-    free(rp);
+  if (!rp) {
     pthread_mutex_lock(&srv->lock);
     fdy_serve_job_unref(job);
     pthread_mutex_unlock(&srv->lock);

@@ -67,9 +67,25 @@ void fdy_serve_job_unref(fdy_serve_job *job) {
   }
   free(job->prompt);
   free(job->ids);
+  free(job->text_at);
+  fdy_serve_text_destroy(&job->text);
+  for (uint32_t i = 0; i < job->stop_text_count; i++) {
+    free(job->stop_text[i]);
+  }
   free(job);
   srv->live--;
   pthread_cond_broadcast(&srv->changed);
+}
+
+fdy_status fdy_serve_job_alloc(fdy_serve_job *job, fdy_error *err) {
+  job->ids = malloc(sizeof *job->ids * job->max_tokens);
+  job->text_at = malloc(sizeof *job->text_at * job->max_tokens);
+  if (!job->ids || !job->text_at) {
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
+                         "out of memory for max_tokens %u", job->max_tokens);
+  }
+  fdy_serve_text_init(&job->text, job->stop_text, job->stop_text_count);
+  return FDY_OK;
 }
 
 unsigned fdy_serve_submit(fdy_server *srv, fdy_serve_job *job) {
@@ -131,15 +147,28 @@ static void finish_slot(fdy_server *srv, uint32_t slot) {
   fdy_serve_job_unref(job);
 }
 
-/* Under the lock: id generated for the job in slot. */
+/* Under the lock: id generated for the job in slot, its text added. */
 static void take(fdy_server *srv, uint32_t slot, int32_t id) {
   fdy_serve_job *job = srv->running[slot];
   job->ids[job->count++] = id;
-  if (is_stop(srv, job, id)) {
+  const char *bytes;
+  size_t n;
+  fdy_error err;
+  if (srv->tok && !fdy_tokenizer_is_special(srv->tok, id) &&
+      fdy_tokenizer_token_bytes(srv->tok, id, &bytes, &n, &err) == FDY_OK &&
+      fdy_serve_text_push(&job->text, bytes, n, &err) != FDY_OK) {
+    job->failed = true;
+    copy_text(job->error, sizeof job->error, err.message);
+    job->finish = "error";
+  } else if (job->text.stopped || is_stop(srv, job, id)) {
     job->finish = "stop";
   } else if (job->count == job->max_tokens) {
     job->finish = "length";
   }
+  if (job->finish && !job->text.stopped) {
+    fdy_serve_text_finish(&job->text);
+  }
+  job->text_at[job->count - 1] = job->text.released;
   if (job->finish) {
     finish_slot(srv, slot);
   }

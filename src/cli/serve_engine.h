@@ -6,8 +6,9 @@
  * decode row for every running job and fills the other rows with prompt
  * chunks of new jobs taken from the queue into free slots (as
  * fdy_llama_generate_batch's steps do), so a new prompt stalls the running
- * ones by at most one step. A job ends at a stop id, at max_tokens, or when
- * cancelled (its client went away); its slot is released for the next
+ * ones by at most one step. The engine also turns the ids into text
+ * (serve_text.h). A job ends at a stop id, a stop string, max_tokens, or
+ * when cancelled (its client went away); its slot is released for the next
  * step. A backend failure fails every job and leaves the server failed.
  * Everything in a server and its jobs is read and written under srv->lock
  * unless its comment says otherwise. */
@@ -22,6 +23,8 @@
 #include "foundry/chat.h"
 #include "foundry/llama_session.h"
 #include "foundry/tokenizer.h"
+#include "serve_request.h"
+#include "serve_text.h"
 
 typedef struct fdy_serve_job fdy_serve_job;
 typedef struct fdy_server fdy_server;
@@ -39,12 +42,17 @@ struct fdy_serve_job {
   fdy_sample_params sampling;
   int32_t stop[FDY_CHAT_MAX_STOP]; /* besides config.json's EOS ids */
   uint32_t stop_count;
+  char *stop_text[FDY_SERVE_MAX_STOP]; /* stop strings (owned) */
+  uint32_t stop_text_count;
   time_t created;
   /* written by the engine */
   int32_t *ids; /* [max_tokens] generated; ids below count never change,
                    so the HTTP thread may read them without the lock */
   uint32_t count;
-  uint32_t fed; /* prompt ids fed so far */
+  uint32_t fed;        /* prompt ids fed so far */
+  fdy_serve_text text; /* the answer's text (special ids left out); may be
+                          reallocated: read it under the lock */
+  size_t *text_at;     /* [max_tokens] text.released after each id */
   bool done, cancelled, failed;
   const char *finish;  /* "stop", "length", "cancelled" (static) */
   char error[256];     /* when failed */
@@ -77,6 +85,10 @@ struct fdy_server {
   fdy_llama_step_part *parts; /* [slots] */
   int32_t *next;              /* [slots] */
 };
+
+/* The job's ids and text, sized for job->max_tokens; FDY_ERR_OUT_OF_MEMORY
+ * on failure. */
+fdy_status fdy_serve_job_alloc(fdy_serve_job *job, fdy_error *err);
 
 /* Allocates the server's arrays and synchronisation for srv->slots slots
  * (the fields before `lock` set by the caller). FDY_ERR_OUT_OF_MEMORY or

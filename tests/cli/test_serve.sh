@@ -4,7 +4,7 @@
 # `generate --prompt-ids`, alone and 8 at once with different prompts;
 # streaming (SSE chunks, the same ids, [DONE]); chat through the Llama 3
 # template (a make-model checkpoint with the Llama 3 tokenizer), streamed
-# and not; bad requests (malformed JSON 400, wrong types 400, context
+# and not; stop strings (serve_checks.py stop); bad requests (malformed JSON 400, wrong types 400, context
 # overflow 400 naming both numbers, unknown model 404, oversized body 413,
 # unknown path 404); SIGTERM exits 0.
 # usage: test_serve.sh FOUNDRY_BINARY TEST_DATA_DIR
@@ -21,14 +21,18 @@ cleanup() {
 trap cleanup EXIT
 . "$(dirname "$0")/../cli_lib.sh"
 
-command -v curl >/dev/null 2>&1 || {
-  echo "curl is missing: skipped"
-  exit 77
-}
+for tool in curl python3; do
+  command -v "$tool" >/dev/null 2>&1 || {
+    echo "$tool is missing: skipped"
+    exit 77
+  }
+done
+checks=$(dirname "$0")/serve_checks.py
 
 # starts the server on a free port (args: the serve flags); sets $pid and
 # $url once /health answers
 start() {
+  : >"$work/server.log"
   "$foundry" serve --port 0 --threads 2 "$@" 2>"$work/server.log" &
   pid=$!
   url=
@@ -215,6 +219,11 @@ status=$(post /v1/completions '{"prompt":"Hello","max_tokens":2,
   "temperature":0}')
 status_is "$status" 200 "text completion"
 contains "$work/body" '"text":'
+# stop strings spanning tokens, plain and streamed (serve_checks.py)
+expect_cmd 0 "serve_checks.py stop" python3 "$checks" "$url" stop
+status=$(post /v1/completions '{"prompt":[5],"stop":["a","b","c","d","e"]}')
+status_is "$status" 400 "five stop strings"
+contains "$work/body" '"param":"stop"'
 stop
 
 # one slot and no queue: a second request gets 429 while the first runs;
