@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "cli_util.h"
@@ -465,6 +466,26 @@ static enum MHD_Result handle_generation(fdy_server *srv,
   return ret;
 }
 
+/* Whether the request may pass: no --api-key, or its Authorization header
+ * is "Bearer KEY" (compared in time independent of where they differ). */
+static bool authorized(const fdy_server *srv, struct MHD_Connection *c) {
+  if (!srv->api_key) {
+    return true;
+  }
+  const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                              MHD_HTTP_HEADER_AUTHORIZATION);
+  if (!h || strncasecmp(h, "Bearer ", 7) != 0) {
+    return false;
+  }
+  h += 7;
+  size_t n = strlen(h), k = strlen(srv->api_key);
+  unsigned diff = n != k;
+  for (size_t i = 0; i < k; i++) {
+    diff |= (unsigned char)srv->api_key[i] ^ (unsigned char)(i < n ? h[i] : 0);
+  }
+  return diff == 0;
+}
+
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c,
                               const char *url, const char *method,
                               const char *version, const char *upload_data,
@@ -493,6 +514,13 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c,
     return MHD_YES;
   }
   bool get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
+  bool open = strcmp(url, "/health") == 0;
+  if (!open && !authorized(srv, c)) {
+    return send_error(c, MHD_HTTP_UNAUTHORIZED, "invalid_request_error", NULL,
+                      "invalid_api_key",
+                      "a missing or wrong API key: send the header "
+                      "'Authorization: Bearer KEY' with the key of --api-key");
+  }
   if (get && strcmp(url, "/health") == 0) {
     pthread_mutex_lock(&srv->lock);
     bool failed = srv->failed;
@@ -567,6 +595,8 @@ void fdy_cmd_serve_help(FILE *out) {
           "                   context\n"
           "  --max-queue Q    requests that may wait beyond the running\n"
           "                   ones (default %u); more get 429\n"
+          "  --api-key KEY    requests other than GET /health must carry\n"
+          "                   'Authorization: Bearer KEY' (else 401)\n"
           "  --tokenizer FILE a tokenizer.json or tiktoken file instead of\n"
           "                   the model directory's (without one, only\n"
           "                   token-id prompts are served)\n"
@@ -606,7 +636,8 @@ int fdy_cmd_serve(int argc, char **argv) {
     OPT_MODEL_ID,
     OPT_SEQUENCES,
     OPT_QUEUE,
-    OPT_TOKENIZER
+    OPT_TOKENIZER,
+    OPT_API_KEY
   };
   static const struct option options[] = {
       {"model", required_argument, NULL, OPT_MODEL},
@@ -616,12 +647,13 @@ int fdy_cmd_serve(int argc, char **argv) {
       {"max-sequences", required_argument, NULL, OPT_SEQUENCES},
       {"max-queue", required_argument, NULL, OPT_QUEUE},
       {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
+      {"api-key", required_argument, NULL, OPT_API_KEY},
       FDY_CLI_SESSION_OPTIONS,
       FDY_CLI_ENGINE_OPTIONS,
       {NULL, 0, NULL, 0},
   };
   const char *model_dir = NULL, *host = "127.0.0.1", *model_id = NULL;
-  const char *tokenizer_path = NULL;
+  const char *tokenizer_path = NULL, *api_key = NULL;
   uint64_t port = DEFAULT_PORT, sequences = DEFAULT_SEQUENCES;
   uint64_t queue = DEFAULT_QUEUE;
   fdy_cli_session_flags flags = FDY_CLI_SESSION_FLAGS_DEFAULT;
@@ -662,6 +694,9 @@ int fdy_cmd_serve(int argc, char **argv) {
     case OPT_TOKENIZER:
       tokenizer_path = optarg;
       break;
+    case OPT_API_KEY:
+      api_key = optarg;
+      break;
     case ':':
       return fdy_cli_usage("serve", "%s needs a value", argv[optind - 1]);
     default: {
@@ -690,7 +725,9 @@ int fdy_cmd_serve(int argc, char **argv) {
                          host);
   }
 
-  fdy_server srv = {.max_queue = (uint32_t)queue, .slots = (uint32_t)sequences};
+  fdy_server srv = {.max_queue = (uint32_t)queue,
+                    .slots = (uint32_t)sequences,
+                    .api_key = api_key};
   fdy_llama_model *model = NULL;
   fdy_backend *backend = NULL;
   char *default_id = NULL;

@@ -62,6 +62,7 @@ struct fdy_serve_job {
 struct fdy_server {
   /* set before the engine starts, then read-only */
   const char *model_id;
+  const char *api_key; /* the key of --api-key, or NULL */
   const fdy_llama_config *config;
   fdy_llama_session *session; /* the engine thread's */
   fdy_tokenizer *tok;         /* may be NULL: token ids only */

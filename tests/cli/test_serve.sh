@@ -4,7 +4,8 @@
 # `generate --prompt-ids`, alone and 8 at once with different prompts;
 # streaming (SSE chunks, the same ids, [DONE]); chat through the Llama 3
 # template (a make-model checkpoint with the Llama 3 tokenizer), streamed
-# and not; stop strings (serve_checks.py stop); bad requests (malformed JSON 400, wrong types 400, context
+# and not; stop strings (serve_checks.py stop); --api-key (401 without the
+# bearer key, /health open); bad requests (malformed JSON 400, wrong types 400, context
 # overflow 400 naming both numbers, unknown model 404, oversized body 413,
 # unknown path 404); SIGTERM exits 0.
 # usage: test_serve.sh FOUNDRY_BINARY TEST_DATA_DIR
@@ -224,6 +225,28 @@ expect_cmd 0 "serve_checks.py stop" python3 "$checks" "$url" stop
 status=$(post /v1/completions '{"prompt":[5],"stop":["a","b","c","d","e"]}')
 status_is "$status" 400 "five stop strings"
 contains "$work/body" '"param":"stop"'
+stop
+
+# --api-key: /health stays open; anything else needs the bearer key (401
+# with OpenAI's error object otherwise)
+start --model "$model" --max-sequences 1 --api-key 's3cret key'
+status=$(curl -s -o "$work/body" -w '%{http_code}' "$url/health")
+status_is "$status" 200 "/health without a key"
+status=$(curl -s -o "$work/body" -w '%{http_code}' "$url/v1/models")
+status_is "$status" 401 "/v1/models without a key"
+contains "$work/body" '"code":"invalid_api_key"'
+contains "$work/body" '"type":"invalid_request_error"'
+for header in 'Authorization: Bearer s3cret' 'Authorization: Bearer s3cret keyx' \
+  'Authorization: Basic s3cret key' 'Authorization: Bearer '; do
+  status=$(curl -s -o "$work/body" -w '%{http_code}' -H "$header" \
+    --data-binary '{"prompt":[5],"max_tokens":2}' "$url/v1/completions")
+  status_is "$status" 401 "completion with '$header'"
+done
+status=$(curl -s -o "$work/body" -w '%{http_code}' \
+  -H 'Authorization: Bearer s3cret key' \
+  --data-binary '{"prompt":[5],"max_tokens":2}' "$url/v1/completions")
+status_is "$status" 200 "completion with the key"
+contains "$work/body" '"completion_tokens":2'
 stop
 
 # one slot and no queue: a second request gets 429 while the first runs;
