@@ -8,6 +8,7 @@
  * new requests get 503, the accepted ones finish, the process exits 0.
  * docs/serve.md describes the endpoints and limits. */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "cli_util.h"
@@ -330,10 +332,26 @@ static void stream_free(void *cls) {
 }
 
 /* Sends a refusal of the parser or of the checks after it. */
-static enum MHD_Result send_refusal(struct MHD_Connection *c,
+static enum MHD_Result send_refusal(fdy_server *srv, struct MHD_Connection *c,
                                     const fdy_serve_error *e) {
+  fdy_serve_count(srv, e->status >= 500 ? FDY_SERVE_OUTCOME_FAILED
+                                        : FDY_SERVE_OUTCOME_INVALID);
   return send_error(c, e->status, e->type, e->param[0] ? e->param : NULL,
                     e->code, "%s", e->message);
+}
+
+/* Whether the client of c closed its connection (or it broke): a peek at
+ * its socket that does not block. */
+static bool client_gone(struct MHD_Connection *c) {
+  const union MHD_ConnectionInfo *info =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+  if (!info) {
+    return false;
+  }
+  char byte;
+  ssize_t n = recv(info->connect_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 ||
+         (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
 /* The job of a parsed request: prompt ids, sampling checked, max_tokens
@@ -400,12 +418,12 @@ static enum MHD_Result handle_generation(fdy_server *srv,
   fdy_serve_error e;
   if (fdy_serve_request_parse(b->data, b->len, chat, &limits, &req, &e) !=
       FDY_OK) {
-    return send_refusal(c, &e);
+    return send_refusal(srv, c, &e);
   }
   fdy_serve_job *job = make_job(srv, &req, &e);
   fdy_serve_request_free(&req);
   if (!job) {
-    return send_refusal(c, &e);
+    return send_refusal(srv, c, &e);
   }
   reply *rp = calloc(1, sizeof *rp);
   if (!rp) {
@@ -445,11 +463,29 @@ static enum MHD_Result handle_generation(fdy_server *srv,
     MHD_destroy_response(resp);
     return ret;
   }
+  /* wait for the end, watching the client: gone, the job is cancelled */
+  bool gone = false;
   pthread_mutex_lock(&srv->lock);
-  while (!job->done) {
-    pthread_cond_wait(&srv->changed, &srv->lock);
+  while (!job->done && !gone) {
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_nsec += 100000000;
+    if (deadline.tv_nsec >= 1000000000) {
+      deadline.tv_sec++;
+      deadline.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&srv->changed, &srv->lock, &deadline);
+    if (!job->done) {
+      pthread_mutex_unlock(&srv->lock);
+      gone = client_gone(c);
+      pthread_mutex_lock(&srv->lock);
+    }
   }
   pthread_mutex_unlock(&srv->lock);
+  if (gone) {
+    reply_free(rp);
+    return MHD_NO;
+  }
   enum MHD_Result ret;
   if (job->failed) {
     ret = send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "server_error", NULL,
@@ -516,6 +552,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c,
   bool get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
   bool open = strcmp(url, "/health") == 0;
   if (!open && !authorized(srv, c)) {
+    fdy_serve_count(srv, FDY_SERVE_OUTCOME_INVALID);
     return send_error(c, MHD_HTTP_UNAUTHORIZED, "invalid_request_error", NULL,
                       "invalid_api_key",
                       "a missing or wrong API key: send the header "
@@ -533,6 +570,12 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c,
     return send_json(c, failed ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK,
                      root);
   }
+  if (get && strcmp(url, "/metrics") == 0) {
+    char *text = fdy_serve_metrics_now(srv);
+    return text ? send_text(c, MHD_HTTP_OK, text,
+                            "text/plain; version=0.0.4; charset=utf-8", NULL)
+                : MHD_NO;
+  }
   if (get && strcmp(url, "/v1/models") == 0) {
     return send_json(c, MHD_HTTP_OK,
                      json_pack("{s:s, s:[{s:s, s:s, s:I, s:s}]}", "object",
@@ -543,6 +586,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c,
   bool completions = strcmp(url, "/v1/completions") == 0;
   bool chat = strcmp(url, "/v1/chat/completions") == 0;
   if (completions || chat) {
+    if (!post || b->too_large) {
+      fdy_serve_count(srv, FDY_SERVE_OUTCOME_INVALID);
+    }
     if (!post) {
       return send_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error",
                         NULL, NULL, "%s takes POST, not %s", url, method);
@@ -556,6 +602,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c,
     }
     return handle_generation(srv, c, b, chat);
   }
+  fdy_serve_count(srv, FDY_SERVE_OUTCOME_INVALID);
   return send_error(c, MHD_HTTP_NOT_FOUND, "invalid_request_error", NULL, NULL,
                     "no endpoint %s %s", method, url);
 }

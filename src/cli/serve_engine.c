@@ -53,6 +53,7 @@ fdy_serve_job *fdy_serve_job_create(fdy_server *srv) {
   job->srv = srv;
   job->refs = 1;
   job->created = time(NULL);
+  job->arrived_ns = fdy_now_ns();
   pthread_mutex_lock(&srv->lock);
   job->number = ++srv->numbers;
   srv->live++;
@@ -107,8 +108,38 @@ unsigned fdy_serve_submit(fdy_server *srv, fdy_serve_job *job) {
     srv->queued++;
     pthread_cond_signal(&srv->work);
   }
+  if (refused) {
+    srv->metrics.requests[refused == 429 ? FDY_SERVE_OUTCOME_QUEUE_FULL
+                                         : FDY_SERVE_OUTCOME_UNAVAILABLE]++;
+  }
   pthread_mutex_unlock(&srv->lock);
   return refused;
+}
+
+void fdy_serve_count(fdy_server *srv, fdy_serve_outcome outcome) {
+  pthread_mutex_lock(&srv->lock);
+  srv->metrics.requests[outcome]++;
+  pthread_mutex_unlock(&srv->lock);
+}
+
+char *fdy_serve_metrics_now(fdy_server *srv) {
+  pthread_mutex_lock(&srv->lock);
+  fdy_serve_metrics m = srv->metrics;
+  m.queued = srv->queued;
+  m.running = srv->active;
+  pthread_mutex_unlock(&srv->lock);
+  return fdy_serve_metrics_text(&m);
+}
+
+/* Under the lock: counts how job ended. */
+static void count_end(fdy_server *srv, const fdy_serve_job *job) {
+  fdy_serve_outcome outcome =
+      job->failed                          ? FDY_SERVE_OUTCOME_FAILED
+      : !job->finish                       ? FDY_SERVE_OUTCOME_CANCELLED
+      : strcmp(job->finish, "stop") == 0   ? FDY_SERVE_OUTCOME_STOP
+      : strcmp(job->finish, "length") == 0 ? FDY_SERVE_OUTCOME_LENGTH
+                                           : FDY_SERVE_OUTCOME_CANCELLED;
+  srv->metrics.requests[outcome]++;
 }
 
 void fdy_serve_cancel(fdy_serve_job *job) {
@@ -144,6 +175,7 @@ static void finish_slot(fdy_server *srv, uint32_t slot) {
   srv->running[slot] = NULL;
   srv->active--;
   job->done = true;
+  count_end(srv, job);
   fdy_serve_job_unref(job);
 }
 
@@ -151,6 +183,11 @@ static void finish_slot(fdy_server *srv, uint32_t slot) {
 static void take(fdy_server *srv, uint32_t slot, int32_t id) {
   fdy_serve_job *job = srv->running[slot];
   job->ids[job->count++] = id;
+  srv->metrics.generated_tokens++;
+  if (job->count == 1) {
+    fdy_serve_metrics_ttft(&srv->metrics,
+                           (double)(fdy_now_ns() - job->arrived_ns) * 1e-9);
+  }
   const char *bytes;
   size_t n;
   fdy_error err;
@@ -182,6 +219,7 @@ static void drop_queued(fdy_serve_job *job, const char *error) {
     copy_text(job->error, sizeof job->error, error);
   }
   job->done = true;
+  count_end(job->srv, job);
   fdy_serve_job_unref(job);
 }
 
@@ -236,6 +274,7 @@ static void admit(fdy_server *srv) {
       drop_queued(job, err.message);
     } else {
       job->fed = 0;
+      srv->metrics.prompt_tokens += job->prompt_count;
       srv->running[slot] = job;
       srv->active++;
     }
@@ -288,9 +327,12 @@ void *fdy_serve_engine_main(void *arg) {
     uint32_t decode_rows = 0;
     uint32_t count = plan_step(srv, &decode_rows);
     pthread_mutex_unlock(&srv->lock);
+    int64_t start = fdy_now_ns();
     fdy_status st = fdy_llama_session_step(srv->session, srv->parts, count,
                                            srv->next, NULL, &err);
+    int64_t ns = fdy_now_ns() - start;
     pthread_mutex_lock(&srv->lock);
+    fdy_serve_metrics_step(&srv->metrics, count, decode_rows, ns);
     if (st != FDY_OK) {
       char message[600];
       snprintf(message, sizeof message, "the engine failed: %.512s",

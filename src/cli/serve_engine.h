@@ -23,6 +23,7 @@
 #include "foundry/chat.h"
 #include "foundry/llama_session.h"
 #include "foundry/tokenizer.h"
+#include "serve_metrics.h"
 #include "serve_request.h"
 #include "serve_text.h"
 
@@ -45,6 +46,7 @@ struct fdy_serve_job {
   char *stop_text[FDY_SERVE_MAX_STOP]; /* stop strings (owned) */
   uint32_t stop_text_count;
   time_t created;
+  int64_t arrived_ns; /* fdy_now_ns when created */
   /* written by the engine */
   int32_t *ids; /* [max_tokens] generated; ids below count never change,
                    so the HTTP thread may read them without the lock */
@@ -82,6 +84,7 @@ struct fdy_server {
   bool stopping;
   bool failed;
   char failure[512];
+  fdy_serve_metrics metrics;
   /* the engine thread's */
   fdy_llama_step_part *parts; /* [slots] */
   int32_t *next;              /* [slots] */
@@ -112,6 +115,14 @@ void fdy_serve_job_unref(fdy_serve_job *job);
  * the HTTP status of a refusal: 503 when the server stops or failed, 429
  * when max_queue jobs wait beyond the free slots. Takes the lock. */
 unsigned fdy_serve_submit(fdy_server *srv, fdy_serve_job *job);
+
+/* Counts a request that ended with outcome outside the engine (a refusal
+ * of the HTTP layer). Takes the lock. */
+void fdy_serve_count(fdy_server *srv, fdy_serve_outcome outcome);
+
+/* The metrics as Prometheus text (malloc'd), or NULL when out of memory.
+ * Takes the lock. */
+char *fdy_serve_metrics_now(fdy_server *srv);
 
 /* Under the lock: asks the engine to drop job at its next step (its client
  * went away); nothing when it is done already. */

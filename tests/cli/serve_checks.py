@@ -11,7 +11,19 @@ stop: stop strings on a model with a tokenizer. A greedy answer is made
   prefix of the full answer's; streamed the same, no chunk holding the stop
   string or a broken character; an array of stops where only one occurs;
   a stop that never occurs changes nothing.
+metrics: GET /metrics is Prometheus text whose counters move: a completion
+  of 3 ids adds 1 to requests{outcome="length"}, its prompt and 3 ids to
+  the token counters, one time to first token and its steps to the batch
+  histogram; a bad request adds 1 to outcome="invalid"; gauges and the
+  decode rate are there.
+disconnect: a client that goes away frees its sequence at the next step:
+  a non-streamed request of 4000 ids whose client closes after 0.3 s, and
+  a streamed one closed after its first chunk, each add 1 to
+  outcome="cancelled" within seconds, /health shows nothing running, far
+  fewer than 4000 ids were generated, and the next request completes.
 """
+import socket
+import time
 import http.client
 import json
 import sys
@@ -135,7 +147,122 @@ def check_stop(server):
           f"chat stop {stop!r}: {got} (whole {answer!r})")
 
 
-CHECKS = {"stop": check_stop}
+def metrics(server):
+    """GET /metrics as {name{labels}: value}, checking its format."""
+    conn = server.connect()
+    conn.request("GET", "/metrics")
+    resp = conn.getresponse()
+    body = resp.read().decode()
+    conn.close()
+    check(resp.status == 200, f"/metrics: status {resp.status}")
+    check(resp.getheader("Content-Type", "").startswith("text/plain"),
+          f"/metrics content type {resp.getheader('Content-Type')}")
+    values = {}
+    for line in body.splitlines():
+        if line.startswith("#") or not line:
+            continue
+        name, value = line.rsplit(" ", 1)
+        values[name] = float(value)
+    return values
+
+
+def health(server):
+    conn = server.connect()
+    conn.request("GET", "/health")
+    data = json.loads(conn.getresponse().read())
+    conn.close()
+    return data
+
+
+def outcome(name):
+    return f'foundry_requests_total{{outcome="{name}"}}'
+
+
+def check_metrics(server):
+    before = metrics(server)
+    for name in ("foundry_queue_depth", "foundry_running_sequences",
+                 "foundry_decode_tokens_per_second",
+                 'foundry_step_batch_size_bucket{le="+Inf"}',
+                 'foundry_time_to_first_token_seconds_bucket{le="+Inf"}'):
+        check(name in before, f"/metrics lacks {name}")
+    status, got = server.post("/v1/completions",
+                              {"prompt": [7, 8, 9, 10], "max_tokens": 3,
+                               "temperature": 0})
+    check(status == 200, f"completion: {status} {got}")
+    status, _ = server.post("/v1/completions", {"prompt": "x", "top_k": -1})
+    check(status == 400, f"bad request: {status}")
+    after = metrics(server)
+
+    def delta(name):
+        return after[name] - before[name]
+
+    check(delta(outcome("length")) == 1, "length did not count the request")
+    check(delta(outcome("invalid")) == 1, "invalid did not count the 400")
+    check(delta("foundry_prompt_tokens_total") == 4, "prompt tokens")
+    check(delta("foundry_generated_tokens_total") == 3, "generated tokens")
+    check(delta("foundry_time_to_first_token_seconds_count") == 1, "ttft")
+    check(delta("foundry_time_to_first_token_seconds_sum") > 0, "ttft sum")
+    check(delta("foundry_step_batch_size_count") >= 3, "steps")
+    check(after["foundry_step_batch_size_sum"] >=
+          after["foundry_step_batch_size_count"], "batch sizes")
+    check(after["foundry_decode_tokens_per_second"] > 0, "decode rate")
+    check(after['foundry_step_batch_size_bucket{le="+Inf"}'] ==
+          after["foundry_step_batch_size_count"], "histogram count")
+
+
+def wait_cancelled(server, before, what):
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        now = metrics(server)
+        if (now[outcome("cancelled")] > before[outcome("cancelled")] and
+                health(server)["running"] == 0):
+            return now
+        time.sleep(0.05)
+    fail(f"{what}: not cancelled within 10 s: {metrics(server)}")
+
+
+def raw_request(server, body):
+    sock = socket.create_connection((server.host, server.port))
+    data = json.dumps(body).encode()
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                 b"Content-Type: application/json\r\n"
+                 b"Content-Length: " + str(len(data)).encode() +
+                 b"\r\n\r\n" + data)
+    return sock
+
+
+def check_disconnect(server):
+    long = {"prompt": [5, 6], "max_tokens": 4000, "temperature": 0}
+    before = metrics(server)
+    sock = raw_request(server, long)
+    time.sleep(0.3)
+    sock.close()
+    after = wait_cancelled(server, before, "a non-streamed request")
+    generated = (after["foundry_generated_tokens_total"] -
+                 before["foundry_generated_tokens_total"])
+    check(generated < 4000, f"{generated} ids generated after the client left")
+
+    before = after
+    sock = raw_request(server, dict(long, stream=True))
+    received = b""
+    while b"data: {" not in received:
+        chunk = sock.recv(4096)
+        check(chunk, "the stream ended before its first chunk")
+        received += chunk
+    sock.close()
+    after = wait_cancelled(server, before, "a streamed request")
+    generated = (after["foundry_generated_tokens_total"] -
+                 before["foundry_generated_tokens_total"])
+    check(generated < 4000, f"{generated} ids generated after the client left")
+
+    status, got = server.post("/v1/completions",
+                              {"prompt": [5], "max_tokens": 2})
+    check(status == 200 and got["usage"]["completion_tokens"] == 2,
+          f"the request after the disconnects: {status} {got}")
+
+
+CHECKS = {"stop": check_stop, "metrics": check_metrics,
+          "disconnect": check_disconnect}
 
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[2] not in CHECKS:

@@ -5,7 +5,8 @@
 # streaming (SSE chunks, the same ids, [DONE]); chat through the Llama 3
 # template (a make-model checkpoint with the Llama 3 tokenizer), streamed
 # and not; stop strings (serve_checks.py stop); --api-key (401 without the
-# bearer key, /health open); bad requests (malformed JSON 400, wrong types 400, context
+# bearer key, /health open); /metrics and client disconnects
+# (serve_checks.py metrics, disconnect); bad requests (malformed JSON 400, wrong types 400, context
 # overflow 400 naming both numbers, unknown model 404, oversized body 413,
 # unknown path 404); SIGTERM exits 0.
 # usage: test_serve.sh FOUNDRY_BINARY TEST_DATA_DIR
@@ -184,6 +185,10 @@ status=$(curl -s -o "$work/body" -w '%{http_code}' "$url/v1/nothing")
 status_is "$status" 404 "unknown path"
 status=$(curl -s -o "$work/body" -w '%{http_code}' "$url/health")
 status_is "$status" 200 "/health after the bad requests"
+
+# /metrics counters move; clients that go away free their sequences
+expect_cmd 0 "serve_checks.py metrics" python3 "$checks" "$url" metrics
+expect_cmd 0 "serve_checks.py disconnect" python3 "$checks" "$url" disconnect
 
 stop
 
