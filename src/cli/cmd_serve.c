@@ -586,7 +586,11 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c,
   bool completions = strcmp(url, "/v1/completions") == 0;
   bool chat = strcmp(url, "/v1/chat/completions") == 0;
   if (completions || chat) {
-    if (!post || b->too_large) {
+    const char *type = MHD_lookup_connection_value(
+        c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    bool json = !type || (strncasecmp(type, "application/json", 16) == 0 &&
+                          strchr("; \t", type[16]));
+    if (!post || b->too_large || !json) {
       fdy_serve_count(srv, FDY_SERVE_OUTCOME_INVALID);
     }
     if (!post) {
@@ -599,6 +603,17 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c,
                         "the request body is larger than the limit of %u "
                         "bytes",
                         MAX_BODY_BYTES);
+    }
+    if (!json) {
+      char *safe = fdy_utf8_sanitize(type);
+      enum MHD_Result ret = send_error(
+          c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "invalid_request_error", NULL,
+          NULL,
+          "the body must be JSON (Content-Type: application/json), not "
+          "'%.200s'",
+          safe ? safe : "");
+      free(safe);
+      return ret;
     }
     return handle_generation(srv, c, b, chat);
   }

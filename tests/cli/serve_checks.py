@@ -21,6 +21,11 @@ disconnect: a client that goes away frees its sequence at the next step:
   a streamed one closed after its first chunk, each add 1 to
   outcome="cancelled" within seconds, /health shows nothing running, far
   fewer than 4000 ids were generated, and the next request completes.
+bad: a corpus of bad requests (BAD below), each sent as raw bytes with
+  its headers, answered with its status and an OpenAI error object of its
+  type and param; harmless unknown fields are ignored; the server stays
+  healthy and serves a request after them. Needs a server with the
+  micro model (no tokenizer, context 4096).
 """
 import socket
 import time
@@ -261,7 +266,151 @@ def check_disconnect(server):
           f"the request after the disconnects: {status} {got}")
 
 
-CHECKS = {"stop": check_stop, "metrics": check_metrics,
+JSON = {"Content-Type": "application/json"}
+COMPLETIONS, CHAT = "/v1/completions", "/v1/chat/completions"
+# (what, path, headers, body, status, error type, param)
+BAD = [
+    ("truncated JSON", COMPLETIONS, JSON, b'{"prompt":[5,6', 400,
+     "invalid_request_error", None),
+    ("an empty body", COMPLETIONS, JSON, b"", 400, "invalid_request_error",
+     None),
+    ("a NUL byte in a string", COMPLETIONS, JSON, b'{"prompt":"a\x00b"}',
+     400, "invalid_request_error", None),
+    ("an escaped NUL", COMPLETIONS, JSON, b'{"prompt":"a\\u0000b"}', 400,
+     "invalid_request_error", None),
+    ("a NUL byte after the object", COMPLETIONS, JSON,
+     b'{"prompt":[5]}\x00', 400, "invalid_request_error", None),
+    ("an integer beyond 64 bits", COMPLETIONS, JSON,
+     b'{"prompt":[5],"max_tokens":123456789012345678901234567890}', 400,
+     "invalid_request_error", None),
+    ("a real beyond double", COMPLETIONS, JSON,
+     b'{"prompt":[5],"temperature":1e999}', 400, "invalid_request_error",
+     None),
+    ("max_tokens 2^63 - 1", COMPLETIONS, JSON,
+     b'{"prompt":[5],"max_tokens":9223372036854775807}', 400,
+     "invalid_request_error", "max_tokens"),
+    ("a negative max_tokens", COMPLETIONS, JSON,
+     b'{"prompt":[5],"max_tokens":-5}', 400, "invalid_request_error",
+     "max_tokens"),
+    ("max_tokens 0", COMPLETIONS, JSON, b'{"prompt":[5],"max_tokens":0}',
+     400, "invalid_request_error", "max_tokens"),
+    ("max_tokens a string", COMPLETIONS, JSON,
+     b'{"prompt":[5],"max_tokens":"7"}', 400, "invalid_request_error",
+     "max_tokens"),
+    ("text/plain", COMPLETIONS, {"Content-Type": "text/plain"},
+     b'{"prompt":[5]}', 415, "invalid_request_error", None),
+    ("a form", COMPLETIONS,
+     {"Content-Type": "application/x-www-form-urlencoded"}, b"prompt=5",
+     415, "invalid_request_error", None),
+    ("multipart", CHAT, {"Content-Type": "multipart/form-data; boundary=x"},
+     b"--x--", 415, "invalid_request_error", None),
+    ("application/jsonx", COMPLETIONS, {"Content-Type": "application/jsonx"},
+     b'{"prompt":[5]}', 415, "invalid_request_error", None),
+    ("a body over 1 MiB", COMPLETIONS, JSON,
+     b'{"prompt":"' + b"a" * (1 << 20) + b'"}', 413,
+     "invalid_request_error", None),
+    ("invalid UTF-8 in a message", CHAT, JSON,
+     b'{"messages":[{"role":"user","content":"caf\xc3"}]}', 400,
+     "invalid_request_error", None),
+    ("a surrogate in a message", CHAT, JSON,
+     b'{"messages":[{"role":"user","content":"\xed\xa0\x80"}]}', 400,
+     "invalid_request_error", None),
+    ("invalid UTF-8 in a prompt", COMPLETIONS, JSON,
+     b'{"prompt":"\xff"}', 400, "invalid_request_error", None),
+    ("JSON 2048 arrays deep", COMPLETIONS, JSON,
+     b'{"prompt":' + b"[" * 5000 + b"]" * 5000 + b"}", 400,
+     "invalid_request_error", None),
+    ("an array body", COMPLETIONS, JSON, b"[1,2]", 400,
+     "invalid_request_error", None),
+    ("a string body", CHAT, JSON, b'"hi"', 400, "invalid_request_error",
+     None),
+    ("prompt a number", COMPLETIONS, JSON, b'{"prompt":5}', 400,
+     "invalid_request_error", "prompt"),
+    ("an id outside the vocabulary", COMPLETIONS, JSON,
+     b'{"prompt":[5,99999]}', 400, "invalid_request_error", "prompt"),
+    ("a negative id", COMPLETIONS, JSON, b'{"prompt":[-1]}', 400,
+     "invalid_request_error", "prompt"),
+    ("messages a string", CHAT, JSON, b'{"messages":"Hello"}', 400,
+     "invalid_request_error", "messages"),
+    ("an assistant turn", CHAT, JSON,
+     b'{"messages":[{"role":"user","content":"a"},'
+     b'{"role":"assistant","content":"b"}]}', 400, "invalid_request_error",
+     "messages"),
+    ("stream a string", COMPLETIONS, JSON, b'{"prompt":[5],"stream":"yes"}',
+     400, "invalid_request_error", "stream"),
+    ("temperature a string", COMPLETIONS, JSON,
+     b'{"prompt":[5],"temperature":"hot"}', 400, "invalid_request_error",
+     "temperature"),
+    ("a negative temperature", COMPLETIONS, JSON,
+     b'{"prompt":[5],"temperature":-1}', 400, "invalid_request_error",
+     "temperature"),
+    ("top_p above 1", COMPLETIONS, JSON, b'{"prompt":[5],"top_p":1.5}', 400,
+     "invalid_request_error", "top_p"),
+    ("top_k a real", COMPLETIONS, JSON, b'{"prompt":[5],"top_k":1.5}', 400,
+     "invalid_request_error", "top_k"),
+    ("a negative seed", COMPLETIONS, JSON, b'{"prompt":[5],"seed":-1}', 400,
+     "invalid_request_error", "seed"),
+    ("stop a number", COMPLETIONS, JSON, b'{"prompt":[5],"stop":5}', 400,
+     "invalid_request_error", "stop"),
+    ("five stop strings", COMPLETIONS, JSON,
+     b'{"prompt":[5],"stop":["a","b","c","d","e"]}', 400,
+     "invalid_request_error", "stop"),
+    ("a stop string without a tokenizer", COMPLETIONS, JSON,
+     b'{"prompt":[5],"stop":"a"}', 400, "invalid_request_error", "stop"),
+    ("model a number", COMPLETIONS, JSON, b'{"model":5,"prompt":[5]}', 400,
+     "invalid_request_error", "model"),
+    ("n 2", COMPLETIONS, JSON, b'{"prompt":[5],"n":2}', 400,
+     "invalid_request_error", "n"),
+    ("logprobs", COMPLETIONS, JSON, b'{"prompt":[5],"logprobs":3}', 400,
+     "invalid_request_error", "logprobs"),
+    ("tools", CHAT, JSON,
+     b'{"messages":[{"role":"user","content":"a"}],"tools":[{}]}', 400,
+     "invalid_request_error", "tools"),
+    ("best_of 2", COMPLETIONS, JSON, b'{"prompt":[5],"best_of":2}', 400,
+     "invalid_request_error", "best_of"),
+    ("an unknown model", COMPLETIONS, JSON, b'{"model":"x","prompt":[5]}',
+     404, "invalid_request_error", "model"),
+]
+
+
+def raw(server, method, path, headers, body):
+    """Status and body bytes of a request sent as given."""
+    conn = server.connect()
+    conn.request(method, path, body, headers)
+    resp = conn.getresponse()
+    data = resp.read()
+    conn.close()
+    return resp.status, data
+
+
+def check_bad(server):
+    for what, path, headers, body, status, kind, param in BAD:
+        got, data = raw(server, "POST", path, headers, body)
+        try:
+            error = json.loads(data)["error"]
+        except (ValueError, KeyError, TypeError):
+            fail(f"{what}: not an OpenAI error object: {data[:300]!r}")
+        check(got == status and error["type"] == kind and
+              error["param"] == param and error["message"],
+              f"{what}: {got} {error}, expected {status} {kind} {param}")
+    got, data = raw(server, "GET", COMPLETIONS, {}, None)
+    check(got == 405, f"GET on a POST endpoint: {got} {data!r}")
+    # prompt + max_tokens beyond the context: both numbers and the context
+    got, data = raw(server, "POST", COMPLETIONS, JSON,
+                    b'{"prompt":[5,6,7],"max_tokens":4095}')
+    message = json.loads(data)["error"]["message"]
+    check(got == 400 and all(n in message for n in ("3", "4095", "4096")),
+          f"context overflow: {got} {message}")
+    # harmless unknown fields are ignored
+    got, data = raw(server, "POST", COMPLETIONS, JSON,
+                    b'{"prompt":[5],"max_tokens":1,"user":"u","foo":{"b":[1]},'
+                    b'"stream_options":{"include_usage":true},"n":1,'
+                    b'"logit_bias":{},"echo":false,"presence_penalty":0}')
+    check(got == 200, f"unknown fields: {got} {data!r}")
+    check(health(server)["status"] == "ok", "unhealthy after bad requests")
+
+
+CHECKS = {"bad": check_bad, "stop": check_stop, "metrics": check_metrics,
           "disconnect": check_disconnect}
 
 if __name__ == "__main__":

@@ -186,6 +186,9 @@ status_is "$status" 404 "unknown path"
 status=$(curl -s -o "$work/body" -w '%{http_code}' "$url/health")
 status_is "$status" 200 "/health after the bad requests"
 
+# the corpus of bad requests (serve_checks.py BAD)
+expect_cmd 0 "serve_checks.py bad" python3 "$checks" "$url" bad
+
 # /metrics counters move; clients that go away free their sequences
 expect_cmd 0 "serve_checks.py metrics" python3 "$checks" "$url" metrics
 expect_cmd 0 "serve_checks.py disconnect" python3 "$checks" "$url" disconnect
@@ -248,7 +251,7 @@ for header in 'Authorization: Bearer s3cret' 'Authorization: Bearer s3cret keyx'
   status_is "$status" 401 "completion with '$header'"
 done
 status=$(curl -s -o "$work/body" -w '%{http_code}' \
-  -H 'Authorization: Bearer s3cret key' \
+  -H 'Authorization: Bearer s3cret key' -H 'Content-Type: application/json' \
   --data-binary '{"prompt":[5],"max_tokens":2}' "$url/v1/completions")
 status_is "$status" 200 "completion with the key"
 contains "$work/body" '"completion_tokens":2'
@@ -267,6 +270,7 @@ while [ "$i" -lt 100 ] && ! grep -q '^data: {' "$work/long" 2>/dev/null; do
   i=$((i + 1))
 done
 status=$(curl -s -D "$work/headers" -o "$work/body" -w '%{http_code}' \
+  -H 'Content-Type: application/json' \
   --data-binary '{"prompt":[6],"max_tokens":2}' "$url/v1/completions")
 status_is "$status" 429 "a full queue"
 grep -qi '^Retry-After:' "$work/headers" ||
