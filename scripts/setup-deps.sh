@@ -7,7 +7,7 @@
 # usage: setup-deps.sh [EXTRA_PACKAGE...]
 set -eu
 
-packages="build-essential cmake pkg-config libjansson-dev libcmocka-dev libpcre2-dev libicu-dev libssl-dev libmicrohttpd-dev curl python3 $*"
+packages="build-essential cmake pkg-config libjansson-dev libcmocka-dev libpcre2-dev libicu-dev libssl-dev libmicrohttpd-dev curl python3-venv python3 $*"
 missing=""
 for package in $packages; do
   if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed"; then

@@ -12,7 +12,8 @@ case "${1:-}" in
 --tsan) preset=tsan ;;
 -h | --help)
   echo "$usage"
-  echo "Installs missing Debian packages (scripts/setup-deps.sh), builds in"
+  echo "Installs missing Debian packages (scripts/setup-deps.sh) and the"
+  echo "Python test packages (scripts/setup-python.sh), builds in"
   echo "build-ci/ (build-asan/, build-tsan/) and runs every test."
   exit 0
   ;;
@@ -24,6 +25,8 @@ case "${1:-}" in
 esac
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/setup-deps.sh"
+"$root/scripts/setup-python.sh" ||
+  echo "test.sh: the Python test packages could not be installed: the tests that need them skip"
 cd "$root"
 cmake --preset "$preset" >/dev/null
 echo "test.sh: CUDA backend $(sed -n 's/^FOUNDRY_CUDA_STATUS:INTERNAL=//p' \
