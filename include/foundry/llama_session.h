@@ -235,13 +235,16 @@ fdy_status fdy_llama_session_release(fdy_llama_session *session, uint32_t slot,
  * pass of the decode step, and gives every row's next id: row_next[i] is
  * the id drawn after ids[0..i] (greedy: their argmax), as if each had been
  * fed alone (the rows of a step do not depend on one another): the
- * verification of drafted ids in speculative decoding. count is at most
- * step_rows. Errors as fdy_llama_session_step's for one part of count ids,
- * and a NULL row_next (FDY_ERR_INVALID_ARGUMENT). */
+ * verification of drafted ids in speculative decoding. Only the last row
+ * draws with the slot's sampling; the others give their argmax. logits,
+ * when not NULL, receives every row's logits (count * vocab floats; NULL
+ * for sessions created ids_only). count is at most step_rows. Errors as
+ * fdy_llama_session_step's for one part of count ids, and a NULL row_next
+ * (FDY_ERR_INVALID_ARGUMENT). */
 fdy_status fdy_llama_session_append_rows(fdy_llama_session *session,
                                          uint32_t slot, const int32_t *ids,
                                          uint32_t count, int32_t *row_next,
-                                         fdy_error *err);
+                                         float *logits, fdy_error *err);
 
 /* Takes the sequence in slot back to its first `position` positions: the
  * later ones are forgotten (their KV entries are never read again and are

@@ -226,6 +226,19 @@ double fdy_sample_uniform(uint64_t seed, uint32_t counter);
  * multiply-add). Relative error below 1e-15. */
 double fdy_sample_exp(double y);
 
+/* SAMPLE's id for one row (the definition above) of n logits x with the
+ * FDY_SAMPLE_FIELDS words of its parameters (-1 for values out of range):
+ * the CPU backend's kernel. */
+int32_t fdy_sample_draw_row(const float *x, uint64_t n, const uint32_t *words);
+
+/* The distribution SAMPLE draws from for n >= 1 logits x and parameters
+ * params: probs[i] = w_i / S for the kept ids (the definition above), 0
+ * for the others; 1 at the argmax, 0 elsewhere, when greedy or when the
+ * argmax's logit is not finite. false, probs untouched, when n is 0 or a
+ * value is out of range (SAMPLE's -1). */
+bool fdy_sample_probabilities(const float *x, uint64_t n,
+                              const fdy_sample_params *params, double *probs);
+
 /* Multiplier of the checksum chain (the 64-bit FNV prime). */
 #define FDY_CHAIN_PRIME 0x100000001b3ull
 

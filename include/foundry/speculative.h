@@ -1,7 +1,8 @@
 /* Speculative decoding: a small draft model proposes ids, the target
  * verifies all of them in one pass, so that a target whose weights stream
  * over PCIe yields several ids per pass when the draft agrees with it.
- * Greedy only: the output is exactly the target session's own greedy ids. */
+ * Greedy, the output is exactly the target session's own greedy ids;
+ * sampling, the rejection rule keeps the target's own distribution. */
 #ifndef FOUNDRY_SPECULATIVE_H
 #define FOUNDRY_SPECULATIVE_H
 
@@ -33,8 +34,8 @@ typedef struct fdy_llama_speculative_stats {
   double draft_seconds;   /* the draft's passes and rewinds */
 } fdy_llama_speculative_stats;
 
-/* Greedy generation of target with draft proposing (both sessions on the
- * same vocabulary, slot 0 of each; the draft usually resident and small):
+/* Generation of target with draft proposing (both sessions on the same
+ * vocabulary, slot 0 of each; the draft usually resident and small):
  * resets both, prefills the prompt into both, then repeats: the draft
  * proposes K ids one pass at a time from the last id; the target appends
  * the last id and the K proposals in one pass of its decode step
@@ -46,20 +47,33 @@ typedef struct fdy_llama_speculative_stats {
  * after a pass that accepts everything and falls to the accepted count + 1
  * after a rejection, within [1, max_draft_tokens].
  *
+ * With options->sampling (not greedy) the target's slot 0 samples with it
+ * and the draft's with it on another seed (seed ^ a constant); both sessions
+ * must return logits (not ids_only). A proposal x is accepted when u q(x)
+ * < p(x), p and q the target's and the draft's distributions there
+ * (fdy_sample_probabilities), u a uniform draw of the seed's acceptance
+ * stream at that position; the first rejected proposal is replaced by a
+ * draw from max(0, p - q) normalized (another stream); when every one is
+ * accepted, the target's own draw at its last row follows. Each emitted id
+ * is thus distributed as the target's sampling draws it (not the same ids
+ * as fdy_llama_generate's for the seed: other draws decide them). The
+ * sessions' sampling stays set afterwards.
+ *
  * Afterwards both sessions hold the prompt and every id emitted but the
  * last, as after fdy_llama_generate.
  *
  * The ids, stops (EOS ids, options->stop_ids, ignore_eos), on_token and
- * max_tokens behave as in fdy_llama_generate, whose result this equals for
- * the target session: on the CPU backend bitwise; on CUDA a step of
+ * max_tokens behave as in fdy_llama_generate, whose greedy result this
+ * equals for the target session: on the CPU backend bitwise; on CUDA a step of
  * several rows may round differently from the one-row decode of a session
  * of step_rows 1 (the batch invariance rule), so compare with the same
  * target session. Before any work: the errors of fdy_llama_generate, a
  * draft of another vocabulary (FDY_ERR_INVALID_ARGUMENT naming both
  * sizes, expected = the target's), K out of range or a target whose
  * step_rows is below max_draft_tokens + 1 (FDY_ERR_INVALID_ARGUMENT,
- * expected = the rows needed), options->sampling other than greedy
- * (FDY_ERR_UNSUPPORTED), the prompt plus max_tokens beyond the draft's
+ * expected = the rows needed), sampling refused by fdy_llama_sampling_check
+ * and sampling with an ids_only session (FDY_ERR_INVALID_ARGUMENT), the
+ * prompt plus max_tokens beyond the draft's
  * context (FDY_ERR_CONTEXT). stats may be NULL. On failure *out is
  * zeroed. */
 fdy_status fdy_llama_generate_speculative(
@@ -67,6 +81,18 @@ fdy_status fdy_llama_generate_speculative(
     uint32_t prompt_count, const fdy_llama_generate_options *options,
     const fdy_llama_speculative_options *spec, fdy_llama_generation *out,
     fdy_llama_speculative_stats *stats, fdy_error *err);
+
+/* The rejection rule of speculative sampling at one position: p and q the
+ * target's and the draft's distributions over vocab ids (each summing to
+ * 1), x the draft's proposal (drawn from q), u_accept and u_residual
+ * independent uniforms in [0, 1). Returns x when u_accept q(x) < p(x)
+ * (*accepted true); else (*accepted false) the draw of u_residual from
+ * max(0, p - q) normalized, or from p where that is zero everywhere: the
+ * first id whose running mass exceeds u_residual times the total. The id
+ * returned is distributed as p. */
+int32_t fdy_speculative_verdict(const double *p, const double *q,
+                                uint32_t vocab, int32_t x, double u_accept,
+                                double u_residual, bool *accepted);
 
 #ifdef __cplusplus
 }

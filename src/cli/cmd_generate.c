@@ -80,11 +80,12 @@ void fdy_cmd_generate_help(FILE *out) {
           "                   must be Llama 3's or ChatML)\n"
           "  --tokenizer FILE a tokenizer.json or tiktoken file instead of\n"
           "                   the model directory's\n"
-          "  --draft-model DIR  speculative decoding (greedy, one prompt):\n"
-          "                   DIR, a small checkpoint of the same vocabulary\n"
-          "                   on the same backend with every weight resident,\n"
+          "  --draft-model DIR  speculative decoding (one prompt): DIR, a\n"
+          "                   small checkpoint of the same vocabulary on the\n"
+          "                   same backend with every weight resident,\n"
           "                   proposes ids that the model checks in one pass;\n"
-          "                   the ids are the model's own greedy ids. The\n"
+          "                   greedy, the ids are the model's own; sampling,\n"
+          "                   the rejection rule keeps its distribution. The\n"
           "                   acceptance rate, ids per pass of the model and\n"
           "                   both models' seconds per id go to stderr\n"
           "  --draft-tokens K ids drafted per pass at first, 1 to %u (default\n"
@@ -332,10 +333,11 @@ static fdy_status text_prompt(fdy_tokenizer *tok, fdy_llama_session *session,
 
 /* The backend of flags and a session of model on it with `sequences`
  * slots and steps of step_rows rows (0: the default), created ids_only
- * (generation reads the ids alone). */
+ * (generation reads the ids alone) unless logits. */
 static fdy_status open_session(const fdy_cli_session_flags *flags,
                                const fdy_llama_model *model, uint32_t sequences,
-                               uint32_t step_rows, fdy_backend **engine,
+                               uint32_t step_rows, bool logits,
+                               fdy_backend **engine,
                                fdy_llama_session **session, fdy_error *err) {
   fdy_status st =
       fdy_cli_backend_create(flags->backend, (uint32_t)flags->threads,
@@ -344,7 +346,7 @@ static fdy_status open_session(const fdy_cli_session_flags *flags,
     return st;
   }
   fdy_llama_session_options options = fdy_cli_session_options(flags, *engine);
-  options.ids_only = true;
+  options.ids_only = !logits;
   options.max_sequences = sequences;
   options.step_rows = step_rows;
   fdy_cli_cap_prefill_rows(&options, fdy_llama_model_config(model));
@@ -381,11 +383,12 @@ static fdy_status open_draft(const char *dir, const fdy_llama_model *target,
 
 /* The draft's session on the target's backend: every weight resident (no
  * budget), the target's context (at most the draft's
- * max_position_embeddings), steps of one row. */
+ * max_position_embeddings), steps of one row; ids_only unless logits. */
 static fdy_status draft_session(const fdy_cli_session_flags *flags,
                                 const fdy_llama_model *model,
                                 fdy_backend *engine, uint32_t context,
-                                fdy_llama_session **out, fdy_error *err) {
+                                bool logits, fdy_llama_session **out,
+                                fdy_error *err) {
   const fdy_llama_config *config = fdy_llama_model_config(model);
   fdy_llama_session_options o = {.backend = engine,
                                  .context =
@@ -394,7 +397,7 @@ static fdy_status draft_session(const fdy_cli_session_flags *flags,
                                          : config->max_position_embeddings,
                                  .prefill_rows = (uint32_t)flags->prefill_rows,
                                  .kv_dtype = flags->kv_dtype,
-                                 .ids_only = true,
+                                 .ids_only = !logits,
                                  .no_graphs = flags->no_graphs};
   fdy_cli_cap_prefill_rows(&o, config);
   fdy_status st = fdy_llama_session_create(model, &o, out, err);
@@ -785,8 +788,8 @@ static int generate_file(const batch_args *a, fdy_cli_session_flags flags) {
   uint32_t sequences = a->sequences                     ? (uint32_t)a->sequences
                        : list.count < DEFAULT_SEQUENCES ? list.count
                                                         : DEFAULT_SEQUENCES;
-  if (open_session(&flags, model, sequences, 0, &engine, &session, &err) !=
-      FDY_OK) {
+  if (open_session(&flags, model, sequences, 0, false, &engine, &session,
+                   &err) != FDY_OK) {
     code = fdy_cli_fail(&err);
     goto cleanup;
   }
@@ -1048,10 +1051,9 @@ int fdy_cmd_generate(int argc, char **argv) {
   bool random_seed = false;
   const fdy_sample_params sampling =
       fdy_cli_sampling_resolve(&sampling_flags, FDY_LLAMA_GREEDY, &random_seed);
-  if (draft_dir && sampling.temperature > 0.0f) {
-    return fdy_cli_usage("generate", "--draft-model decodes greedily: not "
-                                     "with --temperature above 0");
-  }
+  /* speculative sampling reads both models' logits */
+  bool draft_logits =
+      draft_dir && sampling.temperature > 0.0f && sampling.top_k != 1;
   /* K, and the most K grows to: twice K unless fixed */
   fdy_llama_speculative_options spec = {
       .draft_tokens =
@@ -1104,11 +1106,11 @@ int fdy_cmd_generate(int argc, char **argv) {
       (draft_dir &&
        open_draft(draft_dir, model, &draft_model, &err) != FDY_OK) ||
       open_session(&session_flags, model, 1,
-                   draft_dir ? spec.max_draft_tokens + 1 : 0, &engine, &session,
-                   &err) != FDY_OK ||
+                   draft_dir ? spec.max_draft_tokens + 1 : 0, draft_logits,
+                   &engine, &session, &err) != FDY_OK ||
       (draft_dir && draft_session(&session_flags, draft_model, engine,
-                                  fdy_llama_session_context(session), &draft,
-                                  &err) != FDY_OK)) {
+                                  fdy_llama_session_context(session),
+                                  draft_logits, &draft, &err) != FDY_OK)) {
     code = fdy_cli_fail(&err);
     goto cleanup;
   }

@@ -704,13 +704,13 @@ fdy_status fdy_llama_session_release(fdy_llama_session *session, uint32_t slot,
 fdy_status fdy_llama_session_append_rows(fdy_llama_session *session,
                                          uint32_t slot, const int32_t *ids,
                                          uint32_t count, int32_t *row_next,
-                                         fdy_error *err) {
+                                         float *logits, fdy_error *err) {
   fdy_status st = check_usable(session, "fdy_llama_session_append_rows", err);
   fdy_llama_step_part part = {.slot = slot, .ids = ids, .count = count};
   int32_t last = -1;
   if (st == FDY_OK) {
     st = check_rows(session, ids, count, session->step_rows, "step", row_next,
-                    NULL, err);
+                    logits, err);
   }
   if (st == FDY_OK) {
     st = check_parts(session, &part, 1, false, err);
@@ -723,6 +723,12 @@ fdy_status fdy_llama_session_append_rows(fdy_llama_session *session,
         row_next,
         fdy_executor_output(session->executor, session->io.decode_next, NULL),
         sizeof *row_next * count);
+  }
+  if (st == FDY_OK && logits) {
+    memcpy(
+        logits,
+        fdy_executor_output(session->executor, session->io.decode_logits, NULL),
+        sizeof *logits * count * session->config->vocab_size);
   }
   return st;
 }

@@ -2,7 +2,16 @@
  * K ids one pass at a time, the target checks them all in one pass of its
  * decode step, both rewind to what was accepted. Positions: after the
  * prompt and each round, both sessions hold every accepted id but the last
- * one emitted (t), which the next round feeds first. */
+ * one emitted (t), which the next round feeds first.
+ *
+ * Sampling follows the rejection rule of Leviathan et al. and Chen et al.
+ * (2023): with p and q the target's and the draft's distributions at a
+ * position (SAMPLE's, fdy_sample_probabilities, from the logits of the
+ * passes), a proposal x is accepted when u q(x) < p(x) for a uniform u;
+ * the first rejected one is replaced by a draw from max(0, p - q)
+ * normalized; after K acceptances the target's own draw at the last row
+ * follows. Every emitted id is then distributed as the target's sampling
+ * alone would draw it. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,7 +28,19 @@ typedef struct spec_run {
   int32_t *proposal; /* [1 + max K]: t, then the draft's ids */
   int32_t *verdict;  /* [1 + max K]: the target's next id after each */
   fdy_llama_speculative_stats stats;
+  /* sampling (NULL: greedy, and nothing below is allocated) */
+  const fdy_sample_params *sampling;
+  uint32_t vocab;
+  float *draft_logits;  /* [max K, vocab]: the draft's at each proposal */
+  float *target_logits; /* [1 + max K, vocab]: the target's at each row */
+  double *p, *q;        /* [vocab]: the two distributions of one row */
 } spec_run;
+
+/* The streams of the acceptance tests and of the draws after a rejection,
+ * and the draft's own stream, derived from the sampling seed. */
+#define ACCEPT_STREAM   0x5eed0001a55e1c7ull
+#define RESIDUAL_STREAM 0x5eed0002d15c4a1ull
+#define DRAFT_STREAM    0x5eed0003d4af7ull
 
 /* Adds id to the output; false when the generation ends with it. */
 static bool emit(spec_run *r, int32_t id) {
@@ -29,6 +50,10 @@ static bool emit(spec_run *r, int32_t id) {
       fdy_llama_is_stop(r->target->config, o->stop_ids, o->stop_count, id);
   r->more = !o->on_token || o->on_token(o->ctx, id);
   return r->more && r->count < o->max_tokens && (o->ignore_eos || !r->stop);
+}
+
+static bool is_greedy(const fdy_sample_params *sampling) {
+  return !sampling || sampling->temperature == 0.0f || sampling->top_k == 1;
 }
 
 /* The checks of the pair and the options, before any work. */
@@ -82,12 +107,18 @@ static fdy_status check_pair(const fdy_llama_session *target,
     }
     return FDY_ERR_INVALID_ARGUMENT;
   }
-  if (options->sampling && options->sampling->temperature != 0.0f &&
-      options->sampling->top_k != 1) {
-    return fdy_error_set(err, FDY_ERR_UNSUPPORTED,
-                         "speculative generation is greedy: sampling "
-                         "(temperature %g) is not supported with a draft",
-                         (double)options->sampling->temperature);
+  if (options->sampling) {
+    fdy_status st = fdy_llama_sampling_check(options->sampling, err);
+    if (st != FDY_OK) {
+      return st;
+    }
+    if (!is_greedy(options->sampling) &&
+        (target->ids_only || draft->ids_only)) {
+      return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                           "speculative sampling reads both models' logits: "
+                           "create the target and the draft sessions "
+                           "without ids_only");
+    }
   }
   if (options->keep_context) {
     return fdy_error_set(err, FDY_ERR_UNSUPPORTED,
@@ -117,13 +148,66 @@ static fdy_status propose(spec_run *r, uint32_t k, fdy_error *err) {
   int64_t t0 = fdy_now_ns();
   fdy_status st = FDY_OK;
   for (uint32_t i = 0; st == FDY_OK && i < k; i++) {
-    st = fdy_llama_session_append(r->draft, 0, &r->proposal[i], 1, NULL, NULL,
+    float *logits =
+        r->sampling ? r->draft_logits + (uint64_t)i * r->vocab : NULL;
+    st = fdy_llama_session_append(r->draft, 0, &r->proposal[i], 1, NULL, logits,
                                   err);
     r->proposal[i + 1] = fdy_llama_session_slot_next(r->draft, 0);
     r->stats.draft_passes++;
   }
   r->stats.draft_seconds += (double)(fdy_now_ns() - t0) * 1e-9;
   return st;
+}
+
+int32_t fdy_speculative_verdict(const double *p, const double *q,
+                                uint32_t vocab, int32_t x, double u_accept,
+                                double u_residual, bool *accepted) {
+  *accepted = q[x] > 0.0 && u_accept * q[x] < p[x];
+  if (*accepted) {
+    return x;
+  }
+  double total = 0.0;
+  for (uint32_t i = 0; i < vocab; i++) {
+    total += p[i] > q[i] ? p[i] - q[i] : 0.0;
+  }
+  bool plain = !(total > 0.0);
+  double target = u_residual * (plain ? 1.0 : total), run = 0.0;
+  int32_t last = -1;
+  for (uint32_t i = 0; i < vocab; i++) {
+    double mass = plain ? p[i] : (p[i] > q[i] ? p[i] - q[i] : 0.0);
+    if (mass > 0.0) {
+      run += mass;
+      last = (int32_t)i;
+      if (run > target) {
+        break;
+      }
+    }
+  }
+  return last;
+}
+
+/* The rejection rule over the k proposals of a round from position p (row
+ * i fed proposal[i] at position p + i; its logits gave the target's p and
+ * the draft's q for proposal[i + 1]): the proposals accepted (the count is
+ * returned) and, in verdict[that count], the id that follows them. */
+static uint32_t judge_sampled(spec_run *r, uint32_t p, uint32_t k) {
+  uint64_t seed = r->sampling->seed;
+  for (uint32_t i = 0; i < k; i++) {
+    uint64_t row = (uint64_t)i * r->vocab;
+    fdy_sample_probabilities(r->target_logits + row, r->vocab, r->sampling,
+                             r->p);
+    fdy_sample_probabilities(r->draft_logits + row, r->vocab, r->sampling,
+                             r->q);
+    bool accepted = false;
+    r->verdict[i] = fdy_speculative_verdict(
+        r->p, r->q, r->vocab, r->proposal[i + 1],
+        fdy_sample_uniform(seed ^ ACCEPT_STREAM, p + i),
+        fdy_sample_uniform(seed ^ RESIDUAL_STREAM, p + i), &accepted);
+    if (!accepted) {
+      return i;
+    }
+  }
+  return k; /* verdict[k]: the target's own draw at its last row */
 }
 
 /* One round from position p (both sessions hold p positions; t =
@@ -137,15 +221,15 @@ static fdy_status round_of(spec_run *r, uint32_t p, uint32_t k,
   int64_t t0 = fdy_now_ns();
   if (st == FDY_OK) {
     st = fdy_llama_session_append_rows(r->target, 0, r->proposal, k + 1,
-                                       r->verdict, err);
+                                       r->verdict, r->target_logits, err);
     r->stats.target_passes++;
   }
   r->stats.target_seconds += (double)(fdy_now_ns() - t0) * 1e-9;
   if (st != FDY_OK) {
     return st;
   }
-  uint32_t j = 0;
-  while (j < k && r->proposal[j + 1] == r->verdict[j]) {
+  uint32_t j = r->sampling ? judge_sampled(r, p, k) : 0;
+  while (!r->sampling && j < k && r->proposal[j + 1] == r->verdict[j]) {
     j++;
   }
   r->stats.proposed += k;
@@ -224,8 +308,29 @@ fdy_status fdy_llama_generate_speculative(
   r.ids = malloc(sizeof *r.ids * (max_tokens ? max_tokens : 1));
   r.proposal = malloc(sizeof *r.proposal * (max_k + 1));
   r.verdict = malloc(sizeof *r.verdict * (max_k + 1));
-  if (!r.ids || !r.proposal || !r.verdict) {
+  bool allocated = r.ids && r.proposal && r.verdict;
+  if (allocated && !is_greedy(options->sampling)) {
+    r.sampling = options->sampling;
+    r.vocab = target->config->vocab_size;
+    r.draft_logits = malloc(sizeof *r.draft_logits * max_k * r.vocab);
+    r.target_logits = malloc(sizeof *r.target_logits * (max_k + 1) * r.vocab);
+    r.p = malloc(sizeof *r.p * r.vocab);
+    r.q = malloc(sizeof *r.q * r.vocab);
+    allocated = r.draft_logits && r.target_logits && r.p && r.q;
+  }
+  if (!allocated) {
     st = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  fdy_sample_params draft_sampling = FDY_LLAMA_GREEDY;
+  if (r.sampling) {
+    draft_sampling = *r.sampling;
+    draft_sampling.seed ^= DRAFT_STREAM;
+  }
+  if (st == FDY_OK) {
+    st = fdy_llama_session_set_sampling(target, 0, options->sampling, err);
+  }
+  if (st == FDY_OK) {
+    st = fdy_llama_session_set_sampling(draft, 0, &draft_sampling, err);
   }
   int64_t t0 = fdy_now_ns(), t1 = t0;
   if (st == FDY_OK) {
@@ -247,6 +352,10 @@ fdy_status fdy_llama_generate_speculative(
   int64_t t2 = fdy_now_ns();
   free(r.proposal);
   free(r.verdict);
+  free(r.draft_logits);
+  free(r.target_logits);
+  free(r.p);
+  free(r.q);
   if (st != FDY_OK) {
     free(r.ids);
     return st;

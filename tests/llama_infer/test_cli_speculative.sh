@@ -5,7 +5,7 @@
 # other), fixed and adaptive K, the ids are exactly those of plain
 # `generate --prompt-ids`; stderr reports the acceptance rate, the ids per
 # target pass and both models' time per id; --json has a "speculative"
-# section; a draft of another vocabulary is refused before any work naming
+# section; sampling with a draft is reproducible by seed; a draft of another vocabulary is refused before any work naming
 # both sizes (exit 1); usage errors (exit 2).
 # usage: test_cli_speculative.sh FOUNDRY_BINARY TEST_DATA_DIR
 set -u
@@ -84,9 +84,20 @@ for bad in 0 65 x -1; do
     --prompt-ids 1 --max-tokens 3
   contains "$err" "--draft-tokens"
 done
-expect 2 generate --model "$a" --draft-model "$a" --temperature 0.7 \
-  --prompt-ids 1 --max-tokens 3
-contains "$err" "--temperature"
+# sampling with a draft (the rejection rule): a seed gives the same ids
+# twice; a model drafting for itself accepts every proposal
+expect 0 generate --model "$a" --draft-model "$b" --temperature 0.9 \
+  --top-k 40 --seed 11 --prompt-ids "$prompt" --max-tokens 12 --ignore-eos
+cp "$out" "$work/sampled"
+[ "$(tr ',' '\n' <"$out" | grep -c .)" -eq 12 ] ||
+  fail "sampled with a draft: not 12 ids: $(cat "$out")"
+expect 0 generate --model "$a" --draft-model "$b" --temperature 0.9 \
+  --top-k 40 --seed 11 --prompt-ids "$prompt" --max-tokens 12 --ignore-eos
+cmp -s "$out" "$work/sampled" ||
+  fail "seed 11 with a draft: $(cat "$out") then $(cat "$work/sampled")"
+expect 0 generate --model "$a" --draft-model "$a" --temperature 0.9 \
+  --seed 3 --prompt-ids "$prompt" --max-tokens 24 --ignore-eos
+contains "$err" "speculative: K 4 adaptive, 100.0% of"
 # temperature 0 is greedy, so it may go with a draft
 expect 0 generate --model "$a" --draft-model "$b" --temperature 0 \
   --prompt-ids "$prompt" --max-tokens 7 --ignore-eos

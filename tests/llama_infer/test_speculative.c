@@ -7,15 +7,21 @@
  * exactly the accepted positions afterwards (continuing both gives the
  * logits of a plain run bitwise, so no rejected id's KV entry is ever
  * read); fdy_llama_session_append_rows equals one pass per id and
- * fdy_llama_session_rewind refuses bad positions; a draft of another
- * vocabulary, a target whose steps are too small for K, K out of range,
- * sampling and a prompt beyond the draft's context are refused before any
- * work. */
+ * fdy_llama_session_rewind refuses bad positions; the rejection rule
+ * (fdy_speculative_verdict) turns draws of q into draws of p (chi-square
+ * against p's frequencies; a rule that skips the residual fails it);
+ * speculative sampling keeps the target's distribution (a two-sample
+ * chi-square test against the target sampling alone, which tells the
+ * draft's own distribution apart); a
+ * draft of another vocabulary, a target whose steps are too small for K,
+ * K out of range, bad sampling, sampling with ids_only sessions and a
+ * prompt beyond the draft's context are refused before any work. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 
 #include <cmocka.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -204,7 +210,8 @@ static void test_append_rows_and_rewind(void **state) {
   fdy_error err;
   int32_t next[6];
   assert_int_equal(
-      fdy_llama_session_append_rows(rows, 0, prompt, 6, next, &err), FDY_OK);
+      fdy_llama_session_append_rows(rows, 0, prompt, 6, next, NULL, &err),
+      FDY_OK);
   for (uint32_t i = 0; i < 6; i++) {
     assert_int_equal(
         fdy_llama_session_append(one, 0, &prompt[i], 1, NULL, NULL, &err),
@@ -214,10 +221,10 @@ static void test_append_rows_and_rewind(void **state) {
   assert_int_equal(fdy_llama_session_slot_next(rows, 0), next[5]);
   /* 7 rows in steps of 6 */
   assert_int_equal(
-      fdy_llama_session_append_rows(rows, 0, prompt, 7, next, &err),
+      fdy_llama_session_append_rows(rows, 0, prompt, 7, next, NULL, &err),
       FDY_ERR_INVALID_ARGUMENT);
   assert_int_equal(
-      fdy_llama_session_append_rows(rows, 0, prompt, 1, NULL, &err),
+      fdy_llama_session_append_rows(rows, 0, prompt, 1, NULL, NULL, &err),
       FDY_ERR_INVALID_ARGUMENT);
   assert_int_equal(fdy_llama_session_rewind(rows, 0, 7, &err),
                    FDY_ERR_INVALID_ARGUMENT);
@@ -231,13 +238,219 @@ static void test_append_rows_and_rewind(void **state) {
   assert_int_equal(fdy_llama_session_slot_next(rows, 0), -1);
   int32_t again[3];
   assert_int_equal(
-      fdy_llama_session_append_rows(rows, 0, prompt + 3, 3, again, &err),
+      fdy_llama_session_append_rows(rows, 0, prompt + 3, 3, again, NULL, &err),
       FDY_OK);
   assert_memory_equal(again, next + 3, sizeof again);
   fdy_llama_session_destroy(rows);
   fdy_llama_session_destroy(one);
+  /* every row's logits: those of feeding the ids one by one, bitwise */
+  fdy_llama_session_options lo = {
+      .backend = cpu, .context = CONTEXT, .step_rows = 6};
+  rows = make_session(model, &lo);
+  lo.step_rows = 0;
+  one = make_session(model, &lo);
+  uint32_t vocab = fdy_llama_model_config(model)->vocab_size;
+  float *all = malloc(sizeof *all * 6 * vocab);
+  float *each = malloc(sizeof *each * vocab);
+  assert_non_null(all);
+  assert_non_null(each);
+  memset(all, 0xff, sizeof *all * 6 * vocab);
+  assert_int_equal(
+      fdy_llama_session_append_rows(rows, 0, prompt, 6, next, all, &err),
+      FDY_OK);
+  for (uint32_t i = 0; i < 6; i++) {
+    memset(each, 0x7f, sizeof *each * vocab);
+    assert_int_equal(
+        fdy_llama_session_append(one, 0, &prompt[i], 1, NULL, each, &err),
+        FDY_OK);
+    assert_memory_equal(all + (uint64_t)i * vocab, each, sizeof *each * vocab);
+  }
+  free(all);
+  free(each);
+  fdy_llama_session_destroy(rows);
+  fdy_llama_session_destroy(one);
   fdy_backend_destroy(cpu);
   fdy_llama_close(model);
+}
+
+/* Sampled generations of SAMPLED_TOKENS ids, top-k 2: at most 16
+ * possible sequences of one model, each counted in its cell (room for
+ * those of two models). */
+#define SAMPLED_TOKENS 4u
+#define SAMPLED_RUNS   600u
+#define SAMPLED_CELLS  (2u << SAMPLED_TOKENS)
+
+static const fdy_sample_params sampled = {
+    .temperature = 1.0f, .top_k = 2, .top_p = 1.0f, .min_p = 0.0f};
+
+/* The sequences met (shared by the samples compared) and each sample's
+ * count of each. */
+typedef struct sequences {
+  int32_t ids[SAMPLED_CELLS][SAMPLED_TOKENS];
+  uint32_t count;
+} sequences;
+
+static void count_cell(sequences *met, uint32_t *counts,
+                       const fdy_llama_generation *g) {
+  assert_int_equal(g->count, SAMPLED_TOKENS);
+  uint32_t cell = 0;
+  while (cell < met->count &&
+         memcmp(met->ids[cell], g->ids, sizeof met->ids[cell]) != 0) {
+    cell++;
+  }
+  if (cell == met->count) {
+    assert_true(met->count < SAMPLED_CELLS);
+    memcpy(met->ids[met->count++], g->ids, sizeof met->ids[cell]);
+  }
+  counts[cell]++;
+}
+
+/* SAMPLED_RUNS generations of target (seeds from seed0), drafted by draft
+ * when not NULL, counted into c. */
+static void sample_runs(const fdy_llama_model *target_model,
+                        const fdy_llama_model *draft_model, fdy_backend *cpu,
+                        uint64_t seed0, sequences *met, uint32_t *counts) {
+  fdy_llama_session_options o = {
+      .backend = cpu, .context = CONTEXT, .step_rows = draft_model ? 3 : 0};
+  fdy_llama_session *target = make_session(target_model, &o);
+  o.step_rows = 0;
+  fdy_llama_session *draft = draft_model ? make_session(draft_model, &o) : NULL;
+  fdy_llama_speculative_options spec = {.draft_tokens = 2, .fixed = true};
+  for (uint32_t run = 0; run < SAMPLED_RUNS; run++) {
+    fdy_sample_params p = sampled;
+    p.seed = seed0 + run;
+    fdy_llama_generate_options go = {
+        .max_tokens = SAMPLED_TOKENS, .ignore_eos = true, .sampling = &p};
+    fdy_llama_generation g;
+    fdy_error err;
+    fdy_status st =
+        draft ? fdy_llama_generate_speculative(target, draft, prompt,
+                                               PROMPT_COUNT, &go, &spec, &g,
+                                               NULL, &err)
+              : fdy_llama_generate(target, prompt, PROMPT_COUNT, &go, &g, &err);
+    assert_int_equal(st, FDY_OK);
+    count_cell(met, counts, &g);
+    fdy_llama_generation_free(&g);
+  }
+  fdy_llama_session_destroy(target);
+  if (draft) {
+    fdy_llama_session_destroy(draft);
+  }
+}
+
+/* Two-sample chi-square statistic of equal-sized samples a and b (over the
+ * cells either reaches), and its degrees of freedom. */
+static double chi_square(const uint32_t *a, const uint32_t *b, uint32_t *df) {
+  double x2 = 0.0;
+  *df = 0;
+  for (uint32_t i = 0; i < SAMPLED_CELLS; i++) {
+    double n = (double)a[i] + b[i];
+    if (n > 0) {
+      double d = (double)a[i] - b[i];
+      x2 += d * d / n;
+      ++*df;
+    }
+  }
+  --*df;
+  return x2;
+}
+
+/* The chi-square quantile of probability 0.999 for df degrees of freedom
+ * (Wilson-Hilferty; z = 3.09). */
+static double critical_999(uint32_t df) {
+  double v = 2.0 / (9.0 * df);
+  double c = 1.0 - v + 3.09 * sqrt(v);
+  return df * c * c * c;
+}
+
+/* The chi-square statistic of counts against the probabilities p (n
+ * draws; every p[i] > 0 in the cells compared). */
+static double chi_square_of(const uint32_t *counts, const double *p,
+                            uint32_t cells, uint32_t n) {
+  double x2 = 0.0;
+  for (uint32_t i = 0; i < cells; i++) {
+    double e = p[i] * n, d = counts[i] - e;
+    x2 += d * d / e;
+  }
+  return x2;
+}
+
+/* x drawn from q, then the rule: the results follow p. p and q overlap
+ * (each holds ids the other lacks, and they differ where both hold), so
+ * acceptance, rejection and the residual all matter: the same test fails
+ * for the draws of q themselves and for a rule drawing its replacement
+ * from p instead of the residual. */
+static void test_verdict_follows_target(void **state) {
+  (void)state;
+  enum { V = 6, N = 200000 };
+  const double p[V] = {0.30, 0.25, 0.20, 0.15, 0.10, 0.0};
+  const double q[V] = {0.05, 0.40, 0.20, 0.0, 0.15, 0.20};
+  uint32_t rule[V] = {0}, drafted[V] = {0}, no_residual[V] = {0};
+  uint32_t accepted_count = 0;
+  for (uint32_t n = 0; n < N; n++) {
+    double u = fdy_sample_uniform(7, n), run = 0.0;
+    int32_t x = 0;
+    while (x < V - 1 && (run += q[x]) <= u) {
+      x++;
+    }
+    bool accepted = false;
+    int32_t id = fdy_speculative_verdict(p, q, V, x, fdy_sample_uniform(8, n),
+                                         fdy_sample_uniform(9, n), &accepted);
+    assert_true(id >= 0 && id < V);
+    assert_true(p[id] > 0.0);
+    assert_true(!accepted || id == x);
+    accepted_count += accepted;
+    rule[id]++;
+    drafted[x]++;
+    /* the wrong rule: a rejected x replaced by a draw from p */
+    int32_t wrong = id;
+    if (!accepted) {
+      double v = fdy_sample_uniform(9, n), sum = 0.0;
+      wrong = 0;
+      while (wrong < V - 1 && (sum += p[wrong]) <= v) {
+        wrong++;
+      }
+    }
+    no_residual[wrong]++;
+  }
+  /* 5 cells of p > 0: 4 degrees of freedom */
+  assert_true(chi_square_of(rule, p, V - 1, N) < critical_999(4));
+  assert_true(chi_square_of(no_residual, p, V - 1, N) > critical_999(4));
+  assert_true(drafted[V - 1] > 0); /* q's draws: an id p lacks */
+  /* acceptance rate: sum of min(p, q) = 0.05+0.25+0.2+0+0.1 = 0.6 */
+  assert_true(fabs((double)accepted_count / N - 0.6) < 0.01);
+  /* p equal to q: everything accepted */
+  bool accepted = false;
+  assert_int_equal(fdy_speculative_verdict(p, p, V, 2, 0.999, 0.5, &accepted),
+                   2);
+  assert_true(accepted);
+}
+
+/* Speculative sampling draws the target's distribution: its sequences of 4
+ * ids (top-k 2, so at most 16) against the target sampling alone on other
+ * seeds pass a two-sample chi-square test at 0.999 (fixed seeds: the
+ * outcome is deterministic), while the draft sampling alone fails it
+ * against the target (the test tells the two apart). */
+static void test_sampling_keeps_distribution(void **state) {
+  (void)state;
+  fdy_llama_model *target_model = open_fixture("llama3-micro-untied-g32");
+  fdy_llama_model *draft_model = open_fixture("llama3-micro-mha-g128");
+  fdy_backend *cpu = cpu_backend(1);
+  sequences met = {.count = 0};
+  uint32_t spec[SAMPLED_CELLS] = {0}, alone[SAMPLED_CELLS] = {0};
+  sample_runs(target_model, draft_model, cpu, 1, &met, spec);
+  sample_runs(target_model, NULL, cpu, 1000001, &met, alone);
+  uint32_t df = 0;
+  double x2 = chi_square(spec, alone, &df);
+  assert_true(df >= 7);
+  assert_true(x2 < critical_999(df));
+  uint32_t draft_alone[SAMPLED_CELLS] = {0};
+  sample_runs(draft_model, NULL, cpu, 2000001, &met, draft_alone);
+  x2 = chi_square(draft_alone, alone, &df);
+  assert_true(x2 > critical_999(df));
+  fdy_backend_destroy(cpu);
+  fdy_llama_close(target_model);
+  fdy_llama_close(draft_model);
 }
 
 /* Bad pairs and options, refused before any work with their fields. */
@@ -282,14 +495,21 @@ static void test_refused(void **state) {
                                                   NULL, &err),
                    FDY_ERR_INVALID_ARGUMENT);
   spec.draft_tokens = 2;
-  /* sampling */
+  /* sampling with sessions that return no logits, and bad sampling */
   fdy_sample_params hot = FDY_LLAMA_GREEDY;
   hot.temperature = 0.7f;
   o.sampling = &hot;
   assert_int_equal(fdy_llama_generate_speculative(target, draft, prompt,
                                                   PROMPT_COUNT, &o, &spec, &g,
                                                   NULL, &err),
-                   FDY_ERR_UNSUPPORTED);
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(err.message, "ids_only"));
+  hot.temperature = -1.0f;
+  assert_int_equal(fdy_llama_generate_speculative(target, draft, prompt,
+                                                  PROMPT_COUNT, &o, &spec, &g,
+                                                  NULL, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_string_equal(err.name, "temperature");
   o.sampling = NULL;
   /* the draft's context of 8 cannot hold 7 + 4 - 1 positions */
   assert_int_equal(fdy_llama_generate_speculative(target, draft, prompt,
@@ -312,6 +532,8 @@ int main(void) {
       cmocka_unit_test(test_other_drafts),
       cmocka_unit_test(test_no_state_leaks),
       cmocka_unit_test(test_append_rows_and_rewind),
+      cmocka_unit_test(test_verdict_follows_target),
+      cmocka_unit_test(test_sampling_keeps_distribution),
       cmocka_unit_test(test_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

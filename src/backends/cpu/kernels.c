@@ -14,8 +14,8 @@
  * whose results do not depend on which thread runs them: rows, (row, head)
  * pairs, fixed-size chunks of elements; reductions across chunks (checksum,
  * argmax) combine per-chunk results in chunk order. SAMPLE takes a row
- * per item and does its definition (include/foundry/ops.h) literally, with
- * the arithmetic of src/core/sample_math.h that the CUDA backend shares.
+ * per item: core's fdy_sample_draw_row, its definition (include/foundry/
+ * ops.h) done literally with the arithmetic the CUDA backend shares.
  *
  * Step values are data: a count below 0 counts as 0 rows; a row whose token
  * id lies outside the table (EMBED_Q4) or whose position or sequence lies
@@ -26,8 +26,6 @@
 
 #include "foundry/checksum.h"
 #include "foundry/op_table.h"
-
-#include "../../core/sample_math.h"
 
 #include <math.h>
 #include <string.h>
@@ -825,134 +823,14 @@ typedef struct sample_job {
   int32_t *out;
 } sample_job;
 
-/* One sampled row: its logits, maximum (as a double), temperature and the
- * thresholds of its filters (min_key: top-k; min_order: top-p; min_p). */
-typedef struct sample_row_state {
-  const float *x;
-  uint64_t n;
-  double m, t, min_p;
-  uint64_t min_key;
-  uint32_t min_order;
-} sample_row_state;
-
-static bool sample_kept(const sample_row_state *r, uint64_t i, double w) {
-  return fdy_sample_key(r->x[i], (uint32_t)i) >= r->min_key &&
-         fdy_sample_order(r->x[i]) >= r->min_order && w >= r->min_p;
-}
-
-/* The sum of the weights of the kept ids whose logit bits lie above
- * `above` (every kept id when above is 0 and none is below): chunk sums in
- * id order, summed in chunk order. */
-static double sample_sum(const sample_row_state *r, uint32_t above,
-                         bool strictly) {
-  double total = 0.0;
-  for (uint64_t c = 0; c < r->n; c += FDY_SAMPLE_CHUNK) {
-    uint64_t stop = c + FDY_SAMPLE_CHUNK < r->n ? c + FDY_SAMPLE_CHUNK : r->n;
-    double chunk = 0.0;
-    for (uint64_t i = c; i < stop; i++) {
-      double w = fdy_sample_weight(r->x[i], r->m, r->t);
-      if (sample_kept(r, i, w) &&
-          (!strictly || fdy_sample_order(r->x[i]) > above)) {
-        chunk += w;
-      }
-    }
-    total += chunk;
-  }
-  return total;
-}
-
-/* The k-th largest key of the row (k >= 1): a radix select, 8 bits a
- * pass from the top. */
-static uint64_t sample_kth_key(const float *x, uint64_t n, uint32_t k) {
-  uint64_t prefix = 0;
-  for (int shift = 56; shift >= 0; shift -= 8) {
-    uint32_t counts[256] = {0};
-    uint64_t mask = shift == 56 ? 0 : ~0ull << (shift + 8);
-    for (uint64_t i = 0; i < n; i++) {
-      uint64_t key = fdy_sample_key(x[i], (uint32_t)i);
-      if ((key & mask) == prefix) {
-        counts[(key >> shift) & 0xff]++;
-      }
-    }
-    uint32_t digit = 255;
-    while (counts[digit] < k) {
-      k -= counts[digit];
-      digit--;
-    }
-    prefix |= (uint64_t)digit << shift;
-  }
-  return prefix;
-}
-
-/* Row r: SAMPLE's definition, step by step. */
-static int32_t sample_row(const float *x, uint64_t n, const uint32_t *words) {
-  fdy_sample_row p = fdy_sample_row_of(words);
-  if (!fdy_sample_row_valid(&p)) {
-    return -1;
-  }
-  uint64_t a = 0;
-  for (uint64_t i = 1; i < n; i++) {
-    if (beats(x[i], x[a])) {
-      a = i;
-    }
-  }
-  if (fdy_sample_row_greedy(&p) || !fdy_sample_finite(x[a])) {
-    return (int32_t)a;
-  }
-  sample_row_state r = {.x = x,
-                        .n = n,
-                        .m = (double)x[a],
-                        .t = (double)p.temperature,
-                        .min_p = 0.0,
-                        .min_key = 1,
-                        .min_order = 0};
-  if (p.top_k != 0 && p.top_k < n) {
-    uint64_t kth = sample_kth_key(x, n, p.top_k);
-    r.min_key = kth > 1 ? kth : 1;
-  }
-  if (p.top_p > 0.0f && p.top_p < 1.0f) {
-    double limit = (double)p.top_p * sample_sum(&r, 0, false);
-    uint32_t lo = 0, hi = UINT32_MAX; /* the smallest b with sum < limit */
-    while (lo < hi) {
-      uint32_t mid = lo + (hi - lo) / 2;
-      if (sample_sum(&r, mid, true) < limit) {
-        hi = mid;
-      } else {
-        lo = mid + 1;
-      }
-    }
-    r.min_order = lo;
-  }
-  r.min_p = (double)p.min_p;
-  double target =
-      fdy_sample_uniform(p.seed, p.counter) * sample_sum(&r, 0, false);
-  double run = 0.0;
-  int32_t last = (int32_t)a;
-  for (uint64_t c = 0; c < n; c += FDY_SAMPLE_CHUNK) {
-    uint64_t stop = c + FDY_SAMPLE_CHUNK < n ? c + FDY_SAMPLE_CHUNK : n;
-    double chunk = 0.0;
-    for (uint64_t i = c; i < stop; i++) {
-      double w = fdy_sample_weight(x[i], r.m, r.t);
-      if (sample_kept(&r, i, w)) {
-        chunk += w;
-        last = (int32_t)i;
-        if (run + chunk > target) {
-          return (int32_t)i;
-        }
-      }
-    }
-    run += chunk;
-  }
-  return last;
-}
-
 static void sample_task(void *ctx, uint32_t begin, uint32_t end,
                         uint32_t thread) {
   (void)thread;
   const sample_job *job = ctx;
   for (uint32_t row = begin; row < end; row++) {
-    job->out[row] = sample_row(job->x + (uint64_t)row * job->n, job->n,
-                               job->params + (uint64_t)row * FDY_SAMPLE_FIELDS);
+    job->out[row] =
+        fdy_sample_draw_row(job->x + (uint64_t)row * job->n, job->n,
+                            job->params + (uint64_t)row * FDY_SAMPLE_FIELDS);
   }
 }
 
