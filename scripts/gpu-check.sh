@@ -22,8 +22,9 @@
 #             host-to-device ceiling; the ids of every sequence compared
 #             between the batched runs (bitwise batch invariance for
 #             B >= 2 makes them equal);
-#   trace     a Chrome trace of the streamed 3B at batch 64 (the copies
-#             against the batch's compute);
+#   trace     Chrome traces of the 3B at batch 64, streamed (the copies
+#             against the batch's compute) and resident, each with its
+#             device time per op kind (scripts/trace_ops.py);
 #   8b        a random Llama 3.1 8B streamed under 1 GiB at batch 64;
 #   speculative  the 3B streamed under 512 MiB drafting for itself (K 8
 #             fixed: every proposal accepted, the mechanism's ceiling)
@@ -244,7 +245,14 @@ fi
 if runs trace; then
   bench streamed-b64-traced "$model" --batch 64 --weight-budget 512MiB \
     --buffers 2 --warmup 1 --iterations 1 --trace "$out/streamed-b64.trace.json"
-  note "trace: $out/streamed-b64.trace.json"
+  bench resident-b64-traced "$model" --batch 64 --warmup 1 --iterations 1 \
+    --trace "$out/resident-b64.trace.json"
+  for t in streamed-b64 resident-b64; do
+    [ -f "$out/$t.trace.json" ] || continue
+    note "trace: $out/$t.trace.json"
+    python3 "$root/scripts/trace_ops.py" "$out/$t.trace.json" |
+      tee -a "$summary"
+  done
 fi
 
 if runs 8b; then

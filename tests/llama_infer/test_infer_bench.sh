@@ -230,6 +230,17 @@ PY
     fail "trace_overlap.py on the resident trace"
   grep -q "^decode runs: nothing prefetched" "$work/ov3.txt" ||
     fail "resident overlap: $(cat "$work/ov3.txt")"
+  # scripts/trace_ops.py: the decode step's device time by op kind
+  "$python" "$scripts/trace_ops.py" "$work/r3.trace.json" >"$work/ops3.txt" ||
+    fail "trace_ops.py on the resident trace"
+  for line in "^decode: [0-9]* runs" \
+    "^norm_matmul_q4 | [0-9]* | [0-9.]* | [0-9.]*%$" "^sum of launches: "; do
+    grep -q "$line" "$work/ops3.txt" || fail "trace_ops: $(cat "$work/ops3.txt")"
+  done
+  "$python" "$scripts/trace_ops.py" "$work/r3.trace.json" --step nothing \
+    >/dev/null 2>"$work/ops-none.txt" && fail "trace_ops: a step never run"
+  grep -q "no launches of step 'nothing'" "$work/ops-none.txt" ||
+    fail "trace_ops: $(cat "$work/ops-none.txt")"
 fi
 
 # the trace: never overwritten, never the report's file, a usage error
