@@ -6,22 +6,18 @@
 # template (a make-model checkpoint with the Llama 3 tokenizer), streamed
 # and not; stop strings (serve_checks.py stop); --api-key (401 without the
 # bearer key, /health open); /metrics and client disconnects
-# (serve_checks.py metrics, disconnect); bad requests (malformed JSON 400, wrong types 400, context
-# overflow 400 naming both numbers, unknown model 404, oversized body 413,
-# unknown path 404); SIGTERM exits 0.
+# (serve_checks.py metrics, disconnect); bad requests (malformed JSON 400,
+# wrong types 400, context overflow 400 naming both numbers, unknown model
+# 404, oversized body 413, unknown path 404, and the corpus of
+# serve_checks.py bad); a full queue 429; SIGTERM exits 0.
 # usage: test_serve.sh FOUNDRY_BINARY TEST_DATA_DIR
 set -u
 foundry=$1
 data=$2
 model=$data/llama3-micro/model
 work=$(mktemp -d)
-pid=
-cleanup() {
-  [ -n "$pid" ] && kill "$pid" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
 . "$(dirname "$0")/../cli_lib.sh"
+. "$(dirname "$0")/serve_lib.sh"
 
 for tool in curl python3; do
   command -v "$tool" >/dev/null 2>&1 || {
@@ -30,40 +26,6 @@ for tool in curl python3; do
   }
 done
 checks=$(dirname "$0")/serve_checks.py
-
-# starts the server on a free port (args: the serve flags); sets $pid and
-# $url once /health answers
-start() {
-  : >"$work/server.log"
-  "$foundry" serve --port 0 --threads 2 "$@" 2>"$work/server.log" &
-  pid=$!
-  url=
-  i=0
-  while [ "$i" -lt 300 ]; do
-    port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' \
-      "$work/server.log")
-    if [ -n "$port" ] &&
-      curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1; then
-      url=http://127.0.0.1:$port
-      return 0
-    fi
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-    i=$((i + 1))
-  done
-  fail "the server did not start: $(cat "$work/server.log")"
-  exit 1
-}
-
-# stops the server with SIGTERM; it must exit 0
-stop() {
-  kill -TERM "$pid"
-  wait "$pid"
-  code=$?
-  pid=
-  [ "$code" -eq 0 ] || fail "serve exited $code after SIGTERM: \
-$(cat "$work/server.log")"
-}
 
 # POSTs $2 to path $1; the body in $work/body, the status printed
 post() {
