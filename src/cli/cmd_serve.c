@@ -36,6 +36,7 @@
 #define DEFAULT_SEQUENCES 16u
 #define DEFAULT_QUEUE     64u
 #define DEFAULT_PORT      8080u
+#define DEFAULT_GRACE     30u        /* seconds */
 #define MAX_BODY_BYTES    (1u << 20) /* a larger body is a 413 */
 
 /* What a connection sends of its job: the HTTP thread's alone. */
@@ -467,14 +468,7 @@ static enum MHD_Result handle_generation(fdy_server *srv,
   bool gone = false;
   pthread_mutex_lock(&srv->lock);
   while (!job->done && !gone) {
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_nsec += 100000000;
-    if (deadline.tv_nsec >= 1000000000) {
-      deadline.tv_sec++;
-      deadline.tv_nsec -= 1000000000;
-    }
-    pthread_cond_timedwait(&srv->changed, &srv->lock, &deadline);
+    fdy_serve_wait(srv, 100);
     if (!job->done) {
       pthread_mutex_unlock(&srv->lock);
       gone = client_gone(c);
@@ -488,8 +482,11 @@ static enum MHD_Result handle_generation(fdy_server *srv,
   }
   enum MHD_Result ret;
   if (job->failed) {
-    ret = send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "server_error", NULL,
-                     NULL, "%s", job->error);
+    /* cancelled by the server's stop: 503; the backend failed: 500 */
+    ret = send_error(c,
+                     job->cancelled ? MHD_HTTP_SERVICE_UNAVAILABLE
+                                    : MHD_HTTP_INTERNAL_SERVER_ERROR,
+                     "server_error", NULL, NULL, "%s", job->error);
   } else {
     json_t *resp =
         envelope(srv, job, choice(srv, rp, 0, job->count, false, true), false);
@@ -645,7 +642,7 @@ void fdy_cmd_serve_help(FILE *out) {
           "GET /health, GET /v1/models, POST /v1/completions and POST\n"
           "/v1/chat/completions (\"stream\": true for server-sent events).\n"
           "Requests run together by continuous batching; SIGINT or SIGTERM\n"
-          "finishes the accepted requests and exits 0.\n"
+          "finishes the accepted requests (within --grace) and exits 0.\n"
           "\n"
           "options:\n"
           "  --host ADDR      IPv4 address to bind (default 127.0.0.1)\n"
@@ -657,6 +654,9 @@ void fdy_cmd_serve_help(FILE *out) {
           "                   context\n"
           "  --max-queue Q    requests that may wait beyond the running\n"
           "                   ones (default %u); more get 429\n"
+          "  --grace S        on SIGINT or SIGTERM, seconds the accepted\n"
+          "                   requests may run on before they are cancelled\n"
+          "                   (503), 0 to 86400 (default %u)\n"
           "  --api-key KEY    requests other than GET /health must carry\n"
           "                   'Authorization: Bearer KEY' (else 401)\n"
           "  --tokenizer FILE a tokenizer.json or tiktoken file instead of\n"
@@ -668,7 +668,7 @@ void fdy_cmd_serve_help(FILE *out) {
           "                   model's max_position_embeddings, at most 4096)\n"
           "  --kv-dtype D     KV cache dtype: f32 (default) or f16\n",
           DEFAULT_PORT, FDY_LLAMA_MAX_SEQUENCES, DEFAULT_SEQUENCES,
-          DEFAULT_QUEUE);
+          DEFAULT_QUEUE, DEFAULT_GRACE);
   fdy_cli_session_flags_help(out);
 }
 
@@ -699,7 +699,8 @@ int fdy_cmd_serve(int argc, char **argv) {
     OPT_SEQUENCES,
     OPT_QUEUE,
     OPT_TOKENIZER,
-    OPT_API_KEY
+    OPT_API_KEY,
+    OPT_GRACE
   };
   static const struct option options[] = {
       {"model", required_argument, NULL, OPT_MODEL},
@@ -710,6 +711,7 @@ int fdy_cmd_serve(int argc, char **argv) {
       {"max-queue", required_argument, NULL, OPT_QUEUE},
       {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
       {"api-key", required_argument, NULL, OPT_API_KEY},
+      {"grace", required_argument, NULL, OPT_GRACE},
       FDY_CLI_SESSION_OPTIONS,
       FDY_CLI_ENGINE_OPTIONS,
       {NULL, 0, NULL, 0},
@@ -717,7 +719,7 @@ int fdy_cmd_serve(int argc, char **argv) {
   const char *model_dir = NULL, *host = "127.0.0.1", *model_id = NULL;
   const char *tokenizer_path = NULL, *api_key = NULL;
   uint64_t port = DEFAULT_PORT, sequences = DEFAULT_SEQUENCES;
-  uint64_t queue = DEFAULT_QUEUE;
+  uint64_t queue = DEFAULT_QUEUE, grace = DEFAULT_GRACE;
   fdy_cli_session_flags flags = FDY_CLI_SESSION_FLAGS_DEFAULT;
   fdy_error err;
   int code = fdy_cli_check_arguments("serve", argc, argv);
@@ -758,6 +760,9 @@ int fdy_cmd_serve(int argc, char **argv) {
       break;
     case OPT_API_KEY:
       api_key = optarg;
+      break;
+    case OPT_GRACE:
+      status = fdy_cli_parse_uint("--grace", optarg, 0, 86400, &grace, &err);
       break;
     case ':':
       return fdy_cli_usage("serve", "%s needs a value", argv[optind - 1]);
@@ -891,21 +896,20 @@ int fdy_cmd_serve(int argc, char **argv) {
   sigwait(&stop_signals, &sig);
   fprintf(stderr, "foundry serve: %s: finishing the accepted requests\n",
           sig == SIGINT ? "SIGINT" : "SIGTERM");
-  pthread_mutex_lock(&srv.lock);
-  srv.stopping = true;
-  pthread_cond_signal(&srv.work);
-  pthread_mutex_unlock(&srv.lock);
+  uint32_t cancelled = fdy_serve_stop(&srv, (uint32_t)grace);
+  if (cancelled > 0) {
+    fprintf(stderr,
+            "foundry serve: %" PRIu32 " requests still running after the "
+            "grace period of %" PRIu64 " s: cancelled\n",
+            cancelled, grace);
+  }
   pthread_join(engine, NULL);
   engine_started = false;
-  /* let the HTTP threads send what they hold */
+  /* let the HTTP threads send what they hold (at most 10 s) */
   pthread_mutex_lock(&srv.lock);
-  while (srv.live > 0) {
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += 10;
-    if (pthread_cond_timedwait(&srv.changed, &srv.lock, &deadline) != 0) {
-      break;
-    }
+  int64_t until = fdy_now_ns() + 10000000000;
+  while (srv.live > 0 && fdy_now_ns() < until) {
+    fdy_serve_wait(&srv, 100);
   }
   pthread_mutex_unlock(&srv.lock);
   code = srv.failed ? FDY_EXIT_FAILURE : FDY_EXIT_OK;

@@ -131,6 +131,51 @@ char *fdy_serve_metrics_now(fdy_server *srv) {
   return fdy_serve_metrics_text(&m);
 }
 
+void fdy_serve_wait(fdy_server *srv, int64_t ms) {
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  int64_t ns = deadline.tv_nsec + ms % 1000 * 1000000;
+  deadline.tv_sec += ms / 1000 + ns / 1000000000;
+  deadline.tv_nsec = ns % 1000000000;
+  pthread_cond_timedwait(&srv->changed, &srv->lock, &deadline);
+}
+
+/* Under the lock: fails job as cancelled by the server's stop. */
+static void abort_job(fdy_serve_job *job, uint32_t grace_seconds) {
+  job->failed = true;
+  job->cancelled = true;
+  snprintf(job->error, sizeof job->error,
+           "the server stopped before the request finished (a grace period "
+           "of %u s)",
+           grace_seconds);
+}
+
+uint32_t fdy_serve_stop(fdy_server *srv, uint32_t grace_seconds) {
+  int64_t deadline = fdy_now_ns() + (int64_t)grace_seconds * 1000000000;
+  uint32_t cancelled = 0;
+  pthread_mutex_lock(&srv->lock);
+  srv->stopping = true;
+  pthread_cond_signal(&srv->work);
+  while ((srv->active > 0 || srv->head) && fdy_now_ns() < deadline) {
+    fdy_serve_wait(srv, 100);
+  }
+  for (uint32_t slot = 0; slot < srv->slots; slot++) {
+    if (srv->running[slot] && !srv->running[slot]->cancelled) {
+      abort_job(srv->running[slot], grace_seconds);
+      cancelled++;
+    }
+  }
+  for (fdy_serve_job *job = srv->head; job; job = job->next) {
+    if (!job->cancelled) {
+      abort_job(job, grace_seconds);
+      cancelled++;
+    }
+  }
+  pthread_cond_signal(&srv->work);
+  pthread_mutex_unlock(&srv->lock);
+  return cancelled;
+}
+
 /* Under the lock: counts how job ended. */
 static void count_end(fdy_server *srv, const fdy_serve_job *job) {
   fdy_serve_outcome outcome =

@@ -124,6 +124,16 @@ void fdy_serve_count(fdy_server *srv, fdy_serve_outcome outcome);
  * Takes the lock. */
 char *fdy_serve_metrics_now(fdy_server *srv);
 
+/* Under the lock: waits for srv->changed at most ms milliseconds. */
+void fdy_serve_wait(fdy_server *srv, int64_t ms);
+
+/* Stops the server (new jobs get 503) and lets the accepted jobs finish for
+ * at most grace_seconds; then fails the running and queued ones left
+ * (failed and cancelled, their error saying so), which the engine drops at
+ * its next step. Returns how many were cancelled. Takes the lock; the
+ * caller then joins the engine thread. */
+uint32_t fdy_serve_stop(fdy_server *srv, uint32_t grace_seconds);
+
 /* Under the lock: asks the engine to drop job at its next step (its client
  * went away); nothing when it is done already. */
 void fdy_serve_cancel(fdy_serve_job *job);

@@ -9,7 +9,8 @@
 # (serve_checks.py metrics, disconnect); bad requests (malformed JSON 400,
 # wrong types 400, context overflow 400 naming both numbers, unknown model
 # 404, oversized body 413, unknown path 404, and the corpus of
-# serve_checks.py bad); a full queue 429; SIGTERM exits 0.
+# serve_checks.py bad); a full queue 429; SIGTERM exits 0 after the
+# accepted requests finish, or cancels them after --grace.
 # usage: test_serve.sh FOUNDRY_BINARY TEST_DATA_DIR
 set -u
 foundry=$1
@@ -243,5 +244,33 @@ wait "$long"
   fail "the running stream did not finish: $(tail -c 300 "$work/long")"
 [ "$(grep -c '^data: {' "$work/long")" -eq 3000 ] ||
   fail "the running stream has $(grep -c '^data: {' "$work/long") chunks"
+
+# --grace 1: SIGTERM cancels what still runs after a second (a streamed
+# request of 4000 ids gets an error event and [DONE], a queued one 503),
+# and the server exits 0
+start --model "$model" --max-sequences 1 --grace 1
+curl -s -N -o "$work/cut" -H 'Content-Type: application/json' \
+  --data-binary '{"prompt":[5],"max_tokens":4000,"temperature":0,"stream":true}' \
+  "$url/v1/completions" &
+streamed=$!
+i=0
+while [ "$i" -lt 100 ] && ! grep -q '^data: {' "$work/cut" 2>/dev/null; do
+  sleep 0.05
+  i=$((i + 1))
+done
+curl -s -o "$work/queued" -w '%{http_code}' -H 'Content-Type: application/json' \
+  --data-binary '{"prompt":[5],"max_tokens":4000,"temperature":0}' \
+  "$url/v1/completions" \
+  >"$work/queued.status" &
+queued=$!
+sleep 0.3
+stop
+wait "$streamed" "$queued"
+contains "$work/cut" 'the server stopped before the request finished'
+[ "$(tail -n 2 "$work/cut" | head -n 1)" = "data: [DONE]" ] ||
+  fail "the cut stream does not end with [DONE]: $(tail -c 300 "$work/cut")"
+[ "$(cat "$work/queued.status")" = 503 ] ||
+  fail "the queued request got $(cat "$work/queued.status"): $(cat "$work/queued")"
+contains "$work/server.log" "cancelled"
 
 finish serve
