@@ -114,8 +114,7 @@ static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status,
                    status == MHD_HTTP_TOO_MANY_REQUESTS ? "1" : NULL);
 }
 
-/* ---- prompts ---------------------------------------------------------------
- */
+/* ---- prompts ------------------------------------------------------------ */
 
 /* The ids of req's prompt into job (prompt, prompt_count, stop ids): its
  * ids as they are, a text through the tokenizer, or the chat's messages
