@@ -21,7 +21,7 @@ cmake --build "$build" -j "$(nproc)" >/dev/null
 if [ -d /dev/shm ] && [ -w /dev/shm ]; then
   export TMPDIR=/dev/shm
 fi
-targets=${*:-"plan_json tokenizer safetensors config index reference serve_request"}
+targets=${*:-"plan_json tokenizer chat_template safetensors config index reference serve_request"}
 for target in $targets; do
   found="$build/corpus/$target"
   mkdir -p "$found"
