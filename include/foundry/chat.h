@@ -2,18 +2,17 @@
  * tokenizer) and a conversation on a session that keeps the KV cache across
  * turns, so that a turn prefills only its own new ids.
  *
- * Two templates (docs/llama.md, "Chat"). Llama 3 Instruct: BOS first; each
- * message is
- * <|start_header_id|>ROLE<|end_header_id|> "\n\n" TEXT <|eot_id|> with TEXT
- * stripped of leading and trailing whitespace (Python's str.strip(), as the
- * templates' `| trim` does) and encoded as plain text, so special-token
- * spellings in it stay text; the answer follows
- * <|start_header_id|>assistant<|end_header_id|> "\n\n".
- * ChatML (SmolLM2, Qwen2.5, Qwen3): no BOS; each message is
- * <|im_start|> ROLE "\n" TEXT <|im_end|> "\n" with TEXT as it is, the answer
- * follows <|im_start|> "assistant\n" and ends at <|im_end|>; a system
- * message that the template writes when there is none (SmolLM2's, Qwen2.5's)
- * is written likewise.
+ * The template is the checkpoint's own Jinja chat_template, rendered as
+ * Hugging Face transformers renders it (foundry/chat_template.h,
+ * docs/chat-templates.md), or one of Foundry's: Llama 3 Instruct (BOS, each
+ * message <|start_header_id|>ROLE<|end_header_id|> "\n\n" TEXT <|eot_id|>
+ * with TEXT stripped as `| trim` does, the answer after
+ * <|start_header_id|>assistant<|end_header_id|> "\n\n") and ChatML
+ * (<|im_start|> ROLE "\n" TEXT <|im_end|> "\n", the answer after
+ * <|im_start|> "assistant\n"). The rendered text becomes ids with the
+ * special tokens that the template itself writes (and bos_token/eos_token);
+ * text from messages is plain text, so special-token spellings in it stay
+ * text.
  *
  * Thread-safety: a chat uses its session and tokenizer; one thread at a
  * time uses the three. */
@@ -23,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "foundry/chat_template.h"
 #include "foundry/core.h"
 #include "foundry/llama_session.h"
 #include "foundry/tokenizer.h"
@@ -35,9 +35,11 @@ typedef struct fdy_chat fdy_chat;
 
 /* Which template a chat applies. */
 typedef enum fdy_chat_template {
-  FDY_CHAT_TEMPLATE_AUTO,   /* the tokenizer's (below) */
-  FDY_CHAT_TEMPLATE_LLAMA3, /* Llama 3 Instruct */
-  FDY_CHAT_TEMPLATE_CHATML, /* ChatML */
+  FDY_CHAT_TEMPLATE_AUTO,       /* the checkpoint's, else a default (below) */
+  FDY_CHAT_TEMPLATE_LLAMA3,     /* Foundry's Llama 3 Instruct */
+  FDY_CHAT_TEMPLATE_CHATML,     /* Foundry's ChatML */
+  FDY_CHAT_TEMPLATE_CHECKPOINT, /* the checkpoint's chat_template */
+  FDY_CHAT_TEMPLATE_FILE,       /* options.template_file */
 } fdy_chat_template;
 
 /* The most stop ids of a chat: the tokenizer's and the end of turn. */
@@ -51,32 +53,39 @@ typedef struct fdy_chat_options {
                           context is full */
   const fdy_sample_params *sampling; /* how answers are drawn (copied);
                                         NULL = greedy */
-  fdy_chat_template template_kind;   /* AUTO (the zero value), or a template
-                                        forced whatever the tokenizer's */
+  fdy_chat_template template_kind;   /* AUTO (the zero value), or LLAMA3 or
+                                        CHATML forced whatever the
+                                        tokenizer's */
+  const char *template_file;         /* a Jinja template file applied whatever
+                                        template_kind and the tokenizer's; NULL */
 } fdy_chat_options;
 
 /* A conversation on session with a template and the stop ids of tok
- * (fdy_tokenizer_stop_ids) and of the template (<|eot_id|>, <|im_end|>).
+ * (fdy_tokenizer_stop_ids) and of the template (the special token it
+ * writes right after an answer: <|eot_id|>, <|im_end|>, </s>, <|end|>).
  * The session and the tokenizer must outlive the chat; the first turn
- * resets the session. The template is options->template_kind when not
- * AUTO; else taken from tok: a tokenizer_config.json chat_template is Llama
- * 3's when it writes <|start_header_id|>, <|end_header_id|> and <|eot_id|>
- * (Llama 3, 3.1, 3.2 and 3.3 Instruct), ChatML when it writes <|im_start|>
- * and <|im_end|> and no Llama 3 header; without one (a tiktoken file, a
+ * resets the session. The template: options->template_file when given;
+ * else LLAMA3 or CHATML when options->template_kind forces one; else the
+ * checkpoint's: chat_template.jinja beside the tokenizer's file, else
+ * tokenizer_config.json's chat_template; without one (a tiktoken file, a
  * base model) Llama 3's, or ChatML's when tok has <|im_start|> and no
- * <|start_header_id|>. Errors: another template FDY_ERR_UNSUPPORTED
- * (err->name "chat_template"; the message names the file, the kind of
- * template and quotes its start), a missing BOS or special token of the
- * template FDY_ERR_UNSUPPORTED (err->name its spelling), no session or
- * tokenizer or sampling refused by fdy_llama_sampling_check
- * FDY_ERR_INVALID_ARGUMENT, FDY_ERR_OUT_OF_MEMORY. *out is NULL on failure. */
+ * <|start_header_id|>. Errors: a template file that cannot be read as
+ * fdy_input_read's (err->name the file); a template outside the Jinja
+ * Foundry interprets or malformed FDY_ERR_UNSUPPORTED / FDY_ERR_PARSE
+ * (err->name "chat_template"; the message names the file and the
+ * construct or the line and column); a template that writes a <|...|>
+ * spelling the tokenizer has no special token for FDY_ERR_UNSUPPORTED
+ * (err->name the spelling); no session or tokenizer, an unknown
+ * template_kind or sampling refused by fdy_llama_sampling_check
+ * FDY_ERR_INVALID_ARGUMENT; FDY_ERR_OUT_OF_MEMORY. *out is NULL on
+ * failure. */
 fdy_status fdy_chat_create(fdy_llama_session *session, fdy_tokenizer *tok,
                            const fdy_chat_options *options, fdy_chat **out,
                            fdy_error *err);
 /* Frees the chat (not its session or tokenizer); NULL is a no-op. */
 void fdy_chat_destroy(fdy_chat *chat);
 
-/* The template the chat applies (LLAMA3 or CHATML). */
+/* The template the chat applies (LLAMA3, CHATML, CHECKPOINT or FILE). */
 fdy_chat_template fdy_chat_template_kind(const fdy_chat *chat);
 
 /* Writes the ids that end an answer (the tokenizer's stop ids and the
@@ -85,13 +94,20 @@ uint32_t fdy_chat_stop_ids(const fdy_chat *chat,
                            int32_t ids[FDY_CHAT_MAX_STOP]);
 
 /* Appends to out the ids that fdy_chat_turn would prefill for the user
- * message text (len bytes, any bytes): on the first turn BOS (Llama 3) and
- * the system message when there is one; on a later turn the end of the
- * previous answer (its last id, which generation returns but never feeds,
- * unless it is a stop id, then the end of turn, <|eot_id|> or <|im_end|>
- * "\n": every answer ends with it in the cache, whatever stopped it); then
- * the user message and the assistant header. The chat is unchanged. Errors as
- * fdy_tokenizer_encode's; out keeps its earlier ids on failure. */
+ * message text (len bytes, any bytes). The first turn: the template's
+ * rendering of the conversation (the system message when there is one,
+ * the user message) with the generation prompt. A later turn: the end of
+ * the previous answer (its last id, which generation returns but never
+ * feeds, unless it is a stop id), then what the template writes after the
+ * answer up to the next generation prompt (its end of turn, the user
+ * message, the assistant header: every answer ends with it in the cache,
+ * whatever stopped it); when the template renders the earlier turns
+ * differently once the conversation grows (Mistral's system message moves
+ * to the last user message), the whole conversation again, the answers as
+ * their text, and the turn starts the session afresh. The chat is
+ * unchanged. Errors as fdy_jinja_render's (the template's
+ * raise_exception: FDY_ERR_INVALID_ARGUMENT, err->name "raise_exception")
+ * and fdy_tokenizer_encode's; out keeps its earlier ids on failure. */
 fdy_status fdy_chat_prompt(fdy_chat *chat, const char *text, size_t len,
                            fdy_tokens *out, fdy_error *err);
 
@@ -113,9 +129,9 @@ typedef struct fdy_chat_answer {
 } fdy_chat_answer;
 
 /* One turn: the ids of fdy_chat_prompt(text) are prefilled after what the
- * session holds, then the answer is decoded with the chat's sampling
- * (greedy by default; a seeded stream draws by position, so each turn
- * continues it), each id handed to
+ * session holds (from its start when they are the whole conversation), then the
+ * answer is decoded with the chat's sampling (greedy by default; a seeded
+ * stream draws by position, so each turn continues it), each id handed to
  * on_token (may be NULL; returning false stops the answer after that id)
  * as soon as it is computed, until a stop id, max_tokens ids or the end of
  * the context. A turn whose prompt does not fit in what is left of the

@@ -780,20 +780,15 @@ void fdy_cli_sampling_print(FILE *out, const fdy_sample_params *p, bool random,
 
 /* ---- chat templates ------------------------------------------------------ */
 
-fdy_status fdy_cli_parse_chat_template(const char *text, fdy_chat_template *out,
-                                       fdy_error *err) {
+void fdy_cli_parse_chat_template(const char *text, fdy_chat_template *kind,
+                                 const char **file) {
   if (strcmp(text, "llama3") == 0) {
-    *out = FDY_CHAT_TEMPLATE_LLAMA3;
+    *kind = FDY_CHAT_TEMPLATE_LLAMA3;
   } else if (strcmp(text, "chatml") == 0) {
-    *out = FDY_CHAT_TEMPLATE_CHATML;
+    *kind = FDY_CHAT_TEMPLATE_CHATML;
   } else {
-    return fdy_error_setf(err, FDY_ERR_INVALID_ARGUMENT, "--chat-template", 0,
-                          0,
-                          "--chat-template must be llama3 or chatml, got "
-                          "'%s'",
-                          text);
+    *file = text;
   }
-  return FDY_OK;
 }
 
 void fdy_cli_explain_template(fdy_error *err) {
@@ -803,6 +798,6 @@ void fdy_cli_explain_template(fdy_error *err) {
   }
   size_t len = strlen(err->message);
   snprintf(err->message + len, sizeof err->message - len,
-           " (--chat-template llama3 or chatml applies one of those "
-           "instead)");
+           " (--chat-template llama3, chatml or a template FILE applies "
+           "another instead)");
 }

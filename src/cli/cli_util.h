@@ -278,14 +278,15 @@ fdy_sample_params fdy_cli_sampling_resolve(const fdy_cli_sampling_flags *flags,
 void fdy_cli_sampling_print(FILE *out, const fdy_sample_params *p,
                             bool random_seed, const char *source);
 
-/* --chat-template NAME (generate --chat, chat): llama3 or chatml; anything
- * else FDY_ERR_INVALID_ARGUMENT naming the flag (a usage error). */
-fdy_status fdy_cli_parse_chat_template(const char *text, fdy_chat_template *out,
-                                       fdy_error *err);
+/* --chat-template VALUE (generate --chat, chat; never empty: the flag
+ * parser refuses an empty value): llama3 or chatml sets *kind, anything
+ * else is a Jinja template file (*file = text, read by fdy_chat_create). */
+void fdy_cli_parse_chat_template(const char *text, fdy_chat_template *kind,
+                                 const char **file);
 
-/* After fdy_chat_create refused the tokenizer's chat template (err->name
- * "chat_template"), appends how to force one: --chat-template. Any other
- * error is left alone; err may be NULL. */
+/* After fdy_chat_create refused a chat template (err->name
+ * "chat_template"), appends how to apply another: --chat-template. Any
+ * other error is left alone; err may be NULL. */
 void fdy_cli_explain_template(fdy_error *err);
 
 /* The most bytes the CLI reads from a prompt, prompt-list, text or id

@@ -31,7 +31,7 @@ void fdy_cmd_chat_help(FILE *out) {
           "usage: foundry chat --model DIR [options]\n"
           "\n"
           "Talks with an Instruct MLX 4-bit checkpoint through its chat\n"
-          "template (Llama 3 or ChatML). Each line of\n"
+          "template (the checkpoint's own Jinja chat_template). Each line of\n"
           "standard input is a message; the answer is printed to standard\n"
           "output as it is generated, then its speed to standard error. The\n"
           "conversation stays in the KV cache, so a message costs only its\n"
@@ -43,10 +43,11 @@ void fdy_cmd_chat_help(FILE *out) {
           "  --tokenizer FILE a tokenizer.json or tiktoken file instead of\n"
           "                   the model directory's\n"
           "  --system TEXT    a system message before the first one\n"
-          "  --chat-template llama3|chatml  this template, whatever the\n"
-          "                   tokenizer's (default: the chat_template of\n"
-          "                   tokenizer_config.json, which must be Llama 3's\n"
-          "                   or ChatML)\n"
+          "  --chat-template llama3|chatml|FILE  this template, whatever\n"
+          "                   the tokenizer's: Foundry's Llama 3 or ChatML,\n"
+          "                   or a Jinja template file (default: the model's\n"
+          "                   chat_template.jinja, else the chat_template of\n"
+          "                   tokenizer_config.json)\n"
           "  --max-tokens N   tokens per answer at most (default: until the\n"
           "                   end of the answer or of the context)\n"
           "  --backend NAME   cpu (the default) or cuda\n"
@@ -255,6 +256,7 @@ int fdy_cmd_chat(int argc, char **argv) {
   const char *model_dir = NULL, *tokenizer_path = NULL, *system = NULL;
   uint64_t max_tokens = 0;
   fdy_chat_template template_kind = FDY_CHAT_TEMPLATE_AUTO;
+  const char *template_file = NULL;
   fdy_cli_session_flags session_flags = FDY_CLI_SESSION_FLAGS_DEFAULT;
   fdy_cli_sampling_flags sampling_flags = {.params = FDY_LLAMA_GREEDY};
   fdy_error err;
@@ -282,7 +284,7 @@ int fdy_cmd_chat(int argc, char **argv) {
                                   &max_tokens, &err);
       break;
     case OPT_CHAT_TEMPLATE:
-      status = fdy_cli_parse_chat_template(optarg, &template_kind, &err);
+      fdy_cli_parse_chat_template(optarg, &template_kind, &template_file);
       break;
     case ':':
       return fdy_cli_usage("chat", "%s needs a value", argv[optind - 1]);
@@ -340,7 +342,8 @@ int fdy_cmd_chat(int argc, char **argv) {
   fdy_chat_options chat_options = {.system = system,
                                    .max_tokens = (uint32_t)max_tokens,
                                    .sampling = &sampling,
-                                   .template_kind = template_kind};
+                                   .template_kind = template_kind,
+                                   .template_file = template_file};
   if (fdy_cli_generation_config(model_dir, &defaults, &from_config, &err) !=
       FDY_OK) {
     code = fdy_cli_fail(&err);

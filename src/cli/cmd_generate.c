@@ -1,5 +1,5 @@
 /* `foundry generate`: greedy Llama generation from prompt token ids or a
- * text prompt (prompt.c; with --chat through the Llama 3 chat template)
+ * text prompt (prompt.c; with --chat through the chat template)
  * through the engine (a session's plan on the chosen backend). Prints the
  * generated ids, or for a text prompt the text while it is generated, then
  * the prefill and decode speeds and the device memory per class; or
@@ -74,10 +74,11 @@ void fdy_cmd_generate_help(FILE *out) {
           "  --chat           apply the chat template to the text: a user\n"
           "                   message, then the assistant's header\n"
           "  --system TEXT    with --chat: a system message first\n"
-          "  --chat-template llama3|chatml  with --chat: this template,\n"
-          "                   whatever the tokenizer's (default: the\n"
-          "                   chat_template of tokenizer_config.json, which\n"
-          "                   must be Llama 3's or ChatML)\n"
+          "  --chat-template llama3|chatml|FILE  with --chat: this\n"
+          "                   template, whatever the tokenizer's: Foundry's\n"
+          "                   Llama 3 or ChatML, or a Jinja template file\n"
+          "                   (default: the model's chat_template.jinja, else\n"
+          "                   the chat_template of tokenizer_config.json)\n"
           "  --tokenizer FILE a tokenizer.json or tiktoken file instead of\n"
           "                   the model directory's\n"
           "  --draft-model DIR  speculative decoding (one prompt): DIR, a\n"
@@ -286,15 +287,17 @@ static void print_text(const run_info *run, uint32_t prompt_count,
 }
 
 /* The prompt's ids from text (text, else the file at text_file): BOS +
- * the text, or with chat the chat template (kind, or the tokenizer's) of a
+ * the text, or with chat the chat template (the file, kind, or the
+ * tokenizer's) of a
  * user message (after a system message when system is not NULL) on
  * session; then the ids that end the text in stop (*stop_count of them):
  * the tokenizer's, and with chat the template's end of turn. */
 static fdy_status text_prompt(fdy_tokenizer *tok, fdy_llama_session *session,
                               bool chat, fdy_chat_template kind,
-                              const char *system, const char *text,
-                              const char *text_file, int32_t **ids,
-                              uint32_t *count, int32_t stop[FDY_CHAT_MAX_STOP],
+                              const char *template_file, const char *system,
+                              const char *text, const char *text_file,
+                              int32_t **ids, uint32_t *count,
+                              int32_t stop[FDY_CHAT_MAX_STOP],
                               uint32_t *stop_count, fdy_error *err) {
   if (!chat) {
     *stop_count = fdy_tokenizer_stop_ids(tok, stop);
@@ -304,7 +307,8 @@ static fdy_status text_prompt(fdy_tokenizer *tok, fdy_llama_session *session,
   size_t len = text ? strlen(text) : 0;
   fdy_chat *conversation = NULL;
   fdy_tokens tokens = {0};
-  fdy_chat_options options = {.system = system, .template_kind = kind};
+  fdy_chat_options options = {
+      .system = system, .template_kind = kind, .template_file = template_file};
   fdy_status s =
       text ? FDY_OK
            : fdy_cli_read_file(text_file, "prompt file", &file, &len, err);
@@ -899,6 +903,7 @@ int fdy_cmd_generate(int argc, char **argv) {
   uint64_t max_tokens = 0, sequences = 0, draft_tokens = 0;
   bool draft_fixed = false;
   fdy_chat_template template_kind = FDY_CHAT_TEMPLATE_AUTO;
+  const char *template_file = NULL;
   fdy_cli_session_flags session_flags = FDY_CLI_SESSION_FLAGS_DEFAULT;
   fdy_cli_sampling_flags sampling_flags = {.params = FDY_LLAMA_GREEDY};
   bool have_max = false, ignore_eos = false, json = false, chat = false;
@@ -964,7 +969,7 @@ int fdy_cmd_generate(int argc, char **argv) {
       draft_fixed = true;
       break;
     case OPT_CHAT_TEMPLATE:
-      status = fdy_cli_parse_chat_template(optarg, &template_kind, &err);
+      fdy_cli_parse_chat_template(optarg, &template_kind, &template_file);
       break;
     case ':':
       return fdy_cli_usage("generate", "%s needs a value", argv[optind - 1]);
@@ -1035,7 +1040,7 @@ int fdy_cmd_generate(int argc, char **argv) {
   if (system && !chat) {
     return fdy_cli_usage("generate", "--system needs --chat");
   }
-  if (template_kind != FDY_CHAT_TEMPLATE_AUTO && !chat) {
+  if ((template_kind != FDY_CHAT_TEMPLATE_AUTO || template_file) && !chat) {
     return fdy_cli_usage("generate", "--chat-template needs --chat");
   }
   if ((draft_tokens || draft_fixed) && !draft_dir) {
@@ -1115,9 +1120,9 @@ int fdy_cmd_generate(int argc, char **argv) {
     goto cleanup;
   }
   uint32_t stop_count = 0;
-  if (tok &&
-      text_prompt(tok, session, chat, template_kind, system, text, text_file,
-                  &prompt, &prompt_count, stop, &stop_count, &err) != FDY_OK) {
+  if (tok && text_prompt(tok, session, chat, template_kind, template_file,
+                         system, text, text_file, &prompt, &prompt_count, stop,
+                         &stop_count, &err) != FDY_OK) {
     code = fdy_cli_fail(&err);
     goto cleanup;
   }

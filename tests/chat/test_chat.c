@@ -496,10 +496,11 @@ static void test_templates(void **state) {
   fdy_chat_destroy(chat);
   fdy_tokenizer_destroy(tok);
 
-  /* any other template is refused, naming the file and the kind */
-  tokenizer_dir(w, "mistral",
+  /* a template outside the interpreter's Jinja is refused, naming the
+   * file and the construct */
+  tokenizer_dir(w, "indent",
                 "{{ bos_token }}{% for message in messages %}[INST] "
-                "{{ message['content'] }} [/INST]{% endfor %}",
+                "{{ message['content'] | indent(2) }} [/INST]{% endfor %}",
                 NULL, dir, sizeof dir);
   assert_int_equal(fdy_tokenizer_open(dir, &tok, &err), FDY_OK);
   assert_int_equal(fdy_chat_create(s, tok, NULL, &chat, &err),
@@ -507,14 +508,28 @@ static void test_templates(void **state) {
   assert_null(chat);
   assert_int_equal(err.kind, FDY_ERR_UNSUPPORTED);
   assert_string_equal(err.name, "chat_template");
-  assert_non_null(strstr(err.message, "mistral/tokenizer_config.json"));
-  assert_non_null(strstr(err.message, "[INST]"));
+  assert_non_null(strstr(err.message, "indent/tokenizer_config.json"));
+  assert_non_null(strstr(err.message, "'filter indent'"));
+  assert_int_equal(err.line, 1);
   /* unless a template is forced */
   assert_int_equal(fdy_chat_create(s, tok, &forced, &chat, &err), FDY_OK);
   fdy_chat_destroy(chat);
   forced.template_kind = (fdy_chat_template)7;
   assert_int_equal(fdy_chat_create(s, tok, &forced, &chat, &err),
                    FDY_ERR_INVALID_ARGUMENT);
+  fdy_tokenizer_destroy(tok);
+
+  /* a malformed template: the line and column */
+  tokenizer_dir(w, "unclosed",
+                "{% for message in messages %}\n{{ message.content }}", NULL,
+                dir, sizeof dir);
+  assert_int_equal(fdy_tokenizer_open(dir, &tok, &err), FDY_OK);
+  assert_int_equal(fdy_chat_create(s, tok, NULL, &chat, &err), FDY_ERR_PARSE);
+  assert_null(chat);
+  assert_string_equal(err.name, "chat_template");
+  assert_non_null(strstr(err.message, "unclosed 'for' block"));
+  assert_int_equal(err.line, 1);
+  assert_int_equal(err.column, 4);
   fdy_tokenizer_destroy(tok);
 
   /* a tokenizer without a special token of the template */
@@ -532,6 +547,117 @@ static void test_templates(void **state) {
   assert_int_equal(fdy_chat_create(s, w->tok, NULL, NULL, &err),
                    FDY_ERR_INVALID_ARGUMENT);
   fdy_chat_destroy(NULL);
+  fdy_llama_session_destroy(s);
+}
+
+/* The checkpoint's own Jinja template on the tiny vocabulary: the special
+ * token written right after an answer joins the stop ids; a template that
+ * moves the system message to the last user message (as Mistral's does)
+ * renders the whole conversation again on the second turn, which starts
+ * the session afresh; raise_exception refuses a turn and leaves the chat
+ * as it was; a template file and a chat_template.jinja beside the
+ * tokenizer take precedence over tokenizer_config.json's. */
+static void test_checkpoint_templates(void **state) {
+  world *w = *state;
+  fdy_llama_session *s = session_of(w, w->model, 256);
+  fdy_error err;
+  fdy_tokenizer *tok = NULL;
+  fdy_chat *chat = NULL;
+  char dir[700];
+  tokenizer_dir(
+      w, "moving",
+      "{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}"
+      "{% if m.content == 'stop' %}{{ raise_exception('no stop') }}{% endif %}"
+      "{% if loop.last and messages[0].role == 'system' %}[INST] "
+      "{{ messages[0].content }}\n\n{{ m.content }} [/INST]{% else %}"
+      "[INST] {{ m.content }} [/INST]{% endif %}{% elif m.role == "
+      "'assistant' %} {{ m.content }}<|reserved_special_token_5|>{% endif %}"
+      "{% endfor %}",
+      NULL, dir, sizeof dir);
+  assert_int_equal(fdy_tokenizer_open(dir, &tok, &err), FDY_OK);
+  fdy_chat_options o = {.system = "Be brief.", .max_tokens = 3};
+  assert_int_equal(fdy_chat_create(s, tok, &o, &chat, &err), FDY_OK);
+  assert_int_equal(fdy_chat_template_kind(chat), FDY_CHAT_TEMPLATE_CHECKPOINT);
+  int32_t stop[FDY_CHAT_MAX_STOP];
+  uint32_t n = fdy_chat_stop_ids(chat, stop);
+  assert_true(seen_before(stop, n, 276)); /* <|reserved_special_token_5|> */
+
+  fdy_tokens first = prompt_of(chat, "Hello");
+  assert_int_equal(first.ids[0], 263); /* BOS, then plain text */
+  for (size_t k = 1; k < first.count; k++) {
+    assert_true(first.ids[k] < 263);
+  }
+  answer_ids a = {0};
+  fdy_chat_answer answer;
+  assert_int_equal(fdy_chat_turn(chat, "Hello", 5, collect, &a, &answer, &err),
+                   FDY_OK);
+  assert_int_equal(answer.prompt_tokens, first.count);
+  /* the second turn is the whole conversation again: BOS, the first
+   * message, the answer and its end, the system message and the second */
+  fdy_tokens second = prompt_of(chat, "Next");
+  assert_int_equal(second.ids[0], 263);
+  size_t ends = 0;
+  for (size_t k = 0; k < second.count; k++) {
+    ends += second.ids[k] == 276;
+  }
+  assert_int_equal(ends, 1);
+  assert_true(second.count > first.count);
+  answer_ids b = {0};
+  assert_int_equal(fdy_chat_turn(chat, "Next", 4, collect, &b, &answer, &err),
+                   FDY_OK);
+  assert_int_equal(answer.prompt_tokens, second.count);
+  assert_int_equal(fdy_llama_session_position(s),
+                   second.count + answer.count - 1);
+  /* the template refuses a message: the chat goes on as it was */
+  fdy_tokens ids = {0};
+  assert_int_equal(fdy_chat_prompt(chat, "stop", 4, &ids, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_string_equal(err.name, "raise_exception");
+  assert_non_null(strstr(err.message, "no stop"));
+  assert_int_equal(ids.count, 0);
+  assert_int_equal(fdy_chat_turn(chat, "stop", 4, NULL, NULL, &answer, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  fdy_tokens third = prompt_of(chat, "Next");
+  assert_int_equal(third.ids[0], 263);
+  fdy_tokens_free(&third);
+  fdy_tokens_free(&second);
+  fdy_tokens_free(&first);
+  fdy_chat_destroy(chat);
+
+  /* a template file wins over the tokenizer's, and over a forced kind */
+  char file[800];
+  snprintf(file, sizeof file, "%s/header.jinja", dir);
+  FILE *f = fopen(file, "w");
+  assert_non_null(f);
+  fputs("{% for m in messages %}<|start_header_id|>{{ m.role }}"
+        "<|end_header_id|>{{ m.content }}<|eot_id|>{% endfor %}\n",
+        f);
+  fclose(f);
+  o = (fdy_chat_options){.template_file = file,
+                         .template_kind = FDY_CHAT_TEMPLATE_CHATML};
+  assert_int_equal(fdy_chat_create(s, tok, &o, &chat, &err), FDY_OK);
+  assert_int_equal(fdy_chat_template_kind(chat), FDY_CHAT_TEMPLATE_FILE);
+  ids = prompt_of(chat, "Hi");
+  assert_int_equal(ids.ids[0], 269);
+  assert_int_equal(ids.ids[ids.count - 1], 272);
+  fdy_tokens_free(&ids);
+  fdy_chat_destroy(chat);
+  /* chat_template.jinja beside the tokenizer is the checkpoint's */
+  char beside[800];
+  snprintf(beside, sizeof beside, "%s/chat_template.jinja", dir);
+  assert_int_equal(rename(file, beside), 0);
+  assert_int_equal(fdy_chat_create(s, tok, NULL, &chat, &err), FDY_OK);
+  assert_int_equal(fdy_chat_template_kind(chat), FDY_CHAT_TEMPLATE_CHECKPOINT);
+  ids = prompt_of(chat, "Hi");
+  assert_int_equal(ids.ids[0], 269);
+  fdy_tokens_free(&ids);
+  fdy_chat_destroy(chat);
+  /* a template file that is not there */
+  o.template_file = file;
+  assert_int_equal(fdy_chat_create(s, tok, &o, &chat, &err), FDY_ERR_NOT_FOUND);
+  assert_null(chat);
+  assert_string_equal(err.name, file);
+  fdy_tokenizer_destroy(tok);
   fdy_llama_session_destroy(s);
 }
 
@@ -558,7 +684,7 @@ static void test_chatml(void **state) {
   fdy_chat_options o = {.system = SYSTEM_TEXT, .max_tokens = 3};
   fdy_chat *chat = NULL;
   assert_int_equal(fdy_chat_create(s, tok, &o, &chat, &err), FDY_OK);
-  assert_int_equal(fdy_chat_template_kind(chat), FDY_CHAT_TEMPLATE_CHATML);
+  assert_int_equal(fdy_chat_template_kind(chat), FDY_CHAT_TEMPLATE_CHECKPOINT);
   int32_t stop[FDY_CHAT_MAX_STOP];
   uint32_t n = fdy_chat_stop_ids(chat, stop);
   assert_true(seen_before(stop, n, 2)); /* <|im_end|> */
@@ -628,6 +754,7 @@ int main(void) {
       cmocka_unit_test(test_stop_id),
       cmocka_unit_test(test_context_refusal),
       cmocka_unit_test(test_templates),
+      cmocka_unit_test(test_checkpoint_templates),
       cmocka_unit_test(test_chatml),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -67,40 +67,73 @@ expect 2 generate --model "$model" --system hi --prompt Hello --max-tokens 1
 contains "$err" "--system needs --chat"
 expect 2 generate --model "$model" --chat --max-tokens 1
 
-# a tokenizer whose chat template is neither Llama 3's nor ChatML (the
-# tiny vocabulary of 519 ids): refused with --chat naming the file, used
-# without it (--json: the ids, which this vocabulary cannot decode), and
-# taken with --chat-template
+# a checkpoint's own template of another family (the tiny vocabulary of
+# 519 ids): rendered as it is with --chat ([INST] ... [/INST], no BOS: the
+# template writes none; --json gives the ids, which this vocabulary cannot
+# decode)
 mkdir "$work/inst"
 cp "$data/tiny/tokenizer.json" "$work/inst/"
 printf '%s\n' '{"bos_token": "<|begin_of_text|>",' \
   '"chat_template": "{% for m in messages %}[INST] {{ m.content }} [/INST]{% endfor %}"}' \
   >"$work/inst/tokenizer_config.json"
-expect 1 generate --model "$model" --tokenizer "$work/inst/tokenizer.json" \
+expect 0 tokenize --tokenizer "$work/inst/tokenizer.json" \
+  --text "[INST] Hello [/INST]"
+inst_ids=$(cat "$out")
+expect 0 generate --model "$model" --tokenizer "$work/inst/tokenizer.json" \
+  --chat --prompt Hello --max-tokens 1 --json
+contains "$out" "\"prompt_ids\":[$inst_ids]"
+# a template outside the Jinja Foundry interprets: refused with --chat
+# naming the file and the construct, used without it, and replaced with
+# --chat-template
+mkdir "$work/indent"
+cp "$data/tiny/tokenizer.json" "$work/indent/"
+printf '%s\n' '{"bos_token": "<|begin_of_text|>",' \
+  '"chat_template": "{% for m in messages %}{{ m.content | indent(2) }}{% endfor %}"}' \
+  >"$work/indent/tokenizer_config.json"
+expect 1 generate --model "$model" --tokenizer "$work/indent/tokenizer.json" \
   --chat --prompt Hello --max-tokens 1
-contains "$err" "$work/inst/tokenizer_config.json"
-contains "$err" "[INST]"
-contains "$err" "ChatML"
+contains "$err" "$work/indent/tokenizer_config.json"
+contains "$err" "filter indent"
 contains "$err" "--chat-template"
-expect 0 generate --model "$model" --tokenizer "$work/inst/tokenizer.json" \
+expect 0 generate --model "$model" --tokenizer "$work/indent/tokenizer.json" \
   --prompt Hello --max-tokens 1 --json
-expect 1 chat --model "$model" --tokenizer "$work/inst/tokenizer.json"
-contains "$err" "[INST]"
-expect 0 generate --model "$model" --tokenizer "$work/inst/tokenizer.json" \
+expect 1 chat --model "$model" --tokenizer "$work/indent/tokenizer.json"
+contains "$err" "filter indent"
+expect 0 generate --model "$model" --tokenizer "$work/indent/tokenizer.json" \
   --chat --chat-template llama3 --prompt Hello --max-tokens 1 --json
 contains "$out" '"prompt_ids":[263,269,'
+# --chat-template FILE wins over the tokenizer's template, and a
+# chat_template.jinja beside tokenizer_config.json over its chat_template
+printf '%s' "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>{{ m.content }}<|eot_id|>{% endfor %}" \
+  >"$work/header.jinja"
+expect 0 generate --model "$model" --tokenizer "$work/inst/tokenizer.json" \
+  --chat --chat-template "$work/header.jinja" --prompt Hello --max-tokens 1 \
+  --json
+contains "$out" '"prompt_ids":[263,269,'
+cp "$work/header.jinja" "$work/inst/chat_template.jinja"
+expect 0 generate --model "$model" --tokenizer "$work/inst/tokenizer.json" \
+  --chat --prompt Hello --max-tokens 1 --json
+contains "$out" '"prompt_ids":[263,269,'
+rm "$work/inst/chat_template.jinja"
 # ChatML forced on a vocabulary without <|im_start|>
 expect 1 generate --model "$model" --chat --chat-template chatml \
   --prompt Hello --max-tokens 1
 contains "$err" "<|im_start|>"
-expect 2 generate --model "$model" --chat --chat-template mistral \
+# a template file that is not there, or empty
+expect 1 generate --model "$model" --chat --chat-template mistral \
   --prompt Hello --max-tokens 1
-contains "$err" "--chat-template"
+contains "$err" "cannot open chat template 'mistral'"
+expect 2 generate --model "$model" --chat --chat-template "" --prompt Hello \
+  --max-tokens 1
+contains "$err" "--chat-template needs a non-empty value"
 expect 2 generate --model "$model" --chat-template llama3 --prompt Hello \
   --max-tokens 1
 contains "$err" "--chat-template needs --chat"
-expect 2 chat --model "$model" --chat-template chat-ml
-contains "$err" "--chat-template"
+expect 2 generate --model "$model" --chat-template "$work/header.jinja" \
+  --prompt Hello --max-tokens 1
+contains "$err" "--chat-template needs --chat"
+expect 1 chat --model "$model" --chat-template chat-ml </dev/null
+contains "$err" "chat-ml"
 
 # ChatML (issue #30): a checkpoint of 1,024 ids with the SmolLM-style
 # tokenizer and SmolLM2-Instruct's template (tests/data/tokenizer/hf/smollm).
