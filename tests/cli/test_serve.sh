@@ -221,8 +221,8 @@ contains "$work/body" '"completion_tokens":2'
 stop
 
 # one slot and no queue: a second request gets 429 while the first runs;
-# SIGTERM lets the first finish (its stream ends with [DONE])
-start --model "$model" --max-sequences 1 --max-queue 0
+# SIGTERM lets the first finish within --grace (its stream ends with [DONE])
+start --model "$model" --max-sequences 1 --max-queue 0 --grace 600
 curl -s -N -o "$work/long" -H 'Content-Type: application/json' \
   --data-binary '{"prompt":[5],"max_tokens":3000,"temperature":0,
   "stream":true}' "$url/v1/completions" &
