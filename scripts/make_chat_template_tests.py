@@ -45,6 +45,7 @@ CONVERSATIONS = {
 # template file -> (bos_token, eos_token, extra variables per case name)
 TEMPLATES = {
     "llama3-foundry.jinja": ("<|begin_of_text|>", "<|eot_id|>", {}),
+    "llama3-instruct.jinja": ("<|begin_of_text|>", "<|eot_id|>", {}),
     "llama-3.1-instruct.jinja": ("<|begin_of_text|>", "<|eot_id|>", {}),
     "llama-3.2-instruct.jinja": ("<|begin_of_text|>", "<|eot_id|>",
                                  {"*": {"date_string": "26 Jul 2024"}}),
