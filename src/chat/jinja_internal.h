@@ -24,6 +24,16 @@ typedef struct jj_arena {
 void *jj_alloc(jj_arena *a, size_t n, bool *over);
 void jj_arena_free(jj_arena *a);
 
+/* ---- the names the renderer implements (the parser refuses others) ----- */
+
+extern const char *const jj_tests[];
+extern const size_t jj_test_count;
+extern const char *const jj_functions[]; /* global functions */
+extern const size_t jj_function_count;
+/* Whether the len bytes at s spell one of the count names. */
+bool jj_listed(const char *const *names, size_t count, const char *s,
+               size_t len);
+
 /* ---- expressions -------------------------------------------------------- */
 
 typedef enum jj_expr_kind {

@@ -569,21 +569,23 @@ static const char *const filters[] = {
     "last",  "selectattr", "rejectattr", "select", "reject",  "map",
     "items", "int",        "float",      "abs",    "replace", "safe",
 };
-static const char *const tests[] = {
+const char *const jj_tests[] = {
     "defined", "undefined", "none",    "string",   "number",   "integer",
     "float",   "boolean",   "mapping", "iterable", "sequence", "true",
     "false",   "equalto",   "eq",      "ne",       "odd",      "even",
     "in",      "lower",     "upper",
 };
+const size_t jj_test_count = sizeof jj_tests / sizeof *jj_tests;
 static const char *const methods[] = {
     "startswith", "endswith", "split", "strip", "lstrip", "rstrip", "replace",
     "upper",      "lower",    "items", "keys",  "values", "get",
 };
-static const char *const functions[] = {"namespace", "raise_exception",
-                                        "strftime_now"};
+const char *const jj_functions[] = {"namespace", "raise_exception",
+                                    "strftime_now"};
+const size_t jj_function_count = sizeof jj_functions / sizeof *jj_functions;
 
-static bool listed(const char *const *names, size_t count, const char *s,
-                   size_t len) {
+bool jj_listed(const char *const *names, size_t count, const char *s,
+               size_t len) {
   for (size_t k = 0; k < count; k++) {
     if (strlen(names[k]) == len && memcmp(names[k], s, len) == 0) {
       return true;
@@ -592,7 +594,7 @@ static bool listed(const char *const *names, size_t count, const char *s,
   return false;
 }
 #define LISTED(names, s, len)                                                  \
-  listed(names, sizeof names / sizeof *names, s, len)
+  jj_listed(names, sizeof names / sizeof *names, s, len)
 
 static jj_expr *filter_or_test(parser *p, jj_expr *e) {
   while (e && (is_op(p, "|") || is_name(p, "is"))) {
@@ -616,7 +618,8 @@ static jj_expr *filter_or_test(parser *p, jj_expr *e) {
     }
     const char *name = p->cur.text;
     size_t len = p->cur.len;
-    if (filter ? !LISTED(filters, name, len) : !LISTED(tests, name, len)) {
+    if (filter ? !LISTED(filters, name, len)
+               : !jj_listed(jj_tests, jj_test_count, name, len)) {
       unsupported(p, p->cur.pos, filter ? "filter" : "test", name, len);
       return NULL;
     }
@@ -862,7 +865,7 @@ static jj_expr *postfix(parser *p, jj_expr *e) {
           return NULL;
         }
       } else if (e->kind == JJ_E_NAME) {
-        if (!LISTED(functions, e->str, e->len)) {
+        if (!jj_listed(jj_functions, jj_function_count, e->str, e->len)) {
           unsupported(p, pos, "function", e->str, e->len);
           return NULL;
         }

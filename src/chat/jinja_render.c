@@ -278,8 +278,8 @@ static size_t char_in(const char *p, size_t n, bool at_end,
 }
 
 /* Python's strip/lstrip/rstrip (chars NULL: whitespace). */
-static bool strip(render *r, const value *v, const value *chars, bool left,
-                  bool right, value *out) {
+static bool strip(const value *v, const value *chars, bool left, bool right,
+                  value *out) {
   size_t start = 0, end = v->len, k;
   while (left && (k = char_in(v->s + start, end - start, false, chars)) > 0) {
     start += k;
@@ -291,7 +291,6 @@ static bool strip(render *r, const value *v, const value *chars, bool left,
   if (v->origin == FROM_BOTH) {
     out->mask = v->mask + start;
   }
-  (void)r;
   return true;
 }
 
@@ -1432,15 +1431,7 @@ static bool select_items(render *r, const jj_expr *e, const value *v, bool attr,
     }
     memcpy(s, test_name.s, test_name.len);
     t.str = s;
-    static const char *const known[] = {
-        "defined", "undefined", "none",    "string",   "number",   "integer",
-        "float",   "boolean",   "mapping", "iterable", "sequence", "true",
-        "false",   "equalto",   "eq",      "ne",       "odd",      "even",
-        "in",      "lower",     "upper"};
-    bool found = false;
-    for (size_t k = 0; k < sizeof known / sizeof *known; k++) {
-      found = found || !strcmp(known[k], s);
-    }
+    bool found = jj_listed(jj_tests, jj_test_count, s, test_name.len);
     if (!found) {
       return fail(r, FDY_ERR_UNSUPPORTED, "test",
                   "%s: the test '%s' is outside the Jinja that Foundry "
@@ -1679,7 +1670,7 @@ static bool method(render *r, const jj_expr *call, value *out) {
       return false;
     }
     const value *chars = g0 && a0.kind == V_STR ? &a0 : NULL;
-    return strip(r, &self, chars, m[0] != 'r', m[0] != 'l', out);
+    return strip(&self, chars, m[0] != 'r', m[0] != 'l', out);
   }
   if (!strcmp(m, "split")) {
     int64_t max;
@@ -1717,7 +1708,7 @@ static bool apply_filter(render *r, const char *f, const jj_expr *e,
         (given && a0.kind != V_NONE && !want_str(r, f, &a0))) {
       return false;
     }
-    return strip(r, v, given && a0.kind == V_STR ? &a0 : NULL, true, true, out);
+    return strip(v, given && a0.kind == V_STR ? &a0 : NULL, true, true, out);
   }
   if (!strcmp(f, "length") || !strcmp(f, "count")) {
     size_t n = v->kind == V_STR    ? char_count(v->s, v->len)
@@ -2398,10 +2389,9 @@ static bool globals(render *r, const fdy_jinja_input *in) {
       return false;
     }
   }
-  static const char *const funcs[] = {"namespace", "raise_exception",
-                                      "strftime_now"};
-  for (size_t k = 0; k < sizeof funcs / sizeof *funcs; k++) {
-    if (!assign(r, g, funcs[k], (value){.kind = V_FUNC, .s = funcs[k]})) {
+  for (size_t k = 0; k < jj_function_count; k++) {
+    if (!assign(r, g, jj_functions[k],
+                (value){.kind = V_FUNC, .s = jj_functions[k]})) {
       return false;
     }
   }
