@@ -36,7 +36,13 @@
 #             the prompts of OUTDIR/resident-b64.json: transformers bf16
 #             with a static cache (resident);
 #   offload   the same with Accelerate offload under 2 GiB (the smallest
-#             budget it accepts for the 3B), 16 ids per sequence.
+#             budget it accepts for the 3B), 16 ids per sequence;
+#   serve     `foundry serve` of the 3B (64 sequences, --kv-dtype f16,
+#             context 1024), resident and streamed under 512 MiB, loaded
+#             by scripts/serve_load.py with prompts of 512 ids and 128
+#             generated at 1, 8, 32 and 64 concurrent clients (or the
+#             counts of SERVE_CLIENTS in the environment),
+#             2 requests each, after one warm-up request.
 #
 # --quick (for a short device lease): the stages ops, verify, batched,
 # baseline and peers unless --stages says otherwise; batches 1, 8 and 64
@@ -82,15 +88,15 @@ while [ $# -gt 0 ]; do
   shift
 done
 if [ -z "$stages" ]; then
-  stages=ops,tests,verify,verify3b,batched,trace,8b,speculative,baseline,peers,offload
+  stages=ops,tests,verify,verify3b,batched,trace,8b,speculative,baseline,peers,offload,serve
   [ $quick -eq 1 ] && stages=ops,verify,batched,baseline,peers
 fi
 for stage in ${stages//,/ }; do
   case $stage in
-  ops | tests | verify | verify3b | batched | trace | 8b | speculative | baseline | peers | offload) ;;
+  ops | tests | verify | verify3b | batched | trace | 8b | speculative | baseline | peers | offload | serve) ;;
   *)
     echo "gpu-check: unknown stage '$stage' (ops, tests, verify, verify3b," \
-      "batched, trace, 8b, speculative, baseline, peers, offload)" >&2
+      "batched, trace, 8b, speculative, baseline, peers, offload, serve)" >&2
     exit 2
     ;;
   esac
@@ -349,6 +355,59 @@ print(sys.argv[2], 'aggregate decode %.1f tok/s' % s['aggregate_decode_tokens_pe
 runs peers && peer torch-b64
 runs offload && peer torch-offload-b64 --offload-budget 2GiB --gen-tokens 16 \
   --warmup 1 --iterations 3
+
+serve_mode() { # MODE ARGS...: a server of the 3B, loaded at each count
+  local mode=$1 pid port="" i=0 c
+  shift
+  "$foundry" serve --model "$model" --backend cuda --kv-dtype f16 \
+    --context 1024 --max-sequences 64 --max-queue 256 --port 0 "$@" \
+    2>"$out/serve-$mode.err" &
+  pid=$!
+  while [ -z "$port" ] && [ $i -lt 600 ] && kill -0 $pid 2>/dev/null; do
+    sleep 0.1
+    i=$((i + 1))
+    port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' \
+      "$out/serve-$mode.err")
+  done
+  if [ -z "$port" ]; then
+    fail "serve $mode: not listening: $(tail -1 "$out/serve-$mode.err")"
+    kill $pid 2>/dev/null
+    wait $pid
+    return
+  fi
+  load() { python3 "$root/scripts/serve_load.py" --url "http://127.0.0.1:$port" "$@"; }
+  load --prompt-tokens 512 --max-tokens 8 --clients 1 --requests 1 \
+    >"$out/serve-$mode-warmup.json" 2>&1 || fail "serve $mode: warm-up"
+  for c in $clients; do
+    load --prompt-tokens 512 --max-tokens 128 --clients "$c" \
+      --requests 2 --distinct "$c" >"$out/serve-$mode-c$c.json" \
+      2>"$out/serve-$mode-c$c.err" || fail "serve $mode, $c clients"
+  done
+  kill -TERM $pid
+  wait $pid || fail "serve $mode: exit status $?"
+}
+if runs serve; then
+  clients=${SERVE_CLIENTS:-1 8 32 64}
+  serve_mode resident
+  serve_mode streamed --weight-budget 512MiB --buffers 2
+  python3 - "$out" <<'PY' | tee -a "$summary"
+import glob, json, os, re, sys
+out = sys.argv[1]
+print("serve | clients | tok/s | TTFT p50 / p99 s | ITL p50 / p99 ms | failed")
+for path in sorted(glob.glob(os.path.join(out, "serve-*-c*.json")),
+                   key=lambda p: (p, int(re.search(r"-c(\d+)", p).group(1)))):
+    mode, c = re.search(r"serve-(\w+)-c(\d+)\.json", path).groups()
+    try:
+        r = json.loads(open(path).read().strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        print(f"{mode} | {c} | unreadable report")
+        continue
+    print(f"{mode} | {c} | {r['tokens_per_second']:.1f} | "
+          f"{r['ttft_p50']:.3f} / {r['ttft_p99']:.3f} | "
+          f"{r['itl_p50'] * 1e3:.2f} / {r['itl_p99'] * 1e3:.2f} | "
+          f"{r['failed']}")
+PY
+fi
 note "gpu-check: $([ $failed -eq 0 ] && echo passed || echo FAILED)"
 tar -czf "$out.tar.gz" -C "$(dirname "$out")" "$(basename "$out")"
 exit $failed
