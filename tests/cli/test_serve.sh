@@ -224,7 +224,7 @@ stop
 # SIGTERM lets the first finish within --grace (its stream ends with [DONE])
 start --model "$model" --max-sequences 1 --max-queue 0 --grace 600
 curl -s -N -o "$work/long" -H 'Content-Type: application/json' \
-  --data-binary '{"prompt":[5],"max_tokens":3000,"temperature":0,
+  --data-binary '{"prompt":[5],"max_tokens":800,"temperature":0,
   "stream":true}' "$url/v1/completions" &
 long=$!
 i=0
@@ -242,7 +242,7 @@ stop
 wait "$long"
 [ "$(tail -n 2 "$work/long" | head -n 1)" = "data: [DONE]" ] ||
   fail "the running stream did not finish: $(tail -c 300 "$work/long")"
-[ "$(grep -c '^data: {' "$work/long")" -eq 3000 ] ||
+[ "$(grep -c '^data: {' "$work/long")" -eq 800 ] ||
   fail "the running stream has $(grep -c '^data: {' "$work/long") chunks"
 
 # --grace 1: SIGTERM cancels what still runs after a second (a streamed
