@@ -135,6 +135,22 @@ contains "$err" "--chat-template needs --chat"
 expect 1 chat --model "$model" --chat-template chat-ml </dev/null
 contains "$err" "chat-ml"
 
+# Llama 3.1 Instruct's own template (tests/data/chat_templates), as a
+# chat_template.jinja beside the checkpoint's tokenizer: the ids equal
+# transformers' apply_chat_template (5.25) with the same tokenizer.json and
+# template (its system header with the knowledge and "today" dates first)
+l31=$work/l31
+expect 0 make-model --preset micro-llama3-vocab --seed 1 --out "$l31"
+cp "$FOUNDRY_TEST_DATA/chat_templates/llama-3.1-instruct.jinja" \
+  "$l31/chat_template.jinja"
+l31_turn=128000,128006,9125,128007,271,38766,1303,33025,2696,25,6790,220
+l31_turn=$l31_turn,2366,18,198,15724,2696,25,220,1627,10263,220,2366,19,271
+l31_turn=$l31_turn,16533,27851,13,128009,128006,882,128007,271,3923,374,220
+l31_turn=$l31_turn,17,10,17,30,128009,128006,78191,128007,271
+expect 0 generate --model "$l31" --chat --system "Answer briefly." \
+  --prompt "What is 2+2?" --max-tokens 1 --json
+contains "$out" "\"prompt_ids\":[$l31_turn]"
+
 # ChatML (issue #30): a checkpoint of 1,024 ids with the SmolLM-style
 # tokenizer and SmolLM2-Instruct's template (tests/data/tokenizer/hf/smollm).
 # The ids are Hugging Face's: jinja2 rendering the template, then
