@@ -140,9 +140,10 @@ void fdy_serve_wait(fdy_server *srv, int64_t ms) {
   pthread_cond_timedwait(&srv->changed, &srv->lock, &deadline);
 }
 
-/* Under the lock: fails job as cancelled by the server's stop. */
+/* Under the lock: cancels job for the server's stop; unless it ends by
+ * itself first, the engine fails it with this error when it drops it. */
 static void abort_job(fdy_serve_job *job, uint32_t grace_seconds) {
-  job->failed = true;
+  job->aborted = true;
   job->cancelled = true;
   snprintf(job->error, sizeof job->error,
            "the server stopped before the request finished (a grace period "
@@ -178,12 +179,14 @@ uint32_t fdy_serve_stop(fdy_server *srv, uint32_t grace_seconds) {
 
 /* Under the lock: counts how job ended. */
 static void count_end(fdy_server *srv, const fdy_serve_job *job) {
-  fdy_serve_outcome outcome =
-      job->failed                          ? FDY_SERVE_OUTCOME_FAILED
-      : !job->finish                       ? FDY_SERVE_OUTCOME_CANCELLED
-      : strcmp(job->finish, "stop") == 0   ? FDY_SERVE_OUTCOME_STOP
-      : strcmp(job->finish, "length") == 0 ? FDY_SERVE_OUTCOME_LENGTH
-                                           : FDY_SERVE_OUTCOME_CANCELLED;
+  fdy_serve_outcome outcome = FDY_SERVE_OUTCOME_FAILED;
+  if (job->finish && strcmp(job->finish, "stop") == 0) {
+    outcome = FDY_SERVE_OUTCOME_STOP;
+  } else if (job->finish && strcmp(job->finish, "length") == 0) {
+    outcome = FDY_SERVE_OUTCOME_LENGTH;
+  } else if (job->cancelled) {
+    outcome = FDY_SERVE_OUTCOME_CANCELLED;
+  }
   srv->metrics.requests[outcome]++;
 }
 
@@ -297,6 +300,7 @@ static void admit(fdy_server *srv) {
   for (uint32_t slot = 0; slot < srv->slots; slot++) {
     fdy_serve_job *job = srv->running[slot];
     if (job && job->cancelled) {
+      job->failed = job->aborted;
       job->finish = "cancelled";
       finish_slot(srv, slot);
     }
@@ -313,6 +317,7 @@ static void admit(fdy_server *srv) {
     }
     srv->queued--;
     if (job->cancelled) {
+      job->failed = job->aborted;
       drop_queued(job, NULL);
     } else if (fdy_llama_session_set_sampling(srv->session, slot,
                                               &job->sampling, &err) != FDY_OK) {

@@ -56,8 +56,10 @@ struct fdy_serve_job {
                           reallocated: read it under the lock */
   size_t *text_at;     /* [max_tokens] text.released after each id */
   bool done, cancelled, failed;
-  const char *finish;  /* "stop", "length", "cancelled" (static) */
-  char error[256];     /* when failed */
+  bool aborted;       /* cancelled by the server's stop (fdy_serve_stop): failed
+                         with error when dropped */
+  const char *finish; /* "stop", "length", "cancelled" (static) */
+  char error[256];    /* when failed */
   fdy_serve_job *next; /* the queue */
 };
 

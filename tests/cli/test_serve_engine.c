@@ -4,7 +4,7 @@
  * dropped and counted; a backend failure during a step (the fault wrapper)
  * fails every running and queued job with the backend's error, leaves the
  * server failed saying why (what /health reports) and refuses new jobs with
- * 503. */
+ * 503; a stop past its grace period cancels the jobs left. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -190,10 +190,48 @@ static void test_backend_failure(void **state) {
   fdy_llama_close(model);
 }
 
+/* A stop whose grace period has passed cancels what is left: the jobs fail
+ * saying so, are counted cancelled, and new jobs get 503. */
+static void test_stop(void **state) {
+  (void)state;
+  fdy_llama_model *model = open_fixture("llama3-micro");
+  fdy_backend *cpu = cpu_backend(2);
+  fdy_server srv;
+  server_init(&srv, model, cpu, 1);
+  fdy_serve_job *jobs[2] = {submit(&srv, prompt_b, 1, 60),
+                            submit(&srv, prompt_a, 5, 8)};
+  /* no engine yet, so both are still waiting when the grace runs out */
+  assert_int_equal(fdy_serve_stop(&srv, 0), 2);
+  pthread_t engine;
+  assert_int_equal(pthread_create(&engine, NULL, fdy_serve_engine_main, &srv),
+                   0);
+  pthread_join(engine, NULL);
+  for (int i = 0; i < 2; i++) {
+    assert_true(jobs[i]->done);
+    assert_true(jobs[i]->failed);
+    assert_true(jobs[i]->cancelled);
+    assert_int_equal(jobs[i]->count, 0);
+    assert_non_null(strstr(jobs[i]->error, "grace period of 0 s"));
+    drop(&srv, jobs[i]);
+  }
+  assert_int_equal(srv.metrics.requests[FDY_SERVE_OUTCOME_CANCELLED], 2);
+  assert_int_equal(srv.metrics.requests[FDY_SERVE_OUTCOME_FAILED], 0);
+  fdy_serve_job *late = fdy_serve_job_create(&srv);
+  assert_non_null(late);
+  assert_int_equal(fdy_serve_submit(&srv, late), 503);
+  drop(&srv, late);
+  assert_int_equal(srv.live, 0);
+  assert_false(srv.failed);
+  server_release(&srv);
+  fdy_backend_destroy(cpu);
+  fdy_llama_close(model);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_jobs),
       cmocka_unit_test(test_backend_failure),
+      cmocka_unit_test(test_stop),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
