@@ -57,7 +57,8 @@ typedef struct fdy_chat_options {
                                         CHATML forced whatever the
                                         tokenizer's */
   const char *template_file;         /* a Jinja template file applied whatever
-                                        template_kind and the tokenizer's; NULL */
+                                        template_kind and the tokenizer's;
+                                        NULL for none */
 } fdy_chat_options;
 
 /* A conversation on session with a template and the stop ids of tok
@@ -69,9 +70,11 @@ typedef struct fdy_chat_options {
  * checkpoint's: chat_template.jinja beside the tokenizer's file, else
  * tokenizer_config.json's chat_template; without one (a tiktoken file, a
  * base model) Llama 3's, or ChatML's when tok has <|im_start|> and no
- * <|start_header_id|>. Errors: a template file that cannot be read as
- * fdy_input_read's (err->name the file); a template outside the Jinja
- * Foundry interprets or malformed FDY_ERR_UNSUPPORTED / FDY_ERR_PARSE
+ * <|start_header_id|>. Errors: a template file, or a chat_template.jinja
+ * that is there, that cannot be read: fdy_input_read's (err->name the
+ * file: FDY_ERR_NOT_FOUND for a template_file that is not there,
+ * FDY_ERR_IO for one that is not a regular file); a template outside the
+ * Jinja Foundry interprets or malformed FDY_ERR_UNSUPPORTED / FDY_ERR_PARSE
  * (err->name "chat_template"; the message names the file and the
  * construct or the line and column); a template that writes a <|...|>
  * spelling the tokenizer has no special token for FDY_ERR_UNSUPPORTED

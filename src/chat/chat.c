@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "foundry/input.h"
 
@@ -227,13 +226,23 @@ static fdy_status template_source(const fdy_tokenizer *tok,
   const char *slash = strrchr(source, '/');
   int dir_len = slash ? (int)(slash - source + 1) : 0;
   if (!file && forced == FDY_CHAT_TEMPLATE_AUTO) {
+    /* a chat_template.jinja that is there must be read (a FIFO or a
+     * directory so named fails, as the tokenizer's files do) */
     snprintf(beside, sizeof beside, "%.*schat_template.jinja", dir_len, source);
-    fdy_error probe;
-    int fd;
-    uint64_t size;
-    if (fdy_input_open(beside, "chat template", &fd, &size, &probe) == FDY_OK) {
-      close(fd);
-      file = beside;
+    fdy_error e;
+    fdy_status s =
+        fdy_input_read(beside, "chat template", TEMPLATE_LIMIT, owned, len, &e);
+    if (s == FDY_OK) {
+      snprintf(where, where_cap, "%s", beside);
+      *kind = FDY_CHAT_TEMPLATE_CHECKPOINT;
+      *text = *owned;
+      return FDY_OK;
+    }
+    if (s != FDY_ERR_NOT_FOUND) {
+      if (err) {
+        *err = e;
+      }
+      return s;
     }
   }
   if (file) {
@@ -242,9 +251,6 @@ static fdy_status template_source(const fdy_tokenizer *tok,
     fdy_status s =
         fdy_input_read(file, "chat template", TEMPLATE_LIMIT, owned, len, err);
     *text = *owned;
-    if (file == beside && s == FDY_OK) {
-      *kind = FDY_CHAT_TEMPLATE_CHECKPOINT;
-    }
     return s;
   }
   const char *own = fdy_tokenizer_chat_template(tok);
@@ -264,7 +270,8 @@ static fdy_status template_source(const fdy_tokenizer *tok,
   if (forced != FDY_CHAT_TEMPLATE_LLAMA3 &&
       forced != FDY_CHAT_TEMPLATE_CHATML) {
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                         "unknown chat template kind %d", (int)forced);
+                         "template_kind must be AUTO, LLAMA3 or CHATML, got %d",
+                         (int)forced);
   }
   *kind = forced;
   snprintf(where, where_cap, "Foundry's %s template",

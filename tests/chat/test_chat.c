@@ -652,6 +652,13 @@ static void test_checkpoint_templates(void **state) {
   assert_int_equal(ids.ids[0], 269);
   fdy_tokens_free(&ids);
   fdy_chat_destroy(chat);
+  /* a chat_template.jinja that is not a file is refused, not skipped */
+  assert_int_equal(unlink(beside), 0);
+  assert_int_equal(mkdir(beside, 0700), 0);
+  assert_int_equal(fdy_chat_create(s, tok, NULL, &chat, &err), FDY_ERR_IO);
+  assert_null(chat);
+  assert_string_equal(err.name, beside);
+  assert_int_equal(rmdir(beside), 0);
   /* a template file that is not there */
   o.template_file = file;
   assert_int_equal(fdy_chat_create(s, tok, &o, &chat, &err), FDY_ERR_NOT_FOUND);
