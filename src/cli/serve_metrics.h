@@ -14,9 +14,10 @@
 typedef enum fdy_serve_outcome {
   FDY_SERVE_OUTCOME_STOP,        /* a stop id or stop string */
   FDY_SERVE_OUTCOME_LENGTH,      /* max_tokens */
-  FDY_SERVE_OUTCOME_CANCELLED,   /* its client went away */
+  FDY_SERVE_OUTCOME_CANCELLED,   /* its client went away, or the stop's
+                                    grace period ran out */
   FDY_SERVE_OUTCOME_FAILED,      /* the backend failed (500) */
-  FDY_SERVE_OUTCOME_INVALID,     /* refused: 400, 401, 404, 405, 413 */
+  FDY_SERVE_OUTCOME_INVALID,     /* refused: 400, 401, 404, 405, 413, 415 */
   FDY_SERVE_OUTCOME_QUEUE_FULL,  /* 429 */
   FDY_SERVE_OUTCOME_UNAVAILABLE, /* 503: stopping or failed */
   FDY_SERVE_OUTCOMES
