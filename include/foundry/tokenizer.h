@@ -1,7 +1,8 @@
-/* Byte-level BPE tokenizers (Llama 3): loading the tiktoken ranks file or a
- * Hugging Face tokenizer.json (+ tokenizer_config.json), encoding text to
- * token ids, decoding ids to bytes, and a streaming decoder that never
- * splits a UTF-8 character. docs/tokenizer.md describes the file formats,
+/* BPE tokenizers: byte-level (Llama 3, GPT-2, Qwen) and SentencePiece-style
+ * (Llama 2, Mistral): loading the tiktoken ranks file or a Hugging Face
+ * tokenizer.json (+ tokenizer_config.json), encoding text to token ids,
+ * decoding ids to bytes, and a streaming decoder that never splits a UTF-8
+ * character. docs/tokenizer.md describes the file formats,
  * the pre-tokenizer and the behaviour on text that is not valid UTF-8.
  *
  * Thread-safety: a tokenizer is used by one thread at a time (encoding uses
@@ -39,19 +40,25 @@ typedef struct fdy_tokenizer fdy_tokenizer;
 fdy_status fdy_tokenizer_load_tiktoken(const char *path, fdy_tokenizer **out,
                                        fdy_error *err);
 
-/* Loads a Hugging Face tokenizer.json (any byte-level BPE: model.vocab,
- * model.merges as strings or pairs, added_tokens with Hugging Face's
- * semantics, a null or NFC normalizer, Split/Digits/ByteLevel
- * pre-tokenizers, the ByteLevel decoder; docs/tokenizer.md) and, when
- * config_path is not NULL, its tokenizer_config.json (bos_token,
- * eos_token, add_bos_token, added_tokens_decoder, chat_template). Strict:
- * errors name the file in the message and the entry in err->name
- * ("model.merges[17]"): FDY_ERR_PARSE (not JSON, a NUL byte included;
- * err->line/column set, err->name the file), FDY_ERR_SCHEMA (wrong
- * structure; duplicate ids or spellings; an added token spelled like a
- * vocabulary token of another id; a null decoder; a Split regex that can
- * match the empty string or backtracks catastrophically), FDY_ERR_UNSUPPORTED
- * (valid but not a byte-level BPE Foundry handles), FDY_ERR_IO/NOT_FOUND
+/* Loads a Hugging Face tokenizer.json (docs/tokenizer.md): a BPE with
+ * model.vocab, model.merges as strings or pairs, ignore_merges, and
+ * added_tokens with Hugging Face's semantics, of one of two kinds.
+ * Byte-level: Split/Digits/ByteLevel pre-tokenizers, the ByteLevel
+ * decoder. SentencePiece-style: a vocabulary in UTF-8, no pre-tokenizer or
+ * Metaspace, byte_fallback, unk_token and fuse_unk, the Metaspace decoder
+ * or Replace/ByteFallback/Fuse/Strip. Both: NFC, Prepend and Replace
+ * normalizers. When config_path is not NULL, also its
+ * tokenizer_config.json (bos_token, eos_token, add_bos_token,
+ * added_tokens_decoder, chat_template). Strict: errors name the file in
+ * the message and the entry in err->name ("model.merges[17]",
+ * "normalizer.normalizers[1].pattern"): FDY_ERR_PARSE (not JSON, a NUL
+ * byte included; err->line/column set, err->name the file),
+ * FDY_ERR_SCHEMA (wrong structure; duplicate ids or spellings; an added
+ * token spelled like a vocabulary token of another id; a null decoder; an
+ * unk_token outside the vocabulary; a Split regex that can match the empty
+ * string or backtracks catastrophically), FDY_ERR_UNSUPPORTED (valid but
+ * a component or value Foundry does not handle; a byte_fallback vocabulary
+ * without all 256 <0xNN> tokens), FDY_ERR_IO/NOT_FOUND
  * (as for tiktoken), FDY_ERR_FORMAT (larger than 1 GiB),
  * FDY_ERR_OUT_OF_MEMORY. On failure *out is NULL. */
 fdy_status fdy_tokenizer_load_hf(const char *tokenizer_json_path,
@@ -158,17 +165,23 @@ fdy_status fdy_tokenizer_encode(fdy_tokenizer *tok, const char *text,
 /* ---- decoding ------------------------------------------------------------
  */
 
-/* The bytes of one id (special tokens: their spelling), not NUL-terminated,
- * owned by tok. An invalid id is FDY_ERR_INVALID_ARGUMENT (err->ids[0] =
- * id). */
+/* The bytes of one id in the middle of a decoded text (SentencePiece-style:
+ * "\u2581" as a space, <0xNN> as its byte when the decoder says so); a
+ * special token's spelling as written (as a chat template writes it). Not
+ * NUL-terminated, owned by tok. An invalid id is
+ * FDY_ERR_INVALID_ARGUMENT (err->ids[0] = id). */
 fdy_status fdy_tokenizer_token_bytes(const fdy_tokenizer *tok, int32_t id,
                                      const char **bytes, size_t *len,
                                      fdy_error *err);
 
 /* Decodes count ids into *out (malloc'd, count bytes in *len, plus a NUL
- * after them that *len does not count). The bytes may be invalid UTF-8 when
- * the ids are. An invalid id is FDY_ERR_INVALID_ARGUMENT with err->ids[0] =
- * the id and err->ids[1] = its index; on failure *out is NULL. */
+ * after them that *len does not count) as the tokenizer's decoder does:
+ * each id's bytes (fdy_tokenizer_token_bytes), except that a Metaspace
+ * decoder drops the replacement from the first id's token and a Strip
+ * decoder removes leading characters of the text (Llama 2's first space).
+ * The bytes may be invalid UTF-8 when the ids are. An invalid id is
+ * FDY_ERR_INVALID_ARGUMENT with err->ids[0] = the id and err->ids[1] = its
+ * index; on failure *out is NULL. */
 fdy_status fdy_tokenizer_decode(const fdy_tokenizer *tok, const int32_t *ids,
                                 size_t count, char **out, size_t *len,
                                 fdy_error *err);

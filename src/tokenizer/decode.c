@@ -1,5 +1,9 @@
 /* Decoding ids to bytes, all at once or as a stream that holds back a
- * trailing incomplete UTF-8 character until the next ids complete it. */
+ * trailing incomplete UTF-8 character until the next ids complete it. An
+ * id gives the bytes its decoder gives (tok->decoded); the first id of a
+ * text drops tok->drop_first from its token, and the text loses up to
+ * tok->strip_count leading tok->strip bytes (Hugging Face's Metaspace and
+ * Strip decoders). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,7 +15,60 @@ struct fdy_token_stream {
   size_t held_at; /* where the held bytes start in buf */
   size_t held;    /* bytes of an incomplete character held back (0 to 3) */
   size_t cap;
+  bool started;        /* an id was pushed since the start */
+  uint32_t strip_left; /* leading strip bytes that may still go */
 };
+
+/* Where the bytes of id in the middle of a decoded text are. */
+static tok_span id_span(const fdy_tokenizer *tok, int32_t id) {
+  const tok_entry *e = &tok->tokens[id];
+  return tok->decoded ? tok->decoded[id] : (tok_span){e->offset, e->len};
+}
+
+/* The bytes of id in a decoded text (first: the text's first id) into out
+ * (NULL: only counted); returns their number. */
+static size_t id_text(const fdy_tokenizer *tok, int32_t id, bool first,
+                      char *out) {
+  const tok_entry *e = &tok->tokens[id];
+  const tok_literal *drop = &tok->drop_first;
+  if (first && drop->len > 0) {
+    const char *p = tok->arena + e->offset;
+    size_t n = 0;
+    for (uint32_t i = 0; i < e->len;) {
+      if (i + drop->len <= e->len &&
+          memcmp(p + i, drop->bytes, drop->len) == 0) {
+        i += drop->len;
+        continue;
+      }
+      if (out) {
+        out[n] = p[i];
+      }
+      n++;
+      i++;
+    }
+    return n;
+  }
+  tok_span span = id_span(tok, id);
+  if (out) {
+    memcpy(out, tok->arena + span.offset, span.len);
+  }
+  return span.len;
+}
+
+/* How many of the n bytes at p go as leading strip bytes (at most *left,
+ * which the call lowers; 0 once any byte stays). */
+static size_t strip_leading(const fdy_tokenizer *tok, const char *p, size_t n,
+                            uint32_t *left) {
+  size_t k = 0;
+  while (*left > 0 && k < n && p[k] == tok->strip) {
+    k++;
+    (*left)--;
+  }
+  if (k < n) {
+    *left = 0;
+  }
+  return k;
+}
 
 static fdy_status bad_id(int32_t id, int64_t index, uint32_t count,
                          fdy_error *err) {
@@ -31,8 +88,10 @@ fdy_status fdy_tokenizer_token_bytes(const fdy_tokenizer *tok, int32_t id,
   if (id < 0 || (uint32_t)id >= tok->count) {
     return bad_id(id, -1, tok->count, err);
   }
-  *bytes = tok->arena + tok->tokens[id].offset;
-  *len = tok->tokens[id].len;
+  const tok_entry *e = &tok->tokens[id];
+  tok_span span = e->special ? (tok_span){e->offset, e->len} : id_span(tok, id);
+  *bytes = tok->arena + span.offset;
+  *len = span.len;
   return FDY_OK;
 }
 
@@ -46,7 +105,8 @@ fdy_status fdy_tokenizer_decode(const fdy_tokenizer *tok, const int32_t *ids,
     if (ids[i] < 0 || (uint32_t)ids[i] >= tok->count) {
       return bad_id(ids[i], (int64_t)i, tok->count, err);
     }
-    if (fdy_add_u64(total, tok->tokens[ids[i]].len, &total, err) != FDY_OK) {
+    if (fdy_add_u64(total, id_text(tok, ids[i], i == 0, NULL), &total, err) !=
+        FDY_OK) {
       return FDY_ERR_OVERFLOW;
     }
   }
@@ -59,10 +119,12 @@ fdy_status fdy_tokenizer_decode(const fdy_tokenizer *tok, const int32_t *ids,
   }
   size_t at = 0;
   for (size_t i = 0; i < count; i++) {
-    const tok_entry *e = &tok->tokens[ids[i]];
-    memcpy(text + at, tok->arena + e->offset, e->len);
-    at += e->len;
+    at += id_text(tok, ids[i], i == 0, text + at);
   }
+  uint32_t left = tok->strip_count;
+  size_t cut = strip_leading(tok, text, at, &left);
+  memmove(text, text + cut, at - cut);
+  at -= cut;
   text[at] = '\0';
   *out = text;
   *len = at;
@@ -76,6 +138,7 @@ fdy_status fdy_token_stream_create(const fdy_tokenizer *tok,
     return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   }
   (*out)->tok = tok;
+  (*out)->strip_left = tok->strip_count;
   return FDY_OK;
 }
 
@@ -129,13 +192,11 @@ static size_t incomplete_tail(const unsigned char *p, size_t n) {
 fdy_status fdy_token_stream_push(fdy_token_stream *stream, int32_t id,
                                  const char **text, size_t *len,
                                  fdy_error *err) {
-  const char *bytes = NULL;
-  size_t n = 0;
-  fdy_status status =
-      fdy_tokenizer_token_bytes(stream->tok, id, &bytes, &n, err);
-  if (status != FDY_OK) {
-    return status;
+  const fdy_tokenizer *tok = stream->tok;
+  if (id < 0 || (uint32_t)id >= tok->count) {
+    return bad_id(id, -1, tok->count, err);
   }
+  size_t n = id_text(tok, id, !stream->started, NULL);
   if (stream->held > 0) {
     memmove(stream->buf, stream->buf + stream->held_at, stream->held);
   }
@@ -152,9 +213,16 @@ fdy_status fdy_token_stream_push(fdy_token_stream *stream, int32_t id,
     stream->buf = buf;
     stream->cap = total;
   }
-  memcpy(stream->buf + stream->held, bytes, n);
+  if (n > 0) {
+    char *added = stream->buf + stream->held;
+    id_text(tok, id, !stream->started, added);
+    size_t cut = strip_leading(tok, added, n, &stream->strip_left);
+    memmove(added, added + cut, n - cut);
+    total -= cut;
+  }
+  stream->started = true;
   size_t keep = incomplete_tail((const unsigned char *)stream->buf, total);
-  *text = stream->buf;
+  *text = stream->buf ? stream->buf : "";
   *len = total - keep;
   stream->held_at = total - keep;
   stream->held = keep;
@@ -167,4 +235,6 @@ void fdy_token_stream_finish(fdy_token_stream *stream, const char **text,
   *len = stream->held;
   stream->held_at = 0;
   stream->held = 0;
+  stream->started = false;
+  stream->strip_left = stream->tok->strip_count;
 }

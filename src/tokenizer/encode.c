@@ -1,8 +1,11 @@
-/* Encoding: special tokens (on request), the pre-tokenizer regex (PCRE2,
- * UTF-8 + UCP, JIT when available, invalid UTF-8 skipped and emitted as
- * single-byte tokens), and byte-pair merging by rank as tiktoken does it:
- * repeatedly merge the adjacent pair whose concatenation has the lowest
- * rank, the leftmost on ties. Short pieces use tiktoken's array scan;
+/* Encoding: added and special tokens (special ones on request), the
+ * normalizer, Metaspace, the pre-tokenizer regexes (PCRE2, UTF-8 + UCP, JIT
+ * when available, invalid UTF-8 skipped and emitted as single-byte tokens),
+ * and byte-pair merging by rank: repeatedly merge the adjacent pair of the
+ * lowest rank (tiktoken: of their concatenation; Hugging Face: of the
+ * pair), the leftmost on ties. A piece starts as bytes (byte-level BPE) or
+ * characters (SentencePiece-style, with byte fallback or an unknown token
+ * for those that are no token). Short pieces use tiktoken's array scan;
  * long ones (a 1 MB run of letters is one piece) a heap, so that encoding
  * stays O(n log n). Both give the same merges. */
 #include <stdio.h>
@@ -64,27 +67,77 @@ static inline uint32_t rank_at(const fdy_tokenizer *tok, const char *piece,
   return pair_rank(tok, piece, p[i].start, p[i + 2].start, id);
 }
 
-static fdy_status merge_short(fdy_tokenizer *tok, const char *piece, uint32_t n,
-                              fdy_tokens *out, fdy_error *err) {
-  tok_scratch *s = &tok->scratch;
+/* The length of the unit at p: its UTF-8 character, or 1 invalid byte. */
+static uint32_t char_at(const char *p, uint32_t n) {
+  size_t k = fdy_utf8_char_length(p, n);
+  return k > 0 ? (uint32_t)k : 1;
+}
+
+/* The initial parts of a piece of n bytes into p (room for n), in order;
+ * returns their count. A byte-level BPE takes each byte's token. A
+ * SentencePiece-style one (char_units) each character's token, else its
+ * bytes' <0xNN> tokens (byte_fallback), else unk (one for a run of unknown
+ * characters when fuse_unk), as Hugging Face's BPE does. A unit without
+ * any of these is left out. */
+static uint32_t first_parts(const fdy_tokenizer *tok, const char *piece,
+                            uint32_t n, part *p) {
+  uint32_t count = 0;
+  if (!tok->char_units) {
+    for (uint32_t i = 0; i < n; i++) {
+      int32_t id = tok->byte_ids[(unsigned char)piece[i]];
+      if (id >= 0) {
+        p[count++] = (part){i, TOK_NO_RANK, -1, id};
+      }
+    }
+    return count;
+  }
+  for (uint32_t at = 0; at < n;) {
+    uint32_t k = char_at(piece + at, n - at);
+    int32_t id = tok_lookup(tok, piece + at, k);
+    uint32_t start = at;
+    if (id < 0 && tok->byte_fallback) {
+      for (uint32_t end = at + k; at < end; at++) {
+        p[count++] = (part){at, TOK_NO_RANK, -1,
+                            tok->byte_ids[(unsigned char)piece[at]]};
+      }
+      continue;
+    }
+    at += k;
+    while (id < 0 && tok->fuse_unk && at < n) {
+      k = char_at(piece + at, n - at);
+      if (tok_lookup(tok, piece + at, k) >= 0) {
+        break;
+      }
+      at += k;
+    }
+    id = id >= 0 ? id : tok->unk;
+    if (id >= 0) {
+      p[count++] = (part){start, TOK_NO_RANK, -1, id};
+    }
+  }
+  return count;
+}
+
+/* The scratch part array with room for n + 1 parts, or NULL. */
+static part *parts_for(tok_scratch *s, uint32_t n) {
   if (s->parts_cap < (size_t)n + 1) {
     part *parts = realloc(s->parts, ((size_t)n + 1) * sizeof *parts);
     if (!parts) {
-      return out_of_memory(err);
+      return NULL;
     }
     s->parts = parts;
     s->parts_cap = (size_t)n + 1;
   }
-  part *p = s->parts;
-  /* a byte without a token is left out, as Hugging Face does (only
-   * possible with pair merges: tiktoken files have all 256) */
-  uint32_t count = 0;
-  for (uint32_t i = 0; i < n; i++) {
-    int32_t id = tok->byte_ids[(unsigned char)piece[i]];
-    if (id >= 0) {
-      p[count++] = (part){i, TOK_NO_RANK, -1, id};
-    }
+  return s->parts;
+}
+
+static fdy_status merge_short(fdy_tokenizer *tok, const char *piece, uint32_t n,
+                              fdy_tokens *out, fdy_error *err) {
+  part *p = parts_for(&tok->scratch, n);
+  if (!p) {
+    return out_of_memory(err);
   }
+  uint32_t count = first_parts(tok, piece, n, p);
   p[count++] = (part){n, TOK_NO_RANK, -1, -1};
   for (uint32_t i = 0; i + 2 < count; i++) {
     p[i].rank = rank_at(tok, piece, p, i, &p[i].pair_id);
@@ -201,13 +254,15 @@ static fdy_status merge_long(fdy_tokenizer *tok, const char *piece, uint32_t n,
   int32_t *ids = s->ids;
   candidate *heap = s->heap;
   size_t size = 0;
-  /* a byte without a token is left out (pair merges only) */
-  uint32_t first = n, last = n;
-  for (uint32_t i = 0; i < n; i++) {
-    ids[i] = tok->byte_ids[(unsigned char)piece[i]];
-    if (ids[i] < 0) {
-      continue;
-    }
+  part *p = parts_for(s, n);
+  if (!p) {
+    return out_of_memory(err);
+  }
+  /* ids[i] is read only where a part starts */
+  uint32_t first = n, last = n, i = 0, count = first_parts(tok, piece, n, p);
+  for (uint32_t k = 0; k < count; k++) {
+    i = p[k].start;
+    ids[i] = p[k].id;
     if (last < n) {
       next[last] = i;
     } else {
@@ -219,7 +274,7 @@ static fdy_status merge_long(fdy_tokenizer *tok, const char *piece, uint32_t n,
   if (last < n) {
     next[last] = n;
   }
-  for (uint32_t i = first; i < n && next[i] < n; i = next[i]) {
+  for (i = first; i < n && next[i] < n; i = next[i]) {
     push_pair(tok, piece, ids, heap, &size, i, next[i], next[next[i]]);
   }
   while (size > 0) {
@@ -242,7 +297,7 @@ static fdy_status merge_long(fdy_tokenizer *tok, const char *piece, uint32_t n,
       push_pair(tok, piece, ids, heap, &size, left, c.end, next[c.end]);
     }
   }
-  for (uint32_t i = first; i < n; i = next[i]) {
+  for (i = first; i < n; i = next[i]) {
     fdy_status status = fdy_tokens_push(out, ids[i], err);
     if (status != FDY_OK) {
       return status;
@@ -251,16 +306,17 @@ static fdy_status merge_long(fdy_tokenizer *tok, const char *piece, uint32_t n,
   return FDY_OK;
 }
 
+/* A byte that is not valid UTF-8: its single-byte or <0xNN> token, else
+ * the unknown token, else nothing. */
 static fdy_status push_byte(const fdy_tokenizer *tok, unsigned char c,
                             fdy_tokens *out, fdy_error *err) {
-  int32_t id = tok->byte_ids[c];
-  /* a byte without a token (pair merges only) is left out */
+  int32_t id = tok->byte_ids[c] >= 0 ? tok->byte_ids[c] : tok->unk;
   return id < 0 ? FDY_OK : fdy_tokens_push(out, id, err);
 }
 
 static fdy_status encode_piece(fdy_tokenizer *tok, const char *piece,
                                uint32_t n, fdy_tokens *out, fdy_error *err) {
-  if (n == 1) {
+  if (n == 1 && !tok->char_units) {
     return push_byte(tok, (unsigned char)piece[0], out, err);
   }
   if (tok->ignore_merges) {
@@ -436,18 +492,33 @@ static bool word_char(fdy_tokenizer *tok, const char *text, size_t at,
 }
 
 static fdy_status after_added(fdy_tokenizer *tok, int level, const char *text,
-                              size_t len, bool special, fdy_tokens *out,
-                              fdy_error *err);
+                              size_t len, bool special, bool first,
+                              fdy_tokens *out, fdy_error *err);
+
+/* The added token of this level spelled by these bytes (one was matched). */
+static int32_t added_at(const fdy_tokenizer *tok, int level, const char *bytes,
+                        size_t len) {
+  for (uint32_t i = 0; i < tok->added_count; i++) {
+    const tok_added *a = &tok->added[i];
+    bool norm = (tok->tokens[a->id].added & TOK_NORMALIZED) != 0;
+    if (norm == (level == 1) && a->match.len == len &&
+        memcmp(tok->arena + a->match.offset, bytes, len) == 0) {
+      return (int32_t)a->id;
+    }
+  }
+  return -1;
+}
 
 /* Text split at the added tokens of one kind (level 0: those matched in the
  * text as it is; 1: those matched in the normalized text), with Hugging
- * Face's lstrip, rstrip and single_word; special ones only when special. */
+ * Face's lstrip, rstrip and single_word; special ones only when special.
+ * first: the text starts the text being encoded. */
 static fdy_status split_added(fdy_tokenizer *tok, int level, const char *text,
-                              size_t len, bool special, fdy_tokens *out,
-                              fdy_error *err) {
+                              size_t len, bool special, bool first,
+                              fdy_tokens *out, fdy_error *err) {
   const pcre2_code *re = level == 0 ? tok->added_raw : tok->added_norm;
   if (!re || (!special && !tok->plain_added)) {
-    return after_added(tok, level, text, len, special, out, err);
+    return after_added(tok, level, text, len, special, first, out, err);
   }
   PCRE2_SIZE *ovector = pcre2_get_ovector_pointer(tok->match);
   size_t from = 0, done = 0;
@@ -463,7 +534,7 @@ static fdy_status split_added(fdy_tokenizer *tok, int level, const char *text,
     }
     size_t start = ovector[0], end = ovector[1];
     from = end;
-    int32_t id = tok_added_lookup(tok, text + start, end - start, false);
+    int32_t id = added_at(tok, level, text + start, end - start);
     const tok_entry *e = &tok->tokens[id];
     if (e->special && !special) {
       continue; /* text, as Hugging Face's encode_special_tokens */
@@ -489,8 +560,8 @@ static fdy_status split_added(fdy_tokenizer *tok, int level, const char *text,
       }
     }
     if (start > done) {
-      status =
-          after_added(tok, level, text + done, start - done, special, out, err);
+      status = after_added(tok, level, text + done, start - done, special,
+                           first && done == 0, out, err);
     }
     if (status == FDY_OK) {
       status = fdy_tokens_push(out, id, err);
@@ -499,26 +570,35 @@ static fdy_status split_added(fdy_tokenizer *tok, int level, const char *text,
     from = end > from ? end : from;
   }
   if (status == FDY_OK && done < len) {
-    status =
-        after_added(tok, level, text + done, len - done, special, out, err);
+    status = after_added(tok, level, text + done, len - done, special,
+                         first && done == 0, out, err);
   }
   return status;
 }
 
+/* A stretch between added tokens: after level 0, normalized and split at
+ * the normalized added tokens; after level 1, Metaspace and the
+ * pre-tokenizer steps. */
 static fdy_status after_added(fdy_tokenizer *tok, int level, const char *text,
-                              size_t len, bool special, fdy_tokens *out,
-                              fdy_error *err) {
-  if (level == 1) {
-    return pre_tokenize(tok, 0, text, len, false, out, err);
+                              size_t len, bool special, bool first,
+                              fdy_tokens *out, fdy_error *err) {
+  if (len == 0) {
+    return FDY_OK;
   }
-  if (!tok->nfc) {
-    return split_added(tok, 1, text, len, special, out, err);
+  if (level == 0 && tok->norm_count == 0) {
+    return split_added(tok, 1, text, len, special, first, out, err);
+  }
+  if (level == 1 && tok->meta.len == 0) {
+    return pre_tokenize(tok, 0, text, len, false, out, err);
   }
   char *norm = NULL;
   size_t n = 0;
-  fdy_status status = tok_nfc(text, len, &norm, &n, err);
+  fdy_status status =
+      level == 0 ? tok_normalize(tok, text, len, &norm, &n, err)
+                 : tok_metaspace(tok, text, len, first, &norm, &n, err);
   if (status == FDY_OK) {
-    status = split_added(tok, 1, norm, n, special, out, err);
+    status = level == 0 ? split_added(tok, 1, norm, n, special, first, out, err)
+                        : pre_tokenize(tok, 0, norm, n, false, out, err);
   }
   free(norm);
   return status;
@@ -537,6 +617,6 @@ fdy_status fdy_tokenizer_encode(fdy_tokenizer *tok, const char *text,
                          "at once",
                          len);
   }
-  return split_added(tok, 0, text, len, (flags & FDY_ENCODE_SPECIAL) != 0, out,
-                     err);
+  return split_added(tok, 0, text, len, (flags & FDY_ENCODE_SPECIAL) != 0, true,
+                     out, err);
 }

@@ -1,9 +1,16 @@
 /* Hugging Face tokenizer files as MLX checkpoints ship them:
- * tokenizer.json (a ByteLevel BPE: model.vocab and model.merges in the
- * GPT-2 byte-to-character alphabet, added_tokens, a Split-regex +
- * ByteLevel pre-tokenizer, a ByteLevel decoder) and tokenizer_config.json
- * (bos_token, eos_token, added_tokens_decoder, chat_template). Strict:
- * every field read is checked, and errors name the file and the entry. */
+ * tokenizer.json, a BPE of one of two kinds, and tokenizer_config.json
+ * (bos_token, eos_token, added_tokens_decoder, chat_template).
+ * - Byte-level (Llama 3, GPT-2, Qwen): model.vocab and model.merges in the
+ *   GPT-2 byte-to-character alphabet, Split/Digits + ByteLevel
+ *   pre-tokenizers, the ByteLevel decoder.
+ * - SentencePiece-style (Llama 2, Mistral, TinyLlama): a vocabulary in
+ *   UTF-8 with "\u2581" for spaces; the Prepend + Replace normalizer or the
+ *   Metaspace pre-tokenizer; byte_fallback to <0xNN> tokens, unk_token;
+ *   the Replace/ByteFallback/Fuse/Strip or Metaspace decoders.
+ * Both take added_tokens, ignore_merges and NFC. Strict: every field read
+ * is checked, anything else is refused, and errors name the file and the
+ * entry. */
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -46,64 +53,6 @@ static fdy_error *err_of(const hf_file *f) {
   "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|"         \
   "\\s+(?!\\S)|\\s+"
 
-static fdy_status check_normalizer(const hf_file *f, json_t *root, bool *nfc) {
-  json_t *n = json_object_get(root, "normalizer");
-  *nfc = false;
-  if (!n || json_is_null(n)) {
-    return FDY_OK;
-  }
-  json_t *type = json_object_get(n, "type");
-  json_t *list = json_object_get(n, "normalizers");
-  const char *t = json_string_value(type);
-  bool ok = t && strcmp(t, "NFC") == 0;
-  if (t && strcmp(t, "Sequence") == 0 && json_is_array(list)) {
-    ok = json_array_size(list) <= 1;
-    json_t *only = json_array_get(list, 0);
-    const char *t1 = json_string_value(json_object_get(only, "type"));
-    if (json_array_size(list) == 1 && !(t1 && strcmp(t1, "NFC") == 0)) {
-      ok = false;
-    }
-    if (json_array_size(list) == 0) {
-      return FDY_OK;
-    }
-  }
-  if (!ok) {
-    char *shown = json_dumps(n, JSON_ENCODE_ANY | JSON_COMPACT);
-    fdy_status s = entry_error(f, FDY_ERR_UNSUPPORTED, "normalizer",
-                               "is %.64s; Foundry supports null and NFC",
-                               shown ? shown : "unprintable");
-    free(shown);
-    return s;
-  }
-  if (!tok_nfc_available()) {
-    return entry_error(f, FDY_ERR_UNSUPPORTED, "normalizer",
-                       "is NFC, which needs ICU; this build of Foundry lacks "
-                       "it (install libicu-dev and rebuild)");
-  }
-  *nfc = true;
-  return FDY_OK;
-}
-
-static fdy_status check_decoder(const hf_file *f, json_t *root) {
-  json_t *d = json_object_get(root, "decoder");
-  if (!d || json_is_null(d)) {
-    return entry_error(f, FDY_ERR_SCHEMA, "decoder",
-                       "is %s; a byte-level BPE needs the ByteLevel decoder",
-                       d ? "null" : "missing");
-  }
-  const char *t = json_string_value(json_object_get(d, "type"));
-  json_t *list = json_object_get(d, "decoders");
-  if (t && strcmp(t, "Sequence") == 0 && json_array_size(list) == 1) {
-    t = json_string_value(json_object_get(json_array_get(list, 0), "type"));
-  }
-  if (!t || strcmp(t, "ByteLevel") != 0) {
-    return entry_error(f, FDY_ERR_UNSUPPORTED, "decoder",
-                       "is '%s'; Foundry supports only ByteLevel",
-                       t ? t : "not an object with a type");
-  }
-  return FDY_OK;
-}
-
 /* A literal as a PCRE2 pattern: ASCII punctuation escaped as \x{..}. */
 static char *literal_pattern(const char *s, size_t len) {
   char *p = malloc(len * 6 + 1);
@@ -137,6 +86,385 @@ static fdy_status bool_field(const hf_file *f, json_t *obj, const char *key,
   }
   *out = json_is_true(v);
   return FDY_OK;
+}
+
+/* A string of at most TOK_MAX_LITERAL bytes (non-empty when nonempty). */
+static fdy_status literal_field(const hf_file *f, json_t *v, const char *entry,
+                                bool nonempty, tok_literal *lit) {
+  if (!json_is_string(v) || (nonempty && json_string_length(v) == 0)) {
+    return entry_error(f, FDY_ERR_SCHEMA, entry, "must be a %sstring",
+                       nonempty ? "non-empty " : "");
+  }
+  size_t len = json_string_length(v);
+  if (len > TOK_MAX_LITERAL) {
+    return entry_error(f, FDY_ERR_UNSUPPORTED, entry,
+                       "'%.64s' has %zu bytes; Foundry takes at most %d",
+                       json_string_value(v), len, TOK_MAX_LITERAL);
+  }
+  memcpy(lit->bytes, json_string_value(v), len);
+  lit->len = (uint8_t)len;
+  return FDY_OK;
+}
+
+/* Replace's {"pattern": {"String": from}, "content": to} (a normalizer or
+ * a decoder); a Regex pattern is not supported. */
+static fdy_status replace_fields(const hf_file *f, json_t *obj,
+                                 const char *entry, tok_literal *from,
+                                 tok_literal *to) {
+  char name[FDY_ERROR_NAME_MAX];
+  json_t *pattern = json_object_get(obj, "pattern");
+  snprintf(name, sizeof name, "%s.pattern", entry);
+  if (json_object_get(pattern, "Regex")) {
+    return entry_error(f, FDY_ERR_UNSUPPORTED, name,
+                       "is a Regex; Foundry supports a String pattern");
+  }
+  fdy_status s =
+      literal_field(f, json_object_get(pattern, "String"), name, true, from);
+  snprintf(name, sizeof name, "%s.content", entry);
+  return s != FDY_OK ? s
+                     : literal_field(f, json_object_get(obj, "content"), name,
+                                     false, to);
+}
+
+/* One normalizer (entry names it) appended to norms. */
+static fdy_status add_normalizer(const hf_file *f, json_t *n, const char *entry,
+                                 tok_norm *norms, uint32_t *count) {
+  const char *t = json_string_value(json_object_get(n, "type"));
+  if (!t) {
+    return entry_error(f, FDY_ERR_SCHEMA, entry,
+                       "must be an object with a string type");
+  }
+  if (*count == TOK_MAX_NORMS) {
+    return entry_error(f, FDY_ERR_UNSUPPORTED, entry,
+                       "is one normalizer too many (Foundry takes %d)",
+                       TOK_MAX_NORMS);
+  }
+  tok_norm *step = &norms[*count];
+  *step = (tok_norm){0};
+  char name[FDY_ERROR_NAME_MAX];
+  fdy_status s = FDY_OK;
+  if (strcmp(t, "NFC") == 0) {
+    step->kind = TOK_NORM_NFC;
+    if (!tok_nfc_available()) {
+      return entry_error(f, FDY_ERR_UNSUPPORTED, entry,
+                         "is NFC, which needs ICU; this build of Foundry "
+                         "lacks it (install libicu-dev and rebuild)");
+    }
+  } else if (strcmp(t, "Prepend") == 0) {
+    step->kind = TOK_NORM_PREPEND;
+    snprintf(name, sizeof name, "%s.prepend", entry);
+    s = literal_field(f, json_object_get(n, "prepend"), name, false, &step->to);
+  } else if (strcmp(t, "Replace") == 0) {
+    step->kind = TOK_NORM_REPLACE;
+    s = replace_fields(f, n, entry, &step->from, &step->to);
+  } else {
+    return entry_error(f, FDY_ERR_UNSUPPORTED, entry,
+                       "is '%s'; Foundry supports NFC, Prepend, Replace and "
+                       "a Sequence of them",
+                       t);
+  }
+  *count += s == FDY_OK;
+  return s;
+}
+
+/* The normalizer: none, one of add_normalizer's, or a Sequence of them. */
+static fdy_status read_normalizer(const hf_file *f, json_t *root,
+                                  tok_norm *norms, uint32_t *count) {
+  json_t *n = json_object_get(root, "normalizer");
+  *count = 0;
+  if (!n || json_is_null(n)) {
+    return FDY_OK;
+  }
+  const char *t = json_string_value(json_object_get(n, "type"));
+  if (!t || strcmp(t, "Sequence") != 0) {
+    return add_normalizer(f, n, "normalizer", norms, count);
+  }
+  json_t *list = json_object_get(n, "normalizers");
+  if (!json_is_array(list)) {
+    return entry_error(f, FDY_ERR_SCHEMA, "normalizer.normalizers",
+                       "must be an array");
+  }
+  size_t i;
+  json_t *item;
+  json_array_foreach(list, i, item) {
+    char entry[64];
+    snprintf(entry, sizeof entry, "normalizer.normalizers[%zu]", i);
+    fdy_status s = add_normalizer(f, item, entry, norms, count);
+    if (s != FDY_OK) {
+      return s;
+    }
+  }
+  return FDY_OK;
+}
+
+/* Metaspace's fields (the pre-tokenizer's and the decoder's):
+ * replacement (one character), prepend_scheme (always, the default;
+ * first; never), the older add_prefix_space (false only with never, as
+ * Hugging Face checks) and split (default true). */
+static fdy_status metaspace_fields(const hf_file *f, json_t *m,
+                                   const char *entry, tok_literal *meta,
+                                   tok_prepend *prepend, bool *split) {
+  char name[FDY_ERROR_NAME_MAX];
+  snprintf(name, sizeof name, "%s.replacement", entry);
+  json_t *r = json_object_get(m, "replacement");
+  size_t len = json_string_length(r);
+  if (!json_is_string(r) || len == 0 ||
+      fdy_utf8_char_length(json_string_value(r), len) != len) {
+    return entry_error(f, FDY_ERR_SCHEMA, name, "must be one character");
+  }
+  memcpy(meta->bytes, json_string_value(r), len);
+  meta->len = (uint8_t)len;
+  static const char *const schemes[] = {"never", "first", "always"};
+  json_t *scheme = json_object_get(m, "prepend_scheme");
+  *prepend = TOK_PREPEND_ALWAYS;
+  if (scheme && !json_is_null(scheme)) {
+    const char *v = json_string_value(scheme);
+    int k = 0;
+    while (k < 3 && !(v && strcmp(v, schemes[k]) == 0)) {
+      k++;
+    }
+    if (k == 3) {
+      snprintf(name, sizeof name, "%s.prepend_scheme", entry);
+      return entry_error(f, FDY_ERR_SCHEMA, name,
+                         "must be \"always\", \"first\" or \"never\"");
+    }
+    *prepend = (tok_prepend)k;
+  }
+  bool add_prefix_space = true;
+  fdy_status s =
+      bool_field(f, m, "add_prefix_space", entry, true, &add_prefix_space);
+  if (s == FDY_OK && !add_prefix_space && *prepend != TOK_PREPEND_NEVER) {
+    snprintf(name, sizeof name, "%s.add_prefix_space", entry);
+    return entry_error(f, FDY_ERR_SCHEMA, name,
+                       "is false, which needs prepend_scheme \"never\"");
+  }
+  return s != FDY_OK ? s : bool_field(f, m, "split", entry, true, split);
+}
+
+/* The Metaspace pre-tokenizer: tok->meta and its prepend scheme, and when
+ * it splits, a step that cuts before each replacement character (Hugging
+ * Face's MergedWithNext): "a\u2581\u2581b" is "a", "\u2581", "\u2581b". */
+static fdy_status read_metaspace(const hf_file *f, fdy_tokenizer *tok,
+                                 json_t *m, const char *entry) {
+  bool split = true;
+  fdy_status s =
+      metaspace_fields(f, m, entry, &tok->meta, &tok->meta_prepend, &split);
+  if (s != FDY_OK || !split) {
+    return s;
+  }
+  char *lit = literal_pattern(tok->meta.bytes, tok->meta.len);
+  if (!lit) {
+    return fdy_error_set(err_of(f), FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  char pattern[128];
+  snprintf(pattern, sizeof pattern, "%s[^%s]*|[^%s]+", lit, lit, lit);
+  free(lit);
+  tok_step step = {0};
+  snprintf(step.field, sizeof step.field, "%s", entry);
+  return tok_add_step(tok, pattern, PCRE2_ZERO_TERMINATED, &step, err_of(f));
+}
+
+/* The decoder of a SentencePiece-style BPE, as it acts on each token
+ * (tok->drop_first and tok->strip hold the rest). */
+typedef struct hf_decoder {
+  tok_literal from, to; /* Replace (Metaspace: the replacement by " ") */
+  bool byte_fallback;   /* ByteFallback: <0xNN> is the byte NN */
+} hf_decoder;
+
+/* Strip after Fuse: up to start leading content bytes of the text go. */
+static fdy_status read_strip(const hf_file *f, fdy_tokenizer *tok, json_t *d,
+                             const char *entry) {
+  char name[FDY_ERROR_NAME_MAX];
+  json_t *content = json_object_get(d, "content");
+  json_t *start = json_object_get(d, "start");
+  json_t *stop = json_object_get(d, "stop");
+  snprintf(name, sizeof name, "%s.content", entry);
+  if (!json_is_string(content) || json_string_length(content) != 1 ||
+      (unsigned char)json_string_value(content)[0] >= 0x80) {
+    return entry_error(f, FDY_ERR_UNSUPPORTED, name,
+                       "must be one ASCII character");
+  }
+  snprintf(name, sizeof name, "%s.start", entry);
+  if (!json_is_integer(start) || json_integer_value(start) < 0 ||
+      json_integer_value(start) > UINT32_MAX) {
+    return entry_error(f, FDY_ERR_SCHEMA, name, "must be a count");
+  }
+  snprintf(name, sizeof name, "%s.stop", entry);
+  if (!json_is_integer(stop) || json_integer_value(stop) != 0) {
+    return entry_error(f, FDY_ERR_UNSUPPORTED, name,
+                       "must be 0; Foundry strips only the start");
+  }
+  tok->strip = json_string_value(content)[0];
+  tok->strip_count = (uint32_t)json_integer_value(start);
+  return FDY_OK;
+}
+
+/* The decoder. A byte-level BPE: ByteLevel (or a Sequence of it). A
+ * SentencePiece-style one: Metaspace, or Replace, ByteFallback, Fuse and
+ * Strip, each at most once and in that order (a Sequence, or one alone),
+ * Strip only after Fuse. */
+static fdy_status read_decoder(const hf_file *f, fdy_tokenizer *tok,
+                               json_t *root, hf_decoder *dec) {
+  json_t *d = json_object_get(root, "decoder");
+  if (!d || json_is_null(d)) {
+    return entry_error(f, FDY_ERR_SCHEMA, "decoder",
+                       "is %s; the tokenizer needs a decoder",
+                       d ? "null" : "missing");
+  }
+  const char *t = json_string_value(json_object_get(d, "type"));
+  json_t *list = json_object_get(d, "decoders");
+  const char *entry = "decoder";
+  bool sequence = t && strcmp(t, "Sequence") == 0;
+  if (sequence && !json_is_array(list)) {
+    return entry_error(f, FDY_ERR_SCHEMA, "decoder.decoders",
+                       "must be an array");
+  }
+  if (sequence && json_array_size(list) == 1) {
+    d = json_array_get(list, 0);
+    t = json_string_value(json_object_get(d, "type"));
+    entry = "decoder.decoders[0]";
+    sequence = false;
+  }
+  if (!t) {
+    return entry_error(f, FDY_ERR_SCHEMA, entry,
+                       "must be an object with a string type");
+  }
+  bool byte_level = strcmp(t, "ByteLevel") == 0;
+  if (!tok->char_units) {
+    return byte_level ? FDY_OK
+                      : entry_error(f, FDY_ERR_UNSUPPORTED, entry,
+                                    "is '%s'; a byte-level BPE needs "
+                                    "ByteLevel",
+                                    t);
+  }
+  if (byte_level) {
+    return entry_error(f, FDY_ERR_UNSUPPORTED, entry,
+                       "is 'ByteLevel', but the pre-tokenizer has no "
+                       "ByteLevel");
+  }
+  if (strcmp(t, "Metaspace") == 0) {
+    tok_prepend prepend = TOK_PREPEND_ALWAYS;
+    bool split = true;
+    fdy_status s = metaspace_fields(f, d, entry, &dec->from, &prepend, &split);
+    dec->to = (tok_literal){" ", 1};
+    if (prepend != TOK_PREPEND_NEVER) {
+      tok->drop_first = dec->from;
+    }
+    return s;
+  }
+  static const char *const order[] = {"Replace", "ByteFallback", "Fuse",
+                                      "Strip"};
+  size_t stage = 0, count = sequence ? json_array_size(list) : 1;
+  for (size_t i = 0; i < count; i++) {
+    char name[64];
+    if (sequence) {
+      d = json_array_get(list, i);
+      t = json_string_value(json_object_get(d, "type"));
+      snprintf(name, sizeof name, "decoder.decoders[%zu]", i);
+      entry = name;
+    }
+    size_t k = stage;
+    while (k < 4 && !(t && strcmp(t, order[k]) == 0)) {
+      k++;
+    }
+    if (k == 4 || (k == 3 && stage < 3)) {
+      return entry_error(
+          f, FDY_ERR_UNSUPPORTED, entry,
+          "is '%s'; Foundry supports Replace, ByteFallback, Fuse and Strip, "
+          "each once and in that order (Strip after Fuse), or Metaspace",
+          t ? t : "not an object with a type");
+    }
+    fdy_status s = FDY_OK;
+    if (k == 0) {
+      s = replace_fields(f, d, entry, &dec->from, &dec->to);
+    } else if (k == 1) {
+      dec->byte_fallback = true;
+    } else if (k == 3) {
+      s = read_strip(f, tok, d, entry);
+    }
+    if (s != FDY_OK) {
+      return s;
+    }
+    stage = k + 1;
+  }
+  return FDY_OK;
+}
+
+/* The byte of a <0xNN> token (two hex digits), or -1. */
+static int byte_token(const char *s, size_t n) {
+  if (n != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>') {
+    return -1;
+  }
+  int v = 0;
+  for (int i = 3; i < 5; i++) {
+    char c = s[i];
+    int d = c >= '0' && c <= '9'   ? c - '0'
+            : c >= 'a' && c <= 'f' ? c - 'a' + 10
+            : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                   : -1;
+    if (d < 0) {
+      return -1;
+    }
+    v = v * 16 + d;
+  }
+  return v;
+}
+
+/* tok->decoded[id]: what the decoder gives for the token spelled by the
+ * bytes at base. */
+static fdy_status decoded_text(const hf_file *f, fdy_tokenizer *tok,
+                               const hf_decoder *dec, uint32_t id,
+                               tok_span base) {
+  char *text = NULL;
+  size_t n = 0;
+  fdy_status s = tok_rewrite(tok->arena + base.offset, base.len, &dec->from,
+                             &dec->to, NULL, &text, &n, f->err);
+  if (s != FDY_OK) {
+    return s;
+  }
+  int byte = dec->byte_fallback ? byte_token(text, n) : -1;
+  if (byte >= 0) {
+    text[0] = (char)byte;
+    n = 1;
+  }
+  tok_define_result r = TOK_DEFINED;
+  tok->decoded[id] = base;
+  if (n != base.len || memcmp(text, tok->arena + base.offset, n) != 0) {
+    r = tok_arena_append(tok, text, n, &tok->decoded[id]);
+  }
+  free(text);
+  if (r == TOK_NO_MEMORY) {
+    return fdy_error_set(f->err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  return r == TOK_DEFINED ? FDY_OK
+                          : entry_error(f, FDY_ERR_UNSUPPORTED, "decoder",
+                                        "does not fit: the tokens pass 4 GiB");
+}
+
+/* tok->decoded of a SentencePiece-style BPE (after tok_finish): each id's
+ * token through the decoder, a normalized added token's as the
+ * normalizer writes it (Hugging Face decodes Llama 2's <x> as " <x>"). */
+static fdy_status decoded_texts(const hf_file *f, fdy_tokenizer *tok,
+                                const hf_decoder *dec) {
+  if (!tok->char_units) {
+    return FDY_OK;
+  }
+  tok->decoded = malloc((size_t)tok->count * sizeof *tok->decoded);
+  if (!tok->decoded) {
+    return fdy_error_set(f->err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  fdy_status s = FDY_OK;
+  for (uint32_t id = 0; s == FDY_OK && id < tok->count; id++) {
+    const tok_entry *e = &tok->tokens[id];
+    s = decoded_text(f, tok, dec, id, (tok_span){e->offset, e->len});
+  }
+  for (uint32_t i = 0; s == FDY_OK && i < tok->added_count; i++) {
+    const tok_added *a = &tok->added[i];
+    if (tok->tokens[a->id].added & TOK_NORMALIZED) {
+      s = decoded_text(f, tok, dec, a->id, a->match);
+    }
+  }
+  return s;
 }
 
 /* One pre-tokenizer (entry names it) as steps of tok. *byte_level is set
@@ -182,7 +510,7 @@ static fdy_status add_pre_tokenizer(const hf_file *f, fdy_tokenizer *tok,
   if (strcmp(type, "Split") != 0) {
     return entry_error(f, FDY_ERR_UNSUPPORTED, entry,
                        "is '%s'; Foundry supports Split, ByteLevel and "
-                       "Digits pre-tokenizers",
+                       "Digits pre-tokenizers, or Metaspace alone",
                        type);
   }
   json_t *pattern = json_object_get(p, "pattern");
@@ -227,27 +555,43 @@ static fdy_status add_pre_tokenizer(const hf_file *f, fdy_tokenizer *tok,
   return s;
 }
 
-/* The pre-tokenizer: one of Split, ByteLevel, Digits, or a Sequence of
- * them, with exactly one ByteLevel, last. */
+/* The pre-tokenizer. A byte-level BPE: one of Split, ByteLevel, Digits, or
+ * a Sequence of them with exactly one ByteLevel, last. A
+ * SentencePiece-style BPE (tok->char_units): none, or Metaspace (alone or
+ * the one entry of a Sequence). */
 static fdy_status read_pre_tokenizer(const hf_file *f, fdy_tokenizer *tok,
                                      json_t *root) {
   json_t *pre = json_object_get(root, "pre_tokenizer");
   const char *type = json_string_value(json_object_get(pre, "type"));
   json_t *list = json_object_get(pre, "pretokenizers");
   bool byte_level = false;
+  tok->char_units = true;
+  if (!pre || json_is_null(pre)) {
+    return FDY_OK;
+  }
   if (!type) {
-    return entry_error(f, FDY_ERR_UNSUPPORTED, "pre_tokenizer",
-                       "must be ByteLevel, or a Sequence ending in ByteLevel "
-                       "(a byte-level BPE)");
+    return entry_error(f, FDY_ERR_SCHEMA, "pre_tokenizer",
+                       "must be an object with a string type");
+  }
+  json_t *first = json_array_get(list, 0);
+  const char *first_type = json_string_value(json_object_get(first, "type"));
+  if (strcmp(type, "Metaspace") == 0) {
+    return read_metaspace(f, tok, pre, "pre_tokenizer");
+  }
+  if (strcmp(type, "Sequence") == 0 && json_array_size(list) == 1 &&
+      first_type && strcmp(first_type, "Metaspace") == 0) {
+    return read_metaspace(f, tok, first, "pre_tokenizer.pretokenizers[0]");
   }
   if (strcmp(type, "Sequence") != 0) {
     fdy_status s = add_pre_tokenizer(f, tok, pre, "pre_tokenizer", &byte_level);
     if (s == FDY_OK && !byte_level) {
       s = entry_error(f, FDY_ERR_UNSUPPORTED, "pre_tokenizer",
                       "is '%s' without ByteLevel; Foundry reads byte-level "
-                      "BPE tokenizers",
+                      "BPEs and SentencePiece-style ones (Metaspace or no "
+                      "pre-tokenizer)",
                       type);
     }
+    tok->char_units = false;
     return s;
   }
   if (!json_is_array(list)) {
@@ -270,9 +614,11 @@ static fdy_status read_pre_tokenizer(const hf_file *f, fdy_tokenizer *tok,
   }
   if (!byte_level) {
     return entry_error(f, FDY_ERR_UNSUPPORTED, "pre_tokenizer",
-                       "has no ByteLevel; Foundry reads byte-level BPE "
-                       "tokenizers");
+                       "has no ByteLevel; Foundry reads byte-level BPEs "
+                       "(ByteLevel last) and SentencePiece-style ones "
+                       "(Metaspace or no pre-tokenizer)");
   }
+  tok->char_units = false;
   return FDY_OK;
 }
 
@@ -380,8 +726,13 @@ static fdy_status expect_value(const hf_file *f, json_t *obj, const char *key,
   return s;
 }
 
-static fdy_status check_model(const hf_file *f, json_t *model,
-                              bool *ignore_merges) {
+/* The model's settings besides its vocabulary and merges. */
+typedef struct hf_model {
+  bool ignore_merges, byte_fallback, fuse_unk;
+  json_t *unk_token; /* a string, or NULL */
+} hf_model;
+
+static fdy_status check_model(const hf_file *f, json_t *model, hf_model *m) {
   if (!json_is_object(model)) {
     return entry_error(f, FDY_ERR_SCHEMA, "model", "must be an object");
   }
@@ -395,16 +746,12 @@ static fdy_status check_model(const hf_file *f, json_t *model,
                        json_string_value(type));
   }
   json_t *empty = json_string("");
-  json_t *no = json_false();
   fdy_status s = FDY_OK;
-  if (!empty || !no) {
+  if (!empty) {
     s = fdy_error_set(f->err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   }
   if (s == FDY_OK) {
     s = expect_value(f, model, "dropout", "model.dropout", NULL);
-  }
-  if (s == FDY_OK) {
-    s = expect_value(f, model, "unk_token", "model.unk_token", NULL);
   }
   if (s == FDY_OK) {
     s = expect_value(f, model, "continuing_subword_prefix",
@@ -414,24 +761,69 @@ static fdy_status check_model(const hf_file *f, json_t *model,
     s = expect_value(f, model, "end_of_word_suffix", "model.end_of_word_suffix",
                      empty);
   }
-  if (s == FDY_OK) {
-    s = expect_value(f, model, "byte_fallback", "model.byte_fallback", no);
-  }
   json_decref(empty);
-  json_decref(no);
-  if (s != FDY_OK) {
-    return s;
+  static const char *const flags[] = {"ignore_merges", "byte_fallback",
+                                      "fuse_unk"};
+  bool *const out[] = {&m->ignore_merges, &m->byte_fallback, &m->fuse_unk};
+  for (size_t k = 0; s == FDY_OK && k < 3; k++) {
+    s = bool_field(f, model, flags[k], "model", false, out[k]);
   }
-  json_t *ignore = json_object_get(model, "ignore_merges");
-  if (ignore && !json_is_boolean(ignore)) {
-    return entry_error(f, FDY_ERR_SCHEMA, "model.ignore_merges",
-                       "must be true or false");
+  m->unk_token = json_object_get(model, "unk_token");
+  if (json_is_null(m->unk_token)) {
+    m->unk_token = NULL;
   }
-  *ignore_merges = ignore && json_is_true(ignore);
+  if (s == FDY_OK && m->unk_token && !json_is_string(m->unk_token)) {
+    s = entry_error(f, FDY_ERR_SCHEMA, "model.unk_token",
+                    "must be a string or null");
+  }
+  return s;
+}
+
+/* What a piece starts as besides its tokens. A byte-level BPE has neither
+ * an unknown token nor byte fallback. A SentencePiece-style one takes its
+ * <0xNN> tokens for byte_fallback (all 256 must be there) and the
+ * unk_token of the vocabulary. */
+static fdy_status read_units(const hf_file *f, fdy_tokenizer *tok,
+                             const hf_model *m) {
+  if (!tok->char_units) {
+    if (m->unk_token) {
+      return entry_error(f, FDY_ERR_UNSUPPORTED, "model.unk_token",
+                         "is '%.64s'; a byte-level BPE needs none",
+                         json_string_value(m->unk_token));
+    }
+    return m->byte_fallback
+               ? entry_error(f, FDY_ERR_UNSUPPORTED, "model.byte_fallback",
+                             "is true; a byte-level BPE needs none")
+               : FDY_OK;
+  }
+  /* tok_define took single-byte tokens as the byte-level ones */
+  for (int b = 0; b < 256; b++) {
+    char name[8];
+    snprintf(name, sizeof name, "<0x%02X>", b);
+    tok->byte_ids[b] = m->byte_fallback ? tok_lookup(tok, name, 6) : -1;
+    if (m->byte_fallback && tok->byte_ids[b] < 0) {
+      return entry_error(f, FDY_ERR_UNSUPPORTED, "model.byte_fallback",
+                         "is true, but model.vocab lacks the byte token %s "
+                         "(Foundry needs all 256)",
+                         name);
+    }
+  }
+  if (m->unk_token) {
+    tok->unk = tok_lookup(tok, json_string_value(m->unk_token),
+                          json_string_length(m->unk_token));
+    if (tok->unk < 0) {
+      return entry_error(f, FDY_ERR_SCHEMA, "model.unk_token",
+                         "'%.64s' is not in model.vocab",
+                         json_string_value(m->unk_token));
+    }
+  }
+  tok->byte_fallback = m->byte_fallback;
+  tok->fuse_unk = m->fuse_unk;
   return FDY_OK;
 }
 
-/* Decodes one vocab or merge token into buf; *n bytes. */
+/* Decodes one vocab or merge token into buf; *n bytes. to_byte: the
+ * byte-level alphabet, or NULL for UTF-8 as it is. */
 static fdy_status token_text(const hf_file *f, const int16_t *to_byte,
                              json_t *v, const char *entry, char *buf,
                              size_t *n) {
@@ -440,6 +832,14 @@ static fdy_status token_text(const hf_file *f, const int16_t *to_byte,
   }
   const char *s = json_string_value(v);
   size_t len = json_string_length(v);
+  if (len == 0 && !to_byte) {
+    return entry_error(f, FDY_ERR_SCHEMA, entry, "is an empty token");
+  }
+  if (!to_byte) {
+    memcpy(buf, s, len);
+    *n = len;
+    return FDY_OK;
+  }
   if (len == 0 || !from_alphabet(to_byte, s, len, buf, n)) {
     return entry_error(f, FDY_ERR_SCHEMA, entry,
                        "'%.64s' is not a token in the byte-level alphabet", s);
@@ -865,13 +1265,12 @@ fdy_status fdy_tokenizer_load_hf(const char *tokenizer_json_path,
     goto cleanup;
   }
   json_t *model = json_object_get(root, "model");
-  bool ignore_merges = false, nfc = false;
-  s = check_model(&f, model, &ignore_merges);
+  hf_model settings = {0};
+  tok_norm norms[TOK_MAX_NORMS];
+  uint32_t norm_count = 0;
+  s = check_model(&f, model, &settings);
   if (s == FDY_OK) {
-    s = check_normalizer(&f, root, &nfc);
-  }
-  if (s == FDY_OK) {
-    s = check_decoder(&f, root);
+    s = read_normalizer(&f, root, norms, &norm_count);
   }
   if (s != FDY_OK) {
     goto cleanup;
@@ -918,9 +1317,22 @@ fdy_status fdy_tokenizer_load_hf(const char *tokenizer_json_path,
     s = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
     goto cleanup;
   }
+  /* the pre-tokenizer tells the kind of BPE: byte-level or
+   * SentencePiece-style (char_units) */
+  hf_decoder dec = {0};
   s = tok_create(tokenizer_json_path, count, &tok, err);
   if (s == FDY_OK) {
-    s = read_vocab(&f, tok, to_byte, vocab, buf);
+    s = read_pre_tokenizer(&f, tok, root);
+  }
+  if (s == FDY_OK) {
+    s = read_decoder(&f, tok, root, &dec);
+  }
+  const int16_t *alphabet = tok && tok->char_units ? NULL : to_byte;
+  if (s == FDY_OK) {
+    s = read_vocab(&f, tok, alphabet, vocab, buf);
+  }
+  if (s == FDY_OK) {
+    s = read_units(&f, tok, &settings);
   }
   if (s == FDY_OK) {
     s = read_added(&f, tok, vocab, added);
@@ -934,18 +1346,19 @@ fdy_status fdy_tokenizer_load_hf(const char *tokenizer_json_path,
     }
   }
   if (s == FDY_OK) {
-    s = read_merges(&f, tok, to_byte, merges, buf);
-  }
-  if (s == FDY_OK) {
-    s = read_pre_tokenizer(&f, tok, root);
+    s = read_merges(&f, tok, alphabet, merges, buf);
   }
   if (s != FDY_OK) {
     goto cleanup;
   }
-  tok->ignore_merges = ignore_merges;
-  tok->nfc = nfc;
+  tok->ignore_merges = settings.ignore_merges;
+  memcpy(tok->norms, norms, norm_count * sizeof *norms);
+  tok->norm_count = norm_count;
   tok->add_bos = post_processor_adds_bos(root);
   s = tok_finish(tok, false, err);
+  if (s == FDY_OK) {
+    s = decoded_texts(&f, tok, &dec);
+  }
   if (s == FDY_OK && config_path) {
     hf_file c = {config_path, err};
     s = read_config(&c, tok);

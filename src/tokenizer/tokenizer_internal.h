@@ -1,8 +1,12 @@
 /* The tokenizer's internal representation, shared by the loaders
- * (tiktoken.c, hf.c), the vocabulary (vocab.c), the encoder (encode.c) and
- * the decoders (decode.c). A tokenizer is a dense id table over one byte
- * arena, a hash map from the bytes of each ordinary token to its id, the
- * special tokens (matched only on request) and the pre-tokenizer regex. */
+ * (tiktoken.c, hf.c), the vocabulary (vocab.c), the normalizers
+ * (normalize.c, nfc.c), the encoder (encode.c) and the decoders
+ * (decode.c). A tokenizer is a dense id table over one byte arena, a hash
+ * map from the bytes of each ordinary token to its id, the added and
+ * special tokens, the normalizer steps and the pre-tokenizer steps. Two
+ * kinds of BPE share it: byte-level (tiktoken, GPT-2's alphabet: a piece
+ * starts as single bytes) and SentencePiece-style (a vocabulary in UTF-8:
+ * a piece starts as characters, char_units). */
 #ifndef FOUNDRY_TOKENIZER_INTERNAL_H
 #define FOUNDRY_TOKENIZER_INTERNAL_H
 
@@ -70,6 +74,51 @@ typedef struct tok_step {
   char field[96];    /* the tokenizer.json entry, for errors */
 } tok_step;
 
+/* A short literal of a normalizer, pre-tokenizer or decoder step (Hugging
+ * Face's Prepend, a Replace with a String pattern, Metaspace's
+ * replacement). */
+#define TOK_MAX_LITERAL 32
+typedef struct tok_literal {
+  char bytes[TOK_MAX_LITERAL];
+  uint8_t len; /* 0: none */
+} tok_literal;
+
+/* One normalizer step, applied in order to the text between the added
+ * tokens matched as written: NFC; Prepend(to) before text that is not
+ * empty; Replace(from, to) of every occurrence, left to right. */
+#define TOK_MAX_NORMS 4
+typedef enum tok_norm_kind {
+  TOK_NORM_NFC,
+  TOK_NORM_PREPEND,
+  TOK_NORM_REPLACE,
+} tok_norm_kind;
+typedef struct tok_norm {
+  tok_norm_kind kind;
+  tok_literal from, to;
+} tok_norm;
+
+/* Metaspace's prepend_scheme: when the replacement goes before a piece
+ * that does not start with it (first: only the piece at the start of the
+ * text). */
+typedef enum tok_prepend {
+  TOK_PREPEND_NEVER,
+  TOK_PREPEND_FIRST,
+  TOK_PREPEND_ALWAYS,
+} tok_prepend;
+
+/* Bytes in the arena. */
+typedef struct tok_span {
+  uint32_t offset, len;
+} tok_span;
+
+/* An added token as the encoder finds it: its spelling in the text (the
+ * content, or the normalized content when it is matched in the normalized
+ * text), in the arena. */
+typedef struct tok_added {
+  uint32_t id;
+  tok_span match;
+} tok_added;
+
 /* Scratch of the merge loops, grown on demand and kept between calls. */
 typedef struct tok_scratch {
   void *parts; /* short pieces: (piece bytes + 1) part records */
@@ -84,25 +133,46 @@ struct fdy_tokenizer {
   char *source; /* the file loaded (owned) */
   char *arena;  /* the bytes of every token, back to back */
   size_t arena_len, arena_cap;
-  tok_entry *tokens;     /* indexed by id */
-  uint32_t count;        /* ids 0..count-1 */
-  uint32_t capacity;     /* entries allocated in tokens */
-  uint64_t *map;         /* open addressing: (hash >> 32) << 32 | (id + 1) */
-  uint32_t map_mask;     /* slots - 1 (a power of two minus one) */
-  int32_t byte_ids[256]; /* id of each single-byte token, -1 when none */
-  bool ignore_merges;    /* a piece that is a token is emitted whole */
+  tok_entry *tokens; /* indexed by id */
+  uint32_t count;    /* ids 0..count-1 */
+  uint32_t capacity; /* entries allocated in tokens */
+  uint64_t *map;     /* open addressing: (hash >> 32) << 32 | (id + 1) */
+  uint32_t map_mask; /* slots - 1 (a power of two minus one) */
+  /* byte-level: the id of each single-byte token; char_units: of each
+   * byte's <0xNN> token when byte_fallback; -1 when none */
+  int32_t byte_ids[256];
+  /* a piece starts as its UTF-8 characters' tokens; a character that is
+   * none becomes its bytes' tokens (byte_fallback), else unk */
+  bool char_units;
+  bool byte_fallback;
+  int32_t unk;   /* the unknown token, or -1: such a character is dropped */
+  bool fuse_unk; /* a run of unknown characters is one unk */
+  bool ignore_merges; /* a piece that is a token is emitted whole */
   /* Hugging Face's BPE: only the listed pairs merge, by the pair's rank
    * (else tiktoken's: any two parts whose concatenation has a rank) */
   bool pair_merges;
   tok_merge *merges; /* open addressing, merge_mask + 1 slots */
   uint32_t merge_mask;
-  bool nfc; /* the NFC normalizer */
+  tok_norm norms[TOK_MAX_NORMS];
+  uint32_t norm_count;
+  /* Metaspace, before the steps: every space becomes meta, and meta goes
+   * before a piece as meta_prepend says */
+  tok_literal meta;
+  tok_prepend meta_prepend;
   tok_step steps[TOK_MAX_STEPS];
   uint32_t step_count;
+  /* The decoder: per id, the bytes it gives (NULL: the token's bytes);
+   * the first id of a text drops every drop_first (Metaspace's decoder)
+   * from its token's bytes instead; then up to strip_count leading
+   * strip bytes go (Strip after Fuse). */
+  tok_span *decoded;
+  tok_literal drop_first;
+  char strip;
+  uint32_t strip_count;
   int32_t bos, eos;    /* -1 when none */
   bool add_bos;        /* a text starts with bos (fdy_tokenizer_add_bos) */
   char *chat_template; /* owned, NULL when none */
-  uint32_t *added_ids; /* the added tokens, longest spelling first */
+  tok_added *added;    /* the added tokens, longest match spelling first */
   uint32_t added_count;
   /* alternations of the added spellings: those matched in the text as it
    * is, and those matched in the normalized text (or NULL) */
@@ -136,6 +206,11 @@ typedef enum tok_define_result {
 tok_define_result tok_define(fdy_tokenizer *tok, uint32_t id, const char *bytes,
                              size_t len, bool special, uint8_t added,
                              int32_t *other);
+
+/* Appends len bytes to the arena: *span says where. TOK_NO_MEMORY or
+ * TOK_TOO_LARGE on failure. */
+tok_define_result tok_arena_append(fdy_tokenizer *tok, const char *bytes,
+                                   size_t len, tok_span *span);
 
 /* A 64-bit hash of a short byte string (8 bytes per step). */
 static inline uint64_t tok_hash(const char *p, size_t n) {
@@ -188,10 +263,11 @@ static inline int32_t tok_lookup(const fdy_tokenizer *tok, const char *bytes,
 fdy_status tok_add_step(fdy_tokenizer *tok, const char *pattern, size_t len,
                         const tok_step *step, fdy_error *err);
 
-/* Completes a tokenizer whose ids are all defined: count = capacity, the
- * 256 single-byte tokens present when all_bytes (else FDY_ERR_FORMAT,
- * err->ids[0] = the byte), the added spellings compiled, bos and eos
- * defaulted from <|begin_of_text|> / <|end_of_text|> when still -1. */
+/* Completes a tokenizer whose ids and normalizer are all defined: count =
+ * capacity, the 256 single-byte tokens present when all_bytes (else
+ * FDY_ERR_FORMAT, err->ids[0] = the byte), the added spellings (normalized
+ * ones through the normalizer) compiled, bos and eos defaulted from
+ * <|begin_of_text|> / <|end_of_text|> when still -1. */
 fdy_status tok_finish(fdy_tokenizer *tok, bool all_bytes, fdy_error *err);
 
 /* The id of the added token spelled by these bytes (special ones only when
@@ -224,6 +300,24 @@ static inline uint32_t tok_merge_rank(const fdy_tokenizer *tok, int32_t left,
  * the size), each naming path in the message and err->name. */
 fdy_status tok_read_file(const char *path, char **out, size_t *len,
                          fdy_error *err);
+
+/* text with every `from` replaced by `to` (from->len 0: none), after
+ * prefix (NULL: none), into *out (malloc'd, *n bytes). Works on bytes:
+ * invalid UTF-8 is kept. FDY_ERR_OUT_OF_MEMORY, FDY_ERR_OVERFLOW. */
+fdy_status tok_rewrite(const char *text, size_t len, const tok_literal *from,
+                       const tok_literal *to, const tok_literal *prefix,
+                       char **out, size_t *n, fdy_error *err);
+
+/* The normalizer steps of tok on len bytes of text, into *out (malloc'd,
+ * *n bytes). Errors as tok_rewrite and tok_nfc. */
+fdy_status tok_normalize(const fdy_tokenizer *tok, const char *text, size_t len,
+                         char **out, size_t *n, fdy_error *err);
+
+/* Metaspace on one piece (first: it starts the text): every space becomes
+ * tok->meta, then tok->meta goes before it when the scheme says so and it
+ * does not start with it. Into *out (malloc'd). Errors as tok_rewrite. */
+fdy_status tok_metaspace(const fdy_tokenizer *tok, const char *text, size_t len,
+                         bool first, char **out, size_t *n, fdy_error *err);
 
 /* The NFC normalization of len bytes of text (invalid UTF-8 is kept as
  * it is) into *out (malloc'd, *n bytes). FDY_ERR_UNSUPPORTED when this

@@ -17,6 +17,7 @@ fdy_status tok_create(const char *source, uint32_t capacity,
   }
   tok->bos = -1;
   tok->eos = -1;
+  tok->unk = -1;
   for (int b = 0; b < 256; b++) {
     tok->byte_ids[b] = -1;
   }
@@ -38,6 +39,31 @@ fdy_status tok_create(const char *source, uint32_t capacity,
   return FDY_OK;
 }
 
+tok_define_result tok_arena_append(fdy_tokenizer *tok, const char *bytes,
+                                   size_t len, tok_span *span) {
+  if (len > UINT32_MAX - tok->arena_len) {
+    return TOK_TOO_LARGE;
+  }
+  if (tok->arena_len + len > tok->arena_cap) {
+    size_t cap = tok->arena_cap ? tok->arena_cap : 4096;
+    while (cap < tok->arena_len + len) {
+      cap *= 2;
+    }
+    char *arena = realloc(tok->arena, cap);
+    if (!arena) {
+      return TOK_NO_MEMORY;
+    }
+    tok->arena = arena;
+    tok->arena_cap = cap;
+  }
+  if (len > 0) {
+    memcpy(tok->arena + tok->arena_len, bytes, len);
+  }
+  *span = (tok_span){(uint32_t)tok->arena_len, (uint32_t)len};
+  tok->arena_len += len;
+  return TOK_DEFINED;
+}
+
 tok_define_result tok_define(fdy_tokenizer *tok, uint32_t id, const char *bytes,
                              size_t len, bool special, uint8_t added,
                              int32_t *other) {
@@ -55,29 +81,13 @@ tok_define_result tok_define(fdy_tokenizer *tok, uint32_t id, const char *bytes,
       return TOK_DUPLICATE_BYTES;
     }
   }
-  if (len > UINT32_MAX - tok->arena_len) {
-    return TOK_TOO_LARGE;
+  tok_span span;
+  tok_define_result r = tok_arena_append(tok, bytes, len, &span);
+  if (r != TOK_DEFINED) {
+    return r;
   }
-  if (tok->arena_len + len > tok->arena_cap) {
-    size_t cap = tok->arena_cap ? tok->arena_cap : 4096;
-    while (cap < tok->arena_len + len) {
-      cap *= 2;
-    }
-    char *arena = realloc(tok->arena, cap);
-    if (!arena) {
-      return TOK_NO_MEMORY;
-    }
-    tok->arena = arena;
-    tok->arena_cap = cap;
-  }
-  memcpy(tok->arena + tok->arena_len, bytes, len);
-  tok->tokens[id] = (tok_entry){(uint32_t)tok->arena_len,
-                                (uint32_t)len,
-                                TOK_NO_RANK,
-                                special,
-                                added,
-                                !added};
-  tok->arena_len += len;
+  tok->tokens[id] =
+      (tok_entry){span.offset, span.len, TOK_NO_RANK, special, added, !added};
   if (added) {
     return TOK_DEFINED;
   }
@@ -115,10 +125,9 @@ static bool append(char **buf, size_t *len, size_t *cap, const char *s,
   return true;
 }
 
-static int by_length_desc(const void *a, const void *b, void *ctx) {
-  const fdy_tokenizer *tok = ctx;
-  uint32_t la = tok->tokens[*(const uint32_t *)a].len;
-  uint32_t lb = tok->tokens[*(const uint32_t *)b].len;
+static int by_length_desc(const void *a, const void *b) {
+  uint32_t la = ((const tok_added *)a)->match.len;
+  uint32_t lb = ((const tok_added *)b)->match.len;
   return la < lb ? 1 : la > lb ? -1 : 0;
 }
 
@@ -244,7 +253,7 @@ fdy_status tok_add_step(fdy_tokenizer *tok, const char *pattern, size_t len,
   return FDY_OK;
 }
 
-/* The added tokens (tok->added_ids, longest first) with normalized ==
+/* The added tokens (tok->added, longest first) with normalized ==
  * want_norm as one alternation, so that the longest spelling wins at a
  * position; ASCII punctuation is escaped as \x{..}. *out stays NULL when
  * there is none. */
@@ -255,14 +264,14 @@ static fdy_status compile_added(fdy_tokenizer *tok, bool want_norm,
   size_t len = 0, cap = 0;
   bool first = true;
   for (size_t i = 0; i < tok->added_count; i++) {
-    const tok_entry *e = &tok->tokens[tok->added_ids[i]];
-    if (((e->added & TOK_NORMALIZED) != 0) != want_norm) {
+    const tok_added *a = &tok->added[i];
+    if (((tok->tokens[a->id].added & TOK_NORMALIZED) != 0) != want_norm) {
       continue;
     }
     bool ok = first || append(&pattern, &len, &cap, "|", 1);
     first = false;
-    for (uint32_t k = 0; ok && k < e->len; k++) {
-      unsigned char c = (unsigned char)tok->arena[e->offset + k];
+    for (uint32_t k = 0; ok && k < a->match.len; k++) {
+      unsigned char c = (unsigned char)tok->arena[a->match.offset + k];
       char esc[8];
       bool plain = c >= 0x80 || (c >= '0' && c <= '9') ||
                    (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
@@ -306,21 +315,45 @@ fdy_status tok_finish(fdy_tokenizer *tok, bool all_bytes, fdy_error *err) {
   for (uint32_t id = 0; id < tok->count; id++) {
     n += tok->tokens[id].added != 0;
   }
-  if (n > 0) {
-    tok->added_ids = malloc(n * sizeof *tok->added_ids);
-    if (!tok->added_ids) {
+  if (n > 0 && !(tok->added = malloc(n * sizeof *tok->added))) {
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  /* a normalized token is matched as the normalizer writes it (Hugging
+   * Face's AddedVocabulary): Llama 2's Prepend makes <x> "\u2581<x>" */
+  for (uint32_t id = 0; id < tok->count; id++) {
+    const tok_entry *e = &tok->tokens[id];
+    if (!e->added) {
+      continue;
+    }
+    tok_added *a = &tok->added[tok->added_count++];
+    *a = (tok_added){id, {e->offset, e->len}};
+    if (!(e->added & TOK_NORMALIZED) || tok->norm_count == 0) {
+      continue;
+    }
+    char *norm = NULL;
+    size_t len = 0;
+    fdy_status s =
+        tok_normalize(tok, tok->arena + e->offset, e->len, &norm, &len, err);
+    tok_define_result r =
+        s == FDY_OK ? tok_arena_append(tok, norm, len, &a->match) : TOK_DEFINED;
+    free(norm);
+    if (s != FDY_OK) {
+      return s;
+    }
+    if (r == TOK_NO_MEMORY) {
       return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
     }
-    for (uint32_t id = 0; id < tok->count; id++) {
-      if (tok->tokens[id].added) {
-        tok->added_ids[tok->added_count++] = id;
-      }
+    if (r != TOK_DEFINED) {
+      return fdy_error_set(err, FDY_ERR_UNSUPPORTED,
+                           "%s: the tokens pass 4 GiB", tok->source);
     }
-    qsort_r(tok->added_ids, n, sizeof *tok->added_ids, by_length_desc, tok);
+  }
+  if (n > 0) {
+    qsort(tok->added, n, sizeof *tok->added, by_length_desc);
   }
   bool single_word = false;
   for (uint32_t i = 0; i < tok->added_count; i++) {
-    const tok_entry *e = &tok->tokens[tok->added_ids[i]];
+    const tok_entry *e = &tok->tokens[tok->added[i].id];
     tok->plain_added |= !e->special;
     single_word |= (e->added & TOK_SINGLE_WORD) != 0;
   }
@@ -373,7 +406,8 @@ void fdy_tokenizer_destroy(fdy_tokenizer *tok) {
   }
   tok_scratch_free(&tok->scratch);
   free(tok->chat_template);
-  free(tok->added_ids);
+  free(tok->added);
+  free(tok->decoded);
   free(tok->merges);
   free(tok->map);
   free(tok->tokens);
@@ -405,10 +439,10 @@ bool fdy_tokenizer_is_special(const fdy_tokenizer *tok, int32_t id) {
 int32_t tok_added_lookup(const fdy_tokenizer *tok, const char *bytes,
                          size_t len, bool special_only) {
   for (uint32_t i = 0; i < tok->added_count; i++) {
-    const tok_entry *e = &tok->tokens[tok->added_ids[i]];
+    const tok_entry *e = &tok->tokens[tok->added[i].id];
     if (e->len == len && (e->special || !special_only) &&
         memcmp(tok->arena + e->offset, bytes, len) == 0) {
-      return (int32_t)tok->added_ids[i];
+      return (int32_t)tok->added[i].id;
     }
   }
   return -1;

@@ -2,7 +2,8 @@
 # End-to-end tests of `foundry tokenize`, `foundry detokenize` and
 # `foundry generate --prompt`: the README vector, every corpus file against
 # tiktoken's ids and back byte for byte, invalid UTF-8, special-token
-# spellings as text, a model directory's tokenizer, usage errors (exit 2),
+# spellings as text, a model directory's tokenizer, SentencePiece-style
+# tokenizer.json files, usage errors (exit 2),
 # failures (exit 1, naming the file and line), write errors on stdout, and
 # (with python3) a tokenizer.json written from the ranks giving the same ids.
 # usage: test_cli.sh FOUNDRY_BINARY [PYTHON3]
@@ -73,6 +74,23 @@ expect 0 tokenize --tokenizer "$work/bom/tokenizer.json" --text " thing"
 contains "$out" "32,256,261"
 expect 0 tokenize --model "$work/bom" --text " thing"
 contains "$out" "32,256,261"
+
+# SentencePiece-style tokenizer.json files (issue #30): the ids Hugging
+# Face gives (tests/data/tokenizer/hf), the BOS of tokenizer_config.json,
+# byte fallback both ways, and a component Foundry lacks refused by name
+expect 0 tokenize --model "$data/hf/llama2" --text "hello world" --bos
+contains "$out" "1,731,455,316,356,324,456,313,305"
+mistral=$data/hf/mistral/tokenizer.json
+printf 'a \360\237\216\211' >"$work/emoji.txt"
+expect 0 tokenize --tokenizer "$mistral" --file "$work/emoji.txt"
+contains "$out" "925,356,243,162,145,140"
+expect 0 detokenize --tokenizer "$mistral" --ids 925,356,243,162,145,140 \
+  --no-newline
+cmp -s "$out" "$work/emoji.txt" || fail "detokenize of byte fallback ids"
+sed 's/"Prepend"/"Lowercase"/' "$data/hf/llama2/tokenizer.json" \
+  >"$work/lower.json"
+expect 1 tokenize --tokenizer "$work/lower.json" --text hi
+contains "$err" "lower.json: entry 'normalizer.normalizers[0]' is 'Lowercase'"
 
 # usage errors
 expect 2 tokenize --text hi

@@ -22,6 +22,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* U+2581, SentencePiece's space */
+#define SPACE "\xe2\x96\x81"
+
 static const char *data_root;
 static fdy_tokenizer *llama3; /* the Llama 3 ranks, loaded once */
 
@@ -161,10 +164,21 @@ static void test_corpus(void **state) {
   fdy_tokens_free(&expected);
 }
 
-static void test_random_bytes_round_trip(void **state) {
-  (void)state;
-  /* Any bytes round-trip: random bytes, and random mixes of valid
-   * characters, broken sequences and ASCII. */
+static fdy_tokenizer *load_fixture(const char *name) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/tokenizer/hf/%s/tokenizer.json", data_root,
+           name);
+  fdy_tokenizer *tok = NULL;
+  fdy_error err;
+  if (fdy_tokenizer_load_hf(path, NULL, &tok, &err) != FDY_OK) {
+    fail_msg("%s: %s", name, err.message);
+  }
+  return tok;
+}
+
+/* Any bytes round-trip: random bytes, and random mixes of valid
+ * characters, broken sequences and ASCII. */
+static void random_round_trips(fdy_tokenizer *tok) {
   static const char *const pieces[] = {"a",
                                        " ",
                                        "\n",
@@ -204,13 +218,24 @@ static void test_random_bytes_round_trip(void **state) {
         break;
       }
     }
-    encode(llama3, text, len, 0, &ids);
-    assert_decodes_to(llama3, &ids, text, len);
+    encode(tok, text, len, 0, &ids);
+    assert_decodes_to(tok, &ids, text, len);
     for (size_t i = 0; i < ids.count; i++) {
-      assert_false(fdy_tokenizer_is_special(llama3, ids.ids[i]));
+      assert_false(fdy_tokenizer_is_special(tok, ids.ids[i]));
     }
   }
   fdy_tokens_free(&ids);
+}
+
+/* The Llama 3 ranks, and Llama 2's pipeline: its normalizer puts "\u2581"
+ * first and its decoder strips one space, and every byte that is not a
+ * character of the vocabulary falls back to its <0xNN> token. */
+static void test_random_bytes_round_trip(void **state) {
+  (void)state;
+  random_round_trips(llama3);
+  fdy_tokenizer *llama2 = load_fixture("llama2");
+  random_round_trips(llama2);
+  fdy_tokenizer_destroy(llama2);
 }
 
 static int32_t byte_id(const fdy_tokenizer *tok, unsigned char b) {
@@ -465,21 +490,95 @@ static bool same_ids(const fdy_tokens *a, const fdy_tokens *b) {
           memcmp(a->ids, b->ids, a->count * sizeof *a->ids) == 0);
 }
 
+/* Foundry's tokenizer tok against Hugging Face's expected.json of the
+ * fixture name (tests/data/tokenizer/hf): the ids of every string with
+ * special tokens recognised and as text, and the text of decoding, all at
+ * once and as a stream. Returns the strings checked. */
+static size_t check_fixture(fdy_tokenizer *tok, const char *name) {
+  char expected_path[1024];
+  snprintf(expected_path, sizeof expected_path,
+           "%s/tokenizer/hf/%s/expected.json", data_root, name);
+  fdy_error err;
+  json_error_t jerr;
+  json_t *doc = json_load_file(expected_path, JSON_ALLOW_NUL, &jerr);
+  assert_non_null(doc);
+  json_t *cases = json_object_get(doc, "cases");
+  assert_true(json_array_size(cases) > 100);
+  fdy_token_stream *stream = NULL;
+  assert_int_equal(fdy_token_stream_create(tok, &stream, &err), FDY_OK);
+  fdy_tokens ids = {0}, want = {0};
+  size_t i;
+  json_t *c;
+  json_array_foreach(cases, i, c) {
+    json_t *text = json_object_get(c, "text");
+    const char *t = json_string_value(text);
+    size_t len = json_string_length(text);
+    static const char *const keys[] = {"special", "plain"};
+    for (int k = 0; k < 2; k++) {
+      json_ids(json_object_get(c, keys[k]), &want);
+      ids.count = 0;
+      encode(tok, t, len, k == 0 ? FDY_ENCODE_SPECIAL : 0, &ids);
+      if (!same_ids(&ids, &want)) {
+        fail_msg("%s: case %zu (%s) '%.60s': %zu ids, Hugging Face %zu", name,
+                 i, keys[k], t, ids.count, want.count);
+      }
+    }
+    json_ids(json_object_get(c, "special"), &want);
+    json_t *decoded = json_object_get(c, "decoded");
+    char *bytes = NULL;
+    size_t blen = 0;
+    assert_int_equal(
+        fdy_tokenizer_decode(tok, want.ids, want.count, &bytes, &blen, &err),
+        FDY_OK);
+    /* Foundry decodes to the bytes; Hugging Face to a string, with
+     * U+FFFD for bytes that are not UTF-8 (a byte the vocabulary
+     * lacks was left out of a character) */
+    bool utf8 = valid_utf8(bytes, blen);
+    if (!utf8 ? !strstr(json_string_value(decoded), "\xEF\xBF\xBD")
+              : blen != json_string_length(decoded) ||
+                    memcmp(bytes, json_string_value(decoded), blen) != 0) {
+      fail_msg("%s: case %zu: decoding differs from Hugging Face's", name, i);
+    }
+    /* the stream (reused across the cases) hands out the same bytes */
+    size_t at = 0;
+    const char *chunk = NULL;
+    size_t chunk_len = 0;
+    for (size_t j = 0; j <= want.count; j++) {
+      if (j < want.count) {
+        assert_int_equal(fdy_token_stream_push(stream, want.ids[j], &chunk,
+                                               &chunk_len, &err),
+                         FDY_OK);
+      } else {
+        fdy_token_stream_finish(stream, &chunk, &chunk_len);
+      }
+      assert_true(at + chunk_len <= blen);
+      assert_memory_equal(chunk, bytes + at, chunk_len);
+      at += chunk_len;
+    }
+    assert_int_equal(at, blen);
+    free(bytes);
+  }
+  size_t checked = json_array_size(cases);
+  fdy_token_stream_destroy(stream);
+  json_decref(doc);
+  fdy_tokens_free(&ids);
+  fdy_tokens_free(&want);
+  return checked;
+}
+
 /* tests/data/tokenizer/hf: tokenizer.json files that Hugging Face
- * `tokenizers` trained and wrote, with its ids for a corpus of strings
- * (scripts/make_hf_tokenizer_tests.py): Foundry's ids equal them with
- * special tokens recognised and as text, and decoding gives Hugging
- * Face's text. */
+ * `tokenizers` trained and wrote, byte-level and SentencePiece-style, with
+ * its ids for a corpus of strings (scripts/make_hf_tokenizer_tests.py):
+ * Foundry gives exactly those (check_fixture). */
 static void test_hf_reference(void **state) {
   (void)state;
-  static const char *const names[] = {"gpt2", "smollm", "roberta"};
+  static const char *const names[] = {
+      "gpt2", "smollm", "roberta", "llama2", "mistral", "metaspace", "never"};
   size_t checked = 0;
   for (size_t n = 0; n < sizeof names / sizeof *names; n++) {
-    char path[1024], expected_path[1024];
+    char path[1024];
     snprintf(path, sizeof path, "%s/tokenizer/hf/%s/tokenizer.json", data_root,
              names[n]);
-    snprintf(expected_path, sizeof expected_path,
-             "%s/tokenizer/hf/%s/expected.json", data_root, names[n]);
     fdy_tokenizer *tok = NULL;
     fdy_error err;
     fdy_status loaded = fdy_tokenizer_load_hf(path, NULL, &tok, &err);
@@ -490,54 +589,10 @@ static void test_hf_reference(void **state) {
     if (loaded != FDY_OK) {
       fail_msg("%s: %s", names[n], err.message);
     }
-    json_error_t jerr;
-    json_t *doc = json_load_file(expected_path, 0, &jerr);
-    assert_non_null(doc);
-    json_t *cases = json_object_get(doc, "cases");
-    assert_true(json_array_size(cases) > 50);
-    fdy_tokens ids = {0}, want = {0};
-    size_t i;
-    json_t *c;
-    json_array_foreach(cases, i, c) {
-      json_t *text = json_object_get(c, "text");
-      const char *t = json_string_value(text);
-      size_t len = json_string_length(text);
-      static const char *const keys[] = {"special", "plain"};
-      for (int k = 0; k < 2; k++) {
-        json_ids(json_object_get(c, keys[k]), &want);
-        ids.count = 0;
-        encode(tok, t, len, k == 0 ? FDY_ENCODE_SPECIAL : 0, &ids);
-        if (!same_ids(&ids, &want)) {
-          fail_msg("%s: case %zu (%s) '%.60s': %zu ids, Hugging Face %zu",
-                   names[n], i, keys[k], t, ids.count, want.count);
-        }
-      }
-      json_ids(json_object_get(c, "special"), &want);
-      json_t *decoded = json_object_get(c, "decoded");
-      char *bytes = NULL;
-      size_t blen = 0;
-      assert_int_equal(
-          fdy_tokenizer_decode(tok, want.ids, want.count, &bytes, &blen, &err),
-          FDY_OK);
-      /* Foundry decodes to the bytes; Hugging Face to a string, with
-       * U+FFFD for bytes that are not UTF-8 (a byte the vocabulary
-       * lacks was left out of a character) */
-      bool utf8 = valid_utf8(bytes, blen);
-      if (!utf8 ? !strstr(json_string_value(decoded), "\xEF\xBF\xBD")
-                : blen != json_string_length(decoded) ||
-                      memcmp(bytes, json_string_value(decoded), blen) != 0) {
-        fail_msg("%s: case %zu: decoding differs from Hugging Face's", names[n],
-                 i);
-      }
-      free(bytes);
-      checked++;
-    }
-    json_decref(doc);
-    fdy_tokens_free(&ids);
-    fdy_tokens_free(&want);
+    checked += check_fixture(tok, names[n]);
     fdy_tokenizer_destroy(tok);
   }
-  assert_true(checked > 150);
+  assert_true(checked > 600);
 }
 
 /* ---- bad tiktoken files ------------------------------------------------ */
@@ -798,9 +853,140 @@ static void set_ignore_merges_string(json_t *r) {
   json_object_set_new(model_of(r), "ignore_merges", json_string("yes"));
 }
 
-static void expect_json_error(json_edit edit, fdy_status kind,
+/* SentencePiece-style edits, of tests/data/tokenizer/hf/llama2 unless
+ * they name mistral */
+static json_t *normalizer_step(json_t *r, size_t i) {
+  return json_array_get(
+      json_object_get(json_object_get(r, "normalizer"), "normalizers"), i);
+}
+static json_t *decoder_step(json_t *r, size_t i) {
+  return json_array_get(
+      json_object_get(json_object_get(r, "decoder"), "decoders"), i);
+}
+static void set_replace_regex(json_t *r) {
+  json_object_set_new(normalizer_step(r, 1), "pattern",
+                      json_pack("{s:s}", "Regex", "\\s"));
+}
+static void set_prepend_number(json_t *r) {
+  json_object_set_new(normalizer_step(r, 0), "prepend", json_integer(1));
+}
+static void set_replace_long(json_t *r) {
+  json_object_set_new(normalizer_step(r, 1), "content",
+                      json_string("0123456789012345678901234567890123"));
+}
+static void set_replace_empty_pattern(json_t *r) {
+  json_object_set_new(normalizer_step(r, 1), "pattern",
+                      json_pack("{s:s}", "String", ""));
+}
+static void set_normalizer_lowercase(json_t *r) {
+  json_object_set_new(normalizer_step(r, 0), "type", json_string("Lowercase"));
+}
+static void set_normalizers_object(json_t *r) {
+  json_object_set_new(json_object_get(r, "normalizer"), "normalizers",
+                      json_object());
+}
+static void set_five_normalizers(json_t *r) {
+  json_t *list =
+      json_object_get(json_object_get(r, "normalizer"), "normalizers");
+  for (int i = 0; i < 3; i++) {
+    json_array_append(list, json_array_get(list, 0));
+  }
+}
+static void set_decoders_swapped(json_t *r) {
+  json_t *list = json_object_get(json_object_get(r, "decoder"), "decoders");
+  json_t *replace = json_incref(json_array_get(list, 0));
+  json_array_remove(list, 0);
+  json_array_insert_new(list, 1, replace);
+}
+static void set_strip_without_fuse(json_t *r) {
+  json_array_remove(json_object_get(json_object_get(r, "decoder"), "decoders"),
+                    2);
+}
+static void set_strip_stop(json_t *r) {
+  json_object_set_new(decoder_step(r, 3), "stop", json_integer(1));
+}
+static void set_strip_content(json_t *r) {
+  json_object_set_new(decoder_step(r, 3), "content", json_string("ab"));
+}
+static void set_strip_start(json_t *r) {
+  json_object_set_new(decoder_step(r, 3), "start", json_integer(-1));
+}
+static void set_decoder_step_wordpiece(json_t *r) {
+  json_object_set_new(decoder_step(r, 0), "type", json_string("WordPiece"));
+}
+static void set_decoders_object(json_t *r) {
+  json_object_set_new(json_object_get(r, "decoder"), "decoders", json_object());
+}
+static void set_decoder_byte_level(json_t *r) {
+  json_object_set_new(r, "decoder", json_pack("{s:s}", "type", "ByteLevel"));
+}
+static void set_decoder_metaspace_scheme(json_t *r) {
+  json_object_set_new(r, "decoder",
+                      json_pack("{s:s,s:s,s:s}", "type", "Metaspace",
+                                "replacement", SPACE, "prepend_scheme", "x"));
+}
+static void drop_byte_token_0a(json_t *r) {
+  json_object_del(json_object_get(model_of(r), "vocab"), "<0x0A>");
+  json_object_set_new(json_object_get(model_of(r), "vocab"), "<0x0a>",
+                      json_integer(13));
+}
+static void set_unk_missing(json_t *r) {
+  json_object_set_new(model_of(r), "unk_token", json_string("<nope>"));
+}
+static void set_unk_number(json_t *r) {
+  json_object_set_new(model_of(r), "unk_token", json_integer(0));
+}
+static void set_fuse_unk_string(json_t *r) {
+  json_object_set_new(model_of(r), "fuse_unk", json_string("yes"));
+}
+static void set_byte_fallback_string(json_t *r) {
+  json_object_set_new(model_of(r), "byte_fallback", json_string("yes"));
+}
+static void set_vocab_empty_token(json_t *r) {
+  json_object_set_new(json_object_get(model_of(r), "vocab"), "",
+                      json_integer(5));
+  json_object_del(json_object_get(model_of(r), "vocab"), "<0x02>");
+}
+static json_t *pre_of(json_t *r) {
+  return json_object_get(r, "pre_tokenizer");
+}
+static void set_metaspace_replacement(json_t *r) {
+  json_object_set_new(pre_of(r), "replacement", json_string("ab"));
+}
+static void set_metaspace_scheme(json_t *r) {
+  json_object_set_new(pre_of(r), "prepend_scheme", json_string("First"));
+}
+static void set_metaspace_no_prefix(json_t *r) {
+  json_object_set_new(pre_of(r), "add_prefix_space", json_false());
+}
+static void set_metaspace_split_string(json_t *r) {
+  json_object_set_new(pre_of(r), "split", json_string("yes"));
+}
+static void set_metaspace_then_digits(json_t *r) {
+  json_t *meta = json_incref(pre_of(r));
+  json_object_set_new(r, "pre_tokenizer",
+                      json_pack("{s:s,s:[o,{s:s}]}", "type", "Sequence",
+                                "pretokenizers", meta, "type", "Digits"));
+}
+static void set_pre_whitespace(json_t *r) {
+  json_object_set_new(r, "pre_tokenizer",
+                      json_pack("{s:s}", "type", "Whitespace"));
+}
+/* on the byte-level tiny file */
+static void set_unk_byte_level(json_t *r) {
+  json_object_set_new(model_of(r), "unk_token", json_string("th"));
+}
+static void set_decoder_metaspace(json_t *r) {
+  json_object_set_new(
+      r, "decoder",
+      json_pack("{s:s,s:s}", "type", "Metaspace", "replacement", SPACE));
+}
+
+/* The file name (under tests/data/tokenizer) edited by edit is refused
+ * with kind, naming the file in the message and entry in err->name. */
+static void expect_json_error(const char *name, json_edit edit, fdy_status kind,
                               const char *entry) {
-  json_t *root = tiny_json("tiny/tokenizer.json");
+  json_t *root = tiny_json(name);
   edit(root);
   char path[512];
   snprintf(path, sizeof path, "%s/tokenizer.json", work);
@@ -861,9 +1047,12 @@ static void test_bad_tokenizer_json(void **state) {
       /* an id missing shows as one out of range */
       {drop_added_token, FDY_ERR_SCHEMA, "added_tokens[254]"},
       {set_added_id_range, FDY_ERR_SCHEMA, "added_tokens[3]"},
+      {set_unk_byte_level, FDY_ERR_UNSUPPORTED, "model.unk_token"},
+      {set_decoder_metaspace, FDY_ERR_UNSUPPORTED, "decoder"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    expect_json_error(cases[i].edit, cases[i].kind, cases[i].entry);
+    expect_json_error("tiny/tokenizer.json", cases[i].edit, cases[i].kind,
+                      cases[i].entry);
   }
   /* Hugging Face accepts these: merges of one token that are not next to
    * each other, a vocabulary without a single byte (left out of the text,
@@ -920,6 +1109,211 @@ static void test_bad_tokenizer_json(void **state) {
   assert_int_equal(fdy_tokenizer_load_hf(path, NULL, &tok, &err),
                    FDY_ERR_SCHEMA);
   assert_null(tok);
+}
+
+/* Every bad part of a SentencePiece-style file is refused naming it. */
+static void test_bad_sentencepiece_json(void **state) {
+  (void)state;
+  static const char *const llama2 = "hf/llama2/tokenizer.json";
+  static const char *const mistral = "hf/mistral/tokenizer.json";
+  struct {
+    const char *file;
+    json_edit edit;
+    fdy_status kind;
+    const char *entry;
+  } cases[] = {
+      {llama2, set_replace_regex, FDY_ERR_UNSUPPORTED,
+       "normalizer.normalizers[1].pattern"},
+      {llama2, set_prepend_number, FDY_ERR_SCHEMA,
+       "normalizer.normalizers[0].prepend"},
+      {llama2, set_replace_long, FDY_ERR_UNSUPPORTED,
+       "normalizer.normalizers[1].content"},
+      {llama2, set_replace_empty_pattern, FDY_ERR_SCHEMA,
+       "normalizer.normalizers[1].pattern"},
+      {llama2, set_normalizer_lowercase, FDY_ERR_UNSUPPORTED,
+       "normalizer.normalizers[0]"},
+      {llama2, set_normalizers_object, FDY_ERR_SCHEMA,
+       "normalizer.normalizers"},
+      {llama2, set_five_normalizers, FDY_ERR_UNSUPPORTED,
+       "normalizer.normalizers[4]"},
+      {llama2, set_decoders_swapped, FDY_ERR_UNSUPPORTED,
+       "decoder.decoders[1]"},
+      {llama2, set_strip_without_fuse, FDY_ERR_UNSUPPORTED,
+       "decoder.decoders[2]"},
+      {llama2, set_strip_stop, FDY_ERR_UNSUPPORTED, "decoder.decoders[3].stop"},
+      {llama2, set_strip_content, FDY_ERR_UNSUPPORTED,
+       "decoder.decoders[3].content"},
+      {llama2, set_strip_start, FDY_ERR_SCHEMA, "decoder.decoders[3].start"},
+      {llama2, set_decoder_step_wordpiece, FDY_ERR_UNSUPPORTED,
+       "decoder.decoders[0]"},
+      {llama2, set_decoders_object, FDY_ERR_SCHEMA, "decoder.decoders"},
+      {llama2, set_decoder_byte_level, FDY_ERR_UNSUPPORTED, "decoder"},
+      {llama2, set_decoder_null, FDY_ERR_SCHEMA, "decoder"},
+      {llama2, set_decoder_metaspace_scheme, FDY_ERR_SCHEMA,
+       "decoder.prepend_scheme"},
+      {llama2, drop_byte_token_0a, FDY_ERR_UNSUPPORTED, "model.byte_fallback"},
+      {llama2, set_unk_missing, FDY_ERR_SCHEMA, "model.unk_token"},
+      {llama2, set_unk_number, FDY_ERR_SCHEMA, "model.unk_token"},
+      {llama2, set_fuse_unk_string, FDY_ERR_SCHEMA, "model.fuse_unk"},
+      {llama2, set_byte_fallback_string, FDY_ERR_SCHEMA, "model.byte_fallback"},
+      {llama2, set_vocab_empty_token, FDY_ERR_SCHEMA, "model.vocab[\"\"]"},
+      {llama2, set_pre_whitespace, FDY_ERR_UNSUPPORTED, "pre_tokenizer"},
+      {mistral, set_metaspace_replacement, FDY_ERR_SCHEMA,
+       "pre_tokenizer.replacement"},
+      {mistral, set_metaspace_scheme, FDY_ERR_SCHEMA,
+       "pre_tokenizer.prepend_scheme"},
+      {mistral, set_metaspace_no_prefix, FDY_ERR_SCHEMA,
+       "pre_tokenizer.add_prefix_space"},
+      {mistral, set_metaspace_split_string, FDY_ERR_SCHEMA,
+       "pre_tokenizer.split"},
+      {mistral, set_metaspace_then_digits, FDY_ERR_UNSUPPORTED,
+       "pre_tokenizer.pretokenizers[0]"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    expect_json_error(cases[i].file, cases[i].edit, cases[i].kind,
+                      cases[i].entry);
+  }
+}
+
+/* ---- SentencePiece-style details ---------------------------------------- */
+
+/* Bytes that are not UTF-8: their <0xNN> token with byte_fallback (Llama
+ * 2), else the unknown token, else nothing. */
+static void test_sentencepiece_bytes(void **state) {
+  (void)state;
+  static const char *const names[] = {"llama2", "metaspace", "never"};
+  for (size_t n = 0; n < 3; n++) {
+    fdy_tokenizer *tok = load_fixture(names[n]);
+    fdy_tokens a = {0}, ids = {0};
+    encode(tok, "a", 1, 0, &a);
+    encode(tok, "a\xff", 2, 0, &ids);
+    assert_int_equal(ids.count, a.count + (n < 2));
+    assert_memory_equal(ids.ids, a.ids, a.count * sizeof *a.ids);
+    if (n == 0) {
+      assert_int_equal(ids.ids[a.count], 3 + 0xFF); /* <0xFF> */
+      assert_decodes_to(tok, &ids, "a\xff", 2);
+    } else if (n == 1) {
+      assert_int_equal(ids.ids[a.count], 0); /* <unk> */
+    }
+    fdy_tokens_free(&a);
+    fdy_tokens_free(&ids);
+    fdy_tokenizer_destroy(tok);
+  }
+}
+
+static void assert_token_bytes(const fdy_tokenizer *tok, int32_t id,
+                               const char *want) {
+  const char *bytes = NULL;
+  size_t len = 0;
+  fdy_error err;
+  assert_int_equal(fdy_tokenizer_token_bytes(tok, id, &bytes, &len, &err),
+                   FDY_OK);
+  assert_int_equal(len, strlen(want));
+  assert_memory_equal(bytes, want, len);
+}
+
+/* An id's bytes in the middle of a text: "\u2581" as a space, <0xNN> as its
+ * byte with the ByteFallback decoder (as itself without it), a special
+ * token as written, also when it is normalized. */
+static void set_bos_normalized(json_t *r) {
+  json_object_set_new(json_array_get(json_object_get(r, "added_tokens"), 1),
+                      "normalized", json_true());
+}
+
+static void test_sentencepiece_token_bytes(void **state) {
+  (void)state;
+  fdy_tokenizer *llama2 = load_fixture("llama2");
+  fdy_tokenizer *metaspace = load_fixture("metaspace");
+  fdy_tokens ids = {0};
+  encode(llama2, " ,", 2, 0, &ids); /* "\u2581", "\u2581," */
+  assert_int_equal(ids.count, 2);
+  assert_token_bytes(llama2, ids.ids[0], " ");
+  assert_token_bytes(llama2, ids.ids[1], " ,");
+  assert_token_bytes(llama2, 3 + 'A', "A");
+  assert_token_bytes(metaspace, 3 + 'A', "<0x41>");
+  assert_token_bytes(llama2, 1, "<s>");
+  fdy_tokens_free(&ids);
+  fdy_tokenizer_destroy(llama2);
+  fdy_tokenizer_destroy(metaspace);
+  char from[1024], path[512];
+  snprintf(from, sizeof from, "%s/tokenizer/hf/llama2/tokenizer.json",
+           data_root);
+  snprintf(path, sizeof path, "%s/tokenizer.json", work);
+  json_error_t jerr;
+  json_t *root = json_load_file(from, 0, &jerr);
+  assert_non_null(root);
+  set_bos_normalized(root);
+  assert_int_equal(json_dump_file(root, path, JSON_COMPACT), 0);
+  json_decref(root);
+  fdy_tokenizer *tok = NULL;
+  fdy_error err;
+  assert_int_equal(fdy_tokenizer_load_hf(path, NULL, &tok, &err), FDY_OK);
+  assert_token_bytes(tok, 1, "<s>");
+  assert_int_equal(fdy_tokenizer_special_id(tok, "<s>"), 1);
+  fdy_tokenizer_destroy(tok);
+}
+
+/* Forms that Hugging Face reads as the fixtures' own give the fixtures'
+ * ids: Metaspace with the older add_prefix_space and no split (always,
+ * split), Metaspace as the one entry of a Sequence, its decoder likewise,
+ * the merges as pairs. */
+static void set_metaspace_legacy(json_t *r) {
+  json_object_set_new(r, "pre_tokenizer",
+                      json_pack("{s:s,s:s,s:b}", "type", "Metaspace",
+                                "replacement", SPACE, "add_prefix_space", 1));
+}
+static void set_metaspace_sequence(json_t *r) {
+  json_t *meta = json_incref(json_object_get(r, "pre_tokenizer"));
+  json_object_set_new(
+      r, "pre_tokenizer",
+      json_pack("{s:s,s:[o]}", "type", "Sequence", "pretokenizers", meta));
+}
+static void set_decoder_sequence(json_t *r) {
+  json_t *dec = json_incref(json_object_get(r, "decoder"));
+  json_object_set_new(
+      r, "decoder",
+      json_pack("{s:s,s:[o]}", "type", "Sequence", "decoders", dec));
+}
+static void set_pair_merges(json_t *r) {
+  json_t *merges = json_object_get(model_of(r), "merges");
+  for (size_t i = 0; i < json_array_size(merges); i++) {
+    const char *m = json_string_value(json_array_get(merges, i));
+    const char *space = strchr(m, ' ');
+    json_array_set_new(merges, i,
+                       json_pack("[s#s]", m, (int)(space - m), space + 1));
+  }
+}
+
+static void test_sentencepiece_forms(void **state) {
+  (void)state;
+  struct {
+    const char *name;
+    json_edit edit;
+  } cases[] = {
+      {"metaspace", set_metaspace_legacy},
+      {"mistral", set_metaspace_sequence},
+      {"metaspace", set_decoder_sequence},
+      {"llama2", set_pair_merges},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char from[1024], path[512];
+    snprintf(from, sizeof from, "%s/tokenizer/hf/%s/tokenizer.json", data_root,
+             cases[i].name);
+    snprintf(path, sizeof path, "%s/tokenizer.json", work);
+    json_error_t jerr;
+    json_t *root = json_load_file(from, 0, &jerr);
+    assert_non_null(root);
+    cases[i].edit(root);
+    assert_int_equal(json_dump_file(root, path, JSON_COMPACT), 0);
+    json_decref(root);
+    fdy_tokenizer *tok = NULL;
+    fdy_error err;
+    if (fdy_tokenizer_load_hf(path, NULL, &tok, &err) != FDY_OK) {
+      fail_msg("%s: %s", cases[i].name, err.message);
+    }
+    assert_true(check_fixture(tok, cases[i].name) > 100);
+    fdy_tokenizer_destroy(tok);
+  }
 }
 
 static void set_bos_unknown(json_t *r) {
@@ -1083,8 +1477,12 @@ int main(void) {
       cmocka_unit_test(test_decode_errors),
       cmocka_unit_test(test_tiny_json_matches_tiktoken),
       cmocka_unit_test(test_hf_reference),
+      cmocka_unit_test(test_sentencepiece_bytes),
+      cmocka_unit_test(test_sentencepiece_forms),
+      cmocka_unit_test(test_sentencepiece_token_bytes),
       cmocka_unit_test(test_bad_tiktoken),
       cmocka_unit_test(test_bad_tokenizer_json),
+      cmocka_unit_test(test_bad_sentencepiece_json),
       cmocka_unit_test(test_bad_config),
       cmocka_unit_test(test_open),
   };
