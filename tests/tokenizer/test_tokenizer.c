@@ -1284,6 +1284,45 @@ static void set_pair_merges(json_t *r) {
   }
 }
 
+/* ignore_merges: a piece that is a token is that token, though no merge
+ * makes it (Hugging Face: [956] with it, [356, 327, 318] without). */
+static void add_unmergeable_token(json_t *r) {
+  json_object_set_new(json_object_get(model_of(r), "vocab"), SPACE "zq",
+                      json_integer(956));
+}
+static void set_unmergeable_no_ignore(json_t *r) {
+  add_unmergeable_token(r);
+  json_object_set_new(model_of(r), "ignore_merges", json_false());
+}
+
+static void test_sentencepiece_ignore_merges(void **state) {
+  (void)state;
+  json_edit edits[] = {add_unmergeable_token, set_unmergeable_no_ignore};
+  const int32_t with[] = {956}, without[] = {356, 327, 318};
+  for (int i = 0; i < 2; i++) {
+    char from[1024], path[512];
+    snprintf(from, sizeof from, "%s/tokenizer/hf/metaspace/tokenizer.json",
+             data_root);
+    snprintf(path, sizeof path, "%s/tokenizer.json", work);
+    json_error_t jerr;
+    json_t *root = json_load_file(from, 0, &jerr);
+    assert_non_null(root);
+    edits[i](root);
+    assert_int_equal(json_dump_file(root, path, JSON_COMPACT), 0);
+    json_decref(root);
+    fdy_tokenizer *tok = NULL;
+    fdy_error err;
+    assert_int_equal(fdy_tokenizer_load_hf(path, NULL, &tok, &err), FDY_OK);
+    fdy_tokens ids = {0};
+    encode(tok, "zq", 2, 0, &ids);
+    assert_int_equal(ids.count, i == 0 ? 1 : 3);
+    assert_memory_equal(ids.ids, i == 0 ? with : without,
+                        ids.count * sizeof *ids.ids);
+    fdy_tokens_free(&ids);
+    fdy_tokenizer_destroy(tok);
+  }
+}
+
 static void test_sentencepiece_forms(void **state) {
   (void)state;
   struct {
@@ -1480,6 +1519,7 @@ int main(void) {
       cmocka_unit_test(test_sentencepiece_bytes),
       cmocka_unit_test(test_sentencepiece_forms),
       cmocka_unit_test(test_sentencepiece_token_bytes),
+      cmocka_unit_test(test_sentencepiece_ignore_merges),
       cmocka_unit_test(test_bad_tiktoken),
       cmocka_unit_test(test_bad_tokenizer_json),
       cmocka_unit_test(test_bad_sentencepiece_json),
