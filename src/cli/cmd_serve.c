@@ -657,7 +657,8 @@ void fdy_cmd_serve_help(FILE *out) {
           "                   requests may run on before they are cancelled\n"
           "                   (503), 0 to 86400 (default %u)\n"
           "  --api-key KEY    requests other than GET /health must carry\n"
-          "                   'Authorization: Bearer KEY' (else 401)\n"
+          "                   'Authorization: Bearer KEY' (else 401);\n"
+          "                   default: $FOUNDRY_API_KEY when set\n"
           "  --tokenizer FILE a tokenizer.json or tiktoken file instead of\n"
           "                   the model directory's (without one, only\n"
           "                   token-id prompts are served)\n"
@@ -783,6 +784,11 @@ int fdy_cmd_serve(int argc, char **argv) {
   }
   if (!model_dir) {
     return fdy_cli_usage("serve", "--model is required");
+  }
+  if (!api_key) {
+    /* the key kept out of the process list */
+    const char *env = getenv("FOUNDRY_API_KEY");
+    api_key = env && env[0] ? env : NULL;
   }
   struct sockaddr_in addr = {.sin_family = AF_INET,
                              .sin_port = htons((uint16_t)port)};

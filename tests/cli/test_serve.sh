@@ -219,6 +219,16 @@ status=$(curl -s -o "$work/body" -w '%{http_code}' \
 status_is "$status" 200 "completion with the key"
 contains "$work/body" '"completion_tokens":2'
 stop
+# the key from FOUNDRY_API_KEY, out of the process list
+export FOUNDRY_API_KEY=envkey
+start --model "$model" --max-sequences 1
+unset FOUNDRY_API_KEY
+status=$(curl -s -o "$work/body" -w '%{http_code}' "$url/v1/models")
+status_is "$status" 401 "/v1/models without FOUNDRY_API_KEY's key"
+status=$(curl -s -o "$work/body" -w '%{http_code}' \
+  -H 'Authorization: Bearer envkey' "$url/v1/models")
+status_is "$status" 200 "/v1/models with FOUNDRY_API_KEY's key"
+stop
 
 # one slot and no queue: a second request gets 429 while the first runs;
 # SIGTERM lets the first finish within --grace (its stream ends with [DONE])
