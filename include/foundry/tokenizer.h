@@ -76,6 +76,11 @@ fdy_status fdy_tokenizer_load_hf(const char *tokenizer_json_path,
 fdy_status fdy_tokenizer_open(const char *path, fdy_tokenizer **out,
                               fdy_error *err);
 
+/* Whether this build normalizes NFC (it has ICU): a tokenizer.json whose
+ * normalizer is NFC (Qwen's, SmolLM's) loads only then, and is refused
+ * with FDY_ERR_UNSUPPORTED naming the normalizer otherwise. */
+bool fdy_tokenizer_nfc_available(void);
+
 /* Writes the Llama 3 tokenizer built into Foundry (the 128,000 ranks of
  * Meta's tokenizer.model and its 256 special tokens) into the existing
  * directory dir as a Hugging Face checkpoint has it: tokenizer.json (the

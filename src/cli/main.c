@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "foundry/build_info.h"
 #include "foundry/core.h"
+#include "foundry/tokenizer.h"
 
 typedef struct command_entry {
   const char *name;
@@ -77,6 +78,9 @@ static void print_version(void) {
   printf("compiler %s, %s build, sanitizers %s, CUDA backend %s (%s)\n",
          info->compiler, info->build_type, info->sanitizers, info->cuda,
          info->cuda_note);
+  printf("tokenizer NFC normalizer %s\n", fdy_tokenizer_nfc_available()
+                                              ? "ON (ICU)"
+                                              : "OFF (built without ICU)");
 }
 
 static void print_help_help(FILE *out) {

@@ -145,7 +145,7 @@ static fdy_status add_normalizer(const hf_file *f, json_t *n, const char *entry,
   fdy_status s = FDY_OK;
   if (strcmp(t, "NFC") == 0) {
     step->kind = TOK_NORM_NFC;
-    if (!tok_nfc_available()) {
+    if (!fdy_tokenizer_nfc_available()) {
       return entry_error(f, FDY_ERR_UNSUPPORTED, entry,
                          "is NFC, which needs ICU; this build of Foundry "
                          "lacks it (install libicu-dev and rebuild)");

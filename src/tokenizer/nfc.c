@@ -11,7 +11,7 @@
 #include <unicode/ustring.h>
 #endif
 
-bool tok_nfc_available(void) {
+bool fdy_tokenizer_nfc_available(void) {
 #ifdef FOUNDRY_HAVE_ICU
   return true;
 #else

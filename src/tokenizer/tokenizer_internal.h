@@ -321,10 +321,9 @@ fdy_status tok_metaspace(const fdy_tokenizer *tok, const char *text, size_t len,
 
 /* The NFC normalization of len bytes of text (invalid UTF-8 is kept as
  * it is) into *out (malloc'd, *n bytes). FDY_ERR_UNSUPPORTED when this
- * build lacks it (tok_nfc_available), FDY_ERR_OUT_OF_MEMORY. */
+ * build lacks it (fdy_tokenizer_nfc_available), FDY_ERR_OUT_OF_MEMORY. */
 fdy_status tok_nfc(const char *text, size_t len, char **out, size_t *n,
                    fdy_error *err);
-bool tok_nfc_available(void);
 
 /* fdy_tokenizer_load_tiktoken on len bytes of text already read (path
  * names the source in the tokenizer and in errors; text is not kept). */

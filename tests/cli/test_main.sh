@@ -16,6 +16,8 @@ expect 0 --help
 contains "$out" "bench"
 expect 0 --version
 grep -q '^foundry [0-9]' "$out" || fail "--version does not print the version"
+grep -q '^tokenizer NFC normalizer \(ON (ICU)\|OFF (built without ICU)\)$' \
+  "$out" || fail "--version does not say whether NFC is built: $(cat "$out")"
 expect 2 help frobnicate
 contains "$err" "unknown command 'frobnicate'"
 for command in plan bench inspect generate chat verify make-model; do
