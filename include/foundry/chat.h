@@ -25,6 +25,7 @@
 #include "foundry/chat_template.h"
 #include "foundry/core.h"
 #include "foundry/llama_session.h"
+#include "foundry/speculative.h"
 #include "foundry/tokenizer.h"
 
 #ifdef __cplusplus
@@ -59,6 +60,12 @@ typedef struct fdy_chat_options {
   const char *template_file;         /* a Jinja template file applied whatever
                                         template_kind and the tokenizer's;
                                         NULL for none */
+  /* speculative decoding: a draft session (of the same vocabulary, on the
+   * same backend; it must outlive the chat and holds the conversation as
+   * the session does) and its options (copied); NULL for none. Sampling
+   * with a draft needs both sessions created without ids_only. */
+  fdy_llama_session *draft;
+  const fdy_llama_speculative_options *speculative;
 } fdy_chat_options;
 
 /* A conversation on session with a template and the stop ids of tok
@@ -129,6 +136,7 @@ typedef struct fdy_chat_answer {
   /* prompt_tokens / prefill_seconds; (count - 1) / decode_seconds, 0 for
    * an answer of one id */
   double prefill_tokens_per_second, decode_tokens_per_second;
+  fdy_llama_speculative_stats speculative; /* with a draft; zero otherwise */
 } fdy_chat_answer;
 
 /* One turn: the ids of fdy_chat_prompt(text) are prefilled after what the
@@ -142,7 +150,8 @@ typedef struct fdy_chat_answer {
  * context, err->actual = the positions the conversation would need); the
  * chat is unchanged and a shorter message may still fit. An answer that
  * fills the context stops there (FDY_CHAT_STOP_CONTEXT); every later turn
- * is then refused. Other errors are those of fdy_llama_generate (ids
+ * is then refused. Other errors are those of fdy_llama_generate (with a
+ * draft: fdy_llama_generate_speculative, its stats in out->speculative; ids
  * outside the model's vocabulary leave the chat unchanged; a backend
  * failure fails the session and so the chat). *out is zeroed on failure. */
 fdy_status fdy_chat_turn(fdy_chat *chat, const char *text, size_t len,

@@ -36,7 +36,9 @@ typedef struct fdy_llama_speculative_stats {
 
 /* Generation of target with draft proposing (both sessions on the same
  * vocabulary, slot 0 of each; the draft usually resident and small):
- * resets both, prefills the prompt into both, then repeats: the draft
+ * resets both (unless options->keep_context: then both must hold the
+ * same positions, the conversation so far, and the prompt follows them),
+ * prefills the prompt into both, then repeats: the draft
  * proposes K ids one pass at a time from the last id; the target appends
  * the last id and the K proposals in one pass of its decode step
  * (fdy_llama_session_append_rows), which gives its own next id after each;
@@ -59,8 +61,8 @@ typedef struct fdy_llama_speculative_stats {
  * as fdy_llama_generate's for the seed: other draws decide them). The
  * sessions' sampling stays set afterwards.
  *
- * Afterwards both sessions hold the prompt and every id emitted but the
- * last, as after fdy_llama_generate.
+ * Afterwards both sessions hold (what they held and) the prompt and every
+ * id emitted but the last, as after fdy_llama_generate.
  *
  * The ids, stops (EOS ids, options->stop_ids, ignore_eos), on_token and
  * max_tokens behave as in fdy_llama_generate, whose greedy result this
@@ -72,7 +74,10 @@ typedef struct fdy_llama_speculative_stats {
  * sizes, expected = the target's), K out of range or a target whose
  * step_rows is below max_draft_tokens + 1 (FDY_ERR_INVALID_ARGUMENT,
  * expected = the rows needed), sampling refused by fdy_llama_sampling_check
- * and sampling with an ids_only session (FDY_ERR_INVALID_ARGUMENT), the
+ * and sampling with an ids_only session (FDY_ERR_INVALID_ARGUMENT),
+ * keep_context with sessions at different positions
+ * (FDY_ERR_INVALID_ARGUMENT, expected = the target's, actual = the
+ * draft's), the
  * prompt plus max_tokens beyond the draft's
  * context (FDY_ERR_CONTEXT). stats may be NULL. On failure *out is
  * zeroed. */

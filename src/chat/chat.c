@@ -52,6 +52,8 @@ struct fdy_chat {
   fdy_tokenizer *tok;
   uint32_t max_tokens;
   fdy_sample_params sampling;
+  fdy_llama_session *draft; /* speculative decoding; NULL for none */
+  fdy_llama_speculative_options speculative;
   fdy_chat_template kind;
   fdy_jinja *template;
   char *bos, *eos;   /* the tokenizer's spellings, or NULL */
@@ -365,6 +367,11 @@ fdy_status fdy_chat_create(fdy_llama_session *session, fdy_tokenizer *tok,
       return s;
     }
   }
+  if (options && !options->draft != !options->speculative) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "fdy_chat_create: a draft session needs speculative "
+                         "options, and speculative options a draft");
+  }
   fdy_chat *chat = calloc(1, sizeof *chat);
   if (!chat) {
     return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
@@ -374,6 +381,10 @@ fdy_status fdy_chat_create(fdy_llama_session *session, fdy_tokenizer *tok,
   chat->max_tokens = options ? options->max_tokens : 0;
   chat->sampling =
       options && options->sampling ? *options->sampling : FDY_LLAMA_GREEDY;
+  if (options && options->draft) {
+    chat->draft = options->draft;
+    chat->speculative = *options->speculative;
+  }
   chat->pending = -1;
   const char *text = NULL;
   size_t len = 0;
@@ -616,8 +627,12 @@ fdy_status fdy_chat_turn(fdy_chat *chat, const char *text, size_t len,
                                   .ctx = ctx,
                                   .sampling = &chat->sampling};
   fdy_llama_generation gen;
-  s = fdy_llama_generate(chat->session, ids.ids, (uint32_t)ids.count, &o, &gen,
-                         err);
+  s = chat->draft ? fdy_llama_generate_speculative(chat->session, chat->draft,
+                                                   ids.ids, (uint32_t)ids.count,
+                                                   &o, &chat->speculative, &gen,
+                                                   &out->speculative, err)
+                  : fdy_llama_generate(chat->session, ids.ids,
+                                       (uint32_t)ids.count, &o, &gen, err);
   if (s == FDY_OK && (s = remember(chat, text, len, &gen, err)) != FDY_OK) {
     chat->started = false; /* the next turn starts afresh without this one */
   }

@@ -21,6 +21,7 @@
 #include <sys/select.h>
 #include <unistd.h>
 
+#include "cli_draft.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "foundry/chat.h"
@@ -56,6 +57,7 @@ void fdy_cmd_chat_help(FILE *out) {
           "                   (default: the model's max_position_embeddings,\n"
           "                   at most 4096)\n"
           "  --kv-dtype D     KV cache dtype: f32 (default) or f16\n");
+  fdy_cli_draft_help(out);
   fdy_cli_sampling_help(out, "the temperature, top_k and top_p of the\n"
                              "                   model directory's "
                              "generation_config.json\n"
@@ -175,9 +177,12 @@ static void print_answer_stats(const fdy_chat_answer *a) {
 }
 
 /* The conversation: one turn per line until EOF or a second Ctrl-C at the
- * prompt. A turn refused for the context is reported and skipped. */
+ * prompt. A turn refused for the context is reported and skipped. spec:
+ * the speculative options with a draft (its figures follow each answer's
+ * line), else NULL. */
 static int converse(fdy_chat *chat, fdy_cli_printer *printer,
-                    const sigset_t *wait_mask, const sigset_t *sigint) {
+                    const sigset_t *wait_mask, const sigset_t *sigint,
+                    const fdy_llama_speculative_options *spec) {
   line_reader reader = {.fd = STDIN_FILENO};
   bool tty = isatty(STDIN_FILENO);
   bool armed = false; /* a Ctrl-C at the prompt: another one exits */
@@ -230,6 +235,9 @@ static int converse(fdy_chat *chat, fdy_cli_printer *printer,
       break;
     }
     print_answer_stats(&answer);
+    if (spec) {
+      fdy_cli_draft_print(stderr, spec, &answer.speculative, answer.count);
+    }
   }
   free(reader.buf);
   return code;
@@ -251,6 +259,7 @@ int fdy_cmd_chat(int argc, char **argv) {
       {"chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE},
       FDY_CLI_SESSION_OPTIONS,
       FDY_CLI_SAMPLING_OPTIONS,
+      FDY_CLI_DRAFT_OPTIONS,
       {NULL, 0, NULL, 0},
   };
   const char *model_dir = NULL, *tokenizer_path = NULL, *system = NULL;
@@ -259,6 +268,7 @@ int fdy_cmd_chat(int argc, char **argv) {
   const char *template_file = NULL;
   fdy_cli_session_flags session_flags = FDY_CLI_SESSION_FLAGS_DEFAULT;
   fdy_cli_sampling_flags sampling_flags = {.params = FDY_LLAMA_GREEDY};
+  fdy_cli_draft_flags draft_flags = {0};
   fdy_error err;
   const int repeated = fdy_cli_check_repeats("chat", argc, argv, options);
   if (repeated != FDY_EXIT_OK) {
@@ -297,6 +307,9 @@ int fdy_cmd_chat(int argc, char **argv) {
             fdy_cli_sampling_flag(opt, optarg, &sampling_flags, &handled, &err);
       }
       if (!handled) {
+        status = fdy_cli_draft_flag(opt, optarg, &draft_flags, &handled, &err);
+      }
+      if (!handled) {
         return fdy_cli_usage("chat", "unknown option '%s'", argv[optind - 1]);
       }
       break;
@@ -312,6 +325,12 @@ int fdy_cmd_chat(int argc, char **argv) {
   if (!model_dir) {
     return fdy_cli_usage("chat", "--model is required");
   }
+  if (fdy_cli_draft_orphan(&draft_flags)) {
+    return fdy_cli_usage("chat", "%s needs --draft-model",
+                         fdy_cli_draft_orphan(&draft_flags));
+  }
+  const fdy_llama_speculative_options spec =
+      fdy_cli_draft_speculative(&draft_flags);
 
   /* Threads started from here on (the backend's) block SIGINT. A Ctrl-C
    * while loading stays pending and ends the process (default action) when
@@ -330,12 +349,14 @@ int fdy_cmd_chat(int argc, char **argv) {
   fdy_llama_model *model = NULL;
   fdy_backend *engine = NULL;
   fdy_llama_session *session = NULL;
+  fdy_llama_model *draft_model = NULL;
+  fdy_llama_session *draft = NULL;
   fdy_chat *chat = NULL;
   fdy_cli_printer printer = {0};
   fdy_llama_session_options session_options = {
       .context = (uint32_t)session_flags.context,
       .kv_dtype = session_flags.kv_dtype,
-      .ids_only = true};
+      .step_rows = draft_flags.dir ? spec.max_draft_tokens + 1 : 0};
   /* the model's generation_config.json, else greedy, under the flags */
   fdy_sample_params defaults = FDY_LLAMA_GREEDY, sampling = FDY_LLAMA_GREEDY;
   bool from_config = false, random_seed = false;
@@ -343,15 +364,23 @@ int fdy_cmd_chat(int argc, char **argv) {
                                    .max_tokens = (uint32_t)max_tokens,
                                    .sampling = &sampling,
                                    .template_kind = template_kind,
-                                   .template_file = template_file};
+                                   .template_file = template_file,
+                                   .speculative =
+                                       draft_flags.dir ? &spec : NULL};
   if (fdy_cli_generation_config(model_dir, &defaults, &from_config, &err) !=
       FDY_OK) {
     code = fdy_cli_fail(&err);
     goto cleanup;
   }
   sampling = fdy_cli_sampling_resolve(&sampling_flags, defaults, &random_seed);
+  /* generation reads the ids alone, but speculative sampling the logits */
+  bool logits =
+      draft_flags.dir && sampling.temperature > 0.0f && sampling.top_k != 1;
+  session_options.ids_only = !logits;
   if (fdy_cli_open_tokenizer(model_dir, tokenizer_path, &tok, &err) != FDY_OK ||
       fdy_llama_open(model_dir, &model, &err) != FDY_OK ||
+      (draft_flags.dir && fdy_cli_open_draft(draft_flags.dir, model,
+                                             &draft_model, &err) != FDY_OK) ||
       fdy_cli_backend_create(
           session_flags.backend, (uint32_t)session_flags.threads,
           session_flags.serial_launch, &engine, &err) != FDY_OK) {
@@ -361,7 +390,15 @@ int fdy_cmd_chat(int argc, char **argv) {
   session_options.backend = engine;
   if (fdy_llama_session_create(model, &session_options, &session, &err) !=
           FDY_OK ||
-      fdy_chat_create(session, tok, &chat_options, &chat, &err) != FDY_OK ||
+      (draft_flags.dir &&
+       fdy_cli_draft_session(&session_flags, draft_model, engine,
+                             fdy_llama_session_context(session), logits, &draft,
+                             &err) != FDY_OK)) {
+    code = fdy_cli_fail(&err);
+    goto cleanup;
+  }
+  chat_options.draft = draft;
+  if (fdy_chat_create(session, tok, &chat_options, &chat, &err) != FDY_OK ||
       fdy_cli_printer_init(&printer, tok, stdout, &interrupted, &err) !=
           FDY_OK) {
     fdy_cli_explain_template(&err);
@@ -378,7 +415,7 @@ int fdy_cmd_chat(int argc, char **argv) {
   pthread_sigmask(SIG_BLOCK, &sigint, NULL);
   sigaction(SIGINT, &action, &previous);
   handled = true;
-  code = converse(chat, &printer, &wait_mask, &sigint);
+  code = converse(chat, &printer, &wait_mask, &sigint, draft ? &spec : NULL);
 
 cleanup:
   if (handled) {
@@ -387,6 +424,8 @@ cleanup:
   pthread_sigmask(SIG_SETMASK, &original, NULL);
   fdy_cli_printer_destroy(&printer);
   fdy_chat_destroy(chat);
+  fdy_llama_session_destroy(draft);
+  fdy_llama_close(draft_model);
   fdy_llama_session_destroy(session);
   fdy_backend_destroy(engine);
   fdy_llama_close(model);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_draft.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "foundry/chat.h"
@@ -25,9 +26,6 @@
 /* generate --prompts-file: sequences at once by default, at most this
  * many and no more than the prompts. */
 #define DEFAULT_SEQUENCES 16u
-/* generate --draft-model: ids drafted per target pass at first; adaptive,
- * up to twice --draft-tokens. */
-#define DEFAULT_DRAFT_TOKENS 4u
 
 void fdy_cmd_generate_help(FILE *out) {
   fprintf(out,
@@ -81,26 +79,13 @@ void fdy_cmd_generate_help(FILE *out) {
           "                   the chat_template of tokenizer_config.json)\n"
           "  --tokenizer FILE a tokenizer.json or tiktoken file instead of\n"
           "                   the model directory's\n"
-          "  --draft-model DIR  speculative decoding (one prompt): DIR, a\n"
-          "                   small checkpoint of the same vocabulary on the\n"
-          "                   same backend with every weight resident,\n"
-          "                   proposes ids that the model checks in one pass;\n"
-          "                   greedy, the ids are the model's own; sampling,\n"
-          "                   the rejection rule keeps its distribution. The\n"
-          "                   acceptance rate, ids per pass of the model and\n"
-          "                   both models' seconds per id go to stderr\n"
-          "  --draft-tokens K ids drafted per pass at first, 1 to %u (default\n"
-          "                   %u); adaptive: doubled after a pass that\n"
-          "                   accepts every one, up to 2K, cut to the ids\n"
-          "                   accepted + 1 after a rejection\n"
-          "  --draft-fixed    draft K ids every pass\n"
           "  --backend NAME   cpu (the default) or cuda\n"
           "  --threads T      cpu backend threads (default: online CPUs)\n"
           "  --context C      KV cache positions (default: the model's\n"
           "                   max_position_embeddings, at most 4096)\n"
           "  --kv-dtype D     KV cache dtype: f32 (default) or f16\n",
-          FDY_LLAMA_MAX_SEQUENCES, DEFAULT_SEQUENCES,
-          FDY_LLAMA_MAX_DRAFT_TOKENS, DEFAULT_DRAFT_TOKENS);
+          FDY_LLAMA_MAX_SEQUENCES, DEFAULT_SEQUENCES);
+  fdy_cli_draft_help(out);
   fdy_cli_session_flags_help(out);
   fdy_cli_sampling_help(out, "greedy");
   fprintf(out, "  --ignore-eos     decode all N ids even after an EOS id\n"
@@ -132,26 +117,6 @@ static json_t *json_ids(const int32_t *ids, uint32_t count) {
     }
   }
   return array;
-}
-
-/* The speculative figures: the ids after the first (which the prefill
- * gives) come from the target's verification passes. */
-typedef struct spec_figures {
-  double acceptance;    /* accepted / proposed */
-  double ids_per_pass;  /* ids after the first per target pass */
-  double draft_per_id;  /* the draft's seconds per id after the first */
-  double target_per_id; /* the target's seconds per id after the first */
-} spec_figures;
-
-static spec_figures speculative_figures(const fdy_llama_speculative_stats *s,
-                                        const fdy_llama_generation *gen) {
-  uint32_t after = gen->count > 0 ? gen->count - 1 : 0;
-  return (spec_figures){
-      .acceptance = s->proposed ? (double)s->accepted / (double)s->proposed : 0,
-      .ids_per_pass =
-          s->target_passes ? (double)after / (double)s->target_passes : 0,
-      .draft_per_id = after ? s->draft_seconds / after : 0,
-      .target_per_id = after ? s->target_seconds / after : 0};
 }
 
 /* A float parameter as JSON shows it: the shortest decimal that reads back
@@ -196,7 +161,7 @@ static int print_json(const run_info *run, const int32_t *prompt,
   free(model);
   if (root && run->spec) {
     const fdy_llama_speculative_stats *st = run->spec_stats;
-    spec_figures f = speculative_figures(st, gen);
+    fdy_cli_draft_figures f = fdy_cli_draft_figures_of(st, gen->count);
     char *draft = fdy_utf8_sanitize(run->draft_dir);
     json_t *spec = json_pack(
         "{s:s, s:I, s:I, s:b, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, "
@@ -228,19 +193,6 @@ static int print_json(const run_info *run, const int32_t *prompt,
   return FDY_EXIT_OK;
 }
 
-static void print_speculative(const run_info *run,
-                              const fdy_llama_generation *gen) {
-  const fdy_llama_speculative_stats *s = run->spec_stats;
-  spec_figures f = speculative_figures(s, gen);
-  fprintf(stderr,
-          "speculative: K %" PRIu32 "%s, %.1f%% of %" PRIu64
-          " proposed ids accepted, %.2f ids per target pass (%" PRIu64
-          " passes); per id: draft %.3f ms, target %.3f ms\n",
-          run->spec->draft_tokens, run->spec->fixed ? " fixed" : " adaptive",
-          100.0 * f.acceptance, s->proposed, f.ids_per_pass, s->target_passes,
-          f.draft_per_id * 1e3, f.target_per_id * 1e3);
-}
-
 static void print_text(const run_info *run, uint32_t prompt_count,
                        const fdy_llama_generation *gen, bool ids) {
   if (ids) {
@@ -265,7 +217,7 @@ static void print_text(const run_info *run, uint32_t prompt_count,
     fdy_cli_sampling_print(stderr, run->sampling, run->random_seed, NULL);
   }
   if (run->spec) {
-    print_speculative(run, gen);
+    fdy_cli_draft_print(stderr, run->spec, run->spec_stats, gen->count);
   }
   const uint64_t *bytes = run->stats.class_bytes;
   char weights[32], kv[32], act[32];
@@ -357,56 +309,6 @@ static fdy_status open_session(const fdy_cli_session_flags *flags,
   st = fdy_llama_session_create(model, &options, session, err);
   if (st != FDY_OK) {
     fdy_cli_explain_budget(flags, err);
-  }
-  return st;
-}
-
-/* --draft-model: opens the draft checkpoint and refuses, before any work,
- * one whose vocabulary is not the target's (naming both sizes). */
-static fdy_status open_draft(const char *dir, const fdy_llama_model *target,
-                             fdy_llama_model **out, fdy_error *err) {
-  fdy_status st = fdy_llama_open(dir, out, err);
-  if (st != FDY_OK) {
-    fdy_error_prefix(err, "--draft-model");
-    return st;
-  }
-  uint32_t want = fdy_llama_model_config(target)->vocab_size;
-  uint32_t have = fdy_llama_model_config(*out)->vocab_size;
-  if (have != want) {
-    fdy_llama_close(*out);
-    *out = NULL;
-    return fdy_error_setf(err, FDY_ERR_INVALID_ARGUMENT, "--draft-model", want,
-                          have,
-                          "--draft-model %s has a vocabulary of %" PRIu32
-                          " ids, the model's has %" PRIu32
-                          ": a draft must share the model's vocabulary",
-                          dir, have, want);
-  }
-  return FDY_OK;
-}
-
-/* The draft's session on the target's backend: every weight resident (no
- * budget), the target's context (at most the draft's
- * max_position_embeddings), steps of one row; ids_only unless logits. */
-static fdy_status draft_session(const fdy_cli_session_flags *flags,
-                                const fdy_llama_model *model,
-                                fdy_backend *engine, uint32_t context,
-                                bool logits, fdy_llama_session **out,
-                                fdy_error *err) {
-  const fdy_llama_config *config = fdy_llama_model_config(model);
-  fdy_llama_session_options o = {.backend = engine,
-                                 .context =
-                                     context < config->max_position_embeddings
-                                         ? context
-                                         : config->max_position_embeddings,
-                                 .prefill_rows = (uint32_t)flags->prefill_rows,
-                                 .kv_dtype = flags->kv_dtype,
-                                 .ids_only = !logits,
-                                 .no_graphs = flags->no_graphs};
-  fdy_cli_cap_prefill_rows(&o, config);
-  fdy_status st = fdy_llama_session_create(model, &o, out, err);
-  if (st != FDY_OK) {
-    fdy_error_prefix(err, "--draft-model");
   }
   return st;
 }
@@ -870,9 +772,6 @@ int fdy_cmd_generate(int argc, char **argv) {
     OPT_SYSTEM,
     OPT_PROMPTS_FILE,
     OPT_SEQUENCES,
-    OPT_DRAFT_MODEL,
-    OPT_DRAFT_TOKENS,
-    OPT_DRAFT_FIXED,
     OPT_CHAT_TEMPLATE
   };
   static const struct option options[] = {
@@ -891,17 +790,15 @@ int fdy_cmd_generate(int argc, char **argv) {
       {"system", required_argument, NULL, OPT_SYSTEM},
       {"prompts-file", required_argument, NULL, OPT_PROMPTS_FILE},
       {"max-sequences", required_argument, NULL, OPT_SEQUENCES},
-      {"draft-model", required_argument, NULL, OPT_DRAFT_MODEL},
-      {"draft-tokens", required_argument, NULL, OPT_DRAFT_TOKENS},
-      {"draft-fixed", no_argument, NULL, OPT_DRAFT_FIXED},
+      FDY_CLI_DRAFT_OPTIONS,
       {"chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE},
       {NULL, 0, NULL, 0},
   };
   const char *model_dir = NULL, *prompt_text = NULL;
   const char *text = NULL, *text_file = NULL, *tokenizer_path = NULL;
-  const char *system = NULL, *prompts_file = NULL, *draft_dir = NULL;
-  uint64_t max_tokens = 0, sequences = 0, draft_tokens = 0;
-  bool draft_fixed = false;
+  const char *system = NULL, *prompts_file = NULL;
+  uint64_t max_tokens = 0, sequences = 0;
+  fdy_cli_draft_flags draft_flags = {0};
   fdy_chat_template template_kind = FDY_CHAT_TEMPLATE_AUTO;
   const char *template_file = NULL;
   fdy_cli_session_flags session_flags = FDY_CLI_SESSION_FLAGS_DEFAULT;
@@ -957,17 +854,6 @@ int fdy_cmd_generate(int argc, char **argv) {
       status = fdy_cli_parse_uint("--max-sequences", optarg, 1,
                                   FDY_LLAMA_MAX_SEQUENCES, &sequences, &err);
       break;
-    case OPT_DRAFT_MODEL:
-      draft_dir = optarg;
-      break;
-    case OPT_DRAFT_TOKENS:
-      status =
-          fdy_cli_parse_uint("--draft-tokens", optarg, 1,
-                             FDY_LLAMA_MAX_DRAFT_TOKENS, &draft_tokens, &err);
-      break;
-    case OPT_DRAFT_FIXED:
-      draft_fixed = true;
-      break;
     case OPT_CHAT_TEMPLATE:
       fdy_cli_parse_chat_template(optarg, &template_kind, &template_file);
       break;
@@ -980,6 +866,9 @@ int fdy_cmd_generate(int argc, char **argv) {
       if (!handled) {
         status =
             fdy_cli_sampling_flag(opt, optarg, &sampling_flags, &handled, &err);
+      }
+      if (!handled) {
+        status = fdy_cli_draft_flag(opt, optarg, &draft_flags, &handled, &err);
       }
       if (!handled) {
         return fdy_cli_usage("generate", "unknown option '%s'",
@@ -1043,9 +932,10 @@ int fdy_cmd_generate(int argc, char **argv) {
   if ((template_kind != FDY_CHAT_TEMPLATE_AUTO || template_file) && !chat) {
     return fdy_cli_usage("generate", "--chat-template needs --chat");
   }
-  if ((draft_tokens || draft_fixed) && !draft_dir) {
+  const char *draft_dir = draft_flags.dir;
+  if (fdy_cli_draft_orphan(&draft_flags)) {
     return fdy_cli_usage("generate", "%s needs --draft-model",
-                         draft_tokens ? "--draft-tokens" : "--draft-fixed");
+                         fdy_cli_draft_orphan(&draft_flags));
   }
   if (draft_dir && prompts_file) {
     return fdy_cli_usage("generate", "--draft-model takes one prompt: not "
@@ -1059,15 +949,8 @@ int fdy_cmd_generate(int argc, char **argv) {
   /* speculative sampling reads both models' logits */
   bool draft_logits =
       draft_dir && sampling.temperature > 0.0f && sampling.top_k != 1;
-  /* K, and the most K grows to: twice K unless fixed */
-  fdy_llama_speculative_options spec = {
-      .draft_tokens =
-          draft_tokens ? (uint32_t)draft_tokens : DEFAULT_DRAFT_TOKENS,
-      .fixed = draft_fixed};
-  spec.max_draft_tokens = draft_fixed ? spec.draft_tokens
-                          : 2 * spec.draft_tokens > FDY_LLAMA_MAX_DRAFT_TOKENS
-                              ? FDY_LLAMA_MAX_DRAFT_TOKENS
-                              : 2 * spec.draft_tokens;
+  const fdy_llama_speculative_options spec =
+      fdy_cli_draft_speculative(&draft_flags);
   if (prompts_file) {
     batch_args batch = {.sampling = &sampling,
                         .random_seed = random_seed,
@@ -1109,13 +992,14 @@ int fdy_cmd_generate(int argc, char **argv) {
   }
   if (fdy_llama_open(model_dir, &model, &err) != FDY_OK ||
       (draft_dir &&
-       open_draft(draft_dir, model, &draft_model, &err) != FDY_OK) ||
+       fdy_cli_open_draft(draft_dir, model, &draft_model, &err) != FDY_OK) ||
       open_session(&session_flags, model, 1,
                    draft_dir ? spec.max_draft_tokens + 1 : 0, draft_logits,
                    &engine, &session, &err) != FDY_OK ||
-      (draft_dir && draft_session(&session_flags, draft_model, engine,
-                                  fdy_llama_session_context(session),
-                                  draft_logits, &draft, &err) != FDY_OK)) {
+      (draft_dir &&
+       fdy_cli_draft_session(&session_flags, draft_model, engine,
+                             fdy_llama_session_context(session), draft_logits,
+                             &draft, &err) != FDY_OK)) {
     code = fdy_cli_fail(&err);
     goto cleanup;
   }

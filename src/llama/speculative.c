@@ -120,10 +120,20 @@ static fdy_status check_pair(const fdy_llama_session *target,
                            "without ids_only");
     }
   }
+  uint32_t start = 0;
   if (options->keep_context) {
-    return fdy_error_set(err, FDY_ERR_UNSUPPORTED,
-                         "speculative generation starts from an empty "
-                         "session: keep_context is not supported");
+    start = fdy_llama_session_position(target);
+    if (fdy_llama_session_position(draft) != start) {
+      fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                    "keep_context: the draft holds %u positions, the target "
+                    "%u: both must hold the same conversation",
+                    fdy_llama_session_position(draft), start);
+      if (err) {
+        err->expected = start;
+        err->actual = fdy_llama_session_position(draft);
+      }
+      return FDY_ERR_INVALID_ARGUMENT;
+    }
   }
   if (!prompt || prompt_count == 0) {
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
@@ -132,9 +142,10 @@ static fdy_status check_pair(const fdy_llama_session *target,
   /* the prompt and every emitted id but the last are fed to both */
   uint64_t extra = options->max_tokens ? options->max_tokens - 1 : 0;
   fdy_status st =
-      fdy_llama_session_check(target, prompt, prompt_count, 0, extra, err);
+      fdy_llama_session_check(target, prompt, prompt_count, start, extra, err);
   if (st == FDY_OK) {
-    st = fdy_llama_session_check(draft, prompt, prompt_count, 0, extra, err);
+    st =
+        fdy_llama_session_check(draft, prompt, prompt_count, start, extra, err);
     if (st != FDY_OK) {
       fdy_error_prefix(err, "the draft");
     }
@@ -263,13 +274,14 @@ static uint32_t min_u32(uint32_t a, uint32_t b) {
   return a < b ? a : b;
 }
 
-/* The rounds after the prompt until the generation ends. */
-static fdy_status decode(spec_run *r, uint32_t prompt_count, uint32_t k,
-                         uint32_t max_k, bool fixed, fdy_error *err) {
+/* The rounds after the prompt, which ends at position fed, until the
+ * generation ends. */
+static fdy_status decode(spec_run *r, uint32_t fed, uint32_t k, uint32_t max_k,
+                         bool fixed, fdy_error *err) {
   fdy_status st = FDY_OK;
   bool done = false;
   while (st == FDY_OK && !done) {
-    uint32_t p = prompt_count + r->count - 1;
+    uint32_t p = fed + r->count - 1;
     uint32_t room = min_u32(r->target->context, r->draft->context) - p - 1;
     uint32_t n =
         min_u32(min_u32(k, r->options->max_tokens - r->count - 1), room);
@@ -333,9 +345,12 @@ fdy_status fdy_llama_generate_speculative(
     st = fdy_llama_session_set_sampling(draft, 0, &draft_sampling, err);
   }
   int64_t t0 = fdy_now_ns(), t1 = t0;
-  if (st == FDY_OK) {
+  if (st == FDY_OK && !options->keep_context) {
     fdy_llama_session_reset(target);
     fdy_llama_session_reset(draft);
+  }
+  uint32_t fed = fdy_llama_session_position(target) + prompt_count;
+  if (st == FDY_OK) {
     st = fdy_llama_session_append(target, 0, prompt, prompt_count, NULL, NULL,
                                   err);
   }
@@ -347,7 +362,7 @@ fdy_status fdy_llama_generate_speculative(
   if (st == FDY_OK && max_tokens > 0 &&
       emit(&r, fdy_llama_session_slot_next(target, 0))) {
     r.proposal[0] = r.ids[0];
-    st = decode(&r, prompt_count, spec->draft_tokens, max_k, spec->fixed, err);
+    st = decode(&r, fed, spec->draft_tokens, max_k, spec->fixed, err);
   }
   int64_t t2 = fdy_now_ns();
   free(r.proposal);

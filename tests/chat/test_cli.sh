@@ -223,6 +223,35 @@ contains "$err" "--max-tokens reached"
 # is 5 ids)
 contains "$err" "prompt 15 tokens"
 
+# speculative decoding (issue #32): a draft of the same vocabulary
+# (another seed: it is mostly wrong) changes no greedy answer of the
+# conversation, and its figures follow each answer's line
+cp "$out" "$work/two.answers"
+draft=$work/draft
+expect 0 make-model --preset micro-llama3-vocab --seed 2 --out "$draft"
+expect_cmd 0 "chat with a draft" "$foundry" chat --model "$model" \
+  --draft-model "$draft" --system "Answer briefly." --max-tokens 6 \
+  --threads 2 <"$work/two.txt"
+cmp -s "$out" "$work/two.answers" ||
+  fail "a draft changed the answers: $(cat "$out") against" \
+    "$(cat "$work/two.answers")"
+[ "$(grep -c '^speculative: K 4 adaptive, ' "$err")" -eq 2 ] ||
+  fail "chat with a draft: no figures per answer: $(cat "$err")"
+contains "$err" "prompt 15 tokens"
+# sampling with a draft runs; a draft of another vocabulary is refused
+expect_cmd 0 "chat sampling with a draft" "$foundry" chat --model "$model" \
+  --draft-model "$draft" --temperature 0.8 --seed 3 --max-tokens 6 \
+  --threads 2 <"$work/two.txt"
+[ "$(grep -c '^speculative: ' "$err")" -eq 2 ] ||
+  fail "chat sampling with a draft: $(cat "$err")"
+expect 0 make-model --preset micro --seed 1 --out "$work/small-vocab"
+expect_cmd 1 "chat with a draft of another vocabulary" "$foundry" chat \
+  --model "$model" --draft-model "$work/small-vocab" <"$work/two.txt"
+contains "$err" "128256"
+expect_cmd 2 "chat --draft-tokens without a draft" "$foundry" chat \
+  --model "$model" --draft-tokens 3 </dev/null
+contains "$err" "--draft-tokens needs --draft-model"
+
 # EOF at once: nothing to say, exit 0
 expect_cmd 0 "chat with no input" "$foundry" chat --model "$model" </dev/null
 [ -s "$out" ] && fail "chat without input printed: $(cat "$out")"

@@ -453,6 +453,59 @@ static void test_sampling_keeps_distribution(void **state) {
   fdy_llama_close(draft_model);
 }
 
+/* A conversation: a second generation with keep_context continues both
+ * sessions after the first and equals fdy_llama_generate's continuation
+ * bitwise; sessions at different positions are refused. */
+static void test_keep_context(void **state) {
+  (void)state;
+  fdy_llama_model *target_model = open_fixture("llama3-micro-untied-g32");
+  fdy_llama_model *draft_model = open_fixture("llama3-micro-mha-g128");
+  fdy_backend *cpu = cpu_backend(2);
+  fdy_llama_session *alone = session_of(target_model, cpu, 0, CONTEXT);
+  fdy_llama_session *target = session_of(target_model, cpu, 5, CONTEXT);
+  fdy_llama_session *draft = session_of(draft_model, cpu, 0, CONTEXT);
+  const int32_t second[3] = {77, 12, 400};
+  fdy_llama_speculative_options spec = {.draft_tokens = 4, .fixed = true};
+  fdy_error err;
+  for (int turn = 0; turn < 2; turn++) {
+    const int32_t *ids = turn ? second : prompt;
+    uint32_t count = turn ? 3 : PROMPT_COUNT;
+    fdy_llama_generate_options o = {
+        .max_tokens = 10, .ignore_eos = true, .keep_context = turn == 1};
+    fdy_llama_generation a, b;
+    assert_int_equal(fdy_llama_generate(alone, ids, count, &o, &a, &err),
+                     FDY_OK);
+    assert_int_equal(fdy_llama_generate_speculative(target, draft, ids, count,
+                                                    &o, &spec, &b, NULL, &err),
+                     FDY_OK);
+    assert_int_equal(a.count, b.count);
+    assert_memory_equal(a.ids, b.ids, sizeof *a.ids * a.count);
+    assert_int_equal(fdy_llama_session_position(target),
+                     fdy_llama_session_position(alone));
+    assert_int_equal(fdy_llama_session_position(draft),
+                     fdy_llama_session_position(alone));
+    fdy_llama_generation_free(&a);
+    fdy_llama_generation_free(&b);
+  }
+  /* the draft one position behind */
+  assert_int_equal(fdy_llama_session_rewind(
+                       draft, 0, fdy_llama_session_position(draft) - 1, &err),
+                   FDY_OK);
+  fdy_llama_generate_options o = {.max_tokens = 2, .keep_context = true};
+  fdy_llama_generation g;
+  assert_int_equal(fdy_llama_generate_speculative(target, draft, second, 3, &o,
+                                                  &spec, &g, NULL, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(err.expected, fdy_llama_session_position(target));
+  assert_int_equal(err.actual, fdy_llama_session_position(draft));
+  fdy_llama_session_destroy(alone);
+  fdy_llama_session_destroy(target);
+  fdy_llama_session_destroy(draft);
+  fdy_backend_destroy(cpu);
+  fdy_llama_close(target_model);
+  fdy_llama_close(draft_model);
+}
+
 /* Bad pairs and options, refused before any work with their fields. */
 static void test_refused(void **state) {
   (void)state;
@@ -534,6 +587,7 @@ int main(void) {
       cmocka_unit_test(test_append_rows_and_rewind),
       cmocka_unit_test(test_verdict_follows_target),
       cmocka_unit_test(test_sampling_keeps_distribution),
+      cmocka_unit_test(test_keep_context),
       cmocka_unit_test(test_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
