@@ -128,6 +128,15 @@ typedef enum fdy_chat_stop {
   FDY_CHAT_STOP_INTERRUPTED, /* on_token returned false */
 } fdy_chat_stop;
 
+/* Adds an earlier exchange, a user message and the assistant's answer
+ * (both copied), to the conversation before its first turn (an API
+ * request that carries the conversation so far): the first turn renders
+ * them before its own message. After a turn: FDY_ERR_INVALID_ARGUMENT,
+ * the chat unchanged; FDY_ERR_OUT_OF_MEMORY. */
+fdy_status fdy_chat_add_exchange(fdy_chat *chat, const char *user,
+                                 size_t user_len, const char *answer,
+                                 size_t answer_len, fdy_error *err);
+
 typedef struct fdy_chat_answer {
   uint32_t prompt_tokens; /* ids prefilled for the turn */
   uint32_t count;         /* ids generated, a final stop id included */

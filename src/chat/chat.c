@@ -533,10 +533,11 @@ fdy_status fdy_chat_prompt(fdy_chat *chat, const char *text, size_t len,
   return s;
 }
 
-/* Appends the user message and the answer (the text of its ids, without a
- * final stop id) to the conversation. */
-static fdy_status remember(fdy_chat *chat, const char *text, size_t len,
-                           const fdy_llama_generation *gen, fdy_error *err) {
+/* Appends a user message and its answer, both copied, to the
+ * conversation. */
+static fdy_status append_exchange(fdy_chat *chat, const char *user_text,
+                                  size_t user_len, const char *answer_text,
+                                  size_t answer_len, fdy_error *err) {
   if (chat->message_count + 2 > chat->message_cap) {
     size_t cap = chat->message_count * 2 + 8;
     message *m = realloc(chat->messages, cap * sizeof *m);
@@ -546,34 +547,67 @@ static fdy_status remember(fdy_chat *chat, const char *text, size_t len,
     chat->messages = m;
     chat->message_cap = cap;
   }
-  message user = {strdup("user"), malloc(len + 1), len};
-  message answer = {strdup("assistant"), NULL, 0};
+  message user = {strdup("user"), malloc(user_len + 1), user_len};
+  message answer = {strdup("assistant"), malloc(answer_len + 1), answer_len};
+  if (!user.role || !user.content || !answer.role || !answer.content) {
+    free_messages((message[]){user, answer}, 2);
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  if (user_len) {
+    memcpy(user.content, user_text, user_len);
+  }
+  user.content[user_len] = '\0';
+  if (answer_len) {
+    memcpy(answer.content, answer_text, answer_len);
+  }
+  answer.content[answer_len] = '\0';
+  chat->messages[chat->message_count++] = user;
+  chat->messages[chat->message_count++] = answer;
+  return FDY_OK;
+}
+
+fdy_status fdy_chat_add_exchange(fdy_chat *chat, const char *user,
+                                 size_t user_len, const char *answer,
+                                 size_t answer_len, fdy_error *err) {
+  if (!chat || (!user && user_len) || (!answer && answer_len)) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "fdy_chat_add_exchange needs a chat and texts");
+  }
+  if (chat->started) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "fdy_chat_add_exchange: the chat has started; "
+                         "earlier exchanges go before the first turn");
+  }
+  return append_exchange(chat, user ? user : "", user_len, answer ? answer : "",
+                         answer_len, err);
+}
+
+/* Appends the user message and the answer (the text of its ids, without a
+ * final stop id) to the conversation. */
+static fdy_status remember(fdy_chat *chat, const char *text, size_t len,
+                           const fdy_llama_generation *gen, fdy_error *err) {
   /* ids past the tokenizer's (a model's padded vocabulary) have no text */
   size_t count = gen->count - (gen->stopped_at_eos ? 1 : 0), n = 0;
   int32_t *ids = malloc((count ? count : 1) * sizeof *ids);
+  if (!ids) {
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  }
   uint32_t vocab = fdy_tokenizer_vocab_size(chat->tok);
-  for (size_t k = 0; ids && k < count; k++) {
+  for (size_t k = 0; k < count; k++) {
     if (gen->ids[k] >= 0 && (uint32_t)gen->ids[k] < vocab) {
       ids[n++] = gen->ids[k];
     }
   }
+  char *answer = NULL;
+  size_t answer_len = 0;
   fdy_status s =
-      user.role && user.content && answer.role && ids
-          ? fdy_tokenizer_decode(chat->tok, ids, n, &answer.content,
-                                 &answer.len, err)
-          : fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+      fdy_tokenizer_decode(chat->tok, ids, n, &answer, &answer_len, err);
   free(ids);
-  if (s != FDY_OK) {
-    free_messages((message[]){user, answer}, 2);
-    return s;
+  if (s == FDY_OK) {
+    s = append_exchange(chat, text ? text : "", len, answer, answer_len, err);
   }
-  if (len) {
-    memcpy(user.content, text, len);
-  }
-  user.content[len] = '\0';
-  chat->messages[chat->message_count++] = user;
-  chat->messages[chat->message_count++] = answer;
-  return FDY_OK;
+  free(answer);
+  return s;
 }
 
 /* ---- turns -------------------------------------------------------------- */

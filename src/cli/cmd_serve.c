@@ -144,6 +144,11 @@ static fdy_status prompt_ids(fdy_server *srv, fdy_serve_request *req,
     fdy_tokens tokens = {0};
     fdy_chat_options options = {.system = req->system};
     st = fdy_chat_create(srv->session, srv->tok, &options, &chat, &err);
+    for (uint32_t i = 0; st == FDY_OK && i < req->exchange_count; i++) {
+      const char *user = req->history[2 * i], *answer = req->history[2 * i + 1];
+      st = fdy_chat_add_exchange(chat, user, strlen(user), answer,
+                                 strlen(answer), &err);
+    }
     if (st == FDY_OK) {
       st = fdy_chat_prompt(chat, req->text, strlen(req->text), &tokens, &err);
     }

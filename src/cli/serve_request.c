@@ -224,7 +224,8 @@ static fdy_status parse_prompt(json_t *root, const fdy_serve_limits *limits,
 }
 
 /* The messages of /v1/chat/completions: an optional system (or developer)
- * message, then one user message. */
+ * message, then user and assistant messages in turn, the last a user
+ * message. */
 static fdy_status parse_messages(json_t *root, fdy_serve_request *r,
                                  fdy_serve_error *err) {
   json_t *m = json_object_get(root, "messages");
@@ -233,6 +234,23 @@ static fdy_status parse_messages(json_t *root, fdy_serve_request *r,
                   "messages must be a non-empty array");
   }
   size_t n = json_array_size(m);
+  json_t *first = json_object_get(json_array_get(m, 0), "role");
+  size_t start = n > 1 && json_is_string(first) &&
+                         (strcmp(json_string_value(first), "system") == 0 ||
+                          strcmp(json_string_value(first), "developer") == 0)
+                     ? 1
+                     : 0;
+  if ((n - start) % 2 == 0) {
+    return refuse(err, FDY_ERR_INVALID_ARGUMENT, "messages",
+                  "messages must end with a user message, after user and "
+                  "assistant messages in turn");
+  }
+  r->exchange_count = (uint32_t)((n - start) / 2);
+  if (r->exchange_count > 0 &&
+      !(r->history =
+            calloc(2 * (size_t)r->exchange_count, sizeof *r->history))) {
+    return refuse(err, FDY_ERR_OUT_OF_MEMORY, NULL, "out of memory");
+  }
   for (size_t i = 0; i < n; i++) {
     json_t *msg = json_array_get(m, i);
     json_t *role = json_object_get(msg, "role");
@@ -244,17 +262,18 @@ static fdy_status parse_messages(json_t *root, fdy_serve_request *r,
                     i);
     }
     const char *name = json_string_value(role);
-    char **target = NULL;
-    if (i == 0 && n > 1 &&
-        (strcmp(name, "system") == 0 || strcmp(name, "developer") == 0)) {
-      target = &r->system;
-    } else if (i == n - 1 && strcmp(name, "user") == 0) {
-      target = &r->text;
-    } else {
+    const char *want = i < start              ? NULL
+                       : (i - start) % 2 == 0 ? "user"
+                                              : "assistant";
+    char **target = i < start    ? &r->system
+                    : i == n - 1 ? &r->text
+                                 : &r->history[i - start];
+    if (want && strcmp(name, want) != 0) {
       return refuse(err, FDY_ERR_INVALID_ARGUMENT, "messages",
-                    "messages[%zu]: only a system message followed by one "
-                    "user message is supported",
-                    i);
+                    "messages[%zu] has the role '%s' where '%s' goes: an "
+                    "optional system message, then user and assistant "
+                    "messages in turn, the last from the user",
+                    i, name, want);
     }
     if (!(*target = copy_string(content))) {
       return refuse(err, FDY_ERR_OUT_OF_MEMORY, NULL, "out of memory");
@@ -353,6 +372,10 @@ void fdy_serve_request_free(fdy_serve_request *r) {
   free(r->ids);
   free(r->text);
   free(r->system);
+  for (uint32_t i = 0; r->history && i < 2 * r->exchange_count; i++) {
+    free(r->history[i]);
+  }
+  free(r->history);
   for (uint32_t i = 0; i < r->stop_count; i++) {
     free(r->stop[i]);
   }

@@ -46,8 +46,13 @@ typedef struct fdy_serve_request {
   bool chat;
   int32_t *ids; /* [id_count] prompt ids, or NULL */
   uint32_t id_count;
-  char *text;   /* the prompt (completions) or the user message (chat) */
+  char *text;   /* the prompt (completions) or the last user message
+                   (chat) */
   char *system; /* chat: the system message, or NULL */
+  /* chat: the earlier exchanges, user message then assistant answer
+   * (history[2i], history[2i + 1]) for i below exchange_count */
+  char **history;
+  uint32_t exchange_count;
   bool max_tokens_given;
   uint32_t max_tokens;        /* 1 to UINT32_MAX when given */
   fdy_sample_params sampling; /* the limits' defaults with the fields given */
@@ -63,7 +68,8 @@ typedef struct fdy_serve_request {
  * `model` a string naming limits->model_id (else 404, code
  * model_not_found) or absent; the prompt (`prompt`: a string or a
  * non-empty array of ids below limits->vocab) or `messages` (an optional
- * system or developer message, then one user message, contents strings);
+ * system or developer message first, then user and assistant messages in
+ * turn, ending with a user message; contents strings);
  * `max_tokens` (chat: also `max_completion_tokens`) an integer >= 1;
  * `temperature`, `top_p`, `min_p` numbers, `top_k` and `seed` integers >=
  * 0 (values of sampling are checked by fdy_llama_sampling_check, not

@@ -212,6 +212,37 @@ static void test_first_turn_ids(void **state) {
 
 /* ---- conversations ------------------------------------------------------ */
 
+/* Earlier exchanges (an API request's conversation so far) render before
+ * the first turn's message, each answer closed by <|eot_id|>; after a
+ * turn they are refused and the chat is unchanged. */
+static void test_earlier_exchanges(void **state) {
+  world *w = *state;
+  fdy_llama_session *s = session_of(w, w->model, 64);
+  fdy_chat *chat = chat_of(w, s, SYSTEM_TEXT, 1);
+  fdy_error err;
+  assert_int_equal(fdy_chat_add_exchange(chat, "Hello", 5, "Hello", 5, &err),
+                   FDY_OK);
+  fdy_tokens ids = prompt_of(chat, "Hello");
+  const int32_t want[] = {BOS,       START, SYSTEM,    END,  NN,   16533, 27851,
+                          13,        EOT,   START,     USER, END,  NN,    9906,
+                          EOT,       START, ASSISTANT, END,  NN,   9906,  EOT,
+                          START,     USER,  END,       NN,   9906, EOT,   START,
+                          ASSISTANT, END,   NN};
+  expect_ids(&ids, want, sizeof want / sizeof want[0]);
+  fdy_tokens_free(&ids);
+  assert_int_equal(fdy_chat_add_exchange(chat, NULL, 2, "x", 1, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  fdy_chat_answer answer;
+  assert_int_equal(fdy_chat_turn(chat, "Hello", 5, NULL, NULL, &answer, &err),
+                   FDY_OK);
+  assert_int_equal(answer.prompt_tokens, sizeof want / sizeof want[0]);
+  assert_int_equal(fdy_chat_add_exchange(chat, "a", 1, "b", 1, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(err.message, "started"));
+  fdy_chat_destroy(chat);
+  fdy_llama_session_destroy(s);
+}
+
 /* The second turn prefills the end of the first answer (its last id, never
  * fed), <|eot_id|>, the user message and the answer header, after what the
  * cache holds; its answer is the one a fresh session gives for the whole
@@ -761,6 +792,7 @@ static void test_chatml(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_first_turn_ids),
+      cmocka_unit_test(test_earlier_exchanges),
       cmocka_unit_test(test_second_turn),
       cmocka_unit_test(test_interrupted_answer),
       cmocka_unit_test(test_stop_id),

@@ -184,6 +184,27 @@ contains "$work/body" '"object":"chat.completion.chunk"'
 contains "$work/body" 'data: [DONE]'
 [ "$(ids_of "$work/body")" = "$(cat "$work/chat.ids")" ] ||
   fail "streamed chat: $(cat "$work/body"), generate: $(cat "$work/chat.ids")"
+# a conversation so far: the earlier exchange goes through the template
+# before the last message, 12 ids more than that message alone (the
+# answer "Hello" and <|eot_id|>, then the user turn and the header again)
+prompt_tokens() { grep -o '"prompt_tokens":[0-9]*' "$work/body" | cut -d: -f2; }
+status=$(post /v1/chat/completions '{"messages":[
+  {"role":"system","content":"Be"},{"role":"user","content":"Hello"}],
+  "max_tokens":1,"temperature":0}')
+status_is "$status" 200 "one turn"
+one=$(prompt_tokens)
+status=$(post /v1/chat/completions '{"messages":[
+  {"role":"system","content":"Be"},{"role":"user","content":"Hello"},
+  {"role":"assistant","content":"Hello"},{"role":"user","content":"Hello"}],
+  "max_tokens":1,"temperature":0}')
+status_is "$status" 200 "a conversation"
+[ "$(prompt_tokens)" -eq $((one + 12)) ] ||
+  fail "a conversation: $(prompt_tokens) prompt ids, one turn $one"
+status=$(post /v1/chat/completions '{"messages":[
+  {"role":"user","content":"Hello"},{"role":"user","content":"Hi"},
+  {"role":"assistant","content":"Hello"}]}')
+status_is "$status" 400 "messages out of turn"
+contains "$work/body" '"param":"messages"'
 status=$(post /v1/chat/completions '{"messages":"Hello"}')
 status_is "$status" 400 "messages a string"
 contains "$work/body" '"param":"messages"'

@@ -105,6 +105,47 @@ static void test_chat(void **state) {
   assert_null(r.system);
   assert_string_equal(r.text, "");
   fdy_serve_request_free(&r);
+  /* a conversation: earlier exchanges in order, the last user message */
+  assert_int_equal(
+      parse("{\"messages\":[{\"role\":\"developer\",\"content\":\"Be\"},"
+            "{\"role\":\"user\",\"content\":\"u1\"},"
+            "{\"role\":\"assistant\",\"content\":\"a1\"},"
+            "{\"role\":\"user\",\"content\":\"u2\"},"
+            "{\"role\":\"assistant\",\"content\":\"\"},"
+            "{\"role\":\"user\",\"content\":\"u3\"}]}",
+            true, &r, &e),
+      FDY_OK);
+  assert_string_equal(r.system, "Be");
+  assert_int_equal(r.exchange_count, 2);
+  assert_string_equal(r.history[0], "u1");
+  assert_string_equal(r.history[1], "a1");
+  assert_string_equal(r.history[2], "u2");
+  assert_string_equal(r.history[3], "");
+  assert_string_equal(r.text, "u3");
+  fdy_serve_request_free(&r);
+  assert_int_equal(
+      parse("{\"messages\":[{\"role\":\"user\",\"content\":\"u1\"},"
+            "{\"role\":\"assistant\",\"content\":\"a1\"},"
+            "{\"role\":\"user\",\"content\":\"u2\"}]}",
+            true, &r, &e),
+      FDY_OK);
+  assert_null(r.system);
+  assert_int_equal(r.exchange_count, 1);
+  assert_string_equal(r.text, "u2");
+  fdy_serve_request_free(&r);
+  /* out of turn: two users, an assistant first, a system in the middle */
+  refused("{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},"
+          "{\"role\":\"user\",\"content\":\"b\"},"
+          "{\"role\":\"user\",\"content\":\"c\"}]}",
+          true, FDY_ERR_INVALID_ARGUMENT, 400, "messages");
+  refused("{\"messages\":[{\"role\":\"assistant\",\"content\":\"a\"},"
+          "{\"role\":\"user\",\"content\":\"b\"},"
+          "{\"role\":\"user\",\"content\":\"c\"}]}",
+          true, FDY_ERR_INVALID_ARGUMENT, 400, "messages");
+  refused("{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},"
+          "{\"role\":\"system\",\"content\":\"b\"},"
+          "{\"role\":\"user\",\"content\":\"c\"}]}",
+          true, FDY_ERR_INVALID_ARGUMENT, 400, "messages");
   refused("{\"messages\":\"Hello\"}", true, FDY_ERR_INVALID_ARGUMENT, 400,
           "messages");
   refused("{\"messages\":[]}", true, FDY_ERR_INVALID_ARGUMENT, 400, "messages");
