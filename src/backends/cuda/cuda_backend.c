@@ -1,37 +1,19 @@
-/* The CUDA backend: the backend contract over the CUDA runtime.
+/* The CUDA backend: the backend contract over the CUDA runtime. This file
+ * creates the backend (the internal stream, the checksum word sets, the
+ * staging ring, the warm-up and the calibration of event times), launches
+ * ops, drains and destroys the backend, holds its table and answers the
+ * device queries. Beside it, sharing cuda_backend_internal.h:
  *
- * Buffers are cudaMalloc allocations; each backend stream is a non-blocking
- * CUDA stream with its own set of checksum words (a slot of a pool
- * allocated at creation, so creating a stream allocates no device memory);
- * each backend event is one CUDA event (with timing), recorded with
- * cudaEventRecord as often as the caller likes. Copies and launches only
- * enqueue: nothing is tracked per submission, so a recorded step costs the
- * host no more than its CUDA calls. A launch checks the op (fdy_op_check,
- * supports_op in cuda_ops.c), resolves its views (and the workspace of a
- * MATMUL_Q4 of several rows) to device addresses and
+ *   cuda_memory.c   device buffers and the reference rule, host registration
+ *   cuda_streams.c  streams, events, copies, waits and event times
+ *   cuda_faults.c   errors, the attribution of device faults, the lost state
+ *
+ * Copies and launches only enqueue: nothing is tracked per submission, so a
+ * recorded step costs the host no more than its CUDA calls. A launch checks
+ * the op (fdy_op_check, supports_op in cuda_ops.c), resolves its views (and
+ * the workspace of a MATMUL_Q4 of several rows) to device addresses and
  * enqueues its kernels through fdy_cuda_op_enqueue (ops_kernels.cu), the
  * CHECKSUM kind's among them.
- *
- * Host memory is copied straight from and to registered (page-locked)
- * memory, or through the staging ring (cuda_staging.c) in staged mode and
- * for memory that is not registered.
- *
- * Reference rule: a buffer released while work submitted since the last
- * drain may use it is retired instead of freed: the internal stream waits
- * for every stream (one reusable join event), then records the buffer's
- * fence event; the buffer is freed (cudaFree) once the fence completed, as
- * seen by a sweep in a later release, host_wait or drain. Streams are
- * synchronized before they are destroyed, so no work hides on a stream that
- * is gone.
- *
- * Timestamps: at creation a calibration event is recorded on an idle stream
- * and synchronized; its host time is taken as the midpoint of fdy_now_ns()
- * before the record and after the synchronize (the best of a few tries), so
- * it is within half that window (a few microseconds) of the device time.
- * An event's host time is then calib_host_ns + cudaEventElapsedTime(calib,
- * ev) * 1e6. cudaEventElapsedTime is a float in milliseconds with about
- * 0.5 us resolution; its 24-bit mantissa adds about 1 us of rounding per 10 s
- * since creation, and the GPU and host clocks may drift apart by a few ppm.
  *
  * The executor calls the backend from one thread at a time (backend.h), so
  * the backend's own state needs no lock; only the staging fill threads and
@@ -39,323 +21,23 @@
  * only. Every CUDA call is checked and a failure becomes an fdy_error with
  * the CUDA error's name and string, except in cleanup paths (release,
  * destroy, unwinding after a failure), which cannot report one and pass the
- * call's result to fdy_cuda_ignore instead.
- *
- * Device faults: a kernel that faults (an illegal address, say) leaves the
- * context unusable, and every later CUDA call returns the same "sticky"
- * error, whatever work it concerns. Each copy and launch therefore gets a
- * submission number (1, 2, ... since creation) and the stream keeps its
- * first submission since its last event recording and its last one; a
- * recording remembers that range and whether the host saw it complete
- * (host_wait, event_time, drain). When an entry meets a sticky error (on a
- * failure it asks the internal stream, cudaStreamQuery), the fault is
- * attributed to the earliest work the host had not seen complete: the
- * range of the earliest recording not seen complete, or of a stream's work
- * since its last recording, whichever starts first. With an event recorded
- * after each command, that range is the faulting command. The backend is
- * then lost: that entry returns the attributed error, every later entry
- * fails at once with FDY_ERR_BACKEND naming it and makes no CUDA call, and
- * releases and destroy only free host memory (the device's memory, pinned
- * pages and streams stay with the unusable context until the process
- * exits). */
-#include "cuda_internal.h"
+ * call's result to fdy_cuda_ignore instead. */
+#include "cuda_backend_internal.h"
 
-#include "handle_list.h"
-
-#include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #define CUDA_ALIGNMENT               256
-#define CUDA_WORD_SETS               1024 /* set 0 is the internal stream's */
 #define CUDA_DEFAULT_STAGING_BYTES   (16 * FDY_MIB)
 #define CUDA_DEFAULT_STAGING_BUFFERS 4
 #define CUDA_CALIBRATION_TRIES       5
 
-struct fdy_backend_buffer {
-  fdy_list_node node; /* on buffers, or on retired once released */
-  void *data;
-  uint64_t bytes;
-  cudaEvent_t fence; /* retired: completes once no earlier work remains */
-};
-
-struct fdy_backend_host {
-  fdy_list_node node;
-  const void *ptr;
-  uint64_t bytes;
-  /* the part of [ptr, ptr + bytes) that cudaHostRegister page-locked
-   * (registered mode): all of it, or only its whole pages when an edge page
-   * was already pinned; empty when pin_begin == pin_end */
-  uintptr_t pin_begin, pin_end;
-  bool read_only; /* pinned with cudaHostRegisterReadOnly */
-};
-
-/* A copy or launch as the fault attribution names it. */
-typedef struct cuda_submission {
-  uint64_t seq;      /* 1-based over the backend's copies and launches; 0 =
-                      * none */
-  const char *entry; /* "copy_to_device", "copy_to_host", "launch" */
-  fdy_op_kind kind;  /* of a launch (unused for copies) */
-} cuda_submission;
-
-struct fdy_backend_stream {
-  fdy_list_node node;
-  cudaStream_t stream;
-  uint32_t words; /* index of its checksum word set */
-  uint64_t id;    /* unique over the backend's life */
-  /* its first submission since its last event recording (seq 0: none), and
-   * its last submission */
-  cuda_submission pending, last;
-};
-
-struct fdy_backend_event {
-  fdy_list_node node;
-  cudaEvent_t event;
-  bool recorded;
-  /* the current recording: its stream's id, the submissions it follows
-   * since the stream's previous recording ([first, last]; first = last
-   * when none), and whether the host saw it complete */
-  uint64_t stream_id;
-  cuda_submission first, last;
-  bool seen_done;
-};
-
-typedef struct cuda_backend {
-  fdy_backend base;
-  fdy_cuda_ctx ctx;
-  fdy_cuda_options opts;
-  char name[128];
-  uint64_t page_bytes; /* host page size */
-  uint32_t copy_engines;
-  cudaEvent_t calib;
-  int64_t calib_host_ns;
-  cudaEvent_t join; /* recorded on each stream to fence a release */
-  fdy_list_node buffers, retired, events, streams, hosts;
-  fdy_cuda_checksum_words *words; /* CUDA_WORD_SETS on the device */
-  uint32_t *free_words;           /* indices of unused word sets */
-  uint32_t free_word_count;
-  fdy_cuda_staging *staging;
-  bool submitted;       /* copies or launches since the last successful drain */
-  uint64_t submissions; /* copies and launches so far */
-  uint64_t streams_made;
-  /* after a sticky error: no CUDA call is made any more, and every entry
-   * fails with lost_error */
-  bool lost;
-  fdy_error lost_error;
-} cuda_backend;
-
 static const fdy_backend_ops cuda_ops;
 
-static cuda_backend *cuda_of(fdy_backend *b) {
-  return (cuda_backend *)b;
-}
-
-/* ---- errors ----------------------------------------------------------------
- */
-
-fdy_status fdy_cuda_fail(fdy_error *err, fdy_status kind, const char *op,
-                         const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fdy_error_vsetf(err, kind, NULL, 0, 0, fmt, ap);
-  va_end(ap);
-  fdy_error_prefix(err, "cuda %s", op);
-  if (err != NULL) {
-    snprintf(err->backend_op, sizeof err->backend_op, "%s", op);
-  }
-  return kind;
-}
-
-fdy_status fdy_cuda_check(cudaError_t rc, fdy_error *err, const char *op,
-                          const char *what) {
-  if (rc == cudaSuccess) {
-    return FDY_OK;
-  }
-  cudaGetLastError();
-  return fdy_cuda_fail(err, FDY_ERR_BACKEND, op, "%s failed: %s (%s)", what,
-                       cudaGetErrorName(rc), cudaGetErrorString(rc));
-}
-
-void fdy_cuda_ignore(cudaError_t rc) {
-  (void)rc;
-  cudaGetLastError();
-}
-
-bool fdy_cuda_error_is_sticky(cudaError_t rc) {
-  switch (rc) {
-  case cudaErrorIllegalAddress:
-  case cudaErrorLaunchTimeout:
-  case cudaErrorAssert:
-  case cudaErrorHardwareStackError:
-  case cudaErrorIllegalInstruction:
-  case cudaErrorMisalignedAddress:
-  case cudaErrorInvalidAddressSpace:
-  case cudaErrorInvalidPc:
-  case cudaErrorLaunchFailure:
-  case cudaErrorTensorMemoryLeak:
-  case cudaErrorContained:
-  case cudaErrorMpsClientTerminated:
-  case cudaErrorExternalDevice:
-    return true;
-  default:
-    return false;
-  }
-}
-
-/* "rmsnorm launch (submission 17)" or "copy_to_device (submission 3)". */
-static void describe(const cuda_submission *s, char *out, size_t size) {
-  if (s->entry != NULL && strcmp(s->entry, "launch") == 0) {
-    snprintf(out, size, "%s launch (submission %llu)",
-             fdy_op_kind_name(s->kind), (unsigned long long)s->seq);
-  } else {
-    snprintf(out, size, "%s (submission %llu)",
-             s->entry != NULL ? s->entry : "work", (unsigned long long)s->seq);
-  }
-}
-
-/* The highest submission on stream `id` that a recording seen complete
- * follows (0: none). */
-static uint64_t seen_done_on(const cuda_backend *b, uint64_t id) {
-  uint64_t done = 0;
-  for (const fdy_list_node *n = b->events.next; n != &b->events; n = n->next) {
-    const fdy_backend_event *e = (const fdy_backend_event *)n;
-    if (e->recorded && e->seen_done && e->stream_id == id &&
-        e->last.seq > done) {
-      done = e->last.seq;
-    }
-  }
-  return done;
-}
-
-/* The earliest range of work the host has not seen complete: a recording
- * not seen complete, or a stream's work since its last recording. Returns
- * false when there is none. */
-static bool earliest_unfinished(const cuda_backend *b, cuda_submission *first,
-                                cuda_submission *last) {
-  bool found = false;
-  for (const fdy_list_node *n = b->events.next; n != &b->events; n = n->next) {
-    const fdy_backend_event *e = (const fdy_backend_event *)n;
-    if (!e->recorded || e->seen_done || e->last.seq == 0 ||
-        e->last.seq <= seen_done_on(b, e->stream_id)) {
-      continue;
-    }
-    if (!found || e->first.seq < first->seq) {
-      *first = e->first;
-      *last = e->last;
-      found = true;
-    }
-  }
-  for (const fdy_list_node *n = b->streams.next; n != &b->streams;
-       n = n->next) {
-    const fdy_backend_stream *s = (const fdy_backend_stream *)n;
-    if (s->pending.seq != 0 && (!found || s->pending.seq < first->seq)) {
-      *first = s->pending;
-      *last = s->last;
-      found = true;
-    }
-  }
-  return found;
-}
-
-/* Enters the lost state after sticky error rc, met by entry `op`: the fault
- * is attributed (see the top of the file) and err gets the error every
- * later entry repeats: FDY_ERR_BACKEND, backend_op = the entry of the
- * earliest unfinished submission (else op), name = its op kind (launches),
- * ids = the first and last submission of the range. */
-static fdy_status lose(cuda_backend *b, cudaError_t rc, const char *op,
-                       fdy_error *err) {
-  if (b->lost) {
-    if (err != NULL) {
-      *err = b->lost_error;
-    }
-    return FDY_ERR_BACKEND;
-  }
-  cuda_submission first = {0}, last = {0};
-  char culprit[256] = "earlier work";
-  const char *entry = op;
-  bool found = earliest_unfinished(b, &first, &last);
-  if (found) {
-    char from[96], to[96];
-    describe(&first, from, sizeof from);
-    describe(&last, to, sizeof to);
-    if (first.seq == last.seq) {
-      snprintf(culprit, sizeof culprit, "the %s", from);
-    } else {
-      snprintf(culprit, sizeof culprit,
-               "the work from the %s to the %s on one stream", from, to);
-    }
-    entry = first.entry;
-  }
-  fdy_error e;
-  fdy_cuda_fail(&e, FDY_ERR_BACKEND, entry,
-                "%s failed on the device: %s (%s), seen by %s; the device is "
-                "lost: every later call fails, and the process must restart "
-                "to use CUDA again",
-                culprit, cudaGetErrorName(rc), cudaGetErrorString(rc), op);
-  if (found) {
-    e.ids[0] = (int64_t)first.seq;
-    e.ids[1] = (int64_t)last.seq;
-    if (strcmp(first.entry, "launch") == 0) {
-      snprintf(e.name, sizeof e.name, "%s", fdy_op_kind_name(first.kind));
-    }
-  }
-  b->lost = true;
-  b->lost_error = e;
-  if (err != NULL) {
-    *err = e;
-  }
-  return FDY_ERR_BACKEND;
-}
-
-/* The error of any entry once the backend is lost: FDY_ERR_BACKEND,
- * backend_op = op, the other fields of the attributed error, and a message
- * repeating it. */
-static fdy_status fail_lost(const cuda_backend *b, const char *op,
-                            fdy_error *err) {
-  if (err != NULL) {
-    *err = b->lost_error;
-    snprintf(err->backend_op, sizeof err->backend_op, "%s", op);
-    fdy_error_prefix(err, "cuda %s: the device was lost", op);
-  }
-  return FDY_ERR_BACKEND;
-}
-
-/* An entry's result: after a failure, asks the internal stream whether the
- * context took a sticky error (every call reports one then) and if so
- * enters the lost state, replacing err with the attributed error. */
-static fdy_status settle(cuda_backend *b, fdy_status st, const char *op,
-                         fdy_error *err) {
-  if (st == FDY_OK || b->lost) {
-    return st;
-  }
-  cudaError_t probe = cudaStreamQuery(b->ctx.internal);
-  if (fdy_cuda_error_is_sticky(probe)) {
-    return lose(b, probe, op, err);
-  }
-  if (probe != cudaSuccess) {
-    cudaGetLastError();
-  }
-  return st;
-}
-
-/* Counts a copy (op NULL) or a launch of op queued on s. */
-static void count_submission(cuda_backend *b, fdy_backend_stream *s,
-                             const char *entry, const fdy_op *op) {
-  cuda_submission sub = {.seq = ++b->submissions, .entry = entry};
-  if (op != NULL) {
-    sub.kind = op->kind;
-  }
-  if (s->pending.seq == 0) {
-    s->pending = sub;
-  }
-  s->last = sub;
-  b->submitted = true;
-}
-
-static fdy_status set_device(cuda_backend *b, fdy_error *err, const char *op) {
+fdy_status fdy_cuda_set_device(cuda_backend *b, fdy_error *err,
+                               const char *op) {
   return fdy_cuda_check(cudaSetDevice(b->ctx.device), err, op, "cudaSetDevice");
 }
 
@@ -366,12 +48,12 @@ fdy_status fdy_cuda_ctx_of(fdy_backend *b, const char *op, fdy_cuda_ctx **out,
     return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, op,
                          "the backend is not a CUDA backend");
   }
-  if (cuda_of(b)->lost) {
-    return fail_lost(cuda_of(b), op, err);
+  if (fdy_cuda_backend_of(b)->lost) {
+    return fdy_cuda_fail_lost(fdy_cuda_backend_of(b), op, err);
   }
-  fdy_status st = set_device(cuda_of(b), err, op);
+  fdy_status st = fdy_cuda_set_device(fdy_cuda_backend_of(b), err, op);
   if (st == FDY_OK) {
-    *out = &cuda_of(b)->ctx;
+    *out = &fdy_cuda_backend_of(b)->ctx;
   }
   return st;
 }
@@ -388,105 +70,29 @@ static void keep_first(fdy_status *first, fdy_status st, const fdy_error *local,
   }
 }
 
-/* ---- buffers and the reference rule ---------------------------------------
- */
-
-/* Frees buf; once the backend is lost, only its handle. */
-static void buffer_free(const cuda_backend *b, fdy_backend_buffer *buf) {
-  fdy_list_unlink(&buf->node);
-  if (!b->lost) {
-    if (buf->fence != NULL) {
-      fdy_cuda_ignore(cudaEventDestroy(buf->fence));
-    }
-    fdy_cuda_ignore(cudaFree(buf->data));
-  }
-  free(buf);
-}
-
-/* Frees the retired buffers whose fence completed; with `wait`, all of
- * them. A fence that reports a sticky error loses the backend (entry op
- * met it); one that reports another error frees its buffer too (the work
- * before it is over, one way or the other). */
-static void sweep_retired(cuda_backend *b, bool wait, const char *op) {
-  fdy_list_node *n = b->retired.next;
-  while (n != &b->retired) {
-    fdy_backend_buffer *buf = (fdy_backend_buffer *)n;
-    n = n->next;
-    cudaError_t rc =
-        wait ? cudaEventSynchronize(buf->fence) : cudaEventQuery(buf->fence);
-    if (rc == cudaErrorNotReady) {
-      cudaGetLastError();
-      continue;
-    }
-    if (fdy_cuda_error_is_sticky(rc)) {
-      lose(b, rc, op, NULL);
-      return;
-    }
-    fdy_cuda_ignore(rc);
-    buffer_free(b, buf);
-  }
-}
-
-/* Records buf's fence on the internal stream after it waited for every
- * stream's work submitted so far. */
-static cudaError_t fence_after_all(cuda_backend *b, fdy_backend_buffer *buf) {
-  cudaError_t rc =
-      cudaEventCreateWithFlags(&buf->fence, cudaEventDisableTiming);
-  if (rc != cudaSuccess) {
-    buf->fence = NULL;
-    return rc;
-  }
-  for (fdy_list_node *n = b->streams.next; n != &b->streams; n = n->next) {
-    cudaStream_t s = ((fdy_backend_stream *)n)->stream;
-    rc = cudaEventRecord(b->join, s);
-    if (rc == cudaSuccess) {
-      rc = cudaStreamWaitEvent(b->ctx.internal, b->join, 0);
-    }
-    if (rc != cudaSuccess) {
-      return rc;
-    }
-  }
-  return cudaEventRecord(buf->fence, b->ctx.internal);
-}
-
-/* Waits for every stream (cleanup: errors are dropped). */
-static void synchronize_streams(cuda_backend *b) {
-  for (fdy_list_node *n = b->streams.next; n != &b->streams; n = n->next) {
-    fdy_cuda_ignore(cudaStreamSynchronize(((fdy_backend_stream *)n)->stream));
-  }
-}
-
-cudaStream_t fdy_cuda_stream_of(const fdy_backend_stream *stream) {
-  return stream->stream;
-}
-
-void fdy_cuda_note_submitted(fdy_backend *b) {
-  cuda_of(b)->submitted = true;
-}
-
 /* ---- entries ---------------------------------------------------------------
  */
 
 static fdy_status cuda_capabilities(fdy_backend *base, fdy_device_caps *out,
                                     fdy_error *err) {
-  cuda_backend *b = cuda_of(base);
+  cuda_backend *b = fdy_cuda_backend_of(base);
   if (out == NULL) {
     return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "capabilities",
                          "out is NULL");
   }
   memset(out, 0, sizeof *out);
   if (b->lost) {
-    return fail_lost(b, "capabilities", err);
+    return fdy_cuda_fail_lost(b, "capabilities", err);
   }
-  fdy_status st = set_device(b, err, "capabilities");
+  fdy_status st = fdy_cuda_set_device(b, err, "capabilities");
   if (st != FDY_OK) {
-    return settle(b, st, "capabilities", err);
+    return fdy_cuda_settle(b, st, "capabilities", err);
   }
   size_t free_bytes = 0, total_bytes = 0;
   st = fdy_cuda_check(cudaMemGetInfo(&free_bytes, &total_bytes), err,
                       "capabilities", "cudaMemGetInfo");
   if (st != FDY_OK) {
-    return settle(b, st, "capabilities", err);
+    return fdy_cuda_settle(b, st, "capabilities", err);
   }
   snprintf(out->name, sizeof out->name, "%s", b->name);
   out->total_memory = total_bytes;
@@ -501,7 +107,7 @@ static fdy_status cuda_capabilities(fdy_backend *base, fdy_device_caps *out,
 }
 
 static bool cuda_supports_op(fdy_backend *base, const fdy_op *op) {
-  return fdy_cuda_op_supported(&cuda_of(base)->ctx, op);
+  return fdy_cuda_op_supported(&fdy_cuda_backend_of(base)->ctx, op);
 }
 
 /* UINT64_MAX when the op is not supported (no workspace can be that big). */
@@ -509,500 +115,6 @@ static uint64_t cuda_workspace_bytes(fdy_backend *base, const fdy_op *op) {
   return op != NULL && cuda_supports_op(base, op)
              ? fdy_cuda_op_workspace_bytes(op)
              : UINT64_MAX;
-}
-
-static fdy_status cuda_buffer_alloc(fdy_backend *base, uint64_t bytes,
-                                    fdy_backend_buffer **out, fdy_error *err) {
-  cuda_backend *b = cuda_of(base);
-  if (out == NULL) {
-    return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "buffer_alloc",
-                         "out is NULL");
-  }
-  *out = NULL;
-  if (bytes == 0 || bytes > SIZE_MAX) {
-    return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "buffer_alloc",
-                         "a buffer of %llu bytes was requested",
-                         (unsigned long long)bytes);
-  }
-  if (b->lost) {
-    return fail_lost(b, "buffer_alloc", err);
-  }
-  fdy_status st = set_device(b, err, "buffer_alloc");
-  if (st != FDY_OK) {
-    return settle(b, st, "buffer_alloc", err);
-  }
-  fdy_backend_buffer *buf = calloc(1, sizeof *buf);
-  if (buf == NULL) {
-    return fdy_cuda_fail(err, FDY_ERR_OUT_OF_MEMORY, "buffer_alloc",
-                         "cannot allocate a buffer handle");
-  }
-  cudaError_t rc = cudaMalloc(&buf->data, (size_t)bytes);
-  if (rc != cudaSuccess) {
-    free(buf);
-    st = fdy_cuda_check(rc, err, "buffer_alloc", "cudaMalloc");
-    if (err != NULL) {
-      err->actual = bytes;
-    }
-    return settle(b, st, "buffer_alloc", err);
-  }
-  buf->bytes = bytes;
-  fdy_list_push(&b->buffers, &buf->node);
-  *out = buf;
-  return FDY_OK;
-}
-
-void fdy_cuda_test_misdirect_buffer(fdy_backend_buffer *buffer,
-                                    uintptr_t address) {
-  buffer->data = (void *)address;
-}
-
-static void cuda_buffer_release(fdy_backend *base, fdy_backend_buffer *buffer) {
-  cuda_backend *b = cuda_of(base);
-  if (buffer == NULL) {
-    return;
-  }
-  if (b->lost) {
-    buffer_free(b, buffer);
-    return;
-  }
-  fdy_cuda_ignore(cudaSetDevice(b->ctx.device));
-  fdy_list_unlink(&buffer->node);
-  if (b->submitted) {
-    cudaError_t rc = fence_after_all(b, buffer);
-    if (rc == cudaSuccess) {
-      fdy_list_push(&b->retired, &buffer->node);
-      sweep_retired(b, false, "buffer_release");
-      return;
-    }
-    if (fdy_cuda_error_is_sticky(rc)) {
-      lose(b, rc, "buffer_release", NULL);
-      buffer_free(b, buffer);
-      return;
-    }
-    /* no fence: wait here for whatever may still use the buffer */
-    fdy_cuda_ignore(rc);
-    synchronize_streams(b);
-    fdy_cuda_ignore(cudaStreamSynchronize(b->ctx.internal));
-  }
-  buffer_free(b, buffer);
-  sweep_retired(b, false, "buffer_release");
-}
-
-static fdy_backend_host *find_host(cuda_backend *b, const void *ptr,
-                                   uint64_t bytes) {
-  uintptr_t p = (uintptr_t)ptr;
-  for (fdy_list_node *n = b->hosts.next; n != &b->hosts; n = n->next) {
-    fdy_backend_host *h = (fdy_backend_host *)n;
-    uintptr_t h0 = (uintptr_t)h->ptr;
-    if (p >= h0 && p - h0 <= h->bytes && bytes <= h->bytes - (p - h0)) {
-      return h;
-    }
-  }
-  return NULL;
-}
-
-/* True when a page of [begin, end) belongs to a private, read-only mapping
- * of a file. cudaHostRegisterReadOnly does not return on those (seen with
- * driver 580.159.04 on Linux 6.18: MAP_PRIVATE | PROT_READ of an ext4 file,
- * populated or not), while shared file mappings, tmpfs and anonymous memory
- * register in well under a millisecond. Without /proc it says false. */
-static bool private_file_mapping(uintptr_t begin, uintptr_t end) {
-  FILE *maps = fopen("/proc/self/maps", "r");
-  if (maps == NULL) {
-    return false;
-  }
-  char line[4352]; /* start-end perms offset dev inode path (PATH_MAX) */
-  bool found = false;
-  while (!found && fgets(line, sizeof line, maps) != NULL) {
-    unsigned long lo = 0, hi = 0, inode = 0;
-    char perms[5] = "";
-    if (sscanf(line, "%lx-%lx %4s %*s %*s %lu", &lo, &hi, perms, &inode) == 4 &&
-        lo < end && hi > begin) {
-      found = perms[1] != 'w' && perms[3] == 'p' && inode != 0;
-    }
-  }
-  fclose(maps);
-  return found;
-}
-
-/* Page-locks [begin, end): writable when it can, else read-only (a read-only
- * shared file mapping, say), which is tried after any failure but "already
- * registered", except on a private read-only file mapping (*refused is set
- * then; see private_file_mapping). Returns the first attempt's error when
- * the second is not made or fails. */
-static cudaError_t pin(uintptr_t begin, uintptr_t end, bool *read_only,
-                       bool *refused) {
-  void *p = (void *)begin;
-  *read_only = false;
-  cudaError_t rc =
-      cudaHostRegister(p, (size_t)(end - begin), cudaHostRegisterDefault);
-  if (rc == cudaSuccess || rc == cudaErrorHostMemoryAlreadyRegistered) {
-    return rc;
-  }
-  cudaGetLastError();
-  if (private_file_mapping(begin, end)) {
-    *refused = true;
-    return rc;
-  }
-  cudaError_t ro =
-      cudaHostRegister(p, (size_t)(end - begin), cudaHostRegisterReadOnly);
-  if (ro == cudaSuccess) {
-    *read_only = true;
-    return ro;
-  }
-  cudaGetLastError();
-  return ro == cudaErrorHostMemoryAlreadyRegistered ? ro : rc;
-}
-
-/* In registered mode the range is page-locked (pin), which pins every page
- * the range touches. When a page at an edge is already pinned (an adjacent
- * registration shares it), only the whole pages inside the range are
- * pinned, and copies stage the partial edge pages (under a page each). In
- * staged mode the range is only recorded: every copy is staged anyway, so
- * the mode measures copies from pageable memory. */
-static fdy_status cuda_host_register(fdy_backend *base, const void *ptr,
-                                     uint64_t bytes, fdy_backend_host **out,
-                                     fdy_error *err) {
-  cuda_backend *b = cuda_of(base);
-  if (out == NULL) {
-    return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "host_register",
-                         "out is NULL");
-  }
-  *out = NULL;
-  if (ptr == NULL || bytes == 0 || bytes > UINTPTR_MAX - (uintptr_t)ptr) {
-    return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "host_register",
-                         "a NULL, empty or wrapping host range was given");
-  }
-  if (b->lost) {
-    return fail_lost(b, "host_register", err);
-  }
-  fdy_status st = set_device(b, err, "host_register");
-  if (st != FDY_OK) {
-    return settle(b, st, "host_register", err);
-  }
-  fdy_backend_host *h = calloc(1, sizeof *h);
-  if (h == NULL) {
-    return fdy_cuda_fail(err, FDY_ERR_OUT_OF_MEMORY, "host_register",
-                         "cannot allocate a registration handle");
-  }
-  if (b->opts.host_mode == FDY_CUDA_HOST_REGISTERED) {
-    uintptr_t page = (uintptr_t)b->page_bytes;
-    uintptr_t begin = (uintptr_t)ptr, end = begin + (uintptr_t)bytes;
-    bool refused = false;
-    cudaError_t rc = pin(begin, end, &h->read_only, &refused);
-    if (rc == cudaErrorHostMemoryAlreadyRegistered) {
-      cudaGetLastError();
-      begin = (begin + page - 1) & ~(page - 1);
-      end &= ~(page - 1);
-      rc = end > begin ? pin(begin, end, &h->read_only, &refused) : cudaSuccess;
-    }
-    if (refused) {
-      free(h);
-      return fdy_cuda_fail(err, FDY_ERR_UNSUPPORTED, "host_register",
-                           "a private read-only file mapping cannot be "
-                           "page-locked (cudaHostRegisterReadOnly does not "
-                           "return on one); map the file MAP_SHARED, or copy "
-                           "from it unregistered (staged)");
-    }
-    if (rc != cudaSuccess) {
-      free(h);
-      return settle(
-          b, fdy_cuda_check(rc, err, "host_register", "cudaHostRegister"),
-          "host_register", err);
-    }
-    h->pin_begin = begin;
-    h->pin_end = end > begin ? end : begin;
-  }
-  h->ptr = ptr;
-  h->bytes = bytes;
-  fdy_list_push(&b->hosts, &h->node);
-  *out = h;
-  return FDY_OK;
-}
-
-static void cuda_host_unregister(fdy_backend *base, fdy_backend_host *host) {
-  cuda_backend *b = cuda_of(base);
-  if (host == NULL) {
-    return;
-  }
-  fdy_list_unlink(&host->node);
-  if (host->pin_end > host->pin_begin && !b->lost) {
-    fdy_cuda_ignore(cudaSetDevice(b->ctx.device));
-    fdy_cuda_ignore(cudaHostUnregister((void *)host->pin_begin));
-  }
-  free(host);
-}
-
-static fdy_status cuda_stream_create(fdy_backend *base,
-                                     fdy_backend_stream **out, fdy_error *err) {
-  cuda_backend *b = cuda_of(base);
-  if (out == NULL) {
-    return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "stream_create",
-                         "out is NULL");
-  }
-  *out = NULL;
-  if (b->free_word_count == 0) {
-    return fdy_cuda_fail(err, FDY_ERR_BACKEND, "stream_create",
-                         "at most %d streams can be live at once",
-                         CUDA_WORD_SETS - 1);
-  }
-  if (b->lost) {
-    return fail_lost(b, "stream_create", err);
-  }
-  fdy_status st = set_device(b, err, "stream_create");
-  if (st != FDY_OK) {
-    return settle(b, st, "stream_create", err);
-  }
-  fdy_backend_stream *s = calloc(1, sizeof *s);
-  if (s == NULL) {
-    return fdy_cuda_fail(err, FDY_ERR_OUT_OF_MEMORY, "stream_create",
-                         "cannot allocate a stream");
-  }
-  st = fdy_cuda_check(
-      cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking), err,
-      "stream_create", "cudaStreamCreateWithFlags");
-  if (st != FDY_OK) {
-    free(s);
-    return settle(b, st, "stream_create", err);
-  }
-  /* The set's last user left it zeroed; zeroing it again in stream order
-   * costs nothing and does not rely on that. */
-  s->words = b->free_words[b->free_word_count - 1];
-  st = fdy_cuda_check(
-      cudaMemsetAsync(&b->words[s->words], 0, sizeof *b->words, s->stream), err,
-      "stream_create", "cudaMemsetAsync of its words");
-  if (st != FDY_OK) {
-    fdy_cuda_ignore(cudaStreamDestroy(s->stream));
-    free(s);
-    return settle(b, st, "stream_create", err);
-  }
-  s->id = ++b->streams_made;
-  b->free_word_count--;
-  fdy_list_push(&b->streams, &s->node);
-  *out = s;
-  return FDY_OK;
-}
-
-/* Work still queued on the stream completes first. */
-static void cuda_stream_destroy(fdy_backend *base, fdy_backend_stream *stream) {
-  cuda_backend *b = cuda_of(base);
-  if (stream == NULL) {
-    return;
-  }
-  if (!b->lost) {
-    fdy_cuda_ignore(cudaSetDevice(b->ctx.device));
-    cudaError_t rc = cudaStreamSynchronize(stream->stream);
-    if (fdy_cuda_error_is_sticky(rc)) {
-      lose(b, rc, "stream_destroy", NULL);
-    } else {
-      fdy_cuda_ignore(rc);
-      fdy_cuda_ignore(cudaStreamDestroy(stream->stream));
-      /* its recordings completed: they are no fault's suspects */
-      for (fdy_list_node *n = b->events.next; n != &b->events; n = n->next) {
-        fdy_backend_event *e = (fdy_backend_event *)n;
-        e->seen_done = e->seen_done || e->stream_id == stream->id;
-      }
-    }
-  }
-  fdy_list_unlink(&stream->node);
-  b->free_words[b->free_word_count++] = stream->words;
-  free(stream);
-}
-
-static fdy_status cuda_event_create(fdy_backend *base, fdy_backend_event **out,
-                                    fdy_error *err) {
-  cuda_backend *b = cuda_of(base);
-  if (out == NULL) {
-    return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "event_create",
-                         "out is NULL");
-  }
-  *out = NULL;
-  if (b->lost) {
-    return fail_lost(b, "event_create", err);
-  }
-  fdy_status st = set_device(b, err, "event_create");
-  if (st != FDY_OK) {
-    return settle(b, st, "event_create", err);
-  }
-  fdy_backend_event *e = calloc(1, sizeof *e);
-  if (e == NULL) {
-    return fdy_cuda_fail(err, FDY_ERR_OUT_OF_MEMORY, "event_create",
-                         "cannot allocate an event");
-  }
-  st = fdy_cuda_check(cudaEventCreate(&e->event), err, "event_create",
-                      "cudaEventCreate");
-  if (st != FDY_OK) {
-    free(e);
-    return settle(b, st, "event_create", err);
-  }
-  fdy_list_push(&b->events, &e->node);
-  *out = e;
-  return FDY_OK;
-}
-
-static void cuda_event_destroy(fdy_backend *base, fdy_backend_event *event) {
-  cuda_backend *b = cuda_of(base);
-  if (event == NULL) {
-    return;
-  }
-  fdy_list_unlink(&event->node);
-  if (!b->lost) {
-    fdy_cuda_ignore(cudaSetDevice(b->ctx.device));
-    fdy_cuda_ignore(cudaEventDestroy(event->event));
-  }
-  free(event);
-}
-
-static fdy_status cuda_event_record(fdy_backend *base,
-                                    fdy_backend_stream *stream,
-                                    fdy_backend_event *event, fdy_error *err) {
-  cuda_backend *b = cuda_of(base);
-  if (stream == NULL || event == NULL) {
-    return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "event_record",
-                         "NULL stream or event");
-  }
-  if (b->lost) {
-    return fail_lost(b, "event_record", err);
-  }
-  fdy_status st = set_device(b, err, "event_record");
-  if (st == FDY_OK) {
-    st = fdy_cuda_check(cudaEventRecord(event->event, stream->stream), err,
-                        "event_record", "cudaEventRecord");
-  }
-  if (st == FDY_OK) {
-    event->recorded = true;
-    event->stream_id = stream->id;
-    event->first = stream->pending.seq != 0 ? stream->pending : stream->last;
-    event->last = stream->last;
-    event->seen_done = false;
-    stream->pending = (cuda_submission){0};
-  }
-  return settle(b, st, "event_record", err);
-}
-
-/* Queues a copy between device memory dev and host memory [host, host +
- * bytes) on s: straight from or to the part inside a registration's pinned
- * pages (writable pages when copying to the host), through the staging ring
- * for the rest. */
-static fdy_status copy_direct(cudaStream_t s, unsigned char *dev,
-                              uintptr_t host, uint64_t bytes, bool to_host,
-                              fdy_error *err) {
-  cudaError_t rc = to_host
-                       ? cudaMemcpyAsync((void *)host, dev, (size_t)bytes,
-                                         cudaMemcpyDeviceToHost, s)
-                       : cudaMemcpyAsync(dev, (const void *)host, (size_t)bytes,
-                                         cudaMemcpyHostToDevice, s);
-  return fdy_cuda_check(rc, err, to_host ? "copy_to_host" : "copy_to_device",
-                        "cudaMemcpyAsync");
-}
-
-static fdy_status copy_staged(cuda_backend *b, cudaStream_t s,
-                              unsigned char *dev, uintptr_t host,
-                              uint64_t bytes, bool to_host, fdy_error *err) {
-  if (b->ctx.capture != NULL) {
-    return fdy_cuda_capture_refuse(
-        &b->ctx, to_host ? "copy_to_host" : "copy_to_device", err);
-  }
-  return to_host ? fdy_cuda_staging_copy_to_host(b->staging, s, (void *)host,
-                                                 dev, bytes, err)
-                 : fdy_cuda_staging_copy(b->staging, s, dev, (const void *)host,
-                                         bytes, err);
-}
-
-static fdy_status copy_pieces(cuda_backend *b, cudaStream_t s,
-                              unsigned char *dev, const void *host,
-                              uint64_t bytes, bool to_host, fdy_error *err) {
-  uintptr_t p0 = (uintptr_t)host, p1 = p0 + (uintptr_t)bytes;
-  uintptr_t d0 = p0, d1 = p0; /* the direct part */
-  const fdy_backend_host *h = find_host(b, host, bytes);
-  if (h != NULL && h->pin_end > h->pin_begin && !(to_host && h->read_only)) {
-    d0 = p0 > h->pin_begin ? p0 : h->pin_begin;
-    d1 = p1 < h->pin_end ? p1 : h->pin_end;
-  }
-  if (d1 <= d0) {
-    return copy_staged(b, s, dev, p0, bytes, to_host, err);
-  }
-  fdy_status st = FDY_OK;
-  if (d0 > p0) {
-    st = copy_staged(b, s, dev, p0, d0 - p0, to_host, err);
-  }
-  if (st == FDY_OK) {
-    st = copy_direct(s, dev + (d0 - p0), d0, d1 - d0, to_host, err);
-  }
-  if (st == FDY_OK && p1 > d1) {
-    st = copy_staged(b, s, dev + (d1 - p0), d1, p1 - d1, to_host, err);
-  }
-  return st;
-}
-
-/* Checks a copy's arguments; op names the entry. */
-static fdy_status check_copy(const char *op, const fdy_backend_stream *stream,
-                             const fdy_backend_buffer *buffer, const void *host,
-                             uint64_t offset, uint64_t bytes, fdy_error *err) {
-  uint64_t end = 0;
-  if (stream == NULL || buffer == NULL || (host == NULL && bytes > 0)) {
-    return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, op,
-                         "NULL stream, buffer or host memory");
-  }
-  if (__builtin_add_overflow(offset, bytes, &end) || end > buffer->bytes) {
-    fdy_status st = fdy_cuda_fail(
-        err, FDY_ERR_INVALID_ARGUMENT, op,
-        "copy of %llu bytes at offset %llu exceeds the buffer's %llu bytes",
-        (unsigned long long)bytes, (unsigned long long)offset,
-        (unsigned long long)buffer->bytes);
-    if (err != NULL) {
-      err->expected = buffer->bytes;
-      err->actual = bytes;
-    }
-    return st;
-  }
-  return FDY_OK;
-}
-
-static fdy_status cuda_copy_to_device(fdy_backend *base,
-                                      fdy_backend_stream *stream,
-                                      fdy_backend_buffer *dst,
-                                      uint64_t dst_offset, const void *src,
-                                      uint64_t bytes, fdy_error *err) {
-  cuda_backend *b = cuda_of(base);
-  const char *op = "copy_to_device";
-  if (b->lost) {
-    return fail_lost(b, op, err);
-  }
-  fdy_status st = check_copy(op, stream, dst, src, dst_offset, bytes, err);
-  if (st == FDY_OK) {
-    st = set_device(b, err, op);
-  }
-  if (st != FDY_OK || bytes == 0) {
-    return settle(b, st, op, err);
-  }
-  count_submission(b, stream, op, NULL);
-  st = copy_pieces(b, stream->stream, (unsigned char *)dst->data + dst_offset,
-                   src, bytes, false, err);
-  return settle(b, st, op, err);
-}
-
-static fdy_status cuda_copy_to_host(fdy_backend *base,
-                                    fdy_backend_stream *stream, void *dst,
-                                    fdy_backend_buffer *src,
-                                    uint64_t src_offset, uint64_t bytes,
-                                    fdy_error *err) {
-  cuda_backend *b = cuda_of(base);
-  const char *op = "copy_to_host";
-  if (b->lost) {
-    return fail_lost(b, op, err);
-  }
-  fdy_status st = check_copy(op, stream, src, dst, src_offset, bytes, err);
-  if (st == FDY_OK) {
-    st = set_device(b, err, op);
-  }
-  if (st != FDY_OK || bytes == 0) {
-    return settle(b, st, op, err);
-  }
-  count_submission(b, stream, op, NULL);
-  st = copy_pieces(b, stream->stream, (unsigned char *)src->data + src_offset,
-                   dst, bytes, true, err);
-  return settle(b, st, op, err);
 }
 
 /* The device address of operand `index` of op (inputs, then the output):
@@ -1089,9 +201,9 @@ static bool one_row_op(const fdy_op *op) {
  * word set. */
 static fdy_status cuda_launch(fdy_backend *base, fdy_backend_stream *stream,
                               const fdy_op *op, fdy_error *err) {
-  cuda_backend *b = cuda_of(base);
+  cuda_backend *b = fdy_cuda_backend_of(base);
   if (b->lost) {
-    return fail_lost(b, "launch", err);
+    return fdy_cuda_fail_lost(b, "launch", err);
   }
   if (stream == NULL || op == NULL) {
     return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "launch",
@@ -1124,12 +236,12 @@ static fdy_status cuda_launch(fdy_backend *base, fdy_backend_stream *stream,
     st = launch_workspace(op, &workspace, err);
   }
   if (st == FDY_OK) {
-    st = set_device(b, err, "launch");
+    st = fdy_cuda_set_device(b, err, "launch");
   }
   if (st != FDY_OK) {
-    return settle(b, st, "launch", err);
+    return fdy_cuda_settle(b, st, "launch", err);
   }
-  count_submission(b, stream, "launch", op);
+  fdy_cuda_count_submission(b, stream, "launch", op);
   fdy_cuda_op_args args = {.op = op,
                            .workspace = workspace,
                            .sm_count = b->ctx.sm_count,
@@ -1150,85 +262,7 @@ static fdy_status cuda_launch(fdy_backend *base, fdy_backend_stream *stream,
   if (st != FDY_OK && err != NULL) {
     snprintf(err->name, sizeof err->name, "%s", fdy_op_kind_name(op->kind));
   }
-  return settle(b, st, "launch", err);
-}
-
-static fdy_status cuda_stream_wait(fdy_backend *base,
-                                   fdy_backend_stream *stream,
-                                   fdy_backend_event *event, fdy_error *err) {
-  cuda_backend *b = cuda_of(base);
-  if (stream == NULL || event == NULL) {
-    return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "stream_wait",
-                         "NULL stream or event");
-  }
-  if (b->lost) {
-    return fail_lost(b, "stream_wait", err);
-  }
-  fdy_status st = set_device(b, err, "stream_wait");
-  if (st == FDY_OK) {
-    st = fdy_cuda_check(cudaStreamWaitEvent(stream->stream, event->event, 0),
-                        err, "stream_wait", "cudaStreamWaitEvent");
-  }
-  return settle(b, st, "stream_wait", err);
-}
-
-static fdy_status cuda_host_wait(fdy_backend *base, fdy_backend_event *event,
-                                 fdy_error *err) {
-  cuda_backend *b = cuda_of(base);
-  if (event == NULL) {
-    return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "host_wait",
-                         "NULL event");
-  }
-  if (b->lost) {
-    return fail_lost(b, "host_wait", err);
-  }
-  fdy_status st = set_device(b, err, "host_wait");
-  if (st == FDY_OK) {
-    st = fdy_cuda_check(cudaEventSynchronize(event->event), err, "host_wait",
-                        "cudaEventSynchronize");
-  }
-  if (st == FDY_OK) {
-    event->seen_done = event->recorded;
-    sweep_retired(b, false, "host_wait");
-  }
-  return settle(b, st, "host_wait", err);
-}
-
-static fdy_status cuda_event_time(fdy_backend *base, fdy_backend_event *event,
-                                  int64_t *out_ns, fdy_error *err) {
-  cuda_backend *b = cuda_of(base);
-  if (event == NULL || out_ns == NULL) {
-    return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "event_time",
-                         "NULL event or output");
-  }
-  if (!event->recorded) {
-    return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "event_time",
-                         "the event was never recorded");
-  }
-  if (b->lost) {
-    return fail_lost(b, "event_time", err);
-  }
-  fdy_status st = set_device(b, err, "event_time");
-  if (st != FDY_OK) {
-    return settle(b, st, "event_time", err);
-  }
-  const cudaError_t done = cudaEventQuery(event->event);
-  if (done == cudaErrorNotReady) {
-    cudaGetLastError();
-    return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "event_time",
-                         "the event's recording has not completed");
-  }
-  float ms = 0;
-  st = fdy_cuda_check(done, err, "event_time", "cudaEventQuery");
-  if (st == FDY_OK) {
-    st = fdy_cuda_check(cudaEventElapsedTime(&ms, b->calib, event->event), err,
-                        "event_time", "cudaEventElapsedTime");
-  }
-  if (st == FDY_OK) {
-    event->seen_done = true;
-    *out_ns = b->calib_host_ns + (int64_t)llround((double)ms * 1e6);
-  }
-  return settle(b, st, "event_time", err);
+  return fdy_cuda_settle(b, st, "launch", err);
 }
 
 /* After a drain: every recording and every stream's work completed. */
@@ -1247,11 +281,11 @@ static void saw_everything_done(cuda_backend *b) {
  * the caller can release everything; it returns the first error. Once the
  * backend is lost it waits for nothing and fails. */
 static fdy_status cuda_drain(fdy_backend *base, fdy_error *err) {
-  cuda_backend *b = cuda_of(base);
+  cuda_backend *b = fdy_cuda_backend_of(base);
   if (b->lost) {
-    return fail_lost(b, "drain", err);
+    return fdy_cuda_fail_lost(b, "drain", err);
   }
-  fdy_status first = set_device(b, err, "drain");
+  fdy_status first = fdy_cuda_set_device(b, err, "drain");
   fdy_error local;
   for (fdy_list_node *n = b->streams.next; n != &b->streams; n = n->next) {
     fdy_status st =
@@ -1262,9 +296,9 @@ static fdy_status cuda_drain(fdy_backend *base, fdy_error *err) {
   fdy_status st = fdy_cuda_check(cudaStreamSynchronize(b->ctx.internal), &local,
                                  "drain", "cudaStreamSynchronize");
   keep_first(&first, st, &local, err);
-  first = settle(b, first, "drain", err);
+  first = fdy_cuda_settle(b, first, "drain", err);
   if (!b->lost) {
-    sweep_retired(b, true, "drain");
+    fdy_cuda_sweep_retired(b, true, "drain");
   }
   if (b->lost) {
     if (err != NULL) {
@@ -1282,7 +316,7 @@ static fdy_status cuda_drain(fdy_backend *base, fdy_error *err) {
 /* Drains and frees every object, released or not; once the backend is
  * lost, only host memory, with no CUDA call. */
 static void cuda_destroy(fdy_backend *base) {
-  cuda_backend *b = cuda_of(base);
+  cuda_backend *b = fdy_cuda_backend_of(base);
   if (!b->lost) {
     fdy_cuda_ignore(cudaSetDevice(b->ctx.device));
   }
@@ -1291,19 +325,19 @@ static void cuda_destroy(fdy_backend *base) {
   }
   fdy_cuda_graphs_destroy_all(&b->ctx);
   while (b->streams.next != &b->streams) {
-    cuda_stream_destroy(base, (fdy_backend_stream *)b->streams.next);
+    fdy_cuda_stream_destroy(base, (fdy_backend_stream *)b->streams.next);
   }
   while (b->hosts.next != &b->hosts) {
-    cuda_host_unregister(base, (fdy_backend_host *)b->hosts.next);
+    fdy_cuda_host_unregister(base, (fdy_backend_host *)b->hosts.next);
   }
   while (b->buffers.next != &b->buffers) {
-    buffer_free(b, (fdy_backend_buffer *)b->buffers.next);
+    fdy_cuda_buffer_free(b, (fdy_backend_buffer *)b->buffers.next);
   }
   while (b->retired.next != &b->retired) {
-    buffer_free(b, (fdy_backend_buffer *)b->retired.next);
+    fdy_cuda_buffer_free(b, (fdy_backend_buffer *)b->retired.next);
   }
   while (b->events.next != &b->events) {
-    cuda_event_destroy(base, (fdy_backend_event *)b->events.next);
+    fdy_cuda_event_destroy(base, (fdy_backend_event *)b->events.next);
   }
   fdy_cuda_staging_destroy(b->staging, b->lost);
   if (!b->lost) {
@@ -1324,7 +358,7 @@ static void cuda_destroy(fdy_backend *base) {
 }
 
 static uint64_t cuda_submitted(fdy_backend *base) {
-  return cuda_of(base)->submissions;
+  return fdy_cuda_backend_of(base)->submissions;
 }
 
 static const fdy_backend_ops cuda_ops = {
@@ -1332,21 +366,21 @@ static const fdy_backend_ops cuda_ops = {
     .capabilities = cuda_capabilities,
     .supports_op = cuda_supports_op,
     .workspace_bytes = cuda_workspace_bytes,
-    .buffer_alloc = cuda_buffer_alloc,
-    .buffer_release = cuda_buffer_release,
-    .host_register = cuda_host_register,
-    .host_unregister = cuda_host_unregister,
-    .stream_create = cuda_stream_create,
-    .stream_destroy = cuda_stream_destroy,
-    .event_create = cuda_event_create,
-    .event_destroy = cuda_event_destroy,
-    .event_record = cuda_event_record,
-    .copy_to_device = cuda_copy_to_device,
-    .copy_to_host = cuda_copy_to_host,
+    .buffer_alloc = fdy_cuda_buffer_alloc,
+    .buffer_release = fdy_cuda_buffer_release,
+    .host_register = fdy_cuda_host_register,
+    .host_unregister = fdy_cuda_host_unregister,
+    .stream_create = fdy_cuda_stream_create,
+    .stream_destroy = fdy_cuda_stream_destroy,
+    .event_create = fdy_cuda_event_create,
+    .event_destroy = fdy_cuda_event_destroy,
+    .event_record = fdy_cuda_event_record,
+    .copy_to_device = fdy_cuda_copy_to_device,
+    .copy_to_host = fdy_cuda_copy_to_host,
     .launch = cuda_launch,
-    .stream_wait = cuda_stream_wait,
-    .host_wait = cuda_host_wait,
-    .event_time = cuda_event_time,
+    .stream_wait = fdy_cuda_stream_wait,
+    .host_wait = fdy_cuda_host_wait,
+    .event_time = fdy_cuda_event_time,
     .graph_begin = fdy_cuda_graph_begin,
     .graph_end = fdy_cuda_graph_end,
     .graph_launch = fdy_cuda_graph_launch,
@@ -1409,7 +443,7 @@ fdy_status fdy_cuda_memory_in_use(fdy_backend *b, uint64_t *out,
 }
 
 /* Records calibration events on the idle internal stream and keeps the one
- * whose host window was narrowest. */
+ * whose host window was narrowest (timestamps: cuda_streams.c). */
 static fdy_status calibrate(cuda_backend *b, fdy_error *err) {
   int64_t best_window = INT64_MAX;
   for (int i = 0; i < CUDA_CALIBRATION_TRIES; i++) {
@@ -1514,7 +548,7 @@ fdy_status fdy_cuda_backend_create(const fdy_cuda_options *options,
   fdy_list_init(&b->hosts);
   fdy_list_init(&b->ctx.graphs);
 
-  st = set_device(b, err, "create");
+  st = fdy_cuda_set_device(b, err, "create");
   if (st != FDY_OK) {
     goto cleanup;
   }

@@ -16,7 +16,7 @@
  * are captured as memcpy nodes, which read or write the host memory at
  * every replay. A copy that would go through the staging ring (host memory
  * not registered, or FDY_CUDA_HOST_STAGED) cannot be captured: the ring
- * fills or drains on the host when the call is made. cuda_backend.c then
+ * fills or drains on the host when the call is made. cuda_streams.c then
  * calls fdy_cuda_capture_refuse instead of the ring: the call fails with
  * FDY_ERR_UNSUPPORTED and so does graph_end.
  *

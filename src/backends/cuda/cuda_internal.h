@@ -1,5 +1,6 @@
 /* Internal interface of the CUDA backend, shared by its host-side C files
- * (cuda_backend.c, cuda_ops.c, cuda_staging.c, cuda_measure.c) and the
+ * (cuda_backend.c, cuda_faults.c, cuda_memory.c, cuda_streams.c,
+ * cuda_ops.c, cuda_staging.c, cuda_measure.c, cuda_graph.c) and the
  * kernel files (checksum_kernel.cu, ops_kernels.cu, matmul_q4.cu,
  * matmul_q4_mma.cu, attention.cu, attention_prefill.cu,
  * attention_batch.cu). Not installed; outside
@@ -17,7 +18,7 @@
 extern "C" {
 #endif
 
-/* ---- errors (cuda_backend.c) ----------------------------------------------
+/* ---- errors (cuda_faults.c) -----------------------------------------------
  */
 
 /* Sets err to kind with "cuda <op>: <message>" and backend_op = op. */
@@ -81,10 +82,10 @@ typedef struct fdy_cuda_ctx {
 fdy_status fdy_cuda_ctx_of(fdy_backend *b, const char *op, fdy_cuda_ctx **out,
                            fdy_error *err);
 
-/* The CUDA stream of a backend stream (cuda_backend.c). */
+/* The CUDA stream of a backend stream (cuda_streams.c). */
 cudaStream_t fdy_cuda_stream_of(const fdy_backend_stream *stream);
 /* Notes that work was submitted since the last drain, so that a buffer
- * released now is fenced (the reference rule; cuda_backend.c). */
+ * released now is fenced (the reference rule; cuda_memory.c). */
 void fdy_cuda_note_submitted(fdy_backend *b);
 
 /* ---- graphs (cuda_graph.c) ------------------------------------------------
