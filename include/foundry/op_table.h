@@ -73,6 +73,9 @@ typedef struct fdy_op_operand {
 /* x (input 1, F32 [T, I]) times 4-bit quantized weights: MATMUL_Q4 and
  * the kinds fused around it. */
 #define FDY_OP_Q4_MATMUL (1u << 0)
+/* A lookup: each output row is one row of the table (input 1) chosen by
+ * the step's id (EMBED_Q4, EMBED_Q8, EMBED_DENSE). */
+#define FDY_OP_EMBEDDING (1u << 1)
 
 /* A kind's shape rule: the relations between its operands' shapes (and
  * between its parameters) of an op whose operand counts, operands and
@@ -87,7 +90,7 @@ typedef fdy_status (*fdy_op_shape_rule)(const fdy_op *op, fdy_error *err);
  * with one output per group (NORM_MATMUL_Q4's weights). */
 typedef struct fdy_op_row {
   const char *name;           /* stable lowercase name, "matmul_q4" */
-  uint32_t flags;             /* FDY_OP_Q4_MATMUL, ... */
+  uint32_t flags;             /* FDY_OP_Q4_MATMUL, FDY_OP_EMBEDDING */
   const fdy_op_param *params; /* param_count fields, in plan JSON order */
   uint32_t param_count;
   uint32_t min_inputs, max_inputs, inputs_per_output;

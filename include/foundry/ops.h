@@ -20,26 +20,38 @@
  *
  * Step values are data, read when the op runs and never checked at launch:
  * a count below 0 counts as 0; a row whose token id lies outside the table
- * (EMBED_Q4), or whose position lies outside the context or sequence
- * outside the S sequences of the cache (ATTENTION, ROPE_ATTENTION, which
- * then do not append it) is written as NaN. No step value makes an op read
- * or write outside its views.
+ * (EMBED_Q4, EMBED_Q8, EMBED_DENSE), or whose position lies outside the
+ * context or sequence outside the S sequences of the cache (ATTENTION,
+ * ROPE_ATTENTION, which then do not append it) is written as NaN. No step value
+ * makes an op read or write outside its views.
  *
  * Kinds and operands (T rows, H hidden, I in features, O out features,
- * G = I / group quantization groups, S = F16 or BF16):
+ * G = I / group quantization groups, S = F16 or BF16, W = F32, F16 or
+ * BF16):
  *   CHECKSUM      in: data U8 [n] (n a multiple of 8), [prev U64 [1]]
  *                 out: U64 [1] = fdy_checksum(data) + prev * FDY_CHAIN_PRIME
  *                 (mod 2^64; prev = 0 when absent). params.checksum.
  *   EMBED_Q4      in: step, table U32 [V, H/8], scales S [V, H/g],
  *                 biases S [V, H/g]; out: F32 [T, H]: row t is the
  *                 dequantized row of id step[FDY_STEP_ID(t)].
- *   RMSNORM       in: step, x F32 [T, n], weight S [n]; out F32 [T, n].
+ *   EMBED_Q8      in: step, table U32 [V, H/4], scales S [V, H/g],
+ *                 biases S [V, H/g]; out: as EMBED_Q4's, the table's
+ *                 values 8-bit (bytes of a word low first, the MLX affine
+ *                 layout).
+ *   EMBED_DENSE   in: step, table W [V, H]; out: as EMBED_Q4's, row t the
+ *                 table row of id step[FDY_STEP_ID(t)] as F32.
+ *   RMSNORM       in: step, x F32 [T, n], weight W [n]; out F32 [T, n].
  *                 params.rmsnorm.eps.
  *   MATMUL_Q4     in: step, x F32 [T, I], weight U32 [O, I/8],
  *                 scales S [O, G], biases S [O, G]; out: F32 [T, O],
  *                 y = x W^T with w = scale * q + bias per group of I/G
  *                 (32, 64 or 128), q the nibbles low first (the MLX
  *                 affine layout).
+ *   MATMUL_Q8     in: step, x F32 [T, I], weight U32 [O, I/4],
+ *                 scales S [O, G], biases S [O, G]; out: F32 [T, O], as
+ *                 MATMUL_Q4's with 8-bit q (bytes of a word low first).
+ *   MATMUL_DENSE  in: step, x F32 [T, I], weight W [O, I]; out: F32
+ *                 [T, O] = x W^T.
  *   ROPE          in: step, x F32 [T, heads * head_dim]; out: the same
  *                 shape, rotated in split halves (pairs j, j + head_dim/2),
  *                 row t at position step[FDY_STEP_POSITION(t)]. params.rope.
@@ -156,6 +168,10 @@ typedef enum fdy_op_kind {
   FDY_OP_MATMUL_ADD_Q4,
   FDY_OP_ROPE_ATTENTION,
   FDY_OP_SAMPLE,
+  FDY_OP_EMBED_Q8,
+  FDY_OP_MATMUL_Q8,
+  FDY_OP_EMBED_DENSE,
+  FDY_OP_MATMUL_DENSE,
   FDY_OP_KIND_COUNT
 } fdy_op_kind;
 

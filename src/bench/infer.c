@@ -14,6 +14,7 @@
 
 #include "bench_internal.h"
 #include "foundry/infer_bench.h"
+#include "foundry/op_table.h"
 #include "foundry/registry.h"
 #include "foundry/speculative.h"
 
@@ -60,8 +61,8 @@ static uint64_t op_weight_bytes(const fdy_graph *g, fdy_op_id op) {
         (t.role != FDY_TENSOR_WEIGHT && t.role != FDY_TENSOR_WEIGHT_VIEW)) {
       continue;
     }
-    uint64_t rows =
-        info.kind == FDY_OP_EMBED_Q4 && t.shape.rank > 0 ? t.shape.dims[0] : 1;
+    bool lookup = fdy_op_row_of(info.kind)->flags & FDY_OP_EMBEDDING;
+    uint64_t rows = lookup && t.shape.rank > 0 ? t.shape.dims[0] : 1;
     bytes += t.bytes / (rows ? rows : 1);
   }
   return bytes;

@@ -192,19 +192,21 @@ static fdy_status want_step(const check *c, uint64_t rows) {
   return st;
 }
 
-/* Quantized rows of `features` values: packed U32 [rows, features / 8] at
- * operand w, scales and biases S [rows, features / group] at s and s + 1,
- * group 32, 64 or 128. */
-static fdy_status want_q4(const check *c, uint32_t w, uint32_t s, uint64_t rows,
-                          uint64_t features) {
+/* Quantized rows of `features` values at `bits` bits (4 or 8): packed U32
+ * [rows, features * bits / 32] at operand w, scales and biases S [rows,
+ * features / group] at s and s + 1, group 32, 64 or 128. */
+static fdy_status want_quantized(const check *c, uint32_t w, uint32_t s,
+                                 uint64_t rows, uint64_t features,
+                                 uint32_t bits) {
+  const uint32_t per_word = 32 / bits;
   fdy_status st = want_dim(c, w, 0, rows);
-  if (st == FDY_OK && features % 8 != 0) {
+  if (st == FDY_OK && features % per_word != 0) {
     st = fail(c, FDY_ERR_INVALID_ARGUMENT, w,
-              "%llu features are not whole 32-bit words of 4-bit values",
-              (unsigned long long)features);
+              "%llu features are not whole 32-bit words of %u-bit values",
+              (unsigned long long)features, bits);
   }
   if (st == FDY_OK) {
-    st = want_dim(c, w, 1, features / 8);
+    st = want_dim(c, w, 1, features / per_word);
   }
   if (st == FDY_OK) {
     st = want_dim(c, s, 0, rows);
@@ -303,13 +305,31 @@ static fdy_status checksum_shapes(const fdy_op *op, fdy_error *err) {
   return want_dim(&c, op->input_count, 0, 1);
 }
 
-static fdy_status embed_q4_shapes(const fdy_op *op, fdy_error *err) {
+/* EMBED_Q4 and EMBED_Q8: a row per step row from a table of `bits`-bit
+ * rows. */
+static fdy_status embed_quantized_shapes(const fdy_op *op, uint32_t bits,
+                                         fdy_error *err) {
   const check c = checking(op, err);
   const fdy_shape *o = &op->outputs[0].shape;
   fdy_status st = want_step(&c, o->dims[0]);
-  return st == FDY_OK
-             ? want_q4(&c, 1, 2, op->inputs[1].shape.dims[0], o->dims[1])
-             : st;
+  return st == FDY_OK ? want_quantized(&c, 1, 2, op->inputs[1].shape.dims[0],
+                                       o->dims[1], bits)
+                      : st;
+}
+
+static fdy_status embed_q4_shapes(const fdy_op *op, fdy_error *err) {
+  return embed_quantized_shapes(op, 4, err);
+}
+
+static fdy_status embed_q8_shapes(const fdy_op *op, fdy_error *err) {
+  return embed_quantized_shapes(op, 8, err);
+}
+
+static fdy_status embed_dense_shapes(const fdy_op *op, fdy_error *err) {
+  const check c = checking(op, err);
+  const fdy_shape *o = &op->outputs[0].shape;
+  fdy_status st = want_step(&c, o->dims[0]);
+  return st == FDY_OK ? want_dim(&c, 1, 1, o->dims[1]) : st;
 }
 
 static fdy_status rmsnorm_shapes(const fdy_op *op, fdy_error *err) {
@@ -318,13 +338,36 @@ static fdy_status rmsnorm_shapes(const fdy_op *op, fdy_error *err) {
   return st == FDY_OK ? want_like(&c, op->input_count, 1) : st;
 }
 
-static fdy_status matmul_q4_shapes(const fdy_op *op, fdy_error *err) {
+/* MATMUL_Q4 and MATMUL_Q8 (and MATMUL_ADD_Q4's matmul): x [T, I] times
+ * `bits`-bit weights [O, ...] into [T, O]. */
+static fdy_status matmul_quantized_shapes(const fdy_op *op, uint32_t bits,
+                                          fdy_error *err) {
   const check c = checking(op, err);
   const fdy_shape *x = &op->inputs[1].shape;
   fdy_status st = FDY_OK;
   if ((st = want_step(&c, 0)) != FDY_OK ||
-      (st = want_q4(&c, 2, 3, op->outputs[0].shape.dims[1], x->dims[1])) !=
-          FDY_OK) {
+      (st = want_quantized(&c, 2, 3, op->outputs[0].shape.dims[1], x->dims[1],
+                           bits)) != FDY_OK) {
+    return st;
+  }
+  return want_dim(&c, op->input_count, 0, x->dims[0]);
+}
+
+static fdy_status matmul_q4_shapes(const fdy_op *op, fdy_error *err) {
+  return matmul_quantized_shapes(op, 4, err);
+}
+
+static fdy_status matmul_q8_shapes(const fdy_op *op, fdy_error *err) {
+  return matmul_quantized_shapes(op, 8, err);
+}
+
+static fdy_status matmul_dense_shapes(const fdy_op *op, fdy_error *err) {
+  const check c = checking(op, err);
+  const fdy_shape *x = &op->inputs[1].shape;
+  fdy_status st = FDY_OK;
+  if ((st = want_step(&c, 0)) != FDY_OK ||
+      (st = want_dim(&c, 2, 0, op->outputs[0].shape.dims[1])) != FDY_OK ||
+      (st = want_dim(&c, 2, 1, x->dims[1])) != FDY_OK) {
     return st;
   }
   return want_dim(&c, op->input_count, 0, x->dims[0]);
@@ -415,7 +458,8 @@ static fdy_status norm_matmul_q4_shapes(const fdy_op *op, fdy_error *err) {
   uint64_t rows = op->inputs[1].shape.dims[0];
   uint64_t in = op->inputs[1].shape.dims[1];
   for (uint32_t j = 0; st == FDY_OK && j < op->output_count; j++) {
-    st = want_q4(&c, 3 + 3 * j, 4 + 3 * j, op->outputs[j].shape.dims[1], in);
+    st = want_quantized(&c, 3 + 3 * j, 4 + 3 * j, op->outputs[j].shape.dims[1],
+                        in, 4);
     if (st == FDY_OK && j > 0) {
       st = want_same_groups(&c, 4 + 3 * j, 4);
     }
@@ -432,8 +476,8 @@ static fdy_status norm_swiglu_q4_shapes(const fdy_op *op, fdy_error *err) {
   uint64_t out = op->outputs[0].shape.dims[1];
   fdy_status st = FDY_OK;
   if ((st = want_norm(&c)) != FDY_OK ||
-      (st = want_q4(&c, 3, 4, out, in)) != FDY_OK ||
-      (st = want_q4(&c, 6, 7, out, in)) != FDY_OK ||
+      (st = want_quantized(&c, 3, 4, out, in, 4)) != FDY_OK ||
+      (st = want_quantized(&c, 6, 7, out, in, 4)) != FDY_OK ||
       (st = want_same_groups(&c, 7, 4)) != FDY_OK) {
     return st;
   }
@@ -503,18 +547,21 @@ static const fdy_op_param rope_attention_params[] = {
 /* Dtype sets. */
 #define F32    FDY_DTYPE_BIT(FDY_DTYPE_F32)
 #define HALVES (FDY_DTYPE_BIT(FDY_DTYPE_F16) | FDY_DTYPE_BIT(FDY_DTYPE_BF16))
+#define FLOATS (F32 | HALVES)
 #define CACHE  (F32 | FDY_DTYPE_BIT(FDY_DTYPE_F16))
 
 #define OPERAND(name, dtypes, rank, flags)                                     \
   { name, dtypes, rank, flags }
-/* The step tensor, an F32 activation of rank 2, a KV cache, and the three
- * tensors of a 4-bit quantized matrix. */
+/* The step tensor, an F32 activation of rank 2, a KV cache, the three
+ * tensors of an affine quantized matrix (4- or 8-bit: the kind says), and
+ * an unquantized matrix. */
 #define STEP           OPERAND("step", FDY_DTYPE_BIT(FDY_DTYPE_I32), 1, 0)
 #define ROWS(name)     OPERAND(name, F32, 2, 0)
 #define CACHE_OF(name) OPERAND(name, CACHE, 3, FDY_OPERAND_STATE)
-#define Q4(weight, scales, biases)                                             \
+#define AFFINE(weight, scales, biases)                                         \
   OPERAND(weight, FDY_DTYPE_BIT(FDY_DTYPE_U32), 2, 0),                         \
       OPERAND(scales, HALVES, 2, 0), OPERAND(biases, HALVES, 2, 0)
+#define DENSE(name) OPERAND(name, FLOATS, 2, 0)
 #define ATTENTION_INPUTS                                                       \
   STEP, ROWS("q"), ROWS("k"), ROWS("v"), CACHE_OF("k_cache"),                  \
       CACHE_OF("v_cache")
@@ -531,22 +578,23 @@ static const fdy_op_row kind_rows[FDY_OP_KIND_COUNT] = {
          .outputs = {OPERAND("out", FDY_DTYPE_BIT(FDY_DTYPE_U64), 1, 0)},
          .shape_rule = checksum_shapes},
     [FDY_OP_EMBED_Q4] = {.name = "embed_q4",
+                         .flags = FDY_OP_EMBEDDING,
                          INPUTS(4),
-                         .inputs = {STEP, Q4("table", "scales", "biases")},
+                         .inputs = {STEP, AFFINE("table", "scales", "biases")},
                          .outputs = {ROWS("out")},
                          .shape_rule = embed_q4_shapes},
     [FDY_OP_RMSNORM] = {.name = "rmsnorm",
                         PARAMS(rmsnorm_params),
                         INPUTS(3),
                         .inputs = {STEP, ROWS("x"),
-                                   OPERAND("weight", HALVES, 1, 0)},
+                                   OPERAND("weight", FLOATS, 1, 0)},
                         .outputs = {ROWS("out")},
                         .shape_rule = rmsnorm_shapes},
     [FDY_OP_MATMUL_Q4] = {.name = "matmul_q4",
                           .flags = FDY_OP_Q4_MATMUL,
                           INPUTS(5),
                           .inputs = {STEP, ROWS("x"),
-                                     Q4("weight", "scales", "biases")},
+                                     AFFINE("weight", "scales", "biases")},
                           .outputs = {ROWS("out")},
                           .shape_rule = matmul_q4_shapes},
     [FDY_OP_ROPE] = {.name = "rope",
@@ -582,35 +630,34 @@ static const fdy_op_row kind_rows[FDY_OP_KIND_COUNT] = {
                        .outputs = {OPERAND("out", FDY_DTYPE_BIT(FDY_DTYPE_I32),
                                            1, 0)},
                        .shape_rule = argmax_shapes},
-    [FDY_OP_NORM_MATMUL_Q4] = {.name = "norm_matmul_q4",
-                               .flags = FDY_OP_Q4_MATMUL,
-                               PARAMS(rmsnorm_params),
-                               .min_inputs = 6,
-                               .max_inputs = 12,
-                               .inputs_per_output = 3,
-                               .inputs = {STEP, ROWS("x"),
-                                          OPERAND("norm", HALVES, 1, 0),
-                                          Q4("weight0", "scales0", "biases0"),
-                                          Q4("weight1", "scales1", "biases1"),
-                                          Q4("weight2", "scales2", "biases2")},
-                               .outputs = {ROWS("out0"), ROWS("out1"),
-                                           ROWS("out2")},
-                               .shape_rule = norm_matmul_q4_shapes},
+    [FDY_OP_NORM_MATMUL_Q4] =
+        {.name = "norm_matmul_q4",
+         .flags = FDY_OP_Q4_MATMUL,
+         PARAMS(rmsnorm_params),
+         .min_inputs = 6,
+         .max_inputs = 12,
+         .inputs_per_output = 3,
+         .inputs = {STEP, ROWS("x"), OPERAND("norm", HALVES, 1, 0),
+                    AFFINE("weight0", "scales0", "biases0"),
+                    AFFINE("weight1", "scales1", "biases1"),
+                    AFFINE("weight2", "scales2", "biases2")},
+         .outputs = {ROWS("out0"), ROWS("out1"), ROWS("out2")},
+         .shape_rule = norm_matmul_q4_shapes},
     [FDY_OP_NORM_SWIGLU_Q4] =
         {.name = "norm_swiglu_q4",
          .flags = FDY_OP_Q4_MATMUL,
          PARAMS(rmsnorm_params),
          INPUTS(9),
          .inputs = {STEP, ROWS("x"), OPERAND("norm", HALVES, 1, 0),
-                    Q4("gate_weight", "gate_scales", "gate_biases"),
-                    Q4("up_weight", "up_scales", "up_biases")},
+                    AFFINE("gate_weight", "gate_scales", "gate_biases"),
+                    AFFINE("up_weight", "up_scales", "up_biases")},
          .outputs = {ROWS("out")},
          .shape_rule = norm_swiglu_q4_shapes},
     [FDY_OP_MATMUL_ADD_Q4] = {.name = "matmul_add_q4",
                               .flags = FDY_OP_Q4_MATMUL,
                               INPUTS(6),
                               .inputs = {STEP, ROWS("x"),
-                                         Q4("weight", "scales", "biases"),
+                                         AFFINE("weight", "scales", "biases"),
                                          ROWS("residual")},
                               .outputs = {ROWS("out")},
                               .shape_rule = matmul_add_q4_shapes},
@@ -627,6 +674,29 @@ static const fdy_op_row kind_rows[FDY_OP_KIND_COUNT] = {
                     OPERAND("params", FDY_DTYPE_BIT(FDY_DTYPE_U32), 2, 0)},
          .outputs = {OPERAND("out", FDY_DTYPE_BIT(FDY_DTYPE_I32), 1, 0)},
          .shape_rule = sample_shapes},
+    [FDY_OP_EMBED_Q8] = {.name = "embed_q8",
+                         .flags = FDY_OP_EMBEDDING,
+                         INPUTS(4),
+                         .inputs = {STEP, AFFINE("table", "scales", "biases")},
+                         .outputs = {ROWS("out")},
+                         .shape_rule = embed_q8_shapes},
+    [FDY_OP_MATMUL_Q8] = {.name = "matmul_q8",
+                          INPUTS(5),
+                          .inputs = {STEP, ROWS("x"),
+                                     AFFINE("weight", "scales", "biases")},
+                          .outputs = {ROWS("out")},
+                          .shape_rule = matmul_q8_shapes},
+    [FDY_OP_EMBED_DENSE] = {.name = "embed_dense",
+                            .flags = FDY_OP_EMBEDDING,
+                            INPUTS(2),
+                            .inputs = {STEP, DENSE("table")},
+                            .outputs = {ROWS("out")},
+                            .shape_rule = embed_dense_shapes},
+    [FDY_OP_MATMUL_DENSE] = {.name = "matmul_dense",
+                             INPUTS(3),
+                             .inputs = {STEP, ROWS("x"), DENSE("weight")},
+                             .outputs = {ROWS("out")},
+                             .shape_rule = matmul_dense_shapes},
 };
 
 /* ---- reading the table --------------------------------------------------- */

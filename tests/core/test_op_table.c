@@ -94,8 +94,9 @@ static bool has_state_input(fdy_op_kind kind, uint32_t i) {
   return (fdy_op_row_of(kind)->inputs[i].flags & FDY_OPERAND_STATE) != 0;
 }
 
-/* What the plan validator (state inputs) and the backends (the Q4 matmul
- * kinds, the checksum's words) read from the flags. */
+/* What the plan validator (state inputs), the backends (the Q4 matmul
+ * kinds, the checksum's words) and infer-bench (the lookups) read from the
+ * flags. */
 static void test_flags(void **state) {
   (void)state;
   for (int k = 0; k < FDY_OP_KIND_COUNT; k++) {
@@ -111,6 +112,10 @@ static void test_flags(void **state) {
     bool q4 = kind == FDY_OP_MATMUL_Q4 || kind == FDY_OP_NORM_MATMUL_Q4 ||
               kind == FDY_OP_NORM_SWIGLU_Q4 || kind == FDY_OP_MATMUL_ADD_Q4;
     assert_int_equal((fdy_op_row_of(kind)->flags & FDY_OP_Q4_MATMUL) != 0, q4);
+    bool lookup = kind == FDY_OP_EMBED_Q4 || kind == FDY_OP_EMBED_Q8 ||
+                  kind == FDY_OP_EMBED_DENSE;
+    assert_int_equal((fdy_op_row_of(kind)->flags & FDY_OP_EMBEDDING) != 0,
+                     lookup);
   }
 }
 

@@ -157,6 +157,29 @@ static fdy_op valid_op(fdy_op_kind kind) {
     op.inputs[2] = view(FDY_DTYPE_U32, FDY_SHAPE(3, FDY_SAMPLE_FIELDS));
     op.outputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(3));
     break;
+  case FDY_OP_EMBED_Q8: /* 4 bytes a word, groups of 64 */
+    op = valid_op(FDY_OP_EMBED_Q4);
+    op.kind = kind;
+    op.inputs[1] = view(FDY_DTYPE_U32, FDY_SHAPE(100, 256 / 4));
+    break;
+  case FDY_OP_MATMUL_Q8: /* groups of 32 */
+    op = valid_op(FDY_OP_MATMUL_Q4);
+    op.kind = kind;
+    op.inputs[2] = view(FDY_DTYPE_U32, FDY_SHAPE(96, 256 / 4));
+    break;
+  case FDY_OP_EMBED_DENSE:
+    op.input_count = 2;
+    op.inputs[0] = step_view(FDY_STEP_ELEMENTS(4));
+    op.inputs[1] = view(FDY_DTYPE_BF16, FDY_SHAPE(100, 200));
+    op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(4, 200));
+    break;
+  case FDY_OP_MATMUL_DENSE:
+    op.input_count = 3;
+    op.inputs[0] = step_view(2);
+    op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(4, 200));
+    op.inputs[2] = view(FDY_DTYPE_F16, FDY_SHAPE(96, 200));
+    op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(4, 96));
+    break;
   case FDY_OP_KIND_COUNT:
     fail();
   }
@@ -240,6 +263,19 @@ static void test_valid_ops_accepted(void **state) {
   op.inputs[2].shape.dims[1] = 12;
   op.inputs[3].shape.dims[1] = 3;
   op.inputs[4].shape.dims[1] = 3;
+  expect_ok(&op);
+  /* the dense kinds take F32, F16 and BF16 weights */
+  for (fdy_dtype d = FDY_DTYPE_F32; d <= FDY_DTYPE_BF16; d++) {
+    op = valid_op(FDY_OP_MATMUL_DENSE);
+    op.inputs[2].dtype = d;
+    expect_ok(&op);
+    op = valid_op(FDY_OP_EMBED_DENSE);
+    op.inputs[1].dtype = d;
+    expect_ok(&op);
+  }
+  /* F32 norm weights (an unquantized F32 checkpoint's) */
+  op = valid_op(FDY_OP_RMSNORM);
+  op.inputs[2].dtype = FDY_DTYPE_F32;
   expect_ok(&op);
   /* F16 norm weights, F32 caches, MHA, plain rope, eps 0, longer steps */
   op = valid_op(FDY_OP_RMSNORM);
@@ -358,6 +394,9 @@ static void test_operand_violations(void **state) {
   }
   /* dtypes that are valid elsewhere but not here */
   fdy_op op = valid_op(FDY_OP_RMSNORM);
+  op.inputs[2].dtype = FDY_DTYPE_F64;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 2);
+  op = valid_op(FDY_OP_NORM_MATMUL_Q4); /* F32 norms only unfused */
   op.inputs[2].dtype = FDY_DTYPE_F32;
   expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 2);
   op = valid_op(FDY_OP_ATTENTION);
@@ -482,6 +521,71 @@ static void test_matmul_relations(void **state) {
   op = valid_op(FDY_OP_MATMUL_Q4);
   op.outputs[0].shape.dims[0] = 3;
   expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 5);
+}
+
+/* The 8-bit kinds: 4 values a word; the rest as the 4-bit kinds. */
+static void test_q8_relations(void **state) {
+  (void)state;
+  fdy_error err;
+  fdy_op op = valid_op(FDY_OP_MATMUL_Q8);
+  op.inputs[2].shape.dims[1] = 32; /* a 4-bit row's words */
+  assert_int_equal(fdy_op_check(&op, &err), FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(err.ids[0], 2);
+  assert_int_equal(err.expected, 64);
+  assert_int_equal(err.actual, 32);
+  op = valid_op(FDY_OP_MATMUL_Q8);
+  op.inputs[1].shape.dims[1] = 258; /* not whole words of bytes */
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 2);
+  op = valid_op(FDY_OP_MATMUL_Q8);
+  op.inputs[3].shape.dims[1] = 16; /* groups of 16 */
+  op.inputs[4].shape.dims[1] = 16;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 3);
+  op = valid_op(FDY_OP_MATMUL_Q8);
+  op.inputs[3].dtype = FDY_DTYPE_F32; /* scales are halves */
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 3);
+  op = valid_op(FDY_OP_MATMUL_Q8);
+  op.outputs[0].shape.dims[1] = 95;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 2);
+  op = valid_op(FDY_OP_EMBED_Q8);
+  op.inputs[1].shape.dims[1] = 32;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 1);
+  op = valid_op(FDY_OP_EMBED_Q8);
+  op.inputs[0].shape.dims[0] = FDY_STEP_ELEMENTS(3);
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 0);
+}
+
+/* The unquantized kinds: the weight's width is x's (the table's the
+ * output's), its rows the outputs; no packed or integer weights. */
+static void test_dense_relations(void **state) {
+  (void)state;
+  fdy_error err;
+  fdy_op op = valid_op(FDY_OP_MATMUL_DENSE);
+  op.inputs[2].shape.dims[1] = 199;
+  assert_int_equal(fdy_op_check(&op, &err), FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(err.ids[0], 2);
+  assert_int_equal(err.expected, 200);
+  assert_int_equal(err.actual, 199);
+  op = valid_op(FDY_OP_MATMUL_DENSE);
+  op.inputs[2].shape.dims[0] = 95;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 2);
+  op = valid_op(FDY_OP_MATMUL_DENSE);
+  op.outputs[0].shape.dims[0] = 3;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 3);
+  op = valid_op(FDY_OP_MATMUL_DENSE);
+  op.inputs[2].dtype = FDY_DTYPE_U32;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 2);
+  op = valid_op(FDY_OP_MATMUL_DENSE);
+  op.inputs[2].dtype = FDY_DTYPE_F64;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 2);
+  op = valid_op(FDY_OP_EMBED_DENSE);
+  op.inputs[1].shape.dims[1] = 201;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 1);
+  op = valid_op(FDY_OP_EMBED_DENSE);
+  op.inputs[0].shape.dims[0] = FDY_STEP_ELEMENTS(3);
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 0);
+  op = valid_op(FDY_OP_EMBED_DENSE);
+  op.inputs[1].shape.rank = 1;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 1);
 }
 
 static void test_rope_relations(void **state) {
@@ -817,6 +921,8 @@ int main(void) {
       cmocka_unit_test(test_embed_relations),
       cmocka_unit_test(test_rmsnorm_relations),
       cmocka_unit_test(test_matmul_relations),
+      cmocka_unit_test(test_q8_relations),
+      cmocka_unit_test(test_dense_relations),
       cmocka_unit_test(test_rope_relations),
       cmocka_unit_test(test_attention_relations),
       cmocka_unit_test(test_rope_attention_relations),

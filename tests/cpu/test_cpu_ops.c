@@ -184,6 +184,25 @@ static uint16_t *random_halves(uint64_t n, fdy_dtype dtype, float lo,
   return p;
 }
 
+/* n values of dtype (F32, F16 or BF16) in [lo, hi]. */
+static void *random_values(uint64_t n, fdy_dtype dtype, float lo, float hi) {
+  if (dtype != FDY_DTYPE_F32) {
+    return random_halves(n, dtype, lo, hi);
+  }
+  float *p = malloc(n * sizeof *p);
+  assert_non_null(p);
+  for (uint64_t i = 0; i < n; i++) {
+    p[i] = rand_range(lo, hi);
+  }
+  return p;
+}
+
+/* Element i of an F32, F16 or BF16 vector, decoded independently. */
+static double value_of(const void *p, fdy_dtype dtype, uint64_t i) {
+  return dtype == FDY_DTYPE_F32 ? ((const float *)p)[i]
+                                : half_value(((const uint16_t *)p)[i], dtype);
+}
+
 /* ||got - ref|| / ||ref|| over n values. */
 static double relative_error(const float *got, const double *ref, uint64_t n) {
   double diff = 0.0, norm = 0.0;
@@ -436,7 +455,7 @@ static void rmsnorm_case(fdy_dtype dtype, int32_t count) {
   const double eps = 1e-5;
   int32_t *step = make_step(count, 3, 0);
   float *x = random_floats((uint64_t)rows * n);
-  uint16_t *weight = random_halves(n, dtype, 0.5f, 1.5f);
+  void *weight = random_values(n, dtype, 0.5f, 1.5f);
   float *out = poisoned((uint64_t)rows * n);
   fdy_op op = {.kind = FDY_OP_RMSNORM, .input_count = 3, .output_count = 1};
   op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
@@ -457,7 +476,7 @@ static void rmsnorm_case(fdy_dtype dtype, int32_t count) {
     }
     double inv = 1.0 / sqrt(sum / n + eps);
     for (uint32_t i = 0; i < n; i++) {
-      ref[t * n + i] = x[t * n + i] * inv * half_value(weight[i], dtype);
+      ref[t * n + i] = x[t * n + i] * inv * value_of(weight, dtype, i);
     }
   }
   if (active > 0) {
@@ -479,6 +498,7 @@ static void test_rmsnorm(void **state) {
   rmsnorm_case(FDY_DTYPE_BF16, 100); /* clamped to the rows */
   rmsnorm_case(FDY_DTYPE_F16, 0);
   rmsnorm_case(FDY_DTYPE_F16, -3);
+  rmsnorm_case(FDY_DTYPE_F32, 6); /* an unquantized F32 checkpoint's */
 }
 
 /* ---- matmul ---------------------------------------------------------------
@@ -578,6 +598,203 @@ static void test_matmul(void **state) {
   matmul_case(256, 64, FDY_DTYPE_F16, 1);
   matmul_case(96, 32, FDY_DTYPE_BF16, 6); /* a short last block */
   matmul_case(160, 32, FDY_DTYPE_F16, 7);
+}
+
+/* ---- 8-bit and unquantized embeddings and matmuls ------------------------
+ */
+
+/* A weight of `rows` rows of n values: 8-bit affine (scales and biases of
+ * dtype, groups of `group`) when q8, else dense values of dtype. */
+typedef struct linear_data {
+  bool q8;
+  fdy_dtype dtype;
+  uint32_t rows, n, group;
+  void *weight; /* U32 words (q8) or values */
+  uint16_t *scales, *biases;
+} linear_data;
+
+static linear_data linear_make(bool q8, fdy_dtype dtype, uint32_t rows,
+                               uint32_t n, uint32_t group) {
+  linear_data l = {q8, dtype, rows, n, group, NULL, NULL, NULL};
+  if (!q8) {
+    l.weight = random_values((uint64_t)rows * n, dtype, -0.1f, 0.1f);
+    return l;
+  }
+  uint64_t groups = (uint64_t)rows * (n / group);
+  l.weight = random_words((uint64_t)rows * n / 4);
+  /* MLX-like: w = scale * q + bias centred on zero */
+  l.scales = random_halves(groups, dtype, 0.0005f, 0.001f);
+  l.biases = malloc(groups * sizeof *l.biases);
+  assert_non_null(l.biases);
+  for (uint64_t g = 0; g < groups; g++) {
+    float scale = (float)half_value(l.scales[g], dtype);
+    l.biases[g] = half_bits(-127.5f * scale * rand_range(0.8f, 1.2f), dtype);
+  }
+  return l;
+}
+
+/* Value i of row r, dequantized in double. */
+static double linear_value(const linear_data *l, uint64_t r, uint32_t i) {
+  uint64_t at = r * l->n + i;
+  if (!l->q8) {
+    return value_of(l->weight, l->dtype, at);
+  }
+  uint32_t q = (((const uint32_t *)l->weight)[at / 4] >> (8 * (at % 4))) & 0xff;
+  uint64_t g = r * (l->n / l->group) + i / l->group;
+  return half_value(l->scales[g], l->dtype) * q +
+         half_value(l->biases[g], l->dtype);
+}
+
+/* The weight's operands from op->inputs[first] (and data[first]) on;
+ * returns how many. */
+static uint32_t linear_operands(const linear_data *l, fdy_op *op, void **data,
+                                uint32_t first) {
+  if (!l->q8) {
+    op->inputs[first] = view(l->dtype, FDY_SHAPE(l->rows, l->n));
+    data[first] = l->weight;
+    return 1;
+  }
+  op->inputs[first] = view(FDY_DTYPE_U32, FDY_SHAPE(l->rows, l->n / 4));
+  op->inputs[first + 1] = view(l->dtype, FDY_SHAPE(l->rows, l->n / l->group));
+  op->inputs[first + 2] = op->inputs[first + 1];
+  data[first] = l->weight;
+  data[first + 1] = l->scales;
+  data[first + 2] = l->biases;
+  return 3;
+}
+
+static void linear_free(linear_data *l) {
+  free(l->weight);
+  free(l->scales);
+  free(l->biases);
+}
+
+static void embed_linear_case(bool q8, fdy_dtype dtype, uint32_t hidden,
+                              uint32_t group) {
+  const uint32_t vocab = 50, rows = 6;
+  linear_data l = linear_make(q8, dtype, vocab, hidden, group);
+  int32_t *step = make_step(4, 0, rows);
+  int32_t ids[6] = {7, 0, vocab - 1, 7, 3, 3};
+  for (uint32_t t = 0; t < rows; t++) {
+    step[FDY_STEP_ID(t)] = ids[t];
+  }
+  float *out = poisoned((uint64_t)rows * hidden);
+  fdy_op op = {.kind = q8 ? FDY_OP_EMBED_Q8 : FDY_OP_EMBED_DENSE,
+               .output_count = 1};
+  void *data[5] = {step};
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(FDY_STEP_ELEMENTS(rows)));
+  op.input_count = 1 + linear_operands(&l, &op, data, 1);
+  op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, hidden));
+  data[op.input_count] = out;
+  run_everywhere(&op, data);
+
+  double *ref = doubles((uint64_t)4 * hidden);
+  for (uint32_t t = 0; t < 4; t++) {
+    for (uint32_t i = 0; i < hidden; i++) {
+      ref[(uint64_t)t * hidden + i] = linear_value(&l, (uint64_t)ids[t], i);
+    }
+  }
+  expect_close(out, ref, (uint64_t)4 * hidden, 1e-6);
+  assert_true(is_poison(out + 4 * hidden, 2 * (uint64_t)hidden));
+
+  /* ids outside the table give NaN rows */
+  step[FDY_STEP_COUNT] = 3;
+  step[FDY_STEP_ID(0)] = -1;
+  step[FDY_STEP_ID(1)] = (int32_t)vocab;
+  step[FDY_STEP_ID(2)] = 0;
+  float *bad = poisoned((uint64_t)rows * hidden);
+  data[op.input_count] = bad;
+  run_everywhere(&op, data);
+  for (uint32_t i = 0; i < 2 * hidden; i++) {
+    assert_true(isnan(bad[i]));
+    assert_false(is_poison(&bad[i], 1));
+  }
+  assert_memory_equal(bad + 2 * hidden, out + hidden, sizeof(float) * hidden);
+  assert_true(is_poison(bad + 3 * hidden, 3 * (uint64_t)hidden));
+  free(bad);
+  free(ref);
+  free(step);
+  free(out);
+  linear_free(&l);
+}
+
+static void test_embed_q8_and_dense(void **state) {
+  (void)state;
+  embed_linear_case(true, FDY_DTYPE_F16, 256, 32);
+  embed_linear_case(true, FDY_DTYPE_BF16, 256, 128);
+  embed_linear_case(true, FDY_DTYPE_F16, 96, 32);
+  embed_linear_case(false, FDY_DTYPE_F32, 200, 0);
+  embed_linear_case(false, FDY_DTYPE_F16, 96, 0);
+  embed_linear_case(false, FDY_DTYPE_BF16, 77, 0);
+}
+
+/* MATMUL_Q8 or MATMUL_DENSE of 7 rows of x, `count` of them active. */
+static void matmul_linear_case(bool q8, fdy_dtype dtype, uint32_t in,
+                               uint32_t group, int32_t count) {
+  const uint32_t rows = 7, out = 131;
+  linear_data l = linear_make(q8, dtype, out, in, group);
+  int32_t *step = make_step(count, 0, 0);
+  float *x = random_floats((uint64_t)rows * in);
+  float *y = poisoned((uint64_t)rows * out);
+  fdy_op op = {.kind = q8 ? FDY_OP_MATMUL_Q8 : FDY_OP_MATMUL_DENSE,
+               .output_count = 1};
+  void *data[6] = {step, x};
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, in));
+  op.input_count = 2 + linear_operands(&l, &op, data, 2);
+  op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, out));
+  data[op.input_count] = y;
+  run_everywhere(&op, data);
+
+  uint32_t active = count < 0                ? 0
+                    : (uint32_t)count > rows ? rows
+                                             : (uint32_t)count;
+  double *ref = doubles((uint64_t)rows * out);
+  for (uint32_t o = 0; o < out; o++) {
+    for (uint32_t i = 0; i < in; i++) {
+      double w = linear_value(&l, o, i);
+      for (uint32_t t = 0; t < active; t++) {
+        ref[(uint64_t)t * out + o] += (double)x[(uint64_t)t * in + i] * w;
+      }
+    }
+  }
+  if (active > 0) {
+    expect_close(y, ref, (uint64_t)active * out, 2e-6);
+  }
+  assert_true(
+      is_poison(y + (uint64_t)active * out, (uint64_t)(rows - active) * out));
+
+  /* Each row alone gives the same bits. */
+  int32_t *one_step = make_step(1, 0, 0);
+  float *one = poisoned(out);
+  op.inputs[1].shape.dims[0] = 1;
+  op.outputs[0].shape.dims[0] = 1;
+  data[0] = one_step;
+  data[op.input_count] = one;
+  for (uint32_t t = 0; t < active; t++) {
+    data[1] = x + (uint64_t)t * in;
+    run_everywhere(&op, data);
+    assert_memory_equal(one, y + (uint64_t)t * out, sizeof(float) * out);
+  }
+  free(one_step);
+  free(one);
+  free(ref);
+  free(step);
+  free(x);
+  free(y);
+  linear_free(&l);
+}
+
+static void test_matmul_q8_and_dense(void **state) {
+  (void)state;
+  matmul_linear_case(true, FDY_DTYPE_F16, 256, 32, 7);
+  matmul_linear_case(true, FDY_DTYPE_BF16, 512, 128, 5);
+  matmul_linear_case(true, FDY_DTYPE_F16, 384, 64, 1);
+  matmul_linear_case(true, FDY_DTYPE_BF16, 96, 32, 0);
+  matmul_linear_case(false, FDY_DTYPE_F32, 200, 0, 7);
+  matmul_linear_case(false, FDY_DTYPE_F16, 333, 0, 4);
+  matmul_linear_case(false, FDY_DTYPE_BF16, 64, 0, 100);
+  matmul_linear_case(false, FDY_DTYPE_F32, 13, 0, -2);
 }
 
 /* ---- rope -----------------------------------------------------------------
@@ -1257,10 +1474,12 @@ static void test_supports_op(void **state) {
   fdy_op norm = {.kind = FDY_OP_RMSNORM, .input_count = 3, .output_count = 1};
   norm.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
   norm.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(1, 64));
-  norm.inputs[2] = view(FDY_DTYPE_F32, FDY_SHAPE(64));
+  norm.inputs[2] = view(FDY_DTYPE_F64, FDY_SHAPE(64));
   norm.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(1, 64));
   assert_false(b->ops->supports_op(b, &norm));
   norm.inputs[2].dtype = FDY_DTYPE_BF16;
+  assert_true(b->ops->supports_op(b, &norm));
+  norm.inputs[2].dtype = FDY_DTYPE_F32;
   assert_true(b->ops->supports_op(b, &norm));
 
   fdy_op sum = {.kind = FDY_OP_CHECKSUM, .input_count = 1, .output_count = 1};
@@ -1660,6 +1879,8 @@ int main(void) {
       cmocka_unit_test(test_embed),
       cmocka_unit_test(test_rmsnorm),
       cmocka_unit_test(test_matmul),
+      cmocka_unit_test(test_embed_q8_and_dense),
+      cmocka_unit_test(test_matmul_q8_and_dense),
       cmocka_unit_test(test_rope),
       cmocka_unit_test(test_attention),
       cmocka_unit_test(test_swiglu_and_add),

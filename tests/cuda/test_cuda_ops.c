@@ -54,6 +54,13 @@
  * events, never asserted). A prefill matmul launched without its workspace
  * fails with FDY_ERR_INVALID_ARGUMENT.
  *
+ * EMBED_Q8, EMBED_DENSE (bitwise), MATMUL_Q8 and MATMUL_DENSE
+ * (REDUCTION_BOUND) at odd shapes (test_linear_odd_shapes: outputs not a
+ * multiple of 8, dense widths not a multiple of 32, counts of 0, below and
+ * above the rows, every group size, F16/BF16 scales, F32/F16/BF16 values)
+ * and llama-3.2-3b's (test_linear_3b_shapes: each projection at 1 and 61
+ * of 64 rows, the LM head, the embedding); RMSNORM with F32 weights.
+ *
  * The fused kinds (NORM_MATMUL_Q4 of 1 to 3 weights, NORM_SWIGLU_Q4,
  * MATMUL_ADD_Q4) at the llama-3.2-3b decode shapes and small ones, every
  * group size, both scale dtypes, a count of 0 (outputs untouched); at
@@ -515,7 +522,9 @@ static void rmsnorm_case(const char *label, uint32_t rows, int32_t count,
                          uint32_t n, fdy_dtype dtype) {
   int32_t *step = make_step(count, 3, 0);
   float *x = random_floats((uint64_t)rows * n);
-  uint16_t *weight = random_halves(n, dtype, false, -1);
+  void *weight = dtype == FDY_DTYPE_F32
+                     ? (void *)random_floats(n)
+                     : (void *)random_halves(n, dtype, false, -1);
   float *out = poisoned((uint64_t)rows * n);
   fdy_op op = {.kind = FDY_OP_RMSNORM, .input_count = 3, .output_count = 1};
   op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
@@ -2669,6 +2678,10 @@ static void test_odd_shapes(void **state) {
   /* rows longer than the 4096 values a block keeps in registers */
   rmsnorm_case("long", 3, 2, 8196, FDY_DTYPE_BF16);
   rmsnorm_case("long", 2, 2, 4100, FDY_DTYPE_F16);
+  /* F32 norm weights (unquantized F32 checkpoints) */
+  rmsnorm_case("f32 weight", 7, 5, 320, FDY_DTYPE_F32);
+  rmsnorm_case("f32 weight", 7, 6, 321, FDY_DTYPE_F32);
+  rmsnorm_case("f32 weight long", 3, 2, 8196, FDY_DTYPE_F32);
   rope_case("odd", 5, 4, 0, 3, 36, false, false);
   rope_case("odd", 5, 9, 37, 2, 64, true, false);
   rope_case("odd", 7, 6, 0, 3, 36, false, true);
@@ -2712,6 +2725,216 @@ static void test_odd_shapes(void **state) {
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     run_attention_case("odd", &cases[i]);
+  }
+}
+
+/* ---- 8-bit and unquantized embeddings and matmuls -------------------------
+ */
+
+/* A matrix of `out` rows of `in` values: 8-bit affine (scales and biases of
+ * dtype, groups of `group`) when q8, else dense values of dtype. */
+typedef struct linear_matrix {
+  bool q8;
+  uint32_t out, in, group;
+  fdy_dtype dtype;
+  void *values; /* U32 words (q8) or F32/F16/BF16 values */
+  uint16_t *scales, *biases;
+} linear_matrix;
+
+/* 8-bit: scales in [2^-10, 2^-9), biases in (-2^-2, -2^-3]: w = s q + b
+ * spans about [-0.25, 0.25]. Dense: values in [-1, 1] (F32) or of
+ * magnitude in [2^-4, 2^-3) with random signs (halves). */
+static linear_matrix linear_random(bool q8, uint32_t out, uint32_t in,
+                                   uint32_t group, fdy_dtype dtype) {
+  linear_matrix m = {q8, out, in, group, dtype, NULL, NULL, NULL};
+  uint64_t n = (uint64_t)out * in;
+  if (q8) {
+    uint64_t groups = (uint64_t)out * (in / group);
+    m.values = random_words(n / 4);
+    m.scales = random_halves(groups, dtype, false, -10);
+    m.biases = random_halves(groups, dtype, true, -3);
+  } else if (dtype == FDY_DTYPE_F32) {
+    m.values = random_floats(n);
+  } else {
+    uint16_t *h = random_halves(n, dtype, false, -4);
+    for (uint64_t i = 0; i < n; i++) {
+      h[i] ^= (uint16_t)((next_u64() & 1) << 15);
+    }
+    m.values = h;
+  }
+  return m;
+}
+
+static void linear_free(linear_matrix *m) {
+  free(m->values);
+  free(m->scales);
+  free(m->biases);
+}
+
+/* The matrix's operands from op->inputs[first] (data[first]) on; returns
+ * how many. */
+static uint32_t linear_operands(const linear_matrix *m, fdy_op *op, void **data,
+                                uint32_t first) {
+  data[first] = m->values;
+  if (!m->q8) {
+    op->inputs[first] = view(m->dtype, FDY_SHAPE(m->out, m->in));
+    return 1;
+  }
+  op->inputs[first] = view(FDY_DTYPE_U32, FDY_SHAPE(m->out, m->in / 4));
+  op->inputs[first + 1] = view(m->dtype, FDY_SHAPE(m->out, m->in / m->group));
+  op->inputs[first + 2] = op->inputs[first + 1];
+  data[first + 1] = m->scales;
+  data[first + 2] = m->biases;
+  return 3;
+}
+
+static const char *linear_name(const linear_matrix *m, char *buf, size_t cap) {
+  if (m->q8) {
+    snprintf(buf, cap, "q8 g%u %s", m->group, fdy_dtype_name(m->dtype));
+  } else {
+    snprintf(buf, cap, "dense %s", fdy_dtype_name(m->dtype));
+  }
+  return buf;
+}
+
+/* EMBED_Q8 or EMBED_DENSE of `rows` rows from table: bitwise the CPU's;
+ * ids outside the table NaN on both. */
+static void embed_linear_case(const char *label, const linear_matrix *table,
+                              uint32_t rows, int32_t count) {
+  uint32_t vocab = table->out, hidden = table->in;
+  int32_t *step = make_step(count, 0, rows);
+  for (uint32_t t = 0; t < rows; t++) {
+    step[FDY_STEP_ID(t)] = (int32_t)(next_u64() % vocab);
+  }
+  step[FDY_STEP_ID(0)] = (int32_t)vocab - 1;
+  uint32_t active = active_rows(count, rows);
+  if (active >= 3) { /* rows 1 and 2: ids outside the table */
+    step[FDY_STEP_ID(1)] = -1;
+    step[FDY_STEP_ID(2)] = (int32_t)vocab;
+  }
+  float *out = poisoned((uint64_t)rows * hidden);
+  fdy_op op = {.kind = table->q8 ? FDY_OP_EMBED_Q8 : FDY_OP_EMBED_DENSE,
+               .output_count = 1};
+  void *data[5] = {step};
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(FDY_STEP_ELEMENTS(rows)));
+  op.input_count = 1 + linear_operands(table, &op, data, 1);
+  op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, hidden));
+  data[op.input_count] = out;
+  results r = run_both(&op, data);
+  const float *c = r.cpu[op.input_count], *g = r.gpu[op.input_count];
+  char what[160], kind[48];
+  snprintf(what, sizeof what, "embed %s [%u x %u] %s, %u rows, count %d", label,
+           vocab, hidden, linear_name(table, kind, sizeof kind), rows, count);
+  if (active >= 3) {
+    print_message("  %-58s rows 1..2 (ids -1, %u) NaN on both\n", what, vocab);
+    assert_true(written_nan(g + hidden, 2 * (uint64_t)hidden));
+    assert_true(written_nan(c + hidden, 2 * (uint64_t)hidden));
+    memcpy((float *)g + hidden, c + hidden, sizeof(float) * 2 * hidden);
+  }
+  if (active > 0) {
+    expect_same(what, c, g, sizeof(float) * active * hidden);
+  }
+  expect_untouched(what, g, active, rows, hidden);
+  free_results(&r);
+  free(step);
+  free(out);
+}
+
+/* MATMUL_Q8 or MATMUL_DENSE of x [rows, w->in], `count` rows active. */
+static void matmul_linear_case(const char *label, const linear_matrix *w,
+                               uint32_t rows, int32_t count) {
+  int32_t *step = make_step(count, 0, 0);
+  float *x = random_floats((uint64_t)rows * w->in);
+  float *y = poisoned((uint64_t)rows * w->out);
+  fdy_op op = {.kind = w->q8 ? FDY_OP_MATMUL_Q8 : FDY_OP_MATMUL_DENSE,
+               .output_count = 1};
+  void *data[6] = {step, x};
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, w->in));
+  op.input_count = 2 + linear_operands(w, &op, data, 2);
+  op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, w->out));
+  data[op.input_count] = y;
+  results r = run_both(&op, data);
+  uint32_t active = active_rows(count, rows);
+  char what[160], kind[48];
+  snprintf(what, sizeof what, "matmul %s [%u x %u] %s, %u rows, count %d",
+           label, w->out, w->in, linear_name(w, kind, sizeof kind), rows,
+           count);
+  if (active > 0) {
+    expect_close(what, r.cpu[op.input_count], r.gpu[op.input_count],
+                 (uint64_t)active * w->out, REDUCTION_BOUND);
+  }
+  expect_untouched(what, r.gpu[op.input_count], active, rows, w->out);
+  free_results(&r);
+  free(step);
+  free(x);
+  free(y);
+}
+
+/* Odd shapes: widths that are not multiples of 32 (dense), outputs that
+ * are not multiples of the block's 8 warps, counts of 0, below and above
+ * the rows; every group size and dtype. */
+static void test_linear_odd_shapes(void **state) {
+  (void)state;
+  const struct {
+    bool q8;
+    uint32_t out, in, group;
+    fdy_dtype dtype;
+  } shapes[] = {
+      {true, 37, 96, 32, FDY_DTYPE_F16},
+      {true, 300, 256, 128, FDY_DTYPE_BF16},
+      {true, 9, 512, 64, FDY_DTYPE_F16},
+      {false, 37, 13, 0, FDY_DTYPE_F32},
+      {false, 131, 333, 0, FDY_DTYPE_F16},
+      {false, 9, 200, 0, FDY_DTYPE_BF16},
+  };
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    linear_matrix w = linear_random(shapes[i].q8, shapes[i].out, shapes[i].in,
+                                    shapes[i].group, shapes[i].dtype);
+    matmul_linear_case("odd", &w, 7, 5);
+    matmul_linear_case("odd", &w, 7, 100);
+    matmul_linear_case("odd", &w, 1, 1);
+    matmul_linear_case("odd", &w, 7, 0);
+    embed_linear_case("odd", &w, 6, 4);
+    embed_linear_case("odd", &w, 6, -1);
+    linear_free(&w);
+  }
+}
+
+/* llama-3.2-3b's projections (q/o 3072 x 3072, k/v 1024 x 3072, gate/up
+ * 8192 x 3072, down 3072 x 8192) as decode (1 row) and prefill (61 of 64
+ * rows), the LM head (128256 x 3072) of one row and the embedding of 64
+ * ids: 8-bit with groups of 64 (F16) and 32 (BF16), dense BF16 and F16
+ * (FOUNDRY_CUDA_OPS_SMALL=1 skips them). */
+static void test_linear_3b_shapes(void **state) {
+  (void)state;
+  if (small_shapes()) {
+    skip();
+  }
+  const struct {
+    bool q8;
+    uint32_t group;
+    fdy_dtype dtype;
+  } formats[] = {{true, 64, FDY_DTYPE_F16},
+                 {true, 32, FDY_DTYPE_BF16},
+                 {false, 0, FDY_DTYPE_BF16},
+                 {false, 0, FDY_DTYPE_F16}};
+  const uint32_t projections[4][2] = {
+      {3072, 3072}, {1024, 3072}, {8192, 3072}, {3072, 8192}};
+  for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++) {
+    for (size_t p = 0; p < 4; p++) {
+      linear_matrix w =
+          linear_random(formats[f].q8, projections[p][0], projections[p][1],
+                        formats[f].group, formats[f].dtype);
+      matmul_linear_case("3b", &w, 1, 1);
+      matmul_linear_case("3b", &w, 64, 61);
+      linear_free(&w);
+    }
+    linear_matrix head = linear_random(formats[f].q8, 128256, 3072,
+                                       formats[f].group, formats[f].dtype);
+    matmul_linear_case("3b lm head", &head, 1, 1);
+    embed_linear_case("3b", &head, 64, 64);
+    linear_free(&head);
   }
 }
 
@@ -2894,6 +3117,8 @@ int main(void) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_odd_shapes),
+      cmocka_unit_test(test_linear_odd_shapes),
+      cmocka_unit_test(test_linear_3b_shapes),
       cmocka_unit_test(test_argmax_blocks),
       cmocka_unit_test(test_sample_equals_cpu),
       cmocka_unit_test(test_gemv_shapes),

@@ -1,7 +1,7 @@
 /* Half-precision conversions of the CPU backend: F16 and BF16 to float
- * (exact; F16 through a table of all 65536 values built once); float to
- * F16 is core's fdy_float_to_f16. Loads are bytewise little-endian, like
- * the checkpoint bytes they read. */
+ * (exact; F16 through a table of all 65536 values built once), and F32,
+ * F16 or BF16 vectors to floats; float to F16 is core's fdy_float_to_f16.
+ * Loads are bytewise little-endian, like the checkpoint bytes they read. */
 #include "kernels.h"
 
 #include <pthread.h>
@@ -65,6 +65,20 @@ void fdy_cpu_halves_to_float(const void *data, fdy_dtype dtype, uint64_t first,
   const float *table = fdy_cpu_f16_table();
   for (uint32_t i = 0; i < count; i++) {
     out[i] = table[b[2 * i] | b[2 * i + 1] << 8];
+  }
+}
+
+void fdy_cpu_floats_of(const void *data, fdy_dtype dtype, uint64_t first,
+                       uint32_t count, float *out) {
+  if (dtype != FDY_DTYPE_F32) {
+    fdy_cpu_halves_to_float(data, dtype, first, count, out);
+    return;
+  }
+  const unsigned char *b = (const unsigned char *)data + 4 * first;
+  for (uint32_t i = 0; i < count; i++) {
+    uint32_t bits = (uint32_t)b[4 * i] | (uint32_t)b[4 * i + 1] << 8 |
+                    (uint32_t)b[4 * i + 2] << 16 | (uint32_t)b[4 * i + 3] << 24;
+    memcpy(&out[i], &bits, sizeof bits);
   }
 }
 

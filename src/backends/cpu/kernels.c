@@ -1,5 +1,6 @@
 /* The CPU backend's op kernels: which ops it runs, the workspace each needs,
- * and every kind of include/foundry/ops.h except MATMUL_Q4 (matmul_q4.c).
+ * and every kind of include/foundry/ops.h except MATMUL_Q4 (matmul_q4.c)
+ * and the 8-bit and unquantized embeddings and matmuls (linear.c).
  * The fused kinds run the tasks of the sequence they replace, in its order,
  * through workspace (RMSNORM's rows, then MATMUL_Q4 per weight, then
  * SWIGLU's or ADD's elements), so their results are bitwise those of the
@@ -18,8 +19,8 @@
  * ops.h) done literally with the arithmetic the CUDA backend shares.
  *
  * Step values are data: a count below 0 counts as 0 rows; a row whose token
- * id lies outside the table (EMBED_Q4) or whose position or sequence lies
- * outside the cache (ATTENTION, ROPE_ATTENTION) is written as NaN and
+ * id lies outside the table (the EMBED kinds) or whose position or sequence
+ * lies outside the cache (ATTENTION, ROPE_ATTENTION) is written as NaN and
  * nothing is read or written out of bounds (the attention does not append
  * it). */
 #include "kernels.h"
@@ -217,6 +218,10 @@ fdy_status fdy_cpu_op_workspace(const fdy_op *op, uint32_t threads,
     bytes = l.total;
     break;
   }
+  case FDY_OP_MATMUL_Q8:
+  case FDY_OP_MATMUL_DENSE:
+    st = fdy_cpu_linear_workspace(op, threads, &bytes, err);
+    break;
   case FDY_OP_ATTENTION: {
     uint64_t stride = 0;
     st = score_stride(op, &stride, err);
@@ -410,7 +415,7 @@ static void rmsnorm_task(void *ctx, uint32_t begin, uint32_t end,
     float weight[64];
     for (uint32_t i0 = 0; i0 < n; i0 += 64) {
       uint32_t count = n - i0 < 64 ? n - i0 : 64;
-      fdy_cpu_halves_to_float(job->weight, job->dtype, i0, count, weight);
+      fdy_cpu_floats_of(job->weight, job->dtype, i0, count, weight);
       for (uint32_t k = 0; k < count; k++) {
         out[i0 + k] = x[i0 + k] * inv * weight[k];
       }
@@ -952,6 +957,18 @@ void fdy_cpu_op_run(fdy_pool *pool, const fdy_cpu_args *args) {
     break;
   case FDY_OP_SAMPLE:
     run_sample(pool, args);
+    break;
+  case FDY_OP_EMBED_Q8:
+  case FDY_OP_EMBED_DENSE:
+    fdy_cpu_embed_linear(
+        pool, args,
+        active_rows(args->inputs[0], args->op->outputs[0].shape.dims[0]));
+    break;
+  case FDY_OP_MATMUL_Q8:
+  case FDY_OP_MATMUL_DENSE:
+    fdy_cpu_matmul_linear(
+        pool, args,
+        active_rows(args->inputs[0], args->op->inputs[1].shape.dims[0]));
     break;
   case FDY_OP_NORM_MATMUL_Q4:
   case FDY_OP_NORM_SWIGLU_Q4:

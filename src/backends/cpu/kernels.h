@@ -63,5 +63,22 @@ float fdy_cpu_half_at(const void *data, fdy_dtype dtype, uint64_t i);
 /* Elements [first, first + count) of an F16 or BF16 vector into out. */
 void fdy_cpu_halves_to_float(const void *data, fdy_dtype dtype, uint64_t first,
                              uint32_t count, float *out);
+/* The same for an F32, F16 or BF16 vector. */
+void fdy_cpu_floats_of(const void *data, fdy_dtype dtype, uint64_t first,
+                       uint32_t count, float *out);
+
+/* ---- linear.c --------------------------------------------------------------
+ */
+
+/* Workspace bytes of MATMUL_Q8 or MATMUL_DENSE on `threads` threads: one
+ * expanded weight row per thread. */
+fdy_status fdy_cpu_linear_workspace(const fdy_op *op, uint32_t threads,
+                                    uint64_t *out, fdy_error *err);
+/* EMBED_Q8 or EMBED_DENSE for the first `rows` rows of the output. */
+void fdy_cpu_embed_linear(fdy_pool *pool, const fdy_cpu_args *args,
+                          uint32_t rows);
+/* MATMUL_Q8 or MATMUL_DENSE: y = x W^T for the first `rows` rows of x. */
+void fdy_cpu_matmul_linear(fdy_pool *pool, const fdy_cpu_args *args,
+                           uint32_t rows);
 
 #endif

@@ -2,7 +2,7 @@
  * (cuda_backend.c, cuda_faults.c, cuda_memory.c, cuda_streams.c,
  * cuda_ops.c, cuda_staging.c, cuda_measure.c, cuda_graph.c) and the
  * kernel files (checksum_kernel.cu, ops_kernels.cu, matmul_q4.cu,
- * matmul_q4_mma.cu, attention.cu, attention_prefill.cu,
+ * matmul_q4_mma.cu, linear.cu, attention.cu, attention_prefill.cu,
  * attention_batch.cu). Not installed; outside
  * src/backends/cuda only the CUDA tests include it. */
 #ifndef FOUNDRY_CUDA_INTERNAL_H
@@ -327,6 +327,14 @@ cudaError_t fdy_cuda_fused_q4_enqueue(const fdy_cuda_op_args *a,
                                       cudaStream_t stream);
 cudaError_t fdy_cuda_attention_enqueue(const fdy_cuda_op_args *a,
                                        cudaStream_t stream);
+/* EMBED_Q8, EMBED_DENSE, MATMUL_Q8 and MATMUL_DENSE (linear.cu): loading
+ * their kernels, and enqueueing an op on stream (the launch's error;
+ * a->dependent: a programmatic dependent launch). They need no workspace
+ * or dynamic shared memory; the matmul's grid has a block row per row of
+ * x (at most FDY_CUDA_MAX_GRID_Y). */
+cudaError_t fdy_cuda_linear_prepare(void);
+cudaError_t fdy_cuda_linear_enqueue(const fdy_cuda_op_args *a,
+                                    cudaStream_t stream);
 
 /* ATTENTION of several rows (attention_prefill.cu), after its append: the
  * dynamic shared memory bytes of its launch, whether its grid fits CUDA's

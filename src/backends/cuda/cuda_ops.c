@@ -5,7 +5,8 @@
  * the one-row MATMUL_Q4 kernel (x and its group sums) and of ATTENTION and
  * ROPE_ATTENTION (a decode chunk's scores, a batch block's q rows, scores
  * and partial outputs, or a prefill tile's q, keys, values and output)
- * within what a block may use, grid dimensions within CUDA's limits, and at
+ * within what a block may use, grid dimensions within CUDA's limits (the
+ * 8-bit and unquantized matmuls: a block row per row of x), and at
  * most FDY_CUDA_ROPE_MAX_PAIRS rope pairs (ROPE and ROPE_ATTENTION, of
  * any row count: one decode row, or a batch of independent rows). The
  * workspace of an op: the one-row ATTENTION's and ROPE_ATTENTION's partial
@@ -55,6 +56,9 @@ bool fdy_cuda_op_supported(const fdy_cuda_ctx *ctx, const fdy_op *op) {
            FDY_CUDA_MAX_GRID_Y;
   }
   switch (op->kind) {
+  case FDY_OP_MATMUL_Q8:
+  case FDY_OP_MATMUL_DENSE: /* a block row per row of x */
+    return op->inputs[1].shape.dims[0] <= FDY_CUDA_MAX_GRID_Y;
   case FDY_OP_ROPE:
     return op->params.rope.head_dim / 2 <= FDY_CUDA_ROPE_MAX_PAIRS;
   case FDY_OP_ATTENTION:

@@ -1,7 +1,8 @@
 /* The CUDA kernels of the row-wise and element-wise op kinds (EMBED_Q4,
  * RMSNORM, ROPE, SWIGLU, ADD, LAST_ROW, ARGMAX, SAMPLE), and the dispatch of
  * every kind but CHECKSUM (MATMUL_Q4 in matmul_q4.cu, ATTENTION in
- * attention.cu).
+ * attention.cu, the 8-bit and unquantized embeddings and matmuls in
+ * linear.cu).
  *
  * Grids are sized from the tensors' shapes: row kinds launch one block per
  * row of the tensor and the blocks of rows at or beyond the step's count
@@ -15,7 +16,8 @@
  * and the rope rotation use __fmul_rn/__fadd_rn so they round alike (the
  * embedding is bitwise equal); RMSNorm sums squares in double (a fixed
  * tree) and scales by (float)(1 / sqrt(mean + eps)), x times that times the
- * weight, with 16-byte loads of x and 8-byte loads of the weight; rope angles
+ * weight, with 16-byte loads of x and 8-byte (F16, BF16) or 16-byte (F32)
+ * loads of the weight; rope angles
  * are (double)position * inv with cos and sin in double rounded to float, the
  * inverse frequencies coming from the host (fdy_rope_inverse_frequency) as
  * a kernel parameter; SwiGLU is g / (1 + expf(-g)) * up (expf may differ
@@ -119,6 +121,19 @@ static __device__ __forceinline__ float4 halves4(const uint16_t *p, bool bf16,
   return make_float4(f[0], f[1], f[2], f[3]);
 }
 
+/* Elements 4 i4 .. 4 i4 + 3 of an F32 (f32) or F16/BF16 norm weight. */
+static __device__ __forceinline__ float4 weight4(const void *p, bool f32,
+                                                 bool bf16, unsigned int i4) {
+  return f32 ? ((const float4 *)p)[i4] : halves4((const uint16_t *)p, bf16, i4);
+}
+
+/* Element i of an F32 (f32) or F16/BF16 norm weight. */
+static __device__ __forceinline__ float weight_at(const void *p, bool f32,
+                                                  bool bf16, unsigned int i) {
+  return f32 ? ((const float *)p)[i]
+             : fdy_half_at((const uint16_t *)p, bf16, i);
+}
+
 static __device__ __forceinline__ double squares4(float4 v, double sum) {
   sum += (double)v.x * v.x;
   sum += (double)v.y * v.y;
@@ -137,9 +152,9 @@ static __device__ __forceinline__ float4 norm4(float4 v, float inv, float4 w) {
  * row is read again. Each thread sums its squares in double in a fixed
  * order, then the block (fdy_block_sum_double). */
 __global__ void __launch_bounds__(ROW_THREADS)
-    rmsnorm_kernel(const int32_t *step, const float *x, const uint16_t *weight,
-                   bool bf16, unsigned int n, unsigned int rows, double eps,
-                   bool vec4, float *out) {
+    rmsnorm_kernel(const int32_t *step, const float *x, const void *weight,
+                   bool f32, bool bf16, unsigned int n, unsigned int rows,
+                   double eps, bool vec4, float *out) {
   fdy_grid_launch_dependents();
   fdy_grid_wait();
   __shared__ double scratch[ROW_THREADS / 32];
@@ -158,7 +173,7 @@ __global__ void __launch_bounds__(ROW_THREADS)
     sum = fdy_block_sum_double(sum, scratch);
     const float inv = (float)(1.0 / sqrt(sum / n + eps));
     for (unsigned int i = threadIdx.x; i < n; i += blockDim.x) {
-      o[i] = xr[i] * inv * fdy_half_at(weight, bf16, i);
+      o[i] = xr[i] * inv * weight_at(weight, f32, bf16, i);
     }
     return;
   }
@@ -171,7 +186,7 @@ __global__ void __launch_bounds__(ROW_THREADS)
     const unsigned int i4 = threadIdx.x + k * ROW_THREADS;
     if (i4 < n4) {
       held_x[k] = x4[i4];
-      held_w[k] = halves4(weight, bf16, i4);
+      held_w[k] = weight4(weight, f32, bf16, i4);
     }
   }
 #pragma unroll
@@ -195,7 +210,7 @@ __global__ void __launch_bounds__(ROW_THREADS)
   }
   for (unsigned int i4 = threadIdx.x + RMSNORM_HELD * ROW_THREADS; i4 < n4;
        i4 += ROW_THREADS) {
-    o4[i4] = norm4(x4[i4], inv, halves4(weight, bf16, i4));
+    o4[i4] = norm4(x4[i4], inv, weight4(weight, f32, bf16, i4));
   }
 }
 
@@ -742,7 +757,10 @@ extern "C" cudaError_t fdy_cuda_ops_prepare(uint64_t smem_optin) {
       return rc;
     }
   }
-  const cudaError_t rc = fdy_cuda_matmul_q4_prepare(smem_optin);
+  cudaError_t rc = fdy_cuda_matmul_q4_prepare(smem_optin);
+  if (rc == cudaSuccess) {
+    rc = fdy_cuda_linear_prepare();
+  }
   return rc == cudaSuccess ? fdy_cuda_attention_prepare(smem_optin) : rc;
 }
 
@@ -769,11 +787,12 @@ extern "C" cudaError_t fdy_cuda_op_enqueue(const fdy_cuda_op_args *a,
                       (float *)a->out);
   }
   case FDY_OP_RMSNORM:
-    return fdy_launch(
-        a->dependent, rmsnorm_kernel, dim_of(&in[1], 0), ROW_THREADS, 0, stream,
-        step, (const float *)a->in[1], (const uint16_t *)a->in[2],
-        in[2].dtype == FDY_DTYPE_BF16, dim_of(&in[1], 1), dim_of(&in[1], 0),
-        op->params.rmsnorm.eps, dim_of(&in[1], 1) % 4 == 0, (float *)a->out);
+    return fdy_launch(a->dependent, rmsnorm_kernel, dim_of(&in[1], 0),
+                      ROW_THREADS, 0, stream, step, (const float *)a->in[1],
+                      (const void *)a->in[2], in[2].dtype == FDY_DTYPE_F32,
+                      in[2].dtype == FDY_DTYPE_BF16, dim_of(&in[1], 1),
+                      dim_of(&in[1], 0), op->params.rmsnorm.eps,
+                      dim_of(&in[1], 1) % 4 == 0, (float *)a->out);
   case FDY_OP_MATMUL_Q4:
     return fdy_cuda_matmul_q4_enqueue(a, stream);
   case FDY_OP_NORM_MATMUL_Q4:
@@ -815,6 +834,11 @@ extern "C" cudaError_t fdy_cuda_op_enqueue(const fdy_cuda_op_args *a,
   }
   case FDY_OP_SAMPLE:
     return launch_sample(a, stream);
+  case FDY_OP_EMBED_Q8:
+  case FDY_OP_EMBED_DENSE:
+  case FDY_OP_MATMUL_Q8:
+  case FDY_OP_MATMUL_DENSE:
+    return fdy_cuda_linear_enqueue(a, stream);
   default:
     return cudaErrorInvalidValue;
   }
