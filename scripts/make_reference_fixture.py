@@ -3,7 +3,8 @@
 # requires-python = ">=3.9"
 # dependencies = []
 # ///
-"""Write small Llama 3 checkpoints in the MLX 4-bit layout together with
+"""Write small Llama 3 checkpoints in the MLX layouts (4-bit, and with the
+transformers engine 8-bit, unquantized and mixed precision) together with
 reference outputs from an independent float64 forward pass.
 
 The shared fixtures (tests/data/llama3-micro, llama3-tiny) cover one
@@ -58,19 +59,21 @@ mlx-lm runs: float16 activations for F16 scales), which only a half-precision
 tolerance accepts (about 2e-2 relative error).
 
 usage:
-  make_reference_fixture.py [--engine python|mlx] OUT_DIR [NAME...]
+  make_reference_fixture.py [--engine python|mlx|transformers] OUT_DIR [NAME...]
       writes OUT_DIR/NAME/model/{config.json, model.safetensors,
       model.safetensors.index.json} and OUT_DIR/NAME/expected.safetensors
       for the named fixtures (default: every fixture of the engine: the
       python engine's llama3-micro-untied-g32 and llama3-micro-mha-g128,
-      the mlx engine's llama3-micro-mlx); refuses to overwrite.
+      the mlx engine's llama3-micro-mlx, the transformers engine's
+      llama3-micro-q8-g32, llama3-micro-bf16, llama3-micro-f32 and
+      llama3-micro-mixed); refuses to overwrite.
   make_reference_fixture.py --engine mlx --model DIR --out FILE
       [--seed S] [--prompt-tokens T] [--greedy-tokens N] [--dtype D]
       writes FILE (expected.safetensors) for any checkpoint DIR from MLX:
       T prompt ids (32) by infer-bench's prompt rule from S (0), N greedy
       ids (8), dtype float32 (or native, float16, bfloat16); prints the
       smallest top-2 margin of the greedy rows; refuses to overwrite.
-  make_reference_fixture.py [--engine python|mlx] --check FIXTURE_DIR
+  make_reference_fixture.py [--engine python|mlx|transformers] --check FIXTURE_DIR
       recomputes FIXTURE_DIR/expected.safetensors (for example the shared
       transformers reference of tests/data/llama3-micro, or an MLX-made
       one) from FIXTURE_DIR/model with the engine (python: the float64
@@ -79,7 +82,10 @@ usage:
       or an id disagrees.
 
 The python engine is standard library only; about a minute for both its
-fixtures. The mlx engine needs mlx and mlx-lm (pip install mlx mlx-lm; on
+fixtures. The transformers engine (transformers' LlamaForCausalLM in
+float64 with eager attention on this script's dequantized weights, the
+python engine's result printed beside it) needs torch (the CPU wheel) and
+transformers. The mlx engine needs mlx and mlx-lm (pip install mlx mlx-lm; on
 Linux without a GPU the CPU wheel, mlx[cpu]). The committed fixtures are
 this script's output: tests never run it to make them.
 """
@@ -95,6 +101,7 @@ import struct
 import sys
 
 NIBBLE_STD = math.sqrt((16 * 16 - 1) / 12.0)
+BYTE_STD = math.sqrt((256 * 256 - 1) / 12.0)
 EMBED_STD = 0.05
 MIN_MARGIN = 1e-3
 MIN_SENSITIVITY = 1e-3
@@ -162,6 +169,67 @@ FIXTURES = {
         "prompt_tokens": 16,
         "greedy_tokens": 8,
     },
+    # 8 bits (a byte per value), groups of 32, BF16 scales, untied (an
+    # 8-bit lm_head); expected.safetensors from transformers
+    "llama3-micro-q8-g32": {
+        "seed": 8,
+        "bits": 8,
+        "group_size": 32,
+        "dtype": "BF16",
+        "config": {"tie_word_embeddings": False, "hidden_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+                   "intermediate_size": 128, "vocab_size": 256},
+        "remove": [],
+        "prompt_tokens": 24,
+        "greedy_tokens": 8,
+        "engine": "transformers",
+    },
+    # unquantized (no quantization block), BF16 weights, tied, 3 query heads
+    # per kv head
+    "llama3-micro-bf16": {
+        "seed": 16,
+        "bits": 0,
+        "dtype": "BF16",
+        "config": {"hidden_size": 96, "num_attention_heads": 3,
+                   "num_key_value_heads": 1, "vocab_size": 256},
+        "remove": [],
+        "prompt_tokens": 24,
+        "greedy_tokens": 8,
+        "engine": "transformers",
+    },
+    # unquantized F32 weights and norms, untied, plain rope
+    "llama3-micro-f32": {
+        "seed": 320,
+        "bits": 0,
+        "dtype": "F32",
+        "config": {"tie_word_embeddings": False, "rope_scaling": None,
+                   "torch_dtype": "float32", "hidden_size": 64,
+                   "num_attention_heads": 2, "num_key_value_heads": 1,
+                   "intermediate_size": 64, "vocab_size": 256},
+        "remove": [],
+        "prompt_tokens": 16,
+        "greedy_tokens": 8,
+        "engine": "transformers",
+    },
+    # mixed precision as mlx-lm writes it: 4-bit groups of 64 by default,
+    # per-module entries for an 8-bit v_proj and down_proj in layer 1 and an
+    # 8-bit lm_head, and layer 1's o_proj left unquantized (no entry, no
+    # scales: a quantization predicate that returned False); F16
+    "llama3-micro-mixed": {
+        "seed": 46,
+        "group_size": 64,
+        "dtype": "F16",
+        "modules": {"model.layers.1.self_attn.v_proj": 8,
+                    "model.layers.1.mlp.down_proj": 8,
+                    "lm_head": 8,
+                    "model.layers.1.self_attn.o_proj": 0},
+        "config": {"tie_word_embeddings": False, "torch_dtype": "float16",
+                   "hidden_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+                   "intermediate_size": 128, "vocab_size": 256},
+        "remove": [],
+        "prompt_tokens": 24,
+        "greedy_tokens": 8,
+        "engine": "transformers",
+    },
     # expected.safetensors from MLX (--engine mlx): the configuration of
     # the mlx-community Llama 3.2 checkpoints (tied, llama3 rope, F16, group
     # 64, 4:1 grouped queries) on the small shapes
@@ -177,7 +245,7 @@ FIXTURES = {
     },
 }
 
-ENGINES = ("python", "mlx")
+ENGINES = ("python", "mlx", "transformers")
 MLX_DTYPES = ("float32", "native", "float16", "bfloat16")
 
 LINEARS = [  # (name, out, in) in units of the config
@@ -194,8 +262,10 @@ LINEARS = [  # (name, out, in) in units of the config
 
 
 def encode_halves(dtype, values):
-    """F16 (IEEE, round to nearest even) or BF16 (float32 rounded to nearest
-    even) little-endian bytes."""
+    """F16 (IEEE, round to nearest even), BF16 (float32 rounded to nearest
+    even) or F32 little-endian bytes."""
+    if dtype == "F32":
+        return struct.pack("<%df" % len(values), *values)
     if dtype == "F16":
         return struct.pack("<%de" % len(values), *values)
     words = struct.unpack("<%dI" % len(values), struct.pack("<%df" % len(values), *values))
@@ -204,13 +274,15 @@ def encode_halves(dtype, values):
 
 
 def decode_halves(dtype, raw):
+    if dtype == "F32":
+        return list(struct.unpack("<%df" % (len(raw) // 4), raw))
     n = len(raw) // 2
     if dtype == "F16":
         return list(struct.unpack("<%de" % n, raw))
     if dtype == "BF16":
         words = [h << 16 for h in struct.unpack("<%dH" % n, raw)]
         return list(struct.unpack("<%df" % n, struct.pack("<%dI" % n, *words)))
-    raise ValueError("expected F16 or BF16, got %s" % dtype)
+    raise ValueError("expected F32, F16 or BF16, got %s" % dtype)
 
 
 # ---- safetensors ------------------------------------------------------------
@@ -272,9 +344,14 @@ def make_config(spec):
     config.update(spec["config"])
     for key in spec["remove"]:
         del config[key]
-    quant = {"group_size": spec["group_size"], "bits": 4}
+    if spec.get("bits", 4) == 0:
+        return config
+    quant = {"group_size": spec["group_size"], "bits": spec.get("bits", 4)}
+    for module, bits in sorted(spec.get("modules", {}).items()):
+        if bits:
+            quant[module] = {"group_size": spec["group_size"], "bits": bits}
     config["quantization"] = quant
-    config["quantization_config"] = dict(quant)
+    config["quantization_config"] = json.loads(json.dumps(quant))
     return config
 
 
@@ -287,7 +364,19 @@ def scale_value(rng, target):
     return -s if rng.random() < 0.125 else s
 
 
+def spec_bits(spec, prefix):
+    """A module's bits in a fixture spec: 0 unquantized."""
+    return spec.get("modules", {}).get(prefix, spec.get("bits", 4))
+
+
 def make_linear(tensors, seed, prefix, out, inp, target, spec):
+    bits = spec_bits(spec, prefix)
+    if bits == 0:
+        make_dense(tensors, seed, prefix, out, inp, target, spec)
+        return
+    if bits == 8:
+        make_linear_q8(tensors, seed, prefix, out, inp, target, spec)
+        return
     group = spec["group_size"]
     rng = tensor_rng(seed, prefix)
     words = out * inp // 8
@@ -302,6 +391,34 @@ def make_linear(tensors, seed, prefix, out, inp, target, spec):
     tensors[prefix + ".weight"] = ("U32", [out, inp // 8], packed)
     tensors[prefix + ".scales"] = (dtype, shape, encode_halves(dtype, scales))
     tensors[prefix + ".biases"] = (dtype, shape, encode_halves(dtype, biases))
+
+
+def make_linear_q8(tensors, seed, prefix, out, inp, target, spec):
+    """8-bit: a byte per value (4 a word, low first), scales around
+    target / BYTE_STD, biases about -127.5 scale."""
+    group = spec["group_size"]
+    rng = tensor_rng(seed, prefix)
+    packed = rng.getrandbits(8 * out * inp).to_bytes(out * inp, "little")
+    scales, biases = [], []
+    for _ in range(out * inp // group):
+        s = target / BYTE_STD * (0.5 + rng.random())
+        s = -s if rng.random() < 0.125 else s
+        scales.append(s)
+        biases.append(s * (-127.5 + 0.5 * (rng.random() - 0.5)))
+    dtype = spec["dtype"]
+    shape = [out, inp // group]
+    tensors[prefix + ".weight"] = ("U32", [out, inp // 4], packed)
+    tensors[prefix + ".scales"] = (dtype, shape, encode_halves(dtype, scales))
+    tensors[prefix + ".biases"] = (dtype, shape, encode_halves(dtype, biases))
+
+
+def make_dense(tensors, seed, prefix, out, inp, target, spec):
+    """Unquantized: uniform values of standard deviation target."""
+    rng = tensor_rng(seed, prefix)
+    half = math.sqrt(3.0) * target
+    values = [(2.0 * rng.random() - 1.0) * half for _ in range(out * inp)]
+    tensors[prefix + ".weight"] = (spec["dtype"], [out, inp],
+                                   encode_halves(spec["dtype"], values))
 
 
 def make_norm(tensors, seed, name, n, spec):
@@ -349,13 +466,35 @@ def write_checkpoint(model_dir, spec, config):
 # ---- the float64 reference ----------------------------------------------------
 
 
-def dequantize(tensors, prefix):
-    """Rows of scale * q + bias, q the nibbles low first."""
-    _, (rows, words), packed = tensors[prefix + ".weight"]
+def module_bits(config, tensors, prefix):
+    """A linear's bits as mlx-lm loads it: its entry in quantization (false:
+    unquantized), else unquantized without quantization or without
+    PREFIX.scales, else the default."""
+    quant = config.get("quantization")
+    if not quant:
+        return 0
+    entry = quant.get(prefix)
+    if entry is False:
+        return 0
+    if isinstance(entry, dict):
+        return entry["bits"]
+    return quant["bits"] if prefix + ".scales" in tensors else 0
+
+
+def dequantize(config, tensors, prefix):
+    """Rows of scale * q + bias, q the 4-bit or 8-bit values of a word low
+    first; an unquantized weight's rows as stored."""
+    bits = module_bits(config, tensors, prefix)
+    dtype, (rows, words), packed = tensors[prefix + ".weight"]
+    if bits == 0:
+        flat = decode_halves(dtype, packed)
+        return [flat[r * words:(r + 1) * words] for r in range(rows)]
     sdtype, (_, groups), sraw = tensors[prefix + ".scales"]
     scales = decode_halves(sdtype, sraw)
     biases = decode_halves(tensors[prefix + ".biases"][0], tensors[prefix + ".biases"][2])
-    width = words * 8
+    per_word = 32 // bits
+    mask = (1 << bits) - 1
+    width = words * per_word
     group = width // groups
     ints = struct.unpack("<%dI" % (rows * words), packed)
     out = []
@@ -363,9 +502,9 @@ def dequantize(tensors, prefix):
         row = []
         for w in range(words):
             word = ints[r * words + w]
-            for k in range(8):
-                g = r * groups + (w * 8 + k) // group
-                row.append(scales[g] * ((word >> (4 * k)) & 0xF) + biases[g])
+            for k in range(per_word):
+                g = r * groups + (w * per_word + k) // group
+                row.append(scales[g] * ((word >> (bits * k)) & mask) + biases[g])
         out.append(row)
     return out
 
@@ -417,9 +556,9 @@ class Reference:
         self.head_dim = c.get("head_dim") or c["hidden_size"] // self.heads
         self.eps = c["rms_norm_eps"]
         self.inv_freq = inverse_frequencies(c, self.head_dim)
-        self.embed = dequantize(tensors, "model.embed_tokens")
+        self.embed = dequantize(c, tensors, "model.embed_tokens")
         tied = c.get("tie_word_embeddings", False)
-        self.head = self.embed if tied else dequantize(tensors, "lm_head")
+        self.head = self.embed if tied else dequantize(c, tensors, "lm_head")
 
         def norm(name):
             dtype, _, raw = tensors[name]
@@ -428,7 +567,7 @@ class Reference:
         self.layers = []
         for layer in range(c["num_hidden_layers"]):
             prefix = "model.layers.%d." % layer
-            weights = {name: dequantize(tensors, prefix + name) for name, _, _ in LINEARS}
+            weights = {name: dequantize(c, tensors, prefix + name) for name, _, _ in LINEARS}
             weights["input_norm"] = norm(prefix + "input_layernorm.weight")
             weights["post_norm"] = norm(prefix + "post_attention_layernorm.weight")
             self.layers.append(weights)
@@ -566,7 +705,75 @@ class MLXReference:
                    "activations in %s" % self.dtype))
 
 
+# ---- the transformers engine ----------------------------------------------------
+
+
+class TransformersReference:
+    """transformers' LlamaForCausalLM (eager attention) in float64 on the
+    weights this script's reader dequantizes, with the interface of
+    Reference.run: the whole sequence again for every greedy row."""
+
+    def __init__(self, model_dir):
+        import torch
+        import transformers
+
+        weights = Reference(model_dir)
+        c = {k: v for k, v in weights.config.items()
+             if k not in ("quantization", "quantization_config")}
+        c["torch_dtype"] = "float64"
+        config = transformers.LlamaConfig(**c)
+        model = transformers.LlamaForCausalLM(config)
+        model.config._attn_implementation = "eager"
+        state = {"model.embed_tokens.weight": weights.embed,
+                 "model.norm.weight": weights.final_norm}
+        if not c.get("tie_word_embeddings", False):
+            state["lm_head.weight"] = weights.head
+        for layer, w in enumerate(weights.layers):
+            prefix = "model.layers.%d." % layer
+            for name, _, _ in LINEARS:
+                state[prefix + name + ".weight"] = w[name]
+            state[prefix + "input_layernorm.weight"] = w["input_norm"]
+            state[prefix + "post_attention_layernorm.weight"] = w["post_norm"]
+        model = model.to(torch.float64)
+        model.load_state_dict({k: torch.tensor(v, dtype=torch.float64)
+                               for k, v in state.items()}, strict=False)
+        model.tie_weights()
+        model.eval()
+        self.torch, self.model = torch, model
+        self.versions = {"torch": torch.__version__,
+                         "transformers": transformers.__version__}
+
+    def _rows(self, ids):
+        with self.torch.no_grad():
+            out = self.model(self.torch.tensor([ids], dtype=self.torch.long))
+        return out.logits[0].tolist()
+
+    def run(self, prompt, greedy=None, count=0):
+        logits = self._rows(prompt)
+        ids, rows, seq = [], [], list(prompt)
+        row = logits[-1]
+        count = len(greedy) if greedy is not None else count
+        for i in range(count):
+            ids.append(argmax(row))
+            rows.append(row)
+            if i + 1 < count:
+                seq.append(greedy[i] if greedy is not None else ids[-1])
+                row = self._rows(seq)[-1]
+        return logits, ids, rows
+
+    def description(self):
+        return ("transformers %s (torch %s): LlamaForCausalLM, eager attention, "
+                "float64, on the dequantized weights"
+                % (self.versions["transformers"], self.versions["torch"]))
+
+
 def reference_of(engine, model_dir, dtype="float32"):
+    if engine == "transformers":
+        try:
+            return TransformersReference(model_dir)
+        except ImportError as e:
+            raise SystemExit("error: --engine transformers needs torch and "
+                             "transformers: %s" % e)
     if engine == "mlx":
         try:
             return MLXReference(model_dir, dtype)
@@ -651,15 +858,19 @@ def make_fixture(out_root, name, engine="python", command=None):
             raise SystemExit("error: %s: llama3 rope scaling changes the logits "
                              "by only %.3g" % (name, change))
         report += ", llama3 scaling would change the logits by %.3g" % change
-    if engine == "mlx":
+    if engine in ("mlx", "transformers"):
         # the independent float64 reference on the same prompt and ids
         ours, ids, rows = Reference(model_dir).run(prompt, greedy=greedy)
         report += (", float64 reference: logits %.3g, greedy logits %.3g relative error, "
                    "greedy ids %s" % (relative_error(ours, logits),
                                       relative_error(rows, greedy_logits),
                                       "equal" if ids == greedy else "DIFFERENT %s" % ids))
+    if engine == "mlx":
         description = "scripts/make_reference_fixture.py --engine mlx: " + ref.description()
         write_reference_note(os.path.join(root, "reference.txt"), ref, command)
+    elif engine == "transformers":
+        description = ("scripts/make_reference_fixture.py --engine transformers: "
+                       + ref.description())
     else:
         description = ("scripts/make_reference_fixture.py: pure-Python float64 forward "
                        "pass on the dequantized weights")

@@ -1,6 +1,6 @@
-/* Llama 3 from MLX 4-bit checkpoints: loader, the model as a graph of ops
- * and its plan, and random checkpoints (sessions, generation and
- * verification are in llama_session.h).
+/* Llama 3 from MLX checkpoints (4-bit, 8-bit, unquantized and mixed):
+ * loader, the model as a graph of ops and its plan, and random checkpoints
+ * (sessions, generation and verification are in llama_session.h).
  *
  * A checkpoint directory holds config.json and model.safetensors or the
  * shards listed in model.safetensors.index.json. Weights stay in read-only
@@ -18,6 +18,14 @@ extern "C" {
 #endif
 
 #define FDY_LLAMA_MAX_EOS 8
+
+/* A linear's quantization: MLX affine with `bits` 4 or 8 and groups of
+ * group_size (32, 64 or 128) inputs, or bits 0 (and group_size 0):
+ * unquantized, the weight stored in the checkpoint's dtype. */
+typedef struct fdy_llama_quant {
+  uint32_t bits;
+  uint32_t group_size;
+} fdy_llama_quant;
 
 typedef struct fdy_llama_config {
   uint32_t vocab_size;
@@ -39,24 +47,34 @@ typedef struct fdy_llama_config {
   int32_t bos_id; /* -1 when absent */
   uint32_t eos_count;
   int32_t eos_ids[FDY_LLAMA_MAX_EOS];
-  uint32_t group_size;   /* 32, 64 or 128 */
-  uint32_t bits;         /* 4 */
-  fdy_dtype scale_dtype; /* F16 or BF16: scales, biases and norms (MLX
-                            casts them all to the model's dtype) */
+  /* the default quantization (quantization's group_size and bits: 4 or
+   * 8); both 0 when config.json has none (an unquantized checkpoint) */
+  uint32_t group_size;
+  uint32_t bits;
+  /* linears with their own entry in quantization (mixed precision: a
+   * quantization of their own, or false for unquantized) */
+  uint32_t quant_overrides;
+  fdy_dtype dtype; /* the checkpoint's: of scales, biases, norms and
+                      unquantized weights (MLX casts them all to the
+                      model's dtype): F16 or BF16, or F32 when no linear
+                      is quantized */
 } fdy_llama_config;
 
-/* A 4-bit quantized linear layer y = x W^T, W (out, in):
- * weight U32 (out, in/8), scales and biases (out, in/group_size). */
-typedef struct fdy_llama_qlinear {
+/* A linear layer y = x W^T, W (out, in): quantized (quant.bits 4 or 8),
+ * weight U32 (out, in * bits / 32), scales and biases (out, in /
+ * group_size); or unquantized (quant.bits 0), weight (out, in) of the
+ * config's dtype, scales and biases NULL. */
+typedef struct fdy_llama_linear {
   const fdy_st_tensor *weight;
   const fdy_st_tensor *scales;
   const fdy_st_tensor *biases;
   uint32_t out_features;
   uint32_t in_features;
-} fdy_llama_qlinear;
+  fdy_llama_quant quant;
+} fdy_llama_linear;
 
 typedef struct fdy_llama_layer_weights {
-  fdy_llama_qlinear q, k, v, o, gate, up, down;
+  fdy_llama_linear q, k, v, o, gate, up, down;
   const fdy_st_tensor *input_norm; /* (hidden) */
   const fdy_st_tensor *post_norm;  /* (hidden) */
 } fdy_llama_layer_weights;
@@ -64,19 +82,23 @@ typedef struct fdy_llama_layer_weights {
 /* Parses and checks a config.json document of len bytes (path is used in
  * messages only): model_type "llama"; sizes; rope_theta; rope_scaling of
  * type llama3 or none; tie_word_embeddings (default false); rms_norm_eps;
- * eos_token_id as an integer or a list; quantization with mode "affine"
- * (absent or null = affine), no per-layer override (an object or boolean
- * under a module's path), group_size 32, 64 or 128 and bits 4, checked in
- * that order. A valid value Foundry does not handle (another mode such as
- * mxfp4 or nvfp4, an override, other bits or group sizes, rope scaling
- * types, model types, ...) is FDY_ERR_UNSUPPORTED with err->name the field
- * ("quantization.mode", "quantization.model.layers.0.mlp.down_proj") and a
- * message "PATH: unsupported quantization: field 'quantization.bits' is 3;
- * ...". Invalid JSON (a NUL byte included) is FDY_ERR_PARSE (line/column
- * set); a missing field, a wrong type or an
- * inconsistent value is FDY_ERR_SCHEMA with err->name the field
- * ("quantization.bits"). scale_dtype is set to F16; the loader replaces it
- * with the dtype the checkpoint's scales have. */
+ * eos_token_id as an integer or a list; quantization absent or null (an
+ * unquantized checkpoint: bits 0), or with mode "affine" (absent or null
+ * = affine), group_size 32, 64 or 128 and bits 4 or 8, checked in that
+ * order, and per-module entries (mixed precision, as mlx-lm writes them:
+ * under a linear's path, "model.layers.0.mlp.down_proj", an object of the
+ * same fields or false for a module left unquantized; true = the default)
+ * whose group size divides the module's inputs. A valid value Foundry
+ * does not handle (another mode such as mxfp4 or nvfp4, bits 2, 3, 5 or 6,
+ * other group sizes, rope scaling types, model types, ...) is
+ * FDY_ERR_UNSUPPORTED with err->name the field ("quantization.mode",
+ * "quantization.model.layers.0.mlp.down_proj.bits") and a message "PATH:
+ * unsupported quantization: field 'quantization.bits' is 3; ...". Invalid
+ * JSON (a NUL byte included) is FDY_ERR_PARSE (line/column set); a missing
+ * field, a wrong type or an inconsistent value (an entry naming no linear
+ * of the model) is FDY_ERR_SCHEMA with err->name the field
+ * ("quantization.bits"). dtype is set to F16; the loader replaces it with
+ * the checkpoint's. */
 fdy_status fdy_llama_config_parse(const char *json, size_t len,
                                   const char *path, fdy_llama_config *out,
                                   fdy_error *err);
@@ -84,11 +106,16 @@ fdy_status fdy_llama_config_parse(const char *json, size_t len,
 typedef struct fdy_llama_model fdy_llama_model;
 
 /* Opens and fully validates a checkpoint directory: config fields and types,
- * quantization (group_size 32/64/128, bits 4, else FDY_ERR_UNSUPPORTED),
- * every expected tensor present with the right dtype and shape, nothing
- * unexpected, lm_head exactly when embeddings are untied. Scales, biases
- * and norms all have the embedding scales' dtype, F16 or BF16 (else
- * FDY_ERR_SCHEMA). Errors name the file (err->name) and the tensor. */
+ * quantization (group_size 32/64/128, bits 4 or 8, else
+ * FDY_ERR_UNSUPPORTED), every expected tensor present with the right dtype
+ * and shape, nothing unexpected, lm_head exactly when embeddings are
+ * untied. A linear is quantized as its entry in quantization says, else as
+ * the default; as mlx-lm loads it, a linear without an entry whose
+ * NAME.scales the checkpoint lacks is unquantized. Scales, biases, norms
+ * and unquantized weights all have the checkpoint's dtype, the first of
+ * them (the embedding's scales or weight) fixes it: F16 or BF16, or F32
+ * when no linear is quantized (else FDY_ERR_SCHEMA). Errors name the file
+ * (err->name) and the tensor. */
 fdy_status fdy_llama_open(const char *dir, fdy_llama_model **out,
                           fdy_error *err);
 void fdy_llama_close(fdy_llama_model *model);
@@ -96,9 +123,9 @@ const fdy_llama_config *fdy_llama_model_config(const fdy_llama_model *model);
 const char *fdy_llama_model_dir(const fdy_llama_model *model);
 const fdy_llama_layer_weights *fdy_llama_layer(const fdy_llama_model *model,
                                                uint32_t layer);
-const fdy_llama_qlinear *fdy_llama_embedding(const fdy_llama_model *model);
+const fdy_llama_linear *fdy_llama_embedding(const fdy_llama_model *model);
 /* The LM head: lm_head when untied, else the embedding. */
-const fdy_llama_qlinear *fdy_llama_lm_head(const fdy_llama_model *model);
+const fdy_llama_linear *fdy_llama_lm_head(const fdy_llama_model *model);
 const fdy_st_tensor *fdy_llama_final_norm(const fdy_llama_model *model);
 size_t fdy_llama_tensor_count(const fdy_llama_model *model);
 /* Bytes of one decoder layer's tensors, and of all tensors. */
@@ -152,12 +179,16 @@ typedef struct fdy_llama_graph_io {
  * "prefill.*" over prefill_rows rows (a chunk of one sequence) and
  * "decode.*" over step_rows rows (each at its own position of its own
  * sequence: one row per decoding sequence of a batch, consecutive rows
- * for a prompt chunk). Per layer, in the fused
- * kinds: norm + q/k/v (NORM_MATMUL_Q4), the rope of q and k and attention
- * (appending k and v to the caches; ROPE_ATTENTION in the decode step, three
- * ops in the prefill), o + residual (MATMUL_ADD_Q4), norm + gate/up +
- * SwiGLU (NORM_SWIGLU_Q4), down + residual; then the head (last row,
- * rmsnorm, LM head matmul, argmax; the decode step's norm and LM head in
+ * for a prompt chunk). The embedding is EMBED_Q4, EMBED_Q8 or EMBED_DENSE
+ * as it is quantized. Per layer, in the fused kinds where their weights
+ * are all 4-bit with one group size: norm + q/k/v (NORM_MATMUL_Q4), the
+ * rope of q and k and attention (appending k and v to the caches;
+ * ROPE_ATTENTION in the decode step, three ops in the prefill), o +
+ * residual (MATMUL_ADD_Q4), norm + gate/up + SwiGLU (NORM_SWIGLU_Q4), down
+ * + residual; a fused op whose weights are not all 4-bit alike is its
+ * unfused sequence instead (RMSNORM, a MATMUL_Q4, MATMUL_Q8 or
+ * MATMUL_DENSE per weight, ADD, SWIGLU); then the head (last row, rmsnorm,
+ * LM head matmul, argmax; the decode step's norm and a 4-bit LM head in
  * one NORM_MATMUL_Q4). Errors: a context
  * or prefill_rows of 0 or a context above max_position_embeddings, a
  * kv_dtype other than F32/F16, ids_only with all_logits, step_rows below
@@ -180,6 +211,21 @@ fdy_status fdy_llama_plan(const fdy_graph *graph, const fdy_llama_graph_io *io,
 /* ---- random checkpoints ----------------------------------------------------
  */
 
+/* What a random checkpoint holds besides its preset's shapes; all zero
+ * (or NULL options): the preset's own, 4-bit with groups of 64. */
+typedef struct fdy_llama_make_options {
+  uint32_t bits;       /* 4 or 8 (0: 4) */
+  uint32_t group_size; /* 32, 64 or 128 (0: 64) */
+  bool unquantized;    /* no quantization: every weight in dtype */
+  /* mixed precision over the default bits: 8 bits (same groups) for
+   * v_proj and down_proj of the layers mlx-lm's mixed recipes favour (the
+   * first and last eighth, every third between) and for an untied
+   * lm_head, and the last layer's o_proj unquantized (an entry false) */
+  bool mixed;
+  const char *dtype; /* NULL: the preset's; "float16", "bfloat16", or
+                        "float32" (unquantized only) */
+} fdy_llama_make_options;
+
 /* Writes a random-weight checkpoint in exactly the MLX layout (config.json,
  * model.safetensors, model.safetensors.index.json) into a new directory
  * out_dir (FDY_ERR_EXISTS if it exists, FDY_ERR_NOT_FOUND if its parent
@@ -195,20 +241,27 @@ fdy_status fdy_llama_make_model(const char *preset, uint64_t seed,
 /* Progress of fdy_llama_make_model_ex: bytes of tensor data written so far
  * out of total; called from the writing thread after every chunk. */
 typedef void (*fdy_llama_progress_fn)(void *ctx, uint64_t done, uint64_t total);
-/* fdy_llama_make_model with an optional progress callback (may be NULL). */
+/* fdy_llama_make_model with options (NULL: the preset's own; a value out
+ * of range, or mixed or float32 with unquantized when that cannot be, is
+ * FDY_ERR_INVALID_ARGUMENT before any work) and an optional progress
+ * callback (may be NULL). */
 fdy_status fdy_llama_make_model_ex(const char *preset, uint64_t seed,
+                                   const fdy_llama_make_options *options,
                                    const char *out_dir,
                                    fdy_llama_progress_fn progress, void *ctx,
                                    fdy_error *err);
 /* Preset names, NULL-terminated. */
 const char *const *fdy_llama_presets(void);
-/* What fdy_llama_make_model would write for a preset, computed without
- * writing anything: *config as fdy_llama_open reports it for the written
- * checkpoint (scale_dtype included) and, when total_bytes is not NULL, the
- * bytes of all its tensors (the index's total_size, equal to
- * fdy_llama_total_bytes of the opened checkpoint; the same for every seed).
- * An unknown preset: FDY_ERR_INVALID_ARGUMENT, *config unchanged. */
-fdy_status fdy_llama_preset_config(const char *preset, fdy_llama_config *config,
+/* What fdy_llama_make_model_ex would write for a preset and options
+ * (NULL: the preset's own), computed without writing anything: *config as
+ * fdy_llama_open reports it for the written checkpoint (dtype included)
+ * and, when total_bytes is not NULL, the bytes of all its tensors (the
+ * index's total_size, equal to fdy_llama_total_bytes of the opened
+ * checkpoint; the same for every seed). An unknown preset or bad options:
+ * FDY_ERR_INVALID_ARGUMENT, *config unchanged. */
+fdy_status fdy_llama_preset_config(const char *preset,
+                                   const fdy_llama_make_options *options,
+                                   fdy_llama_config *config,
                                    uint64_t *total_bytes, fdy_error *err);
 
 #ifdef __cplusplus

@@ -53,8 +53,13 @@ static void print_text(const fdy_llama_model *m) {
     printf("%s%" PRId32, i ? "," : " ", c->eos_ids[i]);
   }
   printf("%s\n", c->eos_count ? "" : " none");
-  printf("  quantization %" PRIu32 "-bit, group size %" PRIu32 ", scales %s\n",
-         c->bits, c->group_size, fdy_dtype_name(c->scale_dtype));
+  if (c->bits == 0) {
+    printf("  quantization none, dtype %s", fdy_dtype_name(c->dtype));
+  } else {
+    printf("  quantization %" PRIu32 "-bit, group size %" PRIu32 ", dtype %s",
+           c->bits, c->group_size, fdy_dtype_name(c->dtype));
+  }
+  printf(", %" PRIu32 " modules with their own\n", c->quant_overrides);
   printf("  tensors %zu, %s per layer, %s total (%" PRIu64 " bytes)\n",
          fdy_llama_tensor_count(m), layer, total, fdy_llama_total_bytes(m));
 }
@@ -80,7 +85,7 @@ static int print_json(const fdy_llama_model *m) {
   }
   json_t *doc = json_pack(
       "{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:o, s:b, s:f, "
-      "s:i, s:o, s:{s:i, s:i, s:s}, s:I, s:o, s:I}",
+      "s:i, s:o, s:{s:i, s:i, s:s, s:i}, s:I, s:o, s:I}",
       "model", model ? model : "", "vocab_size", (json_int_t)c->vocab_size,
       "hidden_size", (json_int_t)c->hidden_size, "intermediate_size",
       (json_int_t)c->intermediate_size, "num_layers", (json_int_t)c->num_layers,
@@ -90,10 +95,10 @@ static int print_json(const fdy_llama_model *m) {
       "rope_theta", c->rope_theta, "rope_scaling", rope, "tie_word_embeddings",
       (int)c->tie_word_embeddings, "rms_norm_eps", c->rms_norm_eps, "bos_id",
       (json_int_t)c->bos_id, "eos_ids", eos, "quantization", "bits",
-      (json_int_t)c->bits, "group_size", (json_int_t)c->group_size,
-      "scale_dtype", fdy_dtype_name(c->scale_dtype), "tensor_count",
-      (json_int_t)fdy_llama_tensor_count(m), "layer_bytes", layers,
-      "total_bytes", (json_int_t)fdy_llama_total_bytes(m));
+      (json_int_t)c->bits, "group_size", (json_int_t)c->group_size, "dtype",
+      fdy_dtype_name(c->dtype), "overrides", (json_int_t)c->quant_overrides,
+      "tensor_count", (json_int_t)fdy_llama_tensor_count(m), "layer_bytes",
+      layers, "total_bytes", (json_int_t)fdy_llama_total_bytes(m));
   free(model);
   if (!doc) {
     fprintf(stderr, "foundry: error: out of memory\n");

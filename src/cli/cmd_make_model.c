@@ -1,7 +1,7 @@
-/* `foundry make-model --preset NAME --seed S --out DIR`: writes a
- * random-weight Llama checkpoint in the MLX 4-bit layout, deterministic for
- * (preset, seed), refusing to overwrite DIR. Progress goes to stderr when it
- * is a terminal. */
+/* `foundry make-model --preset NAME --seed S --out DIR` (and the
+ * quantization flags): writes a random-weight Llama checkpoint in the MLX
+ * layout, deterministic for (preset, flags, seed), refusing to overwrite
+ * DIR. Progress goes to stderr when it is a terminal. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -17,12 +17,21 @@
 
 void fdy_cmd_make_model_help(FILE *out) {
   fprintf(out,
-          "usage: foundry make-model --preset NAME [--seed S] --out DIR\n"
+          "usage: foundry make-model --preset NAME [--seed S] [--bits 4|8]\n"
+          "         [--group-size 32|64|128] [--mixed] [--unquantized]\n"
+          "         [--dtype float16|bfloat16|float32] --out DIR\n"
           "\n"
           "Writes a random-weight checkpoint (config.json,\n"
           "model.safetensors, model.safetensors.index.json) into the new\n"
           "directory DIR, which must not exist. The files are identical\n"
-          "for the same preset and seed (default 0). The presets of the\n"
+          "for the same preset, flags and seed (default 0). Weights are\n"
+          "MLX affine 4-bit in groups of 64 unless --bits and --group-size\n"
+          "say otherwise; --mixed adds mlx-lm-style per-module entries (8\n"
+          "bits for some v_proj and down_proj and an untied lm_head, the\n"
+          "last layer's o_proj unquantized); --unquantized writes plain\n"
+          "weights; --dtype sets the dtype of scales, norms and plain\n"
+          "weights (default the preset's; float32 only unquantized).\n"
+          "The presets of the\n"
           "Llama 3 vocabulary (llama-3.*, micro-llama3-vocab) also get\n"
           "its tokenizer.json and tokenizer_config.json (with the Llama 3\n"
           "Instruct chat template), so that --prompt and chat work; the\n"
@@ -56,15 +65,30 @@ static void show_progress(void *ctx, uint64_t done, uint64_t total) {
 }
 
 int fdy_cmd_make_model(int argc, char **argv) {
-  enum { OPT_PRESET = 256, OPT_SEED, OPT_OUT };
+  enum {
+    OPT_PRESET = 256,
+    OPT_SEED,
+    OPT_OUT,
+    OPT_BITS,
+    OPT_GROUP,
+    OPT_MIXED,
+    OPT_UNQUANTIZED,
+    OPT_DTYPE
+  };
   static const struct option options[] = {
       {"preset", required_argument, NULL, OPT_PRESET},
       {"seed", required_argument, NULL, OPT_SEED},
       {"out", required_argument, NULL, OPT_OUT},
+      {"bits", required_argument, NULL, OPT_BITS},
+      {"group-size", required_argument, NULL, OPT_GROUP},
+      {"mixed", no_argument, NULL, OPT_MIXED},
+      {"unquantized", no_argument, NULL, OPT_UNQUANTIZED},
+      {"dtype", required_argument, NULL, OPT_DTYPE},
       {NULL, 0, NULL, 0},
   };
   const char *preset = NULL, *out = NULL;
-  uint64_t seed = 0;
+  uint64_t seed = 0, value = 0;
+  fdy_llama_make_options make = {0};
   fdy_error err;
   const int repeated = fdy_cli_check_repeats("make-model", argc, argv, options);
   if (repeated != FDY_EXIT_OK) {
@@ -86,6 +110,36 @@ int fdy_cmd_make_model(int argc, char **argv) {
           FDY_OK) {
         return fdy_cli_usage("make-model", "%s", err.message);
       }
+      break;
+    case OPT_BITS:
+    case OPT_GROUP: {
+      const bool bits = opt == OPT_BITS;
+      const char *flag = bits ? "--bits" : "--group-size";
+      if (fdy_cli_parse_uint(flag, optarg, 1, UINT32_MAX, &value, &err) !=
+          FDY_OK) {
+        return fdy_cli_usage("make-model", "%s", err.message);
+      }
+      if (bits ? value != 4 && value != 8
+               : value != 32 && value != 64 && value != 128) {
+        return fdy_cli_usage("make-model", "%s %s: %s", flag, optarg,
+                             bits ? "4 or 8" : "32, 64 or 128");
+      }
+      *(bits ? &make.bits : &make.group_size) = (uint32_t)value;
+      break;
+    }
+    case OPT_MIXED:
+      make.mixed = true;
+      break;
+    case OPT_UNQUANTIZED:
+      make.unquantized = true;
+      break;
+    case OPT_DTYPE:
+      if (strcmp(optarg, "float16") != 0 && strcmp(optarg, "bfloat16") != 0 &&
+          strcmp(optarg, "float32") != 0) {
+        return fdy_cli_usage(
+            "make-model", "--dtype %s: float16, bfloat16 or float32", optarg);
+      }
+      make.dtype = optarg;
       break;
     case ':':
       return fdy_cli_usage("make-model", "%s needs a value", argv[optind - 1]);
@@ -116,8 +170,13 @@ int fdy_cmd_make_model(int argc, char **argv) {
   }
   progress_state state = {-1};
   bool tty = fdy_cli_stderr_is_tty();
-  if (fdy_llama_make_model_ex(preset, seed, out, tty ? show_progress : NULL,
-                              &state, &err) != FDY_OK) {
+  if (make.unquantized && (make.bits || make.group_size || make.mixed)) {
+    return fdy_cli_usage("make-model", "--unquantized takes no --bits, "
+                                       "--group-size or --mixed");
+  }
+  if (fdy_llama_make_model_ex(preset, seed, &make, out,
+                              tty ? show_progress : NULL, &state,
+                              &err) != FDY_OK) {
     if (tty && state.last_percent >= 0 && state.last_percent < 100) {
       fputc('\n', stderr);
     }
@@ -126,8 +185,9 @@ int fdy_cmd_make_model(int argc, char **argv) {
   /* the Llama 3 vocabulary: its tokenizer beside the weights, as a real
    * checkpoint has it, so that text prompts and chat work */
   fdy_llama_config config;
-  bool text = fdy_llama_preset_config(preset, &config, NULL, &err) == FDY_OK &&
-              config.vocab_size == FDY_LLAMA3_VOCAB_SIZE;
+  bool text =
+      fdy_llama_preset_config(preset, &make, &config, NULL, &err) == FDY_OK &&
+      config.vocab_size == FDY_LLAMA3_VOCAB_SIZE;
   if (text && fdy_tokenizer_write_llama3(out, &err) != FDY_OK) {
     return fdy_cli_fail(&err);
   }

@@ -1,14 +1,18 @@
 /* config.json of a Llama 3 checkpoint (Hugging Face fields plus the MLX
- * "quantization" block) parsed into fdy_llama_config. Unknown fields are
- * ignored (real configs carry many); every field Foundry reads is checked
- * for presence, type and range, and errors name the field in err->name. */
+ * "quantization" block, with its per-module entries) parsed into
+ * fdy_llama_config and, for the loader, the quantization of every linear.
+ * Unknown fields are ignored (real configs carry many); every field
+ * Foundry reads is checked for presence, type and range, and errors name
+ * the field in err->name. */
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "foundry/input.h"
+#include "layout.h"
 #include "loader.h"
 
 #define MAX_DIM    (1u << 20)
@@ -201,72 +205,175 @@ static fdy_status parse_token_ids(const parse_ctx *p, json_t *root,
   return FDY_OK;
 }
 
-/* quantization.mode (absent or null = affine, the only supported mode), then
- * per-layer overrides: mixed-precision recipes put an object (or false for
- * a layer left unquantized) under the module's path inside "quantization".
- * Both come before group_size and bits so that the error names the real
- * reason (an nvfp4 checkpoint has groups of 16). */
-static fdy_status check_quantization_mode(const parse_ctx *p, json_t *q) {
-  json_t *mode = json_object_get(q, "mode");
-  if (mode && !json_is_null(mode)) {
-    if (!json_is_string(mode)) {
-      return field_error(p, FDY_ERR_SCHEMA, "quantization.mode",
-                         "must be a string");
-    }
-    if (strcmp(json_string_value(mode), "affine") != 0) {
-      return unsupported_error(p, "quantization", "quantization.mode",
-                               "is '%.40s'; only affine quantization is "
-                               "supported",
-                               json_string_value(mode));
-    }
+/* Every linear's input width must hold whole quantization groups. */
+static fdy_status check_groups(const parse_ctx *p, const fdy_llama_config *c) {
+  if (c->hidden_size % c->group_size != 0) {
+    return field_error(p, FDY_ERR_SCHEMA, "hidden_size",
+                       "must be a multiple of quantization.group_size");
   }
-  const char *key;
-  json_t *value;
-  json_object_foreach(q, key, value) {
-    if (json_is_object(value) || json_is_boolean(value)) {
-      char field[FDY_ERROR_NAME_MAX];
-      snprintf(field, sizeof field, "quantization.%s", key);
-      return unsupported_error(p, "quantization", field,
-                               "is a per-layer override; mixed-precision "
-                               "checkpoints (one quantization per module) "
-                               "are not supported");
-    }
+  if (c->intermediate_size % c->group_size != 0) {
+    return field_error(p, FDY_ERR_SCHEMA, "intermediate_size",
+                       "must be a multiple of quantization.group_size");
+  }
+  if ((c->num_heads * c->head_dim) % c->group_size != 0) {
+    return field_error(p, FDY_ERR_SCHEMA, "head_dim",
+                       "times num_attention_heads must be a multiple of "
+                       "quantization.group_size");
   }
   return FDY_OK;
 }
 
-static fdy_status parse_quantization(const parse_ctx *p, json_t *root,
-                                     fdy_llama_config *c) {
-  json_t *q = json_object_get(root, "quantization");
-  if (!q) {
-    return field_error(p, FDY_ERR_SCHEMA, "quantization",
-                       "is missing (not an MLX quantized checkpoint)");
+/* out = "FIELD.NAME" (an error's field name; a long FIELD is cut). */
+static void subfield(char out[FDY_ERROR_NAME_MAX], const char *field,
+                     const char *name) {
+  snprintf(out, FDY_ERROR_NAME_MAX, "%.*s.%s", FDY_ERROR_NAME_MAX / 2, field,
+           name);
+}
+
+/* mode of a quantization object q (absent or null = affine, the only
+ * supported mode); field is "quantization" or "quantization.MODULE". */
+static fdy_status check_mode(const parse_ctx *p, json_t *q, const char *field) {
+  char name[FDY_ERROR_NAME_MAX];
+  subfield(name, field, "mode");
+  json_t *mode = json_object_get(q, "mode");
+  if (!mode || json_is_null(mode)) {
+    return FDY_OK;
   }
-  if (!json_is_object(q)) {
-    return field_error(p, FDY_ERR_SCHEMA, "quantization", "must be an object");
+  if (!json_is_string(mode)) {
+    return field_error(p, FDY_ERR_SCHEMA, name, "must be a string");
   }
-  fdy_status s;
-  if ((s = check_quantization_mode(p, q)) != FDY_OK) {
-    return s;
-  }
-  if ((s = get_uint(p, q, "group_size", "quantization.group_size", true, 0, 0,
-                    UINT32_MAX, &c->group_size)) != FDY_OK ||
-      (s = get_uint(p, q, "bits", "quantization.bits", true, 0, 0, UINT32_MAX,
-                    &c->bits)) != FDY_OK) {
-    return s;
-  }
-  if (c->group_size != 32 && c->group_size != 64 && c->group_size != 128) {
-    return unsupported_error(p, "quantization", "quantization.group_size",
-                             "is %u; only groups of 32, 64 or 128 are "
+  if (strcmp(json_string_value(mode), "affine") != 0) {
+    return unsupported_error(p, "quantization", name,
+                             "is '%.40s'; only affine quantization is "
                              "supported",
-                             c->group_size);
-  }
-  if (c->bits != 4) {
-    return unsupported_error(p, "quantization", "quantization.bits",
-                             "is %u; only 4-bit checkpoints are supported",
-                             c->bits);
+                             json_string_value(mode));
   }
   return FDY_OK;
+}
+
+/* The mode, group_size and bits of quantization object q (field as for
+ * check_mode), checked in that order, so that an error names the real
+ * reason (an nvfp4 checkpoint has groups of 16). */
+static fdy_status parse_quant(const parse_ctx *p, json_t *q, const char *field,
+                              fdy_llama_quant *out) {
+  char group_field[FDY_ERROR_NAME_MAX], bits_field[FDY_ERROR_NAME_MAX];
+  subfield(group_field, field, "group_size");
+  subfield(bits_field, field, "bits");
+  fdy_status s;
+  if ((s = check_mode(p, q, field)) != FDY_OK ||
+      (s = get_uint(p, q, "group_size", group_field, true, 0, 0, UINT32_MAX,
+                    &out->group_size)) != FDY_OK ||
+      (s = get_uint(p, q, "bits", bits_field, true, 0, 0, UINT32_MAX,
+                    &out->bits)) != FDY_OK) {
+    return s;
+  }
+  if (out->group_size != 32 && out->group_size != 64 &&
+      out->group_size != 128) {
+    return unsupported_error(p, "quantization", group_field,
+                             "is %u; only groups of 32, 64 or 128 are "
+                             "supported",
+                             out->group_size);
+  }
+  if (out->bits != 4 && out->bits != 8) {
+    return unsupported_error(p, "quantization", bits_field,
+                             "is %u; only 4-bit and 8-bit quantization is "
+                             "supported",
+                             out->bits);
+  }
+  return FDY_OK;
+}
+
+/* Input features of linear module m. */
+static uint32_t in_features(const fdy_llama_config *c, fdy_llama_module m) {
+  switch (m) {
+  case FDY_LLAMA_O_PROJ:
+    return c->num_heads * c->head_dim;
+  case FDY_LLAMA_DOWN_PROJ:
+    return c->intermediate_size;
+  default:
+    return c->hidden_size;
+  }
+}
+
+/* The per-module entries of quantization q (mixed-precision recipes put an
+ * object, or false for a module left unquantized, under the module's
+ * path; true means the default): each must name a linear of the model and
+ * hold a supported quantization whose groups divide the module's inputs.
+ * Fills table (when not NULL) and counts the entries. */
+static fdy_status parse_overrides(const parse_ctx *p, json_t *q,
+                                  fdy_llama_config *c,
+                                  fdy_llama_module_quant *table) {
+  const char *key;
+  json_t *value;
+  json_object_foreach(q, key, value) {
+    if (!json_is_object(value) && !json_is_boolean(value)) {
+      continue;
+    }
+    char field[FDY_ERROR_NAME_MAX];
+    snprintf(field, sizeof field, "quantization.%s", key);
+    fdy_llama_module m;
+    int64_t layer = -1;
+    if (!fdy_llama_linear_of(c, key, &m, &layer)) {
+      return field_error(p, FDY_ERR_SCHEMA, field,
+                         "names no linear layer of this model "
+                         "(model.embed_tokens, lm_head when untied, "
+                         "model.layers.N.self_attn.q_proj ... "
+                         "model.layers.N.mlp.down_proj with N below "
+                         "num_hidden_layers)");
+    }
+    fdy_llama_quant quant = {c->bits, c->group_size};
+    if (json_is_false(value)) {
+      quant = (fdy_llama_quant){0, 0};
+    } else if (json_is_object(value)) {
+      fdy_status s = parse_quant(p, value, field, &quant);
+      if (s != FDY_OK) {
+        return s;
+      }
+      if (in_features(c, m) % quant.group_size != 0) {
+        char group_field[FDY_ERROR_NAME_MAX];
+        subfield(group_field, field, "group_size");
+        return field_error(p, FDY_ERR_SCHEMA, group_field,
+                           "is %u, which does not divide the module's %u "
+                           "input features",
+                           quant.group_size, in_features(c, m));
+      }
+    }
+    if (table) {
+      table[fdy_llama_quant_index(m, layer)] =
+          (fdy_llama_module_quant){quant, true};
+    }
+    c->quant_overrides++;
+  }
+  return FDY_OK;
+}
+
+/* quantization: absent or null for an unquantized checkpoint (bits 0);
+ * else its default (mode, group_size, bits) and its per-module entries. */
+static fdy_status parse_quantization(const parse_ctx *p, json_t *root,
+                                     fdy_llama_config *c,
+                                     fdy_llama_module_quant *table) {
+  json_t *q = json_object_get(root, "quantization");
+  if (!q || json_is_null(q)) {
+    return FDY_OK;
+  }
+  if (!json_is_object(q)) {
+    return field_error(p, FDY_ERR_SCHEMA, "quantization",
+                       "must be an object or null");
+  }
+  fdy_llama_quant quant = {0, 0};
+  fdy_status s = parse_quant(p, q, "quantization", &quant);
+  if (s != FDY_OK) {
+    return s;
+  }
+  c->bits = quant.bits;
+  c->group_size = quant.group_size;
+  if ((s = check_groups(p, c)) != FDY_OK) {
+    return s;
+  }
+  for (size_t i = 0; table && i < fdy_llama_quant_count(c); i++) {
+    table[i] = (fdy_llama_module_quant){quant, false};
+  }
+  return parse_overrides(p, q, c, table);
 }
 
 /* Fields that would change the architecture: reject what is not Llama 3. */
@@ -347,28 +454,15 @@ static fdy_status parse_sizes(const parse_ctx *p, json_t *root,
   return FDY_OK;
 }
 
-/* Every linear's input width must hold whole quantization groups. */
-static fdy_status check_groups(const parse_ctx *p, const fdy_llama_config *c) {
-  if (c->hidden_size % c->group_size != 0) {
-    return field_error(p, FDY_ERR_SCHEMA, "hidden_size",
-                       "must be a multiple of quantization.group_size");
-  }
-  if (c->intermediate_size % c->group_size != 0) {
-    return field_error(p, FDY_ERR_SCHEMA, "intermediate_size",
-                       "must be a multiple of quantization.group_size");
-  }
-  if ((c->num_heads * c->head_dim) % c->group_size != 0) {
-    return field_error(p, FDY_ERR_SCHEMA, "head_dim",
-                       "times num_attention_heads must be a multiple of "
-                       "quantization.group_size");
-  }
-  return FDY_OK;
-}
-
-fdy_status fdy_llama_config_parse(const char *json, size_t len,
-                                  const char *path, fdy_llama_config *out,
-                                  fdy_error *err) {
+fdy_status fdy_llama_config_parse_quant(const char *json, size_t len,
+                                        const char *path, fdy_llama_config *out,
+                                        fdy_llama_module_quant **quant,
+                                        fdy_error *err) {
   parse_ctx p = {path, err};
+  fdy_llama_module_quant *table = NULL;
+  if (quant) {
+    *quant = NULL;
+  }
   json_error_t jerr;
   if (fdy_json_check_text(json, len, err) != FDY_OK) {
     fdy_error_prefix(err, "%s", path);
@@ -390,7 +484,7 @@ fdy_status fdy_llama_config_parse(const char *json, size_t len,
   }
   fdy_llama_config c;
   memset(&c, 0, sizeof c);
-  c.scale_dtype = FDY_DTYPE_F16;
+  c.dtype = FDY_DTYPE_F16;
   fdy_status s = FDY_OK;
   if (!json_is_object(root)) {
     s = fdy_llama_file_error(err, FDY_ERR_SCHEMA, path, "not a JSON object");
@@ -410,13 +504,29 @@ fdy_status fdy_llama_config_parse(const char *json, size_t len,
       (s = parse_rope_scaling(&p, root, &c)) != FDY_OK ||
       (s = get_positive(&p, root, "rms_norm_eps", "rms_norm_eps",
                         &c.rms_norm_eps)) != FDY_OK ||
-      (s = parse_token_ids(&p, root, &c)) != FDY_OK ||
-      (s = parse_quantization(&p, root, &c)) != FDY_OK ||
-      (s = check_groups(&p, &c)) != FDY_OK) {
+      (s = parse_token_ids(&p, root, &c)) != FDY_OK) {
+    goto cleanup;
+  }
+  if (quant && !(table = calloc(fdy_llama_quant_count(&c), sizeof *table))) {
+    s = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+    goto cleanup;
+  }
+  if ((s = parse_quantization(&p, root, &c, table)) != FDY_OK) {
     goto cleanup;
   }
   *out = c;
+  if (quant) {
+    *quant = table;
+    table = NULL;
+  }
 cleanup:
+  free(table);
   json_decref(root);
   return s;
+}
+
+fdy_status fdy_llama_config_parse(const char *json, size_t len,
+                                  const char *path, fdy_llama_config *out,
+                                  fdy_error *err) {
+  return fdy_llama_config_parse_quant(json, len, path, out, NULL, err);
 }

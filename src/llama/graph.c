@@ -175,27 +175,75 @@ static fdy_op_params no_params(void) {
   return p;
 }
 
-/* The packed weight, scales and biases of a linear module into out[0..2]. */
-static void linear_views(const builder *b, fdy_llama_module module,
-                         int64_t layer, fdy_tensor_id *out) {
-  /* A tied LM head is the embedding used as a linear. */
-  if (module == FDY_LLAMA_LM_HEAD && b->c->tie_word_embeddings) {
-    module = FDY_LLAMA_EMBED;
+/* A tied LM head is the embedding used as a linear. */
+static fdy_llama_module linear_module(const builder *b,
+                                      fdy_llama_module module) {
+  return module == FDY_LLAMA_LM_HEAD && b->c->tie_word_embeddings
+             ? FDY_LLAMA_EMBED
+             : module;
+}
+
+/* The quantization of a linear module (of `layer`, or -1). */
+static fdy_llama_quant module_quant(const builder *b, fdy_llama_module module,
+                                    int64_t layer) {
+  module = linear_module(b, module);
+  for (size_t i = 0; i < b->spec_count; i++) {
+    const fdy_llama_tensor_spec *s = &b->specs[i];
+    if (s->module == module && s->layer == layer) {
+      return s->quant;
+    }
+  }
+  return (fdy_llama_quant){0, 0};
+}
+
+/* The views of a linear module into out: its packed weight, scales and
+ * biases (quantized), or its weight (unquantized); returns how many. */
+static size_t linear_views(const builder *b, fdy_llama_module module,
+                           int64_t layer, fdy_tensor_id *out) {
+  module = linear_module(b, module);
+  if (module_quant(b, module, layer).bits == 0) {
+    out[0] = view(b, module, FDY_LLAMA_PART_DENSE, layer);
+    return 1;
   }
   out[0] = view(b, module, FDY_LLAMA_PART_PACKED, layer);
   out[1] = view(b, module, FDY_LLAMA_PART_SCALES, layer);
   out[2] = view(b, module, FDY_LLAMA_PART_BIASES, layer);
+  return 3;
 }
 
+/* Whether the `count` modules are all 4-bit with one group size: the
+ * weights of one fused Q4 op. */
+static bool fusable(const builder *b, const fdy_llama_module *modules,
+                    size_t count, int64_t layer) {
+  fdy_llama_quant first = module_quant(b, modules[0], layer);
+  for (size_t j = 0; j < count; j++) {
+    fdy_llama_quant q = module_quant(b, modules[j], layer);
+    if (q.bits != 4 || q.group_size != first.group_size) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* The matmul kind of a quantization. */
+static fdy_op_kind matmul_kind(fdy_llama_quant q) {
+  return q.bits == 4   ? FDY_OP_MATMUL_Q4
+         : q.bits == 8 ? FDY_OP_MATMUL_Q8
+                       : FDY_OP_MATMUL_DENSE;
+}
+
+/* x W^T of module: MATMUL_Q4, MATMUL_Q8 or MATMUL_DENSE as it is
+ * quantized. */
 static fdy_tensor_id matmul(builder *b, const char *prefix, const char *name,
                             fdy_tensor_id step, fdy_tensor_id x,
                             fdy_llama_module module, int64_t layer,
                             uint64_t rows, uint64_t out_features) {
   fdy_tensor_id in[5] = {step, x};
-  linear_views(b, module, layer, in + 2);
+  size_t n = 2 + linear_views(b, module, layer, in + 2);
   fdy_tensor_id y =
       activation(b, prefix, name, FDY_DTYPE_F32, rows, out_features);
-  return add_op(b, prefix, name, FDY_OP_MATMUL_Q4, no_params(), in, 5, y);
+  return add_op(b, prefix, name, matmul_kind(module_quant(b, module, layer)),
+                no_params(), in, n, y);
 }
 
 static fdy_op_params norm_params(const builder *b) {
@@ -204,14 +252,34 @@ static fdy_op_params norm_params(const builder *b) {
   return p;
 }
 
-/* NORM_MATMUL_Q4 of h by norm and `count` modules: outputs[j] (named
- * names[j], out_features[j] wide) for modules[j]. */
+static fdy_tensor_id rmsnorm(builder *b, const char *prefix, const char *name,
+                             fdy_tensor_id step, fdy_tensor_id x,
+                             fdy_tensor_id weight, uint64_t rows) {
+  fdy_tensor_id in[3] = {step, x, weight};
+  fdy_tensor_id y =
+      activation(b, prefix, name, FDY_DTYPE_F32, rows, b->c->hidden_size);
+  return add_op(b, prefix, name, FDY_OP_RMSNORM, norm_params(b), in, 3, y);
+}
+
+/* RMSNORM of h by norm, then `count` modules: outputs[j] (named names[j],
+ * out_features[j] wide) for modules[j]; one NORM_MATMUL_Q4 `name` when
+ * the modules are fusable, else RMSNORM (named `norm_name`) and a matmul
+ * per module. */
 static void norm_matmul(builder *b, const char *prefix, const char *name,
-                        fdy_tensor_id step, fdy_tensor_id h, fdy_tensor_id norm,
+                        const char *norm_name, fdy_tensor_id step,
+                        fdy_tensor_id h, fdy_tensor_id norm,
                         const fdy_llama_module *modules,
                         const char *const *names, const uint64_t *out_features,
                         size_t count, int64_t layer, uint64_t rows,
                         fdy_tensor_id *outputs) {
+  if (!fusable(b, modules, count, layer)) {
+    fdy_tensor_id x = rmsnorm(b, prefix, norm_name, step, h, norm, rows);
+    for (size_t j = 0; j < count; j++) {
+      outputs[j] = matmul(b, prefix, names[j], step, x, modules[j], layer, rows,
+                          out_features[j]);
+    }
+    return;
+  }
   fdy_tensor_id in[FDY_OP_MAX_INPUTS] = {step, h, norm};
   for (size_t j = 0; j < count; j++) {
     linear_views(b, modules[j], layer, in + 3 + 3 * j);
@@ -222,27 +290,35 @@ static void norm_matmul(builder *b, const char *prefix, const char *name,
                  3 + 3 * count, outputs, count);
 }
 
-/* MATMUL_ADD_Q4: residual + x W^T of module. */
+/* ADD of a and b (a row-wise op). */
+static fdy_tensor_id add(builder *b, const char *prefix, const char *name,
+                         fdy_tensor_id step, fdy_tensor_id a, fdy_tensor_id x,
+                         uint64_t rows, uint64_t cols) {
+  fdy_tensor_id in[3] = {step, a, x};
+  return add_op(b, prefix, name, FDY_OP_ADD, no_params(), in, 3,
+                activation(b, prefix, name, FDY_DTYPE_F32, rows, cols));
+}
+
+/* residual + x W^T of module: one MATMUL_ADD_Q4 for a 4-bit module, else
+ * its matmul (named `matmul_name`) and ADD (ADD's operand order is the
+ * fused op's). */
 static fdy_tensor_id matmul_add(builder *b, const char *prefix,
-                                const char *name, fdy_tensor_id step,
-                                fdy_tensor_id x, fdy_llama_module module,
-                                int64_t layer, fdy_tensor_id residual,
-                                uint64_t rows, uint64_t out_features) {
+                                const char *name, const char *matmul_name,
+                                fdy_tensor_id step, fdy_tensor_id x,
+                                fdy_llama_module module, int64_t layer,
+                                fdy_tensor_id residual, uint64_t rows,
+                                uint64_t out_features) {
+  if (module_quant(b, module, layer).bits != 4) {
+    fdy_tensor_id y = matmul(b, prefix, matmul_name, step, x, module, layer,
+                             rows, out_features);
+    return add(b, prefix, name, step, residual, y, rows, out_features);
+  }
   fdy_tensor_id in[6] = {step, x};
   linear_views(b, module, layer, in + 2);
   in[5] = residual;
   fdy_tensor_id y =
       activation(b, prefix, name, FDY_DTYPE_F32, rows, out_features);
   return add_op(b, prefix, name, FDY_OP_MATMUL_ADD_Q4, no_params(), in, 6, y);
-}
-
-static fdy_tensor_id rmsnorm(builder *b, const char *prefix, const char *name,
-                             fdy_tensor_id step, fdy_tensor_id x,
-                             fdy_tensor_id weight, uint64_t rows) {
-  fdy_tensor_id in[3] = {step, x, weight};
-  fdy_tensor_id y =
-      activation(b, prefix, name, FDY_DTYPE_F32, rows, b->c->hidden_size);
-  return add_op(b, prefix, name, FDY_OP_RMSNORM, norm_params(b), in, 3, y);
 }
 
 /* The model's rope parameters. */
@@ -309,7 +385,8 @@ static fdy_tensor_id attend(builder *b, const char *prefix, fdy_tensor_id step,
  * state: [norm + q, k, v] [rope q] [rope k] [attention] [o + residual]
  * [norm + gate, up + swiglu] [down + residual] (7 ops), the ropes and the
  * attention as one ROPE_ATTENTION when `decode` (5 ops; rows at their own
- * positions of their own sequences). */
+ * positions of their own sequences). A fused op whose weights are not all
+ * 4-bit alike is its unfused sequence (RMSNORM, matmuls, ADD, SWIGLU). */
 static fdy_tensor_id decoder_layer(builder *b, const char *prefix,
                                    fdy_tensor_id step, fdy_tensor_id h,
                                    uint32_t l, uint64_t rows, bool decode) {
@@ -324,27 +401,41 @@ static fdy_tensor_id decoder_layer(builder *b, const char *prefix,
   static const char *const qkv_names[3] = {"q", "k", "v"};
   uint64_t qkv_features[3] = {q_dim, kv_dim, kv_dim};
   fdy_tensor_id qkv[3];
-  norm_matmul(b, p, "qkv", step, h,
+  norm_matmul(b, p, "qkv", "attn_norm", step, h,
               view(b, FDY_LLAMA_INPUT_NORM, FDY_LLAMA_PART_NORM, l),
               qkv_modules, qkv_names, qkv_features, 3, l, rows, qkv);
   fdy_tensor_id attn =
       attend(b, p, step, qkv[0], qkv[1], qkv[2], l, rows, decode);
-  fdy_tensor_id h1 = matmul_add(b, p, "attn_residual", step, attn,
+  fdy_tensor_id h1 = matmul_add(b, p, "attn_residual", "o", step, attn,
                                 FDY_LLAMA_O_PROJ, l, h, rows, hidden);
-  fdy_tensor_id in[9] = {step, h1,
-                         view(b, FDY_LLAMA_POST_NORM, FDY_LLAMA_PART_NORM, l)};
-  linear_views(b, FDY_LLAMA_GATE_PROJ, l, in + 3);
-  linear_views(b, FDY_LLAMA_UP_PROJ, l, in + 6);
-  fdy_tensor_id act =
-      add_op(b, p, "swiglu", FDY_OP_NORM_SWIGLU_Q4, norm_params(b), in, 9,
-             activation(b, p, "swiglu", FDY_DTYPE_F32, rows, ffn));
-  return matmul_add(b, p, "mlp_residual", step, act, FDY_LLAMA_DOWN_PROJ, l, h1,
-                    rows, hidden);
+  fdy_tensor_id post = view(b, FDY_LLAMA_POST_NORM, FDY_LLAMA_PART_NORM, l);
+  static const fdy_llama_module mlp_modules[2] = {FDY_LLAMA_GATE_PROJ,
+                                                  FDY_LLAMA_UP_PROJ};
+  fdy_tensor_id act;
+  if (fusable(b, mlp_modules, 2, l)) {
+    fdy_tensor_id in[9] = {step, h1, post};
+    linear_views(b, FDY_LLAMA_GATE_PROJ, l, in + 3);
+    linear_views(b, FDY_LLAMA_UP_PROJ, l, in + 6);
+    act = add_op(b, p, "swiglu", FDY_OP_NORM_SWIGLU_Q4, norm_params(b), in, 9,
+                 activation(b, p, "swiglu", FDY_DTYPE_F32, rows, ffn));
+  } else {
+    static const char *const mlp_names[2] = {"gate", "up"};
+    uint64_t mlp_features[2] = {ffn, ffn};
+    fdy_tensor_id gate_up[2];
+    norm_matmul(b, p, "gate_up", "mlp_norm", step, h1, post, mlp_modules,
+                mlp_names, mlp_features, 2, l, rows, gate_up);
+    fdy_tensor_id in[3] = {step, gate_up[0], gate_up[1]};
+    act = add_op(b, p, "swiglu", FDY_OP_SWIGLU, no_params(), in, 3,
+                 activation(b, p, "swiglu", FDY_DTYPE_F32, rows, ffn));
+  }
+  return matmul_add(b, p, "mlp_residual", "down", step, act,
+                    FDY_LLAMA_DOWN_PROJ, l, h1, rows, hidden);
 }
 
-/* The ops of one step over `rows` rows: embedding, layers (decoder_layer;
- * ROPE_ATTENTION when `fused`), head (one NORM_MATMUL_Q4 when `fused`, else
- * RMSNORM and MATMUL_Q4); `fused` for the decode step. */
+/* The ops of one step over `rows` rows: embedding (EMBED_Q4, EMBED_Q8 or
+ * EMBED_DENSE), layers (decoder_layer; ROPE_ATTENTION when `fused`), head
+ * (one NORM_MATMUL_Q4 when `fused` and the LM head is 4-bit, else RMSNORM
+ * and the LM head's matmul); `fused` for the decode step. */
 static void add_step(builder *b, const char *prefix, uint64_t rows,
                      bool all_logits, bool fused, fdy_tensor_id *step,
                      fdy_tensor_id *sampling, fdy_tensor_id *logits,
@@ -360,12 +451,14 @@ static void add_step(builder *b, const char *prefix, uint64_t rows,
   if (b->st == FDY_OK && fused) { /* every decode tensor of `rows` is by row */
     b->st = fdy_graph_set_step_rows(b->g, *step, rows, b->err);
   }
-  fdy_tensor_id in[4] = {*step,
-                         view(b, FDY_LLAMA_EMBED, FDY_LLAMA_PART_PACKED, -1),
-                         view(b, FDY_LLAMA_EMBED, FDY_LLAMA_PART_SCALES, -1),
-                         view(b, FDY_LLAMA_EMBED, FDY_LLAMA_PART_BIASES, -1)};
+  fdy_llama_quant embed = module_quant(b, FDY_LLAMA_EMBED, -1);
+  fdy_op_kind embed_kind = embed.bits == 4   ? FDY_OP_EMBED_Q4
+                           : embed.bits == 8 ? FDY_OP_EMBED_Q8
+                                             : FDY_OP_EMBED_DENSE;
+  fdy_tensor_id in[4] = {*step};
+  size_t n = 1 + linear_views(b, FDY_LLAMA_EMBED, -1, in + 1);
   fdy_tensor_id h = add_op(
-      b, prefix, "embed", FDY_OP_EMBED_Q4, no_params(), in, 4,
+      b, prefix, "embed", embed_kind, no_params(), in, n,
       activation(b, prefix, "embed", FDY_DTYPE_F32, rows, c->hidden_size));
   for (uint32_t l = 0; l < c->num_layers; l++) {
     h = decoder_layer(b, prefix, *step, h, l, rows, fused);
@@ -395,8 +488,8 @@ static void add_step(builder *b, const char *prefix, uint64_t rows,
       static const fdy_llama_module head[1] = {FDY_LLAMA_LM_HEAD};
       static const char *const names[1] = {"logits"};
       uint64_t features[1] = {c->vocab_size};
-      norm_matmul(b, prefix, "logits", *step, h, norm, head, names, features, 1,
-                  -1, head_rows, logits);
+      norm_matmul(b, prefix, "logits", "final_norm", *step, h, norm, head,
+                  names, features, 1, -1, head_rows, logits);
     } else {
       fdy_tensor_id x = rmsnorm(b, prefix, "final_norm", *step, h, norm, 1);
       *logits = matmul(b, prefix, "logits", *step, x, FDY_LLAMA_LM_HEAD, -1, 1,
@@ -503,7 +596,8 @@ fdy_status fdy_llama_graph(const fdy_llama_model *model,
     return st;
   }
   builder b = {.model = model, .c = c, .options = options, .err = err};
-  b.spec_count = fdy_llama_layout_count(c);
+  const fdy_llama_module_quant *quant = fdy_llama_model_quant(model);
+  b.spec_count = fdy_llama_layout_count(c, quant);
   b.specs = calloc(b.spec_count, sizeof(*b.specs));
   b.views = calloc(b.spec_count, sizeof(*b.views));
   b.k_cache = calloc(c->num_layers, sizeof(*b.k_cache));
@@ -511,7 +605,7 @@ fdy_status fdy_llama_graph(const fdy_llama_model *model,
   if (!b.specs || !b.views || !b.k_cache || !b.v_cache) {
     b.st = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   } else {
-    fdy_llama_layout(c, b.specs);
+    fdy_llama_layout(c, quant, b.specs);
     b.st = fdy_graph_create("llama", &b.g, err);
   }
   add_unit(&b, "embed", in_embed, -1, RESIDENT_FIRST);

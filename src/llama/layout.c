@@ -1,7 +1,8 @@
-/* The Llama MLX 4-bit layout table (see layout.h): one row per module, in
- * layout order, with its name, where it occurs, its dimensions in terms of
- * the configuration and the field of the loaded weights it fills. Every
- * expected tensor is derived from these rows. */
+/* The Llama MLX layout table (see layout.h): one row per module, in layout
+ * order, with its name, where it occurs, its dimensions in terms of the
+ * configuration and the field of the loaded weights it fills. Every
+ * expected tensor is derived from these rows and the quantization of each
+ * linear. */
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -29,7 +30,7 @@ typedef struct module_row {
   const char *name;
   scope scope;
   dim out, in;  /* a linear (out, in); a norm (out) when in is DIM_NONE */
-  size_t field; /* offset of the fdy_llama_qlinear (linear) or of the tensor
+  size_t field; /* offset of the fdy_llama_linear (linear) or of the tensor
                    pointer (norm) in fdy_llama_layer_weights (PER_LAYER)
                    or fdy_llama_weights */
 } module_row;
@@ -86,9 +87,74 @@ static bool present(const fdy_llama_config *c, const module_row *r) {
   return r->scope != UNTIED || !c->tie_word_embeddings;
 }
 
-/* Tensors per occurrence: a linear's three parts or one norm vector. */
-static size_t part_count(const module_row *r) {
-  return r->in == DIM_NONE ? 1 : 3;
+/* The quantization of module m in layer (-1 outside the layers). */
+static fdy_llama_quant quant_of(const fdy_llama_config *c,
+                                const fdy_llama_module_quant *quant,
+                                fdy_llama_module m, int64_t layer) {
+  if (quant != NULL) {
+    return quant[fdy_llama_quant_index(m, layer)].quant;
+  }
+  return (fdy_llama_quant){c->bits, c->group_size};
+}
+
+/* Tensors of one occurrence: a norm vector, a quantized linear's three
+ * parts or an unquantized linear's weight. */
+static size_t part_count(const fdy_llama_config *c,
+                         const fdy_llama_module_quant *quant,
+                         fdy_llama_module m, int64_t layer) {
+  if (rows[m].in == DIM_NONE) {
+    return 1;
+  }
+  return quant_of(c, quant, m, layer).bits != 0 ? 3 : 1;
+}
+
+size_t fdy_llama_quant_count(const fdy_llama_config *config) {
+  return ((size_t)config->num_layers + 1) * FDY_LLAMA_MODULE_COUNT;
+}
+
+size_t fdy_llama_quant_index(fdy_llama_module m, int64_t layer) {
+  return (size_t)(layer + 1) * FDY_LLAMA_MODULE_COUNT + m;
+}
+
+void fdy_llama_module_name(fdy_llama_module m, int64_t layer, char *buf,
+                           size_t cap) {
+  if (layer >= 0) {
+    snprintf(buf, cap, "model.layers.%lld.%s", (long long)layer, rows[m].name);
+  } else {
+    snprintf(buf, cap, "%s", rows[m].name);
+  }
+}
+
+bool fdy_llama_linear_of(const fdy_llama_config *config, const char *path,
+                         fdy_llama_module *m, int64_t *layer) {
+  static const char prefix[] = "model.layers.";
+  int64_t l = -1;
+  const char *rest = path;
+  if (strncmp(path, prefix, sizeof prefix - 1) == 0) {
+    const char *p = path + sizeof prefix - 1;
+    uint64_t n = 0;
+    size_t digits = 0;
+    while (p[digits] >= '0' && p[digits] <= '9' && digits < 10) {
+      n = n * 10 + (uint64_t)(p[digits] - '0');
+      digits++;
+    }
+    if (digits == 0 || (digits > 1 && p[0] == '0') || p[digits] != '.' ||
+        n >= config->num_layers) {
+      return false;
+    }
+    l = (int64_t)n;
+    rest = p + digits + 1;
+  }
+  for (size_t k = 0; k < FDY_LLAMA_MODULE_COUNT; k++) {
+    const module_row *r = &rows[k];
+    if (r->in != DIM_NONE && (r->scope == PER_LAYER) == (l >= 0) &&
+        present(config, r) && strcmp(rest, r->name) == 0) {
+      *m = (fdy_llama_module)k;
+      *layer = l;
+      return true;
+    }
+  }
+  return false;
 }
 
 /* Fills s as part `part` of module m in layer (-1 outside the layers); a
@@ -99,14 +165,12 @@ static void set_spec(fdy_llama_tensor_spec *s, fdy_llama_module m,
   static const char *const suffix[] = {[FDY_LLAMA_PART_PACKED] = "weight",
                                        [FDY_LLAMA_PART_SCALES] = "scales",
                                        [FDY_LLAMA_PART_BIASES] = "biases",
-                                       [FDY_LLAMA_PART_NORM] = "weight"};
-  if (layer >= 0) {
-    snprintf(s->name, sizeof s->name, "model.layers.%lld.%s.%s",
-             (long long)layer, rows[m].name, suffix[part]);
-  } else {
-    snprintf(s->name, sizeof s->name, "%s.%s", rows[m].name, suffix[part]);
-  }
-  s->module_len = strlen(s->name) - strlen(suffix[part]) - 1;
+                                       [FDY_LLAMA_PART_NORM] = "weight",
+                                       [FDY_LLAMA_PART_DENSE] = "weight"};
+  char module[FDY_LLAMA_NAME_MAX - 8]; /* room for ".weight" */
+  fdy_llama_module_name(m, layer, module, sizeof module);
+  snprintf(s->name, sizeof s->name, "%s.%s", module, suffix[part]);
+  s->module_len = strlen(module);
   s->module = m;
   s->part = part;
   s->dtype = dtype;
@@ -114,53 +178,72 @@ static void set_spec(fdy_llama_tensor_spec *s, fdy_llama_module m,
   s->layer = layer;
   s->out_features = 0;
   s->in_features = 0;
+  s->quant = (fdy_llama_quant){0, 0};
 }
 
 /* Writes the tensors of module m in layer (or -1) to out; returns how
  * many. */
-static size_t emit(const fdy_llama_config *c, fdy_llama_module m, int64_t layer,
-                   fdy_llama_tensor_spec *out) {
+static size_t emit(const fdy_llama_config *c,
+                   const fdy_llama_module_quant *quant, fdy_llama_module m,
+                   int64_t layer, fdy_llama_tensor_spec *out) {
   const module_row *r = &rows[m];
   uint32_t out_dim = dim_of(c, r->out);
   if (r->in == DIM_NONE) {
-    set_spec(out, m, layer, FDY_LLAMA_PART_NORM, c->scale_dtype,
-             FDY_SHAPE(out_dim));
+    set_spec(out, m, layer, FDY_LLAMA_PART_NORM, c->dtype, FDY_SHAPE(out_dim));
     return 1;
   }
   uint32_t in_dim = dim_of(c, r->in);
-  uint64_t packed = (uint64_t)in_dim * c->bits / 32;
-  uint64_t groups = in_dim / c->group_size;
-  set_spec(&out[0], m, layer, FDY_LLAMA_PART_PACKED, FDY_DTYPE_U32,
-           FDY_SHAPE(out_dim, packed));
-  set_spec(&out[1], m, layer, FDY_LLAMA_PART_SCALES, c->scale_dtype,
-           FDY_SHAPE(out_dim, groups));
-  set_spec(&out[2], m, layer, FDY_LLAMA_PART_BIASES, c->scale_dtype,
-           FDY_SHAPE(out_dim, groups));
-  for (size_t k = 0; k < 3; k++) {
+  fdy_llama_quant q = quant_of(c, quant, m, layer);
+  size_t n = 1;
+  if (q.bits == 0) {
+    set_spec(&out[0], m, layer, FDY_LLAMA_PART_DENSE, c->dtype,
+             FDY_SHAPE(out_dim, in_dim));
+  } else {
+    uint64_t packed = (uint64_t)in_dim * q.bits / 32;
+    uint64_t groups = in_dim / q.group_size;
+    set_spec(&out[0], m, layer, FDY_LLAMA_PART_PACKED, FDY_DTYPE_U32,
+             FDY_SHAPE(out_dim, packed));
+    set_spec(&out[1], m, layer, FDY_LLAMA_PART_SCALES, c->dtype,
+             FDY_SHAPE(out_dim, groups));
+    set_spec(&out[2], m, layer, FDY_LLAMA_PART_BIASES, c->dtype,
+             FDY_SHAPE(out_dim, groups));
+    n = 3;
+  }
+  for (size_t k = 0; k < n; k++) {
     out[k].out_features = out_dim;
     out[k].in_features = in_dim;
+    out[k].quant = q;
   }
-  return 3;
+  return n;
 }
 
-size_t fdy_llama_layout_count(const fdy_llama_config *config) {
+size_t fdy_llama_layout_count(const fdy_llama_config *config,
+                              const fdy_llama_module_quant *quant) {
   size_t n = 0;
   for (size_t m = 0; m < FDY_LLAMA_MODULE_COUNT; m++) {
     const module_row *r = &rows[m];
-    if (present(config, r)) {
-      n += part_count(r) * (r->scope == PER_LAYER ? config->num_layers : 1);
+    if (!present(config, r)) {
+      continue;
+    }
+    if (r->scope != PER_LAYER) {
+      n += part_count(config, quant, (fdy_llama_module)m, -1);
+      continue;
+    }
+    for (uint32_t l = 0; l < config->num_layers; l++) {
+      n += part_count(config, quant, (fdy_llama_module)m, l);
     }
   }
   return n;
 }
 
 void fdy_llama_layout(const fdy_llama_config *config,
+                      const fdy_llama_module_quant *quant,
                       fdy_llama_tensor_spec *out) {
   size_t n = 0;
   for (size_t m = 0; m < FDY_LLAMA_MODULE_COUNT; m++) {
     if (rows[m].scope != PER_LAYER) {
       if (present(config, &rows[m])) {
-        n += emit(config, (fdy_llama_module)m, -1, out + n);
+        n += emit(config, quant, (fdy_llama_module)m, -1, out + n);
       }
       continue;
     }
@@ -171,14 +254,14 @@ void fdy_llama_layout(const fdy_llama_config *config,
     }
     for (uint32_t l = 0; l < config->num_layers; l++) {
       for (size_t k = m; k < end; k++) {
-        n += emit(config, (fdy_llama_module)k, l, out + n);
+        n += emit(config, quant, (fdy_llama_module)k, l, out + n);
       }
     }
     m = end - 1;
   }
 }
 
-/* The field spec's module fills: a qlinear or a norm's tensor pointer. */
+/* The field spec's module fills: a linear or a norm's tensor pointer. */
 static void *field(fdy_llama_weights *w, const fdy_llama_tensor_spec *spec) {
   const module_row *r = &rows[spec->module];
   char *base =
@@ -186,17 +269,18 @@ static void *field(fdy_llama_weights *w, const fdy_llama_tensor_spec *spec) {
   return base + r->field;
 }
 
-fdy_llama_qlinear *fdy_llama_weights_linear(fdy_llama_weights *w,
-                                            const fdy_llama_tensor_spec *spec) {
+fdy_llama_linear *fdy_llama_weights_linear(fdy_llama_weights *w,
+                                           const fdy_llama_tensor_spec *spec) {
   return spec->part == FDY_LLAMA_PART_NORM ? NULL : field(w, spec);
 }
 
 const fdy_st_tensor **
 fdy_llama_weights_slot(fdy_llama_weights *w,
                        const fdy_llama_tensor_spec *spec) {
-  fdy_llama_qlinear *q = fdy_llama_weights_linear(w, spec);
+  fdy_llama_linear *q = fdy_llama_weights_linear(w, spec);
   switch (spec->part) {
   case FDY_LLAMA_PART_PACKED:
+  case FDY_LLAMA_PART_DENSE:
     return &q->weight;
   case FDY_LLAMA_PART_SCALES:
     return &q->scales;

@@ -1,19 +1,21 @@
-/* Random-weight checkpoints in exactly the MLX 4-bit layout: config.json
- * (Hugging Face fields plus "quantization"), model.safetensors (sorted
- * header, unpadded, data in the order of the layout table, layout.h) and
- * model.safetensors.index.json.
+/* Random-weight checkpoints in exactly the MLX layout (4-bit by default;
+ * 8-bit, unquantized or mixed on request): config.json (Hugging Face
+ * fields plus "quantization", with per-module entries for a mixed
+ * recipe), model.safetensors (sorted header, unpadded, data in the order
+ * of the layout table, layout.h) and model.safetensors.index.json.
  *
  * Every value is a pure function of (seed, tensor name, element index)
  * through the SplitMix64 mixer, so output is byte-identical for a seed and
  * any chunk of any tensor can be produced independently: the file is
- * streamed in bounded chunks. Weights are realistic: packed nibbles are
- * uniform, a group's scale s is spread around target / 4.61 (the standard
- * deviation of a uniform nibble) with an occasional negative sign, and its
- * bias is about -7.5 s, so dequantized weights are roughly zero-mean with a
- * standard deviation of 1/sqrt(in_features) (0.05 for embedding and LM
- * head rows); norm weights lie in [0.9, 1.1]. The directory is built under a
- * temporary name beside out_dir and renamed into place without replacing
- * anything. */
+ * streamed in bounded chunks. Weights are realistic: packed values are
+ * uniform, a group's scale s is spread around target / q_std (q_std the
+ * standard deviation of a uniform 4-bit or 8-bit value: 4.61, 73.9) with
+ * an occasional negative sign, and its bias is about -(2^bits - 1) / 2 s,
+ * so dequantized weights are roughly zero-mean with a standard deviation of
+ * target = 1/sqrt(in_features) (0.05 for embedding and LM head rows);
+ * unquantized weights are uniform with that standard deviation; norm
+ * weights lie in [0.9, 1.1]. The directory is built under a temporary name
+ * beside out_dir and renamed into place without replacing anything. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -28,9 +30,11 @@
 #include "layout.h"
 #include "loader.h"
 
-#define GOLDEN     0x9E3779B97F4A7C15ull
-#define NIBBLE_STD 4.6097722f /* sqrt((16^2 - 1) / 12) */
-#define EMBED_STD  0.05f
+#define GOLDEN    0x9E3779B97F4A7C15ull
+#define Q4_STD    4.6097722f /* sqrt((16^2 - 1) / 12) */
+#define Q8_STD    73.900834f /* sqrt((256^2 - 1) / 12) */
+#define EMBED_STD 0.05f
+#define SQRT3     1.7320508f
 
 typedef struct preset {
   const char *name;
@@ -154,7 +158,6 @@ static const preset presets[] = {
 };
 
 #define PRESET_COUNT (sizeof presets / sizeof presets[0])
-#define GROUP_SIZE   64u
 
 static const char *const preset_names[PRESET_COUNT + 1] = {
     "llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b",       "tiny",
@@ -206,19 +209,23 @@ static uint64_t name_key(uint64_t seed, const char *name, size_t len) {
 
 static float scale_at(const gen_tensor *t, uint64_t i) {
   uint64_t r = rand_at(t->key, i);
-  float s = t->target / NIBBLE_STD * (0.5f + unit(r));
+  float std = t->spec.quant.bits == 8 ? Q8_STD : Q4_STD;
+  float s = t->target / std * (0.5f + unit(r));
   return (r & 7) == 0 ? -s : s;
 }
 
 static float value_at(const gen_tensor *t, uint64_t i) {
+  float middle = (float)((1u << t->spec.quant.bits) - 1) / 2.0f;
   switch (t->spec.part) {
   case FDY_LLAMA_PART_SCALES:
     return scale_at(t, i);
   case FDY_LLAMA_PART_BIASES:
     return scale_at(t, i) *
-           (-7.5f + 0.5f * (unit(rand_at(t->key ^ GOLDEN, i)) - 0.5f));
+           (-middle + 0.5f * (unit(rand_at(t->key ^ GOLDEN, i)) - 0.5f));
   case FDY_LLAMA_PART_NORM:
     return 0.9f + 0.2f * unit(rand_at(t->key, i));
+  case FDY_LLAMA_PART_DENSE:
+    return (2.0f * unit(rand_at(t->key, i)) - 1.0f) * SQRT3 * t->target;
   case FDY_LLAMA_PART_PACKED:
     break;
   }
@@ -243,6 +250,15 @@ static fdy_status gen_fill(void *ctx, size_t index, uint64_t offset, void *buf,
         out[b + (uint64_t)k] = (unsigned char)(r >> (8 * k));
       }
     }
+  } else if (t->spec.dtype == FDY_DTYPE_F32) {
+    for (uint64_t b = 0; b < len; b += 4) {
+      float v = value_at(t, (offset + b) / 4);
+      uint32_t bits;
+      memcpy(&bits, &v, sizeof bits);
+      for (int k = 0; k < 4; k++) {
+        out[b + (uint64_t)k] = (unsigned char)(bits >> (8 * k));
+      }
+    }
   } else {
     for (uint64_t b = 0; b < len; b += 2) {
       float v = value_at(t, (offset + b) / 2);
@@ -263,20 +279,22 @@ typedef struct gen_list {
   size_t count;
 } gen_list;
 
-/* Every tensor of config in layout order, keyed by seed. A linear's three
- * tensors share its module's key, a norm is keyed by its full name; a
- * linear's dequantized weights have a standard deviation of
- * 1/sqrt(in_features), the embedding's and LM head's EMBED_STD. */
-static fdy_status gen_tensors(const fdy_llama_config *config, uint64_t seed,
-                              gen_list *l, fdy_error *err) {
-  size_t n = fdy_llama_layout_count(config);
+/* Every tensor of config (linears quantized as quant says) in layout
+ * order, keyed by seed. A linear's tensors share its module's key, a norm
+ * is keyed by its full name; a linear's dequantized weights have a
+ * standard deviation of 1/sqrt(in_features), the embedding's and LM
+ * head's EMBED_STD. */
+static fdy_status gen_tensors(const fdy_llama_config *config,
+                              const fdy_llama_module_quant *quant,
+                              uint64_t seed, gen_list *l, fdy_error *err) {
+  size_t n = fdy_llama_layout_count(config, quant);
   fdy_llama_tensor_spec *specs = calloc(n, sizeof *specs);
   l->items = calloc(n, sizeof *l->items);
   if (!specs || !l->items) {
     free(specs);
     return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   }
-  fdy_llama_layout(config, specs);
+  fdy_llama_layout(config, quant, specs);
   for (size_t i = 0; i < n; i++) {
     const fdy_llama_tensor_spec *s = &specs[i];
     bool norm = s->part == FDY_LLAMA_PART_NORM;
@@ -305,7 +323,110 @@ static fdy_status write_json(const char *path, json_t *doc, size_t flags,
   return st;
 }
 
-static json_t *config_json(const preset *p) {
+/* A preset's checkpoint as the options ask for it. */
+typedef struct variant {
+  uint32_t bits, group_size; /* the default quantization; 0: unquantized */
+  bool mixed;
+  fdy_dtype dtype;
+} variant;
+
+static fdy_status variant_of(const preset *p, const fdy_llama_make_options *o,
+                             variant *out, fdy_error *err) {
+  static const fdy_llama_make_options none = {0};
+  o = o ? o : &none;
+  variant v = {o->bits ? o->bits : 4, o->group_size ? o->group_size : 64,
+               o->mixed, p->dtype};
+  if (v.bits != 4 && v.bits != 8) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "bits %u: a checkpoint is 4-bit or 8-bit", v.bits);
+  }
+  if (v.group_size != 32 && v.group_size != 64 && v.group_size != 128) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "group size %u: groups are of 32, 64 or 128",
+                         v.group_size);
+  }
+  static const struct {
+    const char *name;
+    fdy_dtype dtype;
+  } dtypes[] = {{"float16", FDY_DTYPE_F16},
+                {"bfloat16", FDY_DTYPE_BF16},
+                {"float32", FDY_DTYPE_F32}};
+  bool known = o->dtype == NULL;
+  for (size_t i = 0; o->dtype && i < 3; i++) {
+    if (strcmp(o->dtype, dtypes[i].name) == 0) {
+      v.dtype = dtypes[i].dtype;
+      known = true;
+    }
+  }
+  if (!known) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "dtype '%s': float16, bfloat16 or float32", o->dtype);
+  }
+  if (o->unquantized && o->mixed) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "a mixed-precision checkpoint is quantized");
+  }
+  if (v.dtype == FDY_DTYPE_F32 && !o->unquantized) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "float32 weights only unquantized: MLX scales of "
+                         "quantized weights are float16 or bfloat16");
+  }
+  if (o->unquantized) {
+    v.bits = 0;
+    v.group_size = 0;
+  }
+  *out = v;
+  return FDY_OK;
+}
+
+/* The mixed recipe's entry for module m of layer l (-1 outside the
+ * layers), or NULL for the default: 8 bits for v_proj and down_proj of
+ * the layers mlx-lm's mixed recipes favour and for an untied lm_head,
+ * false for the last layer's o_proj. */
+static json_t *mixed_entry(const preset *p, const variant *v,
+                           fdy_llama_module m, int64_t l) {
+  uint32_t n = p->layers;
+  bool more = l >= 0 && ((uint32_t)l < n / 8 || (uint32_t)l >= 7 * n / 8 ||
+                         ((uint32_t)l - n / 8) % 3 == 2);
+  if (m == FDY_LLAMA_O_PROJ && l == (int64_t)n - 1) {
+    return json_false();
+  }
+  if (m == FDY_LLAMA_LM_HEAD ||
+      (more && (m == FDY_LLAMA_V_PROJ || m == FDY_LLAMA_DOWN_PROJ))) {
+    return json_pack("{s:i, s:i}", "group_size", (int)v->group_size, "bits", 8);
+  }
+  return NULL;
+}
+
+/* config.json's "quantization": the default and, for a mixed recipe, the
+ * entries of the modules that differ; NULL when out of memory. */
+static json_t *quantization_json(const preset *p, const variant *v) {
+  json_t *q = json_pack("{s:i, s:i}", "group_size", (int)v->group_size, "bits",
+                        (int)v->bits);
+  static const fdy_llama_module linears[] = {
+      FDY_LLAMA_Q_PROJ,   FDY_LLAMA_K_PROJ,    FDY_LLAMA_V_PROJ,
+      FDY_LLAMA_O_PROJ,   FDY_LLAMA_GATE_PROJ, FDY_LLAMA_UP_PROJ,
+      FDY_LLAMA_DOWN_PROJ};
+  for (int64_t l = -1; q && v->mixed && l < (int64_t)p->layers; l++) {
+    size_t count = l < 0 ? 1 : sizeof linears / sizeof linears[0];
+    for (size_t k = 0; q && k < count; k++) {
+      fdy_llama_module m = l < 0 ? FDY_LLAMA_LM_HEAD : linears[k];
+      if (m == FDY_LLAMA_LM_HEAD && p->tied) {
+        continue;
+      }
+      json_t *entry = mixed_entry(p, v, m, l);
+      char name[FDY_LLAMA_NAME_MAX];
+      fdy_llama_module_name(m, l, name, sizeof name);
+      if (entry && json_object_set_new(q, name, entry) != 0) {
+        json_decref(q);
+        q = NULL;
+      }
+    }
+  }
+  return q;
+}
+
+static json_t *config_json(const preset *p, const variant *v) {
   json_t *rope = json_null();
   if (p->llama3) {
     rope =
@@ -317,9 +438,12 @@ static json_t *config_json(const preset *p) {
   for (uint32_t i = 0; eos && i < p->eos_count; i++) {
     json_array_append_new(eos, json_integer(p->eos[i]));
   }
-  return json_pack(
+  static const char *const torch_dtypes[] = {[FDY_DTYPE_F32] = "float32",
+                                             [FDY_DTYPE_F16] = "float16",
+                                             [FDY_DTYPE_BF16] = "bfloat16"};
+  json_t *doc = json_pack(
       "{s:[s], s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:o, s:b, s:i, s:f, "
-      "s:i, s:o, s:s, s:b, s:b, s:s, s:s, s:{s:i, s:i}, s:{s:i, s:i}}",
+      "s:i, s:o, s:s, s:b, s:b, s:s, s:s}",
       "architectures", "LlamaForCausalLM", "vocab_size", (int)p->vocab,
       "hidden_size", (int)p->hidden, "intermediate_size", (int)p->ffn,
       "num_hidden_layers", (int)p->layers, "num_attention_heads", (int)p->heads,
@@ -328,8 +452,19 @@ static json_t *config_json(const preset *p) {
       (int)p->tied, "max_position_embeddings", 131072, "rms_norm_eps", 1e-5,
       "bos_token_id", (int)p->bos, "eos_token_id", eos, "hidden_act", "silu",
       "attention_bias", 0, "mlp_bias", 0, "model_type", "llama", "torch_dtype",
-      "bfloat16", "quantization", "group_size", (int)GROUP_SIZE, "bits", 4,
-      "quantization_config", "group_size", (int)GROUP_SIZE, "bits", 4);
+      torch_dtypes[v->dtype]);
+  if (doc && v->bits != 0) {
+    /* mlx-lm writes the block twice, the second for Hugging Face */
+    json_t *q = quantization_json(p, v);
+    json_t *copy = json_deep_copy(q);
+    int failed = json_object_set_new(doc, "quantization", q);
+    failed |= json_object_set_new(doc, "quantization_config", copy);
+    if (failed) {
+      json_decref(doc);
+      doc = NULL;
+    }
+  }
+  return doc;
 }
 
 /* Bytes of every tensor of the list: the index's total_size. */
@@ -366,36 +501,42 @@ static json_t *index_json(const gen_list *l, uint64_t total) {
 static const char *const files[] = {"config.json", "model.safetensors",
                                     "model.safetensors.index.json"};
 
-/* The configuration a checkpoint of preset p has, as the loader reads it. */
-static fdy_status preset_config(const preset *p, fdy_llama_config *out,
+/* The configuration a checkpoint of preset p as variant v has, and the
+ * quantization of its linears (*quant malloc'd), as the loader reads
+ * them. */
+static fdy_status preset_config(const preset *p, const variant *v,
+                                fdy_llama_config *out,
+                                fdy_llama_module_quant **quant,
                                 fdy_error *err) {
-  json_t *doc = config_json(p);
+  json_t *doc = config_json(p, v);
   char *text = doc ? json_dumps(doc, JSON_REAL_PRECISION(15)) : NULL;
   json_decref(doc);
   if (!text) {
     return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   }
-  fdy_status s = fdy_llama_config_parse(text, strlen(text), p->name, out, err);
+  fdy_status s = fdy_llama_config_parse_quant(text, strlen(text), p->name, out,
+                                              quant, err);
   free(text);
   if (s == FDY_OK) {
-    out->scale_dtype = p->dtype;
+    out->dtype = v->dtype;
   }
   return s;
 }
 
 /* Writes the three files into the existing directory dir. */
-static fdy_status write_checkpoint(const preset *p, uint64_t seed,
-                                   const char *dir,
+static fdy_status write_checkpoint(const preset *p, const variant *v,
+                                   uint64_t seed, const char *dir,
                                    fdy_llama_progress_fn progress, void *pctx,
                                    fdy_error *err) {
   gen_list list = {0};
   fdy_st_write_tensor *wt = NULL;
   json_t *config = NULL, *index = NULL;
+  fdy_llama_module_quant *quant = NULL;
   char path[4096];
   fdy_llama_config parsed;
-  fdy_status s = preset_config(p, &parsed, err);
+  fdy_status s = preset_config(p, v, &parsed, &quant, err);
   if (s == FDY_OK) {
-    s = gen_tensors(&parsed, seed, &list, err);
+    s = gen_tensors(&parsed, quant, seed, &list, err);
   }
   if (s != FDY_OK) {
     goto cleanup;
@@ -417,7 +558,7 @@ static fdy_status write_checkpoint(const preset *p, uint64_t seed,
   if ((s = list_bytes(&list, &g.total, err)) != FDY_OK) {
     goto cleanup;
   }
-  config = config_json(p);
+  config = config_json(p, v);
   index = index_json(&list, g.total);
   if (!config || !index) {
     s = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
@@ -440,6 +581,7 @@ cleanup:
   json_decref(index);
   free(wt);
   free(list.items);
+  free(quant);
   return s;
 }
 
@@ -468,38 +610,49 @@ static fdy_status find_preset(const char *name, const preset **out,
 }
 
 fdy_status fdy_llama_preset_config(const char *preset_name,
+                                   const fdy_llama_make_options *options,
                                    fdy_llama_config *config,
                                    uint64_t *total_bytes, fdy_error *err) {
   const preset *p = NULL;
+  variant v;
   fdy_status s = find_preset(preset_name, &p, err);
+  if (s == FDY_OK) {
+    s = variant_of(p, options, &v, err);
+  }
   if (s != FDY_OK) {
     return s;
   }
   fdy_llama_config parsed;
-  if ((s = preset_config(p, &parsed, err)) != FDY_OK) {
+  fdy_llama_module_quant *quant = NULL;
+  if ((s = preset_config(p, &v, &parsed, &quant, err)) != FDY_OK) {
     return s;
   }
   if (total_bytes) {
     gen_list list = {0};
-    s = gen_tensors(&parsed, 0, &list, err);
+    s = gen_tensors(&parsed, quant, 0, &list, err);
     if (s == FDY_OK) {
       s = list_bytes(&list, total_bytes, err);
     }
     free(list.items);
-    if (s != FDY_OK) {
-      return s;
-    }
   }
-  *config = parsed;
-  return FDY_OK;
+  free(quant);
+  if (s == FDY_OK) {
+    *config = parsed;
+  }
+  return s;
 }
 
 fdy_status fdy_llama_make_model_ex(const char *preset_name, uint64_t seed,
+                                   const fdy_llama_make_options *options,
                                    const char *out_dir,
                                    fdy_llama_progress_fn progress, void *ctx,
                                    fdy_error *err) {
   const preset *p = NULL;
+  variant v;
   fdy_status s = find_preset(preset_name, &p, err);
+  if (s == FDY_OK) {
+    s = variant_of(p, options, &v, err);
+  }
   if (s != FDY_OK) {
     return s;
   }
@@ -524,7 +677,7 @@ fdy_status fdy_llama_make_model_ex(const char *preset_name, uint64_t seed,
   if (s != FDY_OK) {
     return s;
   }
-  s = write_checkpoint(p, seed, tmp, progress, ctx, err);
+  s = write_checkpoint(p, &v, seed, tmp, progress, ctx, err);
   if (s == FDY_OK &&
       renameat2(AT_FDCWD, tmp, AT_FDCWD, target, RENAME_NOREPLACE) != 0) {
     s = fdy_llama_file_error(
@@ -540,5 +693,6 @@ fdy_status fdy_llama_make_model_ex(const char *preset_name, uint64_t seed,
 
 fdy_status fdy_llama_make_model(const char *preset_name, uint64_t seed,
                                 const char *out_dir, fdy_error *err) {
-  return fdy_llama_make_model_ex(preset_name, seed, out_dir, NULL, NULL, err);
+  return fdy_llama_make_model_ex(preset_name, seed, NULL, out_dir, NULL, NULL,
+                                 err);
 }

@@ -1,8 +1,11 @@
 /* Opening a checkpoint directory: config.json, then model.safetensors or
- * the shards named by model.safetensors.index.json, then the full tensor
- * inventory. The expected tensors are the layout table's for the config
- * (layout.h: names, dtypes, shapes); every one must be present exactly as
- * expected and no other tensor may exist. Errors name the offending file in
+ * the shards named by model.safetensors.index.json, then the quantization
+ * of every linear (config.json's, except that a linear without an entry
+ * whose scales are absent is unquantized, as mlx-lm loads it), then the
+ * full tensor inventory. The expected tensors are the layout table's for
+ * the config and those quantizations (layout.h: names, dtypes, shapes);
+ * every one must be present exactly as expected and no other tensor may
+ * exist. Errors name the offending file in
  * err->name and the tensor in the message. */
 #include <jansson.h>
 #include <stdio.h>
@@ -19,6 +22,7 @@
 struct fdy_llama_model {
   char *dir;
   fdy_llama_config config;
+  fdy_llama_module_quant *quant; /* fdy_llama_quant_count(&config) */
   fdy_safetensors **shards;
   size_t shard_count;
   fdy_llama_weights weights; /* lm_head is the embedding when tied */
@@ -48,17 +52,18 @@ static fdy_status read_file(const char *path, uint64_t limit, char **out,
 static fdy_status build_expected(fdy_llama_model *m,
                                  fdy_llama_tensor_spec **out, size_t *count,
                                  fdy_error *err) {
-  size_t n = fdy_llama_layout_count(&m->config);
+  size_t n = fdy_llama_layout_count(&m->config, m->quant);
   fdy_llama_tensor_spec *specs = calloc(n, sizeof *specs);
   if (!specs) {
     return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   }
-  fdy_llama_layout(&m->config, specs);
+  fdy_llama_layout(&m->config, m->quant, specs);
   for (size_t i = 0; i < n; i++) {
-    fdy_llama_qlinear *q = fdy_llama_weights_linear(&m->weights, &specs[i]);
+    fdy_llama_linear *q = fdy_llama_weights_linear(&m->weights, &specs[i]);
     if (q) {
       q->out_features = specs[i].out_features;
       q->in_features = specs[i].in_features;
+      q->quant = specs[i].quant;
     }
   }
   *out = specs;
@@ -201,25 +206,41 @@ static fdy_status find_tensor(const fdy_llama_model *m, const char *index_path,
   return FDY_OK;
 }
 
-/* The scales, biases and norms must have the checkpoint's scale dtype, which
- * the embedding scales (checked first) fix. */
+/* Whether any linear of m is quantized. */
+static bool any_quantized(const fdy_llama_model *m) {
+  for (size_t i = 0; i < fdy_llama_quant_count(&m->config); i++) {
+    if (m->quant[i].quant.bits != 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+/* Scales, biases, norms and unquantized weights must have the checkpoint's
+ * dtype, which the first of them (the embedding's scales or weight,
+ * checked first) fixes: F16 or BF16, or F32 when nothing is quantized. */
 static fdy_status check_tensor(fdy_llama_model *m,
                                const fdy_llama_tensor_spec *e,
-                               const fdy_st_tensor *t, fdy_error *err) {
-  bool half = e->part != FDY_LLAMA_PART_PACKED;
+                               const fdy_st_tensor *t, bool first_typed,
+                               fdy_error *err) {
+  bool typed = e->part != FDY_LLAMA_PART_PACKED;
+  bool f32 = !any_quantized(m);
   fdy_dtype want = e->dtype;
-  if (half) {
-    if (t == m->weights.embed.scales &&
-        (t->dtype == FDY_DTYPE_F16 || t->dtype == FDY_DTYPE_BF16)) {
-      m->config.scale_dtype = t->dtype;
+  if (typed) {
+    if (first_typed &&
+        (t->dtype == FDY_DTYPE_F16 || t->dtype == FDY_DTYPE_BF16 ||
+         (f32 && t->dtype == FDY_DTYPE_F32))) {
+      m->config.dtype = t->dtype;
     }
-    want = m->config.scale_dtype;
+    want = m->config.dtype;
   }
   if (t->dtype != want) {
     return fdy_llama_file_error(
         err, FDY_ERR_SCHEMA, t->path, "tensor '%s' has dtype %s, expected %s%s",
         t->name, fdy_dtype_name(t->dtype), fdy_dtype_name(want),
-        half ? " (F16 or BF16, as the embedding scales)" : "");
+        !typed ? ""
+        : f32  ? " (F32, F16 or BF16, as the embedding's)"
+               : " (F16 or BF16, as the embedding's scales)");
   }
   if (!fdy_shape_equal(t->shape, e->shape)) {
     char have[96], need[96];
@@ -229,6 +250,44 @@ static fdy_status check_tensor(fdy_llama_model *m,
                                 "tensor '%s' has shape %s, expected %s",
                                 t->name, have, need);
   }
+  return FDY_OK;
+}
+
+/* Whether the checkpoint has a tensor named name (in the index's
+ * weight_map, or in the one file). */
+static bool has_tensor(const fdy_llama_model *m, json_t *weight_map,
+                       const char *name) {
+  if (weight_map) {
+    return json_object_get(weight_map, name) != NULL;
+  }
+  const fdy_st_tensor *t = NULL;
+  return fdy_safetensors_find(m->shards[0], name, &t, NULL) == FDY_OK;
+}
+
+/* A quantized linear without an entry of its own in quantization whose
+ * NAME.scales the checkpoint lacks is unquantized (mlx-lm's rule: its
+ * quantization predicates record no entry for a module they leave
+ * unquantized). */
+static fdy_status find_unquantized(fdy_llama_model *m, json_t *weight_map,
+                                   fdy_error *err) {
+  size_t n = fdy_llama_layout_count(&m->config, m->quant);
+  fdy_llama_tensor_spec *specs = calloc(n, sizeof *specs);
+  if (!specs) {
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  fdy_llama_layout(&m->config, m->quant, specs);
+  for (size_t i = 0; i < n; i++) {
+    const fdy_llama_tensor_spec *e = &specs[i];
+    fdy_llama_module_quant *q =
+        &m->quant[fdy_llama_quant_index(e->module, e->layer)];
+    char name[FDY_LLAMA_NAME_MAX + 8];
+    snprintf(name, sizeof name, "%.*s.scales", (int)e->module_len, e->name);
+    if (e->part == FDY_LLAMA_PART_SCALES && !q->given &&
+        !has_tensor(m, weight_map, name)) {
+      q->quant = (fdy_llama_quant){0, 0};
+    }
+  }
+  free(specs);
   return FDY_OK;
 }
 
@@ -258,7 +317,10 @@ static fdy_status check_inventory(fdy_llama_model *m,
       goto cleanup;
     }
     *fdy_llama_weights_slot(&m->weights, e) = t;
-    if ((s = check_tensor(m, e, t, err)) != FDY_OK) {
+    bool first_typed =
+        e->module == FDY_LLAMA_EMBED &&
+        (e->part == FDY_LLAMA_PART_SCALES || e->part == FDY_LLAMA_PART_DENSE);
+    if ((s = check_tensor(m, e, t, first_typed, err)) != FDY_OK) {
       goto cleanup;
     }
     marks[shard][t - fdy_safetensors_at(m->shards[shard], 0)] = true;
@@ -314,7 +376,8 @@ static fdy_status load_config(fdy_llama_model *m, fdy_error *err) {
   }
   fdy_status s = read_file(path, MAX_CONFIG_BYTES, &text, &len, err);
   if (s == FDY_OK) {
-    s = fdy_llama_config_parse(text, len, path, &m->config, err);
+    s = fdy_llama_config_parse_quant(text, len, path, &m->config, &m->quant,
+                                     err);
   }
   free(text);
   free(path);
@@ -349,8 +412,9 @@ fdy_status fdy_llama_open(const char *dir, fdy_llama_model **out,
     s = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
     goto cleanup;
   }
-  if ((s = build_expected(m, &expected, &count, err)) != FDY_OK ||
-      (s = open_files(m, index_path, &index, &weight_map, err)) != FDY_OK ||
+  if ((s = open_files(m, index_path, &index, &weight_map, err)) != FDY_OK ||
+      (s = find_unquantized(m, weight_map, err)) != FDY_OK ||
+      (s = build_expected(m, &expected, &count, err)) != FDY_OK ||
       (s = check_inventory(m, expected, count, index_path, weight_map, err)) !=
           FDY_OK) {
     goto cleanup;
@@ -376,6 +440,7 @@ void fdy_llama_close(fdy_llama_model *model) {
     fdy_safetensors_close(model->shards[i]);
   }
   free(model->shards);
+  free(model->quant);
   free(model->weights.layers);
   free(model->layer_bytes);
   free(model->dir);
@@ -396,16 +461,21 @@ const fdy_llama_layer_weights *fdy_llama_layer(const fdy_llama_model *model,
                                           : NULL;
 }
 
-const fdy_llama_qlinear *fdy_llama_embedding(const fdy_llama_model *model) {
+const fdy_llama_linear *fdy_llama_embedding(const fdy_llama_model *model) {
   return &model->weights.embed;
 }
 
-const fdy_llama_qlinear *fdy_llama_lm_head(const fdy_llama_model *model) {
+const fdy_llama_linear *fdy_llama_lm_head(const fdy_llama_model *model) {
   return &model->weights.lm_head;
 }
 
 const fdy_st_tensor *fdy_llama_final_norm(const fdy_llama_model *model) {
   return model->weights.final_norm;
+}
+
+const fdy_llama_module_quant *
+fdy_llama_model_quant(const fdy_llama_model *model) {
+  return model->quant;
 }
 
 size_t fdy_llama_tensor_count(const fdy_llama_model *model) {

@@ -15,7 +15,7 @@ expect 0 make-model --preset tiny --seed 3 --out "$work/a"
 expect 0 inspect "$work/a"
 contains "$out" "layers 2, hidden 768"
 contains "$out" "tensors 50"
-contains "$out" "scales F16"
+contains "$out" "quantization 4-bit, group size 64, dtype F16, 0 modules with their own"
 expect 0 generate --model "$work/a" --prompt-ids 1,2,3 --max-tokens 5 \
   --ignore-eos --json
 contains "$out" '"ids":['
@@ -108,6 +108,40 @@ contains "$err" "File too large"
 [ -e "$work/limited" ] && fail "make-model wrote $work/limited past the limit"
 ls "$work" | grep -q '\.tmp\.' &&
   fail "make-model left a temporary past the file size limit: $(ls "$work")"
+
+# the quantization variants: 8-bit, unquantized F32, mixed; each loads,
+# inspects and generates
+expect 0 make-model --preset micro --bits 8 --group-size 32 --seed 1 \
+  --out "$work/q8"
+expect 0 inspect "$work/q8"
+contains "$out" "quantization 8-bit, group size 32, dtype F16, 0 modules"
+expect 0 generate --model "$work/q8" --prompt-ids 1,2,3 --max-tokens 3 \
+  --ignore-eos
+expect 0 make-model --preset micro-untied --unquantized --dtype float32 \
+  --out "$work/f32"
+expect 0 inspect "$work/f32"
+contains "$out" "quantization none, dtype F32"
+expect 0 generate --model "$work/f32" --prompt-ids 1,2,3 --max-tokens 3 \
+  --ignore-eos
+expect 0 make-model --preset micro-untied --mixed --out "$work/mixed"
+expect 0 inspect --json "$work/mixed"
+contains "$out" '"overrides": 4'
+expect 0 generate --model "$work/mixed" --prompt-ids 1,2,3 --max-tokens 3 \
+  --ignore-eos
+# what is not a variant: a usage error naming the flag, or (float32
+# scales) an error; nothing written
+expect 2 make-model --preset micro --bits 3 --out "$work/v"
+contains "$err" "--bits 3: 4 or 8"
+expect 2 make-model --preset micro --bits 6 --out "$work/v"
+expect 2 make-model --preset micro --group-size 48 --out "$work/v"
+contains "$err" "--group-size 48"
+expect 2 make-model --preset micro --dtype float64 --out "$work/v"
+contains "$err" "--dtype float64"
+expect 2 make-model --preset micro --unquantized --mixed --out "$work/v"
+expect 2 make-model --preset micro --unquantized --bits 8 --out "$work/v"
+expect 1 make-model --preset micro --dtype float32 --out "$work/v"
+contains "$err" "float32 weights only unquantized"
+[ -e "$work/v" ] && fail "make-model wrote $work/v for a bad variant"
 
 # usage errors
 expect 2 make-model --preset nope --seed 1 --out "$work/x"

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "foundry/llama.h"
+#include "foundry/op_table.h"
 #include "foundry/plan.h"
 #include "foundry/safetensors.h"
 
@@ -132,8 +133,9 @@ static void expect_open_error(const char *dir, fdy_status kind,
   size_t nl = strlen(err.name), sl = strlen(name_suffix);
   assert_true(nl >= sl);
   assert_string_equal(err.name + nl - sl, name_suffix);
-  if (mention) {
-    assert_non_null(strstr(err.message, mention));
+  if (mention && strstr(err.message, mention) == NULL) {
+    print_error("'%s' does not mention '%s'\n", err.message, mention);
+    fail();
   }
 }
 
@@ -168,9 +170,9 @@ static void test_fixtures_open(void **state) {
     assert_int_equal(c->eos_ids[1], 3);
     assert_int_equal(c->group_size, 64);
     assert_int_equal(c->bits, 4);
-    assert_int_equal(c->scale_dtype, FDY_DTYPE_F16);
+    assert_int_equal(c->dtype, FDY_DTYPE_F16);
     assert_int_equal(fdy_llama_tensor_count(m), 3 + 2 * 23 + 1);
-    const fdy_llama_qlinear *e = fdy_llama_embedding(m);
+    const fdy_llama_linear *e = fdy_llama_embedding(m);
     assert_ptr_equal(fdy_llama_lm_head(m)->weight, e->weight);
     assert_int_equal(e->out_features, vocab[w]);
     assert_int_equal(e->in_features, hidden[w]);
@@ -262,7 +264,7 @@ typedef struct unit_tensors {
   size_t count;
 } unit_tensors;
 
-static void add_linear(unit_tensors *u, const fdy_llama_qlinear *l) {
+static void add_linear(unit_tensors *u, const fdy_llama_linear *l) {
   u->t[u->count++] = l->weight;
   u->t[u->count++] = l->scales;
   u->t[u->count++] = l->biases;
@@ -515,7 +517,7 @@ static void expect_graph(const fdy_llama_model *m, const fdy_graph *g,
   expect_io_tensor(g, io->decode_next, FDY_TENSOR_ACTIVATION, FDY_DTYPE_I32,
                    FDY_SHAPE(1));
   /* the LM head: the embedding's views when tied, the head's own else */
-  const fdy_llama_qlinear *lm = fdy_llama_lm_head(m);
+  const fdy_llama_linear *lm = fdy_llama_lm_head(m);
   const char *logits_ops[2] = {"prefill.logits", "decode.logits"};
   /* the decode step's LM head normalizes: its weight follows the norm */
   const fdy_op_kind logits_kinds[2] = {FDY_OP_MATMUL_Q4, FDY_OP_NORM_MATMUL_Q4};
@@ -907,12 +909,12 @@ static void test_variant_fixtures_open(void **state) {
   const fdy_llama_config *c = fdy_llama_model_config(m);
   assert_false(c->tie_word_embeddings);
   assert_false(c->rope_llama3);
-  assert_int_equal(c->scale_dtype, FDY_DTYPE_BF16);
+  assert_int_equal(c->dtype, FDY_DTYPE_BF16);
   assert_int_equal(c->group_size, 32);
   assert_int_equal(c->num_heads, 8);
   assert_int_equal(c->num_kv_heads, 2);
   assert_int_equal(fdy_llama_tensor_count(m), 3 + 2 * 23 + 1 + 3);
-  const fdy_llama_qlinear *head = fdy_llama_lm_head(m);
+  const fdy_llama_linear *head = fdy_llama_lm_head(m);
   assert_string_equal(head->scales->name, "lm_head.scales");
   assert_int_equal(head->scales->dtype, FDY_DTYPE_BF16);
   assert_int_equal(head->scales->shape.dims[1], c->hidden_size / 32);
@@ -922,7 +924,7 @@ static void test_variant_fixtures_open(void **state) {
   assert_int_equal(fdy_llama_open(dir, &m, &err), FDY_OK);
   c = fdy_llama_model_config(m);
   assert_true(c->tie_word_embeddings);
-  assert_int_equal(c->scale_dtype, FDY_DTYPE_F16);
+  assert_int_equal(c->dtype, FDY_DTYPE_F16);
   assert_int_equal(c->group_size, 128);
   assert_int_equal(c->num_kv_heads, c->num_heads);
   assert_int_equal(c->head_dim, 32); /* no head_dim field: hidden / heads */
@@ -1184,9 +1186,11 @@ static void cfg_group(json_t *c) {
   json_object_set_new(json_object_get(c, "quantization"), "group_size",
                       json_integer(48));
 }
+/* bits a cfg_bits edit writes */
+static int edit_bits = 3;
 static void cfg_bits(json_t *c) {
   json_object_set_new(json_object_get(c, "quantization"), "bits",
-                      json_integer(3));
+                      json_integer(edit_bits));
 }
 static void cfg_mode(json_t *c) {
   json_object_set_new(json_object_get(c, "quantization"), "mode",
@@ -1214,9 +1218,42 @@ static void cfg_override(json_t *c) {
                       "model.layers.0.mlp.down_proj",
                       json_pack("{s:i, s:i}", "group_size", 64, "bits", 8));
 }
+/* a tied model has no lm_head */
 static void cfg_unquantized_layer(json_t *c) {
   json_object_set_new(json_object_get(c, "quantization"), "lm_head",
                       json_false());
+}
+static void cfg_override_bits(json_t *c) {
+  json_object_set_new(json_object_get(c, "quantization"),
+                      "model.layers.1.self_attn.v_proj",
+                      json_pack("{s:i, s:i}", "group_size", 64, "bits", 6));
+}
+static void cfg_override_group(json_t *c) {
+  json_object_set_new(json_object_get(c, "quantization"),
+                      "model.layers.1.self_attn.v_proj",
+                      json_pack("{s:i, s:i}", "group_size", 48, "bits", 8));
+}
+static void cfg_override_mode(json_t *c) {
+  json_object_set_new(json_object_get(c, "quantization"),
+                      "model.layers.1.self_attn.v_proj",
+                      json_pack("{s:i, s:i, s:s}", "group_size", 32, "bits", 4,
+                                "mode", "mxfp4"));
+}
+static void cfg_override_no_bits(json_t *c) {
+  json_object_set_new(json_object_get(c, "quantization"), "model.embed_tokens",
+                      json_pack("{s:i}", "group_size", 64));
+}
+static void cfg_override_layer(json_t *c) {
+  json_object_set_new(json_object_get(c, "quantization"),
+                      "model.layers.2.mlp.up_proj", json_false());
+}
+static void cfg_override_norm(json_t *c) {
+  json_object_set_new(json_object_get(c, "quantization"),
+                      "model.layers.0.input_layernorm", json_true());
+}
+static void cfg_override_unquantized(json_t *c) {
+  json_object_set_new(json_object_get(c, "quantization"),
+                      "model.layers.0.self_attn.o_proj", json_false());
 }
 static void cfg_missing(json_t *c) {
   json_object_del(c, "hidden_size");
@@ -1255,18 +1292,40 @@ static void test_bad_config(void **state) {
       {cfg_group, FDY_ERR_UNSUPPORTED, "quantization.group_size",
        "unsupported quantization: field 'quantization.group_size' is 48"},
       {cfg_bits, FDY_ERR_UNSUPPORTED, "quantization.bits",
-       "unsupported quantization: field 'quantization.bits' is 3; only 4-bit"},
+       "unsupported quantization: field 'quantization.bits' is 3; only 4-bit "
+       "and 8-bit"},
       {cfg_mode, FDY_ERR_UNSUPPORTED, "quantization.mode", "'mxfp4'"},
       {cfg_mode_nvfp4, FDY_ERR_UNSUPPORTED, "quantization.mode", "'nvfp4'"},
       {cfg_mode_type, FDY_ERR_SCHEMA, "quantization.mode", NULL},
-      {cfg_override, FDY_ERR_UNSUPPORTED,
-       "quantization.model.layers.0.mlp.down_proj", NULL},
-      {cfg_unquantized_layer, FDY_ERR_UNSUPPORTED, "quantization.lm_head",
-       NULL},
+      /* an 8-bit entry over 4-bit tensors, an unquantized one over
+       * quantized tensors: the shapes say so */
+      {cfg_override, FDY_ERR_SCHEMA, "model.safetensors",
+       "tensor 'model.layers.0.mlp.down_proj.weight' has shape [256, 64], "
+       "expected [256, 128]"},
+      {cfg_override_unquantized, FDY_ERR_SCHEMA, "model.safetensors",
+       "tensor 'model.layers.0.self_attn.o_proj.weight' has dtype U32, "
+       "expected F16"},
+      {cfg_unquantized_layer, FDY_ERR_SCHEMA, "quantization.lm_head",
+       "names no linear layer of this model"},
+      {cfg_override_bits, FDY_ERR_UNSUPPORTED,
+       "quantization.model.layers.1.self_attn.v_proj.bits",
+       "is 6; only 4-bit and 8-bit"},
+      {cfg_override_group, FDY_ERR_UNSUPPORTED,
+       "quantization.model.layers.1.self_attn.v_proj.group_size", "is 48"},
+      {cfg_override_mode, FDY_ERR_UNSUPPORTED,
+       "quantization.model.layers.1.self_attn.v_proj.mode", "'mxfp4'"},
+      {cfg_override_no_bits, FDY_ERR_SCHEMA,
+       "quantization.model.embed_tokens.bits", "is missing"},
+      {cfg_override_layer, FDY_ERR_SCHEMA,
+       "quantization.model.layers.2.mlp.up_proj", "names no linear layer"},
+      {cfg_override_norm, FDY_ERR_SCHEMA,
+       "quantization.model.layers.0.input_layernorm", "names no linear layer"},
       {cfg_missing, FDY_ERR_SCHEMA, "hidden_size", NULL},
       {cfg_type, FDY_ERR_SCHEMA, "num_hidden_layers", NULL},
       {cfg_eos_type, FDY_ERR_SCHEMA, "eos_token_id", NULL},
-      {cfg_no_quant, FDY_ERR_SCHEMA, "quantization", NULL},
+      /* no quantization: an unquantized checkpoint, which this is not */
+      {cfg_no_quant, FDY_ERR_SCHEMA, "model.safetensors",
+       "tensor 'model.embed_tokens.weight' has dtype U32, expected F16"},
       {cfg_rope, FDY_ERR_UNSUPPORTED, "rope_scaling.rope_type",
        "unsupported rope scaling"},
       {cfg_rope_factor, FDY_ERR_SCHEMA, "rope_scaling.factor", NULL},
@@ -1282,6 +1341,20 @@ static void test_bad_config(void **state) {
     expect_open_error(dir, cases[i].kind, cases[i].name, cases[i].mention);
     remove_dir(dir);
   }
+  /* the other bits mlx-lm writes are refused, naming the value */
+  static const int other_bits[] = {2, 5, 6};
+  for (size_t i = 0; i < 3; i++) {
+    char dir[256], mention[96];
+    edit_bits = other_bits[i];
+    snprintf(mention, sizeof mention,
+             "unsupported quantization: field 'quantization.bits' is %d",
+             other_bits[i]);
+    copy_fixture(dir, sizeof dir, 0);
+    edit_config(dir, cfg_bits);
+    expect_open_error(dir, FDY_ERR_UNSUPPORTED, "quantization.bits", mention);
+    remove_dir(dir);
+  }
+  edit_bits = 3;
   /* "mode": "affine" (what mlx-lm writes) and null are the default */
   static const config_edit accepted[] = {cfg_mode_affine, cfg_mode_null};
   for (size_t i = 0; i < 2; i++) {
@@ -1349,12 +1422,13 @@ static void expect_same_config(const fdy_llama_config *a,
   assert_true(a->tie_word_embeddings == b->tie_word_embeddings);
   assert_true(a->rms_norm_eps == b->rms_norm_eps);
   assert_int_equal(a->bos_id, b->bos_id);
+  assert_int_equal(a->quant_overrides, b->quant_overrides);
   assert_int_equal(a->eos_count, b->eos_count);
   assert_memory_equal(a->eos_ids, b->eos_ids,
                       sizeof a->eos_ids[0] * a->eos_count);
   assert_int_equal(a->group_size, b->group_size);
   assert_int_equal(a->bits, b->bits);
-  assert_int_equal(a->scale_dtype, b->scale_dtype);
+  assert_int_equal(a->dtype, b->dtype);
 }
 
 /* A scale or bias (F16 or BF16, little-endian, possibly unaligned) as a
@@ -1377,7 +1451,7 @@ static double half_at(const fdy_st_tensor *t, uint64_t index) {
 
 /* Element (row, i) of a quantized linear in the MLX layout: nibbles low
  * first, w = scale * q + bias per group. */
-static double dequantized(const fdy_llama_qlinear *l, uint32_t group,
+static double dequantized(const fdy_llama_linear *l, uint32_t group,
                           uint32_t row, uint32_t i) {
   const unsigned char *packed = l->weight->data;
   uint64_t word = ((uint64_t)row * l->in_features + i) / 8;
@@ -1415,19 +1489,20 @@ static void test_make_model(void **state) {
     fdy_llama_config want;
     uint64_t want_bytes = 0;
     assert_int_equal(
-        fdy_llama_preset_config(presets[p], &want, &want_bytes, &err), FDY_OK);
+        fdy_llama_preset_config(presets[p], NULL, &want, &want_bytes, &err),
+        FDY_OK);
     expect_same_config(&want, cfg);
     assert_int_equal(want_bytes, fdy_llama_total_bytes(m));
     if (p == 2) {
       assert_false(cfg->tie_word_embeddings);
       assert_false(cfg->rope_llama3);
-      assert_int_equal(cfg->scale_dtype, FDY_DTYPE_BF16);
+      assert_int_equal(cfg->dtype, FDY_DTYPE_BF16);
       assert_ptr_not_equal(fdy_llama_lm_head(m)->weight,
                            fdy_llama_embedding(m)->weight);
       assert_string_equal(fdy_llama_lm_head(m)->weight->name, "lm_head.weight");
     } else {
       assert_true(cfg->tie_word_embeddings);
-      assert_int_equal(cfg->scale_dtype, FDY_DTYPE_F16);
+      assert_int_equal(cfg->dtype, FDY_DTYPE_F16);
     }
     if (p == 3) {
       /* the real Llama 3 vocabulary, BOS and EOS ids on tiny layers */
@@ -1447,7 +1522,7 @@ static void test_make_model(void **state) {
     expect_graph(m, g, &io, &o);
     fdy_graph_destroy(g);
     /* dequantized weights are realistic: |w| small, not all zero */
-    const fdy_llama_qlinear *q = &fdy_llama_layer(m, 0)->q;
+    const fdy_llama_linear *q = &fdy_llama_layer(m, 0)->q;
     double sq = 0;
     for (uint32_t i = 0; i < q->in_features; i++) {
       double w = dequantized(q, cfg->group_size, 3, i);
@@ -1471,6 +1546,247 @@ static void test_make_model(void **state) {
                    FDY_ERR_NOT_FOUND);
   assert_int_equal(rmdir(root), 0); /* nothing left behind */
   assert_non_null(fdy_llama_presets()[0]);
+}
+
+/* The kind of the op named `name` (FDY_OP_KIND_COUNT when there is
+ * none). */
+static fdy_op_kind kind_named(const fdy_graph *g, const char *name) {
+  for (uint32_t i = 0; i < fdy_graph_op_count(g); i++) {
+    fdy_op_info op = op_at(g, i);
+    if (strcmp(op.name, name) == 0) {
+      return op.kind;
+    }
+  }
+  return FDY_OP_KIND_COUNT;
+}
+
+/* Whether any op of g has a kind with the Q4 matmul flag. */
+static bool has_q4_kinds(const fdy_graph *g) {
+  for (uint32_t i = 0; i < fdy_graph_op_count(g); i++) {
+    if (fdy_op_row_of(op_at(g, i).kind)->flags & FDY_OP_Q4_MATMUL) {
+      return true;
+    }
+  }
+  return false;
+}
+
+/* A linear's quantization, and its tensors as that says. */
+static void expect_linear(const fdy_llama_linear *l, uint32_t bits,
+                          uint32_t group, fdy_dtype dtype) {
+  assert_int_equal(l->quant.bits, bits);
+  assert_int_equal(l->quant.group_size, group);
+  if (bits == 0) {
+    assert_int_equal(l->weight->dtype, dtype);
+    assert_true(fdy_shape_equal(l->weight->shape,
+                                FDY_SHAPE(l->out_features, l->in_features)));
+    assert_null(l->scales);
+    assert_null(l->biases);
+    return;
+  }
+  assert_int_equal(l->weight->dtype, FDY_DTYPE_U32);
+  assert_int_equal(l->weight->shape.dims[1], l->in_features * bits / 32);
+  assert_int_equal(l->scales->dtype, dtype);
+  assert_int_equal(l->scales->shape.dims[1], l->in_features / group);
+}
+
+/* make-model's variants: 8-bit, unquantized (F16, BF16, F32) and mixed
+ * (make_model.c's recipe on 2 layers: layer 1's v_proj and down_proj and
+ * the untied lm_head at 8 bits, layer 1's o_proj unquantized). Each loads
+ * with the config and bytes fdy_llama_preset_config computes, every linear
+ * quantized as asked, and a graph whose ops follow the quantization: the
+ * fused Q4 kinds only where all their weights are 4-bit alike; a layer of
+ * the mixed model larger than the other. */
+static void test_make_model_variants(void **state) {
+  (void)state;
+  char root[] = "/tmp/fdy_make_variants_XXXXXX";
+  assert_non_null(mkdtemp(root));
+  const struct {
+    const char *preset;
+    fdy_llama_make_options o;
+    uint32_t bits, group, overrides;
+    fdy_dtype dtype;
+  } variants[] = {
+      {"micro", {.bits = 8, .group_size = 32}, 8, 32, 0, FDY_DTYPE_F16},
+      {"micro-untied", {.bits = 8}, 8, 64, 0, FDY_DTYPE_BF16},
+      {"micro", {.unquantized = true}, 0, 0, 0, FDY_DTYPE_F16},
+      {"micro-untied",
+       {.unquantized = true, .dtype = "float32"},
+       0,
+       0,
+       0,
+       FDY_DTYPE_F32},
+      {"micro",
+       {.unquantized = true, .dtype = "bfloat16"},
+       0,
+       0,
+       0,
+       FDY_DTYPE_BF16},
+      {"micro-untied",
+       {.mixed = true, .group_size = 128},
+       4,
+       128,
+       4,
+       FDY_DTYPE_BF16},
+  };
+  for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/%zu", root, v);
+    fdy_error err;
+    assert_int_equal(fdy_llama_make_model_ex(variants[v].preset, 5,
+                                             &variants[v].o, dir, NULL, NULL,
+                                             &err),
+                     FDY_OK);
+    fdy_llama_model *m = NULL;
+    assert_int_equal(fdy_llama_open(dir, &m, &err), FDY_OK);
+    const fdy_llama_config *c = fdy_llama_model_config(m);
+    assert_int_equal(c->bits, variants[v].bits);
+    assert_int_equal(c->group_size, variants[v].group);
+    assert_int_equal(c->quant_overrides, variants[v].overrides);
+    assert_int_equal(c->dtype, variants[v].dtype);
+    fdy_llama_config want;
+    uint64_t want_bytes = 0;
+    assert_int_equal(fdy_llama_preset_config(variants[v].preset, &variants[v].o,
+                                             &want, &want_bytes, &err),
+                     FDY_OK);
+    expect_same_config(&want, c);
+    assert_int_equal(want.dtype, c->dtype);
+    assert_int_equal(want_bytes, fdy_llama_total_bytes(m));
+    bool mixed = variants[v].o.mixed;
+    uint32_t bits = variants[v].bits, group = variants[v].group;
+    const fdy_llama_layer_weights *l0 = fdy_llama_layer(m, 0),
+                                  *l1 = fdy_llama_layer(m, 1);
+    expect_linear(fdy_llama_embedding(m), bits, group, c->dtype);
+    expect_linear(&l0->v, bits, group, c->dtype);
+    expect_linear(&l0->o, bits, group, c->dtype);
+    expect_linear(&l1->q, bits, group, c->dtype);
+    expect_linear(&l1->v, mixed ? 8 : bits, group, c->dtype);
+    expect_linear(&l1->down, mixed ? 8 : bits, group, c->dtype);
+    expect_linear(&l1->o, mixed ? 0 : bits, mixed ? 0 : group, c->dtype);
+    expect_linear(fdy_llama_lm_head(m), mixed ? 8 : bits, group, c->dtype);
+    if (mixed) {
+      assert_true(fdy_llama_layer_bytes(m, 1) > fdy_llama_layer_bytes(m, 0));
+    } else {
+      assert_int_equal(fdy_llama_layer_bytes(m, 1),
+                       fdy_llama_layer_bytes(m, 0));
+    }
+    fdy_llama_graph_options o = {.context = 16, .prefill_rows = 4};
+    fdy_graph *g = NULL;
+    assert_int_equal(fdy_llama_graph(m, &o, &g, NULL, &err), FDY_OK);
+    const fdy_op_kind matmul = bits == 8   ? FDY_OP_MATMUL_Q8
+                               : bits == 0 ? FDY_OP_MATMUL_DENSE
+                                           : FDY_OP_MATMUL_Q4;
+    const fdy_op_kind embed = bits == 8   ? FDY_OP_EMBED_Q8
+                              : bits == 0 ? FDY_OP_EMBED_DENSE
+                                          : FDY_OP_EMBED_Q4;
+    assert_int_equal(kind_named(g, "decode.embed"), embed);
+    assert_int_equal(kind_named(g, "prefill.embed"), embed);
+    if (!mixed) {
+      assert_false(has_q4_kinds(g));
+      for (int l = 0; l < 2; l++) {
+        static const char *const matmuls[] = {"q",    "k",  "v",   "o",
+                                              "gate", "up", "down"};
+        for (size_t k = 0; k < 7; k++) {
+          char name[64];
+          snprintf(name, sizeof name, "decode.layer.%d.%s", l, matmuls[k]);
+          assert_int_equal(kind_named(g, name), matmul);
+        }
+      }
+      assert_int_equal(kind_named(g, "decode.layer.0.attn_norm"),
+                       FDY_OP_RMSNORM);
+      assert_int_equal(kind_named(g, "decode.layer.0.mlp_norm"),
+                       FDY_OP_RMSNORM);
+      assert_int_equal(kind_named(g, "decode.layer.0.attn_residual"),
+                       FDY_OP_ADD);
+      assert_int_equal(kind_named(g, "decode.layer.0.swiglu"), FDY_OP_SWIGLU);
+      assert_int_equal(kind_named(g, "decode.layer.1.mlp_residual"),
+                       FDY_OP_ADD);
+      assert_int_equal(kind_named(g, "decode.final_norm"), FDY_OP_RMSNORM);
+      assert_int_equal(kind_named(g, "decode.logits"), matmul);
+    } else {
+      /* layer 0 all 4-bit: fused; layer 1: unfused where 8-bit or
+       * unquantized weights are */
+      assert_int_equal(kind_named(g, "decode.layer.0.qkv"),
+                       FDY_OP_NORM_MATMUL_Q4);
+      assert_int_equal(kind_named(g, "decode.layer.0.attn_residual"),
+                       FDY_OP_MATMUL_ADD_Q4);
+      assert_int_equal(kind_named(g, "decode.layer.0.mlp_residual"),
+                       FDY_OP_MATMUL_ADD_Q4);
+      assert_int_equal(kind_named(g, "decode.layer.1.attn_norm"),
+                       FDY_OP_RMSNORM);
+      assert_int_equal(kind_named(g, "decode.layer.1.q"), FDY_OP_MATMUL_Q4);
+      assert_int_equal(kind_named(g, "decode.layer.1.v"), FDY_OP_MATMUL_Q8);
+      assert_int_equal(kind_named(g, "decode.layer.1.o"), FDY_OP_MATMUL_DENSE);
+      assert_int_equal(kind_named(g, "decode.layer.1.attn_residual"),
+                       FDY_OP_ADD);
+      assert_int_equal(kind_named(g, "decode.layer.1.swiglu"),
+                       FDY_OP_NORM_SWIGLU_Q4);
+      assert_int_equal(kind_named(g, "decode.layer.1.down"), FDY_OP_MATMUL_Q8);
+      assert_int_equal(kind_named(g, "decode.logits"), FDY_OP_MATMUL_Q8);
+      assert_int_equal(kind_named(g, "prefill.logits"), FDY_OP_MATMUL_Q8);
+    }
+    assert_int_equal(fdy_graph_validate(g, &err), FDY_OK);
+    fdy_graph_destroy(g);
+    fdy_llama_close(m);
+    remove_dir(dir);
+  }
+  /* options out of range are refused before anything is written */
+  const fdy_llama_make_options bad[] = {
+      {.bits = 6},
+      {.bits = 3},
+      {.group_size = 16},
+      {.dtype = "float64"},
+      {.dtype = "float32"}, /* quantized */
+      {.unquantized = true, .mixed = true},
+  };
+  for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/bad", root);
+    fdy_error err;
+    assert_int_equal(
+        fdy_llama_make_model_ex("micro", 1, &bad[b], dir, NULL, NULL, &err),
+        FDY_ERR_INVALID_ARGUMENT);
+    assert_int_equal(err.kind, FDY_ERR_INVALID_ARGUMENT);
+    fdy_llama_config c;
+    assert_int_equal(fdy_llama_preset_config("micro", &bad[b], &c, NULL, &err),
+                     FDY_ERR_INVALID_ARGUMENT);
+  }
+  assert_int_equal(rmdir(root), 0); /* nothing left behind */
+}
+
+/* A linear without an entry of its own whose scales the checkpoint lacks
+ * is unquantized (mlx-lm writes no entry for a module its predicate left
+ * unquantized); one without an entry whose scales are there takes the
+ * default, which tensors of other bits contradict. */
+static void cfg_drop_o_proj(json_t *c) {
+  json_object_del(json_object_get(c, "quantization"),
+                  "model.layers.1.self_attn.o_proj");
+}
+static void cfg_drop_v_proj(json_t *c) {
+  json_object_del(json_object_get(c, "quantization"),
+                  "model.layers.1.self_attn.v_proj");
+}
+
+static void test_mixed_without_entries(void **state) {
+  (void)state;
+  char dir[] = "/tmp/fdy_mixed_XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  assert_int_equal(rmdir(dir), 0);
+  fdy_llama_make_options o = {.mixed = true};
+  fdy_error err;
+  assert_int_equal(
+      fdy_llama_make_model_ex("micro", 2, &o, dir, NULL, NULL, &err), FDY_OK);
+  edit_config(dir, cfg_drop_o_proj);
+  fdy_llama_model *m = NULL;
+  assert_int_equal(fdy_llama_open(dir, &m, &err), FDY_OK);
+  assert_int_equal(fdy_llama_model_config(m)->quant_overrides, 2);
+  expect_linear(&fdy_llama_layer(m, 1)->o, 0, 0, FDY_DTYPE_F16);
+  expect_linear(&fdy_llama_layer(m, 0)->o, 4, 64, FDY_DTYPE_F16);
+  fdy_llama_close(m);
+  edit_config(dir, cfg_drop_v_proj);
+  expect_open_error(dir, FDY_ERR_SCHEMA, "model.safetensors",
+                    "tensor 'model.layers.1.self_attn.v_proj.weight' has "
+                    "shape [64, 64], expected [64, 32]");
+  remove_dir(dir);
 }
 
 /* Bytes of a 4-bit linear with groups of 64 and 2-byte scales and biases:
@@ -1502,8 +1818,9 @@ static void test_real_presets(void **state) {
     fdy_llama_config c;
     uint64_t total = 0;
     fdy_error err;
-    assert_int_equal(fdy_llama_preset_config(presets[i].name, &c, &total, &err),
-                     FDY_OK);
+    assert_int_equal(
+        fdy_llama_preset_config(presets[i].name, NULL, &c, &total, &err),
+        FDY_OK);
     assert_int_equal(c.num_layers, presets[i].layers);
     assert_int_equal(c.hidden_size, presets[i].hidden);
     assert_int_equal(c.num_heads, presets[i].heads);
@@ -1512,7 +1829,7 @@ static void test_real_presets(void **state) {
     assert_int_equal(c.intermediate_size, presets[i].ffn);
     assert_int_equal(c.vocab_size, presets[i].vocab);
     assert_true(c.tie_word_embeddings == presets[i].tied);
-    assert_int_equal(c.scale_dtype, presets[i].dtype);
+    assert_int_equal(c.dtype, presets[i].dtype);
     assert_true(c.rope_llama3);
     assert_true(c.rope_factor == presets[i].rope_factor);
     assert_true(c.rope_theta == 500000.0);
@@ -1536,15 +1853,15 @@ static void test_real_presets(void **state) {
       assert_int_equal(total, 1807423488ull);
     }
     /* total_bytes is optional */
-    assert_int_equal(fdy_llama_preset_config(presets[i].name, &c, NULL, &err),
-                     FDY_OK);
+    assert_int_equal(
+        fdy_llama_preset_config(presets[i].name, NULL, &c, NULL, &err), FDY_OK);
   }
   fdy_llama_config untouched;
   memset(&untouched, 0x5a, sizeof untouched);
   fdy_llama_config c = untouched;
   uint64_t total = 7;
   fdy_error err;
-  assert_int_equal(fdy_llama_preset_config("llama-4", &c, &total, &err),
+  assert_int_equal(fdy_llama_preset_config("llama-4", NULL, &c, &total, &err),
                    FDY_ERR_INVALID_ARGUMENT);
   assert_int_equal(err.kind, FDY_ERR_INVALID_ARGUMENT);
   assert_memory_equal(&c, &untouched, sizeof c);
@@ -1683,6 +2000,8 @@ int main(void) {
       cmocka_unit_test(test_writer_roundtrip),
       cmocka_unit_test(test_bad_config),
       cmocka_unit_test(test_make_model),
+      cmocka_unit_test(test_make_model_variants),
+      cmocka_unit_test(test_mixed_without_entries),
       cmocka_unit_test(test_real_presets),
       cmocka_unit_test(test_shards),
   };

@@ -323,7 +323,7 @@ for prefix in ("model.layers.0.self_attn.k_proj", "model.layers.1.mlp.down_proj"
                        dtype=np.float64).reshape(tensors[prefix + k][1])
               for k in (".scales", ".biases")]
     ours = tb.dequantize(packed, halves[0], halves[1], group, np.arange(0, 32, 4))
-    want = np.array(ref.dequantize(tensors, prefix))
+    want = np.array(ref.dequantize(cfg, tensors, prefix))
     assert ours.shape == want.shape, (ours.shape, want.shape)
     assert np.array_equal(ours, want), prefix
     checked += 1

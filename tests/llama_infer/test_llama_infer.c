@@ -438,7 +438,7 @@ static void test_verify_untied_g32(void **state) {
                        fdy_llama_embedding(model)->weight);
   assert_string_equal(fdy_llama_lm_head(model)->weight->name, "lm_head.weight");
   assert_false(c->rope_llama3);
-  assert_int_equal(c->scale_dtype, FDY_DTYPE_BF16);
+  assert_int_equal(c->dtype, FDY_DTYPE_BF16);
   assert_int_equal(fdy_llama_final_norm(model)->dtype, FDY_DTYPE_BF16);
   assert_int_equal(c->group_size, 32);
   assert_int_equal(c->num_heads, 4 * c->num_kv_heads);
@@ -453,7 +453,7 @@ static void test_verify_mha_g128(void **state) {
   const fdy_llama_config *c = fdy_llama_model_config(model);
   assert_true(c->tie_word_embeddings);
   assert_true(c->rope_llama3);
-  assert_int_equal(c->scale_dtype, FDY_DTYPE_F16);
+  assert_int_equal(c->dtype, FDY_DTYPE_F16);
   assert_int_equal(c->group_size, 128);
   assert_int_equal(c->num_kv_heads, c->num_heads);
   assert_int_equal(c->head_dim, c->hidden_size / c->num_heads);
@@ -461,6 +461,60 @@ static void test_verify_mha_g128(void **state) {
   /* the default context (max_position_embeddings 512 here) is used */
   verify_fixture("llama3-micro-mha-g128", 1, FDY_DTYPE_F32,
                  FDY_LLAMA_CPU_TOLERANCE);
+}
+
+/* The quantization variants (scripts/make_reference_fixture.py --engine
+ * transformers): 8-bit with groups of 32 and an 8-bit lm_head; unquantized
+ * BF16 (3 query heads per kv head) and F32 (untied, plain rope); mixed (4-bit
+ * with 8-bit modules and an unquantized o_proj without an entry, whose
+ * layers differ in size). Their configs are checked so that a regenerated
+ * fixture cannot lose its variant. */
+static void test_verify_variants(void **state) {
+  (void)state;
+  fdy_llama_model *model = open_fixture("llama3-micro-q8-g32");
+  const fdy_llama_config *c = fdy_llama_model_config(model);
+  assert_int_equal(c->bits, 8);
+  assert_int_equal(c->group_size, 32);
+  assert_int_equal(c->dtype, FDY_DTYPE_BF16);
+  assert_int_equal(fdy_llama_lm_head(model)->quant.bits, 8);
+  fdy_llama_close(model);
+  verify_fixture("llama3-micro-q8-g32", 2, FDY_DTYPE_F32,
+                 FDY_LLAMA_CPU_TOLERANCE);
+
+  model = open_fixture("llama3-micro-bf16");
+  c = fdy_llama_model_config(model);
+  assert_int_equal(c->bits, 0);
+  assert_int_equal(c->dtype, FDY_DTYPE_BF16);
+  assert_int_equal(c->num_heads, 3 * c->num_kv_heads);
+  assert_null(fdy_llama_embedding(model)->scales);
+  fdy_llama_close(model);
+  verify_fixture("llama3-micro-bf16", 3, FDY_DTYPE_F32,
+                 FDY_LLAMA_CPU_TOLERANCE);
+
+  model = open_fixture("llama3-micro-f32");
+  c = fdy_llama_model_config(model);
+  assert_int_equal(c->bits, 0);
+  assert_int_equal(c->dtype, FDY_DTYPE_F32);
+  assert_false(c->tie_word_embeddings);
+  assert_int_equal(fdy_llama_final_norm(model)->dtype, FDY_DTYPE_F32);
+  fdy_llama_close(model);
+  verify_fixture("llama3-micro-f32", 1, FDY_DTYPE_F32, FDY_LLAMA_CPU_TOLERANCE);
+
+  model = open_fixture("llama3-micro-mixed");
+  c = fdy_llama_model_config(model);
+  assert_int_equal(c->bits, 4);
+  assert_int_equal(c->quant_overrides, 3);
+  assert_int_equal(fdy_llama_layer(model, 0)->v.quant.bits, 4);
+  assert_int_equal(fdy_llama_layer(model, 1)->v.quant.bits, 8);
+  assert_int_equal(fdy_llama_layer(model, 1)->down.quant.bits, 8);
+  assert_int_equal(fdy_llama_layer(model, 1)->o.quant.bits, 0);
+  assert_int_equal(fdy_llama_lm_head(model)->quant.bits, 8);
+  assert_true(fdy_llama_layer_bytes(model, 1) >
+              fdy_llama_layer_bytes(model, 0));
+  fdy_llama_close(model);
+  verify_fixture("llama3-micro-mixed", 2, FDY_DTYPE_F32,
+                 FDY_LLAMA_CPU_TOLERANCE);
+  verify_fixture("llama3-micro-mixed", 2, FDY_DTYPE_F16, F16_KV_TOLERANCE);
 }
 
 /* Greedy generation gives the reference's ids, from a session that copies
@@ -728,13 +782,15 @@ static void test_prefill_rows_and_timings(void **state) {
 /* The weights' memory class does not change a bit: a budget that keeps the
  * embedding and the head resident and streams the layers through one slot
  * (tied micro), and one that streams everything through two slots
- * (untied), give the logits of everything resident, with the streamed
- * units packed (the default) and copied extent by extent alike. */
+ * (untied; mixed, whose layers differ in size), give the logits of
+ * everything resident, with the streamed units packed (the default) and
+ * copied extent by extent alike. */
 static void test_streamed_equals_resident(void **state) {
   (void)state;
-  static const char *const fixtures[2] = {"llama3-micro",
-                                          "llama3-micro-untied-g32"};
-  for (int f = 0; f < 2; f++) {
+  /* the mixed fixture's layers differ in size: slots of the largest */
+  static const char *const fixtures[3] = {
+      "llama3-micro", "llama3-micro-untied-g32", "llama3-micro-mixed"};
+  for (int f = 0; f < 3; f++) {
     fdy_llama_model *model = open_fixture(fixtures[f]);
     uint32_t vocab = fdy_llama_model_config(model)->vocab_size;
     uint32_t n = 40;
@@ -2015,6 +2071,7 @@ int main(void) {
       cmocka_unit_test(test_verify_tiny),
       cmocka_unit_test(test_verify_untied_g32),
       cmocka_unit_test(test_verify_mha_g128),
+      cmocka_unit_test(test_verify_variants),
       cmocka_unit_test(test_generate_matches_reference),
       cmocka_unit_test(test_ids_only_session),
       cmocka_unit_test(test_threads_bitwise),
