@@ -34,6 +34,29 @@ post() {
     --data-binary "$2" "$url$1"
 }
 
+# waits until the stream in file $1 has its first chunk (60 s at most:
+# a loaded CI machine), else fails naming it
+first_chunk() {
+  i=0
+  while [ "$i" -lt 600 ] && ! grep -q '^data: {' "$1" 2>/dev/null; do
+    sleep 0.1
+    i=$((i + 1))
+  done
+  grep -q '^data: {' "$1" || fail "no chunk of $1 within 60 s"
+}
+
+# waits until /metrics shows queue depth $1 (60 s at most), else fails
+queue_depth_is() {
+  i=0
+  while [ "$i" -lt 600 ] &&
+    ! curl -s "$url/metrics" | grep -q "^foundry_queue_depth $1\$"; do
+    sleep 0.1
+    i=$((i + 1))
+  done
+  curl -s "$url/metrics" | grep -q "^foundry_queue_depth $1\$" ||
+    fail "the queue depth never reached $1"
+}
+
 # the ids of one JSON response or of every SSE chunk, comma-separated
 ids_of() {
   grep -o '"token_ids":\[[^]]*\]' "$1" | sed 's/.*\[//; s/\]//' |
@@ -258,11 +281,7 @@ curl -s -N -o "$work/long" -H 'Content-Type: application/json' \
   --data-binary '{"prompt":[5],"max_tokens":800,"temperature":0,
   "stream":true}' "$url/v1/completions" &
 long=$!
-i=0
-while [ "$i" -lt 100 ] && ! grep -q '^data: {' "$work/long" 2>/dev/null; do
-  sleep 0.05
-  i=$((i + 1))
-done
+first_chunk "$work/long"
 status=$(curl -s -D "$work/headers" -o "$work/body" -w '%{http_code}' \
   -H 'Content-Type: application/json' \
   --data-binary '{"prompt":[6],"max_tokens":2}' "$url/v1/completions")
@@ -284,17 +303,13 @@ curl -s -N -o "$work/cut" -H 'Content-Type: application/json' \
   --data-binary '{"prompt":[5],"max_tokens":4000,"temperature":0,"stream":true}' \
   "$url/v1/completions" &
 streamed=$!
-i=0
-while [ "$i" -lt 100 ] && ! grep -q '^data: {' "$work/cut" 2>/dev/null; do
-  sleep 0.05
-  i=$((i + 1))
-done
+first_chunk "$work/cut"
 curl -s -o "$work/queued" -w '%{http_code}' -H 'Content-Type: application/json' \
   --data-binary '{"prompt":[5],"max_tokens":4000,"temperature":0}' \
   "$url/v1/completions" \
   >"$work/queued.status" &
 queued=$!
-sleep 0.3
+queue_depth_is 1
 stop
 wait "$streamed" "$queued"
 contains "$work/cut" 'the server stopped before the request finished'
