@@ -87,6 +87,11 @@ fdy_status fdy_llama_generate_speculative(
     const fdy_llama_speculative_options *spec, fdy_llama_generation *out,
     fdy_llama_speculative_stats *stats, fdy_error *err);
 
+/* Whether speculative generation with sampling reads both models' logits:
+ * sampling that is not greedy (temperature above 0 and top_k not 1; NULL
+ * is greedy). Then both sessions must be created without ids_only. */
+bool fdy_llama_speculative_needs_logits(const fdy_sample_params *sampling);
+
 /* The rejection rule of speculative sampling at one position: p and q the
  * target's and the draft's distributions over vocab ids (each summing to
  * 1), x the draft's proposal (drawn from q), u_accept and u_residual

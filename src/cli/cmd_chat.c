@@ -375,7 +375,7 @@ int fdy_cmd_chat(int argc, char **argv) {
   sampling = fdy_cli_sampling_resolve(&sampling_flags, defaults, &random_seed);
   /* generation reads the ids alone, but speculative sampling the logits */
   bool logits =
-      draft_flags.dir && sampling.temperature > 0.0f && sampling.top_k != 1;
+      draft_flags.dir && fdy_llama_speculative_needs_logits(&sampling);
   session_options.ids_only = !logits;
   if (fdy_cli_open_tokenizer(model_dir, tokenizer_path, &tok, &err) != FDY_OK ||
       fdy_llama_open(model_dir, &model, &err) != FDY_OK ||

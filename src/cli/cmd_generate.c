@@ -948,7 +948,7 @@ int fdy_cmd_generate(int argc, char **argv) {
       fdy_cli_sampling_resolve(&sampling_flags, FDY_LLAMA_GREEDY, &random_seed);
   /* speculative sampling reads both models' logits */
   bool draft_logits =
-      draft_dir && sampling.temperature > 0.0f && sampling.top_k != 1;
+      draft_dir && fdy_llama_speculative_needs_logits(&sampling);
   const fdy_llama_speculative_options spec =
       fdy_cli_draft_speculative(&draft_flags);
   if (prompts_file) {

@@ -52,8 +52,8 @@ static bool emit(spec_run *r, int32_t id) {
   return r->more && r->count < o->max_tokens && (o->ignore_eos || !r->stop);
 }
 
-static bool is_greedy(const fdy_sample_params *sampling) {
-  return !sampling || sampling->temperature == 0.0f || sampling->top_k == 1;
+bool fdy_llama_speculative_needs_logits(const fdy_sample_params *sampling) {
+  return sampling && sampling->temperature > 0.0f && sampling->top_k != 1;
 }
 
 /* The checks of the pair and the options, before any work. */
@@ -112,7 +112,7 @@ static fdy_status check_pair(const fdy_llama_session *target,
     if (st != FDY_OK) {
       return st;
     }
-    if (!is_greedy(options->sampling) &&
+    if (fdy_llama_speculative_needs_logits(options->sampling) &&
         (target->ids_only || draft->ids_only)) {
       return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
                            "speculative sampling reads both models' logits: "
@@ -321,7 +321,7 @@ fdy_status fdy_llama_generate_speculative(
   r.proposal = malloc(sizeof *r.proposal * (max_k + 1));
   r.verdict = malloc(sizeof *r.verdict * (max_k + 1));
   bool allocated = r.ids && r.proposal && r.verdict;
-  if (allocated && !is_greedy(options->sampling)) {
+  if (allocated && fdy_llama_speculative_needs_logits(options->sampling)) {
     r.sampling = options->sampling;
     r.vocab = target->config->vocab_size;
     r.draft_logits = malloc(sizeof *r.draft_logits * max_k * r.vocab);
