@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_options.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "foundry/infer_bench.h"
@@ -73,243 +74,230 @@ void fdy_cmd_infer_bench_help(FILE *out) {
           "error.\n");
 }
 
-int fdy_cmd_infer_bench(int argc, char **argv) {
-  enum {
-    OPT_MODEL = 256,
-    OPT_REPORT,
-    OPT_TRACE,
-    OPT_SEED,
-    OPT_PROMPT_FILE,
-    OPT_PROMPT_TOKENS,
-    OPT_GEN_TOKENS,
-    OPT_WARMUP,
-    OPT_ITERATIONS,
-    OPT_BATCH,
-    OPT_DRAFT_MODEL,
-    OPT_DRAFT_TOKENS,
-    OPT_DRAFT_FIXED,
-  };
-  static const struct option options[] = {
-      {"model", required_argument, NULL, OPT_MODEL},
-      FDY_CLI_SESSION_OPTIONS,
-      {"report", required_argument, NULL, OPT_REPORT},
-      {"trace", required_argument, NULL, OPT_TRACE},
-      {"seed", required_argument, NULL, OPT_SEED},
-      {"prompt-file", required_argument, NULL, OPT_PROMPT_FILE},
-      {"prompt-tokens", required_argument, NULL, OPT_PROMPT_TOKENS},
-      {"gen-tokens", required_argument, NULL, OPT_GEN_TOKENS},
-      {"warmup", required_argument, NULL, OPT_WARMUP},
-      {"iterations", required_argument, NULL, OPT_ITERATIONS},
-      {"batch", required_argument, NULL, OPT_BATCH},
-      {"draft-model", required_argument, NULL, OPT_DRAFT_MODEL},
-      {"draft-tokens", required_argument, NULL, OPT_DRAFT_TOKENS},
-      {"draft-fixed", no_argument, NULL, OPT_DRAFT_FIXED},
-      FDY_CLI_ENGINE_OPTIONS,
-      {NULL, 0, NULL, 0},
-  };
-  const char *model_dir = NULL, *report = NULL, *trace = NULL;
-  fdy_cli_session_flags session_flags = FDY_CLI_SESSION_FLAGS_DEFAULT;
-  const char *prompt_file = NULL;
-  uint64_t seed = 0, prompt_tokens = FDY_INFER_PROMPT_TOKENS;
-  uint64_t gen_tokens = FDY_INFER_GEN_TOKENS, warmup = 2, iterations = 10;
-  uint64_t batch = 1, draft_tokens = 4;
-  const char *draft_dir = NULL;
-  bool have_prompt_tokens = false, draft_flag = false, draft_fixed = false;
-  fdy_error err;
-  const int repeated =
-      fdy_cli_check_repeats("infer-bench", argc, argv, options);
-  if (repeated != FDY_EXIT_OK) {
-    return repeated;
+/* The command's options, as parsed. */
+typedef struct infer_bench_args {
+  const char *model_dir, *report, *trace, *prompt_file;
+  fdy_cli_session_flags session;
+  fdy_cli_draft_flags draft;
+  uint64_t seed, prompt_tokens, gen_tokens, warmup, iterations, batch;
+  bool have_prompt_tokens;
+} infer_bench_args;
+
+enum {
+  OPT_MODEL = 256,
+  OPT_REPORT,
+  OPT_TRACE,
+  OPT_SEED,
+  OPT_PROMPT_FILE,
+  OPT_PROMPT_TOKENS,
+  OPT_GEN_TOKENS,
+  OPT_WARMUP,
+  OPT_ITERATIONS,
+  OPT_BATCH,
+};
+
+static const struct option options[] = {
+    {"model", required_argument, NULL, OPT_MODEL},
+    FDY_CLI_SESSION_OPTIONS,
+    {"report", required_argument, NULL, OPT_REPORT},
+    {"trace", required_argument, NULL, OPT_TRACE},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"prompt-file", required_argument, NULL, OPT_PROMPT_FILE},
+    {"prompt-tokens", required_argument, NULL, OPT_PROMPT_TOKENS},
+    {"gen-tokens", required_argument, NULL, OPT_GEN_TOKENS},
+    {"warmup", required_argument, NULL, OPT_WARMUP},
+    {"iterations", required_argument, NULL, OPT_ITERATIONS},
+    {"batch", required_argument, NULL, OPT_BATCH},
+    FDY_CLI_DRAFT_OPTIONS,
+    FDY_CLI_ENGINE_OPTIONS,
+    {NULL, 0, NULL, 0},
+};
+
+static fdy_status parse_option(void *p, int opt, const char *arg, bool *handled,
+                               fdy_error *err) {
+  infer_bench_args *a = p;
+  *handled = true;
+  switch (opt) {
+  case OPT_MODEL:
+    a->model_dir = arg;
+    return FDY_OK;
+  case OPT_REPORT:
+    a->report = arg;
+    return FDY_OK;
+  case OPT_TRACE:
+    a->trace = arg;
+    return FDY_OK;
+  case OPT_SEED:
+    return fdy_cli_parse_uint("--seed", arg, 0, UINT64_MAX, &a->seed, err);
+  case OPT_PROMPT_FILE:
+    a->prompt_file = arg;
+    return FDY_OK;
+  case OPT_PROMPT_TOKENS:
+    a->have_prompt_tokens = true;
+    return fdy_cli_parse_uint("--prompt-tokens", arg, 1, UINT32_MAX,
+                              &a->prompt_tokens, err);
+  case OPT_GEN_TOKENS:
+    return fdy_cli_parse_uint("--gen-tokens", arg, 1, UINT32_MAX,
+                              &a->gen_tokens, err);
+  case OPT_WARMUP:
+    return fdy_cli_parse_uint("--warmup", arg, 0, UINT32_MAX / 2, &a->warmup,
+                              err);
+  case OPT_ITERATIONS:
+    return fdy_cli_parse_uint("--iterations", arg, 1, UINT32_MAX / 2,
+                              &a->iterations, err);
+  case OPT_BATCH:
+    return fdy_cli_parse_uint("--batch", arg, 1, FDY_LLAMA_MAX_SEQUENCES,
+                              &a->batch, err);
+  default:
+    return fdy_cli_shared_flag(opt, arg, &a->session, NULL, &a->draft, handled,
+                               err);
   }
-  optind = 1;
-  opterr = 0;
-  int opt;
-  while ((opt = getopt_long(argc, argv, ":", options, NULL)) != -1) {
-    fdy_status status = FDY_OK;
-    switch (opt) {
-    case OPT_MODEL:
-      model_dir = optarg;
-      break;
-    case OPT_REPORT:
-      report = optarg;
-      break;
-    case OPT_TRACE:
-      trace = optarg;
-      break;
-    case OPT_SEED:
-      status = fdy_cli_parse_uint("--seed", optarg, 0, UINT64_MAX, &seed, &err);
-      break;
-    case OPT_PROMPT_FILE:
-      prompt_file = optarg;
-      break;
-    case OPT_PROMPT_TOKENS:
-      status = fdy_cli_parse_uint("--prompt-tokens", optarg, 1, UINT32_MAX,
-                                  &prompt_tokens, &err);
-      have_prompt_tokens = true;
-      break;
-    case OPT_GEN_TOKENS:
-      status = fdy_cli_parse_uint("--gen-tokens", optarg, 1, UINT32_MAX,
-                                  &gen_tokens, &err);
-      break;
-    case OPT_WARMUP:
-      status = fdy_cli_parse_uint("--warmup", optarg, 0, UINT32_MAX / 2,
-                                  &warmup, &err);
-      break;
-    case OPT_ITERATIONS:
-      status = fdy_cli_parse_uint("--iterations", optarg, 1, UINT32_MAX / 2,
-                                  &iterations, &err);
-      break;
-    case OPT_BATCH:
-      status = fdy_cli_parse_uint("--batch", optarg, 1, FDY_LLAMA_MAX_SEQUENCES,
-                                  &batch, &err);
-      break;
-    case OPT_DRAFT_MODEL:
-      draft_dir = optarg;
-      break;
-    case OPT_DRAFT_TOKENS:
-      status =
-          fdy_cli_parse_uint("--draft-tokens", optarg, 1,
-                             FDY_LLAMA_MAX_DRAFT_TOKENS, &draft_tokens, &err);
-      draft_flag = true;
-      break;
-    case OPT_DRAFT_FIXED:
-      draft_fixed = draft_flag = true;
-      break;
-    case ':':
-      return fdy_cli_usage("infer-bench", "%s needs a value", argv[optind - 1]);
-    default: {
-      bool handled = false;
-      status =
-          fdy_cli_session_flag(opt, optarg, &session_flags, &handled, &err);
-      if (!handled) {
-        return fdy_cli_usage("infer-bench", "unknown option '%s'",
-                             argv[optind - 1]);
-      }
-      break;
-    }
-    }
-    if (status != FDY_OK) {
-      return fdy_cli_usage("infer-bench", "%s", err.message);
-    }
+}
+
+/* The flags into *a, and the checks between them: FDY_EXIT_OK or the
+ * usage error printed. */
+static int parse(int argc, char **argv, infer_bench_args *a) {
+  *a = (infer_bench_args){.session = FDY_CLI_SESSION_FLAGS_DEFAULT,
+                          .prompt_tokens = FDY_INFER_PROMPT_TOKENS,
+                          .gen_tokens = FDY_INFER_GEN_TOKENS,
+                          .warmup = 2,
+                          .iterations = 10,
+                          .batch = 1};
+  int code = fdy_cli_parse_options("infer-bench", argc, argv, options,
+                                   parse_option, a, NULL);
+  if (code != FDY_EXIT_OK) {
+    return code;
   }
-  if (optind < argc) {
-    return fdy_cli_usage("infer-bench", "unexpected argument '%s'",
-                         argv[optind]);
-  }
-  if (!model_dir || !report) {
+  if (!a->model_dir || !a->report) {
     return fdy_cli_usage("infer-bench", "--model and --report are required");
   }
-  if (prompt_file && have_prompt_tokens) {
+  if (a->prompt_file && a->have_prompt_tokens) {
     return fdy_cli_usage("infer-bench",
                          "--prompt-file and --prompt-tokens exclude each "
                          "other");
   }
-  if (draft_flag && !draft_dir) {
+  if (fdy_cli_draft_orphan(&a->draft)) {
     return fdy_cli_usage("infer-bench",
                          "--draft-tokens and --draft-fixed need --draft-model");
   }
-  if (strcmp(session_flags.backend, "cpu") != 0 && session_flags.threads) {
+  if (strcmp(a->session.backend, "cpu") != 0 && a->session.threads) {
     return fdy_cli_usage("infer-bench", "--threads applies to the cpu backend");
   }
+  return FDY_EXIT_OK;
+}
 
-  fdy_infer_options o = {.model_dir = model_dir,
-                         .backend_name = session_flags.backend,
-                         .prompt_count = (uint32_t)prompt_tokens,
-                         .prompt_file = prompt_file,
-                         .seed = seed,
-                         .batch = (uint32_t)batch,
-                         .draft_dir = draft_dir,
-                         .draft_tokens = (uint32_t)draft_tokens,
-                         .draft_fixed = draft_fixed,
-                         .gen_tokens = (uint32_t)gen_tokens,
-                         .warmup = (uint32_t)warmup,
-                         .iterations = (uint32_t)iterations,
-                         .context = (uint32_t)session_flags.context,
-                         .kv_dtype = session_flags.kv_dtype,
-                         .weight_budget = session_flags.weight_budget,
-                         .buffers = (uint32_t)session_flags.buffers,
-                         .prefill_rows = (uint32_t)session_flags.prefill_rows,
-                         .no_graphs = session_flags.no_graphs,
-                         .serial_launch = session_flags.serial_launch,
-                         .skip_packing = session_flags.skip_packing,
-                         .bootstrap_resamples = 10000,
-                         .report_path = report,
-                         .trace_path = trace,
-                         .argc = argc,
-                         .argv = argv,
-                         .console = stdout,
-                         .progress = fdy_cli_stderr_is_tty()};
-  fdy_status checked = fdy_infer_check_options(&o, &err);
-  if (checked != FDY_OK) {
-    return checked == FDY_ERR_INVALID_ARGUMENT
-               ? fdy_cli_usage("infer-bench", "%s", err.message)
-               : fdy_cli_fail(&err);
+/* The benchmark's options of a (the model, backend and prompts are set by
+ * run). */
+static fdy_infer_options infer_options(const infer_bench_args *a, int argc,
+                                       char **argv) {
+  const fdy_cli_session_flags *f = &a->session;
+  const fdy_llama_speculative_options spec =
+      fdy_cli_draft_speculative(&a->draft);
+  return (fdy_infer_options){.model_dir = a->model_dir,
+                             .backend_name = f->backend,
+                             .prompt_count = (uint32_t)a->prompt_tokens,
+                             .prompt_file = a->prompt_file,
+                             .seed = a->seed,
+                             .batch = (uint32_t)a->batch,
+                             .draft_dir = a->draft.dir,
+                             .draft_tokens = spec.draft_tokens,
+                             .draft_fixed = a->draft.fixed,
+                             .gen_tokens = (uint32_t)a->gen_tokens,
+                             .warmup = (uint32_t)a->warmup,
+                             .iterations = (uint32_t)a->iterations,
+                             .context = (uint32_t)f->context,
+                             .kv_dtype = f->kv_dtype,
+                             .weight_budget = f->weight_budget,
+                             .buffers = (uint32_t)f->buffers,
+                             .prefill_rows = (uint32_t)f->prefill_rows,
+                             .no_graphs = f->no_graphs,
+                             .serial_launch = f->serial_launch,
+                             .skip_packing = f->skip_packing,
+                             .bootstrap_resamples = 10000,
+                             .report_path = a->report,
+                             .trace_path = a->trace,
+                             .argc = argc,
+                             .argv = argv,
+                             .console = stdout,
+                             .progress = fdy_cli_stderr_is_tty()};
+}
+
+/* The prompts of the batch from the seed: sequence k's from seed + k. */
+static fdy_status seed_prompts(const infer_bench_args *a,
+                               const fdy_llama_model *model, int32_t **out,
+                               uint32_t *count, fdy_error *err) {
+  *count = (uint32_t)a->prompt_tokens;
+  *out = malloc(sizeof **out * *count * (size_t)a->batch);
+  if (!*out) {
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   }
+  for (uint64_t k = 0; k < a->batch; k++) {
+    fdy_infer_prompt_ids(fdy_llama_model_config(model), a->seed + k,
+                         *out + k * *count, *count);
+  }
+  return FDY_OK;
+}
+
+/* The draft refused before any work when its vocabulary is not the
+ * model's. */
+static fdy_status check_draft(const infer_bench_args *a,
+                              const fdy_llama_model *model,
+                              const fdy_llama_model *draft, fdy_error *err) {
+  uint32_t vocab = fdy_llama_model_config(model)->vocab_size;
+  if (draft && fdy_llama_model_config(draft)->vocab_size != vocab) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "the draft %s has a vocabulary of %u ids, the model "
+                         "%u: a draft must share the model's vocabulary",
+                         a->draft.dir,
+                         fdy_llama_model_config(draft)->vocab_size, vocab);
+  }
+  return FDY_OK;
+}
+
+/* Opens the checkpoint (and its manifest, which every report records), the
+ * draft and the backend, builds the prompts and runs the benchmark of o. */
+static int run(const infer_bench_args *a, fdy_infer_options *o) {
   int code = FDY_EXIT_FAILURE;
+  fdy_error err;
   fdy_llama_model *model = NULL, *draft = NULL;
   fdy_backend *engine = NULL;
   int32_t *prompt = NULL;
   uint32_t prompt_count = 0;
-  /* every report records the checkpoint's files */
   fdy_manifest checkpoint = {0};
-  if (fdy_cli_check_manifest(&session_flags, model_dir, &checkpoint, &err) !=
-          FDY_OK ||
-      (prompt_file &&
-       fdy_cli_read_ids_file(prompt_file, "--prompt-file", false, &prompt,
+  const fdy_cli_session_flags *f = &a->session;
+  if (fdy_cli_check_manifest(f, a->model_dir, &checkpoint, &err) != FDY_OK ||
+      (a->prompt_file &&
+       fdy_cli_read_ids_file(a->prompt_file, "--prompt-file", false, &prompt,
                              &prompt_count, &err) != FDY_OK) ||
-      fdy_llama_open(model_dir, &model, &err) != FDY_OK ||
-      (draft_dir && fdy_llama_open(draft_dir, &draft, &err) != FDY_OK) ||
-      fdy_cli_backend_create(
-          session_flags.backend, (uint32_t)session_flags.threads,
-          session_flags.serial_launch, &engine, &err) != FDY_OK) {
+      fdy_llama_open(a->model_dir, &model, &err) != FDY_OK ||
+      (a->draft.dir && fdy_llama_open(a->draft.dir, &draft, &err) != FDY_OK) ||
+      fdy_cli_backend_create(f->backend, (uint32_t)f->threads, f->serial_launch,
+                             &engine, &err) != FDY_OK ||
+      check_draft(a, model, draft, &err) != FDY_OK ||
+      (!a->prompt_file &&
+       seed_prompts(a, model, &prompt, &prompt_count, &err) != FDY_OK)) {
     code = fdy_cli_fail(&err);
     goto cleanup;
   }
-  uint32_t vocab = fdy_llama_model_config(model)->vocab_size;
-  if (draft && fdy_llama_model_config(draft)->vocab_size != vocab) {
-    fdy_error_set(&err, FDY_ERR_INVALID_ARGUMENT,
-                  "the draft %s has a vocabulary of %u ids, the model %u: a "
-                  "draft must share the model's vocabulary",
-                  draft_dir, fdy_llama_model_config(draft)->vocab_size, vocab);
-    code = fdy_cli_fail(&err);
-    goto cleanup;
-  }
-  if (!prompt_file) {
-    prompt_count = (uint32_t)prompt_tokens;
-    prompt = malloc(sizeof *prompt * prompt_count * (size_t)batch);
-    if (!prompt) {
-      fdy_error_set(&err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
-      code = fdy_cli_fail(&err);
-      goto cleanup;
-    }
-    for (uint64_t k = 0; k < batch; k++) {
-      fdy_infer_prompt_ids(fdy_llama_model_config(model), seed + k,
-                           prompt + k * prompt_count, prompt_count);
-    }
-  }
-  o.model = model;
-  o.draft_model = draft;
-  o.checkpoint = &checkpoint;
-  o.pinned_manifest = session_flags.manifest;
-  o.backend = engine;
-  o.prompt = prompt;
-  o.prompt_count = prompt_count;
+  o->model = model;
+  o->draft_model = draft;
+  o->checkpoint = &checkpoint;
+  o->pinned_manifest = f->manifest;
+  o->backend = engine;
+  o->prompt = prompt;
+  o->prompt_count = prompt_count;
   bool written = false;
-  if (fdy_infer_bench_run(&o, &written, &err) != FDY_OK) {
-    fdy_cli_explain_budget(&session_flags, &err);
+  if (fdy_infer_bench_run(o, &written, &err) != FDY_OK) {
+    fdy_cli_explain_budget(f, &err);
     code = fdy_cli_fail(&err);
     if (written) {
       fprintf(stderr,
               "foundry infer-bench: the report %s records the "
               "failure\n",
-              report);
+              a->report);
     }
     goto cleanup;
   }
-  if (trace) {
-    printf("trace: %s\n", trace);
-  }
-  printf("report: %s\n", report);
   code = FDY_EXIT_OK;
 
 cleanup:
@@ -318,5 +306,35 @@ cleanup:
   free(prompt);
   fdy_backend_destroy(engine);
   fdy_llama_close(model);
+  return code;
+}
+
+/* The files written (the benchmark printed its figures). */
+static void print(const infer_bench_args *a) {
+  if (a->trace) {
+    printf("trace: %s\n", a->trace);
+  }
+  printf("report: %s\n", a->report);
+}
+
+int fdy_cmd_infer_bench(int argc, char **argv) {
+  infer_bench_args a;
+  int code = parse(argc, argv, &a);
+  if (code != FDY_EXIT_OK) {
+    return code;
+  }
+  fdy_infer_options o = infer_options(&a, argc, argv);
+  /* the report path and the numbers checked before any work */
+  fdy_error err;
+  fdy_status checked = fdy_infer_check_options(&o, &err);
+  if (checked != FDY_OK) {
+    return checked == FDY_ERR_INVALID_ARGUMENT
+               ? fdy_cli_usage("infer-bench", "%s", err.message)
+               : fdy_cli_fail(&err);
+  }
+  code = run(&a, &o);
+  if (code == FDY_EXIT_OK) {
+    print(&a);
+  }
   return code;
 }
