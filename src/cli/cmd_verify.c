@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_options.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "foundry/infer_bench.h"
@@ -169,175 +170,154 @@ static int run_against(const against_run *r) {
   return code;
 }
 
-int fdy_cmd_verify(int argc, char **argv) {
-  enum {
-    OPT_MODEL = 256,
-    OPT_REFERENCE,
-    OPT_TOLERANCE,
-    OPT_AGAINST,
-    OPT_AGAINST_THREADS,
-    OPT_PROMPT_TOKENS,
-    OPT_STEPS,
-    OPT_SEED
-  };
-  static const struct option options[] = {
-      {"model", required_argument, NULL, OPT_MODEL},
-      {"reference", required_argument, NULL, OPT_REFERENCE},
-      FDY_CLI_SESSION_OPTIONS,
-      {"tolerance", required_argument, NULL, OPT_TOLERANCE},
-      FDY_CLI_ENGINE_OPTIONS,
-      {"against", required_argument, NULL, OPT_AGAINST},
-      {"against-threads", required_argument, NULL, OPT_AGAINST_THREADS},
-      {"prompt-tokens", required_argument, NULL, OPT_PROMPT_TOKENS},
-      {"steps", required_argument, NULL, OPT_STEPS},
-      {"seed", required_argument, NULL, OPT_SEED},
-      {NULL, 0, NULL, 0},
-  };
-  const char *model_dir = NULL, *reference = NULL;
-  fdy_cli_session_flags session_flags = FDY_CLI_SESSION_FLAGS_DEFAULT;
-  const char *against = NULL;
-  double tolerance = -1.0;
-  uint64_t against_threads = 0, prompt_tokens = 64;
-  uint64_t steps = 16, seed = 0;
-  bool compare_flag = false;
-  fdy_error err;
-  const int repeated = fdy_cli_check_repeats("verify", argc, argv, options);
-  if (repeated != FDY_EXIT_OK) {
-    return repeated;
+/* The command's options, as parsed. */
+typedef struct verify_args {
+  const char *model_dir, *reference, *against;
+  fdy_cli_session_flags session;
+  double tolerance; /* < 0: the backend's default */
+  uint64_t against_threads, prompt_tokens, steps, seed;
+  bool compare_flag; /* a flag of --against given */
+} verify_args;
+
+enum {
+  OPT_MODEL = 256,
+  OPT_REFERENCE,
+  OPT_TOLERANCE,
+  OPT_AGAINST,
+  OPT_AGAINST_THREADS,
+  OPT_PROMPT_TOKENS,
+  OPT_STEPS,
+  OPT_SEED
+};
+
+static const struct option options[] = {
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"reference", required_argument, NULL, OPT_REFERENCE},
+    FDY_CLI_SESSION_OPTIONS,
+    {"tolerance", required_argument, NULL, OPT_TOLERANCE},
+    FDY_CLI_ENGINE_OPTIONS,
+    {"against", required_argument, NULL, OPT_AGAINST},
+    {"against-threads", required_argument, NULL, OPT_AGAINST_THREADS},
+    {"prompt-tokens", required_argument, NULL, OPT_PROMPT_TOKENS},
+    {"steps", required_argument, NULL, OPT_STEPS},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {NULL, 0, NULL, 0},
+};
+
+static fdy_status parse_option(void *p, int opt, const char *arg, bool *handled,
+                               fdy_error *err) {
+  verify_args *a = p;
+  *handled = true;
+  switch (opt) {
+  case OPT_MODEL:
+    a->model_dir = arg;
+    return FDY_OK;
+  case OPT_REFERENCE:
+    a->reference = arg;
+    return FDY_OK;
+  case OPT_TOLERANCE:
+    return parse_tolerance(arg, &a->tolerance, err);
+  case OPT_AGAINST:
+    a->against = arg;
+    return FDY_OK;
+  case OPT_AGAINST_THREADS:
+    a->compare_flag = true;
+    return fdy_cli_parse_uint("--against-threads", arg, 1, 256,
+                              &a->against_threads, err);
+  case OPT_PROMPT_TOKENS:
+    a->compare_flag = true;
+    return fdy_cli_parse_uint("--prompt-tokens", arg, 1, UINT32_MAX / 2,
+                              &a->prompt_tokens, err);
+  case OPT_STEPS:
+    a->compare_flag = true;
+    return fdy_cli_parse_uint("--steps", arg, 1, UINT32_MAX / 2, &a->steps,
+                              err);
+  case OPT_SEED:
+    a->compare_flag = true;
+    return fdy_cli_parse_uint("--seed", arg, 0, UINT64_MAX, &a->seed, err);
+  default:
+    return fdy_cli_shared_flag(opt, arg, &a->session, NULL, NULL, handled, err);
   }
-  optind = 1;
-  opterr = 0;
-  int opt;
-  while ((opt = getopt_long(argc, argv, ":", options, NULL)) != -1) {
-    fdy_status status = FDY_OK;
-    switch (opt) {
-    case OPT_MODEL:
-      model_dir = optarg;
-      break;
-    case OPT_REFERENCE:
-      reference = optarg;
-      break;
-    case OPT_TOLERANCE:
-      status = parse_tolerance(optarg, &tolerance, &err);
-      break;
-    case OPT_AGAINST:
-      against = optarg;
-      break;
-    case OPT_AGAINST_THREADS:
-      status = fdy_cli_parse_uint("--against-threads", optarg, 1, 256,
-                                  &against_threads, &err);
-      compare_flag = true;
-      break;
-    case OPT_PROMPT_TOKENS:
-      status = fdy_cli_parse_uint("--prompt-tokens", optarg, 1, UINT32_MAX / 2,
-                                  &prompt_tokens, &err);
-      compare_flag = true;
-      break;
-    case OPT_STEPS:
-      status = fdy_cli_parse_uint("--steps", optarg, 1, UINT32_MAX / 2, &steps,
-                                  &err);
-      compare_flag = true;
-      break;
-    case OPT_SEED:
-      status = fdy_cli_parse_uint("--seed", optarg, 0, UINT64_MAX, &seed, &err);
-      compare_flag = true;
-      break;
-    case ':':
-      return fdy_cli_usage("verify", "%s needs a value", argv[optind - 1]);
-    default: {
-      bool handled = false;
-      status =
-          fdy_cli_session_flag(opt, optarg, &session_flags, &handled, &err);
-      if (!handled) {
-        return fdy_cli_usage("verify", "unknown option '%s'", argv[optind - 1]);
-      }
-      break;
-    }
-    }
-    if (status != FDY_OK) {
-      return fdy_cli_usage("verify", "%s", err.message);
-    }
+}
+
+/* The flags into *a, and the checks between them: FDY_EXIT_OK or the
+ * usage error printed. */
+static int parse(int argc, char **argv, verify_args *a) {
+  *a = (verify_args){.session = FDY_CLI_SESSION_FLAGS_DEFAULT,
+                     .tolerance = -1.0,
+                     .prompt_tokens = 64,
+                     .steps = 16};
+  int code = fdy_cli_parse_options("verify", argc, argv, options, parse_option,
+                                   a, NULL);
+  if (code != FDY_EXIT_OK) {
+    return code;
   }
-  if (optind < argc) {
-    return fdy_cli_usage("verify", "unexpected argument '%s'", argv[optind]);
-  }
-  if (!model_dir || (reference != NULL) == (against != NULL)) {
+  if (!a->model_dir || (a->reference != NULL) == (a->against != NULL)) {
     return fdy_cli_usage("verify",
                          "--model and one of --reference and --against are "
                          "required");
   }
-  if (compare_flag && !against) {
+  if (a->compare_flag && !a->against) {
     return fdy_cli_usage("verify", "--against-threads, --prompt-tokens, "
                                    "--steps and --seed need --against");
   }
-  if (against && strcmp(against, "cpu") != 0 && strcmp(against, "cuda") != 0) {
+  if (a->against && strcmp(a->against, "cpu") != 0 &&
+      strcmp(a->against, "cuda") != 0) {
     return fdy_cli_usage("verify", "--against must be cpu or cuda, got '%s'",
-                         against);
+                         a->against);
   }
-  fdy_error pin_err;
-  if (fdy_cli_check_manifest(&session_flags, model_dir, NULL, &pin_err) !=
-      FDY_OK) {
-    return fdy_cli_fail(&pin_err);
-  }
-  if (against) {
-    against_run r = {.model_dir = model_dir,
-                     .against = against,
-                     .flags = &session_flags,
-                     .against_threads = (uint32_t)against_threads,
-                     .prompt_tokens = (uint32_t)prompt_tokens,
-                     .steps = (uint32_t)steps,
-                     .seed = seed,
-                     .tolerance = tolerance >= 0.0
-                                      ? tolerance
-                                      : FDY_LLAMA_BACKEND_TOLERANCE};
-    return run_against(&r);
-  }
-  if (tolerance < 0.0) {
-    tolerance = strcmp(session_flags.backend, "cuda") == 0
-                    ? FDY_LLAMA_BACKEND_TOLERANCE
-                    : FDY_LLAMA_CPU_TOLERANCE;
-  }
+  return FDY_EXIT_OK;
+}
 
+static void print_verify(const char *reference, const char *backend,
+                         double tolerance, const fdy_llama_verify_result *r) {
+  printf("reference: %s (%" PRIu32 " prompt tokens, %" PRIu32
+         " greedy tokens)\n",
+         reference, r->prompt_tokens, r->greedy_tokens);
+  printf("backend: %s, tolerance %g\n", backend, tolerance);
+  printf("logits relative error: %.3e\n", r->logits_relative_error);
+  printf("greedy logits relative error: %.3e\n", r->greedy_relative_error);
+  printf("greedy agreement: %" PRIu32 "/%" PRIu32 "\n", r->greedy_matches,
+         r->greedy_tokens);
+  printf("verify: %s\n", r->passed ? "passed" : "FAILED");
+  if (!r->passed) {
+    fprintf(stderr, "foundry: error: outputs differ from the reference "
+                    "beyond the tolerance\n");
+  }
+}
+
+/* --reference: the reference's prompt through one session with every
+ * prefill row's logits, compared within tolerance. */
+static int run_reference(const verify_args *a, double tolerance) {
   int code = FDY_EXIT_FAILURE;
+  fdy_error err;
   fdy_backend *engine = NULL;
   fdy_llama_model *model = NULL;
   fdy_llama_session *session = NULL;
   fdy_llama_verify_result result;
-  if (fdy_llama_open(model_dir, &model, &err) != FDY_OK ||
-      fdy_cli_backend_create(
-          session_flags.backend, (uint32_t)session_flags.threads,
-          session_flags.serial_launch, &engine, &err) != FDY_OK) {
+  const fdy_cli_session_flags *f = &a->session;
+  if (fdy_llama_open(a->model_dir, &model, &err) != FDY_OK ||
+      fdy_cli_backend_create(f->backend, (uint32_t)f->threads, f->serial_launch,
+                             &engine, &err) != FDY_OK) {
     code = fdy_cli_fail(&err);
     goto cleanup;
   }
   fdy_llama_session_options session_options =
-      fdy_cli_session_options(&session_flags, engine);
+      fdy_cli_session_options(f, engine);
   session_options.all_logits = true;
   fdy_cli_cap_prefill_rows(&session_options, fdy_llama_model_config(model));
   if (fdy_llama_session_create(model, &session_options, &session, &err) !=
       FDY_OK) {
-    fdy_cli_explain_budget(&session_flags, &err);
+    fdy_cli_explain_budget(f, &err);
     code = fdy_cli_fail(&err);
     goto cleanup;
   }
-  if (fdy_llama_verify(session, reference, tolerance, &result, &err) !=
+  if (fdy_llama_verify(session, a->reference, tolerance, &result, &err) !=
       FDY_OK) {
     code = fdy_cli_fail(&err);
     goto cleanup;
   }
-  printf("reference: %s (%" PRIu32 " prompt tokens, %" PRIu32
-         " greedy tokens)\n",
-         reference, result.prompt_tokens, result.greedy_tokens);
-  printf("backend: %s, tolerance %g\n", session_flags.backend, tolerance);
-  printf("logits relative error: %.3e\n", result.logits_relative_error);
-  printf("greedy logits relative error: %.3e\n", result.greedy_relative_error);
-  printf("greedy agreement: %" PRIu32 "/%" PRIu32 "\n", result.greedy_matches,
-         result.greedy_tokens);
-  printf("verify: %s\n", result.passed ? "passed" : "FAILED");
-  if (!result.passed) {
-    fprintf(stderr, "foundry: error: outputs differ from the reference "
-                    "beyond the tolerance\n");
-  }
+  print_verify(a->reference, f->backend, tolerance, &result);
   code = result.passed ? FDY_EXIT_OK : FDY_EXIT_FAILURE;
 
 cleanup:
@@ -345,4 +325,37 @@ cleanup:
   fdy_backend_destroy(engine);
   fdy_llama_close(model);
   return code;
+}
+
+int fdy_cmd_verify(int argc, char **argv) {
+  verify_args a;
+  int code = parse(argc, argv, &a);
+  if (code != FDY_EXIT_OK) {
+    return code;
+  }
+  fdy_error pin_err;
+  if (fdy_cli_check_manifest(&a.session, a.model_dir, NULL, &pin_err) !=
+      FDY_OK) {
+    return fdy_cli_fail(&pin_err);
+  }
+  if (a.against) {
+    against_run r = {.model_dir = a.model_dir,
+                     .against = a.against,
+                     .flags = &a.session,
+                     .against_threads = (uint32_t)a.against_threads,
+                     .prompt_tokens = (uint32_t)a.prompt_tokens,
+                     .steps = (uint32_t)a.steps,
+                     .seed = a.seed,
+                     .tolerance = a.tolerance >= 0.0
+                                      ? a.tolerance
+                                      : FDY_LLAMA_BACKEND_TOLERANCE};
+    return run_against(&r);
+  }
+  double tolerance = a.tolerance;
+  if (tolerance < 0.0) {
+    tolerance = strcmp(a.session.backend, "cuda") == 0
+                    ? FDY_LLAMA_BACKEND_TOLERANCE
+                    : FDY_LLAMA_CPU_TOLERANCE;
+  }
+  return run_reference(&a, tolerance);
 }
