@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_options.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "foundry/bench.h"
@@ -143,83 +144,88 @@ static int refused(fdy_status checked, const fdy_error *err) {
   return usage("%s", err->message);
 }
 
-/* `foundry bench --overhead ...`. */
+/* The flags of both benchmarks. */
+enum {
+  OPT_OVERHEAD = 256,
+  OPT_OPS,
+  OPT_OP_BYTES,
+  OPT_RUNS,
+  OPT_WARMUP,
+  OPT_REPORT,
+  OPT_PROGRESS,
+  OPT_NO_PROGRESS,
+  OPT_BACKEND,
+  OPT_LAYERS,
+  OPT_WEIGHT,
+  OPT_ITERATIONS,
+  OPT_RESAMPLES,
+  OPT_SEED,
+  OPT_BUFFERS,
+  OPT_PASSES,
+  OPT_HOST_MODE,
+  OPT_DEVICE,
+  OPT_CPU_MEMORY,
+  OPT_TRACE
+};
+
+static const struct option overhead_options[] = {
+    {"overhead", no_argument, NULL, OPT_OVERHEAD},
+    {"ops", required_argument, NULL, OPT_OPS},
+    {"op-bytes", required_argument, NULL, OPT_OP_BYTES},
+    {"runs", required_argument, NULL, OPT_RUNS},
+    {"warmup", required_argument, NULL, OPT_WARMUP},
+    {"report", required_argument, NULL, OPT_REPORT},
+    {"progress", no_argument, NULL, OPT_PROGRESS},
+    {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+    {NULL, 0, NULL, 0},
+};
+
+static fdy_status parse_overhead_option(void *p, int opt, const char *arg,
+                                        bool *handled, fdy_error *err) {
+  fdy_bench_overhead_options *o = p;
+  *handled = true;
+  switch (opt) {
+  case OPT_OVERHEAD:
+    return FDY_OK;
+  case OPT_OPS:
+    return parse_u32("--ops", arg, &o->ops, err);
+  case OPT_OP_BYTES:
+    return fdy_cli_parse_uint("--op-bytes", arg, 0, UINT64_MAX, &o->op_bytes,
+                              err);
+  case OPT_RUNS:
+    return parse_u32("--runs", arg, &o->runs, err);
+  case OPT_WARMUP:
+    return parse_u32("--warmup", arg, &o->warmup, err);
+  case OPT_REPORT:
+    o->report_path = arg;
+    return FDY_OK;
+  case OPT_PROGRESS:
+  case OPT_NO_PROGRESS:
+    o->progress = opt == OPT_PROGRESS;
+    return FDY_OK;
+  default: /* a flag of the streaming benchmark, or none */
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "'%s' does not apply to --overhead",
+                         o->argv[optind - 1]);
+  }
+}
+
+/* `foundry bench --overhead ...`: the flags into fdy_bench_overhead_options,
+ * checked, then the measurement (which prints its figures). */
 static int bench_overhead(int argc, char **argv) {
-  enum {
-    OPT_OVERHEAD = 256,
-    OPT_OPS,
-    OPT_OP_BYTES,
-    OPT_RUNS,
-    OPT_WARMUP,
-    OPT_REPORT,
-    OPT_PROGRESS,
-    OPT_NO_PROGRESS
-  };
-  static const struct option longopts[] = {
-      {"overhead", no_argument, NULL, OPT_OVERHEAD},
-      {"ops", required_argument, NULL, OPT_OPS},
-      {"op-bytes", required_argument, NULL, OPT_OP_BYTES},
-      {"runs", required_argument, NULL, OPT_RUNS},
-      {"warmup", required_argument, NULL, OPT_WARMUP},
-      {"report", required_argument, NULL, OPT_REPORT},
-      {"progress", no_argument, NULL, OPT_PROGRESS},
-      {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
-      {NULL, 0, NULL, 0},
-  };
   fdy_bench_overhead_options o;
   fdy_bench_overhead_options_default(&o);
   o.progress = fdy_cli_stderr_is_tty();
   o.console = stdout;
   o.argc = argc;
   o.argv = argv;
+  int code = fdy_cli_parse_options("bench", argc, argv, overhead_options,
+                                   parse_overhead_option, &o, NULL);
+  if (code != FDY_EXIT_OK) {
+    return code;
+  }
   fdy_error err;
   fdy_error_clear(&err);
-  const int repeated = fdy_cli_check_repeats("bench", argc, argv, longopts);
-  if (repeated != FDY_EXIT_OK) {
-    return repeated;
-  }
-  optind = 1;
-  opterr = 0;
-  int opt;
-  while ((opt = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
-    fdy_status st = FDY_OK;
-    switch (opt) {
-    case OPT_OVERHEAD:
-      break;
-    case OPT_OPS:
-      st = parse_u32("--ops", optarg, &o.ops, &err);
-      break;
-    case OPT_OP_BYTES:
-      st = fdy_cli_parse_uint("--op-bytes", optarg, 0, UINT64_MAX, &o.op_bytes,
-                              &err);
-      break;
-    case OPT_RUNS:
-      st = parse_u32("--runs", optarg, &o.runs, &err);
-      break;
-    case OPT_WARMUP:
-      st = parse_u32("--warmup", optarg, &o.warmup, &err);
-      break;
-    case OPT_REPORT:
-      o.report_path = optarg;
-      break;
-    case OPT_PROGRESS:
-      o.progress = true;
-      break;
-    case OPT_NO_PROGRESS:
-      o.progress = false;
-      break;
-    case ':':
-      return usage("%s needs a value", argv[optind - 1]);
-    default:
-      return usage("'%s' does not apply to --overhead", argv[optind - 1]);
-    }
-    if (st != FDY_OK) {
-      return usage("%s", err.message);
-    }
-  }
-  if (optind < argc) {
-    return usage("unexpected argument '%s'", argv[optind]);
-  }
   fdy_status checked = fdy_bench_overhead_check_options(&o, &err);
   if (checked != FDY_OK) {
     return refused(checked, &err);
@@ -231,159 +237,142 @@ static int bench_overhead(int argc, char **argv) {
   return FDY_EXIT_OK;
 }
 
+/* The streaming benchmark's options, as parsed. */
+typedef struct bench_args {
+  fdy_bench_options o;
+  bool host_mode_seen;
+} bench_args;
+
+static const struct option bench_options[] = {
+    {"backend", required_argument, NULL, OPT_BACKEND},
+    {"layers", required_argument, NULL, OPT_LAYERS},
+    {"weight-mib", required_argument, NULL, OPT_WEIGHT},
+    {"iterations", required_argument, NULL, OPT_ITERATIONS},
+    {"warmup", required_argument, NULL, OPT_WARMUP},
+    {"bootstrap-resamples", required_argument, NULL, OPT_RESAMPLES},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"buffers", required_argument, NULL, OPT_BUFFERS},
+    {"compute-passes", required_argument, NULL, OPT_PASSES},
+    {"host-mode", required_argument, NULL, OPT_HOST_MODE},
+    {"device", required_argument, NULL, OPT_DEVICE},
+    {"cpu-memory", required_argument, NULL, OPT_CPU_MEMORY},
+    {"report", required_argument, NULL, OPT_REPORT},
+    {"trace", required_argument, NULL, OPT_TRACE},
+    {"progress", no_argument, NULL, OPT_PROGRESS},
+    {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+    {NULL, 0, NULL, 0},
+};
+
+/* --backend and --host-mode, by name. */
+static fdy_status parse_choice(int opt, const char *arg, bench_args *a,
+                               fdy_error *err) {
+  if (opt == OPT_BACKEND) {
+    if (strcmp(arg, "auto") == 0) {
+      a->o.backend = FDY_BENCH_BACKEND_AUTO;
+    } else if (strcmp(arg, "cpu") == 0) {
+      a->o.backend = FDY_BENCH_BACKEND_CPU;
+    } else if (strcmp(arg, "cuda") == 0) {
+      a->o.backend = FDY_BENCH_BACKEND_CUDA;
+    } else {
+      return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                           "--backend must be auto, cpu or cuda, got '%s'",
+                           arg);
+    }
+    return FDY_OK;
+  }
+  a->host_mode_seen = true;
+  if (strcmp(arg, "registered") == 0) {
+    a->o.host_mode = FDY_HOST_REGISTERED;
+  } else if (strcmp(arg, "staged") == 0) {
+    a->o.host_mode = FDY_HOST_STAGED;
+  } else {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "--host-mode must be registered or staged, got '%s'",
+                         arg);
+  }
+  return FDY_OK;
+}
+
+static fdy_status parse_bench_option(void *p, int opt, const char *arg,
+                                     bool *handled, fdy_error *err) {
+  bench_args *a = p;
+  fdy_bench_options *o = &a->o;
+  uint64_t v = 0;
+  fdy_status st = FDY_OK;
+  *handled = true;
+  switch (opt) {
+  case OPT_BACKEND:
+  case OPT_HOST_MODE:
+    return parse_choice(opt, arg, a, err);
+  case OPT_LAYERS:
+    return parse_u32("--layers", arg, &o->layers, err);
+  case OPT_WEIGHT:
+    return fdy_cli_parse_uint("--weight-mib", arg, 0, UINT64_MAX,
+                              &o->weight_mib, err);
+  case OPT_ITERATIONS:
+    return parse_u32("--iterations", arg, &o->iterations, err);
+  case OPT_WARMUP:
+    return parse_u32("--warmup", arg, &o->warmup, err);
+  case OPT_RESAMPLES:
+    return parse_u32("--bootstrap-resamples", arg, &o->bootstrap_resamples,
+                     err);
+  case OPT_SEED:
+    return fdy_cli_parse_uint("--seed", arg, 0, UINT64_MAX, &o->seed, err);
+  case OPT_BUFFERS:
+    return parse_buffers(arg, o, err);
+  case OPT_PASSES:
+    return parse_u32("--compute-passes", arg, &o->compute_passes, err);
+  case OPT_DEVICE:
+    st = fdy_cli_parse_uint("--device", arg, 0, INT32_MAX, &v, err);
+    o->cuda_device = (int)v;
+    return st;
+  case OPT_CPU_MEMORY:
+    return fdy_cli_parse_size("--cpu-memory", arg, &o->cpu_memory_bytes, err);
+  case OPT_REPORT:
+    o->report_path = arg;
+    return FDY_OK;
+  case OPT_TRACE:
+    o->trace_path = arg;
+    return FDY_OK;
+  case OPT_PROGRESS:
+  case OPT_NO_PROGRESS:
+    o->progress = opt == OPT_PROGRESS;
+    return FDY_OK;
+  default:
+    *handled = false;
+    return FDY_OK;
+  }
+}
+
 int fdy_cmd_bench(int argc, char **argv) {
-  enum {
-    OPT_BACKEND = 256,
-    OPT_LAYERS,
-    OPT_WEIGHT,
-    OPT_ITERATIONS,
-    OPT_WARMUP,
-    OPT_RESAMPLES,
-    OPT_SEED,
-    OPT_BUFFERS,
-    OPT_PASSES,
-    OPT_HOST_MODE,
-    OPT_DEVICE,
-    OPT_CPU_MEMORY,
-    OPT_REPORT,
-    OPT_TRACE,
-    OPT_PROGRESS,
-    OPT_NO_PROGRESS
-  };
-  static const struct option longopts[] = {
-      {"backend", required_argument, NULL, OPT_BACKEND},
-      {"layers", required_argument, NULL, OPT_LAYERS},
-      {"weight-mib", required_argument, NULL, OPT_WEIGHT},
-      {"iterations", required_argument, NULL, OPT_ITERATIONS},
-      {"warmup", required_argument, NULL, OPT_WARMUP},
-      {"bootstrap-resamples", required_argument, NULL, OPT_RESAMPLES},
-      {"seed", required_argument, NULL, OPT_SEED},
-      {"buffers", required_argument, NULL, OPT_BUFFERS},
-      {"compute-passes", required_argument, NULL, OPT_PASSES},
-      {"host-mode", required_argument, NULL, OPT_HOST_MODE},
-      {"device", required_argument, NULL, OPT_DEVICE},
-      {"cpu-memory", required_argument, NULL, OPT_CPU_MEMORY},
-      {"report", required_argument, NULL, OPT_REPORT},
-      {"trace", required_argument, NULL, OPT_TRACE},
-      {"progress", no_argument, NULL, OPT_PROGRESS},
-      {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
-      {NULL, 0, NULL, 0},
-  };
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--overhead") == 0) {
       return bench_overhead(argc, argv);
     }
   }
-  fdy_bench_options o;
-  fdy_bench_options_default(&o);
-  o.progress = fdy_cli_stderr_is_tty();
-  o.console = stdout;
-  o.argc = argc;
-  o.argv = argv;
-  bool host_mode_seen = false;
-  fdy_error err;
-  fdy_error_clear(&err);
-  const int repeated = fdy_cli_check_repeats("bench", argc, argv, longopts);
-  if (repeated != FDY_EXIT_OK) {
-    return repeated;
+  bench_args a = {.host_mode_seen = false};
+  fdy_bench_options_default(&a.o);
+  a.o.progress = fdy_cli_stderr_is_tty();
+  a.o.console = stdout;
+  a.o.argc = argc;
+  a.o.argv = argv;
+  int code = fdy_cli_parse_options("bench", argc, argv, bench_options,
+                                   parse_bench_option, &a, NULL);
+  if (code != FDY_EXIT_OK) {
+    return code;
   }
-  optind = 1;
-  opterr = 0;
-  int opt;
-  while ((opt = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
-    fdy_status st = FDY_OK;
-    uint64_t v = 0;
-    switch (opt) {
-    case OPT_BACKEND:
-      if (strcmp(optarg, "auto") == 0) {
-        o.backend = FDY_BENCH_BACKEND_AUTO;
-      } else if (strcmp(optarg, "cpu") == 0) {
-        o.backend = FDY_BENCH_BACKEND_CPU;
-      } else if (strcmp(optarg, "cuda") == 0) {
-        o.backend = FDY_BENCH_BACKEND_CUDA;
-      } else {
-        return usage("--backend must be auto, cpu or cuda, got '%s'", optarg);
-      }
-      break;
-    case OPT_LAYERS:
-      st = parse_u32("--layers", optarg, &o.layers, &err);
-      break;
-    case OPT_WEIGHT:
-      st = fdy_cli_parse_uint("--weight-mib", optarg, 0, UINT64_MAX,
-                              &o.weight_mib, &err);
-      break;
-    case OPT_ITERATIONS:
-      st = parse_u32("--iterations", optarg, &o.iterations, &err);
-      break;
-    case OPT_WARMUP:
-      st = parse_u32("--warmup", optarg, &o.warmup, &err);
-      break;
-    case OPT_RESAMPLES:
-      st = parse_u32("--bootstrap-resamples", optarg, &o.bootstrap_resamples,
-                     &err);
-      break;
-    case OPT_SEED:
-      st = fdy_cli_parse_uint("--seed", optarg, 0, UINT64_MAX, &o.seed, &err);
-      break;
-    case OPT_BUFFERS:
-      st = parse_buffers(optarg, &o, &err);
-      break;
-    case OPT_PASSES:
-      st = parse_u32("--compute-passes", optarg, &o.compute_passes, &err);
-      break;
-    case OPT_HOST_MODE:
-      host_mode_seen = true;
-      if (strcmp(optarg, "registered") == 0) {
-        o.host_mode = FDY_HOST_REGISTERED;
-      } else if (strcmp(optarg, "staged") == 0) {
-        o.host_mode = FDY_HOST_STAGED;
-      } else {
-        return usage("--host-mode must be registered or staged, got '%s'",
-                     optarg);
-      }
-      break;
-    case OPT_DEVICE:
-      st = fdy_cli_parse_uint("--device", optarg, 0, INT32_MAX, &v, &err);
-      o.cuda_device = (int)v;
-      break;
-    case OPT_CPU_MEMORY:
-      st =
-          fdy_cli_parse_size("--cpu-memory", optarg, &o.cpu_memory_bytes, &err);
-      break;
-    case OPT_REPORT:
-      o.report_path = optarg;
-      break;
-    case OPT_TRACE:
-      o.trace_path = optarg;
-      break;
-    case OPT_PROGRESS:
-      o.progress = true;
-      break;
-    case OPT_NO_PROGRESS:
-      o.progress = false;
-      break;
-    case ':':
-      return usage("%s needs a value", argv[optind - 1]);
-    default:
-      return usage("unknown option '%s'", argv[optind - 1]);
-    }
-    if (st != FDY_OK) {
-      return usage("%s", err.message);
-    }
-  }
-  if (optind < argc) {
-    return usage("unexpected argument '%s'", argv[optind]);
-  }
-  if (host_mode_seen && o.backend == FDY_BENCH_BACKEND_CPU) {
+  if (a.host_mode_seen && a.o.backend == FDY_BENCH_BACKEND_CPU) {
     return usage("--host-mode applies to the cuda backend only");
   }
-  fdy_status checked = fdy_bench_check_options(&o, &err);
+  fdy_error err;
+  fdy_error_clear(&err);
+  fdy_status checked = fdy_bench_check_options(&a.o, &err);
   if (checked != FDY_OK) {
     return refused(checked, &err);
   }
   fdy_bench_written written;
-  if (fdy_bench_run(&o, &written, &err) != FDY_OK) {
-    return run_failed(&err, written.report ? o.report_path : NULL);
+  if (fdy_bench_run(&a.o, &written, &err) != FDY_OK) {
+    return run_failed(&err, written.report ? a.o.report_path : NULL);
   }
   return FDY_EXIT_OK;
 }
