@@ -171,7 +171,8 @@ if runs tests; then
 fi
 
 if runs verify; then
-  for f in "$root"/tests/data/llama3-*; do
+  for f in "$root"/tests/data/*/; do
+    f=${f%/}
     [ -f "$f/expected.safetensors" ] || continue
     line=$(timeout 120 "$foundry" verify --model "$f/model" \
       --reference "$f/expected.safetensors" --backend cuda 2>&1 | tail -1)

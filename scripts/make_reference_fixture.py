@@ -141,6 +141,23 @@ BASE_CONFIG = {
     "torch_dtype": "bfloat16",
 }
 
+# What each family changes in BASE_CONFIG (model_type and architectures,
+# its own fields), as the real checkpoints' configs have them.
+FAMILY_CONFIG = {
+    "llama": {},
+    "mistral": {"architectures": ["MistralForCausalLM"], "model_type": "mistral",
+                "rope_theta": 1000000.0, "rope_scaling": None, "sliding_window": None,
+                "attention_bias": None, "mlp_bias": None},
+    "qwen2": {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+              "rope_theta": 1000000.0, "rope_scaling": None, "rms_norm_eps": 1e-06,
+              "use_sliding_window": False, "sliding_window": 32768,
+              "max_window_layers": 2, "attention_bias": None, "mlp_bias": None},
+    "qwen3": {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+              "rope_theta": 1000000.0, "rope_scaling": None, "rms_norm_eps": 1e-06,
+              "use_sliding_window": False, "sliding_window": None,
+              "max_window_layers": 2, "attention_bias": False, "mlp_bias": None},
+}
+
 FIXTURES = {
     # untied lm_head, plain rope, BF16, group size 32, 4:1 grouped queries
     "llama3-micro-untied-g32": {
@@ -225,6 +242,23 @@ FIXTURES = {
         "config": {"tie_word_embeddings": False, "torch_dtype": "float16",
                    "hidden_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
                    "intermediate_size": 128, "vocab_size": 256},
+        "remove": [],
+        "prompt_tokens": 24,
+        "greedy_tokens": 8,
+        "engine": "transformers",
+    },
+    # mistral (no sliding window) as Mistral Nemo has it: head_dim 64 is not
+    # hidden / heads (32), untied, plain rope with theta 1e6, BF16, 2 query
+    # heads per kv head
+    "mistral-micro": {
+        "family": "mistral",
+        "seed": 70,
+        "group_size": 64,
+        "dtype": "BF16",
+        "config": {"tie_word_embeddings": False, "hidden_size": 128,
+                   "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+                   "intermediate_size": 128, "vocab_size": 256,
+                   "max_position_embeddings": 32768, "eos_token_id": 2},
         "remove": [],
         "prompt_tokens": 24,
         "greedy_tokens": 8,
@@ -336,11 +370,17 @@ def dims(config):
         "q": heads * head_dim,
         "kv": config["num_key_value_heads"] * head_dim,
         "vocab": config["vocab_size"],
+        "head_dim": head_dim,
     }
 
 
 def make_config(spec):
     config = dict(BASE_CONFIG)
+    for key, value in FAMILY_CONFIG[spec.get("family", "llama")].items():
+        if value is None and key in ("attention_bias", "mlp_bias"):
+            del config[key]  # fields the family's configs do not have
+        else:
+            config[key] = value
     config.update(spec["config"])
     for key in spec["remove"]:
         del config[key]
@@ -427,6 +467,27 @@ def make_norm(tensors, seed, name, n, spec):
     tensors[name] = (spec["dtype"], [n], encode_halves(spec["dtype"], values))
 
 
+def make_bias(tensors, seed, name, n, spec):
+    """A linear's bias (qwen2's q, k and v): uniform in [-0.5, 0.5], about
+    the size of the projections' outputs."""
+    rng = tensor_rng(seed, name)
+    values = [rng.random() - 0.5 for _ in range(n)]
+    tensors[name] = (spec["dtype"], [n], encode_halves(spec["dtype"], values))
+
+
+QKV = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")
+
+
+def qkv_bias(config):
+    """qwen2 has biases on q, k and v (transformers' Qwen2Attention always)."""
+    return config.get("model_type") == "qwen2"
+
+
+def qk_norm(config):
+    """qwen3 normalizes q and k per head (q_norm, k_norm)."""
+    return config.get("model_type") == "qwen3"
+
+
 def make_tensors(spec, config):
     seed = spec["seed"]
     d = dims(config)
@@ -438,6 +499,11 @@ def make_tensors(spec, config):
         for name, out, inp in LINEARS:
             make_linear(tensors, seed, prefix + name, d[out], d[inp],
                         1.0 / math.sqrt(d[inp]), spec)
+            if qkv_bias(config) and name in QKV:
+                make_bias(tensors, seed, prefix + name + ".bias", d[out], spec)
+        if qk_norm(config):
+            make_norm(tensors, seed, prefix + "self_attn.q_norm.weight", d["head_dim"], spec)
+            make_norm(tensors, seed, prefix + "self_attn.k_norm.weight", d["head_dim"], spec)
         make_norm(tensors, seed, prefix + "post_attention_layernorm.weight", d["hidden"], spec)
     make_norm(tensors, seed, "model.norm.weight", d["hidden"], spec)
     if not config["tie_word_embeddings"]:
@@ -568,6 +634,11 @@ class Reference:
         for layer in range(c["num_hidden_layers"]):
             prefix = "model.layers.%d." % layer
             weights = {name: dequantize(c, tensors, prefix + name) for name, _, _ in LINEARS}
+            for name in QKV:
+                weights[name + ".bias"] = (norm(prefix + name + ".bias") if qkv_bias(c)
+                                           else None)
+            weights["q_norm"] = norm(prefix + "self_attn.q_norm.weight") if qk_norm(c) else None
+            weights["k_norm"] = norm(prefix + "self_attn.k_norm.weight") if qk_norm(c) else None
             weights["input_norm"] = norm(prefix + "input_layernorm.weight")
             weights["post_norm"] = norm(prefix + "post_attention_layernorm.weight")
             self.layers.append(weights)
@@ -577,6 +648,14 @@ class Reference:
     def reset(self):
         self.keys = [[] for _ in self.layers]
         self.values = [[] for _ in self.layers]
+
+    def head_norm(self, vec, heads, weight):
+        """RMSNorm of each head's head_dim values (qwen3's q_norm, k_norm)."""
+        d = self.head_dim
+        out = []
+        for h in range(heads):
+            out.extend(rmsnorm(vec[h * d:(h + 1) * d], weight, self.eps))
+        return out
 
     def rope(self, vec, heads, pos):
         d, half = self.head_dim, self.head_dim // 2
@@ -600,6 +679,13 @@ class Reference:
             q = matvec(w["self_attn.q_proj"], x)
             k = matvec(w["self_attn.k_proj"], x)
             v = matvec(w["self_attn.v_proj"], x)
+            if w["self_attn.q_proj.bias"] is not None:
+                q = [a + b for a, b in zip(q, w["self_attn.q_proj.bias"])]
+                k = [a + b for a, b in zip(k, w["self_attn.k_proj.bias"])]
+                v = [a + b for a, b in zip(v, w["self_attn.v_proj.bias"])]
+            if w["q_norm"] is not None:
+                q = self.head_norm(q, self.heads, w["q_norm"])
+                k = self.head_norm(k, self.kv_heads, w["k_norm"])
             self.rope(q, self.heads, pos)
             self.rope(k, self.kv_heads, pos)
             self.keys[layer].append(k)
@@ -721,8 +807,10 @@ class TransformersReference:
         c = {k: v for k, v in weights.config.items()
              if k not in ("quantization", "quantization_config")}
         c["torch_dtype"] = "float64"
-        config = transformers.LlamaConfig(**c)
-        model = transformers.LlamaForCausalLM(config)
+        family = TRANSFORMERS_CLASSES[c.get("model_type", "llama")]
+        config = getattr(transformers, family + "Config")(**c)
+        model = getattr(transformers, family + "ForCausalLM")(config)
+        self.family = family
         model.config._attn_implementation = "eager"
         state = {"model.embed_tokens.weight": weights.embed,
                  "model.norm.weight": weights.final_norm}
@@ -732,11 +820,21 @@ class TransformersReference:
             prefix = "model.layers.%d." % layer
             for name, _, _ in LINEARS:
                 state[prefix + name + ".weight"] = w[name]
+                if w.get(name + ".bias") is not None:
+                    state[prefix + name + ".bias"] = w[name + ".bias"]
+            if w["q_norm"] is not None:
+                state[prefix + "self_attn.q_norm.weight"] = w["q_norm"]
+                state[prefix + "self_attn.k_norm.weight"] = w["k_norm"]
             state[prefix + "input_layernorm.weight"] = w["input_norm"]
             state[prefix + "post_attention_layernorm.weight"] = w["post_norm"]
         model = model.to(torch.float64)
-        model.load_state_dict({k: torch.tensor(v, dtype=torch.float64)
-                               for k, v in state.items()}, strict=False)
+        result = model.load_state_dict({k: torch.tensor(v, dtype=torch.float64)
+                                        for k, v in state.items()}, strict=False)
+        missing = [k for k in result.missing_keys if k != "lm_head.weight"]
+        if missing or result.unexpected_keys:
+            raise SystemExit("error: the transformers model's parameters differ from "
+                             "the checkpoint's: missing %s, unexpected %s"
+                             % (missing, result.unexpected_keys))
         model.tie_weights()
         model.eval()
         self.torch, self.model = torch, model
@@ -762,9 +860,14 @@ class TransformersReference:
         return logits, ids, rows
 
     def description(self):
-        return ("transformers %s (torch %s): LlamaForCausalLM, eager attention, "
+        return ("transformers %s (torch %s): %sForCausalLM, eager attention, "
                 "float64, on the dequantized weights"
-                % (self.versions["transformers"], self.versions["torch"]))
+                % (self.versions["transformers"], self.versions["torch"], self.family))
+
+
+# model_type -> the transformers classes' prefix (NAMEConfig, NAMEForCausalLM)
+TRANSFORMERS_CLASSES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2",
+                        "qwen3": "Qwen3"}
 
 
 def reference_of(engine, model_dir, dtype="float32"):

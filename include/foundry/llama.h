@@ -27,7 +27,25 @@ typedef struct fdy_llama_quant {
   uint32_t group_size;
 } fdy_llama_quant;
 
+/* The model family, config.json's model_type. Every family is the Llama
+ * decoder (RMSNorm, rope in split halves, grouped-query attention, SwiGLU
+ * MLP) with, per family: */
+typedef enum fdy_llama_family {
+  FDY_LLAMA_FAMILY_LLAMA = 0, /* "llama" */
+  FDY_LLAMA_FAMILY_MISTRAL,   /* "mistral": as llama (no sliding window) */
+  FDY_LLAMA_FAMILY_QWEN2,     /* "qwen2": biases on q, k and v */
+  FDY_LLAMA_FAMILY_QWEN3,     /* "qwen3": RMSNorm of q and k per head
+                                 (q_norm, k_norm) before the rope */
+  FDY_LLAMA_FAMILY_COUNT
+} fdy_llama_family;
+
+/* config.json's model_type of a family ("llama"); "unknown" out of range. */
+const char *fdy_llama_family_name(fdy_llama_family family);
+
 typedef struct fdy_llama_config {
+  fdy_llama_family family; /* model_type */
+  bool qkv_bias;           /* q, k and v have biases (qwen2) */
+  bool qk_norm;            /* q and k are normalized per head (qwen3) */
   uint32_t vocab_size;
   uint32_t hidden_size;
   uint32_t intermediate_size;
@@ -80,17 +98,21 @@ typedef struct fdy_llama_layer_weights {
 } fdy_llama_layer_weights;
 
 /* Parses and checks a config.json document of len bytes (path is used in
- * messages only): model_type "llama"; sizes; rope_theta; rope_scaling of
- * type llama3 or none; tie_word_embeddings (default false); rms_norm_eps;
- * eos_token_id as an integer or a list; quantization absent or null (an
- * unquantized checkpoint: bits 0), or with mode "affine" (absent or null
- * = affine), group_size 32, 64 or 128 and bits 4 or 8, checked in that
+ * messages only): model_type "llama" or "mistral"; sizes; rope_theta;
+ * rope_scaling of type llama3 or none; tie_word_embeddings (default false);
+ * rms_norm_eps; eos_token_id as an integer or a list; quantization absent or
+ * null (an unquantized checkpoint: bits 0), or with mode "affine" (absent or
+ * null = affine), group_size 32, 64 or 128 and bits 4 or 8, checked in that
  * order, and per-module entries (mixed precision, as mlx-lm writes them:
  * under a linear's path, "model.layers.0.mlp.down_proj", an object of the
  * same fields or false for a module left unquantized; true = the default)
  * whose group size divides the module's inputs. A valid value Foundry
  * does not handle (another mode such as mxfp4 or nvfp4, bits 2, 3, 5 or 6,
- * other group sizes, rope scaling types, model types, ...) is
+ * other group sizes, rope scaling types, model types, a field that would
+ * change the math and is not implemented: a sliding window (mistral's
+ * sliding_window not null, layer_types other than full_attention), mixture
+ * of experts (num_experts, num_local_experts, num_experts_per_tok,
+ * n_routed_experts, moe_intermediate_size not null or 0), ...) is
  * FDY_ERR_UNSUPPORTED with err->name the field ("quantization.mode",
  * "quantization.model.layers.0.mlp.down_proj.bits") and a message "PATH:
  * unsupported quantization: field 'quantization.bits' is 3; ...". Invalid

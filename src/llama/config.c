@@ -1,4 +1,4 @@
-/* config.json of a Llama 3 checkpoint (Hugging Face fields plus the MLX
+/* config.json of a Llama-family checkpoint (Hugging Face fields plus the MLX
  * "quantization" block, with its per-module entries) parsed into
  * fdy_llama_config and, for the loader, the quantization of every linear.
  * Unknown fields are ignored (real configs carry many); every field
@@ -376,8 +376,84 @@ static fdy_status parse_quantization(const parse_ctx *p, json_t *root,
   return parse_overrides(p, q, c, table);
 }
 
-/* Fields that would change the architecture: reject what is not Llama 3. */
-static fdy_status check_architecture(const parse_ctx *p, json_t *root) {
+static const char *const family_names[FDY_LLAMA_FAMILY_COUNT] = {
+    [FDY_LLAMA_FAMILY_LLAMA] = "llama",
+    [FDY_LLAMA_FAMILY_MISTRAL] = "mistral",
+    [FDY_LLAMA_FAMILY_QWEN2] = "qwen2",
+    [FDY_LLAMA_FAMILY_QWEN3] = "qwen3",
+};
+
+/* The families config.json may name (the others are not implemented). */
+static const bool family_supported[FDY_LLAMA_FAMILY_COUNT] = {
+    [FDY_LLAMA_FAMILY_LLAMA] = true,
+    [FDY_LLAMA_FAMILY_MISTRAL] = true,
+};
+
+const char *fdy_llama_family_name(fdy_llama_family family) {
+  return (unsigned)family < FDY_LLAMA_FAMILY_COUNT ? family_names[family]
+                                                   : "unknown";
+}
+
+/* Whether field key is set: present and neither null, false nor the
+ * integer 0 (the values that leave the math alone). */
+static bool set_field(json_t *root, const char *key) {
+  json_t *v = json_object_get(root, key);
+  return v && !json_is_null(v) && !json_is_false(v) &&
+         !(json_is_integer(v) && json_integer_value(v) == 0);
+}
+
+/* Fields of a sliding window, mixture of experts or per-layer attention
+ * kinds: each would change the math, and none is implemented. */
+static fdy_status check_unimplemented(const parse_ctx *p, json_t *root,
+                                      fdy_llama_family family) {
+  static const char *const experts[] = {
+      "num_experts", "num_local_experts", "num_experts_per_tok",
+      "n_routed_experts", "moe_intermediate_size"};
+  for (size_t i = 0; i < sizeof experts / sizeof experts[0]; i++) {
+    if (set_field(root, experts[i])) {
+      return unsupported_error(p, "mixture of experts", experts[i],
+                               "is set; only dense models are supported");
+    }
+  }
+  /* mistral's sliding_window applies when not null; qwen2 and qwen3 apply
+   * theirs only with use_sliding_window */
+  if (family == FDY_LLAMA_FAMILY_MISTRAL && set_field(root, "sliding_window")) {
+    return unsupported_error(p, "sliding window", "sliding_window",
+                             "is set; only full attention (null) is "
+                             "supported");
+  }
+  if (set_field(root, "use_sliding_window")) {
+    return unsupported_error(p, "sliding window", "use_sliding_window",
+                             "is true; only full attention is supported");
+  }
+  json_t *types = json_object_get(root, "layer_types");
+  if (types && !json_is_null(types)) {
+    if (!json_is_array(types)) {
+      return field_error(p, FDY_ERR_SCHEMA, "layer_types",
+                         "must be a list of strings");
+    }
+    size_t i;
+    json_t *t;
+    json_array_foreach(types, i, t) {
+      if (!json_is_string(t)) {
+        return field_error(p, FDY_ERR_SCHEMA, "layer_types",
+                           "must be a list of strings");
+      }
+      if (strcmp(json_string_value(t), "full_attention") != 0) {
+        return unsupported_error(p, "sliding window", "layer_types",
+                                 "lists '%.40s' at %zu; only full_attention "
+                                 "is supported",
+                                 json_string_value(t), i);
+      }
+    }
+  }
+  return FDY_OK;
+}
+
+/* Fields that would change the architecture: the family (model_type) and
+ * what it implies; reject what is not implemented. */
+static fdy_status check_architecture(const parse_ctx *p, json_t *root,
+                                     fdy_llama_config *c) {
   json_t *mt = json_object_get(root, "model_type");
   if (!mt) {
     return field_error(p, FDY_ERR_SCHEMA, "model_type", "is missing");
@@ -385,9 +461,17 @@ static fdy_status check_architecture(const parse_ctx *p, json_t *root) {
   if (!json_is_string(mt)) {
     return field_error(p, FDY_ERR_SCHEMA, "model_type", "must be a string");
   }
-  if (strcmp(json_string_value(mt), "llama") != 0) {
+  c->family = FDY_LLAMA_FAMILY_COUNT;
+  for (unsigned f = 0; f < FDY_LLAMA_FAMILY_COUNT; f++) {
+    if (family_supported[f] &&
+        strcmp(json_string_value(mt), family_names[f]) == 0) {
+      c->family = (fdy_llama_family)f;
+    }
+  }
+  if (c->family == FDY_LLAMA_FAMILY_COUNT) {
     return unsupported_error(p, "model", "model_type",
-                             "is '%.40s'; only llama is supported",
+                             "is '%.40s'; only llama and mistral are "
+                             "supported",
                              json_string_value(mt));
   }
   json_t *act = json_object_get(root, "hidden_act");
@@ -407,7 +491,7 @@ static fdy_status check_architecture(const parse_ctx *p, json_t *root) {
                                "supported");
     }
   }
-  return FDY_OK;
+  return check_unimplemented(p, root, c->family);
 }
 
 static fdy_status parse_sizes(const parse_ctx *p, json_t *root,
@@ -497,7 +581,7 @@ fdy_status fdy_llama_config_parse_quant(const char *json, size_t len,
     goto cleanup;
   }
   c.tie_word_embeddings = json_is_true(tie);
-  if ((s = check_architecture(&p, root)) != FDY_OK ||
+  if ((s = check_architecture(&p, root, &c)) != FDY_OK ||
       (s = parse_sizes(&p, root, &c)) != FDY_OK ||
       (s = get_positive(&p, root, "rope_theta", "rope_theta", &c.rope_theta)) !=
           FDY_OK ||

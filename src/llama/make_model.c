@@ -45,6 +45,10 @@ typedef struct preset {
   int32_t bos;
   int32_t eos[3];
   uint32_t eos_count;
+  fdy_llama_family family; /* model_type (0: llama) */
+  double rope_theta;       /* 0: 500000 */
+  double rms_eps;          /* 0: 1e-5 */
+  uint32_t max_position;   /* 0: 131072 */
 } preset;
 
 static const preset presets[] = {
@@ -62,7 +66,11 @@ static const preset presets[] = {
      FDY_DTYPE_F16,
      128000,
      {128001, 128008, 128009},
-     3},
+     3,
+     FDY_LLAMA_FAMILY_LLAMA,
+     0.0,
+     0.0,
+     0},
     {"llama-3.2-3b",
      28,
      3072,
@@ -77,7 +85,11 @@ static const preset presets[] = {
      FDY_DTYPE_F16,
      128000,
      {128001, 128008, 128009},
-     3},
+     3,
+     FDY_LLAMA_FAMILY_LLAMA,
+     0.0,
+     0.0,
+     0},
     {"llama-3.1-8b",
      32,
      4096,
@@ -92,7 +104,11 @@ static const preset presets[] = {
      FDY_DTYPE_BF16,
      128000,
      {128001, 128008, 128009},
-     3},
+     3,
+     FDY_LLAMA_FAMILY_LLAMA,
+     0.0,
+     0.0,
+     0},
     {"tiny",
      2,
      768,
@@ -107,7 +123,11 @@ static const preset presets[] = {
      FDY_DTYPE_F16,
      1,
      {2, 3, 0},
-     2},
+     2,
+     FDY_LLAMA_FAMILY_LLAMA,
+     0.0,
+     0.0,
+     0},
     {"micro",
      2,
      256,
@@ -122,7 +142,11 @@ static const preset presets[] = {
      FDY_DTYPE_F16,
      1,
      {2, 3, 0},
-     2},
+     2,
+     FDY_LLAMA_FAMILY_LLAMA,
+     0.0,
+     0.0,
+     0},
     {"micro-untied",
      2,
      256,
@@ -137,7 +161,11 @@ static const preset presets[] = {
      FDY_DTYPE_BF16,
      1,
      {2, 0, 0},
-     1},
+     1,
+     FDY_LLAMA_FAMILY_LLAMA,
+     0.0,
+     0.0,
+     0},
     /* the real Llama 3 vocabulary and EOS ids on tiny layers: for tests of
      * text, the tokenizer and the chat template (4.6 MB) */
     {"micro-llama3-vocab",
@@ -154,14 +182,58 @@ static const preset presets[] = {
      FDY_DTYPE_F16,
      128000,
      {128001, 128008, 128009},
-     3},
+     3,
+     FDY_LLAMA_FAMILY_LLAMA,
+     0.0,
+     0.0,
+     0},
+    /* Mistral 7B v0.3's shapes (model_type mistral, no sliding window) */
+    {.name = "mistral-7b-v0.3",
+     .layers = 32,
+     .hidden = 4096,
+     .heads = 32,
+     .kv_heads = 8,
+     .head_dim = 128,
+     .ffn = 14336,
+     .vocab = 32768,
+     .dtype = FDY_DTYPE_BF16,
+     .bos = 1,
+     .eos = {2},
+     .eos_count = 1,
+     .family = FDY_LLAMA_FAMILY_MISTRAL,
+     .rope_theta = 1e6,
+     .max_position = 32768},
+    /* mistral on tiny layers, Nemo-style: head_dim 64 is not hidden /
+     * heads, 3 query heads per kv head */
+    {.name = "micro-mistral",
+     .layers = 2,
+     .hidden = 256,
+     .heads = 6,
+     .kv_heads = 2,
+     .head_dim = 64,
+     .ffn = 512,
+     .vocab = 1024,
+     .dtype = FDY_DTYPE_BF16,
+     .bos = 1,
+     .eos = {2},
+     .eos_count = 1,
+     .family = FDY_LLAMA_FAMILY_MISTRAL,
+     .rope_theta = 1e6,
+     .max_position = 32768},
 };
 
 #define PRESET_COUNT (sizeof presets / sizeof presets[0])
 
-static const char *const preset_names[PRESET_COUNT + 1] = {
-    "llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b",       "tiny",
-    "micro",        "micro-untied", "micro-llama3-vocab", NULL};
+static const char *const preset_names[PRESET_COUNT + 1] = {"llama-3.2-1b",
+                                                           "llama-3.2-3b",
+                                                           "llama-3.1-8b",
+                                                           "tiny",
+                                                           "micro",
+                                                           "micro-untied",
+                                                           "micro-llama3-vocab",
+                                                           "mistral-7b-v0.3",
+                                                           "micro-mistral",
+                                                           NULL};
 
 const char *const *fdy_llama_presets(void) {
   return preset_names;
@@ -426,6 +498,46 @@ static json_t *quantization_json(const preset *p, const variant *v) {
   return q;
 }
 
+/* The fields of p's family beyond the Llama ones, set on doc; false when
+ * out of memory. */
+static bool family_fields(const preset *p, json_t *doc) {
+  static const char *const architectures[FDY_LLAMA_FAMILY_COUNT] = {
+      [FDY_LLAMA_FAMILY_LLAMA] = "LlamaForCausalLM",
+      [FDY_LLAMA_FAMILY_MISTRAL] = "MistralForCausalLM",
+      [FDY_LLAMA_FAMILY_QWEN2] = "Qwen2ForCausalLM",
+      [FDY_LLAMA_FAMILY_QWEN3] = "Qwen3ForCausalLM",
+  };
+  int failed = json_object_set_new(doc, "architectures",
+                                   json_pack("[s]", architectures[p->family]));
+  failed |= json_object_set_new(doc, "model_type",
+                                json_string(fdy_llama_family_name(p->family)));
+  switch (p->family) {
+  case FDY_LLAMA_FAMILY_MISTRAL: /* no bias fields; full attention */
+    json_object_del(doc, "attention_bias");
+    json_object_del(doc, "mlp_bias");
+    failed |= json_object_set_new(doc, "sliding_window", json_null());
+    break;
+  case FDY_LLAMA_FAMILY_QWEN2: /* the window is off: use_sliding_window */
+    json_object_del(doc, "attention_bias");
+    json_object_del(doc, "mlp_bias");
+    failed |= json_object_set_new(doc, "use_sliding_window", json_false());
+    failed |= json_object_set_new(doc, "sliding_window", json_integer(32768));
+    failed |=
+        json_object_set_new(doc, "max_window_layers", json_integer(p->layers));
+    break;
+  case FDY_LLAMA_FAMILY_QWEN3:
+    json_object_del(doc, "mlp_bias");
+    failed |= json_object_set_new(doc, "use_sliding_window", json_false());
+    failed |= json_object_set_new(doc, "sliding_window", json_null());
+    failed |=
+        json_object_set_new(doc, "max_window_layers", json_integer(p->layers));
+    break;
+  default:
+    break;
+  }
+  return failed == 0;
+}
+
 static json_t *config_json(const preset *p, const variant *v) {
   json_t *rope = json_null();
   if (p->llama3) {
@@ -448,11 +560,18 @@ static json_t *config_json(const preset *p, const variant *v) {
       "hidden_size", (int)p->hidden, "intermediate_size", (int)p->ffn,
       "num_hidden_layers", (int)p->layers, "num_attention_heads", (int)p->heads,
       "num_key_value_heads", (int)p->kv_heads, "head_dim", (int)p->head_dim,
-      "rope_theta", 500000.0, "rope_scaling", rope, "tie_word_embeddings",
-      (int)p->tied, "max_position_embeddings", 131072, "rms_norm_eps", 1e-5,
-      "bos_token_id", (int)p->bos, "eos_token_id", eos, "hidden_act", "silu",
-      "attention_bias", 0, "mlp_bias", 0, "model_type", "llama", "torch_dtype",
+      "rope_theta", p->rope_theta > 0 ? p->rope_theta : 500000.0,
+      "rope_scaling", rope, "tie_word_embeddings", (int)p->tied,
+      "max_position_embeddings",
+      p->max_position ? (int)p->max_position : 131072, "rms_norm_eps",
+      p->rms_eps > 0 ? p->rms_eps : 1e-5, "bos_token_id", (int)p->bos,
+      "eos_token_id", eos, "hidden_act", "silu", "attention_bias", 0,
+      "mlp_bias", 0, "model_type", "llama", "torch_dtype",
       torch_dtypes[v->dtype]);
+  if (doc && p->family != FDY_LLAMA_FAMILY_LLAMA && !family_fields(p, doc)) {
+    json_decref(doc);
+    doc = NULL;
+  }
   if (doc && v->bits != 0) {
     /* mlx-lm writes the block twice, the second for Hugging Face */
     json_t *q = quantization_json(p, v);
@@ -602,11 +721,14 @@ static fdy_status find_preset(const char *name, const preset **out,
       return FDY_OK;
     }
   }
+  char known[512] = "";
+  for (size_t i = 0; i < PRESET_COUNT; i++) {
+    size_t used = strlen(known);
+    snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "",
+             presets[i].name);
+  }
   return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                       "unknown preset '%s' (llama-3.2-1b, llama-3.2-3b, "
-                       "llama-3.1-8b, tiny, micro, micro-untied, "
-                       "micro-llama3-vocab)",
-                       name ? name : "");
+                       "unknown preset '%s' (%s)", name ? name : "", known);
 }
 
 fdy_status fdy_llama_preset_config(const char *preset_name,

@@ -45,7 +45,7 @@
 static const char *const fixtures[] = {
     "llama3-micro",          "llama3-tiny",         "llama3-micro-untied-g32",
     "llama3-micro-mha-g128", "llama3-micro-q8-g32", "llama3-micro-bf16",
-    "llama3-micro-f32",      "llama3-micro-mixed"};
+    "llama3-micro-f32",      "llama3-micro-mixed",  "mistral-micro"};
 
 typedef struct model_case {
   fdy_llama_model *model;

@@ -2945,7 +2945,7 @@ static void test_linear_3b_shapes(void **state) {
 static const char *const fixtures[] = {
     "llama3-micro",          "llama3-tiny",         "llama3-micro-untied-g32",
     "llama3-micro-mha-g128", "llama3-micro-q8-g32", "llama3-micro-bf16",
-    "llama3-micro-f32",      "llama3-micro-mixed"};
+    "llama3-micro-f32",      "llama3-micro-mixed",  "mistral-micro"};
 
 static void fixture_path(char *buf, size_t cap, const char *fixture,
                          const char *leaf) {

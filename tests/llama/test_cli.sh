@@ -66,7 +66,7 @@ cmp -s "$work/default-seed/model.safetensors" "$work/seed0/model.safetensors" ||
   fail "make-model without --seed differs from --seed 0"
 expect 2 make-model --preset nope --out "$work/nope"
 contains "$err" "unknown preset 'nope' (presets: llama-3.2-1b,"
-contains "$err" "micro-llama3-vocab)"
+contains "$err" "micro-llama3-vocab, "
 [ -e "$work/nope" ] && fail "make-model with an unknown preset wrote $work/nope"
 expect 2 make-model --preset tiny
 contains "$err" "--preset and --out are required"

@@ -29,7 +29,9 @@
 #include "foundry/plan.h"
 #include "foundry/safetensors.h"
 
-static char fixture[2][512];
+/* llama3-micro, llama3-tiny and the families' micro fixtures */
+static char fixture[3][512];
+#define MISTRAL_FIXTURE 2
 static const char *data_root;
 
 static char *read_all(const char *path, size_t *len) {
@@ -1272,7 +1274,7 @@ static void cfg_rope(json_t *c) {
                       json_string("yarn"));
 }
 static void cfg_model_type(json_t *c) {
-  json_object_set_new(c, "model_type", json_string("mistral"));
+  json_object_set_new(c, "model_type", json_string("phi3"));
 }
 static void cfg_untied(json_t *c) {
   json_object_set_new(c, "tie_word_embeddings", json_false());
@@ -1429,6 +1431,9 @@ static void expect_same_config(const fdy_llama_config *a,
   assert_int_equal(a->group_size, b->group_size);
   assert_int_equal(a->bits, b->bits);
   assert_int_equal(a->dtype, b->dtype);
+  assert_int_equal(a->family, b->family);
+  assert_true(a->qkv_bias == b->qkv_bias);
+  assert_true(a->qk_norm == b->qk_norm);
 }
 
 /* A scale or bias (F16 or BF16, little-endian, possibly unaligned) as a
@@ -1795,6 +1800,182 @@ static uint64_t linear_bytes(uint64_t out, uint64_t in) {
   return out * in / 2 + 2 * 2 * out * (in / 64);
 }
 
+/* ---- model families ---------------------------------------------------------
+ */
+
+static void cfg_sliding_window(json_t *c) {
+  json_object_set_new(c, "sliding_window", json_integer(4096));
+}
+static void cfg_sliding_window_null(json_t *c) {
+  json_object_set_new(c, "sliding_window", json_null());
+}
+static void cfg_use_sliding_window(json_t *c) {
+  json_object_set_new(c, "use_sliding_window", json_true());
+}
+static void cfg_use_sliding_window_false(json_t *c) {
+  json_object_set_new(c, "use_sliding_window", json_false());
+}
+static void cfg_local_experts(json_t *c) {
+  json_object_set_new(c, "num_local_experts", json_integer(8));
+}
+static void cfg_experts_per_tok(json_t *c) {
+  json_object_set_new(c, "num_experts_per_tok", json_integer(2));
+}
+static void cfg_no_experts(json_t *c) {
+  json_object_set_new(c, "num_experts", json_integer(0));
+  json_object_set_new(c, "moe_intermediate_size", json_null());
+}
+static void cfg_moe_size(json_t *c) {
+  json_object_set_new(c, "moe_intermediate_size", json_integer(768));
+}
+static void cfg_layer_types(json_t *c) {
+  json_object_set_new(
+      c, "layer_types",
+      json_pack("[s, s]", "full_attention", "sliding_attention"));
+}
+static void cfg_layer_types_full(json_t *c) {
+  json_object_set_new(c, "layer_types",
+                      json_pack("[s, s]", "full_attention", "full_attention"));
+}
+static void cfg_layer_types_type(json_t *c) {
+  json_object_set_new(c, "layer_types", json_string("full_attention"));
+}
+static void cfg_rope_yarn(json_t *c) {
+  json_object_set_new(
+      c, "rope_scaling",
+      json_pack("{s:s, s:f}", "rope_type", "yarn", "factor", 4.0));
+}
+static void cfg_family_unknown(json_t *c) {
+  json_object_set_new(c, "model_type", json_string("gemma"));
+}
+static void cfg_mlp_bias(json_t *c) {
+  json_object_set_new(c, "mlp_bias", json_true());
+}
+
+/* The families' configs: a field that would change the math and is not
+ * implemented is refused naming it (sliding windows, mixture of experts,
+ * another rope type, per-layer attention kinds); the values that leave the
+ * math alone are accepted. */
+static void test_family_configs(void **state) {
+  (void)state;
+  struct {
+    int which;
+    config_edit edit;
+    fdy_status kind;
+    const char *name;
+    const char *mention;
+  } cases[] = {
+      {MISTRAL_FIXTURE, cfg_sliding_window, FDY_ERR_UNSUPPORTED,
+       "sliding_window",
+       "unsupported sliding window: field 'sliding_window' is set"},
+      {MISTRAL_FIXTURE, cfg_use_sliding_window, FDY_ERR_UNSUPPORTED,
+       "use_sliding_window", "unsupported sliding window"},
+      {MISTRAL_FIXTURE, cfg_local_experts, FDY_ERR_UNSUPPORTED,
+       "num_local_experts", "unsupported mixture of experts"},
+      {MISTRAL_FIXTURE, cfg_experts_per_tok, FDY_ERR_UNSUPPORTED,
+       "num_experts_per_tok", "unsupported mixture of experts"},
+      {MISTRAL_FIXTURE, cfg_moe_size, FDY_ERR_UNSUPPORTED,
+       "moe_intermediate_size", "unsupported mixture of experts"},
+      {MISTRAL_FIXTURE, cfg_layer_types, FDY_ERR_UNSUPPORTED, "layer_types",
+       "'sliding_attention' at 1"},
+      {MISTRAL_FIXTURE, cfg_layer_types_type, FDY_ERR_SCHEMA, "layer_types",
+       NULL},
+      {MISTRAL_FIXTURE, cfg_rope_yarn, FDY_ERR_UNSUPPORTED,
+       "rope_scaling.rope_type", "'yarn'"},
+      {MISTRAL_FIXTURE, cfg_family_unknown, FDY_ERR_UNSUPPORTED, "model_type",
+       "'gemma'"},
+      {MISTRAL_FIXTURE, cfg_mlp_bias, FDY_ERR_UNSUPPORTED, "mlp_bias", NULL},
+      /* llama3-micro: the same fields are refused on llama */
+      {0, cfg_local_experts, FDY_ERR_UNSUPPORTED, "num_local_experts", NULL},
+      {0, cfg_layer_types, FDY_ERR_UNSUPPORTED, "layer_types", NULL},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char dir[256];
+    copy_fixture(dir, sizeof dir, cases[i].which);
+    edit_config(dir, cases[i].edit);
+    expect_open_error(dir, cases[i].kind, cases[i].name, cases[i].mention);
+    remove_dir(dir);
+  }
+  static const config_edit accepted[] = {cfg_sliding_window_null,
+                                         cfg_use_sliding_window_false,
+                                         cfg_no_experts, cfg_layer_types_full};
+  for (size_t i = 0; i < sizeof accepted / sizeof accepted[0]; i++) {
+    char dir[256];
+    copy_fixture(dir, sizeof dir, MISTRAL_FIXTURE);
+    edit_config(dir, accepted[i]);
+    fdy_error err;
+    fdy_llama_model *m = NULL;
+    assert_int_equal(fdy_llama_open(dir, &m, &err), FDY_OK);
+    assert_int_equal(fdy_llama_model_config(m)->family,
+                     FDY_LLAMA_FAMILY_MISTRAL);
+    fdy_llama_close(m);
+    remove_dir(dir);
+  }
+  assert_string_equal(fdy_llama_family_name(FDY_LLAMA_FAMILY_MISTRAL),
+                      "mistral");
+  assert_string_equal(fdy_llama_family_name(FDY_LLAMA_FAMILY_COUNT), "unknown");
+}
+
+/* Each family's presets: the real shapes (computed), and a micro variant
+ * written, opened with the preset's config and turned into a valid
+ * graph. */
+static void test_family_presets(void **state) {
+  (void)state;
+  const struct {
+    const char *name;
+    fdy_llama_family family;
+    uint32_t layers, hidden, heads, kv_heads, head_dim, vocab;
+    bool tied, write;
+  } presets[] = {
+      {"mistral-7b-v0.3", FDY_LLAMA_FAMILY_MISTRAL, 32, 4096, 32, 8, 128, 32768,
+       false, false},
+      {"micro-mistral", FDY_LLAMA_FAMILY_MISTRAL, 2, 256, 6, 2, 64, 1024, false,
+       true},
+  };
+  char root[] = "/tmp/fdy_family_presets_XXXXXX";
+  assert_non_null(mkdtemp(root));
+  for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+    fdy_llama_config c;
+    uint64_t total = 0;
+    fdy_error err;
+    assert_int_equal(
+        fdy_llama_preset_config(presets[i].name, NULL, &c, &total, &err),
+        FDY_OK);
+    assert_int_equal(c.family, presets[i].family);
+    assert_int_equal(c.num_layers, presets[i].layers);
+    assert_int_equal(c.hidden_size, presets[i].hidden);
+    assert_int_equal(c.num_heads, presets[i].heads);
+    assert_int_equal(c.num_kv_heads, presets[i].kv_heads);
+    assert_int_equal(c.head_dim, presets[i].head_dim);
+    assert_int_equal(c.vocab_size, presets[i].vocab);
+    assert_true(c.tie_word_embeddings == presets[i].tied);
+    assert_false(c.rope_llama3);
+    assert_true(c.rope_theta == 1e6);
+    assert_true(total > 0);
+    if (!presets[i].write) {
+      continue;
+    }
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/%s", root, presets[i].name);
+    assert_int_equal(fdy_llama_make_model(presets[i].name, 3, dir, &err),
+                     FDY_OK);
+    fdy_llama_model *m = NULL;
+    assert_int_equal(fdy_llama_open(dir, &m, &err), FDY_OK);
+    expect_same_config(&c, fdy_llama_model_config(m));
+    assert_int_equal(fdy_llama_model_config(m)->family, presets[i].family);
+    assert_int_equal(total, fdy_llama_total_bytes(m));
+    fdy_llama_graph_options o = {.context = 16, .prefill_rows = 4};
+    fdy_graph *g = NULL;
+    fdy_llama_graph_io io;
+    assert_int_equal(fdy_llama_graph(m, &o, &g, &io, &err), FDY_OK);
+    expect_graph(m, g, &io, &o);
+    fdy_graph_destroy(g);
+    fdy_llama_close(m);
+    remove_dir(dir);
+  }
+  assert_int_equal(rmdir(root), 0);
+}
+
 /* The real-shape presets, checked without writing their files: the
  * configuration and the checkpoint's tensor bytes against the formula (and,
  * for 3B, the bytes of an actual make-model run). */
@@ -1983,6 +2164,8 @@ int main(void) {
   data_root = data;
   snprintf(fixture[0], sizeof fixture[0], "%s/llama3-micro/model", data);
   snprintf(fixture[1], sizeof fixture[1], "%s/llama3-tiny/model", data);
+  snprintf(fixture[MISTRAL_FIXTURE], sizeof fixture[MISTRAL_FIXTURE],
+           "%s/mistral-micro/model", data);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fixtures_open),
       cmocka_unit_test(test_graph),
@@ -1999,6 +2182,8 @@ int main(void) {
       cmocka_unit_test(test_safetensors_direct),
       cmocka_unit_test(test_writer_roundtrip),
       cmocka_unit_test(test_bad_config),
+      cmocka_unit_test(test_family_configs),
+      cmocka_unit_test(test_family_presets),
       cmocka_unit_test(test_make_model),
       cmocka_unit_test(test_make_model_variants),
       cmocka_unit_test(test_mixed_without_entries),

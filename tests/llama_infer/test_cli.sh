@@ -111,11 +111,12 @@ contains "$err" "not a regular file"
 
 # the tiny fixture and the generated variants (untied, plain rope, BF16,
 # group 32; one kv head per head, group 128; expected outputs from MLX;
-# 8-bit, unquantized BF16 and F32, mixed precision), each against its
-# reference
+# 8-bit, unquantized BF16 and F32, mixed precision) and the families'
+# fixtures, each against its reference
 for fixture in llama3-tiny:24 llama3-micro-untied-g32:8 \
   llama3-micro-mha-g128:8 llama3-micro-mlx:8 llama3-micro-q8-g32:8 \
-  llama3-micro-bf16:8 llama3-micro-f32:8 llama3-micro-mixed:8; do
+  llama3-micro-bf16:8 llama3-micro-f32:8 llama3-micro-mixed:8 \
+  mistral-micro:8; do
   name=${fixture%:*}
   expect 0 verify --model "$data/$name/model" \
     --reference "$data/$name/expected.safetensors" --tolerance 1e-4

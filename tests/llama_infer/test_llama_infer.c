@@ -517,6 +517,22 @@ static void test_verify_variants(void **state) {
   verify_fixture("llama3-micro-mixed", 2, FDY_DTYPE_F16, F16_KV_TOLERANCE);
 }
 
+/* The model families (scripts/make_reference_fixture.py --engine
+ * transformers, the family's own class): mistral (Nemo-style head_dim). */
+static void test_verify_families(void **state) {
+  (void)state;
+  fdy_llama_model *model = open_fixture("mistral-micro");
+  const fdy_llama_config *c = fdy_llama_model_config(model);
+  assert_int_equal(c->family, FDY_LLAMA_FAMILY_MISTRAL);
+  assert_int_equal(c->head_dim, 64);
+  assert_int_not_equal(c->head_dim, c->hidden_size / c->num_heads);
+  assert_false(c->tie_word_embeddings);
+  assert_false(c->qkv_bias || c->qk_norm);
+  fdy_llama_close(model);
+  verify_fixture("mistral-micro", 2, FDY_DTYPE_F32, FDY_LLAMA_CPU_TOLERANCE);
+  verify_fixture("mistral-micro", 1, FDY_DTYPE_F16, F16_KV_TOLERANCE);
+}
+
 /* Greedy generation gives the reference's ids, from a session that copies
  * back the logits and from one created ids_only (generate, chat and
  * infer-bench's). */
@@ -2072,6 +2088,7 @@ int main(void) {
       cmocka_unit_test(test_verify_untied_g32),
       cmocka_unit_test(test_verify_mha_g128),
       cmocka_unit_test(test_verify_variants),
+      cmocka_unit_test(test_verify_families),
       cmocka_unit_test(test_generate_matches_reference),
       cmocka_unit_test(test_ids_only_session),
       cmocka_unit_test(test_threads_bitwise),
