@@ -87,6 +87,79 @@ fdy_status fdy_llama_generate_speculative(
     const fdy_llama_speculative_options *spec, fdy_llama_generation *out,
     fdy_llama_speculative_stats *stats, fdy_error *err);
 
+/* ---- rounds driven by the caller -------------------------------------------
+ * fdy_llama_generate_speculative's rounds one at a time, on any slot of
+ * each session, for a caller that keeps the sequence itself (foundry
+ * serve speculates for one of many slots). A round starts where the
+ * target's slot and the draft's slot hold the same p positions: the
+ * prompt and every id emitted but the last (t), which the round feeds
+ * first. */
+
+typedef struct fdy_llama_speculator fdy_llama_speculator;
+
+/* A speculator of target and draft (both outlive it; the speculator owns
+ * neither) for rounds of up to max_k drafted ids; logits: room for sampled
+ * rounds, which read both models' logits (then neither session may be
+ * ids_only). Errors: no sessions, a draft of another vocabulary
+ * (FDY_ERR_INVALID_ARGUMENT naming both sizes, expected = the target's,
+ * actual = the draft's), max_k 0 or above FDY_LLAMA_MAX_DRAFT_TOKENS, a
+ * target whose step_rows is below max_k + 1 (expected = the rows needed),
+ * logits with an ids_only session (FDY_ERR_INVALID_ARGUMENT);
+ * FDY_ERR_OUT_OF_MEMORY. */
+fdy_status fdy_llama_speculator_create(fdy_llama_session *target,
+                                       fdy_llama_session *draft, uint32_t max_k,
+                                       bool logits, fdy_llama_speculator **out,
+                                       fdy_error *err);
+/* NULL is a no-op. */
+void fdy_llama_speculator_destroy(fdy_llama_speculator *speculator);
+
+/* One round on the target's target_slot and the draft's draft_slot, which
+ * hold the same p positions of one sequence whose last emitted id, not yet
+ * fed, is last: sets both slots' sampling (the target's to sampling, NULL
+ * greedy; the draft's to it on another seed when it is not greedy), the
+ * draft proposes k ids (0 to max_k) one pass at a time, the target checks
+ * them in one pass (fdy_llama_session_append_rows), and the rule of
+ * fdy_llama_generate_speculative accepts a prefix of them (equality with
+ * the target's ids, greedy; the rejection rule with the uniforms of the
+ * seed at positions p + i, sampled). *ids (the speculator's, valid until
+ * its next round) receives the accepted proposals and the target's id
+ * after them, *count (1 to k + 1) how many. The sessions then hold the
+ * proposals beyond p: fdy_llama_speculator_keep must follow before the
+ * slots are used again. Before any work: k above max_k, a slot that holds
+ * no sequence, slots at different positions (expected = the target's,
+ * actual = the draft's), sampling refused by fdy_llama_sampling_check or
+ * not greedy with a speculator made without logits
+ * (FDY_ERR_INVALID_ARGUMENT), p + k + 1 beyond either context
+ * (FDY_ERR_CONTEXT). A backend failure leaves the session failed. */
+fdy_status fdy_llama_speculator_round(fdy_llama_speculator *speculator,
+                                      uint32_t target_slot, uint32_t draft_slot,
+                                      int32_t last, uint32_t k,
+                                      const fdy_sample_params *sampling,
+                                      const int32_t **ids, uint32_t *count,
+                                      fdy_error *err);
+
+/* Ends the latest round, of which the caller emitted the first `emitted`
+ * ids (1 to its count; fewer when the sequence ended with them): both
+ * slots go back to p + emitted positions (the round's last emitted id is
+ * the next round's `last`), the draft feeding the last proposal when every
+ * one was accepted and emitted. No round open or emitted out of range:
+ * FDY_ERR_INVALID_ARGUMENT. */
+fdy_status fdy_llama_speculator_keep(fdy_llama_speculator *speculator,
+                                     uint32_t emitted, fdy_error *err);
+
+/* The statistics of every round so far (zero for NULL). */
+fdy_llama_speculative_stats
+fdy_llama_speculator_stats(const fdy_llama_speculator *speculator);
+
+/* K for the next round after one that proposed `proposed` ids with K = k
+ * and accepted `accepted`: spec's draft_tokens when fixed; else the
+ * accepted count + 1 after a rejection, and twice k (at most
+ * max_draft_tokens, or draft_tokens when that is 0) after a round that
+ * accepted everything. */
+uint32_t fdy_llama_speculative_next_k(const fdy_llama_speculative_options *spec,
+                                      uint32_t k, uint32_t proposed,
+                                      uint32_t accepted);
+
 /* Whether speculative generation with sampling reads both models' logits:
  * sampling that is not greedy (temperature above 0 and top_k not 1; NULL
  * is greedy). Then both sessions must be created without ids_only. */

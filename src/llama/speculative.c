@@ -2,7 +2,9 @@
  * K ids one pass at a time, the target checks them all in one pass of its
  * decode step, both rewind to what was accepted. Positions: after the
  * prompt and each round, both sessions hold every accepted id but the last
- * one emitted (t), which the next round feeds first.
+ * one emitted (t), which the next round feeds first. A speculator runs the
+ * rounds on a slot of each session; fdy_llama_generate_speculative is its
+ * prefill and loop over slot 0 of both.
  *
  * Sampling follows the rejection rule of Leviathan et al. and Chen et al.
  * (2023): with p and q the target's and the draft's distributions at a
@@ -18,23 +20,22 @@
 #include "foundry/speculative.h"
 #include "infer.h"
 
-/* One generation in progress. */
-typedef struct spec_run {
+struct fdy_llama_speculator {
   fdy_llama_session *target, *draft;
-  const fdy_llama_generate_options *options;
-  int32_t *ids;      /* [max_tokens]: emitted */
-  uint32_t count;    /* emitted so far */
-  bool stop, more;   /* the last id was a stop id; on_token wants more */
-  int32_t *proposal; /* [1 + max K]: t, then the draft's ids */
-  int32_t *verdict;  /* [1 + max K]: the target's next id after each */
+  uint32_t max_k;
+  int32_t *proposal; /* [1 + max_k]: t, then the draft's ids */
+  int32_t *verdict;  /* [1 + max_k]: the target's next id after each */
   fdy_llama_speculative_stats stats;
-  /* sampling (NULL: greedy, and nothing below is allocated) */
-  const fdy_sample_params *sampling;
+  /* the round in progress (open until keep) */
+  bool open;
+  uint32_t target_slot, draft_slot, p, k, accepted;
+  /* sampled rounds (logits; NULL when created without) */
+  const fdy_sample_params *sampling; /* this round's; NULL: greedy */
   uint32_t vocab;
-  float *draft_logits;  /* [max K, vocab]: the draft's at each proposal */
-  float *target_logits; /* [1 + max K, vocab]: the target's at each row */
-  double *p, *q;        /* [vocab]: the two distributions of one row */
-} spec_run;
+  float *draft_logits;     /* [max_k, vocab]: the draft's at each proposal */
+  float *target_logits;    /* [1 + max_k, vocab]: the target's at each row */
+  double *p_dist, *q_dist; /* [vocab]: the two distributions of one row */
+};
 
 /* The streams of the acceptance tests and of the draws after a rejection,
  * and the draft's own stream, derived from the sampling seed. */
@@ -42,131 +43,159 @@ typedef struct spec_run {
 #define RESIDUAL_STREAM 0x5eed0002d15c4a1ull
 #define DRAFT_STREAM    0x5eed0003d4af7ull
 
-/* Adds id to the output; false when the generation ends with it. */
-static bool emit(spec_run *r, int32_t id) {
-  const fdy_llama_generate_options *o = r->options;
-  r->ids[r->count++] = id;
-  r->stop =
-      fdy_llama_is_stop(r->target->config, o->stop_ids, o->stop_count, id);
-  r->more = !o->on_token || o->on_token(o->ctx, id);
-  return r->more && r->count < o->max_tokens && (o->ignore_eos || !r->stop);
-}
-
 bool fdy_llama_speculative_needs_logits(const fdy_sample_params *sampling) {
   return sampling && sampling->temperature > 0.0f && sampling->top_k != 1;
 }
 
-/* The checks of the pair and the options, before any work. */
-static fdy_status check_pair(const fdy_llama_session *target,
-                             const fdy_llama_session *draft,
-                             const int32_t *prompt, uint32_t prompt_count,
-                             const fdy_llama_generate_options *options,
-                             const fdy_llama_speculative_options *spec,
-                             uint32_t *max_k, fdy_error *err) {
-  if (!target || !draft || !options || !spec ||
-      (options->stop_count > 0 && !options->stop_ids)) {
-    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                         "fdy_llama_generate_speculative needs a target, a "
-                         "draft, options (with stop_ids when stop_count > 0) "
-                         "and speculative options");
-  }
+/* A draft of another vocabulary than the target's: refused naming both
+ * sizes. */
+static fdy_status check_vocab(const fdy_llama_session *target,
+                              const fdy_llama_session *draft, fdy_error *err) {
   uint32_t vocab = target->config->vocab_size;
-  if (draft->config->vocab_size != vocab) {
-    fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                  "the draft's vocabulary has %u ids, the target's %u: a "
-                  "draft must share the target's vocabulary",
-                  draft->config->vocab_size, vocab);
-    if (err) {
-      err->expected = vocab;
-      err->actual = draft->config->vocab_size;
-    }
-    return FDY_ERR_INVALID_ARGUMENT;
+  if (draft->config->vocab_size == vocab) {
+    return FDY_OK;
   }
-  uint32_t k = spec->draft_tokens;
-  *max_k =
-      spec->fixed || spec->max_draft_tokens == 0 ? k : spec->max_draft_tokens;
-  if (k == 0 || *max_k > FDY_LLAMA_MAX_DRAFT_TOKENS || *max_k < k) {
-    fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                  "draft tokens %u (at most %u) must be 1 to %u, and at most "
-                  "the adaptive bound",
-                  k, *max_k, FDY_LLAMA_MAX_DRAFT_TOKENS);
-    if (err) {
-      err->expected = FDY_LLAMA_MAX_DRAFT_TOKENS;
-      err->actual = *max_k > k ? *max_k : k;
-    }
-    return FDY_ERR_INVALID_ARGUMENT;
+  fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                "the draft's vocabulary has %u ids, the target's %u: a "
+                "draft must share the target's vocabulary",
+                draft->config->vocab_size, vocab);
+  if (err) {
+    err->expected = vocab;
+    err->actual = draft->config->vocab_size;
   }
-  if (target->step_rows < *max_k + 1) {
-    fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                  "the target's steps hold %u rows, but verifying %u drafted "
-                  "ids needs %u: create it with step_rows %u",
-                  target->step_rows, *max_k, *max_k + 1, *max_k + 1);
-    if (err) {
-      err->expected = *max_k + 1;
-      err->actual = target->step_rows;
-    }
-    return FDY_ERR_INVALID_ARGUMENT;
-  }
-  if (options->sampling) {
-    fdy_status st = fdy_llama_sampling_check(options->sampling, err);
-    if (st != FDY_OK) {
-      return st;
-    }
-    if (fdy_llama_speculative_needs_logits(options->sampling) &&
-        (target->ids_only || draft->ids_only)) {
-      return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                           "speculative sampling reads both models' logits: "
-                           "create the target and the draft sessions "
-                           "without ids_only");
-    }
-  }
-  uint32_t start = 0;
-  if (options->keep_context) {
-    start = fdy_llama_session_position(target);
-    if (fdy_llama_session_position(draft) != start) {
-      fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                    "keep_context: the draft holds %u positions, the target "
-                    "%u: both must hold the same conversation",
-                    fdy_llama_session_position(draft), start);
-      if (err) {
-        err->expected = start;
-        err->actual = fdy_llama_session_position(draft);
-      }
-      return FDY_ERR_INVALID_ARGUMENT;
-    }
-  }
-  if (!prompt || prompt_count == 0) {
-    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                         "the prompt is empty: give at least one token id");
-  }
-  /* the prompt and every emitted id but the last are fed to both */
-  uint64_t extra = options->max_tokens ? options->max_tokens - 1 : 0;
-  fdy_status st =
-      fdy_llama_session_check(target, prompt, prompt_count, start, extra, err);
-  if (st == FDY_OK) {
-    st =
-        fdy_llama_session_check(draft, prompt, prompt_count, start, extra, err);
-    if (st != FDY_OK) {
-      fdy_error_prefix(err, "the draft");
-    }
-  }
-  return st;
+  return FDY_ERR_INVALID_ARGUMENT;
 }
 
-/* The ids the draft proposes after r->proposal[0]: k passes, each feeding
+/* A target whose steps cannot verify max_k drafted ids. */
+static fdy_status check_rows(const fdy_llama_session *target, uint32_t max_k,
+                             fdy_error *err) {
+  if (target->step_rows >= max_k + 1) {
+    return FDY_OK;
+  }
+  fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                "the target's steps hold %u rows, but verifying %u drafted "
+                "ids needs %u: create it with step_rows %u",
+                target->step_rows, max_k, max_k + 1, max_k + 1);
+  if (err) {
+    err->expected = max_k + 1;
+    err->actual = target->step_rows;
+  }
+  return FDY_ERR_INVALID_ARGUMENT;
+}
+
+static fdy_status logits_refused(fdy_error *err) {
+  return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                       "speculative sampling reads both models' logits: "
+                       "create the target and the draft sessions without "
+                       "ids_only");
+}
+
+void fdy_llama_speculator_destroy(fdy_llama_speculator *s) {
+  if (!s) {
+    return;
+  }
+  free(s->proposal);
+  free(s->verdict);
+  free(s->draft_logits);
+  free(s->target_logits);
+  free(s->p_dist);
+  free(s->q_dist);
+  free(s);
+}
+
+fdy_status fdy_llama_speculator_create(fdy_llama_session *target,
+                                       fdy_llama_session *draft, uint32_t max_k,
+                                       bool logits, fdy_llama_speculator **out,
+                                       fdy_error *err) {
+  if (!out) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "fdy_llama_speculator_create needs an output");
+  }
+  *out = NULL;
+  if (!target || !draft) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "a speculator needs a target and a draft session");
+  }
+  fdy_status st = check_vocab(target, draft, err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  if (max_k == 0 || max_k > FDY_LLAMA_MAX_DRAFT_TOKENS) {
+    fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                  "a speculator proposes 1 to %u ids per round, not %u",
+                  FDY_LLAMA_MAX_DRAFT_TOKENS, max_k);
+    if (err) {
+      err->expected = FDY_LLAMA_MAX_DRAFT_TOKENS;
+      err->actual = max_k;
+    }
+    return FDY_ERR_INVALID_ARGUMENT;
+  }
+  st = check_rows(target, max_k, err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  if (logits && (target->ids_only || draft->ids_only)) {
+    return logits_refused(err);
+  }
+  fdy_llama_speculator *s = calloc(1, sizeof *s);
+  if (s) {
+    s->target = target;
+    s->draft = draft;
+    s->max_k = max_k;
+    s->proposal = malloc(sizeof *s->proposal * (max_k + 1));
+    s->verdict = malloc(sizeof *s->verdict * (max_k + 1));
+  }
+  bool allocated = s && s->proposal && s->verdict;
+  if (allocated && logits) {
+    uint32_t vocab = s->vocab = target->config->vocab_size;
+    s->draft_logits = malloc(sizeof *s->draft_logits * max_k * vocab);
+    s->target_logits = malloc(sizeof *s->target_logits * (max_k + 1) * vocab);
+    s->p_dist = malloc(sizeof *s->p_dist * vocab);
+    s->q_dist = malloc(sizeof *s->q_dist * vocab);
+    allocated = s->draft_logits && s->target_logits && s->p_dist && s->q_dist;
+  }
+  if (!allocated) {
+    fdy_llama_speculator_destroy(s);
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  *out = s;
+  return FDY_OK;
+}
+
+fdy_llama_speculative_stats
+fdy_llama_speculator_stats(const fdy_llama_speculator *s) {
+  fdy_llama_speculative_stats none = {0};
+  return s ? s->stats : none;
+}
+
+uint32_t fdy_llama_speculative_next_k(const fdy_llama_speculative_options *spec,
+                                      uint32_t k, uint32_t proposed,
+                                      uint32_t accepted) {
+  if (spec->fixed) {
+    return spec->draft_tokens;
+  }
+  uint32_t max_k =
+      spec->max_draft_tokens ? spec->max_draft_tokens : spec->draft_tokens;
+  if (accepted < proposed) {
+    return accepted + 1;
+  }
+  return 2 * k < max_k ? 2 * k : max_k;
+}
+
+/* The ids the draft proposes after s->proposal[0]: k passes, each feeding
  * the previous id; into proposal[1..k]. */
-static fdy_status propose(spec_run *r, uint32_t k, fdy_error *err) {
+static fdy_status propose(fdy_llama_speculator *s, uint32_t k, fdy_error *err) {
   int64_t t0 = fdy_now_ns();
   fdy_status st = FDY_OK;
   for (uint32_t i = 0; st == FDY_OK && i < k; i++) {
     float *logits =
-        r->sampling ? r->draft_logits + (uint64_t)i * r->vocab : NULL;
-    st = fdy_llama_session_append(r->draft, 0, &r->proposal[i], 1, NULL, logits,
-                                  err);
-    r->proposal[i + 1] = fdy_llama_session_slot_next(r->draft, 0);
-    r->stats.draft_passes++;
+        s->sampling ? s->draft_logits + (uint64_t)i * s->vocab : NULL;
+    st = fdy_llama_session_append(s->draft, s->draft_slot, &s->proposal[i], 1,
+                                  NULL, logits, err);
+    s->proposal[i + 1] = fdy_llama_session_slot_next(s->draft, s->draft_slot);
+    s->stats.draft_passes++;
   }
-  r->stats.draft_seconds += (double)(fdy_now_ns() - t0) * 1e-9;
+  s->stats.draft_seconds += (double)(fdy_now_ns() - t0) * 1e-9;
   return st;
 }
 
@@ -201,17 +230,17 @@ int32_t fdy_speculative_verdict(const double *p, const double *q,
  * i fed proposal[i] at position p + i; its logits gave the target's p and
  * the draft's q for proposal[i + 1]): the proposals accepted (the count is
  * returned) and, in verdict[that count], the id that follows them. */
-static uint32_t judge_sampled(spec_run *r, uint32_t p, uint32_t k) {
-  uint64_t seed = r->sampling->seed;
+static uint32_t judge_sampled(fdy_llama_speculator *s, uint32_t p, uint32_t k) {
+  uint64_t seed = s->sampling->seed;
   for (uint32_t i = 0; i < k; i++) {
-    uint64_t row = (uint64_t)i * r->vocab;
-    fdy_sample_probabilities(r->target_logits + row, r->vocab, r->sampling,
-                             r->p);
-    fdy_sample_probabilities(r->draft_logits + row, r->vocab, r->sampling,
-                             r->q);
+    uint64_t row = (uint64_t)i * s->vocab;
+    fdy_sample_probabilities(s->target_logits + row, s->vocab, s->sampling,
+                             s->p_dist);
+    fdy_sample_probabilities(s->draft_logits + row, s->vocab, s->sampling,
+                             s->q_dist);
     bool accepted = false;
-    r->verdict[i] = fdy_speculative_verdict(
-        r->p, r->q, r->vocab, r->proposal[i + 1],
+    s->verdict[i] = fdy_speculative_verdict(
+        s->p_dist, s->q_dist, s->vocab, s->proposal[i + 1],
         fdy_sample_uniform(seed ^ ACCEPT_STREAM, p + i),
         fdy_sample_uniform(seed ^ RESIDUAL_STREAM, p + i), &accepted);
     if (!accepted) {
@@ -221,53 +250,250 @@ static uint32_t judge_sampled(spec_run *r, uint32_t p, uint32_t k) {
   return k; /* verdict[k]: the target's own draw at its last row */
 }
 
-/* One round from position p (both sessions hold p positions; t =
- * proposal[0] is fed now) with k proposals: verify, accept, emit, and both
- * sessions back to t and the ids emitted but the last (p + the ids
- * emitted). *accepted = the proposals accepted; *done when the generation
- * ended. */
-static fdy_status round_of(spec_run *r, uint32_t p, uint32_t k,
-                           uint32_t *accepted, bool *done, fdy_error *err) {
-  fdy_status st = propose(r, k, err);
-  int64_t t0 = fdy_now_ns();
-  if (st == FDY_OK) {
-    st = fdy_llama_session_append_rows(r->target, 0, r->proposal, k + 1,
-                                       r->verdict, r->target_logits, err);
-    r->stats.target_passes++;
+/* The checks of a round before any work. */
+static fdy_status check_round(const fdy_llama_speculator *s,
+                              uint32_t target_slot, uint32_t draft_slot,
+                              uint32_t k, const fdy_sample_params *sampling,
+                              fdy_error *err) {
+  if (k > s->max_k) {
+    fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                  "a round of %u drafted ids: the speculator was made for at "
+                  "most %u",
+                  k, s->max_k);
+    if (err) {
+      err->expected = s->max_k;
+      err->actual = k;
+    }
+    return FDY_ERR_INVALID_ARGUMENT;
   }
-  r->stats.target_seconds += (double)(fdy_now_ns() - t0) * 1e-9;
+  if (!fdy_llama_session_slot_active(s->target, target_slot) ||
+      !fdy_llama_session_slot_active(s->draft, draft_slot)) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "a round needs the target's slot %u and the draft's "
+                         "slot %u to hold the sequence",
+                         target_slot, draft_slot);
+  }
+  uint32_t p = fdy_llama_session_slot_position(s->target, target_slot);
+  uint32_t drafted = fdy_llama_session_slot_position(s->draft, draft_slot);
+  if (drafted != p) {
+    fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                  "the draft's slot holds %u positions, the target's %u: "
+                  "both must hold the same sequence",
+                  drafted, p);
+    if (err) {
+      err->expected = p;
+      err->actual = drafted;
+    }
+    return FDY_ERR_INVALID_ARGUMENT;
+  }
+  uint32_t context = s->target->context < s->draft->context ? s->target->context
+                                                            : s->draft->context;
+  if ((uint64_t)p + k + 1 > context) {
+    fdy_error_set(err, FDY_ERR_CONTEXT,
+                  "a round of %u drafted ids at position %u needs %llu "
+                  "positions; the contexts hold %u",
+                  k, p, (unsigned long long)p + k + 1, context);
+    if (err) {
+      err->expected = context;
+      err->actual = (uint64_t)p + k + 1;
+    }
+    return FDY_ERR_CONTEXT;
+  }
+  if (sampling) {
+    fdy_status st = fdy_llama_sampling_check(sampling, err);
+    if (st != FDY_OK) {
+      return st;
+    }
+    if (fdy_llama_speculative_needs_logits(sampling) && !s->target_logits) {
+      return logits_refused(err);
+    }
+  }
+  return FDY_OK;
+}
+
+fdy_status fdy_llama_speculator_round(fdy_llama_speculator *s,
+                                      uint32_t target_slot, uint32_t draft_slot,
+                                      int32_t last, uint32_t k,
+                                      const fdy_sample_params *sampling,
+                                      const int32_t **ids, uint32_t *count,
+                                      fdy_error *err) {
+  if (!s || !ids || !count) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "fdy_llama_speculator_round needs a speculator and "
+                         "outputs");
+  }
+  *ids = NULL;
+  *count = 0;
+  s->open = false;
+  fdy_status st = check_round(s, target_slot, draft_slot, k, sampling, err);
+  fdy_sample_params draft_sampling = FDY_LLAMA_GREEDY;
+  s->sampling = fdy_llama_speculative_needs_logits(sampling) ? sampling : NULL;
+  if (s->sampling) {
+    draft_sampling = *sampling;
+    draft_sampling.seed ^= DRAFT_STREAM;
+  }
+  if (st == FDY_OK) {
+    st = fdy_llama_session_set_sampling(s->target, target_slot, sampling, err);
+  }
+  if (st == FDY_OK) {
+    st = fdy_llama_session_set_sampling(s->draft, draft_slot, &draft_sampling,
+                                        err);
+  }
   if (st != FDY_OK) {
     return st;
   }
-  uint32_t j = r->sampling ? judge_sampled(r, p, k) : 0;
-  while (!r->sampling && j < k && r->proposal[j + 1] == r->verdict[j]) {
+  s->target_slot = target_slot;
+  s->draft_slot = draft_slot;
+  s->p = fdy_llama_session_slot_position(s->target, target_slot);
+  s->k = k;
+  s->proposal[0] = last;
+  st = propose(s, k, err);
+  int64_t t0 = fdy_now_ns();
+  if (st == FDY_OK) {
+    st = fdy_llama_session_append_rows(
+        s->target, target_slot, s->proposal, k + 1, s->verdict,
+        s->sampling ? s->target_logits : NULL, err);
+    s->stats.target_passes++;
+  }
+  s->stats.target_seconds += (double)(fdy_now_ns() - t0) * 1e-9;
+  if (st != FDY_OK) {
+    return st;
+  }
+  uint32_t j = s->sampling ? judge_sampled(s, s->p, k) : 0;
+  while (!s->sampling && j < k && s->proposal[j + 1] == s->verdict[j]) {
     j++;
   }
-  r->stats.proposed += k;
-  r->stats.accepted += j;
-  *accepted = j;
-  *done = false;
-  uint32_t emitted = 0;
-  while (emitted <= j && !*done) {
-    *done = !emit(r, r->verdict[emitted++]);
+  s->stats.proposed += k;
+  s->stats.accepted += j;
+  s->accepted = j;
+  s->open = true;
+  *ids = s->verdict;
+  *count = j + 1;
+  return FDY_OK;
+}
+
+fdy_status fdy_llama_speculator_keep(fdy_llama_speculator *s, uint32_t emitted,
+                                     fdy_error *err) {
+  if (!s || !s->open || emitted == 0 || emitted > s->accepted + 1) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "fdy_llama_speculator_keep follows a round and keeps "
+                         "1 to its count of ids");
   }
+  s->open = false;
   /* fed: t and the proposals before the last emitted id */
-  uint32_t keep = p + emitted;
-  st = fdy_llama_session_rewind(r->target, 0, keep, err);
-  t0 = fdy_now_ns();
-  uint32_t drafted = fdy_llama_session_slot_position(r->draft, 0);
+  uint32_t keep = s->p + emitted;
+  fdy_status st =
+      fdy_llama_session_rewind(s->target, s->target_slot, keep, err);
+  int64_t t0 = fdy_now_ns();
+  uint32_t drafted = fdy_llama_session_slot_position(s->draft, s->draft_slot);
   if (st == FDY_OK && drafted > keep) {
-    st = fdy_llama_session_rewind(r->draft, 0, keep, err);
+    st = fdy_llama_session_rewind(s->draft, s->draft_slot, keep, err);
   } else if (st == FDY_OK && drafted < keep) {
     /* every proposal accepted: the draft never fed its last one (or t,
      * when k is 0) */
-    st = fdy_llama_session_append(r->draft, 0, &r->proposal[k], 1, NULL, NULL,
-                                  err);
-    r->stats.draft_passes++;
+    st = fdy_llama_session_append(s->draft, s->draft_slot, &s->proposal[s->k],
+                                  1, NULL, NULL, err);
+    s->stats.draft_passes++;
   }
-  r->stats.draft_seconds += (double)(fdy_now_ns() - t0) * 1e-9;
-  r->proposal[0] = r->verdict[emitted - 1];
+  s->stats.draft_seconds += (double)(fdy_now_ns() - t0) * 1e-9;
   return st;
+}
+
+/* The checks of fdy_llama_generate_speculative's pair and options, before
+ * any work. */
+static fdy_status check_pair(const fdy_llama_session *target,
+                             const fdy_llama_session *draft,
+                             const int32_t *prompt, uint32_t prompt_count,
+                             const fdy_llama_generate_options *options,
+                             const fdy_llama_speculative_options *spec,
+                             uint32_t *max_k, fdy_error *err) {
+  if (!target || !draft || !options || !spec ||
+      (options->stop_count > 0 && !options->stop_ids)) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "fdy_llama_generate_speculative needs a target, a "
+                         "draft, options (with stop_ids when stop_count > 0) "
+                         "and speculative options");
+  }
+  fdy_status st = check_vocab(target, draft, err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  uint32_t k = spec->draft_tokens;
+  *max_k =
+      spec->fixed || spec->max_draft_tokens == 0 ? k : spec->max_draft_tokens;
+  if (k == 0 || *max_k > FDY_LLAMA_MAX_DRAFT_TOKENS || *max_k < k) {
+    fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                  "draft tokens %u (at most %u) must be 1 to %u, and at most "
+                  "the adaptive bound",
+                  k, *max_k, FDY_LLAMA_MAX_DRAFT_TOKENS);
+    if (err) {
+      err->expected = FDY_LLAMA_MAX_DRAFT_TOKENS;
+      err->actual = *max_k > k ? *max_k : k;
+    }
+    return FDY_ERR_INVALID_ARGUMENT;
+  }
+  st = check_rows(target, *max_k, err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  if (options->sampling) {
+    st = fdy_llama_sampling_check(options->sampling, err);
+    if (st != FDY_OK) {
+      return st;
+    }
+    if (fdy_llama_speculative_needs_logits(options->sampling) &&
+        (target->ids_only || draft->ids_only)) {
+      return logits_refused(err);
+    }
+  }
+  uint32_t start = 0;
+  if (options->keep_context) {
+    start = fdy_llama_session_position(target);
+    if (fdy_llama_session_position(draft) != start) {
+      fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                    "keep_context: the draft holds %u positions, the target "
+                    "%u: both must hold the same conversation",
+                    fdy_llama_session_position(draft), start);
+      if (err) {
+        err->expected = start;
+        err->actual = fdy_llama_session_position(draft);
+      }
+      return FDY_ERR_INVALID_ARGUMENT;
+    }
+  }
+  if (!prompt || prompt_count == 0) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "the prompt is empty: give at least one token id");
+  }
+  /* the prompt and every emitted id but the last are fed to both */
+  uint64_t extra = options->max_tokens ? options->max_tokens - 1 : 0;
+  st = fdy_llama_session_check(target, prompt, prompt_count, start, extra, err);
+  if (st == FDY_OK) {
+    st =
+        fdy_llama_session_check(draft, prompt, prompt_count, start, extra, err);
+    if (st != FDY_OK) {
+      fdy_error_prefix(err, "the draft");
+    }
+  }
+  return st;
+}
+
+/* One generation in progress. */
+typedef struct spec_run {
+  const fdy_llama_config *config;
+  const fdy_llama_generate_options *options;
+  int32_t *ids;    /* [max_tokens]: emitted */
+  uint32_t count;  /* emitted so far */
+  bool stop, more; /* the last id was a stop id; on_token wants more */
+} spec_run;
+
+/* Adds id to the output; false when the generation ends with it. */
+static bool emit(spec_run *r, int32_t id) {
+  const fdy_llama_generate_options *o = r->options;
+  r->ids[r->count++] = id;
+  r->stop = fdy_llama_is_stop(r->config, o->stop_ids, o->stop_count, id);
+  r->more = !o->on_token || o->on_token(o->ctx, id);
+  return r->more && r->count < o->max_tokens && (o->ignore_eos || !r->stop);
 }
 
 static uint32_t min_u32(uint32_t a, uint32_t b) {
@@ -275,20 +501,29 @@ static uint32_t min_u32(uint32_t a, uint32_t b) {
 }
 
 /* The rounds after the prompt, which ends at position fed, until the
- * generation ends. */
-static fdy_status decode(spec_run *r, uint32_t fed, uint32_t k, uint32_t max_k,
-                         bool fixed, fdy_error *err) {
+ * generation ends: each emits its ids up to the end and keeps them. */
+static fdy_status decode(fdy_llama_speculator *s, spec_run *r, uint32_t fed,
+                         const fdy_llama_speculative_options *spec,
+                         fdy_error *err) {
   fdy_status st = FDY_OK;
   bool done = false;
+  uint32_t k = spec->draft_tokens;
+  uint32_t context = min_u32(s->target->context, s->draft->context);
   while (st == FDY_OK && !done) {
     uint32_t p = fed + r->count - 1;
-    uint32_t room = min_u32(r->target->context, r->draft->context) - p - 1;
-    uint32_t n =
-        min_u32(min_u32(k, r->options->max_tokens - r->count - 1), room);
-    uint32_t accepted = 0;
-    st = round_of(r, p, n, &accepted, &done, err);
-    if (!fixed) {
-      k = accepted == n ? min_u32(2 * k, max_k) : accepted + 1;
+    uint32_t n = min_u32(min_u32(k, r->options->max_tokens - r->count - 1),
+                         context - p - 1);
+    const int32_t *ids = NULL;
+    uint32_t count = 0;
+    st = fdy_llama_speculator_round(s, 0, 0, r->ids[r->count - 1], n,
+                                    r->options->sampling, &ids, &count, err);
+    uint32_t emitted = 0;
+    while (st == FDY_OK && emitted < count && !done) {
+      done = !emit(r, ids[emitted++]);
+    }
+    if (st == FDY_OK) {
+      st = fdy_llama_speculator_keep(s, emitted, err);
+      k = fdy_llama_speculative_next_k(spec, k, n, count - 1);
     }
   }
   return st;
@@ -315,34 +550,16 @@ fdy_status fdy_llama_generate_speculative(
     return st;
   }
   uint32_t max_tokens = options->max_tokens;
-  spec_run r = {
-      .target = target, .draft = draft, .options = options, .more = true};
+  spec_run r = {.config = target->config, .options = options, .more = true};
+  fdy_llama_speculator *s = NULL;
   r.ids = malloc(sizeof *r.ids * (max_tokens ? max_tokens : 1));
-  r.proposal = malloc(sizeof *r.proposal * (max_k + 1));
-  r.verdict = malloc(sizeof *r.verdict * (max_k + 1));
-  bool allocated = r.ids && r.proposal && r.verdict;
-  if (allocated && fdy_llama_speculative_needs_logits(options->sampling)) {
-    r.sampling = options->sampling;
-    r.vocab = target->config->vocab_size;
-    r.draft_logits = malloc(sizeof *r.draft_logits * max_k * r.vocab);
-    r.target_logits = malloc(sizeof *r.target_logits * (max_k + 1) * r.vocab);
-    r.p = malloc(sizeof *r.p * r.vocab);
-    r.q = malloc(sizeof *r.q * r.vocab);
-    allocated = r.draft_logits && r.target_logits && r.p && r.q;
-  }
-  if (!allocated) {
-    st = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
-  }
-  fdy_sample_params draft_sampling = FDY_LLAMA_GREEDY;
-  if (r.sampling) {
-    draft_sampling = *r.sampling;
-    draft_sampling.seed ^= DRAFT_STREAM;
-  }
+  st = r.ids
+           ? fdy_llama_speculator_create(
+                 target, draft, max_k,
+                 fdy_llama_speculative_needs_logits(options->sampling), &s, err)
+           : fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   if (st == FDY_OK) {
     st = fdy_llama_session_set_sampling(target, 0, options->sampling, err);
-  }
-  if (st == FDY_OK) {
-    st = fdy_llama_session_set_sampling(draft, 0, &draft_sampling, err);
   }
   int64_t t0 = fdy_now_ns(), t1 = t0;
   if (st == FDY_OK && !options->keep_context) {
@@ -361,16 +578,11 @@ fdy_status fdy_llama_generate_speculative(
   }
   if (st == FDY_OK && max_tokens > 0 &&
       emit(&r, fdy_llama_session_slot_next(target, 0))) {
-    r.proposal[0] = r.ids[0];
-    st = decode(&r, fed, spec->draft_tokens, max_k, spec->fixed, err);
+    st = decode(s, &r, fed, spec, err);
   }
   int64_t t2 = fdy_now_ns();
-  free(r.proposal);
-  free(r.verdict);
-  free(r.draft_logits);
-  free(r.target_logits);
-  free(r.p);
-  free(r.q);
+  fdy_llama_speculative_stats done = fdy_llama_speculator_stats(s);
+  fdy_llama_speculator_destroy(s);
   if (st != FDY_OK) {
     free(r.ids);
     return st;
@@ -388,7 +600,7 @@ fdy_status fdy_llama_generate_speculative(
           ? (double)(r.count - 1) / out->decode_seconds
           : 0.0;
   if (stats) {
-    *stats = r.stats;
+    *stats = done;
   }
   return FDY_OK;
 }

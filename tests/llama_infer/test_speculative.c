@@ -15,7 +15,9 @@
  * draft's own distribution apart); a
  * draft of another vocabulary, a target whose steps are too small for K,
  * K out of range, bad sampling, sampling with ids_only sessions and a
- * prompt beyond the draft's context are refused before any work. */
+ * prompt beyond the draft's context are refused before any work; rounds
+ * driven by the caller (fdy_llama_speculator_round) on other slots of
+ * batched sessions are lossless too. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -579,6 +581,119 @@ static void test_refused(void **state) {
   fdy_llama_close(tiny);
 }
 
+/* Rounds driven by the caller (fdy_llama_speculator_round and _keep) on
+ * slot 2 of a target of 3 sequences (another sequence in slot 0) and slot
+ * 1 of a draft of 2: the ids equal the target's own greedy ids alone, the
+ * slots hold the prompt and every id but the last afterwards, the stats
+ * add up, and a round's refusals come before any work. */
+static void test_rounds_on_slots(void **state) {
+  (void)state;
+  fdy_llama_model *target_model = open_fixture("llama3-micro-untied-g32");
+  fdy_llama_model *draft_model = open_fixture("llama3-micro-mha-g128");
+  fdy_backend *cpu = cpu_backend(2);
+  fdy_llama_generation reference = plain(target_model, cpu, true);
+  fdy_llama_session_options o = {.backend = cpu,
+                                 .context = CONTEXT,
+                                 .max_sequences = 3,
+                                 .step_rows = MAX_K + 1,
+                                 .ids_only = true};
+  fdy_llama_session *target = make_session(target_model, &o);
+  o.max_sequences = 2;
+  o.step_rows = 0;
+  fdy_llama_session *draft = make_session(draft_model, &o);
+  fdy_llama_speculator *s = NULL;
+  fdy_error err;
+  /* a sampled speculator needs logits */
+  assert_int_equal(
+      fdy_llama_speculator_create(target, draft, MAX_K, true, &s, &err),
+      FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(
+      fdy_llama_speculator_create(target, draft, MAX_K + 1, false, &s, &err),
+      FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(err.expected, MAX_K + 2);
+  assert_int_equal(
+      fdy_llama_speculator_create(target, draft, MAX_K, false, &s, &err),
+      FDY_OK);
+  const int32_t other[3] = {9, 8, 7};
+  assert_int_equal(
+      fdy_llama_session_append(target, 0, other, 3, NULL, NULL, &err), FDY_OK);
+  assert_int_equal(fdy_llama_session_append(target, 2, prompt, PROMPT_COUNT,
+                                            NULL, NULL, &err),
+                   FDY_OK);
+  int32_t ids[GEN_TOKENS];
+  uint32_t count = 0;
+  ids[count++] = fdy_llama_session_slot_next(target, 2);
+  const int32_t *got = NULL;
+  uint32_t n = 0;
+  /* the draft's slot holds nothing yet, then fewer positions */
+  assert_int_equal(
+      fdy_llama_speculator_round(s, 2, 1, ids[0], 3, NULL, &got, &n, &err),
+      FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(
+      fdy_llama_session_append(draft, 1, prompt, 3, NULL, NULL, &err), FDY_OK);
+  assert_int_equal(
+      fdy_llama_speculator_round(s, 2, 1, ids[0], 3, NULL, &got, &n, &err),
+      FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(err.expected, PROMPT_COUNT);
+  assert_int_equal(err.actual, 3);
+  assert_int_equal(fdy_llama_session_append(draft, 1, prompt + 3,
+                                            PROMPT_COUNT - 3, NULL, NULL, &err),
+                   FDY_OK);
+  assert_int_equal(fdy_llama_speculator_round(s, 2, 1, ids[0], MAX_K + 1, NULL,
+                                              &got, &n, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(fdy_llama_speculator_keep(s, 1, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  uint32_t k = 3;
+  while (count < GEN_TOKENS) {
+    uint32_t left = GEN_TOKENS - count - 1;
+    uint32_t want = k < left ? k : left;
+    assert_int_equal(fdy_llama_speculator_round(s, 2, 1, ids[count - 1], want,
+                                                NULL, &got, &n, &err),
+                     FDY_OK);
+    assert_true(n >= 1 && n <= want + 1);
+    uint32_t emitted = 0;
+    while (emitted < n && count < GEN_TOKENS) {
+      ids[count++] = got[emitted++];
+    }
+    assert_int_equal(fdy_llama_speculator_keep(s, emitted, &err), FDY_OK);
+    assert_int_equal(fdy_llama_session_slot_position(target, 2),
+                     PROMPT_COUNT + count - 1);
+    assert_int_equal(fdy_llama_session_slot_position(draft, 1),
+                     PROMPT_COUNT + count - 1);
+    fdy_llama_speculative_options spec = {.draft_tokens = 3,
+                                          .max_draft_tokens = MAX_K};
+    k = fdy_llama_speculative_next_k(&spec, k, want, n - 1);
+    assert_true(k >= 1 && k <= MAX_K);
+  }
+  assert_int_equal(reference.count, GEN_TOKENS);
+  assert_memory_equal(ids, reference.ids, sizeof ids);
+  fdy_llama_speculative_stats st = fdy_llama_speculator_stats(s);
+  assert_int_equal(st.accepted + st.target_passes, GEN_TOKENS - 1);
+  assert_true(st.accepted < st.proposed); /* the draft is mostly wrong */
+  /* slot 0 was left alone */
+  assert_int_equal(fdy_llama_session_slot_position(target, 0), 3);
+  /* keep twice: no round open */
+  assert_int_equal(fdy_llama_speculator_keep(s, 1, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  /* the adaptive rule */
+  fdy_llama_speculative_options spec = {.draft_tokens = 2,
+                                        .max_draft_tokens = 6};
+  assert_int_equal(fdy_llama_speculative_next_k(&spec, 4, 4, 4), 6);
+  assert_int_equal(fdy_llama_speculative_next_k(&spec, 2, 2, 2), 4);
+  assert_int_equal(fdy_llama_speculative_next_k(&spec, 4, 4, 1), 2);
+  spec.fixed = true;
+  assert_int_equal(fdy_llama_speculative_next_k(&spec, 2, 2, 0), 2);
+  fdy_llama_speculator_destroy(s);
+  fdy_llama_speculator_destroy(NULL);
+  fdy_llama_generation_free(&reference);
+  fdy_llama_session_destroy(target);
+  fdy_llama_session_destroy(draft);
+  fdy_backend_destroy(cpu);
+  fdy_llama_close(target_model);
+  fdy_llama_close(draft_model);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_self_draft),
@@ -589,6 +704,7 @@ int main(void) {
       cmocka_unit_test(test_sampling_keeps_distribution),
       cmocka_unit_test(test_keep_context),
       cmocka_unit_test(test_refused),
+      cmocka_unit_test(test_rounds_on_slots),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
