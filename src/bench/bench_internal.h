@@ -216,6 +216,12 @@ json_t *bench_invocation_json(int argc, char *const *argv);
  * expected, actual (hex for FDY_ERR_CHECKSUM), backend_op, cleanup (null
  * or kind and message). */
 json_t *bench_error_json(const fdy_error *err);
+/* A report's opening fields: format, version, status ("ok" or "failed")
+ * and error (null, or err's bench_error_json, which the caller may extend:
+ * *error_out, borrowed, NULL when ok). A new reference, NULL when out of
+ * memory. */
+json_t *bench_report_open(const char *format, int version, fdy_status status,
+                          const fdy_error *err, json_t **error_out);
 /* Writes doc (stolen; NULL means out of memory) as indented JSON to path
  * through foundry/new_file.h: never over an existing file. */
 fdy_status bench_write_json(const char *path, json_t *doc, fdy_error *err);

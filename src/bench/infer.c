@@ -666,20 +666,15 @@ static json_t *statistics_json(const infer_state *s) {
 
 static json_t *report_json(const infer_state *s, fdy_status status,
                            const fdy_error *err) {
-  json_t *r = json_object();
+  json_t *e = NULL;
+  json_t *r = bench_report_open(FDY_INFER_REPORT_FORMAT,
+                                FDY_INFER_REPORT_VERSION, status, err, &e);
   if (!r) {
     return NULL;
   }
-  json_object_set_new(r, "format", json_string(FDY_INFER_REPORT_FORMAT));
-  json_object_set_new(r, "version", json_integer(FDY_INFER_REPORT_VERSION));
-  json_object_set_new(r, "status",
-                      json_string(status == FDY_OK ? "ok" : "failed"));
-  json_t *e = json_null();
-  if (status != FDY_OK) {
-    e = bench_error_json(err);
+  if (e) {
     json_object_set_new(e, "stage", json_string(s->stage));
   }
-  json_object_set_new(r, "error", e);
   json_object_set_new(r, "implementation", json_string("foundry"));
   json_object_set_new(r, "backend", bench_json_text(s->opt->backend_name));
   json_object_set_new(r, "build", bench_build_json());

@@ -280,20 +280,15 @@ static json_t *results_json(const overhead_state *s) {
 static json_t *report_json(const overhead_state *s, fdy_status status,
                            const fdy_error *err) {
   const fdy_bench_overhead_options *o = s->opt;
-  json_t *r = json_object();
+  json_t *e = NULL;
+  json_t *r = bench_report_open(FDY_BENCH_OVERHEAD_FORMAT,
+                                FDY_BENCH_OVERHEAD_VERSION, status, err, &e);
   if (!r) {
     return NULL;
   }
-  json_object_set_new(r, "format", json_string(FDY_BENCH_OVERHEAD_FORMAT));
-  json_object_set_new(r, "version", json_integer(FDY_BENCH_OVERHEAD_VERSION));
-  json_object_set_new(r, "status",
-                      json_string(status == FDY_OK ? "ok" : "failed"));
-  json_t *e = json_null();
-  if (status != FDY_OK) {
-    e = bench_error_json(err);
+  if (e) {
     json_object_set_new(e, "stage", json_string(s->stage));
   }
-  json_object_set_new(r, "error", e);
   json_object_set_new(r, "build", bench_build_json());
   json_t *env = json_object();
   json_object_set_new(env, "started_utc", bench_started_json(s->started_unix));

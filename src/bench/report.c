@@ -587,14 +587,24 @@ json_t *bench_error_json(const fdy_error *err) {
   return e;
 }
 
-static json_t *error_json(const bench_state *s, const fdy_error *err) {
-  const bench_execution *failed = failed_execution(s);
-  json_t *e = bench_error_json(err);
-  json_object_set_new(e, "stage", jstr(s->stage));
-  json_object_set_new(e, "sequence",
-                      failed ? jint(failed->sequence) : json_null());
-  json_object_set_new(e, "payload_generated", json_boolean(s->payload));
-  return e;
+json_t *bench_report_open(const char *format, int version, fdy_status status,
+                          const fdy_error *err, json_t **error_out) {
+  *error_out = NULL;
+  json_t *r = json_object();
+  if (!r) {
+    return NULL;
+  }
+  json_object_set_new(r, "format", json_string(format));
+  json_object_set_new(r, "version", json_integer(version));
+  json_object_set_new(r, "status",
+                      json_string(status == FDY_OK ? "ok" : "failed"));
+  json_t *e = json_null();
+  if (status != FDY_OK) {
+    e = bench_error_json(err);
+    *error_out = e;
+  }
+  json_object_set_new(r, "error", e);
+  return r;
 }
 
 fdy_status bench_write_json(const char *path, json_t *doc, fdy_error *err) {
@@ -615,16 +625,19 @@ fdy_status bench_write_json(const char *path, json_t *doc, fdy_error *err) {
 
 json_t *bench_report_json(const bench_state *s, fdy_status status,
                           const fdy_error *err) {
-  json_t *r = json_object();
+  json_t *e = NULL;
+  json_t *r = bench_report_open(FDY_BENCH_REPORT_FORMAT,
+                                FDY_BENCH_REPORT_VERSION, status, err, &e);
   if (!r) {
     return NULL;
   }
-  json_object_set_new(r, "format", json_string(FDY_BENCH_REPORT_FORMAT));
-  json_object_set_new(r, "version", json_integer(FDY_BENCH_REPORT_VERSION));
-  json_object_set_new(r, "status",
-                      json_string(status == FDY_OK ? "ok" : "failed"));
-  json_object_set_new(r, "error",
-                      status == FDY_OK ? json_null() : error_json(s, err));
+  if (e) {
+    const bench_execution *failed = failed_execution(s);
+    json_object_set_new(e, "stage", jstr(s->stage));
+    json_object_set_new(e, "sequence",
+                        failed ? jint(failed->sequence) : json_null());
+    json_object_set_new(e, "payload_generated", json_boolean(s->payload));
+  }
   json_object_set_new(r, "build", bench_build_json());
   json_object_set_new(r, "environment", environment_json(s));
   json_object_set_new(r, "invocation",
