@@ -4,7 +4,8 @@
  * This file is the HTTP layer and the command: a connection's body is
  * parsed (serve_request.h), its prompt turned into ids, and the job
  * submitted to the engine (serve_engine.h), whose ids the connection then
- * sends as one JSON response or as server-sent events. SIGINT or SIGTERM:
+ * sends as one JSON response or as server-sent events; with --draft-model
+ * the engine speculates for a request running alone. SIGINT or SIGTERM:
  * new requests get 503, the accepted ones finish, the process exits 0.
  * docs/serve.md describes the endpoints and limits. */
 #include <arpa/inet.h>
@@ -24,6 +25,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "cli_draft.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "foundry/chat.h"
@@ -675,6 +677,40 @@ void fdy_cmd_serve_help(FILE *out) {
           DEFAULT_PORT, FDY_LLAMA_MAX_SEQUENCES, DEFAULT_SEQUENCES,
           DEFAULT_QUEUE, DEFAULT_GRACE);
   fdy_cli_session_flags_help(out);
+  fprintf(out,
+          "  --draft-model DIR  speculative decoding while one request runs\n"
+          "                   alone: DIR, a small checkpoint of the same\n"
+          "                   vocabulary, resident on the same backend,\n"
+          "                   proposes ids that the model checks in one pass\n"
+          "                   (greedy, the model's own ids; sampled, the\n"
+          "                   rejection rule keeps its distribution); while\n"
+          "                   several run, the batch decodes as without it.\n"
+          "                   /metrics counts the proposed and accepted ids\n"
+          "  --draft-tokens K ids drafted per pass at first, 1 to %u (default\n"
+          "                   %u); adaptive: doubled after a pass that\n"
+          "                   accepts every one, up to 2K, cut to the ids\n"
+          "                   accepted + 1 after a rejection\n"
+          "  --draft-fixed    draft K ids every pass\n",
+          FDY_LLAMA_MAX_DRAFT_TOKENS, FDY_CLI_DEFAULT_DRAFT_TOKENS);
+}
+
+/* The rows of the model's steps with a draft: the session's default (one
+ * for one sequence, else the sequences and a prefill chunk), and at least
+ * the max_k + 1 rows that verify max_k drafted ids. */
+static uint32_t verify_rows(const fdy_llama_session_options *o,
+                            const fdy_llama_config *config, uint32_t max_k) {
+  uint32_t context = o->context;
+  if (context == 0) {
+    context = config->max_position_embeddings < FDY_LLAMA_DEFAULT_CONTEXT
+                  ? config->max_position_embeddings
+                  : FDY_LLAMA_DEFAULT_CONTEXT;
+  }
+  uint32_t prefill = o->prefill_rows ? o->prefill_rows
+                     : context < FDY_LLAMA_DEFAULT_PREFILL_ROWS
+                         ? context
+                         : FDY_LLAMA_DEFAULT_PREFILL_ROWS;
+  uint32_t rows = o->max_sequences == 1 ? 1 : o->max_sequences + prefill;
+  return rows > max_k + 1 ? rows : max_k + 1;
 }
 
 /* The base name of dir without trailing slashes (malloc'd). */
@@ -719,6 +755,7 @@ int fdy_cmd_serve(int argc, char **argv) {
       {"grace", required_argument, NULL, OPT_GRACE},
       FDY_CLI_SESSION_OPTIONS,
       FDY_CLI_ENGINE_OPTIONS,
+      FDY_CLI_DRAFT_OPTIONS,
       {NULL, 0, NULL, 0},
   };
   const char *model_dir = NULL, *host = "127.0.0.1", *model_id = NULL;
@@ -726,6 +763,7 @@ int fdy_cmd_serve(int argc, char **argv) {
   uint64_t port = DEFAULT_PORT, sequences = DEFAULT_SEQUENCES;
   uint64_t queue = DEFAULT_QUEUE, grace = DEFAULT_GRACE;
   fdy_cli_session_flags flags = FDY_CLI_SESSION_FLAGS_DEFAULT;
+  fdy_cli_draft_flags draft_flags = {0};
   fdy_error err;
   int code = fdy_cli_check_arguments("serve", argc, argv);
   if (code == FDY_EXIT_OK) {
@@ -775,6 +813,9 @@ int fdy_cmd_serve(int argc, char **argv) {
       bool handled = false;
       status = fdy_cli_session_flag(opt, optarg, &flags, &handled, &err);
       if (!handled) {
+        status = fdy_cli_draft_flag(opt, optarg, &draft_flags, &handled, &err);
+      }
+      if (!handled) {
         return fdy_cli_usage("serve", "unknown option '%s'", argv[optind - 1]);
       }
       break;
@@ -789,6 +830,10 @@ int fdy_cmd_serve(int argc, char **argv) {
   }
   if (!model_dir) {
     return fdy_cli_usage("serve", "--model is required");
+  }
+  if (fdy_cli_draft_orphan(&draft_flags)) {
+    return fdy_cli_usage("serve", "%s needs --draft-model",
+                         fdy_cli_draft_orphan(&draft_flags));
   }
   if (!api_key) {
     /* the key kept out of the process list */
@@ -805,8 +850,9 @@ int fdy_cmd_serve(int argc, char **argv) {
   fdy_server srv = {.max_queue = (uint32_t)queue,
                     .slots = (uint32_t)sequences,
                     .api_key = api_key};
-  fdy_llama_model *model = NULL;
+  fdy_llama_model *model = NULL, *draft_model = NULL;
   fdy_backend *backend = NULL;
+  srv.spec = fdy_cli_draft_speculative(&draft_flags);
   char *default_id = NULL;
   struct MHD_Daemon *daemon = NULL;
   bool engine_started = false;
@@ -818,18 +864,38 @@ int fdy_cmd_serve(int argc, char **argv) {
   }
   if (st == FDY_OK) {
     srv.config = fdy_llama_model_config(model);
+  }
+  if (st == FDY_OK && draft_flags.dir) {
+    /* another vocabulary is refused here, before any session */
+    st = fdy_cli_open_draft(draft_flags.dir, model, &draft_model, &err);
+  }
+  if (st == FDY_OK) {
     st = fdy_cli_backend_create(flags.backend, (uint32_t)flags.threads,
                                 flags.serial_launch, &backend, &err);
   }
   if (st == FDY_OK) {
     fdy_llama_session_options o = fdy_cli_session_options(&flags, backend);
-    o.ids_only = true;
+    /* the rejection rule of sampled requests reads the logits */
+    o.ids_only = !draft_model;
     o.max_sequences = (uint32_t)sequences;
     fdy_cli_cap_prefill_rows(&o, srv.config);
+    if (draft_model) {
+      o.step_rows = verify_rows(&o, srv.config, srv.spec.max_draft_tokens);
+    }
     st = fdy_llama_session_create(model, &o, &srv.session, &err);
     if (st != FDY_OK) {
       fdy_cli_explain_budget(&flags, &err);
     }
+  }
+  if (st == FDY_OK && draft_model) {
+    st = fdy_cli_draft_session(&flags, draft_model, backend,
+                               fdy_llama_session_context(srv.session), true,
+                               &srv.draft, &err);
+  }
+  if (st == FDY_OK && srv.draft) {
+    st = fdy_llama_speculator_create(srv.session, srv.draft,
+                                     srv.spec.max_draft_tokens, true,
+                                     &srv.speculator, &err);
   }
   if (st == FDY_OK) {
     st = fdy_cli_open_tokenizer(model_dir, tokenizer_path, &srv.tok, &err);
@@ -895,10 +961,17 @@ int fdy_cmd_serve(int argc, char **argv) {
   }
   const union MHD_DaemonInfo *info =
       MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_BIND_PORT);
+  char drafting[96] = "";
+  if (srv.draft) {
+    snprintf(drafting, sizeof drafting,
+             ", a draft (context %" PRIu32 ") proposing K %" PRIu32 "%s",
+             fdy_llama_session_context(srv.draft), srv.spec.draft_tokens,
+             srv.spec.fixed ? " fixed" : " adaptive");
+  }
   fprintf(stderr,
           "foundry serve: model '%s' (context %" PRIu32 ", %" PRIu32
-          " sequences) listening on http://%s:%u\n",
-          srv.model_id, srv.context, srv.slots, host,
+          " sequences%s) listening on http://%s:%u\n",
+          srv.model_id, srv.context, srv.slots, drafting, host,
           info ? (unsigned)info->port : (unsigned)port);
   fflush(stderr);
 
@@ -939,8 +1012,11 @@ cleanup:
   fdy_server_release(&srv);
   free(default_id);
   fdy_tokenizer_destroy(srv.tok);
+  fdy_llama_speculator_destroy(srv.speculator);
+  fdy_llama_session_destroy(srv.draft);
   fdy_llama_session_destroy(srv.session);
   fdy_backend_destroy(backend);
+  fdy_llama_close(draft_model);
   fdy_llama_close(model);
   return code;
 }

@@ -1,5 +1,6 @@
 /* The engine of `foundry serve` (serve_engine.h): jobs, the bounded queue
- * and the engine thread's steps over one session. */
+ * and the engine thread's steps over one session, or speculative rounds
+ * for a job running alone. */
 #include "serve_engine.h"
 
 #include <stdio.h>
@@ -358,6 +359,124 @@ static uint32_t plan_step(fdy_server *srv, uint32_t *decode_rows) {
   return count;
 }
 
+static uint32_t min_u32(uint32_t a, uint32_t b) {
+  return a < b ? a : b;
+}
+
+/* Under the lock: whether the engine speculates for the one running job
+ * (a draft, one job active, its prompt in, and room for a drafted id
+ * within its max_tokens and both contexts): then its *slot and the ids to
+ * draft, *k. */
+static bool speculating(const fdy_server *srv, uint32_t *slot, uint32_t *k) {
+  if (!srv->speculator || srv->active != 1) {
+    return false;
+  }
+  uint32_t s = 0;
+  while (!srv->running[s]) {
+    s++;
+  }
+  const fdy_serve_job *job = srv->running[s];
+  if (job->fed < job->prompt_count || job->count == 0) {
+    return false;
+  }
+  /* fed: the prompt and every id but the last; a round of n needs n + 1
+   * positions more */
+  uint32_t p = job->prompt_count + job->count - 1;
+  uint32_t context =
+      min_u32(srv->context, fdy_llama_session_context(srv->draft));
+  uint32_t room = p + 1 < context ? context - p - 1 : 0;
+  uint32_t n = job->draft_k ? job->draft_k : srv->spec.draft_tokens;
+  n = min_u32(min_u32(n, job->max_tokens - job->count - 1), room);
+  *slot = s;
+  *k = n;
+  return n > 0;
+}
+
+/* The draft's slot brought to the first p ids of job's prompt and ids
+ * (it holds the first of them, or another job's: then it starts again). */
+static fdy_status catch_up(fdy_server *srv, const fdy_serve_job *job,
+                           uint32_t p, fdy_error *err) {
+  fdy_llama_session *draft = srv->draft;
+  if (srv->draft_job != job->number) {
+    fdy_llama_session_reset(draft);
+    srv->draft_job = job->number;
+  }
+  uint32_t have = fdy_llama_session_slot_position(draft, 0);
+  fdy_status st = FDY_OK;
+  if (have < job->prompt_count) {
+    st = fdy_llama_session_append(draft, 0, job->prompt + have,
+                                  job->prompt_count - have, NULL, NULL, err);
+    have = job->prompt_count;
+  }
+  if (st == FDY_OK && have < p) {
+    st = fdy_llama_session_append(draft, 0,
+                                  job->ids + (have - job->prompt_count),
+                                  p - have, NULL, NULL, err);
+  }
+  return st;
+}
+
+/* Under the lock: a speculative round of k drafted ids for the job alone
+ * in slot: the draft catches up, the round runs, the job takes its ids
+ * (until it ends) and both sessions keep those taken. The backend work
+ * runs without the lock. */
+static fdy_status speculate(fdy_server *srv, uint32_t slot, uint32_t k,
+                            fdy_error *err) {
+  fdy_serve_job *job = srv->running[slot];
+  uint32_t p = job->prompt_count + job->count - 1;
+  int32_t last = job->ids[job->count - 1];
+  fdy_sample_params sampling = job->sampling;
+  const int32_t *ids = NULL;
+  uint32_t count = 0;
+  pthread_mutex_unlock(&srv->lock);
+  int64_t start = fdy_now_ns();
+  fdy_status st = catch_up(srv, job, p, err);
+  if (st == FDY_OK) {
+    st = fdy_llama_speculator_round(srv->speculator, slot, 0, last, k,
+                                    &sampling, &ids, &count, err);
+  }
+  int64_t ns = fdy_now_ns() - start;
+  pthread_mutex_lock(&srv->lock);
+  if (st != FDY_OK) {
+    srv->draft_job = 0;
+    return st;
+  }
+  srv->metrics.draft_rounds++;
+  srv->metrics.draft_proposed += k;
+  srv->metrics.draft_accepted += count - 1;
+  uint32_t taken = 0;
+  bool running = true;
+  while (running && taken < count) {
+    take(srv, slot, ids[taken++]);
+    running = srv->running[slot] != NULL;
+  }
+  fdy_serve_metrics_step(&srv->metrics, 1, taken, ns);
+  if (!running) {
+    /* the job ended (its slot released): the draft holds nothing useful */
+    srv->draft_job = 0;
+    return FDY_OK;
+  }
+  uint32_t was = job->draft_k ? job->draft_k : srv->spec.draft_tokens;
+  job->draft_k = fdy_llama_speculative_next_k(&srv->spec, was, k, count - 1);
+  pthread_cond_broadcast(&srv->changed);
+  pthread_mutex_unlock(&srv->lock);
+  st = fdy_llama_speculator_keep(srv->speculator, taken, err);
+  pthread_mutex_lock(&srv->lock);
+  if (st != FDY_OK) {
+    srv->draft_job = 0;
+  }
+  return st;
+}
+
+/* Under the lock: the engine failed with err: every job fails. */
+static void engine_failed(fdy_server *srv, const fdy_error *err) {
+  char message[600];
+  snprintf(message, sizeof message, "the engine failed: %.512s", err->message);
+  fprintf(stderr, "foundry serve: error: %s\n", message);
+  fail_all(srv, message);
+  pthread_cond_broadcast(&srv->changed);
+}
+
 void *fdy_serve_engine_main(void *arg) {
   fdy_server *srv = arg;
   fdy_error err;
@@ -374,6 +493,15 @@ void *fdy_serve_engine_main(void *arg) {
       pthread_cond_broadcast(&srv->changed);
       continue;
     }
+    uint32_t alone = 0, k = 0;
+    if (speculating(srv, &alone, &k)) {
+      if (speculate(srv, alone, k, &err) != FDY_OK) {
+        engine_failed(srv, &err);
+        break;
+      }
+      pthread_cond_broadcast(&srv->changed);
+      continue;
+    }
     uint32_t decode_rows = 0;
     uint32_t count = plan_step(srv, &decode_rows);
     pthread_mutex_unlock(&srv->lock);
@@ -384,12 +512,7 @@ void *fdy_serve_engine_main(void *arg) {
     pthread_mutex_lock(&srv->lock);
     fdy_serve_metrics_step(&srv->metrics, count, decode_rows, ns);
     if (st != FDY_OK) {
-      char message[600];
-      snprintf(message, sizeof message, "the engine failed: %.512s",
-               err.message);
-      fprintf(stderr, "foundry serve: error: %s\n", message);
-      fail_all(srv, message);
-      pthread_cond_broadcast(&srv->changed);
+      engine_failed(srv, &err);
       break;
     }
     for (uint32_t i = 0; i < count; i++) {

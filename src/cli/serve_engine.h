@@ -9,7 +9,15 @@
  * ones by at most one step. The engine also turns the ids into text
  * (serve_text.h). A job ends at a stop id, a stop string, max_tokens, or
  * when cancelled (its client went away); its slot is released for the next
- * step. A backend failure fails every job and leaves the server failed.
+ * step. With a draft (--draft-model), while exactly one job runs and its
+ * prompt is in, the engine speculates for it instead: the draft's session
+ * (one slot, resident) catches up on the job's prompt and ids, then each
+ * round (fdy_llama_speculator_round) gives its accepted ids and the
+ * model's id after them from one pass of the model, the ids the job takes
+ * are kept and both sessions go back to them. A second job returns the
+ * engine to steps of the batch; the draft keeps what it holds of the
+ * first job and catches up when that job runs alone again.
+ * A backend failure fails every job and leaves the server failed.
  * Everything in a server and its jobs is read and written under srv->lock
  * unless its comment says otherwise. */
 #ifndef FOUNDRY_CLI_SERVE_ENGINE_H
@@ -22,6 +30,7 @@
 
 #include "foundry/chat.h"
 #include "foundry/llama_session.h"
+#include "foundry/speculative.h"
 #include "foundry/tokenizer.h"
 #include "serve_metrics.h"
 #include "serve_request.h"
@@ -52,6 +61,8 @@ struct fdy_serve_job {
                    so the HTTP thread may read them without the lock */
   uint32_t count;
   uint32_t fed;        /* prompt ids fed so far */
+  uint32_t draft_k;    /* ids to draft in its next round (adaptive K);
+                          0 before its first */
   fdy_serve_text text; /* the answer's text (special ids left out); may be
                           reallocated: read it under the lock */
   size_t *text_at;     /* [max_tokens] text.released after each id */
@@ -73,6 +84,13 @@ struct fdy_server {
   pthread_mutex_t tok_lock;   /* encoding (the HTTP threads) */
   fdy_sample_params default_sampling;
   uint32_t vocab, context, max_queue, slots;
+  /* speculative decoding for a job running alone: NULL without a draft.
+   * The target session then returns logits (not ids_only), its steps hold
+   * at least spec's most K + 1 rows, and the draft's session (one slot, of
+   * the same vocabulary, not ids_only) is the engine thread's */
+  fdy_llama_session *draft;
+  fdy_llama_speculator *speculator; /* of session and draft */
+  fdy_llama_speculative_options spec;
   /* under lock */
   pthread_mutex_t lock;
   pthread_cond_t work;        /* the engine: a job queued or cancelled */
@@ -90,6 +108,8 @@ struct fdy_server {
   /* the engine thread's */
   fdy_llama_step_part *parts; /* [slots] */
   int32_t *next;              /* [slots] */
+  uint64_t draft_job;         /* the number of the job whose prompt and ids the
+                                 draft's slot holds the first of; 0: none */
 };
 
 /* The job's ids and text, sized for job->max_tokens; FDY_ERR_OUT_OF_MEMORY

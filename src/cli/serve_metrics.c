@@ -141,6 +141,20 @@ char *fdy_serve_metrics_text(const fdy_serve_metrics *m) {
       "foundry_decode_tokens_per_second %.3f\n",
       m->ttft_count, m->ttft_sum, m->ttft_count, FDY_SERVE_RATE_STEPS,
       ns > 0 ? (double)rows * 1e9 / (double)ns : 0.0);
+  add(&t,
+      "# HELP foundry_draft_rounds_total Speculative rounds for a request "
+      "running alone (--draft-model), one pass of the model each.\n"
+      "# TYPE foundry_draft_rounds_total counter\n"
+      "foundry_draft_rounds_total %" PRIu64 "\n"
+      "# HELP foundry_draft_proposed_tokens_total Tokens the draft "
+      "proposed.\n"
+      "# TYPE foundry_draft_proposed_tokens_total counter\n"
+      "foundry_draft_proposed_tokens_total %" PRIu64 "\n"
+      "# HELP foundry_draft_accepted_tokens_total Proposed tokens the model "
+      "accepted.\n"
+      "# TYPE foundry_draft_accepted_tokens_total counter\n"
+      "foundry_draft_accepted_tokens_total %" PRIu64 "\n",
+      m->draft_rounds, m->draft_proposed, m->draft_accepted);
   if (t.failed) {
     free(t.buf);
     return NULL;

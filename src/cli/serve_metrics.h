@@ -1,9 +1,9 @@
 /* The metrics of `foundry serve` (GET /metrics) and their Prometheus text
  * exposition format (version 0.0.4): requests by outcome, prompt and
  * generated tokens, queue depth, running sequences, a histogram of the
- * sequences in each step, a histogram of the time to first token, and the
- * decode rate. The server updates them under its lock; rendering reads a
- * copy. */
+ * sequences in each step, a histogram of the time to first token, the
+ * decode rate and the speculative rounds' proposed and accepted ids. The server
+ * updates them under its lock; rendering reads a copy. */
 #ifndef FOUNDRY_CLI_SERVE_METRICS_H
 #define FOUNDRY_CLI_SERVE_METRICS_H
 
@@ -44,6 +44,9 @@ typedef struct fdy_serve_metrics {
   uint32_t rate_rows[FDY_SERVE_RATE_STEPS];
   int64_t rate_ns[FDY_SERVE_RATE_STEPS];
   uint32_t rate_next;
+  /* speculative decoding (--draft-model): rounds (a pass of the model
+   * each), ids the draft proposed and, of them, ids accepted */
+  uint64_t draft_rounds, draft_proposed, draft_accepted;
 } fdy_serve_metrics;
 
 /* Counts a step of `sequences` slots, `decode_rows` of them decoding, that

@@ -26,6 +26,12 @@ bad: a corpus of bad requests (BAD below), each sent as raw bytes with
   type and param; harmless unknown fields are ignored; the server stays
   healthy and serves a request after them. Needs a server with the
   micro model (no tokenizer, context 4096).
+draws SEED0 OUT: 600 seeded sampled requests (4 ids, top-k 2) one at a
+  time, each valid; the counts of the sequences met go to the file OUT.
+compare FILE_A FILE_B same|differ (URL -): two files of draws pass (same)
+  or fail (differ) a two-sample chi-square test at 0.999, as
+  tests/llama_infer/test_speculative.c compares speculative sampling with
+  the model's own.
 """
 import socket
 import time
@@ -410,10 +416,77 @@ def check_bad(server):
     check(health(server)["status"] == "ok", "unhealthy after bad requests")
 
 
+# The sampled requests of draws: 4 ids, top-k 2 (at most 16 sequences).
+DRAWS_PROMPT = [5, 17, 250, 3, 99, 41, 7]
+DRAWS_RUNS = 600
+
+
+def check_draws(server, seed0, out):
+    """DRAWS_RUNS seeded requests (seeds from seed0), one at a time: every
+    answer has 4 ids of the vocabulary; the count of each sequence of ids
+    goes to the JSON file out."""
+    counts = {}
+    for run in range(DRAWS_RUNS):
+        status, got = server.post("/v1/completions", {
+            "prompt": DRAWS_PROMPT, "max_tokens": 4, "temperature": 1.0,
+            "top_k": 2, "seed": int(seed0) + run})
+        check(status == 200, f"draw {run}: {status} {got}")
+        ids = got["choices"][0]["token_ids"]
+        check(len(ids) == 4 and all(0 <= i < 512 for i in ids),
+              f"draw {run}: ids {ids}")
+        key = ",".join(map(str, ids))
+        counts[key] = counts.get(key, 0) + 1
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(counts, f)
+
+
+def chi_square(a, b):
+    """The two-sample chi-square statistic of equal-sized samples (count
+    dicts) over the cells either reaches, and its degrees of freedom."""
+    x2, df = 0.0, -1
+    for key in set(a) | set(b):
+        n = a.get(key, 0) + b.get(key, 0)
+        d = a.get(key, 0) - b.get(key, 0)
+        x2 += d * d / n
+        df += 1
+    return x2, df
+
+
+def critical_999(df):
+    """The chi-square quantile of probability 0.999 (Wilson-Hilferty)."""
+    v = 2.0 / (9.0 * df)
+    return df * (1.0 - v + 3.09 * v ** 0.5) ** 3
+
+
+def check_compare(_server, file_a, file_b, expect):
+    """The draws of two servers (files of check_draws) pass a two-sample
+    chi-square test at 0.999 (expect "same") or fail it ("differ")."""
+    with open(file_a, encoding="utf-8") as f:
+        a = json.load(f)
+    with open(file_b, encoding="utf-8") as f:
+        b = json.load(f)
+    x2, df = chi_square(a, b)
+    limit = critical_999(df)
+    check(df >= 7, f"only {df + 1} sequences met: {a} {b}")
+    if expect == "same":
+        check(x2 < limit, f"chi-square {x2:.1f} >= {limit:.1f} (df {df}): "
+              f"{a} against {b}")
+    else:
+        check(x2 > limit, f"chi-square {x2:.1f} <= {limit:.1f} (df {df}): "
+              f"the test cannot tell {a} from {b}")
+    print(f"chi-square {x2:.1f}, df {df}, limit {limit:.1f}")
+
+
 CHECKS = {"bad": check_bad, "stop": check_stop, "metrics": check_metrics,
-          "disconnect": check_disconnect}
+          "disconnect": check_disconnect, "draws": check_draws,
+          "compare": check_compare}
+ARGS = {"draws": 2, "compare": 3}
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[2] not in CHECKS:
-        fail(f"usage: serve_checks.py URL {'|'.join(CHECKS)}")
-    CHECKS[sys.argv[2]](Server(sys.argv[1]))
+    if len(sys.argv) < 3 or sys.argv[2] not in CHECKS or \
+            len(sys.argv) != 3 + ARGS.get(sys.argv[2], 0):
+        fail(f"usage: serve_checks.py URL {'|'.join(CHECKS)} "
+             "(draws SEED0 OUT, compare FILE_A FILE_B same|differ; URL - "
+             "for compare)")
+    server = None if sys.argv[1] == "-" else Server(sys.argv[1])
+    CHECKS[sys.argv[2]](server, *sys.argv[3:])

@@ -4,7 +4,12 @@
  * dropped and counted; a backend failure during a step (the fault wrapper)
  * fails every running and queued job with the backend's error, leaves the
  * server failed saying why (what /health reports) and refuses new jobs with
- * 503; a stop past its grace period cancels the jobs left. */
+ * 503; a stop past its grace period cancels the jobs left. With a draft:
+ * a job alone is speculated (rounds counted, every proposal of the model
+ * drafting for itself accepted) and gives the greedy ids of
+ * fdy_llama_generate, also when it ran beside another job first and when
+ * a stop id ends it inside a round; a backend failure inside a round fails
+ * the job and the server. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -41,9 +46,39 @@ static void server_init(fdy_server *srv, const fdy_llama_model *model,
   assert_int_equal(fdy_server_init(srv, &err), FDY_OK);
 }
 
+/* The server of server_init with draft_model drafting (K 2, adaptive up
+ * to 4): the model's session returns logits and has steps of 16 rows. */
+static void server_init_draft(fdy_server *srv, const fdy_llama_model *model,
+                              const fdy_llama_model *draft_model,
+                              fdy_backend *backend, uint32_t slots) {
+  fdy_llama_session_options o = {.backend = backend,
+                                 .context = 64,
+                                 .max_sequences = slots,
+                                 .step_rows = 16};
+  *srv = (fdy_server){.model_id = "micro",
+                      .config = fdy_llama_model_config(model),
+                      .session = make_session(model, &o),
+                      .default_sampling = FDY_LLAMA_GREEDY,
+                      .max_queue = 8,
+                      .slots = slots,
+                      .spec = {.draft_tokens = 2, .max_draft_tokens = 4}};
+  fdy_llama_session_options d = {.backend = backend, .context = 64};
+  srv->draft = make_session(draft_model, &d);
+  fdy_error err;
+  assert_int_equal(fdy_llama_speculator_create(srv->session, srv->draft, 4,
+                                               true, &srv->speculator, &err),
+                   FDY_OK);
+  srv->vocab = srv->config->vocab_size;
+  srv->context = fdy_llama_session_context(srv->session);
+  assert_int_equal(fdy_server_init(srv, &err), FDY_OK);
+}
+
 static void server_release(fdy_server *srv) {
-  fdy_llama_session *session = srv->session;
+  fdy_llama_session *session = srv->session, *draft = srv->draft;
+  fdy_llama_speculator *speculator = srv->speculator;
   fdy_server_release(srv);
+  fdy_llama_speculator_destroy(speculator);
+  fdy_llama_session_destroy(draft);
   fdy_llama_session_destroy(session);
 }
 
@@ -227,11 +262,155 @@ static void test_stop(void **state) {
   fdy_llama_close(model);
 }
 
+/* fdy_llama_generate's greedy ids of prompt (count ids) on model alone. */
+static fdy_llama_generation greedy(const fdy_llama_model *model,
+                                   fdy_backend *cpu, const int32_t *prompt,
+                                   uint32_t count, uint32_t max_tokens) {
+  fdy_llama_session_options o = {
+      .backend = cpu, .context = 64, .ids_only = true};
+  fdy_llama_session *s = make_session(model, &o);
+  fdy_llama_generate_options go = {.max_tokens = max_tokens};
+  fdy_llama_generation g;
+  fdy_error err;
+  assert_int_equal(fdy_llama_generate(s, prompt, count, &go, &g, &err), FDY_OK);
+  fdy_llama_session_destroy(s);
+  return g;
+}
+
+static void assert_ids(const fdy_serve_job *job,
+                       const fdy_llama_generation *g) {
+  assert_false(job->failed);
+  assert_int_equal(job->count, g->count);
+  assert_memory_equal(job->ids, g->ids, sizeof *g->ids * g->count);
+}
+
+static void test_draft(void **state) {
+  (void)state;
+  fdy_llama_model *model = open_fixture("llama3-micro");
+  fdy_backend *cpu = cpu_backend(2);
+  fdy_server srv;
+  server_init_draft(&srv, model, model, cpu, 2);
+  pthread_t engine;
+  assert_int_equal(pthread_create(&engine, NULL, fdy_serve_engine_main, &srv),
+                   0);
+  /* alone: speculated, every proposal of the model itself accepted */
+  fdy_llama_generation a = greedy(model, cpu, prompt_a, 5, 20);
+  fdy_serve_job *job = submit(&srv, prompt_a, 5, 20);
+  wait_done(&srv, job);
+  assert_ids(job, &a);
+  drop(&srv, job);
+  pthread_mutex_lock(&srv.lock);
+  fdy_serve_metrics m = srv.metrics;
+  pthread_mutex_unlock(&srv.lock);
+  assert_true(m.draft_rounds > 0);
+  assert_true(m.draft_rounds < 19); /* several ids per round */
+  assert_int_equal(m.draft_accepted, m.draft_proposed);
+  /* two at once (batched), then the longer one alone (speculated after
+   * the draft catches up on its prompt and ids) */
+  fdy_llama_generation c = greedy(model, cpu, prompt_c, 7, 30);
+  fdy_serve_job *pair[2] = {submit(&srv, prompt_b, 1, 3),
+                            submit(&srv, prompt_c, 7, 30)};
+  wait_done(&srv, pair[0]);
+  wait_done(&srv, pair[1]);
+  fdy_llama_generation b = greedy(model, cpu, prompt_b, 1, 3);
+  assert_ids(pair[0], &b);
+  assert_ids(pair[1], &c);
+  drop(&srv, pair[0]);
+  drop(&srv, pair[1]);
+  /* a stop id inside a round ends the job there, and the next job starts
+   * the draft again */
+  fdy_serve_job *stopped = fdy_serve_job_create(&srv);
+  assert_non_null(stopped);
+  stopped->prompt = malloc(sizeof prompt_a);
+  assert_non_null(stopped->prompt);
+  memcpy(stopped->prompt, prompt_a, sizeof prompt_a);
+  stopped->prompt_count = 5;
+  stopped->max_tokens = 20;
+  stopped->sampling = FDY_LLAMA_GREEDY;
+  stopped->stop[0] = a.ids[9];
+  stopped->stop_count = 1;
+  fdy_error err;
+  assert_int_equal(fdy_serve_job_alloc(stopped, &err), FDY_OK);
+  assert_int_equal(fdy_serve_submit(&srv, stopped), 0);
+  wait_done(&srv, stopped);
+  uint32_t first = 0;
+  while (a.ids[first] != a.ids[9]) {
+    first++;
+  }
+  assert_int_equal(stopped->count, first + 1);
+  assert_memory_equal(stopped->ids, a.ids, sizeof *a.ids * (first + 1));
+  assert_string_equal(stopped->finish, "stop");
+  drop(&srv, stopped);
+  job = submit(&srv, prompt_a, 5, 20);
+  wait_done(&srv, job);
+  assert_ids(job, &a);
+  drop(&srv, job);
+  stop_engine(&srv, engine);
+  assert_false(srv.failed);
+  assert_int_equal(srv.live, 0);
+  fdy_llama_generation_free(&a);
+  fdy_llama_generation_free(&b);
+  fdy_llama_generation_free(&c);
+  server_release(&srv);
+  fdy_backend_destroy(cpu);
+  fdy_llama_close(model);
+}
+
+/* A backend failure inside a speculative round (after the first id, which
+ * a step gives, before the last, which rounds give too) fails the job and
+ * the server. */
+static void test_draft_failure(void **state) {
+  (void)state;
+  fdy_llama_model *model = open_fixture("llama3-micro");
+  fdy_backend *cpu = cpu_backend(2);
+  fdy_error err;
+  /* the calls of creation, and of one job of 20 ids */
+  fdy_backend *counting = NULL;
+  assert_int_equal(fdy_fault_backend_create(cpu, NULL, &counting, &err),
+                   FDY_OK);
+  fdy_server srv;
+  server_init_draft(&srv, model, model, counting, 1);
+  uint64_t create_calls = fdy_fault_get_stats(counting).calls;
+  pthread_t engine;
+  assert_int_equal(pthread_create(&engine, NULL, fdy_serve_engine_main, &srv),
+                   0);
+  fdy_serve_job *job = submit(&srv, prompt_a, 5, 20);
+  wait_done(&srv, job);
+  drop(&srv, job);
+  stop_engine(&srv, engine);
+  uint64_t job_calls = fdy_fault_get_stats(counting).calls - create_calls;
+  server_release(&srv);
+  fdy_backend_destroy(counting);
+  fdy_fault_options fo = {.fail_at_call = create_calls + job_calls / 2};
+  fdy_backend *faulty = NULL;
+  assert_int_equal(fdy_fault_backend_create(cpu, &fo, &faulty, &err), FDY_OK);
+  server_init_draft(&srv, model, model, faulty, 1);
+  job = submit(&srv, prompt_a, 5, 20);
+  assert_int_equal(pthread_create(&engine, NULL, fdy_serve_engine_main, &srv),
+                   0);
+  pthread_join(engine, NULL);
+  assert_true(fdy_fault_get_stats(faulty).fired);
+  assert_true(job->done);
+  assert_true(job->failed);
+  assert_true(job->count >= 1 && job->count < 19);
+  assert_non_null(strstr(job->error, "the engine failed"));
+  assert_true(srv.failed);
+  assert_true(srv.metrics.draft_rounds >= 1);
+  drop(&srv, job);
+  assert_int_equal(srv.live, 0);
+  server_release(&srv);
+  fdy_backend_destroy(faulty);
+  fdy_backend_destroy(cpu);
+  fdy_llama_close(model);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_jobs),
       cmocka_unit_test(test_backend_failure),
       cmocka_unit_test(test_stop),
+      cmocka_unit_test(test_draft),
+      cmocka_unit_test(test_draft_failure),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
