@@ -264,6 +264,23 @@ FIXTURES = {
         "greedy_tokens": 8,
         "engine": "transformers",
     },
+    # qwen2: biases on q, k and v (BF16, as MLX stores them beside the
+    # quantized weights), 7 query heads over 1 kv head (Qwen2.5's group of
+    # 7), tied, plain rope with theta 1e6, groups of 32
+    "qwen2-micro": {
+        "family": "qwen2",
+        "seed": 72,
+        "group_size": 32,
+        "dtype": "BF16",
+        "config": {"hidden_size": 224, "num_attention_heads": 7,
+                   "num_key_value_heads": 1, "head_dim": 32,
+                   "intermediate_size": 128, "vocab_size": 256,
+                   "max_position_embeddings": 32768, "eos_token_id": 2},
+        "remove": [],
+        "prompt_tokens": 24,
+        "greedy_tokens": 8,
+        "engine": "transformers",
+    },
     # expected.safetensors from MLX (--engine mlx): the configuration of
     # the mlx-community Llama 3.2 checkpoints (tied, llama3 rope, F16, group
     # 64, 4:1 grouped queries) on the small shapes

@@ -95,10 +95,14 @@ typedef struct fdy_llama_layer_weights {
   fdy_llama_linear q, k, v, o, gate, up, down;
   const fdy_st_tensor *input_norm; /* (hidden) */
   const fdy_st_tensor *post_norm;  /* (hidden) */
+  /* the biases of q, k and v (qwen2: config qkv_bias), else NULL */
+  const fdy_st_tensor *q_bias; /* (heads * head_dim) */
+  const fdy_st_tensor *k_bias; /* (kv_heads * head_dim) */
+  const fdy_st_tensor *v_bias; /* (kv_heads * head_dim) */
 } fdy_llama_layer_weights;
 
 /* Parses and checks a config.json document of len bytes (path is used in
- * messages only): model_type "llama" or "mistral"; sizes; rope_theta;
+ * messages only): model_type "llama", "mistral" or "qwen2"; sizes; rope_theta;
  * rope_scaling of type llama3 or none; tie_word_embeddings (default false);
  * rms_norm_eps; eos_token_id as an integer or a list; quantization absent or
  * null (an unquantized checkpoint: bits 0), or with mode "affine" (absent or
@@ -110,7 +114,8 @@ typedef struct fdy_llama_layer_weights {
  * does not handle (another mode such as mxfp4 or nvfp4, bits 2, 3, 5 or 6,
  * other group sizes, rope scaling types, model types, a field that would
  * change the math and is not implemented: a sliding window (mistral's
- * sliding_window not null, layer_types other than full_attention), mixture
+ * sliding_window not null, use_sliding_window true, layer_types other than
+ * full_attention), mixture
  * of experts (num_experts, num_local_experts, num_experts_per_tok,
  * n_routed_experts, moe_intermediate_size not null or 0), ...) is
  * FDY_ERR_UNSUPPORTED with err->name the field ("quantization.mode",

@@ -71,6 +71,9 @@
  *   SWIGLU        in: step, gate F32 [T, n], up F32 [T, n]; out F32 [T, n]
  *                 = silu(gate) * up.
  *   ADD           in: step, a F32 [T, n], b F32 [T, n]; out F32 [T, n].
+ *   ADD_BIAS      in: step, x F32 [T, n], bias W [n]; out F32 [T, n]: row
+ *                 t is x_t + bias (a linear's bias: Qwen2's q, k and v),
+ *                 each sum of x and the bias as F32 rounded once.
  *   LAST_ROW      in: step, x F32 [T, n]; out: F32 [1, n] = row
  *                 min(step[FDY_STEP_COUNT], T) - 1 of x (nothing written
  *                 when the count is 0 or less).
@@ -172,6 +175,7 @@ typedef enum fdy_op_kind {
   FDY_OP_MATMUL_Q8,
   FDY_OP_EMBED_DENSE,
   FDY_OP_MATMUL_DENSE,
+  FDY_OP_ADD_BIAS,
   FDY_OP_KIND_COUNT
 } fdy_op_kind;
 

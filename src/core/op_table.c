@@ -421,6 +421,17 @@ static fdy_status binary_shapes(const fdy_op *op, fdy_error *err) {
   return want_like(&c, op->input_count, 1);
 }
 
+/* ADD_BIAS: a bias as wide as x's rows, the output like x. */
+static fdy_status add_bias_shapes(const fdy_op *op, fdy_error *err) {
+  const check c = checking(op, err);
+  fdy_status st = FDY_OK;
+  if ((st = want_step(&c, 0)) != FDY_OK ||
+      (st = want_dim(&c, 2, 0, op->inputs[1].shape.dims[1])) != FDY_OK) {
+    return st;
+  }
+  return want_like(&c, op->input_count, 1);
+}
+
 static fdy_status last_row_shapes(const fdy_op *op, fdy_error *err) {
   const check c = checking(op, err);
   uint32_t out = op->input_count;
@@ -697,6 +708,12 @@ static const fdy_op_row kind_rows[FDY_OP_KIND_COUNT] = {
                              .inputs = {STEP, ROWS("x"), DENSE("weight")},
                              .outputs = {ROWS("out")},
                              .shape_rule = matmul_dense_shapes},
+    [FDY_OP_ADD_BIAS] = {.name = "add_bias",
+                         INPUTS(3),
+                         .inputs = {STEP, ROWS("x"),
+                                    OPERAND("bias", FLOATS, 1, 0)},
+                         .outputs = {ROWS("out")},
+                         .shape_rule = add_bias_shapes},
 };
 
 /* ---- reading the table --------------------------------------------------- */

@@ -387,6 +387,7 @@ static const char *const family_names[FDY_LLAMA_FAMILY_COUNT] = {
 static const bool family_supported[FDY_LLAMA_FAMILY_COUNT] = {
     [FDY_LLAMA_FAMILY_LLAMA] = true,
     [FDY_LLAMA_FAMILY_MISTRAL] = true,
+    [FDY_LLAMA_FAMILY_QWEN2] = true,
 };
 
 const char *fdy_llama_family_name(fdy_llama_family family) {
@@ -470,7 +471,7 @@ static fdy_status check_architecture(const parse_ctx *p, json_t *root,
   }
   if (c->family == FDY_LLAMA_FAMILY_COUNT) {
     return unsupported_error(p, "model", "model_type",
-                             "is '%.40s'; only llama and mistral are "
+                             "is '%.40s'; only llama, mistral and qwen2 are "
                              "supported",
                              json_string_value(mt));
   }
@@ -479,8 +480,11 @@ static fdy_status check_architecture(const parse_ctx *p, json_t *root,
       (!json_is_string(act) || strcmp(json_string_value(act), "silu") != 0)) {
     return unsupported_error(p, "activation", "hidden_act", "must be \"silu\"");
   }
+  /* qwen2's q, k and v always have biases (its attention_bias, if any, is
+   * not read); the other families' linears have none */
+  c->qkv_bias = c->family == FDY_LLAMA_FAMILY_QWEN2;
   static const char *const biases[] = {"attention_bias", "mlp_bias"};
-  for (size_t i = 0; i < 2; i++) {
+  for (size_t i = c->qkv_bias ? 1 : 0; i < 2; i++) {
     json_t *b = json_object_get(root, biases[i]);
     if (b && !json_is_boolean(b)) {
       return field_error(p, FDY_ERR_SCHEMA, biases[i], "must be a boolean");

@@ -290,6 +290,16 @@ static void norm_matmul(builder *b, const char *prefix, const char *name,
                  3 + 3 * count, outputs, count);
 }
 
+/* ADD_BIAS of x (rows, cols) and the bias vector `bias` (cols). */
+static fdy_tensor_id add_bias(builder *b, const char *prefix, const char *name,
+                              fdy_tensor_id step, fdy_tensor_id x,
+                              fdy_tensor_id bias, uint64_t rows,
+                              uint64_t cols) {
+  fdy_tensor_id in[3] = {step, x, bias};
+  return add_op(b, prefix, name, FDY_OP_ADD_BIAS, no_params(), in, 3,
+                activation(b, prefix, name, FDY_DTYPE_F32, rows, cols));
+}
+
 /* ADD of a and b (a row-wise op). */
 static fdy_tensor_id add(builder *b, const char *prefix, const char *name,
                          fdy_tensor_id step, fdy_tensor_id a, fdy_tensor_id x,
@@ -382,7 +392,8 @@ static fdy_tensor_id attend(builder *b, const char *prefix, fdy_tensor_id step,
 }
 
 /* One decoder layer over `rows` rows in fused ops; returns the new hidden
- * state: [norm + q, k, v] [rope q] [rope k] [attention] [o + residual]
+ * state: [norm + q, k, v] ([q + bias] [k + bias] [v + bias]: qwen2)
+ * [rope q] [rope k] [attention] [o + residual]
  * [norm + gate, up + swiglu] [down + residual] (7 ops), the ropes and the
  * attention as one ROPE_ATTENTION when `decode` (5 ops; rows at their own
  * positions of their own sequences). A fused op whose weights are not all
@@ -404,6 +415,16 @@ static fdy_tensor_id decoder_layer(builder *b, const char *prefix,
   norm_matmul(b, p, "qkv", "attn_norm", step, h,
               view(b, FDY_LLAMA_INPUT_NORM, FDY_LLAMA_PART_NORM, l),
               qkv_modules, qkv_names, qkv_features, 3, l, rows, qkv);
+  if (c->qkv_bias) { /* qwen2 */
+    static const fdy_llama_module bias_modules[3] = {
+        FDY_LLAMA_Q_BIAS, FDY_LLAMA_K_BIAS, FDY_LLAMA_V_BIAS};
+    static const char *const bias_names[3] = {"q_bias", "k_bias", "v_bias"};
+    for (int j = 0; j < 3; j++) {
+      qkv[j] = add_bias(b, p, bias_names[j], step, qkv[j],
+                        view(b, bias_modules[j], FDY_LLAMA_PART_BIAS, l), rows,
+                        qkv_features[j]);
+    }
+  }
   fdy_tensor_id attn =
       attend(b, p, step, qkv[0], qkv[1], qkv[2], l, rows, decode);
   fdy_tensor_id h1 = matmul_add(b, p, "attn_residual", "o", step, attn,

@@ -24,12 +24,14 @@ typedef enum scope {
   GLOBAL,    /* once */
   PER_LAYER, /* once per decoder layer, named model.layers.N.NAME */
   UNTIED,    /* once, only when the embeddings are untied */
+  QKV_BIAS,  /* per layer, a bias vector, when config->qkv_bias */
 } scope;
 
 typedef struct module_row {
   const char *name;
   scope scope;
-  dim out, in;  /* a linear (out, in); a norm (out) when in is DIM_NONE */
+  dim out, in;  /* a linear (out, in); a norm or bias (out) when in is
+                   DIM_NONE */
   size_t field; /* offset of the fdy_llama_linear (linear) or of the tensor
                    pointer (norm) in fdy_llama_layer_weights (PER_LAYER)
                    or fdy_llama_weights */
@@ -49,6 +51,12 @@ static const module_row rows[FDY_LLAMA_MODULE_COUNT] = {
                           IN_LAYER(k)},
     [FDY_LLAMA_V_PROJ] = {"self_attn.v_proj", PER_LAYER, DIM_KV, DIM_HIDDEN,
                           IN_LAYER(v)},
+    [FDY_LLAMA_Q_BIAS] = {"self_attn.q_proj", QKV_BIAS, DIM_Q, DIM_NONE,
+                          IN_LAYER(q_bias)},
+    [FDY_LLAMA_K_BIAS] = {"self_attn.k_proj", QKV_BIAS, DIM_KV, DIM_NONE,
+                          IN_LAYER(k_bias)},
+    [FDY_LLAMA_V_BIAS] = {"self_attn.v_proj", QKV_BIAS, DIM_KV, DIM_NONE,
+                          IN_LAYER(v_bias)},
     [FDY_LLAMA_O_PROJ] = {"self_attn.o_proj", PER_LAYER, DIM_HIDDEN, DIM_Q,
                           IN_LAYER(o)},
     [FDY_LLAMA_POST_NORM] = {"post_attention_layernorm", PER_LAYER, DIM_HIDDEN,
@@ -83,8 +91,20 @@ static uint32_t dim_of(const fdy_llama_config *c, dim d) {
   return 0;
 }
 
+/* Whether the row's module is named model.layers.N.NAME. */
+static bool per_layer(const module_row *r) {
+  return r->scope == PER_LAYER || r->scope == QKV_BIAS;
+}
+
 static bool present(const fdy_llama_config *c, const module_row *r) {
-  return r->scope != UNTIED || !c->tie_word_embeddings;
+  switch (r->scope) {
+  case UNTIED:
+    return !c->tie_word_embeddings;
+  case QKV_BIAS:
+    return c->qkv_bias;
+  default:
+    return true;
+  }
 }
 
 /* The quantization of module m in layer (-1 outside the layers). */
@@ -147,8 +167,8 @@ bool fdy_llama_linear_of(const fdy_llama_config *config, const char *path,
   }
   for (size_t k = 0; k < FDY_LLAMA_MODULE_COUNT; k++) {
     const module_row *r = &rows[k];
-    if (r->in != DIM_NONE && (r->scope == PER_LAYER) == (l >= 0) &&
-        present(config, r) && strcmp(rest, r->name) == 0) {
+    if (r->in != DIM_NONE && per_layer(r) == (l >= 0) && present(config, r) &&
+        strcmp(rest, r->name) == 0) {
       *m = (fdy_llama_module)k;
       *layer = l;
       return true;
@@ -158,15 +178,14 @@ bool fdy_llama_linear_of(const fdy_llama_config *config, const char *path,
 }
 
 /* Fills s as part `part` of module m in layer (-1 outside the layers); a
- * norm's features stay 0. */
+ * norm's or bias's features stay 0. */
 static void set_spec(fdy_llama_tensor_spec *s, fdy_llama_module m,
                      int64_t layer, fdy_llama_part part, fdy_dtype dtype,
                      fdy_shape shape) {
-  static const char *const suffix[] = {[FDY_LLAMA_PART_PACKED] = "weight",
-                                       [FDY_LLAMA_PART_SCALES] = "scales",
-                                       [FDY_LLAMA_PART_BIASES] = "biases",
-                                       [FDY_LLAMA_PART_NORM] = "weight",
-                                       [FDY_LLAMA_PART_DENSE] = "weight"};
+  static const char *const suffix[] = {
+      [FDY_LLAMA_PART_PACKED] = "weight", [FDY_LLAMA_PART_SCALES] = "scales",
+      [FDY_LLAMA_PART_BIASES] = "biases", [FDY_LLAMA_PART_NORM] = "weight",
+      [FDY_LLAMA_PART_BIAS] = "bias",     [FDY_LLAMA_PART_DENSE] = "weight"};
   char module[FDY_LLAMA_NAME_MAX - 8]; /* room for ".weight" */
   fdy_llama_module_name(m, layer, module, sizeof module);
   snprintf(s->name, sizeof s->name, "%s.%s", module, suffix[part]);
@@ -189,7 +208,9 @@ static size_t emit(const fdy_llama_config *c,
   const module_row *r = &rows[m];
   uint32_t out_dim = dim_of(c, r->out);
   if (r->in == DIM_NONE) {
-    set_spec(out, m, layer, FDY_LLAMA_PART_NORM, c->dtype, FDY_SHAPE(out_dim));
+    set_spec(out, m, layer,
+             r->scope == QKV_BIAS ? FDY_LLAMA_PART_BIAS : FDY_LLAMA_PART_NORM,
+             c->dtype, FDY_SHAPE(out_dim));
     return 1;
   }
   uint32_t in_dim = dim_of(c, r->in);
@@ -225,7 +246,7 @@ size_t fdy_llama_layout_count(const fdy_llama_config *config,
     if (!present(config, r)) {
       continue;
     }
-    if (r->scope != PER_LAYER) {
+    if (!per_layer(r)) {
       n += part_count(config, quant, (fdy_llama_module)m, -1);
       continue;
     }
@@ -241,7 +262,7 @@ void fdy_llama_layout(const fdy_llama_config *config,
                       fdy_llama_tensor_spec *out) {
   size_t n = 0;
   for (size_t m = 0; m < FDY_LLAMA_MODULE_COUNT; m++) {
-    if (rows[m].scope != PER_LAYER) {
+    if (!per_layer(&rows[m])) {
       if (present(config, &rows[m])) {
         n += emit(config, quant, (fdy_llama_module)m, -1, out + n);
       }
@@ -249,12 +270,14 @@ void fdy_llama_layout(const fdy_llama_config *config,
     }
     /* a run of per-layer rows is one layer's unit, repeated per layer */
     size_t end = m;
-    while (end < FDY_LLAMA_MODULE_COUNT && rows[end].scope == PER_LAYER) {
+    while (end < FDY_LLAMA_MODULE_COUNT && per_layer(&rows[end])) {
       end++;
     }
     for (uint32_t l = 0; l < config->num_layers; l++) {
       for (size_t k = m; k < end; k++) {
-        n += emit(config, quant, (fdy_llama_module)k, l, out + n);
+        if (present(config, &rows[k])) {
+          n += emit(config, quant, (fdy_llama_module)k, l, out + n);
+        }
       }
     }
     m = end - 1;
@@ -264,14 +287,15 @@ void fdy_llama_layout(const fdy_llama_config *config,
 /* The field spec's module fills: a linear or a norm's tensor pointer. */
 static void *field(fdy_llama_weights *w, const fdy_llama_tensor_spec *spec) {
   const module_row *r = &rows[spec->module];
-  char *base =
-      r->scope == PER_LAYER ? (char *)&w->layers[spec->layer] : (char *)w;
+  char *base = per_layer(r) ? (char *)&w->layers[spec->layer] : (char *)w;
   return base + r->field;
 }
 
 fdy_llama_linear *fdy_llama_weights_linear(fdy_llama_weights *w,
                                            const fdy_llama_tensor_spec *spec) {
-  return spec->part == FDY_LLAMA_PART_NORM ? NULL : field(w, spec);
+  return spec->part == FDY_LLAMA_PART_NORM || spec->part == FDY_LLAMA_PART_BIAS
+             ? NULL
+             : field(w, spec);
 }
 
 const fdy_st_tensor **
@@ -287,6 +311,7 @@ fdy_llama_weights_slot(fdy_llama_weights *w,
   case FDY_LLAMA_PART_BIASES:
     return &q->biases;
   case FDY_LLAMA_PART_NORM:
+  case FDY_LLAMA_PART_BIAS:
     break;
   }
   return field(w, spec);

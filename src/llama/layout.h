@@ -5,9 +5,10 @@
  * builder all enumerate it.
  *
  * Order: the embedding; then per decoder layer the tensors of one streamable
- * unit, in the order the layer uses them (input norm, q, k, v, o, post
- * norm, gate, up, down; a quantized linear contributes its packed weight,
- * scales and biases, an unquantized one its weight); then the final norm
+ * unit, in the order the layer uses them (input norm, q, k, v, the biases
+ * of q, k and v where the family has them (qwen2), o, post norm, gate, up,
+ * down; a quantized linear contributes its packed weight, scales and
+ * biases, an unquantized one its weight); then the final norm
  * and, when the embeddings are untied, the LM head. Private to
  * src/llama. */
 #ifndef FOUNDRY_LLAMA_LAYOUT_H
@@ -26,6 +27,10 @@ typedef enum fdy_llama_module {
   FDY_LLAMA_Q_PROJ,     /* ...self_attn.q_proj: (heads * head_dim, hidden) */
   FDY_LLAMA_K_PROJ,     /* ...self_attn.k_proj: (kv_heads * head_dim, hidden) */
   FDY_LLAMA_V_PROJ,     /* ...self_attn.v_proj: (kv_heads * head_dim, hidden) */
+  FDY_LLAMA_Q_BIAS,     /* ...self_attn.q_proj.bias: (heads * head_dim),
+                           qkv_bias only */
+  FDY_LLAMA_K_BIAS,     /* ...self_attn.k_proj.bias: (kv_heads * head_dim) */
+  FDY_LLAMA_V_BIAS,     /* ...self_attn.v_proj.bias: (kv_heads * head_dim) */
   FDY_LLAMA_O_PROJ,     /* ...self_attn.o_proj: (hidden, heads * head_dim) */
   FDY_LLAMA_POST_NORM,  /* ...post_attention_layernorm: norm (hidden) */
   FDY_LLAMA_GATE_PROJ,  /* ...mlp.gate_proj: (intermediate, hidden) */
@@ -44,6 +49,7 @@ typedef enum fdy_llama_part {
   FDY_LLAMA_PART_SCALES, /* NAME.scales: (out, in / group_size) */
   FDY_LLAMA_PART_BIASES, /* NAME.biases: (out, in / group_size) */
   FDY_LLAMA_PART_NORM,   /* NAME.weight: (hidden) */
+  FDY_LLAMA_PART_BIAS,   /* NAME.bias: (out), a linear's bias (qwen2) */
   FDY_LLAMA_PART_DENSE,  /* NAME.weight: (out, in), an unquantized linear */
 } fdy_llama_part;
 
@@ -82,9 +88,9 @@ typedef struct fdy_llama_tensor_spec {
   fdy_dtype dtype; /* U32 for PACKED, else the config's dtype */
   fdy_shape shape;
   int64_t layer;         /* decoder layer, or -1 outside the layers */
-  uint32_t out_features; /* of the linear (0 for a norm) */
-  uint32_t in_features;  /* of the linear (0 for a norm) */
-  fdy_llama_quant quant; /* of the linear (zero for a norm) */
+  uint32_t out_features; /* of the linear (0 for a norm or bias) */
+  uint32_t in_features;  /* of the linear (0 for a norm or bias) */
+  fdy_llama_quant quant; /* of the linear (zero for a norm or bias) */
 } fdy_llama_tensor_spec;
 
 /* A checkpoint's tensors as the loader holds them. Every tensor pointer
@@ -100,8 +106,9 @@ typedef struct fdy_llama_weights {
 
 /* The number of tensors a checkpoint of config with the quantization
  * table quant (fdy_llama_quant_count entries; NULL: every linear at the
- * config's default) holds: per decoder layer 2 norms and 3 tensors per
- * quantized linear, 1 per unquantized one; the final norm, the embedding
+ * config's default) holds: per decoder layer 2 norms, 3 tensors per
+ * quantized linear, 1 per unquantized one, and the family's vectors (3
+ * biases for qwen2); the final norm, the embedding
  * and, when untied, the LM head. config must be one fdy_llama_config_parse
  * accepted (its limits keep every count, name and dimension in range). */
 size_t fdy_llama_layout_count(const fdy_llama_config *config,
@@ -124,8 +131,8 @@ fdy_status fdy_llama_config_parse_quant(const char *json, size_t len,
                                         fdy_error *err);
 
 /* The linear that spec is part of in w (&w->layers[spec->layer].q for a
- * q_proj tensor, &w->embed, ...), or NULL for a norm. spec->layer must be
- * below the number of layers w->layers holds. */
+ * q_proj tensor, &w->embed, ...), or NULL for a norm or a bias. spec->layer
+ * must be below the number of layers w->layers holds. */
 fdy_llama_linear *fdy_llama_weights_linear(fdy_llama_weights *w,
                                            const fdy_llama_tensor_spec *spec);
 

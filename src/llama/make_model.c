@@ -14,7 +14,8 @@
  * so dequantized weights are roughly zero-mean with a standard deviation of
  * target = 1/sqrt(in_features) (0.05 for embedding and LM head rows);
  * unquantized weights are uniform with that standard deviation; norm
- * weights lie in [0.9, 1.1]. The directory is built under a temporary name
+ * weights lie in [0.9, 1.1], biases (qwen2's q, k and v) in [-0.5, 0.5].
+ * The directory is built under a temporary name
  * beside out_dir and renamed into place without replacing anything. */
 #include <errno.h>
 #include <fcntl.h>
@@ -220,6 +221,42 @@ static const preset presets[] = {
      .family = FDY_LLAMA_FAMILY_MISTRAL,
      .rope_theta = 1e6,
      .max_position = 32768},
+    /* Qwen2.5 0.5B's shapes (q, k and v biases; 14 heads over 2 kv heads) */
+    {.name = "qwen2.5-0.5b",
+     .layers = 24,
+     .hidden = 896,
+     .heads = 14,
+     .kv_heads = 2,
+     .head_dim = 64,
+     .ffn = 4864,
+     .vocab = 151936,
+     .tied = true,
+     .dtype = FDY_DTYPE_BF16,
+     .bos = 151643,
+     .eos = {151645, 151643},
+     .eos_count = 2,
+     .family = FDY_LLAMA_FAMILY_QWEN2,
+     .rope_theta = 1e6,
+     .rms_eps = 1e-6,
+     .max_position = 32768},
+    /* qwen2 on tiny layers: 7 heads over 1 kv head */
+    {.name = "micro-qwen2",
+     .layers = 2,
+     .hidden = 256,
+     .heads = 7,
+     .kv_heads = 1,
+     .head_dim = 64,
+     .ffn = 512,
+     .vocab = 1024,
+     .tied = true,
+     .dtype = FDY_DTYPE_BF16,
+     .bos = 1,
+     .eos = {2},
+     .eos_count = 1,
+     .family = FDY_LLAMA_FAMILY_QWEN2,
+     .rope_theta = 1e6,
+     .rms_eps = 1e-6,
+     .max_position = 32768},
 };
 
 #define PRESET_COUNT (sizeof presets / sizeof presets[0])
@@ -296,6 +333,8 @@ static float value_at(const gen_tensor *t, uint64_t i) {
            (-middle + 0.5f * (unit(rand_at(t->key ^ GOLDEN, i)) - 0.5f));
   case FDY_LLAMA_PART_NORM:
     return 0.9f + 0.2f * unit(rand_at(t->key, i));
+  case FDY_LLAMA_PART_BIAS:
+    return unit(rand_at(t->key, i)) - 0.5f;
   case FDY_LLAMA_PART_DENSE:
     return (2.0f * unit(rand_at(t->key, i)) - 1.0f) * SQRT3 * t->target;
   case FDY_LLAMA_PART_PACKED:
@@ -369,7 +408,8 @@ static fdy_status gen_tensors(const fdy_llama_config *config,
   fdy_llama_layout(config, quant, specs);
   for (size_t i = 0; i < n; i++) {
     const fdy_llama_tensor_spec *s = &specs[i];
-    bool norm = s->part == FDY_LLAMA_PART_NORM;
+    bool norm =
+        s->part == FDY_LLAMA_PART_NORM || s->part == FDY_LLAMA_PART_BIAS;
     bool embed = s->module == FDY_LLAMA_EMBED || s->module == FDY_LLAMA_LM_HEAD;
     l->items[i] = (gen_tensor){
         .spec = *s,

@@ -180,6 +180,13 @@ static fdy_op valid_op(fdy_op_kind kind) {
     op.inputs[2] = view(FDY_DTYPE_F16, FDY_SHAPE(96, 200));
     op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(4, 96));
     break;
+  case FDY_OP_ADD_BIAS: /* q of 14 heads of 64 */
+    op.input_count = 3;
+    op.inputs[0] = step_view(2);
+    op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(4, 896));
+    op.inputs[2] = view(FDY_DTYPE_BF16, FDY_SHAPE(896));
+    op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(4, 896));
+    break;
   case FDY_OP_KIND_COUNT:
     fail();
   }
@@ -588,6 +595,41 @@ static void test_dense_relations(void **state) {
   expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 1);
 }
 
+/* ADD_BIAS: a bias of F32, F16 or BF16 as wide as x, the output like x. */
+static void test_add_bias_relations(void **state) {
+  (void)state;
+  for (fdy_dtype d = FDY_DTYPE_F32; d <= FDY_DTYPE_BF16; d++) {
+    fdy_op op = valid_op(FDY_OP_ADD_BIAS);
+    op.inputs[2].dtype = d;
+    expect_ok(&op);
+  }
+  fdy_error err;
+  fdy_op op = valid_op(FDY_OP_ADD_BIAS);
+  op.inputs[2].shape.dims[0] = 895;
+  assert_int_equal(fdy_op_check(&op, &err), FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(err.ids[0], 2);
+  assert_int_equal(err.expected, 896);
+  assert_int_equal(err.actual, 895);
+  op = valid_op(FDY_OP_ADD_BIAS);
+  op.inputs[2].dtype = FDY_DTYPE_U32;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 2);
+  op = valid_op(FDY_OP_ADD_BIAS);
+  op.inputs[2] = view(FDY_DTYPE_F16, FDY_SHAPE(1, 896));
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 2);
+  op = valid_op(FDY_OP_ADD_BIAS);
+  op.outputs[0].shape.dims[1] = 897;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 3);
+  op = valid_op(FDY_OP_ADD_BIAS);
+  op.outputs[0].shape.dims[0] = 3;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 3);
+  op = valid_op(FDY_OP_ADD_BIAS);
+  op.inputs[1].dtype = FDY_DTYPE_F16;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 1);
+  op = valid_op(FDY_OP_ADD_BIAS);
+  op.input_count = 2;
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, PARAM);
+}
+
 static void test_rope_relations(void **state) {
   (void)state;
   fdy_op op = valid_op(FDY_OP_ROPE);
@@ -923,6 +965,7 @@ int main(void) {
       cmocka_unit_test(test_matmul_relations),
       cmocka_unit_test(test_q8_relations),
       cmocka_unit_test(test_dense_relations),
+      cmocka_unit_test(test_add_bias_relations),
       cmocka_unit_test(test_rope_relations),
       cmocka_unit_test(test_attention_relations),
       cmocka_unit_test(test_rope_attention_relations),

@@ -1076,6 +1076,49 @@ static void test_swiglu_and_add(void **state) {
   }
 }
 
+/* ADD_BIAS: x + bias per row, bias F32, F16 or BF16; widths that are not
+ * multiples of 4 or 64 (14 heads of 64; 2 of 35). */
+static void add_bias_case(uint32_t rows, uint32_t n, fdy_dtype dtype,
+                          int32_t count) {
+  int32_t *step = make_step(count, 0, 0);
+  float *x = random_floats((uint64_t)rows * n);
+  void *bias = random_values(n, dtype, -0.5f, 0.5f);
+  float *out = poisoned((uint64_t)rows * n);
+  fdy_op op = {.kind = FDY_OP_ADD_BIAS, .input_count = 3, .output_count = 1};
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, n));
+  op.inputs[2] = view(dtype, FDY_SHAPE(n));
+  op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, n));
+  void *data[] = {step, x, bias, out};
+  run_everywhere(&op, data);
+  uint32_t active = count < 0                ? 0
+                    : (uint32_t)count > rows ? rows
+                                             : (uint32_t)count;
+  double *ref = doubles((uint64_t)rows * n);
+  for (uint64_t i = 0; i < (uint64_t)active * n; i++) {
+    ref[i] = (double)x[i] + value_of(bias, dtype, i % n);
+  }
+  if (active > 0) {
+    expect_close(out, ref, (uint64_t)active * n, 1e-6);
+  }
+  assert_true(
+      is_poison(out + (uint64_t)active * n, (uint64_t)(rows - active) * n));
+  free(ref);
+  free(step);
+  free(x);
+  free(bias);
+  free(out);
+}
+
+static void test_add_bias(void **state) {
+  (void)state;
+  add_bias_case(5, 896, FDY_DTYPE_BF16, 4);
+  add_bias_case(3, 128, FDY_DTYPE_F16, 3);
+  add_bias_case(4, 70, FDY_DTYPE_F32, 100); /* clamped to the rows */
+  add_bias_case(2, 64, FDY_DTYPE_F16, 0);
+  add_bias_case(2, 64, FDY_DTYPE_BF16, -1);
+}
+
 static void test_last_row(void **state) {
   (void)state;
   const uint32_t rows = 6, n = 20000;
@@ -1884,6 +1927,7 @@ int main(void) {
       cmocka_unit_test(test_rope),
       cmocka_unit_test(test_attention),
       cmocka_unit_test(test_swiglu_and_add),
+      cmocka_unit_test(test_add_bias),
       cmocka_unit_test(test_last_row),
       cmocka_unit_test(test_argmax),
       cmocka_unit_test(test_sample_greedy),

@@ -436,6 +436,21 @@ static const model_shape fixture_shapes[] = {
      512, 64, 511},
 };
 
+/* The families' shapes: Qwen2.5 0.5B (14 heads of 64 over 2 kv heads: a
+ * group of 7), Qwen3 0.6B (head_dim 128, 16 over 8, q wider than hidden),
+ * Mistral 7B v0.3 and the mistral-micro fixture (head_dim 64 over 4 heads of
+ * a 128 hidden); plain rope. */
+static const model_shape family_shapes[] = {
+    {"qwen2.5-0.5b", 896, 14, 2, 64, 4864, 151936, 64, FDY_DTYPE_BF16, false,
+     4096, 200, 3000},
+    {"qwen3-0.6b", 1024, 16, 8, 128, 3072, 151936, 64, FDY_DTYPE_BF16, false,
+     4096, 100, 2500},
+    {"mistral-7b-v0.3", 4096, 32, 8, 128, 14336, 32768, 64, FDY_DTYPE_BF16,
+     false, 4096, 300, 4000},
+    {"mistral-micro", 128, 4, 2, 64, 128, 256, 64, FDY_DTYPE_BF16, false, 512,
+     5, 400},
+};
+
 static const model_shape llama32_3b = {
     "llama-3.2-3b", 3072, 24,   8,   128, 8192, 128256, 64,
     FDY_DTYPE_F16,  true, 4096, 200, 3000};
@@ -1779,6 +1794,39 @@ static void binary_case(fdy_op_kind kind, const char *label, uint32_t rows,
   free(out);
 }
 
+/* ADD_BIAS: x + bias (F32, F16 or BF16) per row; one F32 add, so bitwise
+ * the CPU's. */
+static void add_bias_case(const char *label, uint32_t rows, int32_t count,
+                          uint32_t n, fdy_dtype dtype) {
+  int32_t *step = make_step(count, 0, 0);
+  float *x = random_floats((uint64_t)rows * n);
+  void *bias = dtype == FDY_DTYPE_F32
+                   ? (void *)random_floats(n)
+                   : (void *)random_halves(n, dtype, true, -2);
+  float *out = poisoned((uint64_t)rows * n);
+  fdy_op op = {.kind = FDY_OP_ADD_BIAS, .input_count = 3, .output_count = 1};
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, n));
+  op.inputs[2] = view(dtype, FDY_SHAPE(n));
+  op.outputs[0] = op.inputs[1];
+  void *data[] = {step, x, bias, out};
+  results r = run_both(&op, data);
+  uint32_t active = active_rows(count, rows);
+  char what[160];
+  snprintf(what, sizeof what, "add_bias %s [%u x %u] %s, count %d", label, rows,
+           n, fdy_dtype_name(dtype), count);
+  if (active > 0) {
+    expect_close(what, r.cpu[3], r.gpu[3], (uint64_t)active * n, ELEMENT_BOUND);
+    expect_same(what, r.cpu[3], r.gpu[3], sizeof(float) * active * n);
+  }
+  expect_untouched(what, r.gpu[3], active, rows, n);
+  free_results(&r);
+  free(step);
+  free(x);
+  free(bias);
+  free(out);
+}
+
 static void last_row_case(const char *label, uint32_t rows, int32_t count,
                           uint32_t n) {
   int32_t *step = make_step(count, 7, 0);
@@ -2057,6 +2105,31 @@ static void test_fixture_shapes(void **state) {
        i++) {
     model_ops(&fixture_shapes[i], true);
   }
+}
+
+/* The ops the families add (ADD_BIAS on q, k and v) at their shapes,
+ * prefill (64 rows, 50 active) and decode (1 row). */
+static void family_ops(const model_shape *m) {
+  uint32_t q_dim = m->heads * m->head_dim, kv_dim = m->kv_heads * m->head_dim;
+  add_bias_case(m->name, 64, 50, q_dim, m->dtype);
+  add_bias_case(m->name, 64, 50, kv_dim, m->dtype);
+  add_bias_case(m->name, 1, 1, q_dim, m->dtype);
+  add_bias_case(m->name, 1, 1, kv_dim, m->dtype);
+}
+
+/* Every op at the families' shapes (the LM head as a GEMV only), then the
+ * families' own ops; ADD_BIAS also at odd widths and counts and with F16
+ * and F32 biases. */
+static void test_family_shapes(void **state) {
+  (void)state;
+  for (size_t i = 0; i < sizeof family_shapes / sizeof family_shapes[0]; i++) {
+    model_ops(&family_shapes[i], false);
+    family_ops(&family_shapes[i]);
+  }
+  add_bias_case("odd", 7, 5, 321, FDY_DTYPE_F16);
+  add_bias_case("odd", 7, 100, 70, FDY_DTYPE_F32);
+  add_bias_case("odd", 7, 0, 64, FDY_DTYPE_BF16);
+  add_bias_case("odd", 7, -2, 64, FDY_DTYPE_BF16);
 }
 
 /* llama-3.2-3b: every op as above (the LM head as a GEMV only), then the
@@ -2942,10 +3015,16 @@ static void test_linear_3b_shapes(void **state) {
  * ----------------------------------------------------------------
  */
 
-static const char *const fixtures[] = {
-    "llama3-micro",          "llama3-tiny",         "llama3-micro-untied-g32",
-    "llama3-micro-mha-g128", "llama3-micro-q8-g32", "llama3-micro-bf16",
-    "llama3-micro-f32",      "llama3-micro-mixed",  "mistral-micro"};
+static const char *const fixtures[] = {"llama3-micro",
+                                       "llama3-tiny",
+                                       "llama3-micro-untied-g32",
+                                       "llama3-micro-mha-g128",
+                                       "llama3-micro-q8-g32",
+                                       "llama3-micro-bf16",
+                                       "llama3-micro-f32",
+                                       "llama3-micro-mixed",
+                                       "mistral-micro",
+                                       "qwen2-micro"};
 
 static void fixture_path(char *buf, size_t cap, const char *fixture,
                          const char *leaf) {
@@ -3144,6 +3223,7 @@ int main(void) {
       /* last: the tests above keep the random numbers they drew before */
       cmocka_unit_test(test_decode_swiglu),
       cmocka_unit_test(test_gemv_chunk_scales),
+      cmocka_unit_test(test_family_shapes),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

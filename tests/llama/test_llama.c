@@ -30,8 +30,9 @@
 #include "foundry/safetensors.h"
 
 /* llama3-micro, llama3-tiny and the families' micro fixtures */
-static char fixture[3][512];
+static char fixture[4][512];
 #define MISTRAL_FIXTURE 2
+#define QWEN2_FIXTURE   3
 static const char *data_root;
 
 static char *read_all(const char *path, size_t *len) {
@@ -280,6 +281,11 @@ static unit_tensors layer_tensors(const fdy_llama_model *m, uint32_t layer) {
   add_linear(&u, &l->q);
   add_linear(&u, &l->k);
   add_linear(&u, &l->v);
+  if (fdy_llama_model_config(m)->qkv_bias) {
+    u.t[u.count++] = l->q_bias;
+    u.t[u.count++] = l->k_bias;
+    u.t[u.count++] = l->v_bias;
+  }
   add_linear(&u, &l->o);
   u.t[u.count++] = l->post_norm;
   add_linear(&u, &l->gate);
@@ -351,8 +357,15 @@ static uint64_t expect_unit(const fdy_graph *g, const char *name,
  * logits only; last row after the LM head when every row has logits). The
  * layers normalize inside their matmuls; the decode step (fused) also
  * ropes inside its attention and normalizes inside its LM head. */
-static size_t step_kinds(uint32_t layers, uint32_t rows, bool all_logits,
-                         bool fused, fdy_op_kind *out) {
+/* The ops a family adds to a layer after its q, k and v: ADD_BIAS of each
+ * (qwen2). */
+static uint32_t family_layer_ops(const fdy_llama_config *c) {
+  return c->qkv_bias ? 3 : 0;
+}
+
+static size_t step_kinds(const fdy_llama_config *c, uint32_t rows,
+                         bool all_logits, bool fused, fdy_op_kind *out) {
+  uint32_t layers = c->num_layers;
   static const fdy_op_kind layer[LAYER_OPS] = {
       FDY_OP_NORM_MATMUL_Q4, FDY_OP_ROPE,          FDY_OP_ROPE,
       FDY_OP_ATTENTION,      FDY_OP_MATMUL_ADD_Q4, FDY_OP_NORM_SWIGLU_Q4,
@@ -363,13 +376,14 @@ static size_t step_kinds(uint32_t layers, uint32_t rows, bool all_logits,
   size_t n = 0;
   out[n++] = FDY_OP_EMBED_Q4;
   for (uint32_t l = 0; l < layers; l++) {
-    if (fused) {
-      memcpy(out + n, fused_layer, sizeof fused_layer);
-      n += FUSED_LAYER_OPS;
-    } else {
-      memcpy(out + n, layer, sizeof layer);
-      n += LAYER_OPS;
+    const fdy_op_kind *kinds = fused ? fused_layer : layer;
+    size_t count = fused ? FUSED_LAYER_OPS : LAYER_OPS;
+    out[n++] = kinds[0]; /* q, k and v */
+    for (uint32_t j = 0; j < family_layer_ops(c); j++) {
+      out[n++] = FDY_OP_ADD_BIAS;
     }
+    memcpy(out + n, kinds + 1, sizeof *kinds * (count - 1));
+    n += count - 1;
   }
   if (!all_logits && rows > 1) {
     out[n++] = FDY_OP_LAST_ROW;
@@ -398,7 +412,7 @@ static void expect_step(const fdy_graph *g, const fdy_llama_config *c,
                         bool fused) {
   fdy_op_kind kinds[16 * 8 + 8];
   assert_true(c->num_layers <= 8);
-  size_t n = step_kinds(c->num_layers, rows, all_logits, fused, kinds);
+  size_t n = step_kinds(c, rows, all_logits, fused, kinds);
   assert_int_equal(count, n);
   size_t prefix_len = strlen(prefix);
   uint32_t attention = 0;
@@ -408,8 +422,9 @@ static void expect_step(const fdy_graph *g, const fdy_llama_config *c,
     assert_memory_equal(op.name, prefix, prefix_len);
     assert_int_equal(op.name[prefix_len], '.');
     assert_int_equal(op.reads[0].v, step.v);
-    bool in_layer =
-        i > 0 && i <= (fused ? FUSED_LAYER_OPS : LAYER_OPS) * c->num_layers;
+    bool in_layer = i > 0 && i <= ((fused ? FUSED_LAYER_OPS : LAYER_OPS) +
+                                   family_layer_ops(c)) *
+                                      c->num_layers;
     fdy_tensor_info out = tensor_at(g, op.writes[0]);
     if (i == 0 || in_layer) {
       assert_int_equal(out.role, FDY_TENSOR_ACTIVATION);
@@ -1851,6 +1866,13 @@ static void cfg_family_unknown(json_t *c) {
 static void cfg_mlp_bias(json_t *c) {
   json_object_set_new(c, "mlp_bias", json_true());
 }
+/* qwen2 reads no attention_bias (its q, k and v always have biases) */
+static void cfg_attention_bias(json_t *c) {
+  json_object_set_new(c, "attention_bias", json_false());
+}
+static void cfg_llama(json_t *c) {
+  json_object_set_new(c, "model_type", json_string("llama"));
+}
 
 /* The families' configs: a field that would change the math and is not
  * implemented is refused naming it (sliding windows, mixture of experts,
@@ -1885,6 +1907,16 @@ static void test_family_configs(void **state) {
       {MISTRAL_FIXTURE, cfg_family_unknown, FDY_ERR_UNSUPPORTED, "model_type",
        "'gemma'"},
       {MISTRAL_FIXTURE, cfg_mlp_bias, FDY_ERR_UNSUPPORTED, "mlp_bias", NULL},
+      {QWEN2_FIXTURE, cfg_use_sliding_window, FDY_ERR_UNSUPPORTED,
+       "use_sliding_window", "is true"},
+      {QWEN2_FIXTURE, cfg_layer_types, FDY_ERR_UNSUPPORTED, "layer_types",
+       NULL},
+      {QWEN2_FIXTURE, cfg_local_experts, FDY_ERR_UNSUPPORTED,
+       "num_local_experts", NULL},
+      {QWEN2_FIXTURE, cfg_mlp_bias, FDY_ERR_UNSUPPORTED, "mlp_bias", NULL},
+      /* a qwen2 checkpoint read as llama: its biases are not llama's */
+      {QWEN2_FIXTURE, cfg_llama, FDY_ERR_SCHEMA, "/model.safetensors",
+       "unexpected tensor 'model.layers."},
       /* llama3-micro: the same fields are refused on llama */
       {0, cfg_local_experts, FDY_ERR_UNSUPPORTED, "num_local_experts", NULL},
       {0, cfg_layer_types, FDY_ERR_UNSUPPORTED, "layer_types", NULL},
@@ -1911,9 +1943,82 @@ static void test_family_configs(void **state) {
     fdy_llama_close(m);
     remove_dir(dir);
   }
+  /* qwen2: the window off (use_sliding_window false) whatever its size,
+   * attention_bias not read */
+  static const config_edit qwen2_accepted[] = {
+      cfg_sliding_window, cfg_use_sliding_window_false, cfg_attention_bias,
+      cfg_no_experts, cfg_layer_types_full};
+  for (size_t i = 0; i < sizeof qwen2_accepted / sizeof qwen2_accepted[0];
+       i++) {
+    char dir[256];
+    copy_fixture(dir, sizeof dir, QWEN2_FIXTURE);
+    edit_config(dir, qwen2_accepted[i]);
+    fdy_error err;
+    fdy_llama_model *m = NULL;
+    assert_int_equal(fdy_llama_open(dir, &m, &err), FDY_OK);
+    assert_int_equal(fdy_llama_model_config(m)->family, FDY_LLAMA_FAMILY_QWEN2);
+    assert_true(fdy_llama_model_config(m)->qkv_bias);
+    fdy_llama_close(m);
+    remove_dir(dir);
+  }
   assert_string_equal(fdy_llama_family_name(FDY_LLAMA_FAMILY_MISTRAL),
                       "mistral");
   assert_string_equal(fdy_llama_family_name(FDY_LLAMA_FAMILY_COUNT), "unknown");
+}
+
+static void edit_bias_missing(json_t *h) {
+  json_object_del(h, "model.layers.1.self_attn.k_proj.bias");
+}
+static void edit_bias_shape(json_t *h) {
+  json_object_set_new(entry(h, "model.layers.0.self_attn.q_proj.bias"), "shape",
+                      json_pack("[i, i]", 2, 112));
+}
+static void edit_bias_dtype(json_t *h) {
+  json_object_set_new(entry(h, "model.layers.1.self_attn.v_proj.bias"), "dtype",
+                      json_string("F16"));
+}
+
+/* The families' own tensors are checked like every other: a missing bias,
+ * one of the wrong shape or dtype is refused naming it. */
+static void test_family_tensors(void **state) {
+  (void)state;
+  struct {
+    int which;
+    header_edit edit;
+    fdy_status kind;
+    const char *tensor;
+  } cases[] = {
+      {QWEN2_FIXTURE, edit_bias_missing, FDY_ERR_NOT_FOUND,
+       "model.layers.1.self_attn.k_proj.bias"},
+      {QWEN2_FIXTURE, edit_bias_shape, FDY_ERR_SCHEMA,
+       "tensor 'model.layers.0.self_attn.q_proj.bias' has shape [2, 112], "
+       "expected [224]"},
+      {QWEN2_FIXTURE, edit_bias_dtype, FDY_ERR_SCHEMA,
+       "tensor 'model.layers.1.self_attn.v_proj.bias' has dtype F16, "
+       "expected BF16"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char dir[256];
+    copy_fixture(dir, sizeof dir, cases[i].which);
+    edit_header(dir, cases[i].edit);
+    expect_open_error(dir, cases[i].kind, "/model.safetensors",
+                      cases[i].tensor);
+    remove_dir(dir);
+  }
+  /* the biases are the layer's: in its unit, read from the checkpoint */
+  fdy_llama_model *m = NULL;
+  fdy_error err;
+  assert_int_equal(fdy_llama_open(fixture[QWEN2_FIXTURE], &m, &err), FDY_OK);
+  const fdy_llama_layer_weights *l = fdy_llama_layer(m, 1);
+  assert_non_null(l->q_bias);
+  assert_string_equal(l->q_bias->name, "model.layers.1.self_attn.q_proj.bias");
+  assert_string_equal(l->k_bias->name, "model.layers.1.self_attn.k_proj.bias");
+  assert_string_equal(l->v_bias->name, "model.layers.1.self_attn.v_proj.bias");
+  assert_int_equal(l->k_bias->shape.dims[0], 32);
+  fdy_llama_close(m);
+  assert_int_equal(fdy_llama_open(fixture[MISTRAL_FIXTURE], &m, &err), FDY_OK);
+  assert_null(fdy_llama_layer(m, 0)->q_bias);
+  fdy_llama_close(m);
 }
 
 /* Each family's presets: the real shapes (computed), and a micro variant
@@ -1931,6 +2036,10 @@ static void test_family_presets(void **state) {
        false, false},
       {"micro-mistral", FDY_LLAMA_FAMILY_MISTRAL, 2, 256, 6, 2, 64, 1024, false,
        true},
+      {"qwen2.5-0.5b", FDY_LLAMA_FAMILY_QWEN2, 24, 896, 14, 2, 64, 151936, true,
+       false},
+      {"micro-qwen2", FDY_LLAMA_FAMILY_QWEN2, 2, 256, 7, 1, 64, 1024, true,
+       true},
   };
   char root[] = "/tmp/fdy_family_presets_XXXXXX";
   assert_non_null(mkdtemp(root));
@@ -1942,6 +2051,7 @@ static void test_family_presets(void **state) {
         fdy_llama_preset_config(presets[i].name, NULL, &c, &total, &err),
         FDY_OK);
     assert_int_equal(c.family, presets[i].family);
+    assert_true(c.qkv_bias == (presets[i].family == FDY_LLAMA_FAMILY_QWEN2));
     assert_int_equal(c.num_layers, presets[i].layers);
     assert_int_equal(c.hidden_size, presets[i].hidden);
     assert_int_equal(c.num_heads, presets[i].heads);
@@ -2166,6 +2276,8 @@ int main(void) {
   snprintf(fixture[1], sizeof fixture[1], "%s/llama3-tiny/model", data);
   snprintf(fixture[MISTRAL_FIXTURE], sizeof fixture[MISTRAL_FIXTURE],
            "%s/mistral-micro/model", data);
+  snprintf(fixture[QWEN2_FIXTURE], sizeof fixture[QWEN2_FIXTURE],
+           "%s/qwen2-micro/model", data);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fixtures_open),
       cmocka_unit_test(test_graph),
@@ -2184,6 +2296,7 @@ int main(void) {
       cmocka_unit_test(test_bad_config),
       cmocka_unit_test(test_family_configs),
       cmocka_unit_test(test_family_presets),
+      cmocka_unit_test(test_family_tensors),
       cmocka_unit_test(test_make_model),
       cmocka_unit_test(test_make_model_variants),
       cmocka_unit_test(test_mixed_without_entries),

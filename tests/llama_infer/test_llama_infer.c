@@ -518,7 +518,8 @@ static void test_verify_variants(void **state) {
 }
 
 /* The model families (scripts/make_reference_fixture.py --engine
- * transformers, the family's own class): mistral (Nemo-style head_dim). */
+ * transformers, the family's own class): mistral (Nemo-style head_dim),
+ * qwen2 (q, k and v biases, 7 heads over 1 kv head). */
 static void test_verify_families(void **state) {
   (void)state;
   fdy_llama_model *model = open_fixture("mistral-micro");
@@ -531,6 +532,16 @@ static void test_verify_families(void **state) {
   fdy_llama_close(model);
   verify_fixture("mistral-micro", 2, FDY_DTYPE_F32, FDY_LLAMA_CPU_TOLERANCE);
   verify_fixture("mistral-micro", 1, FDY_DTYPE_F16, F16_KV_TOLERANCE);
+
+  model = open_fixture("qwen2-micro");
+  c = fdy_llama_model_config(model);
+  assert_int_equal(c->family, FDY_LLAMA_FAMILY_QWEN2);
+  assert_true(c->qkv_bias);
+  assert_int_equal(c->num_heads, 7 * c->num_kv_heads);
+  assert_non_null(fdy_llama_layer(model, 0)->q_bias);
+  fdy_llama_close(model);
+  verify_fixture("qwen2-micro", 3, FDY_DTYPE_F32, FDY_LLAMA_CPU_TOLERANCE);
+  verify_fixture("qwen2-micro", 1, FDY_DTYPE_F16, F16_KV_TOLERANCE);
 }
 
 /* Greedy generation gives the reference's ids, from a session that copies

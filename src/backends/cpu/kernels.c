@@ -759,6 +759,49 @@ static void run_elementwise(fdy_pool *pool, const fdy_cpu_args *a) {
                elementwise_task, &job);
 }
 
+/* ---- add_bias ---------------------------------------------------------------
+ */
+
+typedef struct add_bias_job {
+  const float *x;
+  const void *bias;
+  fdy_dtype dtype;
+  uint32_t n;
+  float *out;
+} add_bias_job;
+
+static void add_bias_task(void *ctx, uint32_t begin, uint32_t end,
+                          uint32_t thread) {
+  (void)thread;
+  const add_bias_job *job = ctx;
+  uint32_t n = job->n;
+  float bias[64];
+  for (uint32_t t = begin; t < end; t++) {
+    const float *x = job->x + (uint64_t)t * n;
+    float *out = job->out + (uint64_t)t * n;
+    for (uint32_t i0 = 0; i0 < n; i0 += 64) {
+      uint32_t count = n - i0 < 64 ? n - i0 : 64;
+      fdy_cpu_floats_of(job->bias, job->dtype, i0, count, bias);
+      for (uint32_t k = 0; k < count; k++) {
+        out[i0 + k] = x[i0 + k] + bias[k];
+      }
+    }
+  }
+}
+
+static void run_add_bias(fdy_pool *pool, const fdy_cpu_args *a) {
+  const fdy_op *op = a->op;
+  add_bias_job job = {
+      .x = a->inputs[1],
+      .bias = a->inputs[2],
+      .dtype = op->inputs[2].dtype,
+      .n = (uint32_t)op->inputs[1].shape.dims[1],
+      .out = a->outputs[0],
+  };
+  fdy_pool_run(pool, active_rows(a->inputs[0], op->inputs[1].shape.dims[0]), 1,
+               add_bias_task, &job);
+}
+
 /* ---- argmax -----------------------------------------------------------------
  */
 
@@ -954,6 +997,9 @@ void fdy_cpu_op_run(fdy_pool *pool, const fdy_cpu_args *args) {
     break;
   case FDY_OP_ARGMAX:
     run_argmax(pool, args);
+    break;
+  case FDY_OP_ADD_BIAS:
+    run_add_bias(pool, args);
     break;
   case FDY_OP_SAMPLE:
     run_sample(pool, args);

@@ -1,6 +1,6 @@
 /* The CUDA kernels of the row-wise and element-wise op kinds (EMBED_Q4,
- * RMSNORM, ROPE, SWIGLU, ADD, LAST_ROW, ARGMAX, SAMPLE), and the dispatch of
- * every kind but CHECKSUM (MATMUL_Q4 in matmul_q4.cu, ATTENTION in
+ * RMSNORM, ROPE, SWIGLU, ADD, ADD_BIAS, LAST_ROW, ARGMAX, SAMPLE), and the
+ * dispatch of every kind but CHECKSUM (MATMUL_Q4 in matmul_q4.cu, ATTENTION in
  * attention.cu, the 8-bit and unquantized embeddings and matmuls in
  * linear.cu).
  *
@@ -283,6 +283,27 @@ __global__ void __launch_bounds__(ELEMENT_THREADS)
   }
   for (; i < count; i += stride) {
     out[i] = binary(swiglu, a[i], b[i]);
+  }
+}
+
+/* ---- add_bias -------------------------------------------------------------
+ */
+
+/* out = x + bias over the first count rows of n values: element i of a row
+ * adds bias[i] (F32, F16 or BF16), one F32 add as the CPU's. */
+__global__ void __launch_bounds__(ELEMENT_THREADS)
+    add_bias_kernel(const int32_t *step, const float *x, const void *bias,
+                    bool f32, bool bf16, float *out, unsigned int n,
+                    unsigned int rows) {
+  fdy_grid_launch_dependents();
+  fdy_grid_wait();
+  const unsigned long long count =
+      (unsigned long long)fdy_active_rows(step, rows) * n;
+  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  for (unsigned long long i =
+           (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+       i < count; i += stride) {
+    out[i] = x[i] + weight_at(bias, f32, bf16, (unsigned int)(i % n));
   }
 }
 
@@ -748,7 +769,7 @@ extern "C" cudaError_t fdy_cuda_ops_prepare(uint64_t smem_optin) {
       (const void *)embed_kernel,    (const void *)rmsnorm_kernel,
       (const void *)rope_kernel,     (const void *)binary_kernel,
       (const void *)last_row_kernel, (const void *)argmax_kernel,
-      (const void *)sample_kernel,
+      (const void *)sample_kernel,   (const void *)add_bias_kernel,
   };
   for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
     struct cudaFuncAttributes attributes;
@@ -815,6 +836,14 @@ extern "C" cudaError_t fdy_cuda_op_enqueue(const fdy_cuda_op_args *a,
                       stream, step, (const float *)a->in[1],
                       (const float *)a->in[2], (float *)a->out, n, rows,
                       op->kind == FDY_OP_SWIGLU, vec4);
+  }
+  case FDY_OP_ADD_BIAS: {
+    const unsigned int n = dim_of(&in[1], 1), rows = dim_of(&in[1], 0);
+    return fdy_launch(a->dependent, add_bias_kernel,
+                      element_blocks((unsigned long long)rows * n, a->sm_count),
+                      ELEMENT_THREADS, 0, stream, step, (const float *)a->in[1],
+                      (const void *)a->in[2], in[2].dtype == FDY_DTYPE_F32,
+                      in[2].dtype == FDY_DTYPE_BF16, (float *)a->out, n, rows);
   }
   case FDY_OP_LAST_ROW: {
     const unsigned int n = dim_of(&in[1], 1);
