@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cli_draft.h"
+#include "cli_options.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "foundry/chat.h"
@@ -384,6 +385,78 @@ static fdy_status json_prompt_ids(const json_t *array, int32_t **out,
   return FDY_OK;
 }
 
+/* A line's keys: "ids" or "prompt", and "max_tokens" where given; any
+ * other key is an error. */
+static fdy_status line_keys(json_t *root, const json_t **ids,
+                            const json_t **prompt, const json_t **max,
+                            fdy_error *err) {
+  const char *key;
+  json_t *value;
+  json_object_foreach(root, key, value) {
+    if (strcmp(key, "ids") == 0) {
+      *ids = value;
+    } else if (strcmp(key, "prompt") == 0) {
+      *prompt = value;
+    } else if (strcmp(key, "max_tokens") == 0) {
+      *max = value;
+    } else {
+      return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                           "unknown key \"%s\" (a line has \"ids\" or "
+                           "\"prompt\", and may have \"max_tokens\")",
+                           key);
+    }
+  }
+  if ((*ids != NULL) == (*prompt != NULL)) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "a line needs exactly one of \"ids\" and \"prompt\"");
+  }
+  return FDY_OK;
+}
+
+/* A line's "max_tokens" (max, NULL when absent) else default_max (0 =
+ * none, an error). */
+static fdy_status line_max_tokens(const json_t *max, uint64_t default_max,
+                                  uint64_t *out, fdy_error *err) {
+  *out = default_max;
+  if (max) {
+    json_int_t v = json_is_integer(max) ? json_integer_value(max) : 0;
+    if (v < 1 || (uint64_t)v > UINT32_MAX) {
+      return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                           "\"max_tokens\" must be an integer from 1 to "
+                           "%" PRIu32,
+                           UINT32_MAX);
+    }
+    *out = (uint64_t)v;
+  }
+  if (*out == 0) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "no \"max_tokens\": give it on the line or "
+                         "--max-tokens for every line");
+  }
+  return FDY_OK;
+}
+
+/* A line's ids: its "ids", or its "prompt" text through tok. */
+static fdy_status line_ids(const json_t *ids, const json_t *prompt,
+                           fdy_tokenizer *tok, int32_t **out, uint32_t *count,
+                           fdy_error *err) {
+  if (ids) {
+    return json_prompt_ids(ids, out, count, err);
+  }
+  if (!json_is_string(prompt)) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "\"prompt\" must be a string");
+  }
+  if (!tok) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "a text \"prompt\" needs a tokenizer, and the model "
+                         "directory has none (give --tokenizer FILE, or "
+                         "\"ids\")");
+  }
+  return fdy_cli_prompt_ids(tok, json_string_value(prompt), NULL, out, count,
+                            err);
+}
+
 /* One line of a prompts file: a JSON object with "ids" (token ids) or
  * "prompt" (text, BOS + its ids through tok), and optionally "max_tokens"
  * (else default_max; 0 = none). Errors do not name the line. */
@@ -397,70 +470,22 @@ static fdy_status parse_prompt_line(const char *line, size_t len,
   const json_t *ids = NULL, *prompt = NULL, *max = NULL;
   int32_t *prompt_ids = NULL;
   uint32_t count = 0;
+  uint64_t max_tokens = 0;
   fdy_status st = FDY_OK;
   if (!root) {
     st = fdy_error_set(err, FDY_ERR_PARSE, "%s (column %d)", jerr.text,
                        jerr.column);
-    goto cleanup;
-  }
-  if (!json_is_object(root)) {
+  } else if (!json_is_object(root)) {
     st = fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
                        "a line must be a JSON object");
-    goto cleanup;
-  }
-  const char *key;
-  json_t *value;
-  json_object_foreach(root, key, value) {
-    if (strcmp(key, "ids") == 0) {
-      ids = value;
-    } else if (strcmp(key, "prompt") == 0) {
-      prompt = value;
-    } else if (strcmp(key, "max_tokens") == 0) {
-      max = value;
-    } else {
-      st = fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                         "unknown key \"%s\" (a line has \"ids\" or "
-                         "\"prompt\", and may have \"max_tokens\")",
-                         key);
-      goto cleanup;
-    }
-  }
-  if ((ids != NULL) == (prompt != NULL)) {
-    st = fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                       "a line needs exactly one of \"ids\" and \"prompt\"");
-    goto cleanup;
-  }
-  uint64_t max_tokens = default_max;
-  if (max) {
-    json_int_t v = json_is_integer(max) ? json_integer_value(max) : 0;
-    if (v < 1 || (uint64_t)v > UINT32_MAX) {
-      st = fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                         "\"max_tokens\" must be an integer from 1 to "
-                         "%" PRIu32,
-                         UINT32_MAX);
-      goto cleanup;
-    }
-    max_tokens = (uint64_t)v;
-  }
-  if (max_tokens == 0) {
-    st = fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                       "no \"max_tokens\": give it on the line or "
-                       "--max-tokens for every line");
-    goto cleanup;
-  }
-  if (ids) {
-    st = json_prompt_ids(ids, &prompt_ids, &count, err);
-  } else if (!json_is_string(prompt)) {
-    st = fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                       "\"prompt\" must be a string");
-  } else if (!tok) {
-    st = fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                       "a text \"prompt\" needs a tokenizer, and the model "
-                       "directory has none (give --tokenizer FILE, or "
-                       "\"ids\")");
   } else {
-    st = fdy_cli_prompt_ids(tok, json_string_value(prompt), NULL, &prompt_ids,
-                            &count, err);
+    st = line_keys(root, &ids, &prompt, &max, err);
+  }
+  if (st == FDY_OK) {
+    st = line_max_tokens(max, default_max, &max_tokens, err);
+  }
+  if (st == FDY_OK) {
+    st = line_ids(ids, prompt, tok, &prompt_ids, &count, err);
   }
   if (st == FDY_OK) {
     st = check_vocab(prompt_ids, count, vocab, err);
@@ -470,8 +495,6 @@ static fdy_status parse_prompt_line(const char *line, size_t len,
         .ids = prompt_ids, .count = count, .max_tokens = (uint32_t)max_tokens};
     prompt_ids = NULL;
   }
-
-cleanup:
   free(prompt_ids);
   json_decref(root);
   return st;
@@ -641,96 +664,115 @@ typedef struct batch_args {
   bool random_seed;                  /* its seed was drawn */
 } batch_args;
 
-/* `generate --prompts-file`: every line read and checked, then the prompts
- * generated by continuous batching (fdy_llama_generate_batch) and printed
- * as JSON lines in order, the totals on stderr. */
-static int generate_file(const batch_args *a, fdy_cli_session_flags flags) {
-  int code = FDY_EXIT_FAILURE;
-  fdy_error err;
-  fdy_tokenizer *tok = NULL;
-  fdy_llama_model *model = NULL;
-  fdy_backend *engine = NULL;
-  fdy_llama_session *session = NULL;
-  prompt_list list = {0};
-  fdy_llama_batch_generation gen = {0};
-  char **lines = NULL;
-  int32_t stop[FDY_TOKENIZER_MAX_STOP];
-  fdy_status st = fdy_cli_check_manifest(&flags, a->model_dir, NULL, &err);
-  /* the model directory's tokenizer when it has one; an explicit one must
-   * open */
+/* A prompts file's generation: what it holds and what it gave. */
+typedef struct batch_run {
+  fdy_tokenizer *tok; /* the model directory's, or --tokenizer's */
+  fdy_llama_model *model;
+  fdy_backend *engine;
+  fdy_llama_session *session;
+  prompt_list list;
+  uint32_t sequences; /* at once */
+  fdy_llama_batch_generation gen;
+  char **lines; /* [gen.count] JSON */
+} batch_run;
+
+static void batch_run_close(batch_run *r) {
+  free_lines(r->lines, r->gen.count);
+  fdy_llama_batch_generation_free(&r->gen);
+  prompt_list_free(&r->list);
+  fdy_llama_session_destroy(r->session);
+  fdy_backend_destroy(r->engine);
+  fdy_llama_close(r->model);
+  fdy_tokenizer_destroy(r->tok);
+}
+
+/* The checkpoint (against --manifest), the tokenizer (the model
+ * directory's when it has one; an explicit one must open), the model and
+ * every line read and checked; flags->context, when not given, the most
+ * positions a line needs. */
+static fdy_status open_batch(const batch_args *a, fdy_cli_session_flags *flags,
+                             batch_run *r, fdy_error *err) {
+  fdy_status st = fdy_cli_check_manifest(flags, a->model_dir, NULL, err);
   if (st == FDY_OK) {
-    st = fdy_cli_open_tokenizer(a->model_dir, a->tokenizer_path, &tok, &err);
+    st = fdy_cli_open_tokenizer(a->model_dir, a->tokenizer_path, &r->tok, err);
     if (st == FDY_ERR_NOT_FOUND && !a->tokenizer_path) {
       st = FDY_OK;
     }
   }
   if (st == FDY_OK) {
-    st = fdy_llama_open(a->model_dir, &model, &err);
+    st = fdy_llama_open(a->model_dir, &r->model, err);
   }
   const fdy_llama_config *config =
-      st == FDY_OK ? fdy_llama_model_config(model) : NULL;
+      st == FDY_OK ? fdy_llama_model_config(r->model) : NULL;
   if (st == FDY_OK) {
-    st = read_prompts(a->path, tok, config->vocab_size, a->max_tokens, &list,
-                      &err);
+    st = read_prompts(a->path, r->tok, config->vocab_size, a->max_tokens,
+                      &r->list, err);
   }
+  if (st != FDY_OK || flags->context != 0) {
+    return st;
+  }
+  if (r->list.positions > config->max_position_embeddings) {
+    return fdy_error_set(err, FDY_ERR_CONTEXT,
+                         "%s line %" PRIu32 ": the prompt and its new ids "
+                         "need %" PRIu64 " positions (every id but the last "
+                         "is fed back), above the model's "
+                         "max_position_embeddings %" PRIu32,
+                         a->path, r->list.widest, r->list.positions,
+                         config->max_position_embeddings);
+  }
+  flags->context = r->list.positions;
+  return FDY_OK;
+}
+
+/* The session of r->sequences slots, the prompts generated by continuous
+ * batching and their JSON lines. */
+static fdy_status generate_batch(const batch_args *a,
+                                 const fdy_cli_session_flags *flags,
+                                 batch_run *r, fdy_error *err) {
+  int32_t stop[FDY_TOKENIZER_MAX_STOP];
+  r->sequences = a->sequences                        ? (uint32_t)a->sequences
+                 : r->list.count < DEFAULT_SEQUENCES ? r->list.count
+                                                     : DEFAULT_SEQUENCES;
+  fdy_status st = open_session(flags, r->model, r->sequences, 0, false,
+                               &r->engine, &r->session, err);
   if (st != FDY_OK) {
-    code = fdy_cli_fail(&err);
-    goto cleanup;
-  }
-  if (flags.context == 0) {
-    if (list.positions > config->max_position_embeddings) {
-      fdy_error_set(&err, FDY_ERR_CONTEXT,
-                    "%s line %" PRIu32 ": the prompt and its new ids need "
-                    "%" PRIu64 " positions (every id but the last is fed "
-                    "back), above the model's max_position_embeddings "
-                    "%" PRIu32,
-                    a->path, list.widest, list.positions,
-                    config->max_position_embeddings);
-      code = fdy_cli_fail(&err);
-      goto cleanup;
-    }
-    flags.context = list.positions;
-  }
-  uint32_t sequences = a->sequences                     ? (uint32_t)a->sequences
-                       : list.count < DEFAULT_SEQUENCES ? list.count
-                                                        : DEFAULT_SEQUENCES;
-  if (open_session(&flags, model, sequences, 0, false, &engine, &session,
-                   &err) != FDY_OK) {
-    code = fdy_cli_fail(&err);
-    goto cleanup;
+    return st;
   }
   fdy_llama_batch_options options = {.ignore_eos = a->ignore_eos,
                                      .sampling = a->sampling};
-  if (tok) {
+  if (r->tok) {
     /* every line ends at the tokenizer's EOS and <|eot_id|> too */
     options.stop_ids = stop;
-    options.stop_count = fdy_tokenizer_stop_ids(tok, stop);
+    options.stop_count = fdy_tokenizer_stop_ids(r->tok, stop);
   }
-  st = fdy_llama_generate_batch(session, list.prompts, list.count, &options,
-                                &gen, &err);
+  st = fdy_llama_generate_batch(r->session, r->list.prompts, r->list.count,
+                                &options, &r->gen, err);
   if (st == FDY_ERR_CONTEXT) {
     /* --context too small for a prompt: ids[0] its index */
-    fdy_error_prefix(&err, "%s line %" PRId64, a->path, err.ids[0] + 1);
+    fdy_error_prefix(err, "%s line %" PRId64, a->path, err->ids[0] + 1);
   }
   if (st == FDY_OK) {
-    st = batch_lines(&gen, tok, &lines, &err);
+    st = batch_lines(&r->gen, r->tok, &r->lines, err);
   }
-  if (st != FDY_OK) {
-    code = fdy_cli_fail(&err);
-    goto cleanup;
-  }
-  for (uint32_t i = 0; i < gen.count; i++) {
-    printf("%s\n", lines[i]);
+  return st;
+}
+
+/* The JSON lines in order on stdout, the totals on stderr. */
+static void print_batch(const batch_args *a, const char *backend,
+                        const batch_run *r) {
+  const fdy_llama_batch_generation *gen = &r->gen;
+  for (uint32_t i = 0; i < gen->count; i++) {
+    printf("%s\n", r->lines[i]);
   }
   uint64_t generated = 0;
-  for (uint32_t i = 0; i < gen.count; i++) {
-    generated += gen.sequences[i].count;
+  for (uint32_t i = 0; i < gen->count; i++) {
+    generated += gen->sequences[i].count;
   }
   fprintf(stderr,
           "generated %" PRIu64 " ids for %" PRIu32 " prompts, %" PRIu32
           " sequences at once (%s",
-          generated, list.count, sequences, flags.backend);
-  uint32_t threads = fdy_cpu_backend_threads(engine);
+          generated, r->list.count, r->sequences, backend);
+  uint32_t threads = fdy_cpu_backend_threads(r->engine);
   if (threads > 0) {
     fprintf(stderr, ", %" PRIu32 " threads", threads);
   }
@@ -739,154 +781,137 @@ static int generate_file(const batch_args *a, fdy_cli_session_flags flags) {
           " in chunks beside decode rows), %.3f s alone; decode %" PRIu64
           " ids in %" PRIu64 " steps of up to %" PRIu32
           " rows in %.3f s, %.2f tokens/s\n",
-          gen.prefill_tokens, gen.chunked_tokens, gen.prefill_seconds,
-          gen.decode_tokens, gen.decode_steps, gen.max_rows, gen.decode_seconds,
-          gen.decode_tokens_per_second);
+          gen->prefill_tokens, gen->chunked_tokens, gen->prefill_seconds,
+          gen->decode_tokens, gen->decode_steps, gen->max_rows,
+          gen->decode_seconds, gen->decode_tokens_per_second);
   if (a->sampling->temperature > 0.0f) {
     fdy_cli_sampling_print(stderr, a->sampling, a->random_seed, NULL);
   }
-  code = FDY_EXIT_OK;
+}
 
-cleanup:
-  free_lines(lines, gen.count);
-  fdy_llama_batch_generation_free(&gen);
-  prompt_list_free(&list);
-  fdy_llama_session_destroy(session);
-  fdy_backend_destroy(engine);
-  fdy_llama_close(model);
-  fdy_tokenizer_destroy(tok);
+/* `generate --prompts-file`: every line read and checked, then the prompts
+ * generated by continuous batching (fdy_llama_generate_batch) and printed
+ * as JSON lines in order, the totals on stderr. */
+static int generate_file(const batch_args *a, fdy_cli_session_flags flags) {
+  batch_run r = {0};
+  fdy_error err;
+  int code = FDY_EXIT_OK;
+  if (open_batch(a, &flags, &r, &err) != FDY_OK ||
+      generate_batch(a, &flags, &r, &err) != FDY_OK) {
+    code = fdy_cli_fail(&err);
+  } else {
+    print_batch(a, flags.backend, &r);
+  }
+  batch_run_close(&r);
   return code;
 }
 
-int fdy_cmd_generate(int argc, char **argv) {
-  enum {
-    OPT_MODEL = 256,
-    OPT_PROMPT,
-    OPT_MAX,
-    OPT_IGNORE_EOS,
-    OPT_JSON,
-    OPT_TEXT,
-    OPT_TEXT_FILE,
-    OPT_TOKENIZER,
-    OPT_CHAT,
-    OPT_SYSTEM,
-    OPT_PROMPTS_FILE,
-    OPT_SEQUENCES,
-    OPT_CHAT_TEMPLATE
-  };
-  static const struct option options[] = {
-      {"model", required_argument, NULL, OPT_MODEL},
-      {"prompt-ids", required_argument, NULL, OPT_PROMPT},
-      {"max-tokens", required_argument, NULL, OPT_MAX},
-      FDY_CLI_SESSION_OPTIONS,
-      FDY_CLI_ENGINE_OPTIONS,
-      FDY_CLI_SAMPLING_OPTIONS,
-      {"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
-      {"json", no_argument, NULL, OPT_JSON},
-      {"prompt", required_argument, NULL, OPT_TEXT},
-      {"prompt-file", required_argument, NULL, OPT_TEXT_FILE},
-      {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
-      {"chat", no_argument, NULL, OPT_CHAT},
-      {"system", required_argument, NULL, OPT_SYSTEM},
-      {"prompts-file", required_argument, NULL, OPT_PROMPTS_FILE},
-      {"max-sequences", required_argument, NULL, OPT_SEQUENCES},
-      FDY_CLI_DRAFT_OPTIONS,
-      {"chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE},
-      {NULL, 0, NULL, 0},
-  };
-  const char *model_dir = NULL, *prompt_text = NULL;
-  const char *text = NULL, *text_file = NULL, *tokenizer_path = NULL;
-  const char *system = NULL, *prompts_file = NULL;
-  uint64_t max_tokens = 0, sequences = 0;
-  fdy_cli_draft_flags draft_flags = {0};
-  fdy_chat_template template_kind = FDY_CHAT_TEMPLATE_AUTO;
-  const char *template_file = NULL;
-  fdy_cli_session_flags session_flags = FDY_CLI_SESSION_FLAGS_DEFAULT;
-  fdy_cli_sampling_flags sampling_flags = {.params = FDY_LLAMA_GREEDY};
-  bool have_max = false, ignore_eos = false, json = false, chat = false;
-  fdy_error err;
-  const int repeated = fdy_cli_check_repeats("generate", argc, argv, options);
-  if (repeated != FDY_EXIT_OK) {
-    return repeated;
+/* The command's options, as parsed. */
+typedef struct generate_args {
+  const char *model_dir;
+  const char *prompt_ids, *text, *text_file, *prompts_file; /* one given */
+  const char *tokenizer_path, *system, *template_file;
+  uint64_t max_tokens, sequences;
+  bool have_max, ignore_eos, json, chat;
+  fdy_chat_template template_kind;
+  fdy_cli_session_flags session;
+  fdy_cli_sampling_flags sampling;
+  fdy_cli_draft_flags draft;
+} generate_args;
+
+enum {
+  OPT_MODEL = 256,
+  OPT_PROMPT,
+  OPT_MAX,
+  OPT_IGNORE_EOS,
+  OPT_JSON,
+  OPT_TEXT,
+  OPT_TEXT_FILE,
+  OPT_TOKENIZER,
+  OPT_CHAT,
+  OPT_SYSTEM,
+  OPT_PROMPTS_FILE,
+  OPT_SEQUENCES,
+  OPT_CHAT_TEMPLATE
+};
+
+static const struct option options[] = {
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"prompt-ids", required_argument, NULL, OPT_PROMPT},
+    {"max-tokens", required_argument, NULL, OPT_MAX},
+    FDY_CLI_SESSION_OPTIONS,
+    FDY_CLI_ENGINE_OPTIONS,
+    FDY_CLI_SAMPLING_OPTIONS,
+    {"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"prompt", required_argument, NULL, OPT_TEXT},
+    {"prompt-file", required_argument, NULL, OPT_TEXT_FILE},
+    {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
+    {"chat", no_argument, NULL, OPT_CHAT},
+    {"system", required_argument, NULL, OPT_SYSTEM},
+    {"prompts-file", required_argument, NULL, OPT_PROMPTS_FILE},
+    {"max-sequences", required_argument, NULL, OPT_SEQUENCES},
+    FDY_CLI_DRAFT_OPTIONS,
+    {"chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE},
+    {NULL, 0, NULL, 0},
+};
+
+static fdy_status parse_option(void *p, int opt, const char *arg, bool *handled,
+                               fdy_error *err) {
+  generate_args *a = p;
+  *handled = true;
+  switch (opt) {
+  case OPT_MODEL:
+    a->model_dir = arg;
+    return FDY_OK;
+  case OPT_PROMPT:
+    a->prompt_ids = arg;
+    return FDY_OK;
+  case OPT_MAX:
+    a->have_max = true;
+    return fdy_cli_parse_uint("--max-tokens", arg, 1, UINT32_MAX,
+                              &a->max_tokens, err);
+  case OPT_IGNORE_EOS:
+    a->ignore_eos = true;
+    return FDY_OK;
+  case OPT_JSON:
+    a->json = true;
+    return FDY_OK;
+  case OPT_TEXT:
+    a->text = arg;
+    return FDY_OK;
+  case OPT_TEXT_FILE:
+    a->text_file = arg;
+    return FDY_OK;
+  case OPT_TOKENIZER:
+    a->tokenizer_path = arg;
+    return FDY_OK;
+  case OPT_CHAT:
+    a->chat = true;
+    return FDY_OK;
+  case OPT_SYSTEM:
+    a->system = arg;
+    return FDY_OK;
+  case OPT_PROMPTS_FILE:
+    a->prompts_file = arg;
+    return FDY_OK;
+  case OPT_SEQUENCES:
+    return fdy_cli_parse_uint("--max-sequences", arg, 1,
+                              FDY_LLAMA_MAX_SEQUENCES, &a->sequences, err);
+  case OPT_CHAT_TEMPLATE:
+    fdy_cli_parse_chat_template(arg, &a->template_kind, &a->template_file);
+    return FDY_OK;
+  default:
+    return fdy_cli_shared_flag(opt, arg, &a->session, &a->sampling, &a->draft,
+                               handled, err);
   }
-  optind = 1;
-  opterr = 0;
-  int opt;
-  while ((opt = getopt_long(argc, argv, ":", options, NULL)) != -1) {
-    fdy_status status = FDY_OK;
-    switch (opt) {
-    case OPT_MODEL:
-      model_dir = optarg;
-      break;
-    case OPT_PROMPT:
-      prompt_text = optarg;
-      break;
-    case OPT_MAX:
-      status = fdy_cli_parse_uint("--max-tokens", optarg, 1, UINT32_MAX,
-                                  &max_tokens, &err);
-      have_max = true;
-      break;
-    case OPT_IGNORE_EOS:
-      ignore_eos = true;
-      break;
-    case OPT_JSON:
-      json = true;
-      break;
-    case OPT_TEXT:
-      text = optarg;
-      break;
-    case OPT_TEXT_FILE:
-      text_file = optarg;
-      break;
-    case OPT_TOKENIZER:
-      tokenizer_path = optarg;
-      break;
-    case OPT_CHAT:
-      chat = true;
-      break;
-    case OPT_SYSTEM:
-      system = optarg;
-      break;
-    case OPT_PROMPTS_FILE:
-      prompts_file = optarg;
-      break;
-    case OPT_SEQUENCES:
-      status = fdy_cli_parse_uint("--max-sequences", optarg, 1,
-                                  FDY_LLAMA_MAX_SEQUENCES, &sequences, &err);
-      break;
-    case OPT_CHAT_TEMPLATE:
-      fdy_cli_parse_chat_template(optarg, &template_kind, &template_file);
-      break;
-    case ':':
-      return fdy_cli_usage("generate", "%s needs a value", argv[optind - 1]);
-    default: {
-      bool handled = false;
-      status =
-          fdy_cli_session_flag(opt, optarg, &session_flags, &handled, &err);
-      if (!handled) {
-        status =
-            fdy_cli_sampling_flag(opt, optarg, &sampling_flags, &handled, &err);
-      }
-      if (!handled) {
-        status = fdy_cli_draft_flag(opt, optarg, &draft_flags, &handled, &err);
-      }
-      if (!handled) {
-        return fdy_cli_usage("generate", "unknown option '%s'",
-                             argv[optind - 1]);
-      }
-      break;
-    }
-    }
-    if (status != FDY_OK) {
-      return fdy_cli_usage("generate", "%s", err.message);
-    }
-  }
-  if (optind < argc) {
-    return fdy_cli_usage("generate", "unexpected argument '%s'", argv[optind]);
-  }
-  int prompt_flags = (prompt_text != NULL) + (text != NULL) +
-                     (text_file != NULL) + (prompts_file != NULL);
-  if (prompts_file && prompt_flags > 1) {
+}
+
+/* The prompt flags: one prompt, or the prompts file alone. */
+static int check_prompt_flags(const generate_args *a) {
+  int prompt_flags = (a->prompt_ids != NULL) + (a->text != NULL) +
+                     (a->text_file != NULL) + (a->prompts_file != NULL);
+  if (a->prompts_file && prompt_flags > 1) {
     return fdy_cli_usage("generate", "--prompts-file takes every prompt from "
                                      "the file: not with --prompt, "
                                      "--prompt-file or --prompt-ids");
@@ -895,176 +920,247 @@ int fdy_cmd_generate(int argc, char **argv) {
     /* the prompt flags given, in the order of the usage line */
     const char *given[3];
     int n = 0;
-    if (prompt_text != NULL) {
+    if (a->prompt_ids != NULL) {
       given[n++] = "--prompt-ids";
     }
-    if (text != NULL) {
+    if (a->text != NULL) {
       given[n++] = "--prompt";
     }
-    if (text_file != NULL) {
+    if (a->text_file != NULL) {
       given[n++] = "--prompt-file";
     }
     return fdy_cli_usage(
         "generate", "%s%s%s and %s exclude each other: give one prompt",
         given[0], n > 2 ? ", " : "", n > 2 ? given[1] : "", given[n - 1]);
   }
-  if (!model_dir || prompt_flags != 1 || (!have_max && !prompts_file)) {
+  if (!a->model_dir || prompt_flags != 1 ||
+      (!a->have_max && !a->prompts_file)) {
     return fdy_cli_usage("generate", "--model, --max-tokens and one of "
                                      "--prompt, --prompt-file and --prompt-ids "
                                      "are required (or --model and "
                                      "--prompts-file)");
   }
-  if (sequences && !prompts_file) {
+  if (a->sequences && !a->prompts_file) {
     return fdy_cli_usage("generate", "--max-sequences needs --prompts-file");
   }
-  if (chat && prompts_file) {
+  return FDY_EXIT_OK;
+}
+
+/* The flags that need another: --chat and its flags, the draft's. */
+static int check_dependent_flags(const generate_args *a) {
+  if (a->chat && a->prompts_file) {
     return fdy_cli_usage("generate", "--chat takes one prompt: not with "
                                      "--prompts-file");
   }
-  if (chat && prompt_text) {
+  if (a->chat && a->prompt_ids) {
     return fdy_cli_usage("generate", "--chat applies the chat template to "
                                      "text: give --prompt or --prompt-file, "
                                      "not --prompt-ids");
   }
-  if (system && !chat) {
+  if (a->system && !a->chat) {
     return fdy_cli_usage("generate", "--system needs --chat");
   }
-  if ((template_kind != FDY_CHAT_TEMPLATE_AUTO || template_file) && !chat) {
+  if ((a->template_kind != FDY_CHAT_TEMPLATE_AUTO || a->template_file) &&
+      !a->chat) {
     return fdy_cli_usage("generate", "--chat-template needs --chat");
   }
-  const char *draft_dir = draft_flags.dir;
-  if (fdy_cli_draft_orphan(&draft_flags)) {
+  if (fdy_cli_draft_orphan(&a->draft)) {
     return fdy_cli_usage("generate", "%s needs --draft-model",
-                         fdy_cli_draft_orphan(&draft_flags));
+                         fdy_cli_draft_orphan(&a->draft));
   }
-  if (draft_dir && prompts_file) {
+  if (a->draft.dir && a->prompts_file) {
     return fdy_cli_usage("generate", "--draft-model takes one prompt: not "
                                      "with --prompts-file (speculative "
                                      "decoding of a batch is not supported "
                                      "yet)");
   }
-  bool random_seed = false;
-  const fdy_sample_params sampling =
-      fdy_cli_sampling_resolve(&sampling_flags, FDY_LLAMA_GREEDY, &random_seed);
-  /* speculative sampling reads both models' logits */
-  bool draft_logits =
-      draft_dir && fdy_llama_speculative_needs_logits(&sampling);
-  const fdy_llama_speculative_options spec =
-      fdy_cli_draft_speculative(&draft_flags);
-  if (prompts_file) {
-    batch_args batch = {.sampling = &sampling,
-                        .random_seed = random_seed,
-                        .model_dir = model_dir,
-                        .tokenizer_path = tokenizer_path,
-                        .path = prompts_file,
-                        .max_tokens = max_tokens,
-                        .sequences = sequences,
-                        .ignore_eos = ignore_eos};
-    return generate_file(&batch, session_flags);
-  }
-  int32_t *prompt = NULL;
-  uint32_t prompt_count = 0;
-  if (prompt_text && fdy_cli_parse_ids("--prompt-ids", prompt_text, &prompt,
-                                       &prompt_count, &err) != FDY_OK) {
-    return fdy_cli_usage("generate", "%s", err.message);
-  }
+  return FDY_EXIT_OK;
+}
 
-  int code = FDY_EXIT_FAILURE;
-  fdy_backend *engine = NULL;
-  fdy_llama_model *model = NULL;
-  fdy_llama_session *session = NULL;
-  fdy_llama_model *draft_model = NULL;
-  fdy_llama_session *draft = NULL;
-  fdy_llama_speculative_stats spec_stats = {0};
-  fdy_llama_generation gen = {0};
-  fdy_tokenizer *tok = NULL;
-  fdy_cli_printer printer = {0};
+/* The flags into *a, and the checks between them: FDY_EXIT_OK or the
+ * usage error printed. */
+static int parse(int argc, char **argv, generate_args *a) {
+  *a = (generate_args){.template_kind = FDY_CHAT_TEMPLATE_AUTO,
+                       .session = FDY_CLI_SESSION_FLAGS_DEFAULT,
+                       .sampling = {.params = FDY_LLAMA_GREEDY}};
+  int code = fdy_cli_parse_options("generate", argc, argv, options,
+                                   parse_option, a, NULL);
+  if (code == FDY_EXIT_OK) {
+    code = check_prompt_flags(a);
+  }
+  if (code == FDY_EXIT_OK) {
+    code = check_dependent_flags(a);
+  }
+  return code;
+}
+
+/* One prompt's generation: what it holds and what it gave. */
+typedef struct one_run {
+  fdy_tokenizer *tok; /* a text prompt's */
+  fdy_llama_model *model, *draft_model;
+  fdy_backend *engine;
+  fdy_llama_session *session, *draft;
+  int32_t *prompt;
+  uint32_t prompt_count;
+  fdy_cli_printer printer; /* text printed while it is generated */
+  fdy_llama_generation gen;
+  fdy_llama_speculative_stats spec_stats;
+} one_run;
+
+static void one_run_close(one_run *r) {
+  fdy_cli_printer_destroy(&r->printer);
+  fdy_llama_generation_free(&r->gen);
+  fdy_llama_session_destroy(r->draft);
+  fdy_llama_session_destroy(r->session);
+  fdy_backend_destroy(r->engine);
+  fdy_llama_close(r->draft_model);
+  fdy_llama_close(r->model);
+  fdy_tokenizer_destroy(r->tok);
+  free(r->prompt);
+}
+
+/* The checkpoint (against --manifest), the tokenizer of a text prompt, the
+ * model, the draft, the backend and the sessions. */
+static fdy_status open_one(const generate_args *a,
+                           const fdy_llama_speculative_options *spec,
+                           bool draft_logits, one_run *r, fdy_error *err) {
+  fdy_status st = fdy_cli_check_manifest(&a->session, a->model_dir, NULL, err);
+  if (st == FDY_OK && !a->prompt_ids) {
+    st = fdy_cli_open_tokenizer(a->model_dir, a->tokenizer_path, &r->tok, err);
+  }
+  if (st == FDY_OK) {
+    st = fdy_llama_open(a->model_dir, &r->model, err);
+  }
+  if (st == FDY_OK && a->draft.dir) {
+    st = fdy_cli_open_draft(a->draft.dir, r->model, &r->draft_model, err);
+  }
+  if (st == FDY_OK) {
+    st = open_session(&a->session, r->model, 1,
+                      a->draft.dir ? spec->max_draft_tokens + 1 : 0,
+                      draft_logits, &r->engine, &r->session, err);
+  }
+  if (st == FDY_OK && a->draft.dir) {
+    st = fdy_cli_draft_session(&a->session, r->draft_model, r->engine,
+                               fdy_llama_session_context(r->session),
+                               draft_logits, &r->draft, err);
+  }
+  return st;
+}
+
+/* The prompt's ids (a text prompt's through the tokenizer), then the
+ * generation: a text prompt's printed while it is generated unless
+ * --json. */
+static fdy_status generate_ids(const generate_args *a,
+                               const fdy_sample_params *sampling,
+                               const fdy_llama_speculative_options *spec,
+                               one_run *r, fdy_error *err) {
   int32_t stop[FDY_CHAT_MAX_STOP];
-  fdy_llama_generate_options generate_options = {.max_tokens =
-                                                     (uint32_t)max_tokens,
-                                                 .ignore_eos = ignore_eos,
-                                                 .sampling = &sampling};
-  if (fdy_cli_check_manifest(&session_flags, model_dir, NULL, &err) != FDY_OK ||
-      (!prompt_text && fdy_cli_open_tokenizer(model_dir, tokenizer_path, &tok,
-                                              &err) != FDY_OK)) {
-    code = fdy_cli_fail(&err);
-    goto cleanup;
-  }
-  if (fdy_llama_open(model_dir, &model, &err) != FDY_OK ||
-      (draft_dir &&
-       fdy_cli_open_draft(draft_dir, model, &draft_model, &err) != FDY_OK) ||
-      open_session(&session_flags, model, 1,
-                   draft_dir ? spec.max_draft_tokens + 1 : 0, draft_logits,
-                   &engine, &session, &err) != FDY_OK ||
-      (draft_dir &&
-       fdy_cli_draft_session(&session_flags, draft_model, engine,
-                             fdy_llama_session_context(session), draft_logits,
-                             &draft, &err) != FDY_OK)) {
-    code = fdy_cli_fail(&err);
-    goto cleanup;
-  }
   uint32_t stop_count = 0;
-  if (tok && text_prompt(tok, session, chat, template_kind, template_file,
-                         system, text, text_file, &prompt, &prompt_count, stop,
-                         &stop_count, &err) != FDY_OK) {
-    code = fdy_cli_fail(&err);
-    goto cleanup;
-  }
-  if (tok) {
+  fdy_llama_generate_options o = {.max_tokens = (uint32_t)a->max_tokens,
+                                  .ignore_eos = a->ignore_eos,
+                                  .sampling = sampling};
+  if (r->tok) {
+    fdy_status st =
+        text_prompt(r->tok, r->session, a->chat, a->template_kind,
+                    a->template_file, a->system, a->text, a->text_file,
+                    &r->prompt, &r->prompt_count, stop, &stop_count, err);
     /* text ends at the tokenizer's EOS and <|eot_id|> too (and with --chat
      * at the template's end of turn), printed while it is generated (JSON
      * prints ids) */
-    generate_options.stop_ids = stop;
-    generate_options.stop_count = stop_count;
-    if (!json &&
-        fdy_cli_printer_init(&printer, tok, stdout, NULL, &err) != FDY_OK) {
-      code = fdy_cli_fail(&err);
-      goto cleanup;
+    if (st == FDY_OK && !a->json) {
+      st = fdy_cli_printer_init(&r->printer, r->tok, stdout, NULL, err);
     }
-    generate_options.on_token = json ? NULL : fdy_cli_printer_token;
-    generate_options.ctx = &printer;
+    if (st != FDY_OK) {
+      return st;
+    }
+    o.stop_ids = stop;
+    o.stop_count = stop_count;
+    o.on_token = a->json ? NULL : fdy_cli_printer_token;
+    o.ctx = &r->printer;
   }
-  fdy_status generated =
-      draft ? fdy_llama_generate_speculative(session, draft, prompt,
-                                             prompt_count, &generate_options,
-                                             &spec, &gen, &spec_stats, &err)
-            : fdy_llama_generate(session, prompt, prompt_count,
-                                 &generate_options, &gen, &err);
-  if (generated != FDY_OK ||
-      (printer.stream && fdy_cli_printer_finish(&printer, &err) != FDY_OK)) {
-    code = fdy_cli_fail(&err);
-    goto cleanup;
+  fdy_status st =
+      r->draft ? fdy_llama_generate_speculative(r->session, r->draft, r->prompt,
+                                                r->prompt_count, &o, spec,
+                                                &r->gen, &r->spec_stats, err)
+               : fdy_llama_generate(r->session, r->prompt, r->prompt_count, &o,
+                                    &r->gen, err);
+  if (st == FDY_OK && r->printer.stream) {
+    st = fdy_cli_printer_finish(&r->printer, err);
   }
-  if (ferror(stdout)) {
-    code = fdy_cli_finish_stdout(FDY_EXIT_OK);
-    goto cleanup;
-  }
-  run_info run = {.model_dir = model_dir,
-                  .backend = session_flags.backend,
-                  .threads = fdy_cpu_backend_threads(engine),
-                  .context = fdy_llama_session_context(session),
-                  .stats = fdy_llama_session_stats(session),
-                  .sampling = &sampling,
-                  .random_seed = random_seed,
-                  .spec = draft ? &spec : NULL,
-                  .spec_stats = &spec_stats,
-                  .draft_dir = draft_dir};
-  if (json) {
-    code = print_json(&run, prompt, prompt_count, &gen);
-  } else {
-    print_text(&run, prompt_count, &gen, !tok);
-    code = FDY_EXIT_OK;
-  }
+  return st;
+}
 
-cleanup:
-  fdy_cli_printer_destroy(&printer);
-  fdy_llama_generation_free(&gen);
-  fdy_llama_session_destroy(draft);
-  fdy_llama_session_destroy(session);
-  fdy_backend_destroy(engine);
-  fdy_llama_close(draft_model);
-  fdy_llama_close(model);
-  fdy_tokenizer_destroy(tok);
-  free(prompt);
+/* The generation's ids (or text) and figures, as text or JSON. */
+static int print_one(const generate_args *a, const one_run *r,
+                     const fdy_sample_params *sampling, bool random_seed,
+                     const fdy_llama_speculative_options *spec) {
+  run_info run = {.model_dir = a->model_dir,
+                  .backend = a->session.backend,
+                  .threads = fdy_cpu_backend_threads(r->engine),
+                  .context = fdy_llama_session_context(r->session),
+                  .stats = fdy_llama_session_stats(r->session),
+                  .sampling = sampling,
+                  .random_seed = random_seed,
+                  .spec = r->draft ? spec : NULL,
+                  .spec_stats = &r->spec_stats,
+                  .draft_dir = a->draft.dir};
+  if (a->json) {
+    return print_json(&run, r->prompt, r->prompt_count, &r->gen);
+  }
+  print_text(&run, r->prompt_count, &r->gen, !r->tok);
+  return FDY_EXIT_OK;
+}
+
+/* One prompt (its ids given, else from the text): open, generate,
+ * print. */
+static int run_one(const generate_args *a, const fdy_sample_params *sampling,
+                   bool random_seed, int32_t *prompt, uint32_t prompt_count) {
+  one_run r = {.prompt = prompt, .prompt_count = prompt_count};
+  fdy_error err;
+  int code;
+  const fdy_llama_speculative_options spec =
+      fdy_cli_draft_speculative(&a->draft);
+  /* speculative sampling reads both models' logits */
+  bool draft_logits =
+      a->draft.dir && fdy_llama_speculative_needs_logits(sampling);
+  if (open_one(a, &spec, draft_logits, &r, &err) != FDY_OK ||
+      generate_ids(a, sampling, &spec, &r, &err) != FDY_OK) {
+    code = fdy_cli_fail(&err);
+  } else if (ferror(stdout)) {
+    code = fdy_cli_finish_stdout(FDY_EXIT_OK);
+  } else {
+    code = print_one(a, &r, sampling, random_seed, &spec);
+  }
+  one_run_close(&r);
   return code;
+}
+
+int fdy_cmd_generate(int argc, char **argv) {
+  generate_args a;
+  int code = parse(argc, argv, &a);
+  if (code != FDY_EXIT_OK) {
+    return code;
+  }
+  bool random_seed = false;
+  const fdy_sample_params sampling =
+      fdy_cli_sampling_resolve(&a.sampling, FDY_LLAMA_GREEDY, &random_seed);
+  if (a.prompts_file) {
+    batch_args batch = {.sampling = &sampling,
+                        .random_seed = random_seed,
+                        .model_dir = a.model_dir,
+                        .tokenizer_path = a.tokenizer_path,
+                        .path = a.prompts_file,
+                        .max_tokens = a.max_tokens,
+                        .sequences = a.sequences,
+                        .ignore_eos = a.ignore_eos};
+    return generate_file(&batch, a.session);
+  }
+  int32_t *prompt = NULL;
+  uint32_t prompt_count = 0;
+  fdy_error err;
+  if (a.prompt_ids && fdy_cli_parse_ids("--prompt-ids", a.prompt_ids, &prompt,
+                                        &prompt_count, &err) != FDY_OK) {
+    return fdy_cli_usage("generate", "%s", err.message);
+  }
+  return run_one(&a, &sampling, random_seed, prompt, prompt_count);
 }
