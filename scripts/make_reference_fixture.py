@@ -281,6 +281,23 @@ FIXTURES = {
         "greedy_tokens": 8,
         "engine": "transformers",
     },
+    # qwen3: q and k normalized per head (self_attn.q_norm, k_norm of
+    # head_dim) before the rope, no biases; head_dim 64 over 4 heads makes q
+    # twice as wide as hidden (as Qwen3 0.6B's 16 x 128 over 1024), tied
+    "qwen3-micro": {
+        "family": "qwen3",
+        "seed": 76,
+        "group_size": 64,
+        "dtype": "BF16",
+        "config": {"hidden_size": 128, "num_attention_heads": 4,
+                   "num_key_value_heads": 2, "head_dim": 64,
+                   "intermediate_size": 128, "vocab_size": 256,
+                   "max_position_embeddings": 40960, "eos_token_id": 2},
+        "remove": [],
+        "prompt_tokens": 24,
+        "greedy_tokens": 8,
+        "engine": "transformers",
+    },
     # expected.safetensors from MLX (--engine mlx): the configuration of
     # the mlx-community Llama 3.2 checkpoints (tied, llama3 rope, F16, group
     # 64, 4:1 grouped queries) on the small shapes

@@ -99,10 +99,15 @@ typedef struct fdy_llama_layer_weights {
   const fdy_st_tensor *q_bias; /* (heads * head_dim) */
   const fdy_st_tensor *k_bias; /* (kv_heads * head_dim) */
   const fdy_st_tensor *v_bias; /* (kv_heads * head_dim) */
+  /* the RMSNorm weights of q and k per head (qwen3: config qk_norm), else
+   * NULL */
+  const fdy_st_tensor *q_norm; /* (head_dim) */
+  const fdy_st_tensor *k_norm; /* (head_dim) */
 } fdy_llama_layer_weights;
 
 /* Parses and checks a config.json document of len bytes (path is used in
- * messages only): model_type "llama", "mistral" or "qwen2"; sizes; rope_theta;
+ * messages only): model_type "llama", "mistral", "qwen2" or "qwen3";
+ * sizes; rope_theta;
  * rope_scaling of type llama3 or none; tie_word_embeddings (default false);
  * rms_norm_eps; eos_token_id as an integer or a list; quantization absent or
  * null (an unquantized checkpoint: bits 0), or with mode "affine" (absent or

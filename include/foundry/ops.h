@@ -40,8 +40,11 @@
  *                 layout).
  *   EMBED_DENSE   in: step, table W [V, H]; out: as EMBED_Q4's, row t the
  *                 table row of id step[FDY_STEP_ID(t)] as F32.
- *   RMSNORM       in: step, x F32 [T, n], weight W [n]; out F32 [T, n].
- *                 params.rmsnorm.eps.
+ *   RMSNORM       in: step, x F32 [T, k n], weight W [n]; out F32
+ *                 [T, k n]: each of the k segments of n values of a row
+ *                 normalized on its own, y = x / sqrt(mean(x^2) + eps) *
+ *                 weight (k = 1: the row; k heads: Qwen3's q and k per
+ *                 head). params.rmsnorm.eps.
  *   MATMUL_Q4     in: step, x F32 [T, I], weight U32 [O, I/8],
  *                 scales S [O, G], biases S [O, G]; out: F32 [T, O],
  *                 y = x W^T with w = scale * q + bias per group of I/G

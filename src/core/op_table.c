@@ -332,10 +332,28 @@ static fdy_status embed_dense_shapes(const fdy_op *op, fdy_error *err) {
   return st == FDY_OK ? want_dim(&c, 1, 1, o->dims[1]) : st;
 }
 
+/* RMSNORM: the weight's n values divide x's width (each n-wide segment of
+ * a row is normalized on its own: a head of Qwen3's q or k), the output
+ * like x. */
 static fdy_status rmsnorm_shapes(const fdy_op *op, fdy_error *err) {
   const check c = checking(op, err);
-  fdy_status st = want_norm(&c);
-  return st == FDY_OK ? want_like(&c, op->input_count, 1) : st;
+  fdy_status st = want_step(&c, 0);
+  if (st != FDY_OK) {
+    return st;
+  }
+  uint64_t width = op->inputs[1].shape.dims[1];
+  uint64_t n = op->inputs[2].shape.dims[0];
+  if (width % n != 0) {
+    st = fail(&c, FDY_ERR_INVALID_ARGUMENT, 2,
+              "%llu values do not divide x's width %llu", (unsigned long long)n,
+              (unsigned long long)width);
+    if (c.err != NULL) {
+      c.err->expected = width;
+      c.err->actual = n;
+    }
+    return st;
+  }
+  return want_like(&c, op->input_count, 1);
 }
 
 /* MATMUL_Q4 and MATMUL_Q8 (and MATMUL_ADD_Q4's matmul): x [T, I] times

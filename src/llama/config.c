@@ -388,6 +388,7 @@ static const bool family_supported[FDY_LLAMA_FAMILY_COUNT] = {
     [FDY_LLAMA_FAMILY_LLAMA] = true,
     [FDY_LLAMA_FAMILY_MISTRAL] = true,
     [FDY_LLAMA_FAMILY_QWEN2] = true,
+    [FDY_LLAMA_FAMILY_QWEN3] = true,
 };
 
 const char *fdy_llama_family_name(fdy_llama_family family) {
@@ -471,8 +472,8 @@ static fdy_status check_architecture(const parse_ctx *p, json_t *root,
   }
   if (c->family == FDY_LLAMA_FAMILY_COUNT) {
     return unsupported_error(p, "model", "model_type",
-                             "is '%.40s'; only llama, mistral and qwen2 are "
-                             "supported",
+                             "is '%.40s'; only llama, mistral, qwen2 and "
+                             "qwen3 are supported",
                              json_string_value(mt));
   }
   json_t *act = json_object_get(root, "hidden_act");
@@ -483,6 +484,7 @@ static fdy_status check_architecture(const parse_ctx *p, json_t *root,
   /* qwen2's q, k and v always have biases (its attention_bias, if any, is
    * not read); the other families' linears have none */
   c->qkv_bias = c->family == FDY_LLAMA_FAMILY_QWEN2;
+  c->qk_norm = c->family == FDY_LLAMA_FAMILY_QWEN3;
   static const char *const biases[] = {"attention_bias", "mlp_bias"};
   for (size_t i = c->qkv_bias ? 1 : 0; i < 2; i++) {
     json_t *b = json_object_get(root, biases[i]);

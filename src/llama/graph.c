@@ -252,13 +252,22 @@ static fdy_op_params norm_params(const builder *b) {
   return p;
 }
 
+/* RMSNORM of x (rows, cols) by weight: of each row when the weight has
+ * cols values, of each head when it has head_dim (qwen3's q and k). */
+static fdy_tensor_id norm_segments(builder *b, const char *prefix,
+                                   const char *name, fdy_tensor_id step,
+                                   fdy_tensor_id x, fdy_tensor_id weight,
+                                   uint64_t rows, uint64_t cols) {
+  fdy_tensor_id in[3] = {step, x, weight};
+  fdy_tensor_id y = activation(b, prefix, name, FDY_DTYPE_F32, rows, cols);
+  return add_op(b, prefix, name, FDY_OP_RMSNORM, norm_params(b), in, 3, y);
+}
+
 static fdy_tensor_id rmsnorm(builder *b, const char *prefix, const char *name,
                              fdy_tensor_id step, fdy_tensor_id x,
                              fdy_tensor_id weight, uint64_t rows) {
-  fdy_tensor_id in[3] = {step, x, weight};
-  fdy_tensor_id y =
-      activation(b, prefix, name, FDY_DTYPE_F32, rows, b->c->hidden_size);
-  return add_op(b, prefix, name, FDY_OP_RMSNORM, norm_params(b), in, 3, y);
+  return norm_segments(b, prefix, name, step, x, weight, rows,
+                       b->c->hidden_size);
 }
 
 /* RMSNORM of h by norm, then `count` modules: outputs[j] (named names[j],
@@ -393,10 +402,10 @@ static fdy_tensor_id attend(builder *b, const char *prefix, fdy_tensor_id step,
 
 /* One decoder layer over `rows` rows in fused ops; returns the new hidden
  * state: [norm + q, k, v] ([q + bias] [k + bias] [v + bias]: qwen2)
- * [rope q] [rope k] [attention] [o + residual]
- * [norm + gate, up + swiglu] [down + residual] (7 ops), the ropes and the
- * attention as one ROPE_ATTENTION when `decode` (5 ops; rows at their own
- * positions of their own sequences). A fused op whose weights are not all
+ * ([norm q per head] [norm k per head]: qwen3) [rope q] [rope k] [attention] [o
+ * + residual] [norm + gate, up + swiglu] [down + residual] (7 ops), the ropes
+ * and the attention as one ROPE_ATTENTION when `decode` (5 ops; rows at their
+ * own positions of their own sequences). A fused op whose weights are not all
  * 4-bit alike is its unfused sequence (RMSNORM, matmuls, ADD, SWIGLU). */
 static fdy_tensor_id decoder_layer(builder *b, const char *prefix,
                                    fdy_tensor_id step, fdy_tensor_id h,
@@ -424,6 +433,14 @@ static fdy_tensor_id decoder_layer(builder *b, const char *prefix,
                         view(b, bias_modules[j], FDY_LLAMA_PART_BIAS, l), rows,
                         qkv_features[j]);
     }
+  }
+  if (c->qk_norm) { /* qwen3: q and k normalized per head, before the rope */
+    qkv[0] = norm_segments(b, p, "q_norm", step, qkv[0],
+                           view(b, FDY_LLAMA_Q_NORM, FDY_LLAMA_PART_NORM, l),
+                           rows, q_dim);
+    qkv[1] = norm_segments(b, p, "k_norm", step, qkv[1],
+                           view(b, FDY_LLAMA_K_NORM, FDY_LLAMA_PART_NORM, l),
+                           rows, kv_dim);
   }
   fdy_tensor_id attn =
       attend(b, p, step, qkv[0], qkv[1], qkv[2], l, rows, decode);

@@ -17,6 +17,7 @@ typedef enum dim {
   DIM_Q,     /* num_heads * head_dim */
   DIM_KV,    /* num_kv_heads * head_dim */
   DIM_VOCAB, /* vocab_size */
+  DIM_HEAD,  /* head_dim */
 } dim;
 
 /* Where a module occurs. */
@@ -25,6 +26,7 @@ typedef enum scope {
   PER_LAYER, /* once per decoder layer, named model.layers.N.NAME */
   UNTIED,    /* once, only when the embeddings are untied */
   QKV_BIAS,  /* per layer, a bias vector, when config->qkv_bias */
+  QK_NORM,   /* per layer, a norm, when config->qk_norm */
 } scope;
 
 typedef struct module_row {
@@ -57,6 +59,10 @@ static const module_row rows[FDY_LLAMA_MODULE_COUNT] = {
                           IN_LAYER(k_bias)},
     [FDY_LLAMA_V_BIAS] = {"self_attn.v_proj", QKV_BIAS, DIM_KV, DIM_NONE,
                           IN_LAYER(v_bias)},
+    [FDY_LLAMA_Q_NORM] = {"self_attn.q_norm", QK_NORM, DIM_HEAD, DIM_NONE,
+                          IN_LAYER(q_norm)},
+    [FDY_LLAMA_K_NORM] = {"self_attn.k_norm", QK_NORM, DIM_HEAD, DIM_NONE,
+                          IN_LAYER(k_norm)},
     [FDY_LLAMA_O_PROJ] = {"self_attn.o_proj", PER_LAYER, DIM_HIDDEN, DIM_Q,
                           IN_LAYER(o)},
     [FDY_LLAMA_POST_NORM] = {"post_attention_layernorm", PER_LAYER, DIM_HIDDEN,
@@ -85,6 +91,8 @@ static uint32_t dim_of(const fdy_llama_config *c, dim d) {
     return c->num_kv_heads * c->head_dim;
   case DIM_VOCAB:
     return c->vocab_size;
+  case DIM_HEAD:
+    return c->head_dim;
   case DIM_NONE:
     break;
   }
@@ -93,7 +101,7 @@ static uint32_t dim_of(const fdy_llama_config *c, dim d) {
 
 /* Whether the row's module is named model.layers.N.NAME. */
 static bool per_layer(const module_row *r) {
-  return r->scope == PER_LAYER || r->scope == QKV_BIAS;
+  return r->scope == PER_LAYER || r->scope == QKV_BIAS || r->scope == QK_NORM;
 }
 
 static bool present(const fdy_llama_config *c, const module_row *r) {
@@ -102,6 +110,8 @@ static bool present(const fdy_llama_config *c, const module_row *r) {
     return !c->tie_word_embeddings;
   case QKV_BIAS:
     return c->qkv_bias;
+  case QK_NORM:
+    return c->qk_norm;
   default:
     return true;
   }

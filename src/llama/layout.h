@@ -6,11 +6,11 @@
  *
  * Order: the embedding; then per decoder layer the tensors of one streamable
  * unit, in the order the layer uses them (input norm, q, k, v, the biases
- * of q, k and v where the family has them (qwen2), o, post norm, gate, up,
- * down; a quantized linear contributes its packed weight, scales and
- * biases, an unquantized one its weight); then the final norm
- * and, when the embeddings are untied, the LM head. Private to
- * src/llama. */
+ * of q, k and v where the family has them (qwen2), the norms of q and k
+ * where it has them (qwen3), o, post norm, gate, up, down; a quantized linear
+ * contributes its packed weight, scales and biases, an unquantized one its
+ * weight); then the final norm and, when the embeddings are untied, the LM
+ * head. Private to src/llama. */
 #ifndef FOUNDRY_LLAMA_LAYOUT_H
 #define FOUNDRY_LLAMA_LAYOUT_H
 
@@ -31,6 +31,8 @@ typedef enum fdy_llama_module {
                            qkv_bias only */
   FDY_LLAMA_K_BIAS,     /* ...self_attn.k_proj.bias: (kv_heads * head_dim) */
   FDY_LLAMA_V_BIAS,     /* ...self_attn.v_proj.bias: (kv_heads * head_dim) */
+  FDY_LLAMA_Q_NORM,     /* ...self_attn.q_norm: norm (head_dim), qk_norm only */
+  FDY_LLAMA_K_NORM,     /* ...self_attn.k_norm: norm (head_dim) */
   FDY_LLAMA_O_PROJ,     /* ...self_attn.o_proj: (hidden, heads * head_dim) */
   FDY_LLAMA_POST_NORM,  /* ...post_attention_layernorm: norm (hidden) */
   FDY_LLAMA_GATE_PROJ,  /* ...mlp.gate_proj: (intermediate, hidden) */
@@ -48,7 +50,7 @@ typedef enum fdy_llama_part {
   FDY_LLAMA_PART_PACKED, /* NAME.weight: U32 (out, in * bits / 32) */
   FDY_LLAMA_PART_SCALES, /* NAME.scales: (out, in / group_size) */
   FDY_LLAMA_PART_BIASES, /* NAME.biases: (out, in / group_size) */
-  FDY_LLAMA_PART_NORM,   /* NAME.weight: (hidden) */
+  FDY_LLAMA_PART_NORM,   /* NAME.weight: (hidden), (head_dim) for q and k */
   FDY_LLAMA_PART_BIAS,   /* NAME.bias: (out), a linear's bias (qwen2) */
   FDY_LLAMA_PART_DENSE,  /* NAME.weight: (out, in), an unquantized linear */
 } fdy_llama_part;
@@ -108,7 +110,7 @@ typedef struct fdy_llama_weights {
  * table quant (fdy_llama_quant_count entries; NULL: every linear at the
  * config's default) holds: per decoder layer 2 norms, 3 tensors per
  * quantized linear, 1 per unquantized one, and the family's vectors (3
- * biases for qwen2); the final norm, the embedding
+ * biases for qwen2, 2 norms for qwen3); the final norm, the embedding
  * and, when untied, the LM head. config must be one fdy_llama_config_parse
  * accepted (its limits keep every count, name and dimension in range). */
 size_t fdy_llama_layout_count(const fdy_llama_config *config,

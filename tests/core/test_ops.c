@@ -481,6 +481,25 @@ static void test_rmsnorm_relations(void **state) {
   op = valid_op(FDY_OP_RMSNORM);
   op.inputs[2].shape.dims[0] = 255;
   expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 2);
+  /* a weight of n values normalizes each n-wide segment: per head (Qwen3's
+   * q and k: 16 heads of 128, 7 of 64); n must divide the width */
+  op = valid_op(FDY_OP_RMSNORM);
+  op.inputs[1].shape = FDY_SHAPE(4, 16 * 128);
+  op.outputs[0].shape = FDY_SHAPE(4, 16 * 128);
+  op.inputs[2].shape.dims[0] = 128;
+  expect_ok(&op);
+  op.inputs[1].shape = FDY_SHAPE(4, 7 * 64);
+  op.outputs[0].shape = FDY_SHAPE(4, 7 * 64);
+  op.inputs[2].shape.dims[0] = 64;
+  expect_ok(&op);
+  op.inputs[2].shape.dims[0] = 96;
+  fdy_error err;
+  assert_int_equal(fdy_op_check(&op, &err), FDY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(err.ids[0], 2);
+  assert_int_equal(err.expected, 7 * 64);
+  assert_int_equal(err.actual, 96);
+  op.inputs[2].shape.dims[0] = 7 * 64 * 2; /* longer than the row */
+  expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 2);
   op = valid_op(FDY_OP_RMSNORM);
   op.outputs[0].shape.dims[0] = 3;
   expect_refused(&op, FDY_ERR_INVALID_ARGUMENT, 3);

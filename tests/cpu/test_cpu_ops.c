@@ -491,6 +491,51 @@ static void rmsnorm_case(fdy_dtype dtype, int32_t count) {
   free(out);
 }
 
+/* RMSNORM of each n-wide segment (a head of Qwen3's q or k): heads
+ * segments of d per row, each normalized on its own. */
+static void head_rmsnorm_case(uint32_t heads, uint32_t d, fdy_dtype dtype,
+                              int32_t count) {
+  const uint32_t rows = 5, width = heads * d;
+  const double eps = 1e-6;
+  int32_t *step = make_step(count, 3, 0);
+  float *x = random_floats((uint64_t)rows * width);
+  void *weight = random_values(d, dtype, 0.5f, 1.5f);
+  float *out = poisoned((uint64_t)rows * width);
+  fdy_op op = {.kind = FDY_OP_RMSNORM, .input_count = 3, .output_count = 1};
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, width));
+  op.inputs[2] = view(dtype, FDY_SHAPE(d));
+  op.outputs[0] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, width));
+  op.params.rmsnorm.eps = eps;
+  void *data[] = {step, x, weight, out};
+  run_everywhere(&op, data);
+  uint32_t active = count < 0                ? 0
+                    : (uint32_t)count > rows ? rows
+                                             : (uint32_t)count;
+  double *ref = doubles((uint64_t)rows * width);
+  for (uint64_t s = 0; s < (uint64_t)active * heads; s++) {
+    const float *xs = x + s * d;
+    double sum = 0.0;
+    for (uint32_t i = 0; i < d; i++) {
+      sum += (double)xs[i] * xs[i];
+    }
+    double inv = 1.0 / sqrt(sum / d + eps);
+    for (uint32_t i = 0; i < d; i++) {
+      ref[s * d + i] = xs[i] * inv * value_of(weight, dtype, i);
+    }
+  }
+  if (active > 0) {
+    expect_close(out, ref, (uint64_t)active * width, 1e-6);
+  }
+  assert_true(is_poison(out + (uint64_t)active * width,
+                        (uint64_t)(rows - active) * width));
+  free(ref);
+  free(step);
+  free(x);
+  free(weight);
+  free(out);
+}
+
 static void test_rmsnorm(void **state) {
   (void)state;
   rmsnorm_case(FDY_DTYPE_F16, 5);
@@ -499,6 +544,11 @@ static void test_rmsnorm(void **state) {
   rmsnorm_case(FDY_DTYPE_F16, 0);
   rmsnorm_case(FDY_DTYPE_F16, -3);
   rmsnorm_case(FDY_DTYPE_F32, 6); /* an unquantized F32 checkpoint's */
+  head_rmsnorm_case(16, 128, FDY_DTYPE_BF16, 4); /* Qwen3 0.6B's q */
+  head_rmsnorm_case(8, 128, FDY_DTYPE_F16, 5);   /* its k */
+  head_rmsnorm_case(7, 64, FDY_DTYPE_F32, 100);
+  head_rmsnorm_case(3, 36, FDY_DTYPE_BF16, 0);
+  head_rmsnorm_case(1, 32, FDY_DTYPE_BF16, 2); /* one head: the row */
 }
 
 /* ---- matmul ---------------------------------------------------------------

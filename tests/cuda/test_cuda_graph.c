@@ -42,16 +42,11 @@
 #define CONTEXT      64
 #define PREFILL_ROWS 16
 
-static const char *const fixtures[] = {"llama3-micro",
-                                       "llama3-tiny",
-                                       "llama3-micro-untied-g32",
-                                       "llama3-micro-mha-g128",
-                                       "llama3-micro-q8-g32",
-                                       "llama3-micro-bf16",
-                                       "llama3-micro-f32",
-                                       "llama3-micro-mixed",
-                                       "mistral-micro",
-                                       "qwen2-micro"};
+static const char *const fixtures[] = {
+    "llama3-micro",          "llama3-tiny",         "llama3-micro-untied-g32",
+    "llama3-micro-mha-g128", "llama3-micro-q8-g32", "llama3-micro-bf16",
+    "llama3-micro-f32",      "llama3-micro-mixed",  "mistral-micro",
+    "qwen2-micro",           "qwen3-micro"};
 
 typedef struct model_case {
   fdy_llama_model *model;

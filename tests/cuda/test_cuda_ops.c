@@ -565,6 +565,40 @@ static void rmsnorm_case(const char *label, uint32_t rows, int32_t count,
   free(out);
 }
 
+/* RMSNORM per head: `heads` segments of d per row (Qwen3's q and k). */
+static void head_rmsnorm_case(const char *label, uint32_t rows, int32_t count,
+                              uint32_t heads, uint32_t d, fdy_dtype dtype) {
+  const uint32_t width = heads * d;
+  int32_t *step = make_step(count, 3, 0);
+  float *x = random_floats((uint64_t)rows * width);
+  void *weight = dtype == FDY_DTYPE_F32
+                     ? (void *)random_floats(d)
+                     : (void *)random_halves(d, dtype, false, -1);
+  float *out = poisoned((uint64_t)rows * width);
+  fdy_op op = {.kind = FDY_OP_RMSNORM, .input_count = 3, .output_count = 1};
+  op.inputs[0] = view(FDY_DTYPE_I32, FDY_SHAPE(2));
+  op.inputs[1] = view(FDY_DTYPE_F32, FDY_SHAPE(rows, width));
+  op.inputs[2] = view(dtype, FDY_SHAPE(d));
+  op.outputs[0] = op.inputs[1];
+  op.params.rmsnorm.eps = 1e-6;
+  void *data[] = {step, x, weight, out};
+  results r = run_both(&op, data);
+  uint32_t active = active_rows(count, rows);
+  char what[160];
+  snprintf(what, sizeof what, "rmsnorm per head %s [%u x %u x %u] %s, count %d",
+           label, rows, heads, d, fdy_dtype_name(dtype), count);
+  if (active > 0) {
+    expect_close(what, r.cpu[3], r.gpu[3], (uint64_t)active * width,
+                 REDUCTION_BOUND);
+  }
+  expect_untouched(what, r.gpu[3], active, rows, width);
+  free_results(&r);
+  free(step);
+  free(x);
+  free(weight);
+  free(out);
+}
+
 /* ---- matmul -----------------------------------------------------------------
  */
 
@@ -2107,19 +2141,24 @@ static void test_fixture_shapes(void **state) {
   }
 }
 
-/* The ops the families add (ADD_BIAS on q, k and v) at their shapes,
- * prefill (64 rows, 50 active) and decode (1 row). */
+/* The ops the families add at their shapes (ADD_BIAS on q, k and v,
+ * RMSNORM of q and k per head), prefill (64 rows, 50 active) and decode (1
+ * row). */
 static void family_ops(const model_shape *m) {
   uint32_t q_dim = m->heads * m->head_dim, kv_dim = m->kv_heads * m->head_dim;
   add_bias_case(m->name, 64, 50, q_dim, m->dtype);
   add_bias_case(m->name, 64, 50, kv_dim, m->dtype);
   add_bias_case(m->name, 1, 1, q_dim, m->dtype);
   add_bias_case(m->name, 1, 1, kv_dim, m->dtype);
+  head_rmsnorm_case(m->name, 64, 50, m->heads, m->head_dim, m->dtype);
+  head_rmsnorm_case(m->name, 64, 50, m->kv_heads, m->head_dim, m->dtype);
+  head_rmsnorm_case(m->name, 1, 1, m->heads, m->head_dim, m->dtype);
+  head_rmsnorm_case(m->name, 1, 1, m->kv_heads, m->head_dim, m->dtype);
 }
 
 /* Every op at the families' shapes (the LM head as a GEMV only), then the
- * families' own ops; ADD_BIAS also at odd widths and counts and with F16
- * and F32 biases. */
+ * families' own ops; ADD_BIAS and per-head RMSNORM also at odd widths and
+ * counts and with F16 and F32 weights. */
 static void test_family_shapes(void **state) {
   (void)state;
   for (size_t i = 0; i < sizeof family_shapes / sizeof family_shapes[0]; i++) {
@@ -2130,6 +2169,10 @@ static void test_family_shapes(void **state) {
   add_bias_case("odd", 7, 100, 70, FDY_DTYPE_F32);
   add_bias_case("odd", 7, 0, 64, FDY_DTYPE_BF16);
   add_bias_case("odd", 7, -2, 64, FDY_DTYPE_BF16);
+  head_rmsnorm_case("odd", 7, 5, 3, 36, FDY_DTYPE_F16); /* not vec4 */
+  head_rmsnorm_case("odd", 7, 100, 5, 40, FDY_DTYPE_F32);
+  head_rmsnorm_case("odd", 7, 0, 4, 64, FDY_DTYPE_BF16);
+  head_rmsnorm_case("odd", 3, 2, 2, 4100, FDY_DTYPE_BF16); /* long heads */
 }
 
 /* llama-3.2-3b: every op as above (the LM head as a GEMV only), then the
@@ -3015,16 +3058,11 @@ static void test_linear_3b_shapes(void **state) {
  * ----------------------------------------------------------------
  */
 
-static const char *const fixtures[] = {"llama3-micro",
-                                       "llama3-tiny",
-                                       "llama3-micro-untied-g32",
-                                       "llama3-micro-mha-g128",
-                                       "llama3-micro-q8-g32",
-                                       "llama3-micro-bf16",
-                                       "llama3-micro-f32",
-                                       "llama3-micro-mixed",
-                                       "mistral-micro",
-                                       "qwen2-micro"};
+static const char *const fixtures[] = {
+    "llama3-micro",          "llama3-tiny",         "llama3-micro-untied-g32",
+    "llama3-micro-mha-g128", "llama3-micro-q8-g32", "llama3-micro-bf16",
+    "llama3-micro-f32",      "llama3-micro-mixed",  "mistral-micro",
+    "qwen2-micro",           "qwen3-micro"};
 
 static void fixture_path(char *buf, size_t cap, const char *fixture,
                          const char *leaf) {

@@ -30,9 +30,10 @@
 #include "foundry/safetensors.h"
 
 /* llama3-micro, llama3-tiny and the families' micro fixtures */
-static char fixture[4][512];
+static char fixture[5][512];
 #define MISTRAL_FIXTURE 2
 #define QWEN2_FIXTURE   3
+#define QWEN3_FIXTURE   4
 static const char *data_root;
 
 static char *read_all(const char *path, size_t *len) {
@@ -286,6 +287,10 @@ static unit_tensors layer_tensors(const fdy_llama_model *m, uint32_t layer) {
     u.t[u.count++] = l->k_bias;
     u.t[u.count++] = l->v_bias;
   }
+  if (fdy_llama_model_config(m)->qk_norm) {
+    u.t[u.count++] = l->q_norm;
+    u.t[u.count++] = l->k_norm;
+  }
   add_linear(&u, &l->o);
   u.t[u.count++] = l->post_norm;
   add_linear(&u, &l->gate);
@@ -358,9 +363,9 @@ static uint64_t expect_unit(const fdy_graph *g, const char *name,
  * layers normalize inside their matmuls; the decode step (fused) also
  * ropes inside its attention and normalizes inside its LM head. */
 /* The ops a family adds to a layer after its q, k and v: ADD_BIAS of each
- * (qwen2). */
+ * (qwen2), RMSNORM of q and k per head (qwen3). */
 static uint32_t family_layer_ops(const fdy_llama_config *c) {
-  return c->qkv_bias ? 3 : 0;
+  return (c->qkv_bias ? 3 : 0) + (c->qk_norm ? 2 : 0);
 }
 
 static size_t step_kinds(const fdy_llama_config *c, uint32_t rows,
@@ -379,8 +384,11 @@ static size_t step_kinds(const fdy_llama_config *c, uint32_t rows,
     const fdy_op_kind *kinds = fused ? fused_layer : layer;
     size_t count = fused ? FUSED_LAYER_OPS : LAYER_OPS;
     out[n++] = kinds[0]; /* q, k and v */
-    for (uint32_t j = 0; j < family_layer_ops(c); j++) {
+    for (uint32_t j = 0; c->qkv_bias && j < 3; j++) {
       out[n++] = FDY_OP_ADD_BIAS;
+    }
+    for (uint32_t j = 0; c->qk_norm && j < 2; j++) {
+      out[n++] = FDY_OP_RMSNORM;
     }
     memcpy(out + n, kinds + 1, sizeof *kinds * (count - 1));
     n += count - 1;
@@ -1873,6 +1881,12 @@ static void cfg_attention_bias(json_t *c) {
 static void cfg_llama(json_t *c) {
   json_object_set_new(c, "model_type", json_string("llama"));
 }
+static void cfg_qwen2(json_t *c) {
+  json_object_set_new(c, "model_type", json_string("qwen2"));
+}
+static void cfg_attention_bias_true(json_t *c) {
+  json_object_set_new(c, "attention_bias", json_true());
+}
 
 /* The families' configs: a field that would change the math and is not
  * implemented is refused naming it (sliding windows, mixture of experts,
@@ -1917,6 +1931,18 @@ static void test_family_configs(void **state) {
       /* a qwen2 checkpoint read as llama: its biases are not llama's */
       {QWEN2_FIXTURE, cfg_llama, FDY_ERR_SCHEMA, "/model.safetensors",
        "unexpected tensor 'model.layers."},
+      /* qwen3's attention_bias would put biases on q, k, v and o */
+      {QWEN3_FIXTURE, cfg_attention_bias_true, FDY_ERR_UNSUPPORTED,
+       "attention_bias", "unsupported linear biases"},
+      {QWEN3_FIXTURE, cfg_use_sliding_window, FDY_ERR_UNSUPPORTED,
+       "use_sliding_window", NULL},
+      {QWEN3_FIXTURE, cfg_experts_per_tok, FDY_ERR_UNSUPPORTED,
+       "num_experts_per_tok", NULL},
+      {QWEN3_FIXTURE, cfg_rope_yarn, FDY_ERR_UNSUPPORTED,
+       "rope_scaling.rope_type", NULL},
+      /* a qwen3 checkpoint read as qwen2: no biases, norms not expected */
+      {QWEN3_FIXTURE, cfg_qwen2, FDY_ERR_NOT_FOUND,
+       "model.safetensors.index.json", "model.layers.0.self_attn.q_proj.bias"},
       /* llama3-micro: the same fields are refused on llama */
       {0, cfg_local_experts, FDY_ERR_UNSUPPORTED, "num_local_experts", NULL},
       {0, cfg_layer_types, FDY_ERR_UNSUPPORTED, "layer_types", NULL},
@@ -1973,6 +1999,13 @@ static void edit_bias_shape(json_t *h) {
   json_object_set_new(entry(h, "model.layers.0.self_attn.q_proj.bias"), "shape",
                       json_pack("[i, i]", 2, 112));
 }
+static void edit_norm_missing(json_t *h) {
+  json_object_del(h, "model.layers.0.self_attn.k_norm.weight");
+}
+static void edit_norm_shape(json_t *h) {
+  json_object_set_new(entry(h, "model.layers.1.self_attn.q_norm.weight"),
+                      "shape", json_pack("[i, i]", 2, 32));
+}
 static void edit_bias_dtype(json_t *h) {
   json_object_set_new(entry(h, "model.layers.1.self_attn.v_proj.bias"), "dtype",
                       json_string("F16"));
@@ -1996,6 +2029,11 @@ static void test_family_tensors(void **state) {
       {QWEN2_FIXTURE, edit_bias_dtype, FDY_ERR_SCHEMA,
        "tensor 'model.layers.1.self_attn.v_proj.bias' has dtype F16, "
        "expected BF16"},
+      {QWEN3_FIXTURE, edit_norm_missing, FDY_ERR_NOT_FOUND,
+       "model.layers.0.self_attn.k_norm.weight"},
+      {QWEN3_FIXTURE, edit_norm_shape, FDY_ERR_SCHEMA,
+       "tensor 'model.layers.1.self_attn.q_norm.weight' has shape [2, 32], "
+       "expected [64]"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char dir[256];
@@ -2018,6 +2056,32 @@ static void test_family_tensors(void **state) {
   fdy_llama_close(m);
   assert_int_equal(fdy_llama_open(fixture[MISTRAL_FIXTURE], &m, &err), FDY_OK);
   assert_null(fdy_llama_layer(m, 0)->q_bias);
+  assert_null(fdy_llama_layer(m, 0)->q_norm);
+  fdy_llama_close(m);
+  assert_int_equal(fdy_llama_open(fixture[QWEN3_FIXTURE], &m, &err), FDY_OK);
+  l = fdy_llama_layer(m, 1);
+  assert_null(l->q_bias);
+  assert_string_equal(l->q_norm->name,
+                      "model.layers.1.self_attn.q_norm.weight");
+  assert_string_equal(l->k_norm->name,
+                      "model.layers.1.self_attn.k_norm.weight");
+  assert_int_equal(l->k_norm->shape.dims[0], 64);
+  /* the graph normalizes q and k per head with those weights */
+  fdy_llama_graph_options o = {.context = 16, .prefill_rows = 4};
+  fdy_graph *g = NULL;
+  fdy_llama_graph_io io;
+  assert_int_equal(fdy_llama_graph(m, &o, &g, &io, &err), FDY_OK);
+  expect_graph(m, g, &io, &o);
+  fdy_op_info norm = op_named(g, "decode.layer.1.k_norm");
+  assert_int_equal(norm.kind, FDY_OP_RMSNORM);
+  assert_int_equal(norm.reads[1].v, tensor_named(g, "decode.layer.1.k").v);
+  assert_int_equal(norm.reads[2].v, tensor_named(g, l->k_norm->name).v);
+  fdy_op_info attention = op_named(g, "decode.layer.1.attention");
+  assert_int_equal(attention.reads[1].v,
+                   tensor_named(g, "decode.layer.1.q_norm").v);
+  assert_int_equal(attention.reads[2].v,
+                   tensor_named(g, "decode.layer.1.k_norm").v);
+  fdy_graph_destroy(g);
   fdy_llama_close(m);
 }
 
@@ -2040,6 +2104,10 @@ static void test_family_presets(void **state) {
        false},
       {"micro-qwen2", FDY_LLAMA_FAMILY_QWEN2, 2, 256, 7, 1, 64, 1024, true,
        true},
+      {"qwen3-0.6b", FDY_LLAMA_FAMILY_QWEN3, 28, 1024, 16, 8, 128, 151936, true,
+       false},
+      {"micro-qwen3", FDY_LLAMA_FAMILY_QWEN3, 2, 256, 4, 2, 128, 1024, true,
+       true},
   };
   char root[] = "/tmp/fdy_family_presets_XXXXXX";
   assert_non_null(mkdtemp(root));
@@ -2052,6 +2120,7 @@ static void test_family_presets(void **state) {
         FDY_OK);
     assert_int_equal(c.family, presets[i].family);
     assert_true(c.qkv_bias == (presets[i].family == FDY_LLAMA_FAMILY_QWEN2));
+    assert_true(c.qk_norm == (presets[i].family == FDY_LLAMA_FAMILY_QWEN3));
     assert_int_equal(c.num_layers, presets[i].layers);
     assert_int_equal(c.hidden_size, presets[i].hidden);
     assert_int_equal(c.num_heads, presets[i].heads);
@@ -2278,6 +2347,8 @@ int main(void) {
            "%s/mistral-micro/model", data);
   snprintf(fixture[QWEN2_FIXTURE], sizeof fixture[QWEN2_FIXTURE],
            "%s/qwen2-micro/model", data);
+  snprintf(fixture[QWEN3_FIXTURE], sizeof fixture[QWEN3_FIXTURE],
+           "%s/qwen3-micro/model", data);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fixtures_open),
       cmocka_unit_test(test_graph),

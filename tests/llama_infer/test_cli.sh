@@ -116,7 +116,7 @@ contains "$err" "not a regular file"
 for fixture in llama3-tiny:24 llama3-micro-untied-g32:8 \
   llama3-micro-mha-g128:8 llama3-micro-mlx:8 llama3-micro-q8-g32:8 \
   llama3-micro-bf16:8 llama3-micro-f32:8 llama3-micro-mixed:8 \
-  mistral-micro:8 qwen2-micro:8; do
+  mistral-micro:8 qwen2-micro:8 qwen3-micro:8; do
   name=${fixture%:*}
   expect 0 verify --model "$data/$name/model" \
     --reference "$data/$name/expected.safetensors" --tolerance 1e-4

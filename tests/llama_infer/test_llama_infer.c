@@ -519,7 +519,8 @@ static void test_verify_variants(void **state) {
 
 /* The model families (scripts/make_reference_fixture.py --engine
  * transformers, the family's own class): mistral (Nemo-style head_dim),
- * qwen2 (q, k and v biases, 7 heads over 1 kv head). */
+ * qwen2 (q, k and v biases, 7 heads over 1 kv head), qwen3 (q and k
+ * normalized per head; q twice as wide as hidden). */
 static void test_verify_families(void **state) {
   (void)state;
   fdy_llama_model *model = open_fixture("mistral-micro");
@@ -542,6 +543,17 @@ static void test_verify_families(void **state) {
   fdy_llama_close(model);
   verify_fixture("qwen2-micro", 3, FDY_DTYPE_F32, FDY_LLAMA_CPU_TOLERANCE);
   verify_fixture("qwen2-micro", 1, FDY_DTYPE_F16, F16_KV_TOLERANCE);
+
+  model = open_fixture("qwen3-micro");
+  c = fdy_llama_model_config(model);
+  assert_int_equal(c->family, FDY_LLAMA_FAMILY_QWEN3);
+  assert_true(c->qk_norm);
+  assert_false(c->qkv_bias);
+  assert_true(c->num_heads * c->head_dim > c->hidden_size);
+  assert_non_null(fdy_llama_layer(model, 1)->k_norm);
+  fdy_llama_close(model);
+  verify_fixture("qwen3-micro", 2, FDY_DTYPE_F32, FDY_LLAMA_CPU_TOLERANCE);
+  verify_fixture("qwen3-micro", 1, FDY_DTYPE_F16, F16_KV_TOLERANCE);
 }
 
 /* Greedy generation gives the reference's ids, from a session that copies

@@ -423,18 +423,22 @@ static void rmsnorm_task(void *ctx, uint32_t begin, uint32_t end,
   }
 }
 
+/* Each n-wide segment of the active rows (n the weight's length, a row
+ * of x holding whole segments) is an item. */
 static void run_rmsnorm(fdy_pool *pool, const fdy_cpu_args *a) {
   const fdy_op *op = a->op;
   rmsnorm_job job = {
       .x = a->inputs[1],
       .weight = a->inputs[2],
       .dtype = op->inputs[2].dtype,
-      .n = (uint32_t)op->inputs[1].shape.dims[1],
+      .n = (uint32_t)op->inputs[2].shape.dims[0],
       .eps = op->params.rmsnorm.eps,
       .out = a->outputs[0],
   };
-  fdy_pool_run(pool, active_rows(a->inputs[0], op->inputs[1].shape.dims[0]), 1,
-               rmsnorm_task, &job);
+  uint32_t segments = (uint32_t)(op->inputs[1].shape.dims[1] / job.n);
+  fdy_pool_run(
+      pool, active_rows(a->inputs[0], op->inputs[1].shape.dims[0]) * segments,
+      1, rmsnorm_task, &job);
 }
 
 /* ---- rope -------------------------------------------------------------------

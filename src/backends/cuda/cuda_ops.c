@@ -56,6 +56,10 @@ bool fdy_cuda_op_supported(const fdy_cuda_ctx *ctx, const fdy_op *op) {
            FDY_CUDA_MAX_GRID_Y;
   }
   switch (op->kind) {
+  case FDY_OP_RMSNORM: /* a block per segment of a row */
+    return op->inputs[1].shape.dims[0] *
+               (op->inputs[1].shape.dims[1] / op->inputs[2].shape.dims[0]) <=
+           INT32_MAX;
   case FDY_OP_MATMUL_Q8:
   case FDY_OP_MATMUL_DENSE: /* a block row per row of x */
     return op->inputs[1].shape.dims[0] <= FDY_CUDA_MAX_GRID_Y;

@@ -146,24 +146,26 @@ static __device__ __forceinline__ float4 norm4(float4 v, float inv, float4 w) {
                      v.w * inv * w.w);
 }
 
-/* Block t normalizes row t. vec4 (n a multiple of 4): each thread loads
+/* Block b normalizes segment b of n values: segment b % segments of row
+ * b / segments (segments per row: 1 for a whole row, the heads for
+ * Qwen3's q and k). vec4 (n a multiple of 4): each thread loads
  * its first RMSNORM_HELD float4 of x and of the weight at once and keeps
  * them for the output (rows up to 4096 are read once); the rest of a longer
  * row is read again. Each thread sums its squares in double in a fixed
  * order, then the block (fdy_block_sum_double). */
 __global__ void __launch_bounds__(ROW_THREADS)
     rmsnorm_kernel(const int32_t *step, const float *x, const void *weight,
-                   bool f32, bool bf16, unsigned int n, unsigned int rows,
-                   double eps, bool vec4, float *out) {
+                   bool f32, bool bf16, unsigned int n, unsigned int segments,
+                   unsigned int rows, double eps, bool vec4, float *out) {
   fdy_grid_launch_dependents();
   fdy_grid_wait();
   __shared__ double scratch[ROW_THREADS / 32];
-  const unsigned int t = blockIdx.x;
+  const unsigned int t = blockIdx.x / segments;
   if (t >= fdy_active_rows(step, rows)) {
     return;
   }
-  const float *xr = x + (unsigned long long)t * n;
-  float *o = out + (unsigned long long)t * n;
+  const float *xr = x + (unsigned long long)blockIdx.x * n;
+  float *o = out + (unsigned long long)blockIdx.x * n;
   double sum = 0.0;
   if (!vec4) {
     for (unsigned int i = threadIdx.x; i < n; i += blockDim.x) {
@@ -807,13 +809,16 @@ extern "C" cudaError_t fdy_cuda_op_enqueue(const fdy_cuda_op_args *a,
                       hidden / dim_of(&in[2], 1), dim_of(&op->outputs[0], 0),
                       (float *)a->out);
   }
-  case FDY_OP_RMSNORM:
-    return fdy_launch(a->dependent, rmsnorm_kernel, dim_of(&in[1], 0),
-                      ROW_THREADS, 0, stream, step, (const float *)a->in[1],
-                      (const void *)a->in[2], in[2].dtype == FDY_DTYPE_F32,
-                      in[2].dtype == FDY_DTYPE_BF16, dim_of(&in[1], 1),
-                      dim_of(&in[1], 0), op->params.rmsnorm.eps,
-                      dim_of(&in[1], 1) % 4 == 0, (float *)a->out);
+  case FDY_OP_RMSNORM: { /* a block per segment of n (the weight's) */
+    const unsigned int n = dim_of(&in[2], 0);
+    const unsigned int segments = dim_of(&in[1], 1) / n;
+    return fdy_launch(
+        a->dependent, rmsnorm_kernel, dim_of(&in[1], 0) * segments, ROW_THREADS,
+        0, stream, step, (const float *)a->in[1], (const void *)a->in[2],
+        in[2].dtype == FDY_DTYPE_F32, in[2].dtype == FDY_DTYPE_BF16, n,
+        segments, dim_of(&in[1], 0), op->params.rmsnorm.eps, n % 4 == 0,
+        (float *)a->out);
+  }
   case FDY_OP_MATMUL_Q4:
     return fdy_cuda_matmul_q4_enqueue(a, stream);
   case FDY_OP_NORM_MATMUL_Q4:
