@@ -31,11 +31,12 @@ static void print_text(const fdy_llama_model *m) {
   fdy_format_bytes(fdy_llama_layer_bytes(m, 0), layer, sizeof layer);
   fdy_format_bytes(fdy_llama_total_bytes(m), total, sizeof total);
   printf("model: %s\n", fdy_llama_model_dir(m));
-  printf("  layers %" PRIu32 ", hidden %" PRIu32 ", heads %" PRIu32
+  printf("  %s, layers %" PRIu32 ", hidden %" PRIu32 ", heads %" PRIu32
          " / kv heads %" PRIu32 ", head_dim %" PRIu32 ", ffn %" PRIu32
          ", vocab %" PRIu32 "\n",
-         c->num_layers, c->hidden_size, c->num_heads, c->num_kv_heads,
-         c->head_dim, c->intermediate_size, c->vocab_size);
+         fdy_llama_family_name(c->family), c->num_layers, c->hidden_size,
+         c->num_heads, c->num_kv_heads, c->head_dim, c->intermediate_size,
+         c->vocab_size);
   printf("  rope theta %g, ", c->rope_theta);
   if (c->rope_llama3) {
     printf("llama3 scaling (factor %g, low %g, high %g, original %" PRIu32
@@ -100,6 +101,12 @@ static int print_json(const fdy_llama_model *m) {
       "tensor_count", (json_int_t)fdy_llama_tensor_count(m), "layer_bytes",
       layers, "total_bytes", (json_int_t)fdy_llama_total_bytes(m));
   free(model);
+  if (doc &&
+      json_object_set_new(doc, "model_type",
+                          json_string(fdy_llama_family_name(c->family))) != 0) {
+    json_decref(doc);
+    doc = NULL;
+  }
   if (!doc) {
     fprintf(stderr, "foundry: error: out of memory\n");
     return FDY_EXIT_FAILURE;

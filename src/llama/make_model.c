@@ -298,16 +298,24 @@ static const preset presets[] = {
 
 #define PRESET_COUNT (sizeof presets / sizeof presets[0])
 
-static const char *const preset_names[PRESET_COUNT + 1] = {"llama-3.2-1b",
-                                                           "llama-3.2-3b",
-                                                           "llama-3.1-8b",
-                                                           "tiny",
-                                                           "micro",
-                                                           "micro-untied",
-                                                           "micro-llama3-vocab",
-                                                           "mistral-7b-v0.3",
-                                                           "micro-mistral",
-                                                           NULL};
+/* The names of the presets (as many: checked below), as the CLI lists them. */
+static const char *const preset_names[] = {"llama-3.2-1b",
+                                           "llama-3.2-3b",
+                                           "llama-3.1-8b",
+                                           "tiny",
+                                           "micro",
+                                           "micro-untied",
+                                           "micro-llama3-vocab",
+                                           "mistral-7b-v0.3",
+                                           "micro-mistral",
+                                           "qwen3-0.6b",
+                                           "micro-qwen3",
+                                           "qwen2.5-0.5b",
+                                           "micro-qwen2",
+                                           NULL};
+
+_Static_assert(sizeof preset_names / sizeof preset_names[0] == PRESET_COUNT + 1,
+               "every preset is named in preset_names");
 
 const char *const *fdy_llama_presets(void) {
   return preset_names;

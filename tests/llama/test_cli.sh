@@ -19,6 +19,17 @@ contains "$out" "quantization 4-bit, group size 64, dtype F16, 0 modules with th
 expect 0 generate --model "$work/a" --prompt-ids 1,2,3 --max-tokens 5 \
   --ignore-eos --json
 contains "$out" '"ids":['
+# each family's micro preset: model_type and its shapes, generated from
+for family in mistral qwen2 qwen3; do
+  expect 0 make-model --preset "micro-$family" --out "$work/$family"
+  expect 0 inspect "$work/$family"
+  contains "$out" "  $family, layers 2, hidden 256"
+  expect 0 inspect --json "$work/$family"
+  contains "$out" "\"model_type\": \"$family\""
+  expect 0 generate --model "$work/$family" --prompt-ids 1,2,3 --max-tokens 3 \
+    --ignore-eos --json
+  contains "$out" '"ids":['
+done
 expect 0 make-model --preset micro-untied --seed 1 --out "$work/u"
 expect 0 inspect "$work/u"
 expect 0 generate --model "$work/u" --prompt-ids 5,6 --max-tokens 3 \

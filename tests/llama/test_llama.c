@@ -2119,6 +2119,11 @@ static void test_family_presets(void **state) {
         fdy_llama_preset_config(presets[i].name, NULL, &c, &total, &err),
         FDY_OK);
     assert_int_equal(c.family, presets[i].family);
+    bool listed = false; /* the CLI's list of presets has it */
+    for (const char *const *p = fdy_llama_presets(); *p; p++) {
+      listed = listed || strcmp(*p, presets[i].name) == 0;
+    }
+    assert_true(listed);
     assert_true(c.qkv_bias == (presets[i].family == FDY_LLAMA_FAMILY_QWEN2));
     assert_true(c.qk_norm == (presets[i].family == FDY_LLAMA_FAMILY_QWEN3));
     assert_int_equal(c.num_layers, presets[i].layers);
