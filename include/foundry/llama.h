@@ -1,4 +1,5 @@
-/* Llama 3 from MLX checkpoints (4-bit, 8-bit, unquantized and mixed):
+/* The Llama family from MLX checkpoints (model_type llama, mistral, qwen2,
+ * qwen3; 4-bit, 8-bit, unquantized and mixed):
  * loader, the model as a graph of ops and its plan, and random checkpoints
  * (sessions, generation and verification are in llama_session.h).
  *

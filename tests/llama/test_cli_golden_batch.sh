@@ -2,7 +2,7 @@
 # The make-model llama-3.2-1b golden prompt (seed 1, ids
 # 128000,9906,1070,11,1268,527,499,30) decoded in a batch among prompts of
 # other lengths: its first 16 greedy ids are the recorded ones
-# (docs/llama.md, "Same numbers as before the engine") when it is fed in
+# (docs/models.md, "Same numbers as before the engine") when it is fed in
 # chunks beside another sequence's decode rows (2 sequences at once, the
 # third prompt waiting for a slot); and every prompt's ids equal `generate --prompt-ids` alone. Skipped under ThreadSanitizer (a 1B model
 # on two cores is minutes there); runs in the plain and ASan builds.
