@@ -26,8 +26,9 @@ bad: a corpus of bad requests (BAD below), each sent as raw bytes with
   type and param; harmless unknown fields are ignored; the server stays
   healthy and serves a request after them. Needs a server with the
   micro model (no tokenizer, context 4096).
-draws SEED0 OUT: 600 seeded sampled requests (4 ids, top-k 2) one at a
-  time, each valid; the counts of the sequences met go to the file OUT.
+draws SEED0 OUT RUNS: RUNS seeded sampled requests (4 ids, top-k 2) one
+  at a time, each valid; the counts of the sequences met go to the file
+  OUT.
 compare FILE_A FILE_B same|differ (URL -): two files of draws pass (same)
   or fail (differ) a two-sample chi-square test at 0.999, as
   tests/llama_infer/test_speculative.c compares speculative sampling with
@@ -418,15 +419,14 @@ def check_bad(server):
 
 # The sampled requests of draws: 4 ids, top-k 2 (at most 16 sequences).
 DRAWS_PROMPT = [5, 17, 250, 3, 99, 41, 7]
-DRAWS_RUNS = 600
 
 
-def check_draws(server, seed0, out):
-    """DRAWS_RUNS seeded requests (seeds from seed0), one at a time: every
-    answer has 4 ids of the vocabulary; the count of each sequence of ids
-    goes to the JSON file out."""
+def check_draws(server, seed0, out, runs):
+    """runs seeded requests (seeds from seed0), one at a time: every answer
+    has 4 ids of the vocabulary; the count of each sequence of ids goes to
+    the JSON file out."""
     counts = {}
-    for run in range(DRAWS_RUNS):
+    for run in range(int(runs)):
         status, got = server.post("/v1/completions", {
             "prompt": DRAWS_PROMPT, "max_tokens": 4, "temperature": 1.0,
             "top_k": 2, "seed": int(seed0) + run})
@@ -480,13 +480,13 @@ def check_compare(_server, file_a, file_b, expect):
 CHECKS = {"bad": check_bad, "stop": check_stop, "metrics": check_metrics,
           "disconnect": check_disconnect, "draws": check_draws,
           "compare": check_compare}
-ARGS = {"draws": 2, "compare": 3}
+ARGS = {"draws": 3, "compare": 3}
 
 if __name__ == "__main__":
     if len(sys.argv) < 3 or sys.argv[2] not in CHECKS or \
             len(sys.argv) != 3 + ARGS.get(sys.argv[2], 0):
         fail(f"usage: serve_checks.py URL {'|'.join(CHECKS)} "
-             "(draws SEED0 OUT, compare FILE_A FILE_B same|differ; URL - "
+             "(draws SEED0 OUT RUNS, compare FILE_A FILE_B same|differ; URL - "
              "for compare)")
     server = None if sys.argv[1] == "-" else Server(sys.argv[1])
     CHECKS[sys.argv[2]](server, *sys.argv[3:])
