@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "cli_draft.h"
+#include "cli_options.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "foundry/chat.h"
@@ -243,95 +244,184 @@ static int converse(fdy_chat *chat, fdy_cli_printer *printer,
   return code;
 }
 
-int fdy_cmd_chat(int argc, char **argv) {
-  enum {
-    OPT_MODEL = 256,
-    OPT_TOKENIZER,
-    OPT_SYSTEM,
-    OPT_MAX,
-    OPT_CHAT_TEMPLATE,
-  };
-  static const struct option options[] = {
-      {"model", required_argument, NULL, OPT_MODEL},
-      {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
-      {"system", required_argument, NULL, OPT_SYSTEM},
-      {"max-tokens", required_argument, NULL, OPT_MAX},
-      {"chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE},
-      FDY_CLI_SESSION_OPTIONS,
-      FDY_CLI_SAMPLING_OPTIONS,
-      FDY_CLI_DRAFT_OPTIONS,
-      {NULL, 0, NULL, 0},
-  };
-  const char *model_dir = NULL, *tokenizer_path = NULL, *system = NULL;
-  uint64_t max_tokens = 0;
-  fdy_chat_template template_kind = FDY_CHAT_TEMPLATE_AUTO;
-  const char *template_file = NULL;
-  fdy_cli_session_flags session_flags = FDY_CLI_SESSION_FLAGS_DEFAULT;
-  fdy_cli_sampling_flags sampling_flags = {.params = FDY_LLAMA_GREEDY};
-  fdy_cli_draft_flags draft_flags = {0};
-  fdy_error err;
-  const int repeated = fdy_cli_check_repeats("chat", argc, argv, options);
-  if (repeated != FDY_EXIT_OK) {
-    return repeated;
+/* The command's options, as parsed. */
+typedef struct chat_args {
+  const char *model_dir, *tokenizer_path, *system, *template_file;
+  uint64_t max_tokens; /* 0: no limit */
+  fdy_chat_template template_kind;
+  fdy_cli_session_flags session;
+  fdy_cli_sampling_flags sampling;
+  fdy_cli_draft_flags draft;
+} chat_args;
+
+enum {
+  OPT_MODEL = 256,
+  OPT_TOKENIZER,
+  OPT_SYSTEM,
+  OPT_MAX,
+  OPT_CHAT_TEMPLATE,
+};
+
+static const struct option options[] = {
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
+    {"system", required_argument, NULL, OPT_SYSTEM},
+    {"max-tokens", required_argument, NULL, OPT_MAX},
+    {"chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE},
+    FDY_CLI_SESSION_OPTIONS,
+    FDY_CLI_SAMPLING_OPTIONS,
+    FDY_CLI_DRAFT_OPTIONS,
+    {NULL, 0, NULL, 0},
+};
+
+static fdy_status parse_option(void *p, int opt, const char *arg, bool *handled,
+                               fdy_error *err) {
+  chat_args *a = p;
+  *handled = true;
+  switch (opt) {
+  case OPT_MODEL:
+    a->model_dir = arg;
+    return FDY_OK;
+  case OPT_TOKENIZER:
+    a->tokenizer_path = arg;
+    return FDY_OK;
+  case OPT_SYSTEM:
+    a->system = arg;
+    return FDY_OK;
+  case OPT_MAX:
+    return fdy_cli_parse_uint("--max-tokens", arg, 1, UINT32_MAX,
+                              &a->max_tokens, err);
+  case OPT_CHAT_TEMPLATE:
+    fdy_cli_parse_chat_template(arg, &a->template_kind, &a->template_file);
+    return FDY_OK;
+  default:
+    return fdy_cli_shared_flag(opt, arg, &a->session, &a->sampling, &a->draft,
+                               handled, err);
   }
-  optind = 1;
-  opterr = 0;
-  int opt;
-  while ((opt = getopt_long(argc, argv, ":", options, NULL)) != -1) {
-    fdy_status status = FDY_OK;
-    switch (opt) {
-    case OPT_MODEL:
-      model_dir = optarg;
-      break;
-    case OPT_TOKENIZER:
-      tokenizer_path = optarg;
-      break;
-    case OPT_SYSTEM:
-      system = optarg;
-      break;
-    case OPT_MAX:
-      status = fdy_cli_parse_uint("--max-tokens", optarg, 1, UINT32_MAX,
-                                  &max_tokens, &err);
-      break;
-    case OPT_CHAT_TEMPLATE:
-      fdy_cli_parse_chat_template(optarg, &template_kind, &template_file);
-      break;
-    case ':':
-      return fdy_cli_usage("chat", "%s needs a value", argv[optind - 1]);
-    default: {
-      bool handled = false;
-      status =
-          fdy_cli_session_flag(opt, optarg, &session_flags, &handled, &err);
-      if (!handled) {
-        status =
-            fdy_cli_sampling_flag(opt, optarg, &sampling_flags, &handled, &err);
-      }
-      if (!handled) {
-        status = fdy_cli_draft_flag(opt, optarg, &draft_flags, &handled, &err);
-      }
-      if (!handled) {
-        return fdy_cli_usage("chat", "unknown option '%s'", argv[optind - 1]);
-      }
-      break;
-    }
-    }
-    if (status != FDY_OK) {
-      return fdy_cli_usage("chat", "%s", err.message);
-    }
+}
+
+/* The flags into *a, and the checks between them: FDY_EXIT_OK or the
+ * usage error printed. */
+static int parse(int argc, char **argv, chat_args *a) {
+  *a = (chat_args){.template_kind = FDY_CHAT_TEMPLATE_AUTO,
+                   .session = FDY_CLI_SESSION_FLAGS_DEFAULT,
+                   .sampling = {.params = FDY_LLAMA_GREEDY}};
+  int code =
+      fdy_cli_parse_options("chat", argc, argv, options, parse_option, a, NULL);
+  if (code != FDY_EXIT_OK) {
+    return code;
   }
-  if (optind < argc) {
-    return fdy_cli_usage("chat", "unexpected argument '%s'", argv[optind]);
-  }
-  if (!model_dir) {
+  if (!a->model_dir) {
     return fdy_cli_usage("chat", "--model is required");
   }
-  if (fdy_cli_draft_orphan(&draft_flags)) {
+  if (fdy_cli_draft_orphan(&a->draft)) {
     return fdy_cli_usage("chat", "%s needs --draft-model",
-                         fdy_cli_draft_orphan(&draft_flags));
+                         fdy_cli_draft_orphan(&a->draft));
   }
-  const fdy_llama_speculative_options spec =
-      fdy_cli_draft_speculative(&draft_flags);
+  return FDY_EXIT_OK;
+}
 
+/* The conversation and what it holds. */
+typedef struct chat_run {
+  fdy_llama_speculative_options spec; /* with --draft-model */
+  fdy_sample_params sampling;
+  bool from_config; /* the defaults are generation_config.json's */
+  bool random_seed;
+  fdy_tokenizer *tok;
+  fdy_llama_model *model, *draft_model;
+  fdy_backend *engine;
+  fdy_llama_session *session, *draft;
+  fdy_chat *chat;
+  fdy_cli_printer printer;
+} chat_run;
+
+static void chat_run_close(chat_run *r) {
+  fdy_cli_printer_destroy(&r->printer);
+  fdy_chat_destroy(r->chat);
+  fdy_llama_session_destroy(r->draft);
+  fdy_llama_close(r->draft_model);
+  fdy_llama_session_destroy(r->session);
+  fdy_backend_destroy(r->engine);
+  fdy_llama_close(r->model);
+  fdy_tokenizer_destroy(r->tok);
+}
+
+/* The tokenizer, the model, the draft, the backend and the sessions
+ * (ids_only unless logits). */
+static fdy_status open_models(const chat_args *a, bool logits, chat_run *r,
+                              fdy_error *err) {
+  const fdy_cli_session_flags *f = &a->session;
+  fdy_status st =
+      fdy_cli_open_tokenizer(a->model_dir, a->tokenizer_path, &r->tok, err);
+  if (st == FDY_OK) {
+    st = fdy_llama_open(a->model_dir, &r->model, err);
+  }
+  if (st == FDY_OK && a->draft.dir) {
+    st = fdy_cli_open_draft(a->draft.dir, r->model, &r->draft_model, err);
+  }
+  if (st == FDY_OK) {
+    st = fdy_cli_backend_create(f->backend, (uint32_t)f->threads,
+                                f->serial_launch, &r->engine, err);
+  }
+  fdy_llama_session_options o = {
+      .backend = r->engine,
+      .context = (uint32_t)f->context,
+      .kv_dtype = f->kv_dtype,
+      .step_rows = a->draft.dir ? r->spec.max_draft_tokens + 1 : 0,
+      .ids_only = !logits};
+  if (st == FDY_OK) {
+    st = fdy_llama_session_create(r->model, &o, &r->session, err);
+  }
+  if (st == FDY_OK && a->draft.dir) {
+    st = fdy_cli_draft_session(f, r->draft_model, r->engine,
+                               fdy_llama_session_context(r->session), logits,
+                               &r->draft, err);
+  }
+  return st;
+}
+
+/* The sampling (the model's generation_config.json, else greedy, under the
+ * flags), the models and the conversation with its printer. */
+static fdy_status open_chat(const chat_args *a, chat_run *r, fdy_error *err) {
+  fdy_sample_params defaults = FDY_LLAMA_GREEDY;
+  r->spec = fdy_cli_draft_speculative(&a->draft);
+  fdy_status st =
+      fdy_cli_generation_config(a->model_dir, &defaults, &r->from_config, err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  r->sampling =
+      fdy_cli_sampling_resolve(&a->sampling, defaults, &r->random_seed);
+  /* generation reads the ids alone, but speculative sampling the logits */
+  st = open_models(
+      a, a->draft.dir && fdy_llama_speculative_needs_logits(&r->sampling), r,
+      err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  fdy_chat_options o = {.system = a->system,
+                        .max_tokens = (uint32_t)a->max_tokens,
+                        .sampling = &r->sampling,
+                        .template_kind = a->template_kind,
+                        .template_file = a->template_file,
+                        .speculative = a->draft.dir ? &r->spec : NULL,
+                        .draft = r->draft};
+  st = fdy_chat_create(r->session, r->tok, &o, &r->chat, err);
+  if (st == FDY_OK) {
+    st = fdy_cli_printer_init(&r->printer, r->tok, stdout, &interrupted, err);
+  }
+  if (st != FDY_OK) {
+    fdy_cli_explain_template(err);
+  }
+  return st;
+}
+
+int fdy_cmd_chat(int argc, char **argv) {
+  chat_args a;
+  int code = parse(argc, argv, &a);
+  if (code != FDY_EXIT_OK) {
+    return code;
+  }
   /* Threads started from here on (the backend's) block SIGINT. A Ctrl-C
    * while loading stays pending and ends the process (default action) when
    * the main thread lets it through after loading. */
@@ -343,71 +433,15 @@ int fdy_cmd_chat(int argc, char **argv) {
   sigdelset(&wait_mask, SIGINT);
   struct sigaction previous;
   bool handled = false;
-
-  int code = FDY_EXIT_FAILURE;
-  fdy_tokenizer *tok = NULL;
-  fdy_llama_model *model = NULL;
-  fdy_backend *engine = NULL;
-  fdy_llama_session *session = NULL;
-  fdy_llama_model *draft_model = NULL;
-  fdy_llama_session *draft = NULL;
-  fdy_chat *chat = NULL;
-  fdy_cli_printer printer = {0};
-  fdy_llama_session_options session_options = {
-      .context = (uint32_t)session_flags.context,
-      .kv_dtype = session_flags.kv_dtype,
-      .step_rows = draft_flags.dir ? spec.max_draft_tokens + 1 : 0};
-  /* the model's generation_config.json, else greedy, under the flags */
-  fdy_sample_params defaults = FDY_LLAMA_GREEDY, sampling = FDY_LLAMA_GREEDY;
-  bool from_config = false, random_seed = false;
-  fdy_chat_options chat_options = {.system = system,
-                                   .max_tokens = (uint32_t)max_tokens,
-                                   .sampling = &sampling,
-                                   .template_kind = template_kind,
-                                   .template_file = template_file,
-                                   .speculative =
-                                       draft_flags.dir ? &spec : NULL};
-  if (fdy_cli_generation_config(model_dir, &defaults, &from_config, &err) !=
-      FDY_OK) {
+  chat_run r = {0};
+  fdy_error err;
+  if (open_chat(&a, &r, &err) != FDY_OK) {
     code = fdy_cli_fail(&err);
     goto cleanup;
   }
-  sampling = fdy_cli_sampling_resolve(&sampling_flags, defaults, &random_seed);
-  /* generation reads the ids alone, but speculative sampling the logits */
-  bool logits =
-      draft_flags.dir && fdy_llama_speculative_needs_logits(&sampling);
-  session_options.ids_only = !logits;
-  if (fdy_cli_open_tokenizer(model_dir, tokenizer_path, &tok, &err) != FDY_OK ||
-      fdy_llama_open(model_dir, &model, &err) != FDY_OK ||
-      (draft_flags.dir && fdy_cli_open_draft(draft_flags.dir, model,
-                                             &draft_model, &err) != FDY_OK) ||
-      fdy_cli_backend_create(
-          session_flags.backend, (uint32_t)session_flags.threads,
-          session_flags.serial_launch, &engine, &err) != FDY_OK) {
-    code = fdy_cli_fail(&err);
-    goto cleanup;
-  }
-  session_options.backend = engine;
-  if (fdy_llama_session_create(model, &session_options, &session, &err) !=
-          FDY_OK ||
-      (draft_flags.dir &&
-       fdy_cli_draft_session(&session_flags, draft_model, engine,
-                             fdy_llama_session_context(session), logits, &draft,
-                             &err) != FDY_OK)) {
-    code = fdy_cli_fail(&err);
-    goto cleanup;
-  }
-  chat_options.draft = draft;
-  if (fdy_chat_create(session, tok, &chat_options, &chat, &err) != FDY_OK ||
-      fdy_cli_printer_init(&printer, tok, stdout, &interrupted, &err) !=
-          FDY_OK) {
-    fdy_cli_explain_template(&err);
-    code = fdy_cli_fail(&err);
-    goto cleanup;
-  }
-  if (from_config || sampling.temperature > 0.0f) {
-    fdy_cli_sampling_print(stderr, &sampling, random_seed,
-                           from_config ? "generation_config.json" : NULL);
+  if (r.from_config || r.sampling.temperature > 0.0f) {
+    fdy_cli_sampling_print(stderr, &r.sampling, r.random_seed,
+                           r.from_config ? "generation_config.json" : NULL);
   }
   pthread_sigmask(SIG_SETMASK, &original, NULL); /* a pending Ctrl-C ends */
   struct sigaction action = {.sa_handler = on_interrupt};
@@ -415,20 +449,14 @@ int fdy_cmd_chat(int argc, char **argv) {
   pthread_sigmask(SIG_BLOCK, &sigint, NULL);
   sigaction(SIGINT, &action, &previous);
   handled = true;
-  code = converse(chat, &printer, &wait_mask, &sigint, draft ? &spec : NULL);
+  code = converse(r.chat, &r.printer, &wait_mask, &sigint,
+                  r.draft ? &r.spec : NULL);
 
 cleanup:
   if (handled) {
     sigaction(SIGINT, &previous, NULL);
   }
   pthread_sigmask(SIG_SETMASK, &original, NULL);
-  fdy_cli_printer_destroy(&printer);
-  fdy_chat_destroy(chat);
-  fdy_llama_session_destroy(draft);
-  fdy_llama_close(draft_model);
-  fdy_llama_session_destroy(session);
-  fdy_backend_destroy(engine);
-  fdy_llama_close(model);
-  fdy_tokenizer_destroy(tok);
+  chat_run_close(&r);
   return code;
 }
