@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli_options.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "foundry/llama.h"
@@ -64,117 +65,133 @@ static void show_progress(void *ctx, uint64_t done, uint64_t total) {
   }
 }
 
-int fdy_cmd_make_model(int argc, char **argv) {
-  enum {
-    OPT_PRESET = 256,
-    OPT_SEED,
-    OPT_OUT,
-    OPT_BITS,
-    OPT_GROUP,
-    OPT_MIXED,
-    OPT_UNQUANTIZED,
-    OPT_DTYPE
-  };
-  static const struct option options[] = {
-      {"preset", required_argument, NULL, OPT_PRESET},
-      {"seed", required_argument, NULL, OPT_SEED},
-      {"out", required_argument, NULL, OPT_OUT},
-      {"bits", required_argument, NULL, OPT_BITS},
-      {"group-size", required_argument, NULL, OPT_GROUP},
-      {"mixed", no_argument, NULL, OPT_MIXED},
-      {"unquantized", no_argument, NULL, OPT_UNQUANTIZED},
-      {"dtype", required_argument, NULL, OPT_DTYPE},
-      {NULL, 0, NULL, 0},
-  };
-  const char *preset = NULL, *out = NULL;
-  uint64_t seed = 0, value = 0;
-  fdy_llama_make_options make = {0};
-  fdy_error err;
-  const int repeated = fdy_cli_check_repeats("make-model", argc, argv, options);
-  if (repeated != FDY_EXIT_OK) {
-    return repeated;
+/* The command's options, as parsed. */
+typedef struct make_args {
+  const char *preset, *out;
+  uint64_t seed;
+  fdy_llama_make_options make;
+} make_args;
+
+enum {
+  OPT_PRESET = 256,
+  OPT_SEED,
+  OPT_OUT,
+  OPT_BITS,
+  OPT_GROUP,
+  OPT_MIXED,
+  OPT_UNQUANTIZED,
+  OPT_DTYPE
+};
+
+static const struct option options[] = {
+    {"preset", required_argument, NULL, OPT_PRESET},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"out", required_argument, NULL, OPT_OUT},
+    {"bits", required_argument, NULL, OPT_BITS},
+    {"group-size", required_argument, NULL, OPT_GROUP},
+    {"mixed", no_argument, NULL, OPT_MIXED},
+    {"unquantized", no_argument, NULL, OPT_UNQUANTIZED},
+    {"dtype", required_argument, NULL, OPT_DTYPE},
+    {NULL, 0, NULL, 0},
+};
+
+/* --bits (4 or 8) or --group-size (32, 64 or 128). */
+static fdy_status parse_quantization(int opt, const char *arg,
+                                     fdy_llama_make_options *make,
+                                     fdy_error *err) {
+  const bool bits = opt == OPT_BITS;
+  const char *flag = bits ? "--bits" : "--group-size";
+  uint64_t value = 0;
+  fdy_status st = fdy_cli_parse_uint(flag, arg, 1, UINT32_MAX, &value, err);
+  if (st != FDY_OK) {
+    return st;
   }
-  optind = 1;
-  opterr = 0;
-  int opt;
-  while ((opt = getopt_long(argc, argv, ":", options, NULL)) != -1) {
-    switch (opt) {
-    case OPT_PRESET:
-      preset = optarg;
-      break;
-    case OPT_OUT:
-      out = optarg;
-      break;
-    case OPT_SEED:
-      if (fdy_cli_parse_uint("--seed", optarg, 0, UINT64_MAX, &seed, &err) !=
-          FDY_OK) {
-        return fdy_cli_usage("make-model", "%s", err.message);
-      }
-      break;
-    case OPT_BITS:
-    case OPT_GROUP: {
-      const bool bits = opt == OPT_BITS;
-      const char *flag = bits ? "--bits" : "--group-size";
-      if (fdy_cli_parse_uint(flag, optarg, 1, UINT32_MAX, &value, &err) !=
-          FDY_OK) {
-        return fdy_cli_usage("make-model", "%s", err.message);
-      }
-      if (bits ? value != 4 && value != 8
-               : value != 32 && value != 64 && value != 128) {
-        return fdy_cli_usage("make-model", "%s %s: %s", flag, optarg,
-                             bits ? "4 or 8" : "32, 64 or 128");
-      }
-      *(bits ? &make.bits : &make.group_size) = (uint32_t)value;
-      break;
+  if (bits ? value != 4 && value != 8
+           : value != 32 && value != 64 && value != 128) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT, "%s %s: %s", flag, arg,
+                         bits ? "4 or 8" : "32, 64 or 128");
+  }
+  *(bits ? &make->bits : &make->group_size) = (uint32_t)value;
+  return FDY_OK;
+}
+
+static fdy_status parse_option(void *p, int opt, const char *arg, bool *handled,
+                               fdy_error *err) {
+  make_args *a = p;
+  *handled = true;
+  switch (opt) {
+  case OPT_PRESET:
+    a->preset = arg;
+    return FDY_OK;
+  case OPT_OUT:
+    a->out = arg;
+    return FDY_OK;
+  case OPT_SEED:
+    return fdy_cli_parse_uint("--seed", arg, 0, UINT64_MAX, &a->seed, err);
+  case OPT_BITS:
+  case OPT_GROUP:
+    return parse_quantization(opt, arg, &a->make, err);
+  case OPT_MIXED:
+    a->make.mixed = true;
+    return FDY_OK;
+  case OPT_UNQUANTIZED:
+    a->make.unquantized = true;
+    return FDY_OK;
+  case OPT_DTYPE:
+    if (strcmp(arg, "float16") != 0 && strcmp(arg, "bfloat16") != 0 &&
+        strcmp(arg, "float32") != 0) {
+      return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                           "--dtype %s: float16, bfloat16 or float32", arg);
     }
-    case OPT_MIXED:
-      make.mixed = true;
-      break;
-    case OPT_UNQUANTIZED:
-      make.unquantized = true;
-      break;
-    case OPT_DTYPE:
-      if (strcmp(optarg, "float16") != 0 && strcmp(optarg, "bfloat16") != 0 &&
-          strcmp(optarg, "float32") != 0) {
-        return fdy_cli_usage(
-            "make-model", "--dtype %s: float16, bfloat16 or float32", optarg);
-      }
-      make.dtype = optarg;
-      break;
-    case ':':
-      return fdy_cli_usage("make-model", "%s needs a value", argv[optind - 1]);
-    default:
-      return fdy_cli_usage("make-model", "unknown option '%s'",
-                           argv[optind - 1]);
-    }
+    a->make.dtype = arg;
+    return FDY_OK;
+  default:
+    *handled = false;
+    return FDY_OK;
   }
-  if (optind < argc) {
-    return fdy_cli_usage("make-model", "unexpected argument '%s'",
-                         argv[optind]);
+}
+
+/* The flags into *a, and the checks between them: FDY_EXIT_OK or the
+ * usage error printed. */
+static int parse(int argc, char **argv, make_args *a) {
+  *a = (make_args){.preset = NULL};
+  int code = fdy_cli_parse_options("make-model", argc, argv, options,
+                                   parse_option, a, NULL);
+  if (code != FDY_EXIT_OK) {
+    return code;
   }
-  if (!preset || !out) {
+  if (!a->preset || !a->out) {
     return fdy_cli_usage("make-model", "--preset and --out are required");
   }
   bool known = false;
   char names[256] = "";
   size_t used = 0;
   for (const char *const *p = fdy_llama_presets(); *p; p++) {
-    known = known || strcmp(*p, preset) == 0;
+    known = known || strcmp(*p, a->preset) == 0;
     int n = snprintf(names + used, sizeof names - used, "%s%s",
                      used ? ", " : "", *p);
     used = n > 0 && (size_t)n < sizeof names - used ? used + (size_t)n : used;
   }
   if (!known) {
     return fdy_cli_usage("make-model", "unknown preset '%s' (presets: %s)",
-                         preset, names);
+                         a->preset, names);
   }
-  progress_state state = {-1};
-  bool tty = fdy_cli_stderr_is_tty();
-  if (make.unquantized && (make.bits || make.group_size || make.mixed)) {
+  if (a->make.unquantized &&
+      (a->make.bits || a->make.group_size || a->make.mixed)) {
     return fdy_cli_usage("make-model", "--unquantized takes no --bits, "
                                        "--group-size or --mixed");
   }
-  if (fdy_llama_make_model_ex(preset, seed, &make, out,
+  return FDY_EXIT_OK;
+}
+
+/* Writes the checkpoint, and with the Llama 3 vocabulary its tokenizer
+ * beside the weights, as a real checkpoint has it, so that text prompts
+ * and chat work (*text). */
+static int run(const make_args *a, bool *text) {
+  fdy_error err;
+  progress_state state = {-1};
+  bool tty = fdy_cli_stderr_is_tty();
+  if (fdy_llama_make_model_ex(a->preset, a->seed, &a->make, a->out,
                               tty ? show_progress : NULL, &state,
                               &err) != FDY_OK) {
     if (tty && state.last_percent >= 0 && state.last_percent < 100) {
@@ -182,16 +199,26 @@ int fdy_cmd_make_model(int argc, char **argv) {
     }
     return fdy_cli_fail(&err);
   }
-  /* the Llama 3 vocabulary: its tokenizer beside the weights, as a real
-   * checkpoint has it, so that text prompts and chat work */
   fdy_llama_config config;
-  bool text =
-      fdy_llama_preset_config(preset, &make, &config, NULL, &err) == FDY_OK &&
-      config.vocab_size == FDY_LLAMA3_VOCAB_SIZE;
-  if (text && fdy_tokenizer_write_llama3(out, &err) != FDY_OK) {
+  *text = fdy_llama_preset_config(a->preset, &a->make, &config, NULL, &err) ==
+              FDY_OK &&
+          config.vocab_size == FDY_LLAMA3_VOCAB_SIZE;
+  if (*text && fdy_tokenizer_write_llama3(a->out, &err) != FDY_OK) {
     return fdy_cli_fail(&err);
   }
-  fprintf(stderr, "wrote %s (preset %s, seed %" PRIu64 "%s)\n", out, preset,
-          seed, text ? ", with the Llama 3 tokenizer" : "");
   return FDY_EXIT_OK;
+}
+
+int fdy_cmd_make_model(int argc, char **argv) {
+  make_args a;
+  int code = parse(argc, argv, &a);
+  bool text = false;
+  if (code == FDY_EXIT_OK) {
+    code = run(&a, &text);
+  }
+  if (code == FDY_EXIT_OK) {
+    fprintf(stderr, "wrote %s (preset %s, seed %" PRIu64 "%s)\n", a.out,
+            a.preset, a.seed, text ? ", with the Llama 3 tokenizer" : "");
+  }
+  return code;
 }
