@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_options.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "foundry/bench.h"
@@ -221,128 +222,140 @@ static int dump_model(const char *path, const char *dir, uint32_t context,
   return code;
 }
 
-int fdy_cmd_plan(int argc, char **argv) {
-  enum {
-    OPT_DUMP = 256,
-    OPT_CHECK,
-    OPT_LAYERS,
-    OPT_WEIGHT,
-    OPT_BUFFERS,
-    OPT_BUDGET,
-    OPT_ALIGNMENT,
-    OPT_MODEL,
-    OPT_CONTEXT
-  };
-  static const struct option options[] = {
-      {"dump", required_argument, NULL, OPT_DUMP},
-      {"check", required_argument, NULL, OPT_CHECK},
-      {"layers", required_argument, NULL, OPT_LAYERS},
-      {"weight-mib", required_argument, NULL, OPT_WEIGHT},
-      {"buffers", required_argument, NULL, OPT_BUFFERS},
-      {"budget", required_argument, NULL, OPT_BUDGET},
-      {"alignment", required_argument, NULL, OPT_ALIGNMENT},
-      {"model", required_argument, NULL, OPT_MODEL},
-      {"context", required_argument, NULL, OPT_CONTEXT},
-      {NULL, 0, NULL, 0},
-  };
-  const char *dump = NULL, *check = NULL, *model = NULL;
-  uint64_t context = 0;
-  bool budget_given = false, chain_option_seen = false;
-  uint64_t layers = DEFAULT_LAYERS, weight_mib = DEFAULT_WEIGHT_MIB;
-  uint64_t buffers = DEFAULT_BUFFERS, alignment = DEFAULT_ALIGNMENT;
-  uint64_t budget = 4 * FDY_GIB;
-  bool dump_option_seen = false;
-  fdy_error err;
-  const int repeated = fdy_cli_check_repeats("plan", argc, argv, options);
-  if (repeated != FDY_EXIT_OK) {
-    return repeated;
+/* The command's options, as parsed. */
+typedef struct plan_args {
+  const char *dump, *check, *model;
+  uint64_t context, layers, weight_mib, buffers, alignment, budget;
+  bool budget_given;
+  bool chain_option_seen; /* --layers, --weight-mib or --alignment */
+  bool dump_option_seen;  /* any planner option */
+} plan_args;
+
+enum {
+  OPT_DUMP = 256,
+  OPT_CHECK,
+  OPT_LAYERS,
+  OPT_WEIGHT,
+  OPT_BUFFERS,
+  OPT_BUDGET,
+  OPT_ALIGNMENT,
+  OPT_MODEL,
+  OPT_CONTEXT
+};
+
+static const struct option options[] = {
+    {"dump", required_argument, NULL, OPT_DUMP},
+    {"check", required_argument, NULL, OPT_CHECK},
+    {"layers", required_argument, NULL, OPT_LAYERS},
+    {"weight-mib", required_argument, NULL, OPT_WEIGHT},
+    {"buffers", required_argument, NULL, OPT_BUFFERS},
+    {"budget", required_argument, NULL, OPT_BUDGET},
+    {"alignment", required_argument, NULL, OPT_ALIGNMENT},
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"context", required_argument, NULL, OPT_CONTEXT},
+    {NULL, 0, NULL, 0},
+};
+
+static fdy_status parse_alignment(const char *arg, uint64_t *out,
+                                  fdy_error *err) {
+  fdy_status st = fdy_cli_parse_uint("--alignment", arg, FDY_TENSOR_ALIGNMENT,
+                                     UINT32_MAX, out, err);
+  if (st == FDY_OK && !fdy_is_power_of_two(*out)) {
+    st = fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                       "--alignment must be a power of two, got %s", arg);
   }
-  optind = 1;
-  opterr = 0;
-  int opt;
-  while ((opt = getopt_long(argc, argv, ":", options, NULL)) != -1) {
-    fdy_status status = FDY_OK;
-    switch (opt) {
-    case OPT_DUMP:
-      dump = optarg;
-      break;
-    case OPT_CHECK:
-      check = optarg;
-      break;
-    case OPT_LAYERS:
-      status =
-          fdy_cli_parse_uint("--layers", optarg, 1, MAX_LAYERS, &layers, &err);
-      dump_option_seen = chain_option_seen = true;
-      break;
-    case OPT_WEIGHT:
-      status = fdy_cli_parse_uint("--weight-mib", optarg, 1, UINT32_MAX,
-                                  &weight_mib, &err);
-      dump_option_seen = chain_option_seen = true;
-      break;
-    case OPT_BUFFERS:
-      status = fdy_cli_parse_uint("--buffers", optarg, 1, MAX_BUFFERS, &buffers,
-                                  &err);
-      dump_option_seen = true;
-      break;
-    case OPT_BUDGET:
-      status = fdy_cli_parse_size("--budget", optarg, &budget, &err);
-      dump_option_seen = budget_given = true;
-      break;
-    case OPT_ALIGNMENT:
-      status = fdy_cli_parse_uint("--alignment", optarg, FDY_TENSOR_ALIGNMENT,
-                                  UINT32_MAX, &alignment, &err);
-      if (status == FDY_OK && !fdy_is_power_of_two(alignment)) {
-        status =
-            fdy_error_set(&err, FDY_ERR_INVALID_ARGUMENT,
-                          "--alignment must be a power of two, got %s", optarg);
-      }
-      dump_option_seen = chain_option_seen = true;
-      break;
-    case OPT_MODEL:
-      model = optarg;
-      dump_option_seen = true;
-      break;
-    case OPT_CONTEXT:
-      status = fdy_cli_parse_uint("--context", optarg, 1, UINT32_MAX, &context,
-                                  &err);
-      dump_option_seen = true;
-      break;
-    case ':':
-      return fdy_cli_usage("plan", "%s needs a value", argv[optind - 1]);
-    default:
-      return fdy_cli_usage("plan", "unknown option '%s'", argv[optind - 1]);
-    }
-    if (status != FDY_OK) {
-      return fdy_cli_usage("plan", "%s", err.message);
-    }
+  return st;
+}
+
+static fdy_status parse_option(void *p, int opt, const char *arg, bool *handled,
+                               fdy_error *err) {
+  plan_args *a = p;
+  *handled = true;
+  /* every option after --check in the enum is a planner option */
+  a->dump_option_seen = a->dump_option_seen || opt >= OPT_LAYERS;
+  a->chain_option_seen = a->chain_option_seen || opt == OPT_LAYERS ||
+                         opt == OPT_WEIGHT || opt == OPT_ALIGNMENT;
+  switch (opt) {
+  case OPT_DUMP:
+    a->dump = arg;
+    return FDY_OK;
+  case OPT_CHECK:
+    a->check = arg;
+    return FDY_OK;
+  case OPT_LAYERS:
+    return fdy_cli_parse_uint("--layers", arg, 1, MAX_LAYERS, &a->layers, err);
+  case OPT_WEIGHT:
+    return fdy_cli_parse_uint("--weight-mib", arg, 1, UINT32_MAX,
+                              &a->weight_mib, err);
+  case OPT_BUFFERS:
+    return fdy_cli_parse_uint("--buffers", arg, 1, MAX_BUFFERS, &a->buffers,
+                              err);
+  case OPT_BUDGET:
+    a->budget_given = true;
+    return fdy_cli_parse_size("--budget", arg, &a->budget, err);
+  case OPT_ALIGNMENT:
+    return parse_alignment(arg, &a->alignment, err);
+  case OPT_MODEL:
+    a->model = arg;
+    return FDY_OK;
+  case OPT_CONTEXT:
+    return fdy_cli_parse_uint("--context", arg, 1, UINT32_MAX, &a->context,
+                              err);
+  default:
+    *handled = false;
+    return FDY_OK;
   }
-  if (optind < argc) {
-    return fdy_cli_usage("plan", "unexpected argument '%s'", argv[optind]);
+}
+
+/* The flags into *a, and the checks between them: FDY_EXIT_OK or the
+ * usage error printed. */
+static int parse(int argc, char **argv, plan_args *a) {
+  *a = (plan_args){.layers = DEFAULT_LAYERS,
+                   .weight_mib = DEFAULT_WEIGHT_MIB,
+                   .buffers = DEFAULT_BUFFERS,
+                   .alignment = DEFAULT_ALIGNMENT,
+                   .budget = 4 * FDY_GIB};
+  int code =
+      fdy_cli_parse_options("plan", argc, argv, options, parse_option, a, NULL);
+  if (code != FDY_EXIT_OK) {
+    return code;
   }
-  if ((dump != NULL) == (check != NULL)) {
+  if ((a->dump != NULL) == (a->check != NULL)) {
     return fdy_cli_usage("plan", "give exactly one of --dump PATH or "
                                  "--check PATH");
   }
-  if (check) {
-    if (dump_option_seen) {
-      return fdy_cli_usage("plan", "--check takes no planner options");
-    }
-    return check_plan(check);
+  if (a->check && a->dump_option_seen) {
+    return fdy_cli_usage("plan", "--check takes no planner options");
   }
-  if (model != NULL) {
-    if (chain_option_seen) {
-      return fdy_cli_usage("plan", "--layers, --weight-mib and --alignment "
-                                   "describe the chain; --model plans a "
-                                   "checkpoint");
-    }
-    return dump_model(dump, model, (uint32_t)context, budget_given ? budget : 0,
-                      (uint32_t)buffers);
+  if (a->check) {
+    return FDY_EXIT_OK;
   }
-  if (context != 0) {
+  if (a->model && a->chain_option_seen) {
+    return fdy_cli_usage("plan", "--layers, --weight-mib and --alignment "
+                                 "describe the chain; --model plans a "
+                                 "checkpoint");
+  }
+  if (!a->model && a->context != 0) {
     return fdy_cli_usage("plan", "--context needs --model");
   }
-  fdy_planner_options planner = {.weight_budget = budget,
-                                 .buffers = (uint32_t)buffers,
-                                 .alignment = alignment};
-  return dump_synthetic(dump, layers, weight_mib, &planner);
+  return FDY_EXIT_OK;
+}
+
+int fdy_cmd_plan(int argc, char **argv) {
+  plan_args a;
+  int code = parse(argc, argv, &a);
+  if (code != FDY_EXIT_OK) {
+    return code;
+  }
+  if (a.check) {
+    return check_plan(a.check);
+  }
+  if (a.model) {
+    return dump_model(a.dump, a.model, (uint32_t)a.context,
+                      a.budget_given ? a.budget : 0, (uint32_t)a.buffers);
+  }
+  fdy_planner_options planner = {.weight_budget = a.budget,
+                                 .buffers = (uint32_t)a.buffers,
+                                 .alignment = a.alignment};
+  return dump_synthetic(a.dump, a.layers, a.weight_mib, &planner);
 }
