@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_options.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "prompt.h"
@@ -46,9 +47,41 @@ void fdy_cmd_detokenize_help(FILE *out) {
           "                    --file and detokenize round-trip a file\n");
 }
 
+/* The flags of both commands: the tokenizer and the input. */
 typedef struct source_args {
-  const char *model, *tokenizer, *text, *file;
+  const char *model, *tokenizer, *text, *file; /* text: --text or --ids */
 } source_args;
+
+enum {
+  OPT_MODEL = 256,
+  OPT_TOKENIZER,
+  OPT_TEXT,
+  OPT_FILE,
+  OPT_BOS,
+  OPT_JSON,
+  OPT_BENCH,
+  OPT_NO_NEWLINE
+};
+
+/* opt into a when it is one of the source flags (true), else false. */
+static bool parse_source(source_args *a, int opt, const char *arg) {
+  switch (opt) {
+  case OPT_MODEL:
+    a->model = arg;
+    return true;
+  case OPT_TOKENIZER:
+    a->tokenizer = arg;
+    return true;
+  case OPT_TEXT:
+    a->text = arg;
+    return true;
+  case OPT_FILE:
+    a->file = arg;
+    return true;
+  default:
+    return false;
+  }
+}
 
 /* Exactly one of --model/--tokenizer and one of the inputs. */
 static int check_sources(const char *command, const source_args *a,
@@ -91,111 +124,104 @@ static fdy_status bench(fdy_tokenizer *tok, const char *text, size_t len,
   return s;
 }
 
-int fdy_cmd_tokenize(int argc, char **argv) {
-  enum {
-    OPT_MODEL = 256,
-    OPT_TOKENIZER,
-    OPT_TEXT,
-    OPT_FILE,
-    OPT_BOS,
-    OPT_JSON,
-    OPT_BENCH
-  };
-  static const struct option options[] = {
-      {"model", required_argument, NULL, OPT_MODEL},
-      {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
-      {"text", required_argument, NULL, OPT_TEXT},
-      {"file", required_argument, NULL, OPT_FILE},
-      {"bos", no_argument, NULL, OPT_BOS},
-      {"json", no_argument, NULL, OPT_JSON},
-      {"bench", required_argument, NULL, OPT_BENCH},
-      {NULL, 0, NULL, 0},
-  };
-  source_args a = {0};
-  bool bos = false, json = false;
-  uint64_t repeats = 0;
+/* tokenize's options, as parsed. */
+typedef struct tokenize_args {
+  source_args source;
+  bool bos, json;
+  uint64_t repeats; /* --bench; 0: encode once */
+} tokenize_args;
+
+static const struct option tokenize_options[] = {
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
+    {"text", required_argument, NULL, OPT_TEXT},
+    {"file", required_argument, NULL, OPT_FILE},
+    {"bos", no_argument, NULL, OPT_BOS},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"bench", required_argument, NULL, OPT_BENCH},
+    {NULL, 0, NULL, 0},
+};
+
+static fdy_status parse_tokenize_option(void *p, int opt, const char *arg,
+                                        bool *handled, fdy_error *err) {
+  tokenize_args *a = p;
+  *handled = true;
+  switch (opt) {
+  case OPT_BOS:
+    a->bos = true;
+    return FDY_OK;
+  case OPT_JSON:
+    a->json = true;
+    return FDY_OK;
+  case OPT_BENCH:
+    return fdy_cli_parse_uint("--bench", arg, 1, UINT32_MAX, &a->repeats, err);
+  default:
+    *handled = parse_source(&a->source, opt, arg);
+    return FDY_OK;
+  }
+}
+
+/* The ids of text (BOS first with bos). */
+static fdy_status encode(fdy_tokenizer *tok, bool bos, const char *text,
+                         size_t len, fdy_tokens *tokens, fdy_error *err) {
+  fdy_status s = FDY_OK;
+  if (bos && fdy_tokenizer_bos(tok) < 0) {
+    s = fdy_error_set(err, FDY_ERR_UNSUPPORTED,
+                      "%s: the tokenizer has no beginning-of-text token",
+                      fdy_tokenizer_source(tok));
+  } else if (bos) {
+    s = fdy_tokens_push(tokens, fdy_tokenizer_bos(tok), err);
+  }
+  if (s == FDY_OK) {
+    s = fdy_tokenizer_encode(tok, text, len, 0, tokens, err);
+  }
+  return s;
+}
+
+/* The tokenizer and the text, then the ids printed (or --bench's
+ * figures). */
+static int tokenize_run(const tokenize_args *a) {
   fdy_error err;
-  const int repeated = fdy_cli_check_repeats("tokenize", argc, argv, options);
-  if (repeated != FDY_EXIT_OK) {
-    return repeated;
-  }
-  optind = 1;
-  opterr = 0;
-  int opt;
-  while ((opt = getopt_long(argc, argv, ":", options, NULL)) != -1) {
-    switch (opt) {
-    case OPT_MODEL:
-      a.model = optarg;
-      break;
-    case OPT_TOKENIZER:
-      a.tokenizer = optarg;
-      break;
-    case OPT_TEXT:
-      a.text = optarg;
-      break;
-    case OPT_FILE:
-      a.file = optarg;
-      break;
-    case OPT_BOS:
-      bos = true;
-      break;
-    case OPT_JSON:
-      json = true;
-      break;
-    case OPT_BENCH:
-      if (fdy_cli_parse_uint("--bench", optarg, 1, UINT32_MAX, &repeats,
-                             &err) != FDY_OK) {
-        return fdy_cli_usage("tokenize", "%s", err.message);
-      }
-      break;
-    case ':':
-      return fdy_cli_usage("tokenize", "%s needs a value", argv[optind - 1]);
-    default:
-      return fdy_cli_usage("tokenize", "unknown option '%s'", argv[optind - 1]);
-    }
-  }
-  if (optind < argc) {
-    return fdy_cli_usage("tokenize", "unexpected argument '%s'", argv[optind]);
-  }
-  int code = check_sources("tokenize", &a, "--text");
-  if (code != FDY_EXIT_OK) {
-    return code;
-  }
-  if (repeats > 0 && (bos || json)) {
-    return fdy_cli_usage("tokenize", "--bench takes no --bos or --json");
-  }
   fdy_tokenizer *tok = NULL;
   fdy_tokens tokens = {0};
   char *file = NULL;
-  size_t len = a.text ? strlen(a.text) : 0;
-  const char *text = a.text;
-  fdy_status s = fdy_cli_open_tokenizer(a.model, a.tokenizer, &tok, &err);
-  if (s == FDY_OK && a.file) {
-    s = fdy_cli_read_file(a.file, "text file", &file, &len, &err);
+  size_t len = a->source.text ? strlen(a->source.text) : 0;
+  const char *text = a->source.text;
+  fdy_status s =
+      fdy_cli_open_tokenizer(a->source.model, a->source.tokenizer, &tok, &err);
+  if (s == FDY_OK && a->source.file) {
+    s = fdy_cli_read_file(a->source.file, "text file", &file, &len, &err);
     text = file;
   }
-  if (s == FDY_OK && repeats > 0) {
-    s = bench(tok, text, len, repeats, &err);
+  if (s == FDY_OK && a->repeats > 0) {
+    s = bench(tok, text, len, a->repeats, &err);
   } else if (s == FDY_OK) {
-    if (bos && fdy_tokenizer_bos(tok) < 0) {
-      s = fdy_error_set(&err, FDY_ERR_UNSUPPORTED,
-                        "%s: the tokenizer has no beginning-of-text token",
-                        fdy_tokenizer_source(tok));
-    } else if (bos) {
-      s = fdy_tokens_push(&tokens, fdy_tokenizer_bos(tok), &err);
-    }
+    s = encode(tok, a->bos, text, len, &tokens, &err);
     if (s == FDY_OK) {
-      s = fdy_tokenizer_encode(tok, text, len, 0, &tokens, &err);
-    }
-    if (s == FDY_OK) {
-      print_ids(&tokens, json);
+      print_ids(&tokens, a->json);
     }
   }
-  code = s == FDY_OK ? FDY_EXIT_OK : fdy_cli_fail(&err);
+  int code = s == FDY_OK ? FDY_EXIT_OK : fdy_cli_fail(&err);
   fdy_tokens_free(&tokens);
   free(file);
   fdy_tokenizer_destroy(tok);
   return code;
+}
+
+int fdy_cmd_tokenize(int argc, char **argv) {
+  tokenize_args a = {.bos = false};
+  int code = fdy_cli_parse_options("tokenize", argc, argv, tokenize_options,
+                                   parse_tokenize_option, &a, NULL);
+  if (code == FDY_EXIT_OK) {
+    code = check_sources("tokenize", &a.source, "--text");
+  }
+  if (code != FDY_EXIT_OK) {
+    return code;
+  }
+  if (a.repeats > 0 && (a.bos || a.json)) {
+    return fdy_cli_usage("tokenize", "--bench takes no --bos or --json");
+  }
+  return tokenize_run(&a);
 }
 
 /* Ids as tokenize prints them: "1,2,3", optionally ending in whitespace;
@@ -214,92 +240,86 @@ static fdy_status parse_ids(const char *flag, char *text, int32_t **ids,
   return fdy_cli_parse_ids(flag, text, ids, count, err);
 }
 
-int fdy_cmd_detokenize(int argc, char **argv) {
-  enum { OPT_MODEL = 256, OPT_TOKENIZER, OPT_IDS, OPT_FILE, OPT_NO_NEWLINE };
-  static const struct option options[] = {
-      {"model", required_argument, NULL, OPT_MODEL},
-      {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
-      {"ids", required_argument, NULL, OPT_IDS},
-      {"file", required_argument, NULL, OPT_FILE},
-      {"no-newline", no_argument, NULL, OPT_NO_NEWLINE},
-      {NULL, 0, NULL, 0},
-  };
-  source_args a = {0};
-  bool newline = true;
+/* detokenize's options, as parsed. */
+typedef struct detokenize_args {
+  source_args source; /* text: --ids */
+  bool newline;       /* off with --no-newline */
+} detokenize_args;
+
+static const struct option detokenize_options[] = {
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
+    {"ids", required_argument, NULL, OPT_TEXT},
+    {"file", required_argument, NULL, OPT_FILE},
+    {"no-newline", no_argument, NULL, OPT_NO_NEWLINE},
+    {NULL, 0, NULL, 0},
+};
+
+static fdy_status parse_detokenize_option(void *p, int opt, const char *arg,
+                                          bool *handled, fdy_error *err) {
+  (void)err;
+  detokenize_args *a = p;
+  if (opt == OPT_NO_NEWLINE) {
+    a->newline = false;
+    *handled = true;
+  } else {
+    *handled = parse_source(&a->source, opt, arg);
+  }
+  return FDY_OK;
+}
+
+/* The ids, decoded by the tokenizer and printed. */
+static int detokenize_run(const detokenize_args *a, const int32_t *ids,
+                          uint32_t count) {
   fdy_error err;
-  const int repeated = fdy_cli_check_repeats("detokenize", argc, argv, options);
-  if (repeated != FDY_EXIT_OK) {
-    return repeated;
-  }
-  optind = 1;
-  opterr = 0;
-  int opt;
-  while ((opt = getopt_long(argc, argv, ":", options, NULL)) != -1) {
-    switch (opt) {
-    case OPT_MODEL:
-      a.model = optarg;
-      break;
-    case OPT_TOKENIZER:
-      a.tokenizer = optarg;
-      break;
-    case OPT_IDS:
-      a.text = optarg;
-      break;
-    case OPT_FILE:
-      a.file = optarg;
-      break;
-    case OPT_NO_NEWLINE:
-      newline = false;
-      break;
-    case ':':
-      return fdy_cli_usage("detokenize", "%s needs a value", argv[optind - 1]);
-    default:
-      return fdy_cli_usage("detokenize", "unknown option '%s'",
-                           argv[optind - 1]);
-    }
-  }
-  if (optind < argc) {
-    return fdy_cli_usage("detokenize", "unexpected argument '%s'",
-                         argv[optind]);
-  }
-  int code = check_sources("detokenize", &a, "--ids");
-  if (code != FDY_EXIT_OK) {
-    return code;
-  }
-  char *ids_text = NULL;
-  int32_t *ids = NULL;
-  uint32_t count = 0;
   fdy_tokenizer *tok = NULL;
   char *bytes = NULL;
   size_t len = 0;
-  fdy_status s = FDY_OK;
-  if (a.file) {
-    s = fdy_cli_read_ids_file(a.file, a.file, true, &ids, &count, &err);
-  } else if (!(ids_text = strdup(a.text))) {
-    s = fdy_error_set(&err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
-  } else {
-    s = parse_ids("--ids", ids_text, &ids, &count, &err);
-    if (s != FDY_OK) {
-      code = fdy_cli_usage("detokenize", "%s", err.message);
-      goto cleanup;
-    }
-  }
-  if (s == FDY_OK) {
-    s = fdy_cli_open_tokenizer(a.model, a.tokenizer, &tok, &err);
-  }
+  fdy_status s =
+      fdy_cli_open_tokenizer(a->source.model, a->source.tokenizer, &tok, &err);
   if (s == FDY_OK) {
     s = fdy_tokenizer_decode(tok, ids, count, &bytes, &len, &err);
   }
   if (s == FDY_OK) {
     fwrite(bytes, 1, len, stdout);
-    if (newline) {
+    if (a->newline) {
       putchar('\n');
     }
   }
-  code = s == FDY_OK ? FDY_EXIT_OK : fdy_cli_fail(&err);
-cleanup:
   free(bytes);
   fdy_tokenizer_destroy(tok);
+  return s == FDY_OK ? FDY_EXIT_OK : fdy_cli_fail(&err);
+}
+
+int fdy_cmd_detokenize(int argc, char **argv) {
+  detokenize_args a = {.newline = true};
+  int code = fdy_cli_parse_options("detokenize", argc, argv, detokenize_options,
+                                   parse_detokenize_option, &a, NULL);
+  if (code == FDY_EXIT_OK) {
+    code = check_sources("detokenize", &a.source, "--ids");
+  }
+  if (code != FDY_EXIT_OK) {
+    return code;
+  }
+  /* the ids: --file's, or --ids (a bad list is a usage error) */
+  fdy_error err;
+  char *ids_text = NULL;
+  int32_t *ids = NULL;
+  uint32_t count = 0;
+  fdy_status s = FDY_OK;
+  if (a.source.file) {
+    s = fdy_cli_read_ids_file(a.source.file, a.source.file, true, &ids, &count,
+                              &err);
+    code = s == FDY_OK ? FDY_EXIT_OK : fdy_cli_fail(&err);
+  } else if (!(ids_text = strdup(a.source.text))) {
+    fdy_error_set(&err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+    code = fdy_cli_fail(&err);
+  } else if (parse_ids("--ids", ids_text, &ids, &count, &err) != FDY_OK) {
+    code = fdy_cli_usage("detokenize", "%s", err.message);
+  }
+  if (code == FDY_EXIT_OK) {
+    code = detokenize_run(&a, ids, count);
+  }
   free(ids);
   free(ids_text);
   return code;
