@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_options.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "foundry/llama.h"
@@ -121,38 +122,42 @@ static int print_json(const fdy_llama_model *m) {
   return FDY_EXIT_OK; /* main checks the writes (fdy_cli_finish_stdout) */
 }
 
+enum { OPT_JSON = 256 };
+
+static const struct option options[] = {
+    {"json", no_argument, NULL, OPT_JSON},
+    {NULL, 0, NULL, 0},
+};
+
+static fdy_status parse_option(void *p, int opt, const char *arg, bool *handled,
+                               fdy_error *err) {
+  (void)arg;
+  (void)err;
+  bool *json = p;
+  *handled = opt == OPT_JSON;
+  if (*handled) {
+    *json = true;
+  }
+  return FDY_OK;
+}
+
 int fdy_cmd_inspect(int argc, char **argv) {
-  enum { OPT_JSON = 256 };
-  static const struct option options[] = {
-      {"json", no_argument, NULL, OPT_JSON},
-      {NULL, 0, NULL, 0},
-  };
   bool json = false;
-  const int repeated = fdy_cli_check_repeats("inspect", argc, argv, options);
-  if (repeated != FDY_EXIT_OK) {
-    return repeated;
+  int operand = argc;
+  int code = fdy_cli_parse_options("inspect", argc, argv, options, parse_option,
+                                   &json, &operand);
+  if (code != FDY_EXIT_OK) {
+    return code;
   }
-  optind = 1;
-  opterr = 0;
-  int opt;
-  while ((opt = getopt_long(argc, argv, ":", options, NULL)) != -1) {
-    switch (opt) {
-    case OPT_JSON:
-      json = true;
-      break;
-    default:
-      return fdy_cli_usage("inspect", "unknown option '%s'", argv[optind - 1]);
-    }
-  }
-  if (optind != argc - 1) {
+  if (operand != argc - 1) {
     return fdy_cli_usage("inspect", "give exactly one MODEL_DIR");
   }
   fdy_error err;
   fdy_llama_model *model = NULL;
-  if (fdy_llama_open(argv[optind], &model, &err) != FDY_OK) {
+  if (fdy_llama_open(argv[operand], &model, &err) != FDY_OK) {
     return fdy_cli_fail(&err);
   }
-  int code = FDY_EXIT_OK;
+  code = FDY_EXIT_OK;
   if (json) {
     code = print_json(model);
   } else {

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "cli_options.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "foundry/manifest.h"
@@ -25,32 +26,33 @@ void fdy_cmd_manifest_help(FILE *out) {
           "               instead of standard output\n");
 }
 
+enum { OPT_OUT = 256 };
+
+static const struct option options[] = {
+    {"out", required_argument, NULL, OPT_OUT},
+    {NULL, 0, NULL, 0},
+};
+
+static fdy_status parse_option(void *p, int opt, const char *arg, bool *handled,
+                               fdy_error *err) {
+  (void)err;
+  const char **out_path = p;
+  *handled = opt == OPT_OUT;
+  if (*handled) {
+    *out_path = arg;
+  }
+  return FDY_OK;
+}
+
 int fdy_cmd_manifest(int argc, char **argv) {
-  enum { OPT_OUT = 256 };
-  static const struct option options[] = {
-      {"out", required_argument, NULL, OPT_OUT},
-      {NULL, 0, NULL, 0},
-  };
   const char *out_path = NULL;
-  const int repeated = fdy_cli_check_repeats("manifest", argc, argv, options);
-  if (repeated != FDY_EXIT_OK) {
-    return repeated;
+  int operand = argc;
+  int code = fdy_cli_parse_options("manifest", argc, argv, options,
+                                   parse_option, &out_path, &operand);
+  if (code != FDY_EXIT_OK) {
+    return code;
   }
-  optind = 1;
-  opterr = 0;
-  int opt;
-  while ((opt = getopt_long(argc, argv, ":", options, NULL)) != -1) {
-    switch (opt) {
-    case OPT_OUT:
-      out_path = optarg;
-      break;
-    case ':':
-      return fdy_cli_usage("manifest", "%s needs a value", argv[optind - 1]);
-    default:
-      return fdy_cli_usage("manifest", "unknown option '%s'", argv[optind - 1]);
-    }
-  }
-  if (optind != argc - 1) {
+  if (operand != argc - 1) {
     return fdy_cli_usage("manifest", "give exactly one DIR");
   }
   fdy_error err;
@@ -58,7 +60,7 @@ int fdy_cmd_manifest(int argc, char **argv) {
     return fdy_cli_fail(&err);
   }
   fdy_manifest manifest;
-  if (fdy_manifest_of_dir(argv[optind], &manifest, &err) != FDY_OK) {
+  if (fdy_manifest_of_dir(argv[operand], &manifest, &err) != FDY_OK) {
     return fdy_cli_fail(&err);
   }
   char *text = fdy_manifest_json(&manifest);
@@ -67,7 +69,7 @@ int fdy_cmd_manifest(int argc, char **argv) {
     fdy_error_set(&err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
     return fdy_cli_fail(&err);
   }
-  int code = FDY_EXIT_OK;
+  code = FDY_EXIT_OK;
   if (out_path) {
     if (fdy_write_new_text_file(out_path, text, &err) != FDY_OK) {
       code = fdy_cli_fail(&err);
