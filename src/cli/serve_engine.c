@@ -71,6 +71,7 @@ void fdy_serve_job_unref(fdy_serve_job *job) {
   free(job->ids);
   free(job->text_at);
   fdy_serve_text_destroy(&job->text);
+  fdy_token_stream_destroy(job->decoder);
   for (uint32_t i = 0; i < job->stop_text_count; i++) {
     free(job->stop_text[i]);
   }
@@ -87,7 +88,9 @@ fdy_status fdy_serve_job_alloc(fdy_serve_job *job, fdy_error *err) {
                          "out of memory for max_tokens %u", job->max_tokens);
   }
   fdy_serve_text_init(&job->text, job->stop_text, job->stop_text_count);
-  return FDY_OK;
+  return job->srv->tok
+             ? fdy_token_stream_create(job->srv->tok, &job->decoder, err)
+             : FDY_OK;
 }
 
 unsigned fdy_serve_submit(fdy_server *srv, fdy_serve_job *job) {
@@ -228,6 +231,13 @@ static void finish_slot(fdy_server *srv, uint32_t slot) {
   fdy_serve_job_unref(job);
 }
 
+/* The job failed to hold its text (out of memory). */
+static void fail_text(fdy_serve_job *job, const fdy_error *err) {
+  job->failed = true;
+  copy_text(job->error, sizeof job->error, err->message);
+  job->finish = "error";
+}
+
 /* Under the lock: id generated for the job in slot, its text added. */
 static void take(fdy_server *srv, uint32_t slot, int32_t id) {
   fdy_serve_job *job = srv->running[slot];
@@ -240,18 +250,23 @@ static void take(fdy_server *srv, uint32_t slot, int32_t id) {
   const char *bytes;
   size_t n;
   fdy_error err;
-  if (srv->tok && !fdy_tokenizer_is_special(srv->tok, id) &&
-      fdy_tokenizer_token_bytes(srv->tok, id, &bytes, &n, &err) == FDY_OK &&
+  /* an id the tokenizer lacks (a model's padded vocabulary) has no text */
+  if (job->decoder && !fdy_tokenizer_is_special(srv->tok, id) &&
+      fdy_token_stream_push(job->decoder, id, &bytes, &n, &err) == FDY_OK &&
       fdy_serve_text_push(&job->text, bytes, n, &err) != FDY_OK) {
-    job->failed = true;
-    copy_text(job->error, sizeof job->error, err.message);
-    job->finish = "error";
+    fail_text(job, &err);
   } else if (job->text.stopped || is_stop(srv, job, id)) {
     job->finish = "stop";
   } else if (job->count == job->max_tokens) {
     job->finish = "length";
   }
   if (job->finish && !job->text.stopped) {
+    if (job->decoder) { /* an incomplete character at the end, as it is */
+      fdy_token_stream_finish(job->decoder, &bytes, &n);
+      if (fdy_serve_text_push(&job->text, bytes, n, &err) != FDY_OK) {
+        fail_text(job, &err);
+      }
+    }
     fdy_serve_text_finish(&job->text);
   }
   job->text_at[job->count - 1] = job->text.released;

@@ -60,12 +60,14 @@ struct fdy_serve_job {
   int32_t *ids; /* [max_tokens] generated; ids below count never change,
                    so the HTTP thread may read them without the lock */
   uint32_t count;
-  uint32_t fed;        /* prompt ids fed so far */
-  uint32_t draft_k;    /* ids to draft in its next round (adaptive K);
-                          0 before its first */
-  fdy_serve_text text; /* the answer's text (special ids left out); may be
-                          reallocated: read it under the lock */
-  size_t *text_at;     /* [max_tokens] text.released after each id */
+  uint32_t fed;              /* prompt ids fed so far */
+  uint32_t draft_k;          /* ids to draft in its next round (adaptive K);
+                                0 before its first */
+  fdy_token_stream *decoder; /* the ids to text as the tokenizer's decoder
+                                makes it (NULL without a tokenizer) */
+  fdy_serve_text text;       /* the answer's text (special ids left out); may be
+                                reallocated: read it under the lock */
+  size_t *text_at;           /* [max_tokens] text.released after each id */
   bool done, cancelled, failed;
   bool aborted;       /* cancelled by the server's stop (fdy_serve_stop): failed
                          with error when dropped */

@@ -1,12 +1,13 @@
 /* The engine of `foundry serve` (src/cli/serve_engine.h) on the micro
  * fixture and the CPU backend, without HTTP: jobs beyond the slots wait in
  * the queue and all finish with their ids and metrics; a cancelled job is
- * dropped and counted; a backend failure during a step (the fault wrapper)
- * fails every running and queued job with the backend's error, leaves the
- * server failed saying why (what /health reports) and refuses new jobs with
- * 503; a stop past its grace period cancels the jobs left. With a draft:
- * a job alone is speculated (rounds counted, every proposal of the model
- * drafting for itself accepted) and gives the greedy ids of
+ * dropped and counted; a job's text is its ids through the tokenizer's
+ * decoder (Llama 2's drops the first piece's space); a backend failure during a
+ * step (the fault wrapper) fails every running and queued job with the
+ * backend's error, leaves the server failed saying why (what /health reports)
+ * and refuses new jobs with 503; a stop past its grace period cancels the jobs
+ * left. With a draft: a job alone is speculated (rounds counted, every proposal
+ * of the model drafting for itself accepted) and gives the greedy ids of
  * fdy_llama_generate, also when it ran beside another job first and when
  * a stop id ends it inside a round; a backend failure inside a round fails
  * the job and the server. */
@@ -167,6 +168,86 @@ static void test_jobs(void **state) {
   assert_int_equal(srv.live, 0);
   assert_false(srv.failed);
   server_release(&srv);
+  fdy_backend_destroy(cpu);
+  fdy_llama_close(model);
+}
+
+/* The ids' text as the tokenizer's decoder makes it, special ids left
+ * out (malloc'd). */
+static char *decoded(const fdy_tokenizer *tok, const int32_t *ids,
+                     uint32_t count) {
+  int32_t *kept = malloc((count + 1) * sizeof *kept);
+  assert_non_null(kept);
+  uint32_t n = 0;
+  for (uint32_t k = 0; k < count; k++) {
+    if (!fdy_tokenizer_is_special(tok, ids[k])) {
+      kept[n++] = ids[k];
+    }
+  }
+  char *text = NULL;
+  size_t len = 0;
+  fdy_error err;
+  assert_int_equal(fdy_tokenizer_decode(tok, kept, n, &text, &len, &err),
+                   FDY_OK);
+  free(kept);
+  return text;
+}
+
+/* A job's text is what the tokenizer's decoder makes of its ids, not the
+ * ids' pieces laid end to end: with a SentencePiece tokenizer (Llama 2's
+ * Metaspace and Strip decoder) an answer does not start with the space of
+ * its first piece. 32 one-id prompts; at least one answer starts with a
+ * piece of a leading space, so the test tells the two apart. */
+static void test_decoder_text(void **state) {
+  (void)state;
+  fdy_llama_model *model = open_fixture("llama3-micro");
+  const char *data = getenv("FOUNDRY_TEST_DATA");
+  char path[512];
+  snprintf(path, sizeof path, "%s/tokenizer/hf/llama2/tokenizer.json",
+           data ? data : "tests/data");
+  fdy_tokenizer *tok = NULL;
+  fdy_error err;
+  assert_int_equal(fdy_tokenizer_load_hf(path, NULL, &tok, &err), FDY_OK);
+  fdy_backend *cpu = cpu_backend(2);
+  fdy_server srv;
+  server_init(&srv, model, cpu, 4);
+  srv.tok = tok;
+  enum { JOBS = 32 };
+  srv.max_queue = JOBS;
+  fdy_serve_job *jobs[JOBS];
+  for (int i = 0; i < JOBS; i++) {
+    const int32_t prompt = 300 + 7 * i;
+    jobs[i] = submit(&srv, &prompt, 1, 3);
+  }
+  pthread_t engine;
+  assert_int_equal(pthread_create(&engine, NULL, fdy_serve_engine_main, &srv),
+                   0);
+  int spaced = 0; /* answers whose pieces start with a space */
+  for (int i = 0; i < JOBS; i++) {
+    wait_done(&srv, jobs[i]);
+    assert_false(jobs[i]->failed);
+    char *expected = decoded(tok, jobs[i]->ids, jobs[i]->count);
+    assert_int_equal(jobs[i]->text.len, strlen(expected));
+    assert_memory_equal(jobs[i]->text.buf, expected, strlen(expected));
+    const char *piece = NULL;
+    size_t n = 0;
+    for (uint32_t k = 0; k < jobs[i]->count && n == 0; k++) {
+      if (!fdy_tokenizer_is_special(tok, jobs[i]->ids[k])) {
+        assert_int_equal(
+            fdy_tokenizer_token_bytes(tok, jobs[i]->ids[k], &piece, &n, &err),
+            FDY_OK);
+      }
+    }
+    spaced += n > 0 && piece[0] == ' ';
+    free(expected);
+  }
+  assert_true(spaced > 0);
+  stop_engine(&srv, engine);
+  for (int i = 0; i < JOBS; i++) {
+    drop(&srv, jobs[i]);
+  }
+  server_release(&srv);
+  fdy_tokenizer_destroy(tok);
   fdy_backend_destroy(cpu);
   fdy_llama_close(model);
 }
@@ -407,6 +488,7 @@ static void test_draft_failure(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_jobs),
+      cmocka_unit_test(test_decoder_text),
       cmocka_unit_test(test_backend_failure),
       cmocka_unit_test(test_stop),
       cmocka_unit_test(test_draft),
