@@ -35,10 +35,35 @@ int fdy_cli_parse_options(const char *command, int argc, char **argv,
   return FDY_EXIT_OK;
 }
 
+fdy_status fdy_cli_text_flag(int opt, const char *arg,
+                             fdy_cli_text_flags *flags, bool *handled,
+                             fdy_error *err) {
+  *handled = true;
+  switch (opt) {
+  case FDY_CLI_OPT_TOKENIZER:
+    flags->tokenizer = arg;
+    return FDY_OK;
+  case FDY_CLI_OPT_SYSTEM:
+    flags->system = arg;
+    return FDY_OK;
+  case FDY_CLI_OPT_CHAT_TEMPLATE:
+    fdy_cli_parse_chat_template(arg, &flags->template_kind,
+                                &flags->template_file);
+    return FDY_OK;
+  case FDY_CLI_OPT_MAX_TOKENS:
+    return fdy_cli_parse_uint("--max-tokens", arg, 1, UINT32_MAX,
+                              &flags->max_tokens, err);
+  default:
+    *handled = false;
+    return FDY_OK;
+  }
+}
+
 fdy_status fdy_cli_shared_flag(int opt, const char *arg,
                                fdy_cli_session_flags *session,
                                fdy_cli_sampling_flags *sampling,
-                               fdy_cli_draft_flags *draft, bool *handled,
+                               fdy_cli_draft_flags *draft,
+                               fdy_cli_text_flags *text, bool *handled,
                                fdy_error *err) {
   fdy_status st = fdy_cli_session_flag(opt, arg, session, handled, err);
   if (!*handled && sampling) {
@@ -46,6 +71,9 @@ fdy_status fdy_cli_shared_flag(int opt, const char *arg,
   }
   if (!*handled && draft) {
     st = fdy_cli_draft_flag(opt, arg, draft, handled, err);
+  }
+  if (!*handled && text) {
+    st = fdy_cli_text_flag(opt, arg, text, handled, err);
   }
   return st;
 }

@@ -33,14 +33,49 @@ int fdy_cli_parse_options(const char *command, int argc, char **argv,
                           const struct option *table, fdy_cli_option_fn fn,
                           void *options, int *operands);
 
+/* The flags of text generation that generate and chat share, parsed once
+ * here: --tokenizer FILE, --system TEXT, --chat-template VALUE
+ * (fdy_cli_parse_chat_template) and --max-tokens N (1 to 2^32 - 1). */
+typedef struct fdy_cli_text_flags {
+  const char *tokenizer;           /* NULL: the model directory's */
+  const char *system;              /* NULL: no system message */
+  fdy_chat_template template_kind; /* AUTO unless given */
+  const char *template_file;       /* a Jinja template file */
+  uint64_t max_tokens;             /* 0: not given */
+} fdy_cli_text_flags;
+
+enum {
+  FDY_CLI_OPT_TOKENIZER = 0x1300,
+  FDY_CLI_OPT_SYSTEM,
+  FDY_CLI_OPT_CHAT_TEMPLATE,
+  FDY_CLI_OPT_MAX_TOKENS
+};
+
+/* clang-format off */
+#define FDY_CLI_TEXT_OPTIONS                                                   \
+  {"tokenizer", required_argument, NULL, FDY_CLI_OPT_TOKENIZER},               \
+  {"system", required_argument, NULL, FDY_CLI_OPT_SYSTEM},                     \
+  {"chat-template", required_argument, NULL, FDY_CLI_OPT_CHAT_TEMPLATE},       \
+  {"max-tokens", required_argument, NULL, FDY_CLI_OPT_MAX_TOKENS}
+/* clang-format on */
+
+/* Parses option opt into flags when it is one of the text options
+ * (*handled true), else leaves flags alone (*handled false). A bad
+ * --max-tokens is FDY_ERR_INVALID_ARGUMENT naming it: a usage error. */
+fdy_status fdy_cli_text_flag(int opt, const char *arg,
+                             fdy_cli_text_flags *flags, bool *handled,
+                             fdy_error *err);
+
 /* The flags that the session commands share, in one place: opt through
  * fdy_cli_session_flag into session, then fdy_cli_sampling_flag into
- * sampling and fdy_cli_draft_flag into draft (each skipped when NULL, for
- * a command without those flags). *handled false when none takes it. */
+ * sampling, fdy_cli_draft_flag into draft and fdy_cli_text_flag into text
+ * (each skipped when NULL, for a command without those flags). *handled
+ * false when none takes it. */
 fdy_status fdy_cli_shared_flag(int opt, const char *arg,
                                fdy_cli_session_flags *session,
                                fdy_cli_sampling_flags *sampling,
-                               fdy_cli_draft_flags *draft, bool *handled,
+                               fdy_cli_draft_flags *draft,
+                               fdy_cli_text_flags *text, bool *handled,
                                fdy_error *err);
 
 #endif

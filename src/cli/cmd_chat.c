@@ -246,28 +246,18 @@ static int converse(fdy_chat *chat, fdy_cli_printer *printer,
 
 /* The command's options, as parsed. */
 typedef struct chat_args {
-  const char *model_dir, *tokenizer_path, *system, *template_file;
-  uint64_t max_tokens; /* 0: no limit */
-  fdy_chat_template template_kind;
+  const char *model_dir;
+  fdy_cli_text_flags text_flags; /* --max-tokens 0: no limit */
   fdy_cli_session_flags session;
   fdy_cli_sampling_flags sampling;
   fdy_cli_draft_flags draft;
 } chat_args;
 
-enum {
-  OPT_MODEL = 256,
-  OPT_TOKENIZER,
-  OPT_SYSTEM,
-  OPT_MAX,
-  OPT_CHAT_TEMPLATE,
-};
+enum { OPT_MODEL = 256 };
 
 static const struct option options[] = {
     {"model", required_argument, NULL, OPT_MODEL},
-    {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
-    {"system", required_argument, NULL, OPT_SYSTEM},
-    {"max-tokens", required_argument, NULL, OPT_MAX},
-    {"chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE},
+    FDY_CLI_TEXT_OPTIONS,
     FDY_CLI_SESSION_OPTIONS,
     FDY_CLI_SAMPLING_OPTIONS,
     FDY_CLI_DRAFT_OPTIONS,
@@ -277,33 +267,19 @@ static const struct option options[] = {
 static fdy_status parse_option(void *p, int opt, const char *arg, bool *handled,
                                fdy_error *err) {
   chat_args *a = p;
-  *handled = true;
-  switch (opt) {
-  case OPT_MODEL:
+  if (opt == OPT_MODEL) {
     a->model_dir = arg;
+    *handled = true;
     return FDY_OK;
-  case OPT_TOKENIZER:
-    a->tokenizer_path = arg;
-    return FDY_OK;
-  case OPT_SYSTEM:
-    a->system = arg;
-    return FDY_OK;
-  case OPT_MAX:
-    return fdy_cli_parse_uint("--max-tokens", arg, 1, UINT32_MAX,
-                              &a->max_tokens, err);
-  case OPT_CHAT_TEMPLATE:
-    fdy_cli_parse_chat_template(arg, &a->template_kind, &a->template_file);
-    return FDY_OK;
-  default:
-    return fdy_cli_shared_flag(opt, arg, &a->session, &a->sampling, &a->draft,
-                               handled, err);
   }
+  return fdy_cli_shared_flag(opt, arg, &a->session, &a->sampling, &a->draft,
+                             &a->text_flags, handled, err);
 }
 
 /* The flags into *a, and the checks between them: FDY_EXIT_OK or the
  * usage error printed. */
 static int parse(int argc, char **argv, chat_args *a) {
-  *a = (chat_args){.template_kind = FDY_CHAT_TEMPLATE_AUTO,
+  *a = (chat_args){.text_flags = {.template_kind = FDY_CHAT_TEMPLATE_AUTO},
                    .session = FDY_CLI_SESSION_FLAGS_DEFAULT,
                    .sampling = {.params = FDY_LLAMA_GREEDY}};
   int code =
@@ -351,8 +327,8 @@ static void chat_run_close(chat_run *r) {
 static fdy_status open_models(const chat_args *a, bool logits, chat_run *r,
                               fdy_error *err) {
   const fdy_cli_session_flags *f = &a->session;
-  fdy_status st =
-      fdy_cli_open_tokenizer(a->model_dir, a->tokenizer_path, &r->tok, err);
+  fdy_status st = fdy_cli_open_tokenizer(a->model_dir, a->text_flags.tokenizer,
+                                         &r->tok, err);
   if (st == FDY_OK) {
     st = fdy_llama_open(a->model_dir, &r->model, err);
   }
@@ -399,11 +375,11 @@ static fdy_status open_chat(const chat_args *a, chat_run *r, fdy_error *err) {
   if (st != FDY_OK) {
     return st;
   }
-  fdy_chat_options o = {.system = a->system,
-                        .max_tokens = (uint32_t)a->max_tokens,
+  fdy_chat_options o = {.system = a->text_flags.system,
+                        .max_tokens = (uint32_t)a->text_flags.max_tokens,
                         .sampling = &r->sampling,
-                        .template_kind = a->template_kind,
-                        .template_file = a->template_file,
+                        .template_kind = a->text_flags.template_kind,
+                        .template_file = a->text_flags.template_file,
                         .speculative = a->draft.dir ? &r->spec : NULL,
                         .draft = r->draft};
   st = fdy_chat_create(r->session, r->tok, &o, &r->chat, err);

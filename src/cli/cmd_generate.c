@@ -240,14 +240,12 @@ static void print_text(const run_info *run, uint32_t prompt_count,
 }
 
 /* The prompt's ids from text (text, else the file at text_file): BOS +
- * the text, or with chat the chat template (the file, kind, or the
- * tokenizer's) of a
- * user message (after a system message when system is not NULL) on
- * session; then the ids that end the text in stop (*stop_count of them):
- * the tokenizer's, and with chat the template's end of turn. */
+ * the text, or with chat the chat template (flags' file or kind, or the
+ * tokenizer's) of a user message (after flags' system message when there
+ * is one) on session; then the ids that end the text in stop (*stop_count of
+ * them): the tokenizer's, and with chat the template's end of turn. */
 static fdy_status text_prompt(fdy_tokenizer *tok, fdy_llama_session *session,
-                              bool chat, fdy_chat_template kind,
-                              const char *template_file, const char *system,
+                              bool chat, const fdy_cli_text_flags *flags,
                               const char *text, const char *text_file,
                               int32_t **ids, uint32_t *count,
                               int32_t stop[FDY_CHAT_MAX_STOP],
@@ -260,8 +258,9 @@ static fdy_status text_prompt(fdy_tokenizer *tok, fdy_llama_session *session,
   size_t len = text ? strlen(text) : 0;
   fdy_chat *conversation = NULL;
   fdy_tokens tokens = {0};
-  fdy_chat_options options = {
-      .system = system, .template_kind = kind, .template_file = template_file};
+  fdy_chat_options options = {.system = flags->system,
+                              .template_kind = flags->template_kind,
+                              .template_file = flags->template_file};
   fdy_status s =
       text ? FDY_OK
            : fdy_cli_read_file(text_file, "prompt file", &file, &len, err);
@@ -810,10 +809,9 @@ static int generate_file(const batch_args *a, fdy_cli_session_flags flags) {
 typedef struct generate_args {
   const char *model_dir;
   const char *prompt_ids, *text, *text_file, *prompts_file; /* one given */
-  const char *tokenizer_path, *system, *template_file;
-  uint64_t max_tokens, sequences;
-  bool have_max, ignore_eos, json, chat;
-  fdy_chat_template template_kind;
+  fdy_cli_text_flags text_flags; /* --max-tokens, --system, the template ... */
+  uint64_t sequences;
+  bool ignore_eos, json, chat;
   fdy_cli_session_flags session;
   fdy_cli_sampling_flags sampling;
   fdy_cli_draft_flags draft;
@@ -822,23 +820,19 @@ typedef struct generate_args {
 enum {
   OPT_MODEL = 256,
   OPT_PROMPT,
-  OPT_MAX,
   OPT_IGNORE_EOS,
   OPT_JSON,
   OPT_TEXT,
   OPT_TEXT_FILE,
-  OPT_TOKENIZER,
   OPT_CHAT,
-  OPT_SYSTEM,
   OPT_PROMPTS_FILE,
-  OPT_SEQUENCES,
-  OPT_CHAT_TEMPLATE
+  OPT_SEQUENCES
 };
 
 static const struct option options[] = {
     {"model", required_argument, NULL, OPT_MODEL},
     {"prompt-ids", required_argument, NULL, OPT_PROMPT},
-    {"max-tokens", required_argument, NULL, OPT_MAX},
+    FDY_CLI_TEXT_OPTIONS,
     FDY_CLI_SESSION_OPTIONS,
     FDY_CLI_ENGINE_OPTIONS,
     FDY_CLI_SAMPLING_OPTIONS,
@@ -846,13 +840,10 @@ static const struct option options[] = {
     {"json", no_argument, NULL, OPT_JSON},
     {"prompt", required_argument, NULL, OPT_TEXT},
     {"prompt-file", required_argument, NULL, OPT_TEXT_FILE},
-    {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
     {"chat", no_argument, NULL, OPT_CHAT},
-    {"system", required_argument, NULL, OPT_SYSTEM},
     {"prompts-file", required_argument, NULL, OPT_PROMPTS_FILE},
     {"max-sequences", required_argument, NULL, OPT_SEQUENCES},
     FDY_CLI_DRAFT_OPTIONS,
-    {"chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE},
     {NULL, 0, NULL, 0},
 };
 
@@ -867,10 +858,6 @@ static fdy_status parse_option(void *p, int opt, const char *arg, bool *handled,
   case OPT_PROMPT:
     a->prompt_ids = arg;
     return FDY_OK;
-  case OPT_MAX:
-    a->have_max = true;
-    return fdy_cli_parse_uint("--max-tokens", arg, 1, UINT32_MAX,
-                              &a->max_tokens, err);
   case OPT_IGNORE_EOS:
     a->ignore_eos = true;
     return FDY_OK;
@@ -883,14 +870,8 @@ static fdy_status parse_option(void *p, int opt, const char *arg, bool *handled,
   case OPT_TEXT_FILE:
     a->text_file = arg;
     return FDY_OK;
-  case OPT_TOKENIZER:
-    a->tokenizer_path = arg;
-    return FDY_OK;
   case OPT_CHAT:
     a->chat = true;
-    return FDY_OK;
-  case OPT_SYSTEM:
-    a->system = arg;
     return FDY_OK;
   case OPT_PROMPTS_FILE:
     a->prompts_file = arg;
@@ -898,12 +879,9 @@ static fdy_status parse_option(void *p, int opt, const char *arg, bool *handled,
   case OPT_SEQUENCES:
     return fdy_cli_parse_uint("--max-sequences", arg, 1,
                               FDY_LLAMA_MAX_SEQUENCES, &a->sequences, err);
-  case OPT_CHAT_TEMPLATE:
-    fdy_cli_parse_chat_template(arg, &a->template_kind, &a->template_file);
-    return FDY_OK;
   default:
     return fdy_cli_shared_flag(opt, arg, &a->session, &a->sampling, &a->draft,
-                               handled, err);
+                               &a->text_flags, handled, err);
   }
 }
 
@@ -934,7 +912,7 @@ static int check_prompt_flags(const generate_args *a) {
         given[0], n > 2 ? ", " : "", n > 2 ? given[1] : "", given[n - 1]);
   }
   if (!a->model_dir || prompt_flags != 1 ||
-      (!a->have_max && !a->prompts_file)) {
+      (!a->text_flags.max_tokens && !a->prompts_file)) {
     return fdy_cli_usage("generate", "--model, --max-tokens and one of "
                                      "--prompt, --prompt-file and --prompt-ids "
                                      "are required (or --model and "
@@ -957,10 +935,11 @@ static int check_dependent_flags(const generate_args *a) {
                                      "text: give --prompt or --prompt-file, "
                                      "not --prompt-ids");
   }
-  if (a->system && !a->chat) {
+  if (a->text_flags.system && !a->chat) {
     return fdy_cli_usage("generate", "--system needs --chat");
   }
-  if ((a->template_kind != FDY_CHAT_TEMPLATE_AUTO || a->template_file) &&
+  if ((a->text_flags.template_kind != FDY_CHAT_TEMPLATE_AUTO ||
+       a->text_flags.template_file) &&
       !a->chat) {
     return fdy_cli_usage("generate", "--chat-template needs --chat");
   }
@@ -980,7 +959,7 @@ static int check_dependent_flags(const generate_args *a) {
 /* The flags into *a, and the checks between them: FDY_EXIT_OK or the
  * usage error printed. */
 static int parse(int argc, char **argv, generate_args *a) {
-  *a = (generate_args){.template_kind = FDY_CHAT_TEMPLATE_AUTO,
+  *a = (generate_args){.text_flags = {.template_kind = FDY_CHAT_TEMPLATE_AUTO},
                        .session = FDY_CLI_SESSION_FLAGS_DEFAULT,
                        .sampling = {.params = FDY_LLAMA_GREEDY}};
   int code = fdy_cli_parse_options("generate", argc, argv, options,
@@ -1026,7 +1005,8 @@ static fdy_status open_one(const generate_args *a,
                            bool draft_logits, one_run *r, fdy_error *err) {
   fdy_status st = fdy_cli_check_manifest(&a->session, a->model_dir, NULL, err);
   if (st == FDY_OK && !a->prompt_ids) {
-    st = fdy_cli_open_tokenizer(a->model_dir, a->tokenizer_path, &r->tok, err);
+    st = fdy_cli_open_tokenizer(a->model_dir, a->text_flags.tokenizer, &r->tok,
+                                err);
   }
   if (st == FDY_OK) {
     st = fdy_llama_open(a->model_dir, &r->model, err);
@@ -1056,14 +1036,14 @@ static fdy_status generate_ids(const generate_args *a,
                                one_run *r, fdy_error *err) {
   int32_t stop[FDY_CHAT_MAX_STOP];
   uint32_t stop_count = 0;
-  fdy_llama_generate_options o = {.max_tokens = (uint32_t)a->max_tokens,
+  fdy_llama_generate_options o = {.max_tokens =
+                                      (uint32_t)a->text_flags.max_tokens,
                                   .ignore_eos = a->ignore_eos,
                                   .sampling = sampling};
   if (r->tok) {
-    fdy_status st =
-        text_prompt(r->tok, r->session, a->chat, a->template_kind,
-                    a->template_file, a->system, a->text, a->text_file,
-                    &r->prompt, &r->prompt_count, stop, &stop_count, err);
+    fdy_status st = text_prompt(r->tok, r->session, a->chat, &a->text_flags,
+                                a->text, a->text_file, &r->prompt,
+                                &r->prompt_count, stop, &stop_count, err);
     /* text ends at the tokenizer's EOS and <|eot_id|> too (and with --chat
      * at the template's end of turn), printed while it is generated (JSON
      * prints ids) */
@@ -1148,9 +1128,9 @@ int fdy_cmd_generate(int argc, char **argv) {
     batch_args batch = {.sampling = &sampling,
                         .random_seed = random_seed,
                         .model_dir = a.model_dir,
-                        .tokenizer_path = a.tokenizer_path,
+                        .tokenizer_path = a.text_flags.tokenizer,
                         .path = a.prompts_file,
-                        .max_tokens = a.max_tokens,
+                        .max_tokens = a.text_flags.max_tokens,
                         .sequences = a.sequences,
                         .ignore_eos = a.ignore_eos};
     return generate_file(&batch, a.session);

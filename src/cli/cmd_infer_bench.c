@@ -149,8 +149,8 @@ static fdy_status parse_option(void *p, int opt, const char *arg, bool *handled,
     return fdy_cli_parse_uint("--batch", arg, 1, FDY_LLAMA_MAX_SEQUENCES,
                               &a->batch, err);
   default:
-    return fdy_cli_shared_flag(opt, arg, &a->session, NULL, &a->draft, handled,
-                               err);
+    return fdy_cli_shared_flag(opt, arg, &a->session, NULL, &a->draft, NULL,
+                               handled, err);
   }
 }
 

@@ -236,7 +236,8 @@ static fdy_status parse_option(void *p, int opt, const char *arg, bool *handled,
     a->compare_flag = true;
     return fdy_cli_parse_uint("--seed", arg, 0, UINT64_MAX, &a->seed, err);
   default:
-    return fdy_cli_shared_flag(opt, arg, &a->session, NULL, NULL, handled, err);
+    return fdy_cli_shared_flag(opt, arg, &a->session, NULL, NULL, NULL, handled,
+                               err);
   }
 }
 
