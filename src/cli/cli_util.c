@@ -623,6 +623,58 @@ static fdy_status config_field_error(const char *path, const char *field,
                         "%s: \"%s\" must be %s", path, field, expected);
 }
 
+/* The sampling fields of generation_config.json's object root (path names
+ * the file in errors): temperature, top_k and top_p where present, under
+ * do_sample. */
+static fdy_status config_sampling(const char *path, const json_t *root,
+                                  fdy_sample_params *out, fdy_error *err) {
+  fdy_sample_params p = FDY_LLAMA_GREEDY;
+  const json_t *v = json_object_get(root, "do_sample");
+  int do_sample = -1; /* absent */
+  if (v && !json_is_null(v)) {
+    if (!json_is_boolean(v)) {
+      return config_field_error(path, "do_sample", "true or false", err);
+    }
+    do_sample = json_is_true(v);
+  }
+  v = json_object_get(root, "temperature");
+  bool have_temperature = v && !json_is_null(v);
+  if (have_temperature) {
+    double t = json_is_number(v) ? json_number_value(v) : -1.0;
+    if (!isfinite(t) || t < 0.0 || t > MAX_TEMPERATURE) {
+      return config_field_error(path, "temperature", "a number from 0 to 1000",
+                                err);
+    }
+    p.temperature = (float)t;
+  }
+  v = json_object_get(root, "top_k");
+  if (v && !json_is_null(v)) {
+    json_int_t k = json_is_integer(v) ? json_integer_value(v) : -1;
+    if (k < 0 || k > (json_int_t)UINT32_MAX) {
+      return config_field_error(path, "top_k",
+                                "an integer from 0 to 4294967295", err);
+    }
+    p.top_k = (uint32_t)k;
+  }
+  v = json_object_get(root, "top_p");
+  if (v && !json_is_null(v)) {
+    double t = json_is_number(v) ? json_number_value(v) : -1.0;
+    if (!isfinite(t) || t < 0.0 || t > 1.0) {
+      return config_field_error(path, "top_p", "a number from 0 to 1", err);
+    }
+    p.top_p = (float)t;
+  }
+  /* Hugging Face samples only with do_sample, at temperature 1.0 unless
+   * told otherwise */
+  if (do_sample == 0) {
+    p = FDY_LLAMA_GREEDY;
+  } else if (do_sample == 1 && !have_temperature) {
+    p.temperature = 1.0f;
+  }
+  *out = p;
+  return FDY_OK;
+}
+
 fdy_status fdy_cli_generation_config(const char *model_dir,
                                      fdy_sample_params *out, bool *found,
                                      fdy_error *err) {
@@ -639,7 +691,6 @@ fdy_status fdy_cli_generation_config(const char *model_dir,
   char *text = NULL;
   size_t len = 0;
   json_t *root = NULL;
-  fdy_sample_params p = FDY_LLAMA_GREEDY;
   fdy_status st =
       fdy_cli_read_file(path, "generation config", &text, &len, err);
   if (st == FDY_ERR_NOT_FOUND) {
@@ -662,54 +713,8 @@ fdy_status fdy_cli_generation_config(const char *model_dir,
     }
     goto cleanup;
   }
-  const json_t *v = json_object_get(root, "do_sample");
-  int do_sample = -1; /* absent */
-  if (v && !json_is_null(v)) {
-    if (!json_is_boolean(v)) {
-      st = config_field_error(path, "do_sample", "true or false", err);
-      goto cleanup;
-    }
-    do_sample = json_is_true(v);
-  }
-  v = json_object_get(root, "temperature");
-  bool have_temperature = v && !json_is_null(v);
-  if (have_temperature) {
-    double t = json_is_number(v) ? json_number_value(v) : -1.0;
-    if (!isfinite(t) || t < 0.0 || t > MAX_TEMPERATURE) {
-      st = config_field_error(path, "temperature", "a number from 0 to 1000",
-                              err);
-      goto cleanup;
-    }
-    p.temperature = (float)t;
-  }
-  v = json_object_get(root, "top_k");
-  if (v && !json_is_null(v)) {
-    json_int_t k = json_is_integer(v) ? json_integer_value(v) : -1;
-    if (k < 0 || k > (json_int_t)UINT32_MAX) {
-      st = config_field_error(path, "top_k", "an integer from 0 to 4294967295",
-                              err);
-      goto cleanup;
-    }
-    p.top_k = (uint32_t)k;
-  }
-  v = json_object_get(root, "top_p");
-  if (v && !json_is_null(v)) {
-    double t = json_is_number(v) ? json_number_value(v) : -1.0;
-    if (!isfinite(t) || t < 0.0 || t > 1.0) {
-      st = config_field_error(path, "top_p", "a number from 0 to 1", err);
-      goto cleanup;
-    }
-    p.top_p = (float)t;
-  }
-  /* Hugging Face samples only with do_sample, at temperature 1.0 unless
-   * told otherwise */
-  if (do_sample == 0) {
-    p = FDY_LLAMA_GREEDY;
-  } else if (do_sample == 1 && !have_temperature) {
-    p.temperature = 1.0f;
-  }
-  *out = p;
-  *found = true;
+  st = config_sampling(path, root, out, err);
+  *found = st == FDY_OK;
 
 cleanup:
   json_decref(root);
