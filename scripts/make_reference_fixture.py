@@ -3,9 +3,10 @@
 # requires-python = ">=3.9"
 # dependencies = []
 # ///
-"""Write small Llama 3 checkpoints in the MLX layouts (4-bit, and with the
-transformers engine 8-bit, unquantized and mixed precision) together with
-reference outputs from an independent float64 forward pass.
+"""Write small Llama-family checkpoints in the MLX layouts (4-bit, and with
+the transformers engine 8-bit, unquantized and mixed precision, and the
+mistral, qwen2 and qwen3 families) together with reference outputs from an
+independent float64 forward pass.
 
 The shared fixtures (tests/data/llama3-micro, llama3-tiny) cover one
 configuration: tied embeddings, llama3 rope scaling, F16 scales, group size
@@ -65,8 +66,9 @@ usage:
       for the named fixtures (default: every fixture of the engine: the
       python engine's llama3-micro-untied-g32 and llama3-micro-mha-g128,
       the mlx engine's llama3-micro-mlx, the transformers engine's
-      llama3-micro-q8-g32, llama3-micro-bf16, llama3-micro-f32 and
-      llama3-micro-mixed); refuses to overwrite.
+      llama3-micro-q8-g32, llama3-micro-bf16, llama3-micro-f32,
+      llama3-micro-mixed, mistral-micro, qwen2-micro and qwen3-micro);
+      refuses to overwrite.
   make_reference_fixture.py --engine mlx --model DIR --out FILE
       [--seed S] [--prompt-tokens T] [--greedy-tokens N] [--dtype D]
       writes FILE (expected.safetensors) for any checkpoint DIR from MLX:
@@ -82,9 +84,12 @@ usage:
       or an id disagrees.
 
 The python engine is standard library only; about a minute for both its
-fixtures. The transformers engine (transformers' LlamaForCausalLM in
-float64 with eager attention on this script's dequantized weights, the
-python engine's result printed beside it) needs torch (the CPU wheel) and
+fixtures. The transformers engine (the family's transformers class,
+LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM,
+in float64 with eager attention on this script's dequantized weights, every
+parameter loaded, the python engine's result printed beside it; the python
+engine adds qwen2's q, k and v biases and normalizes qwen3's q and k per
+head) needs torch (the CPU wheel) and
 transformers. The mlx engine needs mlx and mlx-lm (pip install mlx mlx-lm; on
 Linux without a GPU the CPU wheel, mlx[cpu]). The committed fixtures are
 this script's output: tests never run it to make them.
