@@ -651,7 +651,8 @@ void fdy_cmd_serve_help(FILE *out) {
           "finishes the accepted requests (within --grace) and exits 0.\n"
           "\n"
           "options:\n"
-          "  --host ADDR      IPv4 address to bind (default 127.0.0.1)\n"
+          "  --host ADDR      IPv4 or IPv6 address to bind (default\n"
+          "                   127.0.0.1; ::1 for IPv6 loopback)\n"
           "  --port P         TCP port, 0 for any free one (default %u); the\n"
           "                   address is printed on stderr once listening\n"
           "  --model-id NAME  the model's id (default: DIR's base name)\n"
@@ -729,6 +730,40 @@ static char *base_name(const char *dir) {
     name[len - start] = '\0';
   }
   return name;
+}
+
+/* The address --host names: IPv4 or IPv6 (a sockaddr for
+ * MHD_OPTION_SOCK_ADDR), and the host as a URL writes it (IPv6 in
+ * brackets). */
+struct bind_address {
+  struct sockaddr_storage address;
+  bool ipv6;
+  char url_host[INET6_ADDRSTRLEN + 2];
+};
+
+/* Fills *b from host and port; false when host is neither address. */
+static bool bind_address_of(const char *host, uint16_t port,
+                            struct bind_address *b) {
+  memset(b, 0, sizeof *b);
+  struct sockaddr_in *v4 = (struct sockaddr_in *)&b->address;
+  struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&b->address;
+  if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(port);
+    snprintf(b->url_host, sizeof b->url_host, "%s", host);
+    return true;
+  }
+  memset(b, 0, sizeof *b);
+  if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(port);
+    b->ipv6 = true;
+    char text[INET6_ADDRSTRLEN];
+    inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof text);
+    snprintf(b->url_host, sizeof b->url_host, "[%s]", text);
+    return true;
+  }
+  return false;
 }
 
 int fdy_cmd_serve(int argc, char **argv) {
@@ -840,11 +875,10 @@ int fdy_cmd_serve(int argc, char **argv) {
     const char *env = getenv("FOUNDRY_API_KEY");
     api_key = env && env[0] ? env : NULL;
   }
-  struct sockaddr_in addr = {.sin_family = AF_INET,
-                             .sin_port = htons((uint16_t)port)};
-  if (inet_pton(AF_INET, host, &addr.sin_addr) != 1) {
-    return fdy_cli_usage("serve", "--host must be an IPv4 address, got '%s'",
-                         host);
+  struct bind_address bind;
+  if (!bind_address_of(host, (uint16_t)port, &bind)) {
+    return fdy_cli_usage(
+        "serve", "--host must be an IPv4 or IPv6 address, got '%s'", host);
   }
 
   fdy_server srv = {.max_queue = (uint32_t)queue,
@@ -950,13 +984,13 @@ int fdy_cmd_serve(int argc, char **argv) {
   engine_started = true;
   daemon = MHD_start_daemon(
       MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-          MHD_USE_ERROR_LOG,
+          MHD_USE_ERROR_LOG | (bind.ipv6 ? MHD_USE_IPv6 : 0),
       (uint16_t)port, NULL, NULL, handle, &srv, MHD_OPTION_SOCK_ADDR,
-      (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
-      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600, MHD_OPTION_END);
+      (struct sockaddr *)&bind.address, MHD_OPTION_NOTIFY_COMPLETED, completed,
+      NULL, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600, MHD_OPTION_END);
   if (!daemon) {
-    fprintf(stderr, "foundry: error: cannot listen on %s:%" PRIu64 "\n", host,
-            port);
+    fprintf(stderr, "foundry: error: cannot listen on %s:%" PRIu64 "\n",
+            bind.url_host, port);
     goto cleanup;
   }
   const union MHD_DaemonInfo *info =
@@ -971,7 +1005,7 @@ int fdy_cmd_serve(int argc, char **argv) {
   fprintf(stderr,
           "foundry serve: model '%s' (context %" PRIu32 ", %" PRIu32
           " sequences%s) listening on http://%s:%u\n",
-          srv.model_id, srv.context, srv.slots, drafting, host,
+          srv.model_id, srv.context, srv.slots, drafting, bind.url_host,
           info ? (unsigned)info->port : (unsigned)port);
   fflush(stderr);
 

@@ -2,7 +2,8 @@
 # by a test that sets `foundry` and `work`:
 #   start FLAGS...  starts `foundry serve --port 0 --threads 2 FLAGS` in the
 #                   background (stderr in $work/server.log); sets $pid, and
-#                   $url once /health answers; fails the test and exits
+#                   $url (the `listening on` URL: curl -g for an IPv6 one)
+#                   once /health answers; fails the test and exits
 #                   when it does not start
 #   stop            stops it with SIGTERM; it must exit 0
 # A trap kills a server still running at exit and removes $work.
@@ -24,11 +25,11 @@ start() {
   url=
   i=0
   while [ "$i" -lt 300 ]; do
-    port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' \
+    listening=$(sed -n 's|.*listening on \(http://[^ ]*\)$|\1|p' \
       "$work/server.log")
-    if [ -n "$port" ] &&
-      curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1; then
-      url=http://127.0.0.1:$port
+    if [ -n "$listening" ] &&
+      curl -sfg "$listening/health" >/dev/null 2>&1; then
+      url=$listening
       return 0
     fi
     kill -0 "$pid" 2>/dev/null || break

@@ -9,7 +9,8 @@
 # (serve_checks.py metrics, disconnect); bad requests (malformed JSON 400,
 # wrong types 400, context overflow 400 naming both numbers, unknown model
 # 404, oversized body 413, unknown path 404, and the corpus of
-# serve_checks.py bad); a full queue 429; SIGTERM exits 0 after the
+# serve_checks.py bad); --host ::1 (IPv6, where the machine has it) and a
+# --host that is no address; a full queue 429; SIGTERM exits 0 after the
 # accepted requests finish, or cancels them after --grace.
 # usage: test_serve.sh FOUNDRY_BINARY TEST_DATA_DIR
 set -u
@@ -241,6 +242,24 @@ status=$(post /v1/completions '{"prompt":[5],"stop":["a","b","c","d","e"]}')
 status_is "$status" 400 "five stop strings"
 contains "$work/body" '"param":"stop"'
 stop
+
+# --host: an IPv6 address binds it (the URL in brackets) where the machine
+# has IPv6 loopback; neither address is a usage error
+expect 2 serve --model "$model" --host localhost
+contains "$err" "--host must be an IPv4 or IPv6 address, got 'localhost'"
+if python3 -c 'import socket; socket.socket(socket.AF_INET6).bind(("::1", 0))' \
+  2>/dev/null; then
+  start --model "$model" --max-sequences 1 --host ::1
+  case $url in http://\[::1\]:*) ;; *) fail "IPv6 URL '$url'" ;; esac
+  status=$(curl -sg -o "$work/body" -w '%{http_code}' \
+    -H 'Content-Type: application/json' \
+    --data-binary '{"prompt":[5],"max_tokens":2}' "$url/v1/completions")
+  status_is "$status" 200 "a completion over IPv6"
+  contains "$work/body" '"completion_tokens":2'
+  stop
+else
+  echo "no IPv6 loopback: the --host ::1 check skipped"
+fi
 
 # --api-key: /health stays open; anything else needs the bearer key (401
 # with OpenAI's error object otherwise)
