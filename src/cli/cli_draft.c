@@ -1,6 +1,7 @@
 /* The speculative-decoding flags, the draft checkpoint and its session
  * (cli_draft.h). */
 #include "cli_draft.h"
+#include "cli_util.h"
 
 #include <inttypes.h>
 
@@ -24,13 +25,13 @@ fdy_status fdy_cli_draft_flag(int opt, const char *arg,
   }
 }
 
-const char *fdy_cli_draft_orphan(const fdy_cli_draft_flags *flags) {
-  if (flags->dir) {
-    return NULL;
-  }
-  return flags->tokens  ? "--draft-tokens"
-         : flags->fixed ? "--draft-fixed"
-                        : NULL;
+int fdy_cli_draft_check(const char *command, const fdy_cli_draft_flags *flags) {
+  const char *orphan = flags->dir      ? NULL
+                       : flags->tokens ? "--draft-tokens"
+                       : flags->fixed  ? "--draft-fixed"
+                                       : NULL;
+  return orphan ? fdy_cli_usage(command, "%s needs --draft-model", orphan)
+                : FDY_EXIT_OK;
 }
 
 void fdy_cli_draft_help(FILE *out) {

@@ -37,9 +37,10 @@ fdy_status fdy_cli_draft_flag(int opt, const char *arg,
                               fdy_cli_draft_flags *flags, bool *handled,
                               fdy_error *err);
 
-/* The flag given without --draft-model ("--draft-tokens" or
- * "--draft-fixed"), a usage error; NULL when the flags are consistent. */
-const char *fdy_cli_draft_orphan(const fdy_cli_draft_flags *flags);
+/* FDY_EXIT_OK when the flags are consistent; else command's usage error naming
+ * the flag given without --draft-model ("--draft-tokens needs --draft-model")
+ * printed, and its exit code. */
+int fdy_cli_draft_check(const char *command, const fdy_cli_draft_flags *flags);
 
 /* The help lines of the draft flags. */
 void fdy_cli_draft_help(FILE *out);

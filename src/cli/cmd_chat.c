@@ -290,11 +290,7 @@ static int parse(int argc, char **argv, chat_args *a) {
   if (!a->model_dir) {
     return fdy_cli_usage("chat", "--model is required");
   }
-  if (fdy_cli_draft_orphan(&a->draft)) {
-    return fdy_cli_usage("chat", "%s needs --draft-model",
-                         fdy_cli_draft_orphan(&a->draft));
-  }
-  return FDY_EXIT_OK;
+  return fdy_cli_draft_check("chat", &a->draft);
 }
 
 /* The conversation and what it holds. */

@@ -943,9 +943,9 @@ static int check_dependent_flags(const generate_args *a) {
       !a->chat) {
     return fdy_cli_usage("generate", "--chat-template needs --chat");
   }
-  if (fdy_cli_draft_orphan(&a->draft)) {
-    return fdy_cli_usage("generate", "%s needs --draft-model",
-                         fdy_cli_draft_orphan(&a->draft));
+  int orphan = fdy_cli_draft_check("generate", &a->draft);
+  if (orphan) {
+    return orphan;
   }
   if (a->draft.dir && a->prompts_file) {
     return fdy_cli_usage("generate", "--draft-model takes one prompt: not "

@@ -176,9 +176,9 @@ static int parse(int argc, char **argv, infer_bench_args *a) {
                          "--prompt-file and --prompt-tokens exclude each "
                          "other");
   }
-  if (fdy_cli_draft_orphan(&a->draft)) {
-    return fdy_cli_usage("infer-bench",
-                         "--draft-tokens and --draft-fixed need --draft-model");
+  int orphan = fdy_cli_draft_check("infer-bench", &a->draft);
+  if (orphan) {
+    return orphan;
   }
   if (strcmp(a->session.backend, "cpu") != 0 && a->session.threads) {
     return fdy_cli_usage("infer-bench", "--threads applies to the cpu backend");

@@ -866,9 +866,9 @@ int fdy_cmd_serve(int argc, char **argv) {
   if (!model_dir) {
     return fdy_cli_usage("serve", "--model is required");
   }
-  if (fdy_cli_draft_orphan(&draft_flags)) {
-    return fdy_cli_usage("serve", "%s needs --draft-model",
-                         fdy_cli_draft_orphan(&draft_flags));
+  int orphan = fdy_cli_draft_check("serve", &draft_flags);
+  if (orphan) {
+    return orphan;
   }
   if (!api_key) {
     /* the key kept out of the process list */

@@ -597,7 +597,9 @@ expect 2 infer-bench --model "$untied" --draft-model "$mha" --batch 2 \
   --report "$work/b2.json"
 contains "$err" "--batch must be 1"
 expect 2 infer-bench --model "$untied" --draft-tokens 3 --report "$work/x.json"
-contains "$err" "need --draft-model"
+contains "$err" "--draft-tokens needs --draft-model"
+expect 2 infer-bench --model "$untied" --draft-fixed --report "$work/x.json"
+contains "$err" "--draft-fixed needs --draft-model"
 expect 2 infer-bench --model "$untied" --draft-model "$mha" --draft-tokens 65 \
   --report "$work/x.json"
 
