@@ -43,7 +43,12 @@ void fdy_cli_draft_help(FILE *out) {
           "                   the model's own; sampling, the rejection rule\n"
           "                   keeps its distribution. The acceptance rate,\n"
           "                   ids per pass of the model and both models'\n"
-          "                   seconds per id go to stderr\n"
+          "                   seconds per id go to stderr\n");
+  fdy_cli_draft_tokens_help(out);
+}
+
+void fdy_cli_draft_tokens_help(FILE *out) {
+  fprintf(out,
           "  --draft-tokens K ids drafted per pass at first, 1 to %u (default\n"
           "                   %u); adaptive: doubled after a pass that\n"
           "                   accepts every one, up to 2K, cut to the ids\n"

@@ -42,8 +42,13 @@ fdy_status fdy_cli_draft_flag(int opt, const char *arg,
  * printed, and its exit code. */
 int fdy_cli_draft_check(const char *command, const fdy_cli_draft_flags *flags);
 
-/* The help lines of the draft flags. */
+/* The help lines of the draft flags: --draft-model's, then
+ * fdy_cli_draft_tokens_help's. */
 void fdy_cli_draft_help(FILE *out);
+
+/* The help lines of --draft-tokens and --draft-fixed alone (serve, whose
+ * --draft-model line differs, prints them after its own). */
+void fdy_cli_draft_tokens_help(FILE *out);
 
 /* The speculative options of the flags: K = --draft-tokens or the
  * default; the most K grows to twice K (at most

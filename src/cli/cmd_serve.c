@@ -25,7 +25,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "cli_draft.h"
+#include "cli_options.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "foundry/chat.h"
@@ -414,7 +414,105 @@ static fdy_serve_job *make_job(fdy_server *srv, fdy_serve_request *req,
   return job;
 }
 
-/* POST /v1/completions and /v1/chat/completions. */
+/* Submits job, whose reference moves to the reply *out. A refusal (429
+ * when the queue is full, 503 when the server stops or failed) is sent,
+ * *out NULL; so is a failed allocation (MHD_NO). */
+static enum MHD_Result submit(fdy_server *srv, struct MHD_Connection *c,
+                              fdy_serve_job *job, reply **out) {
+  *out = NULL;
+  reply *rp = calloc(1, sizeof *rp);
+  if (!rp) {
+    pthread_mutex_lock(&srv->lock);
+    fdy_serve_job_unref(job);
+    pthread_mutex_unlock(&srv->lock);
+    return MHD_NO;
+  }
+  rp->job = job;
+  unsigned refused = fdy_serve_submit(srv, job);
+  if (!refused) {
+    *out = rp;
+    return MHD_YES;
+  }
+  reply_free(rp);
+  if (refused == MHD_HTTP_TOO_MANY_REQUESTS) {
+    return send_error(c, refused, "rate_limit_error", NULL, "queue_full",
+                      "%" PRIu32 " requests are waiting already; try again",
+                      srv->max_queue);
+  }
+  pthread_mutex_lock(&srv->lock);
+  char failure[sizeof srv->failure];
+  snprintf(failure, sizeof failure, "%s",
+           srv->failed ? srv->failure : "the server is stopping");
+  pthread_mutex_unlock(&srv->lock);
+  return send_error(c, refused, "server_error", NULL, "unavailable", "%s",
+                    failure);
+}
+
+/* Answers with server-sent events as the ids come (stream_read); the
+ * response owns rp from here. */
+static enum MHD_Result send_stream(struct MHD_Connection *c, reply *rp) {
+  struct MHD_Response *resp = MHD_create_response_from_callback(
+      MHD_SIZE_UNKNOWN, 4096, stream_read, rp, stream_free);
+  if (!resp) {
+    reply_free(rp);
+    return MHD_NO;
+  }
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                          "text/event-stream");
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+  enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
+  MHD_destroy_response(resp);
+  return ret;
+}
+
+/* Waits for the end of job, watching the client: true when it went first
+ * (the caller's reply_free then cancels the job). */
+static bool wait_for_end(fdy_server *srv, struct MHD_Connection *c,
+                         const fdy_serve_job *job) {
+  bool gone = false;
+  pthread_mutex_lock(&srv->lock);
+  while (!job->done && !gone) {
+    fdy_serve_wait(srv, 100);
+    if (!job->done) {
+      pthread_mutex_unlock(&srv->lock);
+      gone = client_gone(c);
+      pthread_mutex_lock(&srv->lock);
+    }
+  }
+  pthread_mutex_unlock(&srv->lock);
+  return gone;
+}
+
+/* Answers with one JSON response at the job's end: the completion, or its
+ * error (cancelled by the server's stop: 503; the backend failed: 500).
+ * Frees rp. */
+static enum MHD_Result send_completion(fdy_server *srv,
+                                       struct MHD_Connection *c, reply *rp) {
+  fdy_serve_job *job = rp->job;
+  if (wait_for_end(srv, c, job)) {
+    reply_free(rp);
+    return MHD_NO;
+  }
+  enum MHD_Result ret;
+  if (job->failed) {
+    ret = send_error(c,
+                     job->cancelled ? MHD_HTTP_SERVICE_UNAVAILABLE
+                                    : MHD_HTTP_INTERNAL_SERVER_ERROR,
+                     "server_error", NULL, NULL, "%s", job->error);
+  } else {
+    json_t *resp =
+        envelope(srv, job, choice(srv, rp, 0, job->count, false, true), false);
+    if (resp) {
+      json_object_set_new(resp, "usage", usage(job));
+    }
+    ret = send_json(c, MHD_HTTP_OK, resp);
+  }
+  reply_free(rp);
+  return ret;
+}
+
+/* A generation of a checked POST: the body parsed into a job, submitted,
+ * and answered as a stream or at its end. */
 static enum MHD_Result handle_generation(fdy_server *srv,
                                          struct MHD_Connection *c,
                                          const body *b, bool chat) {
@@ -432,77 +530,12 @@ static enum MHD_Result handle_generation(fdy_server *srv,
   if (!job) {
     return send_refusal(srv, c, &e);
   }
-  reply *rp = calloc(1, sizeof *rp);
+  reply *rp;
+  enum MHD_Result ret = submit(srv, c, job, &rp);
   if (!rp) {
-    pthread_mutex_lock(&srv->lock);
-    fdy_serve_job_unref(job);
-    pthread_mutex_unlock(&srv->lock);
-    return MHD_NO;
-  }
-  rp->job = job;
-  unsigned refused = fdy_serve_submit(srv, job);
-  if (refused) {
-    reply_free(rp);
-    if (refused == MHD_HTTP_TOO_MANY_REQUESTS) {
-      return send_error(c, refused, "rate_limit_error", NULL, "queue_full",
-                        "%" PRIu32 " requests are waiting already; try again",
-                        srv->max_queue);
-    }
-    pthread_mutex_lock(&srv->lock);
-    char failure[sizeof srv->failure];
-    snprintf(failure, sizeof failure, "%s",
-             srv->failed ? srv->failure : "the server is stopping");
-    pthread_mutex_unlock(&srv->lock);
-    return send_error(c, refused, "server_error", NULL, "unavailable", "%s",
-                      failure);
-  }
-  if (job->stream) {
-    struct MHD_Response *resp = MHD_create_response_from_callback(
-        MHD_SIZE_UNKNOWN, 4096, stream_read, rp, stream_free);
-    if (!resp) {
-      reply_free(rp);
-      return MHD_NO;
-    }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
-                            "text/event-stream");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
-    MHD_destroy_response(resp);
     return ret;
   }
-  /* wait for the end, watching the client: gone, the job is cancelled */
-  bool gone = false;
-  pthread_mutex_lock(&srv->lock);
-  while (!job->done && !gone) {
-    fdy_serve_wait(srv, 100);
-    if (!job->done) {
-      pthread_mutex_unlock(&srv->lock);
-      gone = client_gone(c);
-      pthread_mutex_lock(&srv->lock);
-    }
-  }
-  pthread_mutex_unlock(&srv->lock);
-  if (gone) {
-    reply_free(rp);
-    return MHD_NO;
-  }
-  enum MHD_Result ret;
-  if (job->failed) {
-    /* cancelled by the server's stop: 503; the backend failed: 500 */
-    ret = send_error(c,
-                     job->cancelled ? MHD_HTTP_SERVICE_UNAVAILABLE
-                                    : MHD_HTTP_INTERNAL_SERVER_ERROR,
-                     "server_error", NULL, NULL, "%s", job->error);
-  } else {
-    json_t *resp =
-        envelope(srv, job, choice(srv, rp, 0, job->count, false, true), false);
-    if (resp) {
-      json_object_set_new(resp, "usage", usage(job));
-    }
-    ret = send_json(c, MHD_HTTP_OK, resp);
-  }
-  reply_free(rp);
-  return ret;
+  return job->stream ? send_stream(c, rp) : send_completion(srv, c, rp);
 }
 
 /* Whether the request may pass: no --api-key, or its Authorization header
@@ -525,6 +558,97 @@ static bool authorized(const fdy_server *srv, struct MHD_Connection *c) {
   return diff == 0;
 }
 
+/* Adds a piece of the upload to b; past MAX_BODY_BYTES, b is only marked
+ * too large. */
+static enum MHD_Result receive(body *b, const char *data, size_t *size) {
+  if (!b->too_large && b->len + *size <= MAX_BODY_BYTES) {
+    char *grown = realloc(b->data, b->len + *size + 1);
+    if (!grown) {
+      return MHD_NO;
+    }
+    memcpy(grown + b->len, data, *size);
+    b->data = grown;
+    b->len += *size;
+  } else {
+    b->too_large = true;
+  }
+  *size = 0;
+  return MHD_YES;
+}
+
+/* GET /health: ok with the running and queued requests, or 503 with the
+ * engine's failure. */
+static enum MHD_Result send_health(fdy_server *srv, struct MHD_Connection *c) {
+  pthread_mutex_lock(&srv->lock);
+  bool failed = srv->failed;
+  json_t *root =
+      failed ? json_pack("{s:s, s:s}", "status", "error", "error", srv->failure)
+             : json_pack("{s:s, s:I, s:I}", "status", "ok", "running",
+                         (json_int_t)srv->active, "queued",
+                         (json_int_t)srv->queued);
+  pthread_mutex_unlock(&srv->lock);
+  return send_json(c, failed ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK,
+                   root);
+}
+
+/* GET /metrics in Prometheus text. */
+static enum MHD_Result send_metrics(fdy_server *srv, struct MHD_Connection *c) {
+  char *text = fdy_serve_metrics_now(srv);
+  return text ? send_text(c, MHD_HTTP_OK, text,
+                          "text/plain; version=0.0.4; charset=utf-8", NULL)
+              : MHD_NO;
+}
+
+/* GET /v1/models: the one model. */
+static enum MHD_Result send_models(fdy_server *srv, struct MHD_Connection *c) {
+  return send_json(c, MHD_HTTP_OK,
+                   json_pack("{s:s, s:[{s:s, s:s, s:I, s:s}]}", "object",
+                             "list", "data", "id", srv->model_id, "object",
+                             "model", "created", (json_int_t)0, "owned_by",
+                             "foundry"));
+}
+
+/* /v1/completions and /v1/chat/completions: a method other than POST
+ * (405), a body over the limit (413) or not JSON (415) refused, then the
+ * generation. */
+static enum MHD_Result handle_completions(fdy_server *srv,
+                                          struct MHD_Connection *c,
+                                          const char *url, const char *method,
+                                          const body *b, bool chat) {
+  bool post = strcmp(method, "POST") == 0;
+  const char *type = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_CONTENT_TYPE);
+  bool json = !type || (strncasecmp(type, "application/json", 16) == 0 &&
+                        strchr("; \t", type[16]));
+  if (!post || b->too_large || !json) {
+    fdy_serve_count(srv, FDY_SERVE_OUTCOME_INVALID);
+  }
+  if (!post) {
+    return send_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error",
+                      NULL, NULL, "%s takes POST, not %s", url, method);
+  }
+  if (b->too_large) {
+    return send_error(c, 413 /* content too large */, "invalid_request_error",
+                      NULL, "request_too_large",
+                      "the request body is larger than the limit of %u "
+                      "bytes",
+                      MAX_BODY_BYTES);
+  }
+  if (!json) {
+    char *safe = fdy_utf8_sanitize(type);
+    enum MHD_Result ret = send_error(
+        c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "invalid_request_error", NULL, NULL,
+        "the body must be JSON (Content-Type: application/json), not "
+        "'%.200s'",
+        safe ? safe : "");
+    free(safe);
+    return ret;
+  }
+  return handle_generation(srv, c, b, chat);
+}
+
+/* A connection's request: its body gathered, the API key checked (but for
+ * /health), then routed by method and URL (404 for none). */
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c,
                               const char *url, const char *method,
                               const char *version, const char *upload_data,
@@ -538,21 +662,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c,
     return b ? MHD_YES : MHD_NO;
   }
   if (*upload_data_size > 0) {
-    if (!b->too_large && b->len + *upload_data_size <= MAX_BODY_BYTES) {
-      char *grown = realloc(b->data, b->len + *upload_data_size + 1);
-      if (!grown) {
-        return MHD_NO;
-      }
-      memcpy(grown + b->len, upload_data, *upload_data_size);
-      b->data = grown;
-      b->len += *upload_data_size;
-    } else {
-      b->too_large = true;
-    }
-    *upload_data_size = 0;
-    return MHD_YES;
+    return receive(b, upload_data, upload_data_size);
   }
-  bool get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
+  bool get = strcmp(method, "GET") == 0;
   bool open = strcmp(url, "/health") == 0;
   if (!open && !authorized(srv, c)) {
     fdy_serve_count(srv, FDY_SERVE_OUTCOME_INVALID);
@@ -562,63 +674,18 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c,
                       "'Authorization: Bearer KEY' with the key of --api-key");
   }
   if (get && strcmp(url, "/health") == 0) {
-    pthread_mutex_lock(&srv->lock);
-    bool failed = srv->failed;
-    json_t *root = failed ? json_pack("{s:s, s:s}", "status", "error", "error",
-                                      srv->failure)
-                          : json_pack("{s:s, s:I, s:I}", "status", "ok",
-                                      "running", (json_int_t)srv->active,
-                                      "queued", (json_int_t)srv->queued);
-    pthread_mutex_unlock(&srv->lock);
-    return send_json(c, failed ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK,
-                     root);
+    return send_health(srv, c);
   }
   if (get && strcmp(url, "/metrics") == 0) {
-    char *text = fdy_serve_metrics_now(srv);
-    return text ? send_text(c, MHD_HTTP_OK, text,
-                            "text/plain; version=0.0.4; charset=utf-8", NULL)
-                : MHD_NO;
+    return send_metrics(srv, c);
   }
   if (get && strcmp(url, "/v1/models") == 0) {
-    return send_json(c, MHD_HTTP_OK,
-                     json_pack("{s:s, s:[{s:s, s:s, s:I, s:s}]}", "object",
-                               "list", "data", "id", srv->model_id, "object",
-                               "model", "created", (json_int_t)0, "owned_by",
-                               "foundry"));
+    return send_models(srv, c);
   }
   bool completions = strcmp(url, "/v1/completions") == 0;
   bool chat = strcmp(url, "/v1/chat/completions") == 0;
   if (completions || chat) {
-    const char *type = MHD_lookup_connection_value(
-        c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
-    bool json = !type || (strncasecmp(type, "application/json", 16) == 0 &&
-                          strchr("; \t", type[16]));
-    if (!post || b->too_large || !json) {
-      fdy_serve_count(srv, FDY_SERVE_OUTCOME_INVALID);
-    }
-    if (!post) {
-      return send_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error",
-                        NULL, NULL, "%s takes POST, not %s", url, method);
-    }
-    if (b->too_large) {
-      return send_error(c, 413 /* content too large */, "invalid_request_error",
-                        NULL, "request_too_large",
-                        "the request body is larger than the limit of %u "
-                        "bytes",
-                        MAX_BODY_BYTES);
-    }
-    if (!json) {
-      char *safe = fdy_utf8_sanitize(type);
-      enum MHD_Result ret = send_error(
-          c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "invalid_request_error", NULL,
-          NULL,
-          "the body must be JSON (Content-Type: application/json), not "
-          "'%.200s'",
-          safe ? safe : "");
-      free(safe);
-      return ret;
-    }
-    return handle_generation(srv, c, b, chat);
+    return handle_completions(srv, c, url, method, b, chat);
   }
   fdy_serve_count(srv, FDY_SERVE_OUTCOME_INVALID);
   return send_error(c, MHD_HTTP_NOT_FOUND, "invalid_request_error", NULL, NULL,
@@ -686,13 +753,8 @@ void fdy_cmd_serve_help(FILE *out) {
           "                   (greedy, the model's own ids; sampled, the\n"
           "                   rejection rule keeps its distribution); while\n"
           "                   several run, the batch decodes as without it.\n"
-          "                   /metrics counts the proposed and accepted ids\n"
-          "  --draft-tokens K ids drafted per pass at first, 1 to %u (default\n"
-          "                   %u); adaptive: doubled after a pass that\n"
-          "                   accepts every one, up to 2K, cut to the ids\n"
-          "                   accepted + 1 after a rejection\n"
-          "  --draft-fixed    draft K ids every pass\n",
-          FDY_LLAMA_MAX_DRAFT_TOKENS, FDY_CLI_DEFAULT_DRAFT_TOKENS);
+          "                   /metrics counts the proposed and accepted ids\n");
+  fdy_cli_draft_tokens_help(out);
 }
 
 /* The rows of the model's steps with a draft: the session's default (one
@@ -766,291 +828,333 @@ static bool bind_address_of(const char *host, uint16_t port,
   return false;
 }
 
-int fdy_cmd_serve(int argc, char **argv) {
-  enum {
-    OPT_MODEL = 256,
-    OPT_HOST,
-    OPT_PORT,
-    OPT_MODEL_ID,
-    OPT_SEQUENCES,
-    OPT_QUEUE,
-    OPT_TOKENIZER,
-    OPT_API_KEY,
-    OPT_GRACE
-  };
-  static const struct option options[] = {
-      {"model", required_argument, NULL, OPT_MODEL},
-      {"host", required_argument, NULL, OPT_HOST},
-      {"port", required_argument, NULL, OPT_PORT},
-      {"model-id", required_argument, NULL, OPT_MODEL_ID},
-      {"max-sequences", required_argument, NULL, OPT_SEQUENCES},
-      {"max-queue", required_argument, NULL, OPT_QUEUE},
-      {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
-      {"api-key", required_argument, NULL, OPT_API_KEY},
-      {"grace", required_argument, NULL, OPT_GRACE},
-      FDY_CLI_SESSION_OPTIONS,
-      FDY_CLI_ENGINE_OPTIONS,
-      FDY_CLI_DRAFT_OPTIONS,
-      {NULL, 0, NULL, 0},
-  };
-  const char *model_dir = NULL, *host = "127.0.0.1", *model_id = NULL;
-  const char *tokenizer_path = NULL, *api_key = NULL;
-  uint64_t port = DEFAULT_PORT, sequences = DEFAULT_SEQUENCES;
-  uint64_t queue = DEFAULT_QUEUE, grace = DEFAULT_GRACE;
-  fdy_cli_session_flags flags = FDY_CLI_SESSION_FLAGS_DEFAULT;
-  fdy_cli_draft_flags draft_flags = {0};
-  fdy_error err;
-  int code = fdy_cli_check_arguments("serve", argc, argv);
-  if (code == FDY_EXIT_OK) {
-    code = fdy_cli_check_repeats("serve", argc, argv, options);
+/* The command's options, as parsed. */
+typedef struct serve_args {
+  const char *model_dir;
+  const char *host;     /* --host, an IPv4 or IPv6 address */
+  const char *model_id; /* NULL: DIR's base name */
+  const char *api_key;  /* --api-key, else $FOUNDRY_API_KEY; NULL: none */
+  uint64_t port, sequences, queue, grace;
+  struct bind_address bind; /* of host and port */
+  fdy_cli_session_flags session;
+  fdy_cli_draft_flags draft;
+  fdy_cli_text_flags text; /* --tokenizer alone */
+} serve_args;
+
+enum {
+  OPT_MODEL = 256,
+  OPT_HOST,
+  OPT_PORT,
+  OPT_MODEL_ID,
+  OPT_SEQUENCES,
+  OPT_QUEUE,
+  OPT_API_KEY,
+  OPT_GRACE
+};
+
+static const struct option serve_options[] = {
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"host", required_argument, NULL, OPT_HOST},
+    {"port", required_argument, NULL, OPT_PORT},
+    {"model-id", required_argument, NULL, OPT_MODEL_ID},
+    {"max-sequences", required_argument, NULL, OPT_SEQUENCES},
+    {"max-queue", required_argument, NULL, OPT_QUEUE},
+    {"tokenizer", required_argument, NULL, FDY_CLI_OPT_TOKENIZER},
+    {"api-key", required_argument, NULL, OPT_API_KEY},
+    {"grace", required_argument, NULL, OPT_GRACE},
+    FDY_CLI_SESSION_OPTIONS,
+    FDY_CLI_ENGINE_OPTIONS,
+    FDY_CLI_DRAFT_OPTIONS,
+    {NULL, 0, NULL, 0},
+};
+
+static fdy_status parse_option(void *p, int opt, const char *arg, bool *handled,
+                               fdy_error *err) {
+  serve_args *a = p;
+  *handled = true;
+  switch (opt) {
+  case OPT_MODEL:
+    a->model_dir = arg;
+    return FDY_OK;
+  case OPT_HOST:
+    a->host = arg;
+    return FDY_OK;
+  case OPT_PORT:
+    return fdy_cli_parse_uint("--port", arg, 0, 65535, &a->port, err);
+  case OPT_MODEL_ID:
+    a->model_id = arg;
+    return FDY_OK;
+  case OPT_SEQUENCES:
+    return fdy_cli_parse_uint("--max-sequences", arg, 1,
+                              FDY_LLAMA_MAX_SEQUENCES, &a->sequences, err);
+  case OPT_QUEUE:
+    return fdy_cli_parse_uint("--max-queue", arg, 0, 1u << 20, &a->queue, err);
+  case OPT_API_KEY:
+    a->api_key = arg;
+    return FDY_OK;
+  case OPT_GRACE:
+    return fdy_cli_parse_uint("--grace", arg, 0, 86400, &a->grace, err);
+  default:
+    return fdy_cli_shared_flag(opt, arg, &a->session, NULL, &a->draft, &a->text,
+                               handled, err);
   }
+}
+
+/* The flags into *a, and the checks between them: FDY_EXIT_OK or the
+ * usage error printed. */
+static int parse(int argc, char **argv, serve_args *a) {
+  *a = (serve_args){.host = "127.0.0.1",
+                    .port = DEFAULT_PORT,
+                    .sequences = DEFAULT_SEQUENCES,
+                    .queue = DEFAULT_QUEUE,
+                    .grace = DEFAULT_GRACE,
+                    .session = FDY_CLI_SESSION_FLAGS_DEFAULT,
+                    .text = {.template_kind = FDY_CHAT_TEMPLATE_AUTO}};
+  int code = fdy_cli_parse_options("serve", argc, argv, serve_options,
+                                   parse_option, a, NULL);
   if (code != FDY_EXIT_OK) {
     return code;
   }
-  optind = 1;
-  opterr = 0;
-  int opt;
-  while ((opt = getopt_long(argc, argv, ":", options, NULL)) != -1) {
-    fdy_status status = FDY_OK;
-    switch (opt) {
-    case OPT_MODEL:
-      model_dir = optarg;
-      break;
-    case OPT_HOST:
-      host = optarg;
-      break;
-    case OPT_PORT:
-      status = fdy_cli_parse_uint("--port", optarg, 0, 65535, &port, &err);
-      break;
-    case OPT_MODEL_ID:
-      model_id = optarg;
-      break;
-    case OPT_SEQUENCES:
-      status = fdy_cli_parse_uint("--max-sequences", optarg, 1,
-                                  FDY_LLAMA_MAX_SEQUENCES, &sequences, &err);
-      break;
-    case OPT_QUEUE:
-      status =
-          fdy_cli_parse_uint("--max-queue", optarg, 0, 1u << 20, &queue, &err);
-      break;
-    case OPT_TOKENIZER:
-      tokenizer_path = optarg;
-      break;
-    case OPT_API_KEY:
-      api_key = optarg;
-      break;
-    case OPT_GRACE:
-      status = fdy_cli_parse_uint("--grace", optarg, 0, 86400, &grace, &err);
-      break;
-    case ':':
-      return fdy_cli_usage("serve", "%s needs a value", argv[optind - 1]);
-    default: {
-      bool handled = false;
-      status = fdy_cli_session_flag(opt, optarg, &flags, &handled, &err);
-      if (!handled) {
-        status = fdy_cli_draft_flag(opt, optarg, &draft_flags, &handled, &err);
-      }
-      if (!handled) {
-        return fdy_cli_usage("serve", "unknown option '%s'", argv[optind - 1]);
-      }
-      break;
-    }
-    }
-    if (status != FDY_OK) {
-      return fdy_cli_usage("serve", "%s", err.message);
-    }
-  }
-  if (optind < argc) {
-    return fdy_cli_usage("serve", "unexpected argument '%s'", argv[optind]);
-  }
-  if (!model_dir) {
+  if (!a->model_dir) {
     return fdy_cli_usage("serve", "--model is required");
   }
-  int orphan = fdy_cli_draft_check("serve", &draft_flags);
-  if (orphan) {
-    return orphan;
+  code = fdy_cli_draft_check("serve", &a->draft);
+  if (code != FDY_EXIT_OK) {
+    return code;
   }
-  if (!api_key) {
+  if (!a->api_key) {
     /* the key kept out of the process list */
     const char *env = getenv("FOUNDRY_API_KEY");
-    api_key = env && env[0] ? env : NULL;
+    a->api_key = env && env[0] ? env : NULL;
   }
-  struct bind_address bind;
-  if (!bind_address_of(host, (uint16_t)port, &bind)) {
+  if (!bind_address_of(a->host, (uint16_t)a->port, &a->bind)) {
     return fdy_cli_usage(
-        "serve", "--host must be an IPv4 or IPv6 address, got '%s'", host);
+        "serve", "--host must be an IPv4 or IPv6 address, got '%s'", a->host);
   }
+  return FDY_EXIT_OK;
+}
 
-  fdy_server srv = {.max_queue = (uint32_t)queue,
-                    .slots = (uint32_t)sequences,
-                    .api_key = api_key};
-  fdy_llama_model *model = NULL, *draft_model = NULL;
-  fdy_backend *backend = NULL;
-  srv.spec = fdy_cli_draft_speculative(&draft_flags);
-  char *default_id = NULL;
-  struct MHD_Daemon *daemon = NULL;
-  bool engine_started = false;
+/* The server and what it holds beyond it. */
+typedef struct serve_run {
+  fdy_server srv;
+  fdy_llama_model *model, *draft_model;
+  fdy_backend *backend;
+  char *default_id; /* DIR's base name */
+  struct MHD_Daemon *daemon;
   pthread_t engine;
-  code = FDY_EXIT_FAILURE;
-  fdy_status st = fdy_cli_check_manifest(&flags, model_dir, NULL, &err);
+  bool engine_started;
+  sigset_t stop_signals; /* SIGINT and SIGTERM, blocked in every thread */
+} serve_run;
+
+/* Stops the daemon and the engine (when they run), then frees it all. */
+static void serve_run_close(serve_run *r) {
+  if (r->daemon) {
+    MHD_stop_daemon(r->daemon);
+  }
+  if (r->engine_started) {
+    pthread_mutex_lock(&r->srv.lock);
+    r->srv.stopping = true;
+    pthread_cond_signal(&r->srv.work);
+    pthread_mutex_unlock(&r->srv.lock);
+    pthread_join(r->engine, NULL);
+  }
+  fdy_server_release(&r->srv);
+  free(r->default_id);
+  fdy_tokenizer_destroy(r->srv.tok);
+  fdy_llama_speculator_destroy(r->srv.speculator);
+  fdy_llama_session_destroy(r->srv.draft);
+  fdy_llama_session_destroy(r->srv.session);
+  fdy_backend_destroy(r->backend);
+  fdy_llama_close(r->draft_model);
+  fdy_llama_close(r->model);
+}
+
+/* The model (and the draft), the backend, the session of --max-sequences
+ * slots, the draft's session and the speculator. */
+static fdy_status open_sessions(const serve_args *a, serve_run *r,
+                                fdy_error *err) {
+  fdy_server *srv = &r->srv;
+  fdy_status st = fdy_cli_check_manifest(&a->session, a->model_dir, NULL, err);
   if (st == FDY_OK) {
-    st = fdy_llama_open(model_dir, &model, &err);
+    st = fdy_llama_open(a->model_dir, &r->model, err);
   }
   if (st == FDY_OK) {
-    srv.config = fdy_llama_model_config(model);
+    srv->config = fdy_llama_model_config(r->model);
   }
-  if (st == FDY_OK && draft_flags.dir) {
+  if (st == FDY_OK && a->draft.dir) {
     /* another vocabulary is refused here, before any session */
-    st = fdy_cli_open_draft(draft_flags.dir, model, &draft_model, &err);
+    st = fdy_cli_open_draft(a->draft.dir, r->model, &r->draft_model, err);
   }
   if (st == FDY_OK) {
-    st = fdy_cli_backend_create(flags.backend, (uint32_t)flags.threads,
-                                flags.serial_launch, &backend, &err);
+    st =
+        fdy_cli_backend_create(a->session.backend, (uint32_t)a->session.threads,
+                               a->session.serial_launch, &r->backend, err);
   }
   if (st == FDY_OK) {
-    fdy_llama_session_options o = fdy_cli_session_options(&flags, backend);
+    fdy_llama_session_options o =
+        fdy_cli_session_options(&a->session, r->backend);
     /* the rejection rule of sampled requests reads the logits */
-    o.ids_only = !draft_model;
-    o.max_sequences = (uint32_t)sequences;
-    fdy_cli_cap_prefill_rows(&o, srv.config);
-    if (draft_model) {
-      o.step_rows = verify_rows(&o, srv.config, srv.spec.max_draft_tokens);
+    o.ids_only = !r->draft_model;
+    o.max_sequences = (uint32_t)a->sequences;
+    fdy_cli_cap_prefill_rows(&o, srv->config);
+    if (r->draft_model) {
+      o.step_rows = verify_rows(&o, srv->config, srv->spec.max_draft_tokens);
     }
-    st = fdy_llama_session_create(model, &o, &srv.session, &err);
+    st = fdy_llama_session_create(r->model, &o, &srv->session, err);
     if (st != FDY_OK) {
-      fdy_cli_explain_budget(&flags, &err);
+      fdy_cli_explain_budget(&a->session, err);
     }
   }
-  if (st == FDY_OK && draft_model) {
-    st = fdy_cli_draft_session(&flags, draft_model, backend,
-                               fdy_llama_session_context(srv.session), true,
-                               &srv.draft, &err);
+  if (st == FDY_OK && r->draft_model) {
+    st = fdy_cli_draft_session(&a->session, r->draft_model, r->backend,
+                               fdy_llama_session_context(srv->session), true,
+                               &srv->draft, err);
   }
-  if (st == FDY_OK && srv.draft) {
-    st = fdy_llama_speculator_create(srv.session, srv.draft,
-                                     srv.spec.max_draft_tokens, true,
-                                     &srv.speculator, &err);
+  if (st == FDY_OK && srv->draft) {
+    st = fdy_llama_speculator_create(srv->session, srv->draft,
+                                     srv->spec.max_draft_tokens, true,
+                                     &srv->speculator, err);
   }
+  return st;
+}
+
+/* The server of the flags, ready to start: the sessions, the tokenizer
+ * (without --tokenizer, a model with none serves token-id prompts), the
+ * default sampling (generation_config.json, else OpenAI's) and the id. */
+static fdy_status open_server(const serve_args *a, serve_run *r,
+                              fdy_error *err) {
+  fdy_server *srv = &r->srv;
+  *srv = (fdy_server){.max_queue = (uint32_t)a->queue,
+                      .slots = (uint32_t)a->sequences,
+                      .api_key = a->api_key,
+                      .spec = fdy_cli_draft_speculative(&a->draft)};
+  fdy_status st = open_sessions(a, r, err);
   if (st == FDY_OK) {
-    st = fdy_cli_open_tokenizer(model_dir, tokenizer_path, &srv.tok, &err);
-    if (st != FDY_OK && !tokenizer_path) {
+    st =
+        fdy_cli_open_tokenizer(a->model_dir, a->text.tokenizer, &srv->tok, err);
+    if (st != FDY_OK && !a->text.tokenizer) {
       fprintf(stderr,
               "foundry serve: no tokenizer (%s): only token-id prompts are "
               "served\n",
-              err.message);
-      srv.tok = NULL;
+              err->message);
+      srv->tok = NULL;
       st = FDY_OK;
     }
   }
   bool found = false;
   if (st == FDY_OK) {
-    st = fdy_cli_generation_config(model_dir, &srv.default_sampling, &found,
-                                   &err);
+    st = fdy_cli_generation_config(a->model_dir, &srv->default_sampling, &found,
+                                   err);
   }
   if (st != FDY_OK) {
-    code = fdy_cli_fail(&err);
-    goto cleanup;
+    return st;
   }
   if (!found) {
     /* as OpenAI: temperature 1 when the request says nothing */
-    srv.default_sampling = (fdy_sample_params){
+    srv->default_sampling = (fdy_sample_params){
         .temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f};
   }
-  srv.vocab = srv.config->vocab_size;
-  srv.context = fdy_llama_session_context(srv.session);
-  default_id = base_name(model_dir);
-  srv.model_id = model_id ? model_id : default_id;
-  if (!default_id) {
-    fprintf(stderr, "foundry: error: out of memory\n");
-    goto cleanup;
+  srv->vocab = srv->config->vocab_size;
+  srv->context = fdy_llama_session_context(srv->session);
+  r->default_id = base_name(a->model_dir);
+  srv->model_id = a->model_id ? a->model_id : r->default_id;
+  if (!r->default_id) {
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   }
-  if (fdy_server_init(&srv, &err) != FDY_OK) {
-    code = fdy_cli_fail(&err);
-    goto cleanup;
-  }
+  return fdy_server_init(srv, err);
+}
 
-  /* SIGINT and SIGTERM go to sigwait below, in no other thread */
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+/* Starts the engine thread and the HTTP daemon (SIGINT and SIGTERM
+ * blocked first, for the wait alone) and says where it listens:
+ * FDY_EXIT_OK, else the error printed and FDY_EXIT_FAILURE. */
+static int start(const serve_args *a, serve_run *r) {
+  sigemptyset(&r->stop_signals);
+  sigaddset(&r->stop_signals, SIGINT);
+  sigaddset(&r->stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &r->stop_signals, NULL);
   signal(SIGPIPE, SIG_IGN);
-
-  if (pthread_create(&engine, NULL, fdy_serve_engine_main, &srv) != 0) {
+  fdy_server *srv = &r->srv;
+  if (pthread_create(&r->engine, NULL, fdy_serve_engine_main, srv) != 0) {
     fprintf(stderr, "foundry: error: cannot start the engine thread\n");
-    goto cleanup;
+    return FDY_EXIT_FAILURE;
   }
-  engine_started = true;
-  daemon = MHD_start_daemon(
+  r->engine_started = true;
+  r->daemon = MHD_start_daemon(
       MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-          MHD_USE_ERROR_LOG | (bind.ipv6 ? MHD_USE_IPv6 : 0),
-      (uint16_t)port, NULL, NULL, handle, &srv, MHD_OPTION_SOCK_ADDR,
-      (struct sockaddr *)&bind.address, MHD_OPTION_NOTIFY_COMPLETED, completed,
-      NULL, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600, MHD_OPTION_END);
-  if (!daemon) {
+          MHD_USE_ERROR_LOG | (a->bind.ipv6 ? MHD_USE_IPv6 : 0),
+      (uint16_t)a->port, NULL, NULL, handle, srv, MHD_OPTION_SOCK_ADDR,
+      (const struct sockaddr *)&a->bind.address, MHD_OPTION_NOTIFY_COMPLETED,
+      completed, NULL, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
+      MHD_OPTION_END);
+  if (!r->daemon) {
     fprintf(stderr, "foundry: error: cannot listen on %s:%" PRIu64 "\n",
-            bind.url_host, port);
-    goto cleanup;
+            a->bind.url_host, a->port);
+    return FDY_EXIT_FAILURE;
   }
   const union MHD_DaemonInfo *info =
-      MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_BIND_PORT);
+      MHD_get_daemon_info(r->daemon, MHD_DAEMON_INFO_BIND_PORT);
   char drafting[96] = "";
-  if (srv.draft) {
+  if (srv->draft) {
     snprintf(drafting, sizeof drafting,
              ", a draft (context %" PRIu32 ") proposing K %" PRIu32 "%s",
-             fdy_llama_session_context(srv.draft), srv.spec.draft_tokens,
-             srv.spec.fixed ? " fixed" : " adaptive");
+             fdy_llama_session_context(srv->draft), srv->spec.draft_tokens,
+             srv->spec.fixed ? " fixed" : " adaptive");
   }
   fprintf(stderr,
           "foundry serve: model '%s' (context %" PRIu32 ", %" PRIu32
           " sequences%s) listening on http://%s:%u\n",
-          srv.model_id, srv.context, srv.slots, drafting, bind.url_host,
-          info ? (unsigned)info->port : (unsigned)port);
+          srv->model_id, srv->context, srv->slots, drafting, a->bind.url_host,
+          info ? (unsigned)info->port : (unsigned)a->port);
   fflush(stderr);
+  return FDY_EXIT_OK;
+}
 
+/* Waits for SIGINT or SIGTERM, then stops: the accepted requests finish
+ * within the grace period (the rest cancelled), the engine ends, and the
+ * HTTP threads get at most 10 s to send what they hold. FDY_EXIT_OK, or
+ * FDY_EXIT_FAILURE when the engine failed. */
+static int serve_until_stopped(const serve_args *a, serve_run *r) {
+  fdy_server *srv = &r->srv;
   int sig = 0;
-  sigwait(&stop_signals, &sig);
+  sigwait(&r->stop_signals, &sig);
   fprintf(stderr, "foundry serve: %s: finishing the accepted requests\n",
           sig == SIGINT ? "SIGINT" : "SIGTERM");
-  uint32_t cancelled = fdy_serve_stop(&srv, (uint32_t)grace);
+  uint32_t cancelled = fdy_serve_stop(srv, (uint32_t)a->grace);
   if (cancelled > 0) {
     fprintf(stderr,
             "foundry serve: %" PRIu32 " requests still running after the "
             "grace period of %" PRIu64 " s: cancelled\n",
-            cancelled, grace);
+            cancelled, a->grace);
   }
-  pthread_join(engine, NULL);
-  engine_started = false;
-  /* let the HTTP threads send what they hold (at most 10 s) */
-  pthread_mutex_lock(&srv.lock);
+  pthread_join(r->engine, NULL);
+  r->engine_started = false;
+  pthread_mutex_lock(&srv->lock);
   int64_t until = fdy_now_ns() + 10000000000;
-  while (srv.live > 0 && fdy_now_ns() < until) {
-    fdy_serve_wait(&srv, 100);
+  while (srv->live > 0 && fdy_now_ns() < until) {
+    fdy_serve_wait(srv, 100);
   }
-  pthread_mutex_unlock(&srv.lock);
-  code = srv.failed ? FDY_EXIT_FAILURE : FDY_EXIT_OK;
+  pthread_mutex_unlock(&srv->lock);
+  int code = srv->failed ? FDY_EXIT_FAILURE : FDY_EXIT_OK;
   fprintf(stderr, "foundry serve: stopped\n");
+  return code;
+}
 
-cleanup:
-  if (daemon) {
-    MHD_stop_daemon(daemon);
+int fdy_cmd_serve(int argc, char **argv) {
+  serve_args a;
+  int code = parse(argc, argv, &a);
+  if (code != FDY_EXIT_OK) {
+    return code;
   }
-  if (engine_started) {
-    pthread_mutex_lock(&srv.lock);
-    srv.stopping = true;
-    pthread_cond_signal(&srv.work);
-    pthread_mutex_unlock(&srv.lock);
-    pthread_join(engine, NULL);
+  serve_run r = {0};
+  fdy_error err;
+  if (open_server(&a, &r, &err) != FDY_OK) {
+    code = fdy_cli_fail(&err);
+  } else {
+    code = start(&a, &r);
+    if (code == FDY_EXIT_OK) {
+      code = serve_until_stopped(&a, &r);
+    }
   }
-  fdy_server_release(&srv);
-  free(default_id);
-  fdy_tokenizer_destroy(srv.tok);
-  fdy_llama_speculator_destroy(srv.speculator);
-  fdy_llama_session_destroy(srv.draft);
-  fdy_llama_session_destroy(srv.session);
-  fdy_backend_destroy(backend);
-  fdy_llama_close(draft_model);
-  fdy_llama_close(model);
+  serve_run_close(&r);
   return code;
 }
