@@ -1673,7 +1673,7 @@ static bool method(render *r, const jj_expr *call, value *out) {
     return strip(&self, chars, m[0] != 'r', m[0] != 'l', out);
   }
   if (!strcmp(m, "split")) {
-    int64_t max;
+    int64_t max = -1;
     if ((g0 && a0.kind != V_NONE && !want_str(r, m, &a0)) ||
         !int_arg(r, m, &a1, -1, &max)) {
       return false;
@@ -1681,7 +1681,7 @@ static bool method(render *r, const jj_expr *call, value *out) {
     return split(r, &self, a0.kind == V_STR ? &a0 : NULL, max, out);
   }
   if (!strcmp(m, "replace")) {
-    int64_t count;
+    int64_t count = -1;
     return want_str(r, m, &a0) && want_str(r, m, &a1) &&
            int_arg(r, m, &a2, -1, &count) &&
            replace(r, &self, &a0, &a1, count, out);
@@ -1692,231 +1692,330 @@ static bool method(render *r, const jj_expr *call, value *out) {
   return type_error(r, m, &self, NULL);
 }
 
-static bool apply_filter(render *r, const char *f, const jj_expr *e,
-                         const value *v, value *out) {
-  value a0 = UNDEF;
-  bool given = false;
-  if (e && !eval_arg(r, e, 0, NULL, &a0, &given)) {
+/* One filter's call: the filter's name, the call's arguments (NULL for a
+ * filter named by map), the value filtered, and the first positional argument
+ * evaluated up front (a0, given when the call passed one). Each filter fills
+ * *out, or fails through fail() and returns false. */
+typedef struct {
+  const char *f;
+  const jj_expr *e;
+  const value *v;
+  value a0;
+  bool given;
+} filter_call;
+
+typedef bool (*filter_fn)(render *r, const filter_call *c, value *out);
+
+/* safe: the value as it is. */
+static bool filter_safe(render *r, const filter_call *c, value *out) {
+  (void)r;
+  *out = *c->v;
+  return true;
+}
+
+/* trim: a string without surrounding white space, or the given chars. */
+static bool filter_trim(render *r, const filter_call *c, value *out) {
+  if (!want_str(r, c->f, c->v) ||
+      (c->given && c->a0.kind != V_NONE && !want_str(r, c->f, &c->a0))) {
     return false;
   }
-  if (!strcmp(f, "safe")) {
-    *out = *v;
-    return true;
+  return strip(c->v, c->given && c->a0.kind == V_STR ? &c->a0 : NULL, true,
+               true, out);
+}
+
+/* length, count: characters of a string, items of a list or dict, 0 for
+ * undefined. */
+static bool filter_length(render *r, const filter_call *c, value *out) {
+  const value *v = c->v;
+  size_t n = v->kind == V_STR    ? char_count(v->s, v->len)
+             : v->kind == V_LIST ? v->l->count
+             : v->kind == V_DICT ? v->d->count
+                                 : 0;
+  if (v->kind != V_STR && v->kind != V_LIST && v->kind != V_DICT &&
+      v->kind != V_UNDEF) {
+    return type_error(r, c->f, v, NULL);
   }
-  if (!strcmp(f, "trim")) {
-    if (!want_str(r, f, v) ||
-        (given && a0.kind != V_NONE && !want_str(r, f, &a0))) {
+  *out = (value){.kind = V_INT, .i = (int64_t)n};
+  return true;
+}
+
+/* tojson(indent=, sort_keys=): the value as JSON text, indent capped at 64;
+ * ensure_ascii is accepted and ignored, other named arguments fail. */
+static bool filter_tojson(render *r, const filter_call *c, value *out) {
+  const jj_expr *e = c->e;
+  value indent, sort = UNDEF;
+  bool g_indent, g_sort;
+  if (!eval_arg(r, e, 0, "indent", &indent, &g_indent) ||
+      !eval_arg(r, e, 99, "sort_keys", &sort, &g_sort)) {
+    return false;
+  }
+  for (size_t k = 0; e && k < e->nargs; k++) {
+    const char *n = e->args[k].name;
+    if (n && strcmp(n, "indent") && strcmp(n, "sort_keys") &&
+        strcmp(n, "ensure_ascii")) {
+      return fail(r, FDY_ERR_UNSUPPORTED, "tojson",
+                  "tojson's argument '%s' is outside what Foundry "
+                  "interprets",
+                  n);
+    }
+  }
+  int64_t ind = -1;
+  if (g_indent && indent.kind != V_NONE &&
+      !int_arg(r, c->f, &indent, -1, &ind)) {
+    return false;
+  }
+  if (ind > 64) {
+    ind = 64;
+  }
+  sbuf b = {.r = r};
+  if (!json_of(&b, c->v, (int)ind, truthy(&sort), 0)) {
+    return false;
+  }
+  *out = sbuf_value(&b);
+  out->origin = FROM_DATA;
+  return out->kind == V_STR;
+}
+
+/* default, d (value, boolean=): the given value (or "") when the value is
+ * undefined, or with boolean when it is falsy. */
+static bool filter_default(render *r, const filter_call *c, value *out) {
+  value boolean = UNDEF;
+  bool g;
+  if (c->e && !eval_arg(r, c->e, 1, "boolean", &boolean, &g)) {
+    return false;
+  }
+  bool use = c->v->kind == V_UNDEF || (truthy(&boolean) && !truthy(c->v));
+  *out = use ? (c->given ? c->a0 : str_value("", 0, FROM_TEMPLATE)) : *c->v;
+  return true;
+}
+
+/* upper, lower: the value's string in that case. */
+static bool filter_case(render *r, const filter_call *c, value *out) {
+  value s;
+  return to_str(r, c->v, &s) && case_map(r, &s, c->f[0] == 'u', out);
+}
+
+/* string: the value as str() writes it. */
+static bool filter_string(render *r, const filter_call *c, value *out) {
+  return to_str(r, c->v, out);
+}
+
+/* list: a new list of the value's items. */
+static bool filter_list(render *r, const filter_call *c, value *out) {
+  list *in;
+  if (!items_of(r, c->f, c->v, &in) || !new_list(r, out)) {
+    return false;
+  }
+  for (size_t k = 0; k < in->count; k++) {
+    if (!list_push(r, out->l, in->items[k])) {
       return false;
     }
-    return strip(v, given && a0.kind == V_STR ? &a0 : NULL, true, true, out);
   }
-  if (!strcmp(f, "length") || !strcmp(f, "count")) {
-    size_t n = v->kind == V_STR    ? char_count(v->s, v->len)
-               : v->kind == V_LIST ? v->l->count
-               : v->kind == V_DICT ? v->d->count
-                                   : 0;
-    if (v->kind != V_STR && v->kind != V_LIST && v->kind != V_DICT &&
-        v->kind != V_UNDEF) {
-      return type_error(r, f, v, NULL);
-    }
-    *out = (value){.kind = V_INT, .i = (int64_t)n};
-    return true;
+  return true;
+}
+
+/* join(sep, attribute=): see join(). */
+static bool filter_join(render *r, const filter_call *c, value *out) {
+  return join(r, c->e, c->v, out);
+}
+
+/* first, last: that item, undefined for no items. */
+static bool filter_first_last(render *r, const filter_call *c, value *out) {
+  list *in;
+  if (!items_of(r, c->f, c->v, &in)) {
+    return false;
   }
-  if (!strcmp(f, "tojson")) {
-    value indent, sort = UNDEF;
-    bool g_indent, g_sort;
-    if (!eval_arg(r, e, 0, "indent", &indent, &g_indent) ||
-        !eval_arg(r, e, 99, "sort_keys", &sort, &g_sort)) {
-      return false;
-    }
-    for (size_t k = 0; e && k < e->nargs; k++) {
-      const char *n = e->args[k].name;
-      if (n && strcmp(n, "indent") && strcmp(n, "sort_keys") &&
-          strcmp(n, "ensure_ascii")) {
-        return fail(r, FDY_ERR_UNSUPPORTED, "tojson",
-                    "tojson's argument '%s' is outside what Foundry "
-                    "interprets",
-                    n);
-      }
-    }
-    int64_t ind = -1;
-    if (g_indent && indent.kind != V_NONE &&
-        !int_arg(r, f, &indent, -1, &ind)) {
-      return false;
-    }
-    if (ind > 64) {
-      ind = 64;
-    }
-    sbuf b = {.r = r};
-    if (!json_of(&b, v, (int)ind, truthy(&sort), 0)) {
-      return false;
-    }
-    *out = sbuf_value(&b);
-    out->origin = FROM_DATA;
-    return out->kind == V_STR;
-  }
-  if (!strcmp(f, "default") || !strcmp(f, "d")) {
-    value boolean = UNDEF;
-    bool g;
-    if (e && !eval_arg(r, e, 1, "boolean", &boolean, &g)) {
-      return false;
-    }
-    bool use = v->kind == V_UNDEF || (truthy(&boolean) && !truthy(v));
-    *out = use ? (given ? a0 : str_value("", 0, FROM_TEMPLATE)) : *v;
-    return true;
-  }
-  if (!strcmp(f, "upper") || !strcmp(f, "lower")) {
-    value s;
-    return to_str(r, v, &s) && case_map(r, &s, f[0] == 'u', out);
-  }
-  if (!strcmp(f, "string")) {
-    return to_str(r, v, out);
-  }
-  if (!strcmp(f, "list")) {
-    list *in;
-    if (!items_of(r, f, v, &in) || !new_list(r, out)) {
-      return false;
-    }
-    for (size_t k = 0; k < in->count; k++) {
-      if (!list_push(r, out->l, in->items[k])) {
-        return false;
-      }
-    }
-    return true;
-  }
-  if (!strcmp(f, "join")) {
-    return join(r, e, v, out);
-  }
-  if (!strcmp(f, "first") || !strcmp(f, "last")) {
-    list *in;
-    if (!items_of(r, f, v, &in)) {
-      return false;
-    }
-    *out = in->count == 0 ? UNDEF
-           : f[0] == 'f'  ? in->items[0]
+  *out = in->count == 0   ? UNDEF
+         : c->f[0] == 'f' ? in->items[0]
                           : in->items[in->count - 1];
-    return true;
+  return true;
+}
+
+/* selectattr, rejectattr: see select_items(). */
+static bool filter_selectattr(render *r, const filter_call *c, value *out) {
+  return select_items(r, c->e, c->v, true, c->f[0] == 's', out);
+}
+
+/* select, reject: see select_items(). */
+static bool filter_select(render *r, const filter_call *c, value *out) {
+  return select_items(r, c->e, c->v, false, c->f[0] == 's', out);
+}
+
+/* map(attribute=) or map('filter'): each item's attribute, or each item
+ * through one of the argument-less filters below. */
+static bool filter_map(render *r, const filter_call *c, value *out) {
+  list *in;
+  value attr;
+  bool g_attr;
+  if (!items_of(r, c->f, c->v, &in) ||
+      !eval_arg(r, c->e, 99, "attribute", &attr, &g_attr) ||
+      !new_list(r, out)) {
+    return false;
   }
-  if (!strcmp(f, "selectattr") || !strcmp(f, "rejectattr")) {
-    return select_items(r, e, v, true, f[0] == 's', out);
+  const value *a0 = &c->a0;
+  if (!g_attr && !(c->given && a0->kind == V_STR)) {
+    return fail(r, FDY_ERR_UNSUPPORTED, "map",
+                "map needs attribute= or a filter name");
   }
-  if (!strcmp(f, "select") || !strcmp(f, "reject")) {
-    return select_items(r, e, v, false, f[0] == 's', out);
-  }
-  if (!strcmp(f, "map")) {
-    list *in;
-    value attr;
-    bool g_attr;
-    if (!items_of(r, f, v, &in) ||
-        !eval_arg(r, e, 99, "attribute", &attr, &g_attr) || !new_list(r, out)) {
-      return false;
+  static const char *const simple[] = {
+      "trim",  "length", "count", "tojson", "upper", "lower", "string", "list",
+      "first", "last",   "items", "int",    "float", "abs",   "safe"};
+  char name[16] = "";
+  if (!g_attr) {
+    bool found = false;
+    for (size_t k = 0; k < sizeof simple / sizeof *simple; k++) {
+      if (strlen(simple[k]) == a0->len && !memcmp(simple[k], a0->s, a0->len)) {
+        snprintf(name, sizeof name, "%s", simple[k]);
+        found = true;
+      }
     }
-    if (!g_attr && !(given && a0.kind == V_STR)) {
+    if (!found) {
       return fail(r, FDY_ERR_UNSUPPORTED, "map",
-                  "map needs attribute= or a filter name");
+                  "map with the filter '%.*s' is outside the Jinja that "
+                  "Foundry interprets",
+                  (int)(a0->len > 40 ? 40 : a0->len), a0->s);
     }
-    static const char *const simple[] = {"trim",  "length", "count",  "tojson",
-                                         "upper", "lower",  "string", "list",
-                                         "first", "last",   "items",  "int",
-                                         "float", "abs",    "safe"};
-    char name[16] = "";
-    if (!g_attr) {
-      bool found = false;
-      for (size_t k = 0; k < sizeof simple / sizeof *simple; k++) {
-        if (strlen(simple[k]) == a0.len && !memcmp(simple[k], a0.s, a0.len)) {
-          snprintf(name, sizeof name, "%s", simple[k]);
-          found = true;
-        }
-      }
-      if (!found) {
-        return fail(r, FDY_ERR_UNSUPPORTED, "map",
-                    "map with the filter '%.*s' is outside the Jinja that "
-                    "Foundry interprets",
-                    (int)(a0.len > 40 ? 40 : a0.len), a0.s);
-      }
-    }
-    for (size_t k = 0; k < in->count; k++) {
-      value it;
-      if (!(g_attr ? item(r, &in->items[k], &attr, &it)
-                   : apply_filter(r, name, NULL, &in->items[k], &it)) ||
-          !list_push(r, out->l, it)) {
-        return false;
-      }
-    }
-    return true;
   }
-  if (!strcmp(f, "items")) {
-    if (v->kind == V_UNDEF) {
-      return new_list(r, out);
-    }
-    if (v->kind != V_DICT) {
-      return type_error(r, f, v, NULL);
-    }
-    if (!new_list(r, out)) {
+  for (size_t k = 0; k < in->count; k++) {
+    value it;
+    if (!(g_attr ? item(r, &in->items[k], &attr, &it)
+                 : apply_filter(r, name, NULL, &in->items[k], &it)) ||
+        !list_push(r, out->l, it)) {
       return false;
     }
-    for (size_t k = 0; k < v->d->count; k++) {
-      value pair;
-      if (!new_list(r, &pair) || !list_push(r, pair.l, v->d->keys[k]) ||
-          !list_push(r, pair.l, v->d->vals[k]) || !list_push(r, out->l, pair)) {
-        return false;
-      }
-    }
-    return true;
   }
-  if (!strcmp(f, "int") || !strcmp(f, "float")) {
-    bool to_int = f[0] == 'i';
-    double d = 0;
-    if (is_number(v)) {
-      d = as_double(v);
-      if (to_int && v->kind != V_FLOAT) {
-        *out = (value){.kind = V_INT, .i = as_int(v)};
-        return true;
-      }
-    } else if (v->kind == V_STR) {
-      char buf[64];
-      size_t n = v->len < sizeof buf - 1 ? v->len : sizeof buf - 1;
-      memcpy(buf, v->s, n);
-      buf[n] = '\0';
-      char *end;
-      d = strtod(buf, &end);
-      if (end == buf) {
-        d = 0; /* jinja2: the default, 0 */
-      }
-    }
-    if (to_int) {
-      if (!(d > -9.2e18 && d < 9.2e18)) {
-        d = 0;
-      }
-      *out = (value){.kind = V_INT, .i = (int64_t)d};
-    } else {
-      *out = (value){.kind = V_FLOAT, .f = d};
-    }
-    return true;
+  return true;
+}
+
+/* items: a dict's [key, value] pairs; an empty list for undefined. */
+static bool filter_items(render *r, const filter_call *c, value *out) {
+  const value *v = c->v;
+  if (v->kind == V_UNDEF) {
+    return new_list(r, out);
   }
-  if (!strcmp(f, "abs")) {
-    if (v->kind == V_FLOAT) {
-      *out = (value){.kind = V_FLOAT, .f = fabs(v->f)};
+  if (v->kind != V_DICT) {
+    return type_error(r, c->f, v, NULL);
+  }
+  if (!new_list(r, out)) {
+    return false;
+  }
+  for (size_t k = 0; k < v->d->count; k++) {
+    value pair;
+    if (!new_list(r, &pair) || !list_push(r, pair.l, v->d->keys[k]) ||
+        !list_push(r, pair.l, v->d->vals[k]) || !list_push(r, out->l, pair)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* int, float: the number, a string parsed as one, or 0 as jinja2 gives. */
+static bool filter_number(render *r, const filter_call *c, value *out) {
+  (void)r;
+  const value *v = c->v;
+  bool to_int = c->f[0] == 'i';
+  double d = 0;
+  if (is_number(v)) {
+    d = as_double(v);
+    if (to_int && v->kind != V_FLOAT) {
+      *out = (value){.kind = V_INT, .i = as_int(v)};
       return true;
     }
-    if (v->kind != V_INT && v->kind != V_BOOL) {
-      return type_error(r, f, v, NULL);
+  } else if (v->kind == V_STR) {
+    char buf[64];
+    size_t n = v->len < sizeof buf - 1 ? v->len : sizeof buf - 1;
+    memcpy(buf, v->s, n);
+    buf[n] = '\0';
+    char *end;
+    d = strtod(buf, &end);
+    if (end == buf) {
+      d = 0; /* jinja2: the default, 0 */
     }
-    int64_t i = as_int(v);
-    if (!checked(r, i == INT64_MIN, "abs")) {
-      return false;
+  }
+  if (to_int) {
+    if (!(d > -9.2e18 && d < 9.2e18)) {
+      d = 0;
     }
-    *out = (value){.kind = V_INT, .i = i < 0 ? -i : i};
+    *out = (value){.kind = V_INT, .i = (int64_t)d};
+  } else {
+    *out = (value){.kind = V_FLOAT, .f = d};
+  }
+  return true;
+}
+
+/* abs: a number's magnitude; abs of INT64_MIN fails as an overflow. */
+static bool filter_abs(render *r, const filter_call *c, value *out) {
+  const value *v = c->v;
+  if (v->kind == V_FLOAT) {
+    *out = (value){.kind = V_FLOAT, .f = fabs(v->f)};
     return true;
   }
-  /* replace */
-  value s, b, c;
-  bool gb, gc;
-  int64_t count;
-  return to_str(r, v, &s) && eval_arg(r, e, 1, NULL, &b, &gb) &&
-         eval_arg(r, e, 2, "count", &c, &gc) && want_str(r, f, &a0) &&
-         want_str(r, f, &b) && int_arg(r, f, &c, -1, &count) &&
-         replace(r, &s, &a0, &b, count, out);
+  if (v->kind != V_INT && v->kind != V_BOOL) {
+    return type_error(r, c->f, v, NULL);
+  }
+  int64_t i = as_int(v);
+  if (!checked(r, i == INT64_MIN, "abs")) {
+    return false;
+  }
+  *out = (value){.kind = V_INT, .i = i < 0 ? -i : i};
+  return true;
+}
+
+/* replace(old, new, count=): see replace(). */
+static bool filter_replace(render *r, const filter_call *c, value *out) {
+  value s, b, n;
+  bool gb, gn;
+  int64_t count = -1;
+  return to_str(r, c->v, &s) && eval_arg(r, c->e, 1, NULL, &b, &gb) &&
+         eval_arg(r, c->e, 2, "count", &n, &gn) && want_str(r, c->f, &c->a0) &&
+         want_str(r, c->f, &b) && int_arg(r, c->f, &n, -1, &count) &&
+         replace(r, &s, &c->a0, &b, count, out);
+}
+
+static const struct {
+  const char *name;
+  filter_fn fn;
+} filters[] = {
+    {"safe", filter_safe},
+    {"trim", filter_trim},
+    {"length", filter_length},
+    {"count", filter_length},
+    {"tojson", filter_tojson},
+    {"default", filter_default},
+    {"d", filter_default},
+    {"upper", filter_case},
+    {"lower", filter_case},
+    {"string", filter_string},
+    {"list", filter_list},
+    {"join", filter_join},
+    {"first", filter_first_last},
+    {"last", filter_first_last},
+    {"selectattr", filter_selectattr},
+    {"rejectattr", filter_selectattr},
+    {"select", filter_select},
+    {"reject", filter_select},
+    {"map", filter_map},
+    {"items", filter_items},
+    {"int", filter_number},
+    {"float", filter_number},
+    {"abs", filter_abs},
+};
+
+/* Applies the filter named f (one the parser accepted; any name not in the
+ * table is replace) with the call's arguments e (NULL: none) to v. The first
+ * positional argument is evaluated before the filter runs. */
+static bool apply_filter(render *r, const char *f, const jj_expr *e,
+                         const value *v, value *out) {
+  filter_call c = {.f = f, .e = e, .v = v, .a0 = UNDEF};
+  if (e && !eval_arg(r, e, 0, NULL, &c.a0, &c.given)) {
+    return false;
+  }
+  for (size_t k = 0; k < sizeof filters / sizeof *filters; k++) {
+    if (!strcmp(f, filters[k].name)) {
+      return filters[k].fn(r, &c, out);
+    }
+  }
+  return filter_replace(r, &c, out);
 }
 
 /* ---- calls of global functions
