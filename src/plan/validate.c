@@ -978,18 +978,20 @@ static bool mutates_input(fdy_op_kind kind, size_t i) {
   return (fdy_op_row_of(kind)->inputs[i].flags & FDY_OPERAND_STATE) != 0;
 }
 
-static fdy_status do_launch(validator *v, size_t index, const fdy_command *c,
-                            fdy_error *err) {
+/* The checks of a launch that need no op info: it stands in the step, names
+ * a known op, stream, event, tensors and buffers in its bindings, keeps
+ * within FDY_MAX_BINDINGS, and comes after the run's last launched op. */
+static fdy_status check_launch_ids(validator *v, size_t index,
+                                   const fdy_command *c, fdy_error *err) {
   uint32_t op_id = c->u.launch.op.v;
-  uint32_t stream = c->u.launch.stream.v;
-  uint32_t event = c->u.launch.signal.v;
   if (!is_step(v)) {
     return misplaced_command(v, err, index, c);
   }
   if (op_id >= v->op_count) {
     return unknown_id(v, err, index, "op", op_id, (uint32_t)v->op_count);
   }
-  fdy_status st = check_stream_event(v, err, index, stream, event);
+  fdy_status st = check_stream_event(v, err, index, c->u.launch.stream.v,
+                                     c->u.launch.signal.v);
   if (st != FDY_OK) {
     return st;
   }
@@ -1015,6 +1017,131 @@ static fdy_status do_launch(validator *v, size_t index, const fdy_command *c,
                 "increasing graph order, each once",
                 op_id, (long long)v->last_op);
   }
+  return FDY_OK;
+}
+
+/* The byte ranges one launch reads and writes, each with its buffer. */
+typedef struct {
+  access reads[FDY_OP_MAX_INPUTS + FDY_MAX_BINDINGS];
+  uint32_t read_buffers[FDY_OP_MAX_INPUTS + FDY_MAX_BINDINGS];
+  size_t read_count;
+  access writes[FDY_OP_MAX_OUTPUTS];
+  uint32_t write_buffers[FDY_OP_MAX_OUTPUTS];
+} launch_access;
+
+/* Fills a->reads with the launch's bound weights, then the op's placed
+ * operands (weights skipped); an operand the op mutates must also be a
+ * placed write. */
+static fdy_status launch_reads(validator *v, size_t index, const fdy_command *c,
+                               const fdy_op_info *op, launch_access *a,
+                               fdy_error *err) {
+  uint32_t event = c->u.launch.signal.v;
+  fdy_status st;
+  a->read_count = 0;
+  for (uint32_t i = 0; i < c->u.launch.binding_count; i++) {
+    const fdy_binding *b = &c->u.launch.bindings[i];
+    fdy_tensor_info info;
+    st = tensor_of(v, b->weight.v, &info, err);
+    if (st != FDY_OK) {
+      return st;
+    }
+    a->read_buffers[a->read_count] = b->buffer.v;
+    a->reads[a->read_count++] =
+        (access){b->offset, b->offset + info.bytes, event, b->weight.v, false};
+  }
+  for (size_t i = 0; i < op->read_count; i++) {
+    fdy_tensor_info info;
+    st = tensor_of(v, op->reads[i].v, &info, err);
+    if (st != FDY_OK) {
+      return st;
+    }
+    if (info.role == FDY_TENSOR_WEIGHT || info.role == FDY_TENSOR_WEIGHT_VIEW) {
+      continue;
+    }
+    uint32_t buffer;
+    uint64_t begin, end;
+    st = check_placed_read(v, err, index, op->reads[i].v, &info, &buffer,
+                           &begin, &end);
+    if (st == FDY_OK && mutates_input(op->kind, i)) {
+      st = check_placed_write(v, err, index, op->reads[i].v, &info, &buffer,
+                              &begin, &end);
+    }
+    if (st != FDY_OK) {
+      return st;
+    }
+    a->read_buffers[a->read_count] = buffer;
+    a->reads[a->read_count++] =
+        (access){begin, end, event, op->reads[i].v, mutates_input(op->kind, i)};
+  }
+  return FDY_OK;
+}
+
+/* Fills a->writes with the op's placed outputs; an output over the bytes of
+ * one of the launch's reads is a placement hazard. */
+static fdy_status launch_writes(validator *v, size_t index,
+                                const fdy_command *c, const fdy_op_info *op,
+                                launch_access *a, fdy_error *err) {
+  for (size_t i = 0; i < op->write_count; i++) {
+    fdy_tensor_info info;
+    fdy_status st = tensor_of(v, op->writes[i].v, &info, err);
+    if (st != FDY_OK) {
+      return st;
+    }
+    uint64_t begin, end;
+    st = check_placed_write(v, err, index, op->writes[i].v, &info,
+                            &a->write_buffers[i], &begin, &end);
+    if (st != FDY_OK) {
+      return st;
+    }
+    a->writes[i] =
+        (access){begin, end, c->u.launch.signal.v, op->writes[i].v, true};
+    for (size_t k = 0; k < a->read_count; k++) {
+      if (a->read_buffers[k] == a->write_buffers[i] &&
+          overlaps(&a->reads[k], begin, end)) {
+        return fail(v, err, FDY_ERR_PLAN_PLACEMENT_HAZARD, index,
+                    op->writes[i].v, a->reads[k].tensor,
+                    "op %u writes '%s' over the bytes of its own operand "
+                    "(tensor %u)",
+                    c->u.launch.op.v, info.name, a->reads[k].tensor);
+      }
+    }
+  }
+  return FDY_OK;
+}
+
+/* Logs the launch's accesses on its buffers and marks the tensors it writes
+ * (mutated operands and outputs) as written by its event. */
+static fdy_status record_launch(validator *v, uint32_t event,
+                                const fdy_op_info *op, const launch_access *a,
+                                fdy_error *err) {
+  fdy_status st = FDY_OK;
+  for (size_t i = 0; i < a->read_count && st == FDY_OK; i++) {
+    st = log_access(v, a->read_buffers[i], a->reads[i], err);
+    if (a->reads[i].write) {
+      v->tensor_written[a->reads[i].tensor] = true;
+      v->tensor_write[a->reads[i].tensor] = event;
+    }
+  }
+  for (size_t i = 0; i < op->write_count && st == FDY_OK; i++) {
+    st = log_access(v, a->write_buffers[i], a->writes[i], err);
+    v->tensor_written[a->writes[i].tensor] = true;
+    v->tensor_write[a->writes[i].tensor] = event;
+  }
+  return st;
+}
+
+/* A launch: its ids, its bindings against the op, its reads and writes
+ * placed and free of hazards, a new event signalled on its stream; then its
+ * accesses logged and the op marked launched. */
+static fdy_status do_launch(validator *v, size_t index, const fdy_command *c,
+                            fdy_error *err) {
+  uint32_t op_id = c->u.launch.op.v;
+  uint32_t stream = c->u.launch.stream.v;
+  uint32_t event = c->u.launch.signal.v;
+  fdy_status st = check_launch_ids(v, index, c, err);
+  if (st != FDY_OK) {
+    return st;
+  }
   fdy_op_info op;
   st = fdy_graph_op(v->graph, c->u.launch.op, &op, err);
   if (st != FDY_OK) {
@@ -1025,87 +1152,19 @@ static fdy_status do_launch(validator *v, size_t index, const fdy_command *c,
   if (st != FDY_OK) {
     return st;
   }
-  access reads[FDY_OP_MAX_INPUTS + FDY_MAX_BINDINGS];
-  uint32_t read_buffers[FDY_OP_MAX_INPUTS + FDY_MAX_BINDINGS];
-  size_t read_count = 0;
-  for (uint32_t i = 0; i < c->u.launch.binding_count; i++) {
-    const fdy_binding *b = &c->u.launch.bindings[i];
-    fdy_tensor_info info;
-    st = tensor_of(v, b->weight.v, &info, err);
-    if (st != FDY_OK) {
-      return st;
-    }
-    read_buffers[read_count] = b->buffer.v;
-    reads[read_count++] =
-        (access){b->offset, b->offset + info.bytes, event, b->weight.v, false};
+  launch_access a;
+  st = launch_reads(v, index, c, &op, &a, err);
+  if (st == FDY_OK) {
+    st = launch_writes(v, index, c, &op, &a, err);
   }
-  for (size_t i = 0; i < op.read_count; i++) {
-    fdy_tensor_info info;
-    st = tensor_of(v, op.reads[i].v, &info, err);
-    if (st != FDY_OK) {
-      return st;
-    }
-    if (info.role == FDY_TENSOR_WEIGHT || info.role == FDY_TENSOR_WEIGHT_VIEW) {
-      continue;
-    }
-    uint32_t buffer;
-    uint64_t begin, end;
-    st = check_placed_read(v, err, index, op.reads[i].v, &info, &buffer, &begin,
-                           &end);
-    if (st == FDY_OK && mutates_input(op.kind, i)) {
-      st = check_placed_write(v, err, index, op.reads[i].v, &info, &buffer,
-                              &begin, &end);
-    }
-    if (st != FDY_OK) {
-      return st;
-    }
-    read_buffers[read_count] = buffer;
-    reads[read_count++] =
-        (access){begin, end, event, op.reads[i].v, mutates_input(op.kind, i)};
+  if (st == FDY_OK) {
+    st = check_new_event(v, err, index, event);
   }
-  access writes[FDY_OP_MAX_OUTPUTS];
-  uint32_t write_buffers[FDY_OP_MAX_OUTPUTS];
-  for (size_t i = 0; i < op.write_count; i++) {
-    fdy_tensor_info info;
-    st = tensor_of(v, op.writes[i].v, &info, err);
-    if (st != FDY_OK) {
-      return st;
-    }
-    uint64_t begin, end;
-    st = check_placed_write(v, err, index, op.writes[i].v, &info,
-                            &write_buffers[i], &begin, &end);
-    if (st != FDY_OK) {
-      return st;
-    }
-    writes[i] = (access){begin, end, event, op.writes[i].v, true};
-    for (size_t k = 0; k < read_count; k++) {
-      if (read_buffers[k] == write_buffers[i] &&
-          overlaps(&reads[k], begin, end)) {
-        return fail(v, err, FDY_ERR_PLAN_PLACEMENT_HAZARD, index,
-                    op.writes[i].v, reads[k].tensor,
-                    "op %u writes '%s' over the bytes of its own operand "
-                    "(tensor %u)",
-                    op_id, info.name, reads[k].tensor);
-      }
-    }
-  }
-  st = check_new_event(v, err, index, event);
   if (st != FDY_OK) {
     return st;
   }
   issue_signal(v, stream, event);
-  for (size_t i = 0; i < read_count && st == FDY_OK; i++) {
-    st = log_access(v, read_buffers[i], reads[i], err);
-    if (reads[i].write) {
-      v->tensor_written[reads[i].tensor] = true;
-      v->tensor_write[reads[i].tensor] = event;
-    }
-  }
-  for (size_t i = 0; i < op.write_count && st == FDY_OK; i++) {
-    st = log_access(v, write_buffers[i], writes[i], err);
-    v->tensor_written[writes[i].tensor] = true;
-    v->tensor_write[writes[i].tensor] = event;
-  }
+  st = record_launch(v, event, &op, &a, err);
   v->last_op = op_id;
   v->op_launched[op_id] = true;
   return st;
