@@ -1250,6 +1250,62 @@ static fdy_status count_ids(const hf_file *f, json_t *vocab, json_t *added,
   return FDY_OK;
 }
 
+/* The tables' JSON types: model.vocab an object, model.merges an array,
+ * added_tokens an array or absent, and fewer than 2^31 tokens in all. */
+static fdy_status check_tables(const hf_file *f, json_t *vocab, json_t *merges,
+                               json_t *added) {
+  if (!json_is_object(vocab)) {
+    return entry_error(f, FDY_ERR_SCHEMA, "model.vocab", "must be an object");
+  }
+  if (!json_is_array(merges)) {
+    return entry_error(f, FDY_ERR_SCHEMA, "model.merges", "must be an array");
+  }
+  if (added && !json_is_array(added)) {
+    return entry_error(f, FDY_ERR_SCHEMA, "added_tokens", "must be an array");
+  }
+  if (json_object_size(vocab) + json_array_size(added) >= INT32_MAX) {
+    return entry_error(f, FDY_ERR_UNSUPPORTED, "model.vocab",
+                       "has more than 2^31 tokens");
+  }
+  return FDY_OK;
+}
+
+/* The longest vocab key or merge (its parts together), in bytes. A decoded
+ * token or merge is never longer than its JSON text, so this bounds the
+ * scratch buffer for decoding them. */
+static size_t longest_entry(json_t *vocab, json_t *merges) {
+  size_t longest = 0;
+  const char *key;
+  json_t *v;
+  json_object_foreach(vocab, key, v) {
+    size_t n = strlen(key);
+    longest = n > longest ? n : longest;
+  }
+  size_t k;
+  json_array_foreach(merges, k, v) {
+    size_t n = json_is_string(v) ? json_string_length(v) : 0;
+    for (size_t i = 0; json_is_array(v) && i < json_array_size(v); i++) {
+      n += json_string_length(json_array_get(v, i));
+    }
+    longest = n > longest ? n : longest;
+  }
+  return longest;
+}
+
+/* Every id below count has a token, from model.vocab or added_tokens. */
+static fdy_status check_ids_dense(const hf_file *f, const fdy_tokenizer *tok,
+                                  uint32_t count) {
+  for (uint32_t id = 0; id < count; id++) {
+    if (tok->tokens[id].len == 0) {
+      return entry_error(f, FDY_ERR_SCHEMA, "model.vocab",
+                         "lacks id %u: it is neither in model.vocab nor in "
+                         "added_tokens, but ids run to %u",
+                         id, count - 1);
+    }
+  }
+  return FDY_OK;
+}
+
 fdy_status fdy_tokenizer_load_hf(const char *tokenizer_json_path,
                                  const char *config_path, fdy_tokenizer **out,
                                  fdy_error *err) {
@@ -1278,16 +1334,7 @@ fdy_status fdy_tokenizer_load_hf(const char *tokenizer_json_path,
   json_t *vocab = json_object_get(model, "vocab");
   json_t *merges = json_object_get(model, "merges");
   json_t *added = json_object_get(root, "added_tokens");
-  if (!json_is_object(vocab)) {
-    s = entry_error(&f, FDY_ERR_SCHEMA, "model.vocab", "must be an object");
-  } else if (!json_is_array(merges)) {
-    s = entry_error(&f, FDY_ERR_SCHEMA, "model.merges", "must be an array");
-  } else if (added && !json_is_array(added)) {
-    s = entry_error(&f, FDY_ERR_SCHEMA, "added_tokens", "must be an array");
-  } else if (json_object_size(vocab) + json_array_size(added) >= INT32_MAX) {
-    s = entry_error(&f, FDY_ERR_UNSUPPORTED, "model.vocab",
-                    "has more than 2^31 tokens");
-  }
+  s = check_tables(&f, vocab, merges, added);
   uint32_t count = 0;
   if (s == FDY_OK) {
     s = count_ids(&f, vocab, added, &count);
@@ -1295,24 +1342,7 @@ fdy_status fdy_tokenizer_load_hf(const char *tokenizer_json_path,
   if (s != FDY_OK) {
     goto cleanup;
   }
-  /* A decoded token or merge is never longer than its JSON text: the
-   * longest vocab key or merge bounds the scratch buffer. */
-  size_t longest = 0;
-  const char *key;
-  json_t *v;
-  json_object_foreach(vocab, key, v) {
-    size_t n = strlen(key);
-    longest = n > longest ? n : longest;
-  }
-  size_t k;
-  json_array_foreach(merges, k, v) {
-    size_t n = json_is_string(v) ? json_string_length(v) : 0;
-    for (size_t i = 0; json_is_array(v) && i < json_array_size(v); i++) {
-      n += json_string_length(json_array_get(v, i));
-    }
-    longest = n > longest ? n : longest;
-  }
-  buf = malloc(longest + 1);
+  buf = malloc(longest_entry(vocab, merges) + 1);
   if (!buf) {
     s = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
     goto cleanup;
@@ -1337,13 +1367,8 @@ fdy_status fdy_tokenizer_load_hf(const char *tokenizer_json_path,
   if (s == FDY_OK) {
     s = read_added(&f, tok, vocab, added);
   }
-  for (uint32_t id = 0; s == FDY_OK && id < count; id++) {
-    if (tok->tokens[id].len == 0) {
-      s = entry_error(&f, FDY_ERR_SCHEMA, "model.vocab",
-                      "lacks id %u: it is neither in model.vocab nor in "
-                      "added_tokens, but ids run to %u",
-                      id, count - 1);
-    }
+  if (s == FDY_OK) {
+    s = check_ids_dense(&f, tok, count);
   }
   if (s == FDY_OK) {
     s = read_merges(&f, tok, alphabet, merges, buf);
