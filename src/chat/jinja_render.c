@@ -649,7 +649,122 @@ static bool to_str(render *r, const value *v, value *out) {
   return out->kind == V_STR;
 }
 
-/* json.dumps(v, ensure_ascii=False, indent, sort_keys) */
+/* A string as a JSON string literal, escaped as Python's json.dumps with
+ * ensure_ascii off; marks the buffer as data unless the string is the
+ * template's own text. */
+static bool json_quoted(sbuf *b, const value *v) {
+  b->data = b->data || v->origin != FROM_TEMPLATE;
+  if (!puts_(b, "\"")) {
+    return false;
+  }
+  for (size_t k = 0; k < v->len; k++) {
+    unsigned char c = (unsigned char)v->s[k];
+    char esc[8] = {(char)c, 0};
+    static const char from[] = "\"\\\n\r\t\b\f", to[] = "\"\\nrtbf";
+    const char *hit = c ? strchr(from, c) : NULL;
+    if (hit) {
+      snprintf(esc, sizeof esc, "\\%c", to[hit - from]);
+    } else if (c < 0x20) {
+      snprintf(esc, sizeof esc, "\\u%04x", c);
+    }
+    if (!put(b, esc, c ? strlen(esc) : 1)) {
+      return false;
+    }
+  }
+  return puts_(b, "\"");
+}
+
+/* The order of a dict's n entries with its string keys sorted bytewise (a
+ * stable insertion sort; other keys compare equal), in the render's arena;
+ * NULL when out of memory. */
+static size_t *sorted_keys(render *r, const dict *d, size_t n) {
+  size_t *order = alloc(r, n * sizeof *order);
+  if (!order) {
+    return NULL;
+  }
+  for (size_t k = 0; k < n; k++) {
+    size_t j = k;
+    for (; j > 0; j--) {
+      const value *x = &d->keys[order[j - 1]], *y = &d->keys[k];
+      size_t m = x->len < y->len ? x->len : y->len;
+      int c = x->kind == V_STR && y->kind == V_STR ? memcmp(x->s, y->s, m) : 0;
+      if (c < 0 || (c == 0 && x->len <= y->len)) {
+        break;
+      }
+      order[j] = order[j - 1];
+    }
+    order[j] = k;
+  }
+  return order;
+}
+
+/* A line break and `width` spaces of indentation. */
+static bool json_newline(sbuf *b, int width) {
+  if (!puts_(b, "\n")) {
+    return false;
+  }
+  for (int s = 0; s < width; s++) {
+    if (!puts_(b, " ")) {
+      return false;
+    }
+  }
+  return true;
+}
+
+static bool json_of(sbuf *b, const value *v, int indent, bool sort_keys,
+                    int level);
+
+/* A list or dict as JSON at nesting `level`: items one a line when indent
+ * >= 0, else on one line separated by ", "; a dict's keys as strings (str()
+ * of a non-string key), sorted when sort_keys. */
+static bool json_container(sbuf *b, const value *v, int indent, bool sort_keys,
+                           int level) {
+  bool is_dict = v->kind == V_DICT;
+  size_t n = is_dict ? v->d->count : v->l->count;
+  if (!puts_(b, is_dict ? "{" : "[")) {
+    return false;
+  }
+  size_t *order = NULL;
+  if (is_dict && sort_keys && n) {
+    order = sorted_keys(b->r, v->d, n);
+    if (!order) {
+      return false;
+    }
+  }
+  for (size_t k = 0; k < n; k++) {
+    if (k && !puts_(b, indent >= 0 ? "," : ", ")) {
+      return false;
+    }
+    if (indent >= 0 && !json_newline(b, indent * (level + 1))) {
+      return false;
+    }
+    size_t at = order ? order[k] : k;
+    if (is_dict) {
+      const value *key = &v->d->keys[at];
+      value text;
+      if (key->kind == V_STR) {
+        text = *key;
+      } else if (!to_str(b->r, key, &text)) {
+        return false;
+      }
+      if (!json_of(b, &text, indent, sort_keys, level + 1) || !puts_(b, ": ")) {
+        return false;
+      }
+    }
+    if (!json_of(b, is_dict ? &v->d->vals[at] : &v->l->items[at], indent,
+                 sort_keys, level + 1)) {
+      return false;
+    }
+  }
+  if (indent >= 0 && n && !json_newline(b, indent * level)) {
+    return false;
+  }
+  return puts_(b, is_dict ? "}" : "]");
+}
+
+/* json.dumps(v, ensure_ascii=False, indent, sort_keys): the value as tojson
+ * writes it (NaN and Infinity as Python writes them, indent < 0 for one line)
+ * at nesting `level`; deeper than 64 levels fails as an overflow. */
 static bool json_of(sbuf *b, const value *v, int indent, bool sort_keys,
                     int level) {
   if (level > 64) {
@@ -669,118 +784,10 @@ static bool json_of(sbuf *b, const value *v, int indent, bool sort_keys,
     }
     return str_of(b, v, 0);
   case V_STR:
-    b->data = b->data || v->origin != FROM_TEMPLATE;
-    if (!puts_(b, "\"")) {
-      return false;
-    }
-    for (size_t k = 0; k < v->len; k++) {
-      unsigned char c = (unsigned char)v->s[k];
-      char esc[8] = {(char)c, 0};
-      switch (c) {
-      case '"':
-        snprintf(esc, sizeof esc, "\\\"");
-        break;
-      case '\\':
-        snprintf(esc, sizeof esc, "\\\\");
-        break;
-      case '\n':
-        snprintf(esc, sizeof esc, "\\n");
-        break;
-      case '\r':
-        snprintf(esc, sizeof esc, "\\r");
-        break;
-      case '\t':
-        snprintf(esc, sizeof esc, "\\t");
-        break;
-      case '\b':
-        snprintf(esc, sizeof esc, "\\b");
-        break;
-      case '\f':
-        snprintf(esc, sizeof esc, "\\f");
-        break;
-      default:
-        if (c < 0x20) {
-          snprintf(esc, sizeof esc, "\\u%04x", c);
-        }
-      }
-      if (!put(b, esc, c ? strlen(esc) : 1)) {
-        return false;
-      }
-    }
-    return puts_(b, "\"");
+    return json_quoted(b, v);
   case V_LIST:
-  case V_DICT: {
-    bool is_dict = v->kind == V_DICT;
-    size_t n = is_dict ? v->d->count : v->l->count;
-    if (!puts_(b, is_dict ? "{" : "[")) {
-      return false;
-    }
-    size_t *order = NULL;
-    if (is_dict && sort_keys && n) {
-      order = alloc(b->r, n * sizeof *order);
-      if (!order) {
-        return false;
-      }
-      for (size_t k = 0; k < n; k++) {
-        size_t j = k;
-        for (; j > 0; j--) { /* insertion sort of string keys */
-          const value *x = &v->d->keys[order[j - 1]], *y = &v->d->keys[k];
-          size_t m = x->len < y->len ? x->len : y->len;
-          int c =
-              x->kind == V_STR && y->kind == V_STR ? memcmp(x->s, y->s, m) : 0;
-          if (c < 0 || (c == 0 && x->len <= y->len)) {
-            break;
-          }
-          order[j] = order[j - 1];
-        }
-        order[j] = k;
-      }
-    }
-    for (size_t k = 0; k < n; k++) {
-      if (k && !puts_(b, indent >= 0 ? "," : ", ")) {
-        return false;
-      }
-      if (indent >= 0) {
-        if (!puts_(b, "\n")) {
-          return false;
-        }
-        for (int s = 0; s < indent * (level + 1); s++) {
-          if (!puts_(b, " ")) {
-            return false;
-          }
-        }
-      }
-      size_t at = order ? order[k] : k;
-      if (is_dict) {
-        const value *key = &v->d->keys[at];
-        value text;
-        if (key->kind == V_STR) {
-          text = *key;
-        } else if (!to_str(b->r, key, &text)) {
-          return false;
-        }
-        if (!json_of(b, &text, indent, sort_keys, level + 1) ||
-            !puts_(b, ": ")) {
-          return false;
-        }
-      }
-      if (!json_of(b, is_dict ? &v->d->vals[at] : &v->l->items[at], indent,
-                   sort_keys, level + 1)) {
-        return false;
-      }
-    }
-    if (indent >= 0 && n) {
-      if (!puts_(b, "\n")) {
-        return false;
-      }
-      for (int s = 0; s < indent * level; s++) {
-        if (!puts_(b, " ")) {
-          return false;
-        }
-      }
-    }
-    return puts_(b, is_dict ? "}" : "]");
-  }
+  case V_DICT:
+    return json_container(b, v, indent, sort_keys, level);
   default:
     return type_error(b->r, "tojson", v, NULL);
   }
@@ -2079,6 +2086,80 @@ static bool function(render *r, const jj_expr *call, value *out) {
   return s != NULL;
 }
 
+/* obj.name: the attribute or key of a defined value; a missing one is
+ * undefined and keeps the name for its error. */
+static bool eval_attr(render *r, const jj_expr *e, value *out) {
+  value obj;
+  if (!eval(r, e->a, &obj)) {
+    return false;
+  }
+  r->line = e->line;
+  if (obj.kind == V_UNDEF) {
+    return type_error(r, "an attribute", &obj, NULL);
+  }
+  value key = str_value(e->str, e->len, FROM_TEMPLATE);
+  if (!item(r, &obj, &key, out)) {
+    return false;
+  }
+  if (out->kind == V_UNDEF) {
+    out->s = e->str;
+  }
+  return true;
+}
+
+/* -x, +x of a number; -INT64_MIN fails as an overflow. */
+static bool eval_sign(render *r, const jj_expr *e, value *out) {
+  value v;
+  if (!eval(r, e->a, &v)) {
+    return false;
+  }
+  if (!is_number(&v)) {
+    return type_error(r, e->kind == JJ_E_NEG ? "unary -" : "unary +", &v, NULL);
+  }
+  if (v.kind == V_FLOAT) {
+    *out = (value){.kind = V_FLOAT, .f = e->kind == JJ_E_NEG ? -v.f : v.f};
+    return true;
+  }
+  int64_t i = as_int(&v);
+  if (e->kind == JJ_E_NEG && !checked(r, i == INT64_MIN, "unary -")) {
+    return false;
+  }
+  *out = (value){.kind = V_INT, .i = e->kind == JJ_E_NEG ? -i : i};
+  return true;
+}
+
+/* [a, b, ...]: a new list of the items evaluated in order. */
+static bool eval_list(render *r, const jj_expr *e, value *out) {
+  if (!new_list(r, out)) {
+    return false;
+  }
+  for (size_t k = 0; k < e->nargs; k++) {
+    value v;
+    if (!eval(r, e->args[k].value, &v) || !list_push(r, out->l, v)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* {k: v, ...}: a new dict, keys and values evaluated in order (args holds
+ * them alternately); a later key replaces an earlier one. */
+static bool eval_dict(render *r, const jj_expr *e, value *out) {
+  if (!new_dict(r, V_DICT, out)) {
+    return false;
+  }
+  for (size_t k = 0; k + 1 < e->nargs; k += 2) {
+    value key, v;
+    if (!eval(r, e->args[k].value, &key) ||
+        !eval(r, e->args[k + 1].value, &v) || !dict_set(r, out->d, key, v)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* Evaluates the expression e into *out (values live in the render's arena);
+ * false when it failed, with the error in the render. */
 static bool eval(render *r, const jj_expr *e, value *out) {
   r->line = e->line;
   switch (e->kind) {
@@ -2102,24 +2183,8 @@ static bool eval(render *r, const jj_expr *e, value *out) {
     *out = v ? *v : (value){.kind = V_UNDEF, .s = e->str};
     return true;
   }
-  case JJ_E_ATTR: {
-    value obj;
-    if (!eval(r, e->a, &obj)) {
-      return false;
-    }
-    r->line = e->line;
-    if (obj.kind == V_UNDEF) {
-      return type_error(r, "an attribute", &obj, NULL);
-    }
-    value key = str_value(e->str, e->len, FROM_TEMPLATE);
-    if (!item(r, &obj, &key, out)) {
-      return false;
-    }
-    if (out->kind == V_UNDEF) {
-      out->s = e->str;
-    }
-    return true;
-  }
+  case JJ_E_ATTR:
+    return eval_attr(r, e, out);
   case JJ_E_ITEM: {
     value obj, key;
     if (!eval(r, e->a, &obj) || !eval(r, e->b, &key)) {
@@ -2163,26 +2228,8 @@ static bool eval(render *r, const jj_expr *e, value *out) {
     return true;
   }
   case JJ_E_NEG:
-  case JJ_E_POS: {
-    value v;
-    if (!eval(r, e->a, &v)) {
-      return false;
-    }
-    if (!is_number(&v)) {
-      return type_error(r, e->kind == JJ_E_NEG ? "unary -" : "unary +", &v,
-                        NULL);
-    }
-    if (v.kind == V_FLOAT) {
-      *out = (value){.kind = V_FLOAT, .f = e->kind == JJ_E_NEG ? -v.f : v.f};
-      return true;
-    }
-    int64_t i = as_int(&v);
-    if (e->kind == JJ_E_NEG && !checked(r, i == INT64_MIN, "unary -")) {
-      return false;
-    }
-    *out = (value){.kind = V_INT, .i = e->kind == JJ_E_NEG ? -i : i};
-    return true;
-  }
+  case JJ_E_POS:
+    return eval_sign(r, e, out);
   case JJ_E_BINARY:
     return binary_op(r, e, out);
   case JJ_E_AND:
@@ -2206,28 +2253,9 @@ static bool eval(render *r, const jj_expr *e, value *out) {
     return !e->c || eval(r, e->c, out);
   }
   case JJ_E_LIST:
-    if (!new_list(r, out)) {
-      return false;
-    }
-    for (size_t k = 0; k < e->nargs; k++) {
-      value v;
-      if (!eval(r, e->args[k].value, &v) || !list_push(r, out->l, v)) {
-        return false;
-      }
-    }
-    return true;
+    return eval_list(r, e, out);
   default: /* JJ_E_DICT */
-    if (!new_dict(r, V_DICT, out)) {
-      return false;
-    }
-    for (size_t k = 0; k + 1 < e->nargs; k += 2) {
-      value key, v;
-      if (!eval(r, e->args[k].value, &key) ||
-          !eval(r, e->args[k + 1].value, &v) || !dict_set(r, out->d, key, v)) {
-        return false;
-      }
-    }
-    return true;
+    return eval_dict(r, e, out);
   }
 }
 
