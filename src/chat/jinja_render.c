@@ -877,10 +877,11 @@ static bool assign(render *r, scope *s, const char *name, value v) {
 
 static bool eval(render *r, const jj_expr *e, value *out);
 
-/* The argument named name, else the positional one at index, else NULL. */
+/* The argument named name, else the positional one at index, else NULL
+ * (also for e NULL: a filter that map applies has no arguments). */
 static const jj_arg *arg_of(const jj_expr *e, size_t index, const char *name) {
   size_t positional = 0;
-  for (size_t k = 0; k < e->nargs; k++) {
+  for (size_t k = 0; e && k < e->nargs; k++) {
     if (e->args[k].name) {
       if (name && strcmp(e->args[k].name, name) == 0) {
         return &e->args[k];
