@@ -193,6 +193,21 @@ static void test_origins(void **state) {
   fdy_jinja_destroy(t);
 }
 
+/* map('f') applies the filter without arguments: tojson's optional ones
+ * are absent (this dereferenced NULL before) */
+static void test_map_filter(void **state) {
+  (void)state;
+  fdy_jinja *t = parse_ok("{{ [{'a': 1}, 'x'] | map('tojson') | join(',') }}"
+                          "|{{ ['a ', ' b'] | map('trim') | join }}");
+  fdy_jinja_input in = {0};
+  fdy_jinja_output out = {0};
+  fdy_error err;
+  assert_int_equal(fdy_jinja_render(t, &in, &out, &err), FDY_OK);
+  assert_string_equal(out.text, "{\"a\": 1},\"x\"|ab");
+  fdy_jinja_output_free(&out);
+  fdy_jinja_destroy(t);
+}
+
 /* strftime_now formats the local time (Llama 3.2's date line) */
 static void test_strftime_now(void **state) {
   (void)state;
@@ -468,6 +483,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cases),
       cmocka_unit_test(test_origins),
+      cmocka_unit_test(test_map_filter),
       cmocka_unit_test(test_strftime_now),
       cmocka_unit_test(test_refused_templates),
       cmocka_unit_test(test_refused_renders),
