@@ -436,6 +436,105 @@ static __device__ __forceinline__ float swiglu(float g, float u) {
   return g / (1.0f + expf(-g)) * u;
 }
 
+/* Adds the products of one stage (64 inputs) to acc: the lane's weight
+ * words of its NT n-tiles at b_offset in the stage's buffer, dequantized
+ * with scales s2 and biases b2 (half2 each) k-step by k-step, against the
+ * A fragments of its MT m16 tiles (ldmatrix at rows a_row + 16 mt, chunks
+ * a_chunk[j]). */
+template <int MT, int NT>
+static __device__ __forceinline__ void
+multiply_stage(unsigned int buffer, unsigned int a_row,
+               const unsigned int a_chunk[4], unsigned int b_offset,
+               const uint32_t s2[NT], const uint32_t b2[NT],
+               float acc[MT][NT][4]) {
+  uint2 wq[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++) {
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n"
+                 : "=r"(wq[nt].x), "=r"(wq[nt].y)
+                 : "r"(buffer + b_offset + nt * 8 * MMA_ROW_BYTES));
+  }
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    uint32_t a[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+      load_a(buffer + (a_row + mt * 16) * 128 + a_chunk[j], a[mt]);
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+      /* step j: nibbles j, j + 4, in bits 0-3 (4-7) of the word shifted
+       * by 8 (j / 2) for even (odd) j */
+      const unsigned int by = 8 * (j / 2);
+      const uint32_t b0 =
+          dequantize_pair(wq[nt].x >> by, j % 2 == 1, s2[nt], b2[nt]);
+      const uint32_t b1 =
+          dequantize_pair(wq[nt].y >> by, j % 2 == 1, s2[nt], b2[nt]);
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++) {
+        mma_16816(acc[mt][nt], a[mt], b0, b1);
+      }
+    }
+  }
+}
+
+/* Stores the warp's sums acc of rows warp_row0 .. (16 MT) and tile rows
+ * warp_col0 .. (8 NT) of the tile at n0 of matrix m (lane (g, t)). */
+template <int MT, int NT, bool SWIGLU>
+static __device__ __forceinline__ void
+store_tile(const mma_job &job, const mma_matrix &m, const mma_dims &d,
+           const float *yscale, unsigned int active, unsigned int warp_row0,
+           unsigned int n0, unsigned int warp_col0, unsigned int g,
+           unsigned int t, const float acc[MT][NT][4]) {
+  /* c0, c1: row g, tile rows i = warp_col0 + 8 nt + 2t and i + 1 (weight
+   * rows o and o + 1); c2, c3: row g + 8. Split: the raw sums at tile row
+   * n0 + i of the partial sums; else y = the sums 2^-e (MMA_RESIDUAL: plus
+   * the residual; SWIGLU: silu(gate) * up of n-tiles nt, nt + 1). */
+  const bool split = d.split > 1;
+  float *dst =
+      split ? m.partial + (unsigned long long)blockIdx.z * d.rows * m.width
+            : m.y;
+  const unsigned int stride = split ? m.width : m.out;
+  const bool pairs = stride % 2 == 0;
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+      const unsigned int r = warp_row0 + mt * 16 + g + 8 * half;
+      if (r >= active) {
+        continue;
+      }
+      const float scale = split ? 1.0f : yscale[r];
+      float *yr = dst + (unsigned long long)r * stride;
+#pragma unroll
+      for (int nt = 0; nt < NT; nt++) {
+        const unsigned int i = warp_col0 + nt * 8 + 2 * t;
+        const unsigned int o = row_of<SWIGLU>(n0, i);
+        const bool ok0 = o < m.out, ok1 = o + 1 < m.out;
+        /* rounded before any add (no fma contraction), as the unfused ops */
+        float v0 = __fmul_rn(acc[mt][nt][2 * half], scale);
+        float v1 = __fmul_rn(acc[mt][nt][2 * half + 1], scale);
+        if (split) {
+          store2(yr + n0 + i, v0, v1, ok0, ok1, pairs);
+        } else if (SWIGLU) {
+          if (nt % 2 == 0) {
+            const float u0 = acc[mt][nt + 1][2 * half] * scale;
+            const float u1 = acc[mt][nt + 1][2 * half + 1] * scale;
+            store2(yr + o, swiglu(v0, u0), swiglu(v1, u1), ok0, ok1, pairs);
+          }
+        } else {
+          if (job.epilogue == MMA_RESIDUAL) {
+            const float *res = job.residual + (unsigned long long)r * m.out;
+            v0 = ok0 ? res[o] + v0 : v0;
+            v1 = ok1 ? res[o + 1] + v1 : v1;
+          }
+          store2(yr + o, v0, v1, ok0, ok1, pairs);
+        }
+      }
+    }
+  }
+}
+
 /* A block of WM x WN warps per 128 rows x BN = 8 NT WN tile rows of a
  * matrix of the job: warp (wm, wn) computes rows 16 MT wm .. of the tile
  * and tile rows 8 NT wn .. over the 4 k16-steps of every stage. BLOCKS
@@ -543,86 +642,13 @@ __global__ void __launch_bounds__(32 * WM * WN, BLOCKS)
     }
     commit_copies();
 
-    const unsigned int buffer = stage_buffer(base, kb, BN);
-    uint2 wq[NT];
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++) {
-      asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n"
-                   : "=r"(wq[nt].x), "=r"(wq[nt].y)
-                   : "r"(buffer + b_offset + nt * 8 * MMA_ROW_BYTES));
-    }
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-      uint32_t a[MT][4];
-#pragma unroll
-      for (int mt = 0; mt < MT; mt++) {
-        load_a(buffer + (a_row + mt * 16) * 128 + a_chunk[j], a[mt]);
-      }
-#pragma unroll
-      for (int nt = 0; nt < NT; nt++) {
-        /* step j: nibbles j, j + 4, in bits 0-3 (4-7) of the word shifted
-         * by 8 (j / 2) for even (odd) j */
-        const unsigned int by = 8 * (j / 2);
-        const uint32_t b0 =
-            dequantize_pair(wq[nt].x >> by, j % 2 == 1, s2[nt], b2[nt]);
-        const uint32_t b1 =
-            dequantize_pair(wq[nt].y >> by, j % 2 == 1, s2[nt], b2[nt]);
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-          mma_16816(acc[mt][nt], a[mt], b0, b1);
-        }
-      }
-    }
+    multiply_stage<MT, NT>(stage_buffer(base, kb, BN), a_row, a_chunk, b_offset,
+                           s2, b2, acc);
   }
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 
-  /* c0, c1: row g, tile rows i = 8 NT wn + 8 nt + 2t and i + 1 (weight rows
-   * o and o + 1); c2, c3: row g + 8. Split: the raw sums at tile row
-   * n0 + i of the partial sums; else y = the sums 2^-e (MMA_RESIDUAL: plus
-   * the residual; SWIGLU: silu(gate) * up of n-tiles nt, nt + 1). */
-  const bool split = d.split > 1;
-  float *dst =
-      split ? m.partial + (unsigned long long)blockIdx.z * d.rows * m.width
-            : m.y;
-  const unsigned int stride = split ? m.width : m.out;
-  const bool pairs = stride % 2 == 0;
-#pragma unroll
-  for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-      const unsigned int r = row0 + wm * 16 * MT + mt * 16 + g + 8 * half;
-      if (r >= active) {
-        continue;
-      }
-      const float scale = split ? 1.0f : yscale[r];
-      float *yr = dst + (unsigned long long)r * stride;
-#pragma unroll
-      for (int nt = 0; nt < NT; nt++) {
-        const unsigned int i = wn * 8 * NT + nt * 8 + 2 * t;
-        const unsigned int o = row_of<SWIGLU>(n0, i);
-        const bool ok0 = o < m.out, ok1 = o + 1 < m.out;
-        /* rounded before any add (no fma contraction), as the unfused ops */
-        float v0 = __fmul_rn(acc[mt][nt][2 * half], scale);
-        float v1 = __fmul_rn(acc[mt][nt][2 * half + 1], scale);
-        if (split) {
-          store2(yr + n0 + i, v0, v1, ok0, ok1, pairs);
-        } else if (SWIGLU) {
-          if (nt % 2 == 0) {
-            const float u0 = acc[mt][nt + 1][2 * half] * scale;
-            const float u1 = acc[mt][nt + 1][2 * half + 1] * scale;
-            store2(yr + o, swiglu(v0, u0), swiglu(v1, u1), ok0, ok1, pairs);
-          }
-        } else {
-          if (job.epilogue == MMA_RESIDUAL) {
-            const float *res = job.residual + (unsigned long long)r * m.out;
-            v0 = ok0 ? res[o] + v0 : v0;
-            v1 = ok1 ? res[o + 1] + v1 : v1;
-          }
-          store2(yr + o, v0, v1, ok0, ok1, pairs);
-        }
-      }
-    }
-  }
+  store_tile<MT, NT, SWIGLU>(job, m, d, yscale, active, row0 + wm * 16 * MT, n0,
+                             wn * 8 * NT, g, t, acc);
 }
 
 /* ---- step 3: the splits in order --------------------------------------------
