@@ -324,6 +324,394 @@ static __device__ void combine_heads(unsigned int h0, unsigned int gn,
   __syncthreads(); /* weight, inv and warp_out are reused */
 }
 
+/* A decode block (decode_kernel): block (x, y), x = kv head x slices +
+ * slice, over the query heads h0 .. h0 + gn - 1 of its slice (g0 the
+ * first's index in the kv head's group), for the step's row at `position`
+ * (-1: outside the cache). `last` is that position (0 outside the cache;
+ * positions and chunk starts are 32-bit, below context, below 2^31: with
+ * the sequence's 64-bit region in kv_at, 64-bit ones took the kernel past
+ * its 128 registers), `chunks` the chunks of `chunk` positions up to it.
+ * own_at: the kv head's elements in the step's rows; kv_at: in the caches
+ * at position 0 of the row's sequence. The shared memory, float4 units of
+ * d4 = ceil(d / 4): the warps' partial outputs (warp_out, ATTENTION_WARPS x
+ * DECODE_GROUP x d4), the q rows and the step's k row (q_rows,
+ * (DECODE_GROUP + 1) x d4), then DECODE_GROUP x scores_stride = max(chunk,
+ * DECODE_MAX_CHUNKS) floats (a chunk's scores, or the combine's weights),
+ * then DECODE_GROUP floats (inv, the combine's 1 / L). */
+typedef struct decode_block {
+  float4 *warp_out, *q_rows;
+  float *scores, *inv;
+  unsigned int d, d4, chunk, scores_stride;
+  unsigned int g0, gn, h0;
+  long long position;
+  unsigned int last, chunks;
+  unsigned int lane, warp;
+  unsigned long long kv_dim, own_at, kv_at;
+  bool f16, vec;
+} decode_block;
+
+/* The block's shared memory (decode_block's d .. inv). */
+static __device__ __forceinline__ void decode_block_layout(decode_block *b,
+                                                           float4 *shared,
+                                                           unsigned int d,
+                                                           unsigned int chunk) {
+  b->d = d;
+  b->d4 = (d + 3) / 4;
+  b->chunk = chunk;
+  b->scores_stride = max(chunk, (unsigned int)DECODE_MAX_CHUNKS);
+  b->warp_out = shared;
+  b->q_rows = b->warp_out + ATTENTION_WARPS * DECODE_GROUP * b->d4;
+  b->scores = (float *)(b->q_rows + (DECODE_GROUP + 1) * b->d4);
+  b->inv = b->scores + DECODE_GROUP * b->scores_stride;
+}
+
+/* The block's heads and the step's row (the rest of decode_block), after
+ * decode_block_layout. Reads the step tensor only (allowed before
+ * fdy_grid_wait). */
+static __device__ __forceinline__ void
+decode_block_place(decode_block *b, const int32_t *step, bool f16, bool vec,
+                   unsigned int heads, unsigned int group, unsigned int slices,
+                   unsigned long long context, unsigned long long sequences) {
+  const unsigned int d = b->d;
+  const unsigned int kv_head = blockIdx.x / slices;
+  b->g0 = (blockIdx.x % slices) * DECODE_GROUP;
+  b->gn = min((unsigned int)DECODE_GROUP, group - b->g0);
+  b->h0 = kv_head * group + b->g0;
+  const fdy_kv_row row = fdy_kv_row_of(step, 0, 0, context, sequences);
+  b->position = row.position;
+  b->last = row.position < 0 ? 0 : (unsigned int)row.position;
+  b->lane = threadIdx.x % 32;
+  b->warp = threadIdx.x / 32;
+  b->kv_dim = (unsigned long long)(heads / group) * d;
+  b->own_at = (unsigned long long)kv_head * d;
+  b->kv_at = row.sequence * context * b->kv_dim + b->own_at;
+  b->chunks = (unsigned int)(b->last / b->chunk) + 1;
+  b->f16 = f16;
+  b->vec = vec;
+}
+
+/* Before fdy_grid_wait (it needs nothing of the kernels before): the held
+ * round of the block's first chunk, the keys and values that the first
+ * round of its scores and of its weighted sum use (warp w positions w,
+ * w + 16, ..., lane element group j4 = lane: the float4s each thread later
+ * uses, the last position's left for the step's rows; each chunk loads the
+ * next one's once it is done with its own). None when the step's row lies
+ * outside the cache. */
+static __device__ __forceinline__ void
+decode_hold_first(const decode_block *b, const void *k_cache,
+                  const void *v_cache, uint4 held_key[DECODE_INFLIGHT],
+                  uint4 held_value[DECODE_INFLIGHT]) {
+  const unsigned long long begin = (unsigned long long)blockIdx.y * b->chunk;
+  const unsigned int n = b->position >= 0
+                             ? held_positions(blockIdx.y, b->chunks, b->chunk,
+                                              b->last, b->lane, b->d4)
+                             : 0;
+  cache_rows(held_key, k_cache, b->f16, b->vec, begin, b->warp, n, b->last,
+             b->kv_dim, b->kv_at, b->lane, b->d);
+  cache_rows(held_value, v_cache, b->f16, b->vec, begin, b->warp, n, b->last,
+             b->kv_dim, b->kv_at, b->lane, b->d);
+}
+
+/* q rows 0 .. gn - 1 of the slice's heads and the step's k row (row
+ * DECODE_GROUP) into q_rows, rotated by the rope at position `last` for
+ * ROPE_ATTENTION (item i: row i / half, pair i % half; pair, cos_p and
+ * sin_p are the thread's first pair's, from before the wait, and a
+ * thread's pair changes only when half does not divide the block, so its
+ * cos and sin are computed again only then), zero past d. */
+static __device__ __forceinline__ void
+decode_stage_q_k(const decode_block *b, const float *q, const float *k_new,
+                 bool rope, const fdy_cuda_rope_table &table, unsigned int pair,
+                 float cos_p, float sin_p) {
+  const unsigned int d = b->d, d4 = b->d4, gn = b->gn;
+  const unsigned int half = d / 2;
+  if (rope) {
+    /* two items a step, both loaded first (one L2 trip, not two) */
+    const unsigned int items = (gn + 1) * half;
+    for (unsigned int i0 = threadIdx.x; i0 < items; i0 += 2 * blockDim.x) {
+      float x0[2] = {0.0f, 0.0f}, x1[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int t = 0; t < 2; t++) {
+        const unsigned int i = i0 + t * blockDim.x;
+        if (i < items) {
+          const unsigned int r = i / half, j = i % half;
+          const float *x = r < gn ? q + (unsigned long long)(b->h0 + r) * d
+                                  : k_new + b->own_at;
+          x0[t] = x[j];
+          x1[t] = x[j + half];
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < 2; t++) {
+        const unsigned int i = i0 + t * blockDim.x;
+        if (i < items) {
+          const unsigned int r = i / half, j = i % half;
+          float *dst = (float *)(b->q_rows + (r < gn ? r : DECODE_GROUP) * d4);
+          if (j != pair) {
+            fdy_rope_cos_sin((double)b->last, table.inv[j], &cos_p, &sin_p);
+            pair = j;
+          }
+          const float2 rotated = fdy_rope_rotate(x0[t], x1[t], cos_p, sin_p);
+          dst[j] = rotated.x;
+          dst[j + half] = rotated.y;
+        }
+      }
+    }
+  } else {
+    for (unsigned int i = threadIdx.x; i < (gn + 1) * d; i += blockDim.x) {
+      const unsigned int r = i / d, j = i % d;
+      const float *x =
+          r < gn ? q + (unsigned long long)(b->h0 + r) * d : k_new + b->own_at;
+      ((float *)(b->q_rows + (r < gn ? r : DECODE_GROUP) * d4))[j] = x[j];
+    }
+  }
+  for (unsigned int i = threadIdx.x; i < (gn + 1) * (4 * d4 - d);
+       i += blockDim.x) {
+    const unsigned int r = i / (4 * d4 - d), j = d + i % (4 * d4 - d);
+    ((float *)(b->q_rows + (r < gn ? r : DECODE_GROUP) * d4))[j] = 0.0f;
+  }
+}
+
+/* The bits of the keys of a scores round (positions base, base + 16, ...
+ * of the chunk at `begin` of n positions, elements 4 j4 ..): the held
+ * round's on the warp's first round and the lane's first element group,
+ * else the cache's (cache_rows), and then L2 is asked for the values of
+ * those positions that the weighted sum reads next. */
+static __device__ __forceinline__ void
+decode_key_bits(uint4 bits[DECODE_INFLIGHT], const decode_block *b,
+                const uint4 held_key[DECODE_INFLIGHT], const void *k_cache,
+                const void *v_cache, unsigned int begin, unsigned int base,
+                unsigned int n, unsigned int j4) {
+  if (base == b->warp && j4 == b->lane) {
+#pragma unroll
+    for (int u = 0; u < DECODE_INFLIGHT; u++) {
+      bits[u] = held_key[u];
+    }
+    return;
+  }
+  cache_rows(bits, k_cache, b->f16, b->vec, begin, base, n, b->last, b->kv_dim,
+             b->kv_at, j4, b->d);
+#pragma unroll
+  for (int u = 0; u < DECODE_INFLIGHT; u++) {
+    const unsigned int pp = base + u * ATTENTION_WARPS;
+    if (b->vec && pp < n && begin + pp != b->last) {
+      const unsigned long long at =
+          (begin + pp) * b->kv_dim + b->kv_at + 4 * j4;
+      prefetch_l2(b->f16 ? (const void *)((const uint16_t *)v_cache + at)
+                         : (const void *)((const float *)v_cache + at));
+    }
+  }
+}
+
+/* The scores of a chunk of n positions at `begin`, times scale, into
+ * scores[g scores_stride + position - begin] for the gn heads: warp w dots
+ * positions w, w + 16, ..., DECODE_INFLIGHT at once (lanes on 4 elements,
+ * q from shared memory, the keys of the first round held), then the
+ * round's 16 dots summed at once by fdy_warp_sums16 (DECODE_INFLIGHT x
+ * DECODE_GROUP = 16; lane 2 k holds dot k = u DECODE_GROUP + g's sum). */
+static __device__ __forceinline__ void
+decode_scores(const decode_block *b, const uint4 held_key[DECODE_INFLIGHT],
+              const void *k_cache, const void *v_cache, const float *k_own,
+              unsigned int begin, unsigned int n, float scale) {
+  const unsigned int lane = b->lane, d4 = b->d4;
+  for (unsigned int base = b->warp; base < n;
+       base += ATTENTION_WARPS * DECODE_INFLIGHT) {
+    float dot[DECODE_INFLIGHT][DECODE_GROUP];
+#pragma unroll
+    for (int u = 0; u < DECODE_INFLIGHT; u++) {
+#pragma unroll
+      for (int g = 0; g < DECODE_GROUP; g++) {
+        dot[u][g] = 0.0f;
+      }
+    }
+    for (unsigned int j4 = lane; j4 < d4; j4 += 32) {
+      uint4 bits[DECODE_INFLIGHT];
+      decode_key_bits(bits, b, held_key, k_cache, v_cache, begin, base, n, j4);
+      float4 key[DECODE_INFLIGHT];
+      rows_of(key, bits, k_own, b->f16, b->vec, begin, base, b->last, j4, b->d);
+#pragma unroll
+      for (int g = 0; g < DECODE_GROUP; g++) {
+        if (g < b->gn) {
+          const float4 qv = b->q_rows[g * d4 + j4];
+#pragma unroll
+          for (int u = 0; u < DECODE_INFLIGHT; u++) {
+            dot[u][g] = fdy_dot4(qv, key[u], dot[u][g]);
+          }
+        }
+      }
+    }
+    static_assert(DECODE_INFLIGHT * DECODE_GROUP == 16, "warp_sums16");
+    float sums[16];
+#pragma unroll
+    for (int u = 0; u < DECODE_INFLIGHT; u++) {
+#pragma unroll
+      for (int g = 0; g < DECODE_GROUP; g++) {
+        sums[u * DECODE_GROUP + g] = dot[u][g];
+      }
+    }
+    const float total = fdy_warp_sums16(sums);
+    const unsigned int i = lane / 2;
+    const unsigned int u = i / DECODE_GROUP, g = i % DECODE_GROUP;
+    const unsigned int pp = base + u * ATTENTION_WARPS;
+    if (lane % 2 == 0 && pp < n && g < b->gn) {
+      b->scores[g * b->scores_stride + pp] = total * scale;
+    }
+  }
+}
+
+/* The softmax of chunk c's n scores, warp g head g's: its maximum m,
+ * e = expf(score - m) in place of each score and their float sum l (lanes,
+ * then a butterfly); (m, l) to the workspace at the chunk's index. */
+static __device__ __forceinline__ void
+decode_softmax(const decode_block *b, const decode_partials &partials,
+               unsigned int heads, unsigned int c, unsigned int n) {
+  const unsigned int lane = b->lane, warp = b->warp;
+  if (warp >= b->gn) {
+    return;
+  }
+  float *s = b->scores + warp * b->scores_stride;
+  float m = -CUDART_INF_F;
+  for (unsigned int i = lane; i < n; i += 32) {
+    m = fmaxf(m, s[i]);
+  }
+  m = fdy_warp_max(m);
+  float l = 0.0f;
+  for (unsigned int i = lane; i < n; i += 32) {
+    const float e = expf(s[i] - m);
+    s[i] = e;
+    l += e;
+  }
+  l = fdy_warp_sum(l);
+  if (lane == 0) {
+    partials.ml[(unsigned long long)c * heads + b->h0 + warp] =
+        make_float2(m, l);
+  }
+}
+
+/* The weighted values of a chunk of n positions at `begin`: per head, the
+ * unnormalized sum of e * v over warp w's positions w, w + 16, ... in
+ * order (lanes on 4 elements, DECODE_INFLIGHT value rows loaded at once,
+ * the values of the first round held) into warp_out's row of (w, head). */
+static __device__ __forceinline__ void
+decode_weighted_values(const decode_block *b,
+                       const uint4 held_value[DECODE_INFLIGHT],
+                       const void *v_cache, const float *v_own,
+                       unsigned int begin, unsigned int n) {
+  const unsigned int lane = b->lane, warp = b->warp, d4 = b->d4;
+  for (unsigned int j4 = lane; j4 < d4; j4 += 32) {
+    float4 acc[DECODE_GROUP];
+#pragma unroll
+    for (int g = 0; g < DECODE_GROUP; g++) {
+      acc[g] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    for (unsigned int base = warp; base < n;
+         base += ATTENTION_WARPS * DECODE_INFLIGHT) {
+      uint4 bits[DECODE_INFLIGHT];
+      if (base == warp && j4 == lane) {
+#pragma unroll
+        for (int u = 0; u < DECODE_INFLIGHT; u++) {
+          bits[u] = held_value[u];
+        }
+      } else {
+        cache_rows(bits, v_cache, b->f16, b->vec, begin, base, n, b->last,
+                   b->kv_dim, b->kv_at, j4, b->d);
+      }
+      float4 value[DECODE_INFLIGHT];
+      rows_of(value, bits, v_own, b->f16, b->vec, begin, base, b->last, j4,
+              b->d);
+#pragma unroll
+      for (int u = 0; u < DECODE_INFLIGHT; u++) {
+        const unsigned int pp = base + u * ATTENTION_WARPS;
+        if (pp < n) {
+#pragma unroll
+          for (int g = 0; g < DECODE_GROUP; g++) {
+            if (g < b->gn) {
+              acc[g] = fdy_axpy4(b->scores[g * b->scores_stride + pp], value[u],
+                                 acc[g]);
+            }
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < DECODE_GROUP; g++) {
+      b->warp_out[(warp * DECODE_GROUP + g) * d4 + j4] = acc[g];
+    }
+  }
+}
+
+/* Chunk c's partial outputs: per head, element j the warps' sums added in
+ * warp order, to the workspace at the chunk's index. */
+static __device__ __forceinline__ void
+decode_partial_output(const decode_block *b, const decode_partials &partials,
+                      unsigned int heads, unsigned int c) {
+  const unsigned int d4 = b->d4;
+  const float *wo = (const float *)b->warp_out;
+  for (unsigned int i = threadIdx.x; i < b->gn * d4 * 4; i += blockDim.x) {
+    const unsigned int g = i / (d4 * 4), j = i % (d4 * 4);
+    float o = 0.0f;
+    for (unsigned int w = 0; w < ATTENTION_WARPS; w++) {
+      o += wo[(w * DECODE_GROUP + g) * d4 * 4 + j];
+    }
+    partials.o[((unsigned long long)c * heads + b->h0 + g) * d4 * 4 + j] = o;
+  }
+}
+
+/* Chunk c of the block: its scores, softmax, weighted values and partial
+ * output (above), with the next chunk's held round (c + gridDim.y) loaded
+ * once this one's is used. k_own, v_own: the step's k row (rotated, in
+ * shared memory) and v row, which stand for the cache's at `last`. */
+static __device__ __forceinline__ void
+decode_chunk(const decode_block *b, unsigned int c, const void *k_cache,
+             const void *v_cache, const float *k_own, const float *v_own,
+             float scale, uint4 held_key[DECODE_INFLIGHT],
+             uint4 held_value[DECODE_INFLIGHT], const decode_partials &partials,
+             unsigned int heads) {
+  const unsigned int begin = c * b->chunk;
+  const unsigned int n = min(b->chunk, b->last + 1 - begin);
+  const unsigned long long next_begin =
+      begin + (unsigned long long)gridDim.y * b->chunk;
+  const unsigned int next_n = held_positions(c + gridDim.y, b->chunks, b->chunk,
+                                             b->last, b->lane, b->d4);
+  decode_scores(b, held_key, k_cache, v_cache, k_own, begin, n, scale);
+  cache_rows(held_key, k_cache, b->f16, b->vec, next_begin, b->warp, next_n,
+             b->last, b->kv_dim, b->kv_at, b->lane, b->d);
+  __syncthreads();
+  decode_softmax(b, partials, heads, c, n);
+  __syncthreads();
+  decode_weighted_values(b, held_value, v_cache, v_own, begin, n);
+  cache_rows(held_value, v_cache, b->f16, b->vec, next_begin, b->warp, next_n,
+             b->last, b->kv_dim, b->kv_at, b->lane, b->d);
+  __syncthreads();
+  decode_partial_output(b, partials, heads, c);
+  __syncthreads(); /* scores and warp_out are reused by the next chunk */
+}
+
+/* Counts the block done on counters[first_x] (the blocks of x = first_x,
+ * first_x + FDY_CUDA_OP_COUNTERS, ... count on one counter): whether it is
+ * the last of them to finish, for every thread of the block; the last one
+ * zeroes the counter for the stream's next launch. One acq_rel atomic
+ * (docs/tuning-log.md, entry 5): release orders the block's partials
+ * (written before the caller's __syncthreads) before its count, acquire
+ * lets the last block see every other block's. */
+static __device__ __forceinline__ bool decode_last_block(unsigned int *counters,
+                                                         unsigned int first_x) {
+  bool last_block = false;
+  if (threadIdx.x == 0) {
+    const unsigned int sharing =
+        (gridDim.x - 1 - first_x) / FDY_CUDA_OP_COUNTERS + 1;
+    unsigned int done_before;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;"
+                 : "=r"(done_before)
+                 : "l"(&counters[first_x])
+                 : "memory");
+    last_block = done_before == sharing * gridDim.y - 1;
+    if (last_block) {
+      atomicExch(&counters[first_x], 0u);
+    }
+  }
+  return __syncthreads_or(last_block) != 0;
+}
+
 /* Block (x, y), x = kv head x slices + slice, takes chunks y, y + gridDim.y,
  * ... for the query heads of its slice, over the region of the row's
  * sequence (kv_at starts there). The block that holds the chunk of
@@ -337,11 +725,7 @@ static __device__ void combine_heads(unsigned int h0, unsigned int gn,
  * round of 4 positions a warp: docs/tuning-log.md, entry 41). Registers:
  * the held round (held_key, held_value: 32) takes the kernel to ~100, so
  * __launch_bounds__ asks for DECODE_BLOCKS_SM = 1 block (128 registers).
- * Shared memory, float4 units of d4 = ceil(d / 4): the warps' partial outputs
- * (ATTENTION_WARPS x DECODE_GROUP x d4), the q rows and the step's k row
- * ((DECODE_GROUP + 1) x d4), then DECODE_GROUP x max(chunk, DECODE_MAX_CHUNKS)
- * floats (a chunk's scores, or the combine's weights), then DECODE_GROUP floats
- * (the combine's 1 / L). */
+ * Shared memory: decode_block. */
 __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
     decode_kernel(const int32_t *step, const float *q, const float *k_new,
                   const float *v_new, void *k_cache, void *v_cache, bool f16,
@@ -352,313 +736,61 @@ __global__ void __launch_bounds__(ATTENTION_THREADS, DECODE_BLOCKS_SM)
                   unsigned int *counters, float *out, bool rope,
                   const __grid_constant__ fdy_cuda_rope_table table) {
   extern __shared__ float4 decode_shared[];
-  const unsigned int d4 = (d + 3) / 4;
-  const unsigned int scores_stride =
-      max(chunk, (unsigned int)DECODE_MAX_CHUNKS);
-  float4 *warp_out = decode_shared;
-  float4 *q_rows = warp_out + ATTENTION_WARPS * DECODE_GROUP * d4;
-  float *scores = (float *)(q_rows + (DECODE_GROUP + 1) * d4);
-  float *inv = scores + DECODE_GROUP * scores_stride;
+  decode_block b;
+  decode_block_layout(&b, decode_shared, d, chunk);
   fdy_grid_launch_dependents();
   if (fdy_active_rows(step, 1) == 0) {
     return;
   }
-  const unsigned int kv_head = blockIdx.x / slices;
-  const unsigned int g0 = (blockIdx.x % slices) * DECODE_GROUP;
-  const unsigned int gn = min((unsigned int)DECODE_GROUP, group - g0);
-  const unsigned int h0 = kv_head * group + g0;
-  const fdy_kv_row row = fdy_kv_row_of(step, 0, 0, context, sequences);
-  const long long last_p = row.position;
-  /* positions and chunk starts in 32 bits (below context, below 2^31): with
-   * the sequence's 64-bit region in kv_at, 64-bit ones took the kernel past
-   * its 128 registers */
-  const unsigned int last = last_p < 0 ? 0 : (unsigned int)last_p;
-  const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const unsigned long long kv_dim = (unsigned long long)(heads / group) * d;
-  /* the kv head's elements in the step's rows, and in the caches at
-   * position 0 of the row's sequence */
-  const unsigned long long own_at = (unsigned long long)kv_head * d;
-  const unsigned long long kv_at = row.sequence * context * kv_dim + own_at;
-  const unsigned int chunks = (unsigned int)(last / chunk) + 1;
+  decode_block_place(&b, step, f16, vec, heads, group, slices, context,
+                     sequences);
 
-  /* Before the wait, what needs nothing of the kernels before: the held
-   * round of this block's first chunk, the keys and values that the first
-   * round of its scores and of its weighted sum use (warp w positions w,
-   * w + 16, ..., lane element group j4 = lane: the float4s each thread
-   * later uses, the last position's left for the step's rows; each chunk
-   * loads the next one's once it is done with its own), the rope's cos
-   * and sin of the thread's first pair, and the scores' scale. */
+  /* before the wait: the held round, the rope's cos and sin of the
+   * thread's first pair, and the scores' scale */
   uint4 held_key[DECODE_INFLIGHT], held_value[DECODE_INFLIGHT];
-  {
-    const unsigned long long begin = (unsigned long long)blockIdx.y * chunk;
-    const unsigned int n =
-        last_p >= 0 ? held_positions(blockIdx.y, chunks, chunk, last, lane, d4)
-                    : 0;
-    cache_rows(held_key, k_cache, f16, vec, begin, warp, n, last, kv_dim, kv_at,
-               lane, d);
-    cache_rows(held_value, v_cache, f16, vec, begin, warp, n, last, kv_dim,
-               kv_at, lane, d);
-  }
+  decode_hold_first(&b, k_cache, v_cache, held_key, held_value);
   const unsigned int half = d / 2;
   unsigned int pair = ~0u;
   float cos_p = 0.0f, sin_p = 0.0f;
-  if (rope && last_p >= 0 && threadIdx.x < (gn + 1) * half) {
+  if (rope && b.position >= 0 && threadIdx.x < (b.gn + 1) * half) {
     pair = threadIdx.x % half;
-    fdy_rope_cos_sin((double)last, table.inv[pair], &cos_p, &sin_p);
+    fdy_rope_cos_sin((double)b.last, table.inv[pair], &cos_p, &sin_p);
   }
   const float scale = (float)(1.0 / sqrt((double)d));
   fdy_grid_wait(); /* q, k and v come from the kernels before */
-  if (last_p < 0) {
-    for (unsigned int i = threadIdx.x; blockIdx.y == 0 && i < gn * d;
+  if (b.position < 0) {
+    for (unsigned int i = threadIdx.x; blockIdx.y == 0 && i < b.gn * d;
          i += blockDim.x) {
-      out[(unsigned long long)h0 * d + i] = CUDART_NAN_F;
+      out[(unsigned long long)b.h0 * d + i] = CUDART_NAN_F;
     }
     return;
   }
-  const float *v_own = v_new + own_at;
-
-  /* q rows 0 .. gn - 1 of the slice's heads and the step's k row (row
-   * DECODE_GROUP) into shared memory, rotated by the rope at position
-   * `last` for ROPE_ATTENTION (item i: row i / half, pair i % half; a
-   * thread's pair changes only when half does not divide the block, so
-   * its cos and sin are computed again only then), zero past d. */
-  const float *k_row = (const float *)(q_rows + DECODE_GROUP * d4);
-  if (rope) {
-    /* two items a step, both loaded first (one L2 trip, not two) */
-    const unsigned int items = (gn + 1) * half;
-    for (unsigned int i0 = threadIdx.x; i0 < items; i0 += 2 * blockDim.x) {
-      float x0[2] = {0.0f, 0.0f}, x1[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int t = 0; t < 2; t++) {
-        const unsigned int i = i0 + t * blockDim.x;
-        if (i < items) {
-          const unsigned int r = i / half, j = i % half;
-          const float *x =
-              r < gn ? q + (unsigned long long)(h0 + r) * d : k_new + own_at;
-          x0[t] = x[j];
-          x1[t] = x[j + half];
-        }
-      }
-#pragma unroll
-      for (int t = 0; t < 2; t++) {
-        const unsigned int i = i0 + t * blockDim.x;
-        if (i < items) {
-          const unsigned int r = i / half, j = i % half;
-          float *dst = (float *)(q_rows + (r < gn ? r : DECODE_GROUP) * d4);
-          if (j != pair) {
-            fdy_rope_cos_sin((double)last, table.inv[j], &cos_p, &sin_p);
-            pair = j;
-          }
-          const float2 rotated = fdy_rope_rotate(x0[t], x1[t], cos_p, sin_p);
-          dst[j] = rotated.x;
-          dst[j + half] = rotated.y;
-        }
-      }
-    }
-  } else {
-    for (unsigned int i = threadIdx.x; i < (gn + 1) * d; i += blockDim.x) {
-      const unsigned int r = i / d, j = i % d;
-      const float *x =
-          r < gn ? q + (unsigned long long)(h0 + r) * d : k_new + own_at;
-      ((float *)(q_rows + (r < gn ? r : DECODE_GROUP) * d4))[j] = x[j];
-    }
-  }
-  for (unsigned int i = threadIdx.x; i < (gn + 1) * (4 * d4 - d);
-       i += blockDim.x) {
-    const unsigned int r = i / (4 * d4 - d), j = d + i % (4 * d4 - d);
-    ((float *)(q_rows + (r < gn ? r : DECODE_GROUP) * d4))[j] = 0.0f;
-  }
+  /* the step's k and v rows of the kv head, k rotated in shared memory */
+  const float *v_own = v_new + b.own_at;
+  const float *k_own = (const float *)(b.q_rows + DECODE_GROUP * b.d4);
+  decode_stage_q_k(&b, q, k_new, rope, table, pair, cos_p, sin_p);
   __syncthreads();
-  const float *k_own = k_row;
-  if (g0 == 0 && blockIdx.y == (chunks - 1) % gridDim.y) {
+  /* the append, by slice 0's block of the last position's chunk */
+  if (b.g0 == 0 && blockIdx.y == (b.chunks - 1) % gridDim.y) {
     for (unsigned int i = threadIdx.x; i < d; i += blockDim.x) {
-      fdy_cache_store(k_cache, f16, last * kv_dim + kv_at + i, k_own[i]);
-      fdy_cache_store(v_cache, f16, last * kv_dim + kv_at + i, v_own[i]);
+      fdy_cache_store(k_cache, f16, b.last * b.kv_dim + b.kv_at + i, k_own[i]);
+      fdy_cache_store(v_cache, f16, b.last * b.kv_dim + b.kv_at + i, v_own[i]);
     }
   }
-
-  for (unsigned int c = blockIdx.y; c < chunks; c += gridDim.y) {
-    const unsigned int begin = c * chunk;
-    const unsigned int n = min(chunk, last + 1 - begin);
-    /* the next chunk's held round, loaded once this one's is used */
-    const unsigned long long next_begin =
-        begin + (unsigned long long)gridDim.y * chunk;
-    const unsigned int next_n =
-        held_positions(c + gridDim.y, chunks, chunk, last, lane, d4);
-    /* scores: warp w dots positions w, w + 16, ..., DECODE_INFLIGHT at once
-     * (lanes load their q elements alongside the keys and, past the held
-     * round, ask L2 for the values the weighted sum reads next) */
-    for (unsigned int base = warp; base < n;
-         base += ATTENTION_WARPS * DECODE_INFLIGHT) {
-      float dot[DECODE_INFLIGHT][DECODE_GROUP];
-#pragma unroll
-      for (int u = 0; u < DECODE_INFLIGHT; u++) {
-#pragma unroll
-        for (int g = 0; g < DECODE_GROUP; g++) {
-          dot[u][g] = 0.0f;
-        }
-      }
-      for (unsigned int j4 = lane; j4 < d4; j4 += 32) {
-        uint4 bits[DECODE_INFLIGHT];
-        if (base == warp && j4 == lane) {
-#pragma unroll
-          for (int u = 0; u < DECODE_INFLIGHT; u++) {
-            bits[u] = held_key[u];
-          }
-        } else {
-          cache_rows(bits, k_cache, f16, vec, begin, base, n, last, kv_dim,
-                     kv_at, j4, d);
-#pragma unroll
-          for (int u = 0; u < DECODE_INFLIGHT; u++) {
-            const unsigned int pp = base + u * ATTENTION_WARPS;
-            if (vec && pp < n && begin + pp != last) {
-              const unsigned long long at =
-                  (begin + pp) * kv_dim + kv_at + 4 * j4;
-              prefetch_l2(f16 ? (const void *)((const uint16_t *)v_cache + at)
-                              : (const void *)((const float *)v_cache + at));
-            }
-          }
-        }
-        float4 key[DECODE_INFLIGHT];
-        rows_of(key, bits, k_own, f16, vec, begin, base, last, j4, d);
-#pragma unroll
-        for (int g = 0; g < DECODE_GROUP; g++) {
-          if (g < gn) {
-            const float4 qv = q_rows[g * d4 + j4];
-#pragma unroll
-            for (int u = 0; u < DECODE_INFLIGHT; u++) {
-              dot[u][g] = fdy_dot4(qv, key[u], dot[u][g]);
-            }
-          }
-        }
-      }
-      /* the 16 dots' warp sums at once (DECODE_INFLIGHT x DECODE_GROUP =
-       * 16); lane 2k writes value k's score */
-      static_assert(DECODE_INFLIGHT * DECODE_GROUP == 16, "warp_sums16");
-      float sums[16];
-#pragma unroll
-      for (int u = 0; u < DECODE_INFLIGHT; u++) {
-#pragma unroll
-        for (int g = 0; g < DECODE_GROUP; g++) {
-          sums[u * DECODE_GROUP + g] = dot[u][g];
-        }
-      }
-      const float total = fdy_warp_sums16(sums);
-      {
-        const unsigned int i = lane / 2;
-        const unsigned int u = i / DECODE_GROUP, g = i % DECODE_GROUP;
-        const unsigned int pp = base + u * ATTENTION_WARPS;
-        if (lane % 2 == 0 && pp < n && g < gn) {
-          scores[g * scores_stride + pp] = total * scale;
-        }
-      }
-    }
-    cache_rows(held_key, k_cache, f16, vec, next_begin, warp, next_n, last,
-               kv_dim, kv_at, lane, d);
-    __syncthreads();
-    /* warp g: head g's maximum, weights and their sum */
-    if (warp < gn) {
-      float *s = scores + warp * scores_stride;
-      float m = -CUDART_INF_F;
-      for (unsigned int i = lane; i < n; i += 32) {
-        m = fmaxf(m, s[i]);
-      }
-      m = fdy_warp_max(m);
-      float l = 0.0f;
-      for (unsigned int i = lane; i < n; i += 32) {
-        const float e = expf(s[i] - m);
-        s[i] = e;
-        l += e;
-      }
-      l = fdy_warp_sum(l);
-      if (lane == 0) {
-        partials.ml[(unsigned long long)c * heads + h0 + warp] =
-            make_float2(m, l);
-      }
-    }
-    __syncthreads();
-    /* the weighted values: warp w its positions, lanes on 4 elements */
-    for (unsigned int j4 = lane; j4 < d4; j4 += 32) {
-      float4 acc[DECODE_GROUP];
-#pragma unroll
-      for (int g = 0; g < DECODE_GROUP; g++) {
-        acc[g] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      }
-      for (unsigned int base = warp; base < n;
-           base += ATTENTION_WARPS * DECODE_INFLIGHT) {
-        uint4 bits[DECODE_INFLIGHT];
-        if (base == warp && j4 == lane) {
-#pragma unroll
-          for (int u = 0; u < DECODE_INFLIGHT; u++) {
-            bits[u] = held_value[u];
-          }
-        } else {
-          cache_rows(bits, v_cache, f16, vec, begin, base, n, last, kv_dim,
-                     kv_at, j4, d);
-        }
-        float4 value[DECODE_INFLIGHT];
-        rows_of(value, bits, v_own, f16, vec, begin, base, last, j4, d);
-#pragma unroll
-        for (int u = 0; u < DECODE_INFLIGHT; u++) {
-          const unsigned int pp = base + u * ATTENTION_WARPS;
-          if (pp < n) {
-#pragma unroll
-            for (int g = 0; g < DECODE_GROUP; g++) {
-              if (g < gn) {
-                acc[g] =
-                    fdy_axpy4(scores[g * scores_stride + pp], value[u], acc[g]);
-              }
-            }
-          }
-        }
-      }
-#pragma unroll
-      for (int g = 0; g < DECODE_GROUP; g++) {
-        warp_out[(warp * DECODE_GROUP + g) * d4 + j4] = acc[g];
-      }
-    }
-    cache_rows(held_value, v_cache, f16, vec, next_begin, warp, next_n, last,
-               kv_dim, kv_at, lane, d);
-    __syncthreads();
-    const float *wo = (const float *)warp_out;
-    for (unsigned int i = threadIdx.x; i < gn * d4 * 4; i += blockDim.x) {
-      const unsigned int g = i / (d4 * 4), j = i % (d4 * 4);
-      float o = 0.0f;
-      for (unsigned int w = 0; w < ATTENTION_WARPS; w++) {
-        o += wo[(w * DECODE_GROUP + g) * d4 * 4 + j];
-      }
-      partials.o[((unsigned long long)c * heads + h0 + g) * d4 * 4 + j] = o;
-    }
-    __syncthreads(); /* scores and warp_out are reused by the next chunk */
+  for (unsigned int c = blockIdx.y; c < b.chunks; c += gridDim.y) {
+    decode_chunk(&b, c, k_cache, v_cache, k_own, v_own, scale, held_key,
+                 held_value, partials, heads);
   }
 
-  /* The blocks of x, x + FDY_CUDA_OP_COUNTERS, ... count on one counter. */
   const unsigned int first_x = blockIdx.x % FDY_CUDA_OP_COUNTERS;
-  bool last_block = false;
-  if (threadIdx.x == 0) {
-    const unsigned int sharing =
-        (gridDim.x - 1 - first_x) / FDY_CUDA_OP_COUNTERS + 1;
-    /* one acq_rel atomic (docs/tuning-log.md, entry 5): release orders the
-     * block's partials (written before the __syncthreads above) before its
-     * count, acquire lets the last block see every other block's */
-    unsigned int done_before;
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;"
-                 : "=r"(done_before)
-                 : "l"(&counters[first_x])
-                 : "memory");
-    last_block = done_before == sharing * gridDim.y - 1;
-    if (last_block) {
-      atomicExch(&counters[first_x], 0u);
-    }
-  }
-  if (__syncthreads_or(last_block) == 0) {
+  if (!decode_last_block(counters, first_x)) {
     return;
   }
   for (unsigned int x = first_x; x < gridDim.x; x += FDY_CUDA_OP_COUNTERS) {
     const unsigned int xg0 = (x % slices) * DECODE_GROUP;
     combine_heads((x / slices) * group + xg0,
-                  min((unsigned int)DECODE_GROUP, group - xg0), chunks, heads,
-                  d, &partials, scores, inv, warp_out, out);
+                  min((unsigned int)DECODE_GROUP, group - xg0), b.chunks, heads,
+                  d, &partials, b.scores, b.inv, b.warp_out, out);
   }
 }
 
