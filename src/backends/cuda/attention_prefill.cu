@@ -113,11 +113,196 @@ prefill_tile_at(const int32_t *step, unsigned int rows, unsigned int tile_rows,
 /* ---- prefill in float (SIMT) ---------------------------------------------
  */
 
-/* Shared memory: the rows' sums (PREFILL_Q doubles), S (PREFILL_Q x
- * PREFILL_S_WIDTH floats), the rows' maxima and rescales (PREFILL_Q floats
- * each), q and the key tile (rows of d + 1 floats: no bank conflicts when
- * threads read one element of different rows), the value tile and the
- * output accumulator (rows of d floats). */
+/* The float kernel's shared memory: the rows' sums (row_l, PREFILL_Q
+ * doubles), S (PREFILL_Q x PREFILL_S_WIDTH floats), the rows' maxima and
+ * rescales (row_m, row_alpha: PREFILL_Q floats each), q and the key tile
+ * (Qs, Ks: rows of d + 1 floats: no bank conflicts when threads read one
+ * element of different rows), the value tile and the output accumulator
+ * (Vs, Os: rows of d floats). */
+typedef struct prefill_smem {
+  double *row_l;
+  float *S, *row_m, *row_alpha, *Qs, *Ks, *Vs, *Os;
+} prefill_smem;
+
+static __device__ __forceinline__ prefill_smem prefill_smem_at(double *base,
+                                                               unsigned int d) {
+  prefill_smem sm;
+  sm.row_l = base;
+  sm.S = (float *)(sm.row_l + PREFILL_Q);
+  sm.row_m = sm.S + PREFILL_Q * PREFILL_S_WIDTH;
+  sm.row_alpha = sm.row_m + PREFILL_Q;
+  sm.Qs = sm.row_alpha + PREFILL_Q;
+  sm.Ks = sm.Qs + PREFILL_Q * (d + 1);
+  sm.Vs = sm.Ks + PREFILL_KV * (d + 1);
+  sm.Os = sm.Vs + PREFILL_KV * d;
+  return sm;
+}
+
+/* The tile's q rows (head h of rows r0 .. r0 + nr - 1; zero past nr) into
+ * Qs, the output accumulator zeroed, the rows' sums 0 and maxima -inf. */
+static __device__ __forceinline__ void
+prefill_load_q(const prefill_smem *sm, const float *q, unsigned int r0,
+               unsigned int nr, unsigned long long q_dim, unsigned int h,
+               unsigned int d) {
+  for (unsigned int i = threadIdx.x; i < PREFILL_Q * d; i += blockDim.x) {
+    const unsigned int r = i / d, j = i % d;
+    sm->Qs[r * (d + 1) + j] =
+        r < nr ? q[(r0 + r) * q_dim + (unsigned long long)h * d + j] : 0.0f;
+    sm->Os[i] = 0.0f;
+  }
+  for (unsigned int r = threadIdx.x; r < PREFILL_Q; r += blockDim.x) {
+    sm->row_l[r] = 0.0;
+    sm->row_m[r] = -CUDART_INF_F;
+  }
+}
+
+/* The key and value tile of positions kv0 .. kv0 + PREFILL_KV - 1 (zeros
+ * past last) of the kv head at kv_at into Ks and Vs, a float4 of a row a
+ * thread at a time. */
+static __device__ __forceinline__ void
+prefill_load_kv(const prefill_smem *sm, const void *k_cache,
+                const void *v_cache, bool f16, bool vec, long long kv0,
+                long long last, unsigned long long kv_dim,
+                unsigned long long kv_at, unsigned int d) {
+  const unsigned int d4 = (d + 3) / 4;
+  for (unsigned int i = threadIdx.x; i < PREFILL_KV * d4; i += blockDim.x) {
+    const unsigned int c = i / d4, j4 = i % d4;
+    const long long p = kv0 + c;
+    const unsigned long long at = (unsigned long long)p * kv_dim + kv_at;
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const float4 kk =
+        p <= last ? fdy_cache_load4(k_cache, f16, vec, at, j4, d) : zero;
+    const float4 vv =
+        p <= last ? fdy_cache_load4(v_cache, f16, vec, at, j4, d) : zero;
+    const float ke[4] = {kk.x, kk.y, kk.z, kk.w};
+    const float ve[4] = {vv.x, vv.y, vv.z, vv.w};
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      if (4 * j4 + e < d) {
+        sm->Ks[c * (d + 1) + 4 * j4 + e] = ke[e];
+        sm->Vs[c * d + 4 * j4 + e] = ve[e];
+      }
+    }
+  }
+}
+
+/* The scores of the tile, S = q k * scale: thread (rg, cg) dots rows rg,
+ * rg + 16 with columns cg + 8 i (fmaf over the d elements in order); -inf
+ * where the row is not active or outside the cache, or the position lies
+ * after the row's (the causal mask). */
+static __device__ __forceinline__ void
+prefill_scores(const prefill_smem *sm, long long kv0, long long p0,
+               unsigned int nr, long long end, unsigned int d, float scale) {
+  const unsigned int rg = threadIdx.x / 8, cg = threadIdx.x % 8;
+  float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+  for (unsigned int k = 0; k < d; k++) {
+    const float q0 = sm->Qs[rg * (d + 1) + k];
+    const float q1 = sm->Qs[(rg + 16) * (d + 1) + k];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const float kk = sm->Ks[(cg + 8 * i) * (d + 1) + k];
+      acc[0][i] = fmaf(q0, kk, acc[0][i]);
+      acc[1][i] = fmaf(q1, kk, acc[1][i]);
+    }
+  }
+#pragma unroll
+  for (int a = 0; a < 2; a++) {
+    const unsigned int r = rg + 16 * a;
+    const long long row_p = p0 + r;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const long long p = kv0 + cg + 8 * i;
+      const bool seen = r < nr && row_p >= 0 && row_p < end && p <= row_p;
+      sm->S[r * PREFILL_S_WIDTH + cg + 8 * i] =
+          seen ? acc[a][i] * scale : -CUDART_INF_F;
+    }
+  }
+}
+
+/* The online softmax of the tile, four threads per row, eight columns
+ * each: m_new = max(m, tile max), p = expf(s - m_new) in place of S (0
+ * while nothing is seen), alpha = expf(m - m_new) into row_alpha (1 while
+ * nothing is seen), l = l alpha + sum p (in double). */
+static __device__ __forceinline__ void prefill_softmax(const prefill_smem *sm) {
+  const unsigned int r = threadIdx.x / 4, part = threadIdx.x % 4;
+  float *s = sm->S + r * PREFILL_S_WIDTH + part * 8;
+  float m_tile = -CUDART_INF_F;
+#pragma unroll
+  for (int i = 0; i < 8; i++) {
+    m_tile = fmaxf(m_tile, s[i]);
+  }
+  m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, 1));
+  m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, 2));
+  const float m_old = sm->row_m[r];
+  const float m_new = fmaxf(m_old, m_tile);
+  const bool none = m_new == -CUDART_INF_F; /* nothing seen yet */
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; i++) {
+    const float p = none ? 0.0f : expf(s[i] - m_new);
+    s[i] = p;
+    sum += p;
+  }
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  __syncwarp(); /* every lane read row_m before it changes */
+  if (part == 0) {
+    const float alpha = none ? 1.0f : expf(m_old - m_new);
+    sm->row_alpha[r] = alpha;
+    sm->row_m[r] = m_new;
+    sm->row_l[r] = sm->row_l[r] * alpha + sum;
+  }
+}
+
+/* The output accumulator, O = O alpha + P V: warp w rows w + 4 i, lanes on
+ * columns, the tile's positions in order. */
+static __device__ __forceinline__ void prefill_output(const prefill_smem *sm,
+                                                      unsigned int d) {
+  const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (unsigned int j = lane; j < d; j += 32) {
+    float acc[PREFILL_Q / ATTENTION_WARPS];
+#pragma unroll
+    for (int i = 0; i < PREFILL_Q / ATTENTION_WARPS; i++) {
+      const unsigned int r = warp + ATTENTION_WARPS * i;
+      acc[i] = sm->Os[r * d + j] * sm->row_alpha[r];
+    }
+    for (unsigned int c = 0; c < PREFILL_KV; c += 4) {
+      const float v0 = sm->Vs[c * d + j], v1 = sm->Vs[(c + 1) * d + j];
+      const float v2 = sm->Vs[(c + 2) * d + j], v3 = sm->Vs[(c + 3) * d + j];
+#pragma unroll
+      for (int i = 0; i < PREFILL_Q / ATTENTION_WARPS; i++) {
+        const unsigned int r = warp + ATTENTION_WARPS * i;
+        const float4 p = *(const float4 *)&sm->S[r * PREFILL_S_WIDTH + c];
+        acc[i] = fmaf(p.x, v0, acc[i]);
+        acc[i] = fmaf(p.y, v1, acc[i]);
+        acc[i] = fmaf(p.z, v2, acc[i]);
+        acc[i] = fmaf(p.w, v3, acc[i]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < PREFILL_Q / ATTENTION_WARPS; i++) {
+      sm->Os[(warp + ATTENTION_WARPS * i) * d + j] = acc[i];
+    }
+  }
+}
+
+/* The tile's output rows, O / l (NaN for a row outside the cache). */
+static __device__ __forceinline__ void
+prefill_write(const prefill_smem *sm, float *out, unsigned int r0,
+              unsigned int nr, long long p0, long long end,
+              unsigned long long q_dim, unsigned int h, unsigned int d) {
+  for (unsigned int i = threadIdx.x; i < nr * d; i += blockDim.x) {
+    const unsigned int r = i / d, j = i % d;
+    const long long row_p = p0 + r;
+    float *o = out + (r0 + r) * q_dim + (unsigned long long)h * d + j;
+    *o = row_p >= 0 && row_p < end
+             ? sm->Os[r * d + j] * (float)(1.0 / sm->row_l[r])
+             : CUDART_NAN_F;
+  }
+}
+
+/* Block (tile, head): the tile's rows of one head over the key/value tiles
+ * from position 0 to the last its rows read (shared memory: prefill_smem). */
 __global__ void __launch_bounds__(ATTENTION_THREADS)
     prefill_kernel(const int32_t *step, const float *q, const void *k_cache,
                    const void *v_cache, bool f16, bool vec, unsigned int heads,
@@ -125,15 +310,7 @@ __global__ void __launch_bounds__(ATTENTION_THREADS)
                    unsigned long long context, unsigned long long sequences,
                    float *out) {
   extern __shared__ double prefill_shared[];
-  double *row_l = prefill_shared;
-  float *S = (float *)(row_l + PREFILL_Q);
-  float *row_m = S + PREFILL_Q * PREFILL_S_WIDTH;
-  float *row_alpha = row_m + PREFILL_Q;
-  float *Qs = row_alpha + PREFILL_Q;
-  float *Ks = Qs + PREFILL_Q * (d + 1);
-  float *Vs = Ks + PREFILL_KV * (d + 1);
-  float *Os = Vs + PREFILL_KV * d;
-
+  const prefill_smem sm = prefill_smem_at(prefill_shared, d);
   fdy_grid_launch_dependents();
   /* tiles from the last (the most positions) to the first, heads inner */
   const unsigned int tiles = (rows + PREFILL_Q - 1) / PREFILL_Q;
@@ -143,144 +320,29 @@ __global__ void __launch_bounds__(ATTENTION_THREADS)
   if (pt.nr == 0) {
     return;
   }
-  const unsigned int h = blockIdx.x % heads, r0 = pt.r0, nr = pt.nr;
-  const long long p0 = pt.p0, end = pt.end, last = pt.last;
+  const unsigned int h = blockIdx.x % heads;
   /* kv_at: the kv head's elements of position 0 of the chunk's sequence */
   const unsigned long long q_dim = (unsigned long long)heads * d,
                            kv_dim = (unsigned long long)(heads / group) * d,
                            kv_at = pt.first * kv_dim +
                                    (unsigned long long)(h / group) * d;
-  const unsigned int d4 = (d + 3) / 4;
-  const unsigned int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   fdy_grid_wait();
 
-  for (unsigned int i = tid; i < PREFILL_Q * d; i += blockDim.x) {
-    const unsigned int r = i / d, j = i % d;
-    Qs[r * (d + 1) + j] =
-        r < nr ? q[(r0 + r) * q_dim + (unsigned long long)h * d + j] : 0.0f;
-    Os[i] = 0.0f;
-  }
-  for (unsigned int r = tid; r < PREFILL_Q; r += blockDim.x) {
-    row_l[r] = 0.0;
-    row_m[r] = -CUDART_INF_F;
-  }
-
+  prefill_load_q(&sm, q, pt.r0, pt.nr, q_dim, h, d);
   const float scale = (float)(1.0 / sqrt((double)d));
-  for (long long kv0 = 0; kv0 <= last; kv0 += PREFILL_KV) {
+  for (long long kv0 = 0; kv0 <= pt.last; kv0 += PREFILL_KV) {
     __syncthreads(); /* the previous tile is used up; the first: Qs, Os */
-    for (unsigned int i = tid; i < PREFILL_KV * d4; i += blockDim.x) {
-      const unsigned int c = i / d4, j4 = i % d4;
-      const long long p = kv0 + c;
-      const unsigned long long at = (unsigned long long)p * kv_dim + kv_at;
-      const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      const float4 kk =
-          p <= last ? fdy_cache_load4(k_cache, f16, vec, at, j4, d) : zero;
-      const float4 vv =
-          p <= last ? fdy_cache_load4(v_cache, f16, vec, at, j4, d) : zero;
-      const float ke[4] = {kk.x, kk.y, kk.z, kk.w};
-      const float ve[4] = {vv.x, vv.y, vv.z, vv.w};
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        if (4 * j4 + e < d) {
-          Ks[c * (d + 1) + 4 * j4 + e] = ke[e];
-          Vs[c * d + 4 * j4 + e] = ve[e];
-        }
-      }
-    }
+    prefill_load_kv(&sm, k_cache, v_cache, f16, vec, kv0, pt.last, kv_dim,
+                    kv_at, d);
     __syncthreads();
-    { /* S: thread (rg, cg) scores rows rg, rg + 16 x columns cg + 8 i */
-      const unsigned int rg = tid / 8, cg = tid % 8;
-      float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-      for (unsigned int k = 0; k < d; k++) {
-        const float q0 = Qs[rg * (d + 1) + k];
-        const float q1 = Qs[(rg + 16) * (d + 1) + k];
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-          const float kk = Ks[(cg + 8 * i) * (d + 1) + k];
-          acc[0][i] = fmaf(q0, kk, acc[0][i]);
-          acc[1][i] = fmaf(q1, kk, acc[1][i]);
-        }
-      }
-#pragma unroll
-      for (int a = 0; a < 2; a++) {
-        const unsigned int r = rg + 16 * a;
-        const long long row_p = p0 + r;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-          const long long p = kv0 + cg + 8 * i;
-          const bool seen = r < nr && row_p >= 0 && row_p < end && p <= row_p;
-          S[r * PREFILL_S_WIDTH + cg + 8 * i] =
-              seen ? acc[a][i] * scale : -CUDART_INF_F;
-        }
-      }
-    }
+    prefill_scores(&sm, kv0, pt.p0, pt.nr, pt.end, d, scale);
     __syncthreads();
-    { /* online softmax: four threads per row, eight columns each */
-      const unsigned int r = tid / 4, part = tid % 4;
-      float *s = S + r * PREFILL_S_WIDTH + part * 8;
-      float m_tile = -CUDART_INF_F;
-#pragma unroll
-      for (int i = 0; i < 8; i++) {
-        m_tile = fmaxf(m_tile, s[i]);
-      }
-      m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, 1));
-      m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, 2));
-      const float m_old = row_m[r];
-      const float m_new = fmaxf(m_old, m_tile);
-      const bool none = m_new == -CUDART_INF_F; /* nothing seen yet */
-      float sum = 0.0f;
-#pragma unroll
-      for (int i = 0; i < 8; i++) {
-        const float p = none ? 0.0f : expf(s[i] - m_new);
-        s[i] = p;
-        sum += p;
-      }
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      __syncwarp(); /* every lane read row_m before it changes */
-      if (part == 0) {
-        const float alpha = none ? 1.0f : expf(m_old - m_new);
-        row_alpha[r] = alpha;
-        row_m[r] = m_new;
-        row_l[r] = row_l[r] * alpha + sum;
-      }
-    }
+    prefill_softmax(&sm);
     __syncthreads();
-    /* O = O alpha + P V: warp w rows w + 4 i, lanes on columns */
-    for (unsigned int j = lane; j < d; j += 32) {
-      float acc[PREFILL_Q / ATTENTION_WARPS];
-#pragma unroll
-      for (int i = 0; i < PREFILL_Q / ATTENTION_WARPS; i++) {
-        const unsigned int r = warp + ATTENTION_WARPS * i;
-        acc[i] = Os[r * d + j] * row_alpha[r];
-      }
-      for (unsigned int c = 0; c < PREFILL_KV; c += 4) {
-        const float v0 = Vs[c * d + j], v1 = Vs[(c + 1) * d + j];
-        const float v2 = Vs[(c + 2) * d + j], v3 = Vs[(c + 3) * d + j];
-#pragma unroll
-        for (int i = 0; i < PREFILL_Q / ATTENTION_WARPS; i++) {
-          const unsigned int r = warp + ATTENTION_WARPS * i;
-          const float4 p = *(const float4 *)&S[r * PREFILL_S_WIDTH + c];
-          acc[i] = fmaf(p.x, v0, acc[i]);
-          acc[i] = fmaf(p.y, v1, acc[i]);
-          acc[i] = fmaf(p.z, v2, acc[i]);
-          acc[i] = fmaf(p.w, v3, acc[i]);
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < PREFILL_Q / ATTENTION_WARPS; i++) {
-        Os[(warp + ATTENTION_WARPS * i) * d + j] = acc[i];
-      }
-    }
+    prefill_output(&sm, d);
   }
   __syncthreads();
-  for (unsigned int i = tid; i < nr * d; i += blockDim.x) {
-    const unsigned int r = i / d, j = i % d;
-    const long long row_p = p0 + r;
-    float *o = out + (r0 + r) * q_dim + (unsigned long long)h * d + j;
-    *o = row_p >= 0 && row_p < end ? Os[r * d + j] * (float)(1.0 / row_l[r])
-                                   : CUDART_NAN_F;
-  }
+  prefill_write(&sm, out, pt.r0, pt.nr, pt.p0, pt.end, q_dim, h, d);
 }
 
 /* ---- prefill on the tensor cores -----------------------------------------
