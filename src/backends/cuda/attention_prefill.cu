@@ -468,9 +468,236 @@ static __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4],
 /* Fragments (lane = 4 g + t): A (16 x 16) a0 = rows g, columns 2 t, 2 t + 1;
  * a1 = row g + 8, same columns; a2, a3 = columns + 8. B (16 x 8, k by n)
  * b0 = k 2 t, 2 t + 1 of column g; b1 = k + 8. C (16 x 8) c0, c1 = row g,
- * columns 2 t, 2 t + 1; c2, c3 = row g + 8. DK = d / 16.
- *
- * Block (pair, kv head, part): 2 block_heads warps, warp w runs head
+ * columns 2 t, 2 t + 1; c2, c3 = row g + 8. DK = d / 16. A warp's rows
+ * are ra = g and rb = g + 8 of its tile. */
+
+/* Starts the copies of the key/value tile at kv0 (rows past last: zeros)
+ * into the stage at st: an F16 cache's rows of mma_k_stride(D) halves, an
+ * F32 cache's of D floats (mma_stage_start). */
+template <unsigned int D>
+static __device__ __forceinline__ void
+mma_stage_tile(const void *k_cache, const void *v_cache, bool f16,
+               long long kv0, long long last, unsigned long long kv_dim,
+               unsigned long long kv_at, unsigned char *st) {
+  if (f16) {
+    mma_stage_start<D, 2>(k_cache, v_cache, kv0, last, kv_dim, kv_at, st,
+                          mma_k_stride(D) * 2);
+  } else {
+    mma_stage_start<D, 4>(k_cache, v_cache, kv0, last, kv_dim, kv_at, st,
+                          D * 4);
+  }
+}
+
+/* The warp's q rows ra and rb (at qra and qrb; zeros where in_a, in_b are
+ * false) rounded to F16 into the A fragments of the DK k-steps, once. */
+template <unsigned int DK>
+static __device__ __forceinline__ void
+mma_load_q(uint32_t qa[DK][4], const float *qra, const float *qrb, bool in_a,
+           bool in_b, unsigned int t) {
+#pragma unroll
+  for (unsigned int kk = 0; kk < DK; kk++) {
+    const unsigned int c = 16 * kk + 2 * t;
+    const float2 zero = make_float2(0.0f, 0.0f);
+    const float2 a0 = in_a ? *(const float2 *)(qra + c) : zero;
+    const float2 a2 = in_a ? *(const float2 *)(qra + c + 8) : zero;
+    const float2 b0 = in_b ? *(const float2 *)(qrb + c) : zero;
+    const float2 b2 = in_b ? *(const float2 *)(qrb + c + 8) : zero;
+    qa[kk][0] = half2_bits(a0.x, a0.y);
+    qa[kk][1] = half2_bits(b0.x, b0.y);
+    qa[kk][2] = half2_bits(a2.x, a2.y);
+    qa[kk][3] = half2_bits(b2.x, b2.y);
+  }
+}
+
+/* The key/value tile at kv0 (in stage s) once it has landed, the next
+ * tile's copies started first into the other stage when there is one:
+ * its F16 keys (the values MMA_KV rows of mma_k_stride(D) after), the
+ * stage itself for an F16 cache, else the F32 stage converted into the
+ * F16 tile at work. Called by every thread of the block (barriers). */
+template <unsigned int D>
+static __device__ __forceinline__ const __half *
+mma_tile(const void *k_cache, const void *v_cache, bool f16, long long kv0,
+         long long last, unsigned long long kv_dim, unsigned long long kv_at,
+         unsigned char *stages, unsigned int stage_bytes, unsigned int s,
+         __half *work) {
+  __syncthreads(); /* the tile before is used up (its stage, the F16 tile) */
+  if (kv0 + MMA_KV <= last) {
+    mma_stage_tile<D>(k_cache, v_cache, f16, kv0 + MMA_KV, last, kv_dim, kv_at,
+                      stages + (s ^ 1u) * stage_bytes);
+    cp_async_commit();
+    cp_async_wait<1>();
+  } else {
+    cp_async_wait<0>();
+  }
+  __syncthreads(); /* the tile at kv0 has landed, every thread's part */
+  if (f16) {
+    return (const __half *)(stages + s * stage_bytes);
+  }
+  mma_convert<D>((const float *)(stages + s * stage_bytes), work);
+  __syncthreads();
+  return work;
+}
+
+/* The scores S = q k of the tile's 64 positions (8 n-tiles of 8) for rows
+ * ra and rb: per k-step the keys' B fragments of n-tiles 2 i, 2 i + 1 by
+ * one ldmatrix (matrices: positions 16 i / 16 i + 8 x elements + 0 / + 8),
+ * all loaded before the k-step's mma. */
+template <unsigned int DK>
+static __device__ __forceinline__ void
+mma_scores(float sc[8][4], const uint32_t qa[DK][4], const __half *Ks,
+           unsigned int lane) {
+  constexpr unsigned int KS = mma_k_stride(16 * DK);
+#pragma unroll
+  for (unsigned int n = 0; n < 8; n++) {
+    sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+  }
+  const __half *krow =
+      Ks + (lane % 8 + 8 * (lane / 16)) * KS + 8 * ((lane / 8) % 2);
+#pragma unroll
+  for (unsigned int kk = 0; kk < DK; kk++) {
+    uint32_t kb[4][4];
+#pragma unroll
+    for (unsigned int i = 0; i < 4; i++) {
+      ldmatrix_x4(kb[i], krow + 16 * i * KS + 16 * kk);
+    }
+#pragma unroll
+    for (unsigned int i = 0; i < 4; i++) {
+      mma16816(sc[2 * i], qa[kk], kb[i][0], kb[i][1]);
+      mma16816(sc[2 * i + 1], qa[kk], kb[i][2], kb[i][3]);
+    }
+  }
+}
+
+/* The causal mask of the tile at kv0: -inf where a position lies after
+ * the row's (pa for row ra, pb for rb). */
+static __device__ __forceinline__ void
+mma_causal_mask(float sc[8][4], long long kv0, long long pa, long long pb,
+                unsigned int t) {
+#pragma unroll
+  for (unsigned int n = 0; n < 8; n++) {
+    const long long p = kv0 + 8 * n + 2 * t;
+    sc[n][0] = p > pa ? -CUDART_INF_F : sc[n][0];
+    sc[n][1] = p + 1 > pa ? -CUDART_INF_F : sc[n][1];
+    sc[n][2] = p > pb ? -CUDART_INF_F : sc[n][2];
+    sc[n][3] = p + 1 > pb ? -CUDART_INF_F : sc[n][3];
+  }
+}
+
+/* The online softmax of the tile for rows ra and rb (running maxima m_a,
+ * m_b and sums l_a, l_b of the lane's columns): m_new = max(m, tile max)
+ * (lanes, then a quad butterfly), alpha = exp2((m - m_new) scale log2e)
+ * rescales l and the output o, p = exp2((s - m_new) scale log2e) rounded
+ * to F16 is added into l and left in pf, n-tiles 2 kk and 2 kk + 1 as
+ * k-step kk's A fragment. */
+template <unsigned int DK>
+static __device__ __forceinline__ void
+mma_softmax(const float sc[8][4], float o[2 * DK][4], uint32_t pf[4][4],
+            float *m_a, float *m_b, float *l_a, float *l_b, float scale_log2) {
+  float mx_a = *m_a, mx_b = *m_b;
+#pragma unroll
+  for (unsigned int n = 0; n < 8; n++) {
+    mx_a = fmaxf(mx_a, fmaxf(sc[n][0], sc[n][1]));
+    mx_b = fmaxf(mx_b, fmaxf(sc[n][2], sc[n][3]));
+  }
+  mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+  mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+  mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+  mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+  /* nothing seen yet: weights exp2(-inf) = 0, alpha 0 */
+  const float base_a = mx_a == -CUDART_INF_F ? 0.0f : mx_a;
+  const float base_b = mx_b == -CUDART_INF_F ? 0.0f : mx_b;
+  const float alpha_a = exp2f((*m_a - base_a) * scale_log2);
+  const float alpha_b = exp2f((*m_b - base_b) * scale_log2);
+  *m_a = mx_a;
+  *m_b = mx_b;
+  *l_a *= alpha_a;
+  *l_b *= alpha_b;
+#pragma unroll
+  for (unsigned int n = 0; n < 2 * DK; n++) {
+    o[n][0] *= alpha_a;
+    o[n][1] *= alpha_a;
+    o[n][2] *= alpha_b;
+    o[n][3] *= alpha_b;
+  }
+#pragma unroll
+  for (unsigned int n = 0; n < 8; n++) {
+    const __half2 ha =
+        __floats2half2_rn(exp2f((sc[n][0] - base_a) * scale_log2),
+                          exp2f((sc[n][1] - base_a) * scale_log2));
+    const __half2 hb =
+        __floats2half2_rn(exp2f((sc[n][2] - base_b) * scale_log2),
+                          exp2f((sc[n][3] - base_b) * scale_log2));
+    *l_a += __low2float(ha) + __high2float(ha);
+    *l_b += __low2float(hb) + __high2float(hb);
+    pf[n / 2][2 * (n % 2)] = *(const uint32_t *)&ha;
+    pf[n / 2][2 * (n % 2) + 1] = *(const uint32_t *)&hb;
+  }
+}
+
+/* The output, O += P V: per k-step of 16 positions the values' B fragments
+ * of n-tiles 2 i, 2 i + 1 by one ldmatrix.trans (matrices: positions + 0 /
+ * + 8 x elements 16 i / 16 i + 8), all loaded before the k-step's mma. */
+template <unsigned int DK>
+static __device__ __forceinline__ void
+mma_output(float o[2 * DK][4], const uint32_t pf[4][4], const __half *Vs,
+           unsigned int lane) {
+  constexpr unsigned int KS = mma_k_stride(16 * DK);
+  const __half *vrow =
+      Vs + (lane % 8 + 8 * ((lane / 8) % 2)) * KS + 8 * (lane / 16);
+#pragma unroll
+  for (unsigned int kk = 0; kk < 4; kk++) {
+    uint32_t vb[DK][4];
+#pragma unroll
+    for (unsigned int i = 0; i < DK; i++) {
+      ldmatrix_x4_trans(vb[i], vrow + 16 * kk * KS + 16 * i);
+    }
+#pragma unroll
+    for (unsigned int i = 0; i < DK; i++) {
+      mma16816(o[2 * i], pf[kk], vb[i][0], vb[i][1]);
+      mma16816(o[2 * i + 1], pf[kk], vb[i][2], vb[i][3]);
+    }
+  }
+}
+
+/* The warp's output rows ra and rb of its tile wt (head h; the lane's
+ * columns): O / l, the quad's four sums of l added by a butterfly first;
+ * NaN for a row outside the cache, nothing for a row past the tile's
+ * active ones. */
+template <unsigned int DK>
+static __device__ __forceinline__ void
+mma_write(const float o[2 * DK][4], float l_a, float l_b,
+          const prefill_tile *wt, unsigned long long q_dim, unsigned int h,
+          float *out) {
+  constexpr unsigned int D = 16 * DK;
+  const unsigned int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const unsigned int ra = g, rb = g + 8;
+  const long long pa = wt->p0 + ra, pb = wt->p0 + rb;
+  l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
+  l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
+  l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
+  l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
+  const bool in_a = pa >= 0 && pa < wt->end;
+  const bool in_b = pb >= 0 && pb < wt->end;
+  const float inv_a = in_a ? 1.0f / l_a : CUDART_NAN_F;
+  const float inv_b = in_b ? 1.0f / l_b : CUDART_NAN_F;
+  float *oa = out + (wt->r0 + ra) * q_dim + (unsigned long long)h * D + 2 * t;
+  float *ob = out + (wt->r0 + rb) * q_dim + (unsigned long long)h * D + 2 * t;
+#pragma unroll
+  for (unsigned int n = 0; n < 2 * DK; n++) {
+    if (ra < wt->nr) {
+      *(float2 *)(oa + 8 * n) =
+          in_a ? make_float2(o[n][0] * inv_a, o[n][1] * inv_a)
+               : make_float2(inv_a, inv_a);
+    }
+    if (rb < wt->nr) {
+      *(float2 *)(ob + 8 * n) =
+          in_b ? make_float2(o[n][2] * inv_b, o[n][3] * inv_b)
+               : make_float2(inv_b, inv_b);
+    }
+  }
+}
+
+/* Block (pair, kv head, part): 2 block_heads warps, warp w runs head
  * part block_heads + w % block_heads of the kv head's group on query tile
  * pair (w < block_heads) or tiles - 1 - pair (the other); warps of heads
  * past the group's end, of a tile without active rows (or absent: the
@@ -531,36 +758,13 @@ __global__ void __launch_bounds__(MMA_MAX_THREADS, 1)
   fdy_grid_wait();
 
   if (last >= 0) { /* the first tile's copies (none when no row is seen) */
-    if (f16) {
-      mma_stage_start<D, 2>(k_cache, v_cache, 0, last, kv_dim, kv_at, stages,
-                            KS * 2);
-    } else {
-      mma_stage_start<D, 4>(k_cache, v_cache, 0, last, kv_dim, kv_at, stages,
-                            D * 4);
-    }
+    mma_stage_tile<D>(k_cache, v_cache, f16, 0, last, kv_dim, kv_at, stages);
     cp_async_commit();
   }
-
   uint32_t qa[DK][4];
-  {
-    const float *qra = q + (r0 + ra) * q_dim + (unsigned long long)h * D;
-    const float *qrb = q + (r0 + rb) * q_dim + (unsigned long long)h * D;
-    const bool in_a = active && ra < nr, in_b = active && rb < nr;
-#pragma unroll
-    for (unsigned int kk = 0; kk < DK; kk++) {
-      const unsigned int c = 16 * kk + 2 * t;
-      const float2 zero = make_float2(0.0f, 0.0f);
-      const float2 a0 = in_a ? *(const float2 *)(qra + c) : zero;
-      const float2 a2 = in_a ? *(const float2 *)(qra + c + 8) : zero;
-      const float2 b0 = in_b ? *(const float2 *)(qrb + c) : zero;
-      const float2 b2 = in_b ? *(const float2 *)(qrb + c + 8) : zero;
-      qa[kk][0] = half2_bits(a0.x, a0.y);
-      qa[kk][1] = half2_bits(b0.x, b0.y);
-      qa[kk][2] = half2_bits(a2.x, a2.y);
-      qa[kk][3] = half2_bits(b2.x, b2.y);
-    }
-  }
-
+  mma_load_q<DK>(qa, q + (r0 + ra) * q_dim + (unsigned long long)h * D,
+                 q + (r0 + rb) * q_dim + (unsigned long long)h * D,
+                 active && ra < nr, active && rb < nr, t);
   float o[2 * DK][4];
 #pragma unroll
   for (unsigned int n = 0; n < 2 * DK; n++) {
@@ -572,157 +776,24 @@ __global__ void __launch_bounds__(MMA_MAX_THREADS, 1)
 
   unsigned int s = 0; /* the stage of the tile at kv0 */
   for (long long kv0 = 0; kv0 <= last; kv0 += MMA_KV, s ^= 1u) {
-    __syncthreads(); /* the tile before is used up (its stage, the F16 tile) */
-    if (kv0 + MMA_KV <= last) {
-      unsigned char *next = stages + (s ^ 1u) * stage_bytes;
-      if (f16) {
-        mma_stage_start<D, 2>(k_cache, v_cache, kv0 + MMA_KV, last, kv_dim,
-                              kv_at, next, KS * 2);
-      } else {
-        mma_stage_start<D, 4>(k_cache, v_cache, kv0 + MMA_KV, last, kv_dim,
-                              kv_at, next, D * 4);
-      }
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads(); /* the tile at kv0 has landed, every thread's part */
-    const __half *Ks;
-    if (f16) {
-      Ks = (const __half *)(stages + s * stage_bytes);
-    } else {
-      mma_convert<D>((const float *)(stages + s * stage_bytes), work);
-      __syncthreads();
-      Ks = work;
-    }
-    const __half *Vs = Ks + MMA_KV * KS;
+    const __half *Ks = mma_tile<D>(k_cache, v_cache, f16, kv0, last, kv_dim,
+                                   kv_at, stages, stage_bytes, s, work);
     if (!active || kv0 > wt.last) {
       continue;
     }
-
     float sc[8][4];
-#pragma unroll
-    for (unsigned int n = 0; n < 8; n++) {
-      sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+    mma_scores<DK>(sc, qa, Ks, lane);
+    if (kv0 + MMA_KV - 1 > p0) { /* the tile reaches past the first row */
+      mma_causal_mask(sc, kv0, pa, pb, t);
     }
-    /* S = q k: per k-step the keys' B fragments of n-tiles 2 i, 2 i + 1 by
-     * one ldmatrix (matrices: positions 16 i / 16 i + 8 x elements + 0 /
-     * + 8), all loaded before the k-step's mma */
-    const __half *krow =
-        Ks + (lane % 8 + 8 * (lane / 16)) * KS + 8 * ((lane / 8) % 2);
-#pragma unroll
-    for (unsigned int kk = 0; kk < DK; kk++) {
-      uint32_t kb[4][4];
-#pragma unroll
-      for (unsigned int i = 0; i < 4; i++) {
-        ldmatrix_x4(kb[i], krow + 16 * i * KS + 16 * kk);
-      }
-#pragma unroll
-      for (unsigned int i = 0; i < 4; i++) {
-        mma16816(sc[2 * i], qa[kk], kb[i][0], kb[i][1]);
-        mma16816(sc[2 * i + 1], qa[kk], kb[i][2], kb[i][3]);
-      }
-    }
-    /* the causal mask, where the tile reaches past the warp's first row */
-    if (kv0 + MMA_KV - 1 > p0) {
-#pragma unroll
-      for (unsigned int n = 0; n < 8; n++) {
-        const long long p = kv0 + 8 * n + 2 * t;
-        sc[n][0] = p > pa ? -CUDART_INF_F : sc[n][0];
-        sc[n][1] = p + 1 > pa ? -CUDART_INF_F : sc[n][1];
-        sc[n][2] = p > pb ? -CUDART_INF_F : sc[n][2];
-        sc[n][3] = p + 1 > pb ? -CUDART_INF_F : sc[n][3];
-      }
-    }
-
-    float mx_a = m_a, mx_b = m_b;
-#pragma unroll
-    for (unsigned int n = 0; n < 8; n++) {
-      mx_a = fmaxf(mx_a, fmaxf(sc[n][0], sc[n][1]));
-      mx_b = fmaxf(mx_b, fmaxf(sc[n][2], sc[n][3]));
-    }
-    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-    /* nothing seen yet: weights exp2(-inf) = 0, alpha 0 */
-    const float base_a = mx_a == -CUDART_INF_F ? 0.0f : mx_a;
-    const float base_b = mx_b == -CUDART_INF_F ? 0.0f : mx_b;
-    const float alpha_a = exp2f((m_a - base_a) * scale_log2);
-    const float alpha_b = exp2f((m_b - base_b) * scale_log2);
-    m_a = mx_a;
-    m_b = mx_b;
-    l_a *= alpha_a;
-    l_b *= alpha_b;
-#pragma unroll
-    for (unsigned int n = 0; n < 2 * DK; n++) {
-      o[n][0] *= alpha_a;
-      o[n][1] *= alpha_a;
-      o[n][2] *= alpha_b;
-      o[n][3] *= alpha_b;
-    }
-    /* P in F16: n-tiles 2 kk and 2 kk + 1 are k-step kk's A fragment */
     uint32_t pf[4][4];
-#pragma unroll
-    for (unsigned int n = 0; n < 8; n++) {
-      const __half2 ha =
-          __floats2half2_rn(exp2f((sc[n][0] - base_a) * scale_log2),
-                            exp2f((sc[n][1] - base_a) * scale_log2));
-      const __half2 hb =
-          __floats2half2_rn(exp2f((sc[n][2] - base_b) * scale_log2),
-                            exp2f((sc[n][3] - base_b) * scale_log2));
-      l_a += __low2float(ha) + __high2float(ha);
-      l_b += __low2float(hb) + __high2float(hb);
-      pf[n / 2][2 * (n % 2)] = *(const uint32_t *)&ha;
-      pf[n / 2][2 * (n % 2) + 1] = *(const uint32_t *)&hb;
-    }
-    /* O += P V: per k-step the B fragments of n-tiles 2 i, 2 i + 1 by one
-     * ldmatrix (matrices: positions + 0 / + 8 x elements 16 i / 16 i + 8),
-     * all loaded before the k-step's mma */
-    const __half *vrow =
-        Vs + (lane % 8 + 8 * ((lane / 8) % 2)) * KS + 8 * (lane / 16);
-#pragma unroll
-    for (unsigned int kk = 0; kk < 4; kk++) {
-      uint32_t vb[DK][4];
-#pragma unroll
-      for (unsigned int i = 0; i < DK; i++) {
-        ldmatrix_x4_trans(vb[i], vrow + 16 * kk * KS + 16 * i);
-      }
-#pragma unroll
-      for (unsigned int i = 0; i < DK; i++) {
-        mma16816(o[2 * i], pf[kk], vb[i][0], vb[i][1]);
-        mma16816(o[2 * i + 1], pf[kk], vb[i][2], vb[i][3]);
-      }
-    }
+    mma_softmax<DK>(sc, o, pf, &m_a, &m_b, &l_a, &l_b, scale_log2);
+    mma_output<DK>(o, pf, Ks + MMA_KV * KS, lane);
   }
   if (!active) {
     return;
   }
-
-  l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
-  l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
-  l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
-  l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
-  const bool in_a = pa >= 0 && pa < wt.end;
-  const bool in_b = pb >= 0 && pb < wt.end;
-  const float inv_a = in_a ? 1.0f / l_a : CUDART_NAN_F;
-  const float inv_b = in_b ? 1.0f / l_b : CUDART_NAN_F;
-  float *oa = out + (r0 + ra) * q_dim + (unsigned long long)h * D + 2 * t;
-  float *ob = out + (r0 + rb) * q_dim + (unsigned long long)h * D + 2 * t;
-#pragma unroll
-  for (unsigned int n = 0; n < 2 * DK; n++) {
-    if (ra < nr) {
-      *(float2 *)(oa + 8 * n) =
-          in_a ? make_float2(o[n][0] * inv_a, o[n][1] * inv_a)
-               : make_float2(inv_a, inv_a);
-    }
-    if (rb < nr) {
-      *(float2 *)(ob + 8 * n) =
-          in_b ? make_float2(o[n][2] * inv_b, o[n][3] * inv_b)
-               : make_float2(inv_b, inv_b);
-    }
-  }
+  mma_write<DK>(o, l_a, l_b, &wt, q_dim, h, out);
 }
 
 /* ---- shapes and launches ------------------------------------------------
