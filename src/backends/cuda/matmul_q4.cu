@@ -609,88 +609,87 @@ gemv_output_row(const gemv_params &p, unsigned int o, unsigned int tiles,
   return *row < p.m[*j].rows;
 }
 
-template <bool kNorm, bool kSwiglu, bool kResidual, unsigned int kWarps>
-__global__ void __launch_bounds__(kWarps * 32, GEMV_WIDE_WARPS / kWarps)
-    gemv_q4_kernel(const int32_t *step, const float *x, gemv_params p) {
-  extern __shared__ __align__(16) unsigned char gemv_shared[];
-  __shared__ float warp_squares[kWarps];
-  constexpr unsigned int kThreads = kWarps * 32;
-  constexpr int kHeld = gemv_x<kThreads>::count;
-  fdy_grid_launch_dependents();
-  if (fdy_active_rows(step, 1) == 0) {
-    return;
-  }
-  const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const unsigned int in = p.in;
-  const unsigned int chunks = in / 32;
-  const unsigned int groups = chunks >> p.group_shift;
-  const unsigned int steps = (in + GEMV_STEP - 1) / GEMV_STEP;
-  const unsigned int halves = kSwiglu ? 2 : 1;
-  const unsigned int tiles =
-      blockIdx.x < p.tiles ? (p.tiles - blockIdx.x - 1) / gridDim.x + 1 : 0;
-  const unsigned int my_steps = warp_steps<kWarps>(steps, warp);
-  const unsigned int items = tiles * my_steps; /* kSwiglu: both matrices */
-  __half *xs = (__half *)gemv_shared;
-  float2 *xchunk = (float2 *)(gemv_shared + (size_t)chunks * 128);
-  float *partial = (float *)(xchunk + chunks);
-
-  /* the first stages' loads go out before the wait (only weights), and
-   * the norm weights of the quads the thread holds; kSwiglu: two stages of
-   * items of both matrices (three would spill), else three */
-  typedef typename std::conditional<kSwiglu, gemv_pair_cursor,
-                                    gemv_issue_cursor>::type issue_cursor;
-  typedef typename std::conditional<kSwiglu, gemv_pair_stage, gemv_stage>::type
-      stage;
-  typedef typename std::conditional<kSwiglu, gemv_pair_compute_cursor,
-                                    gemv_compute_cursor>::type compute_cursor;
-  issue_cursor ic;
-  ic.n = 0;
-  ic.step = 0;
-  ic.tile = 0;
-  stage st0, st1, st2;
+/* Before fdy_grid_wait (only weights): the cursor at the warp's first
+ * item and the loads of its first stages issued, three (st0, st1, st2), or
+ * two for kSwiglu (items of both matrices: three would spill). */
+template <bool kSwiglu, unsigned int kWarps, typename Cursor, typename Stage>
+static __device__ __forceinline__ void
+gemv_issue_first(const gemv_params &p, unsigned int items,
+                 unsigned int my_steps, unsigned int groups,
+                 unsigned int chunks, Cursor *ic, Stage *st0, Stage *st1,
+                 Stage *st2) {
+  ic->n = 0;
+  ic->step = 0;
+  ic->tile = 0;
   if (items > 0) {
-    gemv_point(p, groups, chunks, &ic);
+    gemv_point(p, groups, chunks, ic);
   }
-  gemv_issue<kWarps>(p, items, my_steps, groups, chunks, &ic, &st0);
-  gemv_issue<kWarps>(p, items, my_steps, groups, chunks, &ic, &st1);
+  gemv_issue<kWarps>(p, items, my_steps, groups, chunks, ic, st0);
+  gemv_issue<kWarps>(p, items, my_steps, groups, chunks, ic, st1);
   if (!kSwiglu) {
-    gemv_issue<kWarps>(p, items, my_steps, groups, chunks, &ic, &st2);
+    gemv_issue<kWarps>(p, items, my_steps, groups, chunks, ic, st2);
   }
-  const unsigned int quads = in / 4; /* a multiple of 8 */
-  gemv_x<kThreads> held;
+}
+
+/* The norm weights of the quads the thread holds (kNorm; zeros else and
+ * past the quads of x), before fdy_grid_wait. */
+template <bool kNorm, unsigned int kThreads>
+static __device__ __forceinline__ void gemv_hold_norm(const gemv_params &p,
+                                                      unsigned int quads,
+                                                      gemv_x<kThreads> *held) {
 #pragma unroll
-  for (int i = 0; i < kHeld; i++) {
+  for (int i = 0; i < gemv_x<kThreads>::count; i++) {
     const unsigned int k4 = threadIdx.x + i * kThreads;
-    held.norm[i] =
+    held->norm[i] =
         kNorm && k4 < quads ? norm_quad_at(p, k4) : make_uint2(0u, 0u);
   }
-  fdy_grid_wait();
+}
+
+/* The quads of x the thread holds (zeros past the quads of x), all loaded
+ * at once, after fdy_grid_wait. */
+template <unsigned int kThreads>
+static __device__ __forceinline__ void
+gemv_hold_x(const float *x, unsigned int quads, gemv_x<kThreads> *held) {
 #pragma unroll
-  for (int i = 0; i < kHeld; i++) {
+  for (int i = 0; i < gemv_x<kThreads>::count; i++) {
     const unsigned int k4 = threadIdx.x + i * kThreads;
-    held.v[i] =
+    held->v[i] =
         k4 < quads ? quad_at(x, k4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
-  /* kResidual: the residual of the thread's first output row, asked for
-   * with x (one trip to L2 after the wait, not another after the sums) */
-  float first_residual = 0.0f;
-  {
-    unsigned int j = 0, row = 0;
-    if (kResidual &&
-        gemv_output_row<kSwiglu>(p, threadIdx.x, tiles, &j, &row)) {
-      first_residual = p.residual[row];
-    }
-  }
+}
 
-  /* x staged chunk by chunk; kNorm: the sum of squares in an order fixed
-   * by the width, its block total read after the items */
+/* kResidual: the residual of the thread's first output row, asked for
+ * with x (one trip to L2 after the wait, not another after the sums);
+ * 0 else. */
+template <bool kSwiglu, bool kResidual>
+static __device__ __forceinline__ float
+gemv_first_residual(const gemv_params &p, unsigned int tiles) {
+  float first_residual = 0.0f;
+  unsigned int j = 0, row = 0;
+  if (kResidual && gemv_output_row<kSwiglu>(p, threadIdx.x, tiles, &j, &row)) {
+    first_residual = p.residual[row];
+  }
+  return first_residual;
+}
+
+/* x staged chunk by chunk (gemv_stage_quad, whole warps: the held quads,
+ * then those past GEMV_HELD_QUADS read now); kNorm: the thread's squares
+ * in an order fixed by the width, summed over the warp into
+ * warp_squares[warp] (the block total is read after the items). lane
+ * and warp: the thread's, from the kernel. */
+template <bool kNorm, unsigned int kThreads>
+static __device__ __forceinline__ void
+gemv_stage_x(const gemv_params &p, const float *x, unsigned int quads,
+             const gemv_x<kThreads> *held, __half *xs, float2 *xchunk,
+             float *warp_squares, unsigned int lane, unsigned int warp) {
+  constexpr int kHeld = gemv_x<kThreads>::count;
   float squares = 0.0f;
   const unsigned int warp_base = threadIdx.x - lane;
 #pragma unroll
   for (int i = 0; i < kHeld; i++) {
     const unsigned int k4 = warp_base + i * kThreads + lane;
     if (warp_base + i * kThreads < quads) { /* the whole warp */
-      gemv_stage_quad<kNorm>(p, k4, k4 < quads, held.v[i], held.norm[i], xs,
+      gemv_stage_quad<kNorm>(p, k4, k4 < quads, held->v[i], held->norm[i], xs,
                              xchunk, &squares);
     }
   }
@@ -710,26 +709,19 @@ __global__ void __launch_bounds__(kWarps * 32, GEMV_WIDE_WARPS / kWarps)
       warp_squares[warp] = squares;
     }
   }
-  __syncthreads();
+}
 
-  compute_cursor cc = {};
-  for (unsigned int n = 0; n < items; n += kSwiglu ? 2 : 3) {
-    gemv_compute<kWarps>(xs, xchunk, chunks, p.bf16, items, my_steps, &st0, &cc,
-                         partial);
-    gemv_issue<kWarps>(p, items, my_steps, groups, chunks, &ic, &st0);
-    gemv_compute<kWarps>(xs, xchunk, chunks, p.bf16, items, my_steps, &st1, &cc,
-                         partial);
-    gemv_issue<kWarps>(p, items, my_steps, groups, chunks, &ic, &st1);
-    if (!kSwiglu) {
-      gemv_compute<kWarps>(xs, xchunk, chunks, p.bf16, items, my_steps, &st2,
-                           &cc, partial);
-      gemv_issue<kWarps>(p, items, my_steps, groups, chunks, &ic, &st2);
-    }
-  }
-  __syncthreads();
-
-  /* each output row: the warps' sums in warp order, times 1 / rms (kNorm),
-   * then the epilogue */
+/* The block's output rows: each row's warp sums (of the warps_used warps
+ * that had column steps) added in warp order, per matrix half, times
+ * 1 / rms (kNorm: the warps' squares added in warp order, over the `in`
+ * inputs, plus eps), then the epilogue (kSwiglu: silu(gate) * up; kResidual:
+ * the residual plus the sum, the thread's first row's from first_residual). */
+template <bool kNorm, bool kSwiglu, bool kResidual, unsigned int kWarps>
+static __device__ __forceinline__ void
+gemv_write_rows(const gemv_params &p, unsigned int in, unsigned int steps,
+                unsigned int tiles, const float *partial,
+                const float *warp_squares, float first_residual) {
+  const unsigned int halves = kSwiglu ? 2 : 1;
   const unsigned int warps_used = steps < kWarps ? steps : kWarps;
   float inv = 1.0f;
   if (kNorm) {
@@ -764,6 +756,73 @@ __global__ void __launch_bounds__(kWarps * 32, GEMV_WIDE_WARPS / kWarps)
     }
     p.m[j].y[row] = y;
   }
+}
+
+/* The matrix-vector kernel (the top of the file): the first stages' weight
+ * loads issued and the norm weights held before the wait, then x held,
+ * staged in shared memory, the items (a stage computed, then its next
+ * loads issued) and the output rows. */
+template <bool kNorm, bool kSwiglu, bool kResidual, unsigned int kWarps>
+__global__ void __launch_bounds__(kWarps * 32, GEMV_WIDE_WARPS / kWarps)
+    gemv_q4_kernel(const int32_t *step, const float *x, gemv_params p) {
+  extern __shared__ __align__(16) unsigned char gemv_shared[];
+  __shared__ float warp_squares[kWarps];
+  constexpr unsigned int kThreads = kWarps * 32;
+  fdy_grid_launch_dependents();
+  if (fdy_active_rows(step, 1) == 0) {
+    return;
+  }
+  const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const unsigned int in = p.in;
+  const unsigned int chunks = in / 32;
+  const unsigned int groups = chunks >> p.group_shift;
+  const unsigned int steps = (in + GEMV_STEP - 1) / GEMV_STEP;
+  const unsigned int tiles =
+      blockIdx.x < p.tiles ? (p.tiles - blockIdx.x - 1) / gridDim.x + 1 : 0;
+  const unsigned int my_steps = warp_steps<kWarps>(steps, warp);
+  const unsigned int items = tiles * my_steps; /* kSwiglu: both matrices */
+  __half *xs = (__half *)gemv_shared;
+  float2 *xchunk = (float2 *)(gemv_shared + (size_t)chunks * 128);
+  float *partial = (float *)(xchunk + chunks);
+
+  typedef typename std::conditional<kSwiglu, gemv_pair_cursor,
+                                    gemv_issue_cursor>::type issue_cursor;
+  typedef typename std::conditional<kSwiglu, gemv_pair_stage, gemv_stage>::type
+      stage;
+  typedef typename std::conditional<kSwiglu, gemv_pair_compute_cursor,
+                                    gemv_compute_cursor>::type compute_cursor;
+  issue_cursor ic;
+  stage st0, st1, st2;
+  gemv_issue_first<kSwiglu, kWarps>(p, items, my_steps, groups, chunks, &ic,
+                                    &st0, &st1, &st2);
+  const unsigned int quads = in / 4; /* a multiple of 8 */
+  gemv_x<kThreads> held;
+  gemv_hold_norm<kNorm>(p, quads, &held);
+  fdy_grid_wait();
+  gemv_hold_x(x, quads, &held);
+  const float first_residual =
+      gemv_first_residual<kSwiglu, kResidual>(p, tiles);
+  gemv_stage_x<kNorm>(p, x, quads, &held, xs, xchunk, warp_squares, lane, warp);
+  __syncthreads();
+
+  /* the items: each stage's computed, then its next loads issued */
+  compute_cursor cc = {};
+  for (unsigned int n = 0; n < items; n += kSwiglu ? 2 : 3) {
+    gemv_compute<kWarps>(xs, xchunk, chunks, p.bf16, items, my_steps, &st0, &cc,
+                         partial);
+    gemv_issue<kWarps>(p, items, my_steps, groups, chunks, &ic, &st0);
+    gemv_compute<kWarps>(xs, xchunk, chunks, p.bf16, items, my_steps, &st1, &cc,
+                         partial);
+    gemv_issue<kWarps>(p, items, my_steps, groups, chunks, &ic, &st1);
+    if (!kSwiglu) {
+      gemv_compute<kWarps>(xs, xchunk, chunks, p.bf16, items, my_steps, &st2,
+                           &cc, partial);
+      gemv_issue<kWarps>(p, items, my_steps, groups, chunks, &ic, &st2);
+    }
+  }
+  __syncthreads();
+  gemv_write_rows<kNorm, kSwiglu, kResidual, kWarps>(
+      p, in, steps, tiles, partial, warp_squares, first_residual);
 }
 
 /* ---- host side ------------------------------------------------------------
