@@ -37,7 +37,8 @@ static void check_config(const fdy_llama_config *c) {
 static void check_layout(const fdy_llama_config *c,
                          const fdy_llama_module_quant *quant) {
   size_t n = fdy_llama_layout_count(c, quant);
-  size_t per_layer = c->bits != 0 ? 23 : 9;
+  size_t per_layer =
+      (c->bits != 0 ? 23 : 9) + (c->qkv_bias ? 3 : 0) + (c->qk_norm ? 2 : 0);
   if (c->quant_overrides == 0 &&
       n != per_layer * (size_t)c->num_layers + 1 +
                (c->bits != 0 ? 3 : 1) * (c->tie_word_embeddings ? 1 : 2)) {
