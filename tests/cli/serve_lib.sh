@@ -6,6 +6,12 @@
 #                   once /health answers; fails the test and exits
 #                   when it does not start
 #   stop            stops it with SIGTERM; it must exit 0
+#   ids_of FILE     the ids of one JSON response or of every SSE chunk in
+#                   FILE, comma-separated
+#   concurrent_same LABEL PROMPT...
+#                   posts a greedy completion of each PROMPT ("ids:max
+#                   tokens") at once and checks that answer N's ids are
+#                   $work/expected.N
 # A trap kills a server still running at exit and removes $work.
 # shellcheck shell=sh
 # shellcheck disable=SC2154,SC2034 # foundry and work are the test's; url is for it
@@ -48,4 +54,36 @@ stop() {
   pid=
   [ "$code" -eq 0 ] || fail "serve exited $code after SIGTERM: \
 $(cat "$work/server.log")"
+}
+
+# the ids of one JSON response or of every SSE chunk, comma-separated
+ids_of() {
+  grep -o '"token_ids":\[[^]]*\]' "$1" | sed 's/.*\[//; s/\]//' |
+    grep -v '^$' | paste -sd, -
+}
+
+# greedy completions of every prompt ("ids:max_tokens") at once; answer i
+# must have the ids of $work/expected.i (failures named by $1)
+concurrent_same() {
+  label=$1
+  shift
+  i=0
+  clients=
+  for prompt in "$@"; do
+    curl -s -o "$work/got.$i" -H 'Content-Type: application/json' \
+      --data-binary "{\"prompt\":[${prompt%:*}],\"max_tokens\":${prompt#*:},\
+\"temperature\":0}" "$url/v1/completions" &
+    clients="$clients $!"
+    i=$((i + 1))
+  done
+  for client in $clients; do
+    wait "$client"
+  done
+  i=0
+  for prompt in "$@"; do
+    [ "$(ids_of "$work/got.$i")" = "$(cat "$work/expected.$i")" ] ||
+      fail "$label, concurrent prompt $i: $(cat "$work/got.$i"), \
+generate: $(cat "$work/expected.$i")"
+    i=$((i + 1))
+  done
 }

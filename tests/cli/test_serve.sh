@@ -58,12 +58,6 @@ queue_depth_is() {
     fail "the queue depth never reached $1"
 }
 
-# the ids of one JSON response or of every SSE chunk, comma-separated
-ids_of() {
-  grep -o '"token_ids":\[[^]]*\]' "$1" | sed 's/.*\[//; s/\]//' |
-    grep -v '^$' | paste -sd, -
-}
-
 status_is() {
   [ "$1" = "$2" ] || fail "$3: status $1, expected $2: $(cat "$work/body")"
 }
@@ -98,25 +92,7 @@ contains "$work/body" '"completion_tokens":7'
 [ "$(ids_of "$work/body")" = "$(cat "$work/expected.0")" ] ||
   fail "completion: $(cat "$work/body"), generate: $(cat "$work/expected.0")"
 
-i=0
-clients=
-for prompt in "$@"; do
-  curl -s -o "$work/got.$i" -H 'Content-Type: application/json' \
-    --data-binary "{\"prompt\":[${prompt%:*}],\"max_tokens\":${prompt#*:},\
-\"temperature\":0}" "$url/v1/completions" &
-  clients="$clients $!"
-  i=$((i + 1))
-done
-for client in $clients; do
-  wait "$client"
-done
-i=0
-for prompt in "$@"; do
-  [ "$(ids_of "$work/got.$i")" = "$(cat "$work/expected.$i")" ] ||
-    fail "concurrent prompt $i: $(cat "$work/got.$i"), \
-generate: $(cat "$work/expected.$i")"
-  i=$((i + 1))
-done
+concurrent_same completions "$@"
 
 # streaming: one chunk per id, the same ids, usage, then [DONE]
 status=$(post /v1/completions '{"prompt":[5],"max_tokens":12,

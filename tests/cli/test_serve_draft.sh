@@ -37,12 +37,6 @@ sanitized=${ASAN_OPTIONS:-}${FOUNDRY_TSAN:-}
 draws=600
 [ -n "$sanitized" ] && draws=30
 
-# the ids of one JSON response or of every SSE chunk, comma-separated
-ids_of() {
-  grep -o '"token_ids":\[[^]]*\]' "$1" | sed 's/.*\[//; s/\]//' |
-    grep -v '^$' | paste -sd, -
-}
-
 # the value of metric $1 on /metrics
 metric() {
   curl -s "$url/metrics" | sed -n "s/^$1 //p"
@@ -74,25 +68,7 @@ greedy_checks() {
 generate: $(cat "$work/expected.$i")"
     i=$((i + 1))
   done
-  i=0
-  clients=
-  for prompt in "$@"; do
-    curl -s -o "$work/got.$i" -H 'Content-Type: application/json' \
-      --data-binary "{\"prompt\":[${prompt%:*}],\"max_tokens\":${prompt#*:},\
-\"temperature\":0}" "$url/v1/completions" &
-    clients="$clients $!"
-    i=$((i + 1))
-  done
-  for client in $clients; do
-    wait "$client"
-  done
-  i=0
-  for prompt in "$@"; do
-    [ "$(ids_of "$work/got.$i")" = "$(cat "$work/expected.$i")" ] ||
-      fail "$name, concurrent prompt $i: $(cat "$work/got.$i"), \
-generate: $(cat "$work/expected.$i")"
-    i=$((i + 1))
-  done
+  concurrent_same "$name" "$@"
   # streamed: one chunk per id, the same ids
   curl -s -N -o "$work/stream" -H 'Content-Type: application/json' \
     --data-binary "{\"prompt\":[${1%:*}],\"max_tokens\":${1#*:},\
