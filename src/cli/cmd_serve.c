@@ -658,8 +658,14 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c,
   body *b = *con_cls;
   if (!b) {
     b = calloc(1, sizeof *b);
+    if (!b) {
+      return MHD_NO;
+    }
     *con_cls = b;
-    return b ? MHD_YES : MHD_NO;
+    pthread_mutex_lock(&srv->lock);
+    srv->requests++;
+    pthread_mutex_unlock(&srv->lock);
+    return MHD_YES;
   }
   if (*upload_data_size > 0) {
     return receive(b, upload_data, upload_data_size);
@@ -692,16 +698,22 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c,
                     "no endpoint %s %s", method, url);
 }
 
+/* A request's end (its answer sent, or the connection closed): frees its
+ * body and counts it off srv->requests. */
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
                       enum MHD_RequestTerminationCode toe) {
-  (void)cls;
   (void)c;
   (void)toe;
+  fdy_server *srv = cls;
   body *b = *con_cls;
   if (b) {
     free(b->data);
     free(b);
     *con_cls = NULL;
+    pthread_mutex_lock(&srv->lock);
+    srv->requests--;
+    pthread_cond_broadcast(&srv->changed);
+    pthread_mutex_unlock(&srv->lock);
   }
 }
 
@@ -1084,7 +1096,7 @@ static int start(const serve_args *a, serve_run *r) {
           MHD_USE_ERROR_LOG | (a->bind.ipv6 ? MHD_USE_IPv6 : 0),
       (uint16_t)a->port, NULL, NULL, handle, srv, MHD_OPTION_SOCK_ADDR,
       (const struct sockaddr *)&a->bind.address, MHD_OPTION_NOTIFY_COMPLETED,
-      completed, NULL, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
+      completed, srv, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
       MHD_OPTION_END);
   if (!r->daemon) {
     fprintf(stderr, "foundry: error: cannot listen on %s:%" PRIu64 "\n",
@@ -1111,7 +1123,9 @@ static int start(const serve_args *a, serve_run *r) {
 
 /* Waits for SIGINT or SIGTERM, then stops: the accepted requests finish
  * within the grace period (the rest cancelled), the engine ends, and the
- * HTTP threads get at most 10 s to send what they hold. FDY_EXIT_OK, or
+ * HTTP threads get at most 10 s to send the answers they hold (a request
+ * counts until MHD reports its answer sent: stopping the daemon earlier
+ * would drop a queued 503 unsent). FDY_EXIT_OK, or
  * FDY_EXIT_FAILURE when the engine failed. */
 static int serve_until_stopped(const serve_args *a, serve_run *r) {
   fdy_server *srv = &r->srv;
@@ -1130,7 +1144,7 @@ static int serve_until_stopped(const serve_args *a, serve_run *r) {
   r->engine_started = false;
   pthread_mutex_lock(&srv->lock);
   int64_t until = fdy_now_ns() + 10000000000;
-  while (srv->live > 0 && fdy_now_ns() < until) {
+  while ((srv->live > 0 || srv->requests > 0) && fdy_now_ns() < until) {
     fdy_serve_wait(srv, 100);
   }
   pthread_mutex_unlock(&srv->lock);

@@ -101,7 +101,8 @@ struct fdy_server {
   uint32_t queued;
   fdy_serve_job **running; /* [slots] */
   uint32_t active;
-  uint64_t live; /* jobs not yet freed */
+  uint64_t live;     /* jobs not yet freed */
+  uint64_t requests; /* HTTP requests begun, their answers not yet sent */
   uint64_t numbers;
   bool stopping;
   bool failed;
