@@ -491,54 +491,53 @@ static uint32_t fill_parts(void) {
   return (uint32_t)parts;
 }
 
-fdy_status fdy_cuda_backend_create(const fdy_cuda_options *options,
-                                   fdy_backend **out, fdy_error *err) {
-  fdy_cuda_options opts = {0};
-  cuda_backend *b = NULL;
-  fdy_status st = FDY_OK;
-  if (out == NULL) {
+/* The options with their defaults filled in, checked against the devices
+ * present: FDY_ERR_INVALID_ARGUMENT for an unknown host mode or a device
+ * that does not exist (expected: the device count, actual: the device),
+ * FDY_ERR_UNSUPPORTED when there is no device. */
+static fdy_status resolve_options(const fdy_cuda_options *options,
+                                  fdy_cuda_options *opts, fdy_error *err) {
+  *opts = options != NULL ? *options : (fdy_cuda_options){0};
+  if (opts->host_mode != FDY_CUDA_HOST_REGISTERED &&
+      opts->host_mode != FDY_CUDA_HOST_STAGED) {
     return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "create",
-                         "out is NULL");
+                         "unknown host mode %d", (int)opts->host_mode);
   }
-  *out = NULL;
-  if (options != NULL) {
-    opts = *options;
+  if (opts->staging_bytes == 0) {
+    opts->staging_bytes = CUDA_DEFAULT_STAGING_BYTES;
   }
-  if (opts.host_mode != FDY_CUDA_HOST_REGISTERED &&
-      opts.host_mode != FDY_CUDA_HOST_STAGED) {
-    return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "create",
-                         "unknown host mode %d", (int)opts.host_mode);
-  }
-  if (opts.staging_bytes == 0) {
-    opts.staging_bytes = CUDA_DEFAULT_STAGING_BYTES;
-  }
-  if (opts.staging_buffers == 0) {
-    opts.staging_buffers = CUDA_DEFAULT_STAGING_BUFFERS;
+  if (opts->staging_buffers == 0) {
+    opts->staging_buffers = CUDA_DEFAULT_STAGING_BUFFERS;
   }
   int count = fdy_cuda_device_count();
   if (count == 0) {
     return fdy_cuda_fail(err, FDY_ERR_UNSUPPORTED, "create",
                          "no CUDA device is available");
   }
-  if (opts.device < 0 || opts.device >= count) {
-    st = fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "create",
-                       "device %d does not exist (%d devices)", opts.device,
-                       count);
+  if (opts->device < 0 || opts->device >= count) {
+    fdy_status st = fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "create",
+                                  "device %d does not exist (%d devices)",
+                                  opts->device, count);
     if (err != NULL) {
       err->expected = (uint64_t)count;
-      err->actual = (uint64_t)(int64_t)opts.device;
+      err->actual = (uint64_t)(int64_t)opts->device;
     }
     return st;
   }
-  b = calloc(1, sizeof *b);
+  return FDY_OK;
+}
+
+/* A backend of opts with empty lists and no CUDA object yet, or NULL when
+ * out of host memory. */
+static cuda_backend *backend_alloc(const fdy_cuda_options *opts) {
+  cuda_backend *b = calloc(1, sizeof *b);
   if (b == NULL) {
-    return fdy_cuda_fail(err, FDY_ERR_OUT_OF_MEMORY, "create",
-                         "cannot allocate the backend");
+    return NULL;
   }
   b->base.ops = &cuda_ops;
   b->base.self = b;
-  b->opts = opts;
-  b->ctx.device = opts.device;
+  b->opts = *opts;
+  b->ctx.device = opts->device;
   long page = sysconf(_SC_PAGESIZE);
   b->page_bytes = page > 0 ? (uint64_t)page : 4096;
   fdy_list_init(&b->buffers);
@@ -547,16 +546,17 @@ fdy_status fdy_cuda_backend_create(const fdy_cuda_options *options,
   fdy_list_init(&b->streams);
   fdy_list_init(&b->hosts);
   fdy_list_init(&b->ctx.graphs);
+  return b;
+}
 
-  st = fdy_cuda_set_device(b, err, "create");
-  if (st != FDY_OK) {
-    goto cleanup;
-  }
+/* Reads the device's name, copy engines, L2 size, multiprocessors, opt-in
+ * shared memory and the checksum kernel's resident blocks into b. */
+static fdy_status read_device(cuda_backend *b, fdy_error *err) {
   struct cudaDeviceProp prop;
-  st = fdy_cuda_check(cudaGetDeviceProperties(&prop, opts.device), err,
-                      "create", "cudaGetDeviceProperties");
+  fdy_status st = fdy_cuda_check(cudaGetDeviceProperties(&prop, b->ctx.device),
+                                 err, "create", "cudaGetDeviceProperties");
   if (st != FDY_OK) {
-    goto cleanup;
+    return st;
   }
   snprintf(b->name, sizeof b->name, "%.127s", prop.name);
   b->copy_engines =
@@ -566,41 +566,46 @@ fdy_status fdy_cuda_backend_create(const fdy_cuda_options *options,
   st = fdy_cuda_check(fdy_cuda_checksum_occupancy(&per_sm), err, "create",
                       "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
   if (st != FDY_OK) {
-    goto cleanup;
+    return st;
   }
   b->ctx.max_blocks = prop.multiProcessorCount * (per_sm > 0 ? per_sm : 1);
   b->ctx.sm_count = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
   b->ctx.smem_optin = prop.sharedMemPerBlockOptin;
+  return FDY_OK;
+}
 
-  st = fdy_cuda_check(
+/* Creates the internal stream, the checksum word sets (zeroed on that
+ * stream; set 0 is the internal stream's, the others free) and the join
+ * event. What it made stays in b for cuda_destroy on failure. */
+static fdy_status create_internal(cuda_backend *b, fdy_error *err) {
+  fdy_status st = fdy_cuda_check(
       cudaStreamCreateWithFlags(&b->ctx.internal, cudaStreamNonBlocking), err,
       "create", "cudaStreamCreateWithFlags");
   if (st != FDY_OK) {
     b->ctx.internal = NULL;
-    goto cleanup;
+    return st;
   }
   st = fdy_cuda_check(
       cudaMalloc((void **)&b->words, CUDA_WORD_SETS * sizeof *b->words), err,
       "create", "cudaMalloc of the checksum words");
   if (st != FDY_OK) {
     b->words = NULL;
-    goto cleanup;
+    return st;
   }
-  /* On the internal stream, so that the warm-up's synchronize below also
-   * orders it before any launch (a cudaMemset on the legacy default stream
-   * is not ordered with the non-blocking streams the launches use). */
+  /* On the internal stream, so that the warm-up's synchronize also orders
+   * it before any launch (a cudaMemset on the legacy default stream is not
+   * ordered with the non-blocking streams the launches use). */
   st = fdy_cuda_check(cudaMemsetAsync(b->words, 0,
                                       CUDA_WORD_SETS * sizeof *b->words,
                                       b->ctx.internal),
                       err, "create", "cudaMemsetAsync of the checksum words");
   if (st != FDY_OK) {
-    goto cleanup;
+    return st;
   }
   b->free_words = malloc(CUDA_WORD_SETS * sizeof *b->free_words);
   if (b->free_words == NULL) {
-    st = fdy_cuda_fail(err, FDY_ERR_OUT_OF_MEMORY, "create",
-                       "cannot allocate the word set list");
-    goto cleanup;
+    return fdy_cuda_fail(err, FDY_ERR_OUT_OF_MEMORY, "create",
+                         "cannot allocate the word set list");
   }
   for (uint32_t i = CUDA_WORD_SETS - 1; i >= 1; i--) {
     b->free_words[b->free_word_count++] = i;
@@ -612,17 +617,15 @@ fdy_status fdy_cuda_backend_create(const fdy_cuda_options *options,
                      err, "create", "cudaEventCreateWithFlags (join)");
   if (st != FDY_OK) {
     b->join = NULL;
-    goto cleanup;
   }
+  return st;
+}
 
-  st = fdy_cuda_staging_create(opts.staging_bytes, opts.staging_buffers,
-                               fill_parts(), &b->staging, err);
-  if (st != FDY_OK) {
-    goto cleanup;
-  }
-  /* Warm-up: loads the kernel module (lazy loading) now, so that device
-   * memory in use does not change at the first launch. */
-  st = fdy_cuda_check(
+/* Loads the kernel modules now (lazy loading would load them at the first
+ * launch and change the device memory in use then): a checksum launch on
+ * the internal stream, its synchronize, then the op kernels' preparation. */
+static fdy_status warm_up(cuda_backend *b, fdy_error *err) {
+  fdy_status st = fdy_cuda_check(
       fdy_cuda_checksum_enqueue(b->words, 0, 1, b->ctx.max_blocks,
                                 b->ctx.internal_words, NULL,
                                 b->ctx.internal_sink, b->ctx.internal),
@@ -635,17 +638,47 @@ fdy_status fdy_cuda_backend_create(const fdy_cuda_options *options,
     st = fdy_cuda_check(fdy_cuda_ops_prepare(b->ctx.smem_optin), err, "create",
                         "loading the op kernels");
   }
-  if (st != FDY_OK) {
-    goto cleanup;
+  return st;
+}
+
+fdy_status fdy_cuda_backend_create(const fdy_cuda_options *options,
+                                   fdy_backend **out, fdy_error *err) {
+  if (out == NULL) {
+    return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, "create",
+                         "out is NULL");
   }
-  st = calibrate(b, err);
+  *out = NULL;
+  fdy_cuda_options opts;
+  fdy_status st = resolve_options(options, &opts, err);
   if (st != FDY_OK) {
-    goto cleanup;
+    return st;
+  }
+  cuda_backend *b = backend_alloc(&opts);
+  if (b == NULL) {
+    return fdy_cuda_fail(err, FDY_ERR_OUT_OF_MEMORY, "create",
+                         "cannot allocate the backend");
+  }
+  st = fdy_cuda_set_device(b, err, "create");
+  if (st == FDY_OK) {
+    st = read_device(b, err);
+  }
+  if (st == FDY_OK) {
+    st = create_internal(b, err);
+  }
+  if (st == FDY_OK) {
+    st = fdy_cuda_staging_create(opts.staging_bytes, opts.staging_buffers,
+                                 fill_parts(), &b->staging, err);
+  }
+  if (st == FDY_OK) {
+    st = warm_up(b, err);
+  }
+  if (st == FDY_OK) {
+    st = calibrate(b, err);
+  }
+  if (st != FDY_OK) {
+    cuda_destroy(&b->base);
+    return st;
   }
   *out = &b->base;
   return FDY_OK;
-
-cleanup:
-  cuda_destroy(&b->base);
-  return st;
 }
