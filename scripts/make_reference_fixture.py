@@ -105,6 +105,9 @@ import shlex
 import struct
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_common import TRANSFORMERS_CLASSES, module_bits, prompt_ids  # noqa: E402
+
 NIBBLE_STD = math.sqrt((16 * 16 - 1) / 12.0)
 BYTE_STD = math.sqrt((256 * 256 - 1) / 12.0)
 EMBED_STD = 0.05
@@ -571,21 +574,6 @@ def write_checkpoint(model_dir, spec, config):
 # ---- the float64 reference ----------------------------------------------------
 
 
-def module_bits(config, tensors, prefix):
-    """A linear's bits as mlx-lm loads it: its entry in quantization (false:
-    unquantized), else unquantized without quantization or without
-    PREFIX.scales, else the default."""
-    quant = config.get("quantization")
-    if not quant:
-        return 0
-    entry = quant.get(prefix)
-    if entry is False:
-        return 0
-    if isinstance(entry, dict):
-        return entry["bits"]
-    return quant["bits"] if prefix + ".scales" in tensors else 0
-
-
 def dequantize(config, tensors, prefix):
     """Rows of scale * q + bias, q the 4-bit or 8-bit values of a word low
     first; an unquantized weight's rows as stored."""
@@ -904,11 +892,6 @@ class TransformersReference:
                 % (self.versions["transformers"], self.versions["torch"], self.family))
 
 
-# model_type -> the transformers classes' prefix (NAMEConfig, NAMEForCausalLM)
-TRANSFORMERS_CLASSES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2",
-                        "qwen3": "Qwen3"}
-
-
 def reference_of(engine, model_dir, dtype="float32"):
     if engine == "transformers":
         try:
@@ -1023,12 +1006,10 @@ def make_fixture(out_root, name, engine="python", command=None):
 
 def make_expected(model_dir, out, seed, prompt_tokens, greedy_tokens, dtype, command):
     """expected.safetensors for any checkpoint from MLX (--model, --out)."""
-    import peer_common
-
     if os.path.exists(out):
         raise SystemExit("error: %s already exists; refusing to overwrite" % out)
     ref = reference_of("mlx", model_dir, dtype)
-    prompt = peer_common.prompt_ids(ref.config, seed, prompt_tokens)
+    prompt = prompt_ids(ref.config, seed, prompt_tokens)
     logits, greedy, greedy_logits = ref.run(prompt, count=greedy_tokens)
     write_expected(out, prompt, logits, greedy, greedy_logits,
                    {"reference": "scripts/make_reference_fixture.py --engine mlx: "

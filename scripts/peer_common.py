@@ -1,8 +1,10 @@
 """What the peers of `foundry infer-bench` share (scripts/torch_baseline.py,
-scripts/mlx_baseline.py): the protocol token-ids-512x128-v1 and its
-options, the seeded prompt rule, the prompt taken from an infer-bench
-report, the statistics of the executions and the report's skeleton
-(foundry.infer.report version 3, docs/infer-bench.md).
+scripts/mlx_baseline.py; make_reference_fixture.py too): the protocol
+token-ids-512x128-v1 and its options, the seeded prompt rule, the prompt
+taken from an infer-bench report, the bits of a checkpoint's linears and
+the transformers classes of its family, the statistics of the executions
+and the report's skeleton (foundry.infer.report version 3,
+docs/infer-bench.md).
 
 The prompt rule is infer-bench's (foundry/infer_bench.h): SplitMix64 with
 initial state stream_seed(seed, 2 << 32), each id next() % vocab_size, drawn
@@ -172,6 +174,30 @@ def deviations(protocol):
         if protocol[key] != want:
             out.append("%s %d (protocol %d)" % (key, protocol[key], want))
     return out
+
+
+# ---- the checkpoint ---------------------------------------------------------
+
+# model_type -> the transformers classes' prefix (NAMEConfig, NAMEForCausalLM)
+# of the families Foundry runs
+TRANSFORMERS_CLASSES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2",
+                        "qwen3": "Qwen3"}
+
+
+def module_bits(config, names, prefix):
+    """A linear's bits as mlx-lm loads it, from config.json and the
+    checkpoint's tensor names (any container): its entry in quantization
+    (false: unquantized), else unquantized without quantization or without
+    PREFIX.scales, else the default bits; 0 means unquantized."""
+    quant = config.get("quantization")
+    if not quant:
+        return 0
+    entry = quant.get(prefix)
+    if entry is False:
+        return 0
+    if isinstance(entry, dict):
+        return entry["bits"]
+    return quant["bits"] if prefix + ".scales" in names else 0
 
 
 # ---- the report -------------------------------------------------------------

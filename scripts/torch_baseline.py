@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """The Hugging Face transformers peer of `foundry infer-bench`.
 
-Reads the same MLX 4-bit checkpoint, dequantizes every weight exactly as MLX
-does (w = scale * q + bias per group, q the nibbles of each little-endian
-uint32, low nibble first) to bfloat16 (or float32), builds a transformers
-LlamaForCausalLM from config.json (tied embeddings and llama3 rope scaling
-as configured, sdpa attention) and runs the infer-bench protocol with a
+Reads the same MLX checkpoint (4-bit, 8-bit, unquantized or mixed: each
+linear's bits as mlx-lm reads them), dequantizes every weight exactly as MLX
+does (w = scale * q + bias per group, q the 4- or 8-bit values of each
+little-endian uint32, lowest first) to bfloat16 (or float32), builds the
+transformers model of config.json's model_type (LlamaForCausalLM,
+MistralForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM; tied embeddings
+and llama3 rope scaling as configured, sdpa attention) and runs the infer-bench protocol with a
 transformers StaticCache, the way transformers generates fast: the prompt
 in one eager forward pass (LM head on the last position only), then
 gen_tokens - 1 single-token passes, each feeding back the argmax computed on
@@ -74,10 +76,11 @@ import bench_summary  # noqa: E402  (the median of the ceilings)
 # the protocol, the prompt rule, the statistics and the report (shared with
 # scripts/mlx_baseline.py); prompt_ids and batch_prompts stay importable from
 # here (the tests check the prompt rule through this module)
-from peer_common import (Failure, Refused, add_protocol_arguments,  # noqa: E402
-                         check_protocol_arguments, checkpoint_record, execution_record,
-                         finish_executions, new_report, print_deviations, print_summary,
-                         protocol_of, resolve_prompts, write_report)
+from peer_common import (TRANSFORMERS_CLASSES, Failure, Refused,  # noqa: E402
+                         add_protocol_arguments, check_protocol_arguments, checkpoint_record,
+                         execution_record, finish_executions, module_bits, new_report,
+                         print_deviations, print_summary, protocol_of, resolve_prompts,
+                         write_report)
 from peer_common import batch_prompts, prompt_ids, special_ids  # noqa: E402,F401
 
 CEILING_BYTES = 512 << 20
@@ -117,27 +120,28 @@ def checkpoint_files(model_dir):
     return ["model.safetensors"]
 
 
-def dequantize(packed, scales, biases, group_size, shifts):
-    """Rows of scale * q + bias: packed (out, in / 8) words as signed 64-bit
-    integers holding the uint32 values, scales and biases (out, in / group)
-    as floats, shifts = [0, 4, ..., 28] in the array library of packed
-    (numpy or torch). Returns (out, in)."""
-    q = (packed[..., None] >> shifts) & 15
-    rows = packed.shape[0]
-    q = q.reshape(rows, -1, group_size)
+def dequantize(packed, scales, biases, shifts):
+    """Rows of scale * q + bias: packed (out, in * bits / 32) words as signed
+    64-bit integers holding the uint32 values, scales and biases (out,
+    groups) as floats, shifts = [0, bits, 2 * bits, ..., 32 - bits] (the
+    values of a word, lowest first) in the array library of packed (numpy or
+    torch). Returns (out, in)."""
+    bits = 32 // len(shifts)
+    q = (packed[..., None] >> shifts) & ((1 << bits) - 1)
+    rows, groups = scales.shape
+    q = q.reshape(rows, groups, -1)
     w = q * scales[..., None] + biases[..., None]
     return w.reshape(rows, -1)
 
 
 def load_state_dict(model_dir, config, device, dtype):
     """The checkpoint's tensors dequantized to dtype on device (computed in
-    float32: scale * q + bias), by the transformers names."""
+    float32: scale * q + bias, each linear with its own bits), by the
+    transformers names."""
     import torch
 
     dtypes = {"F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32,
               "U32": torch.int32, "I32": torch.int32}
-    group = config["quantization"]["group_size"]
-    shifts = torch.arange(0, 32, 4, dtype=torch.int64, device=device)
     state = {}
     for name in checkpoint_files(model_dir):
         path = os.path.join(model_dir, name)
@@ -159,10 +163,12 @@ def load_state_dict(model_dir, config, device, dtype):
             if key.endswith(".scales") or key.endswith(".biases"):
                 continue
             prefix = key[: -len(".weight")] if key.endswith(".weight") else key
-            if prefix + ".scales" in header:
+            bits = module_bits(config, header, prefix) if key.endswith(".weight") else 0
+            if bits:
                 packed = tensor(key).to(torch.int64) & 0xFFFFFFFF
+                shifts = torch.arange(0, 32, bits, dtype=torch.int64, device=device)
                 w = dequantize(packed, tensor(prefix + ".scales").float(),
-                               tensor(prefix + ".biases").float(), group, shifts)
+                               tensor(prefix + ".biases").float(), shifts)
                 state[key] = w.to(dtype)
             else:
                 state[key] = tensor(key).to(dtype)
@@ -171,20 +177,28 @@ def load_state_dict(model_dir, config, device, dtype):
 
 
 def build_model(model_dir, device, dtype):
-    """(config.json as read, LlamaConfig, LlamaForCausalLM in eval mode with
-    the checkpoint's weights in dtype on device, sdpa attention)."""
+    """(config.json as read, the family's transformers config, its
+    ForCausalLM model in eval mode with the checkpoint's weights in dtype on
+    device, sdpa attention). ValueError for a model_type Foundry does not
+    run."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    import transformers
 
     with open(os.path.join(model_dir, "config.json")) as f:
         raw = json.load(f)
+    model_type = raw.get("model_type", "llama")
+    if model_type not in TRANSFORMERS_CLASSES:
+        raise ValueError("model_type '%s' is none of %s"
+                         % (model_type, ", ".join(sorted(TRANSFORMERS_CLASSES))))
+    family = TRANSFORMERS_CLASSES[model_type]
     fields = {k: v for k, v in raw.items()
               if k not in ("quantization", "quantization_config", "torch_dtype", "dtype")}
-    config = LlamaConfig(**fields, dtype=dtype, attn_implementation="sdpa")
+    config = getattr(transformers, family + "Config")(**fields, dtype=dtype,
+                                                      attn_implementation="sdpa")
     torch.set_default_dtype(dtype)
     try:
         with torch.device(device):
-            model = LlamaForCausalLM(config)
+            model = getattr(transformers, family + "ForCausalLM")(config)
     finally:
         torch.set_default_dtype(torch.float32)
     state = load_state_dict(model_dir, raw, device, dtype)
@@ -212,7 +226,8 @@ def offload_device_map(model, budget, host_bytes):
     from accelerate import infer_auto_device_map
 
     return infer_auto_device_map(model, max_memory={0: budget, "cpu": host_bytes},
-                                 no_split_module_classes=["LlamaDecoderLayer"])
+                                 no_split_module_classes=[
+                                     type(model.model.layers[0]).__name__])
 
 
 def device_of(device_map, name):
@@ -563,7 +578,7 @@ def run(args, report):
                 "total_memory_bytes": props.total_memory if cuda else None})
     report["model"].update(vocab_size=config.vocab_size, hidden_size=config.hidden_size,
                            layers=config.num_hidden_layers,
-                           group_size=raw["quantization"]["group_size"],
+                           group_size=(raw.get("quantization") or {}).get("group_size", 0),
                            decode_weight_bytes_per_token=wbytes)
     streamed = peer["offload"]["streamed_bytes_per_token"] if args.budget else 0
     report["weights"] = {"resident_bytes": resident, "streamed_bytes_per_decode_token": streamed,

@@ -9,8 +9,9 @@
 # the batch, its trace, bad values; with python3, the pure-Python parts of
 # the peers' scripts: the prompt rule of scripts/torch_baseline.py (batches
 # too) against the report's ids, its dequantizer (numpy, when present)
-# against scripts/make_reference_fixture.py's on a make-model tiny
-# checkpoint, scripts/compare_reports.py and scripts/plot_batch.py (its
+# against scripts/make_reference_fixture.py's on every quantized tensor of
+# a make-model tiny checkpoint and of the 8-bit and mixed fixtures,
+# scripts/compare_reports.py and scripts/plot_batch.py (its
 # errors; the plot where python3 imports matplotlib).
 # usage: test_infer_bench.sh FOUNDRY_BINARY TEST_DATA_DIR SCRIPTS [PYTHON3]
 set -u
@@ -297,11 +298,13 @@ if [ -n "$python" ]; then
     "$scripts/torch_baseline.py" --model "$model" --report "$work/t.json"
   expect 0 make-model --preset tiny --seed 5 --out "$work/tiny"
   expect_cmd 0 "prompt rule and dequantizer" "$python" - "$scripts" \
-    "$work/r.json" "$model/config.json" "$work/tiny" <<'PY'
+    "$work/r.json" "$model/config.json" "$work/tiny" \
+    "$data/llama3-micro-q8-g32/model" "$data/llama3-micro-mixed/model" <<'PY'
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
 import torch_baseline as tb
 import make_reference_fixture as ref
+from peer_common import module_bits
 report = json.load(open(sys.argv[2]))
 config = json.load(open(sys.argv[3]))
 assert tb.prompt_ids(config, 7, 12) == report["protocol"]["prompt_ids"]
@@ -310,26 +313,29 @@ try:
 except ImportError:
     print("numpy missing: dequantizer check skipped")
     sys.exit(0)
-d = sys.argv[4]
-cfg = json.load(open(os.path.join(d, "config.json")))
-path = os.path.join(d, "model.safetensors")
-tensors = ref.read_safetensors(path)
-group = cfg["quantization"]["group_size"]
-checked = 0
-for prefix in ("model.layers.0.self_attn.k_proj", "model.layers.1.mlp.down_proj"):
-    _, shape, raw = tensors[prefix + ".weight"]
-    packed = np.frombuffer(raw, dtype="<u4").reshape(shape).astype(np.int64)
-    halves = [np.array(ref.decode_halves(tensors[prefix + k][0], tensors[prefix + k][2]),
-                       dtype=np.float64).reshape(tensors[prefix + k][1])
-              for k in (".scales", ".biases")]
-    ours = tb.dequantize(packed, halves[0], halves[1], group, np.arange(0, 32, 4))
-    want = np.array(ref.dequantize(cfg, tensors, prefix))
-    assert ours.shape == want.shape, (ours.shape, want.shape)
-    assert np.array_equal(ours, want), prefix
-    checked += 1
-print("dequantizer agrees on", checked, "tensors")
+checked = {}
+for d in sys.argv[4:]:
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    tensors = ref.read_safetensors(os.path.join(d, "model.safetensors"))
+    for name in sorted(tensors):
+        prefix = name[: -len(".weight")]
+        bits = module_bits(cfg, tensors, prefix) if name.endswith(".weight") else 0
+        if not bits:
+            continue
+        _, shape, raw = tensors[name]
+        packed = np.frombuffer(raw, dtype="<u4").reshape(shape).astype(np.int64)
+        halves = [np.array(ref.decode_halves(tensors[prefix + k][0], tensors[prefix + k][2]),
+                           dtype=np.float64).reshape(tensors[prefix + k][1])
+                  for k in (".scales", ".biases")]
+        ours = tb.dequantize(packed, halves[0], halves[1], np.arange(0, 32, bits))
+        want = np.array(ref.dequantize(cfg, tensors, prefix))
+        assert ours.shape == want.shape, (name, ours.shape, want.shape)
+        assert np.array_equal(ours, want), name
+        checked[bits] = checked.get(bits, 0) + 1
+print("dequantizer agrees on %d 4-bit and %d 8-bit tensors" % (checked[4], checked[8]))
 PY
-  "$python" -c "import numpy" 2>/dev/null && contains "$out" "agrees on 2 tensors"
+  "$python" -c "import numpy" 2>/dev/null &&
+    contains "$out" "dequantizer agrees on"
 fi
 
 # --prompt-file: the ids of the file

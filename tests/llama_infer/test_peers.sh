@@ -6,7 +6,10 @@
 # report versions, failed reports). When PYTHON3 imports torch and
 # transformers, torch_baseline.py also runs the protocol on the CPU on the
 # llama3-tiny fixture: in float32 its greedy ids equal foundry's CPU ids, the
-# report is consistent, a model that does not load gives a failed report; and
+# report is consistent, and so do the ids of every format and family of
+# tests/data (8-bit, unquantized, mixed; Mistral, Qwen2, Qwen3); a model
+# that does not load or whose model_type foundry does not run gives a
+# failed report; and
 # with accelerate, the offload device map places every byte once. Exit 77
 # (skipped) without python3.
 # usage: test_peers.sh FOUNDRY_BINARY TEST_DATA_DIR SCRIPTS [PYTHON3]
@@ -162,6 +165,38 @@ expect_cmd 0 "compare_reports.py, foundry and transformers" "$python" "$cmp" \
   "$work/f.json" "$work/t32.json"
 contains "$out" "comparable: yes"
 contains "$out" "agree with report 1 for the first 6 of 6"
+
+# every format and family of tests/data: float32 greedy ids equal foundry's
+# CPU ids (8-bit, unquantized, mixed bits; Mistral, Qwen2 with its biases,
+# Qwen3 with its per-head norms)
+for fixture in llama3-micro-q8-g32 llama3-micro-bf16 llama3-micro-mixed \
+  mistral-micro qwen2-micro qwen3-micro; do
+  expect 0 infer-bench --model "$data/$fixture/model" --threads 1 \
+    --prompt-tokens 12 --gen-tokens 8 --warmup 0 --iterations 1 --seed 3 \
+    --report "$work/$fixture.f.json"
+  expect_cmd 0 "torch_baseline.py on $fixture" "$python" "$tb" \
+    --model "$data/$fixture/model" --prompt-from "$work/$fixture.f.json" \
+    --device cpu --dtype float32 --mode eager --warmup 0 --iterations 1 \
+    --report "$work/$fixture.t.json"
+  expect_cmd 0 "$fixture: the ids of foundry" "$python" - \
+    "$work/$fixture.f.json" "$work/$fixture.t.json" <<'PY'
+import json, sys
+f, t = (json.load(open(p)) for p in sys.argv[1:])
+assert len(f["generated_ids"]) == 8
+assert t["generated_ids"] == f["generated_ids"], (t["generated_ids"], f["generated_ids"])
+assert t["model"]["group_size"] == f["model"]["group_size"]
+PY
+done
+
+# a family foundry does not run: a failed report naming it
+mkdir "$work/gemma"
+cp "$data/llama3-micro/model/"* "$work/gemma/"
+sed 's/"model_type": *"llama"/"model_type": "gemma"/' \
+  "$data/llama3-micro/model/config.json" >"$work/gemma/config.json"
+expect_cmd 1 "torch_baseline.py on model_type gemma" "$python" "$tb" \
+  --model "$work/gemma" --device cpu --dtype float32 --mode eager \
+  --warmup 0 --iterations 1 --report "$work/gemma.json"
+contains "$work/gemma.json" "model_type 'gemma' is none of llama, mistral, qwen2, qwen3"
 
 # bfloat16, the seeded prompt rule
 expect_cmd 0 "torch_baseline.py eager bfloat16" "$python" "$tb" --model "$model" \
