@@ -1,6 +1,8 @@
-/* `foundry inspect MODEL_DIR [--json]`: opens and fully validates a Llama
- * MLX 4-bit checkpoint and prints its configuration, tensor count, bytes per
- * decoder layer and in total, and the dtype of its scales. */
+/* `foundry inspect MODEL_DIR [--json]`: opens and fully validates an MLX
+ * checkpoint of a family Foundry runs (docs/models.md) and prints its
+ * configuration, tensor count, bytes per decoder layer (the smallest and
+ * the largest when the layers differ, as in a mixed-precision checkpoint;
+ * each layer's in JSON) and in total, and the dtype of its scales. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -26,10 +28,32 @@ void fdy_cmd_inspect_help(FILE *out) {
           "  --json   machine-readable output on stdout\n");
 }
 
+/* "X" when every decoder layer of m has X bytes, else "X to Y" (the
+ * smallest and the largest), written into out. A model has a layer at
+ * least (config.json's validation). */
+static void format_layer_bytes(const fdy_llama_model *m, char *out,
+                               size_t size) {
+  uint32_t layers = fdy_llama_model_config(m)->num_layers;
+  uint64_t least = UINT64_MAX, most = 0;
+  for (uint32_t i = 0; i < layers; i++) {
+    uint64_t bytes = fdy_llama_layer_bytes(m, i);
+    least = bytes < least ? bytes : least;
+    most = bytes > most ? bytes : most;
+  }
+  char low[32], high[32];
+  fdy_format_bytes(least, low, sizeof low);
+  fdy_format_bytes(most, high, sizeof high);
+  if (least == most) {
+    snprintf(out, size, "%s", low);
+  } else {
+    snprintf(out, size, "%s to %s", low, high);
+  }
+}
+
 static void print_text(const fdy_llama_model *m) {
   const fdy_llama_config *c = fdy_llama_model_config(m);
-  char layer[32], total[32];
-  fdy_format_bytes(fdy_llama_layer_bytes(m, 0), layer, sizeof layer);
+  char layer[72], total[32];
+  format_layer_bytes(m, layer, sizeof layer);
   fdy_format_bytes(fdy_llama_total_bytes(m), total, sizeof total);
   printf("model: %s\n", fdy_llama_model_dir(m));
   printf("  %s, layers %" PRIu32 ", hidden %" PRIu32 ", heads %" PRIu32

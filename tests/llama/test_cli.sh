@@ -137,6 +137,10 @@ expect 0 generate --model "$work/f32" --prompt-ids 1,2,3 --max-tokens 3 \
 expect 0 make-model --preset micro-untied --mixed --out "$work/mixed"
 expect 0 inspect --json "$work/mixed"
 contains "$out" '"overrides": 4'
+expect 0 inspect "$work/mixed"
+contains "$out" "quantization 4-bit, group size 64, dtype BF16, 4 modules"
+grep -Eq 'tensors [0-9]+, [0-9.]+ KiB to [0-9.]+ KiB per layer' "$out" ||
+  fail "inspect of a mixed checkpoint gives no range of layer bytes: $(cat "$out")"
 expect 0 generate --model "$work/mixed" --prompt-ids 1,2,3 --max-tokens 3 \
   --ignore-eos
 # what is not a variant: a usage error naming the flag, or (float32
