@@ -105,266 +105,171 @@ static fdy_status device_fault(const fault_backend *f, fdy_error *err) {
   return FDY_ERR_BACKEND;
 }
 
-static fdy_status fault_capabilities(fdy_backend *b, fdy_device_caps *out,
-                                     fdy_error *err) {
-  fault_backend *f = fault_of(b);
-  bool hit = count_call(f, "capabilities");
-  if (!fail_before(f, hit)) {
-    fdy_status st = inner_ops(f)->capabilities(f->inner, out, err);
-    if (st != FDY_OK || !hit) {
-      return st;
-    }
+/* ---- counted entries ------------------------------------------------------
+ *
+ * Every counted entry keeps one rule. It counts the call; unless this is
+ * the call to fail before submit, it runs the inner entry, and returns the
+ * inner entry's status when that failed or this is not the call to fail.
+ * Otherwise it reports the injected failure, having first given back what
+ * the inner entry made when it ran (after submit).
+ *
+ * FAULT_COUNTED(entry, on_success, give_back, on_failure, (PARAMS), ARGS...)
+ * defines that entry as fault_<entry>(fdy_backend *b, PARAMS), PARAMS
+ * ending with the error err, and calls the inner entry with (the inner
+ * backend, ARGS...). Three statements, which may use PARAMS and f (the
+ * wrapper), complete it, each possibly empty:
+ *   on_success runs when the inner entry succeeded and the call does not
+ *     fail; it may return the entry's status instead of FDY_OK;
+ *   give_back runs when the inner entry succeeded and the call then fails
+ *     (after submit);
+ *   on_failure runs before the injected failure is reported, in both
+ *     modes (it clears the outputs). */
+#define FAULT_UNPAREN(...) __VA_ARGS__
+#define FAULT_COUNTED(entry, on_success, give_back, on_failure, params, ...)   \
+  static fdy_status fault_##entry(fdy_backend *b, FAULT_UNPAREN params) {      \
+    fault_backend *f = fault_of(b);                                            \
+    bool hit = count_call(f, #entry);                                          \
+    if (!fail_before(f, hit)) {                                                \
+      fdy_status st = inner_ops(f)->entry(f->inner, __VA_ARGS__);              \
+      if (st != FDY_OK || !hit) {                                              \
+        if (st == FDY_OK) {                                                    \
+          on_success;                                                          \
+        }                                                                      \
+        return st;                                                             \
+      }                                                                        \
+      give_back;                                                               \
+    }                                                                          \
+    on_failure;                                                                \
+    return injected(f, #entry, err);                                           \
   }
+
+/* A counted entry that forwards and does nothing more. */
+#define FAULT_FORWARDED(entry, params, ...)                                    \
+  FAULT_COUNTED(entry, , , , params, __VA_ARGS__)
+
+/* A create entry (its output `out` last before err): after submit, the
+ * handle the inner entry made is given back with the inner entry
+ * `destroy`; in both modes the caller gets NULL, as a failed create leaves
+ * its output. */
+#define FAULT_CREATE(entry, destroy, params, ...)                              \
+  FAULT_COUNTED(                                                               \
+      entry, , inner_ops(f)->destroy(f->inner, *out),                          \
+      if (out != NULL) { *out = NULL; }, params, __VA_ARGS__)
+
+static void clear_caps(fdy_device_caps *out) {
   if (out) {
     memset(out, 0, sizeof(*out));
   }
-  return injected(f, "capabilities", err);
 }
 
-static bool fault_supports_op(fdy_backend *b, const fdy_op *op) {
-  fault_backend *f = fault_of(b);
-  return inner_ops(f)->supports_op(f->inner, op);
-}
-
-static uint64_t fault_workspace_bytes(fdy_backend *b, const fdy_op *op) {
-  fault_backend *f = fault_of(b);
-  return inner_ops(f)->workspace_bytes(f->inner, op);
-}
-
-/* Create entries: after submit, the handle the inner entry made is given
- * back before the failure is reported. */
-
-static fdy_status fault_buffer_alloc(fdy_backend *b, uint64_t bytes,
-                                     fdy_backend_buffer **out, fdy_error *err) {
-  fault_backend *f = fault_of(b);
-  bool hit = count_call(f, "buffer_alloc");
-  if (!fail_before(f, hit)) {
-    fdy_status st = inner_ops(f)->buffer_alloc(f->inner, bytes, out, err);
-    if (st != FDY_OK || !hit) {
-      return st;
-    }
-    inner_ops(f)->buffer_release(f->inner, *out);
-  }
-  if (out) {
-    *out = NULL;
-  }
-  return injected(f, "buffer_alloc", err);
-}
-
-static void fault_buffer_release(fdy_backend *b, fdy_backend_buffer *buffer) {
-  fault_backend *f = fault_of(b);
-  inner_ops(f)->buffer_release(f->inner, buffer);
-}
-
-static fdy_status fault_host_register(fdy_backend *b, const void *ptr,
-                                      uint64_t bytes, fdy_backend_host **out,
-                                      fdy_error *err) {
-  fault_backend *f = fault_of(b);
-  bool hit = count_call(f, "host_register");
-  if (!fail_before(f, hit)) {
-    fdy_status st = inner_ops(f)->host_register(f->inner, ptr, bytes, out, err);
-    if (st != FDY_OK || !hit) {
-      return st;
-    }
-    inner_ops(f)->host_unregister(f->inner, *out);
-  }
-  if (out) {
-    *out = NULL;
-  }
-  return injected(f, "host_register", err);
-}
-
-static void fault_host_unregister(fdy_backend *b, fdy_backend_host *host) {
-  fault_backend *f = fault_of(b);
-  inner_ops(f)->host_unregister(f->inner, host);
-}
-
-static fdy_status fault_stream_create(fdy_backend *b, fdy_backend_stream **out,
-                                      fdy_error *err) {
-  fault_backend *f = fault_of(b);
-  bool hit = count_call(f, "stream_create");
-  if (!fail_before(f, hit)) {
-    fdy_status st = inner_ops(f)->stream_create(f->inner, out, err);
-    if (st != FDY_OK || !hit) {
-      return st;
-    }
-    inner_ops(f)->stream_destroy(f->inner, *out);
-  }
-  if (out) {
-    *out = NULL;
-  }
-  return injected(f, "stream_create", err);
-}
-
-static void fault_stream_destroy(fdy_backend *b, fdy_backend_stream *stream) {
-  fault_backend *f = fault_of(b);
-  inner_ops(f)->stream_destroy(f->inner, stream);
-}
-
-static fdy_status fault_event_create(fdy_backend *b, fdy_backend_event **out,
-                                     fdy_error *err) {
-  fault_backend *f = fault_of(b);
-  bool hit = count_call(f, "event_create");
-  if (!fail_before(f, hit)) {
-    fdy_status st = inner_ops(f)->event_create(f->inner, out, err);
-    if (st != FDY_OK || !hit) {
-      return st;
-    }
-    inner_ops(f)->event_destroy(f->inner, *out);
-  }
-  if (out) {
-    *out = NULL;
-  }
-  return injected(f, "event_create", err);
-}
-
-static void fault_event_destroy(fdy_backend *b, fdy_backend_event *event) {
-  fault_backend *f = fault_of(b);
-  inner_ops(f)->event_destroy(f->inner, event);
-}
-
-/* Stream-ordered entries and waits: after submit, the work was queued (or
- * waited for) before the failure is reported. */
-
-static fdy_status fault_event_record(fdy_backend *b, fdy_backend_stream *stream,
-                                     fdy_backend_event *event, fdy_error *err) {
-  fault_backend *f = fault_of(b);
-  bool hit = count_call(f, "event_record");
-  if (!fail_before(f, hit)) {
-    fdy_status st = inner_ops(f)->event_record(f->inner, stream, event, err);
-    if (st != FDY_OK || !hit) {
-      return st;
-    }
-  }
-  return injected(f, "event_record", err);
-}
-
-static fdy_status fault_copy_to_device(fdy_backend *b,
-                                       fdy_backend_stream *stream,
-                                       fdy_backend_buffer *dst,
-                                       uint64_t dst_offset, const void *src,
-                                       uint64_t bytes, fdy_error *err) {
-  fault_backend *f = fault_of(b);
-  bool hit = count_call(f, "copy_to_device");
-  if (!fail_before(f, hit)) {
-    fdy_status st = inner_ops(f)->copy_to_device(f->inner, stream, dst,
-                                                 dst_offset, src, bytes, err);
-    if (st != FDY_OK || !hit) {
-      if (st == FDY_OK) {
-        note_submission(f, "copy_to_device", NULL);
-      }
-      return st;
-    }
-  }
-  return injected(f, "copy_to_device", err);
-}
-
-static fdy_status fault_copy_to_host(fdy_backend *b, fdy_backend_stream *stream,
-                                     void *dst, fdy_backend_buffer *src,
-                                     uint64_t src_offset, uint64_t bytes,
-                                     fdy_error *err) {
-  fault_backend *f = fault_of(b);
-  bool hit = count_call(f, "copy_to_host");
-  if (!fail_before(f, hit)) {
-    fdy_status st = inner_ops(f)->copy_to_host(f->inner, stream, dst, src,
-                                               src_offset, bytes, err);
-    if (st != FDY_OK || !hit) {
-      if (st == FDY_OK) {
-        note_submission(f, "copy_to_host", NULL);
-      }
-      return st;
-    }
-  }
-  return injected(f, "copy_to_host", err);
-}
-
-static fdy_status fault_launch(fdy_backend *b, fdy_backend_stream *stream,
-                               const fdy_op *op, fdy_error *err) {
-  fault_backend *f = fault_of(b);
-  bool hit = count_call(f, "launch");
-  if (!fail_before(f, hit)) {
-    fdy_status st = inner_ops(f)->launch(f->inner, stream, op, err);
-    if (st != FDY_OK || !hit) {
-      if (st == FDY_OK) {
-        note_submission(f, "launch", op);
-      }
-      return st;
-    }
-  }
-  return injected(f, "launch", err);
-}
-
-static fdy_status fault_stream_wait(fdy_backend *b, fdy_backend_stream *stream,
-                                    fdy_backend_event *event, fdy_error *err) {
-  fault_backend *f = fault_of(b);
-  bool hit = count_call(f, "stream_wait");
-  if (!fail_before(f, hit)) {
-    fdy_status st = inner_ops(f)->stream_wait(f->inner, stream, event, err);
-    if (st != FDY_OK || !hit) {
-      return st;
-    }
-  }
-  return injected(f, "stream_wait", err);
-}
-
-static fdy_status fault_host_wait(fdy_backend *b, fdy_backend_event *event,
-                                  fdy_error *err) {
-  fault_backend *f = fault_of(b);
-  bool hit = count_call(f, "host_wait");
-  if (!fail_before(f, hit)) {
-    fdy_status st = inner_ops(f)->host_wait(f->inner, event, err);
-    if (st != FDY_OK || !hit) {
-      return st == FDY_OK ? device_fault(f, err) : st;
-    }
-  }
-  return injected(f, "host_wait", err);
-}
-
-static fdy_status fault_event_time(fdy_backend *b, fdy_backend_event *event,
-                                   int64_t *out_ns, fdy_error *err) {
-  fault_backend *f = fault_of(b);
-  bool hit = count_call(f, "event_time");
-  if (!fail_before(f, hit)) {
-    fdy_status st = inner_ops(f)->event_time(f->inner, event, out_ns, err);
-    if (st == FDY_OK && !hit) {
-      st = device_fault(f, err);
-      if (st != FDY_OK && out_ns) {
-        *out_ns = 0;
-      }
-    }
-    if (st != FDY_OK || !hit) {
-      return st;
-    }
-  }
+static void clear_time(int64_t *out_ns) {
   if (out_ns) {
     *out_ns = 0;
   }
-  return injected(f, "event_time", err);
 }
 
-/* Graph entries. A graph_begin failed after submit ends the inner
- * recording again, and graph_end always ends it (a failed one destroys the
- * inner graph), so that a failed call leaves nothing recording, as
- * backend.h promises. */
-
-static fdy_status fault_graph_begin(fdy_backend *b,
-                                    fdy_backend_stream *const *streams,
-                                    uint32_t count, fdy_error *err) {
-  fault_backend *f = fault_of(b);
-  bool hit = count_call(f, "graph_begin");
-  if (!fail_before(f, hit)) {
-    fdy_status st = inner_ops(f)->graph_begin(f->inner, streams, count, err);
-    if (st != FDY_OK || !hit) {
-      return st;
-    }
-    fdy_backend_graph *graph = NULL;
-    if (inner_ops(f)->graph_end(f->inner, &graph, NULL) == FDY_OK) {
-      inner_ops(f)->graph_destroy(f->inner, graph);
-    }
+/* The outcome of an event_time whose inner entry succeeded: the simulated
+ * device fault, with the time cleared, or FDY_OK. */
+static fdy_status event_time_outcome(const fault_backend *f, int64_t *out_ns,
+                                     fdy_error *err) {
+  fdy_status st = device_fault(f, err);
+  if (st != FDY_OK) {
+    clear_time(out_ns);
   }
-  return injected(f, "graph_begin", err);
+  return st;
 }
 
+/* The outcome of a drain whose inner entry succeeded: the simulated device
+ * fault, else the failure fail_drain asks for, else FDY_OK. */
+static fdy_status drain_outcome(const fault_backend *f, fdy_error *err) {
+  fdy_status st = device_fault(f, err);
+  if (st != FDY_OK || !f->opts.fail_drain) {
+    return st;
+  }
+  fdy_error_set(err, FDY_ERR_BACKEND,
+                "fault(%s): drain told to fail (after draining)",
+                inner_ops(f)->name);
+  if (err) {
+    strcpy(err->backend_op, "drain");
+  }
+  return FDY_ERR_BACKEND;
+}
+
+/* A graph_begin failed after submit: ends the inner recording again and
+ * destroys the graph it made, so that nothing is left recording, as
+ * backend.h promises of a failed graph_begin. */
+static void end_inner_recording(fault_backend *f) {
+  fdy_backend_graph *graph = NULL;
+  if (inner_ops(f)->graph_end(f->inner, &graph, NULL) == FDY_OK) {
+    inner_ops(f)->graph_destroy(f->inner, graph);
+  }
+}
+
+/* The counted entries but graph_end. Failed after submit, a create has
+ * given back its handle, a stream-ordered entry has queued its work and a
+ * wait has waited. A copy or launch that goes through may be the
+ * submission of the simulated device fault, which host_wait, event_time
+ * and drain report from then on. (Left unformatted: clang-format would
+ * read the parameter lists as products.) */
+/* clang-format off */
+FAULT_COUNTED(capabilities, , , clear_caps(out),
+              (fdy_device_caps *out, fdy_error *err),
+              out, err)
+FAULT_CREATE(buffer_alloc, buffer_release,
+             (uint64_t bytes, fdy_backend_buffer **out, fdy_error *err),
+             bytes, out, err)
+FAULT_CREATE(host_register, host_unregister,
+             (const void *ptr, uint64_t bytes, fdy_backend_host **out,
+              fdy_error *err),
+             ptr, bytes, out, err)
+FAULT_CREATE(stream_create, stream_destroy,
+             (fdy_backend_stream **out, fdy_error *err),
+             out, err)
+FAULT_CREATE(event_create, event_destroy,
+             (fdy_backend_event **out, fdy_error *err),
+             out, err)
+FAULT_FORWARDED(event_record,
+                (fdy_backend_stream *stream, fdy_backend_event *event,
+                 fdy_error *err),
+                stream, event, err)
+FAULT_COUNTED(copy_to_device, note_submission(f, "copy_to_device", NULL), , ,
+              (fdy_backend_stream *stream, fdy_backend_buffer *dst,
+               uint64_t dst_offset, const void *src, uint64_t bytes,
+               fdy_error *err),
+              stream, dst, dst_offset, src, bytes, err)
+FAULT_COUNTED(copy_to_host, note_submission(f, "copy_to_host", NULL), , ,
+              (fdy_backend_stream *stream, void *dst, fdy_backend_buffer *src,
+               uint64_t src_offset, uint64_t bytes, fdy_error *err),
+              stream, dst, src, src_offset, bytes, err)
+FAULT_COUNTED(launch, note_submission(f, "launch", op), , ,
+              (fdy_backend_stream *stream, const fdy_op *op, fdy_error *err),
+              stream, op, err)
+FAULT_FORWARDED(stream_wait,
+                (fdy_backend_stream *stream, fdy_backend_event *event,
+                 fdy_error *err),
+                stream, event, err)
+FAULT_COUNTED(host_wait, return device_fault(f, err), , ,
+              (fdy_backend_event *event, fdy_error *err),
+              event, err)
+FAULT_COUNTED(event_time, return event_time_outcome(f, out_ns, err), ,
+              clear_time(out_ns),
+              (fdy_backend_event *event, int64_t *out_ns, fdy_error *err),
+              event, out_ns, err)
+FAULT_COUNTED(drain, return drain_outcome(f, err), , ,
+              (fdy_error *err),
+              err)
+FAULT_COUNTED(graph_begin, , end_inner_recording(f), ,
+              (fdy_backend_stream *const *streams, uint32_t count,
+               fdy_error *err),
+              streams, count, err)
+FAULT_FORWARDED(graph_launch,
+                (fdy_backend_graph *graph, fdy_error *err),
+                graph, err)
+/* clang-format on */
+
+/* graph_end always calls the inner graph_end, so that nothing is left
+ * recording after it (backend.h); when it is the call to fail, the graph
+ * the inner entry made is destroyed and the caller gets NULL. */
 static fdy_status fault_graph_end(fdy_backend *b, fdy_backend_graph **out,
                                   fdy_error *err) {
   fault_backend *f = fault_of(b);
@@ -380,47 +285,31 @@ static fdy_status fault_graph_end(fdy_backend *b, fdy_backend_graph **out,
   return injected(f, "graph_end", err);
 }
 
-static fdy_status fault_graph_launch(fdy_backend *b, fdy_backend_graph *graph,
-                                     fdy_error *err) {
+/* ---- forwarded entries, never counted ------------------------------------ */
+
+static bool fault_supports_op(fdy_backend *b, const fdy_op *op) {
   fault_backend *f = fault_of(b);
-  bool hit = count_call(f, "graph_launch");
-  if (!fail_before(f, hit)) {
-    fdy_status st = inner_ops(f)->graph_launch(f->inner, graph, err);
-    if (st != FDY_OK || !hit) {
-      return st;
-    }
-  }
-  return injected(f, "graph_launch", err);
+  return inner_ops(f)->supports_op(f->inner, op);
 }
 
-static void fault_graph_destroy(fdy_backend *b, fdy_backend_graph *graph) {
+static uint64_t fault_workspace_bytes(fdy_backend *b, const fdy_op *op) {
   fault_backend *f = fault_of(b);
-  inner_ops(f)->graph_destroy(f->inner, graph);
+  return inner_ops(f)->workspace_bytes(f->inner, op);
 }
 
-static fdy_status fault_drain(fdy_backend *b, fdy_error *err) {
-  fault_backend *f = fault_of(b);
-  bool hit = count_call(f, "drain");
-  if (!fail_before(f, hit)) {
-    fdy_status st = inner_ops(f)->drain(f->inner, err);
-    if (st == FDY_OK && !hit) {
-      st = device_fault(f, err);
-    }
-    if (st != FDY_OK || (!hit && !f->opts.fail_drain)) {
-      return st;
-    }
+/* Defines fault_<entry>, the release or destroy entry of a handle of
+ * `type`: forwarded. */
+#define FAULT_RELEASE(entry, type)                                             \
+  static void fault_##entry(fdy_backend *b, type *handle) {                    \
+    fault_backend *f = fault_of(b);                                            \
+    inner_ops(f)->entry(f->inner, handle);                                     \
   }
-  if (hit) {
-    return injected(f, "drain", err);
-  }
-  fdy_error_set(err, FDY_ERR_BACKEND,
-                "fault(%s): drain told to fail (after draining)",
-                inner_ops(f)->name);
-  if (err) {
-    strcpy(err->backend_op, "drain");
-  }
-  return FDY_ERR_BACKEND;
-}
+
+FAULT_RELEASE(buffer_release, fdy_backend_buffer)
+FAULT_RELEASE(host_unregister, fdy_backend_host)
+FAULT_RELEASE(stream_destroy, fdy_backend_stream)
+FAULT_RELEASE(event_destroy, fdy_backend_event)
+FAULT_RELEASE(graph_destroy, fdy_backend_graph)
 
 static uint64_t fault_submitted(fdy_backend *b) {
   fault_backend *f = fault_of(b);
