@@ -28,6 +28,7 @@
 #include "foundry/host_copy.h"
 
 #include <assert.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,6 +139,8 @@ typedef struct ptr_array {
 
 typedef struct fake_backend {
   fdy_backend base;
+  fdy_backend_ops ops; /* fake_ops, less the graph entries unless
+                          fdy_fake_options.graphs */
   fdy_device_caps caps;
   bool store_data;
   uint32_t unsupported_kinds;
@@ -153,15 +156,16 @@ typedef struct fake_backend {
   bool failure_reported; /* a host_wait returned it */
 } fake_backend;
 
-static const fdy_backend_ops fake_ops, fake_graph_ops;
+static void fake_destroy(fdy_backend *b);
 
+/* A fake backend is recognized by its destroy entry. */
 static fake_backend *fake_of(fdy_backend *b) {
-  assert(b && (b->ops == &fake_ops || b->ops == &fake_graph_ops));
+  assert(b && b->ops->destroy == fake_destroy);
   return (fake_backend *)b;
 }
 
 static const fake_backend *fake_of_const(const fdy_backend *b) {
-  assert(b && (b->ops == &fake_ops || b->ops == &fake_graph_ops));
+  assert(b && b->ops->destroy == fake_destroy);
   return (const fake_backend *)b;
 }
 
@@ -177,6 +181,16 @@ static bool ptr_array_push(ptr_array *a, void *item) {
   }
   a->items[a->count++] = item;
   return true;
+}
+
+/* A zeroed handle of `size` bytes on list, or NULL when out of memory. */
+static void *handle_new(ptr_array *list, size_t size) {
+  void *handle = calloc(1, size);
+  if (handle && !ptr_array_push(list, handle)) {
+    free(handle);
+    return NULL;
+  }
+  return handle;
 }
 
 /* ---- the call log -------------------------------------------------------- */
@@ -234,16 +248,31 @@ static void call_set_kind(fake_backend *f, uint64_t number, fdy_op_kind kind) {
   }
 }
 
+/* Ends call `number` of entry op as failed with kind: err gets the
+ * printf-formatted message (the whole of it) and backend_op = op. */
+static fdy_status fail_call(fake_backend *f, uint64_t number, fdy_error *err,
+                            fdy_status kind, const char *op, const char *fmt,
+                            ...) __attribute__((format(printf, 6, 7)));
+
+static fdy_status fail_call(fake_backend *f, uint64_t number, fdy_error *err,
+                            fdy_status kind, const char *op, const char *fmt,
+                            ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fdy_error_vsetf(err, kind, NULL, 0, 0, fmt, ap);
+  va_end(ap);
+  if (err) {
+    strcpy(err->backend_op, op);
+  }
+  return call_end(f, number, kind, -1);
+}
+
 static fdy_status fail_violation(fake_backend *f, uint64_t number,
                                  const char *op, const char *what,
                                  fdy_error *err) {
   f->stats.violations++;
-  fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT, "fake backend: %s: %s", op,
-                what);
-  if (err) {
-    strcpy(err->backend_op, op);
-  }
-  return call_end(f, number, FDY_ERR_INVALID_ARGUMENT, -1);
+  return fail_call(f, number, err, FDY_ERR_INVALID_ARGUMENT, op,
+                   "fake backend: %s: %s", op, what);
 }
 
 /* A violation in an entry that returns no status. */
@@ -523,14 +552,10 @@ static fdy_status record_call(fake_backend *f, uint64_t n, const char *op,
       !host_registered(f, c->kind == REC_COPY_TO_DEVICE ? c->src : c->dst,
                        c->bytes)) {
     g->refused = true;
-    fdy_error_set(err, FDY_ERR_UNSUPPORTED,
-                  "fake backend: %s: a copy from or to host memory that is "
-                  "not registered cannot be recorded",
-                  op);
-    if (err) {
-      strcpy(err->backend_op, op);
-    }
-    return call_end(f, n, FDY_ERR_UNSUPPORTED, -1);
+    return fail_call(f, n, err, FDY_ERR_UNSUPPORTED, op,
+                     "fake backend: %s: a copy from or to host memory that "
+                     "is not registered cannot be recorded",
+                     op);
   }
   if (g->count == g->cap) {
     size_t cap = g->cap ? g->cap * 2 : 16;
@@ -604,19 +629,18 @@ static fdy_status fake_buffer_alloc(fdy_backend *b, uint64_t bytes,
   if (bytes > f->caps.max_allocation ||
       __builtin_add_overflow(f->stats.buffer_bytes, bytes, &total) ||
       total > f->caps.total_memory) {
-    fdy_error_set(err, FDY_ERR_BACKEND,
-                  "fake backend: cannot allocate %llu bytes (%llu in use of "
-                  "%llu, at most %llu at once)",
-                  (unsigned long long)bytes,
-                  (unsigned long long)f->stats.buffer_bytes,
-                  (unsigned long long)f->caps.total_memory,
-                  (unsigned long long)f->caps.max_allocation);
+    fdy_status st = fail_call(
+        f, n, err, FDY_ERR_BACKEND, "buffer_alloc",
+        "fake backend: cannot allocate %llu bytes (%llu in use of %llu, at "
+        "most %llu at once)",
+        (unsigned long long)bytes, (unsigned long long)f->stats.buffer_bytes,
+        (unsigned long long)f->caps.total_memory,
+        (unsigned long long)f->caps.max_allocation);
     if (err) {
       err->expected = f->caps.total_memory;
       err->actual = bytes;
-      strcpy(err->backend_op, "buffer_alloc");
     }
-    return call_end(f, n, FDY_ERR_BACKEND, -1);
+    return st;
   }
   fdy_backend_buffer *buffer = calloc(1, sizeof(*buffer));
   unsigned char *data = f->store_data ? malloc(bytes) : NULL;
@@ -673,9 +697,8 @@ static fdy_status fake_host_register(fdy_backend *b, const void *ptr,
     return fail_violation(f, n, "host_register",
                           "NULL memory, zero bytes or NULL output", err);
   }
-  fdy_backend_host *host = calloc(1, sizeof(*host));
-  if (!host || !ptr_array_push(&f->hosts, host)) {
-    free(host);
+  fdy_backend_host *host = handle_new(&f->hosts, sizeof(*host));
+  if (!host) {
     return fail_out_of_memory(f, n, "host_register", err);
   }
   host->id = f->next_id++;
@@ -710,9 +733,8 @@ static fdy_status fake_stream_create(fdy_backend *b, fdy_backend_stream **out,
     return fail_violation(f, n, "stream_create", "NULL output", err);
   }
   *out = NULL;
-  fdy_backend_stream *stream = calloc(1, sizeof(*stream));
-  if (!stream || !ptr_array_push(&f->streams, stream)) {
-    free(stream);
+  fdy_backend_stream *stream = handle_new(&f->streams, sizeof(*stream));
+  if (!stream) {
     return fail_out_of_memory(f, n, "stream_create", err);
   }
   stream->id = f->next_id++;
@@ -749,9 +771,8 @@ static fdy_status fake_event_create(fdy_backend *b, fdy_backend_event **out,
     return fail_violation(f, n, "event_create", "NULL output", err);
   }
   *out = NULL;
-  fdy_backend_event *event = calloc(1, sizeof(*event));
-  if (!event || !ptr_array_push(&f->events, event)) {
-    free(event);
+  fdy_backend_event *event = handle_new(&f->events, sizeof(*event));
+  if (!event) {
     return fail_out_of_memory(f, n, "event_create", err);
   }
   event->id = f->next_id++;
@@ -799,11 +820,33 @@ static fdy_status fake_event_record(fdy_backend *b, fdy_backend_stream *stream,
   return call_end(f, n, FDY_OK, -1);
 }
 
-/* Checks a copy's stream, buffer and range; the log entry is number n. */
-static fdy_status check_copy(fake_backend *f, uint64_t n, const char *op,
-                             const fdy_backend_stream *stream,
-                             const fdy_backend_buffer *buffer, const void *host,
-                             uint64_t offset, uint64_t bytes, fdy_error *err) {
+/* Records c, a copy or launch that passed its checks, into the open
+ * recording, or submits it; ends call n of entry op. */
+static fdy_status record_or_issue(fake_backend *f, uint64_t n, const char *op,
+                                  const fake_recorded *c, fdy_error *err) {
+  if (f->recording) {
+    return record_call(f, n, op, c, err);
+  }
+  bool issued = c->kind == REC_LAUNCH ? issue_launch(f, c) : issue_copy(f, c);
+  if (!issued) {
+    return fail_out_of_memory(f, n, op, err);
+  }
+  return call_end(f, n, FDY_OK, -1);
+}
+
+/* A copy between caller memory (src to the device, dst to the host) and
+ * [offset, offset + bytes) of buffer: kind REC_COPY_TO_DEVICE or
+ * REC_COPY_TO_HOST. */
+static fdy_status fake_copy(fdy_backend *b, fake_call_kind kind,
+                            fdy_backend_stream *stream,
+                            fdy_backend_buffer *buffer, uint64_t offset,
+                            const void *src, void *dst, uint64_t bytes,
+                            fdy_error *err) {
+  fake_backend *f = fake_of(b);
+  bool to_device = kind == REC_COPY_TO_DEVICE;
+  const char *op = to_device ? "copy_to_device" : "copy_to_host";
+  uint64_t n = call_begin(f, op, bytes, ID_OF(buffer), ID_OF(stream));
+  const void *host = to_device ? src : dst;
   uint64_t end;
   if (!stream || !stream->alive || !buffer_usable(buffer) || !host ||
       bytes == 0 || __builtin_add_overflow(offset, bytes, &end) ||
@@ -811,7 +854,14 @@ static fdy_status check_copy(fake_backend *f, uint64_t n, const char *op,
     return fail_violation(f, n, op, "bad stream, buffer, host memory or range",
                           err);
   }
-  return FDY_OK;
+  fake_recorded c = {.kind = kind,
+                     .stream = stream,
+                     .buffer = buffer,
+                     .offset = offset,
+                     .src = src,
+                     .dst = dst,
+                     .bytes = bytes};
+  return record_or_issue(f, n, op, &c, err);
 }
 
 static fdy_status fake_copy_to_device(fdy_backend *b,
@@ -819,53 +869,16 @@ static fdy_status fake_copy_to_device(fdy_backend *b,
                                       fdy_backend_buffer *dst,
                                       uint64_t dst_offset, const void *src,
                                       uint64_t bytes, fdy_error *err) {
-  fake_backend *f = fake_of(b);
-  uint64_t n =
-      call_begin(f, "copy_to_device", bytes, ID_OF(dst), ID_OF(stream));
-  fdy_status st = check_copy(f, n, "copy_to_device", stream, dst, src,
-                             dst_offset, bytes, err);
-  if (st != FDY_OK) {
-    return st;
-  }
-  fake_recorded c = {.kind = REC_COPY_TO_DEVICE,
-                     .stream = stream,
-                     .buffer = dst,
-                     .offset = dst_offset,
-                     .src = src,
-                     .bytes = bytes};
-  if (f->recording) {
-    return record_call(f, n, "copy_to_device", &c, err);
-  }
-  if (!issue_copy(f, &c)) {
-    return fail_out_of_memory(f, n, "copy_to_device", err);
-  }
-  return call_end(f, n, FDY_OK, -1);
+  return fake_copy(b, REC_COPY_TO_DEVICE, stream, dst, dst_offset, src, NULL,
+                   bytes, err);
 }
 
 static fdy_status fake_copy_to_host(fdy_backend *b, fdy_backend_stream *stream,
                                     void *dst, fdy_backend_buffer *src,
                                     uint64_t src_offset, uint64_t bytes,
                                     fdy_error *err) {
-  fake_backend *f = fake_of(b);
-  uint64_t n = call_begin(f, "copy_to_host", bytes, ID_OF(src), ID_OF(stream));
-  fdy_status st = check_copy(f, n, "copy_to_host", stream, src, dst, src_offset,
-                             bytes, err);
-  if (st != FDY_OK) {
-    return st;
-  }
-  fake_recorded c = {.kind = REC_COPY_TO_HOST,
-                     .stream = stream,
-                     .buffer = src,
-                     .offset = src_offset,
-                     .dst = dst,
-                     .bytes = bytes};
-  if (f->recording) {
-    return record_call(f, n, "copy_to_host", &c, err);
-  }
-  if (!issue_copy(f, &c)) {
-    return fail_out_of_memory(f, n, "copy_to_host", err);
-  }
-  return call_end(f, n, FDY_OK, -1);
+  return fake_copy(b, REC_COPY_TO_HOST, stream, src, src_offset, NULL, dst,
+                   bytes, err);
 }
 
 /* Bytes of a view when it lies in a usable buffer at an aligned offset. */
@@ -902,13 +915,9 @@ static fdy_status fake_launch(fdy_backend *b, fdy_backend_stream *stream,
     return call_end(f, n, FDY_ERR_INVALID_ARGUMENT, -1);
   }
   if (!kind_supported(f, op->kind)) {
-    fdy_error_set(err, FDY_ERR_UNSUPPORTED,
-                  "fake backend: op kind %s is not supported",
-                  fdy_op_kind_name(op->kind));
-    if (err) {
-      strcpy(err->backend_op, "launch");
-    }
-    return call_end(f, n, FDY_ERR_UNSUPPORTED, -1);
+    return fail_call(f, n, err, FDY_ERR_UNSUPPORTED, "launch",
+                     "fake backend: op kind %s is not supported",
+                     fdy_op_kind_name(op->kind));
   }
   const fdy_tensor_view *views[FAKE_MAX_VIEWS];
   size_t count = op_views(op, views);
@@ -949,13 +958,7 @@ static fdy_status fake_launch(fdy_backend *b, fdy_backend_stream *stream,
                      .stream = stream,
                      .op = *op,
                      .data_bytes = data_bytes};
-  if (f->recording) {
-    return record_call(f, n, "launch", &c, err);
-  }
-  if (!issue_launch(f, &c)) {
-    return fail_out_of_memory(f, n, "launch", err);
-  }
-  return call_end(f, n, FDY_OK, -1);
+  return record_or_issue(f, n, "launch", &c, err);
 }
 
 /* Checks that event has a recording to wait for. */
@@ -1027,13 +1030,9 @@ static fdy_status fake_event_time(fdy_backend *b, fdy_backend_event *event,
     return fail_violation(f, n, "event_time", "bad event or NULL output", err);
   }
   if (!event->complete) {
-    fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                  "fake backend: event_time of an event whose recording "
-                  "was not observed complete");
-    if (err) {
-      strcpy(err->backend_op, "event_time");
-    }
-    return call_end(f, n, FDY_ERR_INVALID_ARGUMENT, -1);
+    return fail_call(f, n, err, FDY_ERR_INVALID_ARGUMENT, "event_time",
+                     "fake backend: event_time of an event whose recording "
+                     "was not observed complete");
   }
   *out_ns = event->time_ns;
   return call_end(f, n, FDY_OK, -1);
@@ -1108,13 +1107,9 @@ static fdy_status fake_graph_end(fdy_backend *b, fdy_backend_graph **out,
                           err);
   }
   if (g->refused) {
-    fdy_error_set(err, FDY_ERR_UNSUPPORTED,
-                  "fake backend: graph_end: a call of the recording could "
-                  "not be recorded");
-    if (err) {
-      strcpy(err->backend_op, "graph_end");
-    }
-    return call_end(f, n, FDY_ERR_UNSUPPORTED, -1);
+    return fail_call(f, n, err, FDY_ERR_UNSUPPORTED, "graph_end",
+                     "fake backend: graph_end: a call of the recording could "
+                     "not be recorded");
   }
   g->alive = true;
   f->stats.live_graphs++;
@@ -1254,32 +1249,9 @@ static void fake_destroy(fdy_backend *b) {
   free(f);
 }
 
+/* Every entry; a backend made without fdy_fake_options.graphs has its
+ * own copy without the graph entries. */
 static const fdy_backend_ops fake_ops = {
-    .name = "fake",
-    .capabilities = fake_capabilities,
-    .supports_op = fake_supports_op,
-    .workspace_bytes = fake_workspace_bytes,
-    .buffer_alloc = fake_buffer_alloc,
-    .buffer_release = fake_buffer_release,
-    .host_register = fake_host_register,
-    .host_unregister = fake_host_unregister,
-    .stream_create = fake_stream_create,
-    .stream_destroy = fake_stream_destroy,
-    .event_create = fake_event_create,
-    .event_destroy = fake_event_destroy,
-    .event_record = fake_event_record,
-    .copy_to_device = fake_copy_to_device,
-    .copy_to_host = fake_copy_to_host,
-    .launch = fake_launch,
-    .stream_wait = fake_stream_wait,
-    .host_wait = fake_host_wait,
-    .event_time = fake_event_time,
-    .drain = fake_drain,
-    .destroy = fake_destroy,
-};
-
-/* The same entries plus the graph entries (fdy_fake_options.graphs). */
-static const fdy_backend_ops fake_graph_ops = {
     .name = "fake",
     .capabilities = fake_capabilities,
     .supports_op = fake_supports_op,
@@ -1334,7 +1306,14 @@ fdy_status fdy_fake_backend_create(const fdy_fake_options *options,
     return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY,
                          "fake backend: out of memory");
   }
-  f->base.ops = o->graphs ? &fake_graph_ops : &fake_ops;
+  f->ops = fake_ops;
+  if (!o->graphs) {
+    f->ops.graph_begin = NULL;
+    f->ops.graph_end = NULL;
+    f->ops.graph_launch = NULL;
+    f->ops.graph_destroy = NULL;
+  }
+  f->base.ops = &f->ops;
   f->base.self = f;
   f->caps = o->caps;
   f->caps.name[sizeof(f->caps.name) - 1] = '\0';
