@@ -1,7 +1,8 @@
 #ifndef FOUNDRY_INPUT_H
 #define FOUNDRY_INPUT_H
 /* Reading input files and checking input text, the same way for every reader
- * (plans, config.json, the safetensors index, shards, references).
+ * (plans, config.json, the safetensors index, shards, references), and the
+ * path of a file in a directory.
  *
  * Files: only regular files are read. The file is opened with O_NONBLOCK and
  * checked with fstat before anything else, so a FIFO, a device or a
@@ -44,5 +45,8 @@ fdy_status fdy_input_read(const char *path, const char *what, uint64_t limit,
  * "NUL byte at line L, column C (JSON text cannot contain one)" that the
  * caller prefixes with the document's name. */
 fdy_status fdy_json_check_text(const char *text, size_t len, fdy_error *err);
+
+/* "DIR/FILE", malloc'd (the caller frees it); NULL when out of memory. */
+char *fdy_path_join(const char *dir, const char *file);
 
 #endif

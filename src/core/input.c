@@ -1,4 +1,5 @@
-/* Reading input files and checking JSON text (include/foundry/input.h). */
+/* Reading input files, checking JSON text and joining paths
+ * (include/foundry/input.h). */
 #include "foundry/input.h"
 
 #include <errno.h>
@@ -174,4 +175,13 @@ fdy_status fdy_json_check_text(const char *text, size_t len, fdy_error *err) {
     err->column = column;
   }
   return FDY_ERR_PARSE;
+}
+
+char *fdy_path_join(const char *dir, const char *file) {
+  size_t n = strlen(dir) + strlen(file) + 2;
+  char *path = malloc(n);
+  if (path) {
+    snprintf(path, n, "%s/%s", dir, file);
+  }
+  return path;
 }

@@ -553,23 +553,8 @@ fdy_status fdy_llama_config_parse_quant(const char *json, size_t len,
   if (quant) {
     *quant = NULL;
   }
-  json_error_t jerr;
-  if (fdy_json_check_text(json, len, err) != FDY_OK) {
-    fdy_error_prefix(err, "%s", path);
-    if (err) {
-      snprintf(err->name, sizeof err->name, "%s", path);
-    }
-    return FDY_ERR_PARSE;
-  }
-  json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
-  if (!root) {
-    fdy_llama_file_error(err, FDY_ERR_PARSE, path,
-                         "not valid JSON (line %d, column %d): %s", jerr.line,
-                         jerr.column, jerr.text);
-    if (err) {
-      err->line = jerr.line;
-      err->column = jerr.column;
-    }
+  json_t *root = NULL;
+  if (fdy_llama_json_parse(path, NULL, json, len, &root, err) != FDY_OK) {
     return FDY_ERR_PARSE;
   }
   fdy_llama_config c;

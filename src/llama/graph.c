@@ -635,16 +635,14 @@ fdy_status fdy_llama_graph(const fdy_llama_model *model,
   }
   builder b = {.model = model, .c = c, .options = options, .err = err};
   const fdy_llama_module_quant *quant = fdy_llama_model_quant(model);
-  b.spec_count = fdy_llama_layout_count(c, quant);
-  b.specs = calloc(b.spec_count, sizeof(*b.specs));
-  b.views = calloc(b.spec_count, sizeof(*b.views));
-  b.k_cache = calloc(c->num_layers, sizeof(*b.k_cache));
-  b.v_cache = calloc(c->num_layers, sizeof(*b.v_cache));
-  if (!b.specs || !b.views || !b.k_cache || !b.v_cache) {
-    b.st = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
-  } else {
-    fdy_llama_layout(c, quant, b.specs);
-    b.st = fdy_graph_create("llama", &b.g, err);
+  b.st = fdy_llama_layout_new(c, quant, &b.specs, &b.spec_count, err);
+  if (b.st == FDY_OK) {
+    b.views = calloc(b.spec_count, sizeof(*b.views));
+    b.k_cache = calloc(c->num_layers, sizeof(*b.k_cache));
+    b.v_cache = calloc(c->num_layers, sizeof(*b.v_cache));
+    b.st = b.views && b.k_cache && b.v_cache
+               ? fdy_graph_create("llama", &b.g, err)
+               : fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   }
   add_unit(&b, "embed", in_embed, -1, RESIDENT_FIRST);
   for (uint32_t l = 0; b.st == FDY_OK && l < c->num_layers; l++) {

@@ -5,6 +5,7 @@
  * linear. */
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "layout.h"
@@ -325,4 +326,18 @@ fdy_llama_weights_slot(fdy_llama_weights *w,
     break;
   }
   return field(w, spec);
+}
+
+fdy_status fdy_llama_layout_new(const fdy_llama_config *config,
+                                const fdy_llama_module_quant *quant,
+                                fdy_llama_tensor_spec **out, size_t *count,
+                                fdy_error *err) {
+  size_t n = fdy_llama_layout_count(config, quant);
+  *out = calloc(n, sizeof **out);
+  if (!*out) {
+    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  fdy_llama_layout(config, quant, *out);
+  *count = n;
+  return FDY_OK;
 }

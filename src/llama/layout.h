@@ -123,6 +123,13 @@ void fdy_llama_layout(const fdy_llama_config *config,
                       const fdy_llama_module_quant *quant,
                       fdy_llama_tensor_spec *out);
 
+/* fdy_llama_layout into a new array: *out (calloc'd; the caller frees it)
+ * of *count tensors. FDY_ERR_OUT_OF_MEMORY leaves *out NULL. */
+fdy_status fdy_llama_layout_new(const fdy_llama_config *config,
+                                const fdy_llama_module_quant *quant,
+                                fdy_llama_tensor_spec **out, size_t *count,
+                                fdy_error *err);
+
 /* fdy_llama_config_parse (config.c), and when quant is not NULL the
  * quantization of every linear as config.json gives it: *quant is malloc'd
  * with fdy_llama_quant_count(out) entries (the caller frees it; NULL on

@@ -117,13 +117,11 @@ static fdy_status list_files(const char *dir, fdy_manifest *out,
     if (e->d_name[0] == '.') {
       continue;
     }
-    size_t len = strlen(dir) + strlen(e->d_name) + 2;
-    char *path = malloc(len);
+    char *path = fdy_path_join(dir, e->d_name);
     if (!path) {
       st = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
       break;
     }
-    snprintf(path, len, "%s/%s", dir, e->d_name);
     bool regular = is_regular(path);
     free(path);
     if (!regular) {
@@ -177,13 +175,11 @@ fdy_status fdy_manifest_of_dir(const char *dir, fdy_manifest *out,
     st = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   }
   for (size_t i = 0; st == FDY_OK && i < out->count; i++) {
-    size_t len = strlen(dir) + strlen(out->files[i].name) + 2;
-    char *path = malloc(len);
+    char *path = fdy_path_join(dir, out->files[i].name);
     if (!path) {
       st = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
       break;
     }
-    snprintf(path, len, "%s/%s", dir, out->files[i].name);
     st = hash_file(path, buffer, &out->files[i], err);
     free(path);
   }

@@ -31,15 +31,6 @@ struct fdy_llama_model {
   uint64_t total_bytes;
 };
 
-static char *join_path(const char *dir, const char *file) {
-  size_t n = strlen(dir) + strlen(file) + 2;
-  char *p = malloc(n);
-  if (p) {
-    snprintf(p, n, "%s/%s", dir, file);
-  }
-  return p;
-}
-
 /* Reads a whole (small) regular file; *out is malloc'd. FDY_ERR_NOT_FOUND
  * when absent. */
 static fdy_status read_file(const char *path, uint64_t limit, char **out,
@@ -52,12 +43,12 @@ static fdy_status read_file(const char *path, uint64_t limit, char **out,
 static fdy_status build_expected(fdy_llama_model *m,
                                  fdy_llama_tensor_spec **out, size_t *count,
                                  fdy_error *err) {
-  size_t n = fdy_llama_layout_count(&m->config, m->quant);
-  fdy_llama_tensor_spec *specs = calloc(n, sizeof *specs);
-  if (!specs) {
-    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  fdy_llama_tensor_spec *specs = NULL;
+  size_t n = 0;
+  fdy_status s = fdy_llama_layout_new(&m->config, m->quant, &specs, &n, err);
+  if (s != FDY_OK) {
+    return s;
   }
-  fdy_llama_layout(&m->config, m->quant, specs);
   for (size_t i = 0; i < n; i++) {
     fdy_llama_linear *q = fdy_llama_weights_linear(&m->weights, &specs[i]);
     if (q) {
@@ -113,7 +104,7 @@ static fdy_status open_shards(fdy_llama_model *m, const char *index_path,
     if (seen) {
       continue;
     }
-    char *path = join_path(m->dir, file);
+    char *path = fdy_path_join(m->dir, file);
     if (!path) {
       return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
     }
@@ -136,7 +127,7 @@ static fdy_status open_files(fdy_llama_model *m, const char *index_path,
   size_t len = 0;
   fdy_status s = read_file(index_path, MAX_INDEX_BYTES, &text, &len, err);
   if (s == FDY_ERR_NOT_FOUND) {
-    char *path = join_path(m->dir, "model.safetensors");
+    char *path = fdy_path_join(m->dir, "model.safetensors");
     m->shards = calloc(1, sizeof *m->shards);
     if (!path || !m->shards) {
       free(path);
@@ -150,27 +141,10 @@ static fdy_status open_files(fdy_llama_model *m, const char *index_path,
   if (s != FDY_OK) {
     return s;
   }
-  json_error_t jerr;
-  s = fdy_json_check_text(text, len, err);
-  if (s != FDY_OK) {
-    free(text);
-    fdy_error_prefix(err, "%s", index_path);
-    if (err) {
-      snprintf(err->name, sizeof err->name, "%s", index_path);
-    }
-    return s;
-  }
-  *index = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+  s = fdy_llama_json_parse(index_path, NULL, text, len, index, err);
   free(text);
-  if (!*index) {
-    fdy_llama_file_error(err, FDY_ERR_PARSE, index_path,
-                         "not valid JSON (line %d, column %d): %s", jerr.line,
-                         jerr.column, jerr.text);
-    if (err) {
-      err->line = jerr.line;
-      err->column = jerr.column;
-    }
-    return FDY_ERR_PARSE;
+  if (s != FDY_OK) {
+    return s;
   }
   *weight_map = json_object_get(*index, "weight_map");
   if (!json_is_object(*index) || !json_is_object(*weight_map)) {
@@ -270,12 +244,12 @@ static bool has_tensor(const fdy_llama_model *m, json_t *weight_map,
  * unquantized). */
 static fdy_status find_unquantized(fdy_llama_model *m, json_t *weight_map,
                                    fdy_error *err) {
-  size_t n = fdy_llama_layout_count(&m->config, m->quant);
-  fdy_llama_tensor_spec *specs = calloc(n, sizeof *specs);
-  if (!specs) {
-    return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
+  fdy_llama_tensor_spec *specs = NULL;
+  size_t n = 0;
+  fdy_status s = fdy_llama_layout_new(&m->config, m->quant, &specs, &n, err);
+  if (s != FDY_OK) {
+    return s;
   }
-  fdy_llama_layout(&m->config, m->quant, specs);
   for (size_t i = 0; i < n; i++) {
     const fdy_llama_tensor_spec *e = &specs[i];
     fdy_llama_module_quant *q =
@@ -368,7 +342,7 @@ cleanup:
 }
 
 static fdy_status load_config(fdy_llama_model *m, fdy_error *err) {
-  char *path = join_path(m->dir, "config.json");
+  char *path = fdy_path_join(m->dir, "config.json");
   char *text = NULL;
   size_t len = 0;
   if (!path) {
@@ -407,7 +381,7 @@ fdy_status fdy_llama_open(const char *dir, fdy_llama_model **out,
   uint32_t layers = m->config.num_layers;
   m->weights.layers = calloc(layers, sizeof *m->weights.layers);
   m->layer_bytes = calloc(layers, sizeof *m->layer_bytes);
-  index_path = join_path(m->dir, "model.safetensors.index.json");
+  index_path = fdy_path_join(m->dir, "model.safetensors.index.json");
   if (!m->weights.layers || !m->layer_bytes || !index_path) {
     s = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
     goto cleanup;

@@ -35,6 +35,37 @@ fdy_status fdy_llama_file_error(fdy_error *err, fdy_status kind,
   return kind;
 }
 
+fdy_status fdy_llama_json_parse(const char *path, const char *part,
+                                const char *text, size_t len, json_t **root,
+                                fdy_error *err) {
+  *root = NULL;
+  if (fdy_json_check_text(text, len, err) != FDY_OK) {
+    if (part) {
+      fdy_error_prefix(err, "%s: %s", path, part);
+    } else {
+      fdy_error_prefix(err, "%s", path);
+    }
+    if (err) {
+      snprintf(err->name, sizeof err->name, "%s", path);
+    }
+    return FDY_ERR_PARSE;
+  }
+  json_error_t jerr;
+  *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!*root) {
+    fdy_llama_file_error(err, FDY_ERR_PARSE, path,
+                         "%s%snot valid JSON (line %d, column %d): %s",
+                         part ? part : "", part ? " is " : "", jerr.line,
+                         jerr.column, jerr.text);
+    if (err) {
+      err->line = jerr.line;
+      err->column = jerr.column;
+    }
+    return FDY_ERR_PARSE;
+  }
+  return FDY_OK;
+}
+
 const char *fdy_safetensors_path(const fdy_safetensors *st) {
   return st->path;
 }
@@ -265,24 +296,9 @@ static fdy_status read_header(const fdy_safetensors *st, uint64_t offset,
 
 static fdy_status parse_header(fdy_safetensors *st, const char *text,
                                uint64_t header_len, fdy_error *err) {
-  json_error_t jerr;
-  if (fdy_json_check_text(text, (size_t)header_len, err) != FDY_OK) {
-    fdy_error_prefix(err, "%s: header", st->path);
-    if (err) {
-      snprintf(err->name, sizeof err->name, "%s", st->path);
-    }
-    return FDY_ERR_PARSE;
-  }
-  json_t *root =
-      json_loadb(text, (size_t)header_len, JSON_REJECT_DUPLICATES, &jerr);
-  if (!root) {
-    fdy_llama_file_error(err, FDY_ERR_PARSE, st->path,
-                         "header is not valid JSON (line %d, column %d): %s",
-                         jerr.line, jerr.column, jerr.text);
-    if (err) {
-      err->line = jerr.line;
-      err->column = jerr.column;
-    }
+  json_t *root = NULL;
+  if (fdy_llama_json_parse(st->path, "header", text, (size_t)header_len, &root,
+                           err) != FDY_OK) {
     return FDY_ERR_PARSE;
   }
   fdy_status status = FDY_OK;

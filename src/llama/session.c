@@ -336,6 +336,22 @@ static fdy_status slot_error(const fdy_llama_session *s, uint32_t slot,
   return FDY_ERR_INVALID_ARGUMENT;
 }
 
+/* check_usable, then slot must exist and hold a sequence. */
+static fdy_status check_held_slot(const fdy_llama_session *s, const char *what,
+                                  uint32_t slot, fdy_error *err) {
+  fdy_status st = check_usable(s, what, err);
+  if (st != FDY_OK) {
+    return st;
+  }
+  if (slot >= s->max_sequences) {
+    return slot_error(s, slot, "does not exist", err);
+  }
+  if (!s->active[slot]) {
+    return slot_error(s, slot, "holds no sequence", err);
+  }
+  return FDY_OK;
+}
+
 /* Runs step `step` (already staged) and records a backend failure. */
 static fdy_status run_step(fdy_llama_session *s, size_t step, fdy_error *err) {
   fdy_status st = fdy_executor_run(s->executor, step, err);
@@ -687,15 +703,10 @@ fdy_status fdy_llama_session_decode(fdy_llama_session *session,
 
 fdy_status fdy_llama_session_release(fdy_llama_session *session, uint32_t slot,
                                      fdy_error *err) {
-  fdy_status st = check_usable(session, "fdy_llama_session_release", err);
+  fdy_status st =
+      check_held_slot(session, "fdy_llama_session_release", slot, err);
   if (st != FDY_OK) {
     return st;
-  }
-  if (slot >= session->max_sequences) {
-    return slot_error(session, slot, "does not exist", err);
-  }
-  if (!session->active[slot]) {
-    return slot_error(session, slot, "holds no sequence", err);
   }
   free_slot(session, slot);
   return FDY_OK;
@@ -735,15 +746,10 @@ fdy_status fdy_llama_session_append_rows(fdy_llama_session *session,
 
 fdy_status fdy_llama_session_rewind(fdy_llama_session *session, uint32_t slot,
                                     uint32_t position, fdy_error *err) {
-  fdy_status st = check_usable(session, "fdy_llama_session_rewind", err);
+  fdy_status st =
+      check_held_slot(session, "fdy_llama_session_rewind", slot, err);
   if (st != FDY_OK) {
     return st;
-  }
-  if (slot >= session->max_sequences) {
-    return slot_error(session, slot, "does not exist", err);
-  }
-  if (!session->active[slot]) {
-    return slot_error(session, slot, "holds no sequence", err);
   }
   if (position > session->positions[slot]) {
     fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,

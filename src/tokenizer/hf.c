@@ -1208,43 +1208,49 @@ static bool post_processor_adds_bos(json_t *root) {
   return json_object_get(first, "SpecialToken") != NULL;
 }
 
+/* Checks entry's id v (read_id), which must be below limit, and raises *top
+ * to it. */
+static fdy_status raise_top_id(const hf_file *f, json_t *v, const char *entry,
+                               uint64_t limit, json_int_t *top) {
+  json_int_t id = 0;
+  fdy_status s = read_id(f, v, entry, &id);
+  if (s != FDY_OK) {
+    return s;
+  }
+  if ((uint64_t)id >= limit) {
+    return entry_error(f, FDY_ERR_SCHEMA, entry,
+                       "id %lld is out of range: the file has %llu tokens, "
+                       "so ids are below that (one is missing or wrong)",
+                       (long long)id, (unsigned long long)limit);
+  }
+  *top = id > *top ? id : *top;
+  return FDY_OK;
+}
+
 /* The highest id of the vocabulary and the added tokens, each id checked;
  * an id past their count is out of range (ids may repeat, never skip). */
 static fdy_status count_ids(const hf_file *f, json_t *vocab, json_t *added,
                             uint32_t *capacity) {
   uint64_t limit = json_object_size(vocab) + json_array_size(added);
-  json_int_t top = -1, id = 0;
+  json_int_t top = -1;
   const char *key;
   json_t *v;
   fdy_status s = FDY_OK;
   json_object_foreach(vocab, key, v) {
     char entry[FDY_ERROR_NAME_MAX];
     snprintf(entry, sizeof entry, "model.vocab[\"%s\"]", key);
-    if ((s = read_id(f, v, entry, &id)) != FDY_OK) {
+    if ((s = raise_top_id(f, v, entry, limit, &top)) != FDY_OK) {
       return s;
     }
-    if ((uint64_t)id >= limit) {
-      return entry_error(f, FDY_ERR_SCHEMA, entry,
-                         "id %lld is out of range: the file has %llu tokens, "
-                         "so ids are below that (one is missing or wrong)",
-                         (long long)id, (unsigned long long)limit);
-    }
-    top = id > top ? id : top;
   }
   size_t i;
   json_array_foreach(added, i, v) {
     char entry[64];
     snprintf(entry, sizeof entry, "added_tokens[%zu]", i);
-    if ((s = read_id(f, json_object_get(v, "id"), entry, &id)) != FDY_OK) {
+    s = raise_top_id(f, json_object_get(v, "id"), entry, limit, &top);
+    if (s != FDY_OK) {
       return s;
     }
-    if ((uint64_t)id >= limit) {
-      return entry_error(f, FDY_ERR_SCHEMA, entry,
-                         "id %lld is out of range: the file has %llu tokens, "
-                         "so ids are below that (one is missing or wrong)",
-                         (long long)id, (unsigned long long)limit);
-    }
-    top = id > top ? id : top;
   }
   *capacity = (uint32_t)(top + 1);
   return FDY_OK;

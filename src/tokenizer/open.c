@@ -11,15 +11,6 @@
 #include "foundry/input.h"
 #include "tokenizer_internal.h"
 
-static char *join(const char *dir, const char *file) {
-  size_t n = strlen(dir) + strlen(file) + 2;
-  char *p = malloc(n);
-  if (p) {
-    snprintf(p, n, "%s/%s", dir, file);
-  }
-  return p;
-}
-
 /* Present in any form: a FIFO or a directory under a tokenizer file's name
  * is used, and its loader fails at once naming it (fdy_input_read), rather
  * than being taken for an absent file. */
@@ -64,7 +55,7 @@ static fdy_status looks_like_json(const char *path, bool *json,
 /* path/tokenizer.json (+ path/tokenizer_config.json when present). */
 static fdy_status open_hf(const char *json_path, const char *dir,
                           fdy_tokenizer **out, fdy_error *err) {
-  char *config = join(dir, "tokenizer_config.json");
+  char *config = fdy_path_join(dir, "tokenizer_config.json");
   if (!config) {
     return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   }
@@ -110,8 +101,8 @@ fdy_status fdy_tokenizer_open(const char *path, fdy_tokenizer **out,
     free(copy);
     return s;
   }
-  char *json_path = join(path, "tokenizer.json");
-  char *model_path = join(path, "tokenizer.model");
+  char *json_path = fdy_path_join(path, "tokenizer.json");
+  char *model_path = fdy_path_join(path, "tokenizer.model");
   if (!json_path || !model_path) {
     s = fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   } else if (exists(json_path)) {
