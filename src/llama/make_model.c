@@ -37,264 +37,83 @@
 #define EMBED_STD 0.05f
 #define SQRT3     1.7320508f
 
+/* What every preset of a model_type writes in config.json. */
+typedef struct family_row {
+  const char *architecture;
+  double rope_theta, rms_eps;
+  uint32_t max_position;
+} family_row;
+
+static const family_row family_rows[FDY_LLAMA_FAMILY_COUNT] = {
+    [FDY_LLAMA_FAMILY_LLAMA] = {"LlamaForCausalLM", 500000.0, 1e-5, 131072},
+    [FDY_LLAMA_FAMILY_MISTRAL] = {"MistralForCausalLM", 1e6, 1e-5, 32768},
+    [FDY_LLAMA_FAMILY_QWEN2] = {"Qwen2ForCausalLM", 1e6, 1e-6, 32768},
+    [FDY_LLAMA_FAMILY_QWEN3] = {"Qwen3ForCausalLM", 1e6, 1e-6, 40960},
+};
+
 typedef struct preset {
   const char *name;
-  uint32_t layers, hidden, heads, kv_heads, head_dim, ffn, vocab;
-  bool tied, llama3;
-  double rope_factor;
+  struct {
+    uint32_t layers, hidden, heads, kv_heads, head_dim, ffn, vocab;
+  };
+  fdy_llama_family family; /* model_type: family_rows */
   fdy_dtype dtype;
-  int32_t bos;
-  int32_t eos[3];
-  uint32_t eos_count;
-  fdy_llama_family family; /* model_type (0: llama) */
-  double rope_theta;       /* 0: 500000 */
-  double rms_eps;          /* 0: 1e-5 */
-  uint32_t max_position;   /* 0: 131072 */
+  bool tied;
+  double llama3_factor; /* rope_scaling (rope_type llama3); 0: none */
+  struct {
+    int32_t bos;
+    int32_t eos[3];
+    uint32_t eos_count;
+  };
 } preset;
 
+/* clang-format off */
+/* The bos and eos ids of the Llama 3 and the Qwen vocabularies. */
+#define LLAMA3_TOKENS {128000, {128001, 128008, 128009}, 3}
+#define QWEN_TOKENS   {151643, {151645, 151643}, 2}
+
+/* A row a preset: name, {layers, hidden, heads, kv_heads, head_dim, ffn,
+ * vocab}, model_type, dtype, tied embeddings, the llama3 rope scaling
+ * factor (0: no rope_scaling), {bos, {eos ids}, eos count}. */
 static const preset presets[] = {
-    {"llama-3.2-1b",
-     16,
-     2048,
-     32,
-     8,
-     64,
-     8192,
-     128256,
-     true,
-     true,
-     32.0,
-     FDY_DTYPE_F16,
-     128000,
-     {128001, 128008, 128009},
-     3,
-     FDY_LLAMA_FAMILY_LLAMA,
-     0.0,
-     0.0,
-     0},
-    {"llama-3.2-3b",
-     28,
-     3072,
-     24,
-     8,
-     128,
-     8192,
-     128256,
-     true,
-     true,
-     32.0,
-     FDY_DTYPE_F16,
-     128000,
-     {128001, 128008, 128009},
-     3,
-     FDY_LLAMA_FAMILY_LLAMA,
-     0.0,
-     0.0,
-     0},
-    {"llama-3.1-8b",
-     32,
-     4096,
-     32,
-     8,
-     128,
-     14336,
-     128256,
-     false,
-     true,
-     8.0,
-     FDY_DTYPE_BF16,
-     128000,
-     {128001, 128008, 128009},
-     3,
-     FDY_LLAMA_FAMILY_LLAMA,
-     0.0,
-     0.0,
-     0},
-    {"tiny",
-     2,
-     768,
-     6,
-     2,
-     128,
-     2048,
-     2048,
-     true,
-     true,
-     32.0,
-     FDY_DTYPE_F16,
-     1,
-     {2, 3, 0},
-     2,
-     FDY_LLAMA_FAMILY_LLAMA,
-     0.0,
-     0.0,
-     0},
-    {"micro",
-     2,
-     256,
-     8,
-     2,
-     32,
-     512,
-     1024,
-     true,
-     true,
-     32.0,
-     FDY_DTYPE_F16,
-     1,
-     {2, 3, 0},
-     2,
-     FDY_LLAMA_FAMILY_LLAMA,
-     0.0,
-     0.0,
-     0},
-    {"micro-untied",
-     2,
-     256,
-     8,
-     2,
-     32,
-     512,
-     1024,
-     false,
-     false,
-     0.0,
-     FDY_DTYPE_BF16,
-     1,
-     {2, 0, 0},
-     1,
-     FDY_LLAMA_FAMILY_LLAMA,
-     0.0,
-     0.0,
-     0},
+    {"llama-3.2-1b",       {16, 2048, 32, 8,  64,  8192, 128256},
+     FDY_LLAMA_FAMILY_LLAMA,   FDY_DTYPE_F16,  true,  32.0, LLAMA3_TOKENS},
+    {"llama-3.2-3b",       {28, 3072, 24, 8, 128,  8192, 128256},
+     FDY_LLAMA_FAMILY_LLAMA,   FDY_DTYPE_F16,  true,  32.0, LLAMA3_TOKENS},
+    {"llama-3.1-8b",       {32, 4096, 32, 8, 128, 14336, 128256},
+     FDY_LLAMA_FAMILY_LLAMA,   FDY_DTYPE_BF16, false,  8.0, LLAMA3_TOKENS},
+    {"tiny",               { 2,  768,  6, 2, 128,  2048,   2048},
+     FDY_LLAMA_FAMILY_LLAMA,   FDY_DTYPE_F16,  true,  32.0, {1, {2, 3}, 2}},
+    {"micro",              { 2,  256,  8, 2,  32,   512,   1024},
+     FDY_LLAMA_FAMILY_LLAMA,   FDY_DTYPE_F16,  true,  32.0, {1, {2, 3}, 2}},
+    {"micro-untied",       { 2,  256,  8, 2,  32,   512,   1024},
+     FDY_LLAMA_FAMILY_LLAMA,   FDY_DTYPE_BF16, false,  0.0, {1, {2}, 1}},
     /* the real Llama 3 vocabulary and EOS ids on tiny layers: for tests of
      * text, the tokenizer and the chat template (4.6 MB) */
-    {"micro-llama3-vocab",
-     2,
-     64,
-     2,
-     1,
-     32,
-     128,
-     128256,
-     true,
-     true,
-     32.0,
-     FDY_DTYPE_F16,
-     128000,
-     {128001, 128008, 128009},
-     3,
-     FDY_LLAMA_FAMILY_LLAMA,
-     0.0,
-     0.0,
-     0},
+    {"micro-llama3-vocab", { 2,   64,  2, 1,  32,   128, 128256},
+     FDY_LLAMA_FAMILY_LLAMA,   FDY_DTYPE_F16,  true,  32.0, LLAMA3_TOKENS},
     /* Mistral 7B v0.3's shapes (model_type mistral, no sliding window) */
-    {.name = "mistral-7b-v0.3",
-     .layers = 32,
-     .hidden = 4096,
-     .heads = 32,
-     .kv_heads = 8,
-     .head_dim = 128,
-     .ffn = 14336,
-     .vocab = 32768,
-     .dtype = FDY_DTYPE_BF16,
-     .bos = 1,
-     .eos = {2},
-     .eos_count = 1,
-     .family = FDY_LLAMA_FAMILY_MISTRAL,
-     .rope_theta = 1e6,
-     .max_position = 32768},
+    {"mistral-7b-v0.3",    {32, 4096, 32, 8, 128, 14336,  32768},
+     FDY_LLAMA_FAMILY_MISTRAL, FDY_DTYPE_BF16, false,  0.0, {1, {2}, 1}},
     /* mistral on tiny layers, Nemo-style: head_dim 64 is not hidden /
      * heads, 3 query heads per kv head */
-    {.name = "micro-mistral",
-     .layers = 2,
-     .hidden = 256,
-     .heads = 6,
-     .kv_heads = 2,
-     .head_dim = 64,
-     .ffn = 512,
-     .vocab = 1024,
-     .dtype = FDY_DTYPE_BF16,
-     .bos = 1,
-     .eos = {2},
-     .eos_count = 1,
-     .family = FDY_LLAMA_FAMILY_MISTRAL,
-     .rope_theta = 1e6,
-     .max_position = 32768},
+    {"micro-mistral",      { 2,  256,  6, 2,  64,   512,   1024},
+     FDY_LLAMA_FAMILY_MISTRAL, FDY_DTYPE_BF16, false,  0.0, {1, {2}, 1}},
     /* Qwen2.5 0.5B's shapes (q, k and v biases; 14 heads over 2 kv heads) */
-    {.name = "qwen2.5-0.5b",
-     .layers = 24,
-     .hidden = 896,
-     .heads = 14,
-     .kv_heads = 2,
-     .head_dim = 64,
-     .ffn = 4864,
-     .vocab = 151936,
-     .tied = true,
-     .dtype = FDY_DTYPE_BF16,
-     .bos = 151643,
-     .eos = {151645, 151643},
-     .eos_count = 2,
-     .family = FDY_LLAMA_FAMILY_QWEN2,
-     .rope_theta = 1e6,
-     .rms_eps = 1e-6,
-     .max_position = 32768},
+    {"qwen2.5-0.5b",       {24,  896, 14, 2,  64,  4864, 151936},
+     FDY_LLAMA_FAMILY_QWEN2,   FDY_DTYPE_BF16, true,   0.0, QWEN_TOKENS},
     /* Qwen3 0.6B's shapes (q and k normalized per head; q is 2048 wide
      * over a hidden of 1024) */
-    {.name = "qwen3-0.6b",
-     .layers = 28,
-     .hidden = 1024,
-     .heads = 16,
-     .kv_heads = 8,
-     .head_dim = 128,
-     .ffn = 3072,
-     .vocab = 151936,
-     .tied = true,
-     .dtype = FDY_DTYPE_BF16,
-     .bos = 151643,
-     .eos = {151645, 151643},
-     .eos_count = 2,
-     .family = FDY_LLAMA_FAMILY_QWEN3,
-     .rope_theta = 1e6,
-     .rms_eps = 1e-6,
-     .max_position = 40960},
+    {"qwen3-0.6b",         {28, 1024, 16, 8, 128,  3072, 151936},
+     FDY_LLAMA_FAMILY_QWEN3,   FDY_DTYPE_BF16, true,   0.0, QWEN_TOKENS},
     /* qwen3 on tiny layers: head_dim 128, q twice as wide as hidden */
-    {.name = "micro-qwen3",
-     .layers = 2,
-     .hidden = 256,
-     .heads = 4,
-     .kv_heads = 2,
-     .head_dim = 128,
-     .ffn = 512,
-     .vocab = 1024,
-     .tied = true,
-     .dtype = FDY_DTYPE_BF16,
-     .bos = 1,
-     .eos = {2},
-     .eos_count = 1,
-     .family = FDY_LLAMA_FAMILY_QWEN3,
-     .rope_theta = 1e6,
-     .rms_eps = 1e-6,
-     .max_position = 40960},
+    {"micro-qwen3",        { 2,  256,  4, 2, 128,   512,   1024},
+     FDY_LLAMA_FAMILY_QWEN3,   FDY_DTYPE_BF16, true,   0.0, {1, {2}, 1}},
     /* qwen2 on tiny layers: 7 heads over 1 kv head */
-    {.name = "micro-qwen2",
-     .layers = 2,
-     .hidden = 256,
-     .heads = 7,
-     .kv_heads = 1,
-     .head_dim = 64,
-     .ffn = 512,
-     .vocab = 1024,
-     .tied = true,
-     .dtype = FDY_DTYPE_BF16,
-     .bos = 1,
-     .eos = {2},
-     .eos_count = 1,
-     .family = FDY_LLAMA_FAMILY_QWEN2,
-     .rope_theta = 1e6,
-     .rms_eps = 1e-6,
-     .max_position = 32768},
+    {"micro-qwen2",        { 2,  256,  7, 1,  64,   512,   1024},
+     FDY_LLAMA_FAMILY_QWEN2,   FDY_DTYPE_BF16, true,   0.0, {1, {2}, 1}},
 };
+/* clang-format on */
 
 #define PRESET_COUNT (sizeof presets / sizeof presets[0])
 
@@ -443,14 +262,17 @@ typedef struct gen_list {
 static fdy_status gen_tensors(const fdy_llama_config *config,
                               const fdy_llama_module_quant *quant,
                               uint64_t seed, gen_list *l, fdy_error *err) {
-  size_t n = fdy_llama_layout_count(config, quant);
-  fdy_llama_tensor_spec *specs = calloc(n, sizeof *specs);
+  fdy_llama_tensor_spec *specs = NULL;
+  size_t n = 0;
+  fdy_status st = fdy_llama_layout_new(config, quant, &specs, &n, err);
+  if (st != FDY_OK) {
+    return st;
+  }
   l->items = calloc(n, sizeof *l->items);
-  if (!specs || !l->items) {
+  if (!l->items) {
     free(specs);
     return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   }
-  fdy_llama_layout(config, quant, specs);
   for (size_t i = 0; i < n; i++) {
     const fdy_llama_tensor_spec *s = &specs[i];
     bool norm =
@@ -586,16 +408,7 @@ static json_t *quantization_json(const preset *p, const variant *v) {
 /* The fields of p's family beyond the Llama ones, set on doc; false when
  * out of memory. */
 static bool family_fields(const preset *p, json_t *doc) {
-  static const char *const architectures[FDY_LLAMA_FAMILY_COUNT] = {
-      [FDY_LLAMA_FAMILY_LLAMA] = "LlamaForCausalLM",
-      [FDY_LLAMA_FAMILY_MISTRAL] = "MistralForCausalLM",
-      [FDY_LLAMA_FAMILY_QWEN2] = "Qwen2ForCausalLM",
-      [FDY_LLAMA_FAMILY_QWEN3] = "Qwen3ForCausalLM",
-  };
-  int failed = json_object_set_new(doc, "architectures",
-                                   json_pack("[s]", architectures[p->family]));
-  failed |= json_object_set_new(doc, "model_type",
-                                json_string(fdy_llama_family_name(p->family)));
+  int failed = 0;
   switch (p->family) {
   case FDY_LLAMA_FAMILY_MISTRAL: /* no bias fields; full attention */
     json_object_del(doc, "attention_bias");
@@ -624,11 +437,12 @@ static bool family_fields(const preset *p, json_t *doc) {
 }
 
 static json_t *config_json(const preset *p, const variant *v) {
+  const family_row *family = &family_rows[p->family];
   json_t *rope = json_null();
-  if (p->llama3) {
+  if (p->llama3_factor > 0) {
     rope =
         json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3", "factor",
-                  p->rope_factor, "high_freq_factor", 4.0, "low_freq_factor",
+                  p->llama3_factor, "high_freq_factor", 4.0, "low_freq_factor",
                   1.0, "original_max_position_embeddings", 8192);
   }
   json_t *eos = json_array();
@@ -641,18 +455,16 @@ static json_t *config_json(const preset *p, const variant *v) {
   json_t *doc = json_pack(
       "{s:[s], s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:o, s:b, s:i, s:f, "
       "s:i, s:o, s:s, s:b, s:b, s:s, s:s}",
-      "architectures", "LlamaForCausalLM", "vocab_size", (int)p->vocab,
+      "architectures", family->architecture, "vocab_size", (int)p->vocab,
       "hidden_size", (int)p->hidden, "intermediate_size", (int)p->ffn,
       "num_hidden_layers", (int)p->layers, "num_attention_heads", (int)p->heads,
       "num_key_value_heads", (int)p->kv_heads, "head_dim", (int)p->head_dim,
-      "rope_theta", p->rope_theta > 0 ? p->rope_theta : 500000.0,
-      "rope_scaling", rope, "tie_word_embeddings", (int)p->tied,
-      "max_position_embeddings",
-      p->max_position ? (int)p->max_position : 131072, "rms_norm_eps",
-      p->rms_eps > 0 ? p->rms_eps : 1e-5, "bos_token_id", (int)p->bos,
-      "eos_token_id", eos, "hidden_act", "silu", "attention_bias", 0,
-      "mlp_bias", 0, "model_type", "llama", "torch_dtype",
-      torch_dtypes[v->dtype]);
+      "rope_theta", family->rope_theta, "rope_scaling", rope,
+      "tie_word_embeddings", (int)p->tied, "max_position_embeddings",
+      (int)family->max_position, "rms_norm_eps", family->rms_eps,
+      "bos_token_id", (int)p->bos, "eos_token_id", eos, "hidden_act", "silu",
+      "attention_bias", 0, "mlp_bias", 0, "model_type",
+      fdy_llama_family_name(p->family), "torch_dtype", torch_dtypes[v->dtype]);
   if (doc && p->family != FDY_LLAMA_FAMILY_LLAMA && !family_fields(p, doc)) {
     json_decref(doc);
     doc = NULL;
