@@ -1,6 +1,6 @@
 /* The CPU backend's op kernels: which ops it runs, the workspace each needs,
  * and every kind of include/foundry/ops.h except MATMUL_Q4 (matmul_q4.c)
- * and the 8-bit and unquantized embeddings and matmuls (linear.c).
+ * and the embeddings and the 8-bit and unquantized matmuls (linear.c).
  * The fused kinds run the tasks of the sequence they replace, in its order,
  * through workspace (RMSNORM's rows, then MATMUL_Q4 per weight, then
  * SWIGLU's or ADD's elements), so their results are bitwise those of the
@@ -251,8 +251,10 @@ fdy_status fdy_cpu_op_workspace(const fdy_op *op, uint32_t threads,
   return st;
 }
 
+static bool has_kernel(fdy_op_kind kind);
+
 bool fdy_cpu_op_supported(const fdy_op *op, uint32_t threads) {
-  if (fdy_op_check(op, NULL) != FDY_OK) {
+  if (fdy_op_check(op, NULL) != FDY_OK || !has_kernel(op->kind)) {
     return false;
   }
   for (uint32_t i = 0; i < op->input_count + op->output_count; i++) {
@@ -320,71 +322,6 @@ static void run_checksum(fdy_pool *pool, const fdy_cpu_args *a) {
   uint64_t prev = op->input_count == 2 ? *(const uint64_t *)a->inputs[1] : 0;
   *(uint64_t *)a->outputs[0] =
       fdy_checksum_finish(sum, n) + prev * FDY_CHAIN_PRIME;
-}
-
-/* ---- embedding -------------------------------------------------------------
- */
-
-typedef struct embed_job {
-  const int32_t *step;
-  const unsigned char *table;
-  const void *scales, *biases;
-  fdy_dtype dtype;
-  uint64_t vocab;
-  uint32_t hidden, group, groups;
-  float *out;
-} embed_job;
-
-/* Row t is the dequantized table row of id t (fdy_llama_dequantize_row). */
-static void embed_task(void *ctx, uint32_t begin, uint32_t end,
-                       uint32_t thread) {
-  (void)thread;
-  const embed_job *job = ctx;
-  uint32_t group = job->group;
-  for (uint32_t t = begin; t < end; t++) {
-    int32_t id = job->step[FDY_STEP_ID(t)];
-    float *out = job->out + (uint64_t)t * job->hidden;
-    if (id < 0 || (uint64_t)id >= job->vocab) {
-      fill_nan(out, job->hidden);
-      continue;
-    }
-    const unsigned char *words =
-        job->table + (uint64_t)id * (job->hidden / 8) * 4;
-    uint64_t first = (uint64_t)id * job->groups;
-    for (uint32_t g = 0; g < job->groups; g++) {
-      float scale = fdy_cpu_half_at(job->scales, job->dtype, first + g);
-      float bias = fdy_cpu_half_at(job->biases, job->dtype, first + g);
-      float *o = out + (uint64_t)g * group;
-      const unsigned char *w = words + (uint64_t)g * (group / 8) * 4;
-      for (uint32_t k = 0; k < group / 8; k++) {
-        const unsigned char *b = w + 4 * k;
-        uint32_t word = (uint32_t)b[0] | (uint32_t)b[1] << 8 |
-                        (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-        for (uint32_t j = 0; j < 8; j++) {
-          o[8 * k + j] = scale * (float)((word >> (4 * j)) & 0xfu) + bias;
-        }
-      }
-    }
-  }
-}
-
-static void run_embed(fdy_pool *pool, const fdy_cpu_args *a) {
-  const fdy_op *op = a->op;
-  const int32_t *step = a->inputs[0];
-  embed_job job = {
-      .step = step,
-      .table = a->inputs[1],
-      .scales = a->inputs[2],
-      .biases = a->inputs[3],
-      .dtype = op->inputs[2].dtype,
-      .vocab = op->inputs[1].shape.dims[0],
-      .hidden = (uint32_t)op->outputs[0].shape.dims[1],
-      .groups = (uint32_t)op->inputs[2].shape.dims[1],
-      .out = a->outputs[0],
-  };
-  job.group = job.hidden / job.groups;
-  fdy_pool_run(pool, active_rows(step, op->outputs[0].shape.dims[0]), 1,
-               embed_task, &job);
 }
 
 /* ---- rmsnorm --------------------------------------------------------------
@@ -969,63 +906,52 @@ static void run_fused(fdy_pool *pool, const fdy_cpu_args *a) {
   }
 }
 
+/* The kinds whose kernel lives in another file, over the active rows. */
+
+static void run_matmul_q4(fdy_pool *pool, const fdy_cpu_args *a) {
+  fdy_cpu_matmul_q4(pool, a,
+                    active_rows(a->inputs[0], a->op->inputs[1].shape.dims[0]));
+}
+
+static void run_embed_linear(fdy_pool *pool, const fdy_cpu_args *a) {
+  fdy_cpu_embed_linear(
+      pool, a, active_rows(a->inputs[0], a->op->outputs[0].shape.dims[0]));
+}
+
+static void run_matmul_linear(fdy_pool *pool, const fdy_cpu_args *a) {
+  fdy_cpu_matmul_linear(
+      pool, a, active_rows(a->inputs[0], a->op->inputs[1].shape.dims[0]));
+}
+
+/* The kernel of each kind. */
+static void (*const kernel_of[FDY_OP_KIND_COUNT])(fdy_pool *,
+                                                  const fdy_cpu_args *) = {
+    [FDY_OP_CHECKSUM] = run_checksum,
+    [FDY_OP_EMBED_Q4] = run_embed_linear,
+    [FDY_OP_RMSNORM] = run_rmsnorm,
+    [FDY_OP_MATMUL_Q4] = run_matmul_q4,
+    [FDY_OP_ROPE] = run_rope,
+    [FDY_OP_ATTENTION] = run_attention,
+    [FDY_OP_SWIGLU] = run_elementwise,
+    [FDY_OP_ADD] = run_elementwise,
+    [FDY_OP_LAST_ROW] = run_elementwise,
+    [FDY_OP_ARGMAX] = run_argmax,
+    [FDY_OP_NORM_MATMUL_Q4] = run_fused,
+    [FDY_OP_NORM_SWIGLU_Q4] = run_fused,
+    [FDY_OP_MATMUL_ADD_Q4] = run_fused,
+    [FDY_OP_ROPE_ATTENTION] = run_rope_attention,
+    [FDY_OP_SAMPLE] = run_sample,
+    [FDY_OP_EMBED_Q8] = run_embed_linear,
+    [FDY_OP_MATMUL_Q8] = run_matmul_linear,
+    [FDY_OP_EMBED_DENSE] = run_embed_linear,
+    [FDY_OP_MATMUL_DENSE] = run_matmul_linear,
+    [FDY_OP_ADD_BIAS] = run_add_bias,
+};
+
+static bool has_kernel(fdy_op_kind kind) {
+  return kernel_of[kind] != NULL;
+}
+
 void fdy_cpu_op_run(fdy_pool *pool, const fdy_cpu_args *args) {
-  switch (args->op->kind) {
-  case FDY_OP_CHECKSUM:
-    run_checksum(pool, args);
-    break;
-  case FDY_OP_EMBED_Q4:
-    run_embed(pool, args);
-    break;
-  case FDY_OP_RMSNORM:
-    run_rmsnorm(pool, args);
-    break;
-  case FDY_OP_MATMUL_Q4:
-    fdy_cpu_matmul_q4(
-        pool, args,
-        active_rows(args->inputs[0], args->op->inputs[1].shape.dims[0]));
-    break;
-  case FDY_OP_ROPE:
-    run_rope(pool, args);
-    break;
-  case FDY_OP_ATTENTION:
-    run_attention(pool, args);
-    break;
-  case FDY_OP_ROPE_ATTENTION:
-    run_rope_attention(pool, args);
-    break;
-  case FDY_OP_SWIGLU:
-  case FDY_OP_ADD:
-  case FDY_OP_LAST_ROW:
-    run_elementwise(pool, args);
-    break;
-  case FDY_OP_ARGMAX:
-    run_argmax(pool, args);
-    break;
-  case FDY_OP_ADD_BIAS:
-    run_add_bias(pool, args);
-    break;
-  case FDY_OP_SAMPLE:
-    run_sample(pool, args);
-    break;
-  case FDY_OP_EMBED_Q8:
-  case FDY_OP_EMBED_DENSE:
-    fdy_cpu_embed_linear(
-        pool, args,
-        active_rows(args->inputs[0], args->op->outputs[0].shape.dims[0]));
-    break;
-  case FDY_OP_MATMUL_Q8:
-  case FDY_OP_MATMUL_DENSE:
-    fdy_cpu_matmul_linear(
-        pool, args,
-        active_rows(args->inputs[0], args->op->inputs[1].shape.dims[0]));
-    break;
-  case FDY_OP_NORM_MATMUL_Q4:
-  case FDY_OP_NORM_SWIGLU_Q4:
-  case FDY_OP_MATMUL_ADD_Q4:
-    run_fused(pool, args);
-    break;
-  case FDY_OP_KIND_COUNT:
-    break;
-  }
+  kernel_of[args->op->kind](pool, args);
 }

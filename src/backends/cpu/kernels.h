@@ -12,8 +12,9 @@
  * of this many bytes from its start, so threads do not share cache lines. */
 #define FDY_CPU_WORKSPACE_ALIGN 64
 
-/* Whether the kernels run op, which passed fdy_op_check: every dimension
- * below 2^31 (positions and ids are I32) and the workspace computable. */
+/* Whether the kernels run op: it passed fdy_op_check, its kind has a
+ * kernel, every dimension is below 2^31 (positions and ids are I32) and
+ * the workspace computable. */
 bool fdy_cpu_op_supported(const fdy_op *op, uint32_t threads);
 
 /* Workspace bytes op needs on a pool of `threads` threads (0 when none).
@@ -74,7 +75,8 @@ void fdy_cpu_floats_of(const void *data, fdy_dtype dtype, uint64_t first,
  * expanded weight row per thread. */
 fdy_status fdy_cpu_linear_workspace(const fdy_op *op, uint32_t threads,
                                     uint64_t *out, fdy_error *err);
-/* EMBED_Q8 or EMBED_DENSE for the first `rows` rows of the output. */
+/* EMBED_Q4, EMBED_Q8 or EMBED_DENSE for the first `rows` rows of the
+ * output. */
 void fdy_cpu_embed_linear(fdy_pool *pool, const fdy_cpu_args *args,
                           uint32_t rows);
 /* MATMUL_Q8 or MATMUL_DENSE: y = x W^T for the first `rows` rows of x. */

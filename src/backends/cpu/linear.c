@@ -1,10 +1,11 @@
-/* EMBED_Q8, MATMUL_Q8, EMBED_DENSE and MATMUL_DENSE on the CPU: the
- * reference kernels of 8-bit affine and unquantized (F32, F16, BF16)
- * weights.
+/* EMBED_Q4, EMBED_Q8, MATMUL_Q8, EMBED_DENSE and MATMUL_DENSE on the CPU:
+ * the reference kernels of 4-bit and 8-bit affine and unquantized (F32,
+ * F16, BF16) weights, but the 4-bit matmuls (matmul_q4.c).
  *
  * A weight row is expanded to floats: w = scale * q + bias (rounded to
  * float after the product and after the sum, never contracted), q the
- * bytes of the packed words low first, or the stored value converted
+ * 4-bit or 8-bit values of the packed words, low bits first (as
+ * fdy_llama_dequantize_row does), or the stored value converted
  * exactly. An embedding row is that row; a matmul output is its dot
  * product with an input row, summed in 8 interleaved float partial sums
  * that are combined in a fixed tree. Weight rows are split across the pool
@@ -20,24 +21,36 @@
 /* Weight rows per pool chunk. */
 #define LINEAR_CHUNK 16
 
-/* The weight matrix of an op: packed bytes (8-bit) or values (dense). */
+/* The weight matrix of an op: packed words (affine) or values (dense). */
 typedef struct linear_weight {
   const unsigned char *data;
-  const void *scales, *biases; /* 8-bit only */
-  fdy_dtype dtype;             /* the scales' (8-bit) or the values' */
-  bool q8;
-  uint32_t n;      /* values per row */
-  uint32_t groups; /* per row (8-bit) */
+  const void *scales, *biases; /* affine only */
+  fdy_dtype dtype;             /* the scales' (affine) or the values' */
+  uint32_t bits;               /* of a quantized value: 4 or 8; 0: dense */
+  uint32_t n;                  /* values per row */
+  uint32_t groups;             /* per row (affine) */
 } linear_weight;
+
+static uint32_t bits_of(fdy_op_kind kind) {
+  switch (kind) {
+  case FDY_OP_EMBED_Q4:
+    return 4;
+  case FDY_OP_EMBED_Q8:
+  case FDY_OP_MATMUL_Q8:
+    return 8;
+  default:
+    return 0;
+  }
+}
 
 /* The weight of op whose first tensor is input w (EMBED_*: 1, MATMUL_*:
  * 2), with args's data. */
 static linear_weight weight_of(const fdy_cpu_args *args, uint32_t w,
                                uint32_t n) {
   const fdy_op *op = args->op;
-  bool q8 = op->kind == FDY_OP_EMBED_Q8 || op->kind == FDY_OP_MATMUL_Q8;
-  linear_weight lw = {.data = args->inputs[w], .q8 = q8, .n = n};
-  if (q8) {
+  linear_weight lw = {
+      .data = args->inputs[w], .bits = bits_of(op->kind), .n = n};
+  if (lw.bits != 0) {
     lw.scales = args->inputs[w + 1];
     lw.biases = args->inputs[w + 2];
     lw.dtype = op->inputs[w + 1].dtype;
@@ -48,20 +61,34 @@ static linear_weight weight_of(const fdy_cpu_args *args, uint32_t w,
   return lw;
 }
 
+/* Values [first, end) of the packed row q of `bits`-bit values (8: a
+ * byte each; 4: two a byte, the low nibble first) as scale * q + bias
+ * into out[first, end). */
+static void dequantize(const unsigned char *q, uint32_t bits, uint32_t first,
+                       uint32_t end, float scale, float bias, float *out) {
+  if (bits == 8) {
+    for (uint32_t i = first; i < end; i++) {
+      out[i] = scale * (float)q[i] + bias;
+    }
+    return;
+  }
+  for (uint32_t i = first; i < end; i++) {
+    out[i] = scale * (float)((q[i / 2] >> (4 * (i % 2))) & 0xfu) + bias;
+  }
+}
+
 /* Row r of the weight as floats into out[0, n). */
 static void expand_row(const linear_weight *lw, uint64_t r, float *out) {
-  if (!lw->q8) {
+  if (lw->bits == 0) {
     fdy_cpu_floats_of(lw->data, lw->dtype, r * lw->n, lw->n, out);
     return;
   }
   uint32_t group = lw->n / lw->groups;
-  const unsigned char *q = lw->data + r * lw->n;
+  const unsigned char *q = lw->data + r * lw->n * lw->bits / 8;
   for (uint32_t g = 0; g < lw->groups; g++) {
     float scale = fdy_cpu_half_at(lw->scales, lw->dtype, r * lw->groups + g);
     float bias = fdy_cpu_half_at(lw->biases, lw->dtype, r * lw->groups + g);
-    for (uint32_t i = g * group; i < (g + 1) * group; i++) {
-      out[i] = scale * (float)q[i] + bias;
-    }
+    dequantize(q, lw->bits, g * group, (g + 1) * group, scale, bias, out);
   }
 }
 
