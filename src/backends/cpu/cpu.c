@@ -41,6 +41,7 @@
 #include "foundry/op_table.h"
 #include "foundry/pool.h"
 
+#include "entry_errors.h"
 #include "handle_list.h"
 #include "kernels.h"
 
@@ -138,26 +139,33 @@ static fdy_status cpu_fail(fdy_error *err, fdy_status kind, const char *op,
                            const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* The failure of entry op (entry_errors.h). */
 static fdy_status cpu_fail(fdy_error *err, fdy_status kind, const char *op,
                            const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  fdy_error_vsetf(err, kind, NULL, 0, 0, fmt, ap);
+  fdy_entry_vfail(err, kind, "cpu", op, fmt, ap);
   va_end(ap);
-  fdy_error_prefix(err, "cpu %s", op);
-  if (err != NULL) {
-    snprintf(err->backend_op, sizeof err->backend_op, "%s", op);
-  }
   return kind;
 }
 
-/* Marks an error another module filled as this entry's failure. */
+/* Marks an error another module filled as entry op's failure. */
 static fdy_status cpu_tag(fdy_error *err, fdy_status kind, const char *op) {
-  if (err != NULL) {
-    snprintf(err->backend_op, sizeof err->backend_op, "%s", op);
-    fdy_error_prefix(err, "cpu %s", op);
-  }
-  return kind;
+  return fdy_entry_tag(err, kind, "cpu", op);
+}
+
+/* Puts a new handle's node on the backend's list head. */
+static void track(cpu_backend *b, fdy_list_node *head, fdy_list_node *node) {
+  pthread_mutex_lock(&b->mu);
+  fdy_list_push(head, node);
+  pthread_mutex_unlock(&b->mu);
+}
+
+/* Takes a handle's node off its list. */
+static void untrack(cpu_backend *b, fdy_list_node *node) {
+  pthread_mutex_lock(&b->mu);
+  fdy_list_unlink(node);
+  pthread_mutex_unlock(&b->mu);
 }
 
 /* ---- reference counting and items (callers hold b->mu) -------------------
@@ -208,14 +216,27 @@ static void buffer_ref_locked(cpu_backend *b, fdy_backend_buffer *buf) {
   }
 }
 
+/* An item to overwrite, from the free list or new; NULL when out of
+ * memory. */
 static cpu_item *item_get_locked(cpu_backend *b) {
   cpu_item *item = b->free_items;
   if (item != NULL) {
     b->free_items = item->next;
-    memset(item, 0, sizeof *item);
     return item;
   }
-  return calloc(1, sizeof *item);
+  return malloc(sizeof *item);
+}
+
+/* Takes the references a queued item holds on its event and buffers;
+ * item_complete_locked drops them. */
+static void item_ref_locked(cpu_backend *b, cpu_item *item) {
+  if (item->event != NULL) {
+    item->event->refs++;
+  }
+  buffer_ref_locked(b, item->buffer);
+  if (item->kind == CPU_LAUNCH) {
+    launch_buffers(item, buffer_ref_locked, b);
+  }
 }
 
 /* Drops the item's references and puts it on the free list. */
@@ -362,6 +383,22 @@ static void enqueue_locked(cpu_backend *b, fdy_backend_stream *s,
   pthread_cond_signal(&s->work);
 }
 
+/* Queues a copy of item on stream with its references; fails entry op
+ * with FDY_ERR_OUT_OF_MEMORY when no item can be allocated. */
+static fdy_status queue_locked(cpu_backend *b, fdy_backend_stream *stream,
+                               const cpu_item *item, const char *op,
+                               fdy_error *err) {
+  cpu_item *queued = item_get_locked(b);
+  if (queued == NULL) {
+    return cpu_fail(err, FDY_ERR_OUT_OF_MEMORY, op,
+                    "cannot allocate a work item");
+  }
+  *queued = *item;
+  item_ref_locked(b, queued);
+  enqueue_locked(b, stream, queued);
+  return FDY_OK;
+}
+
 static void drain_locked(cpu_backend *b) {
   while (b->pending > 0) {
     pthread_cond_wait(&b->idle, &b->mu);
@@ -449,9 +486,7 @@ static fdy_status cpu_buffer_alloc(fdy_backend *base, uint64_t bytes,
   buf->refs = 1;
   buf->data = data;
   buf->bytes = bytes;
-  pthread_mutex_lock(&b->mu);
-  fdy_list_push(&b->buffers, &buf->node);
-  pthread_mutex_unlock(&b->mu);
+  track(b, &b->buffers, &buf->node);
   *out = buf;
   return FDY_OK;
 
@@ -492,9 +527,7 @@ static fdy_status cpu_host_register(fdy_backend *base, const void *ptr,
   }
   h->ptr = ptr;
   h->bytes = bytes;
-  pthread_mutex_lock(&b->mu);
-  fdy_list_push(&b->hosts, &h->node);
-  pthread_mutex_unlock(&b->mu);
+  track(b, &b->hosts, &h->node);
   *out = h;
   return FDY_OK;
 }
@@ -504,9 +537,7 @@ static void cpu_host_unregister(fdy_backend *base, fdy_backend_host *host) {
   if (host == NULL) {
     return;
   }
-  pthread_mutex_lock(&b->mu);
-  fdy_list_unlink(&host->node);
-  pthread_mutex_unlock(&b->mu);
+  untrack(b, &host->node);
   free(host);
 }
 
@@ -543,9 +574,7 @@ static fdy_status cpu_stream_create(fdy_backend *base, fdy_backend_stream **out,
                   strerror(rc));
     goto cleanup;
   }
-  pthread_mutex_lock(&b->mu);
-  fdy_list_push(&b->streams, &s->node);
-  pthread_mutex_unlock(&b->mu);
+  track(b, &b->streams, &s->node);
   *out = s;
   return FDY_OK;
 
@@ -569,9 +598,7 @@ static void cpu_stream_destroy(fdy_backend *base, fdy_backend_stream *stream) {
   pthread_cond_signal(&stream->work);
   pthread_mutex_unlock(&b->mu);
   pthread_join(stream->thread, NULL);
-  pthread_mutex_lock(&b->mu);
-  fdy_list_unlink(&stream->node);
-  pthread_mutex_unlock(&b->mu);
+  untrack(b, &stream->node);
   pthread_cond_destroy(&stream->work);
   free(stream);
 }
@@ -596,9 +623,7 @@ static fdy_status cpu_event_create(fdy_backend *base, fdy_backend_event **out,
                     "pthread_cond_init failed: %s", strerror(rc));
   }
   e->refs = 1;
-  pthread_mutex_lock(&b->mu);
-  fdy_list_push(&b->events, &e->node);
-  pthread_mutex_unlock(&b->mu);
+  track(b, &b->events, &e->node);
   *out = e;
   return FDY_OK;
 }
@@ -618,30 +643,22 @@ static fdy_status queue_event_item(cpu_backend *b, fdy_backend_stream *stream,
   if (stream == NULL || event == NULL) {
     return cpu_fail(err, FDY_ERR_INVALID_ARGUMENT, op, "NULL stream or event");
   }
+  fdy_status st = FDY_OK;
   pthread_mutex_lock(&b->mu);
-  if (kind == CPU_WAIT && !event->failed &&
-      (event->recorded == 0 || event->completed >= event->recorded)) {
-    /* nothing to wait for: the current recording (if any) completed; a
-     * failed one is queued so that the stream fails in its order */
-    pthread_mutex_unlock(&b->mu);
-    return FDY_OK;
+  /* A wait has nothing to wait for when the current recording (if any)
+   * completed; a failed one is queued so that the stream fails in its
+   * order. A record makes the next generation current. */
+  if (kind == CPU_RECORD || event->failed ||
+      (event->recorded != 0 && event->completed < event->recorded)) {
+    uint64_t generation = event->recorded + (kind == CPU_RECORD ? 1 : 0);
+    cpu_item item = {.kind = kind, .event = event, .generation = generation};
+    st = queue_locked(b, stream, &item, op, err);
+    if (st == FDY_OK) {
+      event->recorded = generation;
+    }
   }
-  cpu_item *item = item_get_locked(b);
-  if (item == NULL) {
-    pthread_mutex_unlock(&b->mu);
-    return cpu_fail(err, FDY_ERR_OUT_OF_MEMORY, op,
-                    "cannot allocate a work item");
-  }
-  if (kind == CPU_RECORD) {
-    event->recorded++;
-  }
-  item->kind = kind;
-  item->event = event;
-  item->generation = event->recorded;
-  event->refs++;
-  enqueue_locked(b, stream, item);
   pthread_mutex_unlock(&b->mu);
-  return FDY_OK;
+  return st;
 }
 
 static fdy_status cpu_event_record(fdy_backend *base,
@@ -664,41 +681,26 @@ static fdy_status queue_copy(cpu_backend *b, fdy_backend_stream *stream,
                              cpu_item_kind kind, fdy_backend_buffer *buffer,
                              uint64_t offset, const void *src, void *dst,
                              uint64_t bytes, const char *op, fdy_error *err) {
-  uint64_t end = 0;
   bool host_missing = kind == CPU_COPY_TO_DEVICE ? src == NULL : dst == NULL;
   if (stream == NULL || buffer == NULL || (host_missing && bytes > 0)) {
     return cpu_fail(err, FDY_ERR_INVALID_ARGUMENT, op,
                     "NULL stream, buffer or host pointer");
   }
-  if (__builtin_add_overflow(offset, bytes, &end) || end > buffer->bytes) {
-    fdy_status st = cpu_fail(
-        err, FDY_ERR_INVALID_ARGUMENT, op,
-        "copy of %llu bytes at offset %llu exceeds the buffer's %llu bytes",
-        (unsigned long long)bytes, (unsigned long long)offset,
-        (unsigned long long)buffer->bytes);
-    if (err != NULL) {
-      err->expected = buffer->bytes;
-      err->actual = end < offset ? UINT64_MAX : end;
-    }
+  fdy_status st =
+      fdy_entry_check_copy_range("cpu", op, offset, bytes, buffer->bytes, err);
+  if (st != FDY_OK) {
     return st;
   }
+  cpu_item item = {.kind = kind,
+                   .buffer = buffer,
+                   .offset = offset,
+                   .src = src,
+                   .dst = dst,
+                   .bytes = bytes};
   pthread_mutex_lock(&b->mu);
-  cpu_item *item = item_get_locked(b);
-  if (item == NULL) {
-    pthread_mutex_unlock(&b->mu);
-    return cpu_fail(err, FDY_ERR_OUT_OF_MEMORY, op,
-                    "cannot allocate a work item");
-  }
-  item->kind = kind;
-  item->buffer = buffer;
-  item->offset = offset;
-  item->src = src;
-  item->dst = dst;
-  item->bytes = bytes;
-  buffer->refs++;
-  enqueue_locked(b, stream, item);
+  st = queue_locked(b, stream, &item, op, err);
   pthread_mutex_unlock(&b->mu);
-  return FDY_OK;
+  return st;
 }
 
 static fdy_status cpu_copy_to_device(fdy_backend *base,
@@ -854,20 +856,12 @@ static fdy_status cpu_launch(fdy_backend *base, fdy_backend_stream *stream,
   if (st != FDY_OK) {
     return st;
   }
+  cpu_item item = {.kind = CPU_LAUNCH, .op = *op};
+  item.op.workspace = workspace;
   pthread_mutex_lock(&b->mu);
-  cpu_item *item = item_get_locked(b);
-  if (item == NULL) {
-    pthread_mutex_unlock(&b->mu);
-    return cpu_fail(err, FDY_ERR_OUT_OF_MEMORY, "launch",
-                    "cannot allocate a work item");
-  }
-  item->kind = CPU_LAUNCH;
-  item->op = *op;
-  item->op.workspace = workspace;
-  launch_buffers(item, buffer_ref_locked, b);
-  enqueue_locked(b, stream, item);
+  st = queue_locked(b, stream, &item, "launch", err);
   pthread_mutex_unlock(&b->mu);
-  return FDY_OK;
+  return st;
 }
 
 static fdy_status cpu_host_wait(fdy_backend *base, fdy_backend_event *event,
