@@ -40,12 +40,10 @@ static inline fdy_status fdy_entry_vfail(fdy_error *err, fdy_status kind,
  * buffer_bytes bytes; else FDY_ERR_INVALID_ARGUMENT from entry op of
  * backend (a copy) with expected = buffer_bytes and actual = the end of
  * the range (UINT64_MAX when it overflows). */
-static inline fdy_status fdy_entry_check_copy_range(const char *backend,
-                                                    const char *op,
-                                                    uint64_t offset,
-                                                    uint64_t bytes,
-                                                    uint64_t buffer_bytes,
-                                                    fdy_error *err) {
+static inline fdy_status
+fdy_entry_check_copy_range(const char *backend, const char *op, uint64_t offset,
+                           uint64_t bytes, uint64_t buffer_bytes,
+                           fdy_error *err) {
   uint64_t end = 0;
   bool overflow = __builtin_add_overflow(offset, bytes, &end);
   if (!overflow && end <= buffer_bytes) {
