@@ -1,5 +1,5 @@
 /* The errors of backend entries, written alike by every backend that
- * includes this (cpu; cuda could): the message starts with the backend
+ * includes this (cpu, cuda): the message starts with the backend
  * and the entry ("cpu copy_to_device: ...") and backend_op names the
  * entry. Header only. */
 #ifndef FOUNDRY_BACKENDS_ENTRY_ERRORS_H

@@ -20,6 +20,7 @@
  * releases and destroy only free host memory (the device's memory, pinned
  * pages and streams stay with the unusable context until the process
  * exits). */
+#include "../entry_errors.h"
 #include "cuda_backend_internal.h"
 
 #include <stdarg.h>
@@ -33,12 +34,8 @@ fdy_status fdy_cuda_fail(fdy_error *err, fdy_status kind, const char *op,
                          const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  fdy_error_vsetf(err, kind, NULL, 0, 0, fmt, ap);
+  fdy_entry_vfail(err, kind, "cuda", op, fmt, ap);
   va_end(ap);
-  fdy_error_prefix(err, "cuda %s", op);
-  if (err != NULL) {
-    snprintf(err->backend_op, sizeof err->backend_op, "%s", op);
-  }
   return kind;
 }
 

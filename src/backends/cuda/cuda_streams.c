@@ -19,6 +19,7 @@
  * ev) * 1e6. cudaEventElapsedTime is a float in milliseconds with about
  * 0.5 us resolution; its 24-bit mantissa adds about 1 us of rounding per 10 s
  * since creation, and the GPU and host clocks may drift apart by a few ppm. */
+#include "../entry_errors.h"
 #include "cuda_backend_internal.h"
 
 #include <math.h>
@@ -235,28 +236,17 @@ static fdy_status copy_pieces(cuda_backend *b, cudaStream_t s,
   return st;
 }
 
-/* Checks a copy's arguments; op names the entry. */
+/* Checks a copy's arguments; op names the entry. A range past the buffer
+ * is the error every backend gives (fdy_entry_check_copy_range). */
 static fdy_status check_copy(const char *op, const fdy_backend_stream *stream,
                              const fdy_backend_buffer *buffer, const void *host,
                              uint64_t offset, uint64_t bytes, fdy_error *err) {
-  uint64_t end = 0;
   if (stream == NULL || buffer == NULL || (host == NULL && bytes > 0)) {
     return fdy_cuda_fail(err, FDY_ERR_INVALID_ARGUMENT, op,
                          "NULL stream, buffer or host memory");
   }
-  if (__builtin_add_overflow(offset, bytes, &end) || end > buffer->bytes) {
-    fdy_status st = fdy_cuda_fail(
-        err, FDY_ERR_INVALID_ARGUMENT, op,
-        "copy of %llu bytes at offset %llu exceeds the buffer's %llu bytes",
-        (unsigned long long)bytes, (unsigned long long)offset,
-        (unsigned long long)buffer->bytes);
-    if (err != NULL) {
-      err->expected = buffer->bytes;
-      err->actual = bytes;
-    }
-    return st;
-  }
-  return FDY_OK;
+  return fdy_entry_check_copy_range("cuda", op, offset, bytes, buffer->bytes,
+                                    err);
 }
 
 fdy_status fdy_cuda_copy_to_device(fdy_backend *base,
