@@ -5,25 +5,13 @@
 
 #include <inttypes.h>
 
-fdy_status fdy_cli_draft_flag(int opt, const char *arg,
-                              fdy_cli_draft_flags *flags, bool *handled,
-                              fdy_error *err) {
-  *handled = true;
-  switch (opt) {
-  case FDY_CLI_OPT_DRAFT_MODEL:
-    flags->dir = arg;
-    return FDY_OK;
-  case FDY_CLI_OPT_DRAFT_TOKENS:
-    return fdy_cli_parse_uint("--draft-tokens", arg, 1,
-                              FDY_LLAMA_MAX_DRAFT_TOKENS, &flags->tokens, err);
-  case FDY_CLI_OPT_DRAFT_FIXED:
-    flags->fixed = true;
-    return FDY_OK;
-  default:
-    *handled = false;
-    return FDY_OK;
-  }
-}
+const fdy_cli_flag fdy_cli_draft_rows[] = {
+    {FDY_CLI_TEXT("draft-model", fdy_cli_draft_flags, dir)},
+    {FDY_CLI_U64("draft-tokens", fdy_cli_draft_flags, tokens, 1,
+                 FDY_LLAMA_MAX_DRAFT_TOKENS)},
+    {FDY_CLI_SET("draft-fixed", fdy_cli_draft_flags, fixed)},
+    {FDY_CLI_END},
+};
 
 int fdy_cli_draft_check(const char *command, const fdy_cli_draft_flags *flags) {
   const char *orphan = flags->dir      ? NULL

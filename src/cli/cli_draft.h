@@ -17,25 +17,14 @@ typedef struct fdy_cli_draft_flags {
   bool fixed;      /* --draft-fixed */
 } fdy_cli_draft_flags;
 
-enum {
-  FDY_CLI_OPT_DRAFT_MODEL = 0x1200,
-  FDY_CLI_OPT_DRAFT_TOKENS,
-  FDY_CLI_OPT_DRAFT_FIXED
-};
-
-/* clang-format off */
-#define FDY_CLI_DRAFT_OPTIONS                                                  \
-  {"draft-model", required_argument, NULL, FDY_CLI_OPT_DRAFT_MODEL},           \
-  {"draft-tokens", required_argument, NULL, FDY_CLI_OPT_DRAFT_TOKENS},         \
-  {"draft-fixed", no_argument, NULL, FDY_CLI_OPT_DRAFT_FIXED}
-/* clang-format on */
-
-/* Parses option opt into flags when it is one of the draft options
- * (*handled true), else leaves flags alone (*handled false). A bad K is
+/* The rows of the draft flags, into a fdy_cli_draft_flags. A bad K is
  * FDY_ERR_INVALID_ARGUMENT naming --draft-tokens: a usage error. */
-fdy_status fdy_cli_draft_flag(int opt, const char *arg,
-                              fdy_cli_draft_flags *flags, bool *handled,
-                              fdy_error *err);
+extern const fdy_cli_flag fdy_cli_draft_rows[];
+
+/* Their row group into field (a fdy_cli_draft_flags) of type. */
+#define FDY_CLI_DRAFT_ROWS(type, field)                                        \
+  FDY_CLI_GROUP(fdy_cli_draft_rows,                                            \
+                FDY_CLI_AT(type, field, fdy_cli_draft_flags))
 
 /* FDY_EXIT_OK when the flags are consistent; else command's usage error naming
  * the flag given without --draft-model ("--draft-tokens needs --draft-model")

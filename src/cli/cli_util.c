@@ -321,21 +321,6 @@ fdy_status fdy_cli_backend_create(const char *name, uint32_t threads,
   return fdy_backend_create_named(name, &config, out, err);
 }
 
-/* "f32" or "f16" as a KV cache dtype. */
-static fdy_status parse_kv_dtype(const char *text, fdy_dtype *out,
-                                 fdy_error *err) {
-  if (strcmp(text, "f32") == 0) {
-    *out = FDY_DTYPE_F32;
-    return FDY_OK;
-  }
-  if (strcmp(text, "f16") == 0) {
-    *out = FDY_DTYPE_F16;
-    return FDY_OK;
-  }
-  return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                       "--kv-dtype must be f32 or f16, got '%s'", text);
-}
-
 fdy_status fdy_cli_parse_size(const char *flag, const char *text, uint64_t *out,
                               fdy_error *err) {
   uint64_t bytes = 0;
@@ -368,65 +353,56 @@ fdy_status fdy_cli_parse_size(const char *flag, const char *text, uint64_t *out,
   return FDY_OK;
 }
 
-fdy_status fdy_cli_session_flag(int opt, const char *arg,
-                                fdy_cli_session_flags *flags, bool *handled,
+/* --backend cpu|cuda: the name itself. */
+static fdy_status parse_backend(const char *flag, const char *text, void *value,
                                 fdy_error *err) {
-  *handled = true;
-  switch (opt) {
-  case FDY_CLI_OPT_BACKEND:
-    if (strcmp(arg, "cpu") != 0 && strcmp(arg, "cuda") != 0) {
-      return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                           "--backend must be cpu or cuda, got '%s'", arg);
-    }
-    flags->backend = arg;
-    return FDY_OK;
-  case FDY_CLI_OPT_THREADS:
-    return fdy_cli_parse_uint("--threads", arg, 1, 256, &flags->threads, err);
-  case FDY_CLI_OPT_CONTEXT:
-    return fdy_cli_parse_uint("--context", arg, 1, UINT32_MAX, &flags->context,
-                              err);
-  case FDY_CLI_OPT_KV_DTYPE:
-    return parse_kv_dtype(arg, &flags->kv_dtype, err);
-  case FDY_CLI_OPT_WEIGHT_BUDGET:
-    return fdy_cli_parse_size("--weight-budget", arg, &flags->weight_budget,
-                              err);
-  case FDY_CLI_OPT_BUFFERS:
-    return fdy_cli_parse_uint("--buffers", arg, 1, FDY_CLI_MAX_BUFFERS,
-                              &flags->buffers, err);
-  case FDY_CLI_OPT_PREFILL_ROWS:
-    return fdy_cli_parse_uint("--prefill-rows", arg, 1,
-                              FDY_CLI_MAX_PREFILL_ROWS, &flags->prefill_rows,
-                              err);
-  case FDY_CLI_OPT_GRAPHS:
-    if (strcmp(arg, "on") != 0 && strcmp(arg, "off") != 0) {
-      return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                           "--graphs must be on or off, got '%s'", arg);
-    }
-    flags->no_graphs = strcmp(arg, "off") == 0;
-    return FDY_OK;
-  case FDY_CLI_OPT_PACK_STREAMED:
-    if (strcmp(arg, "on") != 0 && strcmp(arg, "off") != 0) {
-      return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                           "--pack-streamed must be on or off, got '%s'", arg);
-    }
-    flags->skip_packing = strcmp(arg, "off") == 0;
-    return FDY_OK;
-  case FDY_CLI_OPT_DEPENDENT_LAUNCH:
-    if (strcmp(arg, "on") != 0 && strcmp(arg, "off") != 0) {
-      return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                           "--dependent-launch must be on or off, got '%s'",
-                           arg);
-    }
-    flags->serial_launch = strcmp(arg, "off") == 0;
-    return FDY_OK;
-  case FDY_CLI_OPT_MANIFEST:
-    flags->manifest = arg;
-    return FDY_OK;
-  default:
-    *handled = false;
-    return FDY_OK;
+  static const fdy_cli_choice backends[] = {{"cpu", 0}, {"cuda", 1}, {NULL, 0}};
+  int index = 0;
+  fdy_status st = fdy_cli_parse_choice(flag, text, backends, &index, err);
+  if (st == FDY_OK) {
+    *(const char **)value = backends[index].name;
   }
+  return st;
 }
+
+/* An on|off flag into a bool that is true for off (--graphs off:
+ * no_graphs). */
+static fdy_status parse_off(const char *flag, const char *text, void *value,
+                            fdy_error *err) {
+  static const fdy_cli_choice switches[] = {{"on", 0}, {"off", 1}, {NULL, 0}};
+  int off = 0;
+  fdy_status st = fdy_cli_parse_choice(flag, text, switches, &off, err);
+  if (st == FDY_OK) {
+    *(bool *)value = off;
+  }
+  return st;
+}
+
+static const fdy_cli_choice kv_dtypes[] = {
+    {"f32", FDY_DTYPE_F32}, {"f16", FDY_DTYPE_F16}, {NULL, 0}};
+
+const fdy_cli_flag fdy_cli_session_rows[] = {
+    {FDY_CLI_PARSE("backend", fdy_cli_session_flags, backend, parse_backend)},
+    {FDY_CLI_U64("threads", fdy_cli_session_flags, threads, 1, 256)},
+    {FDY_CLI_U64("context", fdy_cli_session_flags, context, 1, UINT32_MAX)},
+    {FDY_CLI_CHOICE("kv-dtype", fdy_cli_session_flags, kv_dtype, kv_dtypes)},
+    {FDY_CLI_END},
+};
+
+const fdy_cli_flag fdy_cli_engine_rows[] = {
+    {FDY_CLI_SIZE("weight-budget", fdy_cli_session_flags, weight_budget)},
+    {FDY_CLI_U64("buffers", fdy_cli_session_flags, buffers, 1,
+                 FDY_CLI_MAX_BUFFERS)},
+    {FDY_CLI_U64("prefill-rows", fdy_cli_session_flags, prefill_rows, 1,
+                 FDY_CLI_MAX_PREFILL_ROWS)},
+    {FDY_CLI_PARSE("graphs", fdy_cli_session_flags, no_graphs, parse_off)},
+    {FDY_CLI_PARSE("pack-streamed", fdy_cli_session_flags, skip_packing,
+                   parse_off)},
+    {FDY_CLI_PARSE("dependent-launch", fdy_cli_session_flags, serial_launch,
+                   parse_off)},
+    {FDY_CLI_TEXT("manifest", fdy_cli_session_flags, manifest)},
+    {FDY_CLI_END},
+};
 
 void fdy_cli_cap_prefill_rows(fdy_llama_session_options *o,
                               const fdy_llama_config *config) {
@@ -552,53 +528,45 @@ static fdy_status parse_number(const char *flag, const char *text, double min,
  * themselves are greedy in all but name, and more than 1e3 is uniform. */
 #define MAX_TEMPERATURE 1000.0
 
-fdy_status fdy_cli_sampling_flag(int opt, const char *arg,
-                                 fdy_cli_sampling_flags *flags, bool *handled,
-                                 fdy_error *err) {
-  *handled = true;
-  double value = 0.0;
-  uint64_t n = 0;
-  fdy_status st = FDY_OK;
-  switch (opt) {
-  case FDY_CLI_OPT_TEMPERATURE:
-    st = parse_number("--temperature", arg, 0.0, MAX_TEMPERATURE, &value, err);
-    flags->params.temperature = (float)value;
-    flags->temperature = true;
-    break;
-  case FDY_CLI_OPT_TOP_K:
-    st = fdy_cli_parse_uint("--top-k", arg, 0, UINT32_MAX, &n, err);
-    flags->params.top_k = (uint32_t)n;
-    flags->top_k = true;
-    break;
-  case FDY_CLI_OPT_TOP_P:
-    st = parse_number("--top-p", arg, 0.0, 1.0, &value, err);
-    flags->params.top_p = (float)value;
-    flags->top_p = true;
-    break;
-  case FDY_CLI_OPT_MIN_P:
-    st = parse_number("--min-p", arg, 0.0, 1.0, &value, err);
-    flags->params.min_p = (float)value;
-    flags->min_p = true;
-    break;
-  case FDY_CLI_OPT_SEED:
-    st = fdy_cli_parse_uint("--seed", arg, 0, INT64_MAX, &n, err);
-    flags->params.seed = n;
-    flags->seed = true;
-    break;
-  default:
-    *handled = false;
-    return FDY_OK;
-  }
-  if (st != FDY_OK && err) {
-    snprintf(err->name, sizeof err->name, "%s",
-             opt == FDY_CLI_OPT_TEMPERATURE ? "--temperature"
-             : opt == FDY_CLI_OPT_TOP_K     ? "--top-k"
-             : opt == FDY_CLI_OPT_TOP_P     ? "--top-p"
-             : opt == FDY_CLI_OPT_MIN_P     ? "--min-p"
-                                            : "--seed");
+/* A float in [low, high] (parse_number) into the float at value. */
+static fdy_status parse_float(const char *flag, const char *text, double low,
+                              double high, void *value, fdy_error *err) {
+  double number = 0.0;
+  fdy_status st = parse_number(flag, text, low, high, &number, err);
+  if (st == FDY_OK) {
+    *(float *)value = (float)number;
   }
   return st;
 }
+
+/* --temperature T: 0 to MAX_TEMPERATURE. */
+static fdy_status parse_temperature(const char *flag, const char *text,
+                                    void *value, fdy_error *err) {
+  return parse_float(flag, text, 0.0, MAX_TEMPERATURE, value, err);
+}
+
+/* --top-p and --min-p: 0 to 1. */
+static fdy_status parse_probability(const char *flag, const char *text,
+                                    void *value, fdy_error *err) {
+  return parse_float(flag, text, 0.0, 1.0, value, err);
+}
+
+const fdy_cli_flag fdy_cli_sampling_rows[] = {
+    {FDY_CLI_PARSE("temperature", fdy_cli_sampling_flags, params.temperature,
+                   parse_temperature),
+     FDY_CLI_GIVEN(fdy_cli_sampling_flags, temperature)},
+    {FDY_CLI_U32("top-k", fdy_cli_sampling_flags, params.top_k, 0, UINT32_MAX),
+     FDY_CLI_GIVEN(fdy_cli_sampling_flags, top_k)},
+    {FDY_CLI_PARSE("top-p", fdy_cli_sampling_flags, params.top_p,
+                   parse_probability),
+     FDY_CLI_GIVEN(fdy_cli_sampling_flags, top_p)},
+    {FDY_CLI_PARSE("min-p", fdy_cli_sampling_flags, params.min_p,
+                   parse_probability),
+     FDY_CLI_GIVEN(fdy_cli_sampling_flags, min_p)},
+    {FDY_CLI_U64("seed", fdy_cli_sampling_flags, params.seed, 0, INT64_MAX),
+     FDY_CLI_GIVEN(fdy_cli_sampling_flags, seed)},
+    {FDY_CLI_END},
+};
 
 void fdy_cli_sampling_help(FILE *out, const char *default_text) {
   fprintf(out,

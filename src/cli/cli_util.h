@@ -12,6 +12,7 @@
 
 #include <stdio.h>
 
+#include "cli_options.h"
 #include "foundry/backend.h"
 #include "foundry/chat.h"
 #include "foundry/core.h"
@@ -111,8 +112,8 @@ fdy_status fdy_cli_backend_create(const char *name, uint32_t threads,
  * --buffers N (1..FDY_CLI_MAX_BUFFERS), --prefill-rows N
  * (1..FDY_CLI_MAX_PREFILL_ROWS), --graphs on|off, --pack-streamed on|off
  * and --dependent-launch on|off.
- * A command lists the ones it takes in its option table
- * (FDY_CLI_SESSION_OPTIONS, FDY_CLI_ENGINE_OPTIONS below). */
+ * A command lists the ones it takes in its flag table
+ * (FDY_CLI_SESSION_ROWS, FDY_CLI_ENGINE_ROWS below). */
 typedef struct fdy_cli_session_flags {
   const char *backend; /* "cpu" or "cuda" */
   uint64_t threads;    /* 0 = the backend's default */
@@ -135,46 +136,21 @@ typedef struct fdy_cli_session_flags {
 #define FDY_CLI_MAX_BUFFERS      64u
 #define FDY_CLI_MAX_PREFILL_ROWS 65536u
 
-enum {
-  FDY_CLI_OPT_BACKEND = 0x1000,
-  FDY_CLI_OPT_THREADS,
-  FDY_CLI_OPT_CONTEXT,
-  FDY_CLI_OPT_KV_DTYPE,
-  FDY_CLI_OPT_WEIGHT_BUDGET,
-  FDY_CLI_OPT_BUFFERS,
-  FDY_CLI_OPT_PREFILL_ROWS,
-  FDY_CLI_OPT_GRAPHS,
-  FDY_CLI_OPT_PACK_STREAMED,
-  FDY_CLI_OPT_DEPENDENT_LAUNCH,
-  FDY_CLI_OPT_MANIFEST
-};
+/* The rows of the session flags, into a fdy_cli_session_flags: those every
+ * session command takes (--backend, --threads, --context, --kv-dtype),
+ * and those of the engine's budget and launches (the rest; all but chat
+ * take them). A bad value, a --backend other than cpu or cuda included,
+ * is FDY_ERR_INVALID_ARGUMENT naming the flag: a usage error. */
+extern const fdy_cli_flag fdy_cli_session_rows[];
+extern const fdy_cli_flag fdy_cli_engine_rows[];
 
-/* The getopt_long entries of the session flags: those every session
- * command takes (generate, chat, verify, infer-bench), and those of the
- * engine's budget and launches (all but chat). */
-/* clang-format off */
-#define FDY_CLI_SESSION_OPTIONS                                                \
-  {"backend", required_argument, NULL, FDY_CLI_OPT_BACKEND},                   \
-  {"threads", required_argument, NULL, FDY_CLI_OPT_THREADS},                   \
-  {"context", required_argument, NULL, FDY_CLI_OPT_CONTEXT},                   \
-  {"kv-dtype", required_argument, NULL, FDY_CLI_OPT_KV_DTYPE}
-#define FDY_CLI_ENGINE_OPTIONS                                                 \
-  {"weight-budget", required_argument, NULL, FDY_CLI_OPT_WEIGHT_BUDGET},       \
-  {"buffers", required_argument, NULL, FDY_CLI_OPT_BUFFERS},                   \
-  {"prefill-rows", required_argument, NULL, FDY_CLI_OPT_PREFILL_ROWS},         \
-  {"graphs", required_argument, NULL, FDY_CLI_OPT_GRAPHS},                     \
-  {"pack-streamed", required_argument, NULL, FDY_CLI_OPT_PACK_STREAMED},       \
-  {"dependent-launch", required_argument, NULL, FDY_CLI_OPT_DEPENDENT_LAUNCH}, \
-  {"manifest", required_argument, NULL, FDY_CLI_OPT_MANIFEST}
-/* clang-format on */
-
-/* Parses option opt into flags when it is one of the FDY_CLI_OPT_* values
- * (*handled set to true), else leaves flags alone (*handled false). A bad
- * value, a --backend other than cpu or cuda included, is
- * FDY_ERR_INVALID_ARGUMENT naming the flag: a usage error. */
-fdy_status fdy_cli_session_flag(int opt, const char *arg,
-                                fdy_cli_session_flags *flags, bool *handled,
-                                fdy_error *err);
+/* Their row groups into field (a fdy_cli_session_flags) of type. */
+#define FDY_CLI_SESSION_ROWS(type, field)                                      \
+  FDY_CLI_GROUP(fdy_cli_session_rows,                                          \
+                FDY_CLI_AT(type, field, fdy_cli_session_flags))
+#define FDY_CLI_ENGINE_ROWS(type, field)                                       \
+  FDY_CLI_GROUP(fdy_cli_engine_rows,                                           \
+                FDY_CLI_AT(type, field, fdy_cli_session_flags))
 
 /* The help lines of --weight-budget, --buffers, --prefill-rows and
  * --graphs and --pack-streamed. */
@@ -223,30 +199,15 @@ typedef struct fdy_cli_sampling_flags {
   bool temperature, top_k, top_p, min_p, seed; /* given */
 } fdy_cli_sampling_flags;
 
-enum {
-  FDY_CLI_OPT_TEMPERATURE = 0x1100,
-  FDY_CLI_OPT_TOP_K,
-  FDY_CLI_OPT_TOP_P,
-  FDY_CLI_OPT_MIN_P,
-  FDY_CLI_OPT_SEED
-};
+/* The rows of the sampling flags, into a fdy_cli_sampling_flags: each
+ * sets its field of params and its given bool. A bad value is
+ * FDY_ERR_INVALID_ARGUMENT naming the flag: a usage error. */
+extern const fdy_cli_flag fdy_cli_sampling_rows[];
 
-/* clang-format off */
-#define FDY_CLI_SAMPLING_OPTIONS                                               \
-  {"temperature", required_argument, NULL, FDY_CLI_OPT_TEMPERATURE},           \
-  {"top-k", required_argument, NULL, FDY_CLI_OPT_TOP_K},                       \
-  {"top-p", required_argument, NULL, FDY_CLI_OPT_TOP_P},                       \
-  {"min-p", required_argument, NULL, FDY_CLI_OPT_MIN_P},                       \
-  {"seed", required_argument, NULL, FDY_CLI_OPT_SEED}
-/* clang-format on */
-
-/* Parses option opt into flags when it is one of the sampling options
- * (*handled true), else leaves flags alone (*handled false). A bad value
- * is FDY_ERR_INVALID_ARGUMENT naming the flag (err->name the flag): a
- * usage error. */
-fdy_status fdy_cli_sampling_flag(int opt, const char *arg,
-                                 fdy_cli_sampling_flags *flags, bool *handled,
-                                 fdy_error *err);
+/* Their row group into field (a fdy_cli_sampling_flags) of type. */
+#define FDY_CLI_SAMPLING_ROWS(type, field)                                     \
+  FDY_CLI_GROUP(fdy_cli_sampling_rows,                                         \
+                FDY_CLI_AT(type, field, fdy_cli_sampling_flags))
 
 /* The help lines of the sampling flags; default says what is used when
  * none is given ("greedy"). */

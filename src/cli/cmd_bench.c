@@ -5,7 +5,6 @@
  * refuse before any work) exit 2; an existing output file, a missing or
  * unwritable directory, like every failure of the run itself, exits 1, as
  * for `foundry plan`. */
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -85,31 +84,23 @@ static int usage(const char *fmt, ...) {
   return fdy_cli_usage("bench", "%s", message);
 }
 
-static fdy_status parse_u32(const char *flag, const char *text, uint32_t *out,
-                            fdy_error *err) {
-  uint64_t v = 0;
-  fdy_status st = fdy_cli_parse_uint(flag, text, 0, UINT32_MAX, &v, err);
-  if (st == FDY_OK) {
-    *out = (uint32_t)v;
-  }
-  return st;
-}
-
-/* "1,2,3" into options->buffers (fdy_cli_parse_list); range and
- * distinctness are checked by fdy_bench_check_options. */
-static fdy_status parse_buffers(const char *text, fdy_bench_options *o,
+/* "1,2,3" into the fdy_bench_options at value: buffers and buffer_count
+ * (fdy_cli_parse_list); range and distinctness are checked by
+ * fdy_bench_check_options. */
+static fdy_status parse_buffers(const char *flag, const char *text, void *value,
                                 fdy_error *err) {
+  fdy_bench_options *o = value;
   uint64_t *values = NULL;
   uint32_t n = 0;
   fdy_status st =
-      fdy_cli_parse_list("--buffers", text, 0, UINT32_MAX, &values, &n, err);
+      fdy_cli_parse_list(flag, text, 0, UINT32_MAX, &values, &n, err);
   if (st != FDY_OK) {
     return st;
   }
   if (n > FDY_BENCH_MAX_CONFIGS) {
     free(values);
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                         "--buffers takes at most %d buffer counts",
+                         "%s takes at most %d buffer counts", flag,
                          FDY_BENCH_MAX_CONFIGS);
   }
   for (uint32_t i = 0; i < n; i++) {
@@ -144,71 +135,19 @@ static int refused(fdy_status checked, const fdy_error *err) {
   return usage("%s", err->message);
 }
 
-/* The flags of both benchmarks. */
-enum {
-  OPT_OVERHEAD = 256,
-  OPT_OPS,
-  OPT_OP_BYTES,
-  OPT_RUNS,
-  OPT_WARMUP,
-  OPT_REPORT,
-  OPT_PROGRESS,
-  OPT_NO_PROGRESS,
-  OPT_BACKEND,
-  OPT_LAYERS,
-  OPT_WEIGHT,
-  OPT_ITERATIONS,
-  OPT_RESAMPLES,
-  OPT_SEED,
-  OPT_BUFFERS,
-  OPT_PASSES,
-  OPT_HOST_MODE,
-  OPT_DEVICE,
-  OPT_CPU_MEMORY,
-  OPT_TRACE
+static const fdy_cli_flag overhead_flags[] = {
+    {FDY_CLI_MODE("overhead")},
+    {FDY_CLI_U32("ops", fdy_bench_overhead_options, ops, 0, UINT32_MAX)},
+    {FDY_CLI_U64("op-bytes", fdy_bench_overhead_options, op_bytes, 0,
+                 UINT64_MAX)},
+    {FDY_CLI_U32("runs", fdy_bench_overhead_options, runs, 0, UINT32_MAX)},
+    {FDY_CLI_U32("warmup", fdy_bench_overhead_options, warmup, 0, UINT32_MAX)},
+    {FDY_CLI_TEXT("report", fdy_bench_overhead_options, report_path)},
+    {FDY_CLI_SET("progress", fdy_bench_overhead_options, progress)},
+    {FDY_CLI_CLEAR("no-progress", fdy_bench_overhead_options, progress)},
+    /* a flag of the streaming benchmark, or none */
+    {FDY_CLI_END, .refusal = "does not apply to --overhead"},
 };
-
-static const struct option overhead_options[] = {
-    {"overhead", no_argument, NULL, OPT_OVERHEAD},
-    {"ops", required_argument, NULL, OPT_OPS},
-    {"op-bytes", required_argument, NULL, OPT_OP_BYTES},
-    {"runs", required_argument, NULL, OPT_RUNS},
-    {"warmup", required_argument, NULL, OPT_WARMUP},
-    {"report", required_argument, NULL, OPT_REPORT},
-    {"progress", no_argument, NULL, OPT_PROGRESS},
-    {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
-    {NULL, 0, NULL, 0},
-};
-
-static fdy_status parse_overhead_option(void *p, int opt, const char *arg,
-                                        bool *handled, fdy_error *err) {
-  fdy_bench_overhead_options *o = p;
-  *handled = true;
-  switch (opt) {
-  case OPT_OVERHEAD:
-    return FDY_OK;
-  case OPT_OPS:
-    return parse_u32("--ops", arg, &o->ops, err);
-  case OPT_OP_BYTES:
-    return fdy_cli_parse_uint("--op-bytes", arg, 0, UINT64_MAX, &o->op_bytes,
-                              err);
-  case OPT_RUNS:
-    return parse_u32("--runs", arg, &o->runs, err);
-  case OPT_WARMUP:
-    return parse_u32("--warmup", arg, &o->warmup, err);
-  case OPT_REPORT:
-    o->report_path = arg;
-    return FDY_OK;
-  case OPT_PROGRESS:
-  case OPT_NO_PROGRESS:
-    o->progress = opt == OPT_PROGRESS;
-    return FDY_OK;
-  default: /* a flag of the streaming benchmark, or none */
-    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                         "'%s' does not apply to --overhead",
-                         o->argv[optind - 1]);
-  }
-}
 
 /* `foundry bench --overhead ...`: the flags into fdy_bench_overhead_options,
  * checked, then the measurement (which prints its figures). */
@@ -219,8 +158,7 @@ static int bench_overhead(int argc, char **argv) {
   o.console = stdout;
   o.argc = argc;
   o.argv = argv;
-  int code = fdy_cli_parse_options("bench", argc, argv, overhead_options,
-                                   parse_overhead_option, &o, NULL);
+  int code = fdy_cli_parse_flags("bench", argc, argv, overhead_flags, &o, NULL);
   if (code != FDY_EXIT_OK) {
     return code;
   }
@@ -243,106 +181,48 @@ typedef struct bench_args {
   bool host_mode_seen;
 } bench_args;
 
-static const struct option bench_options[] = {
-    {"backend", required_argument, NULL, OPT_BACKEND},
-    {"layers", required_argument, NULL, OPT_LAYERS},
-    {"weight-mib", required_argument, NULL, OPT_WEIGHT},
-    {"iterations", required_argument, NULL, OPT_ITERATIONS},
-    {"warmup", required_argument, NULL, OPT_WARMUP},
-    {"bootstrap-resamples", required_argument, NULL, OPT_RESAMPLES},
-    {"seed", required_argument, NULL, OPT_SEED},
-    {"buffers", required_argument, NULL, OPT_BUFFERS},
-    {"compute-passes", required_argument, NULL, OPT_PASSES},
-    {"host-mode", required_argument, NULL, OPT_HOST_MODE},
-    {"device", required_argument, NULL, OPT_DEVICE},
-    {"cpu-memory", required_argument, NULL, OPT_CPU_MEMORY},
-    {"report", required_argument, NULL, OPT_REPORT},
-    {"trace", required_argument, NULL, OPT_TRACE},
-    {"progress", no_argument, NULL, OPT_PROGRESS},
-    {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
-    {NULL, 0, NULL, 0},
-};
+static const fdy_cli_choice backends[] = {{"auto", FDY_BENCH_BACKEND_AUTO},
+                                          {"cpu", FDY_BENCH_BACKEND_CPU},
+                                          {"cuda", FDY_BENCH_BACKEND_CUDA},
+                                          {NULL, 0}};
 
-/* --backend and --host-mode, by name. */
-static fdy_status parse_choice(int opt, const char *arg, bench_args *a,
+static const fdy_cli_choice host_modes[] = {{"registered", FDY_HOST_REGISTERED},
+                                            {"staged", FDY_HOST_STAGED},
+                                            {NULL, 0}};
+
+/* --device N: a CUDA device ordinal, 0 to INT32_MAX. */
+static fdy_status parse_device(const char *flag, const char *text, void *value,
                                fdy_error *err) {
-  if (opt == OPT_BACKEND) {
-    if (strcmp(arg, "auto") == 0) {
-      a->o.backend = FDY_BENCH_BACKEND_AUTO;
-    } else if (strcmp(arg, "cpu") == 0) {
-      a->o.backend = FDY_BENCH_BACKEND_CPU;
-    } else if (strcmp(arg, "cuda") == 0) {
-      a->o.backend = FDY_BENCH_BACKEND_CUDA;
-    } else {
-      return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                           "--backend must be auto, cpu or cuda, got '%s'",
-                           arg);
-    }
-    return FDY_OK;
+  uint64_t device = 0;
+  fdy_status st = fdy_cli_parse_uint(flag, text, 0, INT32_MAX, &device, err);
+  if (st == FDY_OK) {
+    *(int *)value = (int)device;
   }
-  a->host_mode_seen = true;
-  if (strcmp(arg, "registered") == 0) {
-    a->o.host_mode = FDY_HOST_REGISTERED;
-  } else if (strcmp(arg, "staged") == 0) {
-    a->o.host_mode = FDY_HOST_STAGED;
-  } else {
-    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                         "--host-mode must be registered or staged, got '%s'",
-                         arg);
-  }
-  return FDY_OK;
+  return st;
 }
 
-static fdy_status parse_bench_option(void *p, int opt, const char *arg,
-                                     bool *handled, fdy_error *err) {
-  bench_args *a = p;
-  fdy_bench_options *o = &a->o;
-  uint64_t v = 0;
-  fdy_status st = FDY_OK;
-  *handled = true;
-  switch (opt) {
-  case OPT_BACKEND:
-  case OPT_HOST_MODE:
-    return parse_choice(opt, arg, a, err);
-  case OPT_LAYERS:
-    return parse_u32("--layers", arg, &o->layers, err);
-  case OPT_WEIGHT:
-    return fdy_cli_parse_uint("--weight-mib", arg, 0, UINT64_MAX,
-                              &o->weight_mib, err);
-  case OPT_ITERATIONS:
-    return parse_u32("--iterations", arg, &o->iterations, err);
-  case OPT_WARMUP:
-    return parse_u32("--warmup", arg, &o->warmup, err);
-  case OPT_RESAMPLES:
-    return parse_u32("--bootstrap-resamples", arg, &o->bootstrap_resamples,
-                     err);
-  case OPT_SEED:
-    return fdy_cli_parse_uint("--seed", arg, 0, UINT64_MAX, &o->seed, err);
-  case OPT_BUFFERS:
-    return parse_buffers(arg, o, err);
-  case OPT_PASSES:
-    return parse_u32("--compute-passes", arg, &o->compute_passes, err);
-  case OPT_DEVICE:
-    st = fdy_cli_parse_uint("--device", arg, 0, INT32_MAX, &v, err);
-    o->cuda_device = (int)v;
-    return st;
-  case OPT_CPU_MEMORY:
-    return fdy_cli_parse_size("--cpu-memory", arg, &o->cpu_memory_bytes, err);
-  case OPT_REPORT:
-    o->report_path = arg;
-    return FDY_OK;
-  case OPT_TRACE:
-    o->trace_path = arg;
-    return FDY_OK;
-  case OPT_PROGRESS:
-  case OPT_NO_PROGRESS:
-    o->progress = opt == OPT_PROGRESS;
-    return FDY_OK;
-  default:
-    *handled = false;
-    return FDY_OK;
-  }
-}
+static const fdy_cli_flag bench_flags[] = {
+    {FDY_CLI_CHOICE("backend", bench_args, o.backend, backends)},
+    {FDY_CLI_U32("layers", bench_args, o.layers, 0, UINT32_MAX)},
+    {FDY_CLI_U64("weight-mib", bench_args, o.weight_mib, 0, UINT64_MAX)},
+    {FDY_CLI_U32("iterations", bench_args, o.iterations, 0, UINT32_MAX)},
+    {FDY_CLI_U32("warmup", bench_args, o.warmup, 0, UINT32_MAX)},
+    {FDY_CLI_U32("bootstrap-resamples", bench_args, o.bootstrap_resamples, 0,
+                 UINT32_MAX)},
+    {FDY_CLI_U64("seed", bench_args, o.seed, 0, UINT64_MAX)},
+    {FDY_CLI_PARSE("buffers", bench_args, o, parse_buffers)},
+    {FDY_CLI_U32("compute-passes", bench_args, o.compute_passes, 0,
+                 UINT32_MAX)},
+    {FDY_CLI_CHOICE("host-mode", bench_args, o.host_mode, host_modes),
+     FDY_CLI_GIVEN(bench_args, host_mode_seen)},
+    {FDY_CLI_PARSE("device", bench_args, o.cuda_device, parse_device)},
+    {FDY_CLI_SIZE("cpu-memory", bench_args, o.cpu_memory_bytes)},
+    {FDY_CLI_TEXT("report", bench_args, o.report_path)},
+    {FDY_CLI_TEXT("trace", bench_args, o.trace_path)},
+    {FDY_CLI_SET("progress", bench_args, o.progress)},
+    {FDY_CLI_CLEAR("no-progress", bench_args, o.progress)},
+    {FDY_CLI_END},
+};
 
 int fdy_cmd_bench(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
@@ -356,8 +236,7 @@ int fdy_cmd_bench(int argc, char **argv) {
   a.o.console = stdout;
   a.o.argc = argc;
   a.o.argv = argv;
-  int code = fdy_cli_parse_options("bench", argc, argv, bench_options,
-                                   parse_bench_option, &a, NULL);
+  int code = fdy_cli_parse_flags("bench", argc, argv, bench_flags, &a, NULL);
   if (code != FDY_EXIT_OK) {
     return code;
   }

@@ -11,7 +11,6 @@
  * keeps the conversation; at the prompt a first Ctrl-C drops the line being
  * typed and a second one in a row exits with 0, as EOF does. */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -253,28 +252,14 @@ typedef struct chat_args {
   fdy_cli_draft_flags draft;
 } chat_args;
 
-enum { OPT_MODEL = 256 };
-
-static const struct option options[] = {
-    {"model", required_argument, NULL, OPT_MODEL},
-    FDY_CLI_TEXT_OPTIONS,
-    FDY_CLI_SESSION_OPTIONS,
-    FDY_CLI_SAMPLING_OPTIONS,
-    FDY_CLI_DRAFT_OPTIONS,
-    {NULL, 0, NULL, 0},
+static const fdy_cli_flag flags[] = {
+    {FDY_CLI_TEXT("model", chat_args, model_dir)},
+    {FDY_CLI_TEXT_ROWS(chat_args, text_flags)},
+    {FDY_CLI_SESSION_ROWS(chat_args, session)},
+    {FDY_CLI_SAMPLING_ROWS(chat_args, sampling)},
+    {FDY_CLI_DRAFT_ROWS(chat_args, draft)},
+    {FDY_CLI_END},
 };
-
-static fdy_status parse_option(void *p, int opt, const char *arg, bool *handled,
-                               fdy_error *err) {
-  chat_args *a = p;
-  if (opt == OPT_MODEL) {
-    a->model_dir = arg;
-    *handled = true;
-    return FDY_OK;
-  }
-  return fdy_cli_shared_flag(opt, arg, &a->session, &a->sampling, &a->draft,
-                             &a->text_flags, handled, err);
-}
 
 /* The flags into *a, and the checks between them: FDY_EXIT_OK or the
  * usage error printed. */
@@ -282,8 +267,7 @@ static int parse(int argc, char **argv, chat_args *a) {
   *a = (chat_args){.text_flags = {.template_kind = FDY_CHAT_TEMPLATE_AUTO},
                    .session = FDY_CLI_SESSION_FLAGS_DEFAULT,
                    .sampling = {.params = FDY_LLAMA_GREEDY}};
-  int code =
-      fdy_cli_parse_options("chat", argc, argv, options, parse_option, a, NULL);
+  int code = fdy_cli_parse_flags("chat", argc, argv, flags, a, NULL);
   if (code != FDY_EXIT_OK) {
     return code;
   }

@@ -3,12 +3,12 @@
  * the report path before any work, opens the model and the backend, builds
  * the prompts (sequence k's from --seed + k, or the --prompt-file's) and
  * runs the benchmark. */
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_draft.h"
 #include "cli_options.h"
 #include "cli_util.h"
 #include "commands.h"
@@ -83,76 +83,25 @@ typedef struct infer_bench_args {
   bool have_prompt_tokens;
 } infer_bench_args;
 
-enum {
-  OPT_MODEL = 256,
-  OPT_REPORT,
-  OPT_TRACE,
-  OPT_SEED,
-  OPT_PROMPT_FILE,
-  OPT_PROMPT_TOKENS,
-  OPT_GEN_TOKENS,
-  OPT_WARMUP,
-  OPT_ITERATIONS,
-  OPT_BATCH,
+static const fdy_cli_flag flags[] = {
+    {FDY_CLI_TEXT("model", infer_bench_args, model_dir)},
+    {FDY_CLI_SESSION_ROWS(infer_bench_args, session)},
+    {FDY_CLI_TEXT("report", infer_bench_args, report)},
+    {FDY_CLI_TEXT("trace", infer_bench_args, trace)},
+    {FDY_CLI_U64("seed", infer_bench_args, seed, 0, UINT64_MAX)},
+    {FDY_CLI_TEXT("prompt-file", infer_bench_args, prompt_file)},
+    {FDY_CLI_U64("prompt-tokens", infer_bench_args, prompt_tokens, 1,
+                 UINT32_MAX),
+     FDY_CLI_GIVEN(infer_bench_args, have_prompt_tokens)},
+    {FDY_CLI_U64("gen-tokens", infer_bench_args, gen_tokens, 1, UINT32_MAX)},
+    {FDY_CLI_U64("warmup", infer_bench_args, warmup, 0, UINT32_MAX / 2)},
+    {FDY_CLI_U64("iterations", infer_bench_args, iterations, 1,
+                 UINT32_MAX / 2)},
+    {FDY_CLI_U64("batch", infer_bench_args, batch, 1, FDY_LLAMA_MAX_SEQUENCES)},
+    {FDY_CLI_DRAFT_ROWS(infer_bench_args, draft)},
+    {FDY_CLI_ENGINE_ROWS(infer_bench_args, session)},
+    {FDY_CLI_END},
 };
-
-static const struct option options[] = {
-    {"model", required_argument, NULL, OPT_MODEL},
-    FDY_CLI_SESSION_OPTIONS,
-    {"report", required_argument, NULL, OPT_REPORT},
-    {"trace", required_argument, NULL, OPT_TRACE},
-    {"seed", required_argument, NULL, OPT_SEED},
-    {"prompt-file", required_argument, NULL, OPT_PROMPT_FILE},
-    {"prompt-tokens", required_argument, NULL, OPT_PROMPT_TOKENS},
-    {"gen-tokens", required_argument, NULL, OPT_GEN_TOKENS},
-    {"warmup", required_argument, NULL, OPT_WARMUP},
-    {"iterations", required_argument, NULL, OPT_ITERATIONS},
-    {"batch", required_argument, NULL, OPT_BATCH},
-    FDY_CLI_DRAFT_OPTIONS,
-    FDY_CLI_ENGINE_OPTIONS,
-    {NULL, 0, NULL, 0},
-};
-
-static fdy_status parse_option(void *p, int opt, const char *arg, bool *handled,
-                               fdy_error *err) {
-  infer_bench_args *a = p;
-  *handled = true;
-  switch (opt) {
-  case OPT_MODEL:
-    a->model_dir = arg;
-    return FDY_OK;
-  case OPT_REPORT:
-    a->report = arg;
-    return FDY_OK;
-  case OPT_TRACE:
-    a->trace = arg;
-    return FDY_OK;
-  case OPT_SEED:
-    return fdy_cli_parse_uint("--seed", arg, 0, UINT64_MAX, &a->seed, err);
-  case OPT_PROMPT_FILE:
-    a->prompt_file = arg;
-    return FDY_OK;
-  case OPT_PROMPT_TOKENS:
-    a->have_prompt_tokens = true;
-    return fdy_cli_parse_uint("--prompt-tokens", arg, 1, UINT32_MAX,
-                              &a->prompt_tokens, err);
-  case OPT_GEN_TOKENS:
-    return fdy_cli_parse_uint("--gen-tokens", arg, 1, UINT32_MAX,
-                              &a->gen_tokens, err);
-  case OPT_WARMUP:
-    return fdy_cli_parse_uint("--warmup", arg, 0, UINT32_MAX / 2, &a->warmup,
-                              err);
-  case OPT_ITERATIONS:
-    return fdy_cli_parse_uint("--iterations", arg, 1, UINT32_MAX / 2,
-                              &a->iterations, err);
-  case OPT_BATCH:
-    return fdy_cli_parse_uint("--batch", arg, 1, FDY_LLAMA_MAX_SEQUENCES,
-                              &a->batch, err);
-  default:
-    return fdy_cli_shared_flag(opt, arg, &a->session, NULL, &a->draft, NULL,
-                               handled, err);
-  }
-}
 
 /* The flags into *a, and the checks between them: FDY_EXIT_OK or the
  * usage error printed. */
@@ -163,8 +112,7 @@ static int parse(int argc, char **argv, infer_bench_args *a) {
                           .warmup = 2,
                           .iterations = 10,
                           .batch = 1};
-  int code = fdy_cli_parse_options("infer-bench", argc, argv, options,
-                                   parse_option, a, NULL);
+  int code = fdy_cli_parse_flags("infer-bench", argc, argv, flags, a, NULL);
   if (code != FDY_EXIT_OK) {
     return code;
   }

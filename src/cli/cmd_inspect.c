@@ -3,7 +3,6 @@
  * configuration, tensor count, bytes per decoder layer (the smallest and
  * the largest when the layers differ, as in a mixed-precision checkpoint;
  * each layer's in JSON) and in total, and the dtype of its scales. */
-#include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -146,30 +145,20 @@ static int print_json(const fdy_llama_model *m) {
   return FDY_EXIT_OK; /* main checks the writes (fdy_cli_finish_stdout) */
 }
 
-enum { OPT_JSON = 256 };
+/* The command's options, as parsed. */
+typedef struct inspect_args {
+  bool json;
+} inspect_args;
 
-static const struct option options[] = {
-    {"json", no_argument, NULL, OPT_JSON},
-    {NULL, 0, NULL, 0},
+static const fdy_cli_flag flags[] = {
+    {FDY_CLI_SET("json", inspect_args, json)},
+    {FDY_CLI_END},
 };
 
-static fdy_status parse_option(void *p, int opt, const char *arg, bool *handled,
-                               fdy_error *err) {
-  (void)arg;
-  (void)err;
-  bool *json = p;
-  *handled = opt == OPT_JSON;
-  if (*handled) {
-    *json = true;
-  }
-  return FDY_OK;
-}
-
 int fdy_cmd_inspect(int argc, char **argv) {
-  bool json = false;
+  inspect_args a = {.json = false};
   int operand = argc;
-  int code = fdy_cli_parse_options("inspect", argc, argv, options, parse_option,
-                                   &json, &operand);
+  int code = fdy_cli_parse_flags("inspect", argc, argv, flags, &a, &operand);
   if (code != FDY_EXIT_OK) {
     return code;
   }
@@ -182,7 +171,7 @@ int fdy_cmd_inspect(int argc, char **argv) {
     return fdy_cli_fail(&err);
   }
   code = FDY_EXIT_OK;
-  if (json) {
+  if (a.json) {
     code = print_json(model);
   } else {
     print_text(model);

@@ -2,7 +2,6 @@
  * quantization flags): writes a random-weight Llama checkpoint in the MLX
  * layout, deterministic for (preset, flags, seed), refusing to overwrite
  * DIR. Progress goes to stderr when it is a terminal. */
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -72,91 +71,55 @@ typedef struct make_args {
   fdy_llama_make_options make;
 } make_args;
 
-enum {
-  OPT_PRESET = 256,
-  OPT_SEED,
-  OPT_OUT,
-  OPT_BITS,
-  OPT_GROUP,
-  OPT_MIXED,
-  OPT_UNQUANTIZED,
-  OPT_DTYPE
-};
-
-static const struct option options[] = {
-    {"preset", required_argument, NULL, OPT_PRESET},
-    {"seed", required_argument, NULL, OPT_SEED},
-    {"out", required_argument, NULL, OPT_OUT},
-    {"bits", required_argument, NULL, OPT_BITS},
-    {"group-size", required_argument, NULL, OPT_GROUP},
-    {"mixed", no_argument, NULL, OPT_MIXED},
-    {"unquantized", no_argument, NULL, OPT_UNQUANTIZED},
-    {"dtype", required_argument, NULL, OPT_DTYPE},
-    {NULL, 0, NULL, 0},
-};
-
-/* --bits (4 or 8) or --group-size (32, 64 or 128). */
-static fdy_status parse_quantization(int opt, const char *arg,
-                                     fdy_llama_make_options *make,
-                                     fdy_error *err) {
-  const bool bits = opt == OPT_BITS;
-  const char *flag = bits ? "--bits" : "--group-size";
-  uint64_t value = 0;
-  fdy_status st = fdy_cli_parse_uint(flag, arg, 1, UINT32_MAX, &value, err);
+/* --bits (4 or 8) or --group-size (32, 64 or 128) into the uint32_t at
+ * value. */
+static fdy_status parse_quantization(const char *flag, const char *text,
+                                     void *value, fdy_error *err) {
+  const bool bits = strcmp(flag, "--bits") == 0;
+  uint64_t number = 0;
+  fdy_status st = fdy_cli_parse_uint(flag, text, 1, UINT32_MAX, &number, err);
   if (st != FDY_OK) {
     return st;
   }
-  if (bits ? value != 4 && value != 8
-           : value != 32 && value != 64 && value != 128) {
-    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT, "%s %s: %s", flag, arg,
+  if (bits ? number != 4 && number != 8
+           : number != 32 && number != 64 && number != 128) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT, "%s %s: %s", flag, text,
                          bits ? "4 or 8" : "32, 64 or 128");
   }
-  *(bits ? &make->bits : &make->group_size) = (uint32_t)value;
+  *(uint32_t *)value = (uint32_t)number;
   return FDY_OK;
 }
 
-static fdy_status parse_option(void *p, int opt, const char *arg, bool *handled,
-                               fdy_error *err) {
-  make_args *a = p;
-  *handled = true;
-  switch (opt) {
-  case OPT_PRESET:
-    a->preset = arg;
-    return FDY_OK;
-  case OPT_OUT:
-    a->out = arg;
-    return FDY_OK;
-  case OPT_SEED:
-    return fdy_cli_parse_uint("--seed", arg, 0, UINT64_MAX, &a->seed, err);
-  case OPT_BITS:
-  case OPT_GROUP:
-    return parse_quantization(opt, arg, &a->make, err);
-  case OPT_MIXED:
-    a->make.mixed = true;
-    return FDY_OK;
-  case OPT_UNQUANTIZED:
-    a->make.unquantized = true;
-    return FDY_OK;
-  case OPT_DTYPE:
-    if (strcmp(arg, "float16") != 0 && strcmp(arg, "bfloat16") != 0 &&
-        strcmp(arg, "float32") != 0) {
-      return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                           "--dtype %s: float16, bfloat16 or float32", arg);
-    }
-    a->make.dtype = arg;
-    return FDY_OK;
-  default:
-    *handled = false;
-    return FDY_OK;
+/* --dtype: float16, bfloat16 or float32, the name itself. */
+static fdy_status parse_dtype(const char *flag, const char *text, void *value,
+                              fdy_error *err) {
+  if (strcmp(text, "float16") != 0 && strcmp(text, "bfloat16") != 0 &&
+      strcmp(text, "float32") != 0) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "%s %s: float16, bfloat16 or float32", flag, text);
   }
+  *(const char **)value = text;
+  return FDY_OK;
 }
+
+static const fdy_cli_flag flags[] = {
+    {FDY_CLI_TEXT("preset", make_args, preset)},
+    {FDY_CLI_U64("seed", make_args, seed, 0, UINT64_MAX)},
+    {FDY_CLI_TEXT("out", make_args, out)},
+    {FDY_CLI_PARSE("bits", make_args, make.bits, parse_quantization)},
+    {FDY_CLI_PARSE("group-size", make_args, make.group_size,
+                   parse_quantization)},
+    {FDY_CLI_SET("mixed", make_args, make.mixed)},
+    {FDY_CLI_SET("unquantized", make_args, make.unquantized)},
+    {FDY_CLI_PARSE("dtype", make_args, make.dtype, parse_dtype)},
+    {FDY_CLI_END},
+};
 
 /* The flags into *a, and the checks between them: FDY_EXIT_OK or the
  * usage error printed. */
 static int parse(int argc, char **argv, make_args *a) {
   *a = (make_args){.preset = NULL};
-  int code = fdy_cli_parse_options("make-model", argc, argv, options,
-                                   parse_option, a, NULL);
+  int code = fdy_cli_parse_flags("make-model", argc, argv, flags, a, NULL);
   if (code != FDY_EXIT_OK) {
     return code;
   }

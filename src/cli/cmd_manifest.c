@@ -1,7 +1,6 @@
 /* `foundry manifest DIR [--out FILE]`: the SHA-256 and size of every file of
  * a checkpoint directory (include/foundry/manifest.h), as the manifest that
  * --manifest pins a run to; on stdout, or into FILE (never overwritten). */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -26,29 +25,20 @@ void fdy_cmd_manifest_help(FILE *out) {
           "               instead of standard output\n");
 }
 
-enum { OPT_OUT = 256 };
+/* The command's options, as parsed. */
+typedef struct manifest_args {
+  const char *out; /* NULL: standard output */
+} manifest_args;
 
-static const struct option options[] = {
-    {"out", required_argument, NULL, OPT_OUT},
-    {NULL, 0, NULL, 0},
+static const fdy_cli_flag flags[] = {
+    {FDY_CLI_TEXT("out", manifest_args, out)},
+    {FDY_CLI_END},
 };
 
-static fdy_status parse_option(void *p, int opt, const char *arg, bool *handled,
-                               fdy_error *err) {
-  (void)err;
-  const char **out_path = p;
-  *handled = opt == OPT_OUT;
-  if (*handled) {
-    *out_path = arg;
-  }
-  return FDY_OK;
-}
-
 int fdy_cmd_manifest(int argc, char **argv) {
-  const char *out_path = NULL;
+  manifest_args a = {.out = NULL};
   int operand = argc;
-  int code = fdy_cli_parse_options("manifest", argc, argv, options,
-                                   parse_option, &out_path, &operand);
+  int code = fdy_cli_parse_flags("manifest", argc, argv, flags, &a, &operand);
   if (code != FDY_EXIT_OK) {
     return code;
   }
@@ -56,7 +46,7 @@ int fdy_cmd_manifest(int argc, char **argv) {
     return fdy_cli_usage("manifest", "give exactly one DIR");
   }
   fdy_error err;
-  if (out_path && fdy_new_file_check(out_path, &err) != FDY_OK) {
+  if (a.out && fdy_new_file_check(a.out, &err) != FDY_OK) {
     return fdy_cli_fail(&err);
   }
   fdy_manifest manifest;
@@ -70,8 +60,8 @@ int fdy_cmd_manifest(int argc, char **argv) {
     return fdy_cli_fail(&err);
   }
   code = FDY_EXIT_OK;
-  if (out_path) {
-    if (fdy_write_new_text_file(out_path, text, &err) != FDY_OK) {
+  if (a.out) {
+    if (fdy_write_new_text_file(a.out, text, &err) != FDY_OK) {
       code = fdy_cli_fail(&err);
     }
   } else {

@@ -2,7 +2,6 @@
  * graph as JSON (--dump; the workload is the benchmark's synthetic checksum
  * chain, or a Llama checkpoint with --model) or loads and statically
  * validates a plan file (--check). */
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -225,87 +224,47 @@ static int dump_model(const char *path, const char *dir, uint32_t context,
 /* The command's options, as parsed. */
 typedef struct plan_args {
   const char *dump, *check, *model;
-  uint64_t context, layers, weight_mib, buffers, alignment, budget;
-  bool budget_given;
-  bool chain_option_seen; /* --layers, --weight-mib or --alignment */
-  bool dump_option_seen;  /* any planner option */
+  uint64_t context, layers, weight_mib, buffers, alignment;
+  uint64_t budget;   /* 0: not given */
+  bool chain_seen;   /* --layers, --weight-mib or --alignment */
+  bool planner_seen; /* another planner option */
 } plan_args;
 
-enum {
-  OPT_DUMP = 256,
-  OPT_CHECK,
-  OPT_LAYERS,
-  OPT_WEIGHT,
-  OPT_BUFFERS,
-  OPT_BUDGET,
-  OPT_ALIGNMENT,
-  OPT_MODEL,
-  OPT_CONTEXT
-};
-
-static const struct option options[] = {
-    {"dump", required_argument, NULL, OPT_DUMP},
-    {"check", required_argument, NULL, OPT_CHECK},
-    {"layers", required_argument, NULL, OPT_LAYERS},
-    {"weight-mib", required_argument, NULL, OPT_WEIGHT},
-    {"buffers", required_argument, NULL, OPT_BUFFERS},
-    {"budget", required_argument, NULL, OPT_BUDGET},
-    {"alignment", required_argument, NULL, OPT_ALIGNMENT},
-    {"model", required_argument, NULL, OPT_MODEL},
-    {"context", required_argument, NULL, OPT_CONTEXT},
-    {NULL, 0, NULL, 0},
-};
-
-static fdy_status parse_alignment(const char *arg, uint64_t *out,
-                                  fdy_error *err) {
-  fdy_status st = fdy_cli_parse_uint("--alignment", arg, FDY_TENSOR_ALIGNMENT,
-                                     UINT32_MAX, out, err);
-  if (st == FDY_OK && !fdy_is_power_of_two(*out)) {
-    st = fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                       "--alignment must be a power of two, got %s", arg);
+/* --alignment: a power of two from FDY_TENSOR_ALIGNMENT to 2^32 - 1. */
+static fdy_status parse_alignment(const char *flag, const char *text,
+                                  void *value, fdy_error *err) {
+  uint64_t alignment = 0;
+  fdy_status st = fdy_cli_parse_uint(flag, text, FDY_TENSOR_ALIGNMENT,
+                                     UINT32_MAX, &alignment, err);
+  if (st == FDY_OK && !fdy_is_power_of_two(alignment)) {
+    return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
+                         "%s must be a power of two, got %s", flag, text);
+  }
+  if (st == FDY_OK) {
+    *(uint64_t *)value = alignment;
   }
   return st;
 }
 
-static fdy_status parse_option(void *p, int opt, const char *arg, bool *handled,
-                               fdy_error *err) {
-  plan_args *a = p;
-  *handled = true;
-  /* every option after --check in the enum is a planner option */
-  a->dump_option_seen = a->dump_option_seen || opt >= OPT_LAYERS;
-  a->chain_option_seen = a->chain_option_seen || opt == OPT_LAYERS ||
-                         opt == OPT_WEIGHT || opt == OPT_ALIGNMENT;
-  switch (opt) {
-  case OPT_DUMP:
-    a->dump = arg;
-    return FDY_OK;
-  case OPT_CHECK:
-    a->check = arg;
-    return FDY_OK;
-  case OPT_LAYERS:
-    return fdy_cli_parse_uint("--layers", arg, 1, MAX_LAYERS, &a->layers, err);
-  case OPT_WEIGHT:
-    return fdy_cli_parse_uint("--weight-mib", arg, 1, UINT32_MAX,
-                              &a->weight_mib, err);
-  case OPT_BUFFERS:
-    return fdy_cli_parse_uint("--buffers", arg, 1, MAX_BUFFERS, &a->buffers,
-                              err);
-  case OPT_BUDGET:
-    a->budget_given = true;
-    return fdy_cli_parse_size("--budget", arg, &a->budget, err);
-  case OPT_ALIGNMENT:
-    return parse_alignment(arg, &a->alignment, err);
-  case OPT_MODEL:
-    a->model = arg;
-    return FDY_OK;
-  case OPT_CONTEXT:
-    return fdy_cli_parse_uint("--context", arg, 1, UINT32_MAX, &a->context,
-                              err);
-  default:
-    *handled = false;
-    return FDY_OK;
-  }
-}
+static const fdy_cli_flag flags[] = {
+    {FDY_CLI_TEXT("dump", plan_args, dump)},
+    {FDY_CLI_TEXT("check", plan_args, check)},
+    {FDY_CLI_U64("layers", plan_args, layers, 1, MAX_LAYERS),
+     FDY_CLI_GIVEN(plan_args, chain_seen)},
+    {FDY_CLI_U64("weight-mib", plan_args, weight_mib, 1, UINT32_MAX),
+     FDY_CLI_GIVEN(plan_args, chain_seen)},
+    {FDY_CLI_U64("buffers", plan_args, buffers, 1, MAX_BUFFERS),
+     FDY_CLI_GIVEN(plan_args, planner_seen)},
+    {FDY_CLI_SIZE("budget", plan_args, budget),
+     FDY_CLI_GIVEN(plan_args, planner_seen)},
+    {FDY_CLI_PARSE("alignment", plan_args, alignment, parse_alignment),
+     FDY_CLI_GIVEN(plan_args, chain_seen)},
+    {FDY_CLI_TEXT("model", plan_args, model),
+     FDY_CLI_GIVEN(plan_args, planner_seen)},
+    {FDY_CLI_U64("context", plan_args, context, 1, UINT32_MAX),
+     FDY_CLI_GIVEN(plan_args, planner_seen)},
+    {FDY_CLI_END},
+};
 
 /* The flags into *a, and the checks between them: FDY_EXIT_OK or the
  * usage error printed. */
@@ -313,10 +272,8 @@ static int parse(int argc, char **argv, plan_args *a) {
   *a = (plan_args){.layers = DEFAULT_LAYERS,
                    .weight_mib = DEFAULT_WEIGHT_MIB,
                    .buffers = DEFAULT_BUFFERS,
-                   .alignment = DEFAULT_ALIGNMENT,
-                   .budget = 4 * FDY_GIB};
-  int code =
-      fdy_cli_parse_options("plan", argc, argv, options, parse_option, a, NULL);
+                   .alignment = DEFAULT_ALIGNMENT};
+  int code = fdy_cli_parse_flags("plan", argc, argv, flags, a, NULL);
   if (code != FDY_EXIT_OK) {
     return code;
   }
@@ -324,13 +281,13 @@ static int parse(int argc, char **argv, plan_args *a) {
     return fdy_cli_usage("plan", "give exactly one of --dump PATH or "
                                  "--check PATH");
   }
-  if (a->check && a->dump_option_seen) {
+  if (a->check && (a->chain_seen || a->planner_seen)) {
     return fdy_cli_usage("plan", "--check takes no planner options");
   }
   if (a->check) {
     return FDY_EXIT_OK;
   }
-  if (a->model && a->chain_option_seen) {
+  if (a->model && a->chain_seen) {
     return fdy_cli_usage("plan", "--layers, --weight-mib and --alignment "
                                  "describe the chain; --model plans a "
                                  "checkpoint");
@@ -351,10 +308,11 @@ int fdy_cmd_plan(int argc, char **argv) {
     return check_plan(a.check);
   }
   if (a.model) {
-    return dump_model(a.dump, a.model, (uint32_t)a.context,
-                      a.budget_given ? a.budget : 0, (uint32_t)a.buffers);
+    return dump_model(a.dump, a.model, (uint32_t)a.context, a.budget,
+                      (uint32_t)a.buffers);
   }
-  fdy_planner_options planner = {.weight_budget = a.budget,
+  fdy_planner_options planner = {.weight_budget =
+                                     a.budget ? a.budget : 4 * FDY_GIB,
                                  .buffers = (uint32_t)a.buffers,
                                  .alignment = a.alignment};
   return dump_synthetic(a.dump, a.layers, a.weight_mib, &planner);

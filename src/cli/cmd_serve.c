@@ -10,7 +10,6 @@
  * docs/serve.md describes the endpoints and limits. */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <microhttpd.h>
@@ -25,6 +24,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "cli_draft.h"
 #include "cli_options.h"
 #include "cli_util.h"
 #include "commands.h"
@@ -853,64 +853,22 @@ typedef struct serve_args {
   fdy_cli_text_flags text; /* --tokenizer alone */
 } serve_args;
 
-enum {
-  OPT_MODEL = 256,
-  OPT_HOST,
-  OPT_PORT,
-  OPT_MODEL_ID,
-  OPT_SEQUENCES,
-  OPT_QUEUE,
-  OPT_API_KEY,
-  OPT_GRACE
+static const fdy_cli_flag flags[] = {
+    {FDY_CLI_TEXT("model", serve_args, model_dir)},
+    {FDY_CLI_TEXT("host", serve_args, host)},
+    {FDY_CLI_U64("port", serve_args, port, 0, 65535)},
+    {FDY_CLI_TEXT("model-id", serve_args, model_id)},
+    {FDY_CLI_U64("max-sequences", serve_args, sequences, 1,
+                 FDY_LLAMA_MAX_SEQUENCES)},
+    {FDY_CLI_U64("max-queue", serve_args, queue, 0, 1u << 20)},
+    {FDY_CLI_TEXT("tokenizer", serve_args, text.tokenizer)},
+    {FDY_CLI_TEXT("api-key", serve_args, api_key)},
+    {FDY_CLI_U64("grace", serve_args, grace, 0, 86400)},
+    {FDY_CLI_SESSION_ROWS(serve_args, session)},
+    {FDY_CLI_ENGINE_ROWS(serve_args, session)},
+    {FDY_CLI_DRAFT_ROWS(serve_args, draft)},
+    {FDY_CLI_END},
 };
-
-static const struct option serve_options[] = {
-    {"model", required_argument, NULL, OPT_MODEL},
-    {"host", required_argument, NULL, OPT_HOST},
-    {"port", required_argument, NULL, OPT_PORT},
-    {"model-id", required_argument, NULL, OPT_MODEL_ID},
-    {"max-sequences", required_argument, NULL, OPT_SEQUENCES},
-    {"max-queue", required_argument, NULL, OPT_QUEUE},
-    {"tokenizer", required_argument, NULL, FDY_CLI_OPT_TOKENIZER},
-    {"api-key", required_argument, NULL, OPT_API_KEY},
-    {"grace", required_argument, NULL, OPT_GRACE},
-    FDY_CLI_SESSION_OPTIONS,
-    FDY_CLI_ENGINE_OPTIONS,
-    FDY_CLI_DRAFT_OPTIONS,
-    {NULL, 0, NULL, 0},
-};
-
-static fdy_status parse_option(void *p, int opt, const char *arg, bool *handled,
-                               fdy_error *err) {
-  serve_args *a = p;
-  *handled = true;
-  switch (opt) {
-  case OPT_MODEL:
-    a->model_dir = arg;
-    return FDY_OK;
-  case OPT_HOST:
-    a->host = arg;
-    return FDY_OK;
-  case OPT_PORT:
-    return fdy_cli_parse_uint("--port", arg, 0, 65535, &a->port, err);
-  case OPT_MODEL_ID:
-    a->model_id = arg;
-    return FDY_OK;
-  case OPT_SEQUENCES:
-    return fdy_cli_parse_uint("--max-sequences", arg, 1,
-                              FDY_LLAMA_MAX_SEQUENCES, &a->sequences, err);
-  case OPT_QUEUE:
-    return fdy_cli_parse_uint("--max-queue", arg, 0, 1u << 20, &a->queue, err);
-  case OPT_API_KEY:
-    a->api_key = arg;
-    return FDY_OK;
-  case OPT_GRACE:
-    return fdy_cli_parse_uint("--grace", arg, 0, 86400, &a->grace, err);
-  default:
-    return fdy_cli_shared_flag(opt, arg, &a->session, NULL, &a->draft, &a->text,
-                               handled, err);
-  }
-}
 
 /* The flags into *a, and the checks between them: FDY_EXIT_OK or the
  * usage error printed. */
@@ -922,8 +880,7 @@ static int parse(int argc, char **argv, serve_args *a) {
                     .grace = DEFAULT_GRACE,
                     .session = FDY_CLI_SESSION_FLAGS_DEFAULT,
                     .text = {.template_kind = FDY_CHAT_TEMPLATE_AUTO}};
-  int code = fdy_cli_parse_options("serve", argc, argv, serve_options,
-                                   parse_option, a, NULL);
+  int code = fdy_cli_parse_flags("serve", argc, argv, flags, a, NULL);
   if (code != FDY_EXIT_OK) {
     return code;
   }

@@ -1,7 +1,6 @@
 /* `foundry tokenize` and `foundry detokenize`: text to Llama 3 token ids and
  * back, with the tokenizer of a model directory or an explicit tokenizer
  * file. tokenize --bench measures the encoder's throughput instead. */
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,36 +51,13 @@ typedef struct source_args {
   const char *model, *tokenizer, *text, *file; /* text: --text or --ids */
 } source_args;
 
-enum {
-  OPT_MODEL = 256,
-  OPT_TOKENIZER,
-  OPT_TEXT,
-  OPT_FILE,
-  OPT_BOS,
-  OPT_JSON,
-  OPT_BENCH,
-  OPT_NO_NEWLINE
+/* The source flags but the text's, which each command names its own. */
+static const fdy_cli_flag source_rows[] = {
+    {FDY_CLI_TEXT("model", source_args, model)},
+    {FDY_CLI_TEXT("tokenizer", source_args, tokenizer)},
+    {FDY_CLI_TEXT("file", source_args, file)},
+    {FDY_CLI_END},
 };
-
-/* opt into a when it is one of the source flags (true), else false. */
-static bool parse_source(source_args *a, int opt, const char *arg) {
-  switch (opt) {
-  case OPT_MODEL:
-    a->model = arg;
-    return true;
-  case OPT_TOKENIZER:
-    a->tokenizer = arg;
-    return true;
-  case OPT_TEXT:
-    a->text = arg;
-    return true;
-  case OPT_FILE:
-    a->file = arg;
-    return true;
-  default:
-    return false;
-  }
-}
 
 /* Exactly one of --model/--tokenizer and one of the inputs. */
 static int check_sources(const char *command, const source_args *a,
@@ -131,35 +107,15 @@ typedef struct tokenize_args {
   uint64_t repeats; /* --bench; 0: encode once */
 } tokenize_args;
 
-static const struct option tokenize_options[] = {
-    {"model", required_argument, NULL, OPT_MODEL},
-    {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
-    {"text", required_argument, NULL, OPT_TEXT},
-    {"file", required_argument, NULL, OPT_FILE},
-    {"bos", no_argument, NULL, OPT_BOS},
-    {"json", no_argument, NULL, OPT_JSON},
-    {"bench", required_argument, NULL, OPT_BENCH},
-    {NULL, 0, NULL, 0},
+static const fdy_cli_flag tokenize_flags[] = {
+    {FDY_CLI_GROUP(source_rows,
+                   FDY_CLI_AT(tokenize_args, source, source_args))},
+    {FDY_CLI_TEXT("text", tokenize_args, source.text)},
+    {FDY_CLI_SET("bos", tokenize_args, bos)},
+    {FDY_CLI_SET("json", tokenize_args, json)},
+    {FDY_CLI_U64("bench", tokenize_args, repeats, 1, UINT32_MAX)},
+    {FDY_CLI_END},
 };
-
-static fdy_status parse_tokenize_option(void *p, int opt, const char *arg,
-                                        bool *handled, fdy_error *err) {
-  tokenize_args *a = p;
-  *handled = true;
-  switch (opt) {
-  case OPT_BOS:
-    a->bos = true;
-    return FDY_OK;
-  case OPT_JSON:
-    a->json = true;
-    return FDY_OK;
-  case OPT_BENCH:
-    return fdy_cli_parse_uint("--bench", arg, 1, UINT32_MAX, &a->repeats, err);
-  default:
-    *handled = parse_source(&a->source, opt, arg);
-    return FDY_OK;
-  }
-}
 
 /* The ids of text (BOS first with bos). */
 static fdy_status encode(fdy_tokenizer *tok, bool bos, const char *text,
@@ -210,8 +166,8 @@ static int tokenize_run(const tokenize_args *a) {
 
 int fdy_cmd_tokenize(int argc, char **argv) {
   tokenize_args a = {.bos = false};
-  int code = fdy_cli_parse_options("tokenize", argc, argv, tokenize_options,
-                                   parse_tokenize_option, &a, NULL);
+  int code =
+      fdy_cli_parse_flags("tokenize", argc, argv, tokenize_flags, &a, NULL);
   if (code == FDY_EXIT_OK) {
     code = check_sources("tokenize", &a.source, "--text");
   }
@@ -246,27 +202,13 @@ typedef struct detokenize_args {
   bool newline;       /* off with --no-newline */
 } detokenize_args;
 
-static const struct option detokenize_options[] = {
-    {"model", required_argument, NULL, OPT_MODEL},
-    {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
-    {"ids", required_argument, NULL, OPT_TEXT},
-    {"file", required_argument, NULL, OPT_FILE},
-    {"no-newline", no_argument, NULL, OPT_NO_NEWLINE},
-    {NULL, 0, NULL, 0},
+static const fdy_cli_flag detokenize_flags[] = {
+    {FDY_CLI_GROUP(source_rows,
+                   FDY_CLI_AT(detokenize_args, source, source_args))},
+    {FDY_CLI_TEXT("ids", detokenize_args, source.text)},
+    {FDY_CLI_CLEAR("no-newline", detokenize_args, newline)},
+    {FDY_CLI_END},
 };
-
-static fdy_status parse_detokenize_option(void *p, int opt, const char *arg,
-                                          bool *handled, fdy_error *err) {
-  (void)err;
-  detokenize_args *a = p;
-  if (opt == OPT_NO_NEWLINE) {
-    a->newline = false;
-    *handled = true;
-  } else {
-    *handled = parse_source(&a->source, opt, arg);
-  }
-  return FDY_OK;
-}
 
 /* The ids, decoded by the tokenizer and printed. */
 static int detokenize_run(const detokenize_args *a, const int32_t *ids,
@@ -293,8 +235,8 @@ static int detokenize_run(const detokenize_args *a, const int32_t *ids,
 
 int fdy_cmd_detokenize(int argc, char **argv) {
   detokenize_args a = {.newline = true};
-  int code = fdy_cli_parse_options("detokenize", argc, argv, detokenize_options,
-                                   parse_detokenize_option, &a, NULL);
+  int code =
+      fdy_cli_parse_flags("detokenize", argc, argv, detokenize_flags, &a, NULL);
   if (code == FDY_EXIT_OK) {
     code = check_sources("detokenize", &a.source, "--ids");
   }

@@ -5,7 +5,6 @@
  * agreement; exits 1 when outside the tolerance of the backend. With
  * --against, compares one backend with another on a prompt from --seed
  * instead (fdy_llama_compare) and prints a row per greedy step. */
-#include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -56,17 +55,17 @@ void fdy_cmd_verify_help(FILE *out) {
           FDY_LLAMA_BACKEND_TOLERANCE);
 }
 
-static fdy_status parse_tolerance(const char *text, double *out,
-                                  fdy_error *err) {
+/* --tolerance: a finite non-negative number into the double at value. */
+static fdy_status parse_tolerance(const char *flag, const char *text,
+                                  void *value, fdy_error *err) {
   char *end = NULL;
-  double value = text && *text ? strtod(text, &end) : NAN;
-  if (!end || *end != '\0' || !isfinite(value) || value < 0.0) {
+  double number = text && *text ? strtod(text, &end) : NAN;
+  if (!end || *end != '\0' || !isfinite(number) || number < 0.0) {
     return fdy_error_set(err, FDY_ERR_INVALID_ARGUMENT,
-                         "--tolerance must be a finite non-negative number, "
-                         "got '%s'",
-                         text ? text : "");
+                         "%s must be a finite non-negative number, got '%s'",
+                         flag, text ? text : "");
   }
-  *out = value;
+  *(double *)value = number;
   return FDY_OK;
 }
 
@@ -179,67 +178,24 @@ typedef struct verify_args {
   bool compare_flag; /* a flag of --against given */
 } verify_args;
 
-enum {
-  OPT_MODEL = 256,
-  OPT_REFERENCE,
-  OPT_TOLERANCE,
-  OPT_AGAINST,
-  OPT_AGAINST_THREADS,
-  OPT_PROMPT_TOKENS,
-  OPT_STEPS,
-  OPT_SEED
+static const fdy_cli_flag flags[] = {
+    {FDY_CLI_TEXT("model", verify_args, model_dir)},
+    {FDY_CLI_TEXT("reference", verify_args, reference)},
+    {FDY_CLI_SESSION_ROWS(verify_args, session)},
+    {FDY_CLI_PARSE("tolerance", verify_args, tolerance, parse_tolerance)},
+    {FDY_CLI_ENGINE_ROWS(verify_args, session)},
+    {FDY_CLI_TEXT("against", verify_args, against)},
+    {FDY_CLI_U64("against-threads", verify_args, against_threads, 1, 256),
+     FDY_CLI_GIVEN(verify_args, compare_flag)},
+    {FDY_CLI_U64("prompt-tokens", verify_args, prompt_tokens, 1,
+                 UINT32_MAX / 2),
+     FDY_CLI_GIVEN(verify_args, compare_flag)},
+    {FDY_CLI_U64("steps", verify_args, steps, 1, UINT32_MAX / 2),
+     FDY_CLI_GIVEN(verify_args, compare_flag)},
+    {FDY_CLI_U64("seed", verify_args, seed, 0, UINT64_MAX),
+     FDY_CLI_GIVEN(verify_args, compare_flag)},
+    {FDY_CLI_END},
 };
-
-static const struct option options[] = {
-    {"model", required_argument, NULL, OPT_MODEL},
-    {"reference", required_argument, NULL, OPT_REFERENCE},
-    FDY_CLI_SESSION_OPTIONS,
-    {"tolerance", required_argument, NULL, OPT_TOLERANCE},
-    FDY_CLI_ENGINE_OPTIONS,
-    {"against", required_argument, NULL, OPT_AGAINST},
-    {"against-threads", required_argument, NULL, OPT_AGAINST_THREADS},
-    {"prompt-tokens", required_argument, NULL, OPT_PROMPT_TOKENS},
-    {"steps", required_argument, NULL, OPT_STEPS},
-    {"seed", required_argument, NULL, OPT_SEED},
-    {NULL, 0, NULL, 0},
-};
-
-static fdy_status parse_option(void *p, int opt, const char *arg, bool *handled,
-                               fdy_error *err) {
-  verify_args *a = p;
-  *handled = true;
-  switch (opt) {
-  case OPT_MODEL:
-    a->model_dir = arg;
-    return FDY_OK;
-  case OPT_REFERENCE:
-    a->reference = arg;
-    return FDY_OK;
-  case OPT_TOLERANCE:
-    return parse_tolerance(arg, &a->tolerance, err);
-  case OPT_AGAINST:
-    a->against = arg;
-    return FDY_OK;
-  case OPT_AGAINST_THREADS:
-    a->compare_flag = true;
-    return fdy_cli_parse_uint("--against-threads", arg, 1, 256,
-                              &a->against_threads, err);
-  case OPT_PROMPT_TOKENS:
-    a->compare_flag = true;
-    return fdy_cli_parse_uint("--prompt-tokens", arg, 1, UINT32_MAX / 2,
-                              &a->prompt_tokens, err);
-  case OPT_STEPS:
-    a->compare_flag = true;
-    return fdy_cli_parse_uint("--steps", arg, 1, UINT32_MAX / 2, &a->steps,
-                              err);
-  case OPT_SEED:
-    a->compare_flag = true;
-    return fdy_cli_parse_uint("--seed", arg, 0, UINT64_MAX, &a->seed, err);
-  default:
-    return fdy_cli_shared_flag(opt, arg, &a->session, NULL, NULL, NULL, handled,
-                               err);
-  }
-}
 
 /* The flags into *a, and the checks between them: FDY_EXIT_OK or the
  * usage error printed. */
@@ -248,8 +204,7 @@ static int parse(int argc, char **argv, verify_args *a) {
                      .tolerance = -1.0,
                      .prompt_tokens = 64,
                      .steps = 16};
-  int code = fdy_cli_parse_options("verify", argc, argv, options, parse_option,
-                                   a, NULL);
+  int code = fdy_cli_parse_flags("verify", argc, argv, flags, a, NULL);
   if (code != FDY_EXIT_OK) {
     return code;
   }

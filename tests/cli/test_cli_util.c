@@ -1,7 +1,8 @@
 /* The CLI's shared parsers (src/cli/cli_util.h): integers, the one parser
  * of comma-separated lists, whose every failure names the item (its index
  * in ids[0]) and the list, and the session flags with the explanation of
- * an impossible weight budget. */
+ * an impossible weight budget; and the loop that reads the commands' flag
+ * tables (src/cli/cli_options.h). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -223,7 +224,6 @@ static void test_session_flags(void **state) {
   (void)state;
   fdy_cli_session_flags flags = FDY_CLI_SESSION_FLAGS_DEFAULT;
   fdy_error err;
-  bool handled = false;
   static const struct {
     const char *text;
     uint64_t bytes;
@@ -232,54 +232,51 @@ static void test_session_flags(void **state) {
                {"1048577", 1048577},
                {"7 MiB", 7 * FDY_MIB}};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-    assert_int_equal(fdy_cli_session_flag(FDY_CLI_OPT_WEIGHT_BUDGET,
-                                          sizes[i].text, &flags, &handled,
-                                          &err),
+    assert_int_equal(fdy_cli_flag_set(fdy_cli_engine_rows, "weight-budget",
+                                      sizes[i].text, &flags, &err),
                      FDY_OK);
-    assert_true(handled);
     assert_int_equal(flags.weight_budget, sizes[i].bytes);
   }
   static const char *const bad_sizes[] = {"0",    "0MiB", "-1",  "1.5GiB",
                                           "2gib", "x",    "1XB", ""};
   for (size_t i = 0; i < sizeof bad_sizes / sizeof bad_sizes[0]; i++) {
-    assert_int_equal(fdy_cli_session_flag(FDY_CLI_OPT_WEIGHT_BUDGET,
-                                          bad_sizes[i], &flags, &handled, &err),
+    assert_int_equal(fdy_cli_flag_set(fdy_cli_engine_rows, "weight-budget",
+                                      bad_sizes[i], &flags, &err),
                      FDY_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(err.message, "--weight-budget"));
     assert_int_equal(flags.weight_budget, 7 * FDY_MIB);
   }
   assert_int_equal(
-      fdy_cli_session_flag(FDY_CLI_OPT_BUFFERS, "3", &flags, &handled, &err),
+      fdy_cli_flag_set(fdy_cli_engine_rows, "buffers", "3", &flags, &err),
       FDY_OK);
   assert_int_equal(flags.buffers, 3);
-  assert_int_equal(fdy_cli_session_flag(FDY_CLI_OPT_PREFILL_ROWS, "512", &flags,
-                                        &handled, &err),
+  assert_int_equal(fdy_cli_flag_set(fdy_cli_engine_rows, "prefill-rows", "512",
+                                    &flags, &err),
                    FDY_OK);
   assert_int_equal(flags.prefill_rows, 512);
   static const struct {
-    int opt;
-    const char *text, *flag;
-  } bad[] = {{FDY_CLI_OPT_BUFFERS, "0", "--buffers"},
-             {FDY_CLI_OPT_BUFFERS, "65", "--buffers"},
-             {FDY_CLI_OPT_PREFILL_ROWS, "0", "--prefill-rows"},
-             {FDY_CLI_OPT_PREFILL_ROWS, "65537", "--prefill-rows"},
-             {FDY_CLI_OPT_DEPENDENT_LAUNCH, "no", "--dependent-launch"},
-             {FDY_CLI_OPT_DEPENDENT_LAUNCH, "", "--dependent-launch"}};
+    const char *name, *text, *flag;
+  } bad[] = {{"buffers", "0", "--buffers"},
+             {"buffers", "65", "--buffers"},
+             {"prefill-rows", "0", "--prefill-rows"},
+             {"prefill-rows", "65537", "--prefill-rows"},
+             {"dependent-launch", "no", "--dependent-launch"},
+             {"dependent-launch", "", "--dependent-launch"}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    assert_int_equal(
-        fdy_cli_session_flag(bad[i].opt, bad[i].text, &flags, &handled, &err),
-        FDY_ERR_INVALID_ARGUMENT);
+    assert_int_equal(fdy_cli_flag_set(fdy_cli_engine_rows, bad[i].name,
+                                      bad[i].text, &flags, &err),
+                     FDY_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(err.message, bad[i].flag));
   }
   assert_int_equal(flags.buffers, 3);
   assert_int_equal(flags.prefill_rows, 512);
   assert_false(flags.serial_launch);
-  assert_int_equal(fdy_cli_session_flag(FDY_CLI_OPT_DEPENDENT_LAUNCH, "off",
-                                        &flags, &handled, &err),
+  assert_int_equal(fdy_cli_flag_set(fdy_cli_engine_rows, "dependent-launch",
+                                    "off", &flags, &err),
                    FDY_OK);
   assert_true(flags.serial_launch);
-  assert_int_equal(fdy_cli_session_flag(FDY_CLI_OPT_DEPENDENT_LAUNCH, "on",
-                                        &flags, &handled, &err),
+  assert_int_equal(fdy_cli_flag_set(fdy_cli_engine_rows, "dependent-launch",
+                                    "on", &flags, &err),
                    FDY_OK);
   assert_false(flags.serial_launch);
   fdy_llama_session_options o = fdy_cli_session_options(&flags, NULL);
@@ -288,9 +285,9 @@ static void test_session_flags(void **state) {
   assert_int_equal(o.prefill_rows, 512);
   assert_false(o.all_logits);
   assert_false(o.collect_timings);
-  assert_int_equal(fdy_cli_session_flag(256, "x", &flags, &handled, &err),
-                   FDY_OK);
-  assert_false(handled);
+  assert_int_equal(
+      fdy_cli_flag_set(fdy_cli_session_rows, "buffers", "3", &flags, &err),
+      FDY_ERR_NOT_FOUND);
 }
 
 /* The planner's budget error gains the minimum in binary units and the
@@ -347,6 +344,83 @@ static void test_repeats(void **state) {
                    FDY_EXIT_OK);
 }
 
+/* The options of a command made up for test_flag_table. */
+typedef struct table_args {
+  const char *name;
+  uint64_t count;
+  uint32_t small;
+  bool on, off, count_given;
+  fdy_cli_session_flags session;
+} table_args;
+
+static const fdy_cli_flag table_rows[] = {
+    {FDY_CLI_TEXT("name", table_args, name)},
+    {FDY_CLI_U64("count", table_args, count, 1, 10),
+     FDY_CLI_GIVEN(table_args, count_given)},
+    {FDY_CLI_U32("small", table_args, small, 0, 7)},
+    {FDY_CLI_SET("on", table_args, on)},
+    {FDY_CLI_CLEAR("off", table_args, off)},
+    {FDY_CLI_SESSION_ROWS(table_args, session)},
+    {FDY_CLI_END},
+};
+
+static const fdy_cli_flag refusing_rows[] = {
+    {FDY_CLI_MODE("mode")},
+    {FDY_CLI_END, .refusal = "does not apply to --mode"},
+};
+
+/* One table, read by one loop: each kind into its field, a group's rows
+ * into the group's struct, the given bool, operands; a bad or missing
+ * value, an unknown option (or one the table refuses), a repeated flag
+ * and an unexpected operand are usage errors. */
+static void test_flag_table(void **state) {
+  (void)state;
+  table_args a = {.off = true, .session = FDY_CLI_SESSION_FLAGS_DEFAULT};
+  char *ok[] = {"cmd", "--name", "x",     "--count=3", "pos", "--small",
+                "7",   "--on",   "--off", "--threads", "4",   NULL};
+  int operand = 0;
+  assert_int_equal(fdy_cli_parse_flags("cmd", 11, ok, table_rows, &a, &operand),
+                   FDY_EXIT_OK);
+  assert_string_equal(a.name, "x");
+  assert_int_equal(a.count, 3);
+  assert_true(a.count_given);
+  assert_int_equal(a.small, 7);
+  assert_true(a.on);
+  assert_false(a.off);
+  assert_int_equal(a.session.threads, 4);
+  assert_int_equal(operand, 10);
+  assert_string_equal(ok[operand], "pos");
+  char *operands[] = {"cmd", "pos", NULL};
+  assert_int_equal(
+      fdy_cli_parse_flags("cmd", 2, operands, table_rows, &a, NULL),
+      FDY_EXIT_USAGE);
+  char *bad[][3] = {{"cmd", "--count", "11"},   {"cmd", "--small", "8"},
+                    {"cmd", "--bogus", "1"},    {"cmd", "--on", "--on"},
+                    {"cmd", "--kv-dtype", "x"}, {"cmd", "--threads", "0"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char *argv[] = {bad[i][0], bad[i][1], bad[i][2], NULL};
+    assert_int_equal(fdy_cli_parse_flags("cmd", 3, argv, table_rows, &a, NULL),
+                     FDY_EXIT_USAGE);
+  }
+  char *missing[] = {"cmd", "--count", NULL};
+  assert_int_equal(fdy_cli_parse_flags("cmd", 2, missing, table_rows, &a, NULL),
+                   FDY_EXIT_USAGE);
+  assert_int_equal(a.count, 3);
+  assert_int_equal(a.small, 7);
+  char *refused[] = {"cmd", "--mode", "--name", "x", NULL};
+  assert_int_equal(
+      fdy_cli_parse_flags("cmd", 4, refused, refusing_rows, &a, NULL),
+      FDY_EXIT_USAGE);
+  fdy_error err;
+  assert_int_equal(fdy_cli_flag_set(table_rows, "kv-dtype", "f16", &a, &err),
+                   FDY_OK);
+  assert_int_equal(a.session.kv_dtype, FDY_DTYPE_F16);
+  assert_int_equal(fdy_cli_flag_set(table_rows, "kv-dtype", "f8", &a, &err),
+                   FDY_ERR_INVALID_ARGUMENT);
+  assert_string_equal(err.message, "--kv-dtype must be f32 or f16, got 'f8'");
+  assert_int_equal(a.session.kv_dtype, FDY_DTYPE_F16);
+}
+
 /* --prefill-rows above the context runs as the context (issue #31: 65,536
  * rows of activations were allocated, and the failure blamed
  * --weight-budget): the explicit context, else max_position_embeddings
@@ -384,6 +458,7 @@ int main(void) {
       cmocka_unit_test(test_explain_budget),
       cmocka_unit_test(test_cap_prefill_rows),
       cmocka_unit_test(test_repeats),
+      cmocka_unit_test(test_flag_table),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
