@@ -159,6 +159,17 @@ static void *alloc(parser *p, size_t n) {
   return q;
 }
 
+/* A new array of cap elements of size bytes holding the first count
+ * (at most cap) of old; NULL as alloc. */
+static void *grow(parser *p, const void *old, size_t count, size_t cap,
+                  size_t size) {
+  void *q = alloc(p, cap * size);
+  if (q && count) {
+    memcpy(q, old, count * size);
+  }
+  return q;
+}
+
 static char *copy(parser *p, const char *s, size_t n) {
   char *q = alloc(p, n + 1);
   if (q) {
@@ -194,6 +205,15 @@ static bool at_tag_end(parser *p) {
   return left >= 2 && memcmp(s, end, 2) == 0;
 }
 
+/* The character of the one-character escape \e (\n, \t, \\, \' ...), or 0
+ * when e makes none. */
+static char one_char_escape(char e) {
+  static const char escapes[] = "ntrabfv\\'\"";
+  static const char chars[] = "\n\t\r\a\b\f\v\\'\"";
+  const char *at = e ? strchr(escapes, e) : NULL;
+  return at ? chars[at - escapes] : 0;
+}
+
 /* Decodes a string literal's escapes as Python's unicode-escape does (which
  * is how jinja2 reads them) into the arena. */
 static bool string_literal(parser *p) {
@@ -222,37 +242,12 @@ static bool string_literal(parser *p) {
     char e = p->src[p->pos++];
     uint32_t cp = 0;
     int digits = 0;
+    char one = one_char_escape(e);
+    if (one) {
+      out[n++] = one;
+      continue;
+    }
     switch (e) {
-    case 'n':
-      out[n++] = '\n';
-      continue;
-    case 't':
-      out[n++] = '\t';
-      continue;
-    case 'r':
-      out[n++] = '\r';
-      continue;
-    case 'a':
-      out[n++] = '\a';
-      continue;
-    case 'b':
-      out[n++] = '\b';
-      continue;
-    case 'f':
-      out[n++] = '\f';
-      continue;
-    case 'v':
-      out[n++] = '\v';
-      continue;
-    case '\\':
-      out[n++] = '\\';
-      continue;
-    case '\'':
-      out[n++] = '\'';
-      continue;
-    case '"':
-      out[n++] = '"';
-      continue;
     case '\n':
       continue;
     case 'x':
@@ -523,12 +518,9 @@ static bool call_args(parser *p, jj_arg **out, size_t *count) {
     }
     if (n == cap) {
       size_t grown = cap ? cap * 2 : 4;
-      jj_arg *a = alloc(p, grown * sizeof *a);
+      jj_arg *a = grow(p, args, n, grown, sizeof *a);
       if (!a) {
         return false;
-      }
-      if (n) {
-        memcpy(a, args, n * sizeof *a);
       }
       args = a;
       cap = grown;
@@ -752,12 +744,9 @@ static jj_expr *primary(parser *p) {
         }
         if (e->nargs + 2 > cap) {
           size_t grown = cap ? cap * 2 : 8;
-          jj_arg *a = alloc(p, grown * sizeof *a);
+          jj_arg *a = grow(p, e->args, e->nargs, grown, sizeof *a);
           if (!a) {
             return NULL;
-          }
-          if (e->nargs) {
-            memcpy(a, e->args, e->nargs * sizeof *a);
           }
           e->args = a;
           cap = grown;

@@ -134,6 +134,17 @@ static void *alloc(render *r, size_t n) {
   return p;
 }
 
+/* A new array of cap elements of size bytes holding the first count
+ * (at most cap) of old; NULL as alloc. */
+static void *grow(render *r, const void *old, size_t count, size_t cap,
+                  size_t size) {
+  void *p = alloc(r, cap * size);
+  if (p && count) {
+    memcpy(p, old, count * size);
+  }
+  return p;
+}
+
 static const char *kind_name(const value *v) {
   static const char *const names[] = {"undefined", "none",   "bool",    "int",
                                       "float",     "string", "list",    "dict",
@@ -313,12 +324,9 @@ static bool case_map(render *r, const value *v, bool upper, value *out) {
 static bool list_push(render *r, list *l, value v) {
   if (l->count == l->cap) {
     size_t cap = l->cap ? l->cap * 2 : 4;
-    value *items = alloc(r, cap * sizeof *items);
+    value *items = grow(r, l->items, l->count, cap, sizeof *items);
     if (!items) {
       return false;
-    }
-    if (l->count) {
-      memcpy(items, l->items, l->count * sizeof *items);
     }
     l->items = items;
     l->cap = cap;
@@ -355,14 +363,10 @@ static bool dict_set(render *r, dict *d, value key, value val) {
   }
   if (d->count == d->cap) {
     size_t cap = d->cap ? d->cap * 2 : 4;
-    value *keys = alloc(r, cap * sizeof *keys);
-    value *vals = alloc(r, cap * sizeof *vals);
+    value *keys = grow(r, d->keys, d->count, cap, sizeof *keys);
+    value *vals = grow(r, d->vals, d->count, cap, sizeof *vals);
     if (!keys || !vals) {
       return false;
-    }
-    if (d->count) {
-      memcpy(keys, d->keys, d->count * sizeof *keys);
-      memcpy(vals, d->vals, d->count * sizeof *vals);
     }
     d->keys = keys;
     d->vals = vals;
@@ -854,14 +858,10 @@ static bool assign(render *r, scope *s, const char *name, value v) {
   }
   if (s->count == s->cap) {
     size_t cap = s->cap ? s->cap * 2 : 8;
-    const char **names = alloc(r, cap * sizeof *names);
-    value *vals = alloc(r, cap * sizeof *vals);
+    const char **names = grow(r, s->names, s->count, cap, sizeof *names);
+    value *vals = grow(r, s->vals, s->count, cap, sizeof *vals);
     if (!names || !vals) {
       return false;
-    }
-    if (s->count) {
-      memcpy(names, s->names, s->count * sizeof *names);
-      memcpy(vals, s->vals, s->count * sizeof *vals);
     }
     s->names = names;
     s->vals = vals;
