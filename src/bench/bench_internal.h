@@ -6,6 +6,7 @@
 #define FOUNDRY_BENCH_INTERNAL_H
 
 #include <jansson.h>
+#include <math.h>
 
 #include "foundry/backend.h"
 #include "foundry/bench.h"
@@ -202,6 +203,20 @@ json_t *bench_trace_span(const char *name, const char *cat, int tid,
                          json_t *args);
 /* Prints the console summary of a successful run. */
 void bench_print_summary(const bench_state *s, FILE *out);
+
+/* A report's number: x, or null when it is not finite (no measurement). */
+static inline json_t *jreal(double x) {
+  return isfinite(x) ? json_real(x) : json_null();
+}
+
+/* A report's count or byte size. */
+static inline json_t *jint(uint64_t v) {
+  return json_integer((json_int_t)v);
+}
+
+/* When on, a line "WHO: message" on stderr: a run's progress. */
+void bench_progress(bool on, const char *who, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Sorts n values ascending in place (for fdy_bench_percentile_sorted). */
 void bench_sort(double *v, size_t n);

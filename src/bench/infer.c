@@ -5,7 +5,6 @@
  * ceilings, the traced execution and its Chrome trace, the console summary
  * and the report. */
 #include <inttypes.h>
-#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -259,14 +258,6 @@ typedef struct infer_state {
   infer_trace trace;
   const char *stage;
 } infer_state;
-
-static json_t *jreal(double x) {
-  return isfinite(x) ? json_real(x) : json_null();
-}
-
-static json_t *jint(uint64_t v) {
-  return json_integer((json_int_t)v);
-}
 
 static json_t *ids_json(const int32_t *ids, uint32_t count) {
   json_t *a = json_array();
@@ -1042,12 +1033,11 @@ static fdy_status run_executions(infer_state *s, fdy_error *err) {
     } else if (memcmp(s->batch.ids, s->first_ids, id_bytes) != 0) {
       s->same_ids = false;
     }
-    if (o->progress) {
-      fprintf(stderr, "infer-bench: %s %" PRIu32 "/%" PRIu32 ": %.4f s\n",
-              i < o->warmup ? "warmup" : "execution",
-              i < o->warmup ? i + 1 : i + 1 - o->warmup,
-              i < o->warmup ? o->warmup : o->iterations, s->runs[i].total);
-    }
+    bench_progress(o->progress, "infer-bench",
+                   "%s %" PRIu32 "/%" PRIu32 ": %.4f s",
+                   i < o->warmup ? "warmup" : "execution",
+                   i < o->warmup ? i + 1 : i + 1 - o->warmup,
+                   i < o->warmup ? o->warmup : o->iterations, s->runs[i].total);
   }
   return st;
 }
@@ -1321,14 +1311,12 @@ static void command_name(const fdy_plan *plan, const fdy_command *c, char *buf,
     }
     break;
   case FDY_CMD_PREFETCH:
-    if (fdy_graph_tensor(g, c->u.prefetch.weight, &t, NULL) == FDY_OK) {
-      snprintf(buf, cap, "%s %s", kind, t.name);
-      return;
-    }
-    break;
   case FDY_CMD_COPY_INPUT:
   case FDY_CMD_COPY_OUTPUT:
-    if (fdy_graph_tensor(g, c->u.copy.tensor, &t, NULL) == FDY_OK) {
+    if (fdy_graph_tensor(g,
+                         c->kind == FDY_CMD_PREFETCH ? c->u.prefetch.weight
+                                                     : c->u.copy.tensor,
+                         &t, NULL) == FDY_OK) {
       snprintf(buf, cap, "%s %s", kind, t.name);
       return;
     }

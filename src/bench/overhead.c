@@ -6,7 +6,6 @@
  * running and destroying an executor per run, which is what the one-shot
  * runtime before the executor paid on every execution. */
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,21 +45,6 @@ typedef struct overhead_state {
   double *samples; /* warmup + runs */
   const char *stage;
 } overhead_state;
-
-static void progress(const overhead_state *s, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static void progress(const overhead_state *s, const char *fmt, ...) {
-  if (!s->opt->progress) {
-    return;
-  }
-  va_list ap;
-  va_start(ap, fmt);
-  fputs("bench --overhead: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-}
 
 /* The payload, the expected result, the bound chain and both plans. */
 static fdy_status prepare(overhead_state *s, fdy_error *err) {
@@ -214,7 +198,8 @@ static fdy_status measure(overhead_state *s, int backend, int plan,
   *r = (overhead_result){
       .backend = backend, .plan = plan, .verified = backend == BACKEND_CPU};
   s->stage = "measure";
-  progress(s, "%s backend, %s plan", backend_names[backend], plan_names[plan]);
+  bench_progress(s->opt->progress, "bench --overhead", "%s backend, %s plan",
+                 backend_names[backend], plan_names[plan]);
   fdy_status st = FDY_OK;
   for (int cycle = 0; st == FDY_OK && cycle < 2; cycle++) {
     fdy_backend *b = NULL;

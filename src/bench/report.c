@@ -2,7 +2,6 @@
  * report (docs/benchmark.md describes every field), and the report pieces
  * and the never-overwrite writer both benchmarks share. */
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,14 +29,6 @@ json_t *bench_json_text(const char *s) {
 
 static json_t *jstr(const char *s) {
   return bench_json_text(s);
-}
-
-static json_t *jreal(double x) {
-  return isfinite(x) ? json_real(x) : json_null();
-}
-
-static json_t *jint(uint64_t v) {
-  return json_integer((json_int_t)v);
 }
 
 static json_t *jinterval(fdy_bench_interval v) {

@@ -18,16 +18,13 @@
 #include "foundry/graph.h"
 #include "foundry/registry.h"
 
-static void progress(const bench_state *s, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static void progress(const bench_state *s, const char *fmt, ...) {
-  if (!s->opt->progress) {
+void bench_progress(bool on, const char *who, const char *fmt, ...) {
+  if (!on) {
     return;
   }
   va_list ap;
   va_start(ap, fmt);
-  fputs("bench: ", stderr);
+  fprintf(stderr, "%s: ", who);
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
   va_end(ap);
@@ -238,8 +235,10 @@ static fdy_status make_payload(bench_state *s, bench_hooks *hooks,
     return fdy_error_set(err, FDY_ERR_OUT_OF_MEMORY, "out of memory");
   }
   char size[32];
-  progress(s, "generating %s of payload (%" PRIu32 " layers)",
-           fdy_format_bytes(s->payload_bytes, size, sizeof size), o->layers);
+  bench_progress(s->opt->progress, "bench",
+                 "generating %s of payload (%" PRIu32 " layers)",
+                 fdy_format_bytes(s->payload_bytes, size, sizeof size),
+                 o->layers);
   s->expected = 0;
   for (uint32_t i = 0; i < o->layers; i++) {
     unsigned char *layer = s->payload + (uint64_t)i * s->weight_bytes;
@@ -268,7 +267,8 @@ static fdy_status register_payload(bench_state *s, fdy_error *err) {
       !s->backend->ops->host_register) {
     return FDY_OK;
   }
-  progress(s, "registering the payload with the device");
+  bench_progress(s->opt->progress, "bench",
+                 "registering the payload with the device");
   fdy_status st = s->backend->ops->host_register(
       s->backend, s->payload, s->payload_bytes, &s->registration, err);
   if (st != FDY_OK) {
@@ -313,41 +313,44 @@ static fdy_status cpu_h2d_ceiling(bench_state *s, fdy_error *err) {
   return FDY_OK;
 }
 
-static fdy_status measure_ceilings(bench_state *s, fdy_error *err) {
-  s->stage = "ceilings";
-  progress(s, "measuring the host-to-device ceiling");
-  if (s->backend_kind == FDY_BENCH_BACKEND_CPU) {
-    return cpu_h2d_ceiling(s, err);
-  }
-  /* measured on the backend itself, not a wrapper */
+/* Ceiling `kind` over the weight bytes (from src, or NULL: on the device),
+ * measured on the backend itself, not a wrapper, into *out; on failure
+ * err says "measuring WHAT" and *out is unchanged. */
+static fdy_status measure_ceiling(const bench_state *s, fdy_ceiling_kind kind,
+                                  const void *src, const char *what,
+                                  bench_ceiling *out, fdy_error *err) {
   bench_ceiling c = {.available = true,
                      .bytes = s->weight_bytes,
                      .repeats = BENCH_CEILING_REPEATS};
-  fdy_status st = fdy_backend_measure_ceiling(
-      s->device, FDY_CEILING_H2D, s->payload, s->weight_bytes, c.repeats,
-      &c.bytes_per_second, err);
+  fdy_status st =
+      fdy_backend_measure_ceiling(s->device, kind, src, s->weight_bytes,
+                                  c.repeats, &c.bytes_per_second, err);
   if (st != FDY_OK) {
-    fdy_error_prefix(err, "measuring the host-to-device ceiling");
+    fdy_error_prefix(err, "measuring %s", what);
     return st;
   }
-  s->h2d = c;
-  st = fdy_backend_measure_ceiling(s->device, FDY_CEILING_D2D, NULL,
-                                   s->weight_bytes, c.repeats,
-                                   &c.bytes_per_second, err);
-  if (st != FDY_OK) {
-    fdy_error_prefix(err, "measuring the device-to-device bandwidth");
-    return st;
-  }
-  s->d2d = c;
-  st = fdy_backend_measure_ceiling(s->device, FDY_CEILING_CHECKSUM, NULL,
-                                   s->weight_bytes, c.repeats,
-                                   &c.bytes_per_second, err);
-  if (st != FDY_OK) {
-    fdy_error_prefix(err, "measuring the checksum kernel");
-    return st;
-  }
-  s->kernel = c;
+  *out = c;
   return FDY_OK;
+}
+
+static fdy_status measure_ceilings(bench_state *s, fdy_error *err) {
+  s->stage = "ceilings";
+  bench_progress(s->opt->progress, "bench",
+                 "measuring the host-to-device ceiling");
+  if (s->backend_kind == FDY_BENCH_BACKEND_CPU) {
+    return cpu_h2d_ceiling(s, err);
+  }
+  fdy_status st = measure_ceiling(s, FDY_CEILING_H2D, s->payload,
+                                  "the host-to-device ceiling", &s->h2d, err);
+  if (st == FDY_OK) {
+    st = measure_ceiling(s, FDY_CEILING_D2D, NULL,
+                         "the device-to-device bandwidth", &s->d2d, err);
+  }
+  if (st == FDY_OK) {
+    st = measure_ceiling(s, FDY_CEILING_CHECKSUM, NULL, "the checksum kernel",
+                         &s->kernel, err);
+  }
+  return st;
 }
 
 /* Creates every configuration's executor (streams, events, slots, arena,
@@ -361,7 +364,8 @@ static fdy_status create_executors(bench_state *s, fdy_error *err) {
                                    .skip_host_registration = true};
   for (uint32_t k = 0; k < o->buffer_count; k++) {
     bench_config *c = &s->configs[k];
-    progress(s, "creating the %" PRIu32 "-buffer executor", o->buffers[k]);
+    bench_progress(s->opt->progress, "bench",
+                   "creating the %" PRIu32 "-buffer executor", o->buffers[k]);
     fdy_status st = fdy_executor_create(c->plan, s->graph, s->backend, &eo,
                                         &c->executor, err);
     if (st != FDY_OK) {
@@ -537,12 +541,13 @@ static fdy_status run_rounds(bench_state *s, bench_hooks *hooks,
       if (st != FDY_OK) {
         return st;
       }
-      progress(s,
-               "[%zu/%" PRIu64 "] %s round %" PRIu32 ", %" PRIu32
-               " buffers: %.3f ms",
-               s->execution_count, total, x->measured ? "measured" : "warmup",
-               x->measured ? round - o->warmup + 1 : round + 1,
-               o->buffers[x->config], (double)(x->end_ns - x->begin_ns) / 1e6);
+      bench_progress(
+          s->opt->progress, "bench",
+          "[%zu/%" PRIu64 "] %s round %" PRIu32 ", %" PRIu32
+          " buffers: %.3f ms",
+          s->execution_count, total, x->measured ? "measured" : "warmup",
+          x->measured ? round - o->warmup + 1 : round + 1,
+          o->buffers[x->config], (double)(x->end_ns - x->begin_ns) / 1e6);
     }
   }
   return FDY_OK;
@@ -720,9 +725,9 @@ static fdy_status write_outputs(bench_state *s, fdy_status status,
     *werr = trace_err;
     return trace_st;
   }
-  progress(s, "report written to %s%s%s", o->report_path,
-           o->trace_path ? ", trace to " : "",
-           o->trace_path ? o->trace_path : "");
+  bench_progress(s->opt->progress, "bench", "report written to %s%s%s",
+                 o->report_path, o->trace_path ? ", trace to " : "",
+                 o->trace_path ? o->trace_path : "");
   return FDY_OK;
 }
 

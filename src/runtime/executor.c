@@ -96,6 +96,29 @@ fdy_status ex_tensor_info(const fdy_graph *graph, uint32_t id,
 /* ---- life cycle
  * -------------------------------------------------------------- */
 
+/* Destroys the events of events[0 .. count) (NULL: none) and clears them. */
+static void destroy_events(fdy_executor *x, fdy_backend_event **events,
+                           size_t count) {
+  for (size_t i = 0; events && i < count; i++) {
+    if (events[i]) {
+      x->ops->event_destroy(x->b, events[i]);
+      events[i] = NULL;
+    }
+  }
+}
+
+/* Releases the buffers of buffers[0 .. count) (NULL: none) and clears
+ * them. */
+static void release_buffers(fdy_executor *x, fdy_backend_buffer **buffers,
+                            size_t count) {
+  for (size_t i = 0; buffers && i < count; i++) {
+    if (buffers[i]) {
+      x->ops->buffer_release(x->b, buffers[i]);
+      buffers[i] = NULL;
+    }
+  }
+}
+
 /* Drains (when asked) and releases every handle. A failed drain is recorded
  * in the cleanup fields of e when the executor already failed. */
 static void release_all(fdy_executor *x, bool drain, fdy_error *e) {
@@ -116,30 +139,10 @@ static void release_all(fdy_executor *x, bool drain, fdy_error *e) {
     x->ops->event_destroy(x->b, x->graph_done);
     x->graph_done = NULL;
   }
-  for (uint32_t i = 0; x->events && i < x->event_count; i++) {
-    if (x->events[i]) {
-      x->ops->event_destroy(x->b, x->events[i]);
-      x->events[i] = NULL;
-    }
-  }
-  for (size_t i = 0; x->starts && i < x->command_count; i++) {
-    if (x->starts[i]) {
-      x->ops->event_destroy(x->b, x->starts[i]);
-      x->starts[i] = NULL;
-    }
-  }
-  for (uint32_t i = 0; x->buffers && i < x->buffer_count; i++) {
-    if (x->buffers[i]) {
-      x->ops->buffer_release(x->b, x->buffers[i]);
-      x->buffers[i] = NULL;
-    }
-  }
-  for (uint32_t i = 0; x->workspace && i < x->stream_count; i++) {
-    if (x->workspace[i]) {
-      x->ops->buffer_release(x->b, x->workspace[i]);
-      x->workspace[i] = NULL;
-    }
-  }
+  destroy_events(x, x->events, x->event_count);
+  destroy_events(x, x->starts, x->command_count);
+  release_buffers(x, x->buffers, x->buffer_count);
+  release_buffers(x, x->workspace, x->stream_count);
   for (uint32_t i = 0; x->streams && i < x->stream_count; i++) {
     if (x->streams[i]) {
       x->ops->stream_destroy(x->b, x->streams[i]);
