@@ -69,4 +69,49 @@ __global__ void naive_gemv_kernel(const float *x, const uint16_t *norm,
   }
 }
 
+/* The MLP of one row (lab_mlp_cpu) as three plain kernels: inv[0] = 1 /
+ * rms(x), h = silu(n W_gate^T) (n W_up^T) (a warp a row of both), then y =
+ * x + h W_down^T (a warp a row). */
+__global__ void naive_gate_up_kernel(const float *x, const uint16_t *norm,
+                                     const float *inv, lab_q4 gate, lab_q4 up,
+                                     float *h) {
+  const unsigned int r = blockIdx.x * NAIVE_WARPS + threadIdx.x / 32;
+  if (r >= gate.rows) {
+    return;
+  }
+  const float gv = naive_row_dot(gate.dw, gate.ds, gate.db, r, gate.in,
+                                 gate.group, x, norm) *
+                   inv[0];
+  const float uv =
+      naive_row_dot(up.dw, up.ds, up.db, r, up.in, up.group, x, norm) * inv[0];
+  if (threadIdx.x % 32 == 0) {
+    h[r] = gv / (1.0f + expf(-gv)) * uv;
+  }
+}
+
+__global__ void naive_down_kernel(const float *x, const float *h, lab_q4 down,
+                                  float *y) {
+  const unsigned int r = blockIdx.x * NAIVE_WARPS + threadIdx.x / 32;
+  if (r >= down.rows) {
+    return;
+  }
+  const float v =
+      naive_row_dot(down.dw, down.ds, down.db, r, down.in, down.group, h, NULL);
+  if (threadIdx.x % 32 == 0) {
+    y[r] = x[r] + v;
+  }
+}
+
+/* Launches the three on the default stream: inv (1 float) and h
+ * (gate.rows floats) are scratch, y has down.rows floats. */
+static inline void naive_mlp(const float *x, const uint16_t *norm, double eps,
+                             lab_q4 gate, lab_q4 up, lab_q4 down, float *inv,
+                             float *h, float *y) {
+  naive_rms_kernel<<<1, 256>>>(x, gate.in, eps, inv);
+  naive_gate_up_kernel<<<(gate.rows + NAIVE_WARPS - 1) / NAIVE_WARPS,
+                         NAIVE_WARPS * 32>>>(x, norm, inv, gate, up, h);
+  naive_down_kernel<<<(down.rows + NAIVE_WARPS - 1) / NAIVE_WARPS,
+                      NAIVE_WARPS * 32>>>(x, h, down, y);
+}
+
 #endif

@@ -184,6 +184,31 @@ static inline void lab_rmsnorm_cpu(const float *x, const uint16_t *norm,
   }
 }
 
+/* A Llama MLP of one row: y = x + SWIGLU(n W_gate^T, n W_up^T) W_down^T,
+ * n = RMSNORM(x, norm), x of gate->in inputs, gate->rows features. */
+static inline void lab_mlp_cpu(const float *x, const uint16_t *norm, double eps,
+                               const lab_q4 *gate, const lab_q4 *up,
+                               const lab_q4 *down, double *y) {
+  double *n = (double *)calloc(gate->in, sizeof(double));
+  double *g = (double *)malloc(sizeof(double) * gate->rows);
+  double *u = (double *)malloc(sizeof(double) * gate->rows);
+  double *d = (double *)malloc(sizeof(double) * down->rows);
+  lab_rmsnorm_cpu(x, norm, gate->in, eps, n);
+  lab_q4_gemv_cpu(gate, n, g);
+  lab_q4_gemv_cpu(up, n, u);
+  for (unsigned int i = 0; i < gate->rows; i++) {
+    g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
+  }
+  lab_q4_gemv_cpu(down, g, d);
+  for (unsigned int i = 0; i < down->rows; i++) {
+    y[i] = x[i] + d[i];
+  }
+  free(n);
+  free(g);
+  free(u);
+  free(d);
+}
+
 /* ||out - ref|| / ||ref|| */
 static inline double lab_relative_error(const float *out, const double *ref,
                                         size_t n) {

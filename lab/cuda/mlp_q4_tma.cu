@@ -526,38 +526,6 @@ static cudaError_t mlp_tensor_map(CUtensorMap *map, const void *base,
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-/* ---- version 1: three plain kernels -------------------------------------- */
-
-__global__ void naive_gate_up_kernel(const float *x, const uint16_t *norm,
-                                     const float *inv, lab_q4 gate, lab_q4 up,
-                                     float *h) {
-  const unsigned int r = blockIdx.x * NAIVE_WARPS + threadIdx.x / 32;
-  if (r >= gate.rows) {
-    return;
-  }
-  const float gv = naive_row_dot(gate.dw, gate.ds, gate.db, r, gate.in,
-                                 gate.group, x, norm) *
-                   inv[0];
-  const float uv =
-      naive_row_dot(up.dw, up.ds, up.db, r, up.in, up.group, x, norm) * inv[0];
-  if (threadIdx.x % 32 == 0) {
-    h[r] = gv / (1.0f + expf(-gv)) * uv;
-  }
-}
-
-__global__ void naive_down_kernel(const float *x, const float *h, lab_q4 down,
-                                  float *y) {
-  const unsigned int r = blockIdx.x * NAIVE_WARPS + threadIdx.x / 32;
-  if (r >= down.rows) {
-    return;
-  }
-  const float v =
-      naive_row_dot(down.dw, down.ds, down.db, r, down.in, down.group, h, NULL);
-  if (threadIdx.x % 32 == 0) {
-    y[r] = x[r] + v;
-  }
-}
-
 /* ---- host ---------------------------------------------------------------- */
 
 typedef struct mlp_case {
@@ -574,12 +542,8 @@ typedef struct mlp_case {
 static void mlp_launch(void *ctx) {
   mlp_case *c = (mlp_case *)ctx;
   if (c->version == 1) {
-    naive_rms_kernel<<<1, 256>>>(c->dx, c->in, c->eps, c->dinv);
-    naive_gate_up_kernel<<<(c->ffn + NAIVE_WARPS - 1) / NAIVE_WARPS,
-                           NAIVE_WARPS * 32>>>(c->dx, c->dnorm, c->dinv,
-                                               c->gate, c->up, c->dh);
-    naive_down_kernel<<<(c->in + NAIVE_WARPS - 1) / NAIVE_WARPS,
-                        NAIVE_WARPS * 32>>>(c->dx, c->dh, c->down, c->dy);
+    naive_mlp(c->dx, c->dnorm, c->eps, c->gate, c->up, c->down, c->dinv, c->dh,
+              c->dy);
     return;
   }
   const unsigned int slabs = c->ffn / MLP_SLAB;
@@ -613,27 +577,6 @@ static void mlp_prepare_v2(mlp_case *c) {
   CHECK(cudaFuncSetAttribute(mlp_q4_kernel,
                              cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)mlp_shared_bytes(c->in)));
-}
-
-static void mlp_reference(const mlp_case *c, double *y) {
-  double *n = (double *)calloc(c->in, sizeof(double));
-  double *g = (double *)malloc(sizeof(double) * c->ffn);
-  double *u = (double *)malloc(sizeof(double) * c->ffn);
-  double *d = (double *)malloc(sizeof(double) * c->in);
-  lab_rmsnorm_cpu(c->x, c->norm, c->in, c->eps, n);
-  lab_q4_gemv_cpu(&c->gate, n, g);
-  lab_q4_gemv_cpu(&c->up, n, u);
-  for (unsigned int i = 0; i < c->ffn; i++) {
-    g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
-  }
-  lab_q4_gemv_cpu(&c->down, g, d);
-  for (unsigned int i = 0; i < c->in; i++) {
-    y[i] = c->x[i] + d[i];
-  }
-  free(n);
-  free(g);
-  free(u);
-  free(d);
 }
 
 int main(int argc, char **argv) {
@@ -676,7 +619,7 @@ int main(int argc, char **argv) {
   CHECK(cudaMalloc(&c.partials, 4 * (size_t)c.in * (c.ffn / MLP_SLAB)));
   double *ref = (double *)malloc(sizeof(double) * c.in);
   float *out = (float *)malloc(sizeof(float) * c.in);
-  mlp_reference(&c, ref);
+  lab_mlp_cpu(c.x, c.norm, c.eps, &c.gate, &c.up, &c.down, ref);
   const size_t bytes = lab_q4_bytes(&c.gate) + lab_q4_bytes(&c.up) +
                        lab_q4_bytes(&c.down) + 8 * (size_t)c.in;
   lab_timer timer = lab_timer_create();
