@@ -198,6 +198,12 @@ json_t *bench_trace_json(const bench_state *s);
  * origin, args stolen. */
 json_t *bench_trace_metadata(const char *what, int tid, const char *name);
 json_t *bench_trace_sort_index(int tid);
+/* The Chrome Trace Event document around events (stolen): traceEvents,
+ * displayTimeUnit ms and otherData, which starts with format and report
+ * (report_path) and is *other (borrowed) for the caller's further fields.
+ * NULL when out of memory. */
+json_t *bench_trace_doc(json_t *events, const char *format,
+                        const char *report_path, json_t **other);
 json_t *bench_trace_span(const char *name, const char *cat, int tid,
                          int64_t begin, int64_t end, int64_t origin,
                          json_t *args);

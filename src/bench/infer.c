@@ -1396,11 +1396,8 @@ static json_t *trace_args(size_t run, const char *step) {
 static json_t *trace_json(const infer_state *s) {
   const infer_trace *t = &s->trace;
   const fdy_plan *plan = fdy_llama_session_plan(s->session);
-  json_t *doc = json_object();
   json_t *events = json_array();
-  if (!doc || !events) {
-    json_decref(doc);
-    json_decref(events);
+  if (!events) {
     return NULL;
   }
   char text[256];
@@ -1458,11 +1455,12 @@ static json_t *trace_json(const infer_state *s) {
               device ? tm->device_end_ns : tm->host_end_ns, origin, args));
     }
   }
-  json_object_set_new(doc, "traceEvents", events);
-  json_object_set_new(doc, "displayTimeUnit", json_string("ms"));
-  json_t *other = json_object();
-  json_object_set_new(other, "format", json_string(FDY_INFER_REPORT_FORMAT));
-  json_object_set_new(other, "report", bench_json_text(s->opt->report_path));
+  json_t *other = NULL;
+  json_t *doc = bench_trace_doc(events, FDY_INFER_REPORT_FORMAT,
+                                s->opt->report_path, &other);
+  if (!doc) {
+    return NULL;
+  }
   json_object_set_new(
       other, "execution",
       json_string("one unmeasured execution after the measured ones, on a "
@@ -1484,7 +1482,6 @@ static json_t *trace_json(const infer_state *s) {
                       jint(fdy_llama_session_prefill_rows(s->session)));
   json_object_set_new(other, "ids_identical_to_measured",
                       json_boolean(t->same_ids));
-  json_object_set_new(doc, "otherData", other);
   return doc;
 }
 

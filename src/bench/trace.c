@@ -138,12 +138,28 @@ static void trace_execution(const bench_state *s, const bench_execution *x,
   }
 }
 
-json_t *bench_trace_json(const bench_state *s) {
+json_t *bench_trace_doc(json_t *events, const char *format,
+                        const char *report_path, json_t **other) {
   json_t *doc = json_object();
-  json_t *events = json_array();
-  if (!doc || !events) {
+  *other = json_object();
+  if (!doc || !events || !*other) {
     json_decref(doc);
     json_decref(events);
+    json_decref(*other);
+    *other = NULL;
+    return NULL;
+  }
+  json_object_set_new(doc, "traceEvents", events);
+  json_object_set_new(doc, "displayTimeUnit", json_string("ms"));
+  json_object_set_new(*other, "format", json_string(format));
+  json_object_set_new(*other, "report", bench_json_text(report_path));
+  json_object_set_new(doc, "otherData", *other);
+  return doc;
+}
+
+json_t *bench_trace_json(const bench_state *s) {
+  json_t *events = json_array();
+  if (!events) {
     return NULL;
   }
   bool cuda = s->backend_kind == FDY_BENCH_BACKEND_CUDA;
@@ -172,12 +188,12 @@ json_t *bench_trace_json(const bench_state *s) {
       trace_execution(s, &s->executions[i], origin, events);
     }
   }
-  json_object_set_new(doc, "traceEvents", events);
-  json_object_set_new(doc, "displayTimeUnit", json_string("ms"));
-  json_t *other = json_object();
-  json_object_set_new(other, "format", json_string(FDY_BENCH_REPORT_FORMAT));
-  json_object_set_new(other, "report", bench_json_text(s->opt->report_path));
+  json_t *other = NULL;
+  json_t *doc = bench_trace_doc(events, FDY_BENCH_REPORT_FORMAT,
+                                s->opt->report_path, &other);
+  if (!doc) {
+    return NULL;
+  }
   json_object_set_new(other, "executions", json_string(bench_trace_scope(s)));
-  json_object_set_new(doc, "otherData", other);
   return doc;
 }
