@@ -36,7 +36,11 @@ static void check_config(const fdy_llama_config *c) {
 
 static void check_layout(const fdy_llama_config *c,
                          const fdy_llama_module_quant *quant) {
-  size_t n = fdy_llama_layout_count(c, quant);
+  fdy_llama_tensor_spec *specs = NULL;
+  size_t n = 0;
+  if (fdy_llama_layout_new(c, quant, &specs, &n, NULL) != FDY_OK) {
+    abort();
+  }
   size_t per_layer =
       (c->bits != 0 ? 23 : 9) + (c->qkv_bias ? 3 : 0) + (c->qk_norm ? 2 : 0);
   if (c->quant_overrides == 0 &&
@@ -44,11 +48,6 @@ static void check_layout(const fdy_llama_config *c,
                (c->bits != 0 ? 3 : 1) * (c->tie_word_embeddings ? 1 : 2)) {
     abort();
   }
-  fdy_llama_tensor_spec *specs = calloc(n, sizeof *specs);
-  if (!specs) {
-    abort();
-  }
-  fdy_llama_layout(c, quant, specs);
   for (size_t i = 0; i < n; i++) {
     const fdy_llama_tensor_spec *s = &specs[i];
     uint64_t bytes = 0;

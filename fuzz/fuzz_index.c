@@ -86,12 +86,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   const fdy_llama_config *config = fdy_llama_model_config(model);
   const fdy_llama_module_quant *quant = fdy_llama_model_quant(model);
-  size_t n = fdy_llama_layout_count(config, quant);
-  fdy_llama_tensor_spec *specs = calloc(n, sizeof *specs);
-  if (!specs || fdy_llama_tensor_count(model) != n) {
+  fdy_llama_tensor_spec *specs = NULL;
+  size_t n = 0;
+  if (fdy_llama_layout_new(config, quant, &specs, &n, NULL) != FDY_OK ||
+      fdy_llama_tensor_count(model) != n) {
     abort();
   }
-  fdy_llama_layout(config, quant, specs);
   for (size_t i = 0; i < n; i++) {
     const fdy_st_tensor *t = fdy_llama_model_tensor(model, &specs[i]);
     if (!t || !fdy_shape_equal(t->shape, specs[i].shape)) {
