@@ -42,7 +42,11 @@
 #             by scripts/serve_load.py with prompts of 512 ids and 128
 #             generated at 1, 8, 32 and 64 concurrent clients (or the
 #             counts of SERVE_CLIENTS in the environment),
-#             2 requests each, after one warm-up request.
+#             2 requests each, after one warm-up request;
+#   lab       every program of the kernel lab (BUILD/lab: lab/cuda/README.md)
+#             with all its versions, twice in alternating order: each checks
+#             its versions against its CPU reference (a mismatch fails the
+#             stage) and times them against the same run's copy rate.
 #
 # --quick (for a short device lease): the stages ops, verify, batched,
 # baseline and peers unless --stages says otherwise; batches 1, 8 and 64
@@ -88,15 +92,16 @@ while [ $# -gt 0 ]; do
   shift
 done
 if [ -z "$stages" ]; then
-  stages=ops,tests,verify,verify3b,batched,trace,8b,speculative,baseline,peers,offload,serve
+  stages=ops,tests,verify,verify3b,batched,trace,8b,speculative,baseline,peers,offload,serve,lab
   [ $quick -eq 1 ] && stages=ops,verify,batched,baseline,peers
 fi
 for stage in ${stages//,/ }; do
   case $stage in
-  ops | tests | verify | verify3b | batched | trace | 8b | speculative | baseline | peers | offload | serve) ;;
+  ops | tests | verify | verify3b | batched | trace | 8b | speculative | baseline | peers | offload | serve | lab) ;;
   *)
     echo "gpu-check: unknown stage '$stage' (ops, tests, verify, verify3b," \
-      "batched, trace, 8b, speculative, baseline, peers, offload, serve)" >&2
+      "batched, trace, 8b, speculative, baseline, peers, offload, serve," \
+      "lab)" >&2
     exit 2
     ;;
   esac
@@ -408,6 +413,27 @@ for path in sorted(glob.glob(os.path.join(out, "serve-*-c*.json")),
           f"{r['itl_p50'] * 1e3:.2f} / {r['itl_p99'] * 1e3:.2f} | "
           f"{r['failed']}")
 PY
+fi
+if runs lab; then
+  programs=$(find "$build/lab" -maxdepth 1 -type f -perm -u+x 2>/dev/null | sort)
+  [ -n "$programs" ] || fail "lab: no programs in $build/lab"
+  for round in 1 2; do
+    order=$programs
+    [ $round -eq 2 ] && order=$(echo "$programs" | sort -r)
+    for p in $order; do
+      name=$(basename "$p")
+      timeout 300 "$p" >"$out/lab-$name-$round.txt" 2>&1
+      rc=$?
+      note "lab $name (round $round): rc $rc"
+      grep -iE 'version|copy|error' "$out/lab-$name-$round.txt" | head -20 |
+        tee -a "$summary"
+      case $rc in
+      0) ;;
+      77) note "lab $name: no sm_90 device" ;;
+      *) fail "lab $name (rc $rc)" ;;
+      esac
+    done
+  done
 fi
 note "gpu-check: $([ $failed -eq 0 ] && echo passed || echo FAILED)"
 tar -czf "$out.tar.gz" -C "$(dirname "$out")" "$(basename "$out")"
