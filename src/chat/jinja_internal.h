@@ -1,6 +1,6 @@
-/* What the Jinja parser (jinja_parse.c) gives the renderer
- * (jinja_render.c): the tree of statements and expressions, and the arena
- * both allocate from. */
+/* What the Jinja parser (jinja_parse.c) gives the renderer (jinja_value.c,
+ * jinja_eval.c and jinja_render.c): the tree of statements and expressions,
+ * and the arena both allocate from. */
 #ifndef FOUNDRY_JINJA_INTERNAL_H
 #define FOUNDRY_JINJA_INTERNAL_H
 

@@ -553,7 +553,7 @@ static bool call_args(parser *p, jj_arg **out, size_t *count) {
   return next(p);
 }
 
-/* The names the renderer implements (jinja_render.c dispatches on the same
+/* The names the renderer implements (jinja_eval.c dispatches on the same
  * spellings). */
 static const char *const filters[] = {
     "trim",  "length",     "count",      "tojson", "default", "d",
