@@ -774,3 +774,14 @@ void fdy_cli_explain_template(fdy_error *err) {
            " (--chat-template llama3, chatml or a template FILE applies "
            "another instead)");
 }
+
+json_t *fdy_cli_json_ids(const int32_t *ids, uint32_t count) {
+  json_t *array = json_array();
+  for (uint32_t i = 0; array && i < count; i++) {
+    if (json_array_append_new(array, json_integer(ids[i]))) {
+      json_decref(array);
+      array = NULL;
+    }
+  }
+  return array;
+}

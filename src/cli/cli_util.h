@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
 #include <stdio.h>
 
 #include "cli_options.h"
@@ -280,5 +281,9 @@ fdy_status fdy_cli_read_ids_file(const char *path, const char *label,
 
 /* True when stderr is a terminal (progress output). */
 bool fdy_cli_stderr_is_tty(void);
+
+/* A JSON array of the count ids (new reference), or NULL when out of
+ * memory. */
+json_t *fdy_cli_json_ids(const int32_t *ids, uint32_t count);
 
 #endif

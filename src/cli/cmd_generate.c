@@ -105,18 +105,6 @@ typedef struct run_info {
   const char *draft_dir;
 } run_info;
 
-/* Shared with the batch mode: generate_batch.h. */
-json_t *fdy_cli_json_ids(const int32_t *ids, uint32_t count) {
-  json_t *array = json_array();
-  for (uint32_t i = 0; array && i < count; i++) {
-    if (json_array_append_new(array, json_integer(ids[i]))) {
-      json_decref(array);
-      array = NULL;
-    }
-  }
-  return array;
-}
-
 /* A float parameter as JSON shows it: the shortest decimal that reads back
  * as the float (0.9, not 0.89999997615814209). */
 static double float_value(float f) {

@@ -206,14 +206,6 @@ static json_t *usage(const fdy_serve_job *job) {
                    (json_int_t)(job->prompt_count + job->count));
 }
 
-static json_t *ids_array(const int32_t *ids, uint32_t from, uint32_t to) {
-  json_t *a = json_array();
-  for (uint32_t i = from; a && i < to; i++) {
-    json_array_append_new(a, json_integer(ids[i]));
-  }
-  return a;
-}
-
 /* One choice: the message (chat) or text of ids[from..to), and the finish
  * reason when final (the job is done and to is its last id). */
 static json_t *choice(fdy_server *srv, reply *rp, uint32_t from, uint32_t to,
@@ -238,7 +230,8 @@ static json_t *choice(fdy_server *srv, reply *rp, uint32_t from, uint32_t to,
     json_object_set_new(c, "logprobs", json_null());
   }
   json_decref(content);
-  json_object_set_new(c, "token_ids", ids_array(job->ids, from, to));
+  json_object_set_new(c, "token_ids",
+                      fdy_cli_json_ids(job->ids + from, to - from));
   json_object_set_new(c, "finish_reason",
                       final && job->finish ? json_string(job->finish)
                                            : json_null());
