@@ -63,14 +63,7 @@ __global__ void __launch_bounds__(RING_THREADS, 1)
   float2 *xchunk = (float2 *)(xs + 2ull * p.in);
   const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   grid_launch_dependents();
-  if (threadIdx.x == 0) {
-    for (unsigned int i = 0; i < p.slots; i++) {
-      mbarrier_init(&full[i], 1);
-      mbarrier_init(&empty[i], RING_CONSUMERS);
-    }
-    mbarrier_init_fence();
-  }
-  __syncthreads();
+  ring_init_barriers(full, empty, p.slots);
   const unsigned int mine =
       blockIdx.x < p.tiles ? (p.tiles - blockIdx.x + gridDim.x - 1) / gridDim.x
                            : 0;

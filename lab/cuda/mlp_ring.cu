@@ -384,14 +384,7 @@ __global__ void __launch_bounds__(RING_THREADS, 1)
   __half *hs = (__half *)(xchunk + p.in / 32);
   float2 *hchunk = (float2 *)(hs + 2ull * (p.ffn / MLP_RING_RANGES));
   grid_launch_dependents();
-  if (threadIdx.x == 0) {
-    for (unsigned int i = 0; i < p.slots; i++) {
-      mbarrier_init(&full[i], 1);
-      mbarrier_init(&empty[i], RING_CONSUMERS);
-    }
-    mbarrier_init_fence();
-  }
-  __syncthreads();
+  ring_init_barriers(full, empty, p.slots);
   /* The producer takes units (and streams weights) before the grid wait:
    * the counters must not be shared with a launch still running (stream
    * order without programmatic dependent launch, as here). */

@@ -82,6 +82,21 @@ static __device__ __forceinline__ void mbarrier_init_fence(void) {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
 
+/* The ring's barriers of `slots` slots, by thread 0 of the block, then a
+ * block barrier: full[i] completes on the producer's arrival (and its
+ * copies' bytes), empty[i] on every consumer warp's. */
+static __device__ __forceinline__ void
+ring_init_barriers(uint64_t *full, uint64_t *empty, unsigned int slots) {
+  if (threadIdx.x == 0) {
+    for (unsigned int i = 0; i < slots; i++) {
+      mbarrier_init(&full[i], 1);
+      mbarrier_init(&empty[i], RING_CONSUMERS);
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+}
+
 static __device__ __forceinline__ void mbarrier_arrive(uint64_t *bar) {
   asm volatile(
       "mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(bar))
